@@ -1,0 +1,171 @@
+/* autograd/autograd.c: the context, op dispatch, the tape and backward.
+ *
+ * pr_op_apply is the one place an op meets a device: it picks the forward
+ * for the inputs' device, runs it, and appends the node to the tape when
+ * grad mode is on and some input requires grad. pr_backward walks the tape
+ * from the loss's node down to the first, calling each node's backward for
+ * the same device. Gradients accumulate, so a tensor used twice gets both
+ * contributions. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+
+pr_ctx *pr_ctx_new(uint64_t seed)
+{
+    pr_ctx *ctx = calloc(1, sizeof *ctx);
+    PR_CHECK(ctx, "context: out of host memory");
+    ctx->step = pr_arena_new("step", 0);
+    ctx->grads = pr_arena_new("grads", 0);
+    ctx->grad_enabled = true;
+    ctx->training = true;
+    ctx->rng = pr_rng_init(seed, 1);
+    return ctx;
+}
+
+void pr_ctx_free(pr_ctx *ctx)
+{
+    if (!ctx) return;
+    pr_arena_free(ctx->step);
+    pr_arena_free(ctx->grads);
+    free(ctx->tape);
+    pr_cuda_ctx_release(ctx->cuda);
+    free(ctx);
+}
+
+void pr_step_reset(pr_ctx *ctx)
+{
+    pr_device_sync(ctx->cuda ? PR_CUDA : PR_CPU); /* kernels may still read step memory */
+    pr_arena_reset(ctx->step);
+    ctx->n_tape = 0;
+}
+
+bool pr_set_grad_enabled(pr_ctx *ctx, bool on)
+{
+    bool prev = ctx->grad_enabled;
+    ctx->grad_enabled = on;
+    return prev;
+}
+
+void pr_requires_grad_(pr_tensor *t, bool on)
+{
+    PR_CHECK(!on || pr_dtype_is_float(t->dtype), "requires_grad: %s tensor %s cannot require grad",
+             pr_dtype_name(t->dtype), t->name ? t->name : "");
+    t->requires_grad = on;
+}
+
+pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape)
+{
+    return pr_empty(ctx->step, dt, dev, ndim, shape);
+}
+
+static pr_device node_device(const pr_node *n)
+{
+    pr_device dev = PR_CPU;
+    bool seen = false;
+    for (int i = 0; i < n->n_in; i++) {
+        if (!n->in[i]) continue;
+        if (seen && n->in[i]->device != dev)
+            pr_fatal("%s: inputs on different devices (input %d is on %s, an earlier one on %s)", n->op->name,
+                     i, pr_device_name(n->in[i]->device), pr_device_name(dev));
+        dev = n->in[i]->device;
+        seen = true;
+    }
+    return dev;
+}
+
+static void push_node(pr_ctx *ctx, const pr_node *n)
+{
+    if (ctx->n_tape == ctx->cap_tape) {
+        int cap = ctx->cap_tape ? 2 * ctx->cap_tape : 256;
+        pr_node *t = realloc(ctx->tape, sizeof *t * (size_t)cap);
+        PR_CHECK(t, "tape: out of host memory (%d nodes)", cap);
+        ctx->tape = t;
+        ctx->cap_tape = cap;
+    }
+    ctx->tape[ctx->n_tape++] = *n;
+}
+
+pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
+{
+    pr_device dev = node_device(n);
+    pr_op_fn fwd = dev == PR_CUDA ? n->op->forward_cuda : n->op->forward_cpu;
+    PR_CHECK(fwd, "%s: no %s forward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
+    fwd(ctx, n);
+    bool record = false;
+    if (ctx->grad_enabled)
+        for (int i = 0; i < n->n_in; i++) record |= n->in[i] && n->in[i]->requires_grad;
+    if (record) {
+        for (int i = 0; i < n->n_out; i++) {
+            n->out[i]->requires_grad = pr_dtype_is_float(n->out[i]->dtype);
+            n->out[i]->tape_pos = ctx->n_tape;
+        }
+        push_node(ctx, n);
+    }
+    return n->out[0];
+}
+
+pr_tensor *pr_grad_of(pr_ctx *ctx, pr_tensor *t)
+{
+    if (!t->grad) {
+        pr_arena *a = t->arena == ctx->step ? ctx->step : ctx->grads;
+        t->grad = pr_zeros(a, t->dtype, t->device, t->ndim, t->shape);
+    }
+    return t->grad;
+}
+
+void pr_zero_grads(pr_tensor *const *ts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ts[i]->grad) pr_zero_(ts[i]->grad);
+}
+
+/* Walk the tape back from the node that made `out`. Nodes after it cannot
+ * contribute; nodes before it whose outputs got no grad are skipped. */
+static void run_backward(pr_ctx *ctx, pr_tensor *out)
+{
+    PR_CHECK(out->requires_grad, "backward: the tensor does not require grad (no input required grad, "
+                                 "or grad mode was off)");
+    PR_CHECK(out->tape_pos >= 0 && out->tape_pos < ctx->n_tape, "backward: the tensor is not on this "
+                                                                "context's tape (reset since?)");
+    for (int p = out->tape_pos; p >= 0; p--) {
+        pr_node *n = &ctx->tape[p];
+        bool any = false;
+        for (int i = 0; i < n->n_out; i++) any |= n->out[i]->grad != NULL;
+        if (!any) continue;
+        for (int i = 0; i < n->n_out; i++) pr_grad_of(ctx, n->out[i]);
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] && n->in[i]->requires_grad) pr_grad_of(ctx, n->in[i]);
+        pr_device dev = n->out[0]->device;
+        pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
+        PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
+        bwd(ctx, n);
+    }
+}
+
+void pr_backward(pr_ctx *ctx, pr_tensor *loss)
+{
+    PR_CHECK(loss->numel == 1, "backward: the loss has %lld elements; use pr_backward_with for a "
+                               "non-scalar output", (long long)loss->numel);
+    pr_fill_(pr_grad_of(ctx, loss), 1.0);
+    run_backward(ctx, loss);
+}
+
+void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out)
+{
+    PR_CHECK(out->numel == grad_out->numel, "backward: grad has %lld elements, the output %lld",
+             (long long)grad_out->numel, (long long)out->numel);
+    pr_copy_(pr_grad_of(ctx, out), grad_out);
+    run_backward(ctx, out);
+}
+
+double pr_norm2(const pr_tensor *t)
+{
+    double *v = malloc(sizeof(double) * (size_t)(t->numel ? t->numel : 1)), s = 0;
+    PR_CHECK(v, "norm: out of host memory");
+    pr_to_host_f64(t, v);
+    for (int64_t i = 0; i < t->numel; i++) s += v[i] * v[i];
+    free(v);
+    return sqrt(s);
+}

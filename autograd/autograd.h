@@ -1,0 +1,121 @@
+/* autograd/autograd.h: the context, the tape, backward, gradcheck, inspection.
+ *
+ * Every op call appends one node to the context's tape (a Wengert list in
+ * execution order) when grad mode is on and an input requires grad. A node
+ * holds its op (name and backward functions), inputs, outputs, the tensors
+ * the backward needs (saved) and a small fixed block of scalar arguments.
+ * pr_backward walks the tape in reverse. Activations, saved tensors and the
+ * tape live in the step arena and go in one pr_step_reset.
+ */
+#ifndef PR_AUTOGRAD_H
+#define PR_AUTOGRAD_H
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PR_MAX_IN 10
+#define PR_MAX_OUT 3
+#define PR_MAX_SAVED 8
+#define PR_MAX_IARGS 8
+#define PR_MAX_FARGS 4
+
+typedef struct pr_ctx pr_ctx;
+typedef struct pr_node pr_node;
+typedef struct pr_op_info pr_op_info;
+
+/* A forward fills n->out (already allocated) from n->in and may set n->saved.
+ * A backward reads n->out[i]->grad (always allocated) and ACCUMULATES into
+ * n->in[j]->grad for every input with a non-NULL grad. */
+typedef void (*pr_op_fn)(pr_ctx *ctx, pr_node *n);
+
+/* A ready-to-run instance of an op on random inputs, for gradcheck and the
+ * cross-device / cross-dtype tests. `apply` calls the op's public function on
+ * `in` (which may be copies of ex->in on another device or dtype). */
+typedef struct pr_example {
+    int n_in;
+    pr_tensor *in[PR_MAX_IN];
+    int64_t iarg[PR_MAX_IARGS];
+    double farg[PR_MAX_FARGS];
+    pr_tensor *(*apply)(pr_ctx *ctx, pr_tensor *const *in, const struct pr_example *ex);
+    double tol_scale;   /* >1 loosens f32 comparisons for ops with long reductions (0 = 1) */
+} pr_example;
+/* fill ex with random inputs of dtype dt on the CPU (leaves; float inputs require grad) */
+typedef void (*pr_example_fn)(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex);
+
+struct pr_op_info {
+    const char *name;
+    pr_op_fn forward_cpu, backward_cpu, forward_cuda, backward_cuda;
+    pr_example_fn example;  /* NULL: not checkable in isolation */
+};
+
+struct pr_node {
+    const pr_op_info *op;
+    int n_in, n_out, n_saved;
+    pr_tensor *in[PR_MAX_IN];     /* NULL entries allowed (optional inputs) */
+    pr_tensor *out[PR_MAX_OUT];
+    pr_tensor *saved[PR_MAX_SAVED];
+    int64_t iarg[PR_MAX_IARGS];
+    double farg[PR_MAX_FARGS];
+};
+
+struct pr_ctx {
+    pr_arena *step;      /* activations, saved tensors: reset every step */
+    pr_arena *grads;     /* grads of tensors that outlive the step (parameters) */
+    pr_node *tape;
+    int n_tape, cap_tape;
+    bool grad_enabled;
+    bool training;       /* dropout active */
+    pr_rng rng;          /* dropout and other in-graph randomness */
+    void *cuda;          /* CUDA state (stream, cuBLAS handle); NULL until first use */
+    int matmul_tf32;     /* CUDA matmul precision: 0 = fp32, 1 = tf32 tensor cores */
+};
+
+pr_ctx *pr_ctx_new(uint64_t seed);
+void pr_ctx_free(pr_ctx *ctx);
+void pr_step_reset(pr_ctx *ctx);          /* free activations and the tape */
+bool pr_set_grad_enabled(pr_ctx *ctx, bool on);   /* returns the previous mode */
+
+/* Run n's forward on its inputs' device and record it on the tape when
+ * needed. Inputs must share one device. Returns n->out[0]. */
+pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n);
+/* an output tensor for a node, in the step arena */
+pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape);
+
+/* backward: loss must have one element (seeded with 1) unless grad_out is given */
+void pr_backward(pr_ctx *ctx, pr_tensor *loss);
+void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out);
+/* grad of t, allocated (zeros) on first use in the arena that matches t's life */
+pr_tensor *pr_grad_of(pr_ctx *ctx, pr_tensor *t);
+void pr_zero_grads(pr_tensor *const *ts, int n);
+void pr_requires_grad_(pr_tensor *t, bool on);
+
+/* inspection */
+void pr_tape_dump(const pr_ctx *ctx, FILE *f);   /* op, input shapes -> output shape, |grad| */
+void pr_tape_dot(const pr_ctx *ctx, FILE *f);    /* Graphviz DOT */
+double pr_norm2(const pr_tensor *t);              /* L2 norm, any device/dtype */
+
+/* ---- gradcheck --------------------------------------------------------------
+ * Float64 central differences against the tape's backward for every input
+ * that requires grad. The scalar checked is sum(out * w) for a fixed random
+ * w. Defaults (torch's): eps 1e-6, atol 1e-5, rtol 1e-3; element passes when
+ * |analytic - numeric| <= atol + rtol * |numeric|. */
+typedef struct {
+    double eps, atol, rtol;
+    int64_t max_elems;     /* per input, checked elements (0 = all) */
+} pr_gradcheck_opts;
+typedef struct {
+    bool ok;
+    double max_abs_err;    /* over every checked element */
+    char msg[512];         /* on failure: op, input, worst element */
+} pr_gradcheck_result;
+pr_gradcheck_opts pr_gradcheck_defaults(void);
+pr_gradcheck_result pr_gradcheck(pr_ctx *ctx, const char *what, const pr_example *ex,
+                                 const pr_gradcheck_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,196 @@
+/* ops/binary.c: add, sub, mul, div with numpy broadcasting.
+ *
+ * Shapes are aligned at their trailing dims; in each dim the sizes are equal
+ * or one of them is 1 (a missing leading dim counts as 1). The output has the
+ * broadcast shape. An input dim of size 1 gets stride 0 in the output's index
+ * space, so the backward's `+=` at that offset sums the grad over the dims the
+ * input was broadcast along: no separate reduction pass is needed.
+ */
+#include "ops/ops.h"
+
+/* the output's shape and, for a and b, strides in the output's index space */
+typedef struct {
+    int nd;
+    int64_t shape[PR_MAX_DIMS], sa[PR_MAX_DIMS], sb[PR_MAX_DIMS];
+    bool same;  /* a, b and out all have one shape: offsets are the flat index */
+} pr_bcast;
+
+/* strides of t (row-major) placed into nd output dims, 0 where t's dim is 1 or missing */
+static void bcast_strides(const pr_tensor *t, int nd, int64_t *s)
+{
+    int64_t stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int td = d - (nd - t->ndim);
+        if (td < 0) { s[d] = 0; continue; }
+        s[d] = t->shape[td] == 1 ? 0 : stride;
+        stride *= t->shape[td];
+    }
+}
+
+static void bcast_init(const char *op, const pr_tensor *a, const pr_tensor *b, pr_bcast *bc)
+{
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    bc->nd = nd;
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - a->ndim), db = d - (nd - b->ndim);
+        int64_t sa = da < 0 ? 1 : a->shape[da], sb = db < 0 ? 1 : b->shape[db];
+        if (sa != sb && sa != 1 && sb != 1) {
+            char s1[96], s2[96];
+            pr_fatal("%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op,
+                     pr_shape_str(a, s1, sizeof s1), pr_shape_str(b, s2, sizeof s2), d, (long long)sa,
+                     (long long)sb);
+        }
+        bc->shape[d] = sa == 1 ? sb : sa;
+    }
+    bcast_strides(a, nd, bc->sa);
+    bcast_strides(b, nd, bc->sb);
+    bc->same = pr_same_shape(a, b);
+}
+
+/* Walks the output in row-major order keeping the offsets ia, ib into a and b:
+ * `body` runs for every output element i. */
+#define PR_BCAST_LOOP(bc, numel, body)                                          \
+    do {                                                                        \
+        int64_t idx_[PR_MAX_DIMS] = {0}, ia = 0, ib = 0;                        \
+        for (int64_t i = 0; i < (numel); i++) {                                 \
+            if ((bc)->same) ia = ib = i;                                        \
+            body;                                                               \
+            if ((bc)->same) continue;                                           \
+            for (int d_ = (bc)->nd - 1; d_ >= 0; d_--) {                        \
+                ia += (bc)->sa[d_]; ib += (bc)->sb[d_];                         \
+                if (++idx_[d_] < (bc)->shape[d_]) break;                        \
+                ia -= (bc)->sa[d_] * (bc)->shape[d_];                           \
+                ib -= (bc)->sb[d_] * (bc)->shape[d_];                           \
+                idx_[d_] = 0;                                                   \
+            }                                                                   \
+        }                                                                       \
+    } while (0)
+
+typedef enum { ADD, SUB, MUL, DIV } binop;
+
+static pr_tensor *binary(pr_ctx *ctx, pr_op_id id, const char *op, pr_tensor *a, pr_tensor *b)
+{
+    PR_CHECK(a && b, "%s: NULL input", op);
+    pr_check_float(op, a, "a");
+    pr_check_float(op, b, "b");
+    pr_check_same_kind(op, a, b);
+    pr_bcast bc;
+    bcast_init(op, a, b, &bc);
+    pr_node n = pr_node_init(id, 2, (pr_tensor *[]){a, b});
+    n.n_out = 1;
+    n.out[0] = pr_op_output(ctx, a->dtype, a->device, bc.nd, bc.shape);
+    return pr_op_apply(ctx, &n);
+}
+
+pr_tensor *pr_add(pr_ctx *ctx, pr_tensor *a, pr_tensor *b) { return binary(ctx, PR_OP_add, "add", a, b); }
+pr_tensor *pr_sub(pr_ctx *ctx, pr_tensor *a, pr_tensor *b) { return binary(ctx, PR_OP_sub, "sub", a, b); }
+pr_tensor *pr_mul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b) { return binary(ctx, PR_OP_mul, "mul", a, b); }
+pr_tensor *pr_div(pr_ctx *ctx, pr_tensor *a, pr_tensor *b) { return binary(ctx, PR_OP_div, "div", a, b); }
+
+static void binary_forward(pr_node *n, binop op)
+{
+    pr_tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
+    pr_bcast bc;
+    bcast_init("binary", a, b, &bc);
+    PR_FLOAT_SWITCH(a->dtype, T, {
+        const T *pa = a->data, *pb = b->data;
+        T *po = out->data;
+        switch (op) {
+        case ADD: PR_BCAST_LOOP(&bc, out->numel, po[i] = pa[ia] + pb[ib]); break;
+        case SUB: PR_BCAST_LOOP(&bc, out->numel, po[i] = pa[ia] - pb[ib]); break;
+        case MUL: PR_BCAST_LOOP(&bc, out->numel, po[i] = pa[ia] * pb[ib]); break;
+        case DIV: PR_BCAST_LOOP(&bc, out->numel, po[i] = pa[ia] / pb[ib]); break;
+        }
+    });
+}
+
+/* d(a+b) = (1, 1); d(a-b) = (1, -1); d(ab) = (b, a); d(a/b) = (1/b, -a/b^2) */
+static void binary_backward(pr_node *n, binop op)
+{
+    pr_tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
+    pr_tensor *ga = pr_in_grad(n, 0), *gb = pr_in_grad(n, 1);
+    pr_bcast bc;
+    bcast_init("binary", a, b, &bc);
+    PR_FLOAT_SWITCH(a->dtype, T, {
+        const T *pa = a->data, *pb = b->data, *g = out->grad->data;
+        T *da = ga ? ga->data : NULL, *db = gb ? gb->data : NULL;
+        switch (op) {
+        case ADD:
+            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i]);
+            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] += g[i]);
+            break;
+        case SUB:
+            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i]);
+            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] -= g[i]);
+            break;
+        case MUL:
+            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i] * pb[ib]);
+            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] += g[i] * pa[ia]);
+            break;
+        case DIV:
+            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i] / pb[ib]);
+            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] -= g[i] * pa[ia] / (pb[ib] * pb[ib]));
+            break;
+        }
+    });
+}
+
+void pr_add_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_forward(n, ADD); }
+void pr_sub_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_forward(n, SUB); }
+void pr_mul_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_forward(n, MUL); }
+void pr_div_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_forward(n, DIV); }
+void pr_add_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_backward(n, ADD); }
+void pr_sub_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_backward(n, SUB); }
+void pr_mul_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_backward(n, MUL); }
+void pr_div_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_backward(n, DIV); }
+
+/* ---- examples: a [3,1,5] (op) b [4,5] -> [3,4,5]; both inputs broadcast ---- */
+static pr_tensor *add_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    return pr_add(ctx, in[0], in[1]);
+}
+static pr_tensor *sub_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    return pr_sub(ctx, in[0], in[1]);
+}
+static pr_tensor *mul_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    return pr_mul(ctx, in[0], in[1]);
+}
+static pr_tensor *div_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    return pr_div(ctx, in[0], in[1]);
+}
+
+/* b_lo, b_hi: div keeps its denominator away from the pole at 0 */
+static void binary_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex, double b_lo, double b_hi)
+{
+    ex->n_in = 2;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(3, 1, 5), -1.0, 1.0);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(4, 5), b_lo, b_hi);
+}
+
+void pr_add_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    binary_example(ctx, r, dt, ex, -1.0, 1.0);
+    ex->apply = add_apply;
+}
+void pr_sub_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    binary_example(ctx, r, dt, ex, -1.0, 1.0);
+    ex->apply = sub_apply;
+}
+void pr_mul_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    binary_example(ctx, r, dt, ex, -1.0, 1.0);
+    ex->apply = mul_apply;
+}
+void pr_div_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    binary_example(ctx, r, dt, ex, 0.5, 1.5);
+    ex->apply = div_apply;
+}

@@ -1,0 +1,138 @@
+/* ops/conv1d.cu: CUDA causal depthwise conv1d (f32).
+ *
+ * x [B, T, C], w [C, W], bias [C] or NULL; out[b,t,c] = bias[c] +
+ * sum_{i<W} w[c,i] x[b, t-W+1+i, c] (zero before t = 0). Rows r = b*T + t are
+ * flattened; c is the fastest index, so a warp reads 32 consecutive channels.
+ * dw and dbias reduce over B*T without atomics: each block sums a fixed chunk
+ * of rows into a partial, a second pass adds the partials in chunk order, so
+ * the result is the same on every run.
+ */
+#include "ops/ops.h"
+#include "tensor/cuda.h"
+
+__global__ void conv1d_fwd(float *out, const float *x, const float *w, const float *bias, int64_t R,
+                           int64_t T, int64_t C, int W)
+{
+    int64_t total = R * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / C, c = e - r * C, t = r % T;
+        float acc = bias ? bias[c] : 0.0f;
+        for (int i = 0; i < W; i++) {
+            int64_t back = W - 1 - i;   /* x[t - back] */
+            if (t >= back) acc += w[c * W + i] * x[e - back * C];
+        }
+        out[e] = acc;
+    }
+}
+
+extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
+    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2];
+    int W = (int)w->shape[1];
+    if (x->numel == 0) return;
+    conv1d_fwd<<<pr_cuda_blocks(x->numel, 256), 256, 0, pr_cuda_stream(ctx)>>>(
+        (float *)n->out[0]->data, (const float *)x->data, (const float *)w->data,
+        bias ? (const float *)bias->data : nullptr, B * T, T, C, W);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+/* dx[b,s,c] += sum_i w[c,i] dout[b, s+W-1-i, c]  (terms past T dropped) */
+__global__ void conv1d_dx(float *dx, const float *g, const float *w, int64_t R, int64_t T, int64_t C, int W)
+{
+    int64_t total = R * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / C, c = e - r * C, s = r % T;
+        float acc = 0.0f;
+        for (int i = 0; i < W; i++) {
+            int64_t fwd = W - 1 - i;   /* dout[s + fwd] */
+            if (s + fwd < T) acc += w[c * W + i] * g[e + fwd * C];
+        }
+        dx[e] += acc;
+    }
+}
+
+/* Pass 1. Block (32, 8) owns channels c0..c0+31 and the rows of one chunk;
+ * thread row ty takes every 8th row. For tap i < W it sums
+ * dout[r,c] x[r-(W-1-i),c]; tap W is the bias (sum of dout). The 8 partials
+ * are added in order into part[chunk][i][c]. */
+enum { CV_X = 32, CV_Y = 8 };
+__global__ void conv1d_dw_partial(float *part, const float *g, const float *x, int64_t R, int64_t T, int64_t C,
+                                  int W, int64_t rows_per_chunk)
+{
+    __shared__ float red[CV_Y][CV_X];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int64_t c = blockIdx.x * (int64_t)CV_X + tx, chunk = blockIdx.y;
+    int64_t r0 = chunk * rows_per_chunk, r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+    for (int i = 0; i <= W; i++) {
+        int64_t back = W - 1 - i;
+        float acc = 0.0f;
+        if (c < C)
+            for (int64_t r = r0 + ty; r < r1; r += CV_Y) {
+                float gv = g[r * C + c];
+                if (i == W) acc += gv;
+                else if (r % T >= back) acc += gv * x[(r - back) * C + c];
+            }
+        red[ty][tx] = acc;
+        __syncthreads();
+        if (ty == 0 && c < C) {
+            float sum = red[0][tx];
+            for (int k = 1; k < CV_Y; k++) sum += red[k][tx];
+            part[(chunk * (W + 1) + i) * C + c] = sum;
+        }
+        __syncthreads();
+    }
+}
+
+/* Pass 2: for each (tap i, channel c), add the chunks' partials in order */
+__global__ void conv1d_dw_reduce(float *dw, float *dbias, const float *part, int64_t chunks, int64_t C, int W)
+{
+    int64_t total = (int64_t)(W + 1) * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / C, c = e - i * C;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < chunks; k++) sum += part[k * total + e];
+        if (i < W) {
+            if (dw) dw[c * W + i] += sum;
+        } else if (dbias) {
+            dbias[c] += sum;
+        }
+    }
+}
+
+/* out = bias + sum_i w[c,i] x[t-W+1+i]: each product feeds one output, so
+ *   dx[s] += w[c,i] dout[s+W-1-i],  dw[c,i] += sum_{b,t} dout[b,t,c] x[b,t-W+1+i,c],
+ *   dbias[c] += sum_{b,t} dout[b,t,c]. */
+extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0], *w = n->in[1];
+    pr_tensor *dx = pr_in_grad(n, 0), *dw = pr_in_grad(n, 1), *db = pr_in_grad(n, 2);
+    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], R = B * T;
+    int W = (int)w->shape[1];
+    const float *g = (const float *)n->out[0]->grad->data;
+    cudaStream_t s = pr_cuda_stream(ctx);
+    if (x->numel == 0) return;
+    if (dx) {
+        conv1d_dx<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>((float *)dx->data, g, (const float *)w->data,
+                                                                 R, T, C, W);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    if (!dw && !db) return;
+    /* about 1024 blocks in pass 1, at least 32 rows a chunk; a function of the
+     * shapes alone, so the summation order never depends on the device */
+    int64_t cblocks = (C + CV_X - 1) / CV_X;
+    int64_t chunks = (1024 + cblocks - 1) / cblocks, max_chunks = (R + 31) / 32;
+    if (chunks > max_chunks) chunks = max_chunks;
+    if (chunks > 65535) chunks = 65535;
+    int64_t rows_per_chunk = (R + chunks - 1) / chunks;
+    chunks = (R + rows_per_chunk - 1) / rows_per_chunk;
+    size_t bytes = sizeof(float) * (size_t)(chunks * (W + 1) * C);
+    float *part = (float *)pr_cuda_malloc(bytes);
+    conv1d_dw_partial<<<dim3((unsigned)cblocks, (unsigned)chunks), dim3(CV_X, CV_Y), 0, s>>>(
+        part, g, (const float *)x->data, R, T, C, W, rows_per_chunk);
+    PR_CUDA_LAUNCH_CHECK();
+    conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * C, 256), 256, 0, s>>>(
+        dw ? (float *)dw->data : nullptr, db ? (float *)db->data : nullptr, part, chunks, C, W);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_free(part, bytes);
+}

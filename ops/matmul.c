@@ -1,0 +1,203 @@
+/* ops/matmul.c: op(a) @ op(b) on the CPU, 2-D and batched.
+ *
+ * Every product goes through one row-major gemm, pr_gemm_cpu: cblas (OpenBLAS)
+ * when the build defines PRISM_HAVE_BLAS, else a plain blocked loop that is
+ * correct for any sizes. pr_matmul_set_blas(false) forces the loop even in a
+ * BLAS build, so tests can check one against the other.
+ */
+#include <string.h>
+
+#include "ops/ops.h"
+
+#ifdef PRISM_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+/* internal: used by the tests and by other CPU ops that need a gemm */
+bool pr_matmul_set_blas(bool on);
+void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                 const void *B, void *C, double beta);
+void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                          const void *A, const void *B, void *C, double beta);
+
+static bool use_blas = true;
+
+/* returns the previous setting; a build without BLAS always uses the loop */
+bool pr_matmul_set_blas(bool on)
+{
+    bool old = use_blas;
+    use_blas = on;
+    return old;
+}
+
+/* C[M,N] = op(A) op(B) + beta C, all contiguous: A is [M,K] ([K,M] when ta),
+ * B is [K,N] ([N,K] when tb). beta is 0 (overwrite, C may hold garbage) or 1. */
+void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                          const void *A, const void *B, void *C, double beta)
+{
+    enum { BS = 64 };
+    /* op(A)[m,k] = a[m*sam + k*sak], op(B)[k,n] = b[k*sbk + n*sbn] */
+    int64_t sam = ta ? 1 : K, sak = ta ? M : 1;
+    int64_t sbk = tb ? 1 : N, sbn = tb ? K : 1;
+    PR_FLOAT_SWITCH(dt, T, {
+        const T *a = A;
+        const T *b = B;
+        T *c = C;
+        if (beta == 0)
+            memset(c, 0, (size_t)(M * N) * sizeof(T));
+        else if (beta != 1)
+            for (int64_t i = 0; i < M * N; i++) c[i] *= (T)beta;
+        for (int64_t i0 = 0; i0 < M; i0 += BS)
+            for (int64_t k0 = 0; k0 < K; k0 += BS)
+                for (int64_t j0 = 0; j0 < N; j0 += BS) {
+                    int64_t i1 = i0 + BS < M ? i0 + BS : M;
+                    int64_t k1 = k0 + BS < K ? k0 + BS : K;
+                    int64_t j1 = j0 + BS < N ? j0 + BS : N;
+                    for (int64_t i = i0; i < i1; i++)
+                        for (int64_t k = k0; k < k1; k++) {
+                            T aik = a[i * sam + k * sak];
+                            const T *bk = b + k * sbk;
+                            T *ci = c + i * N;
+                            for (int64_t j = j0; j < j1; j++) ci[j] += aik * bk[j * sbn];
+                        }
+                }
+    });
+}
+
+void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                 const void *B, void *C, double beta)
+{
+#ifdef PRISM_HAVE_BLAS
+    if (use_blas && M > 0 && N > 0) {
+        PR_ASSERT(M < INT32_MAX && N < INT32_MAX && K < INT32_MAX);
+        int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
+        enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+        if (dt == PR_F32)
+            cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0f, A, lda, B, ldb, (float)beta,
+                        C, (int)N);
+        else if (dt == PR_F64)
+            cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0, A, lda, B, ldb, beta, C,
+                        (int)N);
+        else
+            pr_fatal("matmul: dtype %s not supported", pr_dtype_name(dt));
+        if (K > 0 || beta != 0) return;   /* K == 0: BLAS may leave C untouched */
+    }
+#endif
+    pr_gemm_fallback_cpu(dt, ta, tb, M, N, K, A, B, C, beta);
+}
+
+/* sizes of a node: batch count, M, N, K, and whether b is shared by the batch */
+typedef struct { int64_t batch, M, N, K; bool ta, tb, shared; } mm_dims;
+
+static mm_dims mm_dims_of(const pr_tensor *a, const pr_tensor *b, bool ta, bool tb)
+{
+    mm_dims d = {.ta = ta, .tb = tb, .shared = b->ndim == 2};
+    int64_t r = a->shape[a->ndim - 2], c = a->shape[a->ndim - 1];
+    d.M = ta ? c : r;
+    d.K = ta ? r : c;
+    d.N = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    d.batch = r > 0 && c > 0 ? a->numel / (r * c) : 0;
+    return d;
+}
+
+pr_tensor *pr_matmul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b, bool trans_a, bool trans_b)
+{
+    char sa[64], sb[64];
+    pr_check_float("matmul", a, "a");
+    pr_check_same_kind("matmul", a, b);
+    pr_shape_str(a, sa, sizeof sa);
+    pr_shape_str(b, sb, sizeof sb);
+    PR_CHECK(a->ndim >= 2 && b->ndim >= 2, "matmul: a %s and b %s must have at least 2 dims", sa, sb);
+    PR_CHECK(b->ndim == 2 || b->ndim == a->ndim,
+             "matmul: b %s must be 2-D or have a's %d dims (a %s)", sb, a->ndim, sa);
+    for (int i = 0; b->ndim > 2 && i < a->ndim - 2; i++)
+        PR_CHECK(a->shape[i] == b->shape[i], "matmul: leading dims of a %s and b %s differ", sa, sb);
+    mm_dims d = mm_dims_of(a, b, trans_a, trans_b);
+    int64_t kb = trans_b ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
+    PR_CHECK(d.K == kb, "matmul: inner dims differ: a %s%s and b %s%s (K %lld vs %lld)", sa,
+             trans_a ? "^T" : "", sb, trans_b ? "^T" : "", (long long)d.K, (long long)kb);
+
+    int64_t shape[PR_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[a->ndim - 2] = d.M;
+    shape[a->ndim - 1] = d.N;
+    pr_node n = pr_node_init(PR_OP_matmul, 2, (pr_tensor *[]){a, b});
+    n.iarg[0] = trans_a;
+    n.iarg[1] = trans_b;
+    n.out[0] = pr_op_output(ctx, a->dtype, a->device, a->ndim, shape);
+    n.n_out = 1;
+    return pr_op_apply(ctx, &n);
+}
+
+/* byte offset of batch i in a tensor of dt with `per` elements per batch */
+#define MM_AT(p, dt, i, per) ((char *)(p) + (size_t)((i) * (per)) * pr_dtype_size(dt))
+
+void pr_matmul_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_tensor *a = n->in[0], *b = n->in[1], *c = n->out[0];
+    mm_dims d = mm_dims_of(a, b, n->iarg[0], n->iarg[1]);
+    pr_dtype dt = a->dtype;
+    if (d.shared && !d.ta) {   /* rows of every batch stacked: one [batch*M, K] product */
+        pr_gemm_cpu(dt, false, d.tb, d.batch * d.M, d.N, d.K, a->data, b->data, c->data, 0);
+        return;
+    }
+    for (int64_t i = 0; i < d.batch; i++)
+        pr_gemm_cpu(dt, d.ta, d.tb, d.M, d.N, d.K, MM_AT(a->data, dt, i, d.M * d.K),
+                    MM_AT(b->data, dt, d.shared ? 0 : i, d.K * d.N), MM_AT(c->data, dt, i, d.M * d.N), 0);
+}
+
+/* C = op(A) op(B), per batch:
+ *   d op(A) = dC op(B)^T  ->  dA = dC op(B)^T        (!ta)   or  op(B) dC^T  (ta)
+ *   d op(B) = op(A)^T dC  ->  dB = op(A)^T dC        (!tb)   or  dC^T op(A)  (tb)
+ * where op(B)^T = B^T when !tb and B when tb (likewise for A). A shared b sums
+ * its grad over the batch; with !ta the batch folds into one product. */
+void pr_matmul_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_tensor *a = n->in[0], *b = n->in[1], *dc = n->out[0]->grad;
+    pr_tensor *da = pr_in_grad(n, 0), *db = pr_in_grad(n, 1);
+    mm_dims d = mm_dims_of(a, b, n->iarg[0], n->iarg[1]);
+    pr_dtype dt = a->dtype;
+    int64_t sa = d.M * d.K, sb = d.shared ? 0 : d.K * d.N, sc = d.M * d.N;
+    if (da) {
+        for (int64_t i = 0; i < d.batch; i++) {
+            void *dai = MM_AT(da->data, dt, i, sa), *dci = MM_AT(dc->data, dt, i, sc);
+            const void *bi = MM_AT(b->data, dt, i, sb);
+            if (!d.ta)
+                pr_gemm_cpu(dt, false, !d.tb, d.M, d.K, d.N, dci, bi, dai, 1);
+            else
+                pr_gemm_cpu(dt, d.tb, true, d.K, d.M, d.N, bi, dci, dai, 1);
+        }
+    }
+    if (db) {
+        bool fold = d.shared && !d.ta;
+        int64_t nb = fold ? 1 : d.batch, m = fold ? d.batch * d.M : d.M;
+        for (int64_t i = 0; i < nb; i++) {
+            const void *ai = MM_AT(a->data, dt, i, sa), *dci = MM_AT(dc->data, dt, i, sc);
+            void *dbi = MM_AT(db->data, dt, i, sb);
+            if (!d.tb)
+                pr_gemm_cpu(dt, !d.ta, false, d.K, d.N, m, ai, dci, dbi, 1);
+            else
+                pr_gemm_cpu(dt, true, d.ta, d.N, d.K, m, dci, ai, dbi, 1);
+        }
+    }
+}
+
+static pr_tensor *matmul_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_matmul(ctx, in[0], in[1], ex->iarg[0], ex->iarg[1]);
+}
+
+/* a^T [3, 7, 5] (batched, transposed) @ b [6, 7]^T shared */
+void pr_matmul_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 2;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(3, 7, 5), -1, 1);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(6, 7), -1, 1);
+    ex->iarg[0] = 1;
+    ex->iarg[1] = 1;
+    ex->in[0]->name = "a";
+    ex->in[1]->name = "b";
+    ex->apply = matmul_apply;
+}

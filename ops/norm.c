@@ -1,0 +1,323 @@
+/* ops/norm.c: normalizations over the last dim D.
+ *
+ * layernorm      y = (x - mean) * rstd * w + b,   rstd = 1/sqrt(var + eps)
+ * rmsnorm        y = x * rstd * w,                 rstd = 1/sqrt(mean(x^2) + eps)
+ * rmsnorm_gated  y = x * rstd * w * silu(z)        (fla's FusedRMSNormGated: norm, then gate)
+ * l2norm         y = x * rstd,                     rstd = 1/sqrt(sum(x^2) + eps)
+ * w, b [D] are optional (NULL = 1, 0). The forwards save the per-row
+ * statistics (mean, rstd: x's shape without the last dim) for the backwards.
+ */
+#include "ops/ops.h"
+#include <math.h>
+
+/* shared input checks; returns D */
+static int64_t norm_check(const char *op, const pr_tensor *x)
+{
+    PR_CHECK(x, "%s: NULL input", op);
+    pr_check_float(op, x, "x");
+    PR_CHECK(x->ndim >= 1 && x->shape[x->ndim - 1] > 0, "%s: x needs a non-empty last dim", op);
+    return x->shape[x->ndim - 1];
+}
+
+/* an optional per-feature parameter: NULL or [D] of x's kind */
+static void param_check(const char *op, const pr_tensor *x, const pr_tensor *p, const char *arg)
+{
+    if (!p) return;
+    pr_check_float(op, p, arg);
+    pr_check_same_kind(op, x, p);
+    if (p->ndim != 1 || p->shape[0] != x->shape[x->ndim - 1]) {
+        char s1[96], s2[96];
+        pr_fatal("%s: %s must be [D] with D = x's last dim; x %s, %s %s", op, arg, pr_shape_str(x, s1, sizeof s1),
+                 arg, pr_shape_str(p, s2, sizeof s2));
+    }
+}
+
+/* output of x's shape plus n_stats saved per-row statistics */
+static pr_tensor *norm_apply(pr_ctx *ctx, pr_node *n, pr_tensor *x, double eps, int n_stats)
+{
+    n->farg[0] = eps;
+    n->n_out = 1;
+    n->out[0] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);
+    n->n_saved = n_stats;
+    for (int i = 0; i < n_stats; i++) n->saved[i] = pr_op_output(ctx, x->dtype, x->device, x->ndim - 1, x->shape);
+    return pr_op_apply(ctx, n);
+}
+
+static double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
+
+/* ---- layernorm: in = {x, w, b}, saved = {mean, rstd}, farg[0] = eps ---- */
+
+pr_tensor *pr_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b, double eps)
+{
+    norm_check("layernorm", x);
+    param_check("layernorm", x, w, "w");
+    param_check("layernorm", x, b, "b");
+    pr_node n = pr_node_init(PR_OP_layernorm, 3, (pr_tensor *[]){x, w, b});
+    return norm_apply(ctx, &n, x, eps, 2);
+}
+
+void pr_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        const T *pw = w ? w->data : NULL, *pb = b ? b->data : NULL;
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * D;
+            T *y = (T *)n->out[0]->data + r * D;
+            double mean = 0.0, var = 0.0;
+            for (int64_t j = 0; j < D; j++) mean += xr[j];
+            mean /= (double)D;
+            for (int64_t j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
+            double rstd = 1.0 / sqrt(var / (double)D + n->farg[0]);
+            for (int64_t j = 0; j < D; j++)
+                y[j] = (T)((xr[j] - mean) * rstd * (pw ? pw[j] : 1) + (pb ? pb[j] : 0));
+            ((T *)n->saved[0]->data)[r] = (T)mean;
+            ((T *)n->saved[1]->data)[r] = (T)rstd;
+        }
+    });
+}
+
+/* With xh = (x - mean) rstd and dxh = g w (per row):
+ *   dmean/dx_j = 1/D,  drstd/dx_j = -rstd^3 (x_j - mean)/D = -rstd^2 xh_j / D,
+ * so dxh_i/dx_j = rstd (delta_ij - 1/D - xh_i xh_j / D) and
+ *   dx_j = rstd (dxh_j - mean_i(dxh_i) - xh_j mean_i(dxh_i xh_i)).
+ * dw_j += sum over rows of g_j xh_j;  db_j += sum over rows of g_j. */
+void pr_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_tensor *x = n->in[0], *w = n->in[1];
+    pr_tensor *gx = pr_in_grad(n, 0), *gw = pr_in_grad(n, 1), *gb = pr_in_grad(n, 2);
+    int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        const T *pw = w ? w->data : NULL;
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * D, *g = (const T *)n->out[0]->grad->data + r * D;
+            double mean = ((const T *)n->saved[0]->data)[r], rstd = ((const T *)n->saved[1]->data)[r];
+            double m1 = 0.0, m2 = 0.0;  /* mean(dxh), mean(dxh xh) */
+            for (int64_t j = 0; j < D; j++) {
+                double xh = (xr[j] - mean) * rstd, dxh = g[j] * (pw ? pw[j] : 1);
+                m1 += dxh;
+                m2 += dxh * xh;
+                if (gw) ((T *)gw->data)[j] += (T)(g[j] * xh);
+                if (gb) ((T *)gb->data)[j] += g[j];
+            }
+            m1 /= (double)D;
+            m2 /= (double)D;
+            if (!gx) continue;
+            T *dx = (T *)gx->data + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                double xh = (xr[j] - mean) * rstd, dxh = g[j] * (pw ? pw[j] : 1);
+                dx[j] += (T)(rstd * (dxh - m1 - xh * m2));
+            }
+        }
+    });
+}
+
+/* ---- rmsnorm and rmsnorm_gated share one pair of loops (z = NULL: no gate) ---- */
+
+pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps)
+{
+    norm_check("rmsnorm", x);
+    param_check("rmsnorm", x, w, "w");
+    pr_node n = pr_node_init(PR_OP_rmsnorm, 2, (pr_tensor *[]){x, w});
+    return norm_apply(ctx, &n, x, eps, 1);
+}
+
+pr_tensor *pr_rmsnorm_gated(pr_ctx *ctx, pr_tensor *x, pr_tensor *z, pr_tensor *w, double eps)
+{
+    const char *op = "rmsnorm_gated";
+    norm_check(op, x);
+    PR_CHECK(z, "%s: NULL gate z", op);
+    pr_check_float(op, z, "z");
+    pr_check_same_kind(op, x, z);
+    pr_check_same_shape(op, x, z);
+    param_check(op, x, w, "w");
+    pr_node n = pr_node_init(PR_OP_rmsnorm_gated, 3, (pr_tensor *[]){x, z, w});
+    return norm_apply(ctx, &n, x, eps, 1);
+}
+
+/* y = x rstd w silu(z); saved[0] = rstd */
+static void rms_forward(pr_node *n, const pr_tensor *x, const pr_tensor *z, const pr_tensor *w)
+{
+    int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        const T *pw = w ? w->data : NULL;
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * D, *zr = z ? (const T *)z->data + r * D : NULL;
+            T *y = (T *)n->out[0]->data + r * D;
+            double ss = 0.0;
+            for (int64_t j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
+            double rstd = 1.0 / sqrt(ss / (double)D + n->farg[0]);
+            for (int64_t j = 0; j < D; j++) {
+                double v = xr[j] * rstd * (pw ? pw[j] : 1);
+                y[j] = (T)(zr ? v * zr[j] * sigmoid(zr[j]) : v);
+            }
+            ((T *)n->saved[0]->data)[r] = (T)rstd;
+        }
+    });
+}
+
+/* rmsnorm: xh = x rstd, drstd/dx_j = -rstd^3 x_j / D = -rstd^2 xh_j / D, so with
+ * dxh = g w:  dx_j = rstd (dxh_j - xh_j mean_i(dxh_i xh_i));  dw_j += g_j xh_j.
+ * gated: y = o silu(z) with o = xh w. The gate sees dz = g o silu'(z), where
+ * silu'(z) = s (1 + z (1 - s)), s = sigmoid(z); the norm sees g' = g silu(z)
+ * in place of g in the rmsnorm backward above. */
+static void rms_backward(pr_node *n, const pr_tensor *x, const pr_tensor *z, const pr_tensor *w, pr_tensor *gx,
+                         pr_tensor *gz, pr_tensor *gw)
+{
+    int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        const T *pw = w ? w->data : NULL;
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * D, *g = (const T *)n->out[0]->grad->data + r * D;
+            const T *zr = z ? (const T *)z->data + r * D : NULL;
+            double rstd = ((const T *)n->saved[0]->data)[r], m2 = 0.0;
+            for (int64_t j = 0; j < D; j++) {
+                double xh = xr[j] * rstd, wj = pw ? pw[j] : 1, gj = g[j];
+                if (zr) {
+                    double s = sigmoid(zr[j]);
+                    if (gz) ((T *)gz->data)[r * D + j] += (T)(gj * xh * wj * s * (1 + zr[j] * (1 - s)));
+                    gj *= zr[j] * s;
+                }
+                m2 += gj * wj * xh;
+                if (gw) ((T *)gw->data)[j] += (T)(gj * xh);
+            }
+            m2 /= (double)D;
+            if (!gx) continue;
+            T *dx = (T *)gx->data + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                double xh = xr[j] * rstd, gj = zr ? g[j] * zr[j] * sigmoid(zr[j]) : g[j];
+                dx[j] += (T)(rstd * (gj * (pw ? pw[j] : 1) - xh * m2));
+            }
+        }
+    });
+}
+
+void pr_rmsnorm_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    rms_forward(n, n->in[0], NULL, n->in[1]);
+}
+void pr_rmsnorm_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    rms_backward(n, n->in[0], NULL, n->in[1], pr_in_grad(n, 0), NULL, pr_in_grad(n, 1));
+}
+void pr_rmsnorm_gated_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    rms_forward(n, n->in[0], n->in[1], n->in[2]);
+}
+void pr_rmsnorm_gated_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    rms_backward(n, n->in[0], n->in[1], n->in[2], pr_in_grad(n, 0), pr_in_grad(n, 1), pr_in_grad(n, 2));
+}
+
+/* ---- l2norm: in = {x}, saved = {rstd}, farg[0] = eps ---- */
+
+pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps)
+{
+    norm_check("l2norm", x);
+    pr_node n = pr_node_init(PR_OP_l2norm, 1, &x);
+    return norm_apply(ctx, &n, x, eps, 1);
+}
+
+void pr_l2norm_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_tensor *x = n->in[0];
+    int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * D;
+            T *y = (T *)n->out[0]->data + r * D;
+            double ss = 0.0;
+            for (int64_t j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
+            double rstd = 1.0 / sqrt(ss + n->farg[0]);
+            for (int64_t j = 0; j < D; j++) y[j] = (T)(xr[j] * rstd);
+            ((T *)n->saved[0]->data)[r] = (T)rstd;
+        }
+    });
+}
+
+/* y = x rstd, drstd/dx_j = -rstd^3 x_j, so
+ *   dx_j = rstd g_j - rstd^3 x_j sum_i g_i x_i = rstd (g_j - y_j sum_i g_i y_i). */
+void pr_l2norm_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_tensor *x = n->in[0], *gx = pr_in_grad(n, 0);
+    if (!gx) return;
+    int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        for (int64_t r = 0; r < R; r++) {
+            const T *xr = (const T *)x->data + r * D, *g = (const T *)n->out[0]->grad->data + r * D;
+            T *dx = (T *)gx->data + r * D;
+            double rstd = ((const T *)n->saved[0]->data)[r], dot = 0.0;
+            for (int64_t j = 0; j < D; j++) dot += g[j] * (xr[j] * rstd);
+            for (int64_t j = 0; j < D; j++) dx[j] += (T)(rstd * (g[j] - xr[j] * rstd * dot));
+        }
+    });
+}
+
+/* ---- examples: odd D, w near 1, gate z spanning silu's bend ---- */
+
+static pr_tensor *layernorm_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_layernorm(ctx, in[0], in[1], in[2], ex->farg[0]);
+}
+static pr_tensor *rmsnorm_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_rmsnorm(ctx, in[0], in[1], ex->farg[0]);
+}
+static pr_tensor *rmsnorm_gated_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_rmsnorm_gated(ctx, in[0], in[1], in[2], ex->farg[0]);
+}
+static pr_tensor *l2norm_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_l2norm(ctx, in[0], ex->farg[0]);
+}
+
+/* x [3,2,7], w [7], b [7] */
+void pr_layernorm_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 3;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(3, 2, 7), -2.0, 2.0);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(7), 0.5, 1.5);
+    ex->in[2] = pr_example_input(ctx, r, dt, PR_DIMS(7), -1.0, 1.0);
+    ex->farg[0] = 1e-5;
+    ex->apply = layernorm_apply;
+}
+
+/* x [5,9], w [9] */
+void pr_rmsnorm_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 2;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(5, 9), -2.0, 2.0);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(9), 0.5, 1.5);
+    ex->farg[0] = 1e-5;
+    ex->apply = rmsnorm_apply;
+}
+
+/* x, z [2,3,7], w [7] */
+void pr_rmsnorm_gated_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 3;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(2, 3, 7), -2.0, 2.0);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(2, 3, 7), -3.0, 3.0);
+    ex->in[2] = pr_example_input(ctx, r, dt, PR_DIMS(7), 0.5, 1.5);
+    ex->farg[0] = 1e-5;
+    ex->apply = rmsnorm_gated_apply;
+}
+
+/* x [4,11] */
+void pr_l2norm_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 1;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(4, 11), -1.0, 1.0);
+    ex->farg[0] = 1e-6;
+    ex->apply = l2norm_apply;
+}

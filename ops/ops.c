@@ -1,0 +1,85 @@
+/* ops/ops.c: the op table, generated from ops/ops.def, and the kit shared
+ * by op implementations. */
+#include <string.h>
+
+#include "ops/ops.h"
+
+#ifdef PRISM_HAVE_CUDA
+#define CUDA_FWD_1(name) pr_##name##_forward_cuda
+#define CUDA_BWD_1(name) pr_##name##_backward_cuda
+#else
+#define CUDA_FWD_1(name) NULL
+#define CUDA_BWD_1(name) NULL
+#endif
+#define CUDA_FWD_0(name) NULL
+#define CUDA_BWD_0(name) NULL
+
+/* CPU functions are referenced weakly so that an op whose file is missing
+ * reports "no CPU forward" at run time instead of breaking the link. */
+#define PR_OP(name, has_cuda)                                                          \
+    __attribute__((weak)) void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n);      \
+    __attribute__((weak)) void pr_##name##_backward_cpu(pr_ctx *ctx, pr_node *n);     \
+    __attribute__((weak)) void pr_##name##_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex);
+#include "ops/ops.def"
+#undef PR_OP
+
+static const pr_op_info op_table[PR_NOPS] = {
+#define PR_OP(name, has_cuda)                                                                \
+    [PR_OP_##name] = {#name, pr_##name##_forward_cpu, pr_##name##_backward_cpu,              \
+                      CUDA_FWD_##has_cuda(name), CUDA_BWD_##has_cuda(name), pr_##name##_example},
+#include "ops/ops.def"
+#undef PR_OP
+};
+
+const pr_op_info *pr_op(pr_op_id id)
+{
+    PR_CHECK((unsigned)id < PR_NOPS, "unknown op id %d", (int)id);
+    return &op_table[id];
+}
+
+const pr_op_info *pr_op_by_name(const char *name)
+{
+    for (int i = 0; i < PR_NOPS; i++)
+        if (strcmp(op_table[i].name, name) == 0) return &op_table[i];
+    return NULL;
+}
+
+int pr_op_count(void) { return PR_NOPS; }
+
+void pr_check_float(const char *op, const pr_tensor *t, const char *arg)
+{
+    PR_CHECK(t, "%s: %s is missing", op, arg);
+    PR_CHECK(pr_dtype_is_float(t->dtype), "%s: %s has dtype %s; expected f32 or f64", op, arg,
+             pr_dtype_name(t->dtype));
+}
+
+void pr_check_same_kind(const char *op, const pr_tensor *a, const pr_tensor *b)
+{
+    PR_CHECK(a->dtype == b->dtype, "%s: dtype mismatch (%s and %s)", op, pr_dtype_name(a->dtype),
+             pr_dtype_name(b->dtype));
+    PR_CHECK(a->device == b->device, "%s: device mismatch (%s and %s)", op, pr_device_name(a->device),
+             pr_device_name(b->device));
+}
+
+void pr_check_same_shape(const char *op, const pr_tensor *a, const pr_tensor *b)
+{
+    char sa[96], sb[96];
+    PR_CHECK(pr_same_shape(a, b), "%s: shape mismatch: %s vs %s", op, pr_shape_str(a, sa, sizeof sa),
+             pr_shape_str(b, sb, sizeof sb));
+}
+
+pr_node pr_node_init(pr_op_id id, int n_in, pr_tensor *const *in)
+{
+    PR_ASSERT(n_in <= PR_MAX_IN);
+    pr_node n = {.op = pr_op(id), .n_in = n_in};
+    for (int i = 0; i < n_in; i++) n.in[i] = in[i];
+    return n;
+}
+
+pr_tensor *pr_example_input(pr_ctx *ctx, pr_rng *r, pr_dtype dt, int ndim, const int64_t *shape, double lo,
+                            double hi)
+{
+    pr_tensor *t = pr_randu(ctx->step, dt, PR_CPU, ndim, shape, r, lo, hi);
+    t->requires_grad = true;
+    return t;
+}

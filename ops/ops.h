@@ -1,0 +1,157 @@
+/* ops/ops.h: every differentiable op. Shapes are written outermost first.
+ *
+ * Each op is one public function that checks its inputs (a misuse is fatal
+ * with a message naming the op and the problem), allocates its output in the
+ * context's step arena and runs through pr_op_apply, which dispatches on the
+ * inputs' device and records the op on the tape. The kernels live in
+ * ops/<file>.c (CPU, f32 and f64) and ops/<file>.cu (CUDA, f32).
+ */
+#ifndef PR_OPS_H
+#define PR_OPS_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* op ids and table, generated from ops/ops.def */
+typedef enum {
+#define PR_OP(name, has_cuda) PR_OP_##name,
+#include "ops/ops.def"
+#undef PR_OP
+    PR_NOPS
+} pr_op_id;
+const pr_op_info *pr_op(pr_op_id id);
+const pr_op_info *pr_op_by_name(const char *name);  /* NULL if unknown */
+int pr_op_count(void);
+
+/* ---- unary.c: elementwise, any shape, out has x's shape ------------------- */
+pr_tensor *pr_scale(pr_ctx *ctx, pr_tensor *x, double s);    /* s * x */
+pr_tensor *pr_neg(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_exp(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_log(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_sqrt(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_sigmoid(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_logsigmoid(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_tanh(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_relu(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_silu(pr_ctx *ctx, pr_tensor *x);               /* x * sigmoid(x) */
+pr_tensor *pr_gelu(pr_ctx *ctx, pr_tensor *x);               /* exact erf form */
+pr_tensor *pr_gelu_tanh(pr_ctx *ctx, pr_tensor *x);          /* tanh approximation */
+pr_tensor *pr_softplus(pr_ctx *ctx, pr_tensor *x);           /* log(1+e^x), = x for x > 20 */
+
+/* ---- binary.c: a (op) b with numpy broadcasting: shapes aligned at the
+ * trailing dims, each dim equal or 1 in one of them; out has the broadcast shape */
+pr_tensor *pr_add(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
+pr_tensor *pr_sub(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
+pr_tensor *pr_mul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
+pr_tensor *pr_div(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
+
+/* ---- reduce.c ---------------------------------------------------------------
+ * x [..., N] -> [...] (last dim removed; a 1-D x gives a 0-dim scalar)      */
+pr_tensor *pr_sum(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_mean(pr_ctx *ctx, pr_tensor *x);
+/* x any shape -> 0-dim scalar */
+pr_tensor *pr_sum_all(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_mean_all(pr_ctx *ctx, pr_tensor *x);
+
+/* ---- softmax.c: over the last dim, out has x's shape ----------------------- */
+pr_tensor *pr_softmax(pr_ctx *ctx, pr_tensor *x);
+pr_tensor *pr_log_softmax(pr_ctx *ctx, pr_tensor *x);
+
+/* ---- loss.c -----------------------------------------------------------------
+ * cross_entropy: logits [N, C] (or [..., C]), targets int32/int64 [N] (or [...]);
+ * mean over targets != ignore_index (0 if none); 0-dim scalar.
+ * bce_logits: logits and float targets of one shape; mean of
+ * max(x,0) - x*t + log(1 + e^-|x|); 0-dim scalar. */
+pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, int64_t ignore_index);
+pr_tensor *pr_bce_logits(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets);
+
+/* ---- norm.c: over the last dim D ------------------------------------------
+ * layernorm: (x - mean) / sqrt(var_biased + eps) * w + b; w, b [D] or NULL
+ * rmsnorm: x / sqrt(mean(x^2) + eps) * w; w [D] or NULL
+ * rmsnorm_gated: rmsnorm(x; w) * silu(z); z has x's shape (fla's FusedRMSNormGated)
+ * l2norm: x / sqrt(sum(x^2) + eps)   (eps inside the sqrt, as fla) */
+pr_tensor *pr_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b, double eps);
+pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps);
+pr_tensor *pr_rmsnorm_gated(pr_ctx *ctx, pr_tensor *x, pr_tensor *z, pr_tensor *w, double eps);
+pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps);
+
+/* ---- matmul.c -----------------------------------------------------------------
+ * op(a) @ op(b), op = transpose of the last two dims when the flag is set.
+ * a [..., M, K] (or [..., K, M] transposed), b [K, N] (shared by every batch)
+ * or [..., K, N] with the same leading dims as a. out [..., M, N]. */
+pr_tensor *pr_matmul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b, bool trans_a, bool trans_b);
+
+/* ---- embedding.c: weight [V, D], ids int32/int64 any shape -> [..., D]; an id
+ * out of [0, V) is fatal. Backward scatter-adds into weight's grad. */
+pr_tensor *pr_embedding(pr_ctx *ctx, pr_tensor *weight, pr_tensor *ids);
+
+/* ---- conv1d.c: causal depthwise convolution over time, zero left padding.
+ * x [B, T, C], w [C, W], bias [C] or NULL -> [B, T, C];
+ * out[b,t,c] = sum_{i<W} w[c,i] x[b, t-W+1+i, c] (+ bias[c]) */
+pr_tensor *pr_conv1d(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias);
+
+/* ---- shape.c --------------------------------------------------------------------
+ * reshape: a view sharing x's data (numel kept; one dim may be -1).
+ * transpose: swap dims d0 and d1 (negative counts from the end); materializes.
+ * slice: x[..., start:start+len, ...] along dim; materializes.
+ * concat: along dim; all other dims equal; n <= PR_MAX_IN.
+ * split: n consecutive slices of the given sizes along dim, into outs. */
+pr_tensor *pr_reshape(pr_ctx *ctx, pr_tensor *x, int ndim, const int64_t *shape);
+pr_tensor *pr_transpose(pr_ctx *ctx, pr_tensor *x, int d0, int d1);
+pr_tensor *pr_slice(pr_ctx *ctx, pr_tensor *x, int dim, int64_t start, int64_t len);
+pr_tensor *pr_concat(pr_ctx *ctx, int n, pr_tensor *const *xs, int dim);
+void pr_split(pr_ctx *ctx, pr_tensor *x, int dim, int n, const int64_t *sizes, pr_tensor **outs);
+
+/* ---- dropout.c: zeroes each element with probability p and scales the rest by
+ * 1/(1-p) when ctx->training; identity otherwise. The mask is drawn from
+ * ctx->rng (Philox), so it is the same on every device. */
+pr_tensor *pr_dropout(pr_ctx *ctx, pr_tensor *x, double p);
+
+/* ---- recurrence/ and ttt_linear.c: see their headers (included at the end) */
+
+/* ---- kit for op implementations --------------------------------------------- */
+/* run `body` with T typedef'd to the C type of a float dtype */
+#define PR_FLOAT_SWITCH(dt, T, ...)                                              \
+    switch (dt) {                                                               \
+    case PR_F32: { typedef float T; __VA_ARGS__; } break;                       \
+    case PR_F64: { typedef double T; __VA_ARGS__; } break;                      \
+    default: pr_fatal("%s: dtype %s not supported", __func__, pr_dtype_name(dt)); \
+    }
+/* fatal unless t is a float tensor (f32/f64) */
+void pr_check_float(const char *op, const pr_tensor *t, const char *arg);
+/* fatal unless a and b have the same dtype and device */
+void pr_check_same_kind(const char *op, const pr_tensor *a, const pr_tensor *b);
+/* fatal unless a and b have the same shape */
+void pr_check_same_shape(const char *op, const pr_tensor *a, const pr_tensor *b);
+/* a node for op id with the given inputs (NULL allowed), no outputs yet */
+pr_node pr_node_init(pr_op_id id, int n_in, pr_tensor *const *in);
+/* the op id of a node */
+static inline pr_op_id pr_node_op(const pr_node *n) { return (pr_op_id)(n->op - pr_op((pr_op_id)0)); }
+/* the grad buffer of input i during a backward, or NULL when it needs none */
+static inline pr_tensor *pr_in_grad(const pr_node *n, int i)
+{
+    return n->in[i] && n->in[i]->requires_grad ? n->in[i]->grad : NULL;
+}
+/* an example input: random in [lo, hi), requires grad */
+pr_tensor *pr_example_input(pr_ctx *ctx, pr_rng *r, pr_dtype dt, int ndim, const int64_t *shape,
+                            double lo, double hi);
+
+#define PR_OP(name, has_cuda)                                  \
+    void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n);     \
+    void pr_##name##_backward_cpu(pr_ctx *ctx, pr_node *n);    \
+    void pr_##name##_forward_cuda(pr_ctx *ctx, pr_node *n);    \
+    void pr_##name##_backward_cuda(pr_ctx *ctx, pr_node *n);   \
+    void pr_##name##_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex);
+#include "ops/ops.def"
+#undef PR_OP
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "ops/recurrence/recurrence.h"
+#include "ops/ttt_linear.h"
+#endif

@@ -1,0 +1,62 @@
+/* ops/recurrence/recurrence.h: the linear-recurrence family S_t = S_{t-1} A_t + B_t.
+ *
+ * Layouts (flash-linear-attention's): q, k [B,T,H,K]; v [B,T,H,V];
+ * g, beta [B,T,H]; kx [B,T,H,L,K]; vx [B,T,H,L,V]; h0, ht [N,H,K,V] where
+ * N = B, or the number of packed sequences when cu_seqlens is given (then
+ * B = 1 and cu_seqlens [N+1] int64/int32 holds the sequence offsets along T).
+ * g is a log-decay (decay = exp(g)). o [B,T,H,V] uses the state after the
+ * token's update: o_t = h_t^T (scale q_t).
+ *
+ *   rule        forget A_t                  write B_t
+ *   linattn     I                           k v^T
+ *   ssd         exp(g) I                    k v^T
+ *   delta       I - beta k k^T              beta k v^T
+ *   gdn         exp(g)(I - beta k k^T)      beta k v^T
+ *   prism_core  exp(g)(I - beta k k^T)      beta k v^T + sum_l kx_l vx_l^T
+ */
+#ifndef PR_RECURRENCE_H
+#define PR_RECURRENCE_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PR_RULE_LINATTN, PR_RULE_SSD, PR_RULE_DELTA, PR_RULE_GDN, PR_RULE_PRISM_CORE, PR_NRULES } pr_rule;
+const char *pr_rule_name(pr_rule r);          /* "linattn", ... */
+int pr_rule_from_name(const char *name);      /* -1 if unknown */
+bool pr_rule_has_g(pr_rule r);
+bool pr_rule_has_beta(pr_rule r);
+bool pr_rule_has_extra(pr_rule r);
+
+typedef struct {
+    pr_rule rule;
+    double scale;   /* 0: K^-1/2 */
+    int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
+} pr_recurrence_opts;
+
+/* Inputs the rule does not use must be NULL; g, beta, kx, vx are required by
+ * the rules that use them; h0 and cu_seqlens are optional. Returns o; *ht
+ * (if ht != NULL) receives the final state [N,H,K,V]. Both are differentiable. */
+pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *q, pr_tensor *k,
+                         pr_tensor *v, pr_tensor *g, pr_tensor *beta, pr_tensor *kx, pr_tensor *vx,
+                         pr_tensor *h0, pr_tensor *cu_seqlens, pr_tensor **ht);
+
+/* ---- internal: for tests, the gradcheck example and benchmarks ---------------
+ * The CPU forward computes f32 in double (inputs promoted, results rounded
+ * once). cu_seqlens must be strictly increasing from 0 to T (fatal otherwise). */
+typedef struct {
+    pr_tensor *q, *k, *v, *g, *beta, *kx, *vx, *h0;   /* NULL where the rule has none */
+} pr_recurrence_inputs;
+/* Random leaves (requiring grad) of dtype dt on the CPU, in a well-conditioned
+ * range: q, k, kx rows l2-normalized, g in [-0.3, -0.01), beta in [0.1, 0.9),
+ * v, vx, h0 normal. kx, vx have L (maybe 0) rows for prism_core; h0 only when
+ * with_h0. Deterministic in r. */
+pr_recurrence_inputs pr_recurrence_random(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_rule rule, int64_t B, int64_t T,
+                                          int64_t H, int64_t K, int64_t V, int64_t L, bool with_h0);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

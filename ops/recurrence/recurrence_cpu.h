@@ -1,0 +1,97 @@
+/* ops/recurrence/recurrence_cpu.h: the CPU math of the recurrence family
+ * (internal). Plain C on raw double arrays, one (sequence, head) pair per
+ * call, so the tape glue in recurrence.c stays thin. Arguments: outputs, then
+ * inputs, then sizes (in the pr_rec_seq). f32 tensors are promoted to double
+ * by the glue: the CPU is the reference, so it always computes in float64.
+ *
+ * A token's step, for every rule (A, B of recurrence.h):
+ *   h  = a h                  a = exp(g_t), or 1 without g
+ *   u  = beta (v - h^T k)     delta rules (beta given); u = v otherwise
+ *   h += k u^T
+ *   h += sum_l kx_l vx_l^T    prism_core only (L may be 0)
+ *   o  = h^T (scale q)
+ */
+#ifndef PR_RECURRENCE_CPU_H
+#define PR_RECURRENCE_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* tokens between the states the forward saves for the backward of the
+ * per-token form (the chunked form saves its chunk-start states) */
+#define PR_REC_CKPT 64
+/* chunk size used when a caller asks for the chunked form without a size */
+#define PR_REC_DEFAULT_CHUNK 64
+
+/* One (sequence, head) problem. Each pointer is at the sequence's first
+ * token for this head; token t of x lives at x + t * s<x>. q shares k's
+ * stride, o and dv share v's, dq/dk/... share their input's. NULL pointers
+ * are absent inputs (g: no decay; beta: no delta erase, u = v; kx/vx: L = 0;
+ * h0: zero initial state). */
+typedef struct {
+    int64_t T;                 /* tokens of this sequence (may be 0) */
+    int K, V, L;
+    double scale;
+    const double *q, *k, *v;   /* [T][K], [T][K], [T][V] (strided) */
+    const double *g, *beta;    /* [T] (strided) or NULL */
+    const double *kx, *vx;     /* [T][L][K], [T][L][V] (strided) or NULL */
+    const double *h0;          /* [K][V] or NULL */
+    int64_t sk, sv, sg, skx, svx;
+} pr_rec_seq;
+
+/* Gradient destinations, same layouts and strides as the inputs; each is
+ * ACCUMULATED into (+=), NULL when not needed. */
+typedef struct {
+    double *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;
+} pr_rec_grads;
+
+/* small vector helpers shared by both forms */
+static inline double pr_rec_dot(const double *a, const double *b, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+/* w = h^T x: w[j] = sum_i h[i][j] x[i]; h [K][V] */
+static inline void pr_rec_mtv(double *w, const double *h, const double *x, int K, int V)
+{
+    for (int j = 0; j < V; j++) w[j] = 0;
+    for (int i = 0; i < K; i++) {
+        const double xi = x[i], *hi = h + (int64_t)i * V;
+        for (int j = 0; j < V; j++) w[j] += hi[j] * xi;
+    }
+}
+/* h += c a b^T; h [K][V], a [K], b [V] */
+static inline void pr_rec_outer(double *h, double c, const double *a, const double *b, int K, int V)
+{
+    for (int i = 0; i < K; i++) {
+        const double ai = c * a[i];
+        double *hi = h + (int64_t)i * V;
+        for (int j = 0; j < V; j++) hi[j] += ai * b[j];
+    }
+}
+
+/* number of saved states of a T-token sequence with interval c */
+static inline int64_t pr_rec_nckpt(int64_t T, int64_t c) { return (T + c - 1) / c; }
+
+/* Per-token form. o: token stride s->sv; ht [K][V]; ckpt [nckpt][K][V]
+ * receives the state before tokens 0, c, 2c, ... (c = ckpt_every).
+ * work: K*V doubles. */
+void pr_rec_forward_recurrent(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int ckpt_every,
+                              double *work);
+
+/* Chunked form of docs/PRISM.md with chunks of C tokens; same outputs as the
+ * per-token form, ckpt = the chunk-start states (interval C).
+ * work: pr_rec_chunk_work(C, K, V, L) doubles. */
+int64_t pr_rec_chunk_work(int C, int K, int V, int L);
+void pr_rec_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work);
+
+/* Backward of either form: reverse time, block by block, recomputing the
+ * states inside each block of c tokens from the saved ckpt.
+ * dout: o's gradient (token stride s->sv); dht [K][V] or NULL.
+ * work: pr_rec_backward_work(c, K, V, L) doubles. */
+int64_t pr_rec_backward_work(int c, int K, int V, int L);
+void pr_rec_backward(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
+                     const pr_rec_seq *s, int ckpt_every, double *work);
+
+#endif

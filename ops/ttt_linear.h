@@ -1,0 +1,36 @@
+/* ops/ttt_linear.h: TTT-Linear (Sun et al. 2024) in flash-linear-attention's form.
+ *
+ * Per head: inner weights W [K,K] and bias hb [K]; LayerNorm weight w and bias
+ * b [H,K]; per-token inner learning rate eta [B,T,H,1]. Inner loss of token i:
+ * || LN(k_i W + hb) - (v_i - k_i) ||^2 / 2. Inside a mini-batch every token's
+ * gradient is taken at the mini-batch's starting weights (dual form); token
+ * t predicts with those weights minus eta_t times the sum of the gradients of
+ * tokens <= t; at the end W, hb move by all the mini-batch's gradients, each
+ * weighted by the last token's eta. z_t = (scale q_t) W' + hb'; o_t = z_t + LN(z_t).
+ * q, k, v [B,T,H,K] (V = K); h0 [B,H,K,K], hb0 [B,H,1,K] optional (zeros).
+ */
+#ifndef PR_TTT_LINEAR_H
+#define PR_TTT_LINEAR_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    double scale;     /* 0: K^-1/2 */
+    int mini_batch;   /* tokens per mini-batch (16 in fla); 1 = token by token */
+    double eps;       /* LayerNorm eps; 0: 1e-6 */
+} pr_ttt_opts;
+
+/* Returns o [B,T,H,K]; *ht [B,H,K,K] and *hbt [B,H,1,K] receive the final
+ * inner weights when not NULL. */
+pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tensor *k, pr_tensor *v,
+                         pr_tensor *w, pr_tensor *b, pr_tensor *eta, pr_tensor *h0, pr_tensor *hb0,
+                         pr_tensor **ht, pr_tensor **hbt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,151 @@
+/* ops/unary.c: elementwise ops y = f(x), CPU forward and backward.
+ *
+ * One forward and one backward loop serve every op here; the op id picks
+ * f and its derivative. Values are computed in double and stored in the
+ * tensor's dtype, so f32 results are f64 results rounded once.
+ * Node: in[0] = x, out[0] = y, farg[0] = the scale factor (scale only).
+ * Backward: dx += dy * f'(x), with f' written in terms of x and y where
+ * that is cheaper (sigmoid' = y (1 - y), tanh' = 1 - y^2, exp' = y).
+ */
+#include <math.h>
+
+#include "ops/ops.h"
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_TANH_C 0.044715
+
+static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+
+static double unary_f(pr_op_id op, double x, double s)
+{
+    switch (op) {
+    case PR_OP_scale: return s * x;
+    case PR_OP_neg: return -x;
+    case PR_OP_exp: return exp(x);
+    case PR_OP_log: return log(x);
+    case PR_OP_sqrt: return sqrt(x);
+    case PR_OP_sigmoid: return sigmoid(x);
+    case PR_OP_logsigmoid: return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x));
+    case PR_OP_tanh: return tanh(x);
+    case PR_OP_relu: return x > 0 ? x : 0;
+    case PR_OP_silu: return x * sigmoid(x);
+    case PR_OP_gelu: return 0.5 * x * (1 + erf(x * M_SQRT1_2));
+    case PR_OP_gelu_tanh: return 0.5 * x * (1 + tanh(SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)));
+    case PR_OP_softplus: return x > 20 ? x : log1p(exp(x));
+    default: pr_fatal("unary: op %d is not unary", (int)op);
+    }
+}
+
+/* dy/dx given x and y = f(x) */
+static double unary_df(pr_op_id op, double x, double y, double s)
+{
+    switch (op) {
+    case PR_OP_scale: return s;
+    case PR_OP_neg: return -1;
+    case PR_OP_exp: return y;
+    case PR_OP_log: return 1 / x;
+    case PR_OP_sqrt: return 0.5 / y;
+    case PR_OP_sigmoid: return y * (1 - y);
+    case PR_OP_logsigmoid: return sigmoid(-x);            /* d/dx -log(1+e^-x) */
+    case PR_OP_tanh: return 1 - y * y;
+    case PR_OP_relu: return x > 0 ? 1 : 0;
+    case PR_OP_silu: {                                    /* s + x s (1 - s) */
+        double sg = sigmoid(x);
+        return sg * (1 + x * (1 - sg));
+    }
+    case PR_OP_gelu:                                      /* Phi(x) + x phi(x) */
+        return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+    case PR_OP_gelu_tanh: {
+        double u = SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x), t = tanh(u);
+        double du = SQRT_2_OVER_PI * (1 + 3 * GELU_TANH_C * x * x);
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
+    }
+    case PR_OP_softplus: return x > 20 ? 1 : sigmoid(x);
+    default: pr_fatal("unary: op %d is not unary", (int)op);
+    }
+}
+
+static pr_tensor *unary(pr_ctx *ctx, pr_op_id op, pr_tensor *x, double s)
+{
+    pr_check_float(pr_op(op)->name, x, "x");
+    pr_node n = pr_node_init(op, 1, &x);
+    n.farg[0] = s;
+    n.n_out = 1;
+    n.out[0] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);
+    return pr_op_apply(ctx, &n);
+}
+
+static void unary_forward_cpu(pr_node *n)
+{
+    pr_op_id op = pr_node_op(n);
+    double s = n->farg[0];
+    int64_t N = n->in[0]->numel;
+    PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
+        const T *x = n->in[0]->data;
+        T *y = n->out[0]->data;
+        for (int64_t i = 0; i < N; i++) y[i] = (T)unary_f(op, x[i], s);
+    });
+}
+
+static void unary_backward_cpu(pr_node *n)
+{
+    pr_tensor *dx = pr_in_grad(n, 0);
+    if (!dx) return;
+    pr_op_id op = pr_node_op(n);
+    double s = n->farg[0];
+    int64_t N = n->in[0]->numel;
+    PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
+        const T *x = n->in[0]->data, *y = n->out[0]->data, *dy = n->out[0]->grad->data;
+        T *g = dx->data;
+        for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * unary_df(op, x[i], y[i], s));
+    });
+}
+
+static pr_tensor *unary_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return unary(ctx, (pr_op_id)ex->iarg[0], in[0], ex->farg[0]);
+}
+
+/* inputs of shape [3, 7] inside each op's smooth domain */
+static void unary_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex, pr_op_id op)
+{
+    bool positive = op == PR_OP_log || op == PR_OP_sqrt;
+    pr_tensor *x = pr_example_input(ctx, r, dt, PR_DIMS(3, 7), positive ? 0.5 : -2.5, positive ? 2.0 : 2.5);
+    if (op == PR_OP_relu) /* keep clear of the kink at 0, where differences are meaningless */
+        for (int64_t i = 0; i < x->numel; i++) pr_set(x, i, pr_get(x, i) + (pr_get(x, i) >= 0 ? 0.1 : -0.1));
+    x->name = "x";
+    ex->n_in = 1;
+    ex->in[0] = x;
+    ex->iarg[0] = op;
+    ex->farg[0] = op == PR_OP_scale ? -1.7 : 0.0;
+    ex->apply = unary_apply;
+}
+
+#define UNARY_OP(name)                                                                                   \
+    pr_tensor *pr_##name(pr_ctx *ctx, pr_tensor *x) { return unary(ctx, PR_OP_##name, x, 0.0); }          \
+    void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_forward_cpu(n); }             \
+    void pr_##name##_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_backward_cpu(n); }           \
+    void pr_##name##_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)                        \
+    {                                                                                                    \
+        unary_example(ctx, r, dt, ex, PR_OP_##name);                                                     \
+    }
+
+pr_tensor *pr_scale(pr_ctx *ctx, pr_tensor *x, double s) { return unary(ctx, PR_OP_scale, x, s); }
+void pr_scale_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_forward_cpu(n); }
+void pr_scale_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_backward_cpu(n); }
+void pr_scale_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    unary_example(ctx, r, dt, ex, PR_OP_scale);
+}
+UNARY_OP(neg)
+UNARY_OP(exp)
+UNARY_OP(log)
+UNARY_OP(sqrt)
+UNARY_OP(sigmoid)
+UNARY_OP(logsigmoid)
+UNARY_OP(tanh)
+UNARY_OP(relu)
+UNARY_OP(silu)
+UNARY_OP(gelu)
+UNARY_OP(gelu_tanh)
+UNARY_OP(softplus)

@@ -1,0 +1,127 @@
+/* tensor/arena.c: bump allocation in host blocks, plus a list of device
+ * allocations returned on reset. Releasing an arena releases everything in
+ * it at once; nothing inside is freed one by one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/tensor.h"
+
+#define PR_ARENA_ALIGN 64
+#define PR_ARENA_BLOCK (1u << 20) /* smallest host block */
+
+typedef struct pr_block {
+    struct pr_block *next;
+    size_t size, used;
+    unsigned char *mem;
+} pr_block;
+
+typedef struct pr_devalloc {
+    struct pr_devalloc *next;
+    pr_device dev;
+    void *ptr;
+    size_t bytes;
+} pr_devalloc;
+
+struct pr_arena {
+    char name[32];
+    size_t capacity;       /* 0 = unbounded */
+    pr_block *blocks;      /* newest first; the last one is kept on reset */
+    pr_devalloc *devallocs;
+    size_t used, peak;
+};
+
+pr_arena *pr_arena_new(const char *name, size_t capacity)
+{
+    pr_arena *a = calloc(1, sizeof *a);
+    PR_CHECK(a, "arena %s: out of host memory", name);
+    snprintf(a->name, sizeof a->name, "%s", name ? name : "arena");
+    a->capacity = capacity;
+    return a;
+}
+
+static void release_device(pr_arena *a)
+{
+    for (pr_devalloc *d = a->devallocs; d;) {
+        pr_devalloc *next = d->next;
+        pr_device_free(d->dev, d->ptr, d->bytes);
+        d = next;   /* the record itself lives in a host block */
+    }
+    a->devallocs = NULL;
+}
+
+void pr_arena_free(pr_arena *a)
+{
+    if (!a) return;
+    release_device(a);
+    for (pr_block *b = a->blocks; b;) {
+        pr_block *next = b->next;
+        free(b->mem);
+        free(b);
+        b = next;
+    }
+    free(a);
+}
+
+void pr_arena_reset(pr_arena *a)
+{
+    release_device(a);
+    pr_block *keep = a->blocks;
+    while (keep && keep->next) {   /* free all but the oldest block */
+        pr_block *b = keep;
+        keep = keep->next;
+        free(b->mem);
+        free(b);
+    }
+    if (keep) keep->used = 0;
+    a->blocks = keep;
+    a->used = 0;
+}
+
+size_t pr_arena_used(const pr_arena *a) { return a->used; }
+size_t pr_arena_peak(const pr_arena *a) { return a->peak; }
+const char *pr_arena_name(const pr_arena *a) { return a->name; }
+
+static void account(pr_arena *a, size_t bytes)
+{
+    if (a->capacity && a->used + bytes > a->capacity)
+        pr_fatal("arena %s: out of space: %zu bytes needed, %zu of %zu available", a->name, bytes,
+                 a->capacity - a->used, a->capacity);
+    a->used += bytes;
+    if (a->used > a->peak) a->peak = a->used;
+}
+
+void *pr_arena_alloc(pr_arena *a, size_t bytes)
+{
+    size_t need = (bytes + PR_ARENA_ALIGN - 1) & ~(size_t)(PR_ARENA_ALIGN - 1);
+    if (need == 0) need = PR_ARENA_ALIGN;
+    account(a, need);
+    pr_block *b = a->blocks;
+    if (!b || b->used + need > b->size) {
+        size_t size = need > PR_ARENA_BLOCK ? need : PR_ARENA_BLOCK;
+        if (b && b->size * 2 > size && b->size < (64u << 20)) size = b->size * 2;
+        b = calloc(1, sizeof *b);
+        PR_CHECK(b, "arena %s: out of host memory", a->name);
+        b->mem = aligned_alloc(PR_ARENA_ALIGN, size);
+        PR_CHECK(b->mem, "arena %s: out of host memory (%zu bytes)", a->name, size);
+        b->size = size;
+        b->next = a->blocks;
+        a->blocks = b;
+    }
+    void *p = b->mem + b->used;
+    b->used += need;
+    memset(p, 0, need);
+    return p;
+}
+
+/* device data for a tensor of this arena: returned to the device allocator on reset */
+void *pr_arena_alloc_device(pr_arena *a, pr_device dev, size_t bytes)
+{
+    pr_devalloc *d = pr_arena_alloc(a, sizeof *d);
+    account(a, bytes);
+    d->dev = dev;
+    d->bytes = bytes;
+    d->ptr = pr_device_alloc(dev, bytes);
+    d->next = a->devallocs;
+    a->devallocs = d;
+    return d->ptr;
+}

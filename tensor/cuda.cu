@@ -1,0 +1,310 @@
+/* tensor/cuda.cu: the CUDA side of tensor/: the caching allocator, copies,
+ * a context's stream and cuBLAS handle, and the Philox fill.
+ *
+ * Allocator: sizes round up to a size class (512-byte steps up to 4 KiB,
+ * then 8 classes per power of two, so at most 12.5% slack); a freed block
+ * goes onto its class's free list and the next request of that class takes
+ * it back, so a steady training step makes no cudaMalloc or cudaFree. The
+ * cache is returned to the driver only by pr_cuda_empty_cache, or when a
+ * cudaMalloc fails (then the allocation is retried once).
+ *
+ * Ordering: everything (kernels, cuBLAS, copies, memsets) runs on the legacy
+ * default stream unless pr_cuda_set_stream installs another, so a block
+ * freed on the host can be handed out again at once: any later use of it is
+ * queued after every earlier use.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "tensor/cuda.h"
+
+/* ---- size classes ------------------------------------------------------------ */
+
+enum { PR_SMALL_LIMIT = 4096, PR_SMALL_STEP = 512, PR_STEPS_PER_OCTAVE = 8, PR_NCLASS = 8 + 52 * 8 };
+
+/* class index and rounded size of a request of `bytes` (> 0) */
+static int size_class(size_t bytes, size_t *rounded)
+{
+    if (bytes <= PR_SMALL_LIMIT) {
+        size_t k = (bytes + PR_SMALL_STEP - 1) / PR_SMALL_STEP; /* 1..8 */
+        *rounded = k * PR_SMALL_STEP;
+        return (int)k - 1;
+    }
+    int k = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^k < bytes <= 2^(k+1) */
+    size_t base = (size_t)1 << k, step = base / PR_STEPS_PER_OCTAVE;
+    size_t m = (bytes - base + step - 1) / step; /* 1..8 */
+    *rounded = base + m * step;
+    return 8 + (k - 12) * PR_STEPS_PER_OCTAVE + (int)m - 1;
+}
+
+namespace {
+struct block_info {
+    size_t requested, rounded;
+    int cls;
+};
+
+struct allocator {
+    std::mutex mu;
+    std::vector<void *> free_list[PR_NCLASS];
+    std::unordered_map<void *, block_info> live;
+    std::unordered_map<void *, size_t> cached_size; /* free blocks: rounded size */
+    pr_cuda_alloc_stats st;
+};
+
+allocator &the_allocator()
+{
+    static allocator *a = new allocator(); /* never destroyed: frees may come from atexit */
+    return *a;
+}
+} // namespace
+
+/* return every cached block to the driver; the caller holds the lock */
+static void empty_cache_locked(allocator &A)
+{
+    for (int c = 0; c < PR_NCLASS; c++) {
+        for (void *p : A.free_list[c]) {
+            PR_CUDA_CHECK(cudaFree(p));
+            A.st.n_cuda_free++;
+            size_t sz = A.cached_size[p];
+            A.cached_size.erase(p);
+            A.st.cached -= sz;
+            A.st.reserved -= sz;
+        }
+        A.free_list[c].clear();
+    }
+}
+
+extern "C" void pr_cuda_empty_cache(void)
+{
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    PR_CUDA_CHECK(cudaDeviceSynchronize()); /* queued kernels may still use cached blocks */
+    empty_cache_locked(A);
+}
+
+extern "C" void *pr_cuda_malloc(size_t bytes)
+{
+    if (bytes == 0) return NULL;
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    size_t rounded;
+    int cls = size_class(bytes, &rounded);
+    void *p = NULL;
+    if (!A.free_list[cls].empty()) {
+        p = A.free_list[cls].back();
+        A.free_list[cls].pop_back();
+        A.cached_size.erase(p);
+        A.st.cached -= rounded;
+        A.st.n_reuse++;
+    } else {
+        cudaError_t e = cudaMalloc(&p, rounded);
+        if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
+            (void)cudaGetLastError();
+            PR_CUDA_CHECK(cudaDeviceSynchronize());
+            empty_cache_locked(A);
+            e = cudaMalloc(&p, rounded);
+        }
+        if (e != cudaSuccess)
+            pr_fatal("%s:%d: cudaMalloc(%zu bytes) failed: %s (in use %zu bytes, cached %zu)", __FILE__,
+                     __LINE__, rounded, cudaGetErrorString(e), A.st.current, A.st.cached);
+        A.st.n_cuda_malloc++;
+        A.st.reserved += rounded;
+    }
+    A.live[p] = block_info{bytes, rounded, cls};
+    A.st.n_alloc++;
+    A.st.current += bytes;
+    if (A.st.current > A.st.peak) A.st.peak = A.st.current;
+    return p;
+}
+
+extern "C" void pr_cuda_free(void *p, size_t bytes)
+{
+    if (!p) return;
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    auto it = A.live.find(p);
+    PR_CHECK(it != A.live.end(), "pr_cuda_free: %p was not allocated by pr_cuda_malloc (or freed twice)", p);
+    block_info b = it->second;
+    /* the caller's size must name the same block (0 = unknown) */
+    PR_CHECK(bytes == 0 || bytes == b.requested, "pr_cuda_free: %p has %zu bytes, freed as %zu", p,
+             b.requested, bytes);
+    A.live.erase(it);
+    A.st.current -= b.requested;
+    A.free_list[b.cls].push_back(p);
+    A.cached_size[p] = b.rounded;
+    A.st.cached += b.rounded;
+}
+
+extern "C" void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached)
+{
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    if (current) *current = A.st.current;
+    if (peak) *peak = A.st.peak;
+    if (cached) *cached = A.st.cached;
+}
+
+extern "C" void pr_cuda_alloc_stats(pr_cuda_alloc_stats *out)
+{
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    *out = A.st;
+}
+
+/* ---- copies and device queries ---------------------------------------------- */
+
+extern "C" void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst_is_dev, int src_is_dev)
+{
+    if (!bytes) return;
+    cudaMemcpyKind kind = dst_is_dev ? (src_is_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                     : (src_is_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    /* a device-to-device copy is queued in order; the others return when done */
+    if (kind == cudaMemcpyDeviceToDevice)
+        PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, 0));
+    else
+        PR_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+}
+
+extern "C" void pr_cuda_memset0(void *p, size_t bytes)
+{
+    if (bytes) PR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, 0));
+}
+
+extern "C" void pr_cuda_sync(void) { PR_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+/* 0, not an error, without a driver or a GPU: a CUDA build runs on the CPU */
+extern "C" int pr_cuda_device_count(void)
+{
+    static int count = -1;
+    if (count < 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        (void)cudaGetLastError(); /* a failed query must not poison the next check */
+        count = n;
+    }
+    return count;
+}
+
+extern "C" void pr_cuda_check_last(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) pr_fatal("%s: CUDA error: %s", what, cudaGetErrorString(e));
+}
+
+/* ---- per-context state -------------------------------------------------------- */
+
+typedef struct {
+    cudaStream_t stream;     /* 0: the legacy default stream */
+    cublasHandle_t cublas;   /* NULL until the first matmul */
+} cuda_state;
+
+static cuda_state *state_of(pr_ctx *ctx)
+{
+    if (!ctx->cuda) {
+        PR_CHECK(pr_cuda_device_count() > 0, "CUDA op on a machine without a usable GPU");
+        cuda_state *s = (cuda_state *)calloc(1, sizeof(cuda_state));
+        PR_CHECK(s, "out of host memory");
+        ctx->cuda = s;
+    }
+    return (cuda_state *)ctx->cuda;
+}
+
+extern "C" cudaStream_t pr_cuda_stream(pr_ctx *ctx) { return state_of(ctx)->stream; }
+
+extern "C" void pr_cuda_set_stream(pr_ctx *ctx, cudaStream_t s)
+{
+    cuda_state *st = state_of(ctx);
+    st->stream = s;
+    if (st->cublas) PR_CUBLAS_CHECK(cublasSetStream(st->cublas, s));
+}
+
+/* The math mode is set from ctx->matmul_tf32 on every call, so flipping the
+ * flag takes effect at the next matmul: CUBLAS_TF32_TENSOR_OP_MATH lets
+ * cuBLAS round fp32 inputs to tf32 (10-bit mantissa) on the tensor cores;
+ * CUBLAS_DEFAULT_MATH keeps full fp32 products. (GemmEx callers also pick a
+ * compute type, which decides for that call.) */
+extern "C" cublasHandle_t pr_cublas(pr_ctx *ctx)
+{
+    cuda_state *st = state_of(ctx);
+    if (!st->cublas) {
+        PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
+        PR_CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
+    }
+    PR_CUBLAS_CHECK(cublasSetMathMode(st->cublas, ctx->matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                   : CUBLAS_DEFAULT_MATH));
+    return st->cublas;
+}
+
+extern "C" void pr_cuda_ctx_release(void *cuda_state_ptr)
+{
+    cuda_state *st = (cuda_state *)cuda_state_ptr;
+    if (!st) return;
+    PR_CUDA_CHECK(cudaDeviceSynchronize());
+    if (st->cublas) PR_CUBLAS_CHECK(cublasDestroy(st->cublas));
+    free(st);
+}
+
+/* ---- Philox fill ----------------------------------------------------------------
+ * The same numbers as tensor/rng.c: the same rounds, counter and bit
+ * selection, then the same double arithmetic with explicit round-to-nearest
+ * operations so nvcc cannot fuse a multiply and an add the CPU keeps apart.
+ * log and cos come from CUDA's libm (within 2 ulp in double, against glibc's
+ * < 1 ulp), so a normal can differ from the CPU's in the last double bit,
+ * which after rounding to f32 is almost never visible. */
+
+__device__ static void philox_dev(uint64_t key, uint32_t c[4])
+{
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
+        uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
+        uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
+        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    }
+}
+
+__device__ static double bits_to_unit_dev(uint32_t a, uint32_t b)
+{
+    uint64_t m = ((uint64_t)(a >> 5) << 26) | (b >> 6);
+    return __dmul_rn((double)m, 1.0 / 9007199254740992.0);
+}
+
+__global__ static void rand_fill_kernel(float *out, long long n, uint64_t seed, uint32_t stream,
+                                        uint64_t offset, int kind, double a, double b)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        uint64_t idx = offset + (uint64_t)i;
+        uint32_t w[4] = {(uint32_t)idx, (uint32_t)(idx >> 32), stream, 0};
+        philox_dev(seed, w);
+        double x;
+        if (kind == 0) {
+            x = __dadd_rn(a, __dmul_rn(__dsub_rn(b, a), bits_to_unit_dev(w[0], w[1])));
+        } else {
+            double u1 = __dsub_rn(1.0, bits_to_unit_dev(w[0], w[1]));
+            double u2 = bits_to_unit_dev(w[2], w[3]);
+            double r = __dsqrt_rn(__dmul_rn(-2.0, log(u1)));
+            double z = __dmul_rn(r, cos(__dmul_rn(6.283185307179586, u2)));
+            x = __dadd_rn(a, __dmul_rn(b, z));
+        }
+        out[i] = (float)x; /* round to nearest, as the CPU's store */
+    }
+}
+
+extern "C" void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, uint64_t offset, int kind,
+                                  double a, double b)
+{
+    PR_CHECK(t->device == PR_CUDA && t->dtype == PR_F32, "random fill on CUDA: f32 only (got %s)",
+             pr_dtype_name(t->dtype));
+    if (t->numel == 0) return;
+    rand_fill_kernel<<<pr_cuda_blocks(t->numel, 256), 256>>>((float *)t->data, t->numel, seed, stream, offset,
+                                                              kind, a, b);
+    PR_CUDA_LAUNCH_CHECK();
+}

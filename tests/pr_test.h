@@ -1,0 +1,110 @@
+/* tests/pr_test.h: what every cmocka test of prism shares.
+ *
+ * Debian 12's cmocka (1.1.5) has no assert_double_equal and no CMake target,
+ * so comparisons of float arrays go through pr_assert_allclose, which prints
+ * the first mismatches and the max error before failing. PR_EXPECT_FATAL runs
+ * a statement that must hit pr_fatal and checks the message. */
+#ifndef PR_TEST_H
+#define PR_TEST_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ops/ops.h"
+
+/* the shared golden file: $PRISM_GOLDEN, else ../shared/golden beside the repo */
+static inline const char *pr_test_golden_path(void)
+{
+    const char *env = getenv("PRISM_GOLDEN");
+    return env && *env ? env : PRISM_SOURCE_DIR "/../shared/golden/recurrences.safetensors";
+}
+
+/* |got - ref| <= atol + rtol * |ref| elementwise; returns the max abs error */
+static inline double pr_check_allclose(const char *name, const double *got, const double *ref, int64_t n,
+                                       double atol, double rtol, int *n_bad)
+{
+    double max_err = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs(got[i] - ref[i]);
+        if (isnan(got[i]) != isnan(ref[i])) err = INFINITY;
+        if (err > max_err) max_err = err;
+        if (err > atol + rtol * fabs(ref[i]) || isnan(err)) {
+            if (bad < 5)
+                fprintf(stderr, "  %s[%lld]: got %.10g, expected %.10g (|diff| %.3g)\n", name, (long long)i,
+                        got[i], ref[i], err);
+            bad++;
+        }
+    }
+    if (bad) fprintf(stderr, "  %s: %d of %lld elements off, max |diff| %.3g (atol %.1g, rtol %.1g)\n", name, bad,
+                     (long long)n, max_err, atol, rtol);
+    if (n_bad) *n_bad = bad;
+    return max_err;
+}
+
+static inline void pr_assert_allclose(const char *name, const double *got, const double *ref, int64_t n,
+                                      double atol, double rtol)
+{
+    int bad;
+    pr_check_allclose(name, got, ref, n, atol, rtol, &bad);
+    assert_int_equal(bad, 0);
+}
+
+/* two tensors of any dtype/device, same numel */
+static inline void pr_assert_tensors_close(const char *name, const pr_tensor *got, const pr_tensor *ref,
+                                           double atol, double rtol)
+{
+    assert_non_null(got);
+    assert_non_null(ref);
+    if (got->numel != ref->numel) fprintf(stderr, "  %s: %lld elements, expected %lld\n", name,
+                                          (long long)got->numel, (long long)ref->numel);
+    assert_int_equal(got->numel, ref->numel);
+    double *g = malloc(sizeof(double) * (size_t)(got->numel + 1)), *r = malloc(sizeof(double) * (size_t)(ref->numel + 1));
+    pr_to_host_f64(got, g);
+    pr_to_host_f64(ref, r);
+    int bad;
+    pr_check_allclose(name, g, r, got->numel, atol, rtol, &bad);
+    free(g);
+    free(r);
+    assert_int_equal(bad, 0);
+}
+
+/* catching pr_fatal */
+static jmp_buf pr_test_jmp;
+__attribute__((unused)) static void pr_test_on_fatal(const char *msg)
+{
+    (void)msg;
+    longjmp(pr_test_jmp, 1);
+}
+/* run stmt; it must call pr_fatal with a message containing `needle` */
+#define PR_EXPECT_FATAL(stmt, needle)                                                        \
+    do {                                                                                     \
+        pr_set_error_handler(pr_test_on_fatal);                                              \
+        if (setjmp(pr_test_jmp) == 0) {                                                      \
+            stmt;                                                                            \
+            pr_set_error_handler(NULL);                                                      \
+            fail_msg("expected a fatal error containing \"%s\"", needle);                    \
+        }                                                                                    \
+        pr_set_error_handler(NULL);                                                          \
+        if (!strstr(pr_last_error(), needle))                                                \
+            fail_msg("fatal error \"%s\" does not contain \"%s\"", pr_last_error(), needle); \
+    } while (0)
+
+/* CUDA tests call this first: skips with a message when no GPU is present */
+#define PR_SKIP_WITHOUT_CUDA()                                                 \
+    do {                                                                       \
+        if (!pr_cuda_available()) {                                            \
+            fprintf(stderr, "  skipped: no CUDA device (or built without CUDA)\n"); \
+            skip();                                                            \
+        }                                                                      \
+    } while (0)
+
+#endif

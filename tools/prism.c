@@ -1,0 +1,35 @@
+/* tools/prism.c: the `prism` command: one table of subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/tools.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} pr_command;
+
+static const pr_command commands[] = {
+    {"gradcheck", pr_cmd_gradcheck, "float64 finite-difference check of every op's backward"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: prism <command> [options]   (prism <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || pr_is_help(argv[1])) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "prism: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
