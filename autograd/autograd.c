@@ -121,22 +121,33 @@ void pr_zero_grads(pr_tensor *const *ts, int n)
         if (ts[i]->grad) pr_zero_(ts[i]->grad);
 }
 
-/* Walk the tape back from the node that made `out`. Nodes after it cannot
- * contribute; nodes before it whose outputs got no grad are skipped. */
+/* Walk the tape back from the node that made `out`. A node runs when one of
+ * its outputs was reached in this pass (marked with the pass number), so
+ * nodes after `out`, nodes it does not depend on, and grads left by an
+ * earlier backward on the same tape contribute nothing. */
 static void run_backward(pr_ctx *ctx, pr_tensor *out)
 {
     PR_CHECK(out->requires_grad, "backward: the tensor does not require grad (no input required grad, "
                                  "or grad mode was off)");
     PR_CHECK(out->tape_pos >= 0 && out->tape_pos < ctx->n_tape, "backward: the tensor is not on this "
                                                                 "context's tape (reset since?)");
+    unsigned pass = ++ctx->backward_pass;
+    out->backward_pass = pass;
     for (int p = out->tape_pos; p >= 0; p--) {
         pr_node *n = &ctx->tape[p];
-        bool any = false;
-        for (int i = 0; i < n->n_out; i++) any |= n->out[i]->grad != NULL;
-        if (!any) continue;
-        for (int i = 0; i < n->n_out; i++) pr_grad_of(ctx, n->out[i]);
+        bool reached = false;
+        for (int i = 0; i < n->n_out; i++) reached |= n->out[i]->backward_pass == pass;
+        if (!reached) continue;
+        for (int i = 0; i < n->n_out; i++)
+            if (n->out[i]->backward_pass != pass) { /* an output this pass did not reach: no stale grad */
+                pr_zero_(pr_grad_of(ctx, n->out[i]));
+                n->out[i]->backward_pass = pass;
+            }
         for (int i = 0; i < n->n_in; i++)
-            if (n->in[i] && n->in[i]->requires_grad) pr_grad_of(ctx, n->in[i]);
+            if (n->in[i] && n->in[i]->requires_grad) {
+                pr_grad_of(ctx, n->in[i]);
+                n->in[i]->backward_pass = pass;
+            }
         pr_device dev = n->out[0]->device;
         pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
         PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");

@@ -68,7 +68,8 @@ static void empty_cache_locked(allocator &A)
 {
     for (int c = 0; c < PR_NCLASS; c++) {
         for (void *p : A.free_list[c]) {
-            PR_CUDA_CHECK(cudaFree(p));
+            cudaError_t e = cudaFree(p); /* a failure here leaves a sticky error the next check reports */
+            (void)e;
             A.st.n_cuda_free++;
             size_t sz = A.cached_size[p];
             A.cached_size.erase(p);
@@ -81,44 +82,57 @@ static void empty_cache_locked(allocator &A)
 
 extern "C" void pr_cuda_empty_cache(void)
 {
+    PR_CUDA_CHECK(cudaDeviceSynchronize()); /* queued kernels may still use cached blocks */
     allocator &A = the_allocator();
     std::lock_guard<std::mutex> g(A.mu);
-    PR_CUDA_CHECK(cudaDeviceSynchronize()); /* queued kernels may still use cached blocks */
     empty_cache_locked(A);
 }
 
+/* Failures are reported after the lock is released: pr_fatal may longjmp (tests). */
 extern "C" void *pr_cuda_malloc(size_t bytes)
 {
     if (bytes == 0) return NULL;
     allocator &A = the_allocator();
-    std::lock_guard<std::mutex> g(A.mu);
     size_t rounded;
     int cls = size_class(bytes, &rounded);
     void *p = NULL;
-    if (!A.free_list[cls].empty()) {
-        p = A.free_list[cls].back();
-        A.free_list[cls].pop_back();
-        A.cached_size.erase(p);
-        A.st.cached -= rounded;
-        A.st.n_reuse++;
-    } else {
-        cudaError_t e = cudaMalloc(&p, rounded);
-        if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
-            (void)cudaGetLastError();
-            PR_CUDA_CHECK(cudaDeviceSynchronize());
-            empty_cache_locked(A);
+    cudaError_t e = cudaSuccess;
+    size_t in_use = 0, cached = 0;
+    {
+        std::lock_guard<std::mutex> g(A.mu);
+        if (!A.free_list[cls].empty()) {
+            p = A.free_list[cls].back();
+            A.free_list[cls].pop_back();
+            A.cached_size.erase(p);
+            A.st.cached -= rounded;
+            A.st.n_reuse++;
+        } else {
             e = cudaMalloc(&p, rounded);
+            if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
+                (void)cudaGetLastError();
+                if (cudaDeviceSynchronize() == cudaSuccess) {
+                    empty_cache_locked(A);
+                    e = cudaMalloc(&p, rounded);
+                }
+            }
+            if (e == cudaSuccess) {
+                A.st.n_cuda_malloc++;
+                A.st.reserved += rounded;
+            } else {
+                (void)cudaGetLastError();
+                in_use = A.st.current, cached = A.st.cached;
+            }
         }
-        if (e != cudaSuccess)
-            pr_fatal("%s:%d: cudaMalloc(%zu bytes) failed: %s (in use %zu bytes, cached %zu)", __FILE__,
-                     __LINE__, rounded, cudaGetErrorString(e), A.st.current, A.st.cached);
-        A.st.n_cuda_malloc++;
-        A.st.reserved += rounded;
+        if (e == cudaSuccess) {
+            A.live[p] = block_info{bytes, rounded, cls};
+            A.st.n_alloc++;
+            A.st.current += bytes;
+            if (A.st.current > A.st.peak) A.st.peak = A.st.current;
+        }
     }
-    A.live[p] = block_info{bytes, rounded, cls};
-    A.st.n_alloc++;
-    A.st.current += bytes;
-    if (A.st.current > A.st.peak) A.st.peak = A.st.current;
+    if (e != cudaSuccess)
+        pr_fatal("%s:%d: cudaMalloc(%zu bytes) failed: %s (in use %zu bytes, cached %zu)", __FILE__, __LINE__,
+                 rounded, cudaGetErrorString(e), in_use, cached);
     return p;
 }
 
@@ -126,18 +140,27 @@ extern "C" void pr_cuda_free(void *p, size_t bytes)
 {
     if (!p) return;
     allocator &A = the_allocator();
-    std::lock_guard<std::mutex> g(A.mu);
-    auto it = A.live.find(p);
-    PR_CHECK(it != A.live.end(), "pr_cuda_free: %p was not allocated by pr_cuda_malloc (or freed twice)", p);
-    block_info b = it->second;
-    /* the caller's size must name the same block (0 = unknown) */
-    PR_CHECK(bytes == 0 || bytes == b.requested, "pr_cuda_free: %p has %zu bytes, freed as %zu", p,
-             b.requested, bytes);
-    A.live.erase(it);
-    A.st.current -= b.requested;
-    A.free_list[b.cls].push_back(p);
-    A.cached_size[p] = b.rounded;
-    A.st.cached += b.rounded;
+    size_t had = 0;
+    int status = 0; /* 1: unknown pointer, 2: size mismatch */
+    {
+        std::lock_guard<std::mutex> g(A.mu);
+        auto it = A.live.find(p);
+        if (it == A.live.end()) {
+            status = 1;
+        } else if (bytes != 0 && bytes != it->second.requested) { /* the caller's size must name the block */
+            status = 2;
+            had = it->second.requested;
+        } else {
+            block_info b = it->second;
+            A.live.erase(it);
+            A.st.current -= b.requested;
+            A.free_list[b.cls].push_back(p);
+            A.cached_size[p] = b.rounded;
+            A.st.cached += b.rounded;
+        }
+    }
+    PR_CHECK(status != 1, "pr_cuda_free: %p was not allocated by pr_cuda_malloc (or was freed twice)", p);
+    PR_CHECK(status != 2, "pr_cuda_free: %p holds %zu bytes but was freed as %zu", p, had, bytes);
 }
 
 extern "C" void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached)
@@ -149,7 +172,7 @@ extern "C" void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached)
     if (cached) *cached = A.st.cached;
 }
 
-extern "C" void pr_cuda_alloc_stats(pr_cuda_alloc_stats *out)
+extern "C" void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out)
 {
     allocator &A = the_allocator();
     std::lock_guard<std::mutex> g(A.mu);

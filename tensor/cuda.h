@@ -1,8 +1,14 @@
-/* tensor/cuda.h: what .cu files share. Included only by CUDA sources.
+/* tensor/cuda.h: what .cu files share. Included only by CUDA sources (and by
+ * C files built with PRISM_HAVE_CUDA, for the checks and the host-side API).
  *
  * Every CUDA, cuBLAS and cuRAND call goes through a CHECK macro that names
  * file, line and the call. A context's CUDA state (stream, cuBLAS handle) is
- * created on first use; kernels launch on pr_cuda_stream(ctx).
+ * created on first use; kernels launch on pr_cuda_stream(ctx), which is the
+ * legacy default stream unless pr_cuda_set_stream installs another: one
+ * queue orders every kernel, copy and reuse of a cached block.
+ *
+ * The second half (C++ only) is the kit the op kernels share: group
+ * reductions and deterministic row, column and whole-tensor sums.
  */
 #ifndef PR_CUDA_H
 #define PR_CUDA_H
@@ -31,12 +37,23 @@ extern "C" {
 /* after a kernel launch: catches bad launch configurations at once */
 #define PR_CUDA_LAUNCH_CHECK() PR_CUDA_CHECK(cudaGetLastError())
 
-cudaStream_t pr_cuda_stream(pr_ctx *ctx);     /* the context's stream (created on first use) */
-cublasHandle_t pr_cublas(pr_ctx *ctx);        /* bound to that stream, math mode per ctx->matmul_tf32 */
+cudaStream_t pr_cuda_stream(pr_ctx *ctx);     /* the context's stream (state created on first use) */
+/* bound to that stream; math mode set from ctx->matmul_tf32 at every call:
+ * CUBLAS_TF32_TENSOR_OP_MATH when set, else CUBLAS_DEFAULT_MATH (full fp32) */
+cublasHandle_t pr_cublas(pr_ctx *ctx);
 void pr_cuda_set_stream(pr_ctx *ctx, cudaStream_t s);
+/* fatal "<what>: CUDA error: ..." when an earlier launch failed */
+void pr_cuda_check_last(const char *what);
 
 /* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h) */
 void pr_cuda_empty_cache(void);
+typedef struct {
+    size_t current, peak;      /* bytes requested by live blocks, now and at most */
+    size_t cached, reserved;   /* bytes in the free lists; bytes obtained from cudaMalloc */
+    long long n_alloc, n_reuse; /* pr_cuda_malloc calls; those served from the cache */
+    long long n_cuda_malloc, n_cuda_free;
+} pr_cuda_alloc_stats;
+void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out);
 
 static inline unsigned pr_cuda_blocks(long long n, int threads)
 {
@@ -44,7 +61,191 @@ static inline unsigned pr_cuda_blocks(long long n, int threads)
     return (unsigned)(b < 1 ? 1 : (b > 65535LL * 32 ? 65535LL * 32 : b));
 }
 
+/* float4 access is possible at p (cudaMalloc gives 256-byte alignment; views may not) */
+static inline int pr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- the kernel kit (C++) ----------------------------------------------------------
+ * Every reduction here has a fixed shape decided by the sizes alone (no float
+ * atomics), so two runs give the same bits. */
+#ifdef __CUDACC__
+#include <type_traits>
+
+#define PR_FULL_MASK 0xffffffffu
+
+struct pr_op_sum {
+    template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct pr_op_max {
+    template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+/* Reduce v over a group of G threads; every thread of the group gets the
+ * result. G <= 32: aligned lanes of a warp. G > 32: the whole block, which
+ * must have exactly G threads, all of them calling (it synchronizes). */
+template <int G, class T, class Op> __device__ __forceinline__ T pr_group_reduce(T v, Op op)
+{
+    constexpr int W = G < 32 ? G : 32;
+#pragma unroll
+    for (int o = W / 2; o > 0; o /= 2) v = op(v, __shfl_xor_sync(PR_FULL_MASK, v, o));
+    if constexpr (G > 32) {
+        constexpr int NW = G / 32;
+        __shared__ T buf[32];
+        __syncthreads(); /* an earlier call may still read buf */
+        if (threadIdx.x % 32 == 0) buf[threadIdx.x / 32] = v;
+        __syncthreads();
+        v = buf[threadIdx.x % NW];
+#pragma unroll
+        for (int o = NW / 2; o > 0; o /= 2) v = op(v, __shfl_xor_sync(PR_FULL_MASK, v, o));
+    }
+    return v;
+}
+
+/* four consecutive floats of a row of n (float4 when vec: n % 4 == 0 and aligned) */
+struct pr_f4 {
+    float v[4];
+};
+__device__ __forceinline__ pr_f4 pr_ld4(const float *p, long long j, long long n, bool vec)
+{
+    pr_f4 r;
+    if (vec) {
+        float4 t = *reinterpret_cast<const float4 *>(p + j);
+        r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) r.v[k] = j + k < n ? p[j + k] : 0.0f;
+    }
+    return r;
+}
+__device__ __forceinline__ void pr_st4(float *p, long long j, long long n, bool vec, const pr_f4 &r)
+{
+    if (vec) {
+        *reinterpret_cast<float4 *>(p + j) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < n) p[j + k] = r.v[k];
+    }
+}
+
+/* the group size for one row of D elements: a warp for short rows, a block for long */
+template <class F> static inline void pr_cuda_row_dispatch(long long D, F launch)
+{
+    if (D <= 1024) launch(std::integral_constant<int, 32>());
+    else if (D <= 8192) launch(std::integral_constant<int, 256>());
+    else launch(std::integral_constant<int, 1024>());
+}
+/* threads per block for group size G, and blocks for R rows */
+template <int G> static inline int pr_row_threads() { return G < 256 ? 256 : G; }
+template <int G> static inline unsigned pr_row_blocks(long long R) { return (unsigned)((R + pr_row_threads<G>() / G - 1) / (pr_row_threads<G>() / G)); }
+
+/* ---- deterministic sums of f(i) (functor: __device__ double operator()(long long) const) ---- */
+
+template <class F> __global__ void pr_sum_partial_kernel(F f, long long n, double *partial)
+{
+    double acc = 0.0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        acc += f(i);
+    acc = pr_group_reduce<256>(acc, pr_op_sum());
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+__global__ static void pr_sum_finish_kernel(const double *partial, int np, double *total)
+{
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < np; i += blockDim.x) acc += partial[i];
+    acc = pr_group_reduce<256>(acc, pr_op_sum());
+    if (threadIdx.x == 0) *total = acc;
+}
+/* *total_dev = sum_{i<n} f(i), in double. The grid depends on n only. */
+template <class F> static void pr_cuda_sum(cudaStream_t s, F f, long long n, double *total_dev)
+{
+    int np = (int)((n + 4095) / 4096);
+    np = np < 1 ? 1 : (np > 1024 ? 1024 : np);
+    double *partial = (double *)pr_cuda_malloc(sizeof(double) * (size_t)np);
+    pr_sum_partial_kernel<<<np, 256, 0, s>>>(f, n, partial);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_sum_finish_kernel<<<1, 256, 0, s>>>(partial, np, total_dev);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_free(partial, sizeof(double) * (size_t)np);
+}
+
+/* ---- deterministic row sums: dst[r] (+)= scale * sum_{c<C} f(r, c) ---- */
+
+template <int G, class F>
+__global__ void pr_rowsum_kernel(F f, long long R, long long C, float *dst, double scale, bool accumulate)
+{
+    long long r = (long long)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
+    int lane = threadIdx.x % G;
+    double acc = 0.0;
+    if (r < R)
+        for (long long c = lane; c < C; c += G) acc += f(r, c);
+    acc = pr_group_reduce<G>(acc, pr_op_sum());
+    if (r < R && lane == 0) dst[r] = (float)((accumulate ? (double)dst[r] : 0.0) + scale * acc);
+}
+template <class F>
+static void pr_cuda_rowsum(cudaStream_t s, F f, long long R, long long C, float *dst, double scale, bool accumulate)
+{
+    if (R == 0) return;
+    pr_cuda_row_dispatch(C, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        pr_rowsum_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(f, R, C, dst, scale, accumulate);
+    });
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+/* ---- deterministic column sums: dst[c] += scale * sum_{r<R} f(r, c) ----
+ * Rows are cut into P fixed chunks (from R and C only); each (chunk, 32
+ * columns) block writes a partial, and a second pass adds the P partials in
+ * order. Coalesced when f reads row-major [R, C] data at (r, c). */
+
+template <class F>
+__global__ void pr_colsum_partial_kernel(F f, long long R, long long C, long long rows_per_chunk, double *partial)
+{
+    __shared__ double sm[8][33];
+    long long c = (long long)blockIdx.x * 32 + threadIdx.x;
+    long long r0 = (long long)blockIdx.y * rows_per_chunk;
+    long long r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+    double acc = 0.0;
+    if (c < C)
+        for (long long r = r0 + threadIdx.y; r < r1; r += 8) acc += f(r, c);
+    sm[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double t = 0.0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) t += sm[i][threadIdx.x];
+        partial[blockIdx.y * C + c] = t;
+    }
+}
+__global__ static void pr_colsum_finish_kernel(const double *partial, int P, long long C, float *dst, double scale)
+{
+    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < C; c += (long long)gridDim.x * blockDim.x) {
+        double t = 0.0;
+        for (int p = 0; p < P; p++) t += partial[p * C + c];
+        dst[c] = (float)((double)dst[c] + scale * t);
+    }
+}
+template <class F> static void pr_cuda_colsum_add(cudaStream_t s, F f, long long R, long long C, float *dst, double scale)
+{
+    if (R == 0 || C == 0) return;
+    long long cblocks = (C + 31) / 32;
+    long long P = (2048 + cblocks - 1) / cblocks;  /* ~2048 blocks in all */
+    long long pmax = (R + 63) / 64;                 /* at least 64 rows a chunk */
+    if (P > pmax) P = pmax;
+    if (P > 65535) P = 65535;
+    if (P < 1) P = 1;
+    long long rows = (R + P - 1) / P;
+    P = (R + rows - 1) / rows;
+    double *partial = (double *)pr_cuda_malloc(sizeof(double) * (size_t)(P * C));
+    pr_colsum_partial_kernel<<<dim3((unsigned)cblocks, (unsigned)P), dim3(32, 8), 0, s>>>(f, R, C, rows, partial);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_colsum_finish_kernel<<<pr_cuda_blocks(C, 256), 256, 0, s>>>(partial, (int)P, C, dst, scale);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_free(partial, sizeof(double) * (size_t)(P * C));
+}
+
+#endif /* __CUDACC__ */
 #endif

@@ -7,7 +7,6 @@
  * field is checked so a malformed file is an error naming the file and the
  * field, never a silent wrong tensor. Writes are atomic (temp, fsync, rename).
  */
-#define _GNU_SOURCE /* fileno, fsync, fseeko with a 64-bit off_t */
 #include "tensor/tensor.h"
 
 #include <cjson/cJSON.h>
@@ -273,9 +272,9 @@ static char *st_build_header(const char *path, int n, const char *const *names,
         const char *dt = st_dtype_to_name(t->dtype);
         if (!dt) { bad = "tensor of a dtype safetensors.c cannot write"; break; }
         cJSON *e = cJSON_AddObjectToObject(root, names[i]);
+        cJSON_AddStringToObject(e, "dtype", dt);
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
         cJSON *of = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddStringToObject(e, "dtype", dt);
         for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
         off += pr_nbytes(t);

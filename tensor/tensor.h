@@ -34,6 +34,7 @@ typedef struct pr_tensor {
     struct pr_tensor *grad;     /* same shape/dtype/device; NULL until backward */
     bool requires_grad;
     int tape_pos;               /* tape index of the op that made it, -1 for leaves */
+    unsigned backward_pass;     /* the last backward pass that reached it (autograd's mark) */
     pr_arena *arena;            /* owner of this header (and of data, unless a view) */
     const char *name;           /* optional, for dumps and error messages */
 } pr_tensor;

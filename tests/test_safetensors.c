@@ -160,8 +160,7 @@ static void test_no_tensors(void **state) {
 
 static void test_golden(void **state) {
     st_fix *f = *state;
-    const char *p = getenv("PRISM_GOLDEN");
-    if (!p || !*p) p = PRISM_SOURCE_DIR "/../shared/golden/recurrences.safetensors";
+    const char *p = pr_test_golden_path();
     pr_safetensors st;
     pr_err err = {{0}};
     int rc = pr_safetensors_read(p, f->a, &st, &err);
@@ -317,7 +316,7 @@ static double read_one(const char *p, pr_arena *a) {
 
 static void test_atomic_write(void **state) {
     st_fix *f = *state;
-    char p[512], q[512];
+    char p[512], q[600];
     pr_err err = {{0}};
     fpath(f, "m.safetensors", p, sizeof p);
     assert_int_equal(write_one(p, 1.0, f->a, &err), 0);
@@ -344,7 +343,7 @@ static void test_atomic_write(void **state) {
     /* rename fails (the target is a non-empty directory): temp file removed */
     fpath(f, "d", q, sizeof q);
     assert_int_equal(mkdir(q, 0700), 0);
-    char inner[600];
+    char inner[700];
     snprintf(inner, sizeof inner, "%s/x", q);
     assert_int_equal(write_one(inner, 5.0, f->a, &err), 0);
     assert_int_equal(write_one(q, 6.0, f->a, &err), -1);

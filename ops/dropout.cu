@@ -1,0 +1,67 @@
+/* ops/dropout.cu: CUDA inverted dropout (f32), the CPU's mask bit for bit.
+ *
+ * Element i is kept when uniform(seed, stream, offset + i) >= p, uniform being
+ * tensor/rng.c's pr_philox_uniform: Philox4x32-10 on the counter
+ * (lo32(i), hi32(i), stream, 0) keyed by the 64-bit seed, then 53 bits of
+ * words 0 and 1 times 2^-53. That product is exact (a power-of-two scale of
+ * an integer below 2^53), so the double comparison with p is the CPU's
+ * comparison exactly, and the kept value x * (float)(1/(1-p)) is the CPU's f32
+ * product. The mask is recomputed in the backward from the node's iarg.
+ */
+#include "ops/ops.h"
+#include "tensor/cuda.h"
+
+__device__ static void dropout_philox(uint64_t key, uint32_t c[4])
+{
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
+        uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
+        uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
+        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    }
+}
+
+/* pr_philox_uniform(seed, stream, i) on the device */
+__device__ static double dropout_uniform(uint64_t seed, uint32_t stream, uint64_t i)
+{
+    uint32_t w[4] = {(uint32_t)i, (uint32_t)(i >> 32), stream, 0};
+    dropout_philox(seed, w);
+    uint64_t m = ((uint64_t)(w[0] >> 5) << 26) | (w[1] >> 6);
+    return (double)m * (1.0 / 9007199254740992.0);
+}
+
+/* dst (=|+=) keep_i * src * scale */
+__global__ void dropout_mask(float *dst, const float *src, int64_t n, uint64_t seed, uint32_t stream,
+                             uint64_t offset, double p, float scale, bool acc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = dropout_uniform(seed, stream, offset + (uint64_t)i) >= p ? __fmul_rn(src[i], scale) : 0.0f; /* no fma with the += */
+        dst[i] = acc ? dst[i] + v : v;
+    }
+}
+
+static void dropout_launch(pr_ctx *ctx, const pr_node *n, float *dst, const float *src, int64_t numel, bool acc)
+{
+    if (numel == 0) return;
+    double p = n->farg[0];
+    float scale = (float)(1.0 / (1.0 - p));   /* the CPU's (T)scale */
+    dropout_mask<<<pr_cuda_blocks(numel, 256), 256, 0, pr_cuda_stream(ctx)>>>(
+        dst, src, numel, (uint64_t)n->iarg[0], (uint32_t)n->iarg[1], (uint64_t)n->iarg[2], p, scale, acc);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void pr_dropout_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0];
+    dropout_launch(ctx, n, (float *)n->out[0]->data, (const float *)x->data, x->numel, false);
+}
+
+/* y = keep * x / (1-p) is linear with a diagonal Jacobian: dx += keep * dy / (1-p) */
+extern "C" void pr_dropout_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_tensor *dx = pr_in_grad(n, 0);
+    if (dx) dropout_launch(ctx, n, (float *)dx->data, (const float *)n->out[0]->grad->data, dx->numel, true);
+}

@@ -1,0 +1,227 @@
+/* ops/shape.cu: CUDA reshape, transpose, slice, concat (f32).
+ *
+ * Index-mapping kernels; no arithmetic beyond the backward's `+=`. reshape is
+ * a view, so its backward is dx += dout elementwise. transpose sees x as
+ * [A, n0, M, n1, I] (d0 < d1) and writes [A, n1, M, n0, I]; with I = 1 a
+ * 32x32 shared-memory tile keeps both the reads and the writes coalesced.
+ * slice and concat copy runs of len*I contiguous elements per outer index.
+ */
+#include "ops/ops.h"
+#include "tensor/cuda.h"
+
+static int64_t prod(const int64_t *shape, int from, int to)
+{
+    int64_t p = 1;
+    for (int i = from; i < to; i++) p *= shape[i];
+    return p;
+}
+
+/* ---- reshape ------------------------------------------------------------------ */
+
+__global__ void shape_add(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] += src[i];
+}
+
+extern "C" void pr_reshape_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0];
+    pr_tensor *out = n->out[0];
+    if (out->data != x->data && x->numel)   /* a view needs nothing; an own buffer gets a copy */
+        PR_CUDA_CHECK(cudaMemcpyAsync(out->data, x->data, pr_nbytes(x), cudaMemcpyDeviceToDevice,
+                                      pr_cuda_stream(ctx)));
+}
+
+extern "C" void pr_reshape_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_tensor *dx = pr_in_grad(n, 0);
+    if (!dx || dx->numel == 0) return;
+    shape_add<<<pr_cuda_blocks(dx->numel, 256), 256, 0, pr_cuda_stream(ctx)>>>(
+        (float *)dx->data, (const float *)n->out[0]->grad->data, dx->numel);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+/* ---- transpose ------------------------------------------------------------------ */
+
+typedef struct { int64_t A, n0, M, n1, I; } tr_dims;
+
+static tr_dims tr_dims_of(const pr_tensor *x, int d0, int d1)
+{
+    return tr_dims{prod(x->shape, 0, d0), x->shape[d0], prod(x->shape, d0 + 1, d1), x->shape[d1],
+                   prod(x->shape, d1 + 1, x->ndim)};
+}
+
+/* dst[a,j,m,i,c] (=|+=) src[a,i,m,j,c], src being [A, n0, M, n1, I] */
+__global__ void transpose_any(float *dst, const float *src, tr_dims d, bool acc)
+{
+    int64_t total = d.A * d.n0 * d.M * d.n1 * d.I;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t q = e, c = q % d.I;
+        q /= d.I;
+        int64_t i = q % d.n0;
+        q /= d.n0;
+        int64_t m = q % d.M;
+        q /= d.M;
+        int64_t j = q % d.n1, a = q / d.n1;
+        float v = src[(((a * d.n0 + i) * d.M + m) * d.n1 + j) * d.I + c];
+        dst[e] = acc ? dst[e] + v : v;
+    }
+}
+
+/* I = 1: a 32x32 tile of (i, j) for each (a, m) in blockIdx.z; loads run along
+ * j (contiguous in src), stores along i (contiguous in dst). The +1 column
+ * keeps the tile's column reads off a single bank. */
+enum { TR_TILE = 32, TR_ROWS = 8 };
+__global__ void transpose_tile(float *dst, const float *src, tr_dims d, bool acc)
+{
+    __shared__ float tile[TR_TILE][TR_TILE + 1];
+    int64_t i0 = blockIdx.y * (int64_t)TR_TILE, j0 = blockIdx.x * (int64_t)TR_TILE;
+    for (int64_t z = blockIdx.z; z < d.A * d.M; z += gridDim.z) {
+        int64_t a = z / d.M, m = z - a * d.M;
+        for (int r = threadIdx.y; r < TR_TILE; r += TR_ROWS) {
+            int64_t i = i0 + r, j = j0 + threadIdx.x;
+            if (i < d.n0 && j < d.n1) tile[r][threadIdx.x] = src[((a * d.n0 + i) * d.M + m) * d.n1 + j];
+        }
+        __syncthreads();
+        for (int r = threadIdx.y; r < TR_TILE; r += TR_ROWS) {
+            int64_t j = j0 + r, i = i0 + threadIdx.x;
+            if (i < d.n0 && j < d.n1) {
+                int64_t o = ((a * d.n1 + j) * d.M + m) * d.n0 + i;
+                float v = tile[threadIdx.x][r];
+                dst[o] = acc ? dst[o] + v : v;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+static void transpose_launch(pr_ctx *ctx, float *dst, const float *src, tr_dims d, bool acc)
+{
+    int64_t total = d.A * d.n0 * d.M * d.n1 * d.I;
+    if (total == 0) return;
+    cudaStream_t s = pr_cuda_stream(ctx);
+    int64_t bx = (d.n1 + TR_TILE - 1) / TR_TILE, by = (d.n0 + TR_TILE - 1) / TR_TILE;
+    if (d.I == 1 && bx <= INT32_MAX && by <= 65535) {
+        unsigned bz = (unsigned)(d.A * d.M < 65535 ? d.A * d.M : 65535);
+        transpose_tile<<<dim3((unsigned)bx, (unsigned)by, bz), dim3(TR_TILE, TR_ROWS), 0, s>>>(dst, src, d, acc);
+    } else {
+        transpose_any<<<pr_cuda_blocks(total, 256), 256, 0, s>>>(dst, src, d, acc);
+    }
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void pr_transpose_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0];
+    transpose_launch(ctx, (float *)n->out[0]->data, (const float *)x->data,
+                     tr_dims_of(x, (int)n->iarg[0], (int)n->iarg[1]), false);
+}
+
+/* the inverse move: dout is [A, n1, M, n0, I], so swap the roles of n0 and n1 */
+extern "C" void pr_transpose_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_tensor *dx = pr_in_grad(n, 0);
+    if (!dx) return;
+    tr_dims d = tr_dims_of(n->in[0], (int)n->iarg[0], (int)n->iarg[1]);
+    int64_t t = d.n0;
+    d.n0 = d.n1;
+    d.n1 = t;
+    transpose_launch(ctx, (float *)dx->data, (const float *)n->out[0]->grad->data, d, true);
+}
+
+/* ---- slice and concat: runs of contiguous elements ---------------------------------
+ * For o < O: dst[o*dst_row + dst_off + r] (=|+=) src[o*src_row + src_off + r],
+ * r < L. With every size and offset a multiple of 4 (and 16-byte aligned
+ * bases) the kernel moves float4s: V = 4 below. */
+typedef struct { int64_t O, L, dst_row, dst_off, src_row, src_off; } run_copy;
+
+template <typename V>
+__global__ void copy_runs(V *dst, const V *src, run_copy c, bool acc)
+{
+    int64_t total = c.O * c.L;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = e / c.L, r = e - o * c.L;
+        V v = src[o * c.src_row + c.src_off + r];
+        V *p = dst + o * c.dst_row + c.dst_off + r;
+        if (acc) {
+            V w = *p;
+            if constexpr (sizeof(V) == sizeof(float4)) {
+                float4 &a = reinterpret_cast<float4 &>(v);
+                const float4 &b = reinterpret_cast<const float4 &>(w);
+                a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+            } else {
+                v += w;
+            }
+        }
+        *p = v;
+    }
+}
+
+static void copy_runs_launch(pr_ctx *ctx, float *dst, const float *src, run_copy c, bool acc)
+{
+    if (c.O * c.L == 0) return;
+    cudaStream_t s = pr_cuda_stream(ctx);
+    bool vec = ((uintptr_t)dst % 16 == 0) && ((uintptr_t)src % 16 == 0) && c.L % 4 == 0 && c.dst_row % 4 == 0 &&
+               c.dst_off % 4 == 0 && c.src_row % 4 == 0 && c.src_off % 4 == 0;
+    if (vec) {
+        run_copy c4 = {c.O, c.L / 4, c.dst_row / 4, c.dst_off / 4, c.src_row / 4, c.src_off / 4};
+        copy_runs<float4><<<pr_cuda_blocks(c4.O * c4.L, 256), 256, 0, s>>>((float4 *)dst, (const float4 *)src, c4,
+                                                                            acc);
+    } else {
+        copy_runs<float><<<pr_cuda_blocks(c.O * c.L, 256), 256, 0, s>>>(dst, src, c, acc);
+    }
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+/* x [O, D, I] -> out [O, len, I] = x[:, start:start+len, :] */
+static run_copy slice_runs(const pr_tensor *x, const pr_node *n, bool back)
+{
+    int d = (int)n->iarg[0];
+    int64_t O = prod(x->shape, 0, d), D = x->shape[d], I = prod(x->shape, d + 1, x->ndim);
+    int64_t start = n->iarg[1], len = n->iarg[2];
+    run_copy fwd = {O, len * I, len * I, 0, D * I, start * I};
+    run_copy bwd = {O, len * I, D * I, start * I, len * I, 0};
+    return back ? bwd : fwd;
+}
+
+extern "C" void pr_slice_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0];
+    copy_runs_launch(ctx, (float *)n->out[0]->data, (const float *)x->data, slice_runs(x, n, false), false);
+}
+
+/* out rows are x rows start.. : dx[o, start+r, :] += dout[o, r, :] */
+extern "C" void pr_slice_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_tensor *dx = pr_in_grad(n, 0);
+    if (!dx) return;
+    copy_runs_launch(ctx, (float *)dx->data, (const float *)n->out[0]->grad->data, slice_runs(n->in[0], n, true),
+                     true);
+}
+
+/* each input's [D_k, I] block of every outer row goes to its offset in out (or,
+ * with back, out's grad block is added into the input's grad) */
+static void concat_move(pr_ctx *ctx, pr_node *n, bool back)
+{
+    pr_tensor *out = back ? n->out[0]->grad : n->out[0];
+    int d = (int)n->iarg[0];
+    int64_t O = prod(out->shape, 0, d), D = out->shape[d], I = prod(out->shape, d + 1, out->ndim);
+    int64_t off = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        int64_t Dk = n->in[k]->shape[d];
+        pr_tensor *x = back ? pr_in_grad(n, k) : n->in[k];
+        if (x) {
+            if (back)
+                copy_runs_launch(ctx, (float *)x->data, (const float *)out->data,
+                                 run_copy{O, Dk * I, Dk * I, 0, D * I, off * I}, true);
+            else
+                copy_runs_launch(ctx, (float *)out->data, (const float *)x->data,
+                                 run_copy{O, Dk * I, D * I, off * I, Dk * I, 0}, false);
+        }
+        off += Dk;
+    }
+}
+
+extern "C" void pr_concat_forward_cuda(pr_ctx *ctx, pr_node *n) { concat_move(ctx, n, false); }
+extern "C" void pr_concat_backward_cuda(pr_ctx *ctx, pr_node *n) { concat_move(ctx, n, true); }

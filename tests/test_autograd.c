@@ -1,0 +1,165 @@
+/* tests/test_autograd.c: tape semantics, grad accumulation, no-grad mode,
+ * arena release, inspection, and a gradcheck that must catch a wrong backward. */
+#include "tests/pr_test.h"
+
+static pr_tensor *leaf(pr_arena *a, const double *v, int64_t n)
+{
+    pr_tensor *t = pr_from_host(a, PR_F64, PR_CPU, 1, &n, v);
+    pr_requires_grad_(t, true);
+    return t;
+}
+
+/* y = sum(x * x + exp(x)): x feeds two ops (three uses); dy/dx = 2x + e^x */
+static void test_tensor_used_twice(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(ctx->grads, (double[]){0.5, -1.0, 2.0}, 3);
+    pr_tensor *y = pr_sum_all(ctx, pr_add(ctx, pr_mul(ctx, x, x), pr_exp(ctx, x)));
+    pr_backward(ctx, y);
+    double g[3], ref[3] = {1 + exp(0.5), -2 + exp(-1.0), 4 + exp(2.0)};
+    pr_to_host_f64(x->grad, g);
+    pr_assert_allclose("dx", g, ref, 3, 1e-12, 1e-12);
+    /* a second step accumulates into the parameter's grad until it is zeroed */
+    pr_step_reset(ctx);
+    y = pr_sum_all(ctx, pr_mul(ctx, x, x));
+    pr_backward(ctx, y);
+    pr_to_host_f64(x->grad, g);
+    assert_true(fabs(g[0] - (1 + exp(0.5) + 1.0)) < 1e-12);
+    pr_zero_grads(&x, 1);
+    pr_to_host_f64(x->grad, g);
+    assert_true(g[0] == 0 && g[1] == 0 && g[2] == 0);
+    pr_ctx_free(ctx);
+}
+
+static void test_no_grad(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(ctx->grads, (double[]){1, 2}, 2);
+    bool prev = pr_set_grad_enabled(ctx, false);
+    assert_true(prev);
+    pr_tensor *y = pr_sum_all(ctx, pr_exp(ctx, x));
+    assert_int_equal(ctx->n_tape, 0);
+    assert_false(y->requires_grad);
+    PR_EXPECT_FATAL(pr_backward(ctx, y), "does not require grad");
+    pr_set_grad_enabled(ctx, true);
+    y = pr_sum_all(ctx, pr_exp(ctx, x));
+    assert_int_equal(ctx->n_tape, 2);
+    /* a leaf that requires no grad gets none */
+    pr_tensor *c = pr_from_host(ctx->step, PR_F64, PR_CPU, PR_DIMS(2), (double[]){3, 4});
+    pr_backward(ctx, pr_sum_all(ctx, pr_mul(ctx, x, c)));
+    assert_null(c->grad);
+    assert_non_null(x->grad);
+    PR_EXPECT_FATAL(pr_backward(ctx, pr_exp(ctx, x)), "use pr_backward_with");
+    pr_ctx_free(ctx);
+}
+
+/* many steps through the step arena: usage returns to zero and LSan sees no leak */
+static void test_step_arena_release(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_rng r = pr_rng_init(5, 0);
+    pr_tensor *w = pr_randn(ctx->grads, PR_F32, PR_CPU, PR_DIMS(33, 17), &r);
+    pr_requires_grad_(w, true);
+    for (int step = 0; step < 20; step++) {
+        pr_tensor *x = pr_randn(ctx->step, PR_F32, PR_CPU, PR_DIMS(9, 33), &r);
+        pr_tensor *loss = pr_mean_all(ctx, pr_tanh(ctx, pr_matmul(ctx, x, w, false, false)));
+        pr_backward(ctx, loss);
+        assert_true(pr_arena_used(ctx->step) > 0);
+        pr_step_reset(ctx);
+        assert_int_equal(pr_arena_used(ctx->step), 0);
+        assert_int_equal(ctx->n_tape, 0);
+    }
+    assert_non_null(w->grad);
+    pr_ctx_free(ctx);
+}
+
+static void test_inspection(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(ctx->grads, (double[]){1, 2, 3}, 3);
+    x->name = "x";
+    pr_backward(ctx, pr_sum_all(ctx, pr_silu(ctx, x)));
+    char buf[2048] = {0};
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    pr_tape_dump(ctx, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "silu"));
+    assert_non_null(strstr(buf, "x:[3]"));
+    assert_non_null(strstr(buf, "|grad|="));
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_tape_dot(ctx, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "digraph tape"));
+    assert_non_null(strstr(buf, "op0 -> op1"));
+    pr_ctx_free(ctx);
+}
+
+/* an op whose backward is off by a factor: gradcheck must fail and name it */
+static void as_tanh(pr_ctx *ctx, pr_node *n, bool backward)
+{
+    pr_node m = *n;
+    m.op = pr_op(PR_OP_tanh); /* the kernels read the op id from the table entry */
+    (backward ? m.op->backward_cpu : m.op->forward_cpu)(ctx, &m);
+}
+static void tanh_forward(pr_ctx *ctx, pr_node *n) { as_tanh(ctx, n, false); }
+static void wrong_backward(pr_ctx *ctx, pr_node *n)
+{
+    as_tanh(ctx, n, true);
+    as_tanh(ctx, n, true); /* twice: gradient doubled */
+}
+
+static pr_tensor *wrong_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    static pr_op_info bad;
+    bad = *pr_op(PR_OP_tanh);
+    bad.name = "bad_tanh";
+    bad.forward_cpu = tanh_forward;
+    bad.backward_cpu = wrong_backward;
+    pr_node n = pr_node_init(PR_OP_tanh, 1, in);
+    n.op = &bad;
+    n.n_out = 1;
+    n.out[0] = pr_op_output(ctx, in[0]->dtype, in[0]->device, in[0]->ndim, in[0]->shape);
+    return pr_op_apply(ctx, &n);
+}
+
+static void test_gradcheck_catches_errors(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_rng r = pr_rng_init(3, 0);
+    pr_example ex = {0};
+    pr_op(PR_OP_tanh)->example(ctx, &r, PR_F64, &ex);
+    pr_gradcheck_result ok = pr_gradcheck(ctx, "tanh", &ex, NULL);
+    assert_true(ok.ok);
+    ex.apply = wrong_apply;
+    pr_gradcheck_result bad = pr_gradcheck(ctx, "bad_tanh", &ex, NULL);
+    assert_false(bad.ok);
+    assert_non_null(strstr(bad.msg, "bad_tanh"));
+    assert_non_null(strstr(bad.msg, "input 0 (x) element"));
+    pr_ctx_free(ctx);
+}
+
+static void test_mixed_devices_and_dtypes(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *i = pr_arange(ctx->step, PR_I64, PR_CPU, 3);
+    PR_EXPECT_FATAL(pr_exp(ctx, i), "exp: x has dtype i64");
+    PR_EXPECT_FATAL(pr_requires_grad_(i, true), "cannot require grad");
+    pr_ctx_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection),
+        cmocka_unit_test(test_gradcheck_catches_errors), cmocka_unit_test(test_mixed_devices_and_dtypes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,293 @@
+/* tests/test_recurrence.c: the recurrence family on the CPU.
+ *
+ * - the shared golden file, every rule, f64 and f32, per-token and chunked
+ *   forms (chunks of 64 and of 16, so chunks cut through T = 50);
+ * - the chunked forward equals the per-token one to 1e-12 in f64 at T = 131,
+ *   K != V, L = 0, 1, 3 and many chunk sizes (gradients too: the backward
+ *   recomputes from states saved every chunk);
+ * - float64 central differences of every input's gradient, through both o
+ *   and ht, at T = 1 and T not a multiple of the chunk;
+ * - prism_core with L = 0 is gdn; misuse is fatal with a clear message.
+ * Packing (cu_seqlens) and the state contract are in test_recurrence_state.c.
+ */
+#include "tests/test_recurrence_util.h"
+
+/* ---- golden vectors ------------------------------------------------------------------ */
+
+static void golden_case(pr_dtype dt, int chunk)
+{
+    const double tol = dt == PR_F64 ? 1e-10 : 1e-4;
+    pr_arena *a = pr_arena_new("golden", 0);
+    pr_safetensors st;
+    pr_err err;
+    if (pr_safetensors_read(pr_test_golden_path(), a, &st, &err) != 0) fail_msg("%s", err.msg);
+    pr_ctx *ctx = pr_ctx_new(0);
+    int rules = 0;
+    for (int r = 0; r < PR_NRULES; r++) {
+        const char *rn = pr_rule_name((pr_rule)r);
+        char name[64];
+        pr_tensor *in[REC_NIN];
+        for (int i = 0; i < REC_NIN; i++) {
+            snprintf(name, sizeof name, "%s.%s", rn, rec_in_names[i]);
+            pr_tensor *t = pr_safetensors_get(&st, name);
+            in[i] = t ? pr_to(ctx->step, t, dt, PR_CPU) : NULL;
+            if (in[i]) pr_requires_grad_(in[i], true);
+        }
+        assert_non_null(in[0]);
+        rules++;
+#define REF(x) (snprintf(name, sizeof name, "%s.%s", rn, x), pr_safetensors_get(&st, name))
+        double *dout = rec_host(REF("do"), NULL), *dht = rec_host(REF("dht"), NULL);
+        const pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = chunk, .scale = pr_item(REF("scale"))};
+        rec_out got = rec_run_opts(ctx, &opt, in, NULL, dout, dht), ref = {0};
+        ref.o = rec_host(REF("o"), &ref.n_o);
+        ref.ht = rec_host(REF("ht"), &ref.n_ht);
+        for (int i = 0; i < REC_NIN; i++) {
+            char dn[16];
+            snprintf(dn, sizeof dn, "d%s", rec_in_names[i]);
+            if (in[i]) ref.d[i] = rec_host(REF(dn), &ref.n[i]);
+        }
+#undef REF
+        char what[96];
+        snprintf(what, sizeof what, "golden %s %s chunk %d", rn, pr_dtype_name(dt), chunk);
+        rec_assert_same(what, &got, &ref, tol);
+        rec_out_free(&got);
+        rec_out_free(&ref);
+        free(dout);
+        free(dht);
+        pr_step_reset(ctx);
+    }
+    assert_int_equal(rules, PR_NRULES);
+    pr_ctx_free(ctx);
+    pr_arena_free(a);
+}
+
+static void test_golden_f64_token(void **s) { (void)s; golden_case(PR_F64, 0); }
+static void test_golden_f64_chunk64(void **s) { (void)s; golden_case(PR_F64, 64); }
+static void test_golden_f64_chunk16(void **s) { (void)s; golden_case(PR_F64, 16); }
+static void test_golden_f32_token(void **s) { (void)s; golden_case(PR_F32, 0); }
+static void test_golden_f32_chunk64(void **s) { (void)s; golden_case(PR_F32, 64); }
+static void test_golden_f32_chunk16(void **s) { (void)s; golden_case(PR_F32, 16); }
+
+/* ---- chunked == per-token ---------------------------------------------------------------- */
+
+static void chunked_case(pr_rule rule, int64_t L)
+{
+    const int64_t B = 2, T = 131, H = 2, K = 12, V = 7;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(42 + (uint64_t)rule, (uint32_t)L);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, rule, B, T, H, K, V, L, true);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(1, B * T * H * V), *dht = rec_randn(2, B * H * K * V);
+    rec_out ref = rec_run(ctx, rule, 0, in, NULL, dout, dht);
+    const int chunks[] = {64, 16, 7, 1, 131, 200};
+    for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+        rec_out got = rec_run(ctx, rule, chunks[c], in, NULL, dout, dht);
+        char what[96];
+        snprintf(what, sizeof what, "%s L=%lld chunk %d vs per-token", pr_rule_name(rule), (long long)L, chunks[c]);
+        rec_assert_same(what, &got, &ref, 1e-12);
+        rec_out_free(&got);
+    }
+    rec_out_free(&ref);
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
+static void test_chunked_equals_recurrent(void **s)
+{
+    (void)s;
+    for (int r = 0; r < PR_NRULES; r++)
+        if (r == PR_RULE_PRISM_CORE)
+            for (int64_t L = 0; L <= 3; L++) chunked_case((pr_rule)r, L);
+        else chunked_case((pr_rule)r, 0);
+}
+
+/* f32 runs in double internally: it agrees with f64 up to the inputs' rounding */
+static void test_f32_close_to_f64(void **s)
+{
+    (void)s;
+    const int64_t B = 1, T = 40, H = 2, K = 8, V = 5, L = 2;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng r64 = pr_rng_init(9, 0), r32 = pr_rng_init(9, 0);
+    pr_recurrence_inputs a = pr_recurrence_random(ctx, &r64, PR_F64, PR_RULE_PRISM_CORE, B, T, H, K, V, L, true);
+    pr_recurrence_inputs b = pr_recurrence_random(ctx, &r32, PR_F32, PR_RULE_PRISM_CORE, B, T, H, K, V, L, true);
+    assert_int_equal(b.q->dtype, PR_F32);
+    pr_tensor *ia[REC_NIN], *ib[REC_NIN];
+    rec_in_array(&a, ia);
+    rec_in_array(&b, ib);
+    double *dout = rec_randn(3, B * T * H * V), *dht = rec_randn(4, B * H * K * V);
+    for (int chunk = 0; chunk <= 16; chunk += 16) {
+        rec_out ref = rec_run(ctx, PR_RULE_PRISM_CORE, chunk, ia, NULL, dout, dht);
+        rec_out got = rec_run(ctx, PR_RULE_PRISM_CORE, chunk, ib, NULL, dout, dht);
+        assert_int_equal(ib[0]->grad->dtype, PR_F32);
+        rec_assert_same("f32 vs f64", &got, &ref, 1e-5);
+        rec_out_free(&ref);
+        rec_out_free(&got);
+    }
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
+/* ---- float64 central differences ------------------------------------------------------------- */
+
+/* sum(o*dout) + sum(ht*dht), no tape */
+static double fd_loss(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, const double *dout, const double *dht)
+{
+    bool prev = pr_set_grad_enabled(ctx, false);
+    pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
+    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
+    pr_set_grad_enabled(ctx, prev);
+    double f = 0;
+    const double *po = o->data, *ph = ht->data;
+    for (int64_t i = 0; i < o->numel; i++) f += po[i] * dout[i];
+    for (int64_t i = 0; i < ht->numel; i++) f += ph[i] * dht[i];
+    return f;
+}
+
+static void gradcheck_case(pr_rule rule, int chunk, int64_t B, int64_t T, int64_t L, bool with_h0)
+{
+    const int64_t H = 2, K = 4, V = 3;
+    const double eps = 1e-6, atol = 1e-8, rtol = 1e-6;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(7 + (uint64_t)T, (uint32_t)rule);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, rule, B, T, H, K, V, L, with_h0);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(5, B * T * H * V), *dht = rec_randn(6, B * H * K * V);
+    rec_out an = rec_run(ctx, rule, chunk, in, NULL, dout, dht);
+    for (int i = 0; i < REC_NIN; i++) {
+        if (!in[i]) continue;
+        double *x = in[i]->data;
+        for (int64_t j = 0; j < in[i]->numel; j++) {
+            const double x0 = x[j];
+            x[j] = x0 + eps;
+            const double fp = fd_loss(ctx, rule, chunk, in, dout, dht);
+            x[j] = x0 - eps;
+            const double fm = fd_loss(ctx, rule, chunk, in, dout, dht);
+            x[j] = x0;
+            const double num = (fp - fm) / (2 * eps), err = fabs(num - an.d[i][j]);
+            if (!(err <= atol + rtol * fabs(num)))
+                fail_msg("gradcheck %s chunk %d B=%lld T=%lld L=%lld: d%s[%lld] analytic %.12g, numeric %.12g",
+                         pr_rule_name(rule), chunk, (long long)B, (long long)T, (long long)L, rec_in_names[i],
+                         (long long)j, an.d[i][j], num);
+        }
+    }
+    rec_out_free(&an);
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
+static void test_gradcheck_rules(void **s)
+{
+    (void)s;
+    for (int r = 0; r < PR_NRULES; r++) {
+        const pr_rule rule = (pr_rule)r;
+        const int64_t L = pr_rule_has_extra(rule) ? 2 : 0;
+        gradcheck_case(rule, 0, 1, 1, L, true);    /* T = 1 */
+        gradcheck_case(rule, 0, 2, 5, L, true);
+        gradcheck_case(rule, 2, 1, 5, L, true);    /* T not a multiple of the chunk */
+        gradcheck_case(rule, 0, 1, 3, L, false);   /* no h0 */
+    }
+}
+
+static void test_gradcheck_prism_core_L(void **s)
+{
+    (void)s;
+    for (int64_t L = 0; L <= 3; L += (L == 1 ? 2 : 1)) {   /* L = 0, 1, 3 */
+        gradcheck_case(PR_RULE_PRISM_CORE, 0, 1, 6, L, true);
+        gradcheck_case(PR_RULE_PRISM_CORE, 4, 1, 6, L, true);
+    }
+}
+
+/* the op's registered example passes the library's gradcheck */
+static void test_example_gradcheck(void **s)
+{
+    (void)s;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng r = pr_rng_init(3, 2);
+    pr_example ex;
+    pr_op(PR_OP_recurrence)->example(ctx, &r, PR_F64, &ex);
+    pr_gradcheck_result res = pr_gradcheck(ctx, "recurrence", &ex, NULL);
+    if (!res.ok) fail_msg("%s", res.msg);
+    pr_ctx_free(ctx);
+}
+
+/* ---- prism_core with L = 0 is gdn -------------------------------------------------------------- */
+
+static void test_prism_core_L0_is_gdn(void **s)
+{
+    (void)s;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(11, 0);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_PRISM_CORE, 2, 19, 2, 6, 5, 0, true);
+    assert_int_equal(ri.kx->numel, 0);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(1, ri.v->numel), *dht = rec_randn(2, ri.h0->numel);
+    for (int chunk = 0; chunk <= 8; chunk += 8) {
+        rec_out pc = rec_run(ctx, PR_RULE_PRISM_CORE, chunk, in, NULL, dout, dht);
+        in[5] = in[6] = NULL;   /* no extras at all */
+        rec_out pn = rec_run(ctx, PR_RULE_PRISM_CORE, chunk, in, NULL, dout, dht);
+        rec_out gd = rec_run(ctx, PR_RULE_GDN, chunk, in, NULL, dout, dht);
+        rec_assert_same("prism_core L=0 vs gdn", &pc, &gd, 0.0);
+        rec_assert_same("prism_core without kx/vx vs gdn", &pn, &gd, 0.0);
+        rec_out_free(&pc);
+        rec_out_free(&pn);
+        rec_out_free(&gd);
+        in[5] = ri.kx, in[6] = ri.vx;
+    }
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
+/* ---- misuse ------------------------------------------------------------------------------------- */
+
+static void test_input_checks(void **s)
+{
+    (void)s;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(1, 0);
+    pr_recurrence_inputs a = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_PRISM_CORE, 1, 4, 2, 3, 2, 1, true);
+    pr_recurrence_inputs f = pr_recurrence_random(ctx, &rng, PR_F32, PR_RULE_GDN, 1, 4, 2, 3, 2, 0, true);
+    pr_recurrence_opts o = {.rule = PR_RULE_SSD};
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, NULL, NULL, NULL, NULL, NULL),
+                    "rule ssd does not use beta");
+    o.rule = PR_RULE_GDN;
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, NULL, a.beta, NULL, NULL, NULL, NULL, NULL),
+                    "rule gdn needs g");
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, a.kx, a.vx, NULL, NULL, NULL),
+                    "does not use kx");
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.v, a.v, a.g, a.beta, NULL, NULL, NULL, NULL, NULL),
+                    "k has shape [1,4,2,2], expected [1,4,2,3]");
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, f.g, a.beta, NULL, NULL, NULL, NULL, NULL),
+                    "dtype mismatch");
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, NULL, NULL, a.q, NULL, NULL),
+                    "h0 has shape");
+    o.rule = PR_RULE_PRISM_CORE;
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, a.kx, NULL, NULL, NULL, NULL),
+                    "kx and vx go together");
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, a.vx, a.vx, NULL, NULL, NULL),
+                    "kx has shape");
+    o.chunk = -1;
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, a.kx, a.vx, NULL, NULL, NULL),
+                    "chunk must be >= 0");
+    pr_ctx_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_f64_token),   cmocka_unit_test(test_golden_f64_chunk64),
+        cmocka_unit_test(test_golden_f64_chunk16), cmocka_unit_test(test_golden_f32_token),
+        cmocka_unit_test(test_golden_f32_chunk64), cmocka_unit_test(test_golden_f32_chunk16),
+        cmocka_unit_test(test_chunked_equals_recurrent), cmocka_unit_test(test_f32_close_to_f64),
+        cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
+        cmocka_unit_test(test_example_gradcheck),  cmocka_unit_test(test_prism_core_L0_is_gdn),
+        cmocka_unit_test(test_input_checks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,120 @@
+/* tests/test_recurrence_util.h: what the recurrence tests share: one run of
+ * pr_recurrence forward and backward (seeded with given upstream gradients)
+ * copied to host doubles, and comparisons relative to the reference's max-abs. */
+#ifndef PR_TEST_RECURRENCE_UTIL_H
+#define PR_TEST_RECURRENCE_UTIL_H
+
+#include "tests/pr_test.h"
+#include "ops/recurrence/recurrence.h"
+
+enum { REC_NIN = 8 };   /* q k v g beta kx vx h0, the node's order */
+static const char *const rec_in_names[REC_NIN] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+
+static inline void rec_in_array(const pr_recurrence_inputs *in, pr_tensor **out)
+{
+    pr_tensor *x[REC_NIN] = {in->q, in->k, in->v, in->g, in->beta, in->kx, in->vx, in->h0};
+    memcpy(out, x, sizeof x);
+}
+
+/* host copies of a run's outputs and input gradients */
+typedef struct {
+    double *o, *ht, *d[REC_NIN];
+    int64_t n_o, n_ht, n[REC_NIN];
+} rec_out;
+
+static inline double *rec_host(const pr_tensor *t, int64_t *n)
+{
+    double *p = malloc(sizeof(double) * (size_t)(t->numel + 1));
+    pr_to_host_f64(t, p);
+    if (n) *n = t->numel;
+    return p;
+}
+
+static inline void rec_out_free(rec_out *r)
+{
+    free(r->o);
+    free(r->ht);
+    for (int i = 0; i < REC_NIN; i++) free(r->d[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* deterministic normal numbers, for upstream gradients */
+static inline double *rec_randn(uint64_t seed, int64_t n)
+{
+    double *p = malloc(sizeof(double) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++) p[i] = pr_philox_normal(seed, 7, (uint64_t)i);
+    return p;
+}
+
+/* a tensor of in's dtype holding host doubles */
+static inline pr_tensor *rec_tensor_like(pr_ctx *ctx, const pr_tensor *like, int ndim, const int64_t *shape,
+                                         const double *host)
+{
+    pr_tensor *t = pr_from_host(ctx->step, PR_F64, PR_CPU, ndim, shape, host);
+    return like->dtype == PR_F64 ? t : pr_to(ctx->step, t, like->dtype, PR_CPU);
+}
+
+/* forward, then backward of sum(o*dout) + sum(ht*dht); returns host copies.
+ * Input grads are cleared first and the outputs' grads dropped after, so the
+ * next run's backward skips this node: one set of inputs serves many runs. */
+static inline rec_out rec_run_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
+                                   pr_tensor *cu, const double *dout, const double *dht)
+{
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) in[i]->grad = NULL;
+    pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
+    pr_copy_(pr_grad_of(ctx, ht), rec_tensor_like(ctx, ht, ht->ndim, ht->shape, dht));
+    pr_backward_with(ctx, o, rec_tensor_like(ctx, o, o->ndim, o->shape, dout));
+    rec_out r = {0};
+    r.o = rec_host(o, &r.n_o);
+    r.ht = rec_host(ht, &r.n_ht);
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
+    o->grad = ht->grad = NULL;
+    return r;
+}
+
+static inline rec_out rec_run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu,
+                              const double *dout, const double *dht)
+{
+    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
+    return rec_run_opts(ctx, &opt, in, cu, dout, dht);
+}
+
+/* max|got - ref| / max|ref| (absolute when ref is all zeros) */
+static inline double rec_rel_err(const double *got, const double *ref, int64_t n)
+{
+    double e = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs(got[i] - ref[i]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+        m = fmax(m, fabs(ref[i]));
+    }
+    return m > 0 ? e / m : e;
+}
+
+static inline void rec_assert_close(const char *what, const char *name, const double *got, const double *ref,
+                                    int64_t n, double tol)
+{
+    const double e = rec_rel_err(got, ref, n);
+    if (!(e <= tol)) fail_msg("%s: %s rel_err %.3g > %.1g", what, name, e, tol);
+}
+
+/* every output and gradient of two runs agree to tol */
+static inline void rec_assert_same(const char *what, const rec_out *got, const rec_out *ref, double tol)
+{
+    assert_int_equal(got->n_o, ref->n_o);
+    assert_int_equal(got->n_ht, ref->n_ht);
+    rec_assert_close(what, "o", got->o, ref->o, ref->n_o, tol);
+    rec_assert_close(what, "ht", got->ht, ref->ht, ref->n_ht, tol);
+    for (int i = 0; i < REC_NIN; i++) {
+        if (!ref->d[i]) continue;
+        assert_non_null(got->d[i]);
+        assert_int_equal(got->n[i], ref->n[i]);
+        char dn[16];
+        snprintf(dn, sizeof dn, "d%s", rec_in_names[i]);
+        rec_assert_close(what, dn, got->d[i], ref->d[i], ref->n[i], tol);
+    }
+}
+
+#endif

@@ -1,0 +1,351 @@
+/* tools/golden_check.c: `prism golden-check`, the recurrences against a
+ * reference file of the golden format (../shared/golden/README.md).
+ *
+ * Every rule present in the file (whatever its sizes: B, T, H, K, V, L and
+ * TTT's mini-batch are read off the shapes) runs forward and backward, the
+ * backward seeded with `do` and `dht` (the scalar sum(o*do) + sum(ht*dht)),
+ * and every output, final state and gradient is compared with the file's.
+ * The error of a tensor is max|got - ref| / max|ref|; a rule's is the worst
+ * of its tensors over the forms run. `--bench` times the forms instead.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/ops.h"
+#include "ops/recurrence/recurrence.h"
+#include "ops/ttt_linear.h"
+#include "tools/tools.h"
+
+typedef struct {
+    pr_device dev;
+    pr_dtype dt;
+    int forms;       /* bit 0: per-token form, bit 1: chunked form */
+    int chunk;
+    double tol;      /* 0: the default for the device and dtype */
+    bool verbose;
+} gc_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: prism golden-check FILE [options]\n"
+            "       prism golden-check --bench [options]\n"
+            "Runs every recurrence rule of a reference file (golden format: <rule>.<tensor>,\n"
+            "float64) forward and backward, seeded with do and dht, and compares the outputs,\n"
+            "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
+            "(error relative to the reference tensor's max-abs), then 'N passed, M failed'.\n"
+            "Exit status 1 on any failure or an unreadable file.\n"
+            "options:\n"
+            "  --device cpu|cuda     where to run (default cpu)\n"
+            "  --dtype f64|f32       compute dtype (default f64)\n"
+            "  --form recurrent|chunked|both   which form of the linear rules (default both)\n"
+            "  --chunk C             chunk size of the chunked form (default 64)\n"
+            "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32; cuda 2e-3 with TF32)\n"
+            "  --verbose             print every tensor's error\n"
+            "  --bench               time each rule and form at B=1 T=2048 H=4 K=V=64 L=2\n"
+            "  -h, --help            this text\n");
+}
+
+/* ---- errors inside one rule become that rule's FAIL ------------------------------- */
+
+static jmp_buf gc_jmp;
+static void gc_on_fatal(const char *msg)
+{
+    (void)msg;
+    longjmp(gc_jmp, 1);
+}
+
+/* ---- comparison ----------------------------------------------------------------------- */
+
+static double max_abs(const double *x, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* relative error of got against ref (max-abs scaled); inf on a size mismatch or NaN */
+static double rel_err(const pr_tensor *got, const pr_tensor *ref)
+{
+    if (!got || got->numel != ref->numel) return INFINITY;
+    const int64_t n = ref->numel;
+    double *g = malloc(sizeof(double) * (size_t)(n + 1)), *r = malloc(sizeof(double) * (size_t)(n + 1));
+    PR_CHECK(g && r, "golden-check: out of host memory");
+    pr_to_host_f64(got, g);
+    pr_to_host_f64(ref, r);
+    double e = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs(g[i] - r[i]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+    }
+    const double m = max_abs(r, n);
+    free(g);
+    free(r);
+    return m > 0 ? e / m : e;
+}
+
+typedef struct {
+    const pr_safetensors *st;
+    const char *rule;
+    pr_ctx *ctx;
+    const gc_opts *o;
+    const char *form;   /* for --verbose */
+    double worst;
+} gc_run;
+
+static pr_tensor *ref(const gc_run *g, const char *name)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", g->rule, name);
+    return pr_safetensors_get(g->st, full);
+}
+
+/* an input of the file on the run's device and dtype, requiring grad; NULL if absent */
+static pr_tensor *input(const gc_run *g, const char *name)
+{
+    pr_tensor *t = ref(g, name);
+    if (!t) return NULL;
+    pr_tensor *x = pr_to(g->ctx->step, t, g->o->dt, g->o->dev);
+    pr_requires_grad_(x, true);
+    return x;
+}
+
+static double scalar(const gc_run *g, const char *name, double dflt)
+{
+    pr_tensor *t = ref(g, name);
+    return t ? pr_item(t) : dflt;
+}
+
+static void compare(gc_run *g, const char *name, const pr_tensor *got)
+{
+    pr_tensor *r = ref(g, name);
+    if (!r) return;   /* the file does not check this one */
+    const double e = rel_err(got, r);
+    if (g->o->verbose) printf("  %s %-8s %-6s rel_err=%.3g\n", g->rule, g->form, name, e);
+    g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);
+}
+
+/* seed out's grad with the file's upstream gradient `name` (on the run's device and dtype) */
+static void seed(const gc_run *g, pr_tensor *out, const char *name)
+{
+    pr_tensor *r = ref(g, name);
+    PR_CHECK(r, "golden-check: %s.%s missing", g->rule, name);
+    pr_copy_(pr_grad_of(g->ctx, out), r);
+}
+
+/* ---- the linear rules -------------------------------------------------------------------- */
+
+static void run_linear(gc_run *g, int chunk)
+{
+    static const char *names[] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+    pr_tensor *in[8];
+    for (int i = 0; i < 8; i++) in[i] = input(g, names[i]);
+    pr_recurrence_opts opt = {.rule = (pr_rule)pr_rule_from_name(g->rule), .chunk = chunk,
+                              .scale = scalar(g, "scale", 0)};
+    pr_tensor *ht, *o = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
+    compare(g, "o", o);
+    compare(g, "ht", ht);
+    seed(g, ht, "dht");
+    pr_tensor *dout = pr_to(g->ctx->step, ref(g, "do"), g->o->dt, g->o->dev);
+    pr_backward_with(g->ctx, o, dout);
+    for (int i = 0; i < 8; i++) {
+        if (!in[i]) continue;
+        char dn[16];
+        snprintf(dn, sizeof dn, "d%s", names[i]);
+        compare(g, dn, in[i]->grad);
+    }
+}
+
+/* ---- TTT-Linear (ops/ttt_linear.h) -------------------------------------------------------- */
+
+static void run_ttt(gc_run *g)
+{
+    static const char *names[] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
+    pr_tensor *in[8];
+    for (int i = 0; i < 8; i++) in[i] = input(g, names[i]);
+    pr_ttt_opts opt = {.scale = scalar(g, "scale", 0), .mini_batch = (int)scalar(g, "mini_batch", 16),
+                       .eps = scalar(g, "eps", 1e-6)};
+    pr_tensor *ht, *hbt;
+    pr_tensor *o = pr_ttt_linear(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], &ht, &hbt);
+    compare(g, "o", o);
+    compare(g, "ht", ht);
+    compare(g, "hbt", hbt);
+    seed(g, ht, "dht");
+    seed(g, hbt, "dhbt");
+    pr_tensor *dout = pr_to(g->ctx->step, ref(g, "do"), g->o->dt, g->o->dev);
+    pr_backward_with(g->ctx, o, dout);
+    for (int i = 0; i < 8; i++) {
+        if (!in[i]) continue;
+        char dn[16];
+        snprintf(dn, sizeof dn, "d%s", names[i]);
+        compare(g, dn, in[i]->grad);
+    }
+}
+
+/* one rule, every form asked for; returns its worst error (inf on a fatal error) */
+static double check_rule(const pr_safetensors *st, const char *rule, pr_ctx *ctx, const gc_opts *o, char *why,
+                         size_t why_n)
+{
+    gc_run g = {.st = st, .rule = rule, .ctx = ctx, .o = o, .worst = 0};
+    why[0] = 0;
+    pr_set_error_handler(gc_on_fatal);
+    if (setjmp(gc_jmp) == 0) {
+        if (!strcmp(rule, "ttt_linear")) {
+            g.form = "dual";
+            run_ttt(&g);
+        } else {
+            for (int f = 0; f < 2; f++) {
+                if (!(o->forms & (1 << f))) continue;
+                g.form = f ? "chunked" : "token";
+                run_linear(&g, f ? o->chunk : 0);
+                pr_step_reset(ctx);
+            }
+        }
+    } else {
+        snprintf(why, why_n, "%s", pr_last_error());
+        g.worst = INFINITY;
+    }
+    pr_set_error_handler(NULL);
+    pr_step_reset(ctx);
+    return g.worst;
+}
+
+static int golden_check(const char *path, const gc_opts *o)
+{
+    pr_arena *a = pr_arena_new("golden", 0);
+    pr_safetensors st;
+    pr_err err;
+    if (pr_safetensors_read(path, a, &st, &err) != 0) {
+        fprintf(stderr, "prism golden-check: %s\n", err.msg);
+        pr_arena_free(a);
+        return 1;
+    }
+    static const char *rules[] = {"linattn", "ssd", "delta", "gdn", "prism_core", "ttt_linear"};
+    const double tol = o->tol > 0 ? o->tol : o->dt == PR_F64 ? 1e-9 : o->dev == PR_CUDA ? 2e-3 : 1e-4;
+    pr_ctx *ctx = pr_ctx_new(0);
+    int passed = 0, failed = 0;
+    for (size_t r = 0; r < sizeof rules / sizeof *rules; r++) {
+        char qn[64], why[512];
+        snprintf(qn, sizeof qn, "%s.q", rules[r]);
+        if (!pr_safetensors_get(&st, qn)) continue;
+        const double e = check_rule(&st, rules[r], ctx, o, why, sizeof why);
+        const bool ok = e <= tol;
+        printf("%s %s max_rel_err=%.3g%s%s\n", rules[r], ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
+        ok ? passed++ : failed++;
+    }
+    pr_ctx_free(ctx);
+    pr_arena_free(a);
+    if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.q)\n", path);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed || passed == 0 ? 1 : 0;
+}
+
+/* ---- --bench: CPU (or CUDA) time of each form ------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench(const gc_opts *o)
+{
+    const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
+    pr_ctx *ctx = pr_ctx_new(0);
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld L=%lld (prism_core), %s %s; seconds, best of 3\n", (long long)B,
+           (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_device_name(o->dev),
+           pr_dtype_name(o->dt));
+    printf("%-11s %9s %9s %9s %9s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd");
+    for (int r = 0; r < PR_NRULES; r++) {
+        double best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
+        for (int rep = 0; rep < 3; rep++)
+            for (int f = 0; f < 2; f++) {
+                pr_rng rng = pr_rng_init(1, 0);
+                pr_recurrence_inputs in = pr_recurrence_random(ctx, &rng, o->dt, (pr_rule)r, B, T, H, K, V, L, true);
+                pr_tensor *x[8] = {in.q, in.k, in.v, in.g, in.beta, in.kx, in.vx, in.h0};
+                for (int i = 0; i < 8; i++)
+                    if (x[i] && o->dev != PR_CPU) x[i] = pr_to(ctx->step, x[i], o->dt, o->dev), pr_requires_grad_(x[i], true);
+                pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = f ? o->chunk : 0};
+                pr_tensor *dout = pr_full(ctx->step, o->dt, o->dev, PR_DIMS(B, T, H, V), 1.0);
+                pr_device_sync(o->dev);
+                double t0 = now_s();
+                pr_tensor *out = pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, NULL);
+                pr_device_sync(o->dev);
+                double t1 = now_s();
+                pr_backward_with(ctx, out, dout);
+                pr_device_sync(o->dev);
+                double t2 = now_s();
+                best[f][0] = fmin(best[f][0], t1 - t0);
+                best[f][1] = fmin(best[f][1], t2 - t1);
+                pr_step_reset(ctx);
+            }
+        printf("%-11s %9.4f %9.4f %9.4f %9.4f\n", pr_rule_name((pr_rule)r), best[0][0], best[0][1], best[1][0],
+               best[1][1]);
+    }
+    pr_ctx_free(ctx);
+    return 0;
+}
+
+/* ---- the subcommand -------------------------------------------------------------------------- */
+
+int pr_cmd_golden_check(int argc, char **argv)
+{
+    gc_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
+    const char *path = NULL;
+    bool do_bench = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (pr_is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--verbose")) {
+            o.verbose = true;
+        } else if (!strcmp(a, "--bench")) {
+            do_bench = true;
+        } else if (!strcmp(a, "--device") && val) {
+            i++;
+            if (!strcmp(val, "cpu")) o.dev = PR_CPU;
+            else if (!strcmp(val, "cuda")) o.dev = PR_CUDA;
+            else return fprintf(stderr, "prism golden-check: --device must be cpu or cuda, not %s\n", val), 2;
+        } else if (!strcmp(a, "--dtype") && val) {
+            i++;
+            if (!strcmp(val, "f64")) o.dt = PR_F64;
+            else if (!strcmp(val, "f32")) o.dt = PR_F32;
+            else return fprintf(stderr, "prism golden-check: --dtype must be f64 or f32, not %s\n", val), 2;
+        } else if (!strcmp(a, "--form") && val) {
+            i++;
+            o.forms = !strcmp(val, "recurrent") ? 1 : !strcmp(val, "chunked") ? 2 : !strcmp(val, "both") ? 3 : 0;
+            if (!o.forms)
+                return fprintf(stderr, "prism golden-check: --form must be recurrent, chunked or both\n"), 2;
+        } else if (!strcmp(a, "--chunk") && val) {
+            o.chunk = atoi(argv[++i]);
+            if (o.chunk <= 0) return fprintf(stderr, "prism golden-check: --chunk must be > 0\n"), 2;
+        } else if (!strcmp(a, "--tol") && val) {
+            o.tol = atof(argv[++i]);
+        } else if (a[0] == '-') {
+            fprintf(stderr, "prism golden-check: unknown or incomplete option %s\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!path) {
+            path = a;
+        } else {
+            fprintf(stderr, "prism golden-check: one FILE only (got %s and %s)\n", path, a);
+            return 2;
+        }
+    }
+    if (o.dev == PR_CUDA && !pr_cuda_available()) {
+        fprintf(stderr, "prism golden-check: --device cuda, but no CUDA device (or built without CUDA)\n");
+        return 1;
+    }
+    if (do_bench) return bench(&o);
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    return golden_check(path, &o);
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# tools/test.sh: build and run every test.
+#  1. build-asan/: CPU-only, AddressSanitizer + UBSan + LeakSanitizer, every CPU test.
+#  2. build/: the default configuration (CUDA when nvcc exists), the CUDA tests
+#     (each skips, saying so, when no GPU is present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+cmake -S . -B build-asan -DPRISM_CUDA=OFF -DPRISM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -L cpu
+
+cmake -S . -B build >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -L cuda
