@@ -27,6 +27,7 @@ typedef struct {
     int chunk;
     double tol;      /* 0: the default for the device and dtype */
     bool verbose;
+    bool tf32;       /* CUDA: ctx->matmul_tf32 = 1 */
 } gc_opts;
 
 static void usage(FILE *f)
@@ -44,9 +45,13 @@ static void usage(FILE *f)
             "  --dtype f64|f32       compute dtype (default f64)\n"
             "  --form recurrent|chunked|both   which form of the linear rules (default both)\n"
             "  --chunk C             chunk size of the chunked form (default 64)\n"
-            "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32; cuda 2e-3 with TF32)\n"
+            "  --tf32                CUDA: allow TF32 tensor cores (ctx->matmul_tf32 = 1)\n"
+            "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32; 2e-3 with --tf32)\n"
             "  --verbose             print every tensor's error\n"
             "  --bench               time each rule and form at B=1 T=2048 H=4 K=V=64 L=2\n"
+            "  --make OUT            write a reference file of the five linear rules, computed by\n"
+            "                        the CPU per-token form in f64 (for other sizes; no ttt_linear)\n"
+            "  --size B,T,H,K,V,L    its sizes (default 2,131,2,12,7,3)\n"
             "  -h, --help            this text\n");
 }
 
@@ -129,12 +134,24 @@ static void compare(gc_run *g, const char *name, const pr_tensor *got)
     g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);
 }
 
-/* seed out's grad with the file's upstream gradient `name` (on the run's device and dtype) */
-static void seed(const gc_run *g, pr_tensor *out, const char *name)
+/* sum(out * <the file's upstream gradient `name`>) on the tape; the backward
+ * of a sum of these is seeded with exactly those gradients */
+static pr_tensor *dot_loss(const gc_run *g, pr_tensor *out, const char *name)
 {
     pr_tensor *r = ref(g, name);
     PR_CHECK(r, "golden-check: %s.%s missing", g->rule, name);
-    pr_copy_(pr_grad_of(g->ctx, out), r);
+    return pr_sum_all(g->ctx, pr_mul(g->ctx, out, pr_to(g->ctx->step, r, g->o->dt, g->o->dev)));
+}
+
+/* compare the grads of the inputs present with the file's d<name> */
+static void compare_grads(gc_run *g, pr_tensor *const *in, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!in[i]) continue;
+        char dn[16];
+        snprintf(dn, sizeof dn, "d%s", names[i]);
+        compare(g, dn, in[i]->grad);
+    }
 }
 
 /* ---- the linear rules -------------------------------------------------------------------- */
@@ -149,15 +166,8 @@ static void run_linear(gc_run *g, int chunk)
     pr_tensor *ht, *o = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
     compare(g, "o", o);
     compare(g, "ht", ht);
-    seed(g, ht, "dht");
-    pr_tensor *dout = pr_to(g->ctx->step, ref(g, "do"), g->o->dt, g->o->dev);
-    pr_backward_with(g->ctx, o, dout);
-    for (int i = 0; i < 8; i++) {
-        if (!in[i]) continue;
-        char dn[16];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        compare(g, dn, in[i]->grad);
-    }
+    pr_backward(g->ctx, pr_add(g->ctx, dot_loss(g, o, "do"), dot_loss(g, ht, "dht")));
+    compare_grads(g, in, names, 8);
 }
 
 /* ---- TTT-Linear (ops/ttt_linear.h) -------------------------------------------------------- */
@@ -174,16 +184,9 @@ static void run_ttt(gc_run *g)
     compare(g, "o", o);
     compare(g, "ht", ht);
     compare(g, "hbt", hbt);
-    seed(g, ht, "dht");
-    seed(g, hbt, "dhbt");
-    pr_tensor *dout = pr_to(g->ctx->step, ref(g, "do"), g->o->dt, g->o->dev);
-    pr_backward_with(g->ctx, o, dout);
-    for (int i = 0; i < 8; i++) {
-        if (!in[i]) continue;
-        char dn[16];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        compare(g, dn, in[i]->grad);
-    }
+    pr_tensor *loss = pr_add(g->ctx, dot_loss(g, o, "do"), dot_loss(g, ht, "dht"));
+    pr_backward(g->ctx, pr_add(g->ctx, loss, dot_loss(g, hbt, "dhbt")));
+    compare_grads(g, in, names, 8);
 }
 
 /* one rule, every form asked for; returns its worst error (inf on a fatal error) */
@@ -225,8 +228,9 @@ static int golden_check(const char *path, const gc_opts *o)
         return 1;
     }
     static const char *rules[] = {"linattn", "ssd", "delta", "gdn", "prism_core", "ttt_linear"};
-    const double tol = o->tol > 0 ? o->tol : o->dt == PR_F64 ? 1e-9 : o->dev == PR_CUDA ? 2e-3 : 1e-4;
+    const double tol = o->tol > 0 ? o->tol : o->dt == PR_F64 ? 1e-9 : o->tf32 ? 2e-3 : 1e-4;
     pr_ctx *ctx = pr_ctx_new(0);
+    ctx->matmul_tf32 = o->tf32;
     int passed = 0, failed = 0;
     for (size_t r = 0; r < sizeof rules / sizeof *rules; r++) {
         char qn[64], why[512];
@@ -257,6 +261,7 @@ static int bench(const gc_opts *o)
 {
     const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
     pr_ctx *ctx = pr_ctx_new(0);
+    ctx->matmul_tf32 = o->tf32;
     printf("B=%lld T=%lld H=%lld K=%lld V=%lld L=%lld (prism_core), %s %s; seconds, best of 3\n", (long long)B,
            (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_device_name(o->dev),
            pr_dtype_name(o->dt));
@@ -291,12 +296,60 @@ static int bench(const gc_opts *o)
     return 0;
 }
 
+/* ---- --make: a reference file of any size from the CPU per-token form ------------------------ */
+
+static int make_reference(const char *path, const int64_t *sz)
+{
+    const int64_t B = sz[0], T = sz[1], H = sz[2], K = sz[3], V = sz[4], L = sz[5];
+    enum { MAXT = PR_NRULES * 24 };
+    static char names[MAXT][48];
+    const char *name_p[MAXT];
+    const pr_tensor *ts[MAXT];
+    int n = 0;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(2024, 0);
+#define ADD(rule, nm, t) (snprintf(names[n], sizeof names[n], "%s.%s", rule, nm), name_p[n] = names[n], ts[n++] = (t))
+    for (int r = 0; r < PR_NRULES; r++) {
+        const char *rn = pr_rule_name((pr_rule)r);
+        pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, (pr_rule)r, B, T, H, K, V, L, true);
+        pr_tensor *in[8] = {ri.q, ri.k, ri.v, ri.g, ri.beta, ri.kx, ri.vx, ri.h0};
+        static const char *in_names[8] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+        pr_recurrence_opts opt = {.rule = (pr_rule)r};
+        pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
+        pr_tensor *dout = pr_randn(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, &rng);
+        pr_tensor *dht = pr_randn(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, &rng);
+        pr_backward(ctx, pr_add(ctx, pr_sum_all(ctx, pr_mul(ctx, o, dout)), pr_sum_all(ctx, pr_mul(ctx, ht, dht))));
+        pr_tensor *scale = pr_full(ctx->step, PR_F64, PR_CPU, PR_DIMS(1), 1.0 / sqrt((double)K));
+        for (int i = 0; i < 8; i++)
+            if (in[i]) ADD(rn, in_names[i], in[i]);
+        ADD(rn, "o", o), ADD(rn, "ht", ht), ADD(rn, "do", dout), ADD(rn, "dht", dht), ADD(rn, "scale", scale);
+        for (int i = 0; i < 8; i++) {
+            if (!in[i]) continue;
+            char dn[16];
+            snprintf(dn, sizeof dn, "d%s", in_names[i]);
+            ADD(rn, dn, in[i]->grad);
+        }
+    }
+#undef ADD
+    char shape[128];
+    snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld K=%lld V=%lld L=%lld", (long long)B, (long long)T,
+             (long long)H, (long long)K, (long long)V, (long long)L);
+    const char *mk[] = {"shape", "made_by"}, *mv[] = {shape, "prism golden-check --make (CPU per-token form, f64)"};
+    pr_err err;
+    const int rc = pr_safetensors_write(path, n, name_p, ts, 2, mk, mv, &err);
+    if (rc != 0) fprintf(stderr, "prism golden-check: %s\n", err.msg);
+    else printf("wrote %s (%d tensors, %s)\n", path, n, shape);
+    pr_ctx_free(ctx);
+    return rc ? 1 : 0;
+}
+
 /* ---- the subcommand -------------------------------------------------------------------------- */
 
 int pr_cmd_golden_check(int argc, char **argv)
 {
     gc_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
-    const char *path = NULL;
+    const char *path = NULL, *make = NULL;
+    int64_t size[6] = {2, 131, 2, 12, 7, 3};
     bool do_bench = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -305,6 +358,8 @@ int pr_cmd_golden_check(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--verbose")) {
             o.verbose = true;
+        } else if (!strcmp(a, "--tf32")) {
+            o.tf32 = true;
         } else if (!strcmp(a, "--bench")) {
             do_bench = true;
         } else if (!strcmp(a, "--device") && val) {
@@ -325,6 +380,14 @@ int pr_cmd_golden_check(int argc, char **argv)
         } else if (!strcmp(a, "--chunk") && val) {
             o.chunk = atoi(argv[++i]);
             if (o.chunk <= 0) return fprintf(stderr, "prism golden-check: --chunk must be > 0\n"), 2;
+        } else if (!strcmp(a, "--make") && val) {
+            make = argv[++i];
+        } else if (!strcmp(a, "--size") && val) {
+            long long x[6];
+            if (sscanf(argv[++i], "%lld,%lld,%lld,%lld,%lld,%lld", &x[0], &x[1], &x[2], &x[3], &x[4], &x[5]) != 6 ||
+                x[0] < 1 || x[1] < 1 || x[2] < 1 || x[3] < 1 || x[4] < 1 || x[5] < 0)
+                return fprintf(stderr, "prism golden-check: --size wants B,T,H,K,V,L (L >= 0, others >= 1)\n"), 2;
+            for (int j = 0; j < 6; j++) size[j] = x[j];
         } else if (!strcmp(a, "--tol") && val) {
             o.tol = atof(argv[++i]);
         } else if (a[0] == '-') {
@@ -343,6 +406,7 @@ int pr_cmd_golden_check(int argc, char **argv)
         return 1;
     }
     if (do_bench) return bench(&o);
+    if (make) return make_reference(make, size);
     if (!path) {
         usage(stderr);
         return 2;

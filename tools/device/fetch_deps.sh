@@ -5,7 +5,9 @@
 # call carries (carry: [".deps"]) and tools/device/run_tests.sh unpacks there.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-mkdir -p .deps
+mkdir -p .deps/golden
+# the shared reference vectors do not travel with the checkout: carry a copy
+cp ../shared/golden/recurrences.safetensors .deps/golden/ 2>/dev/null || echo "fetch_deps: no ../shared/golden"
 cd .deps
 if ls *.deb >/dev/null 2>&1; then echo "fetch_deps: .deps/ already has $(ls *.deb | wc -l) packages"; exit 0; fi
 apt-get download libcjson1 libcjson-dev libcmocka0 libcmocka-dev \

@@ -13,7 +13,8 @@
 #   --target T      build only target T (repeatable; default: all)
 # After `--`, the rest runs as a shell command once the build is done, with
 # LD_LIBRARY_PATH set (e.g. -- build-device/prism golden-check ... ).
-# The build and test logs land in $OUT/build.log and $OUT/ctest.log.
+# The build and test logs land in $OUT/build.log and $OUT/ctest.log. PRISM_GOLDEN
+# points at .deps/golden/recurrences.safetensors (fetch_deps.sh copies it there).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
@@ -36,6 +37,7 @@ if [ ! -d "$deps/usr" ]; then
     for f in .deps/*.deb; do dpkg -x "$f" "$deps"; done
 fi
 libdir=$deps/usr/lib/x86_64-linux-gnu
+[ -f .deps/golden/recurrences.safetensors ] && export PRISM_GOLDEN=$PWD/.deps/golden/recurrences.safetensors
 export LD_LIBRARY_PATH=$libdir:$libdir/openblas-pthread:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 
