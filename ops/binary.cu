@@ -221,6 +221,7 @@ static gen_reduce make_gen_reduce(const pr_tensor *x, const pr_tensor *out)
 
 template <int OP> static void binary_forward(pr_ctx *ctx, pr_node *n)
 {
+    pr_cuda_check_f32(n);
     const pr_tensor *a = n->in[0], *b = n->in[1];
     pr_tensor *out = n->out[0];
     long long N = out->numel;

@@ -30,6 +30,7 @@ extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
     const pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2];
     int W = (int)w->shape[1];
+    PR_CHECK(x->dtype == PR_F32, "conv1d: CUDA supports f32 only, not %s", pr_dtype_name(x->dtype));
     if (x->numel == 0) return;
     conv1d_fwd<<<pr_cuda_blocks(x->numel, 256), 256, 0, pr_cuda_stream(ctx)>>>(
         (float *)n->out[0]->data, (const float *)x->data, (const float *)w->data,

@@ -56,6 +56,7 @@ static void dropout_launch(pr_ctx *ctx, const pr_node *n, float *dst, const floa
 extern "C" void pr_dropout_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0];
+    PR_CHECK(x->dtype == PR_F32, "dropout: CUDA supports f32 only, not %s", pr_dtype_name(x->dtype));
     dropout_launch(ctx, n, (float *)n->out[0]->data, (const float *)x->data, x->numel, false);
 }
 

@@ -27,6 +27,7 @@ extern "C" void pr_embedding_forward_cuda(pr_ctx *ctx, pr_node *n)
     const pr_tensor *w = n->in[0], *ids = n->in[1];
     pr_tensor *out = n->out[0];
     int64_t N = ids->numel, D = w->shape[1];
+    PR_CHECK(w->dtype == PR_F32, "embedding: CUDA supports f32 only, not %s", pr_dtype_name(w->dtype));
     if (N * D == 0) return;
     cudaStream_t s = pr_cuda_stream(ctx);
     unsigned blocks = pr_cuda_blocks(N * D, 256);
@@ -39,23 +40,23 @@ extern "C" void pr_embedding_forward_cuda(pr_ctx *ctx, pr_node *n)
     PR_CUDA_LAUNCH_CHECK();
 }
 
-/* keys = ids as int32 (V < 2^31 is checked), values = positions 0..N-1 */
+/* keys = ids as uint32 (V < 2^31 is checked), values = positions 0..N-1 */
 template <typename I>
-__global__ void embedding_keys(int32_t *keys, int32_t *pos, const I *ids, int32_t N)
+__global__ void embedding_keys(uint32_t *keys, int32_t *pos, const I *ids, int64_t N)
 {
-    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
-        keys[i] = (int32_t)ids[i];
-        pos[i] = i;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
+        keys[i] = (uint32_t)ids[i];
+        pos[i] = (int32_t)i;
     }
 }
 
 /* in the sorted keys, row v's positions are sorted[start[v] .. end[v]) (empty: 0, 0) */
-__global__ void embedding_segments(int32_t *start, int32_t *end, const int32_t *keys, int32_t N)
+__global__ void embedding_segments(int32_t *start, int32_t *end, const uint32_t *keys, int64_t N)
 {
-    for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < N; j += gridDim.x * blockDim.x) {
-        int32_t k = keys[j];
-        if (j == 0 || keys[j - 1] != k) start[k] = j;
-        if (j == N - 1 || keys[j + 1] != k) end[k] = j + 1;
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < N; j += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t k = keys[j];
+        if (j == 0 || keys[j - 1] != k) start[k] = (int32_t)j;
+        if (j == N - 1 || keys[j + 1] != k) end[k] = (int32_t)(j + 1);
     }
 }
 
@@ -106,27 +107,27 @@ extern "C" void pr_embedding_backward_cuda(pr_ctx *ctx, pr_node *n)
 
     /* one scratch block: keys in/out, positions in/out, row starts/ends, CUB's temp */
     size_t sort_bytes = 0;
-    PR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int32_t *)nullptr,
-                                                  (int32_t *)nullptr, (const int32_t *)nullptr,
+    PR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint32_t *)nullptr,
+                                                  (uint32_t *)nullptr, (const int32_t *)nullptr,
                                                   (int32_t *)nullptr, (int)N, 0, end_bit, s));
     size_t nb = align256(sizeof(int32_t) * (size_t)N), vb = align256(sizeof(int32_t) * (size_t)V);
     size_t total = 4 * nb + 2 * vb + align256(sort_bytes);
     char *base = (char *)pr_cuda_malloc(total);
-    int32_t *keys = (int32_t *)base, *keys_sorted = (int32_t *)(base + nb);
+    uint32_t *keys = (uint32_t *)base, *keys_sorted = (uint32_t *)(base + nb);
     int32_t *pos = (int32_t *)(base + 2 * nb), *pos_sorted = (int32_t *)(base + 3 * nb);
     int32_t *start = (int32_t *)(base + 4 * nb), *end = (int32_t *)(base + 4 * nb + vb);
     void *temp = base + 4 * nb + 2 * vb;
 
     unsigned blocks = pr_cuda_blocks(N, 256);
     if (ids->dtype == PR_I32)
-        embedding_keys<<<blocks, 256, 0, s>>>(keys, pos, (const int32_t *)ids->data, (int32_t)N);
+        embedding_keys<<<blocks, 256, 0, s>>>(keys, pos, (const int32_t *)ids->data, N);
     else
-        embedding_keys<<<blocks, 256, 0, s>>>(keys, pos, (const int64_t *)ids->data, (int32_t)N);
+        embedding_keys<<<blocks, 256, 0, s>>>(keys, pos, (const int64_t *)ids->data, N);
     PR_CUDA_LAUNCH_CHECK();
     PR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, keys_sorted, pos, pos_sorted, (int)N,
                                                   0, end_bit, s));
     PR_CUDA_CHECK(cudaMemsetAsync(start, 0, 2 * vb, s));   /* start and end are adjacent */
-    embedding_segments<<<blocks, 256, 0, s>>>(start, end, keys_sorted, (int32_t)N);
+    embedding_segments<<<blocks, 256, 0, s>>>(start, end, keys_sorted, N);
     PR_CUDA_LAUNCH_CHECK();
     unsigned rows = (unsigned)(V < 4096 ? V : 4096);
     embedding_grad<<<rows, dim3(EG_X, EG_Y), 0, s>>>((float *)dw->data, (const float *)n->out[0]->grad->data,

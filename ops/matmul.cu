@@ -81,6 +81,7 @@ extern "C" void pr_matmul_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *a = n->in[0], *b = n->in[1];
     pr_tensor *out = n->out[0];
+    PR_CHECK(a->dtype == PR_F32, "matmul: CUDA supports f32 only, not %s", pr_dtype_name(a->dtype));
     mm_dims d = mm_dims_of(n);
     rm_arg x = {(const float *)a->data, d.ta, (long long)(d.M * d.K)};
     rm_arg y = {(const float *)b->data, d.tb, d.shared ? 0LL : (long long)(d.K * d.N)};

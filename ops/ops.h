@@ -81,7 +81,12 @@ pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps);
 /* ---- matmul.c -----------------------------------------------------------------
  * op(a) @ op(b), op = transpose of the last two dims when the flag is set.
  * a [..., M, K] (or [..., K, M] transposed), b [K, N] (shared by every batch)
- * or [..., K, N] with the same leading dims as a. out [..., M, N]. */
+ * or [..., K, N] with the same leading dims as a. out [..., M, N].
+ * CUDA runs every case through cuBLAS; ctx->matmul_tf32 picks its precision:
+ * 0 = full fp32 math (matches the CPU to ~1e-6 relative), 1 = TF32 tensor
+ * cores (inputs rounded to a 10-bit mantissa: ~1e-3 relative error, several
+ * times faster). It applies to the forward and the backward alike; the CPU
+ * ignores it. */
 pr_tensor *pr_matmul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b, bool trans_a, bool trans_b);
 
 /* ---- embedding.c: weight [V, D], ids int32/int64 any shape -> [..., D]; an id

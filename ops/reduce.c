@@ -110,8 +110,14 @@ static void reduce_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex,
     ex->apply = apply;
 }
 
-void pr_sum_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex) { reduce_example(ctx, r, dt, ex, sum_apply); }
-void pr_mean_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex) { reduce_example(ctx, r, dt, ex, mean_apply); }
+void pr_sum_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    reduce_example(ctx, r, dt, ex, sum_apply);
+}
+void pr_mean_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    reduce_example(ctx, r, dt, ex, mean_apply);
+}
 void pr_sum_all_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
 {
     reduce_example(ctx, r, dt, ex, sum_all_apply);

@@ -31,15 +31,19 @@ __global__ static void spread_kernel(const float *g, long long N, float *dx, lon
         long long j = 4 * i;
         bool v = al && j + 4 <= n;
         pr_f4 acc = pr_ld4(dx, j, n, v);
+        long long r = j / N, c = j - r * N;
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (j + k < n) acc.v[k] += (float)(g[(j + k) / N] * scale);
+        for (int k = 0; k < 4; k++) {
+            if (j + k < n) acc.v[k] += (float)(g[r] * scale);
+            if (++c == N) c = 0, r++;
+        }
         pr_st4(dx, j, n, v, acc);
     }
 }
 
 static void reduce_rows_forward(pr_ctx *ctx, pr_node *n, bool mean)
 {
+    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0];
     long long N = x->shape[x->ndim - 1], R = x->numel / N;
     pr_cuda_rowsum(pr_cuda_stream(ctx), read_rc{(const float *)x->data, N}, R, N, (float *)n->out[0]->data,
@@ -48,6 +52,7 @@ static void reduce_rows_forward(pr_ctx *ctx, pr_node *n, bool mean)
 
 static void reduce_all_forward(pr_ctx *ctx, pr_node *n, bool mean)
 {
+    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0];
     cudaStream_t s = pr_cuda_stream(ctx);
     double *total = (double *)pr_cuda_malloc(sizeof(double));

@@ -72,7 +72,8 @@ pr_tensor *pr_reshape(pr_ctx *ctx, pr_tensor *x, int ndim, const int64_t *shape)
 void pr_reshape_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
-    if (n->out[0]->data != n->in[0]->data) move(n->in[0]->dtype, n->out[0]->data, n->in[0]->data, n->in[0]->numel, false);
+    pr_tensor *x = n->in[0], *y = n->out[0];
+    if (y->data != x->data) move(x->dtype, y->data, x->data, x->numel, false);
 }
 
 /* same elements in the same order: dx += dout, element by element */

@@ -16,6 +16,11 @@ static int64_t prod(const int64_t *shape, int from, int to)
     return p;
 }
 
+static void check_f32(const char *op, const pr_tensor *x)
+{
+    PR_CHECK(x->dtype == PR_F32, "%s: CUDA supports f32 only, not %s", op, pr_dtype_name(x->dtype));
+}
+
 /* ---- reshape ------------------------------------------------------------------ */
 
 __global__ void shape_add(float *dst, const float *src, int64_t n)
@@ -37,6 +42,7 @@ extern "C" void pr_reshape_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     pr_tensor *dx = pr_in_grad(n, 0);
     if (!dx || dx->numel == 0) return;
+    check_f32("reshape", dx);
     shape_add<<<pr_cuda_blocks(dx->numel, 256), 256, 0, pr_cuda_stream(ctx)>>>(
         (float *)dx->data, (const float *)n->out[0]->grad->data, dx->numel);
     PR_CUDA_LAUNCH_CHECK();
@@ -114,6 +120,7 @@ static void transpose_launch(pr_ctx *ctx, float *dst, const float *src, tr_dims 
 extern "C" void pr_transpose_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0];
+    check_f32("transpose", x);
     transpose_launch(ctx, (float *)n->out[0]->data, (const float *)x->data,
                      tr_dims_of(x, (int)n->iarg[0], (int)n->iarg[1]), false);
 }
@@ -188,6 +195,7 @@ static run_copy slice_runs(const pr_tensor *x, const pr_node *n, bool back)
 extern "C" void pr_slice_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0];
+    check_f32("slice", x);
     copy_runs_launch(ctx, (float *)n->out[0]->data, (const float *)x->data, slice_runs(x, n, false), false);
 }
 
@@ -223,5 +231,10 @@ static void concat_move(pr_ctx *ctx, pr_node *n, bool back)
     }
 }
 
-extern "C" void pr_concat_forward_cuda(pr_ctx *ctx, pr_node *n) { concat_move(ctx, n, false); }
+extern "C" void pr_concat_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    check_f32("concat", n->in[0]);
+    concat_move(ctx, n, false);
+}
+
 extern "C" void pr_concat_backward_cuda(pr_ctx *ctx, pr_node *n) { concat_move(ctx, n, true); }

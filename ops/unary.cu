@@ -109,6 +109,7 @@ __global__ void unary_backward_kernel(const float *x, const float *y, const floa
 
 template <int OP> static void unary_forward(pr_ctx *ctx, pr_node *n)
 {
+    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0];
     pr_tensor *y = n->out[0];
     long long N = x->numel;

@@ -61,6 +61,14 @@ static inline unsigned pr_cuda_blocks(long long n, int threads)
     return (unsigned)(b < 1 ? 1 : (b > 65535LL * 32 ? 65535LL * 32 : b));
 }
 
+/* fatal unless every float input of n is f32 (the CUDA kernels' one dtype) */
+static inline void pr_cuda_check_f32(const pr_node *n)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] && pr_dtype_is_float(n->in[i]->dtype) && n->in[i]->dtype != PR_F32)
+            pr_fatal("%s: CUDA kernels are f32 only (input %d is %s)", n->op->name, i, pr_dtype_name(n->in[i]->dtype));
+}
+
 /* float4 access is possible at p (cudaMalloc gives 256-byte alignment; views may not) */
 static inline int pr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
@@ -131,16 +139,61 @@ __device__ __forceinline__ void pr_st4(float *p, long long j, long long n, bool 
     }
 }
 
-/* the group size for one row of D elements: a warp for short rows, a block for long */
+/* ---- row kernels: a group of G threads per row of D elements ----
+ * Short rows get a warp (8 rows per 256-thread block), long rows a block.
+ * Lane l owns the 4-element chunks j = 4 (l + i G), i = 0, 1, ...; the first
+ * pr_row_slots<G>() of them can stay in registers between passes over the
+ * row, so a row of up to 4 G slots elements (1024 for a warp, 8192 for a
+ * block) is read from memory once; longer rows re-read the rest (from L2).
+ * Row kernels declare __launch_bounds__(PR_ROW_THREADS(G)). */
+#define PR_ROW_THREADS(G) ((G) < 256 ? 256 : (G))
+template <int G> constexpr int pr_row_slots() { return G >= 1024 ? 2 : 8; } /* 1024 threads: 64 registers */
 template <class F> static inline void pr_cuda_row_dispatch(long long D, F launch)
 {
     if (D <= 1024) launch(std::integral_constant<int, 32>());
     else if (D <= 8192) launch(std::integral_constant<int, 256>());
     else launch(std::integral_constant<int, 1024>());
 }
-/* threads per block for group size G, and blocks for R rows */
-template <int G> static inline int pr_row_threads() { return G < 256 ? 256 : G; }
-template <int G> static inline unsigned pr_row_blocks(long long R) { return (unsigned)((R + pr_row_threads<G>() / G - 1) / (pr_row_threads<G>() / G)); }
+template <int G> static inline int pr_row_threads() { return PR_ROW_THREADS(G); }
+template <int G> static inline unsigned pr_row_blocks(long long R)
+{
+    long long rows = pr_row_threads<G>() / G;
+    return (unsigned)((R + rows - 1) / rows);
+}
+/* this thread's row (clamped to R - 1, so every thread of a group takes part
+ * in its reductions; `ok` says whether the thread may store) and lane */
+template <int G> __device__ __forceinline__ long long pr_row_index(long long R, bool *ok, int *lane)
+{
+    long long r = (long long)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
+    *ok = r < R;
+    *lane = threadIdx.x % G;
+    return *ok ? r : R - 1;
+}
+/* f(j, i) for each chunk j of the lane: i is the register slot (a constant
+ * after unrolling), -1 past the slots */
+template <int G, class F> __device__ __forceinline__ void pr_row_chunks(long long D, int lane, F f)
+{
+    constexpr int V = pr_row_slots<G>();
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        long long j = ((long long)i * G + lane) * 4;
+        if (j < D) f(j, i);
+    }
+    for (long long j = ((long long)V * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
+}
+/* chunk j from its register slot, or from memory past the slots */
+__device__ __forceinline__ pr_f4 pr_row_get(const pr_f4 *slots, const float *p, long long j, long long D, bool vec,
+                                            int i)
+{
+    return i >= 0 ? slots[i] : pr_ld4(p, j, D, vec);
+}
+/* fill the register slots with the row */
+template <int G> __device__ __forceinline__ void pr_row_load(pr_f4 *slots, const float *p, long long D, bool vec, int lane)
+{
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        if (i >= 0) slots[i] = pr_ld4(p, j, D, vec);
+    });
+}
 
 /* ---- deterministic sums of f(i) (functor: __device__ double operator()(long long) const) ---- */
 
@@ -175,15 +228,15 @@ template <class F> static void pr_cuda_sum(cudaStream_t s, F f, long long n, dou
 /* ---- deterministic row sums: dst[r] (+)= scale * sum_{c<C} f(r, c) ---- */
 
 template <int G, class F>
-__global__ void pr_rowsum_kernel(F f, long long R, long long C, float *dst, double scale, bool accumulate)
+__global__ void __launch_bounds__(PR_ROW_THREADS(G)) pr_rowsum_kernel(F f, long long R, long long C, float *dst, double scale, bool accumulate)
 {
-    long long r = (long long)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
-    int lane = threadIdx.x % G;
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
     double acc = 0.0;
-    if (r < R)
-        for (long long c = lane; c < C; c += G) acc += f(r, c);
+    for (long long c = lane; c < C; c += G) acc += f(r, c);
     acc = pr_group_reduce<G>(acc, pr_op_sum());
-    if (r < R && lane == 0) dst[r] = (float)((accumulate ? (double)dst[r] : 0.0) + scale * acc);
+    if (ok && lane == 0) dst[r] = (float)((accumulate ? (double)dst[r] : 0.0) + scale * acc);
 }
 template <class F>
 static void pr_cuda_rowsum(cudaStream_t s, F f, long long R, long long C, float *dst, double scale, bool accumulate)

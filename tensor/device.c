@@ -6,7 +6,7 @@
 #include "tensor/tensor.h"
 
 #ifdef PRISM_HAVE_CUDA
-#define CUDA_OR_DIE(expr) expr
+#define CUDA_OR_DIE(expr) do { expr; } while (0) /* one statement: `if (...) CUDA_OR_DIE(a; return)` */
 #else
 #define CUDA_OR_DIE(expr) pr_fatal("this prism was built without CUDA (configure with -DPRISM_CUDA=ON)")
 #endif

@@ -7,13 +7,16 @@
  * every max error. Sizes are awkward on purpose: odd dims, T a prime, partial
  * tiles. Tolerances, and why:
  *  - shape ops and dropout move or scale elements: exact (0, 0), masks included;
- *  - embedding forward is a gather: exact; its backward sums repeated rows
- *    in another order than the CPU: 1e-5 (grads ~ O(10) in size);
- *  - conv1d: W-term sums, exact up to rounding (1e-5); dw, dbias reduce over
- *    B*T ~ 1e3..1e4 products in another order: atol 1e-4, rtol 1e-4;
- *  - matmul in fp32 math: error ~ sqrt(K) eps |row|.|col|, K <= 300: 1e-4;
- *    in TF32 math inputs round to a 10-bit mantissa (2^-11 relative), so
- *    products err ~ 5e-4 each: atol 2e-2, rtol 1e-2.
+ *  - embedding forward is a gather, exact; its backward sums up to ~600
+ *    repeats of a row in another order than the CPU (grads ~ 15 in size; the
+ *    CPU's own f32 sum is 7e-5 off f64): atol 2e-4, rtol 1e-5;
+ *  - conv1d: out and dx are W-term sums; dw, dbias reduce over B*T <= 4106
+ *    rows in another order (the CPU's sequential f32 sum alone is 2e-4 off
+ *    f64 there): atol 1e-3, rtol 1e-4 against CPU f32, 5e-4 against f64;
+ *  - matmul in fp32 math: error ~ sqrt(K) eps |a||b|, K <= 301: 1e-4;
+ *    in TF32 math each input rounds to a 10-bit mantissa (relative 2^-11,
+ *    2^-10 if truncated), so a K = 301 sum errs by ~2e-3..4e-3 (one std):
+ *    atol 3e-2, rtol 1e-2. Wrong indexing gives errors of O(1).
  * The embedding and conv1d backwards are also run twice and must agree bit
  * for bit (no float atomics). Every case skips without a GPU.
  */
@@ -238,7 +241,7 @@ static void matmul_case(int nb, const int64_t *batch, int64_t M, int64_t K, int6
     snprintf(what, sizeof what, "matmul %d batch dims%s, M %lld K %lld N %lld%s%s", nb,
              shared ? " (b shared)" : "", (long long)M, (long long)K, (long long)N, ta ? " a^T" : "",
              tb ? " b^T" : "");
-    tols fp32 = {1e-4, 1e-4, 1e-4, 1e-4}, tf = {2e-2, 1e-2, 2e-2, 1e-2};
+    tols fp32 = {1e-4, 1e-4, 1e-4, 1e-4}, tf = {3e-2, 1e-2, 3e-2, 1e-2};
     check_devices(what, &ex, tf32 ? tf : fp32, tf32);
     pr_ctx_free(ctx);
 }
@@ -285,7 +288,7 @@ static void test_matmul_tf32_switch(void **state)
     }
     printf("  matmul [64,256]@[256,96] vs f64: fp32 math max|diff| %.3g, tf32 math %.3g\n", err[0], err[1]);
     assert_true(err[0] < 1e-4);
-    assert_true(err[1] < 2e-2);
+    assert_true(err[1] < 5e-2);
     pr_ctx_free(ctx);
 }
 
@@ -310,7 +313,7 @@ static void test_embedding(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    tols t = {1e-5, 1e-5, 1e-5, 1e-5};
+    tols t = {2e-4, 1e-5, 2e-4, 1e-5};
     pr_ctx *ctx = pr_ctx_new(1);
     pr_example e1 = embedding_ex(ctx, 1000, 130, PR_DIMS(4, 777), PR_I32);   /* 3108 ids, most rows empty */
     check_devices("embedding V1000 D130 ids i32 [4,777]", &e1, t, 0);
@@ -336,7 +339,7 @@ static void conv1d_case(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, b
     char what[96];
     snprintf(what, sizeof what, "conv1d B%lld T%lld C%lld W%lld%s", (long long)B, (long long)T, (long long)C,
              (long long)W, bias ? " bias" : "");
-    tols t = {1e-4, 1e-4, 1e-4, 1e-4};
+    tols t = {1e-3, 1e-4, 5e-4, 1e-4};
     check_devices(what, &ex, t, 0);
     if (det) check_deterministic(what, &ex);
     pr_ctx_free(ctx);

@@ -44,9 +44,8 @@ static void check_op(pr_ctx *ctx, pr_op_id id)
     op->example(ctx, &r, PR_F64, &ex);
     gradcheck_ok(ctx, op->name, &ex);
 
-    /* a fresh tape (an old node whose output holds a grad would run again in
-     * the next backward), the same example, and its copy in f32 (integer
-     * inputs, like ids, stay as they are) */
+    /* a fresh tape, the same example, and its copy in f32 (integer inputs,
+     * like ids, stay as they are) */
     pr_step_reset(ctx);
     r = pr_rng_init(7, 3);
     ex = (pr_example){0};
@@ -65,8 +64,7 @@ static void check_op(pr_ctx *ctx, pr_op_id id)
     pr_rng wr = pr_rng_init(11, 0);
     pr_tensor *w = pr_randn(ctx->step, PR_F64, PR_CPU, y64->ndim, y64->shape, &wr);
     /* the f64 grads start at 0.5 and must end at 0.5 + the f32 grads: the
-     * backward accumulates. y32 was recorded after y64: its backward goes
-     * first, so that y64's node (no grad yet) is skipped by it */
+     * backward accumulates */
     for (int i = 0; i < ex.n_in; i++)
         if (ex.in[i] && ex.in[i]->requires_grad) pr_fill_(pr_grad_of(ctx, ex.in[i]), 0.5);
     pr_backward_with(ctx, y32, w);
@@ -273,7 +271,8 @@ static void test_embedding_errors(void **state)
     PR_EXPECT_FATAL(pr_embedding(ctx, w, pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(2), bad)),
                     "embedding: id 4 at position 1 out of range [0, V=4)");
     PR_EXPECT_FATAL(pr_embedding(ctx, w, pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(1), neg)), "id -1");
-    PR_EXPECT_FATAL(pr_embedding(ctx, w, pr_zeros(ctx->step, PR_F32, PR_CPU, PR_DIMS(2))), "must be int32 or int64");
+    PR_EXPECT_FATAL(pr_embedding(ctx, w, pr_zeros(ctx->step, PR_F32, PR_CPU, PR_DIMS(2))),
+                    "must be int32 or int64");
     PR_EXPECT_FATAL(pr_embedding(ctx, pr_zeros(ctx->step, PR_F32, PR_CPU, PR_DIMS(12)),
                                  pr_zeros(ctx->step, PR_I64, PR_CPU, PR_DIMS(2))),
                     "embedding: weight [12] must be [V, D]");

@@ -54,23 +54,26 @@ static inline pr_tensor *rec_tensor_like(pr_ctx *ctx, const pr_tensor *like, int
     return like->dtype == PR_F64 ? t : pr_to(ctx->step, t, like->dtype, PR_CPU);
 }
 
+/* sum(x * w) for a host array w of x's size, on the tape */
+static inline pr_tensor *rec_dot_loss(pr_ctx *ctx, pr_tensor *x, const double *w)
+{
+    return pr_sum_all(ctx, pr_mul(ctx, x, rec_tensor_like(ctx, x, x->ndim, x->shape, w)));
+}
+
 /* forward, then backward of sum(o*dout) + sum(ht*dht); returns host copies.
- * Input grads are cleared first and the outputs' grads dropped after, so the
- * next run's backward skips this node: one set of inputs serves many runs. */
+ * Input grads are cleared first, so one set of inputs serves many runs. */
 static inline rec_out rec_run_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
                                    pr_tensor *cu, const double *dout, const double *dht)
 {
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) in[i]->grad = NULL;
     pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
-    pr_copy_(pr_grad_of(ctx, ht), rec_tensor_like(ctx, ht, ht->ndim, ht->shape, dht));
-    pr_backward_with(ctx, o, rec_tensor_like(ctx, o, o->ndim, o->shape, dout));
+    pr_backward(ctx, pr_add(ctx, rec_dot_loss(ctx, o, dout), rec_dot_loss(ctx, ht, dht)));
     rec_out r = {0};
     r.o = rec_host(o, &r.n_o);
     r.ht = rec_host(ht, &r.n_ht);
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
-    o->grad = ht->grad = NULL;
     return r;
 }
 

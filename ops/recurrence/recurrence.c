@@ -165,6 +165,11 @@ static pr_rec_seq seq_of(const rec_dims *d, double *const *x, int64_t s, int64_t
     };
 }
 
+#ifdef PRISM_HAVE_OPENMP
+/* small problems (tests, gradcheck) run faster on one thread than on a team */
+static bool worth_threads(const rec_dims *d) { return d->N * d->H > 1 && d->B * d->T * d->H * d->K * d->V >= (1 << 16); }
+#endif
+
 /* ---- forward ----------------------------------------------------------------------- */
 
 void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
@@ -181,7 +186,7 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
     const int64_t work_n = d.chunk ? pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L) : 2 * d.V;
 
 #ifdef PRISM_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (worth_threads(&d))
 #endif
     for (int64_t p = 0; p < d.N * d.H; p++) {
         const int64_t s = p / d.H, h = p % d.H;
@@ -224,7 +229,7 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     const double *ckpt = (const double *)n->saved[0]->data;
 
 #ifdef PRISM_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (worth_threads(&d))
 #endif
     for (int64_t p = 0; p < d.N * d.H; p++) {
         const int64_t s = p / d.H, h = p % d.H;

@@ -1,0 +1,216 @@
+/* ops/loss.cu: CUDA cross_entropy and bce_logits (f32 logits).
+ *
+ * cross_entropy: a warp or block per row computes lse = logsumexp(x_r) and
+ * the row's loss lse - x_r[t_r]; the mean over kept rows is a fixed-order sum
+ * (pr_cuda_sum). The forward then reads the number of kept rows and of
+ * out-of-range targets back to the host (one sync per call): a bad target is
+ * fatal as on the CPU, and the count goes into iarg[1] for the backward.
+ * Node: in = {logits, targets}, iarg[0] = ignore_index, iarg[1] = count
+ * (set here), saved[0] = lse per row (set here; the CPU saves nothing).
+ *   dx_rc += g/count (softmax(x_r)_c - [c == t_r]) for kept rows.
+ * bce_logits: mean of max(x,0) - x t + log(1 + e^-|x|);
+ *   dx += g/N (sigmoid(x) - t), dt += -g/N x.
+ */
+#include <math.h>
+
+#include "ops/ops.h"
+#include "tensor/cuda.h"
+
+__device__ __forceinline__ long long target_at(const void *t, bool is64, long long r)
+{
+    return is64 ? ((const long long *)t)[r] : ((const int *)t)[r];
+}
+
+/* ---- cross_entropy ------------------------------------------------------------------- */
+
+template <int G>
+__global__ void __launch_bounds__(PR_ROW_THREADS(G))
+    ce_rows_kernel(const float *x, const void *tgt, bool is64, long long ignore, long long R, long long C, float *lse_out,
+                   float *loss_out, bool vec)
+{
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
+    const float *xr = x + r * C;
+    pr_f4 xs[pr_row_slots<G>()];
+    pr_row_load<G>(xs, xr, C, vec, lane);
+    float mx = -INFINITY;
+    pr_row_chunks<G>(C, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(xs, xr, j, C, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < C) mx = fmaxf(mx, v.v[k]);
+    });
+    mx = pr_group_reduce<G>(mx, pr_op_max());
+    float sum = 0.0f;
+    pr_row_chunks<G>(C, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(xs, xr, j, C, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < C) sum += expf(v.v[k] - mx);
+    });
+    sum = pr_group_reduce<G>(sum, pr_op_sum());
+    if (!ok || lane != 0) return;
+    float lse = mx + logf(sum);
+    long long t = target_at(tgt, is64, r);
+    lse_out[r] = lse;
+    loss_out[r] = t == ignore || t < 0 || t >= C ? 0.0f : lse - xr[t];
+}
+
+template <int G>
+__global__ void __launch_bounds__(PR_ROW_THREADS(G))
+    ce_backward_kernel(const float *x, const void *tgt, bool is64, long long ignore, const float *lse, const float *g,
+                       double inv_count, float *dx, long long R, long long C, bool vec)
+{
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
+    long long t = target_at(tgt, is64, r);
+    if (!ok || t == ignore) return;
+    float gs = (float)(*g * inv_count), l = lse[r];
+    const float *xr = x + r * C;
+    float *dxr = dx + r * C;
+    pr_row_chunks<G>(C, lane, [&](long long j, int i) {
+        pr_f4 v = pr_ld4(xr, j, C, vec), acc = pr_ld4(dxr, j, C, vec);
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc.v[k] += gs * (expf(v.v[k] - l) - (j + k == t ? 1.0f : 0.0f));
+        pr_st4(dxr, j, C, vec, acc);
+    });
+}
+
+struct read_f {
+    const float *p;
+    __device__ __forceinline__ double operator()(long long i) const { return p[i]; }
+};
+/* kept rows (bad = false) or kept rows whose class is out of [0, C) (bad = true) */
+struct count_targets {
+    const void *t;
+    bool is64, bad;
+    long long ignore, C;
+    __device__ __forceinline__ double operator()(long long i) const
+    {
+        long long v = target_at(t, is64, i);
+        if (v == ignore) return 0.0;
+        return bad ? (v < 0 || v >= C ? 1.0 : 0.0) : 1.0;
+    }
+};
+
+/* out = sum / count, or 0 with no kept row */
+__global__ static void ce_finish_kernel(const double *tot, float *out) { *out = tot[1] > 0 ? (float)(tot[0] / tot[1]) : 0.0f; }
+
+/* the message the CPU gives for the first out-of-range target */
+static void ce_report_bad_target(const pr_tensor *t, long long ignore, long long C)
+{
+    size_t bytes = pr_nbytes(t);
+    void *h = malloc(bytes ? bytes : 1);
+    PR_CHECK(h, "cross_entropy: out of host memory");
+    PR_CUDA_CHECK(cudaMemcpy(h, t->data, bytes, cudaMemcpyDeviceToHost));
+    for (long long r = 0; r < t->numel; r++) {
+        long long v = t->dtype == PR_I64 ? ((const int64_t *)h)[r] : ((const int32_t *)h)[r];
+        if (v != ignore && (v < 0 || v >= C)) {
+            free(h);
+            pr_fatal("cross_entropy: target %lld at index %lld is out of range [0, %lld) (ignore_index %lld)", v, r, C,
+                     ignore);
+        }
+    }
+    free(h);
+}
+
+extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_check_f32(n);
+    const pr_tensor *x = n->in[0], *t = n->in[1];
+    long long C = x->shape[x->ndim - 1], R = x->numel / C, ignore = n->iarg[0];
+    bool is64 = t->dtype == PR_I64;
+    cudaStream_t s = pr_cuda_stream(ctx);
+    pr_tensor *lse = pr_op_output(ctx, PR_F32, PR_CUDA, x->ndim - 1, x->shape);
+    n->saved[0] = lse;
+    n->n_saved = 1;
+    float *loss = (float *)pr_cuda_malloc(sizeof(float) * (size_t)R);
+    double *tot = (double *)pr_cuda_malloc(3 * sizeof(double)); /* loss sum, kept rows, bad targets */
+    bool vec = C % 4 == 0 && pr_aligned16(x->data);
+    pr_cuda_row_dispatch(C, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        ce_rows_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+            (const float *)x->data, t->data, is64, ignore, R, C, (float *)lse->data, loss, vec);
+    });
+    PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_sum(s, read_f{loss}, R, tot);
+    pr_cuda_sum(s, count_targets{t->data, is64, false, ignore, C}, R, tot + 1);
+    pr_cuda_sum(s, count_targets{t->data, is64, true, ignore, C}, R, tot + 2);
+    ce_finish_kernel<<<1, 1, 0, s>>>(tot, (float *)n->out[0]->data);
+    PR_CUDA_LAUNCH_CHECK();
+    double h[3];
+    PR_CUDA_CHECK(cudaMemcpyAsync(h, tot, sizeof h, cudaMemcpyDeviceToHost, s));
+    PR_CUDA_CHECK(cudaStreamSynchronize(s));
+    pr_cuda_free(loss, sizeof(float) * (size_t)R);
+    pr_cuda_free(tot, 3 * sizeof(double));
+    if (h[2] > 0) ce_report_bad_target(t, ignore, C);
+    n->iarg[1] = (int64_t)h[1];
+}
+
+extern "C" void pr_cross_entropy_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0], *t = n->in[1];
+    pr_tensor *gx = pr_in_grad(n, 0);
+    long long C = x->shape[x->ndim - 1], R = x->numel / C, count = n->iarg[1];
+    if (!gx || count == 0) return;
+    bool vec = C % 4 == 0 && pr_aligned16(x->data) && pr_aligned16(gx->data);
+    cudaStream_t s = pr_cuda_stream(ctx);
+    pr_cuda_row_dispatch(C, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        ce_backward_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+            (const float *)x->data, t->data, t->dtype == PR_I64, n->iarg[0], (const float *)n->saved[0]->data,
+            (const float *)n->out[0]->grad->data, 1.0 / (double)count, (float *)gx->data, R, C, vec);
+    });
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+/* ---- bce_logits ------------------------------------------------------------------------ */
+
+struct bce_term {
+    const float *x, *t;
+    __device__ __forceinline__ double operator()(long long i) const
+    {
+        float xi = x[i];
+        return (double)(fmaxf(xi, 0.0f) - xi * t[i]) + (double)log1pf(expf(-fabsf(xi)));
+    }
+};
+
+__global__ static void bce_finish_kernel(const double *tot, double inv_n, float *out) { *out = (float)(*tot * inv_n); }
+
+__global__ static void bce_backward_kernel(const float *x, const float *t, const float *g, double inv_n, float *dx,
+                                           float *dt, long long n)
+{
+    float gs = (float)(*g * inv_n);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float xi = x[i], e = expf(-fabsf(xi));
+        float sig = xi >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        if (dx) dx[i] += gs * (sig - t[i]);
+        if (dt) dt[i] += -gs * xi;
+    }
+}
+
+extern "C" void pr_bce_logits_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_check_f32(n);
+    const pr_tensor *x = n->in[0], *t = n->in[1];
+    cudaStream_t s = pr_cuda_stream(ctx);
+    double *tot = (double *)pr_cuda_malloc(sizeof(double));
+    pr_cuda_sum(s, bce_term{(const float *)x->data, (const float *)t->data}, x->numel, tot);
+    bce_finish_kernel<<<1, 1, 0, s>>>(tot, 1.0 / (double)x->numel, (float *)n->out[0]->data);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_free(tot, sizeof(double));
+}
+
+extern "C" void pr_bce_logits_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0], *t = n->in[1];
+    pr_tensor *gx = pr_in_grad(n, 0), *gt = pr_in_grad(n, 1);
+    if (!gx && !gt) return;
+    long long N = x->numel;
+    bce_backward_kernel<<<pr_cuda_blocks(N, 256), 256, 0, pr_cuda_stream(ctx)>>>(
+        (const float *)x->data, (const float *)t->data, (const float *)n->out[0]->grad->data, 1.0 / (double)N,
+        gx ? (float *)gx->data : NULL, gt ? (float *)gt->data : NULL, N);
+    PR_CUDA_LAUNCH_CHECK();
+}

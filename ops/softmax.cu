@@ -1,0 +1,117 @@
+/* ops/softmax.cu: CUDA softmax and log_softmax over the last dim (f32).
+ *
+ * A warp (short rows) or a block (long rows) per row; the row stays in
+ * registers between its passes (max, sum of exp, write), so x is read from
+ * memory once and y written once. Node layout as ops/softmax.c: in[0] = x,
+ * out[0] = y; the backwards read only y:
+ *   softmax:     dx_j += y_j (g_j - sum_i g_i y_i)
+ *   log_softmax: dx_j += g_j - e^{y_j} sum_i g_i
+ */
+#include <math.h>
+
+#include "ops/ops.h"
+#include "tensor/cuda.h"
+
+template <int G, bool LOG>
+__global__ void __launch_bounds__(PR_ROW_THREADS(G)) softmax_forward_kernel(const float *x, float *y, long long R, long long D, bool vec)
+{
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
+    const float *xr = x + r * D;
+    float *yr = y + r * D;
+    pr_f4 xs[pr_row_slots<G>()];
+    pr_row_load<G>(xs, xr, D, vec, lane);
+    float mx = -INFINITY;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < D) mx = fmaxf(mx, v.v[k]);
+    });
+    mx = pr_group_reduce<G>(mx, pr_op_max());
+    float sum = 0.0f;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < D) sum += expf(v.v[k] - mx);
+    });
+    sum = pr_group_reduce<G>(sum, pr_op_sum());
+    float lse = mx + logf(sum), inv = 1.0f / sum;
+    if (!ok) return;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v.v[k] = LOG ? v.v[k] - lse : expf(v.v[k] - mx) * inv;
+        pr_st4(yr, j, D, vec, v);
+    });
+}
+
+template <int G, bool LOG>
+__global__ void __launch_bounds__(PR_ROW_THREADS(G)) softmax_backward_kernel(const float *y, const float *g, float *dx, long long R, long long D, bool vec)
+{
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
+    const float *yr = y + r * D, *gr = g + r * D;
+    float *dxr = dx + r * D;
+    pr_f4 ys[pr_row_slots<G>()], gs[pr_row_slots<G>()];
+    pr_row_load<G>(ys, yr, D, vec, lane);
+    pr_row_load<G>(gs, gr, D, vec, lane);
+    float dot = 0.0f; /* sum g y (softmax) or sum g (log_softmax); zero padding adds nothing */
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 yv = pr_row_get(ys, yr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) dot += LOG ? gv.v[k] : gv.v[k] * yv.v[k];
+    });
+    dot = pr_group_reduce<G>(dot, pr_op_sum());
+    if (!ok) return;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 yv = pr_row_get(ys, yr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
+        pr_f4 acc = pr_ld4(dxr, j, D, vec);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            acc.v[k] += LOG ? gv.v[k] - expf(yv.v[k]) * dot : yv.v[k] * (gv.v[k] - dot);
+        pr_st4(dxr, j, D, vec, acc);
+    });
+}
+
+template <bool LOG> static void softmax_forward(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_check_f32(n);
+    const pr_tensor *x = n->in[0];
+    pr_tensor *y = n->out[0];
+    long long D = x->shape[x->ndim - 1], R = x->numel / D;
+    if (R == 0) return;
+    bool vec = D % 4 == 0 && pr_aligned16(x->data) && pr_aligned16(y->data);
+    cudaStream_t s = pr_cuda_stream(ctx);
+    pr_cuda_row_dispatch(D, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        softmax_forward_kernel<G, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+            (const float *)x->data, (float *)y->data, R, D, vec);
+    });
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+template <bool LOG> static void softmax_backward(pr_ctx *ctx, pr_node *n)
+{
+    pr_tensor *gx = pr_in_grad(n, 0);
+    if (!gx) return;
+    const pr_tensor *y = n->out[0];
+    long long D = y->shape[y->ndim - 1], R = y->numel / D;
+    if (R == 0) return;
+    bool vec = D % 4 == 0 && pr_aligned16(y->data) && pr_aligned16(y->grad->data) && pr_aligned16(gx->data);
+    cudaStream_t s = pr_cuda_stream(ctx);
+    pr_cuda_row_dispatch(D, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        softmax_backward_kernel<G, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+            (const float *)y->data, (const float *)y->grad->data, (float *)gx->data, R, D, vec);
+    });
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void pr_softmax_forward_cuda(pr_ctx *ctx, pr_node *n) { softmax_forward<false>(ctx, n); }
+extern "C" void pr_softmax_backward_cuda(pr_ctx *ctx, pr_node *n) { softmax_backward<false>(ctx, n); }
+extern "C" void pr_log_softmax_forward_cuda(pr_ctx *ctx, pr_node *n) { softmax_forward<true>(ctx, n); }
+extern "C" void pr_log_softmax_backward_cuda(pr_ctx *ctx, pr_node *n) { softmax_backward<true>(ctx, n); }
