@@ -98,6 +98,61 @@ __attribute__((unused)) static void pr_test_on_fatal(const char *msg)
             fail_msg("fatal error \"%s\" does not contain \"%s\"", pr_last_error(), needle); \
     } while (0)
 
+/* An op's example, checked three ways: float64 gradcheck (max error < 1e-6);
+ * f32 against f64 on the same inputs, output and every input grad (atol
+ * 1e-5 * tol_scale, rtol 1e-4); and the backward accumulates: the f64 grads
+ * start at 0.5 and must end at 0.5 + the f32 grads. */
+static inline void pr_test_op_example(pr_ctx *ctx, pr_op_id id, uint64_t seed)
+{
+    const pr_op_info *op = pr_op(id);
+    pr_rng r = pr_rng_init(seed, 3);
+    pr_example ex = {0};
+    op->example(ctx, &r, PR_F64, &ex);
+    pr_gradcheck_result g = pr_gradcheck(ctx, op->name, &ex, NULL);
+    if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
+    assert_true(g.ok);
+    assert_true(g.max_abs_err < 1e-6);
+
+    /* a fresh tape, the same example, and its f32 copy (integer inputs stay) */
+    pr_step_reset(ctx);
+    r = pr_rng_init(seed, 3);
+    ex = (pr_example){0};
+    op->example(ctx, &r, PR_F64, &ex);
+    pr_example ex32 = ex;
+    for (int i = 0; i < ex.n_in; i++) {
+        pr_tensor *t = ex.in[i];
+        if (!t || !pr_dtype_is_float(t->dtype)) continue;
+        ex32.in[i] = pr_to(ctx->step, t, PR_F32, PR_CPU);
+        ex32.in[i]->requires_grad = t->requires_grad;
+    }
+    pr_rng rng0 = ctx->rng;
+    pr_tensor *y64 = ex.apply(ctx, ex.in, &ex);
+    ctx->rng = rng0;
+    pr_tensor *y32 = ex32.apply(ctx, ex32.in, &ex32);
+    assert_int_equal(y32->dtype, PR_F32);
+    double tol = 1e-5 * (ex.tol_scale > 0 ? ex.tol_scale : 1);
+    pr_assert_tensors_close(op->name, y32, y64, tol, 1e-4);
+    pr_rng wr = pr_rng_init(11, 0);
+    pr_tensor *w = pr_randn(ctx->step, PR_F64, PR_CPU, y64->ndim, y64->shape, &wr);
+    for (int i = 0; i < ex.n_in; i++)
+        if (ex.in[i] && ex.in[i]->requires_grad) pr_fill_(pr_grad_of(ctx, ex.in[i]), 0.5);
+    pr_backward_with(ctx, y32, w);
+    pr_backward_with(ctx, y64, w);
+    for (int i = 0; i < ex.n_in; i++) {
+        if (!ex.in[i] || !ex.in[i]->requires_grad) continue;
+        int64_t n = ex.in[i]->numel;
+        double *g32 = malloc(sizeof(double) * (size_t)n), *g64 = malloc(sizeof(double) * (size_t)n);
+        assert_non_null(ex32.in[i]->grad);
+        pr_to_host_f64(ex32.in[i]->grad, g32);
+        pr_to_host_f64(ex.in[i]->grad, g64);
+        for (int64_t j = 0; j < n; j++) g64[j] -= 0.5;
+        pr_assert_allclose(op->name, g32, g64, n, tol, 1e-4);
+        free(g32);
+        free(g64);
+    }
+    pr_step_reset(ctx);
+}
+
 /* CUDA tests call this first: skips with a message when no GPU is present */
 #define PR_SKIP_WITHOUT_CUDA()                                                 \
     do {                                                                       \

@@ -1,9 +1,7 @@
 /* tests/test_ops_a.c: binary (broadcasting), reductions, softmax, losses and
  * norms on the CPU.
  *
- * For every op: float64 gradcheck of its example, and f32 against f64 on the
- * same inputs (output and every input grad within atol 1e-5 * tol_scale, rtol
- * 1e-4; the backward must accumulate). Then hand-computed values, variants
+ * Every op's example is checked in tests/test_ops_all.c; here: hand-computed values, variants
  * with optional inputs left out, a fused op against its composition from
  * primitive ops, and the fatal errors with the op's name in the message.
  */
@@ -28,72 +26,6 @@ static void gradcheck_ok(pr_ctx *ctx, const char *what, const pr_example *ex)
     assert_true(g.ok);
     assert_true(g.max_abs_err < 1e-6);
 }
-
-/* ---- every op: gradcheck in f64, f32 against f64 ------------------------------- */
-
-static void check_op(pr_ctx *ctx, pr_op_id id)
-{
-    const pr_op_info *op = pr_op(id);
-    pr_rng r = pr_rng_init(5, 1);
-    pr_example ex = {0};
-    op->example(ctx, &r, PR_F64, &ex);
-    gradcheck_ok(ctx, op->name, &ex);
-
-    /* a fresh tape, the same example, and its f32 copy (integer targets stay) */
-    pr_step_reset(ctx);
-    r = pr_rng_init(5, 1);
-    ex = (pr_example){0};
-    op->example(ctx, &r, PR_F64, &ex);
-    pr_example ex32 = ex;
-    for (int i = 0; i < ex.n_in; i++) {
-        pr_tensor *t = ex.in[i];
-        if (!t || !pr_dtype_is_float(t->dtype)) continue;
-        ex32.in[i] = pr_to(ctx->step, t, PR_F32, PR_CPU);
-        ex32.in[i]->requires_grad = true;
-    }
-    pr_tensor *y64 = ex.apply(ctx, ex.in, &ex), *y32 = ex32.apply(ctx, ex32.in, &ex32);
-    assert_int_equal(y32->dtype, PR_F32);
-    double tol = 1e-5 * (ex.tol_scale > 0 ? ex.tol_scale : 1);
-    pr_assert_tensors_close(op->name, y32, y64, tol, 1e-4);
-    pr_rng wr = pr_rng_init(11, 0);
-    pr_tensor *w = pr_randn(ctx->step, PR_F64, PR_CPU, y64->ndim, y64->shape, &wr);
-    /* the f64 grads start at 0.5 and must end at 0.5 + the f32 grads */
-    for (int i = 0; i < ex.n_in; i++)
-        if (ex.in[i] && ex.in[i]->requires_grad) pr_fill_(pr_grad_of(ctx, ex.in[i]), 0.5);
-    pr_backward_with(ctx, y32, w);
-    pr_backward_with(ctx, y64, w);
-    for (int i = 0; i < ex.n_in; i++) {
-        if (!ex.in[i] || !ex.in[i]->requires_grad) continue;
-        int64_t n = ex.in[i]->numel;
-        double *g32 = malloc(sizeof(double) * (size_t)n), *g64 = malloc(sizeof(double) * (size_t)n);
-        assert_non_null(ex32.in[i]->grad);
-        pr_to_host_f64(ex32.in[i]->grad, g32);
-        pr_to_host_f64(ex.in[i]->grad, g64);
-        for (int64_t j = 0; j < n; j++) g64[j] -= 0.5;
-        pr_assert_allclose(op->name, g32, g64, n, tol, 1e-4);
-        free(g32);
-        free(g64);
-    }
-}
-
-#define OP_TEST(name) \
-    static void test_op_##name(void **state) { check_op(*state, PR_OP_##name); }
-OP_TEST(add)
-OP_TEST(sub)
-OP_TEST(mul)
-OP_TEST(div)
-OP_TEST(sum)
-OP_TEST(mean)
-OP_TEST(sum_all)
-OP_TEST(mean_all)
-OP_TEST(softmax)
-OP_TEST(log_softmax)
-OP_TEST(cross_entropy)
-OP_TEST(bce_logits)
-OP_TEST(layernorm)
-OP_TEST(rmsnorm)
-OP_TEST(rmsnorm_gated)
-OP_TEST(l2norm)
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -411,22 +343,6 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_op_add, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_sub, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_mul, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_div, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_sum, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_mean, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_sum_all, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_mean_all, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_softmax, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_log_softmax, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_cross_entropy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_bce_logits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_layernorm, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_rmsnorm, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_rmsnorm_gated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_l2norm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broadcast_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broadcast_outer_and_scalar, setup, teardown),
         cmocka_unit_test_setup_teardown(test_div_scalar_grad, setup, teardown),

@@ -1,8 +1,7 @@
 /* tests/test_ops_b.c: matmul, embedding, conv1d, reshape/transpose/slice/
  * concat/split and dropout on the CPU.
  *
- * For every op: float64 gradcheck of its example and f32 against f64 (forward
- * and input grads). Then hand-computed values, matmul's BLAS path and plain-C
+ * Every op's example is checked in tests/test_ops_all.c; here: hand-computed values, matmul's BLAS path and plain-C
  * path against a naive triple loop for every transpose flag, round trips of
  * the shape ops, dropout's statistics and determinism, and the fatal errors.
  */
@@ -34,71 +33,11 @@ static void gradcheck_ok(pr_ctx *ctx, const char *what, const pr_example *ex)
     assert_true(g.max_abs_err < 1e-6);
 }
 
-/* ---- every op: gradcheck in f64, f32 against f64 ------------------------------- */
-
-static void check_op(pr_ctx *ctx, pr_op_id id)
-{
-    const pr_op_info *op = pr_op(id);
-    pr_rng r = pr_rng_init(7, 3);
-    pr_example ex = {0};
-    op->example(ctx, &r, PR_F64, &ex);
-    gradcheck_ok(ctx, op->name, &ex);
-
-    /* a fresh tape, the same example, and its copy in f32 (integer inputs,
-     * like ids, stay as they are) */
-    pr_step_reset(ctx);
-    r = pr_rng_init(7, 3);
-    ex = (pr_example){0};
-    op->example(ctx, &r, PR_F64, &ex);
-    pr_example ex32 = ex;
-    for (int i = 0; i < ex.n_in; i++) {
-        pr_tensor *t = ex.in[i];
-        if (!t || !pr_dtype_is_float(t->dtype)) continue;
-        ex32.in[i] = pr_to(ctx->step, t, PR_F32, PR_CPU);
-        ex32.in[i]->requires_grad = true;
-    }
-    pr_tensor *y64 = ex.apply(ctx, ex.in, &ex), *y32 = ex32.apply(ctx, ex32.in, &ex32);
-    assert_int_equal(y32->dtype, PR_F32);
-    double tol = 1e-5 * (ex.tol_scale > 0 ? ex.tol_scale : 1);
-    pr_assert_tensors_close(op->name, y32, y64, tol, 1e-4);
-    pr_rng wr = pr_rng_init(11, 0);
-    pr_tensor *w = pr_randn(ctx->step, PR_F64, PR_CPU, y64->ndim, y64->shape, &wr);
-    /* the f64 grads start at 0.5 and must end at 0.5 + the f32 grads: the
-     * backward accumulates */
-    for (int i = 0; i < ex.n_in; i++)
-        if (ex.in[i] && ex.in[i]->requires_grad) pr_fill_(pr_grad_of(ctx, ex.in[i]), 0.5);
-    pr_backward_with(ctx, y32, w);
-    pr_backward_with(ctx, y64, w);
-    for (int i = 0; i < ex.n_in; i++) {
-        if (!ex.in[i] || !ex.in[i]->requires_grad) continue;
-        int64_t n = ex.in[i]->numel;
-        double *g32 = malloc(sizeof(double) * (size_t)n), *g64 = malloc(sizeof(double) * (size_t)n);
-        assert_non_null(ex32.in[i]->grad);
-        pr_to_host_f64(ex32.in[i]->grad, g32);
-        pr_to_host_f64(ex.in[i]->grad, g64);
-        for (int64_t j = 0; j < n; j++) g64[j] -= 0.5;
-        pr_assert_allclose(op->name, g32, g64, n, tol, 1e-4);
-        free(g32);
-        free(g64);
-    }
-}
-
-#define OP_TEST(name) \
-    static void test_op_##name(void **state) { check_op(*state, PR_OP_##name); }
-OP_TEST(matmul)
-OP_TEST(embedding)
-OP_TEST(conv1d)
-OP_TEST(reshape)
-OP_TEST(transpose)
-OP_TEST(slice)
-OP_TEST(concat)
-OP_TEST(dropout)
-
 /* matmul's example again on the plain-C path */
 static void test_op_matmul_fallback(void **state)
 {
     pr_matmul_set_blas(false);
-    check_op(*state, PR_OP_matmul);
+    pr_test_op_example(*state, PR_OP_matmul, 7);
 }
 
 /* ---- matmul ----------------------------------------------------------------------- */
@@ -502,15 +441,7 @@ static void test_dropout_determinism(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_op_matmul, setup, teardown),
         cmocka_unit_test_setup_teardown(test_op_matmul_fallback, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_embedding, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_conv1d, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_reshape, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_transpose, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_slice, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_concat, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_op_dropout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matmul_2x3_3x2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matmul_flags_vs_naive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gemm_fallback_beta, setup, teardown),

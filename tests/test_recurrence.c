@@ -2,9 +2,9 @@
  *
  * - the shared golden file, every rule, f64 and f32, per-token and chunked
  *   forms (chunks of 64 and of 16, so chunks cut through T = 50);
- * - the chunked forward equals the per-token one to 1e-12 in f64 at T = 131,
- *   K != V, L = 0, 1, 3 and many chunk sizes (gradients too: the backward
- *   recomputes from states saved every chunk);
+ * - the chunked form equals the per-token one to 1e-12 in f64 at T = 131,
+ *   K != V, L = 0, 1, 3 and many chunk sizes, forward and backward (each
+ *   form has its own backward);
  * - float64 central differences of every input's gradient, through both o
  *   and ht, at T = 1 and T not a multiple of the chunk;
  * - prism_core with L = 0 is gdn; misuse is fatal with a clear message.
