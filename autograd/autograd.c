@@ -121,19 +121,13 @@ void pr_zero_grads(pr_tensor *const *ts, int n)
         if (ts[i]->grad) pr_zero_(ts[i]->grad);
 }
 
-/* Walk the tape back from the node that made `out`. A node runs when one of
- * its outputs was reached in this pass (marked with the pass number), so
- * nodes after `out`, nodes it does not depend on, and grads left by an
- * earlier backward on the same tape contribute nothing. */
-static void run_backward(pr_ctx *ctx, pr_tensor *out)
+/* Walk the tape back from the last node that made one of the seeded outputs.
+ * A node runs when one of its outputs was reached in this pass (marked with
+ * the pass number), so nodes after the outputs, nodes they do not depend on,
+ * and grads left by an earlier backward on the same tape contribute nothing. */
+static void run_backward(pr_ctx *ctx, unsigned pass, int start)
 {
-    PR_CHECK(out->requires_grad, "backward: the tensor does not require grad (no input required grad, "
-                                 "or grad mode was off)");
-    PR_CHECK(out->tape_pos >= 0 && out->tape_pos < ctx->n_tape, "backward: the tensor is not on this "
-                                                                "context's tape (reset since?)");
-    unsigned pass = ++ctx->backward_pass;
-    out->backward_pass = pass;
-    for (int p = out->tape_pos; p >= 0; p--) {
+    for (int p = start; p >= 0; p--) {
         pr_node *n = &ctx->tape[p];
         bool reached = false;
         for (int i = 0; i < n->n_out; i++) reached |= n->out[i]->backward_pass == pass;
@@ -155,20 +149,37 @@ static void run_backward(pr_ctx *ctx, pr_tensor *out)
     }
 }
 
-void pr_backward(pr_ctx *ctx, pr_tensor *loss)
+void pr_backward_many(pr_ctx *ctx, int n, pr_tensor *const *outs, const pr_tensor *const *grads)
 {
-    PR_CHECK(loss->numel == 1, "backward: the loss has %lld elements; use pr_backward_with for a "
-                               "non-scalar output", (long long)loss->numel);
-    pr_fill_(pr_grad_of(ctx, loss), 1.0);
-    run_backward(ctx, loss);
+    unsigned pass = ++ctx->backward_pass;
+    int start = -1;
+    for (int i = 0; i < n; i++) {
+        pr_tensor *out = outs[i];
+        PR_CHECK(out->requires_grad, "backward: output %d does not require grad (no input required grad, "
+                                     "or grad mode was off)", i);
+        PR_CHECK(out->tape_pos >= 0 && out->tape_pos < ctx->n_tape, "backward: output %d is not on this "
+                                                                    "context's tape (reset since?)", i);
+        PR_CHECK(out->numel == grads[i]->numel, "backward: grad %d has %lld elements, its output %lld", i,
+                 (long long)grads[i]->numel, (long long)out->numel);
+        PR_CHECK(out->backward_pass != pass, "backward: output %d is given twice", i);
+        pr_copy_(pr_grad_of(ctx, out), grads[i]);   /* converts dtype and device */
+        out->backward_pass = pass;
+        if (out->tape_pos > start) start = out->tape_pos;
+    }
+    run_backward(ctx, pass, start);
 }
 
 void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out)
 {
-    PR_CHECK(out->numel == grad_out->numel, "backward: grad has %lld elements, the output %lld",
-             (long long)grad_out->numel, (long long)out->numel);
-    pr_copy_(pr_grad_of(ctx, out), grad_out);
-    run_backward(ctx, out);
+    pr_backward_many(ctx, 1, &out, &grad_out);
+}
+
+void pr_backward(pr_ctx *ctx, pr_tensor *loss)
+{
+    PR_CHECK(loss->numel == 1, "backward: the loss has %lld elements; use pr_backward_with for a "
+                               "non-scalar output", (long long)loss->numel);
+    pr_tensor *one = pr_full(ctx->step, loss->dtype, loss->device, loss->ndim, loss->shape, 1.0);
+    pr_backward_with(ctx, loss, one);
 }
 
 double pr_norm2(const pr_tensor *t)

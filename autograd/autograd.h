@@ -85,9 +85,13 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n);
 /* an output tensor for a node, in the step arena */
 pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape);
 
-/* backward: loss must have one element (seeded with 1) unless grad_out is given */
+/* backward: loss must have one element (seeded with 1) unless grad_out is
+ * given; pr_backward_many seeds several outputs at once (e.g. a recurrence's
+ * o and final state), like torch.autograd.backward(outputs, grads). Each
+ * call is one pass: only what its seeds reach gets gradient. */
 void pr_backward(pr_ctx *ctx, pr_tensor *loss);
 void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out);
+void pr_backward_many(pr_ctx *ctx, int n, pr_tensor *const *outs, const pr_tensor *const *grads);
 /* grad of t, allocated (zeros) on first use in the arena that matches t's life */
 pr_tensor *pr_grad_of(pr_ctx *ctx, pr_tensor *t);
 void pr_zero_grads(pr_tensor *const *ts, int n);

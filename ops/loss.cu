@@ -24,7 +24,7 @@ __device__ __forceinline__ long long target_at(const void *t, bool is64, long lo
 /* ---- cross_entropy ------------------------------------------------------------------- */
 
 template <int G>
-__global__ void __launch_bounds__(PR_ROW_THREADS(G))
+__global__ void PR_ROW_BOUNDS(G)
     ce_rows_kernel(const float *x, const void *tgt, bool is64, long long ignore, long long R, long long C, float *lse_out,
                    float *loss_out, bool vec)
 {
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(PR_ROW_THREADS(G))
 }
 
 template <int G>
-__global__ void __launch_bounds__(PR_ROW_THREADS(G))
+__global__ void PR_ROW_BOUNDS(G)
     ce_backward_kernel(const float *x, const void *tgt, bool is64, long long ignore, const float *lse, const float *g,
                        double inv_count, float *dx, long long R, long long C, bool vec)
 {

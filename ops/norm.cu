@@ -17,7 +17,7 @@
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
-#define ROW_KERNEL(G) __global__ void __launch_bounds__(PR_ROW_THREADS(G))
+#define ROW_KERNEL(G) __global__ void PR_ROW_BOUNDS(G)
 
 __device__ __forceinline__ float sigmoidf_(float z)
 {

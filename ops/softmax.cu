@@ -13,7 +13,7 @@
 #include "tensor/cuda.h"
 
 template <int G, bool LOG>
-__global__ void __launch_bounds__(PR_ROW_THREADS(G)) softmax_forward_kernel(const float *x, float *y, long long R, long long D, bool vec)
+__global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y, long long R, long long D, bool vec)
 {
     bool ok;
     int lane;
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(PR_ROW_THREADS(G)) softmax_forward_kernel(cons
 }
 
 template <int G, bool LOG>
-__global__ void __launch_bounds__(PR_ROW_THREADS(G)) softmax_backward_kernel(const float *y, const float *g, float *dx, long long R, long long D, bool vec)
+__global__ void PR_ROW_BOUNDS(G) softmax_backward_kernel(const float *y, const float *g, float *dx, long long R, long long D, bool vec)
 {
     bool ok;
     int lane;

@@ -8,14 +8,14 @@
  * path's (ops/ttt_linear.c), which is the reference. No float atomics: the
  * dw, db partial sums of each (b,h) are reduced over b by the kit's column sum,
  * so results are bitwise reproducible. Limits: K <= 128 and shared memory of
- * 2K(K+1) + 8 mb K floats (about 200 KB at K = 128, mb = 16).
+ * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16).
  */
 #include "ops/ops.h"
 #include "ops/ttt_linear.h"
 #include "tensor/cuda.h"
 
 #define TTT_THREADS 256
-#define TTT_RT 4     /* rows per thread in the matmuls against W */
+#define TTT_RT 4     /* rows per thread in the matmuls against W (the float4 loops assume 4) */
 #define TTT_MAXK 128
 
 struct ttt_args {
@@ -31,9 +31,16 @@ struct ttt_args {
 
 __device__ __forceinline__ float warp_sum(float x) { return pr_group_reduce<32>(x, pr_op_sum()); }
 
+/* Shared-memory layout: when K % 4 == 0 every [rows, K] buffer starts on 16
+ * bytes and W's row stride ldw = K + 4, so the loops below read 4 floats per
+ * instruction (a quarter-warp reading 4-float rows 132 floats apart covers all
+ * 32 banks once); otherwise ldw = K | 1 (odd: a warp reading a column of W
+ * hits distinct banks) and the loops read floats one by one. */
+__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+
 /* out[i,c] = sum_a A[i,a] Bm[a,c] (or Bm[c,a] when TRANS) for rows i < m,
  * handed to epi(i, c, acc). A is [mbp,K] (rows padded to TTT_RT), Bm has row
- * stride ldb (odd, so a warp reading a column of Bm hits distinct banks). */
+ * stride ldb. A thread owns a column c and TTT_RT rows. */
 template <bool TRANS, typename Epi>
 __device__ void mm_rows(const float *A, int m, const float *Bm, int K, int ldb, Epi epi)
 {
@@ -41,10 +48,23 @@ __device__ void mm_rows(const float *A, int m, const float *Bm, int K, int ldb, 
     for (int idx = threadIdx.x; idx < groups * K; idx += blockDim.x) {
         int c = idx % K, i0 = (idx / K) * TTT_RT;
         float acc[TTT_RT] = {0};
-        for (int a = 0; a < K; a++) {
-            float bv = TRANS ? Bm[c * ldb + a] : Bm[a * ldb + c];
+        if ((K & 3) == 0) {
+            for (int a = 0; a < K; a += 4) {
+                float4 b4 = TRANS ? ld4(Bm + c * ldb + a)
+                                  : make_float4(Bm[a * ldb + c], Bm[(a + 1) * ldb + c], Bm[(a + 2) * ldb + c],
+                                                Bm[(a + 3) * ldb + c]);
 #pragma unroll
-            for (int r = 0; r < TTT_RT; r++) acc[r] += A[(i0 + r) * K + a] * bv;
+                for (int r = 0; r < TTT_RT; r++) {
+                    float4 x = ld4(A + (i0 + r) * K + a);
+                    acc[r] += x.x * b4.x + x.y * b4.y + x.z * b4.z + x.w * b4.w;
+                }
+            }
+        } else {
+            for (int a = 0; a < K; a++) {
+                float bv = TRANS ? Bm[c * ldb + a] : Bm[a * ldb + c];
+#pragma unroll
+                for (int r = 0; r < TTT_RT; r++) acc[r] += A[(i0 + r) * K + a] * bv;
+            }
         }
 #pragma unroll
         for (int r = 0; r < TTT_RT; r++)
@@ -53,38 +73,33 @@ __device__ void mm_rows(const float *A, int m, const float *Bm, int K, int ldb, 
 }
 
 /* M[r,c] += alpha sum_{j<m} (X[j,r] Y[j,c] + X2[j,r] Y2[j,c]) over the K x K
- * block of M (row stride ldm); X2, Y2 may be NULL. Rows r in groups of TTT_RT. */
+ * block of M (row stride ldm); X2, Y2 may be NULL. A thread owns a column c
+ * and TTT_RT rows. */
 __device__ void outer_acc(float *M, int ldm, int K, int m, float alpha, const float *X, const float *Y,
                           const float *X2, const float *Y2)
 {
     int groups = (K + TTT_RT - 1) / TTT_RT;
+    const bool vec = (K & 3) == 0;
     for (int idx = threadIdx.x; idx < groups * K; idx += blockDim.x) {
         int c = idx % K, r0 = (idx / K) * TTT_RT;
-        int rr[TTT_RT];
-#pragma unroll
-        for (int r = 0; r < TTT_RT; r++) rr[r] = min(r0 + r, K - 1);
         float acc[TTT_RT] = {0};
-        for (int j = 0; j < m; j++) {
-            float y = Y[j * K + c];
+        for (int j = 0; j < 2 * m; j++) {
+            const float *Xs = j < m ? X : X2, *Ys = j < m ? Y : Y2;
+            if (!Xs) break;
+            const int jj = j < m ? j : j - m;
+            float y = Ys[jj * K + c];
+            if (vec) {
+                float4 x = ld4(Xs + jj * K + r0);
+                acc[0] += x.x * y, acc[1] += x.y * y, acc[2] += x.z * y, acc[3] += x.w * y;
+            } else {
 #pragma unroll
-            for (int r = 0; r < TTT_RT; r++) acc[r] += X[j * K + rr[r]] * y;
-            if (X2) {
-                float y2 = Y2[j * K + c];
-#pragma unroll
-                for (int r = 0; r < TTT_RT; r++) acc[r] += X2[j * K + rr[r]] * y2;
+                for (int r = 0; r < TTT_RT; r++) acc[r] += Xs[jj * K + min(r0 + r, K - 1)] * y;
             }
         }
 #pragma unroll
         for (int r = 0; r < TTT_RT; r++)
             if (r0 + r < K) M[(r0 + r) * ldm + c] += alpha * acc[r];
     }
-}
-
-__device__ __forceinline__ float dotk(const float *x, const float *y, int K)
-{
-    float s = 0;
-    for (int c = 0; c < K; c++) s += x[c] * y[c];
-    return s;
 }
 
 /* A warp's view of one row of K <= 32*KPL values: lane holds c = lane + 32 i. */
@@ -160,6 +175,18 @@ __device__ __forceinline__ row_t<KPL> row_ln_back(const row_t<KPL> &xh, float s,
     return d;
 }
 
+/* out[t*m + j] = f(t, j, X_t . Y_j) for j <= t, 0 above the diagonal; a warp
+ * per pair, lanes along K (a thread per pair would hit one bank 16 ways) */
+template <int KPL, typename F>
+__device__ void tri_dots(const float *X, const float *Y, int m, int K, float *out, F f)
+{
+    for (int p = threadIdx.x >> 5; p < m * m; p += blockDim.x >> 5) {
+        int t = p / m, j = p % m;
+        float s = j <= t ? row_dot(row_load<KPL>(X + t * K, K), row_load<KPL>(Y + j * K, K)) : 0.f;
+        if ((threadIdx.x & 31) == 0) out[p] = j <= t ? f(t, j, s) : 0.f;
+    }
+}
+
 /* Z row (in z) -> its normalized form xz (in z), scale sz, the residual
  * y = w xz + b - v + k (into y, which may alias v) and gz = dl/dZ. */
 template <int KPL>
@@ -224,10 +251,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         mm_rows<false>(kb, m, W, K, ldw, [&](int i, int c, float acc) { xz[i * K + c] = acc + hb[c]; });
         __syncthreads();
         /* cm_tj = eta_t (qs_t . k_j + 1) for j <= t */
-        for (int idx = tid; idx < m * m; idx += nth) {
-            int t = idx / m, j = idx % m;
-            cm[idx] = j <= t ? eta[t] * (dotk(qs + t * K, kb + j * K, K) + 1.f) : 0.f;
-        }
+        tri_dots<KPL>(qs, kb, m, K, cm, [&](int t, int, float d) { return eta[t] * (d + 1.f); });
         for (int i = warp; i < m; i += nwarp)
             inner_grad_row<KPL>(xz + i * K, vb + i * K, kb + i * K, w, b, K, a.eps, gz + i * K, sz + i, nullptr);
         __syncthreads();
@@ -295,10 +319,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         __syncthreads();
         /* recompute: Z, Attn */
         mm_rows<false>(kb, m, W, K, ldw, [&](int i, int c, float acc) { xz[i * K + c] = acc + hb[c]; });
-        for (int idx = tid; idx < m * m; idx += nth) {
-            int t = idx / m, j = idx % m;
-            at[idx] = j <= t ? dotk(qs + t * K, kb + j * K, K) : 0.f;
-        }
+        tri_dots<KPL>(qs, kb, m, K, at, [](int, int, float d) { return d; });
         __syncthreads();
         for (int i = warp; i < m; i += nwarp)
             inner_grad_row<KPL>(xz + i * K, yb + i * K, kb + i * K, w, b, K, a.eps, gz + i * K, sz + i, yb + i * K);
@@ -337,10 +358,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         }
         __syncthreads();
         /* D_tj = dZb_t . gz_j; P_j = k_j dW' + dhb' (into dgz) */
-        for (int idx = tid; idx < m * m; idx += nth) {
-            int t = idx / m, j = idx % m;
-            D[idx] = j <= t ? dotk(dzb + t * K, gz + j * K, K) : 0.f;
-        }
+        tri_dots<KPL>(dzb, gz, m, K, D, [](int, int, float d) { return d; });
         mm_rows<false>(kb, m, dW, K, ldw, [&](int i, int c, float acc) { dgz[i * K + c] = acc + dhb[c]; });
         __syncthreads();
         for (int j = warp; j < m; j += nwarp) {
@@ -456,7 +474,7 @@ static ttt_args ttt_args_of(const pr_node *n)
     a.K = (int)n->in[0]->shape[3];
     a.mb = (int)n->iarg[0];
     a.nmb = (a.T + a.mb - 1) / a.mb;
-    a.ldw = a.K | 1;
+    a.ldw = a.K % 4 == 0 ? a.K + 4 : a.K | 1;
     a.mbp = (a.mb + TTT_RT - 1) / TTT_RT * TTT_RT;
     a.scale = (float)n->farg[0], a.eps = (float)n->farg[1];
     PR_CHECK(a.K <= TTT_MAXK, "ttt_linear: CUDA supports K <= %d, got K = %d", TTT_MAXK, a.K);

@@ -145,8 +145,10 @@ __device__ __forceinline__ void pr_st4(float *p, long long j, long long n, bool 
  * pr_row_slots<G>() of them can stay in registers between passes over the
  * row, so a row of up to 4 G slots elements (1024 for a warp, 8192 for a
  * block) is read from memory once; longer rows re-read the rest (from L2).
- * Row kernels declare __launch_bounds__(PR_ROW_THREADS(G)). */
+ * Row kernels declare PR_ROW_BOUNDS(G): 256-thread blocks keep to 128
+ * registers, so two blocks share a multiprocessor. */
 #define PR_ROW_THREADS(G) ((G) < 256 ? 256 : (G))
+#define PR_ROW_BOUNDS(G) __launch_bounds__(PR_ROW_THREADS(G), (G) >= 1024 ? 1 : 2)
 template <int G> constexpr int pr_row_slots() { return G >= 1024 ? 2 : 8; } /* 1024 threads: 64 registers */
 template <class F> static inline void pr_cuda_row_dispatch(long long D, F launch)
 {
@@ -228,7 +230,7 @@ template <class F> static void pr_cuda_sum(cudaStream_t s, F f, long long n, dou
 /* ---- deterministic row sums: dst[r] (+)= scale * sum_{c<C} f(r, c) ---- */
 
 template <int G, class F>
-__global__ void __launch_bounds__(PR_ROW_THREADS(G)) pr_rowsum_kernel(F f, long long R, long long C, float *dst, double scale, bool accumulate)
+__global__ void PR_ROW_BOUNDS(G) pr_rowsum_kernel(F f, long long R, long long C, float *dst, double scale, bool accumulate)
 {
     bool ok;
     int lane;

@@ -32,6 +32,24 @@ static void test_tensor_used_twice(void **state)
     pr_ctx_free(ctx);
 }
 
+/* two outputs seeded in one pass: dx = g1 e^x + g2 2x; a repeated output is refused */
+static void test_backward_many(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(ctx->grads, (double[]){0.3, -0.7}, 2);
+    pr_tensor *y1 = pr_exp(ctx, x), *y2 = pr_mul(ctx, x, x);
+    pr_tensor *g1 = pr_from_host(ctx->step, PR_F64, PR_CPU, PR_DIMS(2), (double[]){1.0, 2.0});
+    pr_tensor *g2 = pr_from_host(ctx->step, PR_F64, PR_CPU, PR_DIMS(2), (double[]){-3.0, 0.5});
+    pr_backward_many(ctx, 2, (pr_tensor *[]){y1, y2}, (const pr_tensor *[]){g1, g2});
+    double g[2], ref[2] = {exp(0.3) - 3 * 0.6, 2 * exp(-0.7) + 0.5 * -1.4};
+    pr_to_host_f64(x->grad, g);
+    pr_assert_allclose("dx", g, ref, 2, 1e-12, 1e-12);
+    PR_EXPECT_FATAL(pr_backward_many(ctx, 2, (pr_tensor *[]){y1, y1}, (const pr_tensor *[]){g1, g1}),
+                    "given twice");
+    pr_ctx_free(ctx);
+}
+
 static void test_no_grad(void **state)
 {
     (void)state;
@@ -157,7 +175,8 @@ static void test_mixed_devices_and_dtypes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_backward_many),
+        cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection),
         cmocka_unit_test(test_gradcheck_catches_errors), cmocka_unit_test(test_mixed_devices_and_dtypes),
     };

@@ -13,6 +13,7 @@ typedef struct {
 static const pr_command commands[] = {
     {"gradcheck", pr_cmd_gradcheck, "float64 finite-difference check of every op's backward"},
     {"golden-check", pr_cmd_golden_check, "the recurrences against a reference file (golden format)"},
+    {"bench", pr_cmd_bench, "kernel speed against the machine's measured ceilings (bench ops, ...)"},
 };
 
 static void usage(FILE *f)

@@ -208,9 +208,9 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
 }
 
 /* ---- backward ---------------------------------------------------------------------
- * Reverse time, per pair, in recurrent.c (its step_backward has the
- * derivation). Both forms share it: the chunked forward saved its chunk-start
- * states, the per-token one a state every PR_REC_CKPT tokens. */
+ * Reverse time, per pair, from the forward's saved states: recurrent.c for the
+ * per-token form (block by block), chunked.c for the chunked form (chunk by
+ * chunk). Each has its derivation beside it. */
 
 void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
 {
@@ -225,7 +225,9 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
         dx[i] = as_f64(gi, true, &down[i]);
     }
     double *dout = as_f64(n->out[0]->grad, false, &own_do), *dht = as_f64(n->out[1]->grad, false, &own_dht);
-    const int64_t KV = d.K * d.V, work_n = pr_rec_backward_work(d.ck, (int)d.K, (int)d.V, (int)d.L);
+    const int64_t KV = d.K * d.V;
+    const int64_t work_n = d.chunk ? pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L)
+                                   : pr_rec_backward_work(d.ck, (int)d.K, (int)d.V, (int)d.L);
     const double *ckpt = (const double *)n->saved[0]->data;
 
 #ifdef PRISM_HAVE_OPENMP
@@ -242,7 +244,8 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
         };
         double *work = malloc((size_t)work_n * sizeof *work);
         PR_CHECK(work, "recurrence: out of host memory");
-        pr_rec_backward(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.ck, work);
+        if (d.chunk) pr_rec_backward_chunked(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.chunk, work);
+        else pr_rec_backward(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.ck, work);
         free(work);
     }
 

@@ -20,8 +20,6 @@
 /* tokens between the states the forward saves for the backward of the
  * per-token form (the chunked form saves its chunk-start states) */
 #define PR_REC_CKPT 64
-/* chunk size used when a caller asks for the chunked form without a size */
-#define PR_REC_DEFAULT_CHUNK 64
 
 /* One (sequence, head) problem. Each pointer is at the sequence's first
  * token for this head; token t of x lives at x + t * s<x>. q shares k's
@@ -80,14 +78,17 @@ static inline int64_t pr_rec_nckpt(int64_t T, int64_t c) { return (T + c - 1) / 
 void pr_rec_forward_recurrent(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int ckpt_every,
                               double *work);
 
-/* Chunked form of docs/PRISM.md with chunks of C tokens; same outputs as the
- * per-token form, ckpt = the chunk-start states (interval C).
- * work: pr_rec_chunk_work(C, K, V, L) doubles. */
+/* Chunked form of docs/PRISM.md with chunks of C tokens; same results as the
+ * per-token form. The forward saves the chunk-start states in ckpt; the
+ * backward walks the chunks in reverse from them.
+ * work (either): pr_rec_chunk_work(C, K, V, L) doubles. */
 int64_t pr_rec_chunk_work(int C, int K, int V, int L);
 void pr_rec_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work);
+void pr_rec_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
+                             const pr_rec_seq *s, int C, double *work);
 
-/* Backward of either form: reverse time, block by block, recomputing the
- * states inside each block of c tokens from the saved ckpt.
+/* Backward of the per-token form: reverse time, block by block, recomputing
+ * the states inside each block of c tokens from the saved ckpt.
  * dout: o's gradient (token stride s->sv); dht [K][V] or NULL.
  * work: pr_rec_backward_work(c, K, V, L) doubles. */
 int64_t pr_rec_backward_work(int c, int K, int V, int L);

@@ -1,0 +1,336 @@
+/* ops/recurrence/chunked_fwd.cu: the chunked forward of the recurrence family
+ * on CUDA (docs/PRISM.md, "Chunked form with extra writes"), in three kernels:
+ *
+ *   prep   (every chunk at once; delta rules only)  the chunk's WY form:
+ *          B = strict(D o K K^T), T' = (I + B diag(beta))^-1,
+ *          W = T' (e^G o K), R0 = T' (V - strict(D o K KX^T) VX)
+ *   state  (serial over a sequence's chunks, parallel over heads and V tiles)
+ *          the chunk-start states hs, the residuals R = R0 - W h and
+ *          h <- e^{G_last} h + Ka^T (e^{G_last - G} o Ua)
+ *   scores (every chunk at once)
+ *          O = scale (e^G o (Q h) + incl(D o Q Ka^T) Ua)
+ * with G the chunk-local cumulative log-decay, D_ti = e^{G_t - G_i}, the
+ * chunk's augmented keys Ka = [K; KX_0; ...; KX_{L-1}] (extras l-major, so
+ * row a is token a % C) and values Ua = [diag(beta) R (or V); VX_0; ...].
+ * R is the unknown of the solve for the delta rules (u = beta R): with it
+ * beta = 0 needs no division anywhere. Matrix products run on tensor cores
+ * (TF32 in, f32 accumulate) when ctx->matmul_tf32, else in plain fp32.
+ * The scores kernel in MODE 1 is the backward's first step (dUa = scale
+ * incl(D o Q Ka^T)^T dO), since it shares the scores.
+ */
+#include "ops/recurrence/recurrence_cuda.cuh"
+
+/* ---- prep ------------------------------------------------------------------------ */
+struct prep_lay {
+    int G, bt, Ks, Xs, Bs, Ts, Mx, Vt, VXt, Rt, total;
+};
+__host__ __device__ static prep_lay prep_layout(const rec_prob &p, int BV)
+{
+    rec_bump m;
+    prep_lay s;
+    const int C = p.C, LDK = p.Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = C * p.L + 4;
+    s.G = m.take(C), s.bt = m.take(C);
+    s.Ks = m.take(C * LDK), s.Xs = m.take(C * LDK);
+    s.Bs = m.take(C * LDC), s.Ts = m.take(C * LDC);
+    s.Mx = p.L ? m.take(C * LDX) : -1;
+    s.Vt = m.take(C * LDV), s.VXt = p.L ? m.take(C * LDV) : -1, s.Rt = m.take(C * LDV);
+    s.total = m.off;
+    return s;
+}
+size_t pr_rec_smem_prep(const rec_prob &p, int bv) { return (size_t)prep_layout(p, bv).total * 4; }
+
+/* column j of T' = (I + M)^-1 for M strictly lower (row t: M[t*ld + i]):
+ * x_t = [t == j] - sum_{i<t} M_ti x_i, in registers; four partial sums */
+template <int C> __device__ __forceinline__ void prep_solve(const float *M, int ld, float *Ts, int j)
+{
+    float x[C];
+#pragma unroll
+    for (int t = 0; t < C; t++) {
+        const float *row = M + t * ld;
+        float s0 = t == j ? 1.f : 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+        for (int i = 0; i + 3 < t; i += 4) {
+            s0 = fmaf(-row[i], x[i], s0);
+            s1 = fmaf(-row[i + 1], x[i + 1], s1);
+            s2 = fmaf(-row[i + 2], x[i + 2], s2);
+            s3 = fmaf(-row[i + 3], x[i + 3], s3);
+        }
+#pragma unroll
+        for (int i = t & ~3; i < t; i++) s0 = fmaf(-row[i], x[i], s0);
+        x[t] = (s0 + s1) + (s2 + s3);
+        Ts[t * ld + j] = x[t];
+    }
+}
+
+template <int C>
+__global__ void __launch_bounds__(PR_REC_THREADS) chunk_prep_kernel(rec_prob p, int BV, float *Tinv, float *Wp, float *R0)
+{
+    extern __shared__ __align__(128) float sm[];
+    const prep_lay s = prep_layout(p, BV);
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, L = p.L, Kp = p.Kp;
+    const int LDK = Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = C * L + 4;
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    float *G = sm + s.G, *bt = sm + s.bt, *Ks = sm + s.Ks, *Xs = sm + s.Xs, *Bs = sm + s.Bs, *Ts = sm + s.Ts;
+    float *Mx = sm + s.Mx, *Vt = sm + s.Vt, *VXt = sm + s.VXt, *Rt = sm + s.Rt;
+
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    __syncthreads();
+    rec_mm<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int t = e / C, i = e % C;
+        Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
+    }
+    __syncthreads();
+    /* warps 0-1 solve for T' while the others start on the extras */
+    if (threadIdx.x < C) prep_solve<C>(Bs, LDC, Ts, threadIdx.x);
+    for (int l = 0; l < L; l++) {
+        rec_ld_tile(Xs, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
+        __syncthreads();
+        rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < C * C * L; e += blockDim.x) {
+        const int t = e / (C * L), a = e % (C * L), i = a % C;
+        Mx[t * LDX + a] = i < t ? Mx[t * LDX + a] * expf(G[t] - G[i]) : 0.f;
+    }
+    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) {
+        const int t = e / Kp, i = e % Kp;
+        Ks[t * LDK + i] *= expf(G[t]);
+    }
+    __syncthreads();
+    rec_mm<false, false>(p, Xs, LDK, Ts, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* W = T' (e^G o K) */
+    __syncthreads();
+    rec_st_tile(Tinv + ((long long)c * H + h) * C * C, C, C, C, Ts, LDC, 1.f, false, true);
+    rec_st_tile(Wp + rk * K, (long long)H * K, cp.nval, K, Xs, LDK, 1.f, false, p.vec);
+    for (int v0 = 0; v0 < V; v0 += BV) {
+        const int nv = min(BV, V - v0);
+        rec_ld_tile(Vt, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        for (int l = 0; l < L; l++) {
+            __syncthreads();
+            rec_ld_tile(VXt, LDV, C, BV, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, p.vec);
+            __syncthreads();
+            rec_mm<false, false>(p, Vt, LDV, Mx + l * C, LDX, VXt, LDV, C, BV, C, -1.f, true);
+        }
+        __syncthreads();
+        rec_mm<false, false>(p, Rt, LDV, Ts, LDC, Vt, LDV, C, BV, C, 1.f, false); /* R0 = T' (V - Mx VX) */
+        __syncthreads();
+        rec_st_tile(R0 + rk * V + v0, (long long)H * V, cp.nval, nv, Rt, LDV, 1.f, false, p.vec);
+    }
+}
+
+/* ---- state ----------------------------------------------------------------------- */
+struct state_lay {
+    int G, bt, Hs, KA, Ws, RA, total;
+};
+__host__ __device__ static state_lay state_layout(const rec_prob &p, int BV)
+{
+    rec_bump m;
+    state_lay s;
+    const int C = p.C, NA = C * (1 + p.L), LDK = p.Kp + 4, LDV = BV + 4;
+    s.G = m.take(C), s.bt = m.take(C);
+    s.Hs = m.take(p.Kp * LDV), s.KA = m.take(NA * LDK);
+    s.Ws = p.delta ? m.take(C * LDK) : -1;
+    s.RA = m.take(NA * LDV);
+    s.total = m.off;
+    return s;
+}
+size_t pr_rec_smem_state(const rec_prob &p, int bv) { return (size_t)state_layout(p, bv).total * 4; }
+
+/* the augmented keys [K; KX_l] of a chunk, columns k0.. (nk of them, W wide) */
+__device__ __forceinline__ void chunk_ld_keys(const rec_prob &p, float *KA, int ld, int C, int W, long long rk, int nval,
+                                              int k0, int nk)
+{
+    const int H = p.H, K = p.K, L = p.L;
+    rec_ld_tile(KA, ld, C, W, p.k + rk * K + k0, (long long)H * K, nval, nk, p.vec);
+    for (int l = 0; l < L; l++)
+        rec_ld_tile(KA + (C + l * C) * ld, ld, C, W, p.kx + rk * L * K + l * K + k0, (long long)H * L * K, nval, nk, p.vec);
+}
+/* the augmented values [U; VX_l] of a chunk, columns v0.. (U from u: [rows,H,V]) */
+__device__ __forceinline__ void chunk_ld_values(const rec_prob &p, float *UA, int ld, int C, int W, const float *u,
+                                                long long rk, int nval, int v0, int nv)
+{
+    const int H = p.H, V = p.V, L = p.L;
+    rec_ld_tile(UA, ld, C, W, u + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    for (int l = 0; l < L; l++)
+        rec_ld_tile(UA + (C + l * C) * ld, ld, C, W, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
+}
+
+template <int C>
+__global__ void __launch_bounds__(PR_REC_THREADS)
+    chunk_state_kernel(rec_prob p, int BV, float *hs, float *R, const float *Wp, const float *R0, float *ht)
+{
+    extern __shared__ __align__(128) float sm[];
+    const state_lay s = state_layout(p, BV);
+    const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
+    const int NA = C * (1 + p.L), LDK = Kp + 4, LDV = BV + 4, nv = min(BV, V - v0);
+    float *G = sm + s.G, *bt = sm + s.bt, *Hs = sm + s.Hs, *KA = sm + s.KA, *Ws = sm + s.Ws, *RA = sm + s.RA;
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    const long long hoff = ((long long)n * H + h) * K * V + v0;
+    if (p.h0) rec_ld_tile(Hs, LDV, Kp, BV, p.h0 + hoff, V, K, nv, p.vec);
+    else
+        for (int e = threadIdx.x; e < Kp * LDV; e += blockDim.x) Hs[e] = 0.f;
+    const int nck = (sq.len + C - 1) / C;
+    for (int ci = 0; ci < nck; ci++) {
+        const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
+        const long long rk = (long long)row0 * H + h;
+        __syncthreads();
+        rec_st_tile(hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
+        rec_load_gates<C>(p, row0, nval, h, G, bt);
+        chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
+        chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R0 : p.v, rk, nval, v0, nv);
+        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
+        __syncthreads();
+        if (p.delta) { /* R = R0 - W h */
+            rec_mm<false, false>(p, RA, LDV, Ws, LDK, Hs, LDV, C, BV, Kp, -1.f, true);
+            __syncthreads();
+            rec_st_tile(R + rk * V + v0, (long long)H * V, nval, nv, RA, LDV, 1.f, false, p.vec);
+            __syncthreads();
+        }
+        const float Gl = G[nval - 1], eGl = expf(Gl);
+        for (int e = threadIdx.x; e < NA * BV; e += blockDim.x) {
+            const int a = e / BV, j = e % BV, t = a % C;
+            RA[a * LDV + j] *= expf(Gl - G[t]) * (a < C && p.delta ? bt[t] : 1.f);
+        }
+        for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) Hs[(e / BV) * LDV + e % BV] *= eGl;
+        __syncthreads();
+        rec_mm<true, false>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
+    }
+    __syncthreads();
+    rec_st_tile(ht + hoff, V, K, nv, Hs, LDV, 1.f, false, p.vec);
+}
+
+/* ---- scores: the output (MODE 0) or the backward's local value gradients (MODE 1) ---- */
+struct scores_lay {
+    int G, bt, Qs, S, KA, Hs, RA, Os, dOs, dVA, total;
+};
+__host__ __device__ static scores_lay scores_layout(const rec_prob &p, int mode, int BV)
+{
+    rec_bump m;
+    scores_lay s;
+    const int C = p.C, NA = C * (1 + p.L), LDK = p.Kp + 4, LDV = BV + 4, LDA = NA + 4;
+    s.G = m.take(C), s.bt = m.take(C);
+    s.Qs = m.take(C * LDK), s.S = m.take(C * LDA);
+    const int region = m.off;
+    s.KA = m.take(NA * LDK);
+    const int end1 = m.off;
+    m.off = region;
+    s.Hs = s.RA = s.Os = s.dOs = s.dVA = -1;
+    if (mode == 0) s.Hs = m.take(p.Kp * LDV), s.RA = m.take(NA * LDV), s.Os = m.take(C * LDV);
+    else s.dOs = m.take(C * LDV), s.dVA = m.take(NA * LDV);
+    s.total = m.off > end1 ? m.off : end1;
+    return s;
+}
+size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv) { return (size_t)scores_layout(p, mode, bv).total * 4; }
+
+template <int C, int MODE>
+__global__ void __launch_bounds__(PR_REC_THREADS)
+    chunk_scores_kernel(rec_prob p, int BV, const float *hs, const float *R, float *o, float *dU, float *dVX)
+{
+    extern __shared__ __align__(128) float sm[];
+    const scores_lay s = scores_layout(p, MODE, BV);
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, L = p.L, Kp = p.Kp;
+    const int NA = C * (1 + L), LDK = Kp + 4, LDV = BV + 4, LDA = NA + 4;
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    float *G = sm + s.G, *bt = sm + s.bt, *Qs = sm + s.Qs, *S = sm + s.S, *KA = sm + s.KA;
+
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
+    __syncthreads();
+    rec_mm<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
+    __syncthreads();
+    /* S_ta = D_{t,i} (q_t . ka_a) for token i = a % C <= t; the output folds u = beta R in */
+    for (int e = threadIdx.x; e < C * NA; e += blockDim.x) {
+        const int t = e / NA, a = e % NA, i = a % C;
+        const float f = MODE == 0 && p.delta && a < C ? bt[i] : 1.f;
+        S[t * LDA + a] = i <= t ? S[t * LDA + a] * expf(G[t] - G[i]) * f : 0.f;
+    }
+    if (MODE == 0)
+        for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) Qs[(e / Kp) * LDK + e % Kp] *= expf(G[e / Kp]);
+    __syncthreads();
+    for (int v0 = 0; v0 < V; v0 += BV) {
+        const int nv = min(BV, V - v0);
+        if (MODE == 0) {
+            float *Hs = sm + s.Hs, *RA = sm + s.RA, *Os = sm + s.Os;
+            rec_ld_tile(Hs, LDV, Kp, BV, hs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
+            chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
+            __syncthreads();
+            rec_mm<false, false>(p, Os, LDV, Qs, LDK, Hs, LDV, C, BV, Kp, 1.f, false);
+            __syncthreads();
+            rec_mm<false, false>(p, Os, LDV, S, LDA, RA, LDV, C, BV, NA, 1.f, true);
+            __syncthreads();
+            rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
+        } else {
+            float *dOs = sm + s.dOs, *dVA = sm + s.dVA;
+            rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+            __syncthreads();
+            rec_mm<true, false>(p, dVA, LDV, S, LDA, dOs, LDV, NA, BV, C, p.scale, false);
+            __syncthreads();
+            rec_st_tile(dU + rk * V + v0, (long long)H * V, cp.nval, nv, dVA, LDV, 1.f, false, p.vec);
+            for (int l = 0; l < L; l++)
+                rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVA + (C + l * C) * LDV,
+                            LDV, 1.f, false, p.vec);
+        }
+        __syncthreads();
+    }
+}
+
+/* ---- launchers --------------------------------------------------------------------- */
+
+template <class F> static void chunk_launch(F kernel, dim3 grid, size_t smem, cudaStream_t s)
+{
+    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    (void)grid, (void)s;
+}
+
+template <int C>
+static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                            float *o, float *ht)
+{
+    if (p.delta) {
+        const size_t sm = pr_rec_smem_prep(p, pl.bv_prep);
+        chunk_launch(chunk_prep_kernel<C>, 0, sm, st);
+        chunk_prep_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_prep, sv.Tinv, sv.W, sv.R0);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    {
+        const size_t sm = pr_rec_smem_state(p, pl.bv_state);
+        chunk_launch(chunk_state_kernel<C>, 0, sm, st);
+        const dim3 grid((p.V + pl.bv_state - 1) / pl.bv_state, p.H, p.N);
+        chunk_state_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bv_state, sv.hs, sv.R, sv.W, sv.R0, ht);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    {
+        const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
+        chunk_launch(chunk_scores_kernel<C, 0>, 0, sm, st);
+        chunk_scores_kernel<C, 0><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o,
+                                                                                   nullptr, nullptr);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+}
+
+void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                          float *o, float *ht)
+{
+    if (p.C == 64) chunk_forward_c<64>(s, p, pl, sv, o, ht);
+    else chunk_forward_c<32>(s, p, pl, sv, o, ht);
+}
+
+/* the backward's first step (chunked_bwd.cu calls it): dU = scale S^T dO, dVX likewise */
+void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX)
+{
+    const size_t sm = pr_rec_smem_scores(p, 1, bv);
+    const dim3 grid(p.nchunks, p.H);
+    if (p.C == 64) {
+        chunk_launch(chunk_scores_kernel<64, 1>, grid, sm, st);
+        chunk_scores_kernel<64, 1><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
+    } else {
+        chunk_launch(chunk_scores_kernel<32, 1>, grid, sm, st);
+        chunk_scores_kernel<32, 1><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
+    }
+    PR_CUDA_LAUNCH_CHECK();
+}

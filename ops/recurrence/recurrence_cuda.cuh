@@ -1,0 +1,323 @@
+/* ops/recurrence/recurrence_cuda.cuh: what the CUDA kernels of the recurrence
+ * family share (internal to ops/recurrence/*.cu).
+ *
+ * - rec_prob: the problem (pointers, sizes, rule flags, sequence layout),
+ *   passed by value to every kernel;
+ * - block-level helpers over shared-memory tiles: loads and stores of token
+ *   rows, a matrix product (TF32 tensor cores through wmma, or plain fp32
+ *   FMAs when ctx->matmul_tf32 is off), deterministic row dots and sums;
+ * - the launchers of recurrent.cu (per-token form) and chunked_*.cu.
+ * Every block has PR_REC_THREADS threads. No float atomics anywhere.
+ */
+#ifndef PR_RECURRENCE_CUDA_CUH
+#define PR_RECURRENCE_CUDA_CUH
+
+#include <mma.h>
+#include <type_traits>
+
+#include "ops/ops.h"
+#include "ops/recurrence/recurrence.h"
+#include "tensor/cuda.h"
+
+#define PR_REC_THREADS 256
+#define PR_REC_WARPS (PR_REC_THREADS / 32)
+
+/* One call's problem. Token row r (over B*T) of head h: q/k at (r*H + h)*K,
+ * v/o at (r*H + h)*V, g/beta at r*H + h, kx at ((r*H + h)*L + l)*K.
+ * Sequence n: rows [bos, bos + len); its chunks are global chunks
+ * [cbase, cbase + ceil(len/C)). seq == NULL: every sequence has len = T,
+ * bos = n*T (no cu_seqlens). */
+struct rec_prob {
+    const float *q, *k, *v, *g, *beta, *kx, *vx, *h0;
+    const float *dout, *dht;        /* backward only */
+    int N, H, K, V, L, T;
+    int Kp, Vp;                     /* K, V rounded up to 32 */
+    int has_g, delta, tf32, vec;    /* vec: K, V multiples of 4 (float4 rows) */
+    float scale;
+    const int *seq;                 /* device [3N]: bos, len, cbase; or NULL */
+    const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
+    int ncs;                        /* chunks per sequence when seq == NULL */
+    int nchunks, C;
+};
+
+struct rec_seq_pos {
+    int bos, len, cbase;
+};
+__device__ __forceinline__ rec_seq_pos rec_seq_of(const rec_prob &p, int n)
+{
+    if (p.seq) return {p.seq[n], p.seq[p.N + n], p.seq[2 * p.N + n]};
+    return {n * p.T, p.T, n * p.ncs};
+}
+/* chunk c: its first token row and its number of valid tokens */
+struct rec_chunk_pos {
+    int row0, nval;
+};
+__device__ __forceinline__ rec_chunk_pos rec_chunk_of(const rec_prob &p, int c)
+{
+    const int n = p.cseq ? p.cseq[c] : c / p.ncs;
+    const rec_seq_pos s = rec_seq_of(p, n);
+    const int t0 = (c - s.cbase) * p.C;
+    return {s.bos + t0, min(p.C, s.len - t0)};
+}
+
+/* ---- shared-memory carving (same arithmetic on host and device) ---- */
+struct rec_bump {
+    int off = 0;
+    __host__ __device__ int take(int n)
+    {
+        const int o = off;
+        off += (n + 31) & ~31;
+        return o;
+    }
+};
+
+/* ---- loads and stores of token rows ------------------------------------------
+ * dst[r][c] (leading dim ld, W columns, W % 4 == 0) = src[r*rs + c] for r < nr,
+ * c < nc; zero elsewhere (rows up to R). vec: src and rs allow float4. */
+__device__ __forceinline__ void rec_ld_tile(float *dst, int ld, int R, int W, const float *src, long long rs, int nr,
+                                            int nc, bool vec)
+{
+    const int w4 = W >> 2;
+    for (int e = threadIdx.x; e < R * w4; e += blockDim.x) {
+        const int r = e / w4, c = (e - r * w4) * 4;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nr && c < nc) {
+            const float *s = src + r * rs + c;
+            if (vec && c + 4 <= nc) {
+                x = __ldg(reinterpret_cast<const float4 *>(s));
+            } else {
+                x.x = s[0];
+                if (c + 1 < nc) x.y = s[1];
+                if (c + 2 < nc) x.z = s[2];
+                if (c + 3 < nc) x.w = s[3];
+            }
+        }
+        *reinterpret_cast<float4 *>(dst + r * ld + c) = x;
+    }
+}
+/* dst[r*rs + c] (+)= alpha * src[r][c] for r < nr, c < nc */
+__device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, int nc, const float *src, int ld,
+                                            float alpha, bool acc, bool vec)
+{
+    const int w4 = (nc + 3) >> 2;
+    for (int e = threadIdx.x; e < nr * w4; e += blockDim.x) {
+        const int r = e / w4, c = (e - r * w4) * 4;
+        const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+        float *d = dst + r * rs + c;
+        if (vec && c + 4 <= nc) {
+            float4 y = acc ? *reinterpret_cast<float4 *>(d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            y.x += alpha * x.x, y.y += alpha * x.y, y.z += alpha * x.z, y.w += alpha * x.w;
+            *reinterpret_cast<float4 *>(d) = y;
+        } else {
+            const float xs[4] = {x.x, x.y, x.z, x.w};
+            for (int i = 0; i < 4 && c + i < nc; i++) d[i] = (acc ? d[i] : 0.f) + alpha * xs[i];
+        }
+    }
+}
+
+/* ---- the block's matrix product ------------------------------------------------
+ * C[M][N] = (acc ? C : 0) + alpha * op(A) op(B), all in shared memory.
+ * op(A) [M][Kd]: A[m*lda + k], or A[k*lda + m] when TA. op(B) [Kd][N]: B[k*ldb + n],
+ * or B[n*ldb + k] when TB. M, N multiples of 32, Kd of 8; leading dims multiples
+ * of 4 and arrays 32-byte aligned. Each warp owns 32x32 blocks of C; C must not
+ * alias A or B. The caller synchronizes before and after. */
+template <bool TA, bool TB>
+__device__ __forceinline__ void rec_mm_tc(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M,
+                                          int N, int Kd, float alpha, bool acc)
+{
+    namespace wm = nvcuda::wmma;
+    using LA = typename std::conditional<TA, wm::col_major, wm::row_major>::type;
+    using LB = typename std::conditional<TB, wm::col_major, wm::row_major>::type;
+    const int warp = threadIdx.x >> 5, nb = N >> 5, nblk = (M >> 5) * nb;
+    for (int blk = warp; blk < nblk; blk += PR_REC_WARPS) {
+        const int m0 = (blk / nb) << 5, n0 = (blk % nb) << 5;
+        wm::fragment<wm::accumulator, 16, 16, 8, float> c[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) wm::fill_fragment(c[i][j], 0.f);
+        for (int k0 = 0; k0 < Kd; k0 += 8) {
+            wm::fragment<wm::matrix_a, 16, 16, 8, wm::precision::tf32, LA> a[2];
+            wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, LB> b[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float *pa = TA ? A + k0 * lda + m0 + 16 * i : A + (m0 + 16 * i) * lda + k0;
+                wm::load_matrix_sync(a[i], pa, lda);
+#pragma unroll
+                for (int e = 0; e < a[i].num_elements; e++) a[i].x[e] = wm::__float_to_tf32(a[i].x[e]);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float *pb = TB ? B + (n0 + 16 * j) * ldb + k0 : B + k0 * ldb + n0 + 16 * j;
+                wm::load_matrix_sync(b[j], pb, ldb);
+#pragma unroll
+                for (int e = 0; e < b[j].num_elements; e++) b[j].x[e] = wm::__float_to_tf32(b[j].x[e]);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wm::mma_sync(c[i][j], a[i], b[j], c[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                float *pc = C + (m0 + 16 * i) * ldc + n0 + 16 * j;
+                if (acc) {
+                    wm::fragment<wm::accumulator, 16, 16, 8, float> d;
+                    wm::load_matrix_sync(d, pc, ldc, wm::mem_row_major);
+#pragma unroll
+                    for (int e = 0; e < d.num_elements; e++) d.x[e] += alpha * c[i][j].x[e];
+                    wm::store_matrix_sync(pc, d, ldc, wm::mem_row_major);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < c[i][j].num_elements; e++) c[i][j].x[e] *= alpha;
+                    wm::store_matrix_sync(pc, c[i][j], ldc, wm::mem_row_major);
+                }
+            }
+    }
+}
+
+/* the same product in plain fp32: each lane owns a 4x8 piece of a 32x32 block */
+template <bool TA, bool TB>
+__device__ __forceinline__ void rec_mm_f32(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M,
+                                           int N, int Kd, float alpha, bool acc)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = N >> 5, nblk = (M >> 5) * nb;
+    const int r0 = (lane >> 2) * 4, c0 = (lane & 3) * 8;
+    for (int blk = warp; blk < nblk; blk += PR_REC_WARPS) {
+        const int m0 = (blk / nb) * 32 + r0, n0 = (blk % nb) * 32 + c0;
+        float s[4][8];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[i][j] = 0.f;
+        for (int k = 0; k < Kd; k++) {
+            float a[4], b[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = TA ? A[k * lda + m0 + i] : A[(m0 + i) * lda + k];
+#pragma unroll
+            for (int j = 0; j < 8; j++) b[j] = TB ? B[(n0 + j) * ldb + k] : B[k * ldb + n0 + j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) s[i][j] = fmaf(a[i], b[j], s[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float *pc = C + (m0 + i) * ldc + n0 + j;
+                *pc = (acc ? *pc : 0.f) + alpha * s[i][j];
+            }
+    }
+}
+
+template <bool TA, bool TB>
+__device__ __forceinline__ void rec_mm(const rec_prob &p, float *C, int ldc, const float *A, int lda, const float *B,
+                                       int ldb, int M, int N, int Kd, float alpha, bool acc)
+{
+    if (p.tf32) rec_mm_tc<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+}
+
+/* out[r] (+)= sgn * sum_{c<W} A[r*lda + c] B[r*ldb + c], r < R; a warp per row */
+__device__ __forceinline__ void rec_row_dots(float *out, const float *A, int lda, const float *B, int ldb, int R, int W,
+                                             float sgn, bool acc)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < R; r += PR_REC_WARPS) {
+        float s = 0.f;
+        for (int c = lane; c < W; c += 32) s = fmaf(A[r * lda + c], B[r * ldb + c], s);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(PR_FULL_MASK, s, o);
+        if (lane == 0) out[r] = (acc ? out[r] : 0.f) + sgn * s;
+    }
+}
+
+/* the block's sum of v (every thread gets it); red: 9 floats of shared memory */
+__device__ __forceinline__ float rec_block_sum(float v, float *red)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(PR_FULL_MASK, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.f;
+        for (int w = 0; w < PR_REC_WARPS; w++) s += red[w];
+        red[8] = s;
+    }
+    __syncthreads();
+    return red[8];
+}
+
+/* chunk-local gates of a chunk of C tokens from token row row0 (nval valid):
+ * G[t] = sum_{s<=t} g_s (g = 0 past nval or without g), bt[t] = beta_t (0 past
+ * nval or without beta). Warp 0 scans. The caller synchronizes after. */
+template <int C>
+__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt)
+{
+    if (threadIdx.x >= 32) return;
+    constexpr int E = C / 32;
+    const int lane = threadIdx.x;
+    float x[E], run = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int t = lane * E + e;
+        const long long o = (long long)(row0 + t) * p.H + h;
+        const float gt = p.has_g && t < nval ? p.g[o] : 0.f;
+        if (p.delta) bt[t] = t < nval ? p.beta[o] : 0.f;
+        run += gt;
+        x[e] = run;
+    }
+    float incl = run;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
+        if (lane >= o) incl += y;
+    }
+    const float excl = incl - run;
+#pragma unroll
+    for (int e = 0; e < E; e++) G[lane * E + e] = excl + x[e];
+}
+
+/* ---- launchers ------------------------------------------------------------------ */
+struct rec_grads {
+    float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
+};
+
+/* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules). */
+void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save);
+void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o, const float *ht,
+                           const float *r_save);
+
+/* chunked_fwd.cu / chunked_bwd.cu: the chunked form with chunks of p.C tokens.
+ * Saved by the forward: hs [nchunks,H,K,V] chunk-start states; for delta rules
+ * also R [rows,H,V] (u = beta R), Tinv [nchunks,H,C,C], W [rows,H,K], R0 [rows,H,V]. */
+struct rec_chunk_saved {
+    float *hs, *R, *Tinv, *W, *R0;
+};
+/* tile sizes picked by pr_rec_chunk_plan; false: the sizes need too much shared memory */
+struct rec_chunk_plan {
+    int C;
+    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
+};
+bool pr_rec_chunk_plan(int C, int K, int V, int L, bool delta, int smem_max, rec_chunk_plan *plan);
+void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                          float *o, float *ht);
+void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                           const rec_grads &d);
+/* shared-memory bytes of each chunk kernel for a plan (chunked_fwd.cu / chunked_bwd.cu) */
+size_t pr_rec_smem_prep(const rec_prob &p, int bv);
+size_t pr_rec_smem_state(const rec_prob &p, int bv);
+size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
+size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
+size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv);
+size_t pr_rec_smem_wy(const rec_prob &p, int bv);
+
+/* a scratch buffer of n floats from the caching allocator (freed by rec_scratch_free) */
+static inline float *rec_scratch(size_t n) { return (float *)pr_cuda_malloc((n ? n : 1) * sizeof(float)); }
+static inline void rec_scratch_free(float *p, size_t n) { pr_cuda_free(p, (n ? n : 1) * sizeof(float)); }
+
+#endif

@@ -1,0 +1,356 @@
+/* tools/bench_ops.c: `prism bench ops`: the speed of the basic kernels
+ * against the machine's own ceilings, measured in the same run.
+ *
+ * CUDA: the ceilings are a device-to-device cudaMemcpy of 256 MiB (bytes
+ * read + written per second) and a bare cuBLAS GEMM of 8192^3 (fp32 and
+ * tf32 math, same call as ops/matmul.cu makes). Each memory-bound op runs on
+ * 256 MiB tensors ([65536, 1024] f32) and is reported as a fraction of the
+ * copy bandwidth, counting the fewest bytes it must move (each input read
+ * once, each output written once); pr_matmul as a fraction of the bare GEMM.
+ * The ops' kernels are called through the op table on prepared nodes, so no
+ * allocation falls inside a timed region. Timing: CUDA events, warm-up,
+ * median of the repetitions. CPU: the same table, smaller sizes, wall clock.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/ops.h"
+#include "tools/tools.h"
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+#endif
+
+static void bench_ops_usage(FILE *f)
+{
+    fprintf(f, "usage: prism bench ops [--device cuda|cpu] [--reps N] [--help]\n\n"
+               "Times the copy bandwidth and GEMM rate of the device, then elementwise ops,\n"
+               "softmax, layernorm and rmsnorm on 256 MiB tensors ([65536,1024] f32; 16 MiB on\n"
+               "the CPU) and pr_matmul at 8192^3 (1024^3 on the CPU), forward and backward,\n"
+               "and prints each as a fraction of the measured ceiling. Default device: cuda\n"
+               "when a GPU is present. Targets: norm and elementwise >= 70%% of copy bandwidth,\n"
+               "pr_matmul >= 90%% of the bare cuBLAS call (marked LOW when missed).\n");
+}
+
+/* ---- timing ------------------------------------------------------------------------ */
+
+typedef void (*bench_fn)(void *arg);
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* median milliseconds of fn over reps runs after warm-up runs */
+static double time_median(pr_ctx *ctx, pr_device dev, bench_fn fn, void *arg, int warm, int reps)
+{
+    for (int i = 0; i < warm; i++) fn(arg);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+#ifdef PRISM_HAVE_CUDA
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (dev == PR_CUDA) {
+        PR_CUDA_CHECK(cudaEventCreate(&e0));
+        PR_CUDA_CHECK(cudaEventCreate(&e1));
+        PR_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+#endif
+    for (int i = 0; i < reps; i++) {
+#ifdef PRISM_HAVE_CUDA
+        if (dev == PR_CUDA) {
+            cudaStream_t s = pr_cuda_stream(ctx);
+            PR_CUDA_CHECK(cudaEventRecord(e0, s));
+            fn(arg);
+            PR_CUDA_CHECK(cudaEventRecord(e1, s));
+            PR_CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms;
+            PR_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            t[i] = ms;
+            continue;
+        }
+#endif
+        (void)ctx;
+        double t0 = now_ms();
+        fn(arg);
+        t[i] = now_ms() - t0;
+    }
+#ifdef PRISM_HAVE_CUDA
+    if (dev == PR_CUDA) {
+        PR_CUDA_CHECK(cudaEventDestroy(e0));
+        PR_CUDA_CHECK(cudaEventDestroy(e1));
+    }
+#endif
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    double m = t[reps / 2];
+    free(t);
+    return m;
+}
+
+/* ---- the cases ------------------------------------------------------------------------ */
+
+typedef struct {
+    pr_ctx *ctx;
+    pr_node n;
+    bool backward;
+} node_arg;
+
+/* one op's kernel (forward or backward) on a prepared node */
+static void run_node(void *p)
+{
+    node_arg *a = p;
+    pr_device dev = a->n.in[0]->device;
+    const pr_op_info *op = a->n.op;
+    pr_op_fn f = a->backward ? (dev == PR_CUDA ? op->backward_cuda : op->backward_cpu)
+                             : (dev == PR_CUDA ? op->forward_cuda : op->forward_cpu);
+    f(a->ctx, &a->n);
+}
+
+typedef struct {
+    pr_ctx *ctx;
+    pr_tensor *a, *b;
+} mm_arg;
+
+static void run_matmul(void *p)
+{
+    mm_arg *m = p;
+    pr_matmul(m->ctx, m->a, m->b, false, false);
+}
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    pr_device dev;
+} copy_arg;
+
+static void run_copy(void *p)
+{
+    copy_arg *c = p;
+    pr_device_memcpy(c->dst, c->dev, c->src, c->dev, c->bytes);
+}
+
+#ifdef PRISM_HAVE_CUDA
+typedef struct {
+    pr_ctx *ctx;
+    const float *a, *b;
+    float *c;
+    int n;
+} gemm_arg;
+
+/* what ops/matmul.cu issues for a row-major [n,n] @ [n,n], with no library around it */
+static void run_cublas(void *p)
+{
+    gemm_arg *g = p;
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasHandle_t h = pr_cublas(g->ctx);
+    cublasComputeType_t ct = g->ctx->matmul_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    PR_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &alpha, g->b, CUDA_R_32F, g->n, g->a,
+                                 CUDA_R_32F, g->n, &beta, g->c, CUDA_R_32F, g->n, ct, CUBLAS_GEMM_DEFAULT));
+}
+#endif
+
+/* a node for op with inputs in (NULL allowed) and output/saved tensors ready */
+static node_arg make_node(pr_ctx *ctx, pr_op_id id, int n_in, pr_tensor *const *in, pr_tensor *out, int n_saved,
+                          pr_tensor *const *saved, double eps)
+{
+    node_arg a = {ctx, pr_node_init(id, n_in, in), false};
+    a.n.n_out = 1;
+    a.n.out[0] = out;
+    a.n.n_saved = n_saved;
+    for (int i = 0; i < n_saved; i++) a.n.saved[i] = saved[i];
+    a.n.farg[0] = eps;
+    return a;
+}
+
+typedef struct {
+    double copy_gbs;
+    bool cuda;  /* the targets apply to the GPU kernels */
+    int low;
+} bench_state;
+
+static void report_mem(bench_state *st, const char *name, double ms, double bytes, bool target)
+{
+    double gbs = bytes / (ms * 1e-3) / 1e9, frac = gbs / st->copy_gbs;
+    bool low = st->cuda && target && frac < 0.70;
+    st->low += low;
+    printf("%-26s %9.3f ms %9.1f GB/s %7.1f%% of copy%s\n", name, ms, gbs, 100 * frac, low ? "  LOW" : "");
+}
+
+/* elementwise, softmax and norms on [R, D] f32, forward and backward */
+static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device dev, int64_t R, int64_t D, int reps)
+{
+    pr_rng r = pr_rng_init(42, 0);
+    pr_tensor *x = pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r), *x2 = pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r);
+    pr_tensor *y = pr_zeros(ar, PR_F32, dev, PR_DIMS(R, D));
+    pr_tensor *w = pr_randu(ar, PR_F32, dev, PR_DIMS(D), &r, 0.5, 1.5), *b = pr_randn(ar, PR_F32, dev, PR_DIMS(D), &r);
+    pr_tensor *mean = pr_zeros(ar, PR_F32, dev, PR_DIMS(R)), *rstd = pr_zeros(ar, PR_F32, dev, PR_DIMS(R));
+    /* grads for the backwards: dy (read) and dx (accumulated: read and written) */
+    y->grad = pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r);
+    x->grad = pr_zeros(ar, PR_F32, dev, PR_DIMS(R, D));
+    x->requires_grad = true;
+    double T = (double)R * D * 4; /* bytes of one tensor */
+    struct {
+        const char *name;
+        pr_op_id id;
+        int n_in;
+        pr_tensor *in[3];
+        int n_saved;
+        double fwd_tensors, bwd_tensors; /* tensors moved: inputs + outputs */
+    } cases[] = {
+        {"silu", PR_OP_silu, 1, {x}, 0, 2, 4},
+        {"add (same shape)", PR_OP_add, 2, {x, x2}, 0, 3, 0},
+        {"softmax", PR_OP_softmax, 1, {x}, 0, 2, 4},
+        {"layernorm (w, b)", PR_OP_layernorm, 3, {x, w, b}, 2, 2, 4},
+        {"rmsnorm (w)", PR_OP_rmsnorm, 2, {x, w}, 1, 2, 4},
+    };
+    pr_tensor *saved_ln[2] = {mean, rstd}, *saved_rms[1] = {rstd};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pr_tensor **saved = cases[i].n_saved == 2 ? saved_ln : saved_rms;
+        node_arg a = make_node(ctx, cases[i].id, cases[i].n_in, cases[i].in, y, cases[i].n_saved, saved, 1e-5);
+        char name[64];
+        snprintf(name, sizeof name, "%s fwd", cases[i].name);
+        report_mem(st, name, time_median(ctx, dev, run_node, &a, 3, reps), cases[i].fwd_tensors * T, true);
+        if (cases[i].bwd_tensors == 0) continue;
+        a.backward = true; /* dx only: w and b need no grad here */
+        snprintf(name, sizeof name, "%s bwd (dx)", cases[i].name);
+        report_mem(st, name, time_median(ctx, dev, run_node, &a, 3, reps), cases[i].bwd_tensors * T, true);
+    }
+}
+
+static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device dev, int64_t n, int reps)
+{
+    pr_rng r = pr_rng_init(43, 0);
+    pr_tensor *a = pr_randn(ar, PR_F32, dev, PR_DIMS(n, n), &r), *b = pr_randn(ar, PR_F32, dev, PR_DIMS(n, n), &r);
+    double flop = 2.0 * n * n * n;
+    bool was = pr_set_grad_enabled(ctx, false);
+    for (int tf32 = 0; tf32 <= (dev == PR_CUDA); tf32++) {
+        ctx->matmul_tf32 = tf32;
+        double ref = 0;
+#ifdef PRISM_HAVE_CUDA
+        if (dev == PR_CUDA) {
+            pr_tensor *c = pr_empty(ar, PR_F32, dev, PR_DIMS(n, n));
+            gemm_arg g = {ctx, a->data, b->data, c->data, (int)n};
+            double ms = time_median(ctx, dev, run_cublas, &g, 2, reps);
+            ref = flop / (ms * 1e-3) / 1e12;
+            printf("%-26s %9.3f ms %9.1f TFLOP/s (bare cublasGemmEx, %s)\n", tf32 ? "cuBLAS tf32" : "cuBLAS fp32", ms,
+                   ref, tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F");
+        }
+#endif
+        /* the output comes from the step arena: a reset after each run (outside
+         * the timed region) keeps memory flat */
+        mm_arg m = {ctx, a, b};
+        run_matmul(&m); /* warm-up */
+        pr_step_reset(ctx);
+        double *t = malloc(sizeof(double) * (size_t)reps);
+        for (int i = 0; i < reps; i++) {
+            t[i] = time_median(ctx, dev, run_matmul, &m, 0, 1);
+            pr_step_reset(ctx);
+        }
+        qsort(t, (size_t)reps, sizeof(double), cmp_double);
+        double ms = t[reps / 2];
+        free(t);
+        double rate = flop / (ms * 1e-3) / 1e12;
+        char name[48];
+        snprintf(name, sizeof name, "pr_matmul %lld^3 %s", (long long)n, tf32 ? "tf32" : "fp32");
+        if (ref > 0) {
+            bool low = rate < 0.9 * ref;
+            st->low += low;
+            printf("%-26s %9.3f ms %9.1f TFLOP/s %6.1f%% of cuBLAS%s\n", name, ms, rate, 100 * rate / ref,
+                   low ? "  LOW" : "");
+        } else {
+            printf("%-26s %9.3f ms %9.3f TFLOP/s\n", name, ms, rate);
+        }
+    }
+    ctx->matmul_tf32 = 0;
+    pr_set_grad_enabled(ctx, was);
+}
+
+int pr_bench_ops(int argc, char **argv)
+{
+    pr_device dev = pr_cuda_available() ? PR_CUDA : PR_CPU;
+    int reps = 0;
+    for (int i = 1; i < argc; i++) {
+        if (pr_is_help(argv[i])) {
+            bench_ops_usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (strcmp(d, "cuda") == 0) dev = PR_CUDA;
+            else if (strcmp(d, "cpu") == 0) dev = PR_CPU;
+            else {
+                fprintf(stderr, "prism bench ops: unknown device '%s' (cuda or cpu)\n", d);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "prism bench ops: unknown or incomplete option '%s'\n", argv[i]);
+            bench_ops_usage(stderr);
+            return 2;
+        }
+    }
+    if (dev == PR_CUDA && !pr_cuda_available()) {
+        fprintf(stderr, "prism bench ops: no CUDA device (or built without CUDA); try --device cpu\n");
+        return 1;
+    }
+    bool cuda = dev == PR_CUDA;
+    if (reps <= 0) reps = cuda ? 20 : 5;
+    int64_t R = cuda ? 65536 : 4096, D = 1024, n = cuda ? 8192 : 1024;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_arena *ar = pr_arena_new("bench", 0);
+    bench_state st = {0, cuda, 0};
+#ifdef PRISM_HAVE_CUDA
+    if (cuda) {
+        struct cudaDeviceProp p;
+        PR_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+        printf("prism bench ops: %s, %d SMs, %.0f MiB L2 (cuda)\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1048576.0);
+    }
+#endif
+    if (!cuda) printf("prism bench ops: cpu\n");
+    size_t bytes = (size_t)R * D * 4;
+    void *src = pr_device_alloc(dev, bytes), *dst = pr_device_alloc(dev, bytes);
+    pr_device_memset0(dev, src, bytes);
+    copy_arg c = {dst, src, bytes, dev};
+    double ms = time_median(ctx, dev, run_copy, &c, 3, reps);
+    st.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
+    printf("%-26s %9.3f ms %9.1f GB/s (read + write; the ceiling below)\n", cuda ? "copy D2D 256 MiB" : "memcpy 16 MiB",
+           ms, st.copy_gbs);
+    pr_device_free(dev, src, bytes);
+    pr_device_free(dev, dst, bytes);
+    bench_memory_ops(&st, ctx, ar, dev, R, D, reps);
+    bench_matmul(&st, ctx, ar, dev, n, cuda ? 10 : 3);
+    printf("%s\n", st.low ? "some kernels are under their target (LOW)" : "every kernel meets its target");
+    pr_arena_free(ar);
+    pr_ctx_free(ctx);
+    return 0;
+}
+
+/* `prism bench <what>`: ops here; the recurrence bench lives in its own file
+ * (tools/bench_recurrence.c) and is linked weakly until it exists. */
+int pr_bench_recurrence(int argc, char **argv) __attribute__((weak));
+
+int pr_cmd_bench(int argc, char **argv)
+{
+    if (argc < 2 || pr_is_help(argv[1])) {
+        fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence> [options]   (--help for each)\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "ops") == 0) return pr_bench_ops(argc - 1, argv + 1);
+    if (strcmp(argv[1], "recurrence") == 0) {
+        if (!pr_bench_recurrence) {
+            fprintf(stderr, "prism bench recurrence: not built into this prism yet\n");
+            return 1;
+        }
+        return pr_bench_recurrence(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence)\n", argv[1]);
+    return 2;
+}
