@@ -403,7 +403,7 @@ int pr_cmd_golden_check(int argc, char **argv)
     }
     if (o.dev == PR_CUDA && !pr_cuda_available()) {
         fprintf(stderr, "prism golden-check: --device cuda, but no CUDA device (or built without CUDA)\n");
-        return 1;
+        return 77; /* "skipped" to ctest (SKIP_RETURN_CODE), a failure to a shell */
     }
     if (do_bench) return bench(&o);
     if (make) return make_reference(make, size);

@@ -43,7 +43,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 
 cmake -S . -B build-device -DPRISM_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INCLUDE_PATH="$deps/usr/include" \
-    -DCMAKE_LIBRARY_PATH="$libdir;$libdir/openblas-pthread" >"$OUT/build.log" 2>&1 \
+    -DCMAKE_LIBRARY_PATH="$libdir;$libdir/openblas-pthread" \
+    ${PRISM_GOLDEN:+-DPRISM_GOLDEN_FILE="$PRISM_GOLDEN"} >"$OUT/build.log" 2>&1 \
     && cmake --build build-device -j"$(nproc)" "${targets[@]}" >>"$OUT/build.log" 2>&1
 rc=$?
 grep -E "error|warning" "$OUT/build.log" | head -40
