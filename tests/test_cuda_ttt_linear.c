@@ -5,7 +5,7 @@
  * CUDA in f32, and compares CUDA with both, per tensor, as max|diff| over the
  * reference's max-abs. Tolerance 1e-4: the CPU computes in double, so this is
  * the f32 kernel's own rounding, sums of at most K + 2 mb products per entry
- * through two LayerNorms (expected ~1e-6). The CUDA
+ * through two LayerNorms (an H200 measured <= 7.1e-7). The CUDA
  * backward runs twice and must agree bit for bit (no float atomics). Cases:
  * T=37 with mini-batch 16 (partial last), T=1, K=64, K=128, odd K (the
  * kernels' scalar loops), mini-batches that are not a multiple of 4, and no

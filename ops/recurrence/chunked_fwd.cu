@@ -63,7 +63,7 @@ template <int C> __device__ __forceinline__ void prep_solve(const float *M, int 
 }
 
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS) chunk_prep_kernel(rec_prob p, int BV, float *Tinv, float *Wp, float *R0)
+__global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_prep_kernel(rec_prob p, int BV, float *Tinv, float *Wp, float *R0)
 {
     extern __shared__ __align__(128) float sm[];
     const prep_lay s = prep_layout(p, BV);
@@ -138,25 +138,6 @@ __host__ __device__ static state_lay state_layout(const rec_prob &p, int BV)
     return s;
 }
 size_t pr_rec_smem_state(const rec_prob &p, int bv) { return (size_t)state_layout(p, bv).total * 4; }
-
-/* the augmented keys [K; KX_l] of a chunk, columns k0.. (nk of them, W wide) */
-__device__ __forceinline__ void chunk_ld_keys(const rec_prob &p, float *KA, int ld, int C, int W, long long rk, int nval,
-                                              int k0, int nk)
-{
-    const int H = p.H, K = p.K, L = p.L;
-    rec_ld_tile(KA, ld, C, W, p.k + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-    for (int l = 0; l < L; l++)
-        rec_ld_tile(KA + (C + l * C) * ld, ld, C, W, p.kx + rk * L * K + l * K + k0, (long long)H * L * K, nval, nk, p.vec);
-}
-/* the augmented values [U; VX_l] of a chunk, columns v0.. (U from u: [rows,H,V]) */
-__device__ __forceinline__ void chunk_ld_values(const rec_prob &p, float *UA, int ld, int C, int W, const float *u,
-                                                long long rk, int nval, int v0, int nv)
-{
-    const int H = p.H, V = p.V, L = p.L;
-    rec_ld_tile(UA, ld, C, W, u + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-    for (int l = 0; l < L; l++)
-        rec_ld_tile(UA + (C + l * C) * ld, ld, C, W, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
-}
 
 template <int C>
 __global__ void __launch_bounds__(PR_REC_THREADS)
@@ -281,10 +262,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 /* ---- launchers --------------------------------------------------------------------- */
 
-template <class F> static void chunk_launch(F kernel, dim3 grid, size_t smem, cudaStream_t s)
+template <class F> static void chunk_smem_attr(F kernel, size_t smem)
 {
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    (void)grid, (void)s;
 }
 
 template <int C>
@@ -293,20 +273,20 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
 {
     if (p.delta) {
         const size_t sm = pr_rec_smem_prep(p, pl.bv_prep);
-        chunk_launch(chunk_prep_kernel<C>, 0, sm, st);
+        chunk_smem_attr(chunk_prep_kernel<C>, sm);
         chunk_prep_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_prep, sv.Tinv, sv.W, sv.R0);
         PR_CUDA_LAUNCH_CHECK();
     }
     {
         const size_t sm = pr_rec_smem_state(p, pl.bv_state);
-        chunk_launch(chunk_state_kernel<C>, 0, sm, st);
+        chunk_smem_attr(chunk_state_kernel<C>, sm);
         const dim3 grid((p.V + pl.bv_state - 1) / pl.bv_state, p.H, p.N);
         chunk_state_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bv_state, sv.hs, sv.R, sv.W, sv.R0, ht);
         PR_CUDA_LAUNCH_CHECK();
     }
     {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
-        chunk_launch(chunk_scores_kernel<C, 0>, 0, sm, st);
+        chunk_smem_attr(chunk_scores_kernel<C, 0>, sm);
         chunk_scores_kernel<C, 0><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o,
                                                                                    nullptr, nullptr);
         PR_CUDA_LAUNCH_CHECK();
@@ -326,10 +306,10 @@ void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, 
     const size_t sm = pr_rec_smem_scores(p, 1, bv);
     const dim3 grid(p.nchunks, p.H);
     if (p.C == 64) {
-        chunk_launch(chunk_scores_kernel<64, 1>, grid, sm, st);
+        chunk_smem_attr(chunk_scores_kernel<64, 1>, sm);
         chunk_scores_kernel<64, 1><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
     } else {
-        chunk_launch(chunk_scores_kernel<32, 1>, grid, sm, st);
+        chunk_smem_attr(chunk_scores_kernel<32, 1>, sm);
         chunk_scores_kernel<32, 1><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
     }
     PR_CUDA_LAUNCH_CHECK();

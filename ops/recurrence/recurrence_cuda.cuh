@@ -282,6 +282,25 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
     for (int e = 0; e < E; e++) G[lane * E + e] = excl + x[e];
 }
 
+/* the augmented keys [K; KX_l] of a chunk, columns k0.. (nk of them, W wide) */
+__device__ __forceinline__ void chunk_ld_keys(const rec_prob &p, float *KA, int ld, int C, int W, long long rk, int nval,
+                                              int k0, int nk)
+{
+    const int H = p.H, K = p.K, L = p.L;
+    rec_ld_tile(KA, ld, C, W, p.k + rk * K + k0, (long long)H * K, nval, nk, p.vec);
+    for (int l = 0; l < L; l++)
+        rec_ld_tile(KA + (C + l * C) * ld, ld, C, W, p.kx + rk * L * K + l * K + k0, (long long)H * L * K, nval, nk, p.vec);
+}
+/* the augmented values [U; VX_l] of a chunk, columns v0.. (U from u: [rows,H,V]) */
+__device__ __forceinline__ void chunk_ld_values(const rec_prob &p, float *UA, int ld, int C, int W, const float *u,
+                                                long long rk, int nval, int v0, int nv)
+{
+    const int H = p.H, V = p.V, L = p.L;
+    rec_ld_tile(UA, ld, C, W, u + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    for (int l = 0; l < L; l++)
+        rec_ld_tile(UA + (C + l * C) * ld, ld, C, W, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
+}
+
 /* ---- launchers ------------------------------------------------------------------ */
 struct rec_grads {
     float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
@@ -303,7 +322,9 @@ struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
 };
-bool pr_rec_chunk_plan(int C, int K, int V, int L, bool delta, int smem_max, rec_chunk_plan *plan);
+bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, rec_chunk_plan *plan);   /* p.C set */
+/* the backward's first step: dU = scale S^T dO and dVX likewise, for every chunk */
+void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                           float *o, float *ht);
 void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,

@@ -1,0 +1,491 @@
+/* ops/recurrence/chunked_bwd.cu: the chunked backward on CUDA, the forward's
+ * three steps in reverse, and the plan of tile sizes.
+ *
+ * Per chunk (notation of chunked_fwd.cu; dhn = dL/d(state at the chunk's
+ * end), Kd = e^{G_last - G} o Ka, S = incl(D o Q Ka^T)):
+ *   Ua enters O and the next state:  dUa = scale S^T dO + Kd dhn
+ *   the chunk-start state h:          dh = e^{G_last} dhn + scale (e^G o Q)^T dO - W^T (beta o dU)
+ * (dlocal computes scale S^T dO for every chunk at once, dstate then runs
+ * serially over chunks, parallel over V tiles, adds Kd dhn and carries dh.)
+ * grad, every chunk at once, K tiles in parallel, V tiles in a loop:
+ *   dQ  = scale e^G o (dO h^T) + dS Ka,       dS = scale incl(D o dO Ua^T)
+ *   dKa = e^{G_last - G} o (Ua dhn^T) + dS^T Q
+ *   dW  = -(beta o dU) h^T,   dbeta += dU . R  (u = beta R, R = R0 - W h)
+ * wy (delta rules), the WY form backward: with dR0 = beta o dU,
+ *   dY1 = T'^T dR0 -> dV;  dY2 = T'^T dW;  dM = -(dY1 R0^T + dY2 W^T) (strict)
+ *   M = B diag(beta): dB = dM diag(beta), dbeta_i += sum_t dM_ti B_ti
+ *   B = strict(D o K K^T):  dK += dKK K + dKK^T K,  dKK = dB o D
+ *   Y1 = V - Mx VX, Mx = strict(D o K KX^T): dMx = -dY1 VX^T, dVX -= Mx^T dY1,
+ *     dK += dKKX KX, dKX += dKKX^T K,  dKKX = dMx o D
+ *   Y2 = e^G o K: dK += e^G o dY2
+ * dg: every factor e^{G_t - G_i} of a product X_ti = x_t . y_i gives
+ * dG_t += dX_ti X_ti and dG_i -= dX_ti X_ti; summed over i that is
+ * x_t . (dX y)_t, so dG_t = x_t . (its row gradient) - y_t . (its column
+ * gradient), read off the products above; e^{G_t} and e^{G_last} factors add
+ * q.dQ, k.dY2 and the chunk-end terms. dg is then the reverse cumulative sum
+ * of dG within the chunk. Every sum has a fixed order: no atomics.
+ */
+#include "ops/recurrence/recurrence_cuda.cuh"
+
+template <class F> static void chunk_smem_attr(F kernel, size_t smem)
+{
+    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+/* dst[(rk + t*H)*ld + i] += src[t*lds + i] + (extra ? extra[same] : 0), t < nr, i < nc */
+__device__ __forceinline__ void chunk_add_rows(float *dst, long long rs, int nr, int nc, const float *src, int lds,
+                                               const float *extra)
+{
+    for (int e = threadIdx.x; e < nr * nc; e += blockDim.x) {
+        const int t = e / nc, i = e % nc;
+        const long long o = t * rs + i;
+        dst[o] += src[t * lds + i] + (extra ? extra[o] : 0.f);
+    }
+}
+
+/* ---- dstate: serial over chunks in reverse ---------------------------------------- */
+struct dstate_lay {
+    int G, bt, dHs, dVA, dOs, R1, total;
+};
+__host__ __device__ static dstate_lay dstate_layout(const rec_prob &p, int BV)
+{
+    rec_bump m;
+    dstate_lay s;
+    const int C = p.C, NA = C * (1 + p.L), LDK = p.Kp + 4, LDV = BV + 4;
+    const int r1 = NA > (p.delta ? 2 : 1) * C ? NA : (p.delta ? 2 : 1) * C;
+    s.G = m.take(C), s.bt = m.take(C);
+    s.dHs = m.take(p.Kp * LDV), s.dVA = m.take(NA * LDV), s.dOs = m.take(C * LDV), s.R1 = m.take(r1 * LDK);
+    s.total = m.off;
+    return s;
+}
+size_t pr_rec_smem_dstate(const rec_prob &p, int bv) { return (size_t)dstate_layout(p, bv).total * 4; }
+
+template <int C>
+__global__ void __launch_bounds__(PR_REC_THREADS)
+    chunk_dstate_kernel(rec_prob p, int BV, const float *Wp, float *dhs, float *dU, float *dVX, float *dv, float *dh0)
+{
+    extern __shared__ __align__(128) float sm[];
+    const dstate_lay s = dstate_layout(p, BV);
+    const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, L = p.L, Kp = p.Kp;
+    const int NA = C * (1 + L), LDK = Kp + 4, LDV = BV + 4, nv = min(BV, V - v0);
+    float *G = sm + s.G, *bt = sm + s.bt, *dHs = sm + s.dHs, *dVA = sm + s.dVA, *dOs = sm + s.dOs;
+    float *KA = sm + s.R1, *Qs = sm + s.R1, *Ws = sm + s.R1 + C * LDK;
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    const long long hoff = ((long long)n * H + h) * K * V + v0;
+    rec_ld_tile(dHs, LDV, Kp, BV, p.dht + hoff, V, K, nv, p.vec);
+    for (int ci = (sq.len + C - 1) / C - 1; ci >= 0; ci--) {
+        const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
+        const long long rk = (long long)row0 * H + h;
+        __syncthreads();
+        rec_st_tile(dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
+        rec_load_gates<C>(p, row0, nval, h, G, bt);
+        chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
+        rec_ld_tile(dVA, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        for (int l = 0; l < L; l++)
+            rec_ld_tile(dVA + (C + l * C) * LDV, LDV, C, BV, dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval,
+                        nv, p.vec);
+        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        __syncthreads();
+        const float Gl = G[nval - 1];
+        for (int e = threadIdx.x; e < NA * Kp; e += blockDim.x) {
+            const int a = e / Kp, i = e % Kp;
+            KA[a * LDK + i] *= expf(Gl - G[a % C]);
+        }
+        __syncthreads();
+        rec_mm<false, false>(p, dVA, LDV, KA, LDK, dHs, LDV, NA, BV, Kp, 1.f, true); /* dUa += Kd dhn */
+        __syncthreads();
+        if (p.delta) rec_st_tile(dU + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
+        else if (dv) rec_st_tile(dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, true, p.vec);
+        for (int l = 0; l < L; l++)
+            rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, dVA + (C + l * C) * LDV, LDV,
+                        1.f, false, p.vec);
+        __syncthreads();
+        rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, nval, K, p.vec);
+        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
+        __syncthreads();
+        for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) Qs[(e / Kp) * LDK + e % Kp] *= p.scale * expf(G[e / Kp]);
+        if (p.delta)
+            for (int e = threadIdx.x; e < C * BV; e += blockDim.x) dVA[(e / BV) * LDV + e % BV] *= bt[e / BV];
+        const float eGl = expf(Gl);
+        for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) dHs[(e / BV) * LDV + e % BV] *= eGl;
+        __syncthreads();
+        rec_mm<true, false>(p, dHs, LDV, Qs, LDK, dOs, LDV, Kp, BV, C, 1.f, true);
+        if (p.delta) {
+            __syncthreads();
+            rec_mm<true, false>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
+        }
+    }
+    __syncthreads();
+    if (dh0) rec_st_tile(dh0 + hoff, V, K, nv, dHs, LDV, 1.f, true, p.vec);
+}
+
+/* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) ------------------- */
+struct grad_lay {
+    int G, bt, dG, dbA, tq, tk, red, Xq, Xk, Xw, P, dOs, VA, dUs, Hs, dHn, Qs, KA, total;
+};
+__host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV)
+{
+    rec_bump m;
+    grad_lay s;
+    const int C = p.C, NA = C * (1 + p.L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4;
+    s.G = m.take(C), s.bt = m.take(C), s.dG = m.take(C), s.dbA = m.take(C), s.tq = m.take(NA), s.tk = m.take(NA);
+    s.red = m.take(32);
+    s.Xq = m.take(C * LDB), s.Xk = m.take(NA * LDB), s.Xw = p.delta ? m.take(C * LDB) : -1, s.P = m.take(C * LDA);
+    const int region = m.off;
+    s.dOs = m.take(C * LDV), s.VA = m.take(NA * LDV), s.dUs = p.delta ? m.take(C * LDV) : -1;
+    s.Hs = m.take(BK * LDV), s.dHn = m.take(BK * LDV);
+    const int end1 = m.off;
+    m.off = region;
+    s.Qs = m.take(C * LDB), s.KA = m.take(NA * LDB);
+    s.total = m.off > end1 ? m.off : end1;
+    return s;
+}
+size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv) { return (size_t)grad_layout(p, bk, bv).total * 4; }
+
+template <int C>
+__global__ void __launch_bounds__(PR_REC_THREADS)
+    chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R, const float *dU,
+                      float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
+{
+    extern __shared__ __align__(128) float sm[];
+    const grad_lay s = grad_layout(p, BK, BV);
+    const int kt = blockIdx.x, c = blockIdx.y, h = blockIdx.z, H = p.H, K = p.K, V = p.V, L = p.L;
+    const int NA = C * (1 + L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4, k0 = kt * BK, nk = min(BK, K - k0);
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h, hoff = ((long long)c * H + h) * K * V + (long long)k0 * V;
+    float *G = sm + s.G, *bt = sm + s.bt, *dG = sm + s.dG, *dbs = sm + s.dbA, *tq = sm + s.tq, *tk = sm + s.tk;
+    float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
+    float *dOs = sm + s.dOs, *VA = sm + s.VA, *dUs = sm + s.dUs, *Hs = sm + s.Hs, *dHn = sm + s.dHn;
+    const bool do_db = p.delta && kt == 0;
+
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    for (int t = threadIdx.x; t < C; t += blockDim.x) dbs[t] = 0.f;
+    float hd = 0.f;
+    for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
+        const int nv = min(BV, V - v0);
+        __syncthreads();
+        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        chunk_ld_values(p, VA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
+        if (p.delta) rec_ld_tile(dUs, LDV, C, BV, dU + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        rec_ld_tile(Hs, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
+        rec_ld_tile(dHn, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
+        __syncthreads();
+        for (int e = threadIdx.x; e < BK * BV; e += blockDim.x) {
+            const int i = e / BV, j = e % BV;
+            hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
+        }
+        if (do_db) rec_row_dots(dbs, dUs, LDV, VA, LDV, C, BV, 1.f, true); /* dbeta += dU . R */
+        __syncthreads();
+        if (p.delta)
+            for (int e = threadIdx.x; e < C * BV; e += blockDim.x) {
+                const int t = e / BV, j = e % BV;
+                VA[t * LDV + j] *= bt[t];
+                dUs[t * LDV + j] *= bt[t];
+            }
+        __syncthreads();
+        rec_mm<false, true>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+        rec_mm<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
+        rec_mm<false, true>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
+        if (p.delta) rec_mm<false, true>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+    }
+    hd = rec_block_sum(hd, sm + s.red);
+    float *Qs = sm + s.Qs, *KA = sm + s.KA;
+    rec_ld_tile(Qs, LDB, C, BK, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+    chunk_ld_keys(p, KA, LDB, C, BK, rk, cp.nval, k0, nk);
+    __syncthreads();
+    const int last = cp.nval - 1;
+    const float Gl = G[last];
+    for (int e = threadIdx.x; e < C * NA; e += blockDim.x) {
+        const int t = e / NA, a = e % NA, i = a % C;
+        P[t * LDA + a] = i <= t ? p.scale * P[t * LDA + a] * expf(G[t] - G[i]) : 0.f;
+    }
+    for (int e = threadIdx.x; e < C * BK; e += blockDim.x) Xq[(e / BK) * LDB + e % BK] *= p.scale * expf(G[e / BK]);
+    for (int e = threadIdx.x; e < NA * BK; e += blockDim.x) Xk[(e / BK) * LDB + e % BK] *= expf(Gl - G[(e / BK) % C]);
+    __syncthreads();
+    if (p.has_g) rec_row_dots(tq, KA, LDB, Xk, LDB, NA, BK, 1.f, false); /* ka . (Kd-part of dKa) */
+    __syncthreads();
+    rec_mm<false, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
+    rec_mm<true, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
+    __syncthreads();
+    if (p.has_g) {
+        rec_row_dots(dG, Qs, LDB, Xq, LDB, C, BK, 1.f, false);
+        rec_row_dots(tk, KA, LDB, Xk, LDB, NA, BK, 1.f, false);
+        __syncthreads();
+        if (threadIdx.x < C) {
+            const int t = threadIdx.x;
+            float v = dG[t];
+            for (int l = 0; l <= L; l++) v -= tk[l * C + t];
+            if (t == last) {
+                float sa = 0.f;
+                for (int a = 0; a < NA; a++) sa += tq[a];
+                v += sa + expf(Gl) * hd;
+            }
+            if (t < cp.nval) dGp[kt * rowsH + rk + (long long)t * H] = v;
+        }
+    }
+    if (dq) rec_st_tile(dq + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB, 1.f, true, p.vec);
+    if (dka) rec_st_tile(dka + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, !p.delta, p.vec);
+    for (int l = 0; l < L; l++)
+        rec_st_tile(dkxa + rk * L * K + l * K + k0, (long long)H * L * K, cp.nval, nk, Xk + (C + l * C) * LDB, LDB, 1.f,
+                    false, p.vec);
+    if (p.delta) rec_st_tile(dW + rk * K + k0, (long long)H * K, cp.nval, nk, Xw, LDB, -1.f, false, p.vec);
+    if (do_db)
+        for (int t = threadIdx.x; t < cp.nval; t += blockDim.x) dbA[rk + (long long)t * H] = dbs[t];
+}
+
+/* ---- wy: the WY form's backward (delta rules), and the final sums ------------------------ */
+struct wy_lay {
+    int G, bt, dG, dB, Ts, Ks, dM, dMx, Mx, KXl, dUs, dY1, R0t, VXA, dVXt, sD, sA, sB, total;
+};
+__host__ __device__ static wy_lay wy_layout(const rec_prob &p, int BV)
+{
+    rec_bump m;
+    wy_lay s;
+    const int C = p.C, L = p.L, CL = C * L, LDK = p.Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
+    s.G = m.take(C), s.bt = m.take(C), s.dG = m.take(C), s.dB = m.take(C);
+    s.Ts = m.take(C * LDC), s.Ks = m.take(C * LDK), s.dM = m.take(C * LDC), s.dMx = L ? m.take(C * LDX) : -1;
+    const int region = m.off;
+    s.Mx = L ? m.take(C * LDX) : -1;
+    const int sub = m.off;
+    s.KXl = m.take(C * LDK);
+    const int end_a = m.off;
+    m.off = sub;
+    s.dUs = m.take(C * LDV), s.dY1 = m.take(C * LDV), s.R0t = m.take(C * LDV);
+    s.VXA = L ? m.take(CL * LDV) : -1, s.dVXt = L ? m.take(CL * LDV) : -1;
+    const int end1 = m.off > end_a ? m.off : end_a;
+    m.off = region;
+    s.sD = m.take(C * LDK), s.sA = m.take(C * LDK), s.sB = m.take(C * LDK);
+    s.total = m.off > end1 ? m.off : end1;
+    return s;
+}
+size_t pr_rec_smem_wy(const rec_prob &p, int bv) { return (size_t)wy_layout(p, bv).total * 4; }
+
+struct wy_scratch {
+    const float *dU, *dVX, *dka, *dkxa, *dW, *dGp, *dbA;
+    int nkt;
+    long long rowsH;
+};
+
+template <int C>
+__global__ void __launch_bounds__(PR_REC_THREADS)
+    chunk_wy_kernel(rec_prob p, int BV, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
+{
+    extern __shared__ __align__(128) float sm[];
+    const wy_lay s = wy_layout(p, BV);
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, L = p.L, Kp = p.Kp, CL = C * L;
+    const int LDK = Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    float *G = sm + s.G, *bt = sm + s.bt, *dG = sm + s.dG, *dB = sm + s.dB, *Ts = sm + s.Ts, *Ks = sm + s.Ks;
+    float *dM = sm + s.dM, *dMx = sm + s.dMx, *Mx = sm + s.Mx;
+
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    rec_ld_tile(Ts, LDC, C, C, Tinv + ((long long)c * H + h) * C * C, C, C, C, true);
+    rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    for (int t = threadIdx.x; t < C; t += blockDim.x) {
+        const long long o = rk + (long long)t * H;
+        float g = 0.f;
+        if (p.has_g && t < cp.nval)
+            for (int kt = 0; kt < x.nkt; kt++) g += x.dGp[kt * x.rowsH + o];
+        dG[t] = g;
+        dB[t] = t < cp.nval ? x.dbA[o] : 0.f;
+    }
+    __syncthreads();
+    if (L) { /* Mx = strict(D o K KX^T), one extra at a time */
+        float *KXl = sm + s.KXl;
+        for (int l = 0; l < L; l++) {
+            rec_ld_tile(KXl, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
+            __syncthreads();
+            rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, KXl, LDK, C, C, Kp, 1.f, false);
+            __syncthreads();
+        }
+        for (int e = threadIdx.x; e < C * CL; e += blockDim.x) {
+            const int t = e / CL, a = e % CL, i = a % C;
+            Mx[t * LDX + a] = i < t ? Mx[t * LDX + a] * expf(G[t] - G[i]) : 0.f;
+        }
+    }
+    float *dUs = sm + s.dUs, *dY1 = sm + s.dY1, *R0t = sm + s.R0t, *VXA = sm + s.VXA, *dVXt = sm + s.dVXt;
+    for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
+        const int nv = min(BV, V - v0);
+        __syncthreads();
+        rec_ld_tile(dUs, LDV, C, BV, x.dU + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        rec_ld_tile(R0t, LDV, C, BV, R0 + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        for (int l = 0; l < L; l++) {
+            rec_ld_tile(VXA + l * C * LDV, LDV, C, BV, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv,
+                        p.vec);
+            rec_ld_tile(dVXt + l * C * LDV, LDV, C, BV, x.dVX + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval,
+                        nv, p.vec);
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < C * BV; e += blockDim.x) dUs[(e / BV) * LDV + e % BV] *= bt[e / BV]; /* dR0 */
+        __syncthreads();
+        rec_mm<true, false>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
+        __syncthreads();
+        if (d.dv) rec_st_tile(d.dv + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV, 1.f, true, p.vec);
+        rec_mm<false, true>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
+        if (L) {
+            rec_mm<false, true>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
+            rec_mm<true, false>(p, dVXt, LDV, Mx, LDX, dY1, LDV, CL, BV, C, -1.f, true);
+            __syncthreads();
+            for (int l = 0; d.dvx && l < L; l++)
+                rec_st_tile(d.dvx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVXt + l * C * LDV, LDV,
+                            1.f, true, p.vec);
+        }
+    }
+    __syncthreads();
+    float *sD = sm + s.sD, *sA = sm + s.sA, *sB = sm + s.sB;
+    rec_ld_tile(sA, LDK, C, Kp, x.dW + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    rec_ld_tile(sB, LDK, C, Kp, Wp + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    __syncthreads();
+    rec_mm<true, false>(p, sD, LDK, Ts, LDC, sA, LDK, C, Kp, C, 1.f, false); /* dY2 = T'^T dW */
+    __syncthreads();
+    rec_mm<false, true>(p, dM, LDC, sD, LDK, sB, LDK, C, C, Kp, -1.f, true); /* dM -= dY2 W^T */
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] *= expf(G[e / Kp]);
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int t = e / C, i = e % C;
+        dM[t * LDC + i] = i < t ? dM[t * LDC + i] * expf(G[t] - G[i]) : 0.f;
+    }
+    for (int e = threadIdx.x; e < C * CL; e += blockDim.x) {
+        const int t = e / CL, a = e % CL, i = a % C;
+        dMx[t * LDX + a] = i < t ? dMx[t * LDX + a] * expf(G[t] - G[i]) : 0.f;
+    }
+    __syncthreads();
+    if (p.has_g) rec_row_dots(dG, Ks, LDK, sD, LDK, C, Kp, 1.f, true); /* k . (e^G o dY2) */
+    rec_mm<true, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* (dM o D)^T K */
+    __syncthreads();
+    rec_row_dots(dB, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sA[(e / Kp) * LDK + e % Kp] *= bt[e / Kp]; /* dKK^T K */
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) dM[(e / C) * LDC + e % C] *= bt[e % C];    /* dKK */
+    __syncthreads();
+    if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, -1.f, true);
+    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] += sA[(e / Kp) * LDK + e % Kp];
+    __syncthreads();
+    rec_mm<false, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* dKK K */
+    __syncthreads();
+    if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
+    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] += sA[(e / Kp) * LDK + e % Kp];
+    __syncthreads();
+    for (int l = 0; l < L; l++) {
+        rec_ld_tile(sA, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
+        __syncthreads();
+        rec_mm<false, false>(p, sB, LDK, dMx + l * C, LDX, sA, LDK, C, Kp, C, 1.f, false); /* dKKX_l KX_l */
+        __syncthreads();
+        if (p.has_g) rec_row_dots(dG, Ks, LDK, sB, LDK, C, Kp, 1.f, true);
+        for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] += sB[(e / Kp) * LDK + e % Kp];
+        __syncthreads();
+        rec_mm<true, false>(p, sB, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
+        __syncthreads();
+        if (p.has_g) rec_row_dots(dG, sA, LDK, sB, LDK, C, Kp, -1.f, true);
+        if (d.dkx)
+            chunk_add_rows(d.dkx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, sB, LDK,
+                           x.dkxa + rk * L * K + l * K);
+        __syncthreads();
+    }
+    if (d.dk) chunk_add_rows(d.dk + rk * K, (long long)H * K, cp.nval, K, sD, LDK, x.dka + rk * K);
+    __syncthreads();
+    if (threadIdx.x == 0 && p.has_g && d.dg) {
+        float cum = 0.f;
+        for (int t = cp.nval - 1; t >= 0; t--) cum += dG[t], d.dg[rk + (long long)t * H] += cum;
+    }
+    if (d.dbeta)
+        for (int t = threadIdx.x; t < cp.nval; t += blockDim.x) d.dbeta[rk + (long long)t * H] += dB[t];
+}
+
+/* dg of the rules without the WY step (ssd): reverse cumulative sums of dG per chunk */
+__global__ static void chunk_dg_kernel(rec_prob p, const float *dGp, int nkt, long long rowsH, float *dg)
+{
+    const long long id = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (id >= (long long)p.nchunks * p.H) return;
+    const int c = (int)(id / p.H), h = (int)(id % p.H);
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * p.H + h;
+    float cum = 0.f;
+    for (int t = cp.nval - 1; t >= 0; t--) {
+        const long long o = rk + (long long)t * p.H;
+        for (int kt = 0; kt < nkt; kt++) cum += dGp[kt * rowsH + o];
+        dg[o] += cum;
+    }
+}
+
+/* ---- the plan and the launcher -------------------------------------------------------- */
+
+bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, rec_chunk_plan *pl)
+{
+    const size_t mx = (size_t)smem_max;
+    const int bvs[2] = {p.Vp >= 64 ? 64 : 32, 32};
+    auto pick = [&](auto bytes, int *out) {
+        for (int b : bvs)
+            if (bytes(b) <= mx) return *out = b, true;
+        return false;
+    };
+    pl->C = p.C;
+    bool ok = true;
+    if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_prep(p, b); }, &pl->bv_prep);
+    if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_wy(p, b); }, &pl->bv_wy);
+    ok &= pick([&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
+    ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
+    ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
+    ok &= pick([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
+    bool g = false;
+    const int bks[2] = {p.Kp >= 64 ? 64 : 32, 32};
+    for (int bk : bks)
+        for (int bv : bvs)
+            if (!g && pr_rec_smem_grad(p, bk, bv) <= mx) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
+    return ok && g;
+}
+
+template <int C>
+static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                             const rec_grads &d)
+{
+    const long long rows = p.seq ? (long long)p.T : (long long)p.N * p.T, rowsH = rows * p.H;
+    const int nkt = (p.K + pl.bk_grad - 1) / pl.bk_grad;
+    const size_t n_v = (size_t)(rowsH * p.V), n_vx = n_v * p.L, n_k = (size_t)(rowsH * p.K), n_kx = n_k * p.L;
+    const size_t n_h = (size_t)p.nchunks * p.H * p.K * p.V;
+    float *dU = rec_scratch(n_v), *dVX = p.L ? rec_scratch(n_vx) : nullptr, *dhs = rec_scratch(n_h);
+    float *dka = p.delta ? rec_scratch(n_k) : d.dk, *dkxa = p.L ? rec_scratch(n_kx) : nullptr;
+    float *dW = p.delta ? rec_scratch(n_k) : nullptr, *dbA = p.delta ? rec_scratch((size_t)rowsH) : nullptr;
+    float *dGp = p.has_g ? rec_scratch((size_t)(nkt * rowsH)) : nullptr;
+
+    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX);
+    {
+        const size_t sm = pr_rec_smem_dstate(p, pl.bv_dstate);
+        chunk_smem_attr(chunk_dstate_kernel<C>, sm);
+        const dim3 grid((p.V + pl.bv_dstate - 1) / pl.bv_dstate, p.H, p.N);
+        chunk_dstate_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bv_dstate, sv.W, dhs, dU, dVX, d.dv, d.dh0);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    {
+        const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad);
+        chunk_smem_attr(chunk_grad_kernel<C>, sm);
+        const dim3 grid(nkt, p.nchunks, p.H);
+        chunk_grad_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq,
+                                                               dka, dkxa, dW, dGp, dbA, rowsH);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    if (p.delta) {
+        const size_t sm = pr_rec_smem_wy(p, pl.bv_wy);
+        chunk_smem_attr(chunk_wy_kernel<C>, sm);
+        const wy_scratch x = {dU, dVX, dka, dkxa, dW, dGp, dbA, nkt, rowsH};
+        chunk_wy_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_wy, sv.Tinv, sv.W, sv.R0, x, d);
+        PR_CUDA_LAUNCH_CHECK();
+    } else if (p.has_g && d.dg) {
+        chunk_dg_kernel<<<pr_cuda_blocks((long long)p.nchunks * p.H, 128), 128, 0, st>>>(p, dGp, nkt, rowsH, d.dg);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    rec_scratch_free(dU, n_v);
+    if (dVX) rec_scratch_free(dVX, n_vx);
+    rec_scratch_free(dhs, n_h);
+    if (p.delta) rec_scratch_free(dka, n_k), rec_scratch_free(dW, n_k), rec_scratch_free(dbA, (size_t)rowsH);
+    if (dkxa) rec_scratch_free(dkxa, n_kx);
+    if (dGp) rec_scratch_free(dGp, (size_t)(nkt * rowsH));
+}
+
+void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                           const rec_grads &d)
+{
+    if (p.C == 64) chunk_backward_c<64>(s, p, pl, sv, d);
+    else chunk_backward_c<32>(s, p, pl, sv, d);
+}

@@ -1,0 +1,188 @@
+/* ops/recurrence/recurrence.cu: the CUDA entry points of the recurrence op
+ * (node layout in ops/recurrence/recurrence.c), f32 only.
+ *
+ * iarg[1] = 0 runs the per-token kernels (recurrent.cu); iarg[1] > 0 the
+ * chunked ones (chunked_*.cu) with chunks of 64 tokens (32 when asked for
+ * chunks of <= 32, or when 64 needs more shared memory than a block has).
+ * Both compute the same function, so when even 32 does not fit (very large
+ * K, V or L) the per-token kernels run instead; the backward makes the same
+ * choice from the same sizes. Matrix products inside chunks use TF32 tensor
+ * cores when ctx->matmul_tf32 is set, plain fp32 otherwise.
+ *
+ * Saved (CUDA path): saved[0] the sequence table (int32, [3N + nchunks];
+ * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
+ * (delta rules); chunked form: saved[1] = hs, and for the delta rules
+ * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ops/recurrence/recurrence_cuda.cuh"
+
+enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
+
+static int rec_smem_max(void)
+{
+    static int v = 0;
+    if (!v) {
+        int dev;
+        PR_CUDA_CHECK(cudaGetDevice(&dev));
+        PR_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return v;
+}
+
+static const float *f32_data(const pr_tensor *t, const char *what)
+{
+    if (!t) return nullptr;
+    PR_CHECK(t->dtype == PR_F32, "recurrence: the CUDA kernels compute in f32; %s is %s (convert it, or run on the CPU)",
+             what, pr_dtype_name(t->dtype));
+    return (const float *)t->data;
+}
+
+static bool al16(const void *p) { return !p || pr_aligned16(p); }
+
+/* the problem of a node, without the sequence tables */
+static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n)
+{
+    rec_prob p = {};
+    const pr_tensor *q = n->in[IN_Q], *v = n->in[IN_V], *kx = n->in[IN_KX];
+    p.q = f32_data(q, "q"), p.k = f32_data(n->in[IN_K], "k"), p.v = f32_data(v, "v");
+    p.g = f32_data(n->in[IN_G], "g"), p.beta = f32_data(n->in[IN_BETA], "beta");
+    p.kx = f32_data(kx, "kx"), p.vx = f32_data(n->in[IN_VX], "vx"), p.h0 = f32_data(n->in[IN_H0], "h0");
+    p.T = (int)q->shape[1], p.H = (int)q->shape[2], p.K = (int)q->shape[3], p.V = (int)v->shape[3];
+    p.L = kx ? (int)kx->shape[3] : 0;
+    p.N = n->in[IN_CU] ? (int)n->in[IN_CU]->numel - 1 : (int)q->shape[0];
+    PR_CHECK(p.K <= 256, "recurrence: the CUDA kernels support K <= 256, got K = %d", p.K);
+    p.Kp = (p.K + 31) / 32 * 32, p.Vp = (p.V + 31) / 32 * 32;
+    p.has_g = p.g != nullptr, p.delta = p.beta != nullptr;
+    p.tf32 = ctx->matmul_tf32 ? 1 : 0;
+    p.scale = (float)n->farg[0];
+    p.vec = p.K % 4 == 0 && p.V % 4 == 0 && al16(p.q) && al16(p.k) && al16(p.v) && al16(p.kx) && al16(p.vx) &&
+            al16(p.h0) && al16(n->out[0]->data) && al16(n->out[1]->data);
+    return p;
+}
+
+/* the form and chunk size a node runs with (the same in forward and backward) */
+static bool rec_pick_chunked(rec_prob *p, int chunk, rec_chunk_plan *pl)
+{
+    if (chunk <= 0 || p->T == 0 || p->N == 0 || p->H == 0 || p->V == 0) return false;
+    for (int C = chunk <= 32 ? 32 : 64; C >= 32; C /= 2) {
+        p->C = C;
+        if (pr_rec_chunk_plan(*p, rec_smem_max(), pl)) return true;
+    }
+    p->C = 0;
+    return false;
+}
+
+/* the sequence table [bos[N], len[N], cbase[N], cseq[nchunks]] from cu_seqlens,
+ * or nullptr without it; fills p.seq, p.cseq, p.ncs, p.nchunks */
+static pr_tensor *rec_tables(pr_ctx *ctx, const pr_node *n, rec_prob *p, const pr_tensor *saved)
+{
+    const int C = p->C > 0 ? p->C : 1;
+    const pr_tensor *cu = n->in[IN_CU];
+    if (!cu) {
+        p->ncs = (p->T + C - 1) / C;
+        p->nchunks = p->N * p->ncs;
+        return nullptr;
+    }
+    const int N = p->N;
+    double *off = (double *)malloc(sizeof(double) * (size_t)(N + 1));
+    PR_CHECK(off, "recurrence: out of host memory");
+    pr_to_host_f64(cu, off);
+    int nchunks = 0;
+    for (int s = 0; s < N; s++) nchunks += ((int)(off[s + 1] - off[s]) + C - 1) / C;
+    pr_tensor *tab = (pr_tensor *)saved;
+    if (!tab) {
+        int *h = (int *)malloc(sizeof(int) * (size_t)(3 * N + nchunks + 1));
+        PR_CHECK(h, "recurrence: out of host memory");
+        for (int s = 0, c = 0; s < N; s++) {
+            const int bos = (int)off[s], len = (int)(off[s + 1] - off[s]);
+            h[s] = bos, h[N + s] = len, h[2 * N + s] = c;
+            for (int i = 0; i < (len + C - 1) / C; i++) h[3 * N + c++] = s;
+        }
+        const int64_t shp[1] = {3 * N + nchunks + 1};
+        tab = pr_op_output(ctx, PR_I32, PR_CUDA, 1, shp);
+        pr_device_memcpy(tab->data, PR_CUDA, h, PR_CPU, sizeof(int) * (size_t)(3 * N + nchunks + 1));
+        free(h);
+    }
+    free(off);
+    p->seq = (const int *)tab->data;
+    p->cseq = p->seq + 3 * N;
+    p->nchunks = nchunks;
+    return tab;
+}
+
+extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    rec_prob p = rec_prob_of(ctx, n);
+    rec_chunk_plan pl;
+    const bool chunked = rec_pick_chunked(&p, (int)n->iarg[1], &pl);
+    pr_tensor *tab = rec_tables(ctx, n, &p, nullptr);
+    const int64_t one[1] = {1};
+    n->saved[0] = tab ? tab : pr_op_output(ctx, PR_I32, PR_CUDA, 1, one);
+    n->n_saved = 1;
+    float *o = (float *)n->out[0]->data, *ht = (float *)n->out[1]->data;
+    if (p.N == 0 || p.H == 0) return;
+    if (p.V == 0 || p.K == 0) {
+        if (n->out[0]->numel) pr_zero_(n->out[0]);
+        return;
+    }
+    const long long rows = n->in[IN_CU] ? (long long)p.T : (long long)p.N * p.T;
+    const cudaStream_t s = pr_cuda_stream(ctx);
+    auto saved = [&](int i, long long a, long long b, long long c) {
+        const int64_t shp[3] = {a, b, c};
+        n->saved[i] = pr_op_output(ctx, PR_F32, PR_CUDA, 3, shp);
+        n->n_saved = i + 1;
+        return (float *)n->saved[i]->data;
+    };
+    if (!chunked) {
+        float *r = p.delta ? saved(1, rows, p.H, p.V) : nullptr;
+        pr_rec_token_forward(s, p, o, ht, r);
+        return;
+    }
+    rec_chunk_saved sv = {};
+    sv.hs = saved(1, (long long)p.nchunks * p.H, p.K, p.V);
+    if (p.delta) {
+        sv.R = saved(2, rows, p.H, p.V);
+        sv.Tinv = saved(3, (long long)p.nchunks * p.H, p.C, p.C);
+        sv.W = saved(4, rows, p.H, p.K);
+        sv.R0 = saved(5, rows, p.H, p.V);
+    }
+    pr_rec_chunk_forward(s, p, pl, sv, o, ht);
+}
+
+static float *grad_of(const pr_node *n, int i)
+{
+    pr_tensor *g = pr_in_grad(n, i);
+    return g ? (float *)g->data : nullptr;
+}
+
+extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    rec_prob p = rec_prob_of(ctx, n);
+    rec_chunk_plan pl;
+    const bool chunked = rec_pick_chunked(&p, (int)n->iarg[1], &pl);
+    PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
+    rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
+    if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
+    p.dout = f32_data(n->out[0]->grad, "do");
+    p.dht = f32_data(n->out[1]->grad, "dht");
+    p.vec = p.vec && al16(p.dout) && al16(p.dht);
+    rec_grads d = {grad_of(n, IN_Q),  grad_of(n, IN_K),  grad_of(n, IN_V),  grad_of(n, IN_G),
+                   grad_of(n, IN_BETA), grad_of(n, IN_KX), grad_of(n, IN_VX), grad_of(n, IN_H0)};
+    for (int i = 0; i < IN_CU; i++) {
+        const pr_tensor *g = pr_in_grad(n, i);
+        p.vec = p.vec && (!g || al16(g->data));
+    }
+    const cudaStream_t s = pr_cuda_stream(ctx);
+    auto sv_ = [&](int i) { return i < n->n_saved ? (float *)n->saved[i]->data : nullptr; };
+    if (!chunked) {
+        PR_CHECK(!p.delta || n->n_saved >= 2, "recurrence: CUDA backward: the per-token forward saved no residuals");
+        pr_rec_token_backward(s, p, d, (const float *)n->out[0]->data, (const float *)n->out[1]->data, sv_(1));
+        return;
+    }
+    PR_CHECK(n->n_saved >= (p.delta ? 6 : 2), "recurrence: CUDA backward: the chunked forward's saved tensors are missing");
+    const rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5)};
+    pr_rec_chunk_backward(s, p, pl, sv, d);
+}

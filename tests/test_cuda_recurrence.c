@@ -1,0 +1,247 @@
+/* tests/test_cuda_recurrence.c: the CUDA recurrence kernels against the CPU.
+ *
+ * Every rule, both forms (per-token, chunked with C = 32 and 64), fp32 and
+ * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
+ * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
+ * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence.
+ * Inputs are drawn in f64 on the CPU; the reference is the CPU per-token form
+ * in f64 (pr_recurrence); CUDA runs on f32 copies. Each output and gradient
+ * must agree to max|got - ref| / max|ref| <= tol:
+ *  - fp32 products: 2e-4 (f32 rounding of sums over up to T*K terms with
+ *    decays; the per-token kernels and the chunked ones in fp32 land near 1e-6);
+ *  - TF32 products (chunked form only): inputs of the products round to
+ *    10-bit mantissas (2^-11), products of chunk matrices compound that a
+ *    few times: 4e-3.
+ * Every case prints its worst error per tensor (the device log shows where a
+ * bug is), and the chunked backward is run twice and must agree bit for bit.
+ * Every test skips without a GPU.
+ */
+#include "tests/test_recurrence_util.h"
+
+typedef struct {
+    const char *name;
+    int64_t B, T, H, K, V, L;
+    bool h0;
+    const int64_t *cu;   /* packed: N+1 offsets (B must be 1), or NULL */
+    int ncu;
+} rec_case;
+
+static const int64_t cu_a[] = {0, 1, 65, 130, 300};
+
+static const rec_case cases[] = {
+    {"T1", 2, 1, 2, 32, 48, 1, true, NULL, 0},
+    {"T63", 2, 63, 2, 32, 48, 3, true, NULL, 0},
+    {"T64", 2, 64, 2, 32, 48, 0, false, NULL, 0},
+    {"T65", 2, 65, 2, 32, 48, 1, true, NULL, 0},
+    {"T1000", 1, 1000, 2, 32, 48, 1, true, NULL, 0},
+    {"odd-dims", 2, 130, 2, 20, 13, 3, true, NULL, 0},
+    {"K128-V96", 1, 200, 2, 128, 96, 1, true, NULL, 0},
+    {"K256-V64", 1, 70, 1, 256, 64, 1, true, NULL, 0},
+    {"packed", 1, 300, 2, 32, 48, 1, true, cu_a, 5},
+};
+
+static pr_ctx *g_ctx;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_ctx = pr_ctx_new(1);
+    return 0;
+}
+static int teardown(void **state)
+{
+    (void)state;
+    pr_ctx_free(g_ctx);
+    return 0;
+}
+
+/* inputs of one case (CPU f64 leaves) and the upstream gradients */
+typedef struct {
+    pr_tensor *in[REC_NIN], *cu;
+    int64_t N;
+    double *dout, *dht;
+} rec_inputs;
+
+static rec_inputs make_inputs(pr_ctx *ctx, pr_rule rule, const rec_case *c, uint64_t seed)
+{
+    rec_inputs x = {0};
+    pr_rng r = pr_rng_init(seed, 3);
+    const int64_t L = pr_rule_has_extra(rule) ? c->L : 0;
+    pr_recurrence_inputs in = pr_recurrence_random(ctx, &r, PR_F64, rule, c->B, c->T, c->H, c->K, c->V, L, false);
+    if (pr_rule_has_extra(rule) && L == 0) in.kx = in.vx = NULL;
+    rec_in_array(&in, x.in);
+    x.N = c->cu ? c->ncu - 1 : c->B;
+    if (c->h0) {
+        x.in[7] = pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(x.N, c->H, c->K, c->V), &r);
+        for (int64_t i = 0; i < x.in[7]->numel; i++) ((double *)x.in[7]->data)[i] *= 0.5;
+        pr_requires_grad_(x.in[7], true);
+    }
+    if (c->cu) x.cu = pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(c->ncu), c->cu);
+    x.dout = rec_randn(seed + 11, c->B * c->T * c->H * c->V);
+    x.dht = rec_randn(seed + 12, x.N * c->H * c->K * c->V);
+    return x;
+}
+
+/* CUDA f32 copies (requiring grad where the CPU leaf does) */
+static void to_cuda(pr_ctx *ctx, const rec_inputs *x, pr_tensor **out, pr_tensor **cu)
+{
+    for (int i = 0; i < REC_NIN; i++) {
+        out[i] = x->in[i] ? pr_to(ctx->step, x->in[i], PR_F32, PR_CUDA) : NULL;
+        if (out[i]) pr_requires_grad_(out[i], true);
+    }
+    *cu = x->cu ? pr_to(ctx->step, x->cu, PR_I64, PR_CUDA) : NULL;
+}
+
+/* worst relative error per tensor of got against ref; prints them; returns the max */
+static double report(const char *what, const rec_out *got, const rec_out *ref)
+{
+    double worst = rec_rel_err(got->o, ref->o, ref->n_o);
+    char line[512];
+    int n = snprintf(line, sizeof line, "  %-34s o=%.1e", what, worst);
+    const double eh = rec_rel_err(got->ht, ref->ht, ref->n_ht);
+    n += snprintf(line + n, sizeof line - n, " ht=%.1e", eh);
+    worst = fmax(worst, eh);
+    for (int i = 0; i < REC_NIN; i++) {
+        if (!ref->d[i]) continue;
+        const double e = got->d[i] ? rec_rel_err(got->d[i], ref->d[i], ref->n[i]) : INFINITY;
+        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names[i], e);
+        worst = fmax(worst, isnan(e) ? INFINITY : e);
+    }
+    fprintf(stderr, "%s\n", line);
+    return worst;
+}
+
+static bool same_bits(const rec_out *a, const rec_out *b)
+{
+    bool same = !memcmp(a->o, b->o, sizeof(double) * (size_t)a->n_o) &&
+                !memcmp(a->ht, b->ht, sizeof(double) * (size_t)a->n_ht);
+    for (int i = 0; i < REC_NIN; i++)
+        if (a->d[i]) same = same && !memcmp(a->d[i], b->d[i], sizeof(double) * (size_t)a->n[i]);
+    return same;
+}
+
+/* one rule over every case and form; returns the number of failures */
+static int check_rule(pr_rule rule, int *n_runs)
+{
+    pr_ctx *ctx = g_ctx;
+    int fails = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const rec_case *c = &cases[ci];
+        if (!pr_rule_has_extra(rule) && (c->L == 3)) continue; /* same as L=1 for these rules */
+        rec_inputs x = make_inputs(ctx, rule, c, 100 + ci);
+        rec_out ref = rec_run(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
+        pr_tensor *xc[REC_NIN], *cu;
+        to_cuda(ctx, &x, xc, &cu);
+        struct { int chunk, tf32; double tol; const char *form; } forms[] = {
+            {0, 0, 2e-4, "token"}, {64, 0, 2e-4, "chunk64/fp32"}, {64, 1, 4e-3, "chunk64/tf32"},
+            {32, 0, 2e-4, "chunk32/fp32"}, {32, 1, 4e-3, "chunk32/tf32"},
+        };
+        for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+            ctx->matmul_tf32 = forms[f].tf32;
+            rec_out got = rec_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
+            char what[96];
+            snprintf(what, sizeof what, "%s %s L=%lld %s", pr_rule_name(rule), c->name,
+                     (long long)(pr_rule_has_extra(rule) ? c->L : 0), forms[f].form);
+            const double e = report(what, &got, &ref);
+            (*n_runs)++;
+            if (!(e <= forms[f].tol)) {
+                fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol);
+                fails++;
+            }
+            if (forms[f].chunk && f <= 2) { /* determinism of the chunked backward */
+                rec_out again = rec_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
+                if (!same_bits(&got, &again)) {
+                    fprintf(stderr, "  FAIL %s: two runs differ\n", what);
+                    fails++;
+                }
+                rec_out_free(&again);
+            }
+            rec_out_free(&got);
+        }
+        ctx->matmul_tf32 = 0;
+        rec_out_free(&ref);
+        free(x.dout);
+        free(x.dht);
+        pr_step_reset(ctx);
+    }
+    return fails;
+}
+
+#define RULE_TEST(rule)                                                              \
+    static void test_##rule(void **state)                                            \
+    {                                                                                \
+        (void)state;                                                                 \
+        PR_SKIP_WITHOUT_CUDA();                                                      \
+        int runs = 0;                                                                \
+        const int fails = check_rule(PR_RULE_##rule, &runs);                         \
+        fprintf(stderr, "  %s: %d runs, %d failures\n", #rule, runs, fails);       \
+        assert_int_equal(fails, 0);                                                  \
+    }
+#define PR_RULE_linattn PR_RULE_LINATTN
+#define PR_RULE_ssd PR_RULE_SSD
+#define PR_RULE_delta PR_RULE_DELTA
+#define PR_RULE_gdn PR_RULE_GDN
+#define PR_RULE_prism_core PR_RULE_PRISM_CORE
+RULE_TEST(linattn)
+RULE_TEST(ssd)
+RULE_TEST(delta)
+RULE_TEST(gdn)
+RULE_TEST(prism_core)
+
+/* a long sequence: T = 4096, gdn and prism_core, chunked TF32 against the CPU */
+static void test_long(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = g_ctx;
+    const rec_case c = {"T4096", 1, 4096, 2, 64, 64, 2, true, NULL, 0};
+    int fails = 0;
+    for (int r = PR_RULE_GDN; r <= PR_RULE_PRISM_CORE; r++) {
+        rec_inputs x = make_inputs(ctx, (pr_rule)r, &c, 900 + r);
+        rec_out ref = rec_run(ctx, (pr_rule)r, 0, x.in, x.cu, x.dout, x.dht);
+        pr_tensor *xc[REC_NIN], *cu;
+        to_cuda(ctx, &x, xc, &cu);
+        for (int f = 0; f < 3; f++) {
+            ctx->matmul_tf32 = f == 2;
+            rec_out got = rec_run(ctx, (pr_rule)r, f ? 64 : 0, xc, cu, x.dout, x.dht);
+            char what[96];
+            snprintf(what, sizeof what, "%s T4096 %s", pr_rule_name((pr_rule)r), f == 0 ? "token" : f == 1 ? "chunk64/fp32" : "chunk64/tf32");
+            const double e = report(what, &got, &ref);
+            if (!(e <= (f == 2 ? 4e-3 : 2e-4))) fprintf(stderr, "  FAIL %s\n", what), fails++;
+            rec_out_free(&got);
+        }
+        ctx->matmul_tf32 = 0;
+        rec_out_free(&ref);
+        free(x.dout);
+        free(x.dht);
+        pr_step_reset(ctx);
+    }
+    assert_int_equal(fails, 0);
+}
+
+/* f64 tensors on CUDA are refused with a clear message */
+static void test_f64_refused(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = g_ctx;
+    pr_rng r = pr_rng_init(5, 0);
+    pr_recurrence_inputs in = pr_recurrence_random(ctx, &r, PR_F64, PR_RULE_GDN, 1, 8, 1, 8, 8, 0, false);
+    pr_tensor *x[REC_NIN];
+    rec_in_array(&in, x);
+    for (int i = 0; i < REC_NIN; i++)
+        if (x[i]) x[i] = pr_to(ctx->step, x[i], PR_F64, PR_CUDA);
+    pr_recurrence_opts o = {.rule = PR_RULE_GDN, .chunk = 64};
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, x[0], x[1], x[2], x[3], x[4], NULL, NULL, NULL, NULL, NULL), "f32");
+    pr_step_reset(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
+        cmocka_unit_test(test_gdn),     cmocka_unit_test(test_prism_core), cmocka_unit_test(test_long),
+        cmocka_unit_test(test_f64_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
