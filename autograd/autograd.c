@@ -93,6 +93,9 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
     pr_op_fn fwd = dev == PR_CUDA ? n->op->forward_cuda : n->op->forward_cpu;
     PR_CHECK(fwd, "%s: no %s forward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
     fwd(ctx, n);
+#ifdef PRISM_HAVE_CUDA
+    if (dev == PR_CUDA) pr_cuda_check_last(n->op->name); /* a bad launch is named by its op */
+#endif
     bool record = false;
     if (ctx->grad_enabled)
         for (int i = 0; i < n->n_in; i++) record |= n->in[i] && n->in[i]->requires_grad;
@@ -146,6 +149,9 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
         pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
         PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
         bwd(ctx, n);
+#ifdef PRISM_HAVE_CUDA
+        if (dev == PR_CUDA) pr_cuda_check_last(n->op->name);
+#endif
     }
 }
 

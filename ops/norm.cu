@@ -205,8 +205,8 @@ ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w,
     if (lane == 0) rstd_out[r] = rstd;
 }
 
-/* pass 1 turns g into g' = g silu(z) (kept in registers) and writes dz;
- * pass 2 writes dx */
+/* x and g load first (both in flight at once); pass 1 turns g into
+ * g' = g silu(z) in its registers and writes dz; pass 2 writes dx */
 template <int G>
 ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w, const float *g, const float *rstd_in,
                                   float *dx, float *dz, long long R, long long D, bool vec)
@@ -218,9 +218,11 @@ ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w
     float rstd = rstd_in[r];
     pr_f4 xs[pr_row_slots<G>()], gs[pr_row_slots<G>()];
     pr_row_load<G>(xs, xr, D, vec, lane);
+    pr_row_load<G>(gs, gr, D, vec, lane);
     float m2 = 0.0f; /* sum of g' w xh */
     pr_row_chunks<G>(D, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_ld4(gr, j, D, vec), wv = param4(w, j, D, vec, 1.0f);
+        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
+        pr_f4 wv = param4(w, j, D, vec, 1.0f);
         if (z) {
             pr_f4 zv = pr_ld4(z + r * D, j, D, vec);
             pr_f4 dzv = dz && ok ? pr_ld4(dz + r * D, j, D, vec) : pr_f4{{0, 0, 0, 0}};

@@ -43,7 +43,6 @@ cudaStream_t pr_cuda_stream(pr_ctx *ctx);     /* the context's stream (state cre
 cublasHandle_t pr_cublas(pr_ctx *ctx);
 void pr_cuda_set_stream(pr_ctx *ctx, cudaStream_t s);
 /* fatal "<what>: CUDA error: ..." when an earlier launch failed */
-void pr_cuda_check_last(const char *what);
 
 /* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h) */
 void pr_cuda_empty_cache(void);

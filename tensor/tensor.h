@@ -155,6 +155,7 @@ void pr_cuda_sync(void);
 int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
 void pr_cuda_ctx_release(void *cuda_state);   /* frees a pr_ctx's stream and handles */
+void pr_cuda_check_last(const char *what);    /* fatal, naming `what`, if a launch failed */
 /* fill a CUDA f32 tensor with the Philox stream: kind 0 uniform [a,b), 1 normal (mean a, std b) */
 void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, uint64_t offset, int kind,
                        double a, double b);

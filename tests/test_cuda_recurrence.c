@@ -40,6 +40,28 @@ static const rec_case cases[] = {
     {"packed", 1, 300, 2, 32, 48, 1, true, cu_a, 5},
 };
 
+/* forward, then backward seeded with dout (o) and dht (ht) through
+ * pr_backward_many (device-agnostic: the seeds are converted to the outputs'
+ * dtype and device); host copies of outputs and input grads */
+static rec_out cuda_run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu, const double *dout,
+                        const double *dht)
+{
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) in[i]->grad = NULL;
+    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
+    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
+    pr_tensor *outs[2] = {o, ht};
+    const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
+                                 pr_from_host(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, dht)};
+    pr_backward_many(ctx, 2, outs, seeds);
+    rec_out r = {0};
+    r.o = rec_host(o, &r.n_o);
+    r.ht = rec_host(ht, &r.n_ht);
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
+    return r;
+}
+
 static pr_ctx *g_ctx;
 
 static int setup(void **state)
@@ -129,7 +151,7 @@ static int check_rule(pr_rule rule, int *n_runs)
         const rec_case *c = &cases[ci];
         if (!pr_rule_has_extra(rule) && (c->L == 3)) continue; /* same as L=1 for these rules */
         rec_inputs x = make_inputs(ctx, rule, c, 100 + ci);
-        rec_out ref = rec_run(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
+        rec_out ref = cuda_run(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
         pr_tensor *xc[REC_NIN], *cu;
         to_cuda(ctx, &x, xc, &cu);
         struct { int chunk, tf32; double tol; const char *form; } forms[] = {
@@ -138,7 +160,7 @@ static int check_rule(pr_rule rule, int *n_runs)
         };
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
             ctx->matmul_tf32 = forms[f].tf32;
-            rec_out got = rec_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
+            rec_out got = cuda_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
             char what[96];
             snprintf(what, sizeof what, "%s %s L=%lld %s", pr_rule_name(rule), c->name,
                      (long long)(pr_rule_has_extra(rule) ? c->L : 0), forms[f].form);
@@ -149,7 +171,7 @@ static int check_rule(pr_rule rule, int *n_runs)
                 fails++;
             }
             if (forms[f].chunk && f <= 2) { /* determinism of the chunked backward */
-                rec_out again = rec_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
+                rec_out again = cuda_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
                 if (!same_bits(&got, &again)) {
                     fprintf(stderr, "  FAIL %s: two runs differ\n", what);
                     fails++;
@@ -188,6 +210,70 @@ RULE_TEST(delta)
 RULE_TEST(gdn)
 RULE_TEST(prism_core)
 
+/* the golden file, every rule, on CUDA: token and chunked in fp32 to 1e-4,
+ * chunked with TF32 products to 2e-3 (golden-check runs fp32 math only) */
+static void test_golden(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = g_ctx;
+    pr_arena *a = pr_arena_new("golden", 0);
+    pr_safetensors st;
+    pr_err err;
+    if (pr_safetensors_read(pr_test_golden_path(), a, &st, &err) != 0) {
+        fprintf(stderr, "  skipped: %s\n", err.msg);
+        pr_arena_free(a);
+        skip();
+    }
+    int fails = 0;
+    for (int r = 0; r < PR_NRULES; r++) {
+        char name[64];
+        pr_tensor *ref_in[REC_NIN], *xc[REC_NIN];
+        for (int i = 0; i < REC_NIN; i++) {
+            snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), rec_in_names[i]);
+            ref_in[i] = pr_safetensors_get(&st, name);
+            xc[i] = ref_in[i] ? pr_to(ctx->step, ref_in[i], PR_F32, PR_CUDA) : NULL;
+            if (xc[i]) pr_requires_grad_(xc[i], true);
+        }
+        if (!ref_in[0]) continue;
+        const char *outs[3] = {"o", "ht", "do"};
+        pr_tensor *t_o, *t_ht, *t_do, *t_dht;
+        snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), outs[0]), t_o = pr_safetensors_get(&st, name);
+        snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), outs[1]), t_ht = pr_safetensors_get(&st, name);
+        snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), outs[2]), t_do = pr_safetensors_get(&st, name);
+        snprintf(name, sizeof name, "%s.dht", pr_rule_name((pr_rule)r)), t_dht = pr_safetensors_get(&st, name);
+        rec_out ref = {0};
+        ref.o = rec_host(t_o, &ref.n_o);
+        ref.ht = rec_host(t_ht, &ref.n_ht);
+        for (int i = 0; i < REC_NIN; i++) {
+            if (!ref_in[i]) continue;
+            snprintf(name, sizeof name, "%s.d%s", pr_rule_name((pr_rule)r), rec_in_names[i]);
+            ref.d[i] = rec_host(pr_safetensors_get(&st, name), &ref.n[i]);
+        }
+        double *dout = rec_host(t_do, NULL), *dht = rec_host(t_dht, NULL);
+        struct { int chunk, tf32; double tol; const char *form; } forms[] = {
+            {0, 0, 1e-4, "token"}, {64, 0, 1e-4, "chunk64/fp32"}, {64, 1, 2e-3, "chunk64/tf32"},
+            {16, 0, 1e-4, "chunk32/fp32"}, {16, 1, 2e-3, "chunk32/tf32"},
+        };
+        for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+            ctx->matmul_tf32 = forms[f].tf32;
+            rec_out got = cuda_run(ctx, (pr_rule)r, forms[f].chunk, xc, NULL, dout, dht);
+            char what[96];
+            snprintf(what, sizeof what, "golden %s %s", pr_rule_name((pr_rule)r), forms[f].form);
+            const double e = report(what, &got, &ref);
+            if (!(e <= forms[f].tol)) fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol), fails++;
+            rec_out_free(&got);
+        }
+        ctx->matmul_tf32 = 0;
+        rec_out_free(&ref);
+        free(dout);
+        free(dht);
+        pr_step_reset(ctx);
+    }
+    pr_arena_free(a);
+    assert_int_equal(fails, 0);
+}
+
 /* a long sequence: T = 4096, gdn and prism_core, chunked TF32 against the CPU */
 static void test_long(void **state)
 {
@@ -198,12 +284,12 @@ static void test_long(void **state)
     int fails = 0;
     for (int r = PR_RULE_GDN; r <= PR_RULE_PRISM_CORE; r++) {
         rec_inputs x = make_inputs(ctx, (pr_rule)r, &c, 900 + r);
-        rec_out ref = rec_run(ctx, (pr_rule)r, 0, x.in, x.cu, x.dout, x.dht);
+        rec_out ref = cuda_run(ctx, (pr_rule)r, 0, x.in, x.cu, x.dout, x.dht);
         pr_tensor *xc[REC_NIN], *cu;
         to_cuda(ctx, &x, xc, &cu);
         for (int f = 0; f < 3; f++) {
             ctx->matmul_tf32 = f == 2;
-            rec_out got = rec_run(ctx, (pr_rule)r, f ? 64 : 0, xc, cu, x.dout, x.dht);
+            rec_out got = cuda_run(ctx, (pr_rule)r, f ? 64 : 0, xc, cu, x.dout, x.dht);
             char what[96];
             snprintf(what, sizeof what, "%s T4096 %s", pr_rule_name((pr_rule)r), f == 0 ? "token" : f == 1 ? "chunk64/fp32" : "chunk64/tf32");
             const double e = report(what, &got, &ref);
@@ -239,7 +325,7 @@ static void test_f64_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
+        cmocka_unit_test(test_golden),  cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
         cmocka_unit_test(test_gdn),     cmocka_unit_test(test_prism_core), cmocka_unit_test(test_long),
         cmocka_unit_test(test_f64_refused),
     };

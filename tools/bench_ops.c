@@ -244,19 +244,11 @@ static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device d
                    ref, tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F");
         }
 #endif
-        /* the output comes from the step arena: a reset after each run (outside
-         * the timed region) keeps memory flat */
+        /* back to back, as the bare call: the outputs pile up in the step arena
+         * (reps + 2 of n^2 floats) until the reset after the timing */
         mm_arg m = {ctx, a, b};
-        run_matmul(&m); /* warm-up */
+        double ms = time_median(ctx, dev, run_matmul, &m, 2, reps);
         pr_step_reset(ctx);
-        double *t = malloc(sizeof(double) * (size_t)reps);
-        for (int i = 0; i < reps; i++) {
-            t[i] = time_median(ctx, dev, run_matmul, &m, 0, 1);
-            pr_step_reset(ctx);
-        }
-        qsort(t, (size_t)reps, sizeof(double), cmp_double);
-        double ms = t[reps / 2];
-        free(t);
         double rate = flop / (ms * 1e-3) / 1e12;
         char name[48];
         snprintf(name, sizeof name, "pr_matmul %lld^3 %s", (long long)n, tf32 ? "tf32" : "fp32");
@@ -333,10 +325,7 @@ int pr_bench_ops(int argc, char **argv)
     return 0;
 }
 
-/* `prism bench <what>`: ops here; the recurrence bench lives in its own file
- * (tools/bench_recurrence.c) and is linked weakly until it exists. */
-int pr_bench_recurrence(int argc, char **argv) __attribute__((weak));
-
+/* `prism bench <what>`: ops here, recurrence in tools/bench_recurrence.c */
 int pr_cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || pr_is_help(argv[1])) {
@@ -344,13 +333,7 @@ int pr_cmd_bench(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "ops") == 0) return pr_bench_ops(argc - 1, argv + 1);
-    if (strcmp(argv[1], "recurrence") == 0) {
-        if (!pr_bench_recurrence) {
-            fprintf(stderr, "prism bench recurrence: not built into this prism yet\n");
-            return 1;
-        }
-        return pr_bench_recurrence(argc - 1, argv + 1);
-    }
+    if (strcmp(argv[1], "recurrence") == 0) return pr_bench_recurrence(argc - 1, argv + 1);
     fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence)\n", argv[1]);
     return 2;
 }

@@ -36,8 +36,7 @@ template <class F> static void chunk_smem_attr(F kernel, size_t smem)
 __device__ __forceinline__ void chunk_add_rows(float *dst, long long rs, int nr, int nc, const float *src, int lds,
                                                const float *extra)
 {
-    for (int e = threadIdx.x; e < nr * nc; e += blockDim.x) {
-        const int t = e / nc, i = e % nc;
+    REC_FOR2D(nr, nc, t, i) {
         const long long o = t * rs + i;
         dst[o] += src[t * lds + i] + (extra ? extra[o] : 0.f);
     }
@@ -45,7 +44,7 @@ __device__ __forceinline__ void chunk_add_rows(float *dst, long long rs, int nr,
 
 /* ---- dstate: serial over chunks in reverse ---------------------------------------- */
 struct dstate_lay {
-    int G, bt, dHs, dVA, dOs, R1, total;
+    int G, bt, eG, eL, dHs, dVA, dOs, R1, total;
 };
 __host__ __device__ static dstate_lay dstate_layout(const rec_prob &p, int BV)
 {
@@ -53,7 +52,7 @@ __host__ __device__ static dstate_lay dstate_layout(const rec_prob &p, int BV)
     dstate_lay s;
     const int C = p.C, NA = C * (1 + p.L), LDK = p.Kp + 4, LDV = BV + 4;
     const int r1 = NA > (p.delta ? 2 : 1) * C ? NA : (p.delta ? 2 : 1) * C;
-    s.G = m.take(C), s.bt = m.take(C);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C);
     s.dHs = m.take(p.Kp * LDV), s.dVA = m.take(NA * LDV), s.dOs = m.take(C * LDV), s.R1 = m.take(r1 * LDK);
     s.total = m.off;
     return s;
@@ -68,8 +67,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const dstate_lay s = dstate_layout(p, BV);
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, L = p.L, Kp = p.Kp;
     const int NA = C * (1 + L), LDK = Kp + 4, LDV = BV + 4, nv = min(BV, V - v0);
-    float *G = sm + s.G, *bt = sm + s.bt, *dHs = sm + s.dHs, *dVA = sm + s.dVA, *dOs = sm + s.dOs;
-    float *KA = sm + s.R1, *Qs = sm + s.R1, *Ws = sm + s.R1 + C * LDK;
+    float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *eL = sm + s.eL, *dHs = sm + s.dHs, *dVA = sm + s.dVA;
+    float *dOs = sm + s.dOs, *KA = sm + s.R1, *Qs = sm + s.R1, *Ws = sm + s.R1 + C * LDK;
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
     rec_ld_tile(dHs, LDV, Kp, BV, p.dht + hoff, V, K, nv, p.vec);
@@ -78,7 +77,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const long long rk = (long long)row0 * H + h;
         __syncthreads();
         rec_st_tile(dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
-        rec_load_gates<C>(p, row0, nval, h, G, bt);
+        rec_load_gates<C>(p, row0, nval, h, G, bt, eG, eL);
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
         rec_ld_tile(dVA, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
         for (int l = 0; l < L; l++)
@@ -87,10 +86,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
         __syncthreads();
         const float Gl = G[nval - 1];
-        for (int e = threadIdx.x; e < NA * Kp; e += blockDim.x) {
-            const int a = e / Kp, i = e % Kp;
-            KA[a * LDK + i] *= expf(Gl - G[a % C]);
-        }
+        REC_FOR2D(NA, Kp, a, i) KA[a * LDK + i] *= eL[a % C];
         __syncthreads();
         rec_mm<false, false>(p, dVA, LDV, KA, LDK, dHs, LDV, NA, BV, Kp, 1.f, true); /* dUa += Kd dhn */
         __syncthreads();
@@ -103,11 +99,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, nval, K, p.vec);
         if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
         __syncthreads();
-        for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) Qs[(e / Kp) * LDK + e % Kp] *= p.scale * expf(G[e / Kp]);
-        if (p.delta)
-            for (int e = threadIdx.x; e < C * BV; e += blockDim.x) dVA[(e / BV) * LDV + e % BV] *= bt[e / BV];
+        REC_FOR2D(C, Kp, t, i) Qs[t * LDK + i] *= p.scale * eG[t];
+        if (p.delta) REC_FOR2D(C, BV, t, j) dVA[t * LDV + j] *= bt[t];
         const float eGl = expf(Gl);
-        for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) dHs[(e / BV) * LDV + e % BV] *= eGl;
+        REC_FOR2D(Kp, BV, i, j) dHs[i * LDV + j] *= eGl;
         __syncthreads();
         rec_mm<true, false>(p, dHs, LDV, Qs, LDK, dOs, LDV, Kp, BV, C, 1.f, true);
         if (p.delta) {
@@ -121,14 +116,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 /* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) ------------------- */
 struct grad_lay {
-    int G, bt, dG, dbA, tq, tk, red, Xq, Xk, Xw, P, dOs, VA, dUs, Hs, dHn, Qs, KA, total;
+    int G, bt, eG, eL, dG, dbA, tq, tk, red, Xq, Xk, Xw, P, dOs, VA, dUs, Hs, dHn, Qs, KA, total;
 };
 __host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV)
 {
     rec_bump m;
     grad_lay s;
     const int C = p.C, NA = C * (1 + p.L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4;
-    s.G = m.take(C), s.bt = m.take(C), s.dG = m.take(C), s.dbA = m.take(C), s.tq = m.take(NA), s.tk = m.take(NA);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C), s.dbA = m.take(C), s.tq = m.take(NA), s.tk = m.take(NA);
     s.red = m.take(32);
     s.Xq = m.take(C * LDB), s.Xk = m.take(NA * LDB), s.Xw = p.delta ? m.take(C * LDB) : -1, s.P = m.take(C * LDA);
     const int region = m.off;
@@ -158,7 +153,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     float *dOs = sm + s.dOs, *VA = sm + s.VA, *dUs = sm + s.dUs, *Hs = sm + s.Hs, *dHn = sm + s.dHn;
     const bool do_db = p.delta && kt == 0;
 
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    float *eG = sm + s.eG, *eL = sm + s.eL;
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, eL);
     for (int t = threadIdx.x; t < C; t += blockDim.x) dbs[t] = 0.f;
     float hd = 0.f;
     for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
@@ -170,15 +166,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         rec_ld_tile(Hs, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
         rec_ld_tile(dHn, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
         __syncthreads();
-        for (int e = threadIdx.x; e < BK * BV; e += blockDim.x) {
-            const int i = e / BV, j = e % BV;
-            hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
-        }
+        REC_FOR2D(BK, BV, i, j) hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
         if (do_db) rec_row_dots(dbs, dUs, LDV, VA, LDV, C, BV, 1.f, true); /* dbeta += dU . R */
         __syncthreads();
-        if (p.delta)
-            for (int e = threadIdx.x; e < C * BV; e += blockDim.x) {
-                const int t = e / BV, j = e % BV;
+        if (p.delta) REC_FOR2D(C, BV, t, j) {
                 VA[t * LDV + j] *= bt[t];
                 dUs[t * LDV + j] *= bt[t];
             }
@@ -195,12 +186,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     __syncthreads();
     const int last = cp.nval - 1;
     const float Gl = G[last];
-    for (int e = threadIdx.x; e < C * NA; e += blockDim.x) {
-        const int t = e / NA, a = e % NA, i = a % C;
-        P[t * LDA + a] = i <= t ? p.scale * P[t * LDA + a] * expf(G[t] - G[i]) : 0.f;
+    REC_FOR2D(C, C, t, i) {
+        const float d = i <= t ? p.scale * expf(G[t] - G[i]) : 0.f;
+        for (int l = 0; l <= L; l++) P[t * LDA + l * C + i] *= d;
     }
-    for (int e = threadIdx.x; e < C * BK; e += blockDim.x) Xq[(e / BK) * LDB + e % BK] *= p.scale * expf(G[e / BK]);
-    for (int e = threadIdx.x; e < NA * BK; e += blockDim.x) Xk[(e / BK) * LDB + e % BK] *= expf(Gl - G[(e / BK) % C]);
+    REC_FOR2D(C, BK, t, i) Xq[t * LDB + i] *= p.scale * eG[t];
+    REC_FOR2D(NA, BK, a, i) Xk[a * LDB + i] *= eL[a % C];
     __syncthreads();
     if (p.has_g) rec_row_dots(tq, KA, LDB, Xk, LDB, NA, BK, 1.f, false); /* ka . (Kd-part of dKa) */
     __syncthreads();
@@ -235,14 +226,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 /* ---- wy: the WY form's backward (delta rules), and the final sums ------------------------ */
 struct wy_lay {
-    int G, bt, dG, dB, Ts, Ks, dM, dMx, Mx, KXl, dUs, dY1, R0t, VXA, dVXt, sD, sA, sB, total;
+    int G, bt, eG, eL, dG, dB, Ts, Ks, dM, dMx, Mx, KXl, dUs, dY1, R0t, VXA, dVXt, sD, sA, sB, total;
 };
 __host__ __device__ static wy_lay wy_layout(const rec_prob &p, int BV)
 {
     rec_bump m;
     wy_lay s;
     const int C = p.C, L = p.L, CL = C * L, LDK = p.Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
-    s.G = m.take(C), s.bt = m.take(C), s.dG = m.take(C), s.dB = m.take(C);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C), s.dB = m.take(C);
     s.Ts = m.take(C * LDC), s.Ks = m.take(C * LDK), s.dM = m.take(C * LDC), s.dMx = L ? m.take(C * LDX) : -1;
     const int region = m.off;
     s.Mx = L ? m.take(C * LDX) : -1;
@@ -279,7 +270,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     float *G = sm + s.G, *bt = sm + s.bt, *dG = sm + s.dG, *dB = sm + s.dB, *Ts = sm + s.Ts, *Ks = sm + s.Ks;
     float *dM = sm + s.dM, *dMx = sm + s.dMx, *Mx = sm + s.Mx;
 
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    float *eG = sm + s.eG;
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Ts, LDC, C, C, Tinv + ((long long)c * H + h) * C * C, C, C, C, true);
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
     for (int t = threadIdx.x; t < C; t += blockDim.x) {
@@ -299,9 +291,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, KXl, LDK, C, C, Kp, 1.f, false);
             __syncthreads();
         }
-        for (int e = threadIdx.x; e < C * CL; e += blockDim.x) {
-            const int t = e / CL, a = e % CL, i = a % C;
-            Mx[t * LDX + a] = i < t ? Mx[t * LDX + a] * expf(G[t] - G[i]) : 0.f;
+        REC_FOR2D(C, C, t, i) {
+            const float d = i < t ? expf(G[t] - G[i]) : 0.f;
+            for (int l = 0; l < L; l++) Mx[t * LDX + l * C + i] *= d;
         }
     }
     float *dUs = sm + s.dUs, *dY1 = sm + s.dY1, *R0t = sm + s.R0t, *VXA = sm + s.VXA, *dVXt = sm + s.dVXt;
@@ -317,7 +309,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
                         nv, p.vec);
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < C * BV; e += blockDim.x) dUs[(e / BV) * LDV + e % BV] *= bt[e / BV]; /* dR0 */
+        REC_FOR2D(C, BV, t, j) dUs[t * LDV + j] *= bt[t]; /* dR0 */
         __syncthreads();
         rec_mm<true, false>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
         __syncthreads();
@@ -341,14 +333,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     __syncthreads();
     rec_mm<false, true>(p, dM, LDC, sD, LDK, sB, LDK, C, C, Kp, -1.f, true); /* dM -= dY2 W^T */
     __syncthreads();
-    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] *= expf(G[e / Kp]);
-    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
-        const int t = e / C, i = e % C;
-        dM[t * LDC + i] = i < t ? dM[t * LDC + i] * expf(G[t] - G[i]) : 0.f;
-    }
-    for (int e = threadIdx.x; e < C * CL; e += blockDim.x) {
-        const int t = e / CL, a = e % CL, i = a % C;
-        dMx[t * LDX + a] = i < t ? dMx[t * LDX + a] * expf(G[t] - G[i]) : 0.f;
+    REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] *= eG[t];
+    REC_FOR2D(C, C, t, i) {
+        const float d = i < t ? expf(G[t] - G[i]) : 0.f;
+        dM[t * LDC + i] *= d;
+        for (int l = 0; l < L; l++) dMx[t * LDX + l * C + i] *= d;
     }
     __syncthreads();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sD, LDK, C, Kp, 1.f, true); /* k . (e^G o dY2) */
@@ -356,16 +345,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     __syncthreads();
     rec_row_dots(dB, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
     __syncthreads();
-    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sA[(e / Kp) * LDK + e % Kp] *= bt[e / Kp]; /* dKK^T K */
-    for (int e = threadIdx.x; e < C * C; e += blockDim.x) dM[(e / C) * LDC + e % C] *= bt[e % C];    /* dKK */
+    REC_FOR2D(C, Kp, t, i) sA[t * LDK + i] *= bt[t]; /* dKK^T K */
+    REC_FOR2D(C, C, t, i) dM[t * LDC + i] *= bt[i];   /* dKK */
     __syncthreads();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, -1.f, true);
-    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] += sA[(e / Kp) * LDK + e % Kp];
+    REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
     __syncthreads();
     rec_mm<false, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* dKK K */
     __syncthreads();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
-    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] += sA[(e / Kp) * LDK + e % Kp];
+    REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
     __syncthreads();
     for (int l = 0; l < L; l++) {
         rec_ld_tile(sA, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
@@ -373,7 +362,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         rec_mm<false, false>(p, sB, LDK, dMx + l * C, LDX, sA, LDK, C, Kp, C, 1.f, false); /* dKKX_l KX_l */
         __syncthreads();
         if (p.has_g) rec_row_dots(dG, Ks, LDK, sB, LDK, C, Kp, 1.f, true);
-        for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) sD[(e / Kp) * LDK + e % Kp] += sB[(e / Kp) * LDK + e % Kp];
+        REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sB[t * LDK + i];
         __syncthreads();
         rec_mm<true, false>(p, sB, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
         __syncthreads();
@@ -411,13 +400,15 @@ __global__ static void chunk_dg_kernel(rec_prob p, const float *dGp, int nkt, lo
 
 /* ---- the plan and the launcher -------------------------------------------------------- */
 
-bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, rec_chunk_plan *pl)
+bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, rec_chunk_plan *pl)
 {
-    const size_t mx = (size_t)smem_max;
+    /* widest V tile that lets two blocks share an SM, else the widest that fits */
+    const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
     const int bvs[2] = {p.Vp >= 64 ? 64 : 32, 32};
     auto pick = [&](auto bytes, int *out) {
-        for (int b : bvs)
-            if (bytes(b) <= mx) return *out = b, true;
+        for (size_t lim : {two, mx})
+            for (int b : bvs)
+                if (bytes(b) <= lim) return *out = b, true;
         return false;
     };
     pl->C = p.C;
@@ -428,6 +419,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, rec_chunk_plan *pl)
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
     ok &= pick([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
+    /* grad: wide K tiles first (narrow ones redo the K-independent products) */
     bool g = false;
     const int bks[2] = {p.Kp >= 64 ? 64 : 32, 32};
     for (int bk : bks)

@@ -22,19 +22,22 @@
 
 /* ---- prep ------------------------------------------------------------------------ */
 struct prep_lay {
-    int G, bt, Ks, Xs, Bs, Ts, Mx, Vt, VXt, Rt, total;
+    int G, bt, eG, eL, Ks, Xs, Bs, Ts, Mx, Vt, VXt, Rt, total;
 };
 __host__ __device__ static prep_lay prep_layout(const rec_prob &p, int BV)
 {
     rec_bump m;
     prep_lay s;
     const int C = p.C, LDK = p.Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = C * p.L + 4;
-    s.G = m.take(C), s.bt = m.take(C);
-    s.Ks = m.take(C * LDK), s.Xs = m.take(C * LDK);
-    s.Bs = m.take(C * LDC), s.Ts = m.take(C * LDC);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C);
+    s.Ks = m.take(C * LDK), s.Bs = m.take(C * LDC), s.Ts = m.take(C * LDC);
     s.Mx = p.L ? m.take(C * LDX) : -1;
+    const int region = m.off; /* the extras' keys and W, then the V tiles */
+    s.Xs = m.take(C * LDK);
+    const int end1 = m.off;
+    m.off = region;
     s.Vt = m.take(C * LDV), s.VXt = p.L ? m.take(C * LDV) : -1, s.Rt = m.take(C * LDV);
-    s.total = m.off;
+    s.total = m.off > end1 ? m.off : end1;
     return s;
 }
 size_t pr_rec_smem_prep(const rec_prob &p, int bv) { return (size_t)prep_layout(p, bv).total * 4; }
@@ -71,18 +74,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_prep_kernel(rec_prob 
     const int LDK = Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = C * L + 4;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * H + h;
-    float *G = sm + s.G, *bt = sm + s.bt, *Ks = sm + s.Ks, *Xs = sm + s.Xs, *Bs = sm + s.Bs, *Ts = sm + s.Ts;
-    float *Mx = sm + s.Mx, *Vt = sm + s.Vt, *VXt = sm + s.VXt, *Rt = sm + s.Rt;
+    float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *Ks = sm + s.Ks, *Xs = sm + s.Xs, *Bs = sm + s.Bs;
+    float *Ts = sm + s.Ts, *Mx = sm + s.Mx, *Vt = sm + s.Vt, *VXt = sm + s.VXt, *Rt = sm + s.Rt;
 
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
     __syncthreads();
     rec_mm<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
     __syncthreads();
-    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
-        const int t = e / C, i = e % C;
-        Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
-    }
+    REC_FOR2D(C, C, t, i) Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
     __syncthreads();
     /* warps 0-1 solve for T' while the others start on the extras */
     if (threadIdx.x < C) prep_solve<C>(Bs, LDC, Ts, threadIdx.x);
@@ -92,19 +92,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_prep_kernel(rec_prob 
         rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
         __syncthreads();
     }
-    for (int e = threadIdx.x; e < C * C * L; e += blockDim.x) {
-        const int t = e / (C * L), a = e % (C * L), i = a % C;
-        Mx[t * LDX + a] = i < t ? Mx[t * LDX + a] * expf(G[t] - G[i]) : 0.f;
-    }
-    for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) {
-        const int t = e / Kp, i = e % Kp;
-        Ks[t * LDK + i] *= expf(G[t]);
-    }
+    if (L) REC_FOR2D(C, C, t, i) {
+            const float d = i < t ? expf(G[t] - G[i]) : 0.f;
+            for (int l = 0; l < L; l++) Mx[t * LDX + l * C + i] *= d;
+        }
+    REC_FOR2D(C, Kp, t, i) Ks[t * LDK + i] *= eG[t];
     __syncthreads();
     rec_mm<false, false>(p, Xs, LDK, Ts, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* W = T' (e^G o K) */
     __syncthreads();
     rec_st_tile(Tinv + ((long long)c * H + h) * C * C, C, C, C, Ts, LDC, 1.f, false, true);
     rec_st_tile(Wp + rk * K, (long long)H * K, cp.nval, K, Xs, LDK, 1.f, false, p.vec);
+    __syncthreads(); /* the V tiles overwrite Xs */
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
         rec_ld_tile(Vt, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
@@ -123,14 +121,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_prep_kernel(rec_prob 
 
 /* ---- state ----------------------------------------------------------------------- */
 struct state_lay {
-    int G, bt, Hs, KA, Ws, RA, total;
+    int G, bt, eG, eL, Hs, KA, Ws, RA, total;
 };
 __host__ __device__ static state_lay state_layout(const rec_prob &p, int BV)
 {
     rec_bump m;
     state_lay s;
     const int C = p.C, NA = C * (1 + p.L), LDK = p.Kp + 4, LDV = BV + 4;
-    s.G = m.take(C), s.bt = m.take(C);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C);
     s.Hs = m.take(p.Kp * LDV), s.KA = m.take(NA * LDK);
     s.Ws = p.delta ? m.take(C * LDK) : -1;
     s.RA = m.take(NA * LDV);
@@ -147,7 +145,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const state_lay s = state_layout(p, BV);
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
     const int NA = C * (1 + p.L), LDK = Kp + 4, LDV = BV + 4, nv = min(BV, V - v0);
-    float *G = sm + s.G, *bt = sm + s.bt, *Hs = sm + s.Hs, *KA = sm + s.KA, *Ws = sm + s.Ws, *RA = sm + s.RA;
+    float *G = sm + s.G, *bt = sm + s.bt, *eL = sm + s.eL, *Hs = sm + s.Hs, *KA = sm + s.KA, *Ws = sm + s.Ws;
+    float *RA = sm + s.RA;
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
     if (p.h0) rec_ld_tile(Hs, LDV, Kp, BV, p.h0 + hoff, V, K, nv, p.vec);
@@ -159,7 +158,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const long long rk = (long long)row0 * H + h;
         __syncthreads();
         rec_st_tile(hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
-        rec_load_gates<C>(p, row0, nval, h, G, bt);
+        rec_load_gates<C>(p, row0, nval, h, G, bt, sm + s.eG, eL);
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
         chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R0 : p.v, rk, nval, v0, nv);
         if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
@@ -170,12 +169,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_st_tile(R + rk * V + v0, (long long)H * V, nval, nv, RA, LDV, 1.f, false, p.vec);
             __syncthreads();
         }
-        const float Gl = G[nval - 1], eGl = expf(Gl);
-        for (int e = threadIdx.x; e < NA * BV; e += blockDim.x) {
-            const int a = e / BV, j = e % BV, t = a % C;
-            RA[a * LDV + j] *= expf(Gl - G[t]) * (a < C && p.delta ? bt[t] : 1.f);
-        }
-        for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) Hs[(e / BV) * LDV + e % BV] *= eGl;
+        const float eGl = expf(G[nval - 1]);
+        REC_FOR2D(NA, BV, a, j) RA[a * LDV + j] *= eL[a % C] * (a < C && p.delta ? bt[a] : 1.f);
+        REC_FOR2D(Kp, BV, i, j) Hs[i * LDV + j] *= eGl;
         __syncthreads();
         rec_mm<true, false>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
     }
@@ -185,14 +181,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 /* ---- scores: the output (MODE 0) or the backward's local value gradients (MODE 1) ---- */
 struct scores_lay {
-    int G, bt, Qs, S, KA, Hs, RA, Os, dOs, dVA, total;
+    int G, bt, eG, eL, Qs, S, KA, Hs, RA, Os, dOs, dVA, total;
 };
 __host__ __device__ static scores_lay scores_layout(const rec_prob &p, int mode, int BV)
 {
     rec_bump m;
     scores_lay s;
     const int C = p.C, NA = C * (1 + p.L), LDK = p.Kp + 4, LDV = BV + 4, LDA = NA + 4;
-    s.G = m.take(C), s.bt = m.take(C);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C);
     s.Qs = m.take(C * LDK), s.S = m.take(C * LDA);
     const int region = m.off;
     s.KA = m.take(NA * LDK);
@@ -216,22 +212,21 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int NA = C * (1 + L), LDK = Kp + 4, LDV = BV + 4, LDA = NA + 4;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * H + h;
-    float *G = sm + s.G, *bt = sm + s.bt, *Qs = sm + s.Qs, *S = sm + s.S, *KA = sm + s.KA;
+    float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *Qs = sm + s.Qs, *S = sm + s.S, *KA = sm + s.KA;
 
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt);
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
     __syncthreads();
     rec_mm<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
     __syncthreads();
     /* S_ta = D_{t,i} (q_t . ka_a) for token i = a % C <= t; the output folds u = beta R in */
-    for (int e = threadIdx.x; e < C * NA; e += blockDim.x) {
-        const int t = e / NA, a = e % NA, i = a % C;
-        const float f = MODE == 0 && p.delta && a < C ? bt[i] : 1.f;
-        S[t * LDA + a] = i <= t ? S[t * LDA + a] * expf(G[t] - G[i]) * f : 0.f;
+    REC_FOR2D(C, C, t, i) {
+        const float d = i <= t ? expf(G[t] - G[i]) : 0.f;
+        S[t * LDA + i] *= MODE == 0 && p.delta ? d * bt[i] : d;
+        for (int l = 0; l < L; l++) S[t * LDA + C + l * C + i] *= d;
     }
-    if (MODE == 0)
-        for (int e = threadIdx.x; e < C * Kp; e += blockDim.x) Qs[(e / Kp) * LDK + e % Kp] *= expf(G[e / Kp]);
+    if (MODE == 0) REC_FOR2D(C, Kp, t, i) Qs[t * LDK + i] *= eG[t];
     __syncthreads();
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);

@@ -21,15 +21,17 @@
 
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
 
-static int rec_smem_max(void)
+/* shared memory: a block's opt-in limit (which = 0) or an SM's (which = 1) */
+static int rec_smem(int which)
 {
-    static int v = 0;
-    if (!v) {
+    static int v[2] = {0, 0};
+    if (!v[which]) {
         int dev;
         PR_CUDA_CHECK(cudaGetDevice(&dev));
-        PR_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        PR_CUDA_CHECK(cudaDeviceGetAttribute(&v[which], which ? cudaDevAttrMaxSharedMemoryPerMultiprocessor
+                                                              : cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
-    return v;
+    return v[which];
 }
 
 static const float *f32_data(const pr_tensor *t, const char *what)
@@ -69,7 +71,7 @@ static bool rec_pick_chunked(rec_prob *p, int chunk, rec_chunk_plan *pl)
     if (chunk <= 0 || p->T == 0 || p->N == 0 || p->H == 0 || p->V == 0) return false;
     for (int C = chunk <= 32 ? 32 : 64; C >= 32; C /= 2) {
         p->C = C;
-        if (pr_rec_chunk_plan(*p, rec_smem_max(), pl)) return true;
+        if (pr_rec_chunk_plan(*p, rec_smem(0), rec_smem(1), pl)) return true;
     }
     p->C = 0;
     return false;

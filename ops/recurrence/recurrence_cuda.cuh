@@ -71,97 +71,119 @@ struct rec_bump {
     }
 };
 
-/* ---- loads and stores of token rows ------------------------------------------
- * dst[r][c] (leading dim ld, W columns, W % 4 == 0) = src[r*rs + c] for r < nr,
+/* ---- loops and loads over tiles -------------------------------------------------
+ * REC_FOR2D(R, W, r, c): every (r, c) of an R x W tile, a warp per row and its
+ * lanes along the row: no divisions, conflict-free shared-memory rows. */
+#define REC_FOR2D(R, W, r, c)                                                      \
+    for (int r = (int)(threadIdx.x >> 5); r < (R); r += PR_REC_WARPS)            \
+        for (int c = (int)(threadIdx.x & 31); c < (W); c += 32)
+
+/* lanes per row for rows of W floats moved as float4: W/4 lanes (up to 32),
+ * several rows per warp when W/4 divides 32 */
+struct rec_rowmap {
+    int r0, rstep, c0, cstep;
+};
+__device__ __forceinline__ rec_rowmap rec_rowmap_of(int W)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int lpr = W >> 2;
+    if (lpr > 32 || lpr < 1 || 32 % lpr) lpr = 32;
+    const int rpw = 32 / lpr;
+    return {warp * rpw + lane / lpr, PR_REC_WARPS * rpw, (lane % lpr) * 4, lpr * 4};
+}
+
+/* dst[r][c] (leading dim ld, W columns, W % 4 == 0) = src[r*rs + c] for r < nr,
  * c < nc; zero elsewhere (rows up to R). vec: src and rs allow float4. */
 __device__ __forceinline__ void rec_ld_tile(float *dst, int ld, int R, int W, const float *src, long long rs, int nr,
                                             int nc, bool vec)
 {
-    const int w4 = W >> 2;
-    for (int e = threadIdx.x; e < R * w4; e += blockDim.x) {
-        const int r = e / w4, c = (e - r * w4) * 4;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nr && c < nc) {
-            const float *s = src + r * rs + c;
-            if (vec && c + 4 <= nc) {
-                x = __ldg(reinterpret_cast<const float4 *>(s));
-            } else {
-                x.x = s[0];
-                if (c + 1 < nc) x.y = s[1];
-                if (c + 2 < nc) x.z = s[2];
-                if (c + 3 < nc) x.w = s[3];
+    const rec_rowmap m = rec_rowmap_of(W);
+    for (int r = m.r0; r < R; r += m.rstep)
+        for (int c = m.c0; c < W; c += m.cstep) {
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < nr && c < nc) {
+                const float *s = src + r * rs + c;
+                if (vec && c + 4 <= nc) {
+                    x = __ldg(reinterpret_cast<const float4 *>(s));
+                } else {
+                    x.x = s[0];
+                    if (c + 1 < nc) x.y = s[1];
+                    if (c + 2 < nc) x.z = s[2];
+                    if (c + 3 < nc) x.w = s[3];
+                }
             }
+            *reinterpret_cast<float4 *>(dst + r * ld + c) = x;
         }
-        *reinterpret_cast<float4 *>(dst + r * ld + c) = x;
-    }
 }
 /* dst[r*rs + c] (+)= alpha * src[r][c] for r < nr, c < nc */
 __device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, int nc, const float *src, int ld,
                                             float alpha, bool acc, bool vec)
 {
-    const int w4 = (nc + 3) >> 2;
-    for (int e = threadIdx.x; e < nr * w4; e += blockDim.x) {
-        const int r = e / w4, c = (e - r * w4) * 4;
-        const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
-        float *d = dst + r * rs + c;
-        if (vec && c + 4 <= nc) {
-            float4 y = acc ? *reinterpret_cast<float4 *>(d) : make_float4(0.f, 0.f, 0.f, 0.f);
-            y.x += alpha * x.x, y.y += alpha * x.y, y.z += alpha * x.z, y.w += alpha * x.w;
-            *reinterpret_cast<float4 *>(d) = y;
-        } else {
-            const float xs[4] = {x.x, x.y, x.z, x.w};
-            for (int i = 0; i < 4 && c + i < nc; i++) d[i] = (acc ? d[i] : 0.f) + alpha * xs[i];
+    const rec_rowmap m = rec_rowmap_of((nc + 3) & ~3);
+    for (int r = m.r0; r < nr; r += m.rstep)
+        for (int c = m.c0; c < nc; c += m.cstep) {
+            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+            float *d = dst + r * rs + c;
+            if (vec && c + 4 <= nc) {
+                float4 y = acc ? *reinterpret_cast<float4 *>(d) : make_float4(0.f, 0.f, 0.f, 0.f);
+                y.x += alpha * x.x, y.y += alpha * x.y, y.z += alpha * x.z, y.w += alpha * x.w;
+                *reinterpret_cast<float4 *>(d) = y;
+            } else {
+                const float xs[4] = {x.x, x.y, x.z, x.w};
+                for (int i = 0; i < 4 && c + i < nc; i++) d[i] = (acc ? d[i] : 0.f) + alpha * xs[i];
+            }
         }
-    }
 }
 
 /* ---- the block's matrix product ------------------------------------------------
  * C[M][N] = (acc ? C : 0) + alpha * op(A) op(B), all in shared memory.
  * op(A) [M][Kd]: A[m*lda + k], or A[k*lda + m] when TA. op(B) [Kd][N]: B[k*ldb + n],
  * or B[n*ldb + k] when TB. M, N multiples of 32, Kd of 8; leading dims multiples
- * of 4 and arrays 32-byte aligned. Each warp owns 32x32 blocks of C; C must not
- * alias A or B. The caller synchronizes before and after. */
-template <bool TA, bool TB>
-__device__ __forceinline__ void rec_mm_tc(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M,
-                                          int N, int Kd, float alpha, bool acc)
+ * of 4 and arrays 32-byte aligned. Each warp owns blocks of C (32x32, smaller
+ * when there are few); C must not alias A or B. The caller synchronizes before and after (two calls with
+ * the same M, N and C may follow each other: a warp owns the same blocks). */
+template <bool TA, bool TB, int FM, int FN>
+__device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                                                int M, int N, int Kd, float alpha, bool acc)
 {
     namespace wm = nvcuda::wmma;
     using LA = typename std::conditional<TA, wm::col_major, wm::row_major>::type;
     using LB = typename std::conditional<TB, wm::col_major, wm::row_major>::type;
-    const int warp = threadIdx.x >> 5, nb = N >> 5, nblk = (M >> 5) * nb;
+    constexpr int TM = 16 * FM, TN = 16 * FN;
+    const int warp = threadIdx.x >> 5, nb = N / TN, nblk = (M / TM) * nb;
     for (int blk = warp; blk < nblk; blk += PR_REC_WARPS) {
-        const int m0 = (blk / nb) << 5, n0 = (blk % nb) << 5;
-        wm::fragment<wm::accumulator, 16, 16, 8, float> c[2][2];
+        const int m0 = (blk / nb) * TM, n0 = (blk % nb) * TN;
+        wm::fragment<wm::accumulator, 16, 16, 8, float> c[FM][FN];
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < FM; i++)
 #pragma unroll
-            for (int j = 0; j < 2; j++) wm::fill_fragment(c[i][j], 0.f);
+            for (int j = 0; j < FN; j++) wm::fill_fragment(c[i][j], 0.f);
         for (int k0 = 0; k0 < Kd; k0 += 8) {
-            wm::fragment<wm::matrix_a, 16, 16, 8, wm::precision::tf32, LA> a[2];
-            wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, LB> b[2];
+            wm::fragment<wm::matrix_a, 16, 16, 8, wm::precision::tf32, LA> a[FM];
+            wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, LB> b[FN];
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < FM; i++) {
                 const float *pa = TA ? A + k0 * lda + m0 + 16 * i : A + (m0 + 16 * i) * lda + k0;
                 wm::load_matrix_sync(a[i], pa, lda);
 #pragma unroll
                 for (int e = 0; e < a[i].num_elements; e++) a[i].x[e] = wm::__float_to_tf32(a[i].x[e]);
             }
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < FN; j++) {
                 const float *pb = TB ? B + (n0 + 16 * j) * ldb + k0 : B + k0 * ldb + n0 + 16 * j;
                 wm::load_matrix_sync(b[j], pb, ldb);
 #pragma unroll
                 for (int e = 0; e < b[j].num_elements; e++) b[j].x[e] = wm::__float_to_tf32(b[j].x[e]);
             }
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+            for (int i = 0; i < FM; i++)
 #pragma unroll
-                for (int j = 0; j < 2; j++) wm::mma_sync(c[i][j], a[i], b[j], c[i][j]);
+                for (int j = 0; j < FN; j++) wm::mma_sync(c[i][j], a[i], b[j], c[i][j]);
         }
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < FM; i++)
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < FN; j++) {
                 float *pc = C + (m0 + 16 * i) * ldc + n0 + 16 * j;
                 if (acc) {
                     wm::fragment<wm::accumulator, 16, 16, 8, float> d;
@@ -176,6 +198,18 @@ __device__ __forceinline__ void rec_mm_tc(float *C, int ldc, const float *A, int
                 }
             }
     }
+}
+
+/* 32x32 warp tiles when there are enough of them to keep every warp busy,
+ * else 16x32 or 16x16 ones (less operand reuse, more warps at work) */
+template <bool TA, bool TB>
+__device__ __forceinline__ void rec_mm_tc(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M,
+                                          int N, int Kd, float alpha, bool acc)
+{
+    if ((M >> 5) * (N >> 5) >= PR_REC_WARPS) rec_mm_tc_tiles<TA, TB, 2, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
+        rec_mm_tc_tiles<TA, TB, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else rec_mm_tc_tiles<TA, TB, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
 }
 
 /* the same product in plain fp32: each lane owns a 4x8 piece of a 32x32 block */
@@ -254,9 +288,12 @@ __device__ __forceinline__ float rec_block_sum(float v, float *red)
 
 /* chunk-local gates of a chunk of C tokens from token row row0 (nval valid):
  * G[t] = sum_{s<=t} g_s (g = 0 past nval or without g), bt[t] = beta_t (0 past
- * nval or without beta). Warp 0 scans. The caller synchronizes after. */
+ * nval or without beta), and when eG is given the row factors eG[t] = e^{G_t},
+ * eL[t] = e^{G_last - G_t} (last = nval - 1). Warp 0 scans; the caller
+ * synchronizes after. */
 template <int C>
-__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt)
+__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt,
+                                               float *eG = nullptr, float *eL = nullptr)
 {
     if (threadIdx.x >= 32) return;
     constexpr int E = C / 32;
@@ -280,9 +317,19 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
     const float excl = incl - run;
 #pragma unroll
     for (int e = 0; e < E; e++) G[lane * E + e] = excl + x[e];
+    if (!eG) return;
+    __syncwarp();
+    const float gl = G[nval - 1];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const float gt = excl + x[e];
+        eG[lane * E + e] = expf(gt);
+        eL[lane * E + e] = expf(gl - gt);
+    }
 }
 
-/* the augmented keys [K; KX_l] of a chunk, columns k0.. (nk of them, W wide) */
+/* the augmented keys [K; KX_0; ...] of a chunk (rows C + l*C + t for the
+ * extras), columns k0.. (nk valid of W) */
 __device__ __forceinline__ void chunk_ld_keys(const rec_prob &p, float *KA, int ld, int C, int W, long long rk, int nval,
                                               int k0, int nk)
 {
@@ -291,7 +338,7 @@ __device__ __forceinline__ void chunk_ld_keys(const rec_prob &p, float *KA, int 
     for (int l = 0; l < L; l++)
         rec_ld_tile(KA + (C + l * C) * ld, ld, C, W, p.kx + rk * L * K + l * K + k0, (long long)H * L * K, nval, nk, p.vec);
 }
-/* the augmented values [U; VX_l] of a chunk, columns v0.. (U from u: [rows,H,V]) */
+/* the augmented values [U; VX_0; ...] of a chunk, columns v0.. (U from u: [rows,H,V]) */
 __device__ __forceinline__ void chunk_ld_values(const rec_prob &p, float *UA, int ld, int C, int W, const float *u,
                                                 long long rk, int nval, int v0, int nv)
 {
@@ -322,7 +369,8 @@ struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
 };
-bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, rec_chunk_plan *plan);   /* p.C set */
+/* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory */
+bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, rec_chunk_plan *plan);
 /* the backward's first step: dU = scale S^T dO and dVX likewise, for every chunk */
 void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
