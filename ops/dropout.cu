@@ -11,34 +11,12 @@
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
-__device__ static void dropout_philox(uint64_t key, uint32_t c[4])
-{
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-#pragma unroll
-    for (int r = 0; r < 10; r++) {
-        uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
-        uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
-        uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
-        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-    }
-}
-
-/* pr_philox_uniform(seed, stream, i) on the device */
-__device__ static double dropout_uniform(uint64_t seed, uint32_t stream, uint64_t i)
-{
-    uint32_t w[4] = {(uint32_t)i, (uint32_t)(i >> 32), stream, 0};
-    dropout_philox(seed, w);
-    uint64_t m = ((uint64_t)(w[0] >> 5) << 26) | (w[1] >> 6);
-    return (double)m * (1.0 / 9007199254740992.0);
-}
-
 /* dst (=|+=) keep_i * src * scale */
 __global__ void dropout_mask(float *dst, const float *src, int64_t n, uint64_t seed, uint32_t stream,
                              uint64_t offset, double p, float scale, bool acc)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = dropout_uniform(seed, stream, offset + (uint64_t)i) >= p ? __fmul_rn(src[i], scale) : 0.0f; /* no fma with the += */
+        float v = pr_philox_uniform_dev(seed, stream, offset + (uint64_t)i) >= p ? __fmul_rn(src[i], scale) : 0.0f; /* no fma with the += */
         dst[i] = acc ? dst[i] + v : v;
     }
 }

@@ -280,25 +280,6 @@ extern "C" void pr_cuda_ctx_release(void *cuda_state_ptr)
  * < 1 ulp), so a normal can differ from the CPU's in the last double bit,
  * which after rounding to f32 is almost never visible. */
 
-__device__ static void philox_dev(uint64_t key, uint32_t c[4])
-{
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-#pragma unroll
-    for (int r = 0; r < 10; r++) {
-        uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
-        uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
-        uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
-        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-    }
-}
-
-__device__ static double bits_to_unit_dev(uint32_t a, uint32_t b)
-{
-    uint64_t m = ((uint64_t)(a >> 5) << 26) | (b >> 6);
-    return __dmul_rn((double)m, 1.0 / 9007199254740992.0);
-}
-
 __global__ static void rand_fill_kernel(float *out, long long n, uint64_t seed, uint32_t stream,
                                         uint64_t offset, int kind, double a, double b)
 {
@@ -306,13 +287,13 @@ __global__ static void rand_fill_kernel(float *out, long long n, uint64_t seed, 
          i += (long long)gridDim.x * blockDim.x) {
         uint64_t idx = offset + (uint64_t)i;
         uint32_t w[4] = {(uint32_t)idx, (uint32_t)(idx >> 32), stream, 0};
-        philox_dev(seed, w);
+        pr_philox4x32_dev(seed, w);
         double x;
         if (kind == 0) {
-            x = __dadd_rn(a, __dmul_rn(__dsub_rn(b, a), bits_to_unit_dev(w[0], w[1])));
+            x = __dadd_rn(a, __dmul_rn(__dsub_rn(b, a), pr_philox_unit_dev(w[0], w[1])));
         } else {
-            double u1 = __dsub_rn(1.0, bits_to_unit_dev(w[0], w[1]));
-            double u2 = bits_to_unit_dev(w[2], w[3]);
+            double u1 = __dsub_rn(1.0, pr_philox_unit_dev(w[0], w[1]));
+            double u2 = pr_philox_unit_dev(w[2], w[3]);
             double r = __dsqrt_rn(__dmul_rn(-2.0, log(u1)));
             double z = __dmul_rn(r, cos(__dmul_rn(6.283185307179586, u2)));
             x = __dadd_rn(a, __dmul_rn(b, z));

@@ -196,6 +196,35 @@ template <int G> __device__ __forceinline__ void pr_row_load(pr_f4 *slots, const
     });
 }
 
+/* ---- Philox4x32-10 on the device: tensor/rng.c's numbers, bit for bit ----
+ * c is the counter (lo32(i), hi32(i), stream, 0) on entry and the 4 random
+ * words on return; unit maps words to [0,1) exactly as the CPU does (the
+ * product is exact: an integer below 2^53 times a power of two). */
+__device__ __forceinline__ void pr_philox4x32_dev(uint64_t key, uint32_t c[4])
+{
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
+        uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
+        uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
+        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    }
+}
+__device__ __forceinline__ double pr_philox_unit_dev(uint32_t a, uint32_t b)
+{
+    uint64_t m = ((uint64_t)(a >> 5) << 26) | (b >> 6);
+    return __dmul_rn((double)m, 1.0 / 9007199254740992.0);
+}
+/* pr_philox_uniform(seed, stream, i) */
+__device__ __forceinline__ double pr_philox_uniform_dev(uint64_t seed, uint32_t stream, uint64_t i)
+{
+    uint32_t w[4] = {(uint32_t)i, (uint32_t)(i >> 32), stream, 0};
+    pr_philox4x32_dev(seed, w);
+    return pr_philox_unit_dev(w[0], w[1]);
+}
+
 /* ---- deterministic sums of f(i) (functor: __device__ double operator()(long long) const) ---- */
 
 template <class F> __global__ void pr_sum_partial_kernel(F f, long long n, double *partial)

@@ -138,7 +138,7 @@ __host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int B
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv) { return (size_t)grad_layout(p, bk, bv).total * 4; }
 
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS)
+__global__ void __launch_bounds__(PR_REC_THREADS, 1)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R, const float *dU,
                       float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
 {
@@ -258,7 +258,7 @@ struct wy_scratch {
 };
 
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS)
+__global__ void __launch_bounds__(PR_REC_THREADS, 1)
     chunk_wy_kernel(rec_prob p, int BV, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
 {
     extern __shared__ __align__(128) float sm[];
