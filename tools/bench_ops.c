@@ -332,8 +332,17 @@ int pr_cmd_bench(int argc, char **argv)
         fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence> [options]   (--help for each)\n");
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "ops") == 0) return pr_bench_ops(argc - 1, argv + 1);
-    if (strcmp(argv[1], "recurrence") == 0) return pr_bench_recurrence(argc - 1, argv + 1);
-    fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence)\n", argv[1]);
-    return 2;
+    int rc;
+    if (strcmp(argv[1], "ops") == 0) rc = pr_bench_ops(argc - 1, argv + 1);
+    else if (strcmp(argv[1], "recurrence") == 0) rc = pr_bench_recurrence(argc - 1, argv + 1);
+    else {
+        fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence)\n", argv[1]);
+        return 2;
+    }
+    if (pr_cuda_available() && !pr_is_help(argc > 2 ? argv[2] : "")) {
+        size_t cur, peak;
+        pr_device_mem_stats(PR_CUDA, &cur, &peak);
+        printf("device memory: %.1f MiB held by tensors now, %.1f MiB peak\n", cur / 1048576.0, peak / 1048576.0);
+    }
+    return rc;
 }
