@@ -3,7 +3,8 @@
  * Every rule, both forms (per-token, chunked with C = 32 and 64), fp32 and
  * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
- * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence.
+ * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
+ * and a grid wide enough for the serial passes' widest V tiles.
  * Inputs are drawn in f64 on the CPU; the reference is the CPU per-token form
  * in f64 (pr_recurrence); CUDA runs on f32 copies. Each output and gradient
  * must agree to max|got - ref| / max|ref| <= tol:
@@ -38,6 +39,9 @@ static const rec_case cases[] = {
     {"K128-V96", 1, 200, 2, 128, 96, 1, true, NULL, 0},
     {"K256-V64", 1, 70, 1, 256, 64, 1, true, NULL, 0},
     {"packed", 1, 300, 2, 32, 48, 1, true, cu_a, 5},
+    /* N*H = 144 sequence-heads: on a 132-SM GPU the serial passes take V tiles
+     * 128 wide (one wave) rather than 64 (two), the benchmark's shape */
+    {"wide-grid", 9, 70, 16, 32, 128, 1, true, NULL, 0},
 };
 
 /* forward, then backward seeded with dout (o) and dht (ht) through

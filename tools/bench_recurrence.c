@@ -9,7 +9,10 @@
  * chunked_*.cu, 2 flops per multiply-add), against a bare cuBLAS TF32 GEMM of
  * 8192^3 measured here. Timing: CUDA events around the op's forward and its
  * CUDA backward called on the tape's node (upstream gradients prepared
- * outside), 2 warm-up runs, median of --reps runs (default 5).
+ * outside), 2 warm-up runs, median of --reps runs (default 5). With the
+ * per-token form on, each chunked run is also checked against it: "err" is
+ * the worst over o, ht and every gradient of max|diff| / max|per-token|
+ * ("!" past 1e-2 with TF32, 1e-4 with fp32 products).
  */
 #include <math.h>
 #include <stdio.h>
@@ -126,6 +129,49 @@ static bench_times time_rule(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const
     return t;
 }
 
+/* one forward+backward of a form; host copies of o, ht and the input grads
+ * (out[0], out[1], out[2 + i]); grads zeroed first */
+static void run_host(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x, pr_tensor *dout, pr_tensor *dht,
+                     double **out, int64_t *n)
+{
+    for (int i = 0; i < 8; i++)
+        if (x[i]) pr_zero_(x[i]->grad);
+    pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, &ht);
+    pr_node *nd = &ctx->tape[ctx->n_tape - 1];
+    nd->out[0]->grad = dout;
+    nd->out[1]->grad = dht;
+    pr_op(PR_OP_recurrence)->backward_cuda(ctx, nd);
+    const pr_tensor *t[10] = {o, ht};
+    for (int i = 0; i < 8; i++) t[2 + i] = x[i] ? x[i]->grad : NULL;
+    for (int i = 0; i < 10; i++) {
+        free(out[i]);
+        out[i] = NULL, n[i] = 0;
+        if (!t[i]) continue;
+        n[i] = t[i]->numel;
+        out[i] = malloc(sizeof(double) * (size_t)(n[i] + 1));
+        pr_to_host_f64(t[i], out[i]);
+    }
+    pr_step_reset(ctx);
+}
+
+/* worst over o, ht and the grads of max|a - b| / max|b| */
+static double worst_rel_err(double *const *a, double *const *b, const int64_t *n)
+{
+    double w = 0;
+    for (int i = 0; i < 10; i++) {
+        if (!a[i] || !b[i]) continue;
+        double e = 0, m = 0;
+        for (int64_t j = 0; j < n[i]; j++) {
+            const double d = fabs(a[i][j] - b[i][j]);
+            e = isnan(d) ? INFINITY : fmax(e, d);
+            m = fmax(m, fabs(b[i][j]));
+        }
+        w = fmax(w, m > 0 ? e / m : e);
+    }
+    return w;
+}
+
 /* TF32 tensor-core rate of a bare cuBLAS GEMM, n^3, TFLOP/s */
 static double tf32_peak(pr_ctx *ctx, pr_arena *ar, int n)
 {
@@ -232,8 +278,8 @@ int pr_bench_recurrence(int argc, char **argv)
         const double tokens = (double)s->B * s->T;
         printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), f32 data, median of %d\n", (long long)s->B,
                (long long)s->T, (long long)s->H, (long long)s->K, (long long)s->V, (long long)s->L, reps);
-        printf("%-11s %-13s %9s %9s %10s %9s %7s %8s\n", "rule", "form", "fwd ms", "f+b ms", "Mtok/s f+b", "TFLOP/s",
-               "%tf32", "speedup");
+        printf("%-11s %-13s %9s %9s %10s %9s %7s %8s %9s\n", "rule", "form", "fwd ms", "f+b ms", "Mtok/s f+b",
+               "TFLOP/s", "%tf32", "speedup", "err");
         double gdn_fb = 0;
         for (int r = 0; r < PR_NRULES; r++) {
             pr_rule rule = (pr_rule)r;
@@ -241,11 +287,14 @@ int pr_bench_recurrence(int argc, char **argv)
             pr_tensor *in[8] = {x.q, x.k, x.v, pr_rule_has_g(rule) ? x.g : NULL, pr_rule_has_beta(rule) ? x.beta : NULL,
                                 pr_rule_has_extra(rule) ? x.kx : NULL, pr_rule_has_extra(rule) ? x.vx : NULL, x.h0};
             bench_times tok = {0, 0};
+            double *ref[10] = {0}, *got[10] = {0};
+            int64_t nref[10], ngot[10];
             if (token) {
                 ctx->matmul_tf32 = 0;
                 tok = time_rule(ctx, rule, 0, in, x.dout, x.dht, warm, reps);
-                printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s\n", pr_rule_name(rule), "per-token", tok.fwd, tok.fb,
-                       tokens / (tok.fb * 1e-3) / 1e6, "-", "-", "1.00");
+                run_host(ctx, rule, 0, in, x.dout, x.dht, ref, nref);
+                printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", pr_rule_name(rule), "per-token", tok.fwd,
+                       tok.fb, tokens / (tok.fb * 1e-3) / 1e6, "-", "-", "1.00", "(ref)");
             }
             for (int f = 0; f < nch * (1 + fp32); f++) {
                 const int C = chunks[f % nch];
@@ -255,12 +304,17 @@ int pr_bench_recurrence(int argc, char **argv)
                 chunk_macs(rule, s, C, &mf, &mb);
                 const double nck = tokens / C * (double)s->H, flops = 2.0 * (mf + mb) * nck;
                 const double tflops = flops / (ch.fb * 1e-3) / 1e12;
-                char sp[16] = "-";
-                if (token) snprintf(sp, sizeof sp, "%.1f", tok.fb / ch.fb);
+                char sp[16] = "-", er[16] = "-";
+                if (token) {
+                    snprintf(sp, sizeof sp, "%.1f", tok.fb / ch.fb);
+                    run_host(ctx, rule, C, in, x.dout, x.dht, got, ngot);
+                    const double e = worst_rel_err(got, ref, nref);
+                    snprintf(er, sizeof er, "%.1e%s", e, e <= (f < nch ? 1e-2 : 1e-4) ? "" : "!");
+                }
                 char form[24];
                 snprintf(form, sizeof form, "chunk%d/%s", C, f < nch ? "tf32" : "fp32");
-                printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %8s\n", pr_rule_name(rule), form, ch.fwd, ch.fb, tokens / (ch.fb * 1e-3) / 1e6, tflops,
-                       100.0 * tflops / peak, sp);
+                printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %8s %9s\n", pr_rule_name(rule), form, ch.fwd, ch.fb,
+                       tokens / (ch.fb * 1e-3) / 1e6, tflops, 100.0 * tflops / peak, sp, er);
                 if (f == 0 && rule == PR_RULE_GDN) gdn_fb = ch.fb;
                 if (f == 0 && si == 0) {
                     if (rule == PR_RULE_GDN) printf("%-11s   gdn f+b target <= 7.00 ms (fla bf16: 3.52 ms)\n", "");
@@ -270,6 +324,7 @@ int pr_bench_recurrence(int argc, char **argv)
                         printf("%-11s   prism_core / gdn = %.2f (target <= 1.30)\n", "", ch.fb / gdn_fb);
                 }
             }
+            for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
         }
         pr_arena_reset(ar);
     }

@@ -32,16 +32,6 @@ template <class F> static void chunk_smem_attr(F kernel, size_t smem)
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
-/* dst[(rk + t*H)*ld + i] += src[t*lds + i] + (extra ? extra[same] : 0), t < nr, i < nc */
-__device__ __forceinline__ void chunk_add_rows(float *dst, long long rs, int nr, int nc, const float *src, int lds,
-                                               const float *extra)
-{
-    REC_FOR2D(nr, nc, t, i) {
-        const long long o = t * rs + i;
-        dst[o] += src[t * lds + i] + (extra ? extra[o] : 0.f);
-    }
-}
-
 /* ---- dstate: serial over chunks in reverse ---------------------------------------- */
 struct dstate_lay {
     int G, bt, eG, eL, dHs, dVA, dOs, R1, total;
@@ -75,7 +65,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     for (int ci = (sq.len + C - 1) / C - 1; ci >= 0; ci--) {
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
-        __syncthreads();
+        rec_sync();
         rec_st_tile(dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
         rec_load_gates<C>(p, row0, nval, h, G, bt, eG, eL);
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
@@ -84,33 +74,33 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_ld_tile(dVA + (C + l * C) * LDV, LDV, C, BV, dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval,
                         nv, p.vec);
         rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-        __syncthreads();
+        rec_sync();
         const float Gl = G[nval - 1];
         REC_FOR2D(NA, Kp, a, i) KA[a * LDK + i] *= eL[a % C];
-        __syncthreads();
+        rec_sync();
         rec_mm<false, false>(p, dVA, LDV, KA, LDK, dHs, LDV, NA, BV, Kp, 1.f, true); /* dUa += Kd dhn */
-        __syncthreads();
+        rec_sync();
         if (p.delta) rec_st_tile(dU + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
         else if (dv) rec_st_tile(dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, true, p.vec);
         for (int l = 0; l < L; l++)
             rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, dVA + (C + l * C) * LDV, LDV,
                         1.f, false, p.vec);
-        __syncthreads();
+        rec_sync();
         rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, nval, K, p.vec);
         if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
-        __syncthreads();
+        rec_sync();
         REC_FOR2D(C, Kp, t, i) Qs[t * LDK + i] *= p.scale * eG[t];
         if (p.delta) REC_FOR2D(C, BV, t, j) dVA[t * LDV + j] *= bt[t];
         const float eGl = expf(Gl);
         REC_FOR2D(Kp, BV, i, j) dHs[i * LDV + j] *= eGl;
-        __syncthreads();
+        rec_sync();
         rec_mm<true, false>(p, dHs, LDV, Qs, LDK, dOs, LDV, Kp, BV, C, 1.f, true);
         if (p.delta) {
-            __syncthreads();
+            rec_sync();
             rec_mm<true, false>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
         }
     }
-    __syncthreads();
+    rec_sync();
     if (dh0) rec_st_tile(dh0 + hoff, V, K, nv, dHs, LDV, 1.f, true, p.vec);
 }
 
@@ -159,21 +149,21 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     float hd = 0.f;
     for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
         const int nv = min(BV, V - v0);
-        __syncthreads();
+        rec_sync();
         rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
         chunk_ld_values(p, VA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
         if (p.delta) rec_ld_tile(dUs, LDV, C, BV, dU + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
         rec_ld_tile(Hs, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
         rec_ld_tile(dHn, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
-        __syncthreads();
+        rec_sync();
         REC_FOR2D(BK, BV, i, j) hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
         if (do_db) rec_row_dots(dbs, dUs, LDV, VA, LDV, C, BV, 1.f, true); /* dbeta += dU . R */
-        __syncthreads();
+        rec_sync();
         if (p.delta) REC_FOR2D(C, BV, t, j) {
                 VA[t * LDV + j] *= bt[t];
                 dUs[t * LDV + j] *= bt[t];
             }
-        __syncthreads();
+        rec_sync();
         rec_mm<false, true>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
         rec_mm<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
         rec_mm<false, true>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
@@ -183,7 +173,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     float *Qs = sm + s.Qs, *KA = sm + s.KA;
     rec_ld_tile(Qs, LDB, C, BK, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
     chunk_ld_keys(p, KA, LDB, C, BK, rk, cp.nval, k0, nk);
-    __syncthreads();
+    rec_sync();
     const int last = cp.nval - 1;
     const float Gl = G[last];
     REC_FOR2D(C, C, t, i) {
@@ -192,16 +182,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     }
     REC_FOR2D(C, BK, t, i) Xq[t * LDB + i] *= p.scale * eG[t];
     REC_FOR2D(NA, BK, a, i) Xk[a * LDB + i] *= eL[a % C];
-    __syncthreads();
+    rec_sync();
     if (p.has_g) rec_row_dots(tq, KA, LDB, Xk, LDB, NA, BK, 1.f, false); /* ka . (Kd-part of dKa) */
-    __syncthreads();
+    rec_sync();
     rec_mm<false, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
     rec_mm<true, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
-    __syncthreads();
+    rec_sync();
     if (p.has_g) {
         rec_row_dots(dG, Qs, LDB, Xq, LDB, C, BK, 1.f, false);
         rec_row_dots(tk, KA, LDB, Xk, LDB, NA, BK, 1.f, false);
-        __syncthreads();
+        rec_sync();
         if (threadIdx.x < C) {
             const int t = threadIdx.x;
             float v = dG[t];
@@ -282,14 +272,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
         dG[t] = g;
         dB[t] = t < cp.nval ? x.dbA[o] : 0.f;
     }
-    __syncthreads();
+    rec_sync();
     if (L) { /* Mx = strict(D o K KX^T), one extra at a time */
         float *KXl = sm + s.KXl;
         for (int l = 0; l < L; l++) {
             rec_ld_tile(KXl, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
-            __syncthreads();
+            rec_sync();
             rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, KXl, LDK, C, C, Kp, 1.f, false);
-            __syncthreads();
+            rec_sync();
         }
         REC_FOR2D(C, C, t, i) {
             const float d = i < t ? expf(G[t] - G[i]) : 0.f;
@@ -299,7 +289,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     float *dUs = sm + s.dUs, *dY1 = sm + s.dY1, *R0t = sm + s.R0t, *VXA = sm + s.VXA, *dVXt = sm + s.dVXt;
     for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
         const int nv = min(BV, V - v0);
-        __syncthreads();
+        rec_sync();
         rec_ld_tile(dUs, LDV, C, BV, x.dU + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
         rec_ld_tile(R0t, LDV, C, BV, R0 + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
         for (int l = 0; l < L; l++) {
@@ -308,72 +298,72 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
             rec_ld_tile(dVXt + l * C * LDV, LDV, C, BV, x.dVX + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval,
                         nv, p.vec);
         }
-        __syncthreads();
+        rec_sync();
         REC_FOR2D(C, BV, t, j) dUs[t * LDV + j] *= bt[t]; /* dR0 */
-        __syncthreads();
+        rec_sync();
         rec_mm<true, false>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
-        __syncthreads();
+        rec_sync();
         if (d.dv) rec_st_tile(d.dv + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV, 1.f, true, p.vec);
         rec_mm<false, true>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
         if (L) {
             rec_mm<false, true>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
             rec_mm<true, false>(p, dVXt, LDV, Mx, LDX, dY1, LDV, CL, BV, C, -1.f, true);
-            __syncthreads();
+            rec_sync();
             for (int l = 0; d.dvx && l < L; l++)
                 rec_st_tile(d.dvx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVXt + l * C * LDV, LDV,
                             1.f, true, p.vec);
         }
     }
-    __syncthreads();
+    rec_sync();
     float *sD = sm + s.sD, *sA = sm + s.sA, *sB = sm + s.sB;
     rec_ld_tile(sA, LDK, C, Kp, x.dW + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_ld_tile(sB, LDK, C, Kp, Wp + rk * K, (long long)H * K, cp.nval, K, p.vec);
-    __syncthreads();
+    rec_sync();
     rec_mm<true, false>(p, sD, LDK, Ts, LDC, sA, LDK, C, Kp, C, 1.f, false); /* dY2 = T'^T dW */
-    __syncthreads();
+    rec_sync();
     rec_mm<false, true>(p, dM, LDC, sD, LDK, sB, LDK, C, C, Kp, -1.f, true); /* dM -= dY2 W^T */
-    __syncthreads();
+    rec_sync();
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] *= eG[t];
     REC_FOR2D(C, C, t, i) {
         const float d = i < t ? expf(G[t] - G[i]) : 0.f;
         dM[t * LDC + i] *= d;
         for (int l = 0; l < L; l++) dMx[t * LDX + l * C + i] *= d;
     }
-    __syncthreads();
+    rec_sync();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sD, LDK, C, Kp, 1.f, true); /* k . (e^G o dY2) */
     rec_mm<true, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* (dM o D)^T K */
-    __syncthreads();
+    rec_sync();
     rec_row_dots(dB, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
-    __syncthreads();
+    rec_sync();
     REC_FOR2D(C, Kp, t, i) sA[t * LDK + i] *= bt[t]; /* dKK^T K */
     REC_FOR2D(C, C, t, i) dM[t * LDC + i] *= bt[i];   /* dKK */
-    __syncthreads();
+    rec_sync();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, -1.f, true);
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
-    __syncthreads();
+    rec_sync();
     rec_mm<false, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* dKK K */
-    __syncthreads();
+    rec_sync();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
-    __syncthreads();
+    rec_sync();
     for (int l = 0; l < L; l++) {
         rec_ld_tile(sA, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
-        __syncthreads();
+        rec_sync();
         rec_mm<false, false>(p, sB, LDK, dMx + l * C, LDX, sA, LDK, C, Kp, C, 1.f, false); /* dKKX_l KX_l */
-        __syncthreads();
+        rec_sync();
         if (p.has_g) rec_row_dots(dG, Ks, LDK, sB, LDK, C, Kp, 1.f, true);
         REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sB[t * LDK + i];
-        __syncthreads();
+        rec_sync();
         rec_mm<true, false>(p, sB, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
-        __syncthreads();
+        rec_sync();
         if (p.has_g) rec_row_dots(dG, sA, LDK, sB, LDK, C, Kp, -1.f, true);
         if (d.dkx)
-            chunk_add_rows(d.dkx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, sB, LDK,
-                           x.dkxa + rk * L * K + l * K);
-        __syncthreads();
+            rec_st_tile(d.dkx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, sB, LDK, 1.f, true, p.vec,
+                        x.dkxa + rk * L * K + l * K);
+        rec_sync();
     }
-    if (d.dk) chunk_add_rows(d.dk + rk * K, (long long)H * K, cp.nval, K, sD, LDK, x.dka + rk * K);
-    __syncthreads();
+    if (d.dk) rec_st_tile(d.dk + rk * K, (long long)H * K, cp.nval, K, sD, LDK, 1.f, true, p.vec, x.dka + rk * K);
+    rec_sync();
     if (threadIdx.x == 0 && p.has_g && d.dg) {
         float cum = 0.f;
         for (int t = cp.nval - 1; t >= 0; t--) cum += dG[t], d.dg[rk + (long long)t * H] += cum;
@@ -400,28 +390,51 @@ __global__ static void chunk_dg_kernel(rec_prob p, const float *dGp, int nkt, lo
 
 /* ---- the plan and the launcher -------------------------------------------------------- */
 
-bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, rec_chunk_plan *pl)
+/* blocks of a kernel an SM holds: by shared memory, and at most 2 (their
+ * 256 threads use up to 128 registers each) */
+static int plan_per_sm(size_t bytes, int smem_sm)
 {
-    /* widest V tile that lets two blocks share an SM, else the widest that fits */
+    const int n = (int)((size_t)smem_sm / (bytes + 1024));
+    return n < 1 ? 1 : n > 2 ? 2 : n;
+}
+
+bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
+{
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
     const int bvs[2] = {p.Vp >= 64 ? 64 : 32, 32};
+    /* the chunk-parallel kernels: the widest V tile that lets two blocks share
+     * an SM, else the widest that fits */
     auto pick = [&](auto bytes, int *out) {
         for (size_t lim : {two, mx})
             for (int b : bvs)
                 if (bytes(b) <= lim) return *out = b, true;
         return false;
     };
+    /* the serial state passes (one block per sequence, head and V tile): the
+     * fewest waves of blocks, then the narrowest tile (more blocks at work) */
+    auto pick_serial = [&](auto bytes, int *out) {
+        long long best = -1;
+        for (int b = 32; b <= p.Vp; b *= 2) {
+            if (bytes(b) > mx) continue;
+            const long long blocks = (long long)p.N * p.H * ((p.V + b - 1) / b);
+            const long long slots = (long long)n_sm * plan_per_sm(bytes(b), smem_sm);
+            const long long waves = (blocks + slots - 1) / slots;
+            if (best < 0 || waves < best) best = waves, *out = b;
+        }
+        return best >= 0;
+    };
     pl->C = p.C;
     bool ok = true;
     if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_prep(p, b); }, &pl->bv_prep);
     if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_wy(p, b); }, &pl->bv_wy);
-    ok &= pick([&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
+    ok &= pick_serial([&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
-    ok &= pick([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
-    /* grad: wide K tiles first (narrow ones redo the K-independent products) */
+    ok &= pick_serial([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
+    /* grad: one K tile when it fits (narrower ones redo the K-independent
+     * products and loads), else 64 or 32 wide */
     bool g = false;
-    const int bks[2] = {p.Kp >= 64 ? 64 : 32, 32};
+    const int bks[3] = {p.Kp <= 128 ? p.Kp : 128, p.Kp >= 64 ? 64 : 32, 32};
     for (int bk : bks)
         for (int bv : bvs)
             if (!g && pr_rec_smem_grad(p, bk, bv) <= mx) pl->bk_grad = bk, pl->bv_grad = bv, g = true;

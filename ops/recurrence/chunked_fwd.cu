@@ -66,7 +66,7 @@ template <int C> __device__ __forceinline__ void prep_solve(const float *M, int 
 }
 
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_prep_kernel(rec_prob p, int BV, float *Tinv, float *Wp, float *R0)
+__global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob p, int BV, float *Tinv, float *Wp, float *R0)
 {
     extern __shared__ __align__(128) float sm[];
     const prep_lay s = prep_layout(p, BV);
@@ -79,42 +79,42 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_prep_kernel(rec_prob 
 
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
-    __syncthreads();
+    rec_sync();
     rec_mm<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
-    __syncthreads();
+    rec_sync();
     REC_FOR2D(C, C, t, i) Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
-    __syncthreads();
+    rec_sync();
     /* warps 0-1 solve for T' while the others start on the extras */
     if (threadIdx.x < C) prep_solve<C>(Bs, LDC, Ts, threadIdx.x);
     for (int l = 0; l < L; l++) {
         rec_ld_tile(Xs, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
-        __syncthreads();
+        rec_sync();
         rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
-        __syncthreads();
+        rec_sync();
     }
     if (L) REC_FOR2D(C, C, t, i) {
             const float d = i < t ? expf(G[t] - G[i]) : 0.f;
             for (int l = 0; l < L; l++) Mx[t * LDX + l * C + i] *= d;
         }
     REC_FOR2D(C, Kp, t, i) Ks[t * LDK + i] *= eG[t];
-    __syncthreads();
+    rec_sync();
     rec_mm<false, false>(p, Xs, LDK, Ts, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* W = T' (e^G o K) */
-    __syncthreads();
+    rec_sync();
     rec_st_tile(Tinv + ((long long)c * H + h) * C * C, C, C, C, Ts, LDC, 1.f, false, true);
     rec_st_tile(Wp + rk * K, (long long)H * K, cp.nval, K, Xs, LDK, 1.f, false, p.vec);
-    __syncthreads(); /* the V tiles overwrite Xs */
+    rec_sync(); /* the V tiles overwrite Xs */
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
         rec_ld_tile(Vt, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
         for (int l = 0; l < L; l++) {
-            __syncthreads();
+            rec_sync();
             rec_ld_tile(VXt, LDV, C, BV, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, p.vec);
-            __syncthreads();
+            rec_sync();
             rec_mm<false, false>(p, Vt, LDV, Mx + l * C, LDX, VXt, LDV, C, BV, C, -1.f, true);
         }
-        __syncthreads();
+        rec_sync();
         rec_mm<false, false>(p, Rt, LDV, Ts, LDC, Vt, LDV, C, BV, C, 1.f, false); /* R0 = T' (V - Mx VX) */
-        __syncthreads();
+        rec_sync();
         rec_st_tile(R0 + rk * V + v0, (long long)H * V, cp.nval, nv, Rt, LDV, 1.f, false, p.vec);
     }
 }
@@ -156,26 +156,26 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
-        __syncthreads();
+        rec_sync();
         rec_st_tile(hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
         rec_load_gates<C>(p, row0, nval, h, G, bt, sm + s.eG, eL);
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
         chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R0 : p.v, rk, nval, v0, nv);
         if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
-        __syncthreads();
+        rec_sync();
         if (p.delta) { /* R = R0 - W h */
             rec_mm<false, false>(p, RA, LDV, Ws, LDK, Hs, LDV, C, BV, Kp, -1.f, true);
-            __syncthreads();
+            rec_sync();
             rec_st_tile(R + rk * V + v0, (long long)H * V, nval, nv, RA, LDV, 1.f, false, p.vec);
-            __syncthreads();
+            rec_sync();
         }
         const float eGl = expf(G[nval - 1]);
         REC_FOR2D(NA, BV, a, j) RA[a * LDV + j] *= eL[a % C] * (a < C && p.delta ? bt[a] : 1.f);
         REC_FOR2D(Kp, BV, i, j) Hs[i * LDV + j] *= eGl;
-        __syncthreads();
+        rec_sync();
         rec_mm<true, false>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
     }
-    __syncthreads();
+    rec_sync();
     rec_st_tile(ht + hoff, V, K, nv, Hs, LDV, 1.f, false, p.vec);
 }
 
@@ -217,9 +217,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
-    __syncthreads();
+    rec_sync();
     rec_mm<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
-    __syncthreads();
+    rec_sync();
     /* S_ta = D_{t,i} (q_t . ka_a) for token i = a % C <= t; the output folds u = beta R in */
     REC_FOR2D(C, C, t, i) {
         const float d = i <= t ? expf(G[t] - G[i]) : 0.f;
@@ -227,31 +227,31 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         for (int l = 0; l < L; l++) S[t * LDA + C + l * C + i] *= d;
     }
     if (MODE == 0) REC_FOR2D(C, Kp, t, i) Qs[t * LDK + i] *= eG[t];
-    __syncthreads();
+    rec_sync();
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
         if (MODE == 0) {
             float *Hs = sm + s.Hs, *RA = sm + s.RA, *Os = sm + s.Os;
             rec_ld_tile(Hs, LDV, Kp, BV, hs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
             chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
-            __syncthreads();
+            rec_sync();
             rec_mm<false, false>(p, Os, LDV, Qs, LDK, Hs, LDV, C, BV, Kp, 1.f, false);
-            __syncthreads();
+            rec_sync();
             rec_mm<false, false>(p, Os, LDV, S, LDA, RA, LDV, C, BV, NA, 1.f, true);
-            __syncthreads();
+            rec_sync();
             rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
         } else {
             float *dOs = sm + s.dOs, *dVA = sm + s.dVA;
             rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
-            __syncthreads();
+            rec_sync();
             rec_mm<true, false>(p, dVA, LDV, S, LDA, dOs, LDV, NA, BV, C, p.scale, false);
-            __syncthreads();
+            rec_sync();
             rec_st_tile(dU + rk * V + v0, (long long)H * V, cp.nval, nv, dVA, LDV, 1.f, false, p.vec);
             for (int l = 0; l < L; l++)
                 rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVA + (C + l * C) * LDV,
                             LDV, 1.f, false, p.vec);
         }
-        __syncthreads();
+        rec_sync();
     }
 }
 

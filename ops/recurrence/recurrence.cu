@@ -3,7 +3,8 @@
  *
  * iarg[1] = 0 runs the per-token kernels (recurrent.cu); iarg[1] > 0 the
  * chunked ones (chunked_*.cu) with chunks of 64 tokens (32 when asked for
- * chunks of <= 32, or when 64 needs more shared memory than a block has).
+ * chunks of <= 32, with two or more extra writes, or when 64 needs more
+ * shared memory than a block has).
  * Both compute the same function, so when even 32 does not fit (very large
  * K, V or L) the per-token kernels run instead; the backward makes the same
  * choice from the same sizes. Matrix products inside chunks use TF32 tensor
@@ -21,15 +22,17 @@
 
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
 
-/* shared memory: a block's opt-in limit (which = 0) or an SM's (which = 1) */
-static int rec_smem(int which)
+/* device limits: a block's opt-in shared memory (0), an SM's (1), the SM count (2) */
+static int rec_dev_attr(int which)
 {
-    static int v[2] = {0, 0};
+    static int v[3] = {0, 0, 0};
+    static const cudaDeviceAttr attr[3] = {cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                           cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                           cudaDevAttrMultiProcessorCount};
     if (!v[which]) {
         int dev;
         PR_CUDA_CHECK(cudaGetDevice(&dev));
-        PR_CUDA_CHECK(cudaDeviceGetAttribute(&v[which], which ? cudaDevAttrMaxSharedMemoryPerMultiprocessor
-                                                              : cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        PR_CUDA_CHECK(cudaDeviceGetAttribute(&v[which], attr[which], dev));
     }
     return v[which];
 }
@@ -69,9 +72,10 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n)
 static bool rec_pick_chunked(rec_prob *p, int chunk, rec_chunk_plan *pl)
 {
     if (chunk <= 0 || p->T == 0 || p->N == 0 || p->H == 0 || p->V == 0) return false;
-    for (int C = chunk <= 32 ? 32 : 64; C >= 32; C /= 2) {
+    /* with two or more extra writes the C=64 kernels need a whole SM each: C=32 ran faster (NOTES.md) */
+    for (int C = chunk <= 32 || p->L >= 2 ? 32 : 64; C >= 32; C /= 2) {
         p->C = C;
-        if (pr_rec_chunk_plan(*p, rec_smem(0), rec_smem(1), pl)) return true;
+        if (pr_rec_chunk_plan(*p, rec_dev_attr(0), rec_dev_attr(1), rec_dev_attr(2), pl)) return true;
     }
     p->C = 0;
     return false;

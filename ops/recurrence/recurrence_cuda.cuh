@@ -92,45 +92,87 @@ __device__ __forceinline__ rec_rowmap rec_rowmap_of(int W)
     return {warp * rpw + lane / lpr, PR_REC_WARPS * rpw, (lane % lpr) * 4, lpr * 4};
 }
 
+/* cp.async: 16 bytes global -> shared without registers, many in flight;
+ * fewer than 16 source bytes zero-fill the rest */
+__device__ __forceinline__ void rec_cp16(float *dst, const float *src, int bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+/* every copy of this thread landed, then the block's barrier: the barrier
+ * the kernels use after tile loads */
+__device__ __forceinline__ void rec_sync()
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+}
+
 /* dst[r][c] (leading dim ld, W columns, W % 4 == 0) = src[r*rs + c] for r < nr,
- * c < nc; zero elsewhere (rows up to R). vec: src and rs allow float4. */
+ * c < nc; zero elsewhere (rows up to R). vec: src and rs allow float4, and the
+ * copy is asynchronous (complete at the next rec_sync). */
 __device__ __forceinline__ void rec_ld_tile(float *dst, int ld, int R, int W, const float *src, long long rs, int nr,
                                             int nc, bool vec)
 {
     const rec_rowmap m = rec_rowmap_of(W);
     for (int r = m.r0; r < R; r += m.rstep)
         for (int c = m.c0; c < W; c += m.cstep) {
+            const bool in = r < nr && c < nc;
+            if (vec) {
+                rec_cp16(dst + r * ld + c, in ? src + r * rs + c : src, in ? 16 : 0);
+                continue;
+            }
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (r < nr && c < nc) {
+            if (in) {
                 const float *s = src + r * rs + c;
-                if (vec && c + 4 <= nc) {
-                    x = __ldg(reinterpret_cast<const float4 *>(s));
-                } else {
-                    x.x = s[0];
-                    if (c + 1 < nc) x.y = s[1];
-                    if (c + 2 < nc) x.z = s[2];
-                    if (c + 3 < nc) x.w = s[3];
-                }
+                x.x = s[0];
+                if (c + 1 < nc) x.y = s[1];
+                if (c + 2 < nc) x.z = s[2];
+                if (c + 3 < nc) x.w = s[3];
             }
             *reinterpret_cast<float4 *>(dst + r * ld + c) = x;
         }
 }
-/* dst[r*rs + c] (+)= alpha * src[r][c] for r < nr, c < nc */
+/* dst[r*rs + c] = (acc ? dst : 0) + alpha * src[r][c] (+ extra[r*rs + c]) for
+ * r < nr, c < nc; four rows' global reads are in flight before their writes */
 __device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, int nc, const float *src, int ld,
-                                            float alpha, bool acc, bool vec)
+                                            float alpha, bool acc, bool vec, const float *extra = nullptr)
 {
     const rec_rowmap m = rec_rowmap_of((nc + 3) & ~3);
-    for (int r = m.r0; r < nr; r += m.rstep)
+    for (int rb = m.r0; rb < nr; rb += 4 * m.rstep)
         for (int c = m.c0; c < nc; c += m.cstep) {
-            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
-            float *d = dst + r * rs + c;
-            if (vec && c + 4 <= nc) {
-                float4 y = acc ? *reinterpret_cast<float4 *>(d) : make_float4(0.f, 0.f, 0.f, 0.f);
-                y.x += alpha * x.x, y.y += alpha * x.y, y.z += alpha * x.z, y.w += alpha * x.w;
-                *reinterpret_cast<float4 *>(d) = y;
-            } else {
+            float y[4][4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = rb + u * m.rstep;
+                const long long o = r * rs + c;
+#pragma unroll
+                for (int i = 0; i < 4; i++) y[u][i] = 0.f;
+                if (r >= nr) continue;
+                if (vec && c + 4 <= nc) {
+                    float4 a = acc ? *reinterpret_cast<const float4 *>(dst + o) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (extra) {
+                        const float4 b = *reinterpret_cast<const float4 *>(extra + o);
+                        a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+                    }
+                    y[u][0] = a.x, y[u][1] = a.y, y[u][2] = a.z, y[u][3] = a.w;
+                } else {
+                    for (int i = 0; i < 4 && c + i < nc; i++)
+                        y[u][i] = (acc ? dst[o + i] : 0.f) + (extra ? extra[o + i] : 0.f);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = rb + u * m.rstep;
+                if (r >= nr) continue;
+                const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+                float *d = dst + r * rs + c;
                 const float xs[4] = {x.x, x.y, x.z, x.w};
-                for (int i = 0; i < 4 && c + i < nc; i++) d[i] = (acc ? d[i] : 0.f) + alpha * xs[i];
+                if (vec && c + 4 <= nc) {
+                    *reinterpret_cast<float4 *>(d) = make_float4(y[u][0] + alpha * xs[0], y[u][1] + alpha * xs[1],
+                                                                 y[u][2] + alpha * xs[2], y[u][3] + alpha * xs[3]);
+                } else {
+                    for (int i = 0; i < 4 && c + i < nc; i++) d[i] = y[u][i] + alpha * xs[i];
+                }
             }
         }
 }
@@ -369,8 +411,9 @@ struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
 };
-/* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory */
-bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, rec_chunk_plan *plan);
+/* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
+ * n_sm: the device's multiprocessors */
+bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *plan);
 /* the backward's first step: dU = scale S^T dO and dVX likewise, for every chunk */
 void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
