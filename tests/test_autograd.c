@@ -133,6 +133,7 @@ static void wrong_backward(pr_ctx *ctx, pr_node *n)
 
 static pr_tensor *wrong_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
+    (void)ex;
     static pr_op_info bad;
     bad = *pr_op(PR_OP_tanh);
     bad.name = "bad_tanh";

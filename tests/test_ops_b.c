@@ -338,6 +338,7 @@ static void test_slice_concat_round_trip(void **state)
 
 static pr_tensor *split_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
+    (void)ex;
     /* a weighted sum of split's pieces through concat in another order */
     pr_tensor *p[3];
     pr_split(ctx, in[0], -1, 3, (const int64_t[]){2, 1, 4}, p);

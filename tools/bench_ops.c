@@ -53,6 +53,7 @@ static double now_ms(void)
 /* median milliseconds of fn over reps runs after warm-up runs */
 static double time_median(pr_ctx *ctx, pr_device dev, bench_fn fn, void *arg, int warm, int reps)
 {
+    (void)dev; /* used only in CUDA builds */
     for (int i = 0; i < warm; i++) fn(arg);
     double *t = malloc(sizeof(double) * (size_t)reps);
 #ifdef PRISM_HAVE_CUDA
