@@ -476,14 +476,18 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
 }
 
 /* ---- example: B=1, T=11, mini-batch 4 (the last one has 3 tokens), H=2, K=5 --
- * iarg[0] = mini_batch, iarg[1] = which output apply returns (0 o, 1 ht, 2 hbt),
- * farg[0] = scale (0: K^-1/2), farg[1] = eps.                                 */
+ * iarg[0] = mini_batch, iarg[1] = which output apply returns (0 o, 1 ht, 2 hbt,
+ * 3 all three flattened side by side: the default, so every check of the
+ * example covers the final state too), farg[0] = scale (0: K^-1/2), farg[1] = eps. */
 static pr_tensor *ttt_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
     pr_ttt_opts o = {.scale = ex->farg[0], .mini_batch = (int)ex->iarg[0], .eps = ex->farg[1]};
     pr_tensor *ht, *hbt;
     pr_tensor *out = pr_ttt_linear(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], &ht, &hbt);
-    return ex->iarg[1] == 1 ? ht : ex->iarg[1] == 2 ? hbt : out;
+    if (ex->iarg[1] < 3) return ex->iarg[1] == 1 ? ht : ex->iarg[1] == 2 ? hbt : out;
+    pr_tensor *flat[3] = {pr_reshape(ctx, out, PR_DIMS(-1)), pr_reshape(ctx, ht, PR_DIMS(-1)),
+                          pr_reshape(ctx, hbt, PR_DIMS(-1))};
+    return pr_concat(ctx, 3, flat, 0);
 }
 
 void pr_ttt_linear_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
@@ -501,7 +505,7 @@ void pr_ttt_linear_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
     ex->in[7] = pr_example_input(ctx, r, dt, PR_DIMS(B, H, 1, K), -0.5, 0.5);
     for (int i = 0; i < 8; i++) ex->in[i]->name = names[i];
     ex->iarg[0] = 4;
-    ex->iarg[1] = 0;
+    ex->iarg[1] = 3;
     ex->farg[0] = 0;
     ex->farg[1] = 1e-6;
     ex->apply = ttt_apply;

@@ -380,10 +380,13 @@ pr_recurrence_inputs pr_recurrence_random(pr_ctx *ctx, pr_rng *r, pr_dtype dt, p
     return in;
 }
 
+/* o and the final state side by side, so every check of the example covers both */
 static pr_tensor *example_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
     pr_recurrence_opts o = {.rule = (pr_rule)ex->iarg[0], .chunk = (int)ex->iarg[1], .scale = ex->farg[0]};
-    return pr_recurrence(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
+    pr_tensor *ht, *out = pr_recurrence(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
+    pr_tensor *flat[2] = {pr_reshape(ctx, out, PR_DIMS(-1)), pr_reshape(ctx, ht, PR_DIMS(-1))};
+    return pr_concat(ctx, 2, flat, 0);
 }
 
 /* prism_core with h0, L = 2, K != V: small, so central differences are fast */
