@@ -66,55 +66,58 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
         rec_sync();
-        rec_st_tile(dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
-        rec_load_gates<C>(p, row0, nval, h, G, bt, eG, eL);
+        /* the copies first, then the state's store and the gates (warp 0's
+         * gate loads would otherwise hold back its share of the copies) */
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
         rec_ld_tile(dVA, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
         for (int l = 0; l < L; l++)
             rec_ld_tile(dVA + (C + l * C) * LDV, LDV, C, BV, dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval,
                         nv, p.vec);
         rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        rec_st_tile(dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
+        rec_load_gates<C>(p, row0, nval, h, G, bt, eG, eL);
         rec_sync();
         const float Gl = G[nval - 1];
         REC_FOR2D(NA, Kp, a, i) KA[a * LDK + i] *= eL[a % C];
         rec_sync();
         rec_mm<false, false>(p, dVA, LDV, KA, LDK, dHs, LDV, NA, BV, Kp, 1.f, true); /* dUa += Kd dhn */
         rec_sync();
+        /* Qs and Ws overwrite the keys (read by the product above) while the
+         * stores read dVA (scaled only after the next barrier) */
+        rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, nval, K, p.vec);
+        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
         if (p.delta) rec_st_tile(dU + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
         else if (dv) rec_st_tile(dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, true, p.vec);
         for (int l = 0; l < L; l++)
             rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, dVA + (C + l * C) * LDV, LDV,
                         1.f, false, p.vec);
         rec_sync();
-        rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, nval, K, p.vec);
-        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
-        rec_sync();
         REC_FOR2D(C, Kp, t, i) Qs[t * LDK + i] *= p.scale * eG[t];
         if (p.delta) REC_FOR2D(C, BV, t, j) dVA[t * LDV + j] *= bt[t];
         const float eGl = expf(Gl);
         REC_FOR2D(Kp, BV, i, j) dHs[i * LDV + j] *= eGl;
         rec_sync();
+        /* two products into dHs of one shape: each warp adds to its own blocks */
         rec_mm<true, false>(p, dHs, LDV, Qs, LDK, dOs, LDV, Kp, BV, C, 1.f, true);
-        if (p.delta) {
-            rec_sync();
-            rec_mm<true, false>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
-        }
+        if (p.delta) rec_mm<true, false>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
     }
     rec_sync();
     if (dh0) rec_st_tile(dh0 + hoff, V, K, nv, dHs, LDV, 1.f, true, p.vec);
 }
 
-/* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) ------------------- */
+/* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) -------------------
+ * The V loop keeps only the four sums and the tiles in shared memory (dbeta's
+ * row sums stay in registers), the tail's queries, keys and per-token vectors
+ * reuse the tiles' space: the plan's K x V tiles then let two blocks share an
+ * SM, so one block's loads overlap the other's products. */
 struct grad_lay {
-    int G, bt, eG, eL, dG, dbA, tq, tk, red, Xq, Xk, Xw, P, dOs, VA, dUs, Hs, dHn, Qs, KA, total;
+    int Xq, Xk, Xw, P, dOs, VA, dUs, Hs, dHn, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
 };
 __host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV)
 {
     rec_bump m;
     grad_lay s;
     const int C = p.C, NA = C * (1 + p.L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4;
-    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C), s.dbA = m.take(C), s.tq = m.take(NA), s.tk = m.take(NA);
-    s.red = m.take(32);
     s.Xq = m.take(C * LDB), s.Xk = m.take(NA * LDB), s.Xw = p.delta ? m.take(C * LDB) : -1, s.P = m.take(C * LDA);
     const int region = m.off;
     s.dOs = m.take(C * LDV), s.VA = m.take(NA * LDV), s.dUs = p.delta ? m.take(C * LDV) : -1;
@@ -122,13 +125,23 @@ __host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int B
     const int end1 = m.off;
     m.off = region;
     s.Qs = m.take(C * LDB), s.KA = m.take(NA * LDB);
+    s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C);
+    s.tq = m.take(NA), s.tk = m.take(NA), s.red = m.take(32);
     s.total = m.off > end1 ? m.off : end1;
     return s;
 }
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv) { return (size_t)grad_layout(p, bk, bv).total * 4; }
 
+/* the warp sum of x, every lane gets it */
+__device__ __forceinline__ float grad_warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(PR_FULL_MASK, x, o);
+    return x;
+}
+
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS, 1)
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R, const float *dU,
                       float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
 {
@@ -136,16 +149,18 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     const grad_lay s = grad_layout(p, BK, BV);
     const int kt = blockIdx.x, c = blockIdx.y, h = blockIdx.z, H = p.H, K = p.K, V = p.V, L = p.L;
     const int NA = C * (1 + L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4, k0 = kt * BK, nk = min(BK, K - k0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * H + h, hoff = ((long long)c * H + h) * K * V + (long long)k0 * V;
-    float *G = sm + s.G, *bt = sm + s.bt, *dG = sm + s.dG, *dbs = sm + s.dbA, *tq = sm + s.tq, *tk = sm + s.tk;
     float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
     float *dOs = sm + s.dOs, *VA = sm + s.VA, *dUs = sm + s.dUs, *Hs = sm + s.Hs, *dHn = sm + s.dHn;
     const bool do_db = p.delta && kt == 0;
 
-    float *eG = sm + s.eG, *eL = sm + s.eL;
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, eL);
-    for (int t = threadIdx.x; t < C; t += blockDim.x) dbs[t] = 0.f;
+    /* dbeta += dU . R, rows warp + 8 j, summed per tile in rec_row_dots' order */
+    constexpr int DBR = C / PR_REC_WARPS;
+    float dbr[DBR];
+#pragma unroll
+    for (int j = 0; j < DBR; j++) dbr[j] = 0.f;
     float hd = 0.f;
     for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
         const int nv = min(BV, V - v0);
@@ -156,34 +171,64 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
         rec_ld_tile(Hs, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
         rec_ld_tile(dHn, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
         rec_sync();
+        /* everything below only reads the tiles: no barrier until the next load.
+         * The delta rules' beta (Ua = beta o R, dR0 = beta o dU) scales rows of
+         * the sums, so it is applied once after the loop rather than per tile */
         REC_FOR2D(BK, BV, i, j) hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
-        if (do_db) rec_row_dots(dbs, dUs, LDV, VA, LDV, C, BV, 1.f, true); /* dbeta += dU . R */
-        rec_sync();
-        if (p.delta) REC_FOR2D(C, BV, t, j) {
-                VA[t * LDV + j] *= bt[t];
-                dUs[t * LDV + j] *= bt[t];
+        if (do_db) {
+#pragma unroll
+            for (int j = 0; j < DBR; j++) {
+                const int r = warp + PR_REC_WARPS * j;
+                float x = 0.f;
+                for (int cc = lane; cc < BV; cc += 32) x = fmaf(dUs[r * LDV + cc], VA[r * LDV + cc], x);
+                dbr[j] += grad_warp_sum(x);
             }
-        rec_sync();
+        }
         rec_mm<false, true>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
         rec_mm<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
         rec_mm<false, true>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
         if (p.delta) rec_mm<false, true>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
     }
+    if (do_db && lane == 0)
+#pragma unroll
+        for (int j = 0; j < DBR; j++) {
+            const int r = warp + PR_REC_WARPS * j;
+            if (r < cp.nval) dbA[rk + (long long)r * H] = dbr[j];
+        }
+    /* the tail's arrays overwrite the tiles: the block sum's first barrier
+     * comes after every read of them */
     hd = rec_block_sum(hd, sm + s.red);
-    float *Qs = sm + s.Qs, *KA = sm + s.KA;
+    float *Qs = sm + s.Qs, *KA = sm + s.KA, *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *eL = sm + s.eL;
+    float *dG = sm + s.dG, *tq = sm + s.tq, *tk = sm + s.tk;
     rec_ld_tile(Qs, LDB, C, BK, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
     chunk_ld_keys(p, KA, LDB, C, BK, rk, cp.nval, k0, nk);
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, eL);
     rec_sync();
     const int last = cp.nval - 1;
     const float Gl = G[last];
+    /* the deferred beta: P's U columns, Xk's U rows and Xw's rows */
     REC_FOR2D(C, C, t, i) {
         const float d = i <= t ? p.scale * expf(G[t] - G[i]) : 0.f;
-        for (int l = 0; l <= L; l++) P[t * LDA + l * C + i] *= d;
+        P[t * LDA + i] *= p.delta ? d * bt[i] : d;
+        for (int l = 1; l <= L; l++) P[t * LDA + l * C + i] *= d;
     }
     REC_FOR2D(C, BK, t, i) Xq[t * LDB + i] *= p.scale * eG[t];
-    REC_FOR2D(NA, BK, a, i) Xk[a * LDB + i] *= eL[a % C];
-    rec_sync();
-    if (p.has_g) rec_row_dots(tq, KA, LDB, Xk, LDB, NA, BK, 1.f, false); /* ka . (Kd-part of dKa) */
+    if (p.delta) REC_FOR2D(C, BK, t, i) Xw[t * LDB + i] *= bt[t];
+    /* Xk's rows scaled, and tq = ka . (that: the Kd part of dKa), a warp per
+     * row, each lane on the elements it scaled */
+    for (int a = warp; a < NA; a += PR_REC_WARPS) {
+        const float f = a < C && p.delta ? eL[a] * bt[a] : eL[a % C];
+        float x = 0.f;
+        for (int i = lane; i < BK; i += 32) {
+            const float y = Xk[a * LDB + i] * f;
+            Xk[a * LDB + i] = y;
+            x = fmaf(KA[a * LDB + i], y, x);
+        }
+        if (p.has_g) {
+            x = grad_warp_sum(x);
+            if (lane == 0) tq[a] = x;
+        }
+    }
     rec_sync();
     rec_mm<false, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
     rec_mm<true, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
@@ -210,8 +255,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
         rec_st_tile(dkxa + rk * L * K + l * K + k0, (long long)H * L * K, cp.nval, nk, Xk + (C + l * C) * LDB, LDB, 1.f,
                     false, p.vec);
     if (p.delta) rec_st_tile(dW + rk * K + k0, (long long)H * K, cp.nval, nk, Xw, LDB, -1.f, false, p.vec);
-    if (do_db)
-        for (int t = threadIdx.x; t < cp.nval; t += blockDim.x) dbA[rk + (long long)t * H] = dbs[t];
 }
 
 /* ---- wy: the WY form's backward (delta rules), and the final sums ------------------------ */
@@ -261,9 +304,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     float *dM = sm + s.dM, *dMx = sm + s.dMx, *Mx = sm + s.Mx;
 
     float *eG = sm + s.eG;
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Ts, LDC, C, C, Tinv + ((long long)c * H + h) * C * C, C, C, C, true);
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     for (int t = threadIdx.x; t < C; t += blockDim.x) {
         const long long o = rk + (long long)t * H;
         float g = 0.f;
@@ -364,28 +407,35 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     }
     if (d.dk) rec_st_tile(d.dk + rk * K, (long long)H * K, cp.nval, K, sD, LDK, 1.f, true, p.vec, x.dka + rk * K);
     rec_sync();
-    if (threadIdx.x == 0 && p.has_g && d.dg) {
-        float cum = 0.f;
-        for (int t = cp.nval - 1; t >= 0; t--) cum += dG[t], d.dg[rk + (long long)t * H] += cum;
+    if (threadIdx.x < 32 && p.has_g && d.dg) {
+        float x[C / 32];
+#pragma unroll
+        for (int e = 0; e < C / 32; e++) x[e] = dG[threadIdx.x * (C / 32) + e];
+        rec_chunk_dg_warp<C>(x, cp.nval, d.dg, rk, H);
     }
     if (d.dbeta)
         for (int t = threadIdx.x; t < cp.nval; t += blockDim.x) d.dbeta[rk + (long long)t * H] += dB[t];
 }
 
-/* dg of the rules without the WY step (ssd): reverse cumulative sums of dG per chunk */
+/* dg of the rules without the WY step (ssd): reverse cumulative sums of dG
+ * per chunk, a warp per (chunk, head) */
+template <int C>
 __global__ static void chunk_dg_kernel(rec_prob p, const float *dGp, int nkt, long long rowsH, float *dg)
 {
-    const long long id = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (id >= (long long)p.nchunks * p.H) return;
-    const int c = (int)(id / p.H), h = (int)(id % p.H);
+    const long long id = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    if (id >= (long long)p.nchunks * p.H) return; /* whole warps leave together */
+    const int c = (int)(id / p.H), h = (int)(id % p.H), lane = threadIdx.x & 31;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * p.H + h;
-    float cum = 0.f;
-    for (int t = cp.nval - 1; t >= 0; t--) {
-        const long long o = rk + (long long)t * p.H;
-        for (int kt = 0; kt < nkt; kt++) cum += dGp[kt * rowsH + o];
-        dg[o] += cum;
+    float x[C / 32];
+#pragma unroll
+    for (int e = 0; e < C / 32; e++) {
+        const int t = lane * (C / 32) + e;
+        x[e] = 0.f;
+        if (t < cp.nval)
+            for (int kt = 0; kt < nkt; kt++) x[e] += dGp[kt * rowsH + rk + (long long)t * p.H];
     }
+    rec_chunk_dg_warp<C>(x, cp.nval, dg, rk, p.H);
 }
 
 /* ---- the plan and the launcher -------------------------------------------------------- */
@@ -431,13 +481,16 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
     ok &= pick_serial([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
-    /* grad: one K tile when it fits (narrower ones redo the K-independent
-     * products and loads), else 64 or 32 wide */
+    /* grad: the widest K tile that lets two blocks share an SM (a narrower one
+     * redoes the K-independent loads and dO Ua^T, but one block alone leaves
+     * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one
+     * block per SM, NOTES.md v4), else the widest that fits */
     bool g = false;
     const int bks[3] = {p.Kp <= 128 ? p.Kp : 128, p.Kp >= 64 ? 64 : 32, 32};
-    for (int bk : bks)
-        for (int bv : bvs)
-            if (!g && pr_rec_smem_grad(p, bk, bv) <= mx) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
+    for (size_t lim : {two, mx})
+        for (int bk : bks)
+            for (int bv : bvs)
+                if (!g && pr_rec_smem_grad(p, bk, bv) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
     return ok && g;
 }
 
@@ -477,7 +530,8 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         chunk_wy_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_wy, sv.Tinv, sv.W, sv.R0, x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.has_g && d.dg) {
-        chunk_dg_kernel<<<pr_cuda_blocks((long long)p.nchunks * p.H, 128), 128, 0, st>>>(p, dGp, nkt, rowsH, d.dg);
+        chunk_dg_kernel<C><<<pr_cuda_blocks((long long)p.nchunks * p.H * 32, 128), 128, 0, st>>>(p, dGp, nkt, rowsH,
+                                                                                                 d.dg);
         PR_CUDA_LAUNCH_CHECK();
     }
     rec_scratch_free(dU, n_v);

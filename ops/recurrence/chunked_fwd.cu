@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *Ks = sm + s.Ks, *Xs = sm + s.Xs, *Bs = sm + s.Bs;
     float *Ts = sm + s.Ts, *Mx = sm + s.Mx, *Vt = sm + s.Vt, *VXt = sm + s.VXt, *Rt = sm + s.Rt;
 
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_sync();
     rec_mm<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
     rec_sync();
@@ -157,20 +157,26 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
         rec_sync();
-        rec_st_tile(hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
-        rec_load_gates<C>(p, row0, nval, h, G, bt, sm + s.eG, eL);
+        /* the copies first, then the state's store and the gates (warp 0's
+         * gate loads would otherwise hold back its share of the copies) */
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
         chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R0 : p.v, rk, nval, v0, nv);
         if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
+        rec_st_tile(hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
+        rec_load_gates<C>(p, row0, nval, h, G, bt, sm + s.eG, eL);
         rec_sync();
         if (p.delta) { /* R = R0 - W h */
             rec_mm<false, false>(p, RA, LDV, Ws, LDK, Hs, LDV, C, BV, Kp, -1.f, true);
             rec_sync();
-            rec_st_tile(R + rk * V + v0, (long long)H * V, nval, nv, RA, LDV, 1.f, false, p.vec);
-            rec_sync();
         }
+        /* R stored (delta rules) by the thread that then scales its element */
         const float eGl = expf(G[nval - 1]);
-        REC_FOR2D(NA, BV, a, j) RA[a * LDV + j] *= eL[a % C] * (a < C && p.delta ? bt[a] : 1.f);
+        float *Rg = p.delta ? R + rk * V + v0 : nullptr;
+        REC_FOR2D(NA, BV, a, j) {
+            const float x = RA[a * LDV + j];
+            if (p.delta && a < nval && j < nv) Rg[(long long)a * H * V + j] = x;
+            RA[a * LDV + j] = x * (eL[a % C] * (a < C && p.delta ? bt[a] : 1.f));
+        }
         REC_FOR2D(Kp, BV, i, j) Hs[i * LDV + j] *= eGl;
         rec_sync();
         rec_mm<true, false>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
@@ -214,9 +220,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const long long rk = (long long)cp.row0 * H + h;
     float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *Qs = sm + s.Qs, *S = sm + s.S, *KA = sm + s.KA;
 
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
+    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_sync();
     rec_mm<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
     rec_sync();
@@ -235,8 +241,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_ld_tile(Hs, LDV, Kp, BV, hs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
             chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
             rec_sync();
+            /* two products into Os of one shape: each warp adds to its own blocks */
             rec_mm<false, false>(p, Os, LDV, Qs, LDK, Hs, LDV, C, BV, Kp, 1.f, false);
-            rec_sync();
             rec_mm<false, false>(p, Os, LDV, S, LDA, RA, LDV, C, BV, NA, 1.f, true);
             rec_sync();
             rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
@@ -251,7 +257,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
                 rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVA + (C + l * C) * LDV,
                             LDV, 1.f, false, p.vec);
         }
-        rec_sync();
+        /* no barrier here: the next tile's loads overwrite only what the
+         * products read, and the barrier after them precedes the next
+         * product's writes to what the store reads */
     }
 }
 

@@ -4,7 +4,7 @@
  * - rec_prob: the problem (pointers, sizes, rule flags, sequence layout),
  *   passed by value to every kernel;
  * - block-level helpers over shared-memory tiles: loads and stores of token
- *   rows, a matrix product (TF32 tensor cores through wmma, or plain fp32
+ *   rows, a matrix product (TF32 tensor cores through mma.sync, or plain fp32
  *   FMAs when ctx->matmul_tf32 is off), deterministic row dots and sums;
  * - the launchers of recurrent.cu (per-token form) and chunked_*.cu.
  * Every block has PR_REC_THREADS threads. No float atomics anywhere.
@@ -12,7 +12,6 @@
 #ifndef PR_RECURRENCE_CUDA_CUH
 #define PR_RECURRENCE_CUDA_CUH
 
-#include <mma.h>
 #include <type_traits>
 
 #include "ops/ops.h"
@@ -184,60 +183,107 @@ __device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, in
  * of 4 and arrays 32-byte aligned. Each warp owns blocks of C (32x32, smaller
  * when there are few); C must not alias A or B. The caller synchronizes before and after (two calls with
  * the same M, N and C may follow each other: a warp owns the same blocks). */
+
+/* d += a b, one m16n8k8 TF32 tensor-core product. Fragments (PTX mma.sync
+ * layout, g = lane/4, t = lane%4): a = A[g][t], A[g+8][t], A[g][t+4],
+ * A[g+8][t+4]; b = B[t][g], B[t+4][g]; d = D[g][2t], D[g][2t+1], D[g+8][2t],
+ * D[g+8][2t+1]. */
+__device__ __forceinline__ void rec_mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* f32 -> TF32, rounded to nearest (as the earlier wmma path did) */
+__device__ __forceinline__ unsigned rec_tf32(float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* one k-step's fragments of a warp's (16 FM) x (16 FN) block: A rows i*16, B
+ * columns j*8. pa, pb: this lane's element of the step's first fragment;
+ * ai, bj: pointer steps between fragments; a8 (row + 8), a4 (k + 4), b4 (k + 4):
+ * steps inside one. Plain shared-memory loads (ld.shared: the pointers come
+ * from the kernel's shared array), converted to TF32 once here. */
+template <int FM, int FN>
+__device__ __forceinline__ void rec_mm_frags(unsigned (&fa)[FM][4], unsigned (&fb)[2 * FN][2], const float *pa,
+                                             const float *pb, int ai, int a8, int a4, int bj, int b4)
+{
+#pragma unroll
+    for (int i = 0; i < FM; i++) {
+        const float *q = pa + i * ai;
+        fa[i][0] = rec_tf32(q[0]);
+        fa[i][1] = rec_tf32(q[a8]);
+        fa[i][2] = rec_tf32(q[a4]);
+        fa[i][3] = rec_tf32(q[a8 + a4]);
+    }
+#pragma unroll
+    for (int j = 0; j < 2 * FN; j++) {
+        const float *q = pb + j * bj;
+        fb[j][0] = rec_tf32(q[0]);
+        fb[j][1] = rec_tf32(q[b4]);
+    }
+}
+template <int FM, int FN>
+__device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const unsigned (&fa)[FM][4],
+                                            const unsigned (&fb)[2 * FN][2])
+{
+#pragma unroll
+    for (int i = 0; i < FM; i++)
+#pragma unroll
+        for (int j = 0; j < 2 * FN; j++) rec_mma_tf32(d[i][j], fa[i], fb[j]);
+}
+
+/* the product with warp blocks of (16 FM) x (16 FN): mma.sync m16n8k8 TF32 with
+ * f32 accumulators in registers; the next k-step's fragments load while the
+ * current one multiplies (two register sets), so the shared-memory latency
+ * overlaps the tensor work. */
 template <bool TA, bool TB, int FM, int FN>
 __device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                                 int M, int N, int Kd, float alpha, bool acc)
 {
-    namespace wm = nvcuda::wmma;
-    using LA = typename std::conditional<TA, wm::col_major, wm::row_major>::type;
-    using LB = typename std::conditional<TB, wm::col_major, wm::row_major>::type;
-    constexpr int TM = 16 * FM, TN = 16 * FN;
-    const int warp = threadIdx.x >> 5, nb = N / TN, nblk = (M / TM) * nb;
+    constexpr int TM = 16 * FM, TN = 16 * FN, NJ = 2 * FN;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int nb = N / TN, nblk = (M / TM) * nb;
+    /* element steps: between A fragments (16 rows), inside one (row + 8, k + 4),
+     * per k-step (k + 8); likewise for B (8 columns, k + 4, k + 8) */
+    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? 4 * lda : 4, ak = TA ? 8 * lda : 8;
+    const int bj = TB ? 8 * ldb : 8, b4 = TB ? 4 : 4 * ldb, bk = TB ? 8 : 8 * ldb;
     for (int blk = warp; blk < nblk; blk += PR_REC_WARPS) {
         const int m0 = (blk / nb) * TM, n0 = (blk % nb) * TN;
-        wm::fragment<wm::accumulator, 16, 16, 8, float> c[FM][FN];
+        const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + g) * lda + t;
+        const float *pb = TB ? B + (n0 + g) * ldb + t : B + t * ldb + n0 + g;
+        float d[FM][NJ][4];
 #pragma unroll
         for (int i = 0; i < FM; i++)
 #pragma unroll
-            for (int j = 0; j < FN; j++) wm::fill_fragment(c[i][j], 0.f);
-        for (int k0 = 0; k0 < Kd; k0 += 8) {
-            wm::fragment<wm::matrix_a, 16, 16, 8, wm::precision::tf32, LA> a[FM];
-            wm::fragment<wm::matrix_b, 16, 16, 8, wm::precision::tf32, LB> b[FN];
+            for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int i = 0; i < FM; i++) {
-                const float *pa = TA ? A + k0 * lda + m0 + 16 * i : A + (m0 + 16 * i) * lda + k0;
-                wm::load_matrix_sync(a[i], pa, lda);
-#pragma unroll
-                for (int e = 0; e < a[i].num_elements; e++) a[i].x[e] = wm::__float_to_tf32(a[i].x[e]);
-            }
-#pragma unroll
-            for (int j = 0; j < FN; j++) {
-                const float *pb = TB ? B + (n0 + 16 * j) * ldb + k0 : B + k0 * ldb + n0 + 16 * j;
-                wm::load_matrix_sync(b[j], pb, ldb);
-#pragma unroll
-                for (int e = 0; e < b[j].num_elements; e++) b[j].x[e] = wm::__float_to_tf32(b[j].x[e]);
-            }
-#pragma unroll
-            for (int i = 0; i < FM; i++)
-#pragma unroll
-                for (int j = 0; j < FN; j++) wm::mma_sync(c[i][j], a[i], b[j], c[i][j]);
+                for (int e = 0; e < 4; e++) d[i][j][e] = 0.f;
+        unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
+        rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
+        for (int k0 = 0; k0 < Kd; k0 += 16) {
+            pa += ak, pb += bk;
+            if (k0 + 8 < Kd) rec_mm_frags<FM, FN>(fa1, fb1, pa, pb, ai, a8, a4, bj, b4);
+            rec_mm_step<FM, FN>(d, fa0, fb0);
+            if (k0 + 8 >= Kd) break;
+            pa += ak, pb += bk;
+            if (k0 + 16 < Kd) rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
+            rec_mm_step<FM, FN>(d, fa1, fb1);
         }
 #pragma unroll
         for (int i = 0; i < FM; i++)
 #pragma unroll
-            for (int j = 0; j < FN; j++) {
-                float *pc = C + (m0 + 16 * i) * ldc + n0 + 16 * j;
-                if (acc) {
-                    wm::fragment<wm::accumulator, 16, 16, 8, float> d;
-                    wm::load_matrix_sync(d, pc, ldc, wm::mem_row_major);
-#pragma unroll
-                    for (int e = 0; e < d.num_elements; e++) d.x[e] += alpha * c[i][j].x[e];
-                    wm::store_matrix_sync(pc, d, ldc, wm::mem_row_major);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < c[i][j].num_elements; e++) c[i][j].x[e] *= alpha;
-                    wm::store_matrix_sync(pc, c[i][j], ldc, wm::mem_row_major);
-                }
+            for (int j = 0; j < NJ; j++) {
+                float2 *p0 = reinterpret_cast<float2 *>(C + (m0 + 16 * i + g) * ldc + n0 + 8 * j + 2 * t);
+                float2 *p1 = reinterpret_cast<float2 *>(reinterpret_cast<float *>(p0) + 8 * ldc);
+                float2 x0 = acc ? *p0 : make_float2(0.f, 0.f), x1 = acc ? *p1 : make_float2(0.f, 0.f);
+                x0.x = fmaf(alpha, d[i][j][0], x0.x), x0.y = fmaf(alpha, d[i][j][1], x0.y);
+                x1.x = fmaf(alpha, d[i][j][2], x1.x), x1.y = fmaf(alpha, d[i][j][3], x1.y);
+                *p0 = x0, *p1 = x1;
             }
     }
 }
@@ -368,6 +414,38 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
         eG[lane * E + e] = expf(gt);
         eL[lane * E + e] = expf(gl - gt);
     }
+}
+
+/* dg[o0 + t*stride] += sum_{s=t}^{nval-1} x_s for t < nval: the reverse
+ * cumulative sum of one chunk's dG, by one warp (lane holds x_t for
+ * t = lane*E + e, E = C/32). A suffix scan across lanes, then every lane's
+ * loads in flight before its stores: a chunk costs one global round trip,
+ * not one per token. Fixed order: deterministic. */
+template <int C>
+__device__ __forceinline__ void rec_chunk_dg_warp(const float (&x)[C / 32], int nval, float *dg, long long o0,
+                                                  long long stride)
+{
+    constexpr int E = C / 32;
+    const int lane = threadIdx.x & 31;
+    float s[E], run = 0.f;
+#pragma unroll
+    for (int e = E - 1; e >= 0; e--) {
+        run += lane * E + e < nval ? x[e] : 0.f;
+        s[e] = run;
+    }
+    float after = run; /* the sum over lanes >= this one, then > this one */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_down_sync(PR_FULL_MASK, after, o);
+        if (lane + o < 32) after += y;
+    }
+    after -= run;
+    float old[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) old[e] = lane * E + e < nval ? dg[o0 + (lane * E + e) * stride] : 0.f;
+#pragma unroll
+    for (int e = 0; e < E; e++)
+        if (lane * E + e < nval) dg[o0 + (lane * E + e) * stride] = old[e] + (after + s[e]);
 }
 
 /* the augmented keys [K; KX_0; ...] of a chunk (rows C + l*C + t for the
