@@ -32,13 +32,14 @@ static void usage(FILE *f)
             "usage: prism bench recurrence [--reps N] [--warmup N] [--size 1|2|all] [--rules LIST]\n"
             "                              [--chunks LIST] [--no-token] [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, TF32), forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
+            "and chunked form (C=64, TF32), and TTT-Linear (mini-batch 16, and 1 as its serial form),\n"
+            "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 data, on the GPU. Prints ms, tokens/s,\n"
             "achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured in the\n"
             "same run, and the chunked form's speedup over the per-token one.\n"
             "  --reps N     timed repetitions (median), default 5; --warmup N untimed runs first (2)\n"
             "  --size S     1, 2 or all (default all)\n"
-            "  --rules L    comma-separated rules to run (default all)\n"
+            "  --rules L    comma-separated rules to run, ttt_linear included (default all)\n"
             "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; 32 also exists)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       also time the chunked form with fp32 (non-tensor-core) products\n"
@@ -236,6 +237,58 @@ static bench_inputs make_inputs(pr_arena *ar, const bench_size *s)
     return x;
 }
 
+/* TTT-Linear at one size: mini-batch 16 (fla's form) and mini-batch 1 (token by
+ * token: the serial baseline), forward and forward + the CUDA backward */
+static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int warm, int reps)
+{
+    pr_rng r = pr_rng_init(99, 0);
+    const double sk = 1.0 / sqrt((double)s->K);
+    pr_tensor *in[8] = {
+        leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->K), 1, 0, sk), leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->K), 1, 0, sk),
+        leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->K), 1, 0, sk), leaf(ar, &r, PR_DIMS(s->H, s->K), 0, 0.5, 1.5),
+        leaf(ar, &r, PR_DIMS(s->H, s->K), 1, 0, 0.1),         leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, 1), 0, 0.001, 0.01),
+        leaf(ar, &r, PR_DIMS(s->B, s->H, s->K, s->K), 1, 0, 0.1), leaf(ar, &r, PR_DIMS(s->B, s->H, 1, s->K), 1, 0, 0.1)};
+    pr_tensor *dout[3] = {pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->T, s->H, s->K), &r),
+                          pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->H, s->K, s->K), &r),
+                          pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->H, 1, s->K), &r)};
+    const double tokens = (double)s->B * s->T;
+    double t16 = 0;
+    for (int mb = 16; mb >= 1; mb = mb == 16 ? 1 : 0) {
+        pr_ttt_opts opt = {.mini_batch = mb};
+        cudaEvent_t e[3];
+        for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
+        double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
+        for (int i = -warm; i < reps; i++) {
+            PR_CUDA_CHECK(cudaEventRecord(e[0], pr_cuda_stream(ctx)));
+            pr_ttt_linear(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
+            PR_CUDA_CHECK(cudaEventRecord(e[1], pr_cuda_stream(ctx)));
+            pr_node *nd = &ctx->tape[ctx->n_tape - 1];
+            for (int j = 0; j < 3; j++) nd->out[j]->grad = dout[j];
+            pr_op(PR_OP_ttt_linear)->backward_cuda(ctx, nd);
+            PR_CUDA_CHECK(cudaEventRecord(e[2], pr_cuda_stream(ctx)));
+            PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
+            float a, b;
+            PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
+            PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
+            if (i >= 0) tf[i] = a, tb[i] = b;
+            pr_step_reset(ctx);
+        }
+        qsort(tf, (size_t)reps, sizeof(double), cmp_double);
+        qsort(tb, (size_t)reps, sizeof(double), cmp_double);
+        const double fb = tb[reps / 2];
+        if (mb == 16) t16 = fb;
+        char form[24];
+        snprintf(form, sizeof form, "minibatch%d", mb);
+        printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", "ttt_linear", form, tf[reps / 2], fb,
+               tokens / (fb * 1e-3) / 1e6, "-", "-", mb == 1 ? "(ref)" : "", "");
+        if (mb == 1) printf("%-11s   minibatch16 is %.1fx faster than token by token (fla bf16 minibatch16 f+b: 5.20 ms)\n",
+                            "", fb / t16);
+        free(tf);
+        free(tb);
+        for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
+    }
+}
+
 int pr_bench_recurrence(int argc, char **argv)
 {
     int reps = 5, warm = 2, sizes = 3, token = 1, fp32 = 0, nch = 0, chunks[4];
@@ -326,6 +379,7 @@ int pr_bench_recurrence(int argc, char **argv)
             }
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
         }
+        if (!rules || strstr(rules, "ttt_linear")) bench_ttt(ctx, ar, s, warm, reps);
         pr_arena_reset(ar);
     }
     pr_arena_free(ar);
