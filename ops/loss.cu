@@ -34,22 +34,8 @@ __global__ void PR_ROW_BOUNDS(G)
     const float *xr = x + r * C;
     pr_f4 xs[pr_row_slots<G>()];
     pr_row_load<G>(xs, xr, C, vec, lane);
-    float mx = -INFINITY;
-    pr_row_chunks<G>(C, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, C, vec, i);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (j + k < C) mx = fmaxf(mx, v.v[k]);
-    });
-    mx = pr_group_reduce<G>(mx, pr_op_max());
-    float sum = 0.0f;
-    pr_row_chunks<G>(C, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, C, vec, i);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (j + k < C) sum += expf(v.v[k] - mx);
-    });
-    sum = pr_group_reduce<G>(sum, pr_op_sum());
+    float mx, sum;
+    pr_row_max_sumexp<G>(xs, xr, C, vec, lane, &mx, &sum);
     if (!ok || lane != 0) return;
     float lse = mx + logf(sum);
     long long t = target_at(tgt, is64, r);

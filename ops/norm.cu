@@ -183,14 +183,7 @@ ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w,
     const float *xr = x + r * D;
     pr_f4 xs[pr_row_slots<G>()];
     pr_row_load<G>(xs, xr, D, vec, lane);
-    float ss = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
-#pragma unroll
-        for (int k = 0; k < 4; k++) ss += v.v[k] * v.v[k];
-    });
-    ss = pr_group_reduce<G>(ss, pr_op_sum());
-    float rstd = 1.0f / sqrtf(ss / (float)D + eps);
+    float rstd = 1.0f / sqrtf(pr_row_sumsq<G>(xs, xr, D, vec, lane) / (float)D + eps);
     if (!ok) return;
     pr_row_chunks<G>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
@@ -325,13 +318,7 @@ ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, l
     const float *xr = x + r * D;
     pr_f4 xs[pr_row_slots<G>()];
     pr_row_load<G>(xs, xr, D, vec, lane);
-    float ss = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
-#pragma unroll
-        for (int k = 0; k < 4; k++) ss += v.v[k] * v.v[k];
-    });
-    float rstd = 1.0f / sqrtf(pr_group_reduce<G>(ss, pr_op_sum()) + eps);
+    float rstd = 1.0f / sqrtf(pr_row_sumsq<G>(xs, xr, D, vec, lane) + eps);
     if (!ok) return;
     pr_row_chunks<G>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);

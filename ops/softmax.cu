@@ -22,22 +22,8 @@ __global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y
     float *yr = y + r * D;
     pr_f4 xs[pr_row_slots<G>()];
     pr_row_load<G>(xs, xr, D, vec, lane);
-    float mx = -INFINITY;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (j + k < D) mx = fmaxf(mx, v.v[k]);
-    });
-    mx = pr_group_reduce<G>(mx, pr_op_max());
-    float sum = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
-        pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (j + k < D) sum += expf(v.v[k] - mx);
-    });
-    sum = pr_group_reduce<G>(sum, pr_op_sum());
+    float mx, sum;
+    pr_row_max_sumexp<G>(xs, xr, D, vec, lane, &mx, &sum);
     float lse = mx + logf(sum), inv = 1.0f / sum;
     if (!ok) return;
     pr_row_chunks<G>(D, lane, [&](long long j, int i) {

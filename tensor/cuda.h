@@ -196,6 +196,42 @@ template <int G> __device__ __forceinline__ void pr_row_load(pr_f4 *slots, const
     });
 }
 
+/* the group-reduced sum of squares of a row (its slots loaded), for rms and l2 norms */
+template <int G>
+__device__ __forceinline__ float pr_row_sumsq(const pr_f4 *slots, const float *p, long long D, bool vec, int lane)
+{
+    float ss = 0.0f;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(slots, p, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) ss += v.v[k] * v.v[k];
+    });
+    return pr_group_reduce<G>(ss, pr_op_sum());
+}
+/* the group-reduced max of a row and sum of exp(x - max), for softmax and logsumexp */
+template <int G>
+__device__ __forceinline__ void pr_row_max_sumexp(const pr_f4 *slots, const float *p, long long D, bool vec, int lane,
+                                                  float *mx_out, float *sum_out)
+{
+    float mx = -INFINITY;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(slots, p, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < D) mx = fmaxf(mx, v.v[k]);
+    });
+    mx = pr_group_reduce<G>(mx, pr_op_max());
+    float sum = 0.0f;
+    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+        pr_f4 v = pr_row_get(slots, p, j, D, vec, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < D) sum += expf(v.v[k] - mx);
+    });
+    *mx_out = mx;
+    *sum_out = pr_group_reduce<G>(sum, pr_op_sum());
+}
+
 /* ---- Philox4x32-10 on the device: tensor/rng.c's numbers, bit for bit ----
  * c is the counter (lo32(i), hi32(i), stream, 0) on entry and the 4 random
  * words on return; unit maps words to [0,1) exactly as the CPU does (the

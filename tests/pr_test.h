@@ -98,6 +98,15 @@ __attribute__((unused)) static void pr_test_on_fatal(const char *msg)
             fail_msg("fatal error \"%s\" does not contain \"%s\"", pr_last_error(), needle); \
     } while (0)
 
+/* gradcheck passes, with every element within 1e-6 */
+static inline void pr_test_gradcheck_ok(pr_ctx *ctx, const char *what, const pr_example *ex)
+{
+    pr_gradcheck_result g = pr_gradcheck(ctx, what, ex, NULL);
+    if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
+    assert_true(g.ok);
+    assert_true(g.max_abs_err < 1e-6);
+}
+
 /* An op's example, checked three ways: float64 gradcheck (max error < 1e-6);
  * f32 against f64 on the same inputs, output and every input grad (atol
  * 1e-5 * tol_scale, rtol 1e-4); and the backward accumulates: the f64 grads
@@ -108,10 +117,7 @@ static inline void pr_test_op_example(pr_ctx *ctx, pr_op_id id, uint64_t seed)
     pr_rng r = pr_rng_init(seed, 3);
     pr_example ex = {0};
     op->example(ctx, &r, PR_F64, &ex);
-    pr_gradcheck_result g = pr_gradcheck(ctx, op->name, &ex, NULL);
-    if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
-    assert_true(g.ok);
-    assert_true(g.max_abs_err < 1e-6);
+    pr_test_gradcheck_ok(ctx, op->name, &ex);
 
     /* a fresh tape, the same example, and its f32 copy (integer inputs stay) */
     pr_step_reset(ctx);

@@ -17,30 +17,7 @@
  */
 #include <time.h>
 
-#include "tests/pr_test.h"
-#include "ops/ttt_linear.h"
-
-enum { NIN = 8 };
-static const char *const in_names[NIN] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
-
-typedef struct {
-    double *out[3], *d[NIN];
-    int64_t n_out[3], n[NIN];
-} run_out;
-
-static double *host(const pr_tensor *t, int64_t *n)
-{
-    double *p = malloc(sizeof(double) * (size_t)(t->numel + 1));
-    pr_to_host_f64(t, p);
-    if (n) *n = t->numel;
-    return p;
-}
-
-static void run_out_free(run_out *r)
-{
-    for (int i = 0; i < 3; i++) free(r->out[i]);
-    for (int i = 0; i < NIN; i++) free(r->d[i]);
-}
+#include "tests/test_ttt_util.h"
 
 /* copies of src (f64, CPU) in dt on dev; forward; the three backward passes
  * (input grads accumulate over them) seeded with g (f64, CPU); host copies */
@@ -61,18 +38,6 @@ static run_out run_on(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *src
     for (int i = 0; i < NIN; i++)
         if (in[i]) r.d[i] = host(in[i]->grad, &r.n[i]);
     return r;
-}
-
-/* max|got - ref| / max|ref| */
-static double rel_err(const double *got, const double *ref, int64_t n)
-{
-    double e = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs(got[i] - ref[i]);
-        e = isnan(d) ? INFINITY : fmax(e, d);
-        m = fmax(m, fabs(ref[i]));
-    }
-    return m > 0 ? e / m : e;
 }
 
 /* every output and grad of got within tol of ref; returns the worst error */

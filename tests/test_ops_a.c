@@ -19,13 +19,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void gradcheck_ok(pr_ctx *ctx, const char *what, const pr_example *ex)
-{
-    pr_gradcheck_result g = pr_gradcheck(ctx, what, ex, NULL);
-    if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
-    assert_true(g.ok);
-    assert_true(g.max_abs_err < 1e-6);
-}
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -265,16 +258,16 @@ static void test_norm_optional_gradcheck(void **state)
     pr_example ex = {.n_in = 1, .farg = {1e-5}};
     ex.in[0] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(4, 5), -2, 2);
     ex.apply = ln_plain;
-    gradcheck_ok(ctx, "layernorm no w,b", &ex);
+    pr_test_gradcheck_ok(ctx, "layernorm no w,b", &ex);
     ex.apply = rms_plain;
-    gradcheck_ok(ctx, "rmsnorm no w", &ex);
+    pr_test_gradcheck_ok(ctx, "rmsnorm no w", &ex);
     ex.n_in = 2;
     ex.in[1] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(5), 0.5, 1.5);
     ex.apply = ln_w_only;
-    gradcheck_ok(ctx, "layernorm no b", &ex);
+    pr_test_gradcheck_ok(ctx, "layernorm no b", &ex);
     ex.in[1] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(4, 5), -3, 3);
     ex.apply = gated_plain;
-    gradcheck_ok(ctx, "rmsnorm_gated no w", &ex);
+    pr_test_gradcheck_ok(ctx, "rmsnorm_gated no w", &ex);
 }
 
 /* the fused rmsnorm_gated against rmsnorm(x; w) * silu(z) built from primitive ops:

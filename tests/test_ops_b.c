@@ -25,13 +25,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void gradcheck_ok(pr_ctx *ctx, const char *what, const pr_example *ex)
-{
-    pr_gradcheck_result g = pr_gradcheck(ctx, what, ex, NULL);
-    if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
-    assert_true(g.ok);
-    assert_true(g.max_abs_err < 1e-6);
-}
 
 /* matmul's example again on the plain-C path */
 static void test_op_matmul_fallback(void **state)
@@ -157,7 +150,7 @@ static void test_matmul_gradcheck_flags(void **state)
         matmul_inputs(ctx, &r, 3, 4, 5, ta, tb, shared, &ex.in[0], &ex.in[1]);
         char what[64];
         snprintf(what, sizeof what, "matmul ta=%d tb=%d shared=%d blas=%d", ta, tb, shared, (f & 8) != 0);
-        gradcheck_ok(ctx, what, &ex);
+        pr_test_gradcheck_ok(ctx, what, &ex);
         pr_step_reset(ctx);
     }
 }
@@ -250,7 +243,7 @@ static void test_conv1d_gradcheck_variants(void **state)
     pr_example ex = {.n_in = 2, .apply = conv_nobias_apply};
     ex.in[0] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 4, 3), -1, 1);
     ex.in[1] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 6), -1, 1);
-    gradcheck_ok(ctx, "conv1d W > T, no bias", &ex);
+    pr_test_gradcheck_ok(ctx, "conv1d W > T, no bias", &ex);
 }
 
 static void test_conv1d_errors(void **state)
@@ -351,7 +344,7 @@ static void test_split_gradcheck(void **state)
     pr_rng r = pr_rng_init(4, 0);
     pr_example ex = {.n_in = 1, .apply = split_apply};
     ex.in[0] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 5, 7), -1, 1);
-    gradcheck_ok(ctx, "split", &ex);
+    pr_test_gradcheck_ok(ctx, "split", &ex);
 }
 
 static void test_shape_errors(void **state)

@@ -11,31 +11,7 @@
  *   mini-batch 1, over single tokens) passing ht, hbt on as h0, hb0;
  * - NULL h0/hb0 equal zeros; bad shapes and options are fatal with a message.
  */
-#include "tests/pr_test.h"
-#include "ops/ttt_linear.h"
-
-enum { NIN = 8 };
-static const char *const in_names[NIN] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
-
-/* host copies of one run: outputs o, ht, hbt and the input grads */
-typedef struct {
-    double *out[3], *d[NIN];
-    int64_t n_out[3], n[NIN];
-} run_out;
-
-static double *host(const pr_tensor *t, int64_t *n)
-{
-    double *p = malloc(sizeof(double) * (size_t)(t->numel + 1));
-    pr_to_host_f64(t, p);
-    if (n) *n = t->numel;
-    return p;
-}
-
-static void run_out_free(run_out *r)
-{
-    for (int i = 0; i < 3; i++) free(r->out[i]);
-    for (int i = 0; i < NIN; i++) free(r->d[i]);
-}
+#include "tests/test_ttt_util.h"
 
 /* forward; backward seeded with g[0..2] (do, dht, dhbt, any dtype; g NULL: no
  * backward); host copies. Input grads are cleared first. */
@@ -56,18 +32,6 @@ static run_out run(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *in, pr
     }
     for (int i = 0; i < 3; i++) r.out[i] = host(outs[i], &r.n_out[i]);
     return r;
-}
-
-/* max|got - ref| / max|ref| */
-static double rel_err(const double *got, const double *ref, int64_t n)
-{
-    double e = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs(got[i] - ref[i]);
-        e = isnan(d) ? INFINITY : fmax(e, d);
-        m = fmax(m, fabs(ref[i]));
-    }
-    return m > 0 ? e / m : e;
 }
 
 static void assert_close(const char *what, const char *name, const double *got, const double *ref, int64_t n,
