@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
@@ -43,9 +44,67 @@ static void usage(FILE *f)
             "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; 32 also exists)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       also time the chunked form with fp32 (non-tensor-core) products\n"
+            "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
+            "               seconds, best of 3 (--dtype f64|f32, default f64; --chunks C)\n"
             "Reference (flash-linear-attention Triton, bf16, H200, size 1, fwd+bwd): gated delta\n"
             "3.52 ms, delta 2.92 ms, SSD 2.64 ms. Milestones: gdn <= 7.0 ms in f32/TF32,\n"
             "prism_core (L=2) <= 1.3x gdn, ssd <= gdn.\n");
+}
+
+/* ---- the CPU: the reference forms at B=1 T=2048 H=4 K=V=64 (prism_core L=2) ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* seconds, best of 3, of the per-token and the chunked form's forward and backward */
+static int bench_cpu(pr_dtype dt, int chunk)
+{
+    const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
+    pr_ctx *ctx = pr_ctx_new(0);
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of 3\n",
+           (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk);
+    printf("%-11s %9s %9s %9s %9s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd");
+    for (int r = 0; r < PR_NRULES; r++) {
+        double best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
+        for (int rep = 0; rep < 3; rep++)
+            for (int f = 0; f < 2; f++) {
+                pr_rng rng = pr_rng_init(1, 0);
+                pr_recurrence_inputs in = pr_recurrence_random(ctx, &rng, dt, (pr_rule)r, B, T, H, K, V, L, true);
+                pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = f ? chunk : 0};
+                pr_tensor *dout = pr_full(ctx->step, dt, PR_CPU, PR_DIMS(B, T, H, V), 1.0);
+                double t0 = now_s();
+                pr_tensor *out = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, in.kx, in.vx, in.h0, NULL, NULL);
+                double t1 = now_s();
+                pr_backward_with(ctx, out, dout);
+                double t2 = now_s();
+                best[f][0] = fmin(best[f][0], t1 - t0);
+                best[f][1] = fmin(best[f][1], t2 - t1);
+                pr_step_reset(ctx);
+            }
+        printf("%-11s %9.4f %9.4f %9.4f %9.4f\n", pr_rule_name((pr_rule)r), best[0][0], best[0][1], best[1][0],
+               best[1][1]);
+    }
+    pr_ctx_free(ctx);
+    return 0;
+}
+
+/* --device cpu [--dtype f64|f32] [--chunks C]: the CPU path; returns -1 when
+ * the arguments ask for the GPU */
+static int bench_cpu_args(int argc, char **argv)
+{
+    bool cpu = false;
+    pr_dtype dt = PR_F64;
+    int chunk = 64;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--device")) cpu = !strcmp(argv[i + 1], "cpu");
+        if (!strcmp(argv[i], "--dtype")) dt = !strcmp(argv[i + 1], "f32") ? PR_F32 : PR_F64;
+        if (!strcmp(argv[i], "--chunks")) chunk = atoi(argv[i + 1]) > 0 ? atoi(argv[i + 1]) : 64;
+    }
+    return cpu ? bench_cpu(dt, chunk) : -1;
 }
 
 #ifndef PRISM_HAVE_CUDA
@@ -53,7 +112,9 @@ int pr_bench_recurrence(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (pr_is_help(argv[i])) return usage(stdout), 0;
-    fprintf(stderr, "prism bench recurrence: this prism was built without CUDA\n");
+    int rc = bench_cpu_args(argc, argv);
+    if (rc >= 0) return rc;
+    fprintf(stderr, "prism bench recurrence: this prism was built without CUDA (--device cpu times the CPU)\n");
     return 1;
 }
 #else
@@ -293,9 +354,13 @@ int pr_bench_recurrence(int argc, char **argv)
 {
     int reps = 5, warm = 2, sizes = 3, token = 1, fp32 = 0, nch = 0, chunks[4];
     const char *rules = NULL;
+    for (int i = 1; i < argc; i++)
+        if (pr_is_help(argv[i])) return usage(stdout), 0;
+    int rc = bench_cpu_args(argc, argv);
+    if (rc >= 0) return rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (pr_is_help(a)) return usage(stdout), 0;
+        if ((!strcmp(a, "--device") || !strcmp(a, "--dtype")) && i + 1 < argc) i++; /* cuda / f32: the defaults */
         if (!strcmp(a, "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(a, "--warmup") && i + 1 < argc) warm = atoi(argv[++i]);
         else if (!strcmp(a, "--rules") && i + 1 < argc) rules = argv[++i];

@@ -6,14 +6,13 @@
  * backward seeded with `do` and `dht` (the scalar sum(o*do) + sum(ht*dht)),
  * and every output, final state and gradient is compared with the file's.
  * The error of a tensor is max|got - ref| / max|ref|; a rule's is the worst
- * of its tensors over the forms run. `--bench` times the forms instead.
+ * of its tensors over the forms run.
  */
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
@@ -34,7 +33,6 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: prism golden-check FILE [options]\n"
-            "       prism golden-check --bench [options]\n"
             "Runs every recurrence rule of a reference file (golden format: <rule>.<tensor>,\n"
             "float64) forward and backward, seeded with do and dht, and compares the outputs,\n"
             "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
@@ -48,7 +46,6 @@ static void usage(FILE *f)
             "  --tf32                CUDA: allow TF32 tensor cores (ctx->matmul_tf32 = 1)\n"
             "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32; 2e-3 with --tf32)\n"
             "  --verbose             print every tensor's error\n"
-            "  --bench               time each rule and form at B=1 T=2048 H=4 K=V=64 L=2\n"
             "  --make OUT            write a reference file of the five linear rules, computed by\n"
             "                        the CPU per-token form in f64 (for other sizes; no ttt_linear)\n"
             "  --size B,T,H,K,V,L    its sizes (default 2,131,2,12,7,3)\n"
@@ -248,54 +245,6 @@ static int golden_check(const char *path, const gc_opts *o)
     return failed || passed == 0 ? 1 : 0;
 }
 
-/* ---- --bench: CPU (or CUDA) time of each form ------------------------------------------------ */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bench(const gc_opts *o)
-{
-    const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
-    pr_ctx *ctx = pr_ctx_new(0);
-    ctx->matmul_tf32 = o->tf32;
-    printf("B=%lld T=%lld H=%lld K=%lld V=%lld L=%lld (prism_core), %s %s; seconds, best of 3\n", (long long)B,
-           (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_device_name(o->dev),
-           pr_dtype_name(o->dt));
-    printf("%-11s %9s %9s %9s %9s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd");
-    for (int r = 0; r < PR_NRULES; r++) {
-        double best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
-        for (int rep = 0; rep < 3; rep++)
-            for (int f = 0; f < 2; f++) {
-                pr_rng rng = pr_rng_init(1, 0);
-                pr_recurrence_inputs in = pr_recurrence_random(ctx, &rng, o->dt, (pr_rule)r, B, T, H, K, V, L, true);
-                pr_tensor *x[8] = {in.q, in.k, in.v, in.g, in.beta, in.kx, in.vx, in.h0};
-                for (int i = 0; i < 8; i++)
-                    if (x[i] && o->dev != PR_CPU) x[i] = pr_to(ctx->step, x[i], o->dt, o->dev), pr_requires_grad_(x[i], true);
-                pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = f ? o->chunk : 0};
-                pr_tensor *dout = pr_full(ctx->step, o->dt, o->dev, PR_DIMS(B, T, H, V), 1.0);
-                pr_device_sync(o->dev);
-                double t0 = now_s();
-                pr_tensor *out = pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, NULL);
-                pr_device_sync(o->dev);
-                double t1 = now_s();
-                pr_backward_with(ctx, out, dout);
-                pr_device_sync(o->dev);
-                double t2 = now_s();
-                best[f][0] = fmin(best[f][0], t1 - t0);
-                best[f][1] = fmin(best[f][1], t2 - t1);
-                pr_step_reset(ctx);
-            }
-        printf("%-11s %9.4f %9.4f %9.4f %9.4f\n", pr_rule_name((pr_rule)r), best[0][0], best[0][1], best[1][0],
-               best[1][1]);
-    }
-    pr_ctx_free(ctx);
-    return 0;
-}
-
 /* ---- --make: a reference file of any size from the CPU per-token form ------------------------ */
 
 static int make_reference(const char *path, const int64_t *sz)
@@ -350,7 +299,6 @@ int pr_cmd_golden_check(int argc, char **argv)
     gc_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
     const char *path = NULL, *make = NULL;
     int64_t size[6] = {2, 131, 2, 12, 7, 3};
-    bool do_bench = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (pr_is_help(a)) {
@@ -360,8 +308,6 @@ int pr_cmd_golden_check(int argc, char **argv)
             o.verbose = true;
         } else if (!strcmp(a, "--tf32")) {
             o.tf32 = true;
-        } else if (!strcmp(a, "--bench")) {
-            do_bench = true;
         } else if (!strcmp(a, "--device") && val) {
             i++;
             if (!strcmp(val, "cpu")) o.dev = PR_CPU;
@@ -405,7 +351,6 @@ int pr_cmd_golden_check(int argc, char **argv)
         fprintf(stderr, "prism golden-check: --device cuda, but no CUDA device (or built without CUDA)\n");
         return 77; /* "skipped" to ctest (SKIP_RETURN_CODE), a failure to a shell */
     }
-    if (do_bench) return bench(&o);
     if (make) return make_reference(make, size);
     if (!path) {
         usage(stderr);
