@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "Exit status 1 on any failure or an unreadable file.\n"
             "options:\n"
             "  --device cpu|cuda     where to run (default cpu)\n"
-            "  --dtype f64|f32       compute dtype (default f64)\n"
+            "  --dtype f64|f32       compute dtype (default f64 on the CPU, f32 on CUDA)\n"
             "  --form recurrent|chunked|both   which form of the linear rules (default both)\n"
             "  --chunk C             chunk size of the chunked form (default 64)\n"
             "  --tf32                CUDA: allow TF32 tensor cores (ctx->matmul_tf32 = 1)\n"
@@ -297,6 +297,7 @@ static int make_reference(const char *path, const int64_t *sz)
 int pr_cmd_golden_check(int argc, char **argv)
 {
     gc_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
+    bool dtype_given = false;
     const char *path = NULL, *make = NULL;
     int64_t size[6] = {2, 131, 2, 12, 7, 3};
     for (int i = 1; i < argc; i++) {
@@ -318,6 +319,7 @@ int pr_cmd_golden_check(int argc, char **argv)
             if (!strcmp(val, "f64")) o.dt = PR_F64;
             else if (!strcmp(val, "f32")) o.dt = PR_F32;
             else return fprintf(stderr, "prism golden-check: --dtype must be f64 or f32, not %s\n", val), 2;
+            dtype_given = true;
         } else if (!strcmp(a, "--form") && val) {
             i++;
             o.forms = !strcmp(val, "recurrent") ? 1 : !strcmp(val, "chunked") ? 2 : !strcmp(val, "both") ? 3 : 0;
@@ -347,6 +349,7 @@ int pr_cmd_golden_check(int argc, char **argv)
             return 2;
         }
     }
+    if (o.dev == PR_CUDA && !dtype_given) o.dt = PR_F32; /* the GPU computes in f32 */
     if (o.dev == PR_CUDA && !pr_cuda_available()) {
         fprintf(stderr, "prism golden-check: --device cuda, but no CUDA device (or built without CUDA)\n");
         return 77; /* "skipped" to ctest (SKIP_RETURN_CODE), a failure to a shell */
