@@ -20,12 +20,11 @@
 
 #include "ops/ops.h"
 
-/* the shared golden file: $PRISM_GOLDEN, else ../shared/golden beside the repo */
-static inline const char *pr_test_golden_path(void)
-{
-    const char *env = getenv("PRISM_GOLDEN");
-    return env && *env ? env : PRISM_SOURCE_DIR "/../shared/golden/recurrences.safetensors";
-}
+/* the reference vectors kept in the repository (tests/data/README.md) */
+#define PR_TEST_DATA_DIR PRISM_SOURCE_DIR "/tests/data"
+
+/* the recurrence family's reference file */
+static inline const char *pr_test_golden_path(void) { return PR_TEST_DATA_DIR "/recurrences.safetensors"; }
 
 /* |got - ref| <= atol + rtol * |ref| elementwise; returns the max abs error */
 static inline double pr_check_allclose(const char *name, const double *got, const double *ref, int64_t n,

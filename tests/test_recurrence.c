@@ -1,6 +1,6 @@
 /* tests/test_recurrence.c: the recurrence family on the CPU.
  *
- * - the shared golden file, every rule, f64 and f32, per-token and chunked
+ * - the reference file of tests/data, every rule, f64 and f32, per-token and chunked
  *   forms (chunks of 64 and of 16, so chunks cut through T = 50);
  * - the chunked form equals the per-token one to 1e-12 in f64 at T = 131,
  *   K != V, L = 0, 1, 3 and many chunk sizes, forward and backward (each

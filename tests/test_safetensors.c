@@ -1,7 +1,7 @@
 /* tests/test_safetensors.c: safetensors read/write.
  *
  * Round trips every dtype (with a 0-dim, a 6-dim and an empty tensor plus
- * metadata), reads the shared golden file, checks that each kind of
+ * metadata), reads the reference files of tests/data, checks that each kind of
  * malformed file gives an error naming the file and the problem, and that
  * writes are atomic: no temp file left behind, an existing file survives a
  * failed write.
@@ -156,7 +156,7 @@ static void test_no_tensors(void **state) {
     assert_int_equal(st.n_meta, 0);
 }
 
-/* ---- the shared golden file ----------------------------------------------------- */
+/* ---- the reference files of tests/data ------------------------------------------- */
 
 static void test_golden(void **state) {
     st_fix *f = *state;
@@ -190,6 +190,41 @@ static void test_golden(void **state) {
     assert_non_null(shape);
     assert_non_null(strstr(shape, "B=2"));
     assert_non_null(strstr(shape, "T=50"));
+}
+
+/* Every file of tests/data reads, holds f64 tensors only, and each gradient
+ * d<name> has the shape of the tensor <name> beside it: a truncated or
+ * mixed-up copy of the reference vectors fails here, not deep in an op test. */
+static void check_data_file(st_fix *f, const char *file, int min_pairs)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", PR_TEST_DATA_DIR, file);
+    pr_safetensors st;
+    pr_err err = {{0}};
+    if (pr_safetensors_read(path, f->a, &st, &err) != 0) fail_msg("%s", err.msg);
+    int pairs = 0;
+    for (int i = 0; i < st.n; i++) {
+        const pr_tensor *t = st.tensors[i];
+        if (t->dtype != PR_F64) fail_msg("%s: %s is not f64", file, st.names[i]);
+        const char *dot = strchr(st.names[i], '.');
+        if (!dot || dot[1] != 'd') continue;
+        char base[128];
+        snprintf(base, sizeof base, "%.*s%s", (int)(dot + 1 - st.names[i]), st.names[i], dot + 2);
+        const pr_tensor *x = pr_safetensors_get(&st, base);
+        if (!x) continue; /* an upstream gradient (do, dht) or a name that starts with d */
+        if (x->ndim != t->ndim) fail_msg("%s: %s and %s differ in rank", file, st.names[i], base);
+        for (int d = 0; d < t->ndim; d++)
+            if (x->shape[d] != t->shape[d]) fail_msg("%s: %s and %s differ in shape", file, st.names[i], base);
+        pairs++;
+    }
+    if (pairs < min_pairs) fail_msg("%s: %d gradient/value pairs, expected at least %d", file, pairs, min_pairs);
+}
+
+static void test_data_files(void **state)
+{
+    /* 6 rules with 3 to 9 inputs each, and 4 ops with 5 to 12 inputs each */
+    check_data_file(*state, "recurrences.safetensors", 40);
+    check_data_file(*state, "ops2.safetensors", 40);
 }
 
 /* ---- malformed files ------------------------------------------------------------ */
@@ -390,6 +425,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_roundtrip, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_no_tensors, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_golden, fix_setup, fix_teardown),
+        cmocka_unit_test_setup_teardown(test_data_files, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_bad_file_level, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_bad_json, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_bad_entries, fix_setup, fix_teardown),

@@ -1,6 +1,6 @@
 /* tests/test_ttt_linear.c: TTT-Linear on the CPU.
  *
- * - the shared golden vectors (T=48, mini-batch 16): outputs and every input
+ * - the reference vectors of tests/data (T=48, mini-batch 16): outputs and every input
  *   grad of sum(o*do) + sum(ht*dht) + sum(hbt*dhbt), f64 to 1e-10 and f32 to
  *   1e-5, both relative to the reference's max-abs;
  * - float64 gradcheck of o, ht and hbt at a partial last mini-batch (T=11,

@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
-# tools/device/run_tests.sh: run ON THE GPU MACHINE (the `run` tool), from the repo root.
+# tools/device/run_tests.sh: build with CUDA and run the tests on a GPU machine
+# that has no network (README, "On a GPU machine without network").
 #
-#   here:   tools/device/fetch_deps.sh            (once; fills .deps/)
-#   device: run(command="tools/device/run_tests.sh [options] [-- extra command]", carry=[".deps"])
-#
-# Unpacks .deps/*.deb into /tmp/deps, configures build-device/ with CUDA on
-# (sm_90), builds with all cores, runs ctest and writes logs under $OUT.
-# Options:
-#   --tests REGEX   ctest -R REGEX (default: every test)
-#   --label L       ctest -L L (cpu or cuda)
-#   --no-tests      build only
-#   --target T      build only target T (repeatable; default: all)
-# After `--`, the rest runs as a shell command once the build is done, with
-# LD_LIBRARY_PATH set (e.g. -- build-device/prism golden-check ... ).
-# The build and test logs land in $OUT/build.log and $OUT/ctest.log. PRISM_GOLDEN
-# points at .deps/golden/recurrences.safetensors (fetch_deps.sh copies it there).
+# Needs .deps/*.deb, fetched by tools/device/fetch_deps.sh on a connected
+# machine and copied here with the repository. Unpacks them into a private
+# folder (no root, nothing installed), configures build-device/ with CUDA on,
+# builds with every core, runs ctest and keeps the full logs.
+usage() {
+    cat <<'USAGE'
+usage: tools/device/run_tests.sh [options] [-- command]
+  --tests REGEX    run only the tests matching REGEX (ctest -R)
+  --label L        run only the tests labelled L: cpu or cuda (ctest -L)
+  --no-tests       build only
+  --target T       build only target T (repeatable; default: everything)
+  --log-dir DIR    where build.log, ctest.log and gpu.txt go
+                   (default: $PRISM_LOG_DIR, else build-device/logs)
+  --help           this text
+After `--`, the rest runs as a shell command once the build is done, with the
+unpacked libraries on LD_LIBRARY_PATH, e.g.
+  tools/device/run_tests.sh --no-tests -- build-device/prism bench recurrence
+USAGE
+}
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+log_dir=${PRISM_LOG_DIR:-build-device/logs}
 tests_regex="" label="" run_tests=1 targets=() extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -26,38 +31,40 @@ while [ $# -gt 0 ]; do
     --label) label="$2"; shift 2 ;;
     --no-tests) run_tests=0; shift ;;
     --target) targets+=("--target" "$2"); shift 2 ;;
+    --log-dir) log_dir="$2"; shift 2 ;;
+    --help | -h) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "run_tests.sh: unknown option $1" >&2; exit 2 ;;
+    *) echo "run_tests.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
 
-deps=/tmp/deps
+mkdir -p "$log_dir"
+deps=/tmp/prism-deps
 if [ ! -d "$deps/usr" ]; then
-    ls .deps/*.deb >/dev/null 2>&1 || { echo "run_tests.sh: no .deps/*.deb: run tools/device/fetch_deps.sh here and carry .deps" >&2; exit 2; }
+    ls .deps/*.deb >/dev/null 2>&1 || { echo "run_tests.sh: no .deps/*.deb: run tools/device/fetch_deps.sh on a machine with network and copy .deps/ here" >&2; exit 2; }
     for f in .deps/*.deb; do dpkg -x "$f" "$deps"; done
 fi
 libdir=$deps/usr/lib/x86_64-linux-gnu
-[ -f .deps/golden/recurrences.safetensors ] && export PRISM_GOLDEN=$PWD/.deps/golden/recurrences.safetensors
 export LD_LIBRARY_PATH=$libdir:$libdir/openblas-pthread:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$log_dir/gpu.txt"
 
 cmake -S . -B build-device -DPRISM_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INCLUDE_PATH="$deps/usr/include" \
     -DCMAKE_LIBRARY_PATH="$libdir;$libdir/openblas-pthread" \
-    ${PRISM_GOLDEN:+-DPRISM_GOLDEN_FILE="$PRISM_GOLDEN"} >"$OUT/build.log" 2>&1 \
-    && cmake --build build-device -j"$(nproc)" "${targets[@]}" >>"$OUT/build.log" 2>&1
+    >"$log_dir/build.log" 2>&1 \
+    && cmake --build build-device -j"$(nproc)" "${targets[@]}" >>"$log_dir/build.log" 2>&1
 rc=$?
-grep -E "error|warning" "$OUT/build.log" | head -40
-if [ $rc -ne 0 ]; then echo "run_tests.sh: build failed (rc $rc)"; tail -40 "$OUT/build.log"; exit $rc; fi
+grep -E "error|warning" "$log_dir/build.log" | head -40
+if [ $rc -ne 0 ]; then echo "run_tests.sh: build failed (rc $rc)"; tail -40 "$log_dir/build.log"; exit $rc; fi
 echo "run_tests.sh: build ok"
 
 if [ $run_tests -eq 1 ]; then
     args=(--test-dir build-device --output-on-failure --timeout 600)
     [ -n "$tests_regex" ] && args+=(-R "$tests_regex")
     [ -n "$label" ] && args+=(-L "$label")
-    ctest "${args[@]}" >"$OUT/ctest.log" 2>&1
+    ctest "${args[@]}" >"$log_dir/ctest.log" 2>&1
     rc=$?
-    grep -E "Passed|Failed|Skipped|tests passed|tests failed|\*\*\*" "$OUT/ctest.log" | tail -60
+    grep -E "Passed|Failed|Skipped|tests passed|tests failed|\*\*\*" "$log_dir/ctest.log" | tail -60
 fi
 if [ ${#extra[@]} -gt 0 ]; then
     bash -c "${extra[*]}"
