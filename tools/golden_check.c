@@ -1,5 +1,5 @@
 /* tools/golden_check.c: `prism golden-check`, the recurrences against a
- * reference file of the golden format (../shared/golden/README.md).
+ * reference file of the golden format (tests/data/README.md).
  *
  * Every rule present in the file (whatever its sizes: B, T, H, K, V, L and
  * TTT's mini-batch are read off the shapes) runs forward and backward, the
