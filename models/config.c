@@ -260,6 +260,17 @@ void pr_config_print_help(FILE *f)
                 keys[i].allowed);
 }
 
+void pr_config_print_markdown(FILE *f)
+{
+    static const char *const type_names[] = {"int", "float", "bool", "choice"};
+    fprintf(f, "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < NKEYS; i++) {
+        fprintf(f, "| `%s` | %s | `%s` | ", keys[i].key, type_names[keys[i].type], keys[i].def);
+        for (const char *a = keys[i].allowed; *a; a++) fputs(*a == '|' ? ", " : (char[]){*a, 0}, f);
+        fprintf(f, " | %s |\n", keys[i].doc);
+    }
+}
+
 char *pr_config_to_json(const pr_config *c)
 {
     cJSON *root = cJSON_CreateObject();

@@ -57,6 +57,8 @@ int pr_config_set(pr_config *c, const char *key_value, pr_err *err);
 int pr_config_check(const pr_config *c, pr_err *err);
 /* the table of keys: `key  type  default  allowed  meaning`, one a line */
 void pr_config_print_help(FILE *f);
+/* the same table in Markdown (models/README.md holds a copy; a test compares) */
+void pr_config_print_markdown(FILE *f);
 /* the config as one JSON object (caller frees) */
 char *pr_config_to_json(const pr_config *c);
 /* names of the presets, NULL-terminated */

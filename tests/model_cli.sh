@@ -1,9 +1,10 @@
 #!/bin/sh
-# tests/model_cli.sh PRISM: `prism model` as a user runs it: the table, the
-# total, the JSON last line; --help lists every config key; errors name the
-# key and exit non-zero.
+# tests/model_cli.sh PRISM SOURCE_DIR: `prism model` as a user runs it: the
+# table, the total, the JSON last line; --help lists every config key; errors
+# name the key and exit non-zero; models/README.md's key table is current.
 set -eu
 prism=$1
+src=$2
 fail() { echo "model_cli: $*" >&2; exit 1; }
 
 out=$("$prism" model --model prism --preset probe --set prism.L=1)
@@ -26,4 +27,7 @@ if err=$("$prism" model --model gdn --set prism.LL=3 2>&1); then fail "an unknow
 printf '%s' "$err" | grep -q "unknown key 'prism.LL'" || fail "unknown key error: $err"
 if err=$("$prism" model --model rwkv 2>&1); then fail "an unknown mixer exited 0"; fi
 printf '%s' "$err" | grep -q "allowed: prism|gdn" || fail "unknown mixer error: $err"
+readme_keys=$(sed -n '/^<!-- keys -->$/,/^<!-- \/keys -->$/p' "$src/models/README.md" | sed '1d;$d')
+[ "$readme_keys" = "$("$prism" model --keys-markdown)" ] ||
+  fail "models/README.md's key table is stale: regenerate it with prism model --keys-markdown"
 echo "model_cli: ok"

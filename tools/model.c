@@ -9,7 +9,8 @@
 
 static void model_usage(FILE *f)
 {
-    fprintf(f, "usage: prism model --model NAME [--preset P] [--config FILE] [--set key=value]...\n\n"
+    fprintf(f, "usage: prism model --model NAME [--preset P] [--config FILE] [--set key=value]...\n"
+               "       prism model --keys-markdown     (the config keys as a Markdown table)\n\n"
                "Builds the model and prints each parameter's path, shape and size, then the\n"
                "total; the last line is one JSON object {\"model\", \"preset\", \"params\", \"config\"}.\n"
                "The config is the defaults, then the preset, then the file, then each --set in\n"
@@ -36,6 +37,9 @@ int pr_cmd_model(int argc, char **argv)
         bool has_value = i + 1 < argc;
         if (pr_is_help(argv[i])) {
             model_usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--keys-markdown") == 0) {
+            pr_config_print_markdown(stdout);
             return 0;
         } else if (strcmp(argv[i], "--model") == 0 && has_value) {
             model = argv[++i];
