@@ -4,6 +4,7 @@
  *   SwiGLU: (silu(x Wgate) * (x Wup)) Wdown;   GELU: gelu(x Wup + bup) Wdown + bdown
  *   LM:     logits = norm_f(blocks(embed[ids])) (embed^T | lm_head); loss = CE, ignore_index
  *   rec:    scores = norm_f(blocks(item_embed[items]))[:, last] item_embed^T  (all items; id 0 pads)
+ *           sampled: bce(s_pos, 1) + bce(s_neg, 0), each a mean, s = last . item_embed[id]
  * Paths: embed, layers.<i>.{norm1,norm2}.{w,b}, layers.<i>.mixer.*, layers.<i>.mlp.*, norm_f.*, lm_head. */
 #include <math.h>
 #include <stdlib.h>
@@ -141,6 +142,22 @@ pr_tensor *pr_rec_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *items)
 pr_tensor *pr_rec_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target)
 {
     return pr_cross_entropy(ctx, pr_rec_scores(ctx, m, items), target, m->cfg.ignore_index);
+}
+
+pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target,
+                               pr_tensor *negatives)
+{
+    PR_CHECK(negatives->ndim == 2 && negatives->shape[0] == items->shape[0],
+             "rec: negatives must be [B, N] with B = %lld, got %d dims", (long long)items->shape[0], negatives->ndim);
+    pr_tensor *h = pr_model_hidden(ctx, m, items, NULL);
+    int64_t B = h->shape[0], T = h->shape[1], D = h->shape[2];
+    pr_tensor *last = pr_reshape(ctx, pr_slice(ctx, h, 1, T - 1, 1), PR_DIMS(B, 1, D));
+    pr_tensor *pos = pr_embedding(ctx, m->embed, pr_view(ctx->step, target, PR_DIMS(B, 1)));   /* [B,1,D] */
+    pr_tensor *neg = pr_embedding(ctx, m->embed, negatives);                                   /* [B,N,D] */
+    pr_tensor *s_pos = pr_matmul(ctx, last, pos, false, true), *s_neg = pr_matmul(ctx, last, neg, false, true);
+    pr_tensor *ones = pr_ones(ctx->step, s_pos->dtype, s_pos->device, s_pos->ndim, s_pos->shape);
+    pr_tensor *zeros = pr_zeros(ctx->step, s_neg->dtype, s_neg->device, s_neg->ndim, s_neg->shape);
+    return pr_add(ctx, pr_bce_logits(ctx, s_pos, ones), pr_bce_logits(ctx, s_neg, zeros));
 }
 
 pr_model_state *pr_model_state_new(const pr_model *m)

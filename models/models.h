@@ -207,6 +207,10 @@ pr_tensor *pr_lm_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_tensor 
  * loss: cross-entropy against the next item `target` [B] */
 pr_tensor *pr_rec_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *items);
 pr_tensor *pr_rec_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target);
+/* the same against sampled negatives [B, N] (item ids): mean BCE of the next
+ * item's score against 1 plus mean BCE of the negatives' scores against 0 */
+pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target,
+                               pr_tensor *negatives);
 pr_model_state *pr_model_state_new(const pr_model *m);
 /* copy every carried state tensor into arena a, so the step arena can be reset */
 void pr_model_state_keep(pr_model_state *s, pr_arena *a);

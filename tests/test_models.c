@@ -230,6 +230,12 @@ static void test_lm_trains(void **state)
     }
 }
 
+static pr_tensor *neg_batch;
+static pr_tensor *rec_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *in, pr_tensor *target)
+{
+    return pr_rec_loss_sampled(ctx, m, in, target, neg_batch);
+}
+
 static void test_rec_trains(void **state)
 {
     (void)state;
@@ -246,6 +252,22 @@ static void test_rec_trains(void **state)
     pr_tensor *in = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(3, 5), items);
     pr_tensor *target = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(3), next);
     double first, last = sgd_steps(m, pr_rec_loss, in, target, 6, 0.5, &first);
+    assert_true(last < first);
+
+    /* sampled negatives: the loss by hand from the full scores, then training */
+    int64_t neg_ids[3 * 2] = {1, 2, 12, 13, 5, 4};
+    pr_tensor *neg = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(3, 2), neg_ids);
+    pr_ctx *ctx = pr_ctx_new(1);
+    double got = pr_item(pr_rec_loss_sampled(ctx, m, in, target, neg)), want = 0;
+    pr_tensor *s = pr_rec_scores(ctx, m, in);
+    for (int b = 0; b < 3; b++) {
+        want += log1p(exp(-pr_get(s, b * 14 + next[b]))) / 3;
+        for (int j = 0; j < 2; j++) want += log1p(exp(pr_get(s, b * 14 + neg_ids[b * 2 + j]))) / 6;
+    }
+    pr_assert_allclose("sampled loss", &got, &want, 1, 1e-5, 1e-5);
+    pr_ctx_free(ctx);
+    neg_batch = neg;
+    last = sgd_steps(m, rec_sampled, in, target, 6, 0.5, &first);
     assert_true(last < first);
     pr_arena_free(a);
     pr_model_free(m);
