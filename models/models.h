@@ -108,6 +108,10 @@ int64_t pr_params_count(const pr_params *r);
 /* sqrt of the sum of every parameter's squared grad (missing grads count 0) */
 double pr_params_grad_norm(const pr_params *r);
 void pr_params_zero_grads(const pr_params *r);
+/* parameter grads live in the grads arena of the context that made them:
+ * drop the registry's pointers to them before freeing that context, when the
+ * parameters will meet another one */
+void pr_params_release_grads(const pr_params *r);
 /* every parameter into `to` (another dtype/device), same paths */
 pr_params *pr_params_copy(const pr_params *r, pr_dtype dt, pr_device dev);
 /* checkpoints: safetensors, tensor names = paths; load needs every path, of the same shape */

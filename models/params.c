@@ -143,6 +143,11 @@ void pr_params_zero_grads(const pr_params *r)
         if (r->p[i].t->grad) pr_zero_(r->p[i].t->grad);
 }
 
+void pr_params_release_grads(const pr_params *r)
+{
+    for (int i = 0; i < r->n; i++) r->p[i].t->grad = NULL;
+}
+
 pr_params *pr_params_copy(const pr_params *r, pr_dtype dt, pr_device dev)
 {
     pr_params *c = pr_params_new(dt, dev);

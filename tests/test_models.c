@@ -1,7 +1,8 @@
 /* tests/test_models.c: the layers and models on the CPU.
  *
- * - float64 gradcheck of every layer (its input and every parameter), and
- *   of the PRISM switches (gelu, shortconv, gain off; L = 1);
+ * - float64 gradcheck of every layer (its input and every parameter), of
+ *   the PRISM switches (gelu, shortconv, gain off; L = 1), and of the LM
+ *   around a layer (LayerNorm + GELU MLP + untied head; RMSNorm + SwiGLU + tied);
  * - the prism layer with L = 0 and the gdn layer: the same paths, and
  *   bit-identical outputs and gradients in f32 from the same seed;
  * - every layer: the whole sequence equals a prefix then token-by-token
@@ -67,6 +68,49 @@ static void test_gradcheck_prism_switches(void **state)
     pr_config c = test_config(4, 6, 2, 4, 4);  /* linear attention's other feature maps */
     snprintf(c.linattn_feature_map, sizeof c.linattn_feature_map, "elu");
     gradcheck_layer(&c);
+}
+
+/* the blocks and heads around a layer: the LM's logits, every parameter checked */
+static const pr_model *gc_model;
+static pr_tensor *gc_ids;
+
+static pr_tensor *apply_lm(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)in, (void)ex;
+    return pr_lm_logits(ctx, gc_model, gc_ids, NULL);
+}
+
+static void test_gradcheck_lm(void **state)
+{
+    (void)state;
+    const char *variants[][3] = {{"norm=layernorm", "mlp=gelu", "tie_embeddings=false"},
+                                 {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"}};
+    for (int v = 0; v < 2; v++) {
+        pr_config c = test_config(1, 6, 2, 4, 4);
+        c.vocab = 7;
+        pr_err err;
+        for (int j = 0; j < 3; j++) assert_int_equal(pr_config_set(&c, variants[v][j], &err), 0);
+        pr_model *m = pr_model_new(&c, PR_F64, PR_CPU);
+        pr_model_init(m);
+        pr_arena *a = pr_arena_new("test-ids", 0);
+        gc_ids = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(2, 5), ((const int64_t[]){1, 4, 6, 0, 2, 3, 3, 5, 1, 0}));
+        gc_model = m;
+        pr_ctx *ctx = pr_ctx_new(1);
+        pr_gradcheck_opts o = pr_gradcheck_defaults();
+        o.max_elems = 10;
+        const pr_params *r = m->params;
+        for (int first = 0; first < r->n; first += PR_MAX_IN) {
+            pr_example ex = {.apply = apply_lm};
+            for (int i = first; i < r->n && ex.n_in < PR_MAX_IN; i++) ex.in[ex.n_in++] = r->p[i].t;
+            pr_gradcheck_result g = pr_gradcheck(ctx, variants[v][0], &ex, &o);
+            if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
+            assert_true(g.ok);
+            pr_step_reset(ctx);
+        }
+        pr_ctx_free(ctx);
+        pr_arena_free(a);
+        pr_model_free(m);
+    }
 }
 
 /* ---- prism L = 0 is gdn ------------------------------------------------------------ */
@@ -204,6 +248,7 @@ static double sgd_steps(pr_model *m, pr_tensor *(*loss_fn)(pr_ctx *, const pr_mo
         }
         pr_step_reset(ctx);
     }
+    pr_params_release_grads(m->params);   /* they die with ctx; the model lives on */
     pr_ctx_free(ctx);
     return loss;
 }
@@ -265,6 +310,7 @@ static void test_rec_trains(void **state)
         for (int j = 0; j < 2; j++) want += log1p(exp(pr_get(s, b * 14 + neg_ids[b * 2 + j]))) / 6;
     }
     pr_assert_allclose("sampled loss", &got, &want, 1, 1e-5, 1e-5);
+    pr_params_release_grads(m->params);
     pr_ctx_free(ctx);
     neg_batch = neg;
     last = sgd_steps(m, rec_sampled, in, target, 6, 0.5, &first);
@@ -278,6 +324,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_layers),
         cmocka_unit_test(test_gradcheck_prism_switches),
+        cmocka_unit_test(test_gradcheck_lm),
         cmocka_unit_test(test_prism_l0_is_gdn),
         cmocka_unit_test(test_decode_equals_whole),
         cmocka_unit_test(test_lm_decode_with_resets),
