@@ -58,11 +58,12 @@ const pr_param *pr_params_find(const pr_params *r, const char *path)
 
 pr_tensor *pr_param_new(pr_params *r, const char *name, pr_init init, bool decay, int ndim, const int64_t *shape)
 {
-    size_t len = strlen(r->prefix) + strlen(name) + 1;
-    char *path = malloc(len);
+    char full[320];
+    int len = snprintf(full, sizeof full, "%s%s", r->prefix, name);
+    PR_CHECK(len > 0 && (size_t)len < sizeof full, "params: path '%s%s' too long", r->prefix, name);
+    PR_CHECK(!pr_params_find(r, full), "params: '%s' registered twice", full);
+    char *path = strdup(full);
     PR_CHECK(path, "params: out of host memory");
-    snprintf(path, len, "%s%s", r->prefix, name);
-    PR_CHECK(!pr_params_find(r, path), "params: '%s' registered twice", path);
     if (r->n == r->cap) {
         r->cap = r->cap ? 2 * r->cap : 32;
         r->p = realloc(r->p, sizeof *r->p * (size_t)r->cap);
