@@ -30,4 +30,10 @@ printf '%s' "$err" | grep -q "allowed: prism|gdn" || fail "unknown mixer error: 
 readme_keys=$(sed -n '/^<!-- keys -->$/,/^<!-- \/keys -->$/p' "$src/models/README.md" | sed '1d;$d')
 [ "$readme_keys" = "$("$prism" model --keys-markdown)" ] ||
   fail "models/README.md's key table is stale: regenerate it with prism model --keys-markdown"
+# the block benchmark runs every mixer and ends with its JSON line
+last=$("$prism" bench block --preset probe --B 1 --T 5 --iters 1 --device cpu | tail -n 1)
+case $last in
+  '{"prism":{"fwd_ms":'*'"ttt_linear":{'*'}}') ;;
+  *) fail "bench block's last line: $last" ;;
+esac
 echo "model_cli: ok"
