@@ -27,14 +27,14 @@ static void *prism_build(pr_params *r, const pr_config *c)
     prism_layer *l = pr_arena_alloc(r->arena, sizeof *l);
     pr_gdn_base_build(r, c, &l->base, true, c->gdn_gate);
     if (c->prism_L == 0) return l;
-    int64_t D = c->d_model, H = c->n_heads, HV = H * pr_config_head_dim(c);
+    int64_t D = c->d_model, H = c->n_heads, HK = H * pr_config_head_dim(c), HV = HK;   /* K = V */
     pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, zero = {PR_INIT_CONST, 0, 0};
     l->u_proj = pr_param_new(r, "u_proj", w, true, PR_DIMS(D, HV));
     if (c->prism_shortconv) l->u_conv = pr_param_new(r, "u_conv", w, true, PR_DIMS(HV, c->conv_width));
     char name[32];
     for (int i = 0; i < c->prism_L; i++) {
         snprintf(name, sizeof name, "w_k.%d", i);
-        l->w_k[i] = pr_param_new(r, name, w, true, PR_DIMS(HV, HV));
+        l->w_k[i] = pr_param_new(r, name, w, true, PR_DIMS(HV, HK));
         if (c->prism_gain) {
             snprintf(name, sizeof name, "w_p.%d", i);
             l->w_p[i] = pr_param_new(r, name, w, true, PR_DIMS(HV, HV));
