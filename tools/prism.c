@@ -14,6 +14,7 @@ static const pr_command commands[] = {
     {"gradcheck", pr_cmd_gradcheck, "float64 finite-difference check of every op's backward"},
     {"golden-check", pr_cmd_golden_check, "the recurrences against a reference file (golden format)"},
     {"bench", pr_cmd_bench, "kernel speed against the machine's measured ceilings (bench ops, ...)"},
+    {"model", pr_cmd_model, "a model's parameter table by path (--model NAME --preset P --set k=v)"},
 };
 
 static void usage(FILE *f)

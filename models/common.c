@@ -1,0 +1,74 @@
+/* models/common.c: pieces every layer shares: linear maps, the ShortConv with
+ * a carried window, head reshapes, broadcasting repeats, the mixer table. */
+#include <math.h>
+#include <string.h>
+
+#include "models/models.h"
+
+const pr_mixer_def *const pr_mixers[] = {&pr_mixer_prism, &pr_mixer_gdn, &pr_mixer_mamba2, &pr_mixer_deltanet,
+                                         &pr_mixer_linattn, &pr_mixer_ttt_linear, NULL};
+
+const pr_mixer_def *pr_mixer_by_name(const char *name)
+{
+    for (int i = 0; pr_mixers[i]; i++)
+        if (strcmp(pr_mixers[i]->name, name) == 0) return pr_mixers[i];
+    return NULL;
+}
+
+pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b)
+{
+    pr_tensor *y = pr_matmul(ctx, x, w, false, false);
+    return b ? pr_add(ctx, y, b) : y;
+}
+
+pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win)
+{
+    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[1];
+    if (!win || W == 1) return pr_conv1d(ctx, x, w, bias);
+    /* prepend the window (zeros for a fresh sequence: the same as the op's padding) */
+    pr_tensor *prev = *win ? *win : pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, W - 1, C));
+    pr_tensor *full = pr_concat(ctx, 2, (pr_tensor *[]){prev, x}, 1);
+    pr_tensor *y = pr_slice(ctx, pr_conv1d(ctx, full, w, bias), 1, W - 1, T);
+    *win = pr_slice(ctx, full, 1, T, W - 1);
+    return y;
+}
+
+pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H)
+{
+    int64_t E = x->shape[x->ndim - 1] / H;
+    PR_CHECK(E * H == x->shape[x->ndim - 1], "split_heads: last dim %lld is not a multiple of %lld heads",
+             (long long)x->shape[x->ndim - 1], (long long)H);
+    return pr_reshape(ctx, x, PR_DIMS(x->shape[0], x->shape[1], H, E));
+}
+
+pr_tensor *pr_merge_heads(pr_ctx *ctx, pr_tensor *x)
+{
+    return pr_reshape(ctx, x, PR_DIMS(x->shape[0], x->shape[1], x->shape[2] * x->shape[3]));
+}
+
+pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n)
+{
+    PR_CHECK(x->shape[dim] == 1, "repeat_dim: dim %d has size %lld, not 1", dim, (long long)x->shape[dim]);
+    if (n == 1) return x;
+    int64_t shape[PR_MAX_DIMS];
+    int nd = x->ndim - dim;   /* ones span dim..last, so they broadcast against x's trailing dims */
+    for (int i = 0; i < nd; i++) shape[i] = i == 0 ? n : 1;
+    pr_tensor *ones = pr_ones(ctx->step, x->dtype, x->device, nd, shape);
+    return pr_mul(ctx, x, ones);
+}
+
+pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale)
+{
+    /* the chunked form needs no multiple of the chunk; a single token takes the per-token form */
+    return (pr_recurrence_opts){.rule = rule, .scale = scale, .chunk = T == 1 ? 0 : c->chunk};
+}
+
+int64_t pr_config_head_dim(const pr_config *c)
+{
+    return c->head_dim ? c->head_dim : c->d_model / c->n_heads;
+}
+
+pr_init pr_init_std(const pr_config *c)
+{
+    return (pr_init){PR_INIT_NORMAL, c->init_std, 0};
+}

@@ -1,0 +1,300 @@
+/* models/config.c: the model config: one table of keys (type, default,
+ * allowed values, meaning) drives the defaults, JSON files, `key=value`
+ * overrides, presets, the --help text and the JSON dump. Nested JSON objects
+ * name dotted keys: {"prism": {"L": 2}} sets `prism.L`. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "models/models.h"
+
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE } key_type;
+
+typedef struct {
+    const char *key;
+    key_type type;
+    size_t offset, size;      /* size: the char buffer of a choice */
+    const char *def;          /* default, as it would be written after '=' */
+    const char *allowed;      /* choices "a|b|c"; for numbers "min..max" */
+    const char *doc;
+} key_info;
+
+#define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
+static const key_info keys[] = {
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear",
+     "the sequence mixer of every block"},
+    {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
+    {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
+    {"n_layers", KEY_INT, F(n_layers), "2", "1..1024", "number of blocks"},
+    {"n_heads", KEY_INT, F(n_heads), "4", "1..1024", "heads H of the mixer"},
+    {"head_dim", KEY_INT, F(head_dim), "0", "0..65536", "key/value dim per head K = V; 0: d_model / n_heads"},
+    {"conv_width", KEY_INT, F(conv_width), "4", "1..64", "width W of the causal depthwise ShortConv"},
+    {"vocab", KEY_INT, F(vocab), "256", "2..16777216", "LM vocabulary size"},
+    {"seq_len", KEY_INT, F(seq_len), "128", "1..16777216", "training sequence length"},
+    {"chunk", KEY_INT, F(chunk), "64", "0..4096", "recurrence chunk size; 0: per-token form"},
+    {"norm", KEY_CHOICE, F(norm), "rmsnorm", "rmsnorm|layernorm", "the blocks' and the final norm"},
+    {"norm_eps", KEY_FLOAT, F(norm_eps), "1e-5", "0..1", "eps of every norm"},
+    {"mlp", KEY_CHOICE, F(mlp), "auto", "swiglu|gelu|none|auto",
+     "the block's MLP; auto: swiglu, or none for mixers that carry none (mamba2)"},
+    {"mlp_mult", KEY_FLOAT, F(mlp_mult), "4", "0.01..64", "MLP hidden width = round(mlp_mult * d_model)"},
+    {"tie_embeddings", KEY_BOOL, F(tie_embeddings), "true", "true|false", "the LM head is the embedding's transpose"},
+    {"ignore_index", KEY_INT, F(ignore_index), "-100", "-2147483647..2147483647", "target id left out of the loss"},
+    {"seed", KEY_INT, F(seed), "1", "0..2147483647", "init seed (with each parameter's path)"},
+    {"init_std", KEY_FLOAT, F(init_std), "0.02", "0..10", "std of weights and embeddings at init"},
+    {"prism.L", KEY_INT, F(prism_L), "2", "0..8", "PRISM refinement writes; 0 is Gated DeltaNet"},
+    {"prism.gelu", KEY_BOOL, F(prism_gelu), "true", "true|false", "GELU on each refinement (off: p * r)"},
+    {"prism.shortconv", KEY_BOOL, F(prism_shortconv), "true", "true|false", "ShortConv on the anchor u"},
+    {"prism.gain", KEY_BOOL, F(prism_gain), "true", "true|false", "gain predictor p (off: p = 1)"},
+    {"gdn.gate", KEY_BOOL, F(gdn_gate), "true", "true|false", "gated output norm in gdn and prism"},
+    {"deltanet.gate", KEY_BOOL, F(deltanet_gate), "false", "true|false", "gated output norm in deltanet"},
+    {"mamba2.expand", KEY_INT, F(mamba2_expand), "2", "1..16", "inner width Di = expand * d_model"},
+    {"mamba2.head_dim", KEY_INT, F(mamba2_head_dim), "64", "1..4096", "head dim P (heads = Di / P)"},
+    {"mamba2.d_state", KEY_INT, F(mamba2_d_state), "128", "1..4096", "state size N"},
+    {"mamba2.n_groups", KEY_INT, F(mamba2_n_groups), "1", "1..1024", "groups G sharing B and C"},
+    {"linattn.feature_map", KEY_CHOICE, F(linattn_feature_map), "elementwise_product",
+     "elementwise_product|elu|relu|identity", "feature map on q and k"},
+    {"ttt.mini_batch", KEY_INT, F(ttt_mini_batch), "16", "1..4096", "TTT inner mini-batch b"},
+    {"ttt.base_lr", KEY_FLOAT, F(ttt_base_lr), "1", "0..1000", "TTT inner base learning rate"},
+    {"rec.n_items", KEY_INT, F(rec_n_items), "1000", "1..16777216", "recommendation: items (id 0 pads)"},
+};
+#undef F
+#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
+
+/* the presets, in the same format a --config file uses */
+static const struct { const char *name, *json; } presets[] = {
+    /* EXPERIMENTS.md section 1: D 16, 2 blocks, 4x GELU MLP, seq 128, vocab 64;
+     * heads are not stated there: 2 (ours) */
+    {"probe", "{\"d_model\":16,\"n_layers\":2,\"n_heads\":2,\"mlp\":\"gelu\",\"mlp_mult\":4,"
+              "\"seq_len\":128,\"vocab\":64,\"prism\":{\"L\":2},\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
+    {"rec-small", "{\"task\":\"rec\",\"d_model\":64,\"n_layers\":2,\"n_heads\":2,\"seq_len\":50,"
+                  "\"rec\":{\"n_items\":1000},\"mamba2\":{\"head_dim\":32,\"d_state\":32}}"},
+    {"lm-130m", "{\"d_model\":768,\"n_layers\":8,\"n_heads\":8,\"vocab\":32000,\"seq_len\":1024,"
+                "\"mlp_mult\":2.6666666666666665}"},
+};
+const char *const pr_config_presets[] = {"probe", "rec-small", "lm-130m", NULL};
+
+static const key_info *find_key(const char *key)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].key, key) == 0) return &keys[i];
+    return NULL;
+}
+
+static bool choice_ok(const char *allowed, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *s = allowed; s;) {
+        const char *bar = strchr(s, '|');
+        size_t len = bar ? (size_t)(bar - s) : strlen(s);
+        if (len == n && strncmp(s, v, n) == 0) return true;
+        s = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
+/* "lo..hi" (strtod alone would read "1." as the number) */
+static void range_of(const char *allowed, double *lo, double *hi)
+{
+    const char *dots = strstr(allowed, "..");
+    char first[32];
+    snprintf(first, sizeof first, "%.*s", (int)(dots - allowed), allowed);
+    *lo = strtod(first, NULL);
+    *hi = strtod(dots + 2, NULL);
+}
+
+static int bad_value(const key_info *k, const char *v, const char *why, pr_err *err)
+{
+    return pr_errf(err, "config: bad value '%s' for '%s' (%s; allowed: %s)", v, k->key, why, k->allowed);
+}
+
+/* set key k from its text form */
+static int set_text(pr_config *c, const key_info *k, const char *v, pr_err *err)
+{
+    char *field = (char *)c + k->offset, *end;
+    double lo = 0, hi = 0;
+    if (k->type == KEY_INT || k->type == KEY_FLOAT) range_of(k->allowed, &lo, &hi);
+    errno = 0;
+    switch (k->type) {
+    case KEY_INT: {
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || errno) return bad_value(k, v, "not an integer", err);
+        if (x < lo || x > hi) return bad_value(k, v, "out of range", err);
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case KEY_FLOAT: {
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) return bad_value(k, v, "not a number", err);
+        if (x < lo || x > hi) return bad_value(k, v, "out of range", err);
+        *(double *)field = x;
+        return 0;
+    }
+    case KEY_BOOL:
+        if (strcmp(v, "true") == 0 || strcmp(v, "on") == 0 || strcmp(v, "1") == 0) *(bool *)field = true;
+        else if (strcmp(v, "false") == 0 || strcmp(v, "off") == 0 || strcmp(v, "0") == 0) *(bool *)field = false;
+        else return bad_value(k, v, "not a boolean", err);
+        return 0;
+    case KEY_CHOICE:
+        if (!choice_ok(k->allowed, v)) return bad_value(k, v, "not one of the choices", err);
+        snprintf(field, k->size, "%s", v);
+        return 0;
+    }
+    return pr_errf(err, "config: key '%s' has no type", k->key);
+}
+
+pr_config pr_config_default(void)
+{
+    pr_config c;
+    memset(&c, 0, sizeof c);
+    pr_err err;
+    for (int i = 0; i < NKEYS; i++)
+        if (set_text(&c, &keys[i], keys[i].def, &err)) pr_fatal("%s", err.msg);  /* a bad table entry */
+    return c;
+}
+
+int pr_config_set(pr_config *c, const char *key_value, pr_err *err)
+{
+    const char *eq = strchr(key_value, '=');
+    if (!eq) return pr_errf(err, "config: '%s' is not key=value", key_value);
+    char key[64];
+    size_t n = (size_t)(eq - key_value);
+    if (n >= sizeof key) n = sizeof key - 1;
+    memcpy(key, key_value, n);
+    key[n] = '\0';
+    const key_info *k = find_key(key);
+    if (!k) return pr_errf(err, "config: unknown key '%s' (prism model --help lists the keys)", key);
+    return set_text(c, k, eq + 1, err);
+}
+
+/* one JSON member: objects recurse with a longer prefix, scalars set a key */
+static int apply_item(pr_config *c, const cJSON *it, const char *prefix, const char *what, pr_err *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%.63s%.63s", prefix, it->string ? it->string : "");
+    if (cJSON_IsObject(it)) {
+        char sub[130];
+        snprintf(sub, sizeof sub, "%s.", key);
+        for (const cJSON *ch = it->child; ch; ch = ch->next)
+            if (apply_item(c, ch, sub, what, err)) return -1;
+        return 0;
+    }
+    const key_info *k = find_key(key);
+    if (!k) return pr_errf(err, "%s: unknown key '%s' (prism model --help lists the keys)", what, key);
+    char text[64];
+    if (cJSON_IsBool(it)) snprintf(text, sizeof text, "%s", cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsString(it)) snprintf(text, sizeof text, "%s", it->valuestring);
+    else if (cJSON_IsNumber(it)) snprintf(text, sizeof text, k->type == KEY_INT && it->valuedouble == floor(it->valuedouble)
+                                          ? "%.0f" : "%.17g", it->valuedouble);
+    else return pr_errf(err, "%s: '%s' must be a number, string or boolean (allowed: %s)", what, key, k->allowed);
+    if (k->type == KEY_BOOL && !cJSON_IsBool(it))
+        return pr_errf(err, "%s: '%s' must be true or false", what, key);
+    if ((k->type == KEY_INT || k->type == KEY_FLOAT) && !cJSON_IsNumber(it))
+        return pr_errf(err, "%s: '%s' must be a number (allowed: %s)", what, key, k->allowed);
+    if (set_text(c, k, text, err)) return pr_errf(err, "%s: %s", what, err->msg);
+    return 0;
+}
+
+int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_err *err)
+{
+    cJSON *root = cJSON_Parse(json);
+    if (!root) return pr_errf(err, "%s: malformed JSON near '%.20s'", what, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
+    int rc = 0;
+    if (!cJSON_IsObject(root)) rc = pr_errf(err, "%s: the config must be a JSON object", what);
+    for (const cJSON *it = root->child; rc == 0 && it; it = it->next) rc = apply_item(c, it, "", what, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int pr_config_load(pr_config *c, const char *path, pr_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)(n > 0 ? n : 0) + 1);
+    PR_CHECK(buf, "config: out of host memory");
+    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
+    fclose(f);
+    buf[got] = '\0';
+    int rc = pr_config_apply_json(c, buf, path, err);
+    free(buf);
+    return rc;
+}
+
+int pr_config_preset(pr_config *c, const char *name, pr_err *err)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) return pr_config_apply_json(c, presets[i].json, name, err);
+    return pr_errf(err, "config: unknown preset '%s' (allowed: probe|rec-small|lm-130m)", name);
+}
+
+int pr_config_check(const pr_config *c, pr_err *err)
+{
+    if (!pr_mixer_by_name(c->mixer)) return pr_errf(err, "config: mixer '%s' is not built yet", c->mixer);
+    if (!c->head_dim && c->d_model % c->n_heads)
+        return pr_errf(err, "config: d_model %d is not a multiple of n_heads %d (or set head_dim)", c->d_model,
+                       c->n_heads);
+    int64_t di = (int64_t)c->mamba2_expand * c->d_model;
+    if (strcmp(c->mixer, "mamba2") == 0 && di % c->mamba2_head_dim)
+        return pr_errf(err, "config: mamba2.head_dim %d does not divide mamba2.expand * d_model = %lld",
+                       c->mamba2_head_dim, (long long)di);
+    if (strcmp(c->mixer, "mamba2") == 0 && (di / c->mamba2_head_dim) % c->mamba2_n_groups)
+        return pr_errf(err, "config: mamba2.n_groups %d does not divide the %lld heads", c->mamba2_n_groups,
+                       (long long)(di / c->mamba2_head_dim));
+    if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
+        return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
+    return 0;
+}
+
+void pr_config_print_help(FILE *f)
+{
+    fprintf(f, "  %-22s %-6s %-20s %s\n", "key", "type", "default", "meaning (allowed)");
+    static const char *const type_names[] = {"int", "float", "bool", "choice"};
+    for (int i = 0; i < NKEYS; i++)
+        fprintf(f, "  %-22s %-6s %-20s %s (%s)\n", keys[i].key, type_names[keys[i].type], keys[i].def, keys[i].doc,
+                keys[i].allowed);
+}
+
+void pr_config_print_markdown(FILE *f)
+{
+    static const char *const type_names[] = {"int", "float", "bool", "choice"};
+    fprintf(f, "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < NKEYS; i++) {
+        fprintf(f, "| `%s` | %s | `%s` | ", keys[i].key, type_names[keys[i].type], keys[i].def);
+        for (const char *a = keys[i].allowed; *a; a++) fputs(*a == '|' ? ", " : (char[]){*a, 0}, f);
+        fprintf(f, " | %s |\n", keys[i].doc);
+    }
+}
+
+char *pr_config_to_json(const pr_config *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    for (int i = 0; i < NKEYS; i++) {
+        const key_info *k = &keys[i];
+        cJSON *parent = root;
+        char name[64];
+        snprintf(name, sizeof name, "%s", k->key);
+        char *dot = strchr(name, '.'), *leaf = name;
+        if (dot) {
+            *dot = '\0';
+            leaf = dot + 1;
+            parent = cJSON_GetObjectItemCaseSensitive(root, name);
+            if (!parent) parent = cJSON_AddObjectToObject(root, name);
+        }
+        const char *field = (const char *)c + k->offset;
+        switch (k->type) {
+        case KEY_INT: cJSON_AddNumberToObject(parent, leaf, *(const int *)field); break;
+        case KEY_FLOAT: cJSON_AddNumberToObject(parent, leaf, *(const double *)field); break;
+        case KEY_BOOL: cJSON_AddBoolToObject(parent, leaf, *(const bool *)field); break;
+        case KEY_CHOICE: cJSON_AddStringToObject(parent, leaf, field); break;
+        }
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}

@@ -1,0 +1,185 @@
+/* models/model.c: pre-norm residual blocks and the two model heads.
+ *
+ *   block:  h = h + mixer(norm1(h));  h = h + mlp(norm2(h))   (no MLP: the first line only)
+ *   SwiGLU: (silu(x Wgate) * (x Wup)) Wdown;   GELU: gelu(x Wup + bup) Wdown + bdown
+ *   LM:     logits = norm_f(blocks(embed[ids])) (embed^T | lm_head); loss = CE, ignore_index
+ *   rec:    scores = norm_f(blocks(item_embed[items]))[:, last] item_embed^T  (all items; id 0 pads)
+ *           sampled: bce(s_pos, 1) + bce(s_neg, 0), each a mean, s = last . item_embed[id]
+ * Paths: embed, layers.<i>.{norm1,norm2}.{w,b}, layers.<i>.mixer.*, layers.<i>.mlp.*, norm_f.*, lm_head. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/models.h"
+
+static bool has_mlp(const pr_model *m)
+{
+    const char *k = m->cfg.mlp;
+    return strcmp(k, "swiglu") == 0 || strcmp(k, "gelu") == 0 || (strcmp(k, "auto") == 0 && m->mixer->mlp);
+}
+
+static bool is_gelu_mlp(const pr_model *m) { return strcmp(m->cfg.mlp, "gelu") == 0; }
+
+static void build_norm(pr_params *r, const pr_config *c, const char *name, pr_norm_params *n)
+{
+    pr_params_push(r, "%s", name);
+    n->w = pr_param_new(r, "w", (pr_init){PR_INIT_CONST, 1, 0}, false, PR_DIMS(c->d_model));
+    if (strcmp(c->norm, "layernorm") == 0)
+        n->b = pr_param_new(r, "b", (pr_init){PR_INIT_CONST, 0, 0}, false, PR_DIMS(c->d_model));
+    pr_params_pop(r);
+}
+
+static void build_mlp(pr_model *m, pr_block *b)
+{
+    pr_params *r = m->params;
+    const pr_config *c = &m->cfg;
+    int64_t D = c->d_model, F = (int64_t)llround(c->mlp_mult * D);
+    pr_init w = pr_init_std(c), zero = {PR_INIT_CONST, 0, 0};
+    pr_params_push(r, "mlp");
+    b->w_up = pr_param_new(r, "w_up", w, true, PR_DIMS(D, F));
+    if (is_gelu_mlp(m)) b->b_up = pr_param_new(r, "b_up", zero, false, PR_DIMS(F));
+    else b->w_gate = pr_param_new(r, "w_gate", w, true, PR_DIMS(D, F));
+    b->w_down = pr_param_new(r, "w_down", w, true, PR_DIMS(F, D));
+    if (is_gelu_mlp(m)) b->b_down = pr_param_new(r, "b_down", zero, false, PR_DIMS(D));
+    pr_params_pop(r);
+}
+
+pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev)
+{
+    pr_err err;
+    if (pr_config_check(c, &err)) pr_fatal("%s", err.msg);
+    pr_model *m = calloc(1, sizeof *m);
+    PR_CHECK(m, "model: out of host memory");
+    m->cfg = *c;
+    m->mixer = pr_mixer_by_name(c->mixer);
+    m->params = pr_params_new(dt, dev);
+    pr_params *r = m->params;
+    bool rec = strcmp(c->task, "rec") == 0;
+    int64_t rows = rec ? (int64_t)c->rec_n_items + 1 : c->vocab;
+    m->embed = pr_param_new(r, "embed", pr_init_std(c), true, PR_DIMS(rows, c->d_model));
+    m->blocks = pr_arena_alloc(r->arena, sizeof *m->blocks * (size_t)c->n_layers);
+    for (int i = 0; i < c->n_layers; i++) {
+        pr_block *b = &m->blocks[i];
+        pr_params_push(r, "layers.%d", i);
+        build_norm(r, c, "norm1", &b->norm1);
+        pr_params_push(r, "mixer");
+        b->mixer = m->mixer->build(r, c);
+        pr_params_pop(r);
+        if (has_mlp(m)) {
+            build_norm(r, c, "norm2", &b->norm2);
+            build_mlp(m, b);
+        }
+        pr_params_pop(r);
+    }
+    build_norm(r, c, "norm_f", &m->norm_f);
+    if (!rec && !c->tie_embeddings)
+        m->lm_head = pr_param_new(r, "lm_head", pr_init_std(c), true, PR_DIMS(c->d_model, c->vocab));
+    return m;
+}
+
+void pr_model_free(pr_model *m)
+{
+    if (!m) return;
+    pr_params_free(m->params);
+    free(m);
+}
+
+void pr_model_init(pr_model *m) { pr_params_init(m->params, (uint64_t)m->cfg.seed); }
+
+pr_tensor *pr_model_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n, pr_tensor *x)
+{
+    if (n->b) return pr_layernorm(ctx, x, n->w, n->b, m->cfg.norm_eps);
+    return pr_rmsnorm(ctx, x, n->w, m->cfg.norm_eps);
+}
+
+static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_block *b, pr_tensor *x)
+{
+    if (b->w_gate) {
+        pr_tensor *gate = pr_silu(ctx, pr_linear(ctx, x, b->w_gate, NULL));
+        return pr_linear(ctx, pr_mul(ctx, gate, pr_linear(ctx, x, b->w_up, NULL)), b->w_down, NULL);
+    }
+    return pr_linear(ctx, pr_gelu(ctx, pr_linear(ctx, x, b->w_up, b->b_up)), b->w_down, b->b_down);
+}
+
+pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_layer_state *st)
+{
+    const pr_block *b = &m->blocks[i];
+    pr_tensor *x = pr_model_norm(ctx, m, &b->norm1, h);
+    h = pr_add(ctx, h, m->mixer->forward(ctx, b->mixer, &m->cfg, x, st));
+    if (b->w_up) h = pr_add(ctx, h, mlp_forward(ctx, b, pr_model_norm(ctx, m, &b->norm2, h)));
+    return h;
+}
+
+pr_tensor *pr_model_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_model_state *st)
+{
+    PR_CHECK(ids->ndim == 2, "model: ids must be [B, T], got %d dims", ids->ndim);
+    PR_CHECK(!st || st->n == m->cfg.n_layers, "model: state has %d layers, the model %d", st ? st->n : 0,
+             m->cfg.n_layers);
+    pr_tensor *h = pr_embedding(ctx, m->embed, ids);
+    for (int i = 0; i < m->cfg.n_layers; i++) h = pr_block_forward(ctx, m, i, h, st ? &st->layer[i] : NULL);
+    return pr_model_norm(ctx, m, &m->norm_f, h);
+}
+
+pr_tensor *pr_lm_logits(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_model_state *st)
+{
+    pr_tensor *h = pr_model_hidden(ctx, m, ids, st);
+    return m->lm_head ? pr_matmul(ctx, h, m->lm_head, false, false) : pr_matmul(ctx, h, m->embed, false, true);
+}
+
+pr_tensor *pr_lm_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_tensor *targets)
+{
+    return pr_cross_entropy(ctx, pr_lm_logits(ctx, m, ids, NULL), targets, m->cfg.ignore_index);
+}
+
+pr_tensor *pr_rec_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *items)
+{
+    pr_tensor *h = pr_model_hidden(ctx, m, items, NULL);
+    int64_t B = h->shape[0], T = h->shape[1], D = h->shape[2];
+    pr_tensor *last = pr_reshape(ctx, pr_slice(ctx, h, 1, T - 1, 1), PR_DIMS(B, D));
+    return pr_matmul(ctx, last, m->embed, false, true);
+}
+
+pr_tensor *pr_rec_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target)
+{
+    return pr_cross_entropy(ctx, pr_rec_scores(ctx, m, items), target, m->cfg.ignore_index);
+}
+
+pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target,
+                               pr_tensor *negatives)
+{
+    PR_CHECK(negatives->ndim == 2 && negatives->shape[0] == items->shape[0],
+             "rec: negatives must be [B, N] with B = %lld, got %d dims", (long long)items->shape[0], negatives->ndim);
+    pr_tensor *h = pr_model_hidden(ctx, m, items, NULL);
+    int64_t B = h->shape[0], T = h->shape[1], D = h->shape[2];
+    pr_tensor *last = pr_reshape(ctx, pr_slice(ctx, h, 1, T - 1, 1), PR_DIMS(B, 1, D));
+    pr_tensor *pos = pr_embedding(ctx, m->embed, pr_view(ctx->step, target, PR_DIMS(B, 1)));   /* [B,1,D] */
+    pr_tensor *neg = pr_embedding(ctx, m->embed, negatives);                                   /* [B,N,D] */
+    pr_tensor *s_pos = pr_matmul(ctx, last, pos, false, true), *s_neg = pr_matmul(ctx, last, neg, false, true);
+    pr_tensor *ones = pr_ones(ctx->step, s_pos->dtype, s_pos->device, s_pos->ndim, s_pos->shape);
+    pr_tensor *zeros = pr_zeros(ctx->step, s_neg->dtype, s_neg->device, s_neg->ndim, s_neg->shape);
+    return pr_add(ctx, pr_bce_logits(ctx, s_pos, ones), pr_bce_logits(ctx, s_neg, zeros));
+}
+
+pr_model_state *pr_model_state_new(const pr_model *m)
+{
+    pr_model_state *s = calloc(1, sizeof *s);
+    PR_CHECK(s, "model: out of host memory");
+    s->n = m->cfg.n_layers;
+    s->layer = calloc((size_t)s->n, sizeof *s->layer);
+    PR_CHECK(s->layer, "model: out of host memory");
+    return s;
+}
+
+void pr_model_state_keep(pr_model_state *s, pr_arena *a)
+{
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < PR_STATE_SLOTS; j++)
+            if (s->layer[i].slot[j]) s->layer[i].slot[j] = pr_clone(a, s->layer[i].slot[j]);
+}
+
+void pr_model_state_free(pr_model_state *s)
+{
+    if (!s) return;
+    free(s->layer);
+    free(s);
+}

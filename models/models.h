@@ -1,0 +1,226 @@
+/* models/models.h: layers, blocks and models built from ops, their configs
+ * and the parameter registry.
+ *
+ * A layer is a plain struct of parameter tensors plus a forward made of ops,
+ * so the tape differentiates it; no layer owns a hand-written backward.
+ * Every parameter is registered under a path (`layers.3.mixer.w_k.0`) in one
+ * registry per model, which serves initialization (a Philox stream keyed by
+ * (seed, path)), checkpoints, gradient norms and parameter counts.
+ * models/README.md writes down the math of each layer as implemented.
+ */
+#ifndef PR_MODELS_H
+#define PR_MODELS_H
+
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- config (models/config.c) ------------------------------------------------
+ * One flat struct; its keys are dotted paths (`prism.L`). The table in
+ * config.c gives every key's type, default, allowed values and meaning; the
+ * --help text and models/README.md's table come from it. */
+typedef struct pr_config {
+    char mixer[24];
+    char task[8];
+    int d_model, n_layers, n_heads, head_dim, conv_width, vocab, seq_len, chunk;
+    char norm[16];
+    double norm_eps;
+    char mlp[16];
+    double mlp_mult;
+    bool tie_embeddings;
+    int ignore_index;
+    int seed;
+    double init_std;
+    int prism_L;
+    bool prism_gelu, prism_shortconv, prism_gain;
+    bool gdn_gate, deltanet_gate;
+    int mamba2_expand, mamba2_head_dim, mamba2_d_state, mamba2_n_groups;
+    char linattn_feature_map[24];
+    int ttt_mini_batch;
+    double ttt_base_lr;
+    int rec_n_items;
+} pr_config;
+
+/* the defaults of every key */
+pr_config pr_config_default(void);
+/* apply a preset by name ("probe", "rec-small", "lm-130m"); -1 with err if unknown */
+int pr_config_preset(pr_config *c, const char *name, pr_err *err);
+/* apply a JSON text / file (nested objects give dotted keys); -1 with err on
+ * malformed JSON, an unknown key or a bad value */
+int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_err *err);
+int pr_config_load(pr_config *c, const char *path, pr_err *err);
+/* apply one `key=value`; -1 with err naming the key and the allowed values */
+int pr_config_set(pr_config *c, const char *key_value, pr_err *err);
+/* cross-field checks (divisibility, ranges); -1 with err naming the key */
+int pr_config_check(const pr_config *c, pr_err *err);
+/* the table of keys: `key  type  default  allowed  meaning`, one a line */
+void pr_config_print_help(FILE *f);
+/* the same table in Markdown (models/README.md holds a copy; a test compares) */
+void pr_config_print_markdown(FILE *f);
+/* the config as one JSON object (caller frees) */
+char *pr_config_to_json(const pr_config *c);
+/* names of the presets, NULL-terminated */
+extern const char *const pr_config_presets[];
+
+/* ---- parameter registry (models/params.c) ------------------------------------ */
+typedef enum {
+    PR_INIT_NORMAL,       /* N(0, a) */
+    PR_INIT_UNIFORM,      /* U(a, b) */
+    PR_INIT_CONST,        /* a */
+    PR_INIT_LOG_UNIFORM,  /* ln U(a, b)          (A_log) */
+    PR_INIT_DT_BIAS,      /* softplus^-1 of dt = exp(U(ln a, ln b)), dt >= 1e-4 */
+} pr_init_kind;
+typedef struct { pr_init_kind kind; double a, b; } pr_init;
+
+typedef struct {
+    char *path;
+    pr_tensor *t;         /* requires grad; t->name == path */
+    pr_init init;
+    bool decay;           /* weight decay applies (false: norms, biases, A_log, dt_bias) */
+} pr_param;
+
+typedef struct pr_params {
+    pr_arena *arena;      /* the parameters' data and the layer structs */
+    pr_dtype dtype;
+    pr_device device;
+    int n, cap;
+    pr_param *p;
+    char prefix[256];     /* the current path prefix, "layers.3.mixer." */
+    int depth, mark[16];
+} pr_params;
+
+pr_params *pr_params_new(pr_dtype dt, pr_device dev);
+void pr_params_free(pr_params *r);
+/* enter / leave a path component: push("layers.%d", 3) then push("mixer") */
+void pr_params_push(pr_params *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pr_params_pop(pr_params *r);
+/* a new parameter at prefix + name; duplicate paths are fatal */
+pr_tensor *pr_param_new(pr_params *r, const char *name, pr_init init, bool decay, int ndim,
+                        const int64_t *shape);
+/* fill every parameter from its own stream: stream = hash(path), so a
+ * parameter's values depend on (seed, path, shape) only */
+void pr_params_init(pr_params *r, uint64_t seed);
+void pr_param_init_one(const pr_param *p, uint64_t seed);
+const pr_param *pr_params_find(const pr_params *r, const char *path); /* NULL if absent */
+int64_t pr_params_count(const pr_params *r);
+/* sqrt of the sum of every parameter's squared grad (missing grads count 0) */
+double pr_params_grad_norm(const pr_params *r);
+void pr_params_zero_grads(const pr_params *r);
+/* parameter grads live in the grads arena of the context that made them:
+ * drop the registry's pointers to them before freeing that context, when the
+ * parameters will meet another one */
+void pr_params_release_grads(const pr_params *r);
+/* every parameter into `to` (another dtype/device), same paths */
+pr_params *pr_params_copy(const pr_params *r, pr_dtype dt, pr_device dev);
+/* checkpoints: safetensors, tensor names = paths; load needs every path, of the same shape */
+int pr_params_save(const pr_params *r, const char *file, pr_err *err);
+int pr_params_load(pr_params *r, const char *file, pr_err *err);
+
+/* ---- layers (models/<mixer>.c) --------------------------------------------------
+ * A mixer maps x [B,T,D] (the block's normalized input) to y [B,T,D]. With a
+ * state, it starts from the carried state (NULL slots: a fresh sequence) and
+ * leaves the state after its last token there, so a sequence can run whole,
+ * or as a prefix and then one token at a time. Slots hold the ShortConv
+ * windows (the last W-1 inputs) and the recurrent state. */
+#define PR_STATE_SLOTS 6
+typedef struct { pr_tensor *slot[PR_STATE_SLOTS]; } pr_layer_state;
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    bool mlp;             /* whether its blocks carry an MLP by default (Mamba-2: no) */
+    /* register the parameters under r's current prefix; the layer struct lives in r->arena */
+    void *(*build)(pr_params *r, const pr_config *c);
+    pr_tensor *(*forward)(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st);
+} pr_mixer_def;
+
+extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
+    pr_mixer_linattn, pr_mixer_ttt_linear;
+const pr_mixer_def *pr_mixer_by_name(const char *name);  /* NULL if unknown */
+extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
+
+/* ---- shared pieces (models/common.c) ------------------------------------------ */
+/* x [..., in] @ w [in, out] (+ b [out]) */
+pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b);
+/* causal depthwise conv over time of x [B,T,C] with w [C,W] (+ bias), starting
+ * from the window *win [B,W-1,C] (NULL: zeros) and, when win != NULL, leaving
+ * the last W-1 inputs there */
+pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win);
+/* [B,T,H*E] <-> [B,T,H,E] */
+pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H);
+pr_tensor *pr_merge_heads(pr_ctx *ctx, pr_tensor *x);
+/* x with its dim `dim` (size 1) repeated n times (broadcast against ones) */
+pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n);
+/* the recurrence options of a config (chunk size; per-token when T == 1) */
+pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale);
+/* the head sizes of the attention-like mixers: K = head_dim or d_model / n_heads */
+int64_t pr_config_head_dim(const pr_config *c);
+/* an init of N(0, init_std) */
+pr_init pr_init_std(const pr_config *c);
+
+/* ---- Gated DeltaNet base path, shared by gdn.c and prism.c ---------------------- */
+typedef struct {
+    pr_tensor *q_proj, *k_proj, *v_proj, *a_proj, *b_proj;  /* [D,HK] [D,HK] [D,HV] [D,H] [D,H] */
+    pr_tensor *q_conv, *k_conv, *v_conv;                     /* [HK,W] [HK,W] [HV,W] */
+    pr_tensor *A_log, *dt_bias;                              /* [H] */
+    pr_tensor *g_proj, *o_norm, *o_proj;                     /* [D,HV] or NULL, [V], [HV,D] */
+} pr_gdn_base;
+typedef struct { pr_tensor *q, *k, *v, *g, *beta; } pr_gdn_inputs;  /* q,k [B,T,H,K]; v [B,T,H,V]; g,beta [B,T,H] */
+void pr_gdn_base_build(pr_params *r, const pr_config *c, pr_gdn_base *l, bool decay, bool gate);
+/* slots 0..2 of st: the q, k, v conv windows */
+pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x,
+                                 pr_layer_state *st);
+/* y = concat_heads(norm(o) [* silu(x W_g)]) W_o */
+pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x, pr_tensor *o);
+
+/* ---- blocks and models (models/model.c) ---------------------------------------- */
+typedef struct { pr_tensor *w, *b; } pr_norm_params;
+typedef struct {
+    pr_norm_params norm1, norm2;
+    void *mixer;
+    pr_tensor *w_up, *b_up, *w_gate, *w_down, *b_down;  /* MLP (SwiGLU: no biases; GELU: no gate) */
+} pr_block;
+
+typedef struct pr_model {
+    pr_config cfg;
+    const pr_mixer_def *mixer;
+    pr_params *params;
+    pr_block *blocks;
+    pr_tensor *embed;       /* [vocab, D] (rec: [n_items+1, D], row 0 padding) */
+    pr_norm_params norm_f;
+    pr_tensor *lm_head;     /* [D, vocab], NULL when tied */
+} pr_model;
+
+typedef struct { int n; pr_layer_state *layer; } pr_model_state;
+
+/* builds and registers every parameter (values: zeros; call pr_model_init) */
+pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev);
+void pr_model_free(pr_model *m);
+void pr_model_init(pr_model *m);                /* pr_params_init with cfg.seed */
+pr_tensor *pr_model_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n, pr_tensor *x);
+/* h + mixer(norm1(h)), then + mlp(norm2(.)) */
+pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_layer_state *st);
+/* ids [B,T] int32/int64 -> final-normed hidden [B,T,D]; st NULL or from pr_model_state_new */
+pr_tensor *pr_model_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_model_state *st);
+/* LM: logits [B,T,vocab]; loss: mean cross-entropy over targets != ignore_index */
+pr_tensor *pr_lm_logits(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_model_state *st);
+pr_tensor *pr_lm_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_tensor *targets);
+/* recommendation: scores of the last position against every item [B, n_items+1];
+ * loss: cross-entropy against the next item `target` [B] */
+pr_tensor *pr_rec_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *items);
+pr_tensor *pr_rec_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target);
+/* the same against sampled negatives [B, N] (item ids): mean BCE of the next
+ * item's score against 1 plus mean BCE of the negatives' scores against 0 */
+pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target,
+                               pr_tensor *negatives);
+pr_model_state *pr_model_state_new(const pr_model *m);
+/* copy every carried state tensor into arena a, so the step arena can be reset */
+void pr_model_state_keep(pr_model_state *s, pr_arena *a);
+void pr_model_state_free(pr_model_state *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,155 @@
+/* models/ttt_linear.c: the TTT-Linear layer (BASELINES.md 4.3, the official
+ * block without share_qk and pre_conv) driving the fla-form op pr_ttt_linear.
+ *
+ *   XQ = x Wq, XK = x Wk, XV = x Wv; XQ, XK <- RoPE-pair per head at position (t mod b)
+ *   eta_t = base_lr * tok(t mod b) * sigmoid(x_t W_lr + b_lr) / K,  tok(i) = max(0, 1/(i+1) + tau_i)
+ *   Z = concat_heads(ttt_linear(XQ, XK, XV, eta; W0, c0, ln_w, ln_b))  (op: z + LN(z), q scaled K^-1/2)
+ *   y = (gelu_tanh(x Wg) * ln(Z; eps 1e-6)) Wo
+ * W0 [H,K,K] and c0 [H,1,K] (the inner model's start) are learned.
+ *
+ * Decoding: the op moves its inner weights at mini-batch ends only, so the
+ * state holds the weights at the start of the open mini-batch (slots 0, 1)
+ * and that mini-batch's projected tokens (slots 2..5: q, k, v, eta); each call
+ * re-runs the open mini-batch with the new tokens, which gives exactly the
+ * whole-sequence outputs. */
+#include <math.h>
+
+#include "models/models.h"
+
+enum { SLOT_W, SLOT_C, SLOT_Q, SLOT_K, SLOT_V, SLOT_ETA };
+
+typedef struct {
+    pr_tensor *q_proj, *k_proj, *v_proj, *g_proj, *o_proj;   /* [D,HK] x4, [HK,D] */
+    pr_tensor *lr_proj, *lr_bias, *tau;                       /* [D,H], [H], [b,1] */
+    pr_tensor *ttt_w, *ttt_b, *W0, *c0;                       /* [H,K] [H,K] [H,K,K] [H,1,K] */
+    pr_tensor *post_w, *post_b;                               /* [HK] */
+} ttt_layer;
+
+static void *ttt_build(pr_params *r, const pr_config *c)
+{
+    ttt_layer *l = pr_arena_alloc(r->arena, sizeof *l);
+    int64_t D = c->d_model, H = c->n_heads, K = pr_config_head_dim(c), HK = H * K;
+    pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, zero = {PR_INIT_CONST, 0, 0};
+    l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
+    l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
+    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HK));
+    l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HK));
+    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+    l->lr_proj = pr_param_new(r, "lr_proj", w, true, PR_DIMS(D, H));
+    l->lr_bias = pr_param_new(r, "lr_bias", zero, false, PR_DIMS(H));
+    l->tau = pr_param_new(r, "tau", zero, false, PR_DIMS(c->ttt_mini_batch, 1));
+    l->ttt_w = pr_param_new(r, "ttt_norm_w", one, false, PR_DIMS(H, K));
+    l->ttt_b = pr_param_new(r, "ttt_norm_b", zero, false, PR_DIMS(H, K));
+    l->W0 = pr_param_new(r, "W0", w, true, PR_DIMS(H, K, K));
+    l->c0 = pr_param_new(r, "c0", zero, false, PR_DIMS(H, 1, K));
+    l->post_w = pr_param_new(r, "post_norm_w", one, false, PR_DIMS(HK));
+    l->post_b = pr_param_new(r, "post_norm_b", zero, false, PR_DIMS(HK));
+    return l;
+}
+
+/* a constant [n0, n1, n2, n3] of x's dtype and device from f(i, j) at [i, 0, j, 0] */
+static pr_tensor *table(pr_ctx *ctx, const pr_tensor *like, int64_t rows, int64_t cols, int64_t start, int64_t b,
+                        double (*f)(int64_t pos, int64_t j, int64_t cols))
+{
+    pr_tensor *h = pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(rows, 1, cols, 1));
+    double *v = h->data;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) v[i * cols + j] = f((start + i) % b, j, cols);
+    return pr_to(ctx->step, h, like->dtype, like->device);
+}
+
+static double rope_angle(int64_t pos, int64_t j, int64_t half) { return (double)pos * pow(10000.0, -(double)j / (double)half); }
+static double rope_cos(int64_t pos, int64_t j, int64_t half) { return cos(rope_angle(pos, j, half)); }
+static double rope_sin(int64_t pos, int64_t j, int64_t half) { return sin(rope_angle(pos, j, half)); }
+static double inv_pos(int64_t pos, int64_t j, int64_t n) { (void)j, (void)n; return 1.0 / (double)(pos + 1); }
+
+/* RoPE on pairs (2i, 2i+1) of each head of x [B,T,H,K], positions (start + t) mod b */
+static pr_tensor *rope_pair(pr_ctx *ctx, pr_tensor *x, int64_t start, int64_t b)
+{
+    int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], K = x->shape[3];
+    PR_CHECK(K % 2 == 0, "ttt_linear: head dim %lld must be even for RoPE", (long long)K);
+    pr_tensor *cs = table(ctx, x, T, K / 2, start, b, rope_cos), *sn = table(ctx, x, T, K / 2, start, b, rope_sin);
+    pr_tensor *ab[2];
+    pr_split(ctx, pr_reshape(ctx, x, PR_DIMS(B, T, H, K / 2, 2)), 4, 2, (const int64_t[]){1, 1}, ab);
+    pr_tensor *a = pr_sub(ctx, pr_mul(ctx, ab[0], cs), pr_mul(ctx, ab[1], sn));
+    pr_tensor *c = pr_add(ctx, pr_mul(ctx, ab[0], sn), pr_mul(ctx, ab[1], cs));
+    return pr_reshape(ctx, pr_concat(ctx, 2, (pr_tensor *[]){a, c}, 4), PR_DIMS(B, T, H, K));
+}
+
+/* eta [B,T,H,1] for tokens at mini-batch positions (start + t) mod b */
+static pr_tensor *inner_lr(pr_ctx *ctx, const ttt_layer *l, const pr_config *c, pr_tensor *x, int64_t start)
+{
+    int64_t B = x->shape[0], T = x->shape[1], H = c->n_heads, b = c->ttt_mini_batch;
+    pr_tensor *pos = pr_empty(ctx->step, PR_I64, PR_CPU, PR_DIMS(T));
+    for (int64_t t = 0; t < T; t++) ((int64_t *)pos->data)[t] = (start + t) % b;
+    if (x->device != PR_CPU) pos = pr_to(ctx->step, pos, PR_I64, x->device);
+    pr_tensor *inv = pr_reshape(ctx, table(ctx, x, T, 1, start, b, inv_pos), PR_DIMS(T, 1));
+    pr_tensor *tok = pr_relu(ctx, pr_add(ctx, pr_embedding(ctx, l->tau, pos), inv));           /* [T,1] */
+    pr_tensor *gate = pr_sigmoid(ctx, pr_linear(ctx, x, l->lr_proj, l->lr_bias));              /* [B,T,H] */
+    double k = c->ttt_base_lr / (double)pr_config_head_dim(c);
+    return pr_reshape(ctx, pr_scale(ctx, pr_mul(ctx, gate, tok), k), PR_DIMS(B, T, H, 1));
+}
+
+/* the learned start W0, c0 broadcast over the batch */
+static void start_weights(pr_ctx *ctx, const ttt_layer *l, int64_t B, pr_tensor **W, pr_tensor **cb)
+{
+    int64_t H = l->W0->shape[0], K = l->W0->shape[1];
+    *W = pr_repeat_dim(ctx, pr_reshape(ctx, l->W0, PR_DIMS(1, H, K, K)), 0, B);
+    *cb = pr_repeat_dim(ctx, pr_reshape(ctx, l->c0, PR_DIMS(1, H, 1, K)), 0, B);
+}
+
+static pr_tensor *cat_time(pr_ctx *ctx, pr_tensor *prev, pr_tensor *x)
+{
+    return prev ? pr_concat(ctx, 2, (pr_tensor *[]){prev, x}, 1) : x;
+}
+
+/* the op over q, k, v, eta from (W, cb); with st, only whole mini-batches move the state */
+static pr_tensor *run_inner(pr_ctx *ctx, const ttt_layer *l, const pr_config *c, pr_tensor *const qkve[4],
+                            pr_tensor *W, pr_tensor *cb, pr_layer_state *st)
+{
+    pr_ttt_opts opt = {.mini_batch = c->ttt_mini_batch, .eps = 1e-6};
+    int64_t T = qkve[0]->shape[1], b = c->ttt_mini_batch, whole = T / b * b;
+    if (!st) return pr_ttt_linear(ctx, &opt, qkve[0], qkve[1], qkve[2], l->ttt_w, l->ttt_b, qkve[3], W, cb, NULL, NULL);
+    pr_tensor *o = NULL;
+    if (whole > 0) {
+        pr_tensor *s[4];
+        for (int i = 0; i < 4; i++) s[i] = whole == T ? qkve[i] : pr_slice(ctx, qkve[i], 1, 0, whole);
+        o = pr_ttt_linear(ctx, &opt, s[0], s[1], s[2], l->ttt_w, l->ttt_b, s[3], W, cb, &W, &cb);
+    }
+    st->slot[SLOT_W] = W, st->slot[SLOT_C] = cb;
+    for (int i = 0; i < 4; i++) st->slot[SLOT_Q + i] = whole < T ? pr_slice(ctx, qkve[i], 1, whole, T - whole) : NULL;
+    if (whole == T) return o;
+    pr_tensor *rest = pr_ttt_linear(ctx, &opt, st->slot[SLOT_Q], st->slot[SLOT_K], st->slot[SLOT_V], l->ttt_w,
+                                    l->ttt_b, st->slot[SLOT_ETA], W, cb, NULL, NULL);
+    return cat_time(ctx, o, rest);
+}
+
+static pr_tensor *ttt_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
+{
+    const ttt_layer *l = layer;
+    int64_t H = c->n_heads, T = x->shape[1], b = c->ttt_mini_batch;
+    int64_t open = st && st->slot[SLOT_Q] ? st->slot[SLOT_Q]->shape[1] : 0;   /* tokens of the open mini-batch */
+    pr_tensor *qkve[4];
+    qkve[0] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->q_proj, NULL), H), open, b);
+    qkve[1] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), H), open, b);
+    qkve[2] = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);
+    qkve[3] = inner_lr(ctx, l, c, x, open);
+    pr_tensor *W, *cb;
+    if (st && st->slot[SLOT_W]) W = st->slot[SLOT_W], cb = st->slot[SLOT_C];
+    else start_weights(ctx, l, x->shape[0], &W, &cb);
+    if (open)
+        for (int i = 0; i < 4; i++) qkve[i] = cat_time(ctx, st->slot[SLOT_Q + i], qkve[i]);
+    pr_tensor *z = run_inner(ctx, l, c, qkve, W, cb, st);
+    if (open) z = pr_slice(ctx, z, 1, open, T);
+    z = pr_layernorm(ctx, pr_merge_heads(ctx, z), l->post_w, l->post_b, 1e-6);
+    z = pr_mul(ctx, pr_gelu_tanh(ctx, pr_linear(ctx, x, l->g_proj, NULL)), z);
+    return pr_linear(ctx, z, l->o_proj, NULL);
+}
+
+const pr_mixer_def pr_mixer_ttt_linear = {
+    .name = "ttt_linear",
+    .summary = "TTT-Linear (official block, fla op form)",
+    .mlp = true,
+    .build = ttt_build,
+    .forward = ttt_forward,
+};

@@ -1,0 +1,228 @@
+/* tests/test_model_config.c: configs, the parameter registry and checkpoints.
+ *
+ * - config: defaults, presets, JSON (nested = dotted keys), key=value; unknown
+ *   keys, bad values, wrong JSON types, malformed JSON and bad combinations are
+ *   errors naming the key (and the allowed values);
+ * - keyed init: a parameter's values depend on (seed, path, shape) only, not on
+ *   the other parameters or their order; models with more parameters share
+ *   the values of the common ones;
+ * - checkpoints: save then load gives the same values; a missing tensor or a
+ *   wrong shape names the file and the tensor.
+ */
+#include <unistd.h>
+
+#include "tests/pr_test.h"
+#include "models/models.h"
+
+static void expect_error(int rc, const pr_err *err, const char *needle)
+{
+    assert_int_equal(rc, -1);
+    if (!strstr(err->msg, needle)) fail_msg("error \"%s\" does not contain \"%s\"", err->msg, needle);
+}
+
+static void test_config_sources(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_string_equal(c.mixer, "prism");
+    assert_int_equal(c.prism_L, 2);
+    assert_int_equal(pr_config_preset(&c, "probe", &err), 0);
+    assert_int_equal(c.d_model, 16);
+    assert_int_equal(c.n_layers, 2);
+    assert_string_equal(c.mlp, "gelu");
+    assert_int_equal(pr_config_apply_json(&c, "{\"prism\": {\"L\": 1, \"gelu\": false}, \"norm\": \"layernorm\"}",
+                                          "test", &err), 0);
+    assert_int_equal(c.prism_L, 1);
+    assert_false(c.prism_gelu);
+    assert_string_equal(c.norm, "layernorm");
+    assert_int_equal(pr_config_set(&c, "prism.shortconv=off", &err), 0);
+    assert_false(c.prism_shortconv);
+    assert_int_equal(pr_config_set(&c, "norm_eps=1e-6", &err), 0);
+    assert_true(c.norm_eps == 1e-6);
+    pr_config l = pr_config_default();
+    assert_int_equal(pr_config_preset(&l, "lm-130m", &err), 0);
+    assert_int_equal(l.d_model, 768);
+    assert_int_equal(l.n_heads, 8);
+    assert_int_equal(l.vocab, 32000);
+    assert_int_equal(pr_config_preset(&l, "rec-small", &err), 0);
+    assert_string_equal(l.task, "rec");
+
+    /* the JSON dump reads back to the same config */
+    char *json = pr_config_to_json(&c);
+    pr_config back = pr_config_default();
+    assert_int_equal(pr_config_apply_json(&back, json, "dump", &err), 0);
+    free(json);
+    assert_memory_equal(&back, &c, sizeof c);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    expect_error(pr_config_set(&c, "prism.LL=2", &err), &err, "unknown key 'prism.LL'");
+    expect_error(pr_config_set(&c, "norm=batchnorm", &err), &err, "'norm' (not one of the choices; allowed: rmsnorm|layernorm)");
+    expect_error(pr_config_set(&c, "mixer=rwkv", &err), &err, "allowed: prism|gdn|");
+    expect_error(pr_config_set(&c, "d_model=12x", &err), &err, "'d_model' (not an integer");
+    expect_error(pr_config_set(&c, "prism.L=9", &err), &err, "'prism.L' (out of range; allowed: 0..8)");
+    expect_error(pr_config_set(&c, "prism.gain=maybe", &err), &err, "'prism.gain' (not a boolean; allowed: true|false)");
+    expect_error(pr_config_set(&c, "norm_eps=nan", &err), &err, "'norm_eps'");
+    expect_error(pr_config_set(&c, "d_model", &err), &err, "not key=value");
+    expect_error(pr_config_apply_json(&c, "{\"prism\": {\"K\": 1}}", "f.json", &err), &err, "f.json: unknown key 'prism.K'");
+    expect_error(pr_config_apply_json(&c, "{\"d_model\": \"big\"}", "f.json", &err), &err, "'d_model' must be a number");
+    expect_error(pr_config_apply_json(&c, "{\"prism\": {\"gelu\": 1}}", "f.json", &err), &err, "'prism.gelu' must be true or false");
+    expect_error(pr_config_apply_json(&c, "{\"d_model\": 2.5}", "f.json", &err), &err, "'d_model' (not an integer");
+    expect_error(pr_config_apply_json(&c, "{\"d_model\": 16,", "f.json", &err), &err, "f.json: malformed JSON");
+    expect_error(pr_config_apply_json(&c, "[1]", "f.json", &err), &err, "must be a JSON object");
+    expect_error(pr_config_preset(&c, "huge", &err), &err, "unknown preset 'huge' (allowed: probe|rec-small|lm-130m)");
+    expect_error(pr_config_load(&c, "/nonexistent/model.json", &err), &err, "/nonexistent/model.json: cannot open");
+    /* nothing above changed the config */
+    pr_config d = pr_config_default();
+    assert_memory_equal(&c, &d, sizeof c);
+
+    c.d_model = 10, c.n_heads = 4;
+    expect_error(pr_config_check(&c, &err), &err, "d_model 10 is not a multiple of n_heads 4");
+    c = d;
+    assert_int_equal(pr_config_set(&c, "mixer=mamba2", &err), 0);
+    assert_int_equal(pr_config_set(&c, "mamba2.head_dim=48", &err), 0);
+    expect_error(pr_config_check(&c, &err), &err, "mamba2.head_dim 48");
+    c = d;
+    c.ignore_index = 3;
+    expect_error(pr_config_check(&c, &err), &err, "ignore_index 3");
+}
+
+static void test_config_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/prism-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "{\"mixer\": \"gdn\", \"d_model\": 32, \"gdn\": {\"gate\": false}}";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_load(&c, path, &err), 0);
+    unlink(path);
+    assert_string_equal(c.mixer, "gdn");
+    assert_int_equal(c.d_model, 32);
+    assert_false(c.gdn_gate);
+}
+
+/* ---- keyed init ---------------------------------------------------------------------- */
+static void test_keyed_init_independence(void **state)
+{
+    (void)state;
+    pr_init n = {PR_INIT_NORMAL, 1, 0};
+    pr_params *a = pr_params_new(PR_F32, PR_CPU), *b = pr_params_new(PR_F64, PR_CPU);
+    pr_param_new(a, "x", n, true, PR_DIMS(3, 5));
+    pr_params_push(a, "layers.%d", 0);
+    pr_param_new(a, "w", n, true, PR_DIMS(4, 4));
+    pr_params_pop(a);
+    /* b: another order, an extra parameter before, one of a's missing */
+    pr_param_new(b, "extra", n, true, PR_DIMS(7));
+    pr_params_push(b, "layers");
+    pr_params_push(b, "0");
+    pr_tensor *bw = pr_param_new(b, "w", n, true, PR_DIMS(4, 4));
+    pr_params_pop(b);
+    pr_params_pop(b);
+    pr_params_init(a, 5);
+    pr_params_init(b, 5);
+    const pr_param *aw = pr_params_find(a, "layers.0.w");
+    assert_non_null(aw);
+    assert_ptr_equal(pr_params_find(b, "layers.0.w")->t, bw);
+    pr_assert_tensors_close("same path", aw->t, bw, 1e-7, 0);   /* f32 vs f64 of the same draws */
+    assert_int_equal(pr_params_count(a), 15 + 16);
+
+    /* another seed or another path draws other values */
+    double v0 = pr_get(bw, 0);
+    pr_param_init_one(pr_params_find(b, "layers.0.w"), 6);
+    assert_true(pr_get(bw, 0) != v0);
+    pr_params_init(b, 5);
+    assert_true(pr_get(pr_params_find(b, "extra")->t, 0) != pr_get(pr_params_find(a, "x")->t, 0));
+    PR_EXPECT_FATAL(pr_param_new(b, "extra", n, true, PR_DIMS(1)), "'extra' registered twice");
+    pr_params_free(a);
+    pr_params_free(b);
+}
+
+/* a prism model with L = 2 and one with L = 1 share the base parameters' values */
+static void test_keyed_init_models(void **state)
+{
+    (void)state;
+    pr_config c2 = pr_config_default(), c1;
+    pr_err err;
+    assert_int_equal(pr_config_preset(&c2, "probe", &err), 0);
+    c1 = c2;
+    c1.prism_L = 1;
+    pr_model *m2 = pr_model_new(&c2, PR_F32, PR_CPU), *m1 = pr_model_new(&c1, PR_F32, PR_CPU);
+    pr_model_init(m2);
+    pr_model_init(m1);
+    assert_true(m1->params->n < m2->params->n);
+    for (int i = 0; i < m1->params->n; i++) {
+        const pr_param *p = &m1->params->p[i], *q = pr_params_find(m2->params, p->path);
+        assert_non_null(q);
+        assert_memory_equal(p->t->data, q->t->data, pr_nbytes(p->t));
+    }
+    /* the init kinds: norms 1, A_log in [0, ln 16], softplus(dt_bias) in [1e-3, 0.1] */
+    assert_true(pr_get(pr_params_find(m2->params, "layers.1.norm1.w")->t, 3) == 1.0);
+    const pr_tensor *A = pr_params_find(m2->params, "layers.0.mixer.A_log")->t;
+    const pr_tensor *dt = pr_params_find(m2->params, "layers.0.mixer.dt_bias")->t;
+    for (int64_t i = 0; i < A->numel; i++) {
+        assert_true(pr_get(A, i) <= log(16.0) + 1e-6);
+        double s = log1p(exp(pr_get(dt, i)));
+        assert_true(s >= 1e-3 * 0.999 && s <= 0.1 * 1.001);
+    }
+    pr_model_free(m1);
+    pr_model_free(m2);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+static void test_checkpoint_roundtrip(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_preset(&c, "probe", &err), 0);
+    pr_model *a = pr_model_new(&c, PR_F32, PR_CPU);
+    pr_model_init(a);
+    char path[] = "/tmp/prism-test-ckpt-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(pr_params_save(a->params, path, &err), 0);
+    c.seed = 99;
+    pr_model *b = pr_model_new(&c, PR_F32, PR_CPU);
+    pr_model_init(b);
+    assert_int_equal(pr_params_load(b->params, path, &err), 0);
+    for (int i = 0; i < a->params->n; i++)
+        assert_memory_equal(a->params->p[i].t->data, b->params->p[i].t->data, pr_nbytes(a->params->p[i].t));
+    /* another model's checkpoint: the first missing tensor is named */
+    pr_config g = c;
+    snprintf(g.mixer, sizeof g.mixer, "gdn");
+    pr_model *m = pr_model_new(&g, PR_F32, PR_CPU);
+    assert_int_equal(pr_params_save(m->params, path, &err), 0);
+    expect_error(pr_params_load(b->params, path, &err), &err, "no tensor 'layers.0.mixer.u_proj'");
+    pr_config w = c;
+    w.d_model = 32;
+    pr_model *wide = pr_model_new(&w, PR_F32, PR_CPU);
+    expect_error(pr_params_load(wide->params, path, &err), &err, "tensor 'embed' is [64,16], the model needs [64,32]");
+    unlink(path);
+    pr_model_free(a);
+    pr_model_free(b);
+    pr_model_free(m);
+    pr_model_free(wide);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_sources),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_keyed_init_independence),
+        cmocka_unit_test(test_keyed_init_models),
+        cmocka_unit_test(test_checkpoint_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,148 @@
+/* tools/bench_model.c: `prism bench block`: the forward and forward+backward
+ * time of one pre-norm block (norm, mixer, residual, norm, MLP, residual) per
+ * mixer, at the issue's size by default (lm-130m: D 768, 8 heads; B 8, T 1024). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "models/models.h"
+#include "tools/tools.h"
+
+static void block_usage(FILE *f)
+{
+    fprintf(f, "usage: prism bench block [--mixer NAME] [--preset P] [--set key=value]... [--B N] [--T N]\n"
+               "                         [--device cuda|cpu] [--iters N] [--tf32]\n\n"
+               "Times one block of each mixer (or of --mixer NAME) of the preset (default lm-130m)\n"
+               "on random input [B,T,D] (default B 8, T 1024): forward alone and forward + backward\n"
+               "(every parameter's and the input's gradient), median of --iters runs (default 10)\n"
+               "after 2 warm-up runs, in f32. Prints a line per mixer; the last line is JSON.\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* median seconds of one block's forward (backward too when with_backward) */
+static double time_block(pr_ctx *ctx, const pr_model *m, pr_tensor *x, pr_tensor *w, int iters, bool with_backward)
+{
+    double *t = malloc(sizeof(double) * (size_t)iters);
+    PR_CHECK(t, "bench block: out of host memory");
+    for (int i = -2; i < iters; i++) {
+        pr_device_sync(x->device);
+        double t0 = now_s();
+        pr_tensor *y = pr_block_forward(ctx, m, 0, x, NULL);
+        if (with_backward) pr_backward_with(ctx, y, w);
+        pr_device_sync(x->device);
+        if (i >= 0) t[i] = now_s() - t0;
+        pr_step_reset(ctx);
+    }
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    double med = t[iters / 2];
+    free(t);
+    return med;
+}
+
+typedef struct {
+    const char *mixer, *preset;
+    const char *sets[32];
+    int n_sets, iters, tf32;
+    int64_t B, T;
+    pr_device dev;
+} block_opts;
+
+static int bench_one(const block_opts *o, const char *mixer, char *json, size_t json_cap)
+{
+    pr_config c = pr_config_default();
+    pr_err err;
+    char kv[64];
+    snprintf(kv, sizeof kv, "mixer=%s", mixer);
+    int rc = pr_config_preset(&c, o->preset, &err);
+    for (int i = 0; rc == 0 && i < o->n_sets; i++) rc = pr_config_set(&c, o->sets[i], &err);
+    if (rc == 0) rc = pr_config_set(&c, kv, &err);
+    if (rc == 0) rc = pr_config_check(&c, &err);
+    if (rc) {
+        fprintf(stderr, "prism bench block: %s\n", err.msg);
+        return 2;
+    }
+    c.n_layers = 1;
+    pr_model *m = pr_model_new(&c, PR_F32, o->dev);
+    pr_model_init(m);
+    pr_ctx *ctx = pr_ctx_new(1);
+    ctx->matmul_tf32 = o->tf32;
+    pr_arena *a = pr_arena_new("bench-input", 0);
+    pr_rng r = pr_rng_init(3, 0);
+    pr_tensor *x = pr_randn(a, PR_F32, o->dev, PR_DIMS(o->B, o->T, c.d_model), &r);
+    pr_tensor *w = pr_randn(a, PR_F32, o->dev, PR_DIMS(o->B, o->T, c.d_model), &r);
+    pr_requires_grad_(x, true);
+    double fwd = time_block(ctx, m, x, w, o->iters, false), both = time_block(ctx, m, x, w, o->iters, true);
+    int64_t block_params = pr_params_count(m->params) - m->embed->numel - c.d_model;   /* less embed, norm_f */
+    printf("%-12s %12lld %10.3f %12.3f %14.0f\n", mixer, (long long)block_params, 1e3 * fwd, 1e3 * both,
+           (double)(o->B * o->T) / both);
+    size_t len = strlen(json);
+    snprintf(json + len, json_cap - len, "%s\"%s\":{\"fwd_ms\":%.4f,\"fwd_bwd_ms\":%.4f}", len > 1 ? "," : "", mixer,
+             1e3 * fwd, 1e3 * both);
+    pr_params_release_grads(m->params);
+    pr_ctx_free(ctx);
+    pr_arena_free(a);
+    pr_model_free(m);
+    return 0;
+}
+
+int pr_bench_block(int argc, char **argv)
+{
+    block_opts o = {.preset = "lm-130m", .iters = 10, .B = 8, .T = 1024, .dev = pr_cuda_available() ? PR_CUDA : PR_CPU};
+    for (int i = 1; i < argc; i++) {
+        bool v = i + 1 < argc;
+        if (pr_is_help(argv[i])) {
+            block_usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--mixer") == 0 && v) o.mixer = argv[++i];
+        else if (strcmp(argv[i], "--preset") == 0 && v) o.preset = argv[++i];
+        else if (strcmp(argv[i], "--set") == 0 && v && o.n_sets < 32) o.sets[o.n_sets++] = argv[++i];
+        else if (strcmp(argv[i], "--B") == 0 && v) o.B = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--T") == 0 && v) o.T = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--iters") == 0 && v) o.iters = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tf32") == 0) o.tf32 = 1;
+        else if (strcmp(argv[i], "--device") == 0 && v && strcmp(argv[i + 1], "cpu") == 0) o.dev = PR_CPU, i++;
+        else if (strcmp(argv[i], "--device") == 0 && v && strcmp(argv[i + 1], "cuda") == 0) o.dev = PR_CUDA, i++;
+        else {
+            fprintf(stderr, "prism bench block: unknown or incomplete option '%s'\n", argv[i]);
+            block_usage(stderr);
+            return 2;
+        }
+    }
+    if (o.B < 1 || o.T < 1 || o.iters < 1) {
+        fprintf(stderr, "prism bench block: --B, --T and --iters must be >= 1\n");
+        return 2;
+    }
+    if (o.mixer && !pr_mixer_by_name(o.mixer)) {
+        fprintf(stderr, "prism bench block: unknown mixer '%s'\n", o.mixer);
+        return 2;
+    }
+    if (o.dev == PR_CUDA && !pr_cuda_available()) {
+        fprintf(stderr, "prism bench block: --device cuda, but no CUDA device (or built without CUDA)\n");
+        return 2;
+    }
+    printf("one block, preset %s, B=%lld T=%lld, %s f32%s; median of %d\n", o.preset, (long long)o.B, (long long)o.T,
+           pr_device_name(o.dev), o.tf32 ? " (TF32 products)" : "", o.iters);
+    printf("%-12s %12s %10s %12s %14s\n", "mixer", "params", "fwd ms", "fwd+bwd ms", "tokens/s");
+    char json[2048] = "{";
+    for (int i = 0; pr_mixers[i]; i++) {
+        if (o.mixer && strcmp(o.mixer, pr_mixers[i]->name) != 0) continue;
+        int rc = bench_one(&o, pr_mixers[i]->name, json, sizeof json - 2);
+        if (rc) return rc;
+    }
+    strcat(json, "}");
+    printf("%s\n", json);
+    return 0;
+}
