@@ -4,10 +4,14 @@
 # prism::prism, the shared library, and prism::prism_static).
 include(CMakePackageConfigHelpers)
 
+set(PRISM_HEADER_EXCLUDE "")
+if(NOT PRISM_HAVE_CUDA)
+  set(PRISM_HEADER_EXCLUDE PATTERN cuda.h EXCLUDE) # it includes cuda_runtime.h
+endif()
 foreach(dir tensor autograd ops models optim)
   if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/prism
-            FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
+            FILES_MATCHING PATTERN "*.h" PATTERN "*.def" ${PRISM_HEADER_EXCLUDE})
   endif()
 endforeach()
 install(TARGETS prism prism_shared EXPORT prismTargets
@@ -57,5 +61,6 @@ foreach(dep ${PRISM_DEPENDENCIES})
   endif()
 endforeach()
 file(RELATIVE_PATH PC_PREFIX_FROM_PCDIR /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+string(REGEX REPLACE "/$" "" PC_PREFIX_FROM_PCDIR "${PC_PREFIX_FROM_PCDIR}")
 configure_file(cmake/prism.pc.in ${CMAKE_CURRENT_BINARY_DIR}/prism.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/prism.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
