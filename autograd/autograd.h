@@ -69,7 +69,7 @@ struct pr_ctx {
     bool grad_enabled;
     bool training;       /* dropout active */
     pr_rng rng;          /* dropout and other in-graph randomness */
-    void *cuda;          /* CUDA state (stream, cuBLAS handle); NULL until first use */
+    void *cuda;          /* CUDA state (cuBLAS handle); NULL until first use */
     int matmul_tf32;     /* CUDA matmul precision: 0 = fp32, 1 = tf32 tensor cores */
     unsigned backward_pass; /* counts pr_backward calls; marks what each one reached */
 };

@@ -14,15 +14,9 @@
 #define CUDA_FWD_0(name) NULL
 #define CUDA_BWD_0(name) NULL
 
-/* CPU functions are referenced weakly so that an op whose file is missing
- * reports "no CPU forward" at run time instead of breaking the link. */
-#define PR_OP(name, has_cuda)                                                          \
-    __attribute__((weak)) void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n);      \
-    __attribute__((weak)) void pr_##name##_backward_cpu(pr_ctx *ctx, pr_node *n);     \
-    __attribute__((weak)) void pr_##name##_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex);
-#include "ops/ops.def"
-#undef PR_OP
-
+/* Every entry is a strong reference (the prototypes are in ops/ops.h): a
+ * static libprism.a then pulls in every op's object file, and an op whose
+ * file is missing fails at link time instead of at run time. */
 static const pr_op_info op_table[PR_NOPS] = {
 #define PR_OP(name, has_cuda)                                                                \
     [PR_OP_##name] = {#name, pr_##name##_forward_cpu, pr_##name##_backward_cpu,              \

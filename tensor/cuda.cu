@@ -8,10 +8,11 @@
  * cache is returned to the driver only by pr_cuda_empty_cache, or when a
  * cudaMalloc fails (then the allocation is retried once).
  *
- * Ordering: everything (kernels, cuBLAS, copies, memsets) runs on the legacy
- * default stream unless pr_cuda_set_stream installs another, so a block
- * freed on the host can be handed out again at once: any later use of it is
- * queued after every earlier use.
+ * Ordering: everything (kernels, cuBLAS, copies, memsets, the random fill)
+ * runs on the legacy default stream, so a block freed on the host can be
+ * handed out again at once: any later use of it is queued after every
+ * earlier use. (Another stream would need the allocator to record an event
+ * per freed block; one stream keeps it simple and correct.)
  */
 #include <math.h>
 #include <stdint.h>
@@ -22,6 +23,10 @@
 #include <vector>
 
 #include "tensor/cuda.h"
+
+/* stream 0: the legacy default stream (nvcc's default; prism is not built
+ * with --default-stream per-thread) */
+#define PR_THE_STREAM ((cudaStream_t)0)
 
 /* ---- size classes ------------------------------------------------------------ */
 
@@ -188,14 +193,14 @@ extern "C" void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst
                                      : (src_is_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
     /* a device-to-device copy is queued in order; the others return when done */
     if (kind == cudaMemcpyDeviceToDevice)
-        PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, 0));
+        PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, PR_THE_STREAM));
     else
         PR_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
 }
 
 extern "C" void pr_cuda_memset0(void *p, size_t bytes)
 {
-    if (bytes) PR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, 0));
+    if (bytes) PR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, PR_THE_STREAM));
 }
 
 extern "C" void pr_cuda_sync(void) { PR_CUDA_CHECK(cudaDeviceSynchronize()); }
@@ -222,7 +227,6 @@ extern "C" void pr_cuda_check_last(const char *what)
 /* ---- per-context state -------------------------------------------------------- */
 
 typedef struct {
-    cudaStream_t stream;     /* 0: the legacy default stream */
     cublasHandle_t cublas;   /* NULL until the first matmul */
 } cuda_state;
 
@@ -237,13 +241,10 @@ static cuda_state *state_of(pr_ctx *ctx)
     return (cuda_state *)ctx->cuda;
 }
 
-extern "C" cudaStream_t pr_cuda_stream(pr_ctx *ctx) { return state_of(ctx)->stream; }
-
-extern "C" void pr_cuda_set_stream(pr_ctx *ctx, cudaStream_t s)
+extern "C" cudaStream_t pr_cuda_stream(pr_ctx *ctx)
 {
-    cuda_state *st = state_of(ctx);
-    st->stream = s;
-    if (st->cublas) PR_CUBLAS_CHECK(cublasSetStream(st->cublas, s));
+    (void)state_of(ctx); /* the GPU check */
+    return PR_THE_STREAM;
 }
 
 /* The math mode is set from ctx->matmul_tf32 on every call, so flipping the
@@ -256,7 +257,7 @@ extern "C" cublasHandle_t pr_cublas(pr_ctx *ctx)
     cuda_state *st = state_of(ctx);
     if (!st->cublas) {
         PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
-        PR_CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
+        PR_CUBLAS_CHECK(cublasSetStream(st->cublas, PR_THE_STREAM));
     }
     PR_CUBLAS_CHECK(cublasSetMathMode(st->cublas, ctx->matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                    : CUBLAS_DEFAULT_MATH));
@@ -308,7 +309,7 @@ extern "C" void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, 
     PR_CHECK(t->device == PR_CUDA && t->dtype == PR_F32, "random fill on CUDA: f32 only (got %s)",
              pr_dtype_name(t->dtype));
     if (t->numel == 0) return;
-    rand_fill_kernel<<<pr_cuda_blocks(t->numel, 256), 256>>>((float *)t->data, t->numel, seed, stream, offset,
-                                                              kind, a, b);
+    rand_fill_kernel<<<pr_cuda_blocks(t->numel, 256), 256, 0, PR_THE_STREAM>>>((float *)t->data, t->numel, seed,
+                                                                                stream, offset, kind, a, b);
     PR_CUDA_LAUNCH_CHECK();
 }

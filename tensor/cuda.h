@@ -2,10 +2,15 @@
  * C files built with PRISM_HAVE_CUDA, for the checks and the host-side API).
  *
  * Every CUDA, cuBLAS and cuRAND call goes through a CHECK macro that names
- * file, line and the call. A context's CUDA state (stream, cuBLAS handle) is
- * created on first use; kernels launch on pr_cuda_stream(ctx), which is the
- * legacy default stream unless pr_cuda_set_stream installs another: one
- * queue orders every kernel, copy and reuse of a cached block.
+ * file, line and the call. A context's CUDA state (its cuBLAS handle) is
+ * created on first use.
+ *
+ * One stream: every kernel, cuBLAS call, copy, memset and random fill runs
+ * on the legacy default stream (pr_cuda_stream(ctx) is that stream), so one
+ * queue orders them all and a block the caching allocator hands out again is
+ * only touched after every earlier use of it. A caller's own stream created
+ * with cudaStreamNonBlocking is NOT ordered with prism's work: synchronize
+ * (pr_device_sync) before touching prism's tensors from it.
  *
  * The second half (C++ only) is the kit the op kernels share: group
  * reductions and deterministic row, column and whole-tensor sums.
@@ -37,12 +42,12 @@ extern "C" {
 /* after a kernel launch: catches bad launch configurations at once */
 #define PR_CUDA_LAUNCH_CHECK() PR_CUDA_CHECK(cudaGetLastError())
 
-cudaStream_t pr_cuda_stream(pr_ctx *ctx);     /* the context's stream (state created on first use) */
-/* bound to that stream; math mode set from ctx->matmul_tf32 at every call:
+/* the stream kernels launch on: the legacy default stream, always (fatal
+ * without a usable GPU) */
+cudaStream_t pr_cuda_stream(pr_ctx *ctx);
+/* on that stream; math mode set from ctx->matmul_tf32 at every call:
  * CUBLAS_TF32_TENSOR_OP_MATH when set, else CUBLAS_DEFAULT_MATH (full fp32) */
 cublasHandle_t pr_cublas(pr_ctx *ctx);
-void pr_cuda_set_stream(pr_ctx *ctx, cudaStream_t s);
-/* fatal "<what>: CUDA error: ..." when an earlier launch failed */
 
 /* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h) */
 void pr_cuda_empty_cache(void);

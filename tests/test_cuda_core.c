@@ -205,6 +205,44 @@ static void test_checked_call_message(void **state)
 #endif
 }
 
+/* One queue: prism's kernels, cuBLAS, copies, memsets and the random fill
+ * all run on the legacy default stream, so a block handed out again right
+ * after the host freed it is only written once its earlier uses are done. */
+static void test_one_stream(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+#ifdef PRISM_HAVE_CUDA
+    pr_ctx *ctx = pr_ctx_new(1);
+    assert_null(pr_cuda_stream(ctx));
+    cudaStream_t blas_stream = (cudaStream_t)&blas_stream; /* anything but 0 */
+    PR_CUBLAS_CHECK(cublasGetStream(pr_cublas(ctx), &blas_stream));
+    assert_null(blas_stream);
+    pr_ctx_free(ctx);
+
+    enum { N = 1 << 20 };
+    pr_arena *a = pr_arena_new("one_stream", 0);
+    double *got = malloc(sizeof(double) * N), *want = malloc(sizeof(double) * N);
+    long long reused = stats().n_reuse;
+    for (int round = 0; round < 4; round++) {
+        pr_arena_reset(a); /* the last round's blocks go back to the cache, queued work may still use them */
+        pr_rng rg = pr_rng_init(11, (uint32_t)round), rc = rg;
+        pr_tensor *x = pr_randu(a, PR_F32, PR_CUDA, PR_DIMS(N), &rg, -1.0, 1.0);
+        pr_tensor *z = pr_zeros(a, PR_F32, PR_CUDA, PR_DIMS(N));
+        pr_tensor *ref = pr_randu(a, PR_F32, PR_CPU, PR_DIMS(N), &rc, -1.0, 1.0);
+        pr_to_host_f64(x, got);
+        pr_to_host_f64(ref, want);
+        assert_memory_equal(got, want, sizeof(double) * N);
+        pr_to_host_f64(z, got);
+        for (int i = 0; i < N; i++) assert_true(got[i] == 0.0);
+    }
+    assert_true(stats().n_reuse > reused); /* the later rounds ran on reused blocks */
+    free(got);
+    free(want);
+    pr_arena_free(a);
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_philox_matches_cpu),
         cmocka_unit_test(test_checked_call_message),
+        cmocka_unit_test(test_one_stream),
     };
     return cmocka_run_group_tests_name("cuda_core", tests, NULL, NULL);
 }

@@ -28,5 +28,5 @@ fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup: CUDA toolkit found: the build includes the CUDA backend"
 else
-    echo "setup: no CUDA toolkit: CPU-only build (install nvcc for the CUDA backend)"
+    echo "setup: no CUDA toolkit found: CPU-only build (install the CUDA toolkit, or set CUDACXX to its nvcc)"
 fi

@@ -2,7 +2,7 @@
 # tools/test.sh: build and run every test.
 #  1. build-asan/: CPU-only, AddressSanitizer + UBSan + LeakSanitizer, every CPU test.
 #  2. build/: the default configuration (CUDA when nvcc exists), the CUDA tests
-#     (each skips, saying so, when no GPU is present).
+#     (each skips, saying so, when no GPU is present) and the install test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -15,4 +15,4 @@ ctest --test-dir build-asan --output-on-failure -L cpu
 
 cmake -S . -B build >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -L cuda
+ctest --test-dir build --output-on-failure -L "cuda|install"

@@ -1,5 +1,5 @@
 /* ops/recurrence/recurrence_cuda.cuh: what the CUDA kernels of the recurrence
- * family share (internal to ops/recurrence/*.cu).
+ * family share (internal to the .cu files of ops/recurrence).
  *
  * - rec_prob: the problem (pointers, sizes, rule flags, sequence layout),
  *   passed by value to every kernel;
