@@ -207,6 +207,7 @@ static void test_checked_call_message(void **state)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_allocator_reuse),
@@ -215,5 +216,5 @@ int main(void)
         cmocka_unit_test(test_philox_matches_cpu),
         cmocka_unit_test(test_checked_call_message),
     };
-    return cmocka_run_group_tests_name("cuda_core", tests, NULL, NULL);
+    return pr_test_exit_status(cmocka_run_group_tests_name("cuda_core", tests, NULL, NULL));
 }
