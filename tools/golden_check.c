@@ -298,12 +298,12 @@ int pr_cmd_golden_check(int argc, char **argv)
 {
     static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", NULL};
     static const char *const forms[] = {"recurrent", "chunked", "both", NULL};
-    gc_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
+    gc_opts o = {.chunk = 64};
     int dev = 0, dtype = -1, form = 2, n_size = 0;
     const char *path = NULL, *make = NULL;
     int64_t size[6] = {2, 131, 2, 12, 7, 3};
     pr_args a = pr_args_begin("prism golden-check", argc, argv);
-    int checking = 0; /* options that only a check (not --make) uses */
+    int checking = 0; /* arguments only a check uses (FILE included): --make takes none */
     while (pr_args_next(&a)) {
         if (pr_args_help(&a)) return usage(stdout), 0;
         if (pr_args_string(&a, "--make", &make)) continue;
@@ -319,7 +319,7 @@ int pr_cmd_golden_check(int argc, char **argv)
     if (a.failed) return PR_EXIT_USAGE;
     if (n_size && (n_size != 6 || size[0] < 1 || size[1] < 1 || size[2] < 1 || size[3] < 1 || size[4] < 1))
         return pr_args_error(&a, "--size wants B,T,H,K,V,L (L >= 0, the others >= 1)");
-    if (make && (checking || path))
+    if (make && checking)
         return pr_args_error(&a, "--make writes a reference file; it takes only --size, no FILE or check options");
     if (n_size && !make) return pr_args_error(&a, "--size sets the sizes of --make OUT; give --make too");
     if (make) return make_reference(make, size);
