@@ -124,6 +124,17 @@ void pr_zero_grads(pr_tensor *const *ts, int n)
         if (ts[i]->grad) pr_zero_(ts[i]->grad);
 }
 
+/* t is about to receive gradient in this pass: an intermediate (made by a
+ * recorded op) starts the pass from zero, so a grad left by an earlier pass
+ * over the same tape is not counted again; a leaf keeps accumulating. */
+static void start_grad(pr_ctx *ctx, pr_tensor *t, unsigned pass)
+{
+    bool fresh = t->grad == NULL;
+    pr_tensor *g = pr_grad_of(ctx, t);
+    if (!fresh && t->tape_pos >= 0 && t->backward_pass != pass) pr_zero_(g);
+    t->backward_pass = pass;
+}
+
 /* Walk the tape back from the last node that made one of the seeded outputs.
  * A node runs when one of its outputs was reached in this pass (marked with
  * the pass number), so nodes after the outputs, nodes they do not depend on,
@@ -141,10 +152,7 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
                 n->out[i]->backward_pass = pass;
             }
         for (int i = 0; i < n->n_in; i++)
-            if (n->in[i] && n->in[i]->requires_grad) {
-                pr_grad_of(ctx, n->in[i]);
-                n->in[i]->backward_pass = pass;
-            }
+            if (n->in[i] && n->in[i]->requires_grad) start_grad(ctx, n->in[i], pass);
         pr_device dev = n->out[0]->device;
         pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
         PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");

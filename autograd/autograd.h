@@ -88,7 +88,13 @@ pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const
 /* backward: loss must have one element (seeded with 1) unless grad_out is
  * given; pr_backward_many seeds several outputs at once (e.g. a recurrence's
  * o and final state), like torch.autograd.backward(outputs, grads). Each
- * call is one pass: only what its seeds reach gets gradient. */
+ * call is one pass: only what its seeds reach gets gradient.
+ *
+ * A tape may be walked any number of times (as torch with retain_graph=True).
+ * Each pass starts the grads of intermediates (outputs of recorded ops) from
+ * zero, seeds included, so after a pass they hold that pass's gradient only.
+ * Leaves (tensors no recorded op made: parameters, inputs) accumulate across
+ * passes and steps until pr_zero_grads. */
 void pr_backward(pr_ctx *ctx, pr_tensor *loss);
 void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out);
 void pr_backward_many(pr_ctx *ctx, int n, pr_tensor *const *outs, const pr_tensor *const *grads);
@@ -106,7 +112,8 @@ double pr_norm2(const pr_tensor *t);              /* L2 norm, any device/dtype *
  * Float64 central differences against the tape's backward for every input
  * that requires grad. The scalar checked is sum(out * w) for a fixed random
  * w. Defaults (torch's): eps 1e-6, atol 1e-5, rtol 1e-3; element passes when
- * |analytic - numeric| <= atol + rtol * |numeric|. */
+ * |analytic - numeric| <= atol + rtol * |numeric|. A NaN or Inf in either
+ * gradient fails at once, naming the element, with max_abs_err = inf. */
 typedef struct {
     double eps, atol, rtol;
     int64_t max_elems;     /* per input, checked elements (0 = all) */

@@ -35,6 +35,15 @@ static double eval_at(pr_ctx *scratch, pr_rng rng, const pr_example *ex, const d
     return s;
 }
 
+/* the failure message: which input and element, both gradients, and why */
+static void describe_element(pr_gradcheck_result *res, const char *what, int input, const pr_tensor *t,
+                             int64_t j, double ana, double num, const char *why)
+{
+    snprintf(res->msg, sizeof res->msg, "gradcheck %s: input %d%s%s%s element %lld: analytic %.10g, numeric "
+             "%.10g (%s)", what, input, t->name ? " (" : "", t->name ? t->name : "", t->name ? ")" : "",
+             (long long)j, ana, num, why);
+}
+
 pr_gradcheck_result pr_gradcheck(pr_ctx *ctx, const char *what, const pr_example *ex,
                                  const pr_gradcheck_opts *opts)
 {
@@ -67,7 +76,7 @@ pr_gradcheck_result pr_gradcheck(pr_ctx *ctx, const char *what, const pr_example
     pr_set_grad_enabled(scratch, false);
     const double *wv = w->data;
     double worst = -1;
-    for (int i = 0; i < ex->n_in; i++) {
+    for (int i = 0; i < ex->n_in && isfinite(res.max_abs_err); i++) {
         pr_tensor *t = ex->in[i];
         if (!t || !t->requires_grad) continue;
         double *x = t->data;
@@ -82,15 +91,23 @@ pr_gradcheck_result pr_gradcheck(pr_ctx *ctx, const char *what, const pr_example
             x[j] = x0;
             double num = (fp - fm) / (2 * o.eps);
             double ana = t->grad ? ((const double *)t->grad->data)[j] : 0.0;
+            /* NaN compares false with everything, so a non-finite gradient
+             * would slip past the bound below: it fails here, and is final */
+            if (!isfinite(ana) || !isfinite(num)) {
+                res.ok = false;
+                res.max_abs_err = INFINITY;
+                describe_element(&res, what, i, t, j, ana, num, "not finite");
+                break;
+            }
             double err = fabs(ana - num), bound = o.atol + o.rtol * fabs(num);
             if (err > res.max_abs_err) res.max_abs_err = err;
             if (err / bound > worst) {
                 worst = err / bound;
-                if (err > bound || isnan(err)) {
+                if (err > bound) {
+                    char why[64];
+                    snprintf(why, sizeof why, "|diff| %.3g > %.3g", err, bound);
                     res.ok = false;
-                    snprintf(res.msg, sizeof res.msg, "gradcheck %s: input %d%s%s%s element %lld: analytic %.10g, "
-                             "numeric %.10g (|diff| %.3g > %.3g)", what, i, t->name ? " (" : "",
-                             t->name ? t->name : "", t->name ? ")" : "", (long long)j, ana, num, err, bound);
+                    describe_element(&res, what, i, t, j, ana, num, why);
                 }
             }
         }

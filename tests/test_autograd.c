@@ -50,6 +50,58 @@ static void test_backward_many(void **state)
     pr_ctx_free(ctx);
 }
 
+/* A tape walked twice: the intermediate exp(x) starts each pass from zero,
+ * so with the leaf's grad zeroed between passes the second pass gives
+ * exactly e^0.5 again (not 2 e^0.5); without zeroing, the leaf accumulates. */
+static void test_second_backward_same_tape(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(ctx->grads, (double[]){0.5}, 1);
+    pr_tensor *e = pr_exp(ctx, x), *y = pr_sum_all(ctx, e);
+    double g;
+    for (int pass = 0; pass < 2; pass++) {
+        pr_zero_grads(&x, 1);
+        pr_backward(ctx, y);
+        pr_to_host_f64(x->grad, &g);
+        assert_true(fabs(g - exp(0.5)) < 1e-12);
+        assert_true(fabs(g - 1.6487212707) < 1e-9);
+        pr_to_host_f64(e->grad, &g);
+        assert_true(g == 1.0);
+    }
+    pr_backward(ctx, y);
+    pr_to_host_f64(x->grad, &g);
+    assert_true(fabs(g - 2 * exp(0.5)) < 1e-12);
+    pr_ctx_free(ctx);
+}
+
+/* two passes from different seeds through a shared intermediate u = e^x:
+ * the second pass (b = sum(u*u)) must not see the first pass's du = 1 */
+static void test_passes_share_an_intermediate(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(ctx->grads, (double[]){0.3, -0.4}, 2);
+    pr_tensor *u = pr_exp(ctx, x);
+    pr_tensor *a = pr_sum_all(ctx, u), *b = pr_sum_all(ctx, pr_mul(ctx, u, u));
+    pr_backward(ctx, a);
+    pr_zero_grads(&x, 1);
+    pr_backward(ctx, b);
+    double g[2], du[2], ref[2] = {2 * exp(0.6), 2 * exp(-0.8)}, ref_du[2] = {2 * exp(0.3), 2 * exp(-0.4)};
+    pr_to_host_f64(x->grad, g);
+    pr_to_host_f64(u->grad, du);
+    pr_assert_allclose("dx", g, ref, 2, 1e-12, 1e-12);
+    pr_assert_allclose("du", du, ref_du, 2, 1e-12, 1e-12);
+    /* and backward_many over the same tape afterwards: both seeds, one pass */
+    pr_zero_grads(&x, 1);
+    pr_tensor *one = pr_full(ctx->step, PR_F64, PR_CPU, PR_DIMS(1), 1.0);
+    pr_backward_many(ctx, 2, (pr_tensor *[]){a, b}, (const pr_tensor *[]){one, one});
+    pr_to_host_f64(x->grad, g);
+    for (int i = 0; i < 2; i++) ref[i] += ((const double *)u->data)[i];
+    pr_assert_allclose("dx (a and b)", g, ref, 2, 1e-12, 1e-12);
+    pr_ctx_free(ctx);
+}
+
 static void test_no_grad(void **state)
 {
     (void)state;
@@ -163,6 +215,56 @@ static void test_gradcheck_catches_errors(void **state)
     pr_ctx_free(ctx);
 }
 
+static pr_tensor *log_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    return pr_log(ctx, in[0]);
+}
+
+/* NaN compares false with any bound: gradcheck must still fail and name the
+ * element, whether the numeric side (log at x = -1) or the analytic side (a
+ * backward that writes NaN) is not finite */
+static void nan_backward(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    pr_fill_(n->in[0]->grad, NAN);
+}
+static pr_tensor *nan_grad_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    static pr_op_info bad;
+    bad = *pr_op(PR_OP_tanh);
+    bad.name = "nan_tanh";
+    bad.forward_cpu = tanh_forward;
+    bad.backward_cpu = nan_backward;
+    pr_node n = pr_node_init(PR_OP_tanh, 1, in);
+    n.op = &bad;
+    n.n_out = 1;
+    n.out[0] = pr_op_output(ctx, in[0]->dtype, in[0]->device, in[0]->ndim, in[0]->shape);
+    return pr_op_apply(ctx, &n);
+}
+
+static void test_gradcheck_fails_on_nan(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_example ex = {.n_in = 1, .in = {leaf(ctx->grads, (double[]){-1.0}, 1)}, .apply = log_apply};
+    pr_gradcheck_result g = pr_gradcheck(ctx, "log", &ex, NULL);
+    fprintf(stderr, "  %s\n", g.msg);
+    assert_false(g.ok);
+    assert_true(isinf(g.max_abs_err));
+    assert_non_null(strstr(g.msg, "gradcheck log: input 0 element 0: analytic"));
+    assert_non_null(strstr(g.msg, "not finite"));
+
+    ex.in[0] = leaf(ctx->grads, (double[]){0.5, -1.0, 2.0}, 3);
+    ex.apply = nan_grad_apply;
+    g = pr_gradcheck(ctx, "nan_tanh", &ex, NULL);
+    fprintf(stderr, "  %s\n", g.msg);
+    assert_false(g.ok);
+    assert_non_null(strstr(g.msg, "input 0 element 0: analytic nan"));
+    pr_ctx_free(ctx);
+}
+
 static void test_mixed_devices_and_dtypes(void **state)
 {
     (void)state;
@@ -177,7 +279,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_backward_many),
-        cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_second_backward_same_tape), cmocka_unit_test(test_passes_share_an_intermediate),
+        cmocka_unit_test(test_no_grad), cmocka_unit_test(test_gradcheck_fails_on_nan),
         cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection),
         cmocka_unit_test(test_gradcheck_catches_errors), cmocka_unit_test(test_mixed_devices_and_dtypes),
     };

@@ -245,6 +245,7 @@ static void test_one_stream(void **state)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_allocator_reuse),
@@ -254,5 +255,5 @@ int main(void)
         cmocka_unit_test(test_checked_call_message),
         cmocka_unit_test(test_one_stream),
     };
-    return cmocka_run_group_tests_name("cuda_core", tests, NULL, NULL);
+    return pr_test_exit_status(cmocka_run_group_tests_name("cuda_core", tests, NULL, NULL));
 }

@@ -271,6 +271,7 @@ static void test_f32_only(void **state)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     struct CMUnitTest tests[PR_NOPS + 3];
     int n = 0;
     for (int i = 0; i < pr_op_count(); i++) {
@@ -281,5 +282,5 @@ int main(void)
     tests[n++] = (struct CMUnitTest){.name = "kernel paths", .test_func = test_paths};
     tests[n++] = (struct CMUnitTest){.name = "cross_entropy paths", .test_func = test_cross_entropy_paths};
     tests[n++] = (struct CMUnitTest){.name = "f32 only", .test_func = test_f32_only};
-    return _cmocka_run_group_tests("cuda_ops", tests, (size_t)n, NULL, NULL);
+    return pr_test_exit_status(_cmocka_run_group_tests("cuda_ops", tests, (size_t)n, NULL, NULL));
 }

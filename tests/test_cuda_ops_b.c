@@ -476,6 +476,7 @@ static void test_dropout_same_mask(void **state)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_examples),
         cmocka_unit_test(test_matmul),
@@ -487,5 +488,5 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_dropout_same_mask),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -328,10 +328,11 @@ static void test_f64_refused(void **state)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),  cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
         cmocka_unit_test(test_gdn),     cmocka_unit_test(test_prism_core), cmocka_unit_test(test_long),
         cmocka_unit_test(test_f64_refused),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }

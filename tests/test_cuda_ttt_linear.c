@@ -176,6 +176,7 @@ static void test_timing(void **s)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_partial_minibatch), cmocka_unit_test(test_one_token),
         cmocka_unit_test(test_k64),               cmocka_unit_test(test_k128),
@@ -183,5 +184,5 @@ int main(void)
         cmocka_unit_test(test_mb5),               cmocka_unit_test(test_limits),
         cmocka_unit_test(test_timing),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -30,22 +30,24 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: prism bench recurrence [--reps N] [--warmup N] [--size 1|2|all] [--rules LIST]\n"
-            "                              [--chunks LIST] [--no-token] [--fp32] [--help]\n\n"
+            "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64] [--reps N] [--warmup N]\n"
+            "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
+            "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
             "and chunked form (C=64, TF32), and TTT-Linear (mini-batch 16, and 1 as its serial form),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 data, on the GPU. Prints ms, tokens/s,\n"
             "achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured in the\n"
             "same run, and the chunked form's speedup over the per-token one.\n"
-            "  --reps N     timed repetitions (median), default 5; --warmup N untimed runs first (2)\n"
-            "  --size S     1, 2 or all (default all)\n"
-            "  --rules L    comma-separated rules to run, ttt_linear included (default all)\n"
+            "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
+            "               seconds, best of --reps (default 3, no warm-up), one chunk size\n"
+            "  --dtype T    f32 (the GPU's only dtype) or, with --device cpu, f64 (the CPU's default)\n"
+            "  --reps N     timed repetitions (GPU: median, default 5); --warmup N untimed runs first (2)\n"
+            "  --size S     GPU only: 1, 2 or all (default all)\n"
+            "  --rules L    comma-separated rules to run, ttt_linear included on the GPU (default all)\n"
             "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; 32 also exists)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
-            "  --fp32       also time the chunked form with fp32 (non-tensor-core) products\n"
-            "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
-            "               seconds, best of 3 (--dtype f64|f32, default f64; --chunks C)\n"
+            "  --fp32       GPU only: also time the chunked form with fp32 (non-tensor-core) products\n"
             "Reference (flash-linear-attention Triton, bf16, H200, size 1, fwd+bwd): gated delta\n"
             "3.52 ms, delta 2.92 ms, SSD 2.64 ms. Milestones: gdn <= 7.0 ms in f32/TF32,\n"
             "prism_core (L=2) <= 1.3x gdn, ssd <= gdn.\n");
@@ -60,18 +62,40 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* seconds, best of 3, of the per-token and the chunked form's forward and backward */
-static int bench_cpu(pr_dtype dt, int chunk)
+/* what the command line asks for (parse_options fills the device's defaults) */
+typedef struct {
+    bool cuda;
+    pr_dtype dt;
+    int reps, warm;
+    int sizes;          /* GPU: bit 0 size 1, bit 1 size 2 */
+    unsigned rules;     /* bit r: rule r; bit PR_NRULES: ttt_linear */
+    bool no_token, fp32;
+    int nch;
+    int64_t chunks[4];
+} rb_opts;
+
+static void print_seconds(double s)
+{
+    if (isinf(s)) printf(" %9s", "-");
+    else printf(" %9.4f", s);
+}
+
+/* seconds, best of --reps, of the per-token and the chunked form's forward and backward */
+static int bench_cpu(const rb_opts *o)
 {
     const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
+    const int chunk = (int)o->chunks[0];
+    const pr_dtype dt = o->dt;
     pr_ctx *ctx = pr_ctx_new(0);
-    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of 3\n",
-           (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk);
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of %d\n",
+           (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk,
+           o->reps);
     printf("%-11s %9s %9s %9s %9s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd");
     for (int r = 0; r < PR_NRULES; r++) {
+        if (!(o->rules & 1u << r)) continue;
         double best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
-        for (int rep = 0; rep < 3; rep++)
-            for (int f = 0; f < 2; f++) {
+        for (int rep = -o->warm; rep < o->reps; rep++)
+            for (int f = o->no_token; f < 2; f++) {
                 pr_rng rng = pr_rng_init(1, 0);
                 pr_recurrence_inputs in = pr_recurrence_random(ctx, &rng, dt, (pr_rule)r, B, T, H, K, V, L, true);
                 pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = f ? chunk : 0};
@@ -81,43 +105,21 @@ static int bench_cpu(pr_dtype dt, int chunk)
                 double t1 = now_s();
                 pr_backward_with(ctx, out, dout);
                 double t2 = now_s();
-                best[f][0] = fmin(best[f][0], t1 - t0);
-                best[f][1] = fmin(best[f][1], t2 - t1);
+                if (rep >= 0) {
+                    best[f][0] = fmin(best[f][0], t1 - t0);
+                    best[f][1] = fmin(best[f][1], t2 - t1);
+                }
                 pr_step_reset(ctx);
             }
-        printf("%-11s %9.4f %9.4f %9.4f %9.4f\n", pr_rule_name((pr_rule)r), best[0][0], best[0][1], best[1][0],
-               best[1][1]);
+        printf("%-11s", pr_rule_name((pr_rule)r));
+        for (int k = 0; k < 4; k++) print_seconds(best[k / 2][k % 2]);
+        printf("\n");
     }
     pr_ctx_free(ctx);
     return 0;
 }
 
-/* --device cpu [--dtype f64|f32] [--chunks C]: the CPU path; returns -1 when
- * the arguments ask for the GPU */
-static int bench_cpu_args(int argc, char **argv)
-{
-    bool cpu = false;
-    pr_dtype dt = PR_F64;
-    int chunk = 64;
-    for (int i = 1; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--device")) cpu = !strcmp(argv[i + 1], "cpu");
-        if (!strcmp(argv[i], "--dtype")) dt = !strcmp(argv[i + 1], "f32") ? PR_F32 : PR_F64;
-        if (!strcmp(argv[i], "--chunks")) chunk = atoi(argv[i + 1]) > 0 ? atoi(argv[i + 1]) : 64;
-    }
-    return cpu ? bench_cpu(dt, chunk) : -1;
-}
-
-#ifndef PRISM_HAVE_CUDA
-int pr_bench_recurrence(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (pr_is_help(argv[i])) return usage(stdout), 0;
-    int rc = bench_cpu_args(argc, argv);
-    if (rc >= 0) return rc;
-    fprintf(stderr, "prism bench recurrence: this prism was built without CUDA (--device cpu times the CPU)\n");
-    return 1;
-}
-#else
+#ifdef PRISM_HAVE_CUDA
 
 typedef struct {
     int64_t B, T, H, K, V, L;
@@ -350,38 +352,9 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int warm, 
     }
 }
 
-int pr_bench_recurrence(int argc, char **argv)
+static int bench_gpu(const rb_opts *o)
 {
-    int reps = 5, warm = 2, sizes = 3, token = 1, fp32 = 0, nch = 0, chunks[4];
-    const char *rules = NULL;
-    for (int i = 1; i < argc; i++)
-        if (pr_is_help(argv[i])) return usage(stdout), 0;
-    int rc = bench_cpu_args(argc, argv);
-    if (rc >= 0) return rc;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if ((!strcmp(a, "--device") || !strcmp(a, "--dtype")) && i + 1 < argc) i++; /* cuda / f32: the defaults */
-        if (!strcmp(a, "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--warmup") && i + 1 < argc) warm = atoi(argv[++i]);
-        else if (!strcmp(a, "--rules") && i + 1 < argc) rules = argv[++i];
-        else if (!strcmp(a, "--chunks") && i + 1 < argc) {
-            for (char *s = argv[++i]; *s && nch < 4; s += strcspn(s, ","), s += *s == ',') chunks[nch++] = atoi(s);
-        }
-        else if (!strcmp(a, "--size") && i + 1 < argc) {
-            const char *v = argv[++i];
-            sizes = !strcmp(v, "1") ? 1 : !strcmp(v, "2") ? 2 : !strcmp(v, "all") ? 3 : 0;
-            if (!sizes) return fprintf(stderr, "prism bench recurrence: --size must be 1, 2 or all\n"), 2;
-        } else if (!strcmp(a, "--no-token")) token = 0;
-        else if (!strcmp(a, "--fp32")) fp32 = 1;
-        else return fprintf(stderr, "prism bench recurrence: unknown option %s\n", a), usage(stderr), 2;
-    }
-    if (reps < 1) reps = 1;
-    if (warm < 0) warm = 0;
-    if (!nch) chunks[nch++] = 64;
-    if (!pr_cuda_available()) {
-        fprintf(stderr, "prism bench recurrence: no CUDA device\n");
-        return 1;
-    }
+    const int reps = o->reps, warm = o->warm, nch = o->nch, token = !o->no_token;
     pr_ctx *ctx = pr_ctx_new(0);
     pr_arena *ar = pr_arena_new("bench-recurrence", 0);
     ctx->matmul_tf32 = 1;
@@ -390,7 +363,7 @@ int pr_bench_recurrence(int argc, char **argv)
     printf("cuBLAS TF32 GEMM 8192^3: %.1f TFLOP/s (the tensor-core rate of this run)\n", peak);
     const bench_size all[2] = {{8, 2048, 16, 128, 128, 2}, {2, 8192, 16, 128, 128, 2}};
     for (int si = 0; si < 2; si++) {
-        if (!(sizes & (1 << si))) continue;
+        if (!(o->sizes & (1 << si))) continue;
         const bench_size *s = &all[si];
         bench_inputs x = make_inputs(ar, s);
         const double tokens = (double)s->B * s->T;
@@ -401,7 +374,7 @@ int pr_bench_recurrence(int argc, char **argv)
         double gdn_fb = 0;
         for (int r = 0; r < PR_NRULES; r++) {
             pr_rule rule = (pr_rule)r;
-            if (rules && !strstr(rules, pr_rule_name(rule))) continue;
+            if (!(o->rules & 1u << r)) continue;
             pr_tensor *in[8] = {x.q, x.k, x.v, pr_rule_has_g(rule) ? x.g : NULL, pr_rule_has_beta(rule) ? x.beta : NULL,
                                 pr_rule_has_extra(rule) ? x.kx : NULL, pr_rule_has_extra(rule) ? x.vx : NULL, x.h0};
             bench_times tok = {0, 0};
@@ -414,8 +387,8 @@ int pr_bench_recurrence(int argc, char **argv)
                 printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", pr_rule_name(rule), "per-token", tok.fwd,
                        tok.fb, tokens / (tok.fb * 1e-3) / 1e6, "-", "-", "1.00", "(ref)");
             }
-            for (int f = 0; f < nch * (1 + fp32); f++) {
-                const int C = chunks[f % nch];
+            for (int f = 0; f < nch * (1 + o->fp32); f++) {
+                const int C = (int)o->chunks[f % nch];
                 ctx->matmul_tf32 = f < nch;
                 bench_times ch = time_rule(ctx, rule, C, in, x.dout, x.dht, warm, reps);
                 double mf, mb;
@@ -444,7 +417,7 @@ int pr_bench_recurrence(int argc, char **argv)
             }
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
         }
-        if (!rules || strstr(rules, "ttt_linear")) bench_ttt(ctx, ar, s, warm, reps);
+        if (o->rules & 1u << PR_NRULES) bench_ttt(ctx, ar, s, warm, reps);
         pr_arena_reset(ar);
     }
     pr_arena_free(ar);
@@ -452,3 +425,58 @@ int pr_bench_recurrence(int argc, char **argv)
     return 0;
 }
 #endif
+
+/* the options of both devices; returns -1 to go on, else the exit status */
+static int parse_options(int argc, char **argv, rb_opts *o)
+{
+    static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", NULL};
+    static const char *const sizes[] = {"1", "2", "all", NULL};
+    const char *rules[PR_NRULES + 2];
+    for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
+    rules[PR_NRULES] = "ttt_linear", rules[PR_NRULES + 1] = NULL;
+    int dev = 1, dtype = -1, size = -1;
+    *o = (rb_opts){.reps = -1, .warm = -1, .chunks = {64}};
+    pr_args a = pr_args_begin("prism bench recurrence", argc, argv);
+    while (pr_args_next(&a)) {
+        if (pr_args_help(&a)) return usage(stdout), 0;
+        if (pr_args_choice(&a, "--device", devices, &dev) || pr_args_choice(&a, "--dtype", dtypes, &dtype)) continue;
+        if (pr_args_int(&a, "--reps", 1, 100000, &o->reps) || pr_args_int(&a, "--warmup", 0, 100000, &o->warm)) continue;
+        if (pr_args_choice(&a, "--size", sizes, &size) || pr_args_choice_list(&a, "--rules", rules, &o->rules)) continue;
+        if (pr_args_int_list(&a, "--chunks", 1, 1024, 4, o->chunks, &o->nch)) continue;
+        if (pr_args_flag(&a, "--no-token", &o->no_token) || pr_args_flag(&a, "--fp32", &o->fp32)) continue;
+        return pr_args_unknown(&a);
+    }
+    if (a.failed) return PR_EXIT_USAGE;
+    o->cuda = dev == 1;
+    if (!o->nch) o->nch = 1;
+    if (o->cuda) {
+        if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32");
+        if (!o->rules) o->rules = (1u << (PR_NRULES + 1)) - 1;
+        o->dt = PR_F32;
+        o->sizes = size < 0 ? 3 : size + 1;
+        if (o->reps < 0) o->reps = 5;
+        if (o->warm < 0) o->warm = 2;
+        return -1;
+    }
+    if (size >= 0) return pr_args_error(&a, "--size picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
+    if (o->fp32) return pr_args_error(&a, "--fp32 applies to --device cuda only");
+    if (o->rules & 1u << PR_NRULES) return pr_args_error(&a, "--rules: ttt_linear has no CPU timing here");
+    if (!o->rules) o->rules = (1u << PR_NRULES) - 1;
+    if (o->nch > 1) return pr_args_error(&a, "--chunks takes one chunk size with --device cpu");
+    o->dt = dtype == 1 ? PR_F32 : PR_F64;
+    if (o->reps < 0) o->reps = 3;
+    if (o->warm < 0) o->warm = 0;
+    return -1;
+}
+
+int pr_bench_recurrence(int argc, char **argv)
+{
+    rb_opts o;
+    const int rc = parse_options(argc, argv, &o);
+    if (rc >= 0) return rc;
+    if (!o.cuda) return bench_cpu(&o);
+#ifdef PRISM_HAVE_CUDA
+    if (pr_cuda_available()) return bench_gpu(&o);
+#endif
+    return pr_args_no_cuda("prism bench recurrence");
+}

@@ -296,68 +296,41 @@ static int make_reference(const char *path, const int64_t *sz)
 
 int pr_cmd_golden_check(int argc, char **argv)
 {
-    gc_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
-    bool dtype_given = false;
+    static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", NULL};
+    static const char *const forms[] = {"recurrent", "chunked", "both", NULL};
+    gc_opts o = {.chunk = 64};
+    int dev = 0, dtype = -1, form = 2, n_size = 0;
     const char *path = NULL, *make = NULL;
     int64_t size[6] = {2, 131, 2, 12, 7, 3};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (pr_is_help(a)) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--verbose")) {
-            o.verbose = true;
-        } else if (!strcmp(a, "--tf32")) {
-            o.tf32 = true;
-        } else if (!strcmp(a, "--device") && val) {
-            i++;
-            if (!strcmp(val, "cpu")) o.dev = PR_CPU;
-            else if (!strcmp(val, "cuda")) o.dev = PR_CUDA;
-            else return fprintf(stderr, "prism golden-check: --device must be cpu or cuda, not %s\n", val), 2;
-        } else if (!strcmp(a, "--dtype") && val) {
-            i++;
-            if (!strcmp(val, "f64")) o.dt = PR_F64;
-            else if (!strcmp(val, "f32")) o.dt = PR_F32;
-            else return fprintf(stderr, "prism golden-check: --dtype must be f64 or f32, not %s\n", val), 2;
-            dtype_given = true;
-        } else if (!strcmp(a, "--form") && val) {
-            i++;
-            o.forms = !strcmp(val, "recurrent") ? 1 : !strcmp(val, "chunked") ? 2 : !strcmp(val, "both") ? 3 : 0;
-            if (!o.forms)
-                return fprintf(stderr, "prism golden-check: --form must be recurrent, chunked or both\n"), 2;
-        } else if (!strcmp(a, "--chunk") && val) {
-            o.chunk = atoi(argv[++i]);
-            if (o.chunk <= 0) return fprintf(stderr, "prism golden-check: --chunk must be > 0\n"), 2;
-        } else if (!strcmp(a, "--make") && val) {
-            make = argv[++i];
-        } else if (!strcmp(a, "--size") && val) {
-            long long x[6];
-            if (sscanf(argv[++i], "%lld,%lld,%lld,%lld,%lld,%lld", &x[0], &x[1], &x[2], &x[3], &x[4], &x[5]) != 6 ||
-                x[0] < 1 || x[1] < 1 || x[2] < 1 || x[3] < 1 || x[4] < 1 || x[5] < 0)
-                return fprintf(stderr, "prism golden-check: --size wants B,T,H,K,V,L (L >= 0, others >= 1)\n"), 2;
-            for (int j = 0; j < 6; j++) size[j] = x[j];
-        } else if (!strcmp(a, "--tol") && val) {
-            o.tol = atof(argv[++i]);
-        } else if (a[0] == '-') {
-            fprintf(stderr, "prism golden-check: unknown or incomplete option %s\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!path) {
-            path = a;
-        } else {
-            fprintf(stderr, "prism golden-check: one FILE only (got %s and %s)\n", path, a);
-            return 2;
-        }
+    pr_args a = pr_args_begin("prism golden-check", argc, argv);
+    int checking = 0; /* arguments only a check uses (FILE included): --make takes none */
+    while (pr_args_next(&a)) {
+        if (pr_args_help(&a)) return usage(stdout), 0;
+        if (pr_args_string(&a, "--make", &make)) continue;
+        if (pr_args_int_list(&a, "--size", 0, 1 << 20, 6, size, &n_size)) continue;
+        checking++;
+        if (pr_args_flag(&a, "--verbose", &o.verbose) || pr_args_flag(&a, "--tf32", &o.tf32)) continue;
+        if (pr_args_choice(&a, "--device", devices, &dev) || pr_args_choice(&a, "--dtype", dtypes, &dtype)) continue;
+        if (pr_args_choice(&a, "--form", forms, &form) || pr_args_int(&a, "--chunk", 1, 4096, &o.chunk)) continue;
+        if (pr_args_positive(&a, "--tol", &o.tol)) continue;
+        if (pr_args_current(&a)[0] == '-' || path) return pr_args_unknown(&a);
+        path = pr_args_current(&a);
     }
-    if (o.dev == PR_CUDA && !dtype_given) o.dt = PR_F32; /* the GPU computes in f32 */
-    if (o.dev == PR_CUDA && !pr_cuda_available()) {
-        fprintf(stderr, "prism golden-check: --device cuda, but no CUDA device (or built without CUDA)\n");
-        return 77; /* "skipped" to ctest (SKIP_RETURN_CODE), a failure to a shell */
-    }
+    if (a.failed) return PR_EXIT_USAGE;
+    if (n_size && (n_size != 6 || size[0] < 1 || size[1] < 1 || size[2] < 1 || size[3] < 1 || size[4] < 1))
+        return pr_args_error(&a, "--size wants B,T,H,K,V,L (L >= 0, the others >= 1)");
+    if (make && checking)
+        return pr_args_error(&a, "--make writes a reference file; it takes only --size, no FILE or check options");
+    if (n_size && !make) return pr_args_error(&a, "--size sets the sizes of --make OUT; give --make too");
     if (make) return make_reference(make, size);
     if (!path) {
         usage(stderr);
-        return 2;
+        return PR_EXIT_USAGE;
     }
+    o.dev = dev ? PR_CUDA : PR_CPU;
+    o.dt = dtype == 0 ? PR_F64 : dtype == 1 || o.dev == PR_CUDA ? PR_F32 : PR_F64; /* the GPU computes in f32 */
+    o.forms = form + 1;
+    if (o.tf32 && o.dev != PR_CUDA) return pr_args_error(&a, "--tf32 applies to --device cuda only");
+    if (o.dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda(a.cmd);
     return golden_check(path, &o);
 }

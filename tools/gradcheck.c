@@ -37,36 +37,25 @@ int pr_cmd_gradcheck(int argc, char **argv)
     const char *only = NULL;
     bool all = false, list = false;
     uint64_t seed = 1234;
-    for (int i = 1; i < argc; i++) {
-        if (pr_is_help(argv[i])) {
-            gradcheck_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--all") == 0) {
-            all = true;
-        } else if (strcmp(argv[i], "--list") == 0) {
-            list = true;
-        } else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
-            only = argv[++i];
-        } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-            seed = strtoull(argv[++i], NULL, 10);
-        } else {
-            fprintf(stderr, "prism gradcheck: unknown or incomplete option '%s'\n", argv[i]);
-            gradcheck_usage(stderr);
-            return 2;
-        }
+    pr_args a = pr_args_begin("prism gradcheck", argc, argv);
+    while (pr_args_next(&a)) {
+        if (pr_args_help(&a)) return gradcheck_usage(stdout), 0;
+        if (pr_args_flag(&a, "--all", &all) || pr_args_flag(&a, "--list", &list)) continue;
+        if (pr_args_string(&a, "--op", &only) || pr_args_u64(&a, "--seed", &seed)) continue;
+        return pr_args_unknown(&a);
     }
+    if (a.failed) return PR_EXIT_USAGE;
+    if (all && only) return pr_args_error(&a, "--all and --op exclude each other");
     if (list) {
         for (int i = 0; i < pr_op_count(); i++) printf("%s\n", pr_op((pr_op_id)i)->name);
         return 0;
     }
     if (!all && !only) {
         gradcheck_usage(stderr);
-        return 2;
+        return PR_EXIT_USAGE;
     }
-    if (only && !pr_op_by_name(only)) {
-        fprintf(stderr, "prism gradcheck: unknown op '%s' (prism gradcheck --list names them)\n", only);
-        return 2;
-    }
+    if (only && !pr_op_by_name(only))
+        return pr_args_error(&a, "--op wants an op's name, not '%s' (prism gradcheck --list names them)", only);
     int passed = 0, failed = 0;
     for (int i = 0; i < pr_op_count(); i++) {
         const pr_op_info *op = pr_op((pr_op_id)i);
