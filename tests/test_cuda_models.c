@@ -120,9 +120,10 @@ static void test_cuda_lm(void **state)
 
 int main(void)
 {
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_layers),
         cmocka_unit_test(test_cuda_lm),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
