@@ -13,7 +13,8 @@
  * Saved (CUDA path): saved[0] the sequence table (int32, [3N + nchunks];
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
  * (delta rules); chunked form: saved[1] = hs, and for the delta rules
- * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh).
+ * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh). Only saved[0] when
+ * the node is not recorded (n->recording false).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -126,8 +127,8 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     const bool chunked = rec_pick_chunked(&p, (int)n->iarg[1], &pl);
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr);
     const int64_t one[1] = {1};
-    n->saved[0] = tab ? tab : pr_op_output(ctx, PR_I32, PR_CUDA, 1, one);
-    n->n_saved = 1;
+    n->saved[0] = tab ? tab : n->recording ? pr_op_output(ctx, PR_I32, PR_CUDA, 1, one) : nullptr;
+    n->n_saved = n->saved[0] ? 1 : 0;
     float *o = (float *)n->out[0]->data, *ht = (float *)n->out[1]->data;
     if (p.N == 0 || p.H == 0) return;
     if (p.V == 0 || p.K == 0) {
@@ -136,14 +137,24 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     }
     const long long rows = n->in[IN_CU] ? (long long)p.T : (long long)p.N * p.T;
     const cudaStream_t s = pr_cuda_stream(ctx);
+    /* Recorded: the residuals live in the step arena for the backward. Not
+     * recorded: the per-token form saves nothing, and the chunked form's
+     * intermediates (its own kernels read them) are scratch, returned to the
+     * cache once the launches are queued (later users queue behind them). */
+    float *scratch[PR_MAX_SAVED] = {};
+    size_t scratch_n[PR_MAX_SAVED] = {};
     auto saved = [&](int i, long long a, long long b, long long c) {
+        if (!n->recording) {
+            scratch_n[i] = (size_t)(a * b * c);
+            return scratch[i] = rec_scratch(scratch_n[i]);
+        }
         const int64_t shp[3] = {a, b, c};
         n->saved[i] = pr_op_output(ctx, PR_F32, PR_CUDA, 3, shp);
         n->n_saved = i + 1;
         return (float *)n->saved[i]->data;
     };
     if (!chunked) {
-        float *r = p.delta ? saved(1, rows, p.H, p.V) : nullptr;
+        float *r = p.delta && n->recording ? saved(1, rows, p.H, p.V) : nullptr;
         pr_rec_token_forward(s, p, o, ht, r);
         return;
     }
@@ -156,6 +167,8 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         sv.R0 = saved(5, rows, p.H, p.V);
     }
     pr_rec_chunk_forward(s, p, pl, sv, o, ht);
+    for (int i = 0; i < PR_MAX_SAVED; i++)
+        if (scratch[i]) rec_scratch_free(scratch[i], scratch_n[i]);
 }
 
 static float *grad_of(const pr_node *n, int i)

@@ -23,8 +23,23 @@
 extern "C" {
 #endif
 
-typedef enum { PR_RULE_LINATTN, PR_RULE_SSD, PR_RULE_DELTA, PR_RULE_GDN, PR_RULE_PRISM_CORE, PR_NRULES } pr_rule;
-const char *pr_rule_name(pr_rule r);          /* "linattn", ... */
+/* the rule list: ops/recurrence/rules.def (PR_RULES_DEF lets the table test
+ * compile recurrence.c against another list) */
+#ifndef PR_RULES_DEF
+#define PR_RULES_DEF "ops/recurrence/rules.def"
+#endif
+typedef enum {
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra) PR_RULE_##NAME,
+#include PR_RULES_DEF
+#undef PR_RULE
+    PR_NRULES
+} pr_rule;
+typedef struct {
+    const char *name;                  /* "linattn", ... */
+    bool has_g, has_beta, has_extra;   /* the inputs it takes (rules.def) */
+} pr_rule_info;
+const pr_rule_info *pr_rule_info_of(pr_rule r);   /* fatal for an unknown rule */
+const char *pr_rule_name(pr_rule r);          /* "linattn", ...; "?" if unknown */
 int pr_rule_from_name(const char *name);      /* -1 if unknown */
 bool pr_rule_has_g(pr_rule r);
 bool pr_rule_has_beta(pr_rule r);

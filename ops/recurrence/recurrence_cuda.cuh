@@ -473,7 +473,8 @@ struct rec_grads {
     float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
 };
 
-/* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules). */
+/* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules)
+ * into r_save unless it is NULL (the node is not recorded). */
 void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save);
 void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o, const float *ht,
                            const float *r_save);

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) tok_fwd_kernel(rec_prob p, flo
             if (j >= p.V) continue;
             const long long off = ((long long)(sq.bos + t0 + t) * p.H + h) * p.V + j;
             o[off] = sm[s.o + e];
-            if (p.delta) r_save[off] = sm[s.r + e];
+            if (r_save) r_save[off] = sm[s.r + e];   /* NULL: not recorded, nothing saved */
         }
     }
 #pragma unroll
