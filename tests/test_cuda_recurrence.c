@@ -130,7 +130,7 @@ static double report(const char *what, const rec_out *got, const rec_out *ref)
     for (int i = 0; i < REC_NIN; i++) {
         if (!ref->d[i]) continue;
         const double e = got->d[i] ? rec_rel_err(got->d[i], ref->d[i], ref->n[i]) : INFINITY;
-        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names[i], e);
+        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names(i), e);
         worst = fmax(worst, isnan(e) ? INFINITY : e);
     }
     fprintf(stderr, "%s\n", line);
@@ -234,7 +234,7 @@ static void test_golden(void **state)
         char name[64];
         pr_tensor *ref_in[REC_NIN], *xc[REC_NIN];
         for (int i = 0; i < REC_NIN; i++) {
-            snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), rec_in_names[i]);
+            snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), rec_in_names(i));
             ref_in[i] = pr_safetensors_get(&st, name);
             xc[i] = ref_in[i] ? pr_to(ctx->step, ref_in[i], PR_F32, PR_CUDA) : NULL;
             if (xc[i]) pr_requires_grad_(xc[i], true);
@@ -251,7 +251,7 @@ static void test_golden(void **state)
         ref.ht = rec_host(t_ht, &ref.n_ht);
         for (int i = 0; i < REC_NIN; i++) {
             if (!ref_in[i]) continue;
-            snprintf(name, sizeof name, "%s.d%s", pr_rule_name((pr_rule)r), rec_in_names[i]);
+            snprintf(name, sizeof name, "%s.d%s", pr_rule_name((pr_rule)r), rec_in_names(i));
             ref.d[i] = rec_host(pr_safetensors_get(&st, name), &ref.n[i]);
         }
         double *dout = rec_host(t_do, NULL), *dht = rec_host(t_dht, NULL);

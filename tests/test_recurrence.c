@@ -28,7 +28,7 @@ static void golden_case(pr_dtype dt, int chunk)
         char name[64];
         pr_tensor *in[REC_NIN];
         for (int i = 0; i < REC_NIN; i++) {
-            snprintf(name, sizeof name, "%s.%s", rn, rec_in_names[i]);
+            snprintf(name, sizeof name, "%s.%s", rn, rec_in_names(i));
             pr_tensor *t = pr_safetensors_get(&st, name);
             in[i] = t ? pr_to(ctx->step, t, dt, PR_CPU) : NULL;
             if (in[i]) pr_requires_grad_(in[i], true);
@@ -43,7 +43,7 @@ static void golden_case(pr_dtype dt, int chunk)
         ref.ht = rec_host(REF("ht"), &ref.n_ht);
         for (int i = 0; i < REC_NIN; i++) {
             char dn[16];
-            snprintf(dn, sizeof dn, "d%s", rec_in_names[i]);
+            snprintf(dn, sizeof dn, "d%s", rec_in_names(i));
             if (in[i]) ref.d[i] = rec_host(REF(dn), &ref.n[i]);
         }
 #undef REF
@@ -170,7 +170,7 @@ static void gradcheck_case(pr_rule rule, int chunk, int64_t B, int64_t T, int64_
             const double num = (fp - fm) / (2 * eps), err = fabs(num - an.d[i][j]);
             if (!(err <= atol + rtol * fabs(num)))
                 fail_msg("gradcheck %s chunk %d B=%lld T=%lld L=%lld: d%s[%lld] analytic %.12g, numeric %.12g",
-                         pr_rule_name(rule), chunk, (long long)B, (long long)T, (long long)L, rec_in_names[i],
+                         pr_rule_name(rule), chunk, (long long)B, (long long)T, (long long)L, rec_in_names(i),
                          (long long)j, an.d[i][j], num);
         }
     }

@@ -52,6 +52,25 @@ int pr_rule_from_name(const char *name)
     return -1;
 }
 
+const char *pr_rec_input_name(pr_rec_input i)
+{
+    static const char *const names[PR_REC_NIN] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+    PR_CHECK(i >= 0 && i < PR_REC_NIN, "recurrence: unknown input %d", (int)i);
+    return names[i];
+}
+
+bool pr_rule_takes(pr_rule r, pr_rec_input i)
+{
+    const pr_rule_info *info = pr_rule_info_of(r);
+    switch (i) {
+    case PR_REC_G: return info->has_g;
+    case PR_REC_BETA: return info->has_beta;
+    case PR_REC_KX:
+    case PR_REC_VX: return info->has_extra;
+    default: return pr_rec_input_name(i) != NULL;   /* q, k, v, h0; fatal when out of range */
+    }
+}
+
 bool pr_rule_has_g(pr_rule r) { return pr_rule_info_of(r)->has_g; }
 bool pr_rule_has_beta(pr_rule r) { return pr_rule_info_of(r)->has_beta; }
 bool pr_rule_has_extra(pr_rule r) { return pr_rule_info_of(r)->has_extra; }

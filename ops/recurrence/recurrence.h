@@ -39,6 +39,12 @@ typedef struct {
     bool has_g, has_beta, has_extra;   /* the inputs it takes (rules.def) */
 } pr_rule_info;
 const pr_rule_info *pr_rule_info_of(pr_rule r);   /* fatal for an unknown rule */
+/* the inputs of pr_recurrence, in its argument order */
+typedef enum { PR_REC_Q, PR_REC_K, PR_REC_V, PR_REC_G, PR_REC_BETA, PR_REC_KX, PR_REC_VX, PR_REC_H0, PR_REC_NIN } pr_rec_input;
+const char *pr_rec_input_name(pr_rec_input i);    /* "q", "k", ... */
+/* whether rule r takes input i: q, k, v and h0 (optional) every rule; g,
+ * beta, kx/vx as its row of rules.def says */
+bool pr_rule_takes(pr_rule r, pr_rec_input i);
 const char *pr_rule_name(pr_rule r);          /* "linattn", ...; "?" if unknown */
 int pr_rule_from_name(const char *name);      /* -1 if unknown */
 bool pr_rule_has_g(pr_rule r);
