@@ -257,7 +257,7 @@ static void test_golden(void **state)
         double *dout = rec_host(t_do, NULL), *dht = rec_host(t_dht, NULL);
         struct { int chunk, tf32; double tol; const char *form; } forms[] = {
             {0, 0, 1e-4, "token"}, {64, 0, 1e-4, "chunk64/fp32"}, {64, 1, 2e-3, "chunk64/tf32"},
-            {16, 0, 1e-4, "chunk32/fp32"}, {16, 1, 2e-3, "chunk32/tf32"},
+            {32, 0, 1e-4, "chunk32/fp32"}, {32, 1, 2e-3, "chunk32/tf32"},
         };
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
             ctx->matmul_tf32 = forms[f].tf32;
@@ -309,6 +309,53 @@ static void test_long(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The plan: chunk is a size (the chunked form runs chunks of exactly the
+ * chunk asked for), and what the kernels cannot run is an error naming the
+ * limit, never a silent fallback to another form or size. */
+static void test_plan(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    char why[256], line[320];
+    pr_rec_plan plan;
+    for (int r = 0; r < PR_NRULES; r++) {
+        for (int chunk = 0; chunk <= 64; chunk += 32) {
+            const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = chunk};
+            if (!pr_recurrence_plan(&o, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why))
+                fail_msg("%s chunk %d at the bench size: %s", pr_rule_name((pr_rule)r), chunk, why);
+            assert_int_equal(plan.chunk, chunk);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            fprintf(stderr, "  %-10s %s\n", pr_rule_name((pr_rule)r), line);
+        }
+        const pr_recurrence_opts bad = {.rule = (pr_rule)r, .chunk = 16};
+        assert_false(pr_recurrence_plan(&bad, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why));
+        assert_non_null(strstr(why, "32 or 64"));
+    }
+    /* prism_core at K = V = 256 with 4 extra writes: as asked, or refused naming shared memory */
+    for (int chunk = 32; chunk <= 64; chunk += 32) {
+        const pr_recurrence_opts o = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk};
+        if (pr_recurrence_plan(&o, PR_CUDA, 8, 2048, 16, 256, 256, 4, &plan, why, sizeof why)) {
+            assert_int_equal(plan.chunk, chunk);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            fprintf(stderr, "  prism_core K=V=256 L=4: %s\n", line);
+        } else {
+            assert_non_null(strstr(why, "shared memory"));
+            fprintf(stderr, "  prism_core K=V=256 L=4 chunk %d: %s\n", chunk, why);
+        }
+    }
+    /* the call itself stops with the same message */
+    pr_ctx *ctx = g_ctx;
+    pr_rng r = pr_rng_init(5, 0);
+    pr_recurrence_inputs in = pr_recurrence_random(ctx, &r, PR_F32, PR_RULE_GDN, 1, 8, 1, 8, 8, 0, false);
+    pr_tensor *x[REC_NIN];
+    rec_in_array(&in, x);
+    for (int i = 0; i < REC_NIN; i++)
+        if (x[i]) x[i] = pr_to(ctx->step, x[i], PR_F32, PR_CUDA);
+    const pr_recurrence_opts o = {.rule = PR_RULE_GDN, .chunk = 16};
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, x[0], x[1], x[2], x[3], x[4], NULL, NULL, NULL, NULL, NULL), "32 or 64");
+    pr_step_reset(ctx);
+}
+
 /* f64 tensors on CUDA are refused with a clear message */
 static void test_f64_refused(void **state)
 {
@@ -331,7 +378,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),  cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
         cmocka_unit_test(test_gdn),     cmocka_unit_test(test_prism_core), cmocka_unit_test(test_long),
-        cmocka_unit_test(test_f64_refused),
+        cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

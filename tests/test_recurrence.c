@@ -278,6 +278,33 @@ static void test_input_checks(void **s)
     pr_ctx_free(ctx);
 }
 
+/* ---- the plan ------------------------------------------------------------------------- */
+
+/* on the CPU chunk is the chunk size, any C; a CUDA plan without a GPU is refused with a reason */
+static void test_plan_cpu(void **s)
+{
+    (void)s;
+    char why[256], line[320];
+    pr_rec_plan plan;
+    for (int r = 0; r < PR_NRULES; r++)
+        for (int chunk = 0; chunk <= 24; chunk += 12) {
+            const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = chunk};
+            assert_true(pr_recurrence_plan(&o, PR_CPU, 2, 50, 2, 16, 8, 2, &plan, why, sizeof why));
+            assert_int_equal(plan.device, PR_CPU);
+            assert_int_equal(plan.chunk, chunk);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            assert_non_null(strstr(line, chunk ? "cpu chunked C=" : "cpu per-token"));
+        }
+    const pr_recurrence_opts neg = {.rule = PR_RULE_GDN, .chunk = -1};
+    assert_false(pr_recurrence_plan(&neg, PR_CPU, 2, 50, 2, 16, 8, 0, &plan, why, sizeof why));
+    assert_non_null(strstr(why, "chunk must be >= 0"));
+    if (!pr_cuda_available()) {
+        const pr_recurrence_opts o = {.rule = PR_RULE_GDN, .chunk = 64};
+        assert_false(pr_recurrence_plan(&o, PR_CUDA, 2, 50, 2, 16, 8, 0, &plan, why, sizeof why));
+        assert_true(why[0] != 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,7 +312,7 @@ int main(void)
         cmocka_unit_test(test_golden_f64_chunk16), cmocka_unit_test(test_golden_f32_token),
         cmocka_unit_test(test_golden_f32_chunk64), cmocka_unit_test(test_golden_f32_chunk16),
         cmocka_unit_test(test_chunked_equals_recurrent), cmocka_unit_test(test_f32_close_to_f64),
-        cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
+        cmocka_unit_test(test_plan_cpu),          cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
         cmocka_unit_test(test_example_gradcheck),  cmocka_unit_test(test_prism_core_L0_is_gdn),
         cmocka_unit_test(test_input_checks),
     };

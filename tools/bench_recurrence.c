@@ -13,6 +13,13 @@
  * per-token form on, each chunked run is also checked against it: "err" is
  * the worst over o, ht and every gradient of max|diff| / max|per-token|
  * ("!" past 1e-2 with TF32, 1e-4 with fp32 products).
+ * Under every timed form: its plan (pr_recurrence_plan: form, chunk size,
+ * kernels and tiles; a plan the device refuses is printed and not run) and
+ * the step memory of one forward not recorded (no-grad) and recorded: the
+ * bytes the step arena keeps after it (a layer's share until the step ends)
+ * and, on the GPU, the allocator's peak during it (scratch included).
+ * The chunked form runs chunks of 64 tokens, 32 for prism_core (L = 2:
+ * faster, NOTES.md), unless --chunks says otherwise.
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +48,8 @@ static void usage(FILE *f)
             "  --reps N     timed repetitions (median), default 5; --warmup N untimed runs first (2)\n"
             "  --size S     1, 2 or all (default all)\n"
             "  --rules L    comma-separated rules to run, ttt_linear included (default all)\n"
-            "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; 32 also exists)\n"
+            "  --chunks L   comma-separated chunk sizes of the chunked form (default 64, prism_core 32;\n"
+            "               the CUDA kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       also time the chunked form with fp32 (non-tensor-core) products\n"
             "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
@@ -60,21 +68,42 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* seconds, best of 3, of the per-token and the chunked form's forward and backward */
+static double mb(size_t bytes) { return (double)bytes / 1e6; }
+
+/* the step arena's growth in a forward; grad mode as given, restored after */
+static size_t forward_step_bytes(pr_ctx *ctx, bool grad, const pr_recurrence_opts *opt, const pr_recurrence_inputs *in)
+{
+    const bool prev = pr_set_grad_enabled(ctx, grad);
+    const size_t u0 = pr_arena_used(ctx->step);
+    pr_recurrence(ctx, opt, in->q, in->k, in->v, in->g, in->beta, in->kx, in->vx, in->h0, NULL, NULL);
+    const size_t used = pr_arena_used(ctx->step) - u0;
+    pr_set_grad_enabled(ctx, prev);
+    return used;
+}
+
+/* seconds, best of 3, of the per-token and the chunked form's forward and
+ * backward; the step memory of a no-grad and a recorded forward; the plans */
 static int bench_cpu(pr_dtype dt, int chunk)
 {
     const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
     pr_ctx *ctx = pr_ctx_new(0);
-    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of 3\n",
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of 3;\n"
+           "step memory of one forward (MB the step arena holds after it), no-grad / recorded\n",
            (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk);
-    printf("%-11s %9s %9s %9s %9s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd");
+    printf("%-11s %9s %9s %9s %9s %15s %15s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd", "tok MB ng/rec",
+           "chk MB ng/rec");
     for (int r = 0; r < PR_NRULES; r++) {
         double best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
+        size_t mem[2][2];
         for (int rep = 0; rep < 3; rep++)
             for (int f = 0; f < 2; f++) {
                 pr_rng rng = pr_rng_init(1, 0);
                 pr_recurrence_inputs in = pr_recurrence_random(ctx, &rng, dt, (pr_rule)r, B, T, H, K, V, L, true);
                 pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = f ? chunk : 0};
+                if (rep == 0) {
+                    mem[f][0] = forward_step_bytes(ctx, false, &opt, &in);
+                    mem[f][1] = forward_step_bytes(ctx, true, &opt, &in);
+                }
                 pr_tensor *dout = pr_full(ctx->step, dt, PR_CPU, PR_DIMS(B, T, H, V), 1.0);
                 double t0 = now_s();
                 pr_tensor *out = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, in.kx, in.vx, in.h0, NULL, NULL);
@@ -85,8 +114,17 @@ static int bench_cpu(pr_dtype dt, int chunk)
                 best[f][1] = fmin(best[f][1], t2 - t1);
                 pr_step_reset(ctx);
             }
-        printf("%-11s %9.4f %9.4f %9.4f %9.4f\n", pr_rule_name((pr_rule)r), best[0][0], best[0][1], best[1][0],
-               best[1][1]);
+        printf("%-11s %9.4f %9.4f %9.4f %9.4f %7.1f/%-7.1f %7.1f/%-7.1f\n", pr_rule_name((pr_rule)r), best[0][0],
+               best[0][1], best[1][0], best[1][1], mb(mem[0][0]), mb(mem[0][1]), mb(mem[1][0]), mb(mem[1][1]));
+    }
+    for (int f = 0; f < 2; f++) {   /* the CPU's plan does not depend on the rule */
+        const pr_recurrence_opts opt = {.rule = PR_RULE_PRISM_CORE, .chunk = f ? chunk : 0};
+        pr_rec_plan plan;
+        char why[256], line[320];
+        if (pr_recurrence_plan(&opt, PR_CPU, B, T, H, K, V, L, &plan, why, sizeof why))
+            pr_rec_plan_format(&plan, line, sizeof line), printf("plan: %s\n", line);
+        else
+            printf("plan: %s\n", why);
     }
     pr_ctx_free(ctx);
     return 0;
@@ -350,6 +388,46 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int warm, 
     }
 }
 
+/* the plan of a form at size s, printed under its row; false (printed) when the GPU cannot run it */
+static bool print_plan(pr_rule r, int chunk, const bench_size *s)
+{
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    pr_rec_plan plan;
+    char why[256], line[320];
+    const bool ok = pr_recurrence_plan(&opt, PR_CUDA, s->B, s->T, s->H, s->K, s->V, s->L, &plan, why, sizeof why);
+    if (ok) pr_rec_plan_format(&plan, line, sizeof line);
+    printf("%-11s   plan: %s\n", ok ? "" : pr_rule_name(r), ok ? line : why);
+    return ok;
+}
+
+/* one forward not recorded and one recorded: MB the step arena keeps after
+ * it, and the device allocator's peak during it above what was live before */
+static void print_memory(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x)
+{
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    size_t kept[2], peak[2];
+    for (int rec = 0; rec < 2; rec++) {
+        const bool prev = pr_set_grad_enabled(ctx, rec);
+        pr_cuda_alloc_stats s0, s1;
+        pr_device_sync(PR_CUDA);
+        pr_cuda_alloc_peak_reset();
+        pr_cuda_alloc_stats_get(&s0);
+        const size_t u0 = pr_arena_used(ctx->step);
+        pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, NULL);
+        pr_device_sync(PR_CUDA);
+        pr_cuda_alloc_stats_get(&s1);
+        kept[rec] = pr_arena_used(ctx->step) - u0;
+        peak[rec] = s1.peak - s0.current;
+        pr_set_grad_enabled(ctx, prev);
+        pr_step_reset(ctx);
+    }
+    printf("%-11s   forward step memory, MB kept / peak: no-grad %.1f / %.1f, recorded %.1f / %.1f\n", "",
+           mb(kept[0]), mb(peak[0]), mb(kept[1]), mb(peak[1]));
+}
+
+/* the chunk the bench runs by default: 32 for two or more extra writes (faster, NOTES.md), else 64 */
+static int default_chunk(pr_rule r, const bench_size *s) { return pr_rule_has_extra(r) && s->L >= 2 ? 32 : 64; }
+
 int pr_bench_recurrence(int argc, char **argv)
 {
     int reps = 5, warm = 2, sizes = 3, token = 1, fp32 = 0, nch = 0, chunks[4];
@@ -377,7 +455,6 @@ int pr_bench_recurrence(int argc, char **argv)
     }
     if (reps < 1) reps = 1;
     if (warm < 0) warm = 0;
-    if (!nch) chunks[nch++] = 64;
     if (!pr_cuda_available()) {
         fprintf(stderr, "prism bench recurrence: no CUDA device\n");
         return 1;
@@ -407,16 +484,21 @@ int pr_bench_recurrence(int argc, char **argv)
             bench_times tok = {0, 0};
             double *ref[10] = {0}, *got[10] = {0};
             int64_t nref[10], ngot[10];
-            if (token) {
+            if (token && print_plan(rule, 0, s)) {
                 ctx->matmul_tf32 = 0;
                 tok = time_rule(ctx, rule, 0, in, x.dout, x.dht, warm, reps);
                 run_host(ctx, rule, 0, in, x.dout, x.dht, ref, nref);
                 printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", pr_rule_name(rule), "per-token", tok.fwd,
                        tok.fb, tokens / (tok.fb * 1e-3) / 1e6, "-", "-", "1.00", "(ref)");
+                print_memory(ctx, rule, 0, in);
+            } else if (token) {
+                continue;   /* the per-token form is the reference of the rows below */
             }
-            for (int f = 0; f < nch * (1 + fp32); f++) {
-                const int C = chunks[f % nch];
-                ctx->matmul_tf32 = f < nch;
+            const int nforms = nch ? nch : 1;
+            for (int f = 0; f < nforms * (1 + fp32); f++) {
+                const int C = nch ? chunks[f % nch] : default_chunk(rule, s);
+                if (!print_plan(rule, C, s)) continue;
+                ctx->matmul_tf32 = f < nforms;
                 bench_times ch = time_rule(ctx, rule, C, in, x.dout, x.dht, warm, reps);
                 double mf, mb;
                 chunk_macs(rule, s, C, &mf, &mb);
@@ -427,12 +509,13 @@ int pr_bench_recurrence(int argc, char **argv)
                     snprintf(sp, sizeof sp, "%.1f", tok.fb / ch.fb);
                     run_host(ctx, rule, C, in, x.dout, x.dht, got, ngot);
                     const double e = worst_rel_err(got, ref, nref);
-                    snprintf(er, sizeof er, "%.1e%s", e, e <= (f < nch ? 1e-2 : 1e-4) ? "" : "!");
+                    snprintf(er, sizeof er, "%.1e%s", e, e <= (f < nforms ? 1e-2 : 1e-4) ? "" : "!");
                 }
                 char form[24];
-                snprintf(form, sizeof form, "chunk%d/%s", C, f < nch ? "tf32" : "fp32");
+                snprintf(form, sizeof form, "chunk%d/%s", C, f < nforms ? "tf32" : "fp32");
                 printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %8s %9s\n", pr_rule_name(rule), form, ch.fwd, ch.fb,
                        tokens / (ch.fb * 1e-3) / 1e6, tflops, 100.0 * tflops / peak, sp, er);
+                if (f < nforms) print_memory(ctx, rule, C, in);
                 if (f == 0 && rule == PR_RULE_GDN) gdn_fb = ch.fb;
                 if (f == 0 && si == 0) {
                     if (rule == PR_RULE_GDN) printf("%-11s   gdn f+b target <= 7.00 ms (fla bf16: 3.52 ms)\n", "");

@@ -297,6 +297,49 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     dims_free(&d);
 }
 
+/* ---- the plan ------------------------------------------------------------------------ */
+
+#ifdef PRISM_HAVE_CUDA
+bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K, int64_t V,
+                             int64_t L, pr_rec_plan *plan, char *why, size_t why_n);   /* recurrence.cu */
+#endif
+
+bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
+                        int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n)
+{
+    PR_CHECK(opt && opt->rule >= 0 && opt->rule < PR_NRULES, "recurrence: unknown rule %d", opt ? (int)opt->rule : -1);
+    memset(plan, 0, sizeof *plan);
+    if (why_n) why[0] = 0;
+    if (opt->chunk < 0) {
+        snprintf(why, why_n, "recurrence: chunk must be >= 0 (0 = per-token form), got %d", opt->chunk);
+        return false;
+    }
+    if (dev == PR_CUDA) {
+#ifdef PRISM_HAVE_CUDA
+        return pr_recurrence_plan_cuda(opt, N, T, H, K, V, L, plan, why, why_n);
+#else
+        (void)N, (void)T, (void)H, (void)K, (void)V, (void)L;
+        snprintf(why, why_n, "recurrence: built without CUDA");
+        return false;
+#endif
+    }
+    plan->device = PR_CPU;
+    plan->chunk = opt->chunk;
+    if (opt->chunk)
+        snprintf(plan->kernels, sizeof plan->kernels, "fwd pr_rec_forward_chunked (saves chunk-start states); "
+                 "bwd pr_rec_backward_chunked; f64, a (sequence, head) per call");
+    else
+        snprintf(plan->kernels, sizeof plan->kernels, "fwd pr_rec_forward_recurrent (saves states every %d tokens); "
+                 "bwd pr_rec_backward (recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
+    return true;
+}
+
+void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n)
+{
+    if (plan->chunk) snprintf(buf, n, "%s chunked C=%d: %s", pr_device_name(plan->device), plan->chunk, plan->kernels);
+    else snprintf(buf, n, "%s per-token: %s", pr_device_name(plan->device), plan->kernels);
+}
+
 /* ---- the public function ------------------------------------------------------------ */
 
 static void check_dims(const char *what, const pr_tensor *t, int ndim, const int64_t *want)
@@ -369,6 +412,12 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
         check_dims("h0", h0, 4, (int64_t[]){N, H, K, V});
     }
 
+    if (q->device == PR_CUDA) {   /* what the device cannot run stops here, naming the limit */
+        pr_rec_plan plan;
+        char why[256];
+        if (!pr_recurrence_plan(opt, PR_CUDA, N, T, H, K, V, kx ? kx->shape[3] : 0, &plan, why, sizeof why))
+            pr_fatal("%s", why);
+    }
     pr_tensor *in[IN_N] = {q, k, v, g, beta, kx, vx, h0, cu_seqlens};
     pr_node n = pr_node_init(PR_OP_recurrence, IN_N, in);
     n.out[0] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, T, H, V));

@@ -51,11 +51,32 @@ bool pr_rule_has_g(pr_rule r);
 bool pr_rule_has_beta(pr_rule r);
 bool pr_rule_has_extra(pr_rule r);
 
+/* chunk means the same on both devices: 0 runs the per-token form, C > 0 the
+ * chunked form with chunks of exactly C tokens. The CPU takes any C; the CUDA
+ * kernels take C = 32 or 64 (and shared memory bounds C, K, V and L), and any
+ * other request stops with an error naming the limit: no silent change of
+ * form or chunk size. pr_recurrence_plan says beforehand what will run. */
 typedef struct {
     pr_rule rule;
     double scale;   /* 0: K^-1/2 */
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
 } pr_recurrence_opts;
+
+/* How a call runs: the form, the chunk size and the kernels (CUDA) or
+ * functions (CPU) of its forward and backward, with their tile sizes. */
+typedef struct {
+    pr_device device;
+    int chunk;            /* 0: per-token form; C: chunked form, chunks of C tokens */
+    char kernels[240];    /* "fwd ...; bwd ..." */
+} pr_rec_plan;
+/* The plan of pr_recurrence for opt on dev with N sequences of T tokens and
+ * sizes H, K, V, L (L: prism_core's extra writes). Returns false, with why
+ * naming the limit, when dev cannot run it (pr_recurrence then stops with
+ * that message). A CUDA plan needs a GPU: it depends on its shared memory. */
+bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
+                        int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n);
+/* one line: "<device> <form> [C=<chunk>]: fwd ...; bwd ..." */
+void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n);
 
 /* Inputs the rule does not use must be NULL; g, beta, kx, vx are required by
  * the rules that use them; h0 and cu_seqlens are optional. Returns o; *ht
