@@ -204,26 +204,19 @@ static int check_rule(pr_rule rule, int *n_runs)
     return fails;
 }
 
-#define RULE_TEST(rule)                                                              \
-    static void test_##rule(void **state)                                            \
+/* one cmocka test per rule of the table (rules.def) */
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra)                             \
+    static void test_##name(void **state)                                            \
     {                                                                                \
         (void)state;                                                                 \
         PR_SKIP_WITHOUT_CUDA();                                                      \
         int runs = 0;                                                                \
-        const int fails = check_rule(PR_RULE_##rule, &runs);                         \
-        fprintf(stderr, "  %s: %d runs, %d failures\n", #rule, runs, fails);       \
+        const int fails = check_rule(PR_RULE_##NAME, &runs);                         \
+        fprintf(stderr, "  %s: %d runs, %d failures\n", #name, runs, fails);        \
         assert_int_equal(fails, 0);                                                  \
     }
-#define PR_RULE_linattn PR_RULE_LINATTN
-#define PR_RULE_ssd PR_RULE_SSD
-#define PR_RULE_delta PR_RULE_DELTA
-#define PR_RULE_gdn PR_RULE_GDN
-#define PR_RULE_prism_core PR_RULE_PRISM_CORE
-RULE_TEST(linattn)
-RULE_TEST(ssd)
-RULE_TEST(delta)
-RULE_TEST(gdn)
-RULE_TEST(prism_core)
+#include PR_RULES_DEF
+#undef PR_RULE
 
 /* the golden file, every rule, on CUDA: token and chunked in fp32 to 1e-4,
  * chunked with TF32 products to 2e-3 (golden-check runs fp32 math only) */
@@ -387,9 +380,11 @@ static void test_f64_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden),  cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
-        cmocka_unit_test(test_gdn),     cmocka_unit_test(test_prism_core), cmocka_unit_test(test_long),
-        cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_golden),
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra) cmocka_unit_test(test_##name),
+#include PR_RULES_DEF
+#undef PR_RULE
+        cmocka_unit_test(test_long),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
