@@ -81,7 +81,13 @@ static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl
         snprintf(why, why_n, "recurrence: the CUDA kernels support K <= 256, got K = %d", p->K);
         return false;
     }
-    if (chunk <= 0) return true;
+    if (chunk <= 0) {
+        const size_t need = pr_rec_token_smem_min(*p);
+        if (need <= (size_t)rec_dev_attr(0)) return true;
+        snprintf(why, why_n, "recurrence: the CUDA per-token kernels at K = %d, L = %d need %zu bytes of shared "
+                             "memory, more than a block's %d", p->K, p->L, need, rec_dev_attr(0));
+        return false;
+    }
     if (chunk != 32 && chunk != 64) {
         snprintf(why, why_n, "recurrence: the CUDA chunked kernels run chunks of 32 or 64 tokens, not chunk = %d "
                              "(chunk 0 runs the per-token form)", chunk);
@@ -221,7 +227,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     sv.hs = saved(1, (long long)p.nchunks * p.H, p.K, p.V);
     if (p.delta) {
         sv.R = saved(2, rows, p.H, p.V);
-        sv.Tinv = saved(3, (long long)p.nchunks * p.H, p.C, p.C);
+        if (n->recording) sv.Tinv = saved(3, (long long)p.nchunks * p.H, p.C, p.C); /* only the backward reads T' */
         sv.W = saved(4, rows, p.H, p.K);
         sv.R0 = saved(5, rows, p.H, p.V);
     }

@@ -478,10 +478,13 @@ struct rec_grads {
 void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save);
 void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o, const float *ht,
                            const float *r_save);
+/* shared-memory bytes the per-token kernels need at one token per block step (their least) */
+size_t pr_rec_token_smem_min(const rec_prob &p);
 
 /* chunked_fwd.cu / chunked_bwd.cu: the chunked form with chunks of p.C tokens.
  * Saved by the forward: hs [nchunks,H,K,V] chunk-start states; for delta rules
- * also R [rows,H,V] (u = beta R), Tinv [nchunks,H,C,C], W [rows,H,K], R0 [rows,H,V]. */
+ * also R [rows,H,V] (u = beta R), Tinv [nchunks,H,C,C], W [rows,H,K], R0 [rows,H,V].
+ * Tinv may be NULL (a forward not recorded): only the backward reads it. */
 struct rec_chunk_saved {
     float *hs, *R, *Tinv, *W, *R0;
 };

@@ -493,6 +493,17 @@ template <class F, class... A> static void tok_launch(F kernel, dim3 grid, size_
     PR_CUDA_LAUNCH_CHECK();
 }
 
+size_t pr_rec_token_smem_min(const rec_prob &p)
+{
+    const int kp = 32 * tok_kpt(p.K);
+    size_t most = 0;
+    for (int kind = TOK_FWD; kind <= TOK_DQ; kind++) {
+        const size_t b = (size_t)tok_layout_of(kind, 1, kp, p.L, p.delta, p.has_g).total * 4;
+        most = b > most ? b : most;
+    }
+    return most;
+}
+
 void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save)
 {
     const dim3 grid((p.V + TOK_VS - 1) / TOK_VS, p.H, p.N);
