@@ -27,7 +27,7 @@ enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
 #define PR_RULE(name, NAME, g, beta, extra)                                                                 \
     _Static_assert(!(extra) || (beta), "rule " #name ": extra writes without the delta erase (has_extra "   \
                                        "without has_beta) are not supported: the CUDA chunked backward "   \
-                                       "handles the extras only inside the delta rule's terms");
+                                       "writes dkx and dvx only in the delta rules' wy kernel");
 #include PR_RULES_DEF
 #undef PR_RULE
 
@@ -326,11 +326,13 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     plan->device = PR_CPU;
     plan->chunk = opt->chunk;
     if (opt->chunk)
-        snprintf(plan->kernels, sizeof plan->kernels, "fwd pr_rec_forward_chunked (saves chunk-start states); "
-                 "bwd pr_rec_backward_chunked; f64, a (sequence, head) per call");
+        snprintf(plan->kernels, sizeof plan->kernels,
+                 "fwd pr_rec_forward_chunked (saves chunk-start states when recorded); bwd pr_rec_backward_chunked; "
+                 "f64, a (sequence, head) per call");
     else
-        snprintf(plan->kernels, sizeof plan->kernels, "fwd pr_rec_forward_recurrent (saves states every %d tokens); "
-                 "bwd pr_rec_backward (recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
+        snprintf(plan->kernels, sizeof plan->kernels,
+                 "fwd pr_rec_forward_recurrent (saves states every %d tokens when recorded); bwd pr_rec_backward "
+                 "(recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
     return true;
 }
 
