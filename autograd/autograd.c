@@ -1,8 +1,9 @@
 /* autograd/autograd.c: the context, op dispatch, the tape and backward.
  *
  * pr_op_apply is the one place an op meets a device: it picks the forward
- * for the inputs' device, runs it, and appends the node to the tape when
- * grad mode is on and some input requires grad. pr_backward walks the tape
+ * for the inputs' device, decides whether the node is recorded (grad mode on
+ * and some input requires grad; the forward sees it in n->recording and
+ * saves residuals only then), runs it, and appends it to the tape if so. pr_backward walks the tape
  * from the loss's node down to the first, calling each node's backward for
  * the same device. Gradients accumulate, so a tensor used twice gets both
  * contributions. */
@@ -87,19 +88,25 @@ static void push_node(pr_ctx *ctx, const pr_node *n)
     ctx->tape[ctx->n_tape++] = *n;
 }
 
+bool pr_op_will_record(const pr_ctx *ctx, const pr_node *n)
+{
+    bool record = false;
+    if (ctx->grad_enabled)
+        for (int i = 0; i < n->n_in; i++) record |= n->in[i] && n->in[i]->requires_grad;
+    return record;
+}
+
 pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
 {
     pr_device dev = node_device(n);
     pr_op_fn fwd = dev == PR_CUDA ? n->op->forward_cuda : n->op->forward_cpu;
     PR_CHECK(fwd, "%s: no %s forward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
+    n->recording = pr_op_will_record(ctx, n);   /* before the forward: it saves only when recorded */
     fwd(ctx, n);
 #ifdef PRISM_HAVE_CUDA
     if (dev == PR_CUDA) pr_cuda_check_last(n->op->name); /* a bad launch is named by its op */
 #endif
-    bool record = false;
-    if (ctx->grad_enabled)
-        for (int i = 0; i < n->n_in; i++) record |= n->in[i] && n->in[i]->requires_grad;
-    if (record) {
+    if (n->recording) {
         for (int i = 0; i < n->n_out; i++) {
             n->out[i]->requires_grad = pr_dtype_is_float(n->out[i]->dtype);
             n->out[i]->tape_pos = ctx->n_tape;

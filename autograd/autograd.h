@@ -54,6 +54,9 @@ struct pr_op_info {
 struct pr_node {
     const pr_op_info *op;
     int n_in, n_out, n_saved;
+    /* set by pr_op_apply before the forward runs: the node goes on the tape.
+     * A forward saves (allocates) what only its backward needs only then. */
+    bool recording;
     pr_tensor *in[PR_MAX_IN];     /* NULL entries allowed (optional inputs) */
     pr_tensor *out[PR_MAX_OUT];
     pr_tensor *saved[PR_MAX_SAVED];
@@ -82,6 +85,9 @@ bool pr_set_grad_enabled(pr_ctx *ctx, bool on);   /* returns the previous mode *
 /* Run n's forward on its inputs' device and record it on the tape when
  * needed. Inputs must share one device. Returns n->out[0]. */
 pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n);
+/* whether pr_op_apply will record n: grad mode on and some input requires
+ * grad. For ops that allocate saved tensors before calling pr_op_apply. */
+bool pr_op_will_record(const pr_ctx *ctx, const pr_node *n);
 /* an output tensor for a node, in the step arena */
 pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape);
 

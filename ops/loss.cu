@@ -6,7 +6,7 @@
  * out-of-range targets back to the host (one sync per call): a bad target is
  * fatal as on the CPU, and the count goes into iarg[1] for the backward.
  * Node: in = {logits, targets}, iarg[0] = ignore_index, iarg[1] = count
- * (set here), saved[0] = lse per row (set here; the CPU saves nothing).
+ * (set here), saved[0] = lse per row (set here when recorded; the CPU saves nothing).
  *   dx_rc += g/count (softmax(x_r)_c - [c == t_r]) for kept rows.
  * bce_logits: mean of max(x,0) - x t + log(1 + e^-|x|);
  *   dx += g/N (sigmoid(x) - t), dt += -g/N x.
@@ -109,16 +109,23 @@ extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
     long long C = x->shape[x->ndim - 1], R = x->numel / C, ignore = n->iarg[0];
     bool is64 = t->dtype == PR_I64;
     cudaStream_t s = pr_cuda_stream(ctx);
-    pr_tensor *lse = pr_op_output(ctx, PR_F32, PR_CUDA, x->ndim - 1, x->shape);
-    n->saved[0] = lse;
-    n->n_saved = 1;
+    /* lse is for the backward: kept only when the node is recorded */
+    float *lse;
+    if (n->recording) {
+        pr_tensor *kept = pr_op_output(ctx, PR_F32, PR_CUDA, x->ndim - 1, x->shape);
+        lse = (float *)kept->data;
+        n->saved[0] = kept;
+        n->n_saved = 1;
+    } else {
+        lse = (float *)pr_cuda_malloc(sizeof(float) * (size_t)R);
+    }
     float *loss = (float *)pr_cuda_malloc(sizeof(float) * (size_t)R);
     double *tot = (double *)pr_cuda_malloc(3 * sizeof(double)); /* loss sum, kept rows, bad targets */
     bool vec = C % 4 == 0 && pr_aligned16(x->data);
     pr_cuda_row_dispatch(C, [&](auto g) {
         constexpr int G = decltype(g)::value;
         ce_rows_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
-            (const float *)x->data, t->data, is64, ignore, R, C, (float *)lse->data, loss, vec);
+            (const float *)x->data, t->data, is64, ignore, R, C, lse, loss, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_sum(s, read_f{loss}, R, tot);
@@ -131,6 +138,7 @@ extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
     PR_CUDA_CHECK(cudaStreamSynchronize(s));
     pr_cuda_free(loss, sizeof(float) * (size_t)R);
     pr_cuda_free(tot, 3 * sizeof(double));
+    if (!n->recording) pr_cuda_free(lse, sizeof(float) * (size_t)R);
     if (h[2] > 0) ce_report_bad_target(t, ignore, C);
     n->iarg[1] = (int64_t)h[1];
 }

@@ -32,14 +32,15 @@ static void param_check(const char *op, const pr_tensor *x, const pr_tensor *p, 
     }
 }
 
-/* output of x's shape plus n_stats saved per-row statistics */
+/* output of x's shape plus n_stats per-row statistics saved for the backward
+ * (none when the node is not recorded: the forwards then skip the stores) */
 static pr_tensor *norm_apply(pr_ctx *ctx, pr_node *n, pr_tensor *x, double eps, int n_stats)
 {
     n->farg[0] = eps;
     n->n_out = 1;
     n->out[0] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);
-    n->n_saved = n_stats;
-    for (int i = 0; i < n_stats; i++) n->saved[i] = pr_op_output(ctx, x->dtype, x->device, x->ndim - 1, x->shape);
+    n->n_saved = pr_op_will_record(ctx, n) ? n_stats : 0;
+    for (int i = 0; i < n->n_saved; i++) n->saved[i] = pr_op_output(ctx, x->dtype, x->device, x->ndim - 1, x->shape);
     return pr_op_apply(ctx, n);
 }
 
@@ -73,8 +74,7 @@ void pr_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
             double rstd = 1.0 / sqrt(var / (double)D + n->farg[0]);
             for (int64_t j = 0; j < D; j++)
                 y[j] = (T)((xr[j] - mean) * rstd * (pw ? pw[j] : 1) + (pb ? pb[j] : 0));
-            ((T *)n->saved[0]->data)[r] = (T)mean;
-            ((T *)n->saved[1]->data)[r] = (T)rstd;
+            if (n->n_saved) ((T *)n->saved[0]->data)[r] = (T)mean, ((T *)n->saved[1]->data)[r] = (T)rstd;
         }
     });
 }
@@ -154,7 +154,7 @@ static void rms_forward(pr_node *n, const pr_tensor *x, const pr_tensor *z, cons
                 double v = xr[j] * rstd * (pw ? pw[j] : 1);
                 y[j] = (T)(zr ? v * zr[j] * sigmoid(zr[j]) : v);
             }
-            ((T *)n->saved[0]->data)[r] = (T)rstd;
+            if (n->n_saved) ((T *)n->saved[0]->data)[r] = (T)rstd;
         }
     });
 }
@@ -238,7 +238,7 @@ void pr_l2norm_forward_cpu(pr_ctx *ctx, pr_node *n)
             for (int64_t j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
             double rstd = 1.0 / sqrt(ss + n->farg[0]);
             for (int64_t j = 0; j < D; j++) y[j] = (T)(xr[j] * rstd);
-            ((T *)n->saved[0]->data)[r] = (T)rstd;
+            if (n->n_saved) ((T *)n->saved[0]->data)[r] = (T)rstd;
         }
     });
 }

@@ -54,6 +54,9 @@ static bool all_aligned(std::initializer_list<const void *> ps)
 
 /* ---- layernorm -------------------------------------------------------------------- */
 
+/* a forward's per-row statistics, NULL when the node saves none (not recorded) */
+static float *saved_or_null(const pr_node *n, int i) { return i < n->n_saved ? (float *)n->saved[i]->data : NULL; }
+
 template <int G>
 ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const float *b, float *y, float *mean_out,
                                        float *rstd_out, long long R, long long D, float eps, bool vec)
@@ -86,7 +89,7 @@ ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const flo
         for (int k = 0; k < 4; k++) v.v[k] = (v.v[k] - mean) * rstd * wv.v[k] + bv.v[k];
         pr_st4(y + r * D, j, D, vec, v);
     });
-    if (lane == 0) mean_out[r] = mean, rstd_out[r] = rstd;
+    if (lane == 0 && rstd_out) mean_out[r] = mean, rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
 template <int G>
@@ -150,7 +153,7 @@ extern "C" void pr_layernorm_forward_cuda(pr_ctx *ctx, pr_node *n)
     const float *pw = w ? (const float *)w->data : NULL, *pb = b ? (const float *)b->data : NULL;
     bool vec = D % 4 == 0 && all_aligned({x->data, pw, pb, n->out[0]->data});
     LAUNCH_ROWS(ctx, R, D, layernorm_forward_kernel, (const float *)x->data, pw, pb, (float *)n->out[0]->data,
-                (float *)n->saved[0]->data, (float *)n->saved[1]->data, R, D, (float)n->farg[0], vec);
+                saved_or_null(n, 0), saved_or_null(n, 1), R, D, (float)n->farg[0], vec);
 }
 
 extern "C" void pr_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n)
@@ -195,7 +198,7 @@ ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w,
         }
         pr_st4(y + r * D, j, D, vec, v);
     });
-    if (lane == 0) rstd_out[r] = rstd;
+    if (lane == 0 && rstd_out) rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
 /* x and g load first (both in flight at once); pass 1 turns g into
@@ -273,7 +276,7 @@ static void rms_forward(pr_ctx *ctx, pr_node *n, const pr_tensor *x, const pr_te
     const float *pz = z ? (const float *)z->data : NULL, *pw = w ? (const float *)w->data : NULL;
     bool vec = D % 4 == 0 && all_aligned({x->data, pz, pw, n->out[0]->data});
     LAUNCH_ROWS(ctx, R, D, rms_forward_kernel, (const float *)x->data, pz, pw, (float *)n->out[0]->data,
-                (float *)n->saved[0]->data, R, D, (float)n->farg[0], vec);
+                saved_or_null(n, 0), R, D, (float)n->farg[0], vec);
 }
 
 static void rms_backward(pr_ctx *ctx, pr_node *n, const pr_tensor *x, const pr_tensor *z, const pr_tensor *w,
@@ -326,7 +329,7 @@ ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, l
         for (int k = 0; k < 4; k++) v.v[k] *= rstd;
         pr_st4(y + r * D, j, D, vec, v);
     });
-    if (lane == 0) rstd_out[r] = rstd;
+    if (lane == 0 && rstd_out) rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
 template <int G>
@@ -366,7 +369,7 @@ extern "C" void pr_l2norm_forward_cuda(pr_ctx *ctx, pr_node *n)
     if (R == 0) return;
     bool vec = D % 4 == 0 && all_aligned({x->data, n->out[0]->data});
     LAUNCH_ROWS(ctx, R, D, l2norm_forward_kernel, (const float *)x->data, (float *)n->out[0]->data,
-                (float *)n->saved[0]->data, R, D, (float)n->farg[0], vec);
+                saved_or_null(n, 0), R, D, (float)n->farg[0], vec);
 }
 
 extern "C" void pr_l2norm_backward_cuda(pr_ctx *ctx, pr_node *n)

@@ -458,11 +458,8 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
     n.out[0] = pr_op_output(ctx, q->dtype, q->device, 4, q->shape);
     n.out[1] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, K, K));
     n.out[2] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, 1, K));
-    /* pr_op_apply records the node under this same condition; only then does
-     * the backward need the mini-batch starting states */
-    bool record = false;
-    for (int i = 0; i < 8; i++) record |= ctx->grad_enabled && in[i] && in[i]->requires_grad;
-    if (record) {
+    /* only a recorded node's backward needs the mini-batch starting states */
+    if (pr_op_will_record(ctx, &n)) {
         int64_t nmb = (T + opt->mini_batch - 1) / opt->mini_batch;
         pr_dtype sdt = q->device == PR_CPU ? PR_F64 : q->dtype;
         n.n_saved = 2;

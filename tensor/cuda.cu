@@ -184,6 +184,13 @@ extern "C" void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out)
     *out = A.st;
 }
 
+extern "C" void pr_cuda_alloc_peak_reset(void)
+{
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    A.st.peak = A.st.current;
+}
+
 /* ---- copies and device queries ---------------------------------------------- */
 
 extern "C" void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst_is_dev, int src_is_dev)

@@ -58,6 +58,7 @@ typedef struct {
     long long n_cuda_malloc, n_cuda_free;
 } pr_cuda_alloc_stats;
 void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out);
+void pr_cuda_alloc_peak_reset(void);   /* peak = current: the next peak is of what runs from here */
 
 static inline unsigned pr_cuda_blocks(long long n, int threads)
 {

@@ -130,7 +130,7 @@ static double report(const char *what, const rec_out *got, const rec_out *ref)
     for (int i = 0; i < REC_NIN; i++) {
         if (!ref->d[i]) continue;
         const double e = got->d[i] ? rec_rel_err(got->d[i], ref->d[i], ref->n[i]) : INFINITY;
-        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names[i], e);
+        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names(i), e);
         worst = fmax(worst, isnan(e) ? INFINITY : e);
     }
     fprintf(stderr, "%s\n", line);
@@ -163,11 +163,22 @@ static int check_rule(pr_rule rule, int *n_runs)
             {32, 0, 2e-4, "chunk32/fp32"}, {32, 1, 4e-3, "chunk32/tf32"},
         };
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
-            ctx->matmul_tf32 = forms[f].tf32;
-            rec_out got = cuda_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
             char what[96];
             snprintf(what, sizeof what, "%s %s L=%lld %s", pr_rule_name(rule), c->name,
                      (long long)(pr_rule_has_extra(rule) ? c->L : 0), forms[f].form);
+            /* the chunk asked for runs, or is refused naming shared memory (K = 256 at C = 64) */
+            const pr_recurrence_opts po = {.rule = rule, .chunk = forms[f].chunk};
+            pr_rec_plan plan;
+            char why[256];
+            if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c->T, c->H, c->K, c->V, pr_rule_has_extra(rule) ? c->L : 0,
+                                    &plan, why, sizeof why)) {
+                const bool expected = c->K > 128 && strstr(why, "shared memory");
+                fprintf(stderr, "  %s %s: %s\n", expected ? "refused" : "FAIL", what, why);
+                fails += !expected;
+                continue;
+            }
+            ctx->matmul_tf32 = forms[f].tf32;
+            rec_out got = cuda_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
             const double e = report(what, &got, &ref);
             (*n_runs)++;
             if (!(e <= forms[f].tol)) {
@@ -193,26 +204,19 @@ static int check_rule(pr_rule rule, int *n_runs)
     return fails;
 }
 
-#define RULE_TEST(rule)                                                              \
-    static void test_##rule(void **state)                                            \
+/* one cmocka test per rule of the table (rules.def) */
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra)                             \
+    static void test_##name(void **state)                                            \
     {                                                                                \
         (void)state;                                                                 \
         PR_SKIP_WITHOUT_CUDA();                                                      \
         int runs = 0;                                                                \
-        const int fails = check_rule(PR_RULE_##rule, &runs);                         \
-        fprintf(stderr, "  %s: %d runs, %d failures\n", #rule, runs, fails);       \
+        const int fails = check_rule(PR_RULE_##NAME, &runs);                         \
+        fprintf(stderr, "  %s: %d runs, %d failures\n", #name, runs, fails);        \
         assert_int_equal(fails, 0);                                                  \
     }
-#define PR_RULE_linattn PR_RULE_LINATTN
-#define PR_RULE_ssd PR_RULE_SSD
-#define PR_RULE_delta PR_RULE_DELTA
-#define PR_RULE_gdn PR_RULE_GDN
-#define PR_RULE_prism_core PR_RULE_PRISM_CORE
-RULE_TEST(linattn)
-RULE_TEST(ssd)
-RULE_TEST(delta)
-RULE_TEST(gdn)
-RULE_TEST(prism_core)
+#include PR_RULES_DEF
+#undef PR_RULE
 
 /* the golden file, every rule, on CUDA: token and chunked in fp32 to 1e-4,
  * chunked with TF32 products to 2e-3 (golden-check runs fp32 math only) */
@@ -234,7 +238,7 @@ static void test_golden(void **state)
         char name[64];
         pr_tensor *ref_in[REC_NIN], *xc[REC_NIN];
         for (int i = 0; i < REC_NIN; i++) {
-            snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), rec_in_names[i]);
+            snprintf(name, sizeof name, "%s.%s", pr_rule_name((pr_rule)r), rec_in_names(i));
             ref_in[i] = pr_safetensors_get(&st, name);
             xc[i] = ref_in[i] ? pr_to(ctx->step, ref_in[i], PR_F32, PR_CUDA) : NULL;
             if (xc[i]) pr_requires_grad_(xc[i], true);
@@ -251,13 +255,13 @@ static void test_golden(void **state)
         ref.ht = rec_host(t_ht, &ref.n_ht);
         for (int i = 0; i < REC_NIN; i++) {
             if (!ref_in[i]) continue;
-            snprintf(name, sizeof name, "%s.d%s", pr_rule_name((pr_rule)r), rec_in_names[i]);
+            snprintf(name, sizeof name, "%s.d%s", pr_rule_name((pr_rule)r), rec_in_names(i));
             ref.d[i] = rec_host(pr_safetensors_get(&st, name), &ref.n[i]);
         }
         double *dout = rec_host(t_do, NULL), *dht = rec_host(t_dht, NULL);
         struct { int chunk, tf32; double tol; const char *form; } forms[] = {
             {0, 0, 1e-4, "token"}, {64, 0, 1e-4, "chunk64/fp32"}, {64, 1, 2e-3, "chunk64/tf32"},
-            {16, 0, 1e-4, "chunk32/fp32"}, {16, 1, 2e-3, "chunk32/tf32"},
+            {32, 0, 1e-4, "chunk32/fp32"}, {32, 1, 2e-3, "chunk32/tf32"},
         };
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
             ctx->matmul_tf32 = forms[f].tf32;
@@ -309,6 +313,53 @@ static void test_long(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The plan: chunk is a size (the chunked form runs chunks of exactly the
+ * chunk asked for), and what the kernels cannot run is an error naming the
+ * limit, never a silent fallback to another form or size. */
+static void test_plan(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    char why[256], line[320];
+    pr_rec_plan plan;
+    for (int r = 0; r < PR_NRULES; r++) {
+        for (int chunk = 0; chunk <= 64; chunk += 32) {
+            const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = chunk};
+            if (!pr_recurrence_plan(&o, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why))
+                fail_msg("%s chunk %d at the bench size: %s", pr_rule_name((pr_rule)r), chunk, why);
+            assert_int_equal(plan.chunk, chunk);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            fprintf(stderr, "  %-10s %s\n", pr_rule_name((pr_rule)r), line);
+        }
+        const pr_recurrence_opts bad = {.rule = (pr_rule)r, .chunk = 16};
+        assert_false(pr_recurrence_plan(&bad, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why));
+        assert_non_null(strstr(why, "32 or 64"));
+    }
+    /* prism_core at K = V = 256 with 4 extra writes: as asked, or refused naming shared memory */
+    for (int chunk = 32; chunk <= 64; chunk += 32) {
+        const pr_recurrence_opts o = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk};
+        if (pr_recurrence_plan(&o, PR_CUDA, 8, 2048, 16, 256, 256, 4, &plan, why, sizeof why)) {
+            assert_int_equal(plan.chunk, chunk);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            fprintf(stderr, "  prism_core K=V=256 L=4: %s\n", line);
+        } else {
+            assert_non_null(strstr(why, "shared memory"));
+            fprintf(stderr, "  prism_core K=V=256 L=4 chunk %d: %s\n", chunk, why);
+        }
+    }
+    /* the call itself stops with the same message */
+    pr_ctx *ctx = g_ctx;
+    pr_rng r = pr_rng_init(5, 0);
+    pr_recurrence_inputs in = pr_recurrence_random(ctx, &r, PR_F32, PR_RULE_GDN, 1, 8, 1, 8, 8, 0, false);
+    pr_tensor *x[REC_NIN];
+    rec_in_array(&in, x);
+    for (int i = 0; i < REC_NIN; i++)
+        if (x[i]) x[i] = pr_to(ctx->step, x[i], PR_F32, PR_CUDA);
+    const pr_recurrence_opts o = {.rule = PR_RULE_GDN, .chunk = 16};
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, x[0], x[1], x[2], x[3], x[4], NULL, NULL, NULL, NULL, NULL), "32 or 64");
+    pr_step_reset(ctx);
+}
+
 /* f64 tensors on CUDA are refused with a clear message */
 static void test_f64_refused(void **state)
 {
@@ -330,9 +381,11 @@ int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden),  cmocka_unit_test(test_linattn), cmocka_unit_test(test_ssd), cmocka_unit_test(test_delta),
-        cmocka_unit_test(test_gdn),     cmocka_unit_test(test_prism_core), cmocka_unit_test(test_long),
-        cmocka_unit_test(test_f64_refused),
+        cmocka_unit_test(test_golden),
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra) cmocka_unit_test(test_##name),
+#include PR_RULES_DEF
+#undef PR_RULE
+        cmocka_unit_test(test_long),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -28,7 +28,7 @@ static void golden_case(pr_dtype dt, int chunk)
         char name[64];
         pr_tensor *in[REC_NIN];
         for (int i = 0; i < REC_NIN; i++) {
-            snprintf(name, sizeof name, "%s.%s", rn, rec_in_names[i]);
+            snprintf(name, sizeof name, "%s.%s", rn, rec_in_names(i));
             pr_tensor *t = pr_safetensors_get(&st, name);
             in[i] = t ? pr_to(ctx->step, t, dt, PR_CPU) : NULL;
             if (in[i]) pr_requires_grad_(in[i], true);
@@ -43,7 +43,7 @@ static void golden_case(pr_dtype dt, int chunk)
         ref.ht = rec_host(REF("ht"), &ref.n_ht);
         for (int i = 0; i < REC_NIN; i++) {
             char dn[16];
-            snprintf(dn, sizeof dn, "d%s", rec_in_names[i]);
+            snprintf(dn, sizeof dn, "d%s", rec_in_names(i));
             if (in[i]) ref.d[i] = rec_host(REF(dn), &ref.n[i]);
         }
 #undef REF
@@ -98,9 +98,7 @@ static void test_chunked_equals_recurrent(void **s)
 {
     (void)s;
     for (int r = 0; r < PR_NRULES; r++)
-        if (r == PR_RULE_PRISM_CORE)
-            for (int64_t L = 0; L <= 3; L++) chunked_case((pr_rule)r, L);
-        else chunked_case((pr_rule)r, 0);
+        for (int64_t L = 0; L <= (pr_rule_has_extra((pr_rule)r) ? 3 : 0); L++) chunked_case((pr_rule)r, L);
 }
 
 /* f32 runs in double internally: it agrees with f64 up to the inputs' rounding */
@@ -170,7 +168,7 @@ static void gradcheck_case(pr_rule rule, int chunk, int64_t B, int64_t T, int64_
             const double num = (fp - fm) / (2 * eps), err = fabs(num - an.d[i][j]);
             if (!(err <= atol + rtol * fabs(num)))
                 fail_msg("gradcheck %s chunk %d B=%lld T=%lld L=%lld: d%s[%lld] analytic %.12g, numeric %.12g",
-                         pr_rule_name(rule), chunk, (long long)B, (long long)T, (long long)L, rec_in_names[i],
+                         pr_rule_name(rule), chunk, (long long)B, (long long)T, (long long)L, rec_in_names(i),
                          (long long)j, an.d[i][j], num);
         }
     }
@@ -278,6 +276,33 @@ static void test_input_checks(void **s)
     pr_ctx_free(ctx);
 }
 
+/* ---- the plan ------------------------------------------------------------------------- */
+
+/* on the CPU chunk is the chunk size, any C; a CUDA plan without a GPU is refused with a reason */
+static void test_plan_cpu(void **s)
+{
+    (void)s;
+    char why[256], line[320];
+    pr_rec_plan plan;
+    for (int r = 0; r < PR_NRULES; r++)
+        for (int chunk = 0; chunk <= 24; chunk += 12) {
+            const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = chunk};
+            assert_true(pr_recurrence_plan(&o, PR_CPU, 2, 50, 2, 16, 8, 2, &plan, why, sizeof why));
+            assert_int_equal(plan.device, PR_CPU);
+            assert_int_equal(plan.chunk, chunk);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            assert_non_null(strstr(line, chunk ? "cpu chunked C=" : "cpu per-token"));
+        }
+    const pr_recurrence_opts neg = {.rule = PR_RULE_GDN, .chunk = -1};
+    assert_false(pr_recurrence_plan(&neg, PR_CPU, 2, 50, 2, 16, 8, 0, &plan, why, sizeof why));
+    assert_non_null(strstr(why, "chunk must be >= 0"));
+    if (!pr_cuda_available()) {
+        const pr_recurrence_opts o = {.rule = PR_RULE_GDN, .chunk = 64};
+        assert_false(pr_recurrence_plan(&o, PR_CUDA, 2, 50, 2, 16, 8, 0, &plan, why, sizeof why));
+        assert_true(why[0] != 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,7 +310,7 @@ int main(void)
         cmocka_unit_test(test_golden_f64_chunk16), cmocka_unit_test(test_golden_f32_token),
         cmocka_unit_test(test_golden_f32_chunk64), cmocka_unit_test(test_golden_f32_chunk16),
         cmocka_unit_test(test_chunked_equals_recurrent), cmocka_unit_test(test_f32_close_to_f64),
-        cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
+        cmocka_unit_test(test_plan_cpu),          cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
         cmocka_unit_test(test_example_gradcheck),  cmocka_unit_test(test_prism_core_L0_is_gdn),
         cmocka_unit_test(test_input_checks),
     };

@@ -7,8 +7,8 @@
 #include "tests/pr_test.h"
 #include "ops/recurrence/recurrence.h"
 
-enum { REC_NIN = 8 };   /* q k v g beta kx vx h0, the node's order */
-static const char *const rec_in_names[REC_NIN] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+enum { REC_NIN = PR_REC_NIN };   /* q k v g beta kx vx h0, the node's order */
+#define rec_in_names(i) pr_rec_input_name((pr_rec_input)(i))
 
 static inline void rec_in_array(const pr_recurrence_inputs *in, pr_tensor **out)
 {
@@ -115,7 +115,7 @@ static inline void rec_assert_same(const char *what, const rec_out *got, const r
         assert_non_null(got->d[i]);
         assert_int_equal(got->n[i], ref->n[i]);
         char dn[16];
-        snprintf(dn, sizeof dn, "d%s", rec_in_names[i]);
+        snprintf(dn, sizeof dn, "d%s", rec_in_names(i));
         rec_assert_close(what, dn, got->d[i], ref->d[i], ref->n[i], tol);
     }
 }

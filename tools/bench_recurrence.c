@@ -13,6 +13,13 @@
  * per-token form on, each chunked run is also checked against it: "err" is
  * the worst over o, ht and every gradient of max|diff| / max|per-token|
  * ("!" past 1e-2 with TF32, 1e-4 with fp32 products).
+ * Under every timed form: its plan (pr_recurrence_plan: form, chunk size,
+ * kernels and tiles; a plan the device refuses is printed and not run) and
+ * the step memory of one forward not recorded (no-grad) and recorded: the
+ * bytes the step arena keeps after it (a layer's share until the step ends)
+ * and, on the GPU, the allocator's peak during it (scratch included).
+ * The chunked form runs chunks of 64 tokens, 32 for prism_core (L = 2:
+ * faster, NOTES.md), unless --chunks says otherwise.
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,18 +41,20 @@ static void usage(FILE *f)
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, TF32), and TTT-Linear (mini-batch 16, and 1 as its serial form),\n"
+            "and chunked form (C=64, prism_core C=32; TF32), and TTT-Linear (mini-batch 16, and 1 as its serial form),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 data, on the GPU. Prints ms, tokens/s,\n"
             "achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured in the\n"
-            "same run, and the chunked form's speedup over the per-token one.\n"
+            "same run, and the chunked form's speedup over the per-token one; under each form its plan\n"
+            "(pr_recurrence_plan) and the step memory of a no-grad and of a recorded forward.\n"
             "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
             "               seconds, best of --reps (default 3, no warm-up), one chunk size\n"
             "  --dtype T    f32 (the GPU's only dtype) or, with --device cpu, f64 (the CPU's default)\n"
             "  --reps N     timed repetitions (GPU: median, default 5); --warmup N untimed runs first (2)\n"
             "  --size S     GPU only: 1, 2 or all (default all)\n"
             "  --rules L    comma-separated rules to run, ttt_linear included on the GPU (default all)\n"
-            "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; 32 also exists)\n"
+            "  --chunks L   comma-separated chunk sizes of the chunked form (default 64, prism_core 32;\n"
+            "               the CUDA kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       GPU only: also time the chunked form with fp32 (non-tensor-core) products\n"
             "Reference (flash-linear-attention Triton, bf16, H200, size 1, fwd+bwd): gated delta\n"
@@ -80,25 +89,46 @@ static void print_seconds(double s)
     else printf(" %9.4f", s);
 }
 
-/* seconds, best of --reps, of the per-token and the chunked form's forward and backward */
+static double mb(size_t bytes) { return (double)bytes / 1e6; }
+
+/* the step arena's growth in a forward; grad mode as given, restored after */
+static size_t forward_step_bytes(pr_ctx *ctx, bool grad, const pr_recurrence_opts *opt, const pr_recurrence_inputs *in)
+{
+    const bool prev = pr_set_grad_enabled(ctx, grad);
+    const size_t u0 = pr_arena_used(ctx->step);
+    pr_recurrence(ctx, opt, in->q, in->k, in->v, in->g, in->beta, in->kx, in->vx, in->h0, NULL, NULL);
+    const size_t used = pr_arena_used(ctx->step) - u0;
+    pr_set_grad_enabled(ctx, prev);
+    return used;
+}
+
+/* seconds, best of --reps, of the per-token and the chunked form's forward and
+ * backward; the step memory of a no-grad and a recorded forward; the plans */
 static int bench_cpu(const rb_opts *o)
 {
     const int64_t B = 1, T = 2048, H = 4, K = 64, V = 64, L = 2;
     const int chunk = (int)o->chunks[0];
     const pr_dtype dt = o->dt;
     pr_ctx *ctx = pr_ctx_new(0);
-    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of %d\n",
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of %d;\n"
+           "step memory of one forward (MB the step arena holds after it), no-grad / recorded\n",
            (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk,
            o->reps);
-    printf("%-11s %9s %9s %9s %9s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd");
+    printf("%-11s %9s %9s %9s %9s %15s %15s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd", "tok MB ng/rec",
+           "chk MB ng/rec");
     for (int r = 0; r < PR_NRULES; r++) {
         if (!(o->rules & 1u << r)) continue;
         double best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
+        size_t mem[2][2] = {{0, 0}, {0, 0}};
         for (int rep = -o->warm; rep < o->reps; rep++)
             for (int f = o->no_token; f < 2; f++) {
                 pr_rng rng = pr_rng_init(1, 0);
                 pr_recurrence_inputs in = pr_recurrence_random(ctx, &rng, dt, (pr_rule)r, B, T, H, K, V, L, true);
                 pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = f ? chunk : 0};
+                if (rep == 0) {
+                    mem[f][0] = forward_step_bytes(ctx, false, &opt, &in);
+                    mem[f][1] = forward_step_bytes(ctx, true, &opt, &in);
+                }
                 pr_tensor *dout = pr_full(ctx->step, dt, PR_CPU, PR_DIMS(B, T, H, V), 1.0);
                 double t0 = now_s();
                 pr_tensor *out = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, in.kx, in.vx, in.h0, NULL, NULL);
@@ -113,7 +143,16 @@ static int bench_cpu(const rb_opts *o)
             }
         printf("%-11s", pr_rule_name((pr_rule)r));
         for (int k = 0; k < 4; k++) print_seconds(best[k / 2][k % 2]);
-        printf("\n");
+        printf(" %7.1f/%-7.1f %7.1f/%-7.1f\n", mb(mem[0][0]), mb(mem[0][1]), mb(mem[1][0]), mb(mem[1][1]));
+    }
+    for (int f = 0; f < 2; f++) {   /* the CPU's plan does not depend on the rule */
+        const pr_recurrence_opts opt = {.rule = PR_RULE_PRISM_CORE, .chunk = f ? chunk : 0};
+        pr_rec_plan plan;
+        char why[256], line[320];
+        if (pr_recurrence_plan(&opt, PR_CPU, B, T, H, K, V, L, &plan, why, sizeof why))
+            pr_rec_plan_format(&plan, line, sizeof line), printf("plan: %s\n", line);
+        else
+            printf("plan: %s\n", why);
     }
     pr_ctx_free(ctx);
     return 0;
@@ -352,6 +391,46 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int warm, 
     }
 }
 
+/* the plan of a form at size s, printed under its row; false (printed) when the GPU cannot run it */
+static bool print_plan(pr_rule r, int chunk, const bench_size *s)
+{
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    pr_rec_plan plan;
+    char why[256], line[320];
+    const bool ok = pr_recurrence_plan(&opt, PR_CUDA, s->B, s->T, s->H, s->K, s->V, s->L, &plan, why, sizeof why);
+    if (ok) pr_rec_plan_format(&plan, line, sizeof line);
+    printf("%-11s   plan: %s\n", ok ? "" : pr_rule_name(r), ok ? line : why);
+    return ok;
+}
+
+/* one forward not recorded and one recorded: MB the step arena keeps after
+ * it, and the device allocator's peak during it above what was live before */
+static void print_memory(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x)
+{
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    size_t kept[2], peak[2];
+    for (int rec = 0; rec < 2; rec++) {
+        const bool prev = pr_set_grad_enabled(ctx, rec);
+        pr_cuda_alloc_stats s0, s1;
+        pr_device_sync(PR_CUDA);
+        pr_cuda_alloc_peak_reset();
+        pr_cuda_alloc_stats_get(&s0);
+        const size_t u0 = pr_arena_used(ctx->step);
+        pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, NULL);
+        pr_device_sync(PR_CUDA);
+        pr_cuda_alloc_stats_get(&s1);
+        kept[rec] = pr_arena_used(ctx->step) - u0;
+        peak[rec] = s1.peak - s0.current;
+        pr_set_grad_enabled(ctx, prev);
+        pr_step_reset(ctx);
+    }
+    printf("%-11s   forward step memory, MB kept / peak: no-grad %.1f / %.1f, recorded %.1f / %.1f\n", "",
+           mb(kept[0]), mb(peak[0]), mb(kept[1]), mb(peak[1]));
+}
+
+/* the chunk the bench runs by default: 32 for two or more extra writes (faster, NOTES.md), else 64 */
+static int default_chunk(pr_rule r, const bench_size *s) { return pr_rule_has_extra(r) && s->L >= 2 ? 32 : 64; }
+
 static int bench_gpu(const rb_opts *o)
 {
     const int reps = o->reps, warm = o->warm, nch = o->nch, token = !o->no_token;
@@ -380,16 +459,21 @@ static int bench_gpu(const rb_opts *o)
             bench_times tok = {0, 0};
             double *ref[10] = {0}, *got[10] = {0};
             int64_t nref[10], ngot[10];
-            if (token) {
+            if (token && print_plan(rule, 0, s)) {
                 ctx->matmul_tf32 = 0;
                 tok = time_rule(ctx, rule, 0, in, x.dout, x.dht, warm, reps);
                 run_host(ctx, rule, 0, in, x.dout, x.dht, ref, nref);
                 printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", pr_rule_name(rule), "per-token", tok.fwd,
                        tok.fb, tokens / (tok.fb * 1e-3) / 1e6, "-", "-", "1.00", "(ref)");
+                print_memory(ctx, rule, 0, in);
+            } else if (token) {
+                continue;   /* the per-token form is the reference of the rows below */
             }
-            for (int f = 0; f < nch * (1 + o->fp32); f++) {
-                const int C = (int)o->chunks[f % nch];
-                ctx->matmul_tf32 = f < nch;
+            const int nforms = nch ? nch : 1;
+            for (int f = 0; f < nforms * (1 + o->fp32); f++) {
+                const int C = nch ? (int)o->chunks[f % nch] : default_chunk(rule, s);
+                if (!print_plan(rule, C, s)) continue;
+                ctx->matmul_tf32 = f < nforms;
                 bench_times ch = time_rule(ctx, rule, C, in, x.dout, x.dht, warm, reps);
                 double mf, mb;
                 chunk_macs(rule, s, C, &mf, &mb);
@@ -400,12 +484,13 @@ static int bench_gpu(const rb_opts *o)
                     snprintf(sp, sizeof sp, "%.1f", tok.fb / ch.fb);
                     run_host(ctx, rule, C, in, x.dout, x.dht, got, ngot);
                     const double e = worst_rel_err(got, ref, nref);
-                    snprintf(er, sizeof er, "%.1e%s", e, e <= (f < nch ? 1e-2 : 1e-4) ? "" : "!");
+                    snprintf(er, sizeof er, "%.1e%s", e, e <= (f < nforms ? 1e-2 : 1e-4) ? "" : "!");
                 }
                 char form[24];
-                snprintf(form, sizeof form, "chunk%d/%s", C, f < nch ? "tf32" : "fp32");
+                snprintf(form, sizeof form, "chunk%d/%s", C, f < nforms ? "tf32" : "fp32");
                 printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %8s %9s\n", pr_rule_name(rule), form, ch.fwd, ch.fb,
                        tokens / (ch.fb * 1e-3) / 1e6, tflops, 100.0 * tflops / peak, sp, er);
+                if (f < nforms) print_memory(ctx, rule, C, in);
                 if (f == 0 && rule == PR_RULE_GDN) gdn_fb = ch.fb;
                 if (f == 0 && si == 0) {
                     if (rule == PR_RULE_GDN) printf("%-11s   gdn f+b target <= 7.00 ms (fla bf16: 3.52 ms)\n", "");
@@ -435,7 +520,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
     rules[PR_NRULES] = "ttt_linear", rules[PR_NRULES + 1] = NULL;
     int dev = 1, dtype = -1, size = -1;
-    *o = (rb_opts){.reps = -1, .warm = -1, .chunks = {64}};
+    *o = (rb_opts){.reps = -1, .warm = -1, .chunks = {64}};   /* chunks[0]: the CPU default */
     pr_args a = pr_args_begin("prism bench recurrence", argc, argv);
     while (pr_args_next(&a)) {
         if (pr_args_help(&a)) return usage(stdout), 0;
@@ -448,8 +533,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     }
     if (a.failed) return PR_EXIT_USAGE;
     o->cuda = dev == 1;
-    if (!o->nch) o->nch = 1;
-    if (o->cuda) {
+    if (o->cuda) {   /* no --chunks: each rule's default chunk (default_chunk) */
         if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32");
         if (!o->rules) o->rules = (1u << (PR_NRULES + 1)) - 1;
         o->dt = PR_F32;
@@ -463,6 +547,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     if (o->rules & 1u << PR_NRULES) return pr_args_error(&a, "--rules: ttt_linear has no CPU timing here");
     if (!o->rules) o->rules = (1u << PR_NRULES) - 1;
     if (o->nch > 1) return pr_args_error(&a, "--chunks takes one chunk size with --device cpu");
+    if (!o->nch) o->nch = 1;
     o->dt = dtype == 1 ? PR_F32 : PR_F64;
     if (o->reps < 0) o->reps = 3;
     if (o->warm < 0) o->warm = 0;

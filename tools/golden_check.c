@@ -6,7 +6,11 @@
  * backward seeded with `do` and `dht` (the scalar sum(o*do) + sum(ht*dht)),
  * and every output, final state and gradient is compared with the file's.
  * The error of a tensor is max|got - ref| / max|ref|; a rule's is the worst
- * of its tensors over the forms run.
+ * of its tensors over the forms run. A rule is in the file when any
+ * <rule>.* tensor is; it then FAILs, naming the tensor, when a reference it
+ * needs is missing (o, ht, do, dht, d<x> for every input x given) or a
+ * tensor is not float64, so a partial file cannot pass by comparing nothing.
+ * The linear rules and their inputs come from the rule table (rules.def).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -122,10 +126,18 @@ static double scalar(const gc_run *g, const char *name, double dflt)
     return t ? pr_item(t) : dflt;
 }
 
+/* a reference the run needs; fatal (the rule's FAIL) when the file lacks it */
+static pr_tensor *expect(const gc_run *g, const char *name)
+{
+    pr_tensor *t = ref(g, name);
+    PR_CHECK(t, "golden-check: %s.%s is missing (a rule's file entry needs o, ht, do, dht and d<x> for "
+                "every input x it gives)", g->rule, name);
+    return t;
+}
+
 static void compare(gc_run *g, const char *name, const pr_tensor *got)
 {
-    pr_tensor *r = ref(g, name);
-    if (!r) return;   /* the file does not check this one */
+    pr_tensor *r = expect(g, name);
     const double e = rel_err(got, r);
     if (g->o->verbose) printf("  %s %-8s %-6s rel_err=%.3g\n", g->rule, g->form, name, e);
     g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);
@@ -135,8 +147,7 @@ static void compare(gc_run *g, const char *name, const pr_tensor *got)
  * of a sum of these is seeded with exactly those gradients */
 static pr_tensor *dot_loss(const gc_run *g, pr_tensor *out, const char *name)
 {
-    pr_tensor *r = ref(g, name);
-    PR_CHECK(r, "golden-check: %s.%s missing", g->rule, name);
+    pr_tensor *r = expect(g, name);
     return pr_sum_all(g->ctx, pr_mul(g->ctx, out, pr_to(g->ctx->step, r, g->o->dt, g->o->dev)));
 }
 
@@ -155,16 +166,16 @@ static void compare_grads(gc_run *g, pr_tensor *const *in, const char *const *na
 
 static void run_linear(gc_run *g, int chunk)
 {
-    static const char *names[] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
-    pr_tensor *in[8];
-    for (int i = 0; i < 8; i++) in[i] = input(g, names[i]);
+    const char *names[PR_REC_NIN];
+    pr_tensor *in[PR_REC_NIN];
+    for (int i = 0; i < PR_REC_NIN; i++) names[i] = pr_rec_input_name((pr_rec_input)i), in[i] = input(g, names[i]);
     pr_recurrence_opts opt = {.rule = (pr_rule)pr_rule_from_name(g->rule), .chunk = chunk,
                               .scale = scalar(g, "scale", 0)};
     pr_tensor *ht, *o = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
     compare(g, "o", o);
     compare(g, "ht", ht);
     pr_backward(g->ctx, pr_add(g->ctx, dot_loss(g, o, "do"), dot_loss(g, ht, "dht")));
-    compare_grads(g, in, names, 8);
+    compare_grads(g, in, names, PR_REC_NIN);
 }
 
 /* ---- TTT-Linear (ops/ttt_linear.h) -------------------------------------------------------- */
@@ -186,6 +197,25 @@ static void run_ttt(gc_run *g)
     compare_grads(g, in, names, 8);
 }
 
+/* whether the file has any <rule>.* tensor */
+static bool rule_in_file(const pr_safetensors *st, const char *rule)
+{
+    const size_t n = strlen(rule);
+    for (int i = 0; i < st->n; i++)
+        if (!strncmp(st->names[i], rule, n) && st->names[i][n] == '.') return true;
+    return false;
+}
+
+/* every <rule>.* tensor is float64, as the golden format stores them (fatal otherwise) */
+static void check_dtypes(const pr_safetensors *st, const char *rule)
+{
+    const size_t n = strlen(rule);
+    for (int i = 0; i < st->n; i++)
+        if (!strncmp(st->names[i], rule, n) && st->names[i][n] == '.')
+            PR_CHECK(st->tensors[i]->dtype == PR_F64, "golden-check: %s has dtype %s; golden files store float64",
+                     st->names[i], pr_dtype_name(st->tensors[i]->dtype));
+}
+
 /* one rule, every form asked for; returns its worst error (inf on a fatal error) */
 static double check_rule(const pr_safetensors *st, const char *rule, pr_ctx *ctx, const gc_opts *o, char *why,
                          size_t why_n)
@@ -194,6 +224,7 @@ static double check_rule(const pr_safetensors *st, const char *rule, pr_ctx *ctx
     why[0] = 0;
     pr_set_error_handler(gc_on_fatal);
     if (setjmp(gc_jmp) == 0) {
+        check_dtypes(st, rule);
         if (!strcmp(rule, "ttt_linear")) {
             g.form = "dual";
             run_ttt(&g);
@@ -224,15 +255,17 @@ static int golden_check(const char *path, const gc_opts *o)
         pr_arena_free(a);
         return 1;
     }
-    static const char *rules[] = {"linattn", "ssd", "delta", "gdn", "prism_core", "ttt_linear"};
+    /* the rule table's rules, then TTT-Linear */
+    const char *rules[PR_NRULES + 1];
+    for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
+    rules[PR_NRULES] = "ttt_linear";
     const double tol = o->tol > 0 ? o->tol : o->dt == PR_F64 ? 1e-9 : o->tf32 ? 2e-3 : 1e-4;
     pr_ctx *ctx = pr_ctx_new(0);
     ctx->matmul_tf32 = o->tf32;
     int passed = 0, failed = 0;
     for (size_t r = 0; r < sizeof rules / sizeof *rules; r++) {
-        char qn[64], why[512];
-        snprintf(qn, sizeof qn, "%s.q", rules[r]);
-        if (!pr_safetensors_get(&st, qn)) continue;
+        char why[512];
+        if (!rule_in_file(&st, rules[r])) continue;
         const double e = check_rule(&st, rules[r], ctx, o, why, sizeof why);
         const bool ok = e <= tol;
         printf("%s %s max_rel_err=%.3g%s%s\n", rules[r], ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
@@ -240,7 +273,7 @@ static int golden_check(const char *path, const gc_opts *o)
     }
     pr_ctx_free(ctx);
     pr_arena_free(a);
-    if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.q)\n", path);
+    if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.<tensor>)\n", path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed || passed == 0 ? 1 : 0;
 }
@@ -261,21 +294,20 @@ static int make_reference(const char *path, const int64_t *sz)
     for (int r = 0; r < PR_NRULES; r++) {
         const char *rn = pr_rule_name((pr_rule)r);
         pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, (pr_rule)r, B, T, H, K, V, L, true);
-        pr_tensor *in[8] = {ri.q, ri.k, ri.v, ri.g, ri.beta, ri.kx, ri.vx, ri.h0};
-        static const char *in_names[8] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+        pr_tensor *in[PR_REC_NIN] = {ri.q, ri.k, ri.v, ri.g, ri.beta, ri.kx, ri.vx, ri.h0};
         pr_recurrence_opts opt = {.rule = (pr_rule)r};
         pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
         pr_tensor *dout = pr_randn(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, &rng);
         pr_tensor *dht = pr_randn(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, &rng);
         pr_backward(ctx, pr_add(ctx, pr_sum_all(ctx, pr_mul(ctx, o, dout)), pr_sum_all(ctx, pr_mul(ctx, ht, dht))));
         pr_tensor *scale = pr_full(ctx->step, PR_F64, PR_CPU, PR_DIMS(1), 1.0 / sqrt((double)K));
-        for (int i = 0; i < 8; i++)
-            if (in[i]) ADD(rn, in_names[i], in[i]);
+        for (int i = 0; i < PR_REC_NIN; i++)
+            if (in[i]) ADD(rn, pr_rec_input_name((pr_rec_input)i), in[i]);
         ADD(rn, "o", o), ADD(rn, "ht", ht), ADD(rn, "do", dout), ADD(rn, "dht", dht), ADD(rn, "scale", scale);
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < PR_REC_NIN; i++) {
             if (!in[i]) continue;
             char dn[16];
-            snprintf(dn, sizeof dn, "d%s", in_names[i]);
+            snprintf(dn, sizeof dn, "d%s", pr_rec_input_name((pr_rec_input)i));
             ADD(rn, dn, in[i]->grad);
         }
     }

@@ -113,7 +113,7 @@ void pr_rec_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_se
     else memset(S, 0, (size_t)KV * sizeof *S);
     for (c.t0 = 0; c.t0 < s->T; c.t0 += C) {
         c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
-        memcpy(ckpt + (c.t0 / C) * KV, S, (size_t)KV * sizeof *S);
+        if (ckpt) memcpy(ckpt + (c.t0 / C) * KV, S, (size_t)KV * sizeof *S);
         chunk_values(&c, S, s);
         /* outputs: the inter-chunk part (S) plus the intra-chunk part */
         for (int t = 0; t < c.n; t++) {

@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     rec_sync();
     rec_mm<false, false>(p, Xs, LDK, Ts, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* W = T' (e^G o K) */
     rec_sync();
-    rec_st_tile(Tinv + ((long long)c * H + h) * C * C, C, C, C, Ts, LDC, 1.f, false, true);
+    if (Tinv) rec_st_tile(Tinv + ((long long)c * H + h) * C * C, C, C, C, Ts, LDC, 1.f, false, true); /* backward only */
     rec_st_tile(Wp + rk * K, (long long)H * K, cp.nval, K, Xs, LDK, 1.f, false, p.vec);
     rec_sync(); /* the V tiles overwrite Xs */
     for (int v0 = 0; v0 < V; v0 += BV) {

@@ -6,7 +6,8 @@
  * Node (the CUDA kernels rely on it): in[0..8] = q,k,v,g,beta,kx,vx,h0,
  * cu_seqlens (NULL when absent); out[0] = o, out[1] = ht; iarg[0] = rule,
  * iarg[1] = chunk (0: per-token form); farg[0] = scale (resolved).
- * CPU saved[0]: f64 states every `ck` tokens of every (sequence, head)
+ * CPU saved[0] (only when the node is recorded): f64 states every `ck`
+ * tokens of every (sequence, head)
  * (ck = chunk, or PR_REC_CKPT for the per-token form), pair (n, h) at
  * offset (ckoff[n] * H + h * nckpt(T_n)) * K * V.
  * f32 is computed in double: inputs promoted on entry, results rounded once.
@@ -22,20 +23,57 @@
 
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
 
-static const char *const rule_names[PR_NRULES] = {"linattn", "ssd", "delta", "gdn", "prism_core"};
+/* the rule table; a row the kernels cannot run stops the build here */
+#define PR_RULE(name, NAME, g, beta, extra)                                                                 \
+    _Static_assert(!(extra) || (beta), "rule " #name ": extra writes without the delta erase (has_extra "   \
+                                       "without has_beta) are not supported: the CUDA chunked backward "   \
+                                       "writes dkx and dvx only in the delta rules' wy kernel");
+#include PR_RULES_DEF
+#undef PR_RULE
 
-const char *pr_rule_name(pr_rule r) { return r >= 0 && r < PR_NRULES ? rule_names[r] : "?"; }
+static const pr_rule_info rule_table[PR_NRULES] = {
+#define PR_RULE(name, NAME, g, beta, extra) [PR_RULE_##NAME] = {#name, g, beta, extra},
+#include PR_RULES_DEF
+#undef PR_RULE
+};
+
+const pr_rule_info *pr_rule_info_of(pr_rule r)
+{
+    PR_CHECK(r >= 0 && r < PR_NRULES, "recurrence: unknown rule %d", (int)r);
+    return &rule_table[r];
+}
+
+const char *pr_rule_name(pr_rule r) { return r >= 0 && r < PR_NRULES ? rule_table[r].name : "?"; }
 
 int pr_rule_from_name(const char *name)
 {
     for (int r = 0; r < PR_NRULES; r++)
-        if (!strcmp(name, rule_names[r])) return r;
+        if (!strcmp(name, rule_table[r].name)) return r;
     return -1;
 }
 
-bool pr_rule_has_g(pr_rule r) { return r == PR_RULE_SSD || r == PR_RULE_GDN || r == PR_RULE_PRISM_CORE; }
-bool pr_rule_has_beta(pr_rule r) { return r == PR_RULE_DELTA || r == PR_RULE_GDN || r == PR_RULE_PRISM_CORE; }
-bool pr_rule_has_extra(pr_rule r) { return r == PR_RULE_PRISM_CORE; }
+const char *pr_rec_input_name(pr_rec_input i)
+{
+    static const char *const names[PR_REC_NIN] = {"q", "k", "v", "g", "beta", "kx", "vx", "h0"};
+    PR_CHECK(i >= 0 && i < PR_REC_NIN, "recurrence: unknown input %d", (int)i);
+    return names[i];
+}
+
+bool pr_rule_takes(pr_rule r, pr_rec_input i)
+{
+    const pr_rule_info *info = pr_rule_info_of(r);
+    switch (i) {
+    case PR_REC_G: return info->has_g;
+    case PR_REC_BETA: return info->has_beta;
+    case PR_REC_KX:
+    case PR_REC_VX: return info->has_extra;
+    default: return pr_rec_input_name(i) != NULL;   /* q, k, v, h0; fatal when out of range */
+    }
+}
+
+bool pr_rule_has_g(pr_rule r) { return pr_rule_info_of(r)->has_g; }
+bool pr_rule_has_beta(pr_rule r) { return pr_rule_info_of(r)->has_beta; }
+bool pr_rule_has_extra(pr_rule r) { return pr_rule_info_of(r)->has_extra; }
 
 /* ---- sizes and sequences ---------------------------------------------------- */
 
@@ -180,9 +218,10 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
     for (int i = 0; i < IN_CU; i++) x[i] = as_f64(n->in[i], false, &own[i]);
     double *o = as_f64(n->out[0], true, &own_o), *ht = as_f64(n->out[1], true, &own_ht);
     const int64_t KV = d.K * d.V, nck = d.ckoff[d.N] * d.H;
-    pr_tensor *ckpt = pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(nck ? nck : 1, d.K, d.V));
+    /* the saved states are for the backward only: none when not recorded */
+    pr_tensor *ckpt = n->recording ? pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(nck ? nck : 1, d.K, d.V)) : NULL;
     n->saved[0] = ckpt;
-    n->n_saved = 1;
+    n->n_saved = ckpt ? 1 : 0;
     const int64_t work_n = d.chunk ? pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L) : 2 * d.V;
 
 #ifdef PRISM_HAVE_OPENMP
@@ -194,7 +233,7 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
         double *work = malloc((size_t)work_n * sizeof *work);
         PR_CHECK(work, "recurrence: out of host memory");
         const pair_off off = pair_off_of(&d, s, h);
-        double *ck = (double *)ckpt->data + off.ckpt, *o_p = o + off.v;
+        double *ck = ckpt ? (double *)ckpt->data + off.ckpt : NULL, *o_p = o + off.v;
         if (d.chunk) pr_rec_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
         else pr_rec_forward_recurrent(o_p, ht + p * KV, ck, &sq, d.ck, work);
         free(work);
@@ -256,6 +295,51 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     if (own_do) free(dout);
     if (own_dht) free(dht);
     dims_free(&d);
+}
+
+/* ---- the plan ------------------------------------------------------------------------ */
+
+#ifdef PRISM_HAVE_CUDA
+bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K, int64_t V,
+                             int64_t L, pr_rec_plan *plan, char *why, size_t why_n);   /* recurrence.cu */
+#endif
+
+bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
+                        int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n)
+{
+    PR_CHECK(opt && opt->rule >= 0 && opt->rule < PR_NRULES, "recurrence: unknown rule %d", opt ? (int)opt->rule : -1);
+    memset(plan, 0, sizeof *plan);
+    if (why_n) why[0] = 0;
+    if (opt->chunk < 0) {
+        snprintf(why, why_n, "recurrence: chunk must be >= 0 (0 = per-token form), got %d", opt->chunk);
+        return false;
+    }
+    if (dev == PR_CUDA) {
+#ifdef PRISM_HAVE_CUDA
+        return pr_recurrence_plan_cuda(opt, N, T, H, K, V, L, plan, why, why_n);
+#else
+        (void)N, (void)T, (void)H, (void)K, (void)V, (void)L;
+        snprintf(why, why_n, "recurrence: built without CUDA");
+        return false;
+#endif
+    }
+    plan->device = PR_CPU;
+    plan->chunk = opt->chunk;
+    if (opt->chunk)
+        snprintf(plan->kernels, sizeof plan->kernels,
+                 "fwd pr_rec_forward_chunked (saves chunk-start states when recorded); bwd pr_rec_backward_chunked; "
+                 "f64, a (sequence, head) per call");
+    else
+        snprintf(plan->kernels, sizeof plan->kernels,
+                 "fwd pr_rec_forward_recurrent (saves states every %d tokens when recorded); bwd pr_rec_backward "
+                 "(recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
+    return true;
+}
+
+void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n)
+{
+    if (plan->chunk) snprintf(buf, n, "%s chunked C=%d: %s", pr_device_name(plan->device), plan->chunk, plan->kernels);
+    else snprintf(buf, n, "%s per-token: %s", pr_device_name(plan->device), plan->kernels);
 }
 
 /* ---- the public function ------------------------------------------------------------ */
@@ -330,6 +414,12 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
         check_dims("h0", h0, 4, (int64_t[]){N, H, K, V});
     }
 
+    if (q->device == PR_CUDA) {   /* what the device cannot run stops here, naming the limit */
+        pr_rec_plan plan;
+        char why[256];
+        if (!pr_recurrence_plan(opt, PR_CUDA, N, T, H, K, V, kx ? kx->shape[3] : 0, &plan, why, sizeof why))
+            pr_fatal("%s", why);
+    }
     pr_tensor *in[IN_N] = {q, k, v, g, beta, kx, vx, h0, cu_seqlens};
     pr_node n = pr_node_init(PR_OP_recurrence, IN_N, in);
     n.out[0] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, T, H, V));

@@ -23,18 +23,60 @@
 extern "C" {
 #endif
 
-typedef enum { PR_RULE_LINATTN, PR_RULE_SSD, PR_RULE_DELTA, PR_RULE_GDN, PR_RULE_PRISM_CORE, PR_NRULES } pr_rule;
-const char *pr_rule_name(pr_rule r);          /* "linattn", ... */
+/* the rule list: ops/recurrence/rules.def (PR_RULES_DEF lets the table test
+ * compile recurrence.c against another list) */
+#ifndef PR_RULES_DEF
+#define PR_RULES_DEF "ops/recurrence/rules.def"
+#endif
+typedef enum {
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra) PR_RULE_##NAME,
+#include PR_RULES_DEF
+#undef PR_RULE
+    PR_NRULES
+} pr_rule;
+typedef struct {
+    const char *name;                  /* "linattn", ... */
+    bool has_g, has_beta, has_extra;   /* the inputs it takes (rules.def) */
+} pr_rule_info;
+const pr_rule_info *pr_rule_info_of(pr_rule r);   /* fatal for an unknown rule */
+/* the inputs of pr_recurrence, in its argument order */
+typedef enum { PR_REC_Q, PR_REC_K, PR_REC_V, PR_REC_G, PR_REC_BETA, PR_REC_KX, PR_REC_VX, PR_REC_H0, PR_REC_NIN } pr_rec_input;
+const char *pr_rec_input_name(pr_rec_input i);    /* "q", "k", ... */
+/* whether rule r takes input i: q, k, v and h0 (optional) every rule; g,
+ * beta, kx/vx as its row of rules.def says */
+bool pr_rule_takes(pr_rule r, pr_rec_input i);
+const char *pr_rule_name(pr_rule r);          /* "linattn", ...; "?" if unknown */
 int pr_rule_from_name(const char *name);      /* -1 if unknown */
 bool pr_rule_has_g(pr_rule r);
 bool pr_rule_has_beta(pr_rule r);
 bool pr_rule_has_extra(pr_rule r);
 
+/* chunk means the same on both devices: 0 runs the per-token form, C > 0 the
+ * chunked form with chunks of exactly C tokens. The CPU takes any C; the CUDA
+ * kernels take C = 32 or 64 (and shared memory bounds C, K, V and L), and any
+ * other request stops with an error naming the limit: no silent change of
+ * form or chunk size. pr_recurrence_plan says beforehand what will run. */
 typedef struct {
     pr_rule rule;
     double scale;   /* 0: K^-1/2 */
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
 } pr_recurrence_opts;
+
+/* How a call runs: the form, the chunk size and the kernels (CUDA) or
+ * functions (CPU) of its forward and backward, with their tile sizes. */
+typedef struct {
+    pr_device device;
+    int chunk;            /* 0: per-token form; C: chunked form, chunks of C tokens */
+    char kernels[240];    /* "fwd ...; bwd ..." */
+} pr_rec_plan;
+/* The plan of pr_recurrence for opt on dev with N sequences of T tokens and
+ * sizes H, K, V, L (L: prism_core's extra writes). Returns false, with why
+ * naming the limit, when dev cannot run it (pr_recurrence then stops with
+ * that message). A CUDA plan needs a GPU: it depends on its shared memory. */
+bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
+                        int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n);
+/* one line: "<device> <form> [C=<chunk>]: fwd ...; bwd ..." */
+void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n);
 
 /* Inputs the rule does not use must be NULL; g, beta, kx, vx are required by
  * the rules that use them; h0 and cu_seqlens are optional. Returns o; *ht

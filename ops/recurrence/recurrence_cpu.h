@@ -73,7 +73,8 @@ static inline void pr_rec_outer(double *h, double c, const double *a, const doub
 static inline int64_t pr_rec_nckpt(int64_t T, int64_t c) { return (T + c - 1) / c; }
 
 /* Per-token form. o: token stride s->sv; ht [K][V]; ckpt [nckpt][K][V]
- * receives the state before tokens 0, c, 2c, ... (c = ckpt_every).
+ * receives the state before tokens 0, c, 2c, ... (c = ckpt_every), or is
+ * NULL (nothing saved: the forward is not recorded); likewise in the chunked form.
  * work: K*V doubles. */
 void pr_rec_forward_recurrent(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int ckpt_every,
                               double *work);

@@ -473,14 +473,18 @@ struct rec_grads {
     float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
 };
 
-/* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules). */
+/* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules)
+ * into r_save unless it is NULL (the node is not recorded). */
 void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save);
 void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o, const float *ht,
                            const float *r_save);
+/* shared-memory bytes the per-token kernels need at one token per block step (their least) */
+size_t pr_rec_token_smem_min(const rec_prob &p);
 
 /* chunked_fwd.cu / chunked_bwd.cu: the chunked form with chunks of p.C tokens.
  * Saved by the forward: hs [nchunks,H,K,V] chunk-start states; for delta rules
- * also R [rows,H,V] (u = beta R), Tinv [nchunks,H,C,C], W [rows,H,K], R0 [rows,H,V]. */
+ * also R [rows,H,V] (u = beta R), Tinv [nchunks,H,C,C], W [rows,H,K], R0 [rows,H,V].
+ * Tinv may be NULL (a forward not recorded): only the backward reads it. */
 struct rec_chunk_saved {
     float *hs, *R, *Tinv, *W, *R0;
 };

@@ -45,7 +45,7 @@ void pr_rec_forward_recurrent(double *o, double *ht, double *ckpt, const pr_rec_
     if (s->h0) memcpy(h, s->h0, (size_t)KV * sizeof *h);
     else memset(h, 0, (size_t)KV * sizeof *h);
     for (int64_t t = 0; t < s->T; t++) {
-        if (t % ckpt_every == 0) memcpy(ckpt + (t / ckpt_every) * KV, h, (size_t)KV * sizeof *h);
+        if (ckpt && t % ckpt_every == 0) memcpy(ckpt + (t / ckpt_every) * KV, h, (size_t)KV * sizeof *h);
         step(h, u, w, s, t);
         double *ot = o + t * s->sv;
         pr_rec_mtv(ot, h, s->q + t * s->sk, K, V);

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) tok_fwd_kernel(rec_prob p, flo
             if (j >= p.V) continue;
             const long long off = ((long long)(sq.bos + t0 + t) * p.H + h) * p.V + j;
             o[off] = sm[s.o + e];
-            if (p.delta) r_save[off] = sm[s.r + e];
+            if (r_save) r_save[off] = sm[s.r + e];   /* NULL: not recorded, nothing saved */
         }
     }
 #pragma unroll
@@ -491,6 +491,17 @@ template <class F, class... A> static void tok_launch(F kernel, dim3 grid, size_
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<grid, PR_REC_THREADS, smem, s>>>(args..., TT);
     PR_CUDA_LAUNCH_CHECK();
+}
+
+size_t pr_rec_token_smem_min(const rec_prob &p)
+{
+    const int kp = 32 * tok_kpt(p.K);
+    size_t most = 0;
+    for (int kind = TOK_FWD; kind <= TOK_DQ; kind++) {
+        const size_t b = (size_t)tok_layout_of(kind, 1, kp, p.L, p.delta, p.has_g).total * 4;
+        most = b > most ? b : most;
+    }
+    return most;
 }
 
 void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save)

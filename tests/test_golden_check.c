@@ -1,0 +1,121 @@
+/* tests/test_golden_check.c: `prism golden-check` cannot pass a file that
+ * checks nothing (issue 8, item 8). A small reference file made by
+ * `golden-check --make` passes; copies of it written with the project's
+ * safetensors writer, each broken one way, must fail naming the problem:
+ * a rule with inputs but no outputs or gradients, one missing gradient, a
+ * missing upstream gradient, a tensor of the wrong dtype. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "ops/recurrence/recurrence.h"
+#include "tests/pr_test.h"
+
+#ifndef PRISM_CLI
+#error "PRISM_CLI (the prism command's path) is set by CMakeLists.txt"
+#endif
+
+static char g_dir[64];
+
+/* runs `prism golden-check FILE`; returns its exit status, output in out */
+static int golden_check(const char *file, char *out, size_t n)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' golden-check '%s' 2>&1", PRISM_CLI, file);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    const size_t got = fread(out, 1, n - 1, p);
+    out[got] = 0;
+    const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* drop: tensors left out (by full name); as_f32: one tensor converted to f32 */
+static void write_variant(const pr_safetensors *st, const char *path, const char *const *drop, int n_drop,
+                          const char *as_f32, pr_arena *a)
+{
+    const char **names = malloc(sizeof *names * (size_t)st->n);
+    const pr_tensor **ts = malloc(sizeof *ts * (size_t)st->n);
+    int n = 0;
+    for (int i = 0; i < st->n; i++) {
+        bool skip = false;
+        for (int j = 0; j < n_drop; j++) skip |= !strcmp(st->names[i], drop[j]);
+        if (skip) continue;
+        names[n] = st->names[i];
+        ts[n++] = as_f32 && !strcmp(st->names[i], as_f32) ? pr_to(a, st->tensors[i], PR_F32, PR_CPU) : st->tensors[i];
+    }
+    pr_err err;
+    if (pr_safetensors_write(path, n, names, ts, 0, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+    free(names);
+    free(ts);
+}
+
+static void expect_fail(const char *path, const char *line_start, const char *needle)
+{
+    char out[8192];
+    const int rc = golden_check(path, out, sizeof out);
+    if (rc != 1 || !strstr(out, line_start) || !strstr(out, needle))
+        fail_msg("golden-check %s: exit %d, expected 1 with \"%s\" and \"%s\"; output:\n%s", path, rc, line_start,
+                 needle, out);
+}
+
+static void test_broken_files_fail(void **state)
+{
+    (void)state;
+    char ref[128], bad[128], out[8192];
+    snprintf(ref, sizeof ref, "%s/ref.safetensors", g_dir);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", g_dir);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' golden-check --make '%s' --size 1,9,2,4,3,2 >/dev/null", PRISM_CLI, ref);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(golden_check(ref, out, sizeof out), 0);   /* the whole file passes */
+
+    pr_arena *a = pr_arena_new("golden-test", 0);
+    pr_safetensors st;
+    pr_err err;
+    if (pr_safetensors_read(ref, a, &st, &err) != 0) fail_msg("%s", err.msg);
+
+    /* linattn with its inputs and upstream gradients only: nothing to compare */
+    const char *no_refs[] = {"linattn.o", "linattn.ht", "linattn.dq", "linattn.dk", "linattn.dv", "linattn.dh0"};
+    write_variant(&st, bad, no_refs, 6, NULL, a);
+    expect_fail(bad, "linattn FAIL", "linattn.o is missing");
+    /* one gradient missing: every rule's d<x> of an input it takes */
+    for (int r = 0; r < PR_NRULES; r++)
+        for (int i = 0; i < PR_REC_NIN; i++) {
+            if (!pr_rule_takes((pr_rule)r, (pr_rec_input)i)) continue;
+            char dn[64], line[64];
+            snprintf(dn, sizeof dn, "%s.d%s", pr_rule_name((pr_rule)r), pr_rec_input_name((pr_rec_input)i));
+            snprintf(line, sizeof line, "%s FAIL", pr_rule_name((pr_rule)r));
+            const char *drop[] = {dn};
+            write_variant(&st, bad, drop, 1, NULL, a);
+            expect_fail(bad, line, dn);
+        }
+    /* an upstream gradient missing */
+    const char *no_dht[] = {"gdn.dht"};
+    write_variant(&st, bad, no_dht, 1, NULL, a);
+    expect_fail(bad, "gdn FAIL", "gdn.dht is missing");
+    /* a tensor stored as f32 */
+    write_variant(&st, bad, NULL, 0, "ssd.k", a);
+    expect_fail(bad, "ssd FAIL", "ssd.k has dtype f32; golden files store float64");
+    pr_arena_free(a);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/prism_golden_XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_broken_files_fail)};
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
