@@ -2,7 +2,7 @@
  *
  * The same config builds a layer in f64 on the CPU (the reference) and in f32
  * on CUDA; keyed init gives both the same values. Sizes are awkward: T = 37
- * (not a multiple of the chunk 16 nor of TTT's mini-batch 16), D = 20 with 3
+ * (not a multiple of the chunk 32 nor of TTT's mini-batch 16), D = 20 with 3
  * heads of 8, Mamba-2 with 4 heads of 10 in 2 groups of state 12. Each output
  * and every gradient (input and parameters) must agree to
  * max|got - ref| / max|ref| <= 1e-3 (fp32 products, matmul_tf32 = 0; the
@@ -42,7 +42,7 @@ static int check(const char *what, const char *name, const pr_tensor *got, const
 
 static int layer_case(int i)
 {
-    pr_config c = test_config(i, 20, 3, 8, 16);
+    pr_config c = test_config(i, 20, 3, 8, 32);
     c.init_std = 0.2;
     if (strcmp(c.mixer, "mamba2") == 0) c.mamba2_head_dim = 10, c.mamba2_d_state = 12;
     if (strcmp(c.mixer, "ttt_linear") == 0) c.ttt_mini_batch = 16;
@@ -92,7 +92,7 @@ static void test_cuda_lm(void **state)
     PR_SKIP_WITHOUT_CUDA();
     int fails = 0;
     for (int i = 0; i < N_TEST_MIXERS; i++) {
-        pr_config c = test_config(i, 20, 3, 8, 16);
+        pr_config c = test_config(i, 20, 3, 8, 32);
         c.init_std = 0.2, c.vocab = 50, c.n_layers = 2, c.tie_embeddings = i % 2 == 0;
         if (strcmp(c.mixer, "mamba2") == 0) c.mamba2_head_dim = 10, c.mamba2_d_state = 12;
         pr_model *ref = pr_model_new(&c, PR_F64, PR_CPU), *dev = pr_model_new(&c, PR_F32, PR_CUDA);

@@ -352,7 +352,8 @@ int pr_cmd_bench(int argc, char **argv)
     if (pr_cuda_available() && !pr_is_help(argc > 2 ? argv[2] : "")) {
         size_t cur, peak;
         pr_device_mem_stats(PR_CUDA, &cur, &peak);
-        printf("device memory: %.1f MiB held by tensors now, %.1f MiB peak\n", cur / 1048576.0, peak / 1048576.0);
+        if (peak > 0)   /* a bench that ran on the CPU has nothing to report (and keeps its JSON line last) */
+            printf("device memory: %.1f MiB held by tensors now, %.1f MiB peak\n", cur / 1048576.0, peak / 1048576.0);
     }
     return rc;
 }
