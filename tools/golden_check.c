@@ -17,6 +17,7 @@
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
 #include "ops/ttt_linear.h"
+#include "tools/golden_ops2.h"
 #include "tools/tools.h"
 
 typedef struct {
@@ -237,6 +238,13 @@ static int golden_check(const char *path, const gc_opts *o)
         const bool ok = e <= tol;
         printf("%s %s max_rel_err=%.3g%s%s\n", rules[r], ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
         ok ? passed++ : failed++;
+    }
+    for (int i = 0; i < pr_golden_n_ops; i++) { /* the fused ops of tools/golden_ops2.c */
+        char why[512];
+        if (!pr_golden_present(&st, pr_golden_ops[i].name)) continue;
+        const double e = pr_golden_run_op(&pr_golden_ops[i], &st, ctx, o->dev, o->dt, o->verbose, why, sizeof why);
+        printf("%s %s max_rel_err=%.3g%s%s\n", pr_golden_ops[i].name, e <= tol ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
+        e <= tol ? passed++ : failed++;
     }
     pr_ctx_free(ctx);
     pr_arena_free(a);
