@@ -247,7 +247,8 @@ pr_tensor *pr_selective_scan(pr_ctx *ctx, pr_tensor *u, pr_tensor *delta, pr_ten
     if (Dskip) ss_check_shape(Dskip, IN_DSKIP, 1, d1);
     if (z) ss_check_shape(z, IN_Z, 3, btd);
     if (delta_bias) ss_check_shape(delta_bias, IN_BIAS, 1, d1);
-    int64_t *seq, S = pr_seqlens_read("selective_scan", cu_seqlens, B, T, &seq);
+    int64_t *seq, S = pr_seqlens_read("selective_scan", cu_seqlens, B, T, &seq), nchunks = 0;
+    for (int64_t s = 0; s < S; s++) nchunks += (seq[s + 1] - seq[s] + PR_SS_CHUNK - 1) / PR_SS_CHUNK;
     free(seq);
     if (cu_seqlens)
         PR_CHECK(cu_seqlens->device == u->device, "selective_scan: cu_seqlens is on %s, u on %s",
@@ -258,6 +259,14 @@ pr_tensor *pr_selective_scan(pr_ctx *ctx, pr_tensor *u, pr_tensor *delta, pr_ten
     n.n_out = 2;
     n.out[0] = pr_op_output(ctx, u->dtype, u->device, 3, btd);
     n.out[1] = pr_op_output(ctx, u->dtype, u->device, PR_DIMS(S, D, N));
+    /* CUDA: the state at every chunk start, for the backward (pr_op_apply
+     * records the node under this same condition) */
+    bool record = false;
+    for (int i = 0; i < IN_CU; i++) record |= ctx->grad_enabled && in[i] && in[i]->requires_grad;
+    if (record && u->device != PR_CPU) {
+        n.n_saved = 1;
+        n.saved[0] = pr_empty(ctx->step, PR_F32, u->device, PR_DIMS(nchunks, D, N));
+    }
     pr_tensor *y = pr_op_apply(ctx, &n);
     if (ht) *ht = n.out[1];
     return y;

@@ -26,6 +26,10 @@ pr_tensor *pr_selective_scan(pr_ctx *ctx, pr_tensor *u, pr_tensor *delta, pr_ten
                              pr_tensor *Dskip, pr_tensor *z, pr_tensor *delta_bias, pr_tensor *h0,
                              pr_tensor *cu_seqlens, pr_tensor **ht);
 
+/* internal: tokens per chunk of the CUDA scan; the forward saves the state
+ * at the start of every chunk ([chunks, D, N]) for the backward */
+#define PR_SS_CHUNK 32
+
 #ifdef __cplusplus
 }
 #endif
