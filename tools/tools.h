@@ -12,6 +12,7 @@ int pr_cmd_golden_check(int argc, char **argv);
 int pr_cmd_bench(int argc, char **argv);        /* dispatches to the bench_* below */
 int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
+int pr_bench_fused(int argc, char **argv);      /* attention, selective_scan */
 
 static inline bool pr_is_help(const char *a)
 {
