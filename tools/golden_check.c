@@ -38,6 +38,8 @@ static void usage(FILE *f)
             "float64) forward and backward, seeded with do and dht, and compares the outputs,\n"
             "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
             "(error relative to the reference tensor's max-abs), then 'N passed, M failed'.\n"
+            "The fused ops of tools/golden_ops2.c (attention, selective_scan) in the file are\n"
+            "checked the same way (every output and input gradient).\n"
             "Exit status 1 on any failure or an unreadable file.\n"
             "options:\n"
             "  --device cpu|cuda     where to run (default cpu)\n"
