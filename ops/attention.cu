@@ -32,6 +32,7 @@
 #define ATT_BN 64    /* key rows per tile */
 #define ATT_QS 32    /* query rows per step of the dk/dv kernel */
 #define ATT_MAXD 128
+static_assert(ATT_BM == ATT_BN, "the dk/dv kernel's key tiles are the forward's query tiles");
 
 struct att_prob {
     const float *q, *k, *v, *o, *dout, *lse, *Di;
@@ -121,13 +122,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_fwd_kernel(att_prob p)
 /* Di[r*H + h] = dO . O over Dv: a warp per (row, head) */
 __global__ void att_di_kernel(const float *dout, const float *o, float *Di, long long rows, int Dv)
 {
-    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
-    if (w >= rows) return;
-    float s = 0.f;
-    for (int c = lane; c < Dv; c += 32) s = fmaf(dout[w * Dv + c], o[w * Dv + c], s);
-    s = att_warp_sum(s);
-    if (lane == 0) Di[w] = s;
+    const long long step = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < rows; w += step) {
+        float s = 0.f;
+        for (int c = lane; c < Dv; c += 32) s = fmaf(dout[w * Dv + c], o[w * Dv + c], s);
+        s = att_warp_sum(s);
+        if (lane == 0) Di[w] = s;
+    }
 }
 
 struct att_dq_smem {
