@@ -315,22 +315,43 @@ static att_prob att_prob_of(pr_ctx *ctx, const pr_tensor *q, const pr_tensor *k,
     return p;
 }
 
+/* Per-call device scratch from the caching allocator, handed back when the
+ * launcher returns (stream order makes the reuse safe), so repeated calls do
+ * not grow the step arena. */
+struct att_scratch {
+    void *p[4] = {};
+    size_t n[4] = {};
+    int k = 0;
+    void *take(size_t bytes)
+    {
+        PR_CHECK(k < 4, "attention: scratch slots exhausted");
+        n[k] = bytes, p[k] = pr_cuda_malloc(bytes);
+        return p[k++];
+    }
+    ~att_scratch()
+    {
+        for (int i = 0; i < k; i++) pr_cuda_free(p[i], n[i]);
+    }
+};
+
 /* the tile table of a node (64 query rows of one sequence per tile) on the device */
-static int att_tiles(pr_ctx *ctx, const pr_node *n, const int **dev)
+static int att_tiles(const pr_node *n, att_scratch &sc, const int **dev)
 {
     const pr_tensor *q = n->in[0];
     int64_t *seq, S = pr_seqlens_read("attention", n->in[3], q->shape[0], q->shape[1], &seq);
     int64_t nt = 0;
     for (int64_t s = 0; s < S; s++) nt += (seq[s + 1] - seq[s] + ATT_BM - 1) / ATT_BM;
     PR_CHECK(nt < (1LL << 31), "attention: too many tiles (%lld)", (long long)nt);
-    int *h = (int *)malloc(sizeof(int) * 3 * (size_t)nt);
+    const size_t bytes = sizeof(int) * 3 * (size_t)nt;
+    int *h = (int *)malloc(bytes);
     PR_CHECK(h, "attention: out of host memory");
     int64_t i = 0;
     for (int64_t s = 0; s < S; s++)
         for (int64_t t0 = 0; t0 < seq[s + 1] - seq[s]; t0 += ATT_BM, i++)
             h[3 * i] = (int)seq[s], h[3 * i + 1] = (int)(seq[s + 1] - seq[s]), h[3 * i + 2] = (int)t0;
-    const int64_t shape[1] = {3 * nt};
-    *dev = (const int *)pr_from_host(ctx->step, PR_I32, PR_CUDA, 1, shape, h)->data;
+    int *d = (int *)sc.take(bytes);
+    pr_cuda_memcpy(d, h, bytes, 1, 0);
+    *dev = d;
     free(h);
     free(seq);
     return (int)nt;
@@ -352,7 +373,8 @@ extern "C" void pr_attention_forward_cuda(pr_ctx *ctx, pr_node *n)
     att_prob p = att_prob_of(ctx, n->in[0], n->in[1], n->in[2], n->farg[0]);
     p.out = (float *)n->out[0]->data;
     p.lse_out = n->n_saved > 0 ? (float *)n->saved[0]->data : nullptr;
-    const int nt = att_tiles(ctx, n, &p.tiles);
+    att_scratch sc;
+    const int nt = att_tiles(n, sc, &p.tiles);
     const att_fwd_smem L(p.Dp, p.Dvp);
     att_smem((const void *)att_fwd_kernel, L.total);
     att_fwd_kernel<<<dim3(nt, p.H), PR_REC_THREADS, (size_t)L.total * sizeof(float), pr_cuda_stream(ctx)>>>(p);
@@ -373,12 +395,12 @@ extern "C" void pr_attention_backward_cuda(pr_ctx *ctx, pr_node *n)
     p.dv = dv ? (float *)dv->data : nullptr;
     cudaStream_t st = pr_cuda_stream(ctx);
     const long long rows = n->saved[0]->numel; /* B*T*H */
-    const int64_t di_shape[1] = {rows};
-    pr_tensor *Di = pr_empty(ctx->step, PR_F32, PR_CUDA, 1, di_shape);
-    p.Di = (const float *)Di->data;
-    att_di_kernel<<<pr_cuda_blocks(rows * 32, 256), 256, 0, st>>>(p.dout, p.o, (float *)Di->data, rows, p.Dv);
+    att_scratch sc;
+    float *Di = (float *)sc.take(sizeof(float) * (size_t)rows);
+    p.Di = Di;
+    att_di_kernel<<<pr_cuda_blocks(rows * 32, 256), 256, 0, st>>>(p.dout, p.o, Di, rows, p.Dv);
     PR_CUDA_LAUNCH_CHECK();
-    const int nt = att_tiles(ctx, n, &p.tiles);
+    const int nt = att_tiles(n, sc, &p.tiles);
     if (p.dq) {
         const att_dq_smem L(p.Dp, p.Dvp);
         att_smem((const void *)att_dq_kernel, L.total);
@@ -400,12 +422,14 @@ extern "C" void pr_attention_decode_cuda(pr_ctx *ctx, const pr_tensor *q, const 
     p.out = (float *)out->data;
     const int B = (int)q->shape[0], Tc = (int)k->shape[1];
     const int *nv = nullptr;
+    att_scratch sc;
     if (n_valid) {
         int *h = (int *)malloc(sizeof(int) * (size_t)B);
         PR_CHECK(h, "attention_decode: out of host memory");
         for (int b = 0; b < B; b++) h[b] = (int)n_valid[b];
-        const int64_t shape[1] = {B};
-        nv = (const int *)pr_from_host(ctx->step, PR_I32, PR_CUDA, 1, shape, h)->data;
+        int *d = (int *)sc.take(sizeof(int) * (size_t)B);
+        pr_cuda_memcpy(d, h, sizeof(int) * (size_t)B, 1, 0);
+        nv = d;
         free(h);
     }
     att_decode_kernel<<<B * p.H, PR_REC_THREADS, 0, pr_cuda_stream(ctx)>>>(p, Tc, nv);

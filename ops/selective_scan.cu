@@ -272,7 +272,26 @@ __global__ void ss_add_kernel(float *dst, const float *src, long long n)
 static const float *ss_ptr(const pr_tensor *t) { return t ? (const float *)t->data : nullptr; }
 
 /* sizes, the chunk table on the device and the inputs */
-static ss_prob ss_prob_of(pr_ctx *ctx, const pr_node *n)
+/* Per-call device scratch from the caching allocator, handed back when the
+ * launcher returns (stream order makes the reuse safe), so repeated calls do
+ * not grow the step arena. */
+struct ss_scratch {
+    void *p[8] = {};
+    size_t n[8] = {};
+    int k = 0;
+    float *take(long long floats)
+    {
+        PR_CHECK(k < 8, "selective_scan: scratch slots exhausted");
+        n[k] = sizeof(float) * (size_t)(floats > 0 ? floats : 1), p[k] = pr_cuda_malloc(n[k]);
+        return (float *)p[k++];
+    }
+    ~ss_scratch()
+    {
+        for (int i = 0; i < k; i++) pr_cuda_free(p[i], n[i]);
+    }
+};
+
+static ss_prob ss_prob_of(const pr_node *n, ss_scratch &sc)
 {
     for (int i = 0; i < 9; i++)
         PR_CHECK(!n->in[i] || n->in[i]->dtype == PR_F32, "selective_scan: CUDA supports f32 only (input %d is %s)",
@@ -299,18 +318,13 @@ static ss_prob ss_prob_of(pr_ctx *ctx, const pr_node *n)
         }
     }
     cb[p.S] = c;
-    const int64_t shape[1] = {3 * (int64_t)nch + p.S + 1};
-    const int *dev = (const int *)pr_from_host(ctx->step, PR_I32, PR_CUDA, 1, shape, h)->data;
+    const long long ints = 3 * (long long)nch + p.S + 1;
+    int *dev = (int *)sc.take(ints);
+    pr_cuda_memcpy(dev, h, sizeof(int) * (size_t)ints, 1, 0);
     p.chunks = dev, p.cbase = dev + 3 * nch, p.nch = nch;
     free(h);
     free(seq);
     return p;
-}
-
-static float *ss_buf(pr_ctx *ctx, long long n)
-{
-    const int64_t shape[1] = {n > 0 ? n : 1};
-    return (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 1, shape)->data;
 }
 
 /* G lanes per channel and NPL states per lane for N states */
@@ -355,11 +369,12 @@ static void ss_carry(const ss_prob &p, int backward, cudaStream_t st)
 
 extern "C" void pr_selective_scan_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    ss_prob p = ss_prob_of(ctx, n);
+    ss_scratch sc;
+    ss_prob p = ss_prob_of(n, sc);
     p.y = (float *)n->out[0]->data, p.ht = (float *)n->out[1]->data;
     const long long cdn = (long long)p.nch * p.D * p.N;
-    p.Pa = ss_buf(ctx, cdn), p.E = ss_buf(ctx, cdn);
-    p.Sin = n->n_saved > 0 ? (float *)n->saved[0]->data : ss_buf(ctx, cdn);
+    p.Pa = sc.take(cdn), p.E = sc.take(cdn);
+    p.Sin = n->n_saved > 0 ? (float *)n->saved[0]->data : sc.take(cdn);
     cudaStream_t st = pr_cuda_stream(ctx);
     ss_fwd_chunks(p, 0, st);
     ss_carry(p, 0, st);
@@ -369,7 +384,8 @@ extern "C" void pr_selective_scan_forward_cuda(pr_ctx *ctx, pr_node *n)
 extern "C" void pr_selective_scan_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     PR_CHECK(n->n_saved == 1, "selective_scan: backward without the saved chunk states");
-    ss_prob p = ss_prob_of(ctx, n);
+    ss_scratch sc;
+    ss_prob p = ss_prob_of(n, sc);
     p.Sin = (float *)n->saved[0]->data;
     p.dout = ss_ptr(n->out[0]->grad), p.dht = ss_ptr(n->out[1]->grad);
     pr_tensor *g[9];
@@ -379,8 +395,8 @@ extern "C" void pr_selective_scan_backward_cuda(pr_ctx *ctx, pr_node *n)
     const long long cdn = (long long)p.nch * p.D * p.N, rd = (long long)p.rows * p.D, rn = (long long)p.rows * p.N;
     const int G = p.N <= 4 ? 4 : p.N <= 8 ? 8 : p.N <= 16 ? 16 : 32;
     const long long nslab = (p.D + SS_THREADS / G - 1) / (SS_THREADS / G);
-    p.Pa = ss_buf(ctx, cdn), p.E = ss_buf(ctx, cdn), p.cin = ss_buf(ctx, cdn), p.dAp = ss_buf(ctx, cdn);
-    p.dx = ss_buf(ctx, rd), p.dBp = ss_buf(ctx, nslab * rn), p.dCp = ss_buf(ctx, nslab * rn);
+    p.Pa = sc.take(cdn), p.E = sc.take(cdn), p.cin = sc.take(cdn), p.dAp = sc.take(cdn);
+    p.dx = sc.take(rd), p.dBp = sc.take(nslab * rn), p.dCp = sc.take(nslab * rn);
     cudaStream_t st = pr_cuda_stream(ctx);
     ss_bwd_chunks(p, 0, st);
     ss_carry(p, 1, st);
