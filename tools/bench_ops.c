@@ -334,19 +334,20 @@ int pr_bench_ops(int argc, char **argv)
     return 0;
 }
 
-/* `prism bench <what>`: ops here, recurrence in tools/bench_recurrence.c */
+/* `prism bench <what>`: ops here, recurrence in tools/bench_recurrence.c, fused in tools/bench_fused.c */
 int pr_cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || pr_is_help(argv[1])) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence|block> [options]   (--help for each)\n");
+        fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence|fused|block> [options]   (--help for each)\n");
         return argc < 2 ? 2 : 0;
     }
     int rc;
     if (strcmp(argv[1], "ops") == 0) rc = pr_bench_ops(argc - 1, argv + 1);
     else if (strcmp(argv[1], "recurrence") == 0) rc = pr_bench_recurrence(argc - 1, argv + 1);
+    else if (strcmp(argv[1], "fused") == 0) rc = pr_bench_fused(argc - 1, argv + 1);
     else if (strcmp(argv[1], "block") == 0) rc = pr_bench_block(argc - 1, argv + 1);
     else {
-        fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence, block)\n", argv[1]);
+        fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence, fused, block)\n", argv[1]);
         return PR_EXIT_USAGE;
     }
     if (pr_cuda_available() && !pr_is_help(argc > 2 ? argv[2] : "")) {

@@ -21,6 +21,7 @@
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
 #include "ops/ttt_linear.h"
+#include "tools/golden_ops2.h"
 #include "tools/tools.h"
 
 typedef struct {
@@ -41,6 +42,8 @@ static void usage(FILE *f)
             "float64) forward and backward, seeded with do and dht, and compares the outputs,\n"
             "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
             "(error relative to the reference tensor's max-abs), then 'N passed, M failed'.\n"
+            "The fused ops of tools/golden_ops2.c (attention, selective_scan) in the file are\n"
+            "checked the same way (every output and input gradient).\n"
             "Exit status 1 on any failure or an unreadable file.\n"
             "options:\n"
             "  --device cpu|cuda     where to run (default cpu)\n"
@@ -270,6 +273,13 @@ static int golden_check(const char *path, const gc_opts *o)
         const bool ok = e <= tol;
         printf("%s %s max_rel_err=%.3g%s%s\n", rules[r], ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
         ok ? passed++ : failed++;
+    }
+    for (int i = 0; i < pr_golden_n_ops; i++) { /* the fused ops of tools/golden_ops2.c */
+        char why[512];
+        if (!pr_golden_present(&st, pr_golden_ops[i].name)) continue;
+        const double e = pr_golden_run_op(&pr_golden_ops[i], &st, ctx, o->dev, o->dt, o->verbose, why, sizeof why);
+        printf("%s %s max_rel_err=%.3g%s%s\n", pr_golden_ops[i].name, e <= tol ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
+        e <= tol ? passed++ : failed++;
     }
     pr_ctx_free(ctx);
     pr_arena_free(a);

@@ -15,6 +15,7 @@ int pr_cmd_model(int argc, char **argv);        /* dispatches to the bench_* bel
 int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
 int pr_bench_block(int argc, char **argv);
+int pr_bench_fused(int argc, char **argv);      /* attention, selective_scan */
 
 static inline bool pr_is_help(const char *a)
 {

@@ -1,0 +1,296 @@
+/* ops/attention.c: causal softmax attention, CPU reference forward and
+ * hand-derived backward, the public entries and the example.
+ *
+ * One tape node: in q, k, v, cu_seqlens (NULL when absent); out o;
+ * farg[0] = scale. On CUDA saved[0] = the row log-sum-exp [B*T, H] the
+ * backward recomputes the probabilities from (the CPU recomputes them from
+ * scratch). Both dtypes compute in double on the CPU.
+ *
+ * Backward of one query row i (s_j = scale q_i.k_j, p = softmax(s) over the
+ * visible j, o_i = sum_j p_j v_j), given dO_i:
+ *   dv_j += p_j dO_i;  dp_j = dO_i . v_j;
+ *   ds_j = p_j (dp_j - sum_l p_l dp_l) = p_j (dp_j - dO_i . o_i)
+ * (the softmax Jacobian diag(p) - p p^T applied to dp; sum_l p_l dp_l is
+ * dO_i . o_i), then dq_i += scale sum_j ds_j k_j and dk_j += scale ds_j q_i.
+ */
+#include "ops/attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/seqlens.h"
+
+#ifdef PRISM_HAVE_CUDA
+void pr_attention_decode_cuda(pr_ctx *ctx, const pr_tensor *q, const pr_tensor *k, const pr_tensor *v,
+                              const int64_t *n_valid, double scale, pr_tensor *out);
+#endif
+
+typedef struct {
+    int64_t B, T, H, Hkv, D, Dv, group;
+    double scale;
+} att_dims;
+
+static att_dims att_dims_of(const pr_tensor *q, const pr_tensor *k, const pr_tensor *v, double scale)
+{
+    att_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3], 0, scale};
+    d.group = d.H / d.Hkv;
+    return d;
+}
+
+static double *att_f64(const pr_tensor *t, bool *owned)
+{
+    *owned = t->dtype != PR_F64;
+    if (!*owned) return (double *)t->data;
+    double *p = malloc((size_t)t->numel * sizeof(double));
+    PR_CHECK(p, "attention: out of host memory");
+    pr_to_host_f64(t, p);
+    return p;
+}
+
+static double *att_zalloc(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    PR_CHECK(p, "attention: out of host memory");
+    return p;
+}
+
+/* dst op= src for a host tensor of any float dtype; acc: += else = */
+static void att_store(pr_tensor *dst, const double *src, bool acc)
+{
+    PR_FLOAT_SWITCH(dst->dtype, F, {
+        F *p = (F *)dst->data;
+        for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
+    });
+}
+
+static double att_dot(const double *a, const double *b, int64_t n)
+{
+    double s = 0;
+    for (int64_t c = 0; c < n; c++) s += a[c] * b[c];
+    return s;
+}
+
+/* One query row against n keys: kr, vr point at key 0's row of its kv head
+ * (row strides ks, vs); p[n] receives the probabilities, o[Dv] the output. */
+static void attend_row(const att_dims *d, const double *qi, const double *kr, int64_t ks, const double *vr, int64_t vs,
+                       int64_t n, double *p, double *o)
+{
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = d->scale * att_dot(qi, kr + j * ks, d->D);
+        mx = fmax(mx, p[j]);
+    }
+    for (int64_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - mx));
+    memset(o, 0, (size_t)d->Dv * sizeof(double));
+    for (int64_t j = 0; j < n; j++) {
+        p[j] /= sum;
+        for (int64_t c = 0; c < d->Dv; c++) o[c] += p[j] * vr[j * vs + c];
+    }
+}
+
+/* row offsets: token row r (over B*T) of head h / kv head hk */
+#define QOFF(d, r, h) (((r) * (d)->H + (h)) * (d)->D)
+#define KOFF(d, r, hk) (((r) * (d)->Hkv + (hk)) * (d)->D)
+#define VOFF(d, r, hk) (((r) * (d)->Hkv + (hk)) * (d)->Dv)
+#define OOFF(d, r, h) (((r) * (d)->H + (h)) * (d)->Dv)
+
+void pr_attention_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    att_dims d = att_dims_of(n->in[0], n->in[1], n->in[2], n->farg[0]);
+    int64_t *seq, N = pr_seqlens_read("attention", n->in[3], d.B, d.T, &seq);
+    bool own[3];
+    double *q = att_f64(n->in[0], &own[0]), *k = att_f64(n->in[1], &own[1]), *v = att_f64(n->in[2], &own[2]);
+    double *o = att_zalloc(d.B * d.T * d.H * d.Dv), *p = att_zalloc(d.T);
+    for (int64_t s = 0; s < N; s++)
+        for (int64_t r = seq[s]; r < seq[s + 1]; r++)
+            for (int64_t h = 0; h < d.H; h++) {
+                int64_t hk = h / d.group;
+                attend_row(&d, q + QOFF(&d, r, h), k + KOFF(&d, seq[s], hk), d.Hkv * d.D, v + VOFF(&d, seq[s], hk),
+                           d.Hkv * d.Dv, r - seq[s] + 1, p, o + OOFF(&d, r, h));
+            }
+    att_store(n->out[0], o, false);
+    free(o), free(p), free(seq);
+    for (int i = 0; i < 3; i++)
+        if (own[i]) free(i == 0 ? q : i == 1 ? k : v);
+}
+
+/* the backward of one query row (see the top of the file); p[n] and o[Dv]
+ * come from attend_row, g is dO_i, dp[n] scratch */
+static void attend_row_back(const att_dims *d, const double *qi, const double *kr, const double *vr, int64_t n,
+                            const double *p, const double *o, const double *g, double *dp, double *dqi, double *dkr,
+                            double *dvr)
+{
+    const int64_t ks = d->Hkv * d->D, vs = d->Hkv * d->Dv;
+    double Di = att_dot(g, o, d->Dv);
+    for (int64_t j = 0; j < n; j++) {
+        dp[j] = att_dot(g, vr + j * vs, d->Dv);
+        for (int64_t c = 0; c < d->Dv; c++) dvr[j * vs + c] += p[j] * g[c];
+        double ds = d->scale * p[j] * (dp[j] - Di);
+        for (int64_t c = 0; c < d->D; c++) {
+            dqi[c] += ds * kr[j * ks + c];
+            dkr[j * ks + c] += ds * qi[c];
+        }
+    }
+}
+
+void pr_attention_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    att_dims d = att_dims_of(n->in[0], n->in[1], n->in[2], n->farg[0]);
+    int64_t *seq, N = pr_seqlens_read("attention", n->in[3], d.B, d.T, &seq);
+    bool own[4];
+    double *q = att_f64(n->in[0], &own[0]), *k = att_f64(n->in[1], &own[1]), *v = att_f64(n->in[2], &own[2]);
+    double *g = att_f64(n->out[0]->grad, &own[3]);
+    double *dq = att_zalloc(n->in[0]->numel), *dk = att_zalloc(n->in[1]->numel), *dv = att_zalloc(n->in[2]->numel);
+    double *p = att_zalloc(d.T), *dp = att_zalloc(d.T), *o = att_zalloc(d.Dv);
+    for (int64_t s = 0; s < N; s++)
+        for (int64_t r = seq[s]; r < seq[s + 1]; r++)
+            for (int64_t h = 0; h < d.H; h++) {
+                int64_t hk = h / d.group, nk = r - seq[s] + 1;
+                const double *kr = k + KOFF(&d, seq[s], hk), *vr = v + VOFF(&d, seq[s], hk);
+                attend_row(&d, q + QOFF(&d, r, h), kr, d.Hkv * d.D, vr, d.Hkv * d.Dv, nk, p, o);
+                attend_row_back(&d, q + QOFF(&d, r, h), kr, vr, nk, p, o, g + OOFF(&d, r, h), dp,
+                                dq + QOFF(&d, r, h), dk + KOFF(&d, seq[s], hk), dv + VOFF(&d, seq[s], hk));
+            }
+    double *grads[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++) {
+        pr_tensor *gi = pr_in_grad(n, i);
+        if (gi) att_store(gi, grads[i], true);
+        free(grads[i]);
+    }
+    free(p), free(dp), free(o), free(seq);
+    double *bufs[4] = {q, k, v, g};
+    for (int i = 0; i < 4; i++)
+        if (own[i]) free(bufs[i]);
+}
+
+/* ---- the public entries --------------------------------------------------------- */
+
+static void att_check_dims(const char *op, const pr_tensor *t, const char *arg, const int64_t *want)
+{
+    bool ok = t->ndim == 4;
+    for (int i = 0; ok && i < 4; i++) ok = want[i] < 0 || t->shape[i] == want[i];
+    if (!ok) {
+        char got[96];
+        pr_fatal("%s: %s has shape %s; expected [%lld,%lld,%lld,%lld] (-1: any)", op, arg,
+                 pr_shape_str(t, got, sizeof got), (long long)want[0], (long long)want[1], (long long)want[2],
+                 (long long)want[3]);
+    }
+}
+
+/* q, k, v: float, one dtype and device, 4-D, matching B, D and Hkv; T of k, v
+ * given by kv_T (-1: any); returns the dims */
+static att_dims att_check(const char *op, pr_tensor *q, pr_tensor *k, pr_tensor *v, double scale, int64_t kv_T)
+{
+    const char *names[3] = {"q", "k", "v"};
+    pr_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) {
+        pr_check_float(op, in[i], names[i]);
+        pr_check_same_kind(op, q, in[i]);
+    }
+    PR_CHECK(q->ndim == 4, "%s: q must be [B,T,H,D], got %d dims", op, q->ndim);
+    PR_CHECK(k->ndim == 4, "%s: k must be [B,T,Hkv,D], got %d dims", op, k->ndim);
+    PR_CHECK(v->ndim == 4, "%s: v must be [B,T,Hkv,Dv], got %d dims", op, v->ndim);
+    const int64_t B = q->shape[0], H = q->shape[2], D = q->shape[3], Hkv = k->shape[2];
+    PR_CHECK(B > 0 && q->shape[1] > 0 && H > 0 && D > 0, "%s: q has an empty dim", op);
+    PR_CHECK(Hkv > 0 && H % Hkv == 0, "%s: H=%lld must be a multiple of k's Hkv=%lld", op, (long long)H,
+             (long long)Hkv);
+    att_check_dims(op, k, "k", (const int64_t[]){B, kv_T, Hkv, D});
+    att_check_dims(op, v, "v", (const int64_t[]){B, k->shape[1], Hkv, -1});
+    PR_CHECK(v->shape[3] > 0 && k->shape[1] > 0, "%s: k or v has an empty dim", op);
+    PR_CHECK(scale >= 0 && isfinite(scale), "%s: scale must be finite and >= 0 (0: D^-1/2), got %g", op, scale);
+    return att_dims_of(q, k, v, scale != 0 ? scale : 1 / sqrt((double)D));
+}
+
+pr_tensor *pr_attention(pr_ctx *ctx, pr_tensor *q, pr_tensor *k, pr_tensor *v, double scale, pr_tensor *cu_seqlens)
+{
+    PR_CHECK(q && k && v, "attention: q, k and v are required");
+    att_dims d = att_check("attention", q, k, v, scale, q->shape[1]);
+    if (cu_seqlens) {
+        int64_t *seq;
+        pr_seqlens_read("attention", cu_seqlens, d.B, d.T, &seq);
+        free(seq);
+        PR_CHECK(cu_seqlens->device == q->device, "attention: cu_seqlens is on %s, q on %s",
+                 pr_device_name(cu_seqlens->device), pr_device_name(q->device));
+    }
+    pr_tensor *in[4] = {q, k, v, cu_seqlens};
+    pr_node n = pr_node_init(PR_OP_attention, 4, in);
+    n.farg[0] = d.scale;
+    n.n_out = 1;
+    n.out[0] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(d.B, d.T, d.H, d.Dv));
+    bool record = false;
+    for (int i = 0; i < 3; i++) record |= ctx->grad_enabled && in[i]->requires_grad;
+    if (record && q->device != PR_CPU) {
+        n.n_saved = 1;
+        n.saved[0] = pr_empty(ctx->step, PR_F32, q->device, PR_DIMS(d.B * d.T, d.H));
+    }
+    return pr_op_apply(ctx, &n);
+}
+
+static void decode_cpu(const att_dims *d, const pr_tensor *qt, const pr_tensor *kt, const pr_tensor *vt,
+                       const int64_t *nv, pr_tensor *out)
+{
+    bool own[3];
+    double *q = att_f64(qt, &own[0]), *k = att_f64(kt, &own[1]), *v = att_f64(vt, &own[2]);
+    const int64_t Tc = kt->shape[1];
+    double *o = att_zalloc(out->numel), *p = att_zalloc(Tc);
+    for (int64_t b = 0; b < d->B; b++)
+        for (int64_t h = 0; h < d->H; h++) {
+            int64_t hk = h / d->group;
+            attend_row(d, q + QOFF(d, b, h), k + KOFF(d, b * Tc, hk), d->Hkv * d->D, v + VOFF(d, b * Tc, hk),
+                       d->Hkv * d->Dv, nv ? nv[b] : Tc, p, o + OOFF(d, b, h));
+        }
+    att_store(out, o, false);
+    free(o), free(p);
+    double *bufs[3] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        if (own[i]) free(bufs[i]);
+}
+
+pr_tensor *pr_attention_decode(pr_ctx *ctx, pr_tensor *q, pr_tensor *k_cache, pr_tensor *v_cache,
+                               const int64_t *n_valid, double scale)
+{
+    PR_CHECK(q && k_cache && v_cache, "attention_decode: q, k_cache and v_cache are required");
+    att_dims d = att_check("attention_decode", q, k_cache, v_cache, scale, -1);
+    PR_CHECK(d.T == 1, "attention_decode: q must be [B,1,H,D] (one new token), got T=%lld", (long long)d.T);
+    const int64_t Tc = k_cache->shape[1];
+    for (int64_t b = 0; n_valid && b < d.B; b++)
+        PR_CHECK(n_valid[b] >= 1 && n_valid[b] <= Tc, "attention_decode: n_valid[%lld]=%lld must be in [1, Tc=%lld]",
+                 (long long)b, (long long)n_valid[b], (long long)Tc);
+    pr_tensor *out = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(d.B, 1, d.H, d.Dv));
+    if (q->device == PR_CPU) {
+        decode_cpu(&d, q, k_cache, v_cache, n_valid, out);
+        return out;
+    }
+#ifdef PRISM_HAVE_CUDA
+    PR_CHECK(q->dtype == PR_F32, "attention_decode: CUDA kernels are f32 only (q is %s)", pr_dtype_name(q->dtype));
+    PR_CHECK(d.D <= 128 && d.Dv <= 128, "attention_decode: CUDA supports D, Dv <= 128 (got %lld, %lld)",
+             (long long)d.D, (long long)d.Dv);
+    pr_attention_decode_cuda(ctx, q, k_cache, v_cache, n_valid, d.scale, out);
+    return out;
+#else
+    pr_fatal("attention_decode: built without CUDA");
+#endif
+}
+
+/* ---- example: B=2, T=7, H=4 reading Hkv=2, D=5, Dv=3 (odd, not a tile) ------------ */
+
+static pr_tensor *att_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_attention(ctx, in[0], in[1], in[2], ex->farg[0], NULL);
+}
+
+void pr_attention_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    static const char *names[3] = {"q", "k", "v"};
+    ex->n_in = 3;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(2, 7, 4, 5), -1, 1);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(2, 7, 2, 5), -1, 1);
+    ex->in[2] = pr_example_input(ctx, r, dt, PR_DIMS(2, 7, 2, 3), -1, 1);
+    for (int i = 0; i < 3; i++) ex->in[i]->name = names[i];
+    ex->farg[0] = 0.7;
+    ex->apply = att_apply;
+}

@@ -1,0 +1,57 @@
+/* tests/test_ops2_util.h: what the attention and selective-scan tests share:
+ * the ops2 reference file, host copies and a relative-error check. */
+#ifndef PR_TEST_OPS2_UTIL_H
+#define PR_TEST_OPS2_UTIL_H
+
+#include "tests/pr_test.h"
+
+#define OPS2_FILE PRISM_SOURCE_DIR "/tests/data/ops2.safetensors"
+
+static inline double *host(const pr_tensor *t, int64_t *n)
+{
+    double *p = malloc(sizeof(double) * (size_t)(t->numel + 1));
+    pr_to_host_f64(t, p);
+    if (n) *n = t->numel;
+    return p;
+}
+
+/* max|got - ref| / max|ref| of two tensors (any dtype, device) */
+static inline double tensor_rel_err(const pr_tensor *got, const pr_tensor *ref)
+{
+    assert_non_null(got);
+    assert_int_equal(got->numel, ref->numel);
+    double *g = host(got, NULL), *r = host(ref, NULL), e = 0, m = 0;
+    for (int64_t i = 0; i < ref->numel; i++) {
+        double d = fabs(g[i] - r[i]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+        m = fmax(m, fabs(r[i]));
+    }
+    free(g), free(r);
+    return m > 0 ? e / m : e;
+}
+
+static inline void assert_rel(const char *what, const pr_tensor *got, const pr_tensor *ref, double tol)
+{
+    double e = tensor_rel_err(got, ref);
+    fprintf(stderr, "  %-28s rel_err %.2e\n", what, e);
+    if (!(e <= tol)) fail_msg("%s: rel_err %.3g > %.1g", what, e, tol);
+}
+
+/* the ops2 file's tensor "<op>.<name>"; fails the test when absent */
+static inline pr_tensor *ops2_ref(const pr_safetensors *st, const char *op, const char *name)
+{
+    char full[96];
+    snprintf(full, sizeof full, "%s.%s", op, name);
+    pr_tensor *t = pr_safetensors_get(st, full);
+    if (!t) fail_msg("%s missing from %s", full, OPS2_FILE);
+    return t;
+}
+
+static inline pr_tensor *cu_tensor(pr_ctx *ctx, const int64_t *cu, int64_t n, pr_device dev)
+{
+    pr_tensor *t = pr_zeros(ctx->step, PR_I64, PR_CPU, 1, &n);
+    for (int64_t i = 0; i < n; i++) pr_set(t, i, (double)cu[i]);
+    return dev == PR_CPU ? t : pr_to(ctx->step, t, PR_I64, dev);
+}
+
+#endif
