@@ -52,7 +52,11 @@ void pr_rec_filter(pr_rec_data *d, pr_rec_filter_opts o);
  * user's interests; now and then an interest drifts to a neighbouring
  * cluster. Lengths are min_len plus an exponential tail (mean mean_len),
  * capped at max_len. User u's sequence depends only on (seed, u), so a
- * smaller n_users gives a prefix of the same users. */
+ * smaller n_users gives a prefix of the same users. Back on an interest, a
+ * user goes on from where they left it, which rewards a model that keeps
+ * each interest in its state, not only the last item. On the default set
+ * (seed 1), item-to-next-item counts reach Hit@10 .17 and Hit@200 .21 on
+ * the test split, popularity .01 and .06 (tests/test_rec.c checks the gap). */
 typedef struct {
     uint64_t seed;
     int n_users, n_items, cluster_size, max_interests;
