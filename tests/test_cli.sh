@@ -115,5 +115,34 @@ expect 2 "prism bench recurrence: --reps wants an integer from 1 to 100000, not 
 expect 2 "prism bench recurrence: --warmup wants an integer from 0 to 100000, not '-1'" bench recurrence --warmup -1
 expect 2 "prism bench recurrence: option --size needs a value" bench recurrence --size
 
+# data rec: the synthetic set, and small files written here
+expect 0 "usage: prism data rec" data rec --help
+expect 2 "usage: prism data rec" data
+expect 2 "prism data: unknown dataset 'nosuch'" data nosuch
+expect 0 '"dataset":"synthetic","seed":1,"users":1869,"items":33135' data rec
+expect 0 '{"dataset":"synthetic","seed":18446744073709551615,"users":20,"items":300,' \
+    data rec --synthetic --users 20 --items 300 --seed 18446744073709551615
+csv=$tmp/ratings.csv
+printf 'u1,a,5.0,3\nu1,b,4.0,1\nu1,c,3.0,2\nu2,a,5.0,1\nu2,b,1.0,2\nu2,c,2.0,3\nu3,a,1.0,1\n' >"$csv"
+expect 0 '"users":2,"items":3,"interactions":6,"avg_len":3,' data rec --amazon "$csv" --min-item 1 --min-user 3
+expect 0 "items >= 3, users >= 3, repeated until both hold" data rec --amazon "$csv" --min-item 3 --min-user 3 --iterate
+printf 'u1,a,5.0,3\nu1,b,4.0,x\nu1,c,3.0,2\n' >"$tmp/bad.csv"
+expect 1 "prism data rec: $tmp/bad.csv:2: field timestamp: not an integer ('x')" data rec --amazon "$tmp/bad.csv"
+expect 0 '"bad_lines":1,"users":1,"items":2' data rec --amazon "$tmp/bad.csv" --skip-bad --min-item 1 --min-user 1
+json=$tmp/review.json
+printf '{"user_id":"U1","business_id":"B1","date":"2018-01-02 10:00:00"}\n{"user_id":"U1","business_id":"B2","date":"2018-01-01 10:00:00"}\n' >"$json"
+expect 0 '"users":1,"items":2,"interactions":2' data rec --yelp "$json" --min-item 1 --min-user 2
+printf '{"user_id":"U1","business_id":"B1","date":"2018-01-02 10:00:00"}\n{"user_id":"U1",\n' >"$tmp/bad.json"
+expect 1 "prism data rec: $tmp/bad.json:2: not a JSON object" data rec --yelp "$tmp/bad.json"
+expect 1 "prism data rec: $tmp/nothing.csv: cannot open" data rec --amazon "$tmp/nothing.csv"
+expect 2 "prism data rec: --synthetic, --amazon and --yelp exclude each other" data rec --synthetic --amazon "$csv"
+expect 2 "prism data rec: --seed, --users and --items apply to --synthetic only" data rec --yelp "$json" --seed 2
+expect 2 "prism data rec: --min-item, --min-user, --iterate and --skip-bad apply to --amazon and --yelp only" \
+    data rec --min-user 3
+expect 2 "prism data rec: --users wants an integer from 1 to 10000000, not '0'" data rec --users 0
+expect 2 "prism data rec: --seed wants a non-negative integer, not 'x'" data rec --seed x
+expect 2 "prism data rec: option --amazon needs a value" data rec --amazon
+expect 2 "prism data rec: unknown option '--bogus' (prism data rec --help lists the options)" data rec --bogus
+
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"
