@@ -16,6 +16,13 @@ enum { WIDTH = 760, MIN_HEIGHT = 440, LEFT = 80, RIGHT = 200, TOP = 40, BOTTOM =
 static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
+/* after the ten hues, the same hues dashed, then dotted */
+static const char *const dashes[] = {"none", "7 3", "2 2"};
+#define N_COLORS (sizeof palette / sizeof palette[0])
+
+static const char *series_color(int k) { return palette[k % N_COLORS]; }
+static const char *series_dash(int k) { return dashes[(k / N_COLORS) % (sizeof dashes / sizeof dashes[0])]; }
+
 bool pr_plot_add(pr_plot *p, const char *name, int n, const double *x, const double *y)
 {
     if (p->n_series == PR_PLOT_MAX_SERIES) return false;
@@ -170,8 +177,9 @@ static void draw_axes(FILE *f, const pr_plot *p, const axis *ax, const axis *ay)
 static void draw_series(FILE *f, const pr_plot *p, int k, const axis *ax, const axis *ay)
 {
     const pr_plot_series *s = &p->series[k];
-    const char *color = palette[k % (sizeof palette / sizeof palette[0])];
-    fprintf(f, "<g class=\"series\" stroke=\"%s\" fill=\"none\" stroke-width=\"1.8\">\n", color);
+    const char *color = series_color(k);
+    fprintf(f, "<g class=\"series\" stroke=\"%s\" stroke-dasharray=\"%s\" fill=\"none\" stroke-width=\"1.8\">\n",
+            color, series_dash(k));
     bool open = false;
     for (int i = 0; i < s->n; i++) {
         if (!point_shown(p, s, i)) {
@@ -198,9 +206,10 @@ static void draw_legend(FILE *f, const pr_plot *p)
     fprintf(f, "<g class=\"legend\" font-size=\"12\">\n");
     for (int k = 0; k < p->n_series; k++) {
         double y = TOP + 10 + LEGEND_ROW * k;
-        const char *color = palette[k % (sizeof palette / sizeof palette[0])];
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>\n", x, y,
-                x + 22, y, color);
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"%s\" "
+                "stroke-width=\"3\"/>\n",
+                x, y, x + 22, y, series_color(k), series_dash(k));
         text_at(f, x + 28, y + 4, "start", "", p->series[k].name ? p->series[k].name : "");
     }
     fprintf(f, "</g>\n");
