@@ -159,4 +159,6 @@ pr_tensor *pr_example_input(pr_ctx *ctx, pr_rng *r, pr_dtype dt, int ndim, const
 
 #include "ops/recurrence/recurrence.h"
 #include "ops/ttt_linear.h"
+#include "ops/ttt_mlp.h"
+#include "ops/titans.h"
 #endif
