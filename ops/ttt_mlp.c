@@ -387,7 +387,7 @@ pr_tensor *pr_ttt_mlp(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tens
     return o;
 }
 
-/* ---- example: B=1, T=7, mini-batch 3 (the last one has 1 token), H=2, d=3, N=5 --
+/* ---- example: B=1, T=7, mini-batch 3 (the last one has 1 token), H=2, d=4, N=5 --
  * iarg[0] = mini_batch, iarg[1] = which output apply returns (0..4: o, w1t,
  * b1t, w2t, b2t; 5: all five flattened side by side, the default), farg[0] =
  * scale (0: d^-1/2), farg[1] = eps. */
@@ -404,13 +404,13 @@ static pr_tensor *mlp_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example 
 
 void pr_ttt_mlp_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
 {
-    const int64_t B = 1, T = 7, H = 2, K = 3, N = 5;
+    const int64_t B = 1, T = 7, H = 2, K = 4, N = 5;
     static const char *names[MLP_NIN] = {"q", "k", "v", "w", "b", "eta", "w1", "b1", "w2", "b2"};
     const int64_t sh[MLP_NIN][4] = {{B, T, H, K}, {B, T, H, K}, {B, T, H, K}, {H, K},       {H, K},
                                     {B, T, H, 1}, {B, H, K, N}, {B, H, 1, N}, {B, H, N, K}, {B, H, 1, K}};
     const int nd[MLP_NIN] = {4, 4, 4, 2, 2, 4, 4, 4, 4, 4};
-    const double lo[MLP_NIN] = {-1, -1, -1, 0.5, -0.5, 0.05, -0.6, -0.3, -0.6, -0.3};
-    const double hi[MLP_NIN] = {1, 1, 1, 1.5, 0.5, 0.5, 0.6, 0.3, 0.6, 0.3};
+    const double lo[MLP_NIN] = {-1, -1, -1, 0.5, -0.5, 0.05, -1.0, -0.5, -1.0, -0.5};
+    const double hi[MLP_NIN] = {1, 1, 1, 1.5, 0.5, 0.5, 1.0, 0.5, 1.0, 0.5};
     ex->n_in = MLP_NIN;
     for (int i = 0; i < MLP_NIN; i++) {
         ex->in[i] = pr_example_input(ctx, r, dt, nd[i], sh[i], lo[i], hi[i]);
