@@ -17,6 +17,7 @@
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
 #include "ops/ttt_linear.h"
+#include "tools/golden_ops2.h"
 #include "tools/tools.h"
 
 typedef struct {
@@ -33,8 +34,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: prism golden-check FILE [options]\n"
-            "Runs every recurrence rule of a reference file (golden format: <rule>.<tensor>,\n"
-            "float64) forward and backward, seeded with do and dht, and compares the outputs,\n"
+            "Runs every recurrence rule and ops2 op (tools/golden_ops2.h) of a reference file\n"
+            "(golden format: <rule>.<tensor>, float64) forward and backward, seeded with the\n"
+            "file's upstream gradients (do, dht, ...), and compares the outputs,\n"
             "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
             "(error relative to the reference tensor's max-abs), then 'N passed, M failed'.\n"
             "Exit status 1 on any failure or an unreadable file.\n"
@@ -238,6 +240,7 @@ static int golden_check(const char *path, const gc_opts *o)
         printf("%s %s max_rel_err=%.3g%s%s\n", rules[r], ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
         ok ? passed++ : failed++;
     }
+    golden_check_ops2(&st, &(golden_ops2_opts){o->dev, o->dt, o->tf32, o->verbose, tol}, &passed, &failed);
     pr_ctx_free(ctx);
     pr_arena_free(a);
     if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.q)\n", path);
