@@ -185,26 +185,6 @@ static void test_composed_titans(void **s) { (void)s, composed_case(&titans_desc
 
 /* ---- splitting, NULL state, errors ------------------------------------------------------ */
 
-/* random f64 inputs at B, T, H, d (hidden 2d for ttt_mlp), the example's ranges */
-static void random_inputs(pr_ctx *ctx, const op2_desc *op, uint64_t seed, int B, int T, int H, int d, pr_tensor **in)
-{
-    pr_rng r = pr_rng_init(seed, 0);
-    const bool ti = op == &titans_desc;
-    const int64_t N = ti ? d : 2 * d;
-    for (int i = 0; i < op->n_in; i++) {
-        int64_t sh[4] = {B, T, H, d};
-        int nd = 4;
-        if (i == 3 || i == 4) nd = 2, sh[0] = H, sh[1] = d;
-        else if (i >= 5 && i < (ti ? 8 : 6)) sh[3] = 1;
-        else if (i >= 6) {
-            const int64_t rows_of[4] = {d, 1, N, 1}, cols_of[4] = {N, N, d, d};
-            sh[1] = H, sh[2] = ti ? d : rows_of[i - 6], sh[3] = ti ? d : cols_of[i - 6];
-        }
-        const double lo = i == 3 ? 0.5 : i == 5 || (ti && i < 8 && i > 5) ? 0.05 : -0.5;
-        in[i] = pr_randu(ctx->step, PR_F64, PR_CPU, nd, sh, &r, lo, i == 3 ? 1.5 : i >= 5 && i < 8 ? 0.4 : 0.5);
-    }
-}
-
 /* tokens [t0, t0+len) of a [1,T,H,X] tensor, as a [1,len,H,X] view */
 static pr_tensor *tokens(pr_ctx *ctx, pr_tensor *x, int64_t t0, int64_t len)
 {
@@ -221,7 +201,7 @@ static void split_case(const op2_desc *op, int mb, int seg)
     pr_ctx *ctx = pr_ctx_new(0);
     pr_set_grad_enabled(ctx, false);
     pr_tensor *in[MAXIN];
-    random_inputs(ctx, op, 9, 1, T, H, d, in);
+    random_inputs(ctx, op, 9, 1, T, H, d, 2 * d, in);
     run_out full = run_op(ctx, op, mb, 1e-6, in, NULL, PR_F64, PR_CPU);
     double *o = malloc(sizeof(double) * T * H * d);
     pr_tensor *part[MAXIN], *out[MAXOUT];
@@ -257,7 +237,7 @@ static void null_case(const op2_desc *op, const int *opt_idx)
 {
     pr_ctx *ctx = pr_ctx_new(0);
     pr_tensor *in[MAXIN], *g[MAXOUT], *o[MAXOUT];
-    random_inputs(ctx, op, 13, 2, 9, 2, 3, in);
+    random_inputs(ctx, op, 13, 2, 9, 2, 3, 6, in);
     pr_rng r = pr_rng_init(3, 3);
     for (int j = 0; j < 2; j++) pr_fill_(in[opt_idx[j]], 0);
     op->apply(ctx, 4, 1e-6, in, o);
@@ -283,8 +263,8 @@ static void test_errors(void **s)
     (void)s;
     pr_ctx *ctx = pr_ctx_new(0);
     pr_tensor *m[MAXIN], *t[MAXIN];
-    random_inputs(ctx, &ttt_mlp_desc, 1, 1, 5, 2, 4, m);
-    random_inputs(ctx, &titans_desc, 1, 1, 5, 2, 4, t);
+    random_inputs(ctx, &ttt_mlp_desc, 1, 1, 5, 2, 4, 8, m);
+    random_inputs(ctx, &titans_desc, 1, 1, 5, 2, 4, 4, t);
     pr_ttt_opts mo = {.mini_batch = 4};
     pr_titans_opts to = {.chunk = 4};
     PR_EXPECT_FATAL(pr_ttt_mlp(ctx, &mo, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[6], m[9], NULL, NULL, NULL, NULL),

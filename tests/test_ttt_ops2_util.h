@@ -85,6 +85,27 @@ static inline run_out run_op(pr_ctx *ctx, const op2_desc *op, int mb, double eps
     return r;
 }
 
+/* random f64 inputs at B, T, H, d and hidden N (ttt_mlp; titans ignores it),
+ * in the examples' ranges */
+static inline void random_inputs(pr_ctx *ctx, const op2_desc *op, uint64_t seed, int B, int T, int H, int d, int N,
+                                 pr_tensor **in)
+{
+    pr_rng r = pr_rng_init(seed, 0);
+    const bool ti = op == &titans_desc;
+    for (int i = 0; i < op->n_in; i++) {
+        int64_t sh[4] = {B, T, H, d};
+        int nd = 4;
+        if (i == 3 || i == 4) nd = 2, sh[0] = H, sh[1] = d;
+        else if (i >= 5 && i < (ti ? 8 : 6)) sh[3] = 1;
+        else if (i >= 6) {
+            const int64_t rows_of[4] = {d, 1, N, 1}, cols_of[4] = {N, N, d, d};
+            sh[1] = H, sh[2] = ti ? d : rows_of[i - 6], sh[3] = ti ? d : cols_of[i - 6];
+        }
+        const double lo = i == 3 ? 0.5 : i == 5 || (ti && i < 8 && i > 5) ? 0.05 : -0.5;
+        in[i] = pr_randu(ctx->step, PR_F64, PR_CPU, nd, sh, &r, lo, i == 3 ? 1.5 : i >= 5 && i < 8 ? 0.4 : 0.5);
+    }
+}
+
 /* max|got - ref| / max|ref| */
 static inline double rel_err(const double *got, const double *ref, int64_t n)
 {
