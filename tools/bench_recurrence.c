@@ -33,7 +33,8 @@ static void usage(FILE *f)
             "usage: prism bench recurrence [--reps N] [--warmup N] [--size 1|2|all] [--rules LIST]\n"
             "                              [--chunks LIST] [--no-token] [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, TF32), and TTT-Linear (mini-batch 16, and 1 as its serial form),\n"
+            "and chunked form (C=64, TF32), TTT-Linear (mini-batch 16, and 1 as its serial form), and\n"
+            "TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 data, on the GPU. Prints ms, tokens/s,\n"
             "achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured in the\n"
@@ -445,6 +446,7 @@ int pr_bench_recurrence(int argc, char **argv)
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
         }
         if (!rules || strstr(rules, "ttt_linear")) bench_ttt(ctx, ar, s, warm, reps);
+        pr_bench_ttt2(ctx, ar, s->B, s->T, s->H, warm, reps, rules);
         pr_arena_reset(ar);
     }
     pr_arena_free(ar);
