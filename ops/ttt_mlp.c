@@ -224,7 +224,10 @@ static void mb_backward(int64_t m, int64_t K, int64_t N, double eps, const doubl
 enum { MLP_NIN = 10, MLP_NOUT = 5 };
 
 /* sizes of the four weights of one (b,h): W1, b1, W2, b2 */
-static void mlp_sizes(const mlp_dims *d, int64_t *sz) { sz[0] = d->K * d->N, sz[1] = d->N, sz[2] = d->N * d->K, sz[3] = d->K; }
+static void mlp_sizes(const mlp_dims *d, int64_t *sz)
+{
+    sz[0] = d->K * d->N, sz[1] = d->N, sz[2] = d->N * d->K, sz[3] = d->K;
+}
 
 static mlp_weights mlp_at(double *const *base, const int64_t *sz, int64_t idx)
 {
@@ -262,7 +265,8 @@ void pr_ttt_mlp_forward_cpu(pr_ctx *ctx, pr_node *n)
             kit_rows r = {d.T, d.H, bh / d.H, bh % d.H, c * d.mb, d.mb};
             if (r.t0 + r.m > d.T) r.m = d.T - r.t0;
             if (sv[0])
-                for (int i = 0; i < 4; i++) memcpy(sv[i] + (bh * d.nmb + c) * sz[i], fin[i] + bh * sz[i], (size_t)sz[i] * sizeof(double));
+                for (int i = 0; i < 4; i++)
+                    memcpy(sv[i] + (bh * d.nmb + c) * sz[i], fin[i] + bh * sz[i], (size_t)sz[i] * sizeof(double));
             mlp_gather(&r, &d, in, &s);
             mb_forward(r.m, d.K, d.N, d.eps, in[3] + r.h * d.K, in[4] + r.h * d.K, &W, &s);
             kit_scatter(&r, s.dout, d.K, 1.0, o);

@@ -269,7 +269,10 @@ __device__ void mlp_bwd_dual(const mlp_args &a, const mlp_ws &s, int bi, int h, 
     TTK_FOR(idx, m * K) {
         const int j = idx / K, c = idx % K;
         float g2 = -e * s.P2[idx], dk = 0, dq = 0;
-        for (int r = 0; r < N; r++) dk -= e * s.dW[0][c * N + r] * s.gZ1[j * N + r], dq += s.W[0][c * N + r] * s.dZ1b[j * N + r];
+        for (int r = 0; r < N; r++) {
+            dk -= e * s.dW[0][c * N + r] * s.gZ1[j * N + r];
+            dq += s.W[0][c * N + r] * s.dZ1b[j * N + r];
+        }
         for (int i = j; i < m; i++) {
             g2 -= s.eta[i] * s.A2[i * m + j] * s.dZ2b[i * K + c];
             dk -= s.eta[i] * s.D1[i * m + j] * s.qs[i * K + c];

@@ -39,8 +39,17 @@ static void gradcheck_case(pr_example_fn make, int n_out, int mb)
     pr_ctx_free(ctx);
 }
 
-static void test_gradcheck_mlp(void **s) { (void)s, gradcheck_case(pr_ttt_mlp_example, 5, 3), gradcheck_case(pr_ttt_mlp_example, 5, 1); }
-static void test_gradcheck_titans(void **s) { (void)s, gradcheck_case(pr_titans_example, 3, 3), gradcheck_case(pr_titans_example, 3, 1); }
+static void test_gradcheck_mlp(void **s)
+{
+    (void)s;
+    gradcheck_case(pr_ttt_mlp_example, 5, 3), gradcheck_case(pr_ttt_mlp_example, 5, 1);
+}
+
+static void test_gradcheck_titans(void **s)
+{
+    (void)s;
+    gradcheck_case(pr_titans_example, 3, 3), gradcheck_case(pr_titans_example, 3, 1);
+}
 
 /* ---- composed from primitive ops ---------------------------------------------------------
  * B = H = 1: every [1,T,1,X] input is viewed as [T,X]; row i is [1,X]. */
@@ -48,6 +57,8 @@ static void test_gradcheck_titans(void **s) { (void)s, gradcheck_case(pr_titans_
 static pr_tensor *rows(pr_ctx *c, pr_tensor *x, int64_t i, int64_t n) { return pr_slice(c, x, 0, i, n); }
 static pr_tensor *cst(pr_ctx *c, double v) { return pr_full(c->step, PR_F64, PR_CPU, PR_DIMS(1), v); }
 static pr_tensor *col(pr_ctx *c, pr_tensor *x) { return pr_reshape(c, x, PR_DIMS(x->shape[0], 1)); } /* [m] -> [m,1] */
+/* [m,X] -> [1,X], the sum over rows */
+static pr_tensor *col_sums(pr_ctx *c, pr_tensor *x) { return pr_reshape(c, pr_sum(c, pr_transpose(c, x, 0, 1)), PR_DIMS(1, -1)); }
 
 /* d/dz of || w LN(z) + b - (v - k) ||^2 / 2 for rows z [m,d] */
 static pr_tensor *inner_grad(pr_ctx *c, pr_tensor *z, pr_tensor *w, pr_tensor *b, pr_tensor *v, pr_tensor *k, double eps)
@@ -90,9 +101,9 @@ static void mlp_composed(pr_ctx *c, pr_tensor *const *in, int T, int mb, double 
             pr_tensor *e = rows(c, in[5], t0 + n - 1, 1);
             pr_tensor *Kn = rows(c, K, 0, n), *g1 = rows(c, gZ1, 0, n), *g2 = rows(c, gZ2, 0, n), *X2n = rows(c, X2, 0, n);
             pr_tensor *W1i = pr_sub(c, W1, pr_mul(c, e, mm(c, Kn, g1, true)));
-            pr_tensor *b1i = pr_sub(c, b1, pr_mul(c, e, pr_reshape(c, pr_sum(c, pr_transpose(c, g1, 0, 1)), PR_DIMS(1, -1))));
+            pr_tensor *b1i = pr_sub(c, b1, pr_mul(c, e, col_sums(c, g1)));
             pr_tensor *W2i = pr_sub(c, W2, pr_mul(c, e, mm(c, X2n, g2, true)));
-            pr_tensor *b2i = pr_sub(c, b2, pr_mul(c, e, pr_reshape(c, pr_sum(c, pr_transpose(c, g2, 0, 1)), PR_DIMS(1, -1))));
+            pr_tensor *b2i = pr_sub(c, b2, pr_mul(c, e, col_sums(c, g2)));
             if (i == m) {
                 W1 = W1i, b1 = b1i, W2 = W2i, b2 = b2i;
                 break;
@@ -166,7 +177,8 @@ static void composed_case(const op2_desc *op, pr_example_fn make, int mb)
     else mlp_composed(ctx, view, T, mb, 1 / sqrt((double)d), 1e-6, out);
     pr_tensor *loss = NULL;
     for (int i = 0; i < op->n_out; i++) {
-        pr_tensor *term = pr_sum_all(ctx, pr_mul(ctx, pr_reshape(ctx, out[i], PR_DIMS(-1)), pr_reshape(ctx, g[i], PR_DIMS(-1))));
+        pr_tensor *flat = pr_reshape(ctx, out[i], PR_DIMS(-1));
+        pr_tensor *term = pr_sum_all(ctx, pr_mul(ctx, flat, pr_reshape(ctx, g[i], PR_DIMS(-1))));
         loss = loss ? pr_add(ctx, loss, term) : term;
     }
     pr_backward(ctx, loss);
@@ -180,8 +192,17 @@ static void composed_case(const op2_desc *op, pr_example_fn make, int mb)
     pr_ctx_free(ctx);
 }
 
-static void test_composed_mlp(void **s) { (void)s, composed_case(&ttt_mlp_desc, pr_ttt_mlp_example, 2), composed_case(&ttt_mlp_desc, pr_ttt_mlp_example, 1); }
-static void test_composed_titans(void **s) { (void)s, composed_case(&titans_desc, pr_titans_example, 2), composed_case(&titans_desc, pr_titans_example, 1); }
+static void test_composed_mlp(void **s)
+{
+    (void)s;
+    composed_case(&ttt_mlp_desc, pr_ttt_mlp_example, 2), composed_case(&ttt_mlp_desc, pr_ttt_mlp_example, 1);
+}
+
+static void test_composed_titans(void **s)
+{
+    (void)s;
+    composed_case(&titans_desc, pr_titans_example, 2), composed_case(&titans_desc, pr_titans_example, 1);
+}
 
 /* ---- splitting, NULL state, errors ------------------------------------------------------ */
 

@@ -106,7 +106,9 @@ void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, i
             printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", name, form, fwd, fb, tokens / (fb * 1e-3) / 1e6,
                    "-", "-", mb == 1 ? "(ref)" : "", "");
             if (mb == 16) fb16 = fb;
-            else printf("%-11s   %s16 is %.1fx faster than token by token\n", "", op == 0 ? "minibatch" : "chunk", fb / fb16);
+            else
+                printf("%-11s   %s16 is %.1fx faster than token by token\n", "", op == 0 ? "minibatch" : "chunk",
+                       fb / fb16);
         }
     }
 }
