@@ -1,8 +1,8 @@
 /* ops/ttt_kit.h: the double-precision row helpers that the CPU paths of the
- * test-time-training family (ops/ttt_mlp.c, ops/titans.c) share: promotion of
- * f32 inputs to double, LayerNorm rows and the inner LayerNorm+L2 gradient
- * with its backward, small vector-matrix products, gelu_tanh and its first
- * two derivatives, and the shape check. Everything is static inline: a
+ * test-time-training family (ops/ttt_linear.c, ttt_mlp.c, titans.c) share:
+ * promotion of f32 inputs to double, LayerNorm rows and the inner
+ * LayerNorm+L2 gradient with its backward, small vector-matrix products,
+ * gelu_tanh and its first two derivatives, and the shape check. Everything is static inline: a
  * header of helpers, not an API.
  */
 #ifndef PR_TTT_KIT_H
