@@ -25,7 +25,7 @@ typedef struct {
 
 #define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
 static const key_info keys[] = {
-    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear",
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|attn|mamba",
      "the sequence mixer of every block"},
     {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
@@ -39,7 +39,7 @@ static const key_info keys[] = {
     {"norm", KEY_CHOICE, F(norm), "rmsnorm", "rmsnorm|layernorm", "the blocks' and the final norm"},
     {"norm_eps", KEY_FLOAT, F(norm_eps), "1e-5", "0..1", "eps of every norm"},
     {"mlp", KEY_CHOICE, F(mlp), "auto", "swiglu|gelu|none|auto",
-     "the block's MLP; auto: swiglu, or none for mixers that carry none (mamba2)"},
+     "the block's MLP; auto: swiglu, or none for mixers that carry none (mamba2, mamba)"},
     {"mlp_mult", KEY_FLOAT, F(mlp_mult), "4", "0.01..64", "MLP hidden width = round(mlp_mult * d_model)"},
     {"tie_embeddings", KEY_BOOL, F(tie_embeddings), "true", "true|false", "the LM head is the embedding's transpose"},
     {"ignore_index", KEY_INT, F(ignore_index), "-100", "-2147483647..2147483647", "target id left out of the loss"},
@@ -59,6 +59,12 @@ static const key_info keys[] = {
      "elementwise_product|elu|relu|identity", "feature map on q and k"},
     {"ttt.mini_batch", KEY_INT, F(ttt_mini_batch), "16", "1..4096", "TTT inner mini-batch b"},
     {"ttt.base_lr", KEY_FLOAT, F(ttt_base_lr), "1", "0..1000", "TTT inner base learning rate"},
+    {"attn.kv_heads", KEY_INT, F(attn_kv_heads), "0", "0..1024",
+     "attn: key/value heads (GQA; must divide n_heads); 0: n_heads"},
+    {"attn.rope_theta", KEY_FLOAT, F(attn_rope_theta), "10000", "1..1e9", "attn: RoPE base"},
+    {"mamba.expand", KEY_INT, F(mamba_expand), "2", "1..16", "mamba: inner width Di = expand * d_model"},
+    {"mamba.d_state", KEY_INT, F(mamba_d_state), "16", "1..4096", "mamba: state size N per channel"},
+    {"mamba.dt_rank", KEY_INT, F(mamba_dt_rank), "0", "0..65536", "mamba: rank R of the Delta projection; 0: ceil(d_model / 16)"},
     {"rec.n_items", KEY_INT, F(rec_n_items), "1000", "1..16777216", "recommendation: items (id 0 pads)"},
 };
 #undef F
@@ -246,6 +252,11 @@ int pr_config_check(const pr_config *c, pr_err *err)
     if (strcmp(c->mixer, "mamba2") == 0 && (di / c->mamba2_head_dim) % c->mamba2_n_groups)
         return pr_errf(err, "config: mamba2.n_groups %d does not divide the %lld heads", c->mamba2_n_groups,
                        (long long)(di / c->mamba2_head_dim));
+    if (strcmp(c->mixer, "attn") == 0 && c->attn_kv_heads && c->n_heads % c->attn_kv_heads)
+        return pr_errf(err, "config: attn.kv_heads %d does not divide n_heads %d", c->attn_kv_heads, c->n_heads);
+    if (strcmp(c->mixer, "attn") == 0 && pr_config_head_dim(c) % 2)
+        return pr_errf(err, "config: attn needs an even head dim for RoPE, got %lld",
+                       (long long)pr_config_head_dim(c));
     if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;

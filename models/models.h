@@ -40,6 +40,9 @@ typedef struct pr_config {
     char linattn_feature_map[24];
     int ttt_mini_batch;
     double ttt_base_lr;
+    int attn_kv_heads;
+    double attn_rope_theta;
+    int mamba_expand, mamba_d_state, mamba_dt_rank;
     int rec_n_items;
 } pr_config;
 
@@ -71,6 +74,7 @@ typedef enum {
     PR_INIT_CONST,        /* a */
     PR_INIT_LOG_UNIFORM,  /* ln U(a, b)          (A_log) */
     PR_INIT_DT_BIAS,      /* softplus^-1 of dt = exp(U(ln a, ln b)), dt >= 1e-4 */
+    PR_INIT_S4D_REAL,     /* ln(1 + (i mod a)): Mamba-1's A_log [Di, N] with a = N */
 } pr_init_kind;
 typedef struct { pr_init_kind kind; double a, b; } pr_init;
 
@@ -137,7 +141,7 @@ typedef struct {
 } pr_mixer_def;
 
 extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
-    pr_mixer_linattn, pr_mixer_ttt_linear;
+    pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba;
 const pr_mixer_def *pr_mixer_by_name(const char *name);  /* NULL if unknown */
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 
@@ -157,6 +161,8 @@ pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n);
 pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale);
 /* the head sizes of the attention-like mixers: K = head_dim or d_model / n_heads */
 int64_t pr_config_head_dim(const pr_config *c);
+/* RoPE-half on x [B,T,H,K]: pairs (i, i + K/2) rotated by (start + t) * theta^(-2i/K) */
+pr_tensor *pr_rope_half(pr_ctx *ctx, pr_tensor *x, int64_t start, double theta);
 /* an init of N(0, init_std) */
 pr_init pr_init_std(const pr_config *c);
 
