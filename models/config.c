@@ -200,7 +200,11 @@ static int apply_item(pr_config *c, const cJSON *it, const char *prefix, const c
         return pr_errf(err, "%s: '%s' must be true or false", what, key);
     if ((k->type == KEY_INT || k->type == KEY_FLOAT) && !cJSON_IsNumber(it))
         return pr_errf(err, "%s: '%s' must be a number (allowed: %s)", what, key, k->allowed);
-    if (set_text(c, k, text, err)) return pr_errf(err, "%s: %s", what, err->msg);
+    if (set_text(c, k, text, err)) {
+        char inner[sizeof err->msg];   /* err->msg is also the output: copy it first */
+        snprintf(inner, sizeof inner, "%s", err->msg);
+        return pr_errf(err, "%s: %s", what, inner);
+    }
     return 0;
 }
 
@@ -215,10 +219,13 @@ int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_er
     return rc;
 }
 
-int pr_config_load(pr_config *c, const char *path, pr_err *err)
+char *pr_read_text(const char *path, pr_err *err)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) {
+        pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -227,6 +234,13 @@ int pr_config_load(pr_config *c, const char *path, pr_err *err)
     size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
     fclose(f);
     buf[got] = '\0';
+    return buf;
+}
+
+int pr_config_load(pr_config *c, const char *path, pr_err *err)
+{
+    char *buf = pr_read_text(path, err);
+    if (!buf) return -1;
     int rc = pr_config_apply_json(c, buf, path, err);
     free(buf);
     return rc;

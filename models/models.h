@@ -54,6 +54,8 @@ int pr_config_preset(pr_config *c, const char *name, pr_err *err);
  * malformed JSON, an unknown key or a bad value */
 int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_err *err);
 int pr_config_load(pr_config *c, const char *path, pr_err *err);
+/* a whole text file (caller frees); NULL with err naming the file */
+char *pr_read_text(const char *path, pr_err *err);
 /* apply one `key=value`; -1 with err naming the key and the allowed values */
 int pr_config_set(pr_config *c, const char *key_value, pr_err *err);
 /* cross-field checks (divisibility, ranges); -1 with err naming the key */
@@ -225,6 +227,19 @@ pr_model_state *pr_model_state_new(const pr_model *m);
 /* copy every carried state tensor into arena a, so the step arena can be reset */
 void pr_model_state_keep(pr_model_state *s, pr_arena *a);
 void pr_model_state_free(pr_model_state *s);
+
+/* ---- flash-linear-attention checkpoints (models/fla.c) ------------------------------
+ * fla's Hugging Face layout (DIR/config.json + DIR/model.safetensors) for the
+ * mixers gdn, deltanet, linattn, mamba2, attn. Tensors keep their dtype and
+ * bytes (only layouts move), so import then export is the identity. */
+/* DIR -> a prism checkpoint (names = paths) and config JSON; -1 with err naming
+ * the file, key or tensor that does not fit */
+int pr_fla_import(const char *dir, const char *out_ckpt, const char *out_config, pr_err *err);
+/* a prism config JSON + checkpoint -> DIR (created if missing) */
+int pr_fla_export(const char *config_file, const char *ckpt, const char *dir, pr_err *err);
+/* the fla name of parameter `path` of `mixer` into out; returns the layout
+ * (0 same, 1 linear transpose, 2 conv [C,W] <-> [C,1,W]) or -1 if it has none */
+int pr_fla_name(const char *mixer, const char *path, char *out, size_t n);
 
 #ifdef __cplusplus
 }

@@ -144,5 +144,32 @@ expect 2 "prism data rec: --seed wants a non-negative integer, not 'x'" data rec
 expect 2 "prism data rec: option --amazon needs a value" data rec --amazon
 expect 2 "prism data rec: unknown option '--bogus' (prism data rec --help lists the options)" data rec --bogus
 
+# model
+expect 0 "usage: prism model" model --help
+expect 2 "prism model: --model NAME or --config FILE is required" model
+expect 0 "total " model --model attn --preset probe --set attn.kv_heads=1
+expect 2 "prism model: unknown option '--bogus' (prism model --help lists the options)" model --model gdn --bogus
+expect 2 "prism model: option --set needs a value" model --model gdn --set
+expect 2 "prism model: --logits wants" model --model gdn --logits 1,x
+expect 2 "--logits token 300 is not below vocab 256" model --model gdn --logits 1,300
+expect 0 '{"model":"mamba","tokens":3,"vocab":256}' model --model mamba --logits 1,2,3
+expect 2 "config: attn.kv_heads 3 does not divide n_heads 4" model --model attn --set attn.kv_heads=3
+
+# bench block
+expect 0 "usage: prism bench block" bench block --help
+expect 2 "prism bench block: unknown option '--bogus' (prism bench block --help lists the options)" bench block --bogus
+expect 2 "prism bench block: --T wants an integer from 1" bench block --T 0
+expect 2 "prism bench block: --device wants" bench block --device tpu
+expect 2 "prism bench block: unknown mixer 'rwkv'" bench block --mixer rwkv
+expect 0 '{"mamba":{' bench block --mixer mamba --preset probe --B 1 --T 3 --iters 1 --device cpu
+
+# convert
+expect 0 "usage: prism convert" convert --help
+expect 2 "prism convert: give exactly one of --from-fla DIR and --to-fla DIR" convert --checkpoint a --config b
+expect 2 "prism convert: --checkpoint FILE and --config FILE are required" convert --from-fla "$tmp"
+expect 2 "prism convert: unknown option '--bogus' (prism convert --help lists the options)" convert --bogus
+expect 1 "prism convert: $tmp/nofla/config.json: cannot open" convert --from-fla "$tmp/nofla" --checkpoint \
+    "$tmp/c.safetensors" --config "$tmp/c.json"
+
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"
