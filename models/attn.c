@@ -1,9 +1,10 @@
 /* models/attn.c: the Transformer++ attention layer (BASELINES.md 6.1, fla Attention).
  *
- *   q = x Wq [B,T,H,K],  k = x Wk,  v = x Wv [B,T,Hkv,K]   (no biases; Hkv = attn.kv_heads)
- *   q, k <- RoPE-half: pairs (i, i + K/2), angle p * theta^(-2i/K) at absolute position p
+ *   q = x Wq [B,T,H,K],  k = x Wk,  v = x Wv [B,T,Hkv,K]   (Hkv = attn.kv_heads; biases: attn.bias)
+ *   q, k <- RoPE-half: pairs (i, i + K/2), angle p * theta^(-2i/K) at absolute position p (attn.rope)
  *   o = causal softmax(q k^T / sqrt(K)) v, head h reading kv head h / (H/Hkv)
- *   y = concat_heads(o) Wo
+ *   y = concat_heads(o) Wo (+ bo)
+ * SASRec's blocks call pr_attn_query_kv: queries and keys/values from different inputs.
  *
  * Decoding carries a KV cache: slot 0 the rotated keys [B,Tc,Hkv,K], slot 1 the
  * values. A call on a fresh state runs the tape's attention op (so training
@@ -16,7 +17,10 @@
 
 enum { SLOT_K, SLOT_V };
 
-typedef struct { pr_tensor *q_proj, *k_proj, *v_proj, *o_proj; } attn_layer;
+typedef struct {
+    pr_tensor *q_proj, *k_proj, *v_proj, *o_proj;
+    pr_tensor *q_bias, *k_bias, *v_bias, *o_bias;   /* attn.bias only */
+} attn_layer;
 
 static int64_t kv_heads(const pr_config *c) { return c->attn_kv_heads ? c->attn_kv_heads : c->n_heads; }
 
@@ -29,6 +33,13 @@ static void *attn_build(pr_params *r, const pr_config *c)
     l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, KV));
     l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, KV));
     l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+    if (c->attn_bias) {
+        pr_init zero = {PR_INIT_CONST, 0, 0};
+        l->q_bias = pr_param_new(r, "q_bias", zero, false, PR_DIMS(HK));
+        l->k_bias = pr_param_new(r, "k_bias", zero, false, PR_DIMS(KV));
+        l->v_bias = pr_param_new(r, "v_bias", zero, false, PR_DIMS(KV));
+        l->o_bias = pr_param_new(r, "o_bias", zero, false, PR_DIMS(D));
+    }
     return l;
 }
 
@@ -74,27 +85,48 @@ static pr_tensor *attend_cached(pr_ctx *ctx, pr_tensor *q, pr_tensor *kc, pr_ten
     return out;
 }
 
+typedef struct { pr_tensor *q, *k, *v; } qkv;
+
+/* queries from xq, keys and values from xkv, RoPE'd from position start (attn.rope) */
+static qkv project(pr_ctx *ctx, const attn_layer *l, const pr_config *c, pr_tensor *xq, pr_tensor *xkv, int64_t start)
+{
+    qkv p;
+    p.q = pr_split_heads(ctx, pr_linear(ctx, xq, l->q_proj, l->q_bias), c->n_heads);
+    p.k = pr_split_heads(ctx, pr_linear(ctx, xkv, l->k_proj, l->k_bias), kv_heads(c));
+    p.v = pr_split_heads(ctx, pr_linear(ctx, xkv, l->v_proj, l->v_bias), kv_heads(c));
+    if (c->attn_rope) {
+        p.q = pr_rope_half(ctx, p.q, start, c->attn_rope_theta);
+        p.k = pr_rope_half(ctx, p.k, start, c->attn_rope_theta);
+    }
+    return p;
+}
+
+static pr_tensor *output(pr_ctx *ctx, const attn_layer *l, pr_tensor *o)
+{
+    return pr_linear(ctx, pr_merge_heads(ctx, o), l->o_proj, l->o_bias);
+}
+
+pr_tensor *pr_attn_query_kv(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *xq, pr_tensor *xkv)
+{
+    qkv p = project(ctx, layer, c, xq, xkv, 0);
+    return output(ctx, layer, pr_attention(ctx, p.q, p.k, p.v, 0, NULL));
+}
+
 static pr_tensor *attn_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     const attn_layer *l = layer;
-    int64_t Hkv = kv_heads(c);
     pr_tensor *cache_k = st ? st->slot[SLOT_K] : NULL, *cache_v = st ? st->slot[SLOT_V] : NULL;
-    int64_t start = cache_k ? cache_k->shape[1] : 0;
-    pr_tensor *q = pr_rope_half(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->q_proj, NULL), c->n_heads), start,
-                                c->attn_rope_theta);
-    pr_tensor *k = pr_rope_half(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), Hkv), start,
-                                c->attn_rope_theta);
-    pr_tensor *v = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), Hkv);
+    qkv p = project(ctx, l, c, x, x, cache_k ? cache_k->shape[1] : 0);
     pr_tensor *o;
     if (!cache_k) {
-        o = pr_attention(ctx, q, k, v, 0, NULL);
-        if (st) st->slot[SLOT_K] = k, st->slot[SLOT_V] = v;
+        o = pr_attention(ctx, p.q, p.k, p.v, 0, NULL);
+        if (st) st->slot[SLOT_K] = p.k, st->slot[SLOT_V] = p.v;
     } else {
-        st->slot[SLOT_K] = pr_concat(ctx, 2, (pr_tensor *[]){cache_k, k}, 1);
-        st->slot[SLOT_V] = pr_concat(ctx, 2, (pr_tensor *[]){cache_v, v}, 1);
-        o = attend_cached(ctx, q, st->slot[SLOT_K], st->slot[SLOT_V]);
+        st->slot[SLOT_K] = pr_concat(ctx, 2, (pr_tensor *[]){cache_k, p.k}, 1);
+        st->slot[SLOT_V] = pr_concat(ctx, 2, (pr_tensor *[]){cache_v, p.v}, 1);
+        o = attend_cached(ctx, p.q, st->slot[SLOT_K], st->slot[SLOT_V]);
     }
-    return pr_linear(ctx, pr_merge_heads(ctx, o), l->o_proj, NULL);
+    return output(ctx, l, o);
 }
 
 const pr_mixer_def pr_mixer_attn = {

@@ -42,6 +42,9 @@ typedef struct pr_config {
     double ttt_base_lr;
     int attn_kv_heads;
     double attn_rope_theta;
+    bool attn_rope, attn_bias;
+    char block[16];
+    double dropout;
     int mamba_expand, mamba_d_state, mamba_dt_rank;
     int rec_n_items;
 } pr_config;
@@ -163,6 +166,9 @@ pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n);
 pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale);
 /* the head sizes of the attention-like mixers: K = head_dim or d_model / n_heads */
 int64_t pr_config_head_dim(const pr_config *c);
+/* the attn mixer's layer with queries from xq, keys and values from xkv, causal,
+ * no carried state (SASRec's blocks) */
+pr_tensor *pr_attn_query_kv(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *xq, pr_tensor *xkv);
 /* RoPE-half on x [B,T,H,K]: pairs (i, i + K/2) rotated by (start + t) * theta^(-2i/K) */
 pr_tensor *pr_rope_half(pr_ctx *ctx, pr_tensor *x, int64_t start, double theta);
 /* an init of N(0, init_std) */
@@ -199,6 +205,7 @@ typedef struct pr_model {
     pr_tensor *embed;       /* [vocab, D] (rec: [n_items+1, D], row 0 padding) */
     pr_norm_params norm_f;
     pr_tensor *lm_head;     /* [D, vocab], NULL when tied */
+    pr_tensor *pos_embed;   /* [seq_len, D], block = sasrec only */
 } pr_model;
 
 typedef struct { int n; pr_layer_state *layer; } pr_model_state;
