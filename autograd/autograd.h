@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #define PR_MAX_IN 10
-#define PR_MAX_OUT 3
+#define PR_MAX_OUT 5
 #define PR_MAX_SAVED 8
 #define PR_MAX_IARGS 8
 #define PR_MAX_FARGS 4

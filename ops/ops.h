@@ -161,4 +161,6 @@ pr_tensor *pr_example_input(pr_ctx *ctx, pr_rng *r, pr_dtype dt, int ndim, const
 #include "ops/ttt_linear.h"
 #include "ops/attention.h"
 #include "ops/selective_scan.h"
+#include "ops/ttt_mlp.h"
+#include "ops/titans.h"
 #endif

@@ -11,11 +11,7 @@
  */
 #include "ops/ttt_linear.h"
 
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "ops/ops.h"
+#include "ops/ttt_kit.h"
 
 /* ---- shapes and per-(b,h) access ----------------------------------------- */
 
@@ -35,85 +31,6 @@ static ttt_dims ttt_dims_of(const pr_node *n)
     return d;
 }
 
-/* t's data as double: the tensor itself for f64, else a promoted copy (owned
- * flag set); NULL stays NULL */
-static double *ttt_as_f64(const pr_tensor *t, bool *owned)
-{
-    *owned = false;
-    if (!t) return NULL;
-    if (t->dtype == PR_F64) return (double *)t->data;
-    double *p = malloc((size_t)t->numel * sizeof(double));
-    PR_CHECK(p, "ttt_linear: out of host memory");
-    pr_to_host_f64(t, p);
-    *owned = true;
-    return p;
-}
-
-/* dst (any float dtype, host) op= src; acc: += else = */
-static void ttt_store(pr_tensor *dst, const double *src, bool acc)
-{
-    PR_FLOAT_SWITCH(dst->dtype, F, {
-        F *p = (F *)dst->data;
-        for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
-    });
-}
-
-static double *ttt_zalloc(int64_t n)
-{
-    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    PR_CHECK(p, "ttt_linear: out of host memory");
-    return p;
-}
-
-/* ---- row helpers (length K) ---------------------------------------------- */
-
-/* xh = (x - mean) / s with s = sqrt(var_biased + eps); returns s */
-static double ln_row(const double *x, int64_t K, double eps, double *xh)
-{
-    double mu = 0, var = 0;
-    for (int64_t c = 0; c < K; c++) mu += x[c];
-    mu /= (double)K;
-    for (int64_t c = 0; c < K; c++) var += (x[c] - mu) * (x[c] - mu);
-    double s = sqrt(var / (double)K + eps);
-    for (int64_t c = 0; c < K; c++) xh[c] = (x[c] - mu) / s;
-    return s;
-}
-
-/* the LayerNorm backward without its affine part: given g = dL/dxh, returns
- * dx = (g - mean(g) - xh * mean(g * xh)) / s. The same map turns the residual
- * G = w * (LN(z) - target) into the inner gradient dl/dz. */
-static void ln_row_back(const double *xh, double s, const double *g, int64_t K, double *dx)
-{
-    double sg = 0, sgx = 0;
-    for (int64_t c = 0; c < K; c++) sg += g[c], sgx += g[c] * xh[c];
-    sg /= (double)K, sgx /= (double)K;
-    for (int64_t c = 0; c < K; c++) dx[c] = (g[c] - sg - xh[c] * sgx) / s;
-}
-
-static double dot(const double *a, const double *b, int64_t K)
-{
-    double s = 0;
-    for (int64_t c = 0; c < K; c++) s += a[c] * b[c];
-    return s;
-}
-
-/* out[c] = sum_a x[a] M[a,c] (+ out when acc) */
-static void vec_mat(const double *x, const double *M, int64_t K, double *out, bool acc)
-{
-    if (!acc) memset(out, 0, (size_t)K * sizeof(double));
-    for (int64_t a = 0; a < K; a++) {
-        double xa = x[a];
-        if (xa == 0) continue;
-        for (int64_t c = 0; c < K; c++) out[c] += xa * M[a * K + c];
-    }
-}
-
-/* out[a] += alpha * sum_c M[a,c] y[c]  (y times M transposed) */
-static void mat_vec_acc(const double *M, const double *y, int64_t K, double alpha, double *out)
-{
-    for (int64_t a = 0; a < K; a++) out[a] += alpha * dot(M + a * K, y, K);
-}
-
 /* ---- one mini-batch ---------------------------------------------------------
  * Rows of m tokens gathered contiguously: qs (scaled q), k, v [m,K], eta [m].
  * Work buffers, each [mb,K] unless noted: xz, gz, xb, tmp; sz, sb [mb];
@@ -128,9 +45,9 @@ static void ttt_work_init(ttt_work *s, int64_t mb, int64_t K)
 {
     double **rows[] = {&s->qs, &s->k, &s->v, &s->o, &s->dout, &s->xz, &s->gz, &s->xb, &s->tmp,
                        &s->dzb, &s->dgz, &s->dqs, &s->dk, &s->dv, &s->dG, &s->dxh, &s->P};
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) *rows[i] = ttt_zalloc(mb * K);
-    s->eta = ttt_zalloc(mb), s->sz = ttt_zalloc(mb), s->sb = ttt_zalloc(mb), s->deta = ttt_zalloc(mb);
-    s->at = ttt_zalloc(mb * mb);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) *rows[i] = kit_zalloc(mb * K);
+    s->eta = kit_zalloc(mb), s->sz = kit_zalloc(mb), s->sb = kit_zalloc(mb), s->deta = kit_zalloc(mb);
+    s->at = kit_zalloc(mb * mb);
 }
 
 static void ttt_work_free(ttt_work *s)
@@ -149,23 +66,23 @@ static void mb_recompute(int64_t m, int64_t K, double eps, const double *w, cons
 {
     for (int64_t i = 0; i < m; i++) {
         double *z = s->tmp + i * K, *G = s->dG + i * K;
-        vec_mat(s->k + i * K, W, K, z, false);
+        kit_vec_mat(s->k + i * K, W, K, K, z, false);
         for (int64_t c = 0; c < K; c++) z[c] += hb[c];
-        s->sz[i] = ln_row(z, K, eps, s->xz + i * K);
+        s->sz[i] = kit_ln(z, K, eps, s->xz + i * K);
         for (int64_t c = 0; c < K; c++)
             G[c] = w[c] * (w[c] * s->xz[i * K + c] + b[c] - s->v[i * K + c] + s->k[i * K + c]);
-        ln_row_back(s->xz + i * K, s->sz[i], G, K, s->gz + i * K);
+        kit_ln_back(s->xz + i * K, s->sz[i], G, K, s->gz + i * K);
     }
     for (int64_t t = 0; t < m; t++) {
         double *zb = s->tmp + t * K;
-        for (int64_t j = 0; j <= t; j++) s->at[t * m + j] = dot(s->qs + t * K, s->k + j * K, K);
-        vec_mat(s->qs + t * K, W, K, zb, false);
+        for (int64_t j = 0; j <= t; j++) s->at[t * m + j] = kit_dot(s->qs + t * K, s->k + j * K, K);
+        kit_vec_mat(s->qs + t * K, W, K, K, zb, false);
         for (int64_t c = 0; c < K; c++) zb[c] += hb[c];
         for (int64_t j = 0; j <= t; j++) {
             double cf = s->eta[t] * (s->at[t * m + j] + 1);
             for (int64_t c = 0; c < K; c++) zb[c] -= cf * s->gz[j * K + c];
         }
-        s->sb[t] = ln_row(zb, K, eps, s->xb + t * K);
+        s->sb[t] = kit_ln(zb, K, eps, s->xb + t * K);
     }
 }
 
@@ -218,17 +135,17 @@ static void mb_backward(int64_t m, int64_t K, double eps, const double *w, const
             g[c] = w[c] * dout[c];
             dw[c] += dout[c] * xb[c], db[c] += dout[c];
         }
-        ln_row_back(xb, s->sb[t], g, K, s->dzb + t * K);
+        kit_ln_back(xb, s->sb[t], g, K, s->dzb + t * K);
         for (int64_t c = 0; c < K; c++) s->dzb[t * K + c] += dout[c];
     }
     /* terms through the end state, with dW', dhb' */
     for (int64_t j = 0; j < m; j++) {
         double *P = s->P + j * K, *dk = s->dk + j * K, *dg = s->dgz + j * K;
-        vec_mat(s->k + j * K, dW, K, P, false);
+        kit_vec_mat(s->k + j * K, dW, K, K, P, false);
         for (int64_t c = 0; c < K; c++) P[c] += dhb[c];
-        s->deta[m - 1] -= dot(P, s->gz + j * K, K);
+        s->deta[m - 1] -= kit_dot(P, s->gz + j * K, K);
         memset(dk, 0, (size_t)K * sizeof(double));
-        mat_vec_acc(dW, s->gz + j * K, K, -e, dk);
+        kit_mat_vec(dW, s->gz + j * K, K, K, -e, dk);
         for (int64_t c = 0; c < K; c++) dg[c] = -e * P[c];
     }
     /* terms through the predictions Zb */
@@ -236,9 +153,9 @@ static void mb_backward(int64_t m, int64_t K, double eps, const double *w, const
         double *dq = s->dqs + t * K;
         const double *dzb = s->dzb + t * K;
         memset(dq, 0, (size_t)K * sizeof(double));
-        mat_vec_acc(W, dzb, K, 1.0, dq);
+        kit_mat_vec(W, dzb, K, K, 1.0, dq);
         for (int64_t j = 0; j <= t; j++) {
-            double D = dot(dzb, s->gz + j * K, K), A1 = s->at[t * m + j] + 1;
+            double D = kit_dot(dzb, s->gz + j * K, K), A1 = s->at[t * m + j] + 1;
             double cf = s->eta[t] * A1;
             s->deta[t] -= A1 * D;
             for (int64_t c = 0; c < K; c++) {
@@ -259,10 +176,10 @@ static void mb_backward(int64_t m, int64_t K, double eps, const double *w, const
             mgx += G[c] * xz[c], mdx += dg[c] * xz[c];
         }
         mgx /= (double)K, mdx /= (double)K;
-        ln_row_back(xz, sz, dg, K, dG);
+        kit_ln_back(xz, sz, dg, K, dG);
         for (int64_t c = 0; c < K; c++) dxh[c] = w[c] * w[c] * dG[c] - (dg[c] * mgx + G[c] * mdx) / sz;
-        double dsz = -dot(dg, gz, K) / sz;
-        ln_row_back(xz, sz, dxh, K, dZ);
+        double dsz = -kit_dot(dg, gz, K) / sz;
+        kit_ln_back(xz, sz, dxh, K, dZ);
         for (int64_t c = 0; c < K; c++) {
             double y = w[c] * xz[c] + b[c] - vj[c] + kj[c];
             dZ[c] += dsz * xz[c] / (double)K;
@@ -271,7 +188,7 @@ static void mb_backward(int64_t m, int64_t K, double eps, const double *w, const
             s->dv[j * K + c] = -w[c] * dG[c];
             s->dk[j * K + c] += w[c] * dG[c];
         }
-        mat_vec_acc(W, dZ, K, 1.0, s->dk + j * K);
+        kit_mat_vec(W, dZ, K, K, 1.0, s->dk + j * K);
     }
     /* the start state: dZ rows sit in P now */
     for (int64_t i = 0; i < m; i++) {
@@ -326,8 +243,8 @@ void pr_ttt_linear_forward_cpu(pr_ctx *ctx, pr_node *n)
     int64_t K = d.K, KK = K * K;
     bool own[8];
     double *in[8];
-    for (int i = 0; i < 8; i++) in[i] = ttt_as_f64(n->in[i], &own[i]);
-    double *o = ttt_zalloc(d.B * d.T * d.H * K), *ht = ttt_zalloc(d.B * d.H * KK), *hbt = ttt_zalloc(d.B * d.H * K);
+    for (int i = 0; i < 8; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
+    double *o = kit_zalloc(d.B * d.T * d.H * K), *ht = kit_zalloc(d.B * d.H * KK), *hbt = kit_zalloc(d.B * d.H * K);
     double *Ws = n->n_saved > 0 ? (double *)n->saved[0]->data : NULL;
     double *hbs = n->n_saved > 1 ? (double *)n->saved[1]->data : NULL;
     ttt_work s;
@@ -349,9 +266,9 @@ void pr_ttt_linear_forward_cpu(pr_ctx *ctx, pr_node *n)
                     memcpy(o + row_off(&r, i), s.o + i * K, (size_t)K * sizeof(double));
             }
         }
-    ttt_store(n->out[0], o, false);
-    ttt_store(n->out[1], ht, false);
-    ttt_store(n->out[2], hbt, false);
+    kit_store(n->out[0], o, false);
+    kit_store(n->out[1], ht, false);
+    kit_store(n->out[2], hbt, false);
     free(o), free(ht), free(hbt);
     ttt_work_free(&s);
     for (int i = 0; i < 8; i++)
@@ -368,13 +285,13 @@ void pr_ttt_linear_backward_cpu(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved == 2, "ttt_linear: backward without saved state");
     bool own[8], gown[3];
     double *in[8], *g[3];
-    for (int i = 0; i < 8; i++) in[i] = ttt_as_f64(n->in[i], &own[i]);
-    for (int i = 0; i < 3; i++) g[i] = ttt_as_f64(n->out[i]->grad, &gown[i]);
+    for (int i = 0; i < 8; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
+    for (int i = 0; i < 3; i++) g[i] = kit_as_f64(n->out[i]->grad, &gown[i]);
     const double *Ws = (const double *)n->saved[0]->data, *hbs = (const double *)n->saved[1]->data;
     /* gradients of every input, in double, added to the grads at the end */
-    double *dq = ttt_zalloc(NT * K), *dk = ttt_zalloc(NT * K), *dv = ttt_zalloc(NT * K);
-    double *dw = ttt_zalloc(d.H * K), *db = ttt_zalloc(d.H * K), *deta = ttt_zalloc(NT);
-    double *dh0 = ttt_zalloc(d.B * d.H * KK), *dhb0 = ttt_zalloc(d.B * d.H * K);
+    double *dq = kit_zalloc(NT * K), *dk = kit_zalloc(NT * K), *dv = kit_zalloc(NT * K);
+    double *dw = kit_zalloc(d.H * K), *db = kit_zalloc(d.H * K), *deta = kit_zalloc(NT);
+    double *dh0 = kit_zalloc(d.B * d.H * KK), *dhb0 = kit_zalloc(d.B * d.H * K);
     ttt_work s;
     ttt_work_init(&s, d.mb, K);
     for (int64_t b = 0; b < d.B; b++)
@@ -400,7 +317,7 @@ void pr_ttt_linear_backward_cpu(pr_ctx *ctx, pr_node *n)
     double *grads[8] = {dq, dk, dv, dw, db, deta, dh0, dhb0};
     for (int i = 0; i < 8; i++) {
         pr_tensor *gi = pr_in_grad(n, i);
-        if (gi) ttt_store(gi, grads[i], true);
+        if (gi) kit_store(gi, grads[i], true);
         free(grads[i]);
     }
     ttt_work_free(&s);
@@ -411,19 +328,6 @@ void pr_ttt_linear_backward_cpu(pr_ctx *ctx, pr_node *n)
 }
 
 /* ---- the public op ------------------------------------------------------------ */
-
-static void check_shape(const pr_tensor *t, const char *arg, int ndim, const int64_t *shape)
-{
-    bool ok = t->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
-    if (!ok) {
-        char got[96], want[96] = "[";
-        for (int i = 0; i < ndim; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? "," : "", (long long)shape[i]);
-        strncat(want, "]", sizeof want - strlen(want) - 1);
-        pr_fatal("ttt_linear: %s has shape %s; expected %s", arg, pr_shape_str(t, got, sizeof got), want);
-    }
-}
 
 pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tensor *k, pr_tensor *v,
                          pr_tensor *w, pr_tensor *b, pr_tensor *eta, pr_tensor *h0, pr_tensor *hb0,
@@ -440,13 +344,13 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
     PR_CHECK(q->ndim == 4, "ttt_linear: q must be [B,T,H,K], got %d dims", q->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3];
     PR_CHECK(B > 0 && T > 0 && H > 0 && K > 0, "ttt_linear: q has an empty dim");
-    check_shape(k, "k", 4, q->shape);
-    check_shape(v, "v", 4, q->shape);
-    check_shape(w, "w", 2, (const int64_t[]){H, K});
-    check_shape(b, "b", 2, (const int64_t[]){H, K});
-    check_shape(eta, "eta", 4, (const int64_t[]){B, T, H, 1});
-    if (h0) check_shape(h0, "h0", 4, (const int64_t[]){B, H, K, K});
-    if (hb0) check_shape(hb0, "hb0", 4, (const int64_t[]){B, H, 1, K});
+    kit_check_shape("ttt_linear", k, "k", 4, q->shape);
+    kit_check_shape("ttt_linear", v, "v", 4, q->shape);
+    kit_check_shape("ttt_linear", w, "w", 2, (const int64_t[]){H, K});
+    kit_check_shape("ttt_linear", b, "b", 2, (const int64_t[]){H, K});
+    kit_check_shape("ttt_linear", eta, "eta", 4, (const int64_t[]){B, T, H, 1});
+    if (h0) kit_check_shape("ttt_linear", h0, "h0", 4, (const int64_t[]){B, H, K, K});
+    if (hb0) kit_check_shape("ttt_linear", hb0, "hb0", 4, (const int64_t[]){B, H, 1, K});
     PR_CHECK(opt->mini_batch >= 1, "ttt_linear: mini_batch must be >= 1, got %d", opt->mini_batch);
     PR_CHECK(opt->eps >= 0, "ttt_linear: eps must be >= 0, got %g", opt->eps);
 

@@ -106,7 +106,7 @@ expect 2 "prism bench recurrence: unknown option '--bogus' (prism bench recurren
 expect 2 "prism bench recurrence: --dtype f64 needs --device cpu" bench recurrence --dtype f64
 expect 2 "prism bench recurrence: --size picks a GPU size" bench recurrence --device cpu --size 1
 expect 2 "prism bench recurrence: --fp32 applies to --device cuda only" bench recurrence --device cpu --fp32
-expect 2 "prism bench recurrence: --rules: ttt_linear has no CPU timing" bench recurrence --device cpu --rules ttt_linear
+expect 2 "prism bench recurrence: --rules: the TTT ops have no CPU timing" bench recurrence --device cpu --rules ttt_linear
 expect 2 "prism bench recurrence: --rules wants a comma-separated list of linattn" bench recurrence --rules gdn,foo
 expect 2 "prism bench recurrence: --chunks takes one chunk size with --device cpu" \
     bench recurrence --device cpu --chunks 32,64

@@ -41,7 +41,8 @@ static void usage(FILE *f)
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, prism_core C=32; TF32), and TTT-Linear (mini-batch 16, and 1 as its serial form),\n"
+            "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16, and 1 as its serial\n"
+            "form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 data, on the GPU. Prints ms, tokens/s,\n"
             "achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured in the\n"
@@ -52,7 +53,7 @@ static void usage(FILE *f)
             "  --dtype T    f32 (the GPU's only dtype) or, with --device cpu, f64 (the CPU's default)\n"
             "  --reps N     timed repetitions (GPU: median, default 5); --warmup N untimed runs first (2)\n"
             "  --size S     GPU only: 1, 2 or all (default all)\n"
-            "  --rules L    comma-separated rules to run, ttt_linear included on the GPU (default all)\n"
+            "  --rules L    comma-separated rules to run; on the GPU also ttt_linear, ttt_mlp, titans (default all)\n"
             "  --chunks L   comma-separated chunk sizes of the chunked form (default 64, prism_core 32;\n"
             "               the CUDA kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
@@ -77,7 +78,7 @@ typedef struct {
     pr_dtype dt;
     int reps, warm;
     int sizes;          /* GPU: bit 0 size 1, bit 1 size 2 */
-    unsigned rules;     /* bit r: rule r; bit PR_NRULES: ttt_linear */
+    unsigned rules;     /* bit r: rule r; bits PR_NRULES..+2: ttt_linear, ttt_mlp, titans */
     bool no_token, fp32;
     int nch;
     int64_t chunks[4];
@@ -503,6 +504,7 @@ static int bench_gpu(const rb_opts *o)
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
         }
         if (o->rules & 1u << PR_NRULES) bench_ttt(ctx, ar, s, warm, reps);
+        pr_bench_ttt2(ctx, ar, s->B, s->T, s->H, warm, reps, o->rules & 2u << PR_NRULES, o->rules & 4u << PR_NRULES);
         pr_arena_reset(ar);
     }
     pr_arena_free(ar);
@@ -516,9 +518,10 @@ static int parse_options(int argc, char **argv, rb_opts *o)
 {
     static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", NULL};
     static const char *const sizes[] = {"1", "2", "all", NULL};
-    const char *rules[PR_NRULES + 2];
+    const char *rules[PR_NRULES + 4];   /* bits: the rules, then ttt_linear, ttt_mlp, titans */
     for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
-    rules[PR_NRULES] = "ttt_linear", rules[PR_NRULES + 1] = NULL;
+    rules[PR_NRULES] = "ttt_linear", rules[PR_NRULES + 1] = "ttt_mlp", rules[PR_NRULES + 2] = "titans";
+    rules[PR_NRULES + 3] = NULL;
     int dev = 1, dtype = -1, size = -1;
     *o = (rb_opts){.reps = -1, .warm = -1, .chunks = {64}};   /* chunks[0]: the CPU default */
     pr_args a = pr_args_begin("prism bench recurrence", argc, argv);
@@ -535,7 +538,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     o->cuda = dev == 1;
     if (o->cuda) {   /* no --chunks: each rule's default chunk (default_chunk) */
         if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32");
-        if (!o->rules) o->rules = (1u << (PR_NRULES + 1)) - 1;
+        if (!o->rules) o->rules = (1u << (PR_NRULES + 3)) - 1;
         o->dt = PR_F32;
         o->sizes = size < 0 ? 3 : size + 1;
         if (o->reps < 0) o->reps = 5;
@@ -544,7 +547,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     }
     if (size >= 0) return pr_args_error(&a, "--size picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->fp32) return pr_args_error(&a, "--fp32 applies to --device cuda only");
-    if (o->rules & 1u << PR_NRULES) return pr_args_error(&a, "--rules: ttt_linear has no CPU timing here");
+    if (o->rules >> PR_NRULES) return pr_args_error(&a, "--rules: the TTT ops have no CPU timing here");
     if (!o->rules) o->rules = (1u << PR_NRULES) - 1;
     if (o->nch > 1) return pr_args_error(&a, "--chunks takes one chunk size with --device cpu");
     if (!o->nch) o->nch = 1;

@@ -38,8 +38,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: prism golden-check FILE [options]\n"
-            "Runs every recurrence rule of a reference file (golden format: <rule>.<tensor>,\n"
-            "float64) forward and backward, seeded with do and dht, and compares the outputs,\n"
+            "Runs every recurrence rule and ops2 op (tools/golden_ops2.h) of a reference file\n"
+            "(golden format: <rule>.<tensor>, float64) forward and backward, seeded with the\n"
+            "file's upstream gradients (do, dht, ...), and compares the outputs,\n"
             "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
             "(error relative to the reference tensor's max-abs), then 'N passed, M failed'.\n"
             "The fused ops of tools/golden_ops2.c (attention, selective_scan) in the file are\n"

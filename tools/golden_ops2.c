@@ -55,7 +55,7 @@ static double rel_err(const pr_tensor *got, const pr_tensor *r)
 static void compare(pr_golden_run *g, const char *name, const pr_tensor *got)
 {
     pr_tensor *r = ref(g, name);
-    if (!r) return;
+    PR_CHECK(r, "golden-check: %s.%s missing: nothing to compare against", g->op, name);
     const double e = rel_err(got, r);
     if (g->verbose) printf("  %s %-10s rel_err=%.3g\n", g->op, name, e);
     g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);
@@ -106,10 +106,62 @@ static void check_selective_scan(pr_golden_run *g)
     compare_grads(g, in, names, 9);
 }
 
+/* a scalar the file stores (mini-batch, chunk, eps) */
+static double stored(const pr_golden_run *g, const char *name)
+{
+    pr_tensor *t = ref(g, name);
+    PR_CHECK(t, "golden-check: %s.%s missing", g->op, name);
+    return pr_item(t);
+}
+
+/* sum over outputs of (output * the file's d<output>) */
+static pr_tensor *dot_losses(const pr_golden_run *g, pr_tensor *const *out, const char *const *names, int n)
+{
+    pr_tensor *loss = NULL;
+    for (int i = 0; i < n; i++) {
+        char dn[48];
+        snprintf(dn, sizeof dn, "d%s", names[i]);
+        pr_tensor *term = dot_loss(g, out[i], dn);
+        loss = loss ? pr_add(g->ctx, loss, term) : term;
+    }
+    return loss;
+}
+
+static void check_ttt_mlp(pr_golden_run *g)
+{
+    static const char *names[] = {"q", "k", "v", "w", "b", "eta", "w1_0", "b1_0", "w2_0", "b2_0"};
+    static const char *outs[] = {"o", "w1_t", "b1_t", "w2_t", "b2_t"};
+    pr_tensor *in[10], *out[5];
+    for (int i = 0; i < 10; i++) in[i] = input(g, names[i]);
+    const pr_ttt_opts o = {.mini_batch = (int)stored(g, "mini_batch"), .eps = stored(g, "eps")};
+    out[0] = pr_ttt_mlp(g->ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], &out[1],
+                        &out[2], &out[3], &out[4]);
+    for (int i = 0; i < 5; i++) compare(g, outs[i], out[i]);
+    pr_backward(g->ctx, dot_losses(g, out, outs, 5));
+    compare_grads(g, in, names, 10);
+}
+
+static void check_titans(pr_golden_run *g)
+{
+    static const char *names[] = {"q", "k", "v", "w", "b", "theta", "alpha", "eta", "h0", "s0"};
+    static const char *outs[] = {"o", "ht", "st"};
+    pr_tensor *in[10], *out[3];
+    for (int i = 0; i < 10; i++) in[i] = input(g, names[i]);
+    const pr_titans_opts o = {.chunk = (int)stored(g, "chunk"), .eps = stored(g, "eps")};
+    out[0] = pr_titans(g->ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], &out[1],
+                       &out[2]);
+    for (int i = 0; i < 3; i++) compare(g, outs[i], out[i]);
+    pr_backward(g->ctx, dot_losses(g, out, outs, 3));
+    compare_grads(g, in, names, 10);
+}
+
 const pr_golden_op pr_golden_ops[] = {
     {"attention", check_attention},
     {"selective_scan", check_selective_scan},
+    {"ttt_mlp", check_ttt_mlp},
+    {"titans", check_titans},
 };
+
 const int pr_golden_n_ops = (int)(sizeof pr_golden_ops / sizeof pr_golden_ops[0]);
 
 /* ---- running one ------------------------------------------------------------------ */

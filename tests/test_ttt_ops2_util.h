@@ -1,0 +1,183 @@
+/* tests/test_ttt_ops2_util.h: what the CPU and CUDA tests of ttt_mlp and
+ * titans share: a table describing each op (its input and output names as in
+ * tests/data/ops2.safetensors and a call of its public function), one run's
+ * host copies of outputs and input grads, and their comparison. */
+#ifndef PR_TEST_TTT_OPS2_UTIL_H
+#define PR_TEST_TTT_OPS2_UTIL_H
+
+#include "tests/pr_test.h"
+
+#define OPS2_FILE PRISM_SOURCE_DIR "/tests/data/ops2.safetensors"
+enum { MAXIN = 10, MAXOUT = 5 };
+
+typedef struct {
+    const char *name;
+    int n_in, n_out;
+    const char *in_names[MAXIN], *out_names[MAXOUT];
+    /* the op on in (optional inputs may be NULL), outputs into out */
+    void (*apply)(pr_ctx *ctx, int mb, double eps, pr_tensor *const *in, pr_tensor **out);
+} op2_desc;
+
+static inline void ttt_mlp_apply(pr_ctx *ctx, int mb, double eps, pr_tensor *const *in, pr_tensor **out)
+{
+    const pr_ttt_opts o = {.mini_batch = mb, .eps = eps};
+    out[0] = pr_ttt_mlp(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], &out[1],
+                        &out[2], &out[3], &out[4]);
+}
+
+static inline void titans_apply(pr_ctx *ctx, int mb, double eps, pr_tensor *const *in, pr_tensor **out)
+{
+    const pr_titans_opts o = {.chunk = mb, .eps = eps};
+    out[0] = pr_titans(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], &out[1], &out[2]);
+}
+
+static const op2_desc ttt_mlp_desc = {"ttt_mlp", 10, 5,
+                                      {"q", "k", "v", "w", "b", "eta", "w1_0", "b1_0", "w2_0", "b2_0"},
+                                      {"o", "w1_t", "b1_t", "w2_t", "b2_t"}, ttt_mlp_apply};
+static const op2_desc titans_desc = {"titans", 10, 3,
+                                     {"q", "k", "v", "w", "b", "theta", "alpha", "eta", "h0", "s0"},
+                                     {"o", "ht", "st"}, titans_apply};
+
+/* host copies of one run: outputs and input grads */
+typedef struct {
+    double *out[MAXOUT], *d[MAXIN];
+    int64_t n_out[MAXOUT], n[MAXIN];
+} run_out;
+
+static inline double *host(const pr_tensor *t, int64_t *n)
+{
+    double *p = malloc(sizeof(double) * (size_t)(t->numel + 1));
+    pr_to_host_f64(t, p);
+    if (n) *n = t->numel;
+    return p;
+}
+
+static inline void run_out_free(run_out *r)
+{
+    for (int i = 0; i < MAXOUT; i++) free(r->out[i]);
+    for (int i = 0; i < MAXIN; i++) free(r->d[i]);
+}
+
+/* forward of copies of src (any dtype, CPU) in dt on dev; with g (upstream
+ * grads per output, CPU), the backward of sum_i sum(out_i * g_i); host copies */
+static inline run_out run_op(pr_ctx *ctx, const op2_desc *op, int mb, double eps, pr_tensor *const *src,
+                             pr_tensor *const *g, pr_dtype dt, pr_device dev)
+{
+    pr_tensor *in[MAXIN] = {0}, *out[MAXOUT] = {0};
+    for (int i = 0; i < op->n_in; i++)
+        if (src[i]) {
+            in[i] = pr_to(ctx->step, src[i], dt, dev);
+            pr_requires_grad_(in[i], g != NULL);
+        }
+    op->apply(ctx, mb, eps, in, out);
+    run_out r = {0};
+    if (g) {
+        pr_tensor *loss = NULL;
+        for (int i = 0; i < op->n_out; i++) {
+            pr_tensor *term = pr_sum_all(ctx, pr_mul(ctx, out[i], pr_to(ctx->step, g[i], dt, dev)));
+            loss = loss ? pr_add(ctx, loss, term) : term;
+        }
+        pr_backward(ctx, loss);
+        for (int i = 0; i < op->n_in; i++)
+            if (in[i]) r.d[i] = host(in[i]->grad, &r.n[i]);
+    }
+    for (int i = 0; i < op->n_out; i++) r.out[i] = host(out[i], &r.n_out[i]);
+    return r;
+}
+
+/* random f64 inputs at B, T, H, d and hidden N (ttt_mlp; titans ignores it),
+ * in the examples' ranges */
+static inline void random_inputs(pr_ctx *ctx, const op2_desc *op, uint64_t seed, int B, int T, int H, int d, int N,
+                                 pr_tensor **in)
+{
+    pr_rng r = pr_rng_init(seed, 0);
+    const bool ti = op == &titans_desc;
+    for (int i = 0; i < op->n_in; i++) {
+        int64_t sh[4] = {B, T, H, d};
+        int nd = 4;
+        if (i == 3 || i == 4) nd = 2, sh[0] = H, sh[1] = d;
+        else if (i >= 5 && i < (ti ? 8 : 6)) sh[3] = 1;
+        else if (i >= 6) {
+            const int64_t rows_of[4] = {d, 1, N, 1}, cols_of[4] = {N, N, d, d};
+            sh[1] = H, sh[2] = ti ? d : rows_of[i - 6], sh[3] = ti ? d : cols_of[i - 6];
+        }
+        const double lo = i == 3 ? 0.5 : i == 5 || (ti && i < 8 && i > 5) ? 0.05 : -0.5;
+        in[i] = pr_randu(ctx->step, PR_F64, PR_CPU, nd, sh, &r, lo, i == 3 ? 1.5 : i >= 5 && i < 8 ? 0.4 : 0.5);
+    }
+}
+
+/* max|got - ref| / max|ref| */
+static inline double rel_err(const double *got, const double *ref, int64_t n)
+{
+    double e = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - ref[i]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+        m = fmax(m, fabs(ref[i]));
+    }
+    return m > 0 ? e / m : e;
+}
+
+/* every output and input grad of got within tol of ref (relative to ref's
+ * max-abs); prints one line; returns the worst error */
+static inline double compare_runs(const char *what, const op2_desc *op, const run_out *got, const run_out *ref,
+                                  double tol)
+{
+    double worst = 0;
+    char line[768] = "";
+    for (int i = 0; i < MAXOUT + MAXIN; i++) {
+        bool is_out = i < MAXOUT;
+        int j = is_out ? i : i - MAXOUT;
+        if (is_out ? j >= op->n_out : j >= op->n_in) continue;
+        const double *g = is_out ? got->out[j] : got->d[j], *r = is_out ? ref->out[j] : ref->d[j];
+        const char *nm = is_out ? op->out_names[j] : op->in_names[j];
+        if (!r) continue;
+        assert_non_null(g);
+        double e = rel_err(g, r, is_out ? ref->n_out[j] : ref->n[j]);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " %s%s %.1e", is_out ? "" : "d", nm, e);
+        if (!(e <= tol)) fail_msg("%s: %s%s rel_err %.3g > %.1g", what, is_out ? "" : "d", nm, e, tol);
+        worst = fmax(worst, e);
+    }
+    fprintf(stderr, "  %s:%s\n", what, line);
+    return worst;
+}
+
+/* the file's inputs, upstream grads and expected results for op: runs the
+ * op in dt on dev and compares everything within tol */
+static inline void golden_case(const op2_desc *op, pr_dtype dt, pr_device dev, double tol)
+{
+    pr_arena *a = pr_arena_new("golden", 0);
+    pr_safetensors st;
+    pr_err err;
+    if (pr_safetensors_read(OPS2_FILE, a, &st, &err) != 0) fail_msg("%s", err.msg);
+    pr_ctx *ctx = pr_ctx_new(0);
+    char name[64];
+#define REF(x) (snprintf(name, sizeof name, "%s.%s", op->name, x), pr_safetensors_get(&st, name))
+    pr_tensor *in[MAXIN] = {0}, *g[MAXOUT] = {0};
+    run_out ref = {0};
+    for (int i = 0; i < op->n_in; i++) {
+        if (!(in[i] = REF(op->in_names[i]))) fail_msg("golden: %s missing", name);
+        char dn[32];
+        snprintf(dn, sizeof dn, "d%s", op->in_names[i]);
+        if (!REF(dn)) fail_msg("golden: %s missing", name);
+        ref.d[i] = host(REF(dn), &ref.n[i]);
+    }
+    for (int i = 0; i < op->n_out; i++) {
+        char dn[32];
+        snprintf(dn, sizeof dn, "d%s", op->out_names[i]);
+        if (!(g[i] = REF(dn))) fail_msg("golden: %s missing", name);
+        ref.out[i] = host(REF(op->out_names[i]), &ref.n_out[i]);
+    }
+    pr_tensor *mb = REF(op == &titans_desc ? "chunk" : "mini_batch");
+    assert_non_null(mb);
+    run_out got = run_op(ctx, op, (int)pr_item(mb), pr_item(REF("eps")), in, g, dt, dev);
+#undef REF
+    char what[64];
+    snprintf(what, sizeof what, "golden %s %s %s", op->name, pr_dtype_name(dt), dev == PR_CPU ? "cpu" : "cuda");
+    compare_runs(what, op, &got, &ref, tol);
+    run_out_free(&got), run_out_free(&ref);
+    pr_ctx_free(ctx);
+    pr_arena_free(a);
+}
+
+#endif

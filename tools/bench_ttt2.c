@@ -1,0 +1,115 @@
+/* tools/bench_ttt2.c: TTT-MLP and Titans in `prism bench recurrence`, after
+ * TTT-Linear: at the bench's B, T, H with d = 64 (TTT-MLP hidden 256), the
+ * dual form (mini-batch / chunk 16) and the token-by-token form (1), forward
+ * and forward + the CUDA backward called on the tape's node, f32, CUDA
+ * events, median of reps after warm untimed runs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "tools/tools.h"
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+
+static pr_tensor *ttt2_leaf(pr_arena *ar, pr_rng *r, int ndim, const int64_t *shape, int normal, double a, double b)
+{
+    pr_tensor *t = pr_empty(ar, PR_F32, PR_CUDA, ndim, shape);
+    if (normal) pr_rand_normal_(t, r, a, b);
+    else pr_rand_uniform_(t, r, a, b);
+    t->requires_grad = true;
+    t->grad = pr_zeros(ar, PR_F32, PR_CUDA, ndim, shape);
+    return t;
+}
+
+static int ttt2_cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* the op (0 ttt_mlp, 1 titans) at mini-batch mb; returns its node */
+static pr_node *ttt2_apply(pr_ctx *ctx, int op, int mb, pr_tensor *const *in)
+{
+    if (op == 0) {
+        const pr_ttt_opts o = {.mini_batch = mb};
+        pr_ttt_mlp(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], NULL, NULL, NULL, NULL);
+    } else {
+        const pr_titans_opts o = {.chunk = mb};
+        pr_titans(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], NULL, NULL);
+    }
+    return &ctx->tape[ctx->n_tape - 1];
+}
+
+static void ttt2_time(pr_ctx *ctx, int op, int mb, pr_tensor *const *in, pr_tensor *const *dout, int warm, int reps,
+                      double *fwd, double *fb)
+{
+    cudaEvent_t e[3];
+    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
+    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
+    PR_CHECK(tf && tb, "bench: out of host memory");
+    for (int i = -warm; i < reps; i++) {
+        PR_CUDA_CHECK(cudaEventRecord(e[0], pr_cuda_stream(ctx)));
+        pr_node *nd = ttt2_apply(ctx, op, mb, in);
+        PR_CUDA_CHECK(cudaEventRecord(e[1], pr_cuda_stream(ctx)));
+        for (int j = 0; j < nd->n_out; j++) nd->out[j]->grad = dout[j];
+        pr_op(op == 0 ? PR_OP_ttt_mlp : PR_OP_titans)->backward_cuda(ctx, nd);
+        PR_CUDA_CHECK(cudaEventRecord(e[2], pr_cuda_stream(ctx)));
+        PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
+        float a, b;
+        PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
+        PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
+        if (i >= 0) tf[i] = a, tb[i] = b;
+        pr_step_reset(ctx);
+    }
+    qsort(tf, (size_t)reps, sizeof(double), ttt2_cmp);
+    qsort(tb, (size_t)reps, sizeof(double), ttt2_cmp);
+    *fwd = tf[reps / 2], *fb = tb[reps / 2];
+    free(tf), free(tb);
+    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
+}
+
+void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp, bool titans)
+{
+    const int64_t d = 64, N = 4 * d;
+    const double sd = 1 / 8.0, tokens = (double)B * T;
+    pr_rng r = pr_rng_init(7, 0);
+    for (int op = 0; op < 2; op++) {
+        const char *name = op == 0 ? "ttt_mlp" : "titans";
+        if (!(op == 0 ? mlp : titans)) continue;
+        pr_tensor *in[10], *dout[5];
+        for (int i = 0; i < 3; i++) in[i] = ttt2_leaf(ar, &r, PR_DIMS(B, T, H, d), 1, 0, sd);
+        in[3] = ttt2_leaf(ar, &r, PR_DIMS(H, d), 0, 0.5, 1.5);
+        in[4] = ttt2_leaf(ar, &r, PR_DIMS(H, d), 1, 0, 0.1);
+        if (op == 0) {
+            in[5] = ttt2_leaf(ar, &r, PR_DIMS(B, T, H, 1), 0, 0.001, 0.01);
+            in[6] = ttt2_leaf(ar, &r, PR_DIMS(B, H, d, N), 1, 0, sd);
+            in[7] = ttt2_leaf(ar, &r, PR_DIMS(B, H, 1, N), 1, 0, 0.1);
+            in[8] = ttt2_leaf(ar, &r, PR_DIMS(B, H, N, d), 1, 0, 1 / 16.0);
+            in[9] = ttt2_leaf(ar, &r, PR_DIMS(B, H, 1, d), 1, 0, 0.1);
+        } else {
+            in[5] = ttt2_leaf(ar, &r, PR_DIMS(B, T, H, 1), 0, 0.001, 0.01);
+            in[6] = ttt2_leaf(ar, &r, PR_DIMS(B, T, H, 1), 0, 0.001, 0.05);
+            in[7] = ttt2_leaf(ar, &r, PR_DIMS(B, T, H, 1), 0, 0.5, 0.95);
+            in[8] = ttt2_leaf(ar, &r, PR_DIMS(B, H, d, d), 1, 0, 0.1);
+            in[9] = ttt2_leaf(ar, &r, PR_DIMS(B, H, d, d), 1, 0, 0.1);
+        }
+        pr_node *nd = ttt2_apply(ctx, op, 16, in); /* the outputs' shapes, for the upstream grads */
+        for (int j = 0; j < nd->n_out; j++) dout[j] = pr_randn(ar, PR_F32, PR_CUDA, nd->out[j]->ndim, nd->out[j]->shape, &r);
+        pr_step_reset(ctx);
+        double fb16 = 0;
+        for (int mb = 16; mb >= 1; mb = mb == 16 ? 1 : 0) {
+            double fwd, fb;
+            ttt2_time(ctx, op, mb, in, dout, warm, reps, &fwd, &fb);
+            char form[32];
+            snprintf(form, sizeof form, "%s%d d=64", op == 0 ? "minibatch" : "chunk", mb);
+            printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", name, form, fwd, fb, tokens / (fb * 1e-3) / 1e6,
+                   "-", "-", mb == 1 ? "(ref)" : "", "");
+            if (mb == 16) fb16 = fb;
+            else
+                printf("%-11s   %s16 is %.1fx faster than token by token\n", "", op == 0 ? "minibatch" : "chunk",
+                       fb / fb16);
+        }
+    }
+}
+#endif
