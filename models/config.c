@@ -25,7 +25,7 @@ typedef struct {
 
 #define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
 static const key_info keys[] = {
-    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|attn|mamba",
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|ttt_mlp|titans|attn|mamba",
      "the sequence mixer of every block"},
     {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
@@ -62,6 +62,7 @@ static const key_info keys[] = {
      "elementwise_product|elu|relu|identity", "feature map on q and k"},
     {"ttt.mini_batch", KEY_INT, F(ttt_mini_batch), "16", "1..4096", "TTT inner mini-batch b"},
     {"ttt.base_lr", KEY_FLOAT, F(ttt_base_lr), "1", "0..1000", "TTT inner base learning rate"},
+    {"titans.chunk", KEY_INT, F(titans_chunk), "16", "1..4096", "Titans: tokens whose gradients share the chunk-start memory"},
     {"attn.kv_heads", KEY_INT, F(attn_kv_heads), "0", "0..1024",
      "attn: key/value heads (GQA; must divide n_heads); 0: n_heads"},
     {"attn.rope_theta", KEY_FLOAT, F(attn_rope_theta), "10000", "1..1e9", "attn: RoPE base"},

@@ -40,6 +40,7 @@ typedef struct pr_config {
     char linattn_feature_map[24];
     int ttt_mini_batch;
     double ttt_base_lr;
+    int titans_chunk;
     int attn_kv_heads;
     double attn_rope_theta;
     bool attn_rope, attn_bias;
@@ -133,7 +134,7 @@ int pr_params_load(pr_params *r, const char *file, pr_err *err);
  * leaves the state after its last token there, so a sequence can run whole,
  * or as a prefix and then one token at a time. Slots hold the ShortConv
  * windows (the last W-1 inputs) and the recurrent state. */
-#define PR_STATE_SLOTS 6
+#define PR_STATE_SLOTS 8
 typedef struct { pr_tensor *slot[PR_STATE_SLOTS]; } pr_layer_state;
 
 typedef struct {
@@ -146,7 +147,7 @@ typedef struct {
 } pr_mixer_def;
 
 extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
-    pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba;
+    pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba, pr_mixer_ttt_mlp, pr_mixer_titans;
 const pr_mixer_def *pr_mixer_by_name(const char *name);  /* NULL if unknown */
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 

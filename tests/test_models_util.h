@@ -18,6 +18,8 @@ static const struct {
     {"deltanet", {"deltanet.gate=true"}},
     {"linattn", {NULL}},
     {"ttt_linear", {"ttt.mini_batch=4"}},
+    {"ttt_mlp", {"ttt.mini_batch=4"}},
+    {"titans", {"titans.chunk=3"}},
     {"attn", {"attn.kv_heads=1"}},
     {"mamba", {"mamba.expand=2", "mamba.d_state=3", "mamba.dt_rank=2"}},
 };
