@@ -312,6 +312,7 @@ static int read_fla_config(const char *file, pr_config *c, int *arch_index, pr_e
         if (archs[a].arch != MAMBA2) read_mlp(&j, c);
         read_arch(&j, archs[a].arch, c);
         require(&j, !item(&j, "attn"), "attn", "one mixer in every layer (no hybrid attention layers)");
+        require(&j, !item(&j, "attnres_block_size"), "attnres_block_size", "plain residuals (null)");
         *arch_index = a;
     }
     cJSON_Delete(root);
