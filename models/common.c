@@ -69,6 +69,12 @@ int64_t pr_config_head_dim(const pr_config *c)
     return c->head_dim ? c->head_dim : c->d_model / c->n_heads;
 }
 
+int64_t pr_config_value_dim(const pr_config *c)
+{
+    bool gdn_like = strcmp(c->mixer, "gdn") == 0 || strcmp(c->mixer, "prism") == 0;
+    return pr_config_head_dim(c) * (gdn_like ? c->gdn_expand_v : 1);
+}
+
 pr_init pr_init_std(const pr_config *c)
 {
     return (pr_init){PR_INIT_NORMAL, c->init_std, 0};

@@ -53,6 +53,8 @@ static const key_info keys[] = {
     {"prism.shortconv", KEY_BOOL, F(prism_shortconv), "true", "true|false", "ShortConv on the anchor u"},
     {"prism.gain", KEY_BOOL, F(prism_gain), "true", "true|false", "gain predictor p (off: p = 1)"},
     {"gdn.gate", KEY_BOOL, F(gdn_gate), "true", "true|false", "gated output norm in gdn and prism"},
+    {"gdn.expand_v", KEY_INT, F(gdn_expand_v), "1", "1..8",
+     "value head dim V = expand_v * K in gdn and prism (fla GatedDeltaNet's expand_v)"},
     {"deltanet.gate", KEY_BOOL, F(deltanet_gate), "false", "true|false", "gated output norm in deltanet"},
     {"mamba2.expand", KEY_INT, F(mamba2_expand), "2", "1..16", "inner width Di = expand * d_model"},
     {"mamba2.head_dim", KEY_INT, F(mamba2_head_dim), "64", "1..4096", "head dim P (heads = Di / P)"},

@@ -223,7 +223,7 @@ static void read_arch(json_in *j, int arch, pr_config *c)
         c->head_dim = whole(j, "head_dim", 256);
         c->conv_width = whole(j, "conv_size", 4);
         c->gdn_gate = flag(j, "use_gate", true);
-        require(j, num(j, "expand_v", 2) == 1, "expand_v", "expand_v = 1 (V = K)");
+        c->gdn_expand_v = whole(j, "expand_v", 2);
         require(j, whole(j, "num_v_heads", c->n_heads) == c->n_heads, "num_v_heads", "num_v_heads = num_heads");
         require(j, flag(j, "use_short_conv", true), "use_short_conv", "the ShortConv (true)");
         require(j, !flag(j, "allow_neg_eigval", false), "allow_neg_eigval", "beta in (0, 1) (false)");
@@ -332,7 +332,7 @@ static void write_arch(cJSON *o, const pr_config *c, int arch)
     case GDN:
         cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
         cJSON_AddNumberToObject(o, "head_dim", (double)pr_config_head_dim(c));
-        cJSON_AddNumberToObject(o, "expand_v", 1);
+        cJSON_AddNumberToObject(o, "expand_v", c->gdn_expand_v);
         cJSON_AddNumberToObject(o, "conv_size", c->conv_width);
         cJSON_AddBoolToObject(o, "use_gate", c->gdn_gate);
         cJSON_AddBoolToObject(o, "use_short_conv", true);

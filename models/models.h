@@ -36,6 +36,7 @@ typedef struct pr_config {
     int prism_L;
     bool prism_gelu, prism_shortconv, prism_gain;
     bool gdn_gate, deltanet_gate;
+    int gdn_expand_v;
     int mamba2_expand, mamba2_head_dim, mamba2_d_state, mamba2_n_groups;
     char linattn_feature_map[24];
     int ttt_mini_batch;
@@ -167,6 +168,8 @@ pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n);
 pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale);
 /* the head sizes of the attention-like mixers: K = head_dim or d_model / n_heads */
 int64_t pr_config_head_dim(const pr_config *c);
+/* the value size per head V: gdn.expand_v * K for gdn and prism, else K */
+int64_t pr_config_value_dim(const pr_config *c);
 /* the attn mixer's layer with queries from xq, keys and values from xkv, causal,
  * no carried state (SASRec's blocks) */
 pr_tensor *pr_attn_query_kv(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *xq, pr_tensor *xkv);
@@ -177,7 +180,7 @@ pr_init pr_init_std(const pr_config *c);
 
 /* ---- Gated DeltaNet base path, shared by gdn.c and prism.c ---------------------- */
 typedef struct {
-    pr_tensor *q_proj, *k_proj, *v_proj, *a_proj, *b_proj;  /* [D,HK] [D,HK] [D,HV] [D,H] [D,H] */
+    pr_tensor *q_proj, *k_proj, *v_proj, *a_proj, *b_proj;  /* [D,HK] [D,HK] [D,HV] [D,H] [D,H]; V = value_dim */
     pr_tensor *q_conv, *k_conv, *v_conv;                     /* [HK,W] [HK,W] [HV,W] */
     pr_tensor *A_log, *dt_bias;                              /* [H] */
     pr_tensor *g_proj, *o_norm, *o_proj;                     /* [D,HV] or NULL, [V], [HV,D] */

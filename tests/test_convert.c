@@ -110,23 +110,23 @@ static void convert_in_and_out(void)
 static void test_fla_gdn_round_trip(void **state)
 {
     (void)state;
-    /* D 8, 2 heads of 3 (HK 6), conv 3, vocab 11, MLP 16, untied */
+    /* D 8, 2 heads of K 3 (HK 6) and V 6 (expand_v 2, fla's default: HV 12), conv 3, vocab 11, MLP 16, untied */
     const fla_tensor ts[] = {
         {"model.embeddings.weight", 2, {11, 8}},
         {"model.layers.0.attn_norm.weight", 1, {8}},
         {"model.layers.0.attn.q_proj.weight", 2, {6, 8}},
         {"model.layers.0.attn.k_proj.weight", 2, {6, 8}},
-        {"model.layers.0.attn.v_proj.weight", 2, {6, 8}},
+        {"model.layers.0.attn.v_proj.weight", 2, {12, 8}},
         {"model.layers.0.attn.a_proj.weight", 2, {2, 8}},
         {"model.layers.0.attn.b_proj.weight", 2, {2, 8}},
         {"model.layers.0.attn.A_log", 1, {2}},
         {"model.layers.0.attn.dt_bias", 1, {2}},
         {"model.layers.0.attn.q_conv1d.weight", 3, {6, 1, 3}},
         {"model.layers.0.attn.k_conv1d.weight", 3, {6, 1, 3}},
-        {"model.layers.0.attn.v_conv1d.weight", 3, {6, 1, 3}},
-        {"model.layers.0.attn.g_proj.weight", 2, {6, 8}},
-        {"model.layers.0.attn.o_norm.weight", 1, {3}},
-        {"model.layers.0.attn.o_proj.weight", 2, {8, 6}},
+        {"model.layers.0.attn.v_conv1d.weight", 3, {12, 1, 3}},
+        {"model.layers.0.attn.g_proj.weight", 2, {12, 8}},
+        {"model.layers.0.attn.o_norm.weight", 1, {6}},
+        {"model.layers.0.attn.o_proj.weight", 2, {8, 12}},
         {"model.layers.0.mlp_norm.weight", 1, {8}},
         {"model.layers.0.mlp.gate_proj.weight", 2, {16, 8}},
         {"model.layers.0.mlp.up_proj.weight", 2, {16, 8}},
@@ -135,7 +135,7 @@ static void test_fla_gdn_round_trip(void **state)
         {"lm_head.weight", 2, {11, 8}},
     };
     write_fla("{\"model_type\":\"gated_deltanet\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_heads\":2,"
-              "\"head_dim\":3,\"expand_v\":1,\"conv_size\":3,\"vocab_size\":11,\"intermediate_size\":16,"
+              "\"head_dim\":3,\"expand_v\":2,\"conv_size\":3,\"vocab_size\":11,\"intermediate_size\":16,"
               "\"tie_word_embeddings\":false,\"norm_eps\":1e-6,\"use_gate\":true,\"fuse_norm\":true}",
               ts, (int)(sizeof ts / sizeof ts[0]));
     convert_in_and_out();
@@ -155,6 +155,7 @@ static void test_fla_gdn_round_trip(void **state)
     assert_int_equal(pr_config_load(&c, path_in("prism.json"), &err), 0);
     assert_string_equal(c.mixer, "gdn");
     assert_int_equal((int)llround(c.mlp_mult * c.d_model), 16);
+    assert_int_equal(c.gdn_expand_v, 2);
 }
 
 static void test_fla_transformer_round_trip(void **state)
@@ -234,7 +235,7 @@ static void test_import_errors(void **state)
     (void)state;
     const fla_tensor ts[] = {{"model.embeddings.weight", 2, {11, 8}}};
     expect_import_error("{\"model_type\":\"gated_deltanet\",\"hidden_size\":8,\"num_heads\":2,\"head_dim\":4,"
-                        "\"expand_v\":2}", ts, 1, "'expand_v'");
+                        "\"num_v_heads\":4}", ts, 1, "'num_v_heads'");
     expect_import_error("{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_heads\":2,\"qk_norm\":true}", ts, 1,
                         "'qk_norm'");
     expect_import_error("{\"model_type\":\"rwkv7\"}", ts, 1, "model_type 'rwkv7'");

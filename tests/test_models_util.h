@@ -22,6 +22,8 @@ static const struct {
     {"titans", {"titans.chunk=3"}},
     {"attn", {"attn.kv_heads=1"}},
     {"mamba", {"mamba.expand=2", "mamba.d_state=3", "mamba.dt_rank=2"}},
+    {"gdn", {"gdn.expand_v=2"}},
+    {"prism", {"prism.L=1", "gdn.expand_v=2"}},
 };
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))
 

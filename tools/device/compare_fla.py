@@ -50,9 +50,8 @@ def build_models(width, layers, vocab):
                   tie_word_embeddings=False, fuse_cross_entropy=False)
     heads = max(1, width // 64)
     return {
-        # prism's gdn has V = K: expand_v 1 (fla's default is 2)
         "gated_deltanet": (GatedDeltaNetForCausalLM,
-                           GatedDeltaNetConfig(num_heads=heads, head_dim=64, expand_v=1, use_gate=True,
+                           GatedDeltaNetConfig(num_heads=heads, head_dim=64, expand_v=2, use_gate=True,
                                                conv_size=4, **common)),
         "transformer": (TransformerForCausalLM,
                         TransformerConfig(num_heads=2 * heads, num_kv_heads=heads, rope_theta=10000.0,
