@@ -170,6 +170,17 @@ expect 2 "prism convert: --checkpoint FILE and --config FILE are required" conve
 expect 2 "prism convert: unknown option '--bogus' (prism convert --help lists the options)" convert --bogus
 expect 1 "prism convert: $tmp/nofla/config.json: cannot open" convert --from-fla "$tmp/nofla" --checkpoint \
     "$tmp/c.safetensors" --config "$tmp/c.json"
+# a prism model out to fla's layout and back gives the same logits
+printf '{"mixer":"gdn","d_model":16,"n_heads":2,"vocab":30,"mlp_mult":2,"tie_embeddings":false,"gdn":{"expand_v":2}}' \
+    >"$tmp/gdn.json"
+expect 0 "" model --config "$tmp/gdn.json" --save "$tmp/gdn.safetensors"
+expect 0 "" convert --to-fla "$tmp/fla" --checkpoint "$tmp/gdn.safetensors" --config "$tmp/gdn.json"
+grep -q '"expand_v":[[:space:]]*2' "$tmp/fla/config.json" || { echo "FAIL  fla config.json lacks expand_v 2"; failed=$((failed + 1)); }
+expect 0 "" convert --from-fla "$tmp/fla" --checkpoint "$tmp/back.safetensors" --config "$tmp/back.json"
+a=$("$prism" model --config "$tmp/gdn.json" --checkpoint "$tmp/gdn.safetensors" --logits 3,1,4,1,5)
+b=$("$prism" model --config "$tmp/back.json" --checkpoint "$tmp/back.safetensors" --logits 3,1,4,1,5)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok    logits after fla and back"; else
+    echo "FAIL  logits differ after converting to fla and back"; failed=$((failed + 1)); fi
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

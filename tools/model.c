@@ -11,14 +11,15 @@
 static void model_usage(FILE *f)
 {
     fprintf(f, "usage: prism model --model NAME [--preset P] [--config FILE] [--set key=value]...\n"
-               "                   [--checkpoint FILE] [--logits T0,T1,...]\n"
+               "                   [--checkpoint FILE] [--save FILE] [--logits T0,T1,...]\n"
                "       prism model --keys-markdown     (the config keys as a Markdown table)\n\n"
                "Builds the model and prints each parameter's path, shape and size, then the\n"
                "total; the last line is one JSON object {\"model\", \"preset\", \"params\", \"config\"}.\n"
                "The config is the defaults, then the preset, then the file, then each --set in\n"
                "order; --model NAME is the same as --set mixer=NAME (--config alone may name it).\n"
                "--logits runs the LM (float64, CPU) on the tokens and prints one line of logits\n"
-               "per position instead, from --checkpoint's values (else the seeded init).\n\nmixers:\n");
+               "per position instead, from --checkpoint's values (else the seeded init).\n"
+               "--save writes those values as a checkpoint (safetensors, names = paths).\n\nmixers:\n");
     for (int i = 0; pr_mixers[i]; i++) fprintf(f, "  %-12s %s\n", pr_mixers[i]->name, pr_mixers[i]->summary);
     fprintf(f, "\npresets:");
     for (int i = 0; pr_config_presets[i]; i++) fprintf(f, " %s", pr_config_presets[i]);
@@ -44,7 +45,7 @@ static int print_logits(pr_model *m, const int64_t *tokens, int n)
         }
     pr_ctx *ctx = pr_ctx_new(1);
     pr_tensor *ids = pr_empty(ctx->step, PR_I64, PR_CPU, PR_DIMS(1, n));
-    memcpy(ids->data, tokens, sizeof *tokens * (size_t)n);
+    for (int i = 0; i < n; i++) ((int64_t *)ids->data)[i] = tokens[i];
     pr_tensor *logits = pr_lm_logits(ctx, m, ids, NULL);
     const double *v = logits->data;
     for (int t = 0; t < n; t++)
@@ -72,7 +73,7 @@ static void print_table(const pr_model *m, const char *preset)
 
 int pr_cmd_model(int argc, char **argv)
 {
-    const char *model = NULL, *preset = NULL, *file = NULL, *ckpt = NULL;
+    const char *model = NULL, *preset = NULL, *file = NULL, *ckpt = NULL, *save = NULL;
     const char *sets[64];
     int n_sets = 0, n_tokens = 0;
     int64_t tokens[4096];
@@ -83,7 +84,7 @@ int pr_cmd_model(int argc, char **argv)
         if (pr_args_help(&a)) return model_usage(stdout), 0;
         if (pr_args_flag(&a, "--keys-markdown", &keys_markdown) || pr_args_string(&a, "--model", &model) ||
             pr_args_string(&a, "--preset", &preset) || pr_args_string(&a, "--config", &file) ||
-            pr_args_string(&a, "--checkpoint", &ckpt) ||
+            pr_args_string(&a, "--checkpoint", &ckpt) || pr_args_string(&a, "--save", &save) ||
             pr_args_int_list(&a, "--logits", 0, INT32_MAX, 4096, tokens, &n_tokens))
             continue;
         if (!pr_args_string(&a, "--set", &set)) return pr_args_unknown(&a);
@@ -107,11 +108,11 @@ int pr_cmd_model(int argc, char **argv)
 
     pr_model *m = pr_model_new(&c, n_tokens ? PR_F64 : PR_F32, PR_CPU);
     int rc = 0;
-    if (ckpt && pr_params_load(m->params, ckpt, &err)) {
+    if (!ckpt) pr_model_init(m);
+    if ((ckpt && pr_params_load(m->params, ckpt, &err)) || (save && pr_params_save(m->params, save, &err))) {
         fprintf(stderr, "prism model: %s\n", err.msg);
         rc = 1;
     } else if (n_tokens) {
-        if (!ckpt) pr_model_init(m);
         rc = print_logits(m, tokens, n_tokens);
     } else {
         print_table(m, preset);
