@@ -8,13 +8,15 @@ fla source on PYTHONPATH (the `fla` package):
     PYTHONPATH=/path/to/flash-linear-attention python3 tools/device/compare_fla.py \
         --prism build/prism [--out /tmp/fla_compare] [--layers 2] [--width 128]
 
-For each of GatedDeltaNet and Transformer it builds a tiny fla model (seeded;
-weights redrawn with std --std, norm weights moved off 1), saves it with save_pretrained (config.json + model.safetensors), converts it
-with `prism convert --from-fla`, runs `prism model --logits` (float64 on the
-CPU) and fla's forward (float32 on the GPU) on one fixed token sequence, and
-prints the max abs difference of the logits. The last line is one JSON object
-{arch: {"max_abs_diff": ..., "max_abs_logit": ...}}. Exit status 1 if any
-difference is above --tol.
+For each of GatedDeltaNet and Transformer (--archs adds DeltaNet, linear
+attention, Mamba-2) it builds a tiny fla model (seeded; weight matrices
+redrawn with std --std, norm weights moved off 1), saves it with
+save_pretrained (config.json + model.safetensors), converts it with
+`prism convert --from-fla`, runs `prism model --logits` (float64 on the CPU)
+and fla's forward (float32 on the GPU) on one fixed token sequence, and
+prints the max abs difference of the logits. The last line is one JSON
+object {arch: {"max_abs_diff": ..., "max_abs_logit": ...}}. Exit status 1 if
+any difference is above --tol.
 """
 import argparse
 import json
@@ -39,24 +41,29 @@ def sdpa_flash_attn(q, k, v, causal=True, window_size=(-1, -1), **_):
     return o.transpose(1, 2).to(q.dtype)
 
 
-def build_models(width, layers, vocab):
+def build_models(width, layers, vocab, archs):
     import fla.layers.attn as fla_attn
-    from fla.models import (GatedDeltaNetConfig, GatedDeltaNetForCausalLM, TransformerConfig,
-                            TransformerForCausalLM)
+    import fla.models as fm
     if getattr(fla_attn, "flash_attn_func", None) is None:
         print("compare_fla: flash-attn is not installed; fla's attention runs on PyTorch's SDPA")
         fla_attn.flash_attn_func = sdpa_flash_attn
     common = dict(hidden_size=width, num_hidden_layers=layers, vocab_size=vocab, norm_eps=1e-6,
                   tie_word_embeddings=False, fuse_cross_entropy=False)
     heads = max(1, width // 64)
-    return {
-        "gated_deltanet": (GatedDeltaNetForCausalLM,
-                           GatedDeltaNetConfig(num_heads=heads, head_dim=64, expand_v=2, use_gate=True,
-                                               conv_size=4, **common)),
-        "transformer": (TransformerForCausalLM,
-                        TransformerConfig(num_heads=2 * heads, num_kv_heads=heads, rope_theta=10000.0,
-                                          **common)),
+    makers = {
+        "gated_deltanet": lambda: (fm.GatedDeltaNetForCausalLM, fm.GatedDeltaNetConfig(
+            num_heads=heads, head_dim=64, expand_v=2, use_gate=True, conv_size=4, **common)),
+        "transformer": lambda: (fm.TransformerForCausalLM, fm.TransformerConfig(
+            num_heads=2 * heads, num_kv_heads=heads, rope_theta=10000.0, **common)),
+        "delta_net": lambda: (fm.DeltaNetForCausalLM, fm.DeltaNetConfig(num_heads=heads, conv_size=4, **common)),
+        "linear_attn": lambda: (fm.LinearAttentionForCausalLM, fm.LinearAttentionConfig(num_heads=heads, **common)),
+        "mamba2": lambda: (fm.Mamba2ForCausalLM, fm.Mamba2Config(head_dim=32, state_size=32, expand=2, n_groups=1,
+                                                                  **common)),
     }
+    for arch in archs:
+        if arch not in makers:
+            sys.exit(f"compare_fla: unknown arch '{arch}' (allowed: {', '.join(makers)})")
+        yield arch, makers[arch]
 
 
 def perturb(model, std, seed):
@@ -96,13 +103,16 @@ def main():
     ap.add_argument("--tokens", type=int, default=48, help="length of the token sequence")
     ap.add_argument("--std", type=float, default=0.08, help="std of every weight matrix")
     ap.add_argument("--tol", type=float, default=1e-3, help="max abs difference allowed")
+    ap.add_argument("--archs", default="gated_deltanet,transformer",
+                    help="comma-separated: gated_deltanet, transformer, delta_net, linear_attn, mamba2")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("compare_fla: fla's kernels need a CUDA GPU")
     gen = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, a.vocab, (a.tokens,), generator=gen).tolist()
     results, bad = {}, False
-    for arch, (cls, config) in build_models(a.width, a.layers, a.vocab).items():
+    for arch, make in build_models(a.width, a.layers, a.vocab, a.archs.split(",")):
+        cls, config = make()
         torch.manual_seed(0)
         model = cls(config).float().cuda().eval()
         perturb(model, a.std, 1)
