@@ -379,6 +379,9 @@ static int check_exportable(const pr_config *c, int a, pr_err *err)
     const char *want = mamba2 ? "none" : "swiglu";
     bool ok = strcmp(c->mlp, want) == 0 || (strcmp(c->mlp, "auto") == 0);
     if (!ok) return pr_errf(err, "fla export: mlp '%s': fla's %s uses %s", c->mlp, archs[a].cls, want);
+    if (archs[a].arch == ATTN && (!c->attn_rope || c->attn_bias))
+        return pr_errf(err, "fla export: attn.rope=%s attn.bias=%s: fla's attention has RoPE and no biases",
+                       c->attn_rope ? "true" : "false", c->attn_bias ? "true" : "false");
     if (archs[a].arch == ATTN && pr_config_head_dim(c) * c->n_heads != c->d_model)
         return pr_errf(err, "fla export: head_dim %lld: fla's attention uses d_model / n_heads",
                        (long long)pr_config_head_dim(c));

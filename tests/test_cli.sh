@@ -170,6 +170,10 @@ expect 2 "prism convert: --checkpoint FILE and --config FILE are required" conve
 expect 2 "prism convert: unknown option '--bogus' (prism convert --help lists the options)" convert --bogus
 expect 1 "prism convert: $tmp/nofla/config.json: cannot open" convert --from-fla "$tmp/nofla" --checkpoint \
     "$tmp/c.safetensors" --config "$tmp/c.json"
+printf '{"mixer":"attn","d_model":16,"n_heads":2,"vocab":30,"attn":{"bias":true}}' >"$tmp/attnb.json"
+expect 0 "" model --config "$tmp/attnb.json" --save "$tmp/attnb.safetensors"
+expect 1 "prism convert: fla export: attn.rope=true attn.bias=true: fla's attention has RoPE and no biases" \
+    convert --to-fla "$tmp/fla_attn" --checkpoint "$tmp/attnb.safetensors" --config "$tmp/attnb.json"
 # a prism model out to fla's layout and back gives the same logits
 printf '{"mixer":"gdn","d_model":16,"n_heads":2,"vocab":30,"mlp_mult":2,"tie_embeddings":false,"gdn":{"expand_v":2}}' \
     >"$tmp/gdn.json"
