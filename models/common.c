@@ -6,7 +6,8 @@
 #include "models/models.h"
 
 const pr_mixer_def *const pr_mixers[] = {&pr_mixer_prism, &pr_mixer_gdn, &pr_mixer_mamba2, &pr_mixer_deltanet,
-                                         &pr_mixer_linattn, &pr_mixer_ttt_linear, NULL};
+                                         &pr_mixer_linattn, &pr_mixer_ttt_linear, &pr_mixer_ttt_mlp, &pr_mixer_titans,
+                                         &pr_mixer_attn, &pr_mixer_mamba, NULL};
 
 const pr_mixer_def *pr_mixer_by_name(const char *name)
 {
@@ -66,6 +67,12 @@ pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_
 int64_t pr_config_head_dim(const pr_config *c)
 {
     return c->head_dim ? c->head_dim : c->d_model / c->n_heads;
+}
+
+int64_t pr_config_value_dim(const pr_config *c)
+{
+    bool gdn_like = strcmp(c->mixer, "gdn") == 0 || strcmp(c->mixer, "prism") == 0;
+    return pr_config_head_dim(c) * (gdn_like ? c->gdn_expand_v : 1);
 }
 
 pr_init pr_init_std(const pr_config *c)

@@ -25,7 +25,7 @@ typedef struct {
 
 #define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
 static const key_info keys[] = {
-    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear",
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|ttt_mlp|titans|attn|mamba",
      "the sequence mixer of every block"},
     {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
@@ -38,9 +38,12 @@ static const key_info keys[] = {
     {"chunk", KEY_INT, F(chunk), "64", "0..4096", "recurrence chunk size; 0: per-token form"},
     {"norm", KEY_CHOICE, F(norm), "rmsnorm", "rmsnorm|layernorm", "the blocks' and the final norm"},
     {"norm_eps", KEY_FLOAT, F(norm_eps), "1e-5", "0..1", "eps of every norm"},
-    {"mlp", KEY_CHOICE, F(mlp), "auto", "swiglu|gelu|none|auto",
-     "the block's MLP; auto: swiglu, or none for mixers that carry none (mamba2)"},
+    {"mlp", KEY_CHOICE, F(mlp), "auto", "swiglu|gelu|relu|none|auto",
+     "the block's MLP; auto: swiglu, or none for mixers that carry none (mamba2, mamba)"},
     {"mlp_mult", KEY_FLOAT, F(mlp_mult), "4", "0.01..64", "MLP hidden width = round(mlp_mult * d_model)"},
+    {"block", KEY_CHOICE, F(block), "prenorm", "prenorm|sasrec",
+     "prenorm: h + mixer(norm(h)), h + mlp(norm(h)); sasrec: SASRec's blocks (rec, attn, layernorm; see models/README.md)"},
+    {"dropout", KEY_FLOAT, F(dropout), "0", "0..0.99", "dropout rate while training (sasrec blocks)"},
     {"tie_embeddings", KEY_BOOL, F(tie_embeddings), "true", "true|false", "the LM head is the embedding's transpose"},
     {"ignore_index", KEY_INT, F(ignore_index), "-100", "-2147483647..2147483647", "target id left out of the loss"},
     {"seed", KEY_INT, F(seed), "1", "0..2147483647", "init seed (with each parameter's path)"},
@@ -50,6 +53,8 @@ static const key_info keys[] = {
     {"prism.shortconv", KEY_BOOL, F(prism_shortconv), "true", "true|false", "ShortConv on the anchor u"},
     {"prism.gain", KEY_BOOL, F(prism_gain), "true", "true|false", "gain predictor p (off: p = 1)"},
     {"gdn.gate", KEY_BOOL, F(gdn_gate), "true", "true|false", "gated output norm in gdn and prism"},
+    {"gdn.expand_v", KEY_INT, F(gdn_expand_v), "1", "1..8",
+     "value head dim V = expand_v * K in gdn and prism (fla GatedDeltaNet's expand_v)"},
     {"deltanet.gate", KEY_BOOL, F(deltanet_gate), "false", "true|false", "gated output norm in deltanet"},
     {"mamba2.expand", KEY_INT, F(mamba2_expand), "2", "1..16", "inner width Di = expand * d_model"},
     {"mamba2.head_dim", KEY_INT, F(mamba2_head_dim), "64", "1..4096", "head dim P (heads = Di / P)"},
@@ -59,6 +64,15 @@ static const key_info keys[] = {
      "elementwise_product|elu|relu|identity", "feature map on q and k"},
     {"ttt.mini_batch", KEY_INT, F(ttt_mini_batch), "16", "1..4096", "TTT inner mini-batch b"},
     {"ttt.base_lr", KEY_FLOAT, F(ttt_base_lr), "1", "0..1000", "TTT inner base learning rate"},
+    {"titans.chunk", KEY_INT, F(titans_chunk), "16", "1..4096", "Titans: tokens whose gradients share the chunk-start memory"},
+    {"attn.kv_heads", KEY_INT, F(attn_kv_heads), "0", "0..1024",
+     "attn: key/value heads (GQA; must divide n_heads); 0: n_heads"},
+    {"attn.rope_theta", KEY_FLOAT, F(attn_rope_theta), "10000", "1..1e9", "attn: RoPE base"},
+    {"attn.rope", KEY_BOOL, F(attn_rope), "true", "true|false", "attn: RoPE on q and k (off: no positions in the layer)"},
+    {"attn.bias", KEY_BOOL, F(attn_bias), "false", "true|false", "attn: biases on the q, k, v and output projections"},
+    {"mamba.expand", KEY_INT, F(mamba_expand), "2", "1..16", "mamba: inner width Di = expand * d_model"},
+    {"mamba.d_state", KEY_INT, F(mamba_d_state), "16", "1..4096", "mamba: state size N per channel"},
+    {"mamba.dt_rank", KEY_INT, F(mamba_dt_rank), "0", "0..65536", "mamba: rank R of the Delta projection; 0: ceil(d_model / 16)"},
     {"rec.n_items", KEY_INT, F(rec_n_items), "1000", "1..16777216", "recommendation: items (id 0 pads)"},
 };
 #undef F
@@ -72,10 +86,14 @@ static const struct { const char *name, *json; } presets[] = {
               "\"seq_len\":128,\"vocab\":64,\"prism\":{\"L\":2},\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
     {"rec-small", "{\"task\":\"rec\",\"d_model\":64,\"n_layers\":2,\"n_heads\":2,\"seq_len\":50,"
                   "\"rec\":{\"n_items\":1000},\"mamba2\":{\"head_dim\":32,\"d_state\":32}}"},
+    /* BASELINES.md 6.2 (ML-1M): d 50, 2 blocks, 1 head, maxlen 200, dropout 0.2, W1, W2 [d,d], LN eps 1e-8 */
+    {"sasrec", "{\"task\":\"rec\",\"mixer\":\"attn\",\"block\":\"sasrec\",\"d_model\":50,\"n_layers\":2,"
+               "\"n_heads\":1,\"seq_len\":200,\"norm\":\"layernorm\",\"norm_eps\":1e-8,\"mlp\":\"relu\","
+               "\"mlp_mult\":1,\"dropout\":0.2,\"attn\":{\"rope\":false,\"bias\":true}}"},
     {"lm-130m", "{\"d_model\":768,\"n_layers\":8,\"n_heads\":8,\"vocab\":32000,\"seq_len\":1024,"
                 "\"mlp_mult\":2.6666666666666665}"},
 };
-const char *const pr_config_presets[] = {"probe", "rec-small", "lm-130m", NULL};
+const char *const pr_config_presets[] = {"probe", "rec-small", "sasrec", "lm-130m", NULL};
 
 static const key_info *find_key(const char *key)
 {
@@ -194,7 +212,11 @@ static int apply_item(pr_config *c, const cJSON *it, const char *prefix, const c
         return pr_errf(err, "%s: '%s' must be true or false", what, key);
     if ((k->type == KEY_INT || k->type == KEY_FLOAT) && !cJSON_IsNumber(it))
         return pr_errf(err, "%s: '%s' must be a number (allowed: %s)", what, key, k->allowed);
-    if (set_text(c, k, text, err)) return pr_errf(err, "%s: %s", what, err->msg);
+    if (set_text(c, k, text, err)) {
+        char inner[sizeof err->msg];   /* err->msg is also the output: copy it first */
+        snprintf(inner, sizeof inner, "%s", err->msg);
+        return pr_errf(err, "%s: %s", what, inner);
+    }
     return 0;
 }
 
@@ -209,10 +231,13 @@ int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_er
     return rc;
 }
 
-int pr_config_load(pr_config *c, const char *path, pr_err *err)
+char *pr_read_text(const char *path, pr_err *err)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) {
+        pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -221,6 +246,13 @@ int pr_config_load(pr_config *c, const char *path, pr_err *err)
     size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
     fclose(f);
     buf[got] = '\0';
+    return buf;
+}
+
+int pr_config_load(pr_config *c, const char *path, pr_err *err)
+{
+    char *buf = pr_read_text(path, err);
+    if (!buf) return -1;
     int rc = pr_config_apply_json(c, buf, path, err);
     free(buf);
     return rc;
@@ -230,7 +262,7 @@ int pr_config_preset(pr_config *c, const char *name, pr_err *err)
 {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, name) == 0) return pr_config_apply_json(c, presets[i].json, name, err);
-    return pr_errf(err, "config: unknown preset '%s' (allowed: probe|rec-small|lm-130m)", name);
+    return pr_errf(err, "config: unknown preset '%s' (allowed: probe|rec-small|sasrec|lm-130m)", name);
 }
 
 int pr_config_check(const pr_config *c, pr_err *err)
@@ -246,6 +278,15 @@ int pr_config_check(const pr_config *c, pr_err *err)
     if (strcmp(c->mixer, "mamba2") == 0 && (di / c->mamba2_head_dim) % c->mamba2_n_groups)
         return pr_errf(err, "config: mamba2.n_groups %d does not divide the %lld heads", c->mamba2_n_groups,
                        (long long)(di / c->mamba2_head_dim));
+    if (strcmp(c->mixer, "attn") == 0 && c->attn_kv_heads && c->n_heads % c->attn_kv_heads)
+        return pr_errf(err, "config: attn.kv_heads %d does not divide n_heads %d", c->attn_kv_heads, c->n_heads);
+    if (strcmp(c->mixer, "attn") == 0 && pr_config_head_dim(c) % 2)
+        return pr_errf(err, "config: attn needs an even head dim for RoPE, got %lld",
+                       (long long)pr_config_head_dim(c));
+    if (strcmp(c->block, "sasrec") == 0 &&
+        (strcmp(c->task, "rec") || strcmp(c->mixer, "attn") || strcmp(c->norm, "layernorm")))
+        return pr_errf(err, "config: block sasrec needs task rec, mixer attn and norm layernorm (got %s, %s, %s)",
+                       c->task, c->mixer, c->norm);
     if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;

@@ -5,7 +5,7 @@
  *   q = l2n(silu(conv(x Wq)))  k = l2n(silu(conv(x Wk)))  v = silu(conv(x Wv))
  *   g = -exp(A_log) * softplus(x Wa + dt_bias)   beta = sigmoid(x Wb)
  *   o = gdn recurrence (scale K^-1/2);  y = concat_heads(rms(o) * silu(x Wg)) Wo
- * K = V = head_dim; state slots: 0..2 the q, k, v conv windows, 3 the [B,H,K,V] state. */
+ * K = head_dim, V = gdn.expand_v * K (gdn, prism; else K); state slots: 0..2 the q, k, v conv windows, 3 the [B,H,K,V] state. */
 #include "models/models.h"
 
 enum { SLOT_H = 3 };
@@ -13,22 +13,23 @@ enum { SLOT_H = 3 };
 void pr_gdn_base_build(pr_params *r, const pr_config *c, pr_gdn_base *l, bool decay, bool gate)
 {
     int64_t D = c->d_model, H = c->n_heads, K = pr_config_head_dim(c), HK = H * K, W = c->conv_width;
+    int64_t V = pr_config_value_dim(c), HV = H * V;
     pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0};
     l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
     l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
-    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HK));
+    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HV));
     if (decay) l->a_proj = pr_param_new(r, "a_proj", w, true, PR_DIMS(D, H));
     l->b_proj = pr_param_new(r, "b_proj", w, true, PR_DIMS(D, H));
     l->q_conv = pr_param_new(r, "q_conv", w, true, PR_DIMS(HK, W));
     l->k_conv = pr_param_new(r, "k_conv", w, true, PR_DIMS(HK, W));
-    l->v_conv = pr_param_new(r, "v_conv", w, true, PR_DIMS(HK, W));
+    l->v_conv = pr_param_new(r, "v_conv", w, true, PR_DIMS(HV, W));
     if (decay) {
         l->A_log = pr_param_new(r, "A_log", (pr_init){PR_INIT_LOG_UNIFORM, 0, 16}, false, PR_DIMS(H));
         l->dt_bias = pr_param_new(r, "dt_bias", (pr_init){PR_INIT_DT_BIAS, 1e-3, 0.1}, false, PR_DIMS(H));
     }
-    if (gate) l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HK));
-    l->o_norm = pr_param_new(r, "o_norm", one, false, PR_DIMS(K));
-    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+    if (gate) l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HV));
+    l->o_norm = pr_param_new(r, "o_norm", one, false, PR_DIMS(V));
+    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HV, D));
 }
 
 static pr_tensor *conv_branch(pr_ctx *ctx, pr_tensor *x, pr_tensor *proj, pr_tensor *conv, int64_t H,

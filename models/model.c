@@ -1,7 +1,8 @@
 /* models/model.c: pre-norm residual blocks and the two model heads.
  *
  *   block:  h = h + mixer(norm1(h));  h = h + mlp(norm2(h))   (no MLP: the first line only)
- *   SwiGLU: (silu(x Wgate) * (x Wup)) Wdown;   GELU: gelu(x Wup + bup) Wdown + bdown
+ *   SwiGLU: (silu(x Wgate) * (x Wup)) Wdown;   GELU (ReLU): gelu(x Wup + bup) Wdown + bdown
+ *   block = sasrec: SASRec's own blocks and learned positions (sasrec_hidden below)
  *   LM:     logits = norm_f(blocks(embed[ids])) (embed^T | lm_head); loss = CE, ignore_index
  *   rec:    scores = norm_f(blocks(item_embed[items]))[:, last] item_embed^T  (all items; id 0 pads)
  *           sampled: bce(s_pos, 1) + bce(s_neg, 0), each a mean, s = last . item_embed[id]
@@ -15,10 +16,13 @@
 static bool has_mlp(const pr_model *m)
 {
     const char *k = m->cfg.mlp;
-    return strcmp(k, "swiglu") == 0 || strcmp(k, "gelu") == 0 || (strcmp(k, "auto") == 0 && m->mixer->mlp);
+    return strcmp(k, "swiglu") == 0 || strcmp(k, "gelu") == 0 || strcmp(k, "relu") == 0 ||
+           (strcmp(k, "auto") == 0 && m->mixer->mlp);
 }
 
-static bool is_gelu_mlp(const pr_model *m) { return strcmp(m->cfg.mlp, "gelu") == 0; }
+/* GELU and ReLU MLPs carry biases; SwiGLU carries a gate instead */
+static bool is_gelu_mlp(const pr_model *m) { return strcmp(m->cfg.mlp, "gelu") == 0 || strcmp(m->cfg.mlp, "relu") == 0; }
+static bool is_sasrec(const pr_model *m) { return strcmp(m->cfg.block, "sasrec") == 0; }
 
 static void build_norm(pr_params *r, const pr_config *c, const char *name, pr_norm_params *n)
 {
@@ -57,6 +61,7 @@ pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev)
     bool rec = strcmp(c->task, "rec") == 0;
     int64_t rows = rec ? (int64_t)c->rec_n_items + 1 : c->vocab;
     m->embed = pr_param_new(r, "embed", pr_init_std(c), true, PR_DIMS(rows, c->d_model));
+    if (is_sasrec(m)) m->pos_embed = pr_param_new(r, "pos_embed", pr_init_std(c), true, PR_DIMS(c->seq_len, c->d_model));
     m->blocks = pr_arena_alloc(r->arena, sizeof *m->blocks * (size_t)c->n_layers);
     for (int i = 0; i < c->n_layers; i++) {
         pr_block *b = &m->blocks[i];
@@ -92,13 +97,15 @@ pr_tensor *pr_model_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n
     return pr_rmsnorm(ctx, x, n->w, m->cfg.norm_eps);
 }
 
-static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_block *b, pr_tensor *x)
+static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_model *m, const pr_block *b, pr_tensor *x)
 {
     if (b->w_gate) {
         pr_tensor *gate = pr_silu(ctx, pr_linear(ctx, x, b->w_gate, NULL));
         return pr_linear(ctx, pr_mul(ctx, gate, pr_linear(ctx, x, b->w_up, NULL)), b->w_down, NULL);
     }
-    return pr_linear(ctx, pr_gelu(ctx, pr_linear(ctx, x, b->w_up, b->b_up)), b->w_down, b->b_down);
+    pr_tensor *u = pr_linear(ctx, x, b->w_up, b->b_up);
+    u = strcmp(m->cfg.mlp, "relu") == 0 ? pr_relu(ctx, u) : pr_gelu(ctx, u);
+    return pr_linear(ctx, pr_dropout(ctx, u, m->cfg.dropout), b->w_down, b->b_down);
 }
 
 pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_layer_state *st)
@@ -106,8 +113,41 @@ pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h,
     const pr_block *b = &m->blocks[i];
     pr_tensor *x = pr_model_norm(ctx, m, &b->norm1, h);
     h = pr_add(ctx, h, m->mixer->forward(ctx, b->mixer, &m->cfg, x, st));
-    if (b->w_up) h = pr_add(ctx, h, mlp_forward(ctx, b, pr_model_norm(ctx, m, &b->norm2, h)));
+    if (b->w_up) h = pr_add(ctx, h, mlp_forward(ctx, m, b, pr_model_norm(ctx, m, &b->norm2, h)));
     return h;
+}
+
+/* [B,T,1]: 0 where ids is the padding item 0, else 1 (a lookup in a constant table) */
+static pr_tensor *pad_mask(pr_ctx *ctx, const pr_model *m, pr_tensor *ids)
+{
+    int64_t rows = m->embed->shape[0];
+    pr_tensor *table = pr_ones(ctx->step, PR_F64, PR_CPU, PR_DIMS(rows, 1));
+    ((double *)table->data)[0] = 0;
+    return pr_embedding(ctx, pr_to(ctx->step, table, m->embed->dtype, m->embed->device), ids);
+}
+
+/* SASRec (BASELINES.md 6.2): E = item_embed * sqrt(D) + pos, pads zeroed; per block
+ * Q = ln1(E), E = Q + attn(query Q, keys/values E); E = ln2(E), E = E + ffn(E), pads
+ * zeroed; out = ln_f(E). Dropout on the embedding and around the FFN's hidden layer. */
+static pr_tensor *sasrec_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids)
+{
+    const pr_config *c = &m->cfg;
+    int64_t T = ids->shape[1];
+    PR_CHECK(T <= c->seq_len, "sasrec: sequence of %lld items is longer than seq_len %d (the learned positions)",
+             (long long)T, c->seq_len);
+    pr_tensor *mask = pad_mask(ctx, m, ids);
+    pr_tensor *e = pr_scale(ctx, pr_embedding(ctx, m->embed, ids), sqrt((double)c->d_model));
+    e = pr_add(ctx, e, pr_slice(ctx, m->pos_embed, 0, 0, T));
+    e = pr_mul(ctx, pr_dropout(ctx, e, c->dropout), mask);
+    for (int i = 0; i < c->n_layers; i++) {
+        const pr_block *b = &m->blocks[i];
+        pr_tensor *q = pr_model_norm(ctx, m, &b->norm1, e);
+        e = pr_add(ctx, q, pr_attn_query_kv(ctx, b->mixer, c, q, e));
+        e = pr_model_norm(ctx, m, &b->norm2, e);
+        e = pr_add(ctx, e, pr_dropout(ctx, mlp_forward(ctx, m, b, e), c->dropout));
+        e = pr_mul(ctx, e, mask);
+    }
+    return pr_model_norm(ctx, m, &m->norm_f, e);
 }
 
 pr_tensor *pr_model_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_model_state *st)
@@ -115,6 +155,10 @@ pr_tensor *pr_model_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_mo
     PR_CHECK(ids->ndim == 2, "model: ids must be [B, T], got %d dims", ids->ndim);
     PR_CHECK(!st || st->n == m->cfg.n_layers, "model: state has %d layers, the model %d", st ? st->n : 0,
              m->cfg.n_layers);
+    if (is_sasrec(m)) {
+        PR_CHECK(!st, "sasrec: the model runs whole sequences only (no carried state)");
+        return sasrec_hidden(ctx, m, ids);
+    }
     pr_tensor *h = pr_embedding(ctx, m->embed, ids);
     for (int i = 0; i < m->cfg.n_layers; i++) h = pr_block_forward(ctx, m, i, h, st ? &st->layer[i] : NULL);
     return pr_model_norm(ctx, m, &m->norm_f, h);

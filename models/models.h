@@ -36,10 +36,18 @@ typedef struct pr_config {
     int prism_L;
     bool prism_gelu, prism_shortconv, prism_gain;
     bool gdn_gate, deltanet_gate;
+    int gdn_expand_v;
     int mamba2_expand, mamba2_head_dim, mamba2_d_state, mamba2_n_groups;
     char linattn_feature_map[24];
     int ttt_mini_batch;
     double ttt_base_lr;
+    int titans_chunk;
+    int attn_kv_heads;
+    double attn_rope_theta;
+    bool attn_rope, attn_bias;
+    char block[16];
+    double dropout;
+    int mamba_expand, mamba_d_state, mamba_dt_rank;
     int rec_n_items;
 } pr_config;
 
@@ -51,6 +59,8 @@ int pr_config_preset(pr_config *c, const char *name, pr_err *err);
  * malformed JSON, an unknown key or a bad value */
 int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_err *err);
 int pr_config_load(pr_config *c, const char *path, pr_err *err);
+/* a whole text file (caller frees); NULL with err naming the file */
+char *pr_read_text(const char *path, pr_err *err);
 /* apply one `key=value`; -1 with err naming the key and the allowed values */
 int pr_config_set(pr_config *c, const char *key_value, pr_err *err);
 /* cross-field checks (divisibility, ranges); -1 with err naming the key */
@@ -71,6 +81,7 @@ typedef enum {
     PR_INIT_CONST,        /* a */
     PR_INIT_LOG_UNIFORM,  /* ln U(a, b)          (A_log) */
     PR_INIT_DT_BIAS,      /* softplus^-1 of dt = exp(U(ln a, ln b)), dt >= 1e-4 */
+    PR_INIT_S4D_REAL,     /* ln(1 + (i mod a)): Mamba-1's A_log [Di, N] with a = N */
 } pr_init_kind;
 typedef struct { pr_init_kind kind; double a, b; } pr_init;
 
@@ -124,7 +135,7 @@ int pr_params_load(pr_params *r, const char *file, pr_err *err);
  * leaves the state after its last token there, so a sequence can run whole,
  * or as a prefix and then one token at a time. Slots hold the ShortConv
  * windows (the last W-1 inputs) and the recurrent state. */
-#define PR_STATE_SLOTS 6
+#define PR_STATE_SLOTS 8
 typedef struct { pr_tensor *slot[PR_STATE_SLOTS]; } pr_layer_state;
 
 typedef struct {
@@ -137,7 +148,7 @@ typedef struct {
 } pr_mixer_def;
 
 extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
-    pr_mixer_linattn, pr_mixer_ttt_linear;
+    pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba, pr_mixer_ttt_mlp, pr_mixer_titans;
 const pr_mixer_def *pr_mixer_by_name(const char *name);  /* NULL if unknown */
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 
@@ -157,12 +168,19 @@ pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n);
 pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale);
 /* the head sizes of the attention-like mixers: K = head_dim or d_model / n_heads */
 int64_t pr_config_head_dim(const pr_config *c);
+/* the value size per head V: gdn.expand_v * K for gdn and prism, else K */
+int64_t pr_config_value_dim(const pr_config *c);
+/* the attn mixer's layer with queries from xq, keys and values from xkv, causal,
+ * no carried state (SASRec's blocks) */
+pr_tensor *pr_attn_query_kv(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *xq, pr_tensor *xkv);
+/* RoPE-half on x [B,T,H,K]: pairs (i, i + K/2) rotated by (start + t) * theta^(-2i/K) */
+pr_tensor *pr_rope_half(pr_ctx *ctx, pr_tensor *x, int64_t start, double theta);
 /* an init of N(0, init_std) */
 pr_init pr_init_std(const pr_config *c);
 
 /* ---- Gated DeltaNet base path, shared by gdn.c and prism.c ---------------------- */
 typedef struct {
-    pr_tensor *q_proj, *k_proj, *v_proj, *a_proj, *b_proj;  /* [D,HK] [D,HK] [D,HV] [D,H] [D,H] */
+    pr_tensor *q_proj, *k_proj, *v_proj, *a_proj, *b_proj;  /* [D,HK] [D,HK] [D,HV] [D,H] [D,H]; V = value_dim */
     pr_tensor *q_conv, *k_conv, *v_conv;                     /* [HK,W] [HK,W] [HV,W] */
     pr_tensor *A_log, *dt_bias;                              /* [H] */
     pr_tensor *g_proj, *o_norm, *o_proj;                     /* [D,HV] or NULL, [V], [HV,D] */
@@ -191,6 +209,7 @@ typedef struct pr_model {
     pr_tensor *embed;       /* [vocab, D] (rec: [n_items+1, D], row 0 padding) */
     pr_norm_params norm_f;
     pr_tensor *lm_head;     /* [D, vocab], NULL when tied */
+    pr_tensor *pos_embed;   /* [seq_len, D], block = sasrec only */
 } pr_model;
 
 typedef struct { int n; pr_layer_state *layer; } pr_model_state;
@@ -219,6 +238,19 @@ pr_model_state *pr_model_state_new(const pr_model *m);
 /* copy every carried state tensor into arena a, so the step arena can be reset */
 void pr_model_state_keep(pr_model_state *s, pr_arena *a);
 void pr_model_state_free(pr_model_state *s);
+
+/* ---- flash-linear-attention checkpoints (models/fla.c) ------------------------------
+ * fla's Hugging Face layout (DIR/config.json + DIR/model.safetensors) for the
+ * mixers gdn, deltanet, linattn, mamba2, attn. Tensors keep their dtype and
+ * bytes (only layouts move), so import then export is the identity. */
+/* DIR -> a prism checkpoint (names = paths) and config JSON; -1 with err naming
+ * the file, key or tensor that does not fit */
+int pr_fla_import(const char *dir, const char *out_ckpt, const char *out_config, pr_err *err);
+/* a prism config JSON + checkpoint -> DIR (created if missing) */
+int pr_fla_export(const char *config_file, const char *ckpt, const char *dir, pr_err *err);
+/* the fla name of parameter `path` of `mixer` into out; returns the layout
+ * (0 same, 1 linear transpose, 2 conv [C,W] <-> [C,1,W]) or -1 if it has none */
+int pr_fla_name(const char *mixer, const char *path, char *out, size_t n);
 
 #ifdef __cplusplus
 }

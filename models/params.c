@@ -100,6 +100,7 @@ static double draw(const pr_init *in, uint64_t seed, uint32_t stream, int64_t i)
         if (dt < 1e-4) dt = 1e-4;
         return dt + log(-expm1(-dt));   /* softplus(result) == dt */
     }
+    case PR_INIT_S4D_REAL: return log(1.0 + (double)(i % (int64_t)in->a));
     }
     pr_fatal("params: unknown init kind %d", (int)in->kind);
 }

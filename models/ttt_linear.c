@@ -1,31 +1,36 @@
-/* models/ttt_linear.c: the TTT-Linear layer (BASELINES.md 4.3, the official
- * block without share_qk and pre_conv) driving the fla-form op pr_ttt_linear.
+/* models/ttt_linear.c: the TTT-Linear and TTT-MLP layers (BASELINES.md 4.3, the
+ * official block without share_qk and pre_conv) driving the fla-form ops
+ * pr_ttt_linear and pr_ttt_mlp; the two differ only in the inner model.
  *
  *   XQ = x Wq, XK = x Wk, XV = x Wv; XQ, XK <- RoPE-pair per head at position (t mod b)
  *   eta_t = base_lr * tok(t mod b) * sigmoid(x_t W_lr + b_lr) / K,  tok(i) = max(0, 1/(i+1) + tau_i)
  *   Z = concat_heads(ttt_linear(XQ, XK, XV, eta; W0, c0, ln_w, ln_b))  (op: z + LN(z), q scaled K^-1/2)
  *   y = (gelu_tanh(x Wg) * ln(Z; eps 1e-6)) Wo
- * W0 [H,K,K] and c0 [H,1,K] (the inner model's start) are learned.
+ * W0 [H,K,K] and c0 [H,1,K] (the inner model's start) are learned; TTT-MLP
+ * (ttt_mlp op, inner gelu_tanh(x W1 + b1) W2 + b2) learns W1 [H,K,4K], b1 [H,1,4K],
+ * W2 [H,4K,K], b2 [H,1,K] instead.
  *
  * Decoding: the op moves its inner weights at mini-batch ends only, so the
- * state holds the weights at the start of the open mini-batch (slots 0, 1)
- * and that mini-batch's projected tokens (slots 2..5: q, k, v, eta); each call
+ * state holds the weights at the start of the open mini-batch (slots 0..3)
+ * and that mini-batch's projected tokens (slots 4..7: q, k, v, eta); each call
  * re-runs the open mini-batch with the new tokens, which gives exactly the
  * whole-sequence outputs. */
 #include <math.h>
 
 #include "models/models.h"
 
-enum { SLOT_W, SLOT_C, SLOT_Q, SLOT_K, SLOT_V, SLOT_ETA };
+enum { SLOT_INNER = 0, SLOT_Q = 4, SLOT_K, SLOT_V, SLOT_ETA };
 
 typedef struct {
     pr_tensor *q_proj, *k_proj, *v_proj, *g_proj, *o_proj;   /* [D,HK] x4, [HK,D] */
     pr_tensor *lr_proj, *lr_bias, *tau;                       /* [D,H], [H], [b,1] */
-    pr_tensor *ttt_w, *ttt_b, *W0, *c0;                       /* [H,K] [H,K] [H,K,K] [H,1,K] */
+    pr_tensor *ttt_w, *ttt_b;                                 /* [H,K] [H,K] */
+    pr_tensor *inner[4];      /* linear: W0, c0; mlp: W1, b1, W2, b2 (the inner model's start) */
+    int n_inner;
     pr_tensor *post_w, *post_b;                               /* [HK] */
 } ttt_layer;
 
-static void *ttt_build(pr_params *r, const pr_config *c)
+static void *ttt_build_common(pr_params *r, const pr_config *c)
 {
     ttt_layer *l = pr_arena_alloc(r->arena, sizeof *l);
     int64_t D = c->d_model, H = c->n_heads, K = pr_config_head_dim(c), HK = H * K;
@@ -40,10 +45,31 @@ static void *ttt_build(pr_params *r, const pr_config *c)
     l->tau = pr_param_new(r, "tau", zero, false, PR_DIMS(c->ttt_mini_batch, 1));
     l->ttt_w = pr_param_new(r, "ttt_norm_w", one, false, PR_DIMS(H, K));
     l->ttt_b = pr_param_new(r, "ttt_norm_b", zero, false, PR_DIMS(H, K));
-    l->W0 = pr_param_new(r, "W0", w, true, PR_DIMS(H, K, K));
-    l->c0 = pr_param_new(r, "c0", zero, false, PR_DIMS(H, 1, K));
     l->post_w = pr_param_new(r, "post_norm_w", one, false, PR_DIMS(HK));
     l->post_b = pr_param_new(r, "post_norm_b", zero, false, PR_DIMS(HK));
+    return l;
+}
+
+static void *ttt_build(pr_params *r, const pr_config *c)
+{
+    ttt_layer *l = ttt_build_common(r, c);
+    int64_t H = c->n_heads, K = pr_config_head_dim(c);
+    l->inner[0] = pr_param_new(r, "W0", pr_init_std(c), true, PR_DIMS(H, K, K));
+    l->inner[1] = pr_param_new(r, "c0", (pr_init){PR_INIT_CONST, 0, 0}, false, PR_DIMS(H, 1, K));
+    l->n_inner = 2;
+    return l;
+}
+
+static void *ttt_mlp_build(pr_params *r, const pr_config *c)
+{
+    ttt_layer *l = ttt_build_common(r, c);
+    int64_t H = c->n_heads, K = pr_config_head_dim(c), N = 4 * K;
+    pr_init w = pr_init_std(c), zero = {PR_INIT_CONST, 0, 0};
+    l->inner[0] = pr_param_new(r, "W1", w, true, PR_DIMS(H, K, N));
+    l->inner[1] = pr_param_new(r, "b1", zero, false, PR_DIMS(H, 1, N));
+    l->inner[2] = pr_param_new(r, "W2", w, true, PR_DIMS(H, N, K));
+    l->inner[3] = pr_param_new(r, "b2", zero, false, PR_DIMS(H, 1, K));
+    l->n_inner = 4;
     return l;
 }
 
@@ -90,12 +116,14 @@ static pr_tensor *inner_lr(pr_ctx *ctx, const ttt_layer *l, const pr_config *c, 
     return pr_reshape(ctx, pr_scale(ctx, pr_mul(ctx, gate, tok), k), PR_DIMS(B, T, H, 1));
 }
 
-/* the learned start W0, c0 broadcast over the batch */
-static void start_weights(pr_ctx *ctx, const ttt_layer *l, int64_t B, pr_tensor **W, pr_tensor **cb)
+/* the learned start of the inner model, broadcast over the batch */
+static void start_weights(pr_ctx *ctx, const ttt_layer *l, int64_t B, pr_tensor **w)
 {
-    int64_t H = l->W0->shape[0], K = l->W0->shape[1];
-    *W = pr_repeat_dim(ctx, pr_reshape(ctx, l->W0, PR_DIMS(1, H, K, K)), 0, B);
-    *cb = pr_repeat_dim(ctx, pr_reshape(ctx, l->c0, PR_DIMS(1, H, 1, K)), 0, B);
+    for (int i = 0; i < l->n_inner; i++) {
+        const pr_tensor *p = l->inner[i];
+        pr_tensor *one = pr_reshape(ctx, l->inner[i], PR_DIMS(1, p->shape[0], p->shape[1], p->shape[2]));
+        w[i] = pr_repeat_dim(ctx, one, 0, B);
+    }
 }
 
 static pr_tensor *cat_time(pr_ctx *ctx, pr_tensor *prev, pr_tensor *x)
@@ -103,25 +131,34 @@ static pr_tensor *cat_time(pr_ctx *ctx, pr_tensor *prev, pr_tensor *x)
     return prev ? pr_concat(ctx, 2, (pr_tensor *[]){prev, x}, 1) : x;
 }
 
-/* the op over q, k, v, eta from (W, cb); with st, only whole mini-batches move the state */
-static pr_tensor *run_inner(pr_ctx *ctx, const ttt_layer *l, const pr_config *c, pr_tensor *const qkve[4],
-                            pr_tensor *W, pr_tensor *cb, pr_layer_state *st)
+/* the layer's op from inner weights w; their final values into out when not NULL */
+static pr_tensor *inner_op(pr_ctx *ctx, const ttt_layer *l, const pr_config *c, pr_tensor *const qkve[4],
+                           pr_tensor *const *w, pr_tensor **out)
 {
     pr_ttt_opts opt = {.mini_batch = c->ttt_mini_batch, .eps = 1e-6};
+    if (l->n_inner == 2)
+        return pr_ttt_linear(ctx, &opt, qkve[0], qkve[1], qkve[2], l->ttt_w, l->ttt_b, qkve[3], w[0], w[1],
+                             out ? &out[0] : NULL, out ? &out[1] : NULL);
+    return pr_ttt_mlp(ctx, &opt, qkve[0], qkve[1], qkve[2], l->ttt_w, l->ttt_b, qkve[3], w[0], w[1], w[2], w[3],
+                      out ? &out[0] : NULL, out ? &out[1] : NULL, out ? &out[2] : NULL, out ? &out[3] : NULL);
+}
+
+/* the op over q, k, v, eta from w; with st, only whole mini-batches move the state */
+static pr_tensor *run_inner(pr_ctx *ctx, const ttt_layer *l, const pr_config *c, pr_tensor *const qkve[4],
+                            pr_tensor **w, pr_layer_state *st)
+{
     int64_t T = qkve[0]->shape[1], b = c->ttt_mini_batch, whole = T / b * b;
-    if (!st) return pr_ttt_linear(ctx, &opt, qkve[0], qkve[1], qkve[2], l->ttt_w, l->ttt_b, qkve[3], W, cb, NULL, NULL);
+    if (!st) return inner_op(ctx, l, c, qkve, w, NULL);
     pr_tensor *o = NULL;
     if (whole > 0) {
         pr_tensor *s[4];
         for (int i = 0; i < 4; i++) s[i] = whole == T ? qkve[i] : pr_slice(ctx, qkve[i], 1, 0, whole);
-        o = pr_ttt_linear(ctx, &opt, s[0], s[1], s[2], l->ttt_w, l->ttt_b, s[3], W, cb, &W, &cb);
+        o = inner_op(ctx, l, c, s, w, w);
     }
-    st->slot[SLOT_W] = W, st->slot[SLOT_C] = cb;
+    for (int i = 0; i < l->n_inner; i++) st->slot[SLOT_INNER + i] = w[i];
     for (int i = 0; i < 4; i++) st->slot[SLOT_Q + i] = whole < T ? pr_slice(ctx, qkve[i], 1, whole, T - whole) : NULL;
     if (whole == T) return o;
-    pr_tensor *rest = pr_ttt_linear(ctx, &opt, st->slot[SLOT_Q], st->slot[SLOT_K], st->slot[SLOT_V], l->ttt_w,
-                                    l->ttt_b, st->slot[SLOT_ETA], W, cb, NULL, NULL);
-    return cat_time(ctx, o, rest);
+    return cat_time(ctx, o, inner_op(ctx, l, c, &st->slot[SLOT_Q], w, NULL));
 }
 
 static pr_tensor *ttt_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
@@ -134,12 +171,13 @@ static pr_tensor *ttt_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     qkve[1] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), H), open, b);
     qkve[2] = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);
     qkve[3] = inner_lr(ctx, l, c, x, open);
-    pr_tensor *W, *cb;
-    if (st && st->slot[SLOT_W]) W = st->slot[SLOT_W], cb = st->slot[SLOT_C];
-    else start_weights(ctx, l, x->shape[0], &W, &cb);
+    pr_tensor *w[4];
+    if (st && st->slot[SLOT_INNER])
+        for (int i = 0; i < l->n_inner; i++) w[i] = st->slot[SLOT_INNER + i];
+    else start_weights(ctx, l, x->shape[0], w);
     if (open)
         for (int i = 0; i < 4; i++) qkve[i] = cat_time(ctx, st->slot[SLOT_Q + i], qkve[i]);
-    pr_tensor *z = run_inner(ctx, l, c, qkve, W, cb, st);
+    pr_tensor *z = run_inner(ctx, l, c, qkve, w, st);
     if (open) z = pr_slice(ctx, z, 1, open, T);
     z = pr_layernorm(ctx, pr_merge_heads(ctx, z), l->post_w, l->post_b, 1e-6);
     z = pr_mul(ctx, pr_gelu_tanh(ctx, pr_linear(ctx, x, l->g_proj, NULL)), z);
@@ -151,5 +189,13 @@ const pr_mixer_def pr_mixer_ttt_linear = {
     .summary = "TTT-Linear (official block, fla op form)",
     .mlp = true,
     .build = ttt_build,
+    .forward = ttt_forward,
+};
+
+const pr_mixer_def pr_mixer_ttt_mlp = {
+    .name = "ttt_mlp",
+    .summary = "TTT-MLP (official block, fla op form; inner MLP 4x)",
+    .mlp = true,
+    .build = ttt_mlp_build,
     .forward = ttt_forward,
 };

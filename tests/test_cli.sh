@@ -183,6 +183,47 @@ expect 2 "prism.L" inspect --model prism --set prism.L=99
 expect 2 "mixer" inspect --model nosuch
 expect 2 "prism inspect: unknown option '--bogus' (prism inspect --help lists the options)" inspect --model gdn --bogus
 expect 1 "prism inspect: $tmp/no/dir/t.txt: cannot write" inspect --model gdn --tape "$tmp/no/dir/t.txt"
+# model
+expect 0 "usage: prism model" model --help
+expect 2 "prism model: --model NAME or --config FILE is required" model
+expect 0 "total " model --model attn --preset probe --set attn.kv_heads=1
+expect 2 "prism model: unknown option '--bogus' (prism model --help lists the options)" model --model gdn --bogus
+expect 2 "prism model: option --set needs a value" model --model gdn --set
+expect 2 "prism model: --logits wants" model --model gdn --logits 1,x
+expect 2 "--logits token 300 is not below vocab 256" model --model gdn --logits 1,300
+expect 0 '{"model":"mamba","tokens":3,"vocab":256}' model --model mamba --logits 1,2,3
+expect 2 "config: attn.kv_heads 3 does not divide n_heads 4" model --model attn --set attn.kv_heads=3
+
+# bench block
+expect 0 "usage: prism bench block" bench block --help
+expect 2 "prism bench block: unknown option '--bogus' (prism bench block --help lists the options)" bench block --bogus
+expect 2 "prism bench block: --T wants an integer from 1" bench block --T 0
+expect 2 "prism bench block: --device wants" bench block --device tpu
+expect 2 "prism bench block: unknown mixer 'rwkv'" bench block --mixer rwkv
+expect 0 '{"mamba":{' bench block --mixer mamba --preset probe --B 1 --T 3 --iters 1 --device cpu
+
+# convert
+expect 0 "usage: prism convert" convert --help
+expect 2 "prism convert: give exactly one of --from-fla DIR and --to-fla DIR" convert --checkpoint a --config b
+expect 2 "prism convert: --checkpoint FILE and --config FILE are required" convert --from-fla "$tmp"
+expect 2 "prism convert: unknown option '--bogus' (prism convert --help lists the options)" convert --bogus
+expect 1 "prism convert: $tmp/nofla/config.json: cannot open" convert --from-fla "$tmp/nofla" --checkpoint \
+    "$tmp/c.safetensors" --config "$tmp/c.json"
+printf '{"mixer":"attn","d_model":16,"n_heads":2,"vocab":30,"attn":{"bias":true}}' >"$tmp/attnb.json"
+expect 0 "" model --config "$tmp/attnb.json" --save "$tmp/attnb.safetensors"
+expect 1 "prism convert: fla export: attn.rope=true attn.bias=true: fla's attention has RoPE and no biases" \
+    convert --to-fla "$tmp/fla_attn" --checkpoint "$tmp/attnb.safetensors" --config "$tmp/attnb.json"
+# a prism model out to fla's layout and back gives the same logits
+printf '{"mixer":"gdn","d_model":16,"n_heads":2,"vocab":30,"mlp_mult":2,"tie_embeddings":false,"gdn":{"expand_v":2}}' \
+    >"$tmp/gdn.json"
+expect 0 "" model --config "$tmp/gdn.json" --save "$tmp/gdn.safetensors"
+expect 0 "" convert --to-fla "$tmp/fla" --checkpoint "$tmp/gdn.safetensors" --config "$tmp/gdn.json"
+grep -q '"expand_v":[[:space:]]*2' "$tmp/fla/config.json" || { echo "FAIL  fla config.json lacks expand_v 2"; failed=$((failed + 1)); }
+expect 0 "" convert --from-fla "$tmp/fla" --checkpoint "$tmp/back.safetensors" --config "$tmp/back.json"
+a=$("$prism" model --config "$tmp/gdn.json" --checkpoint "$tmp/gdn.safetensors" --logits 3,1,4,1,5)
+b=$("$prism" model --config "$tmp/back.json" --checkpoint "$tmp/back.safetensors" --logits 3,1,4,1,5)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok    logits after fla and back"; else
+    echo "FAIL  logits differ after converting to fla and back"; failed=$((failed + 1)); fi
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

@@ -8,7 +8,8 @@
  * max|got - ref| / max|ref| <= 1e-3 (fp32 products, matmul_tf32 = 0; the
  * kernels alone land near 2e-4, a layer stacks a few of them). The CUDA
  * decoding (prefix, then token by token) must equal the CUDA whole sequence,
- * and the LM's loss and gradients must match the CPU's. Skips without a GPU.
+ * and the LM's loss and gradients must match the CPU's, as must SASRec's
+ * sampled-negative loss and gradients (dropout off). Skips without a GPU.
  */
 #include "tests/test_models_util.h"
 
@@ -118,12 +119,47 @@ static void test_cuda_lm(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* SASRec (block = sasrec) on its preset, shrunk: loss on sampled negatives and every gradient */
+static void test_cuda_sasrec(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_preset(&c, "sasrec", &err), 0);
+    c.d_model = 20, c.n_heads = 2, c.seq_len = 40, c.rec_n_items = 57, c.init_std = 0.2, c.dropout = 0;
+    pr_model *ref = pr_model_new(&c, PR_F64, PR_CPU), *dev = pr_model_new(&c, PR_F32, PR_CUDA);
+    pr_model_init(ref);
+    pr_model_init(dev);
+    pr_ctx *ctx = pr_ctx_new(1);
+    ctx->matmul_tf32 = 0;
+    int64_t items[3 * 37], next[3], negs[3 * 2];
+    for (int j = 0; j < 3 * 37; j++) items[j] = j % 37 < 9 * (j / 37) ? 0 : (j * 11 + 3) % 57 + 1;   /* left pads */
+    for (int b = 0; b < 3; b++) next[b] = b * 17 + 2, negs[2 * b] = b + 1, negs[2 * b + 1] = 50 - b;
+    pr_tensor *in = pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(3, 37), items);
+    pr_tensor *tg = pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(3), next);
+    pr_tensor *ng = pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(3, 2), negs);
+    pr_tensor *l = pr_rec_loss_sampled(ctx, ref, in, tg, ng);
+    pr_tensor *ld = pr_rec_loss_sampled(ctx, dev, pr_to(ctx->step, in, PR_I64, PR_CUDA),
+                                        pr_to(ctx->step, tg, PR_I64, PR_CUDA), pr_to(ctx->step, ng, PR_I64, PR_CUDA));
+    pr_backward(ctx, l);
+    pr_backward(ctx, ld);
+    int fails = check("sasrec", "loss", ld, l, 1e-4);
+    for (int p = 0; p < ref->params->n; p++)
+        fails += check("sasrec", ref->params->p[p].path, dev->params->p[p].t->grad, ref->params->p[p].t->grad, 2e-3);
+    pr_ctx_free(ctx);
+    pr_model_free(ref);
+    pr_model_free(dev);
+    assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_layers),
         cmocka_unit_test(test_cuda_lm),
+        cmocka_unit_test(test_cuda_sasrec),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

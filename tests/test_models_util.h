@@ -18,6 +18,12 @@ static const struct {
     {"deltanet", {"deltanet.gate=true"}},
     {"linattn", {NULL}},
     {"ttt_linear", {"ttt.mini_batch=4"}},
+    {"ttt_mlp", {"ttt.mini_batch=4"}},
+    {"titans", {"titans.chunk=3"}},
+    {"attn", {"attn.kv_heads=1"}},
+    {"mamba", {"mamba.expand=2", "mamba.d_state=3", "mamba.dt_rank=2"}},
+    {"gdn", {"gdn.expand_v=2"}},
+    {"prism", {"prism.L=1", "gdn.expand_v=2"}},
 };
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))
 

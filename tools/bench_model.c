@@ -101,38 +101,34 @@ static int bench_one(const block_opts *o, const char *mixer, char *json, size_t 
 int pr_bench_block(int argc, char **argv)
 {
     block_opts o = {.preset = "lm-130m", .iters = 10, .B = 8, .T = 1024, .dev = pr_cuda_available() ? PR_CUDA : PR_CPU};
-    for (int i = 1; i < argc; i++) {
-        bool v = i + 1 < argc;
-        if (pr_is_help(argv[i])) {
-            block_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--mixer") == 0 && v) o.mixer = argv[++i];
-        else if (strcmp(argv[i], "--preset") == 0 && v) o.preset = argv[++i];
-        else if (strcmp(argv[i], "--set") == 0 && v && o.n_sets < 32) o.sets[o.n_sets++] = argv[++i];
-        else if (strcmp(argv[i], "--B") == 0 && v) o.B = atoll(argv[++i]);
-        else if (strcmp(argv[i], "--T") == 0 && v) o.T = atoll(argv[++i]);
-        else if (strcmp(argv[i], "--iters") == 0 && v) o.iters = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--tf32") == 0) o.tf32 = 1;
-        else if (strcmp(argv[i], "--device") == 0 && v && strcmp(argv[i + 1], "cpu") == 0) o.dev = PR_CPU, i++;
-        else if (strcmp(argv[i], "--device") == 0 && v && strcmp(argv[i + 1], "cuda") == 0) o.dev = PR_CUDA, i++;
-        else {
-            fprintf(stderr, "prism bench block: unknown or incomplete option '%s'\n", argv[i]);
-            block_usage(stderr);
-            return 2;
+    static const char *const devices[] = {"cpu", "cuda", NULL};
+    pr_args a = pr_args_begin("prism bench block", argc, argv);
+    while (pr_args_next(&a)) {
+        const char *set = NULL;
+        int B = 0, T = 0, dev = -1;
+        bool tf32 = false;
+        if (pr_args_help(&a)) return block_usage(stdout), 0;
+        if (pr_args_string(&a, "--mixer", &o.mixer) || pr_args_string(&a, "--preset", &o.preset) ||
+            pr_args_int(&a, "--iters", 1, 1000000, &o.iters))
+            continue;
+        if (pr_args_string(&a, "--set", &set)) {
+            if (set && o.n_sets == 32) return pr_args_error(&a, "at most 32 --set options");
+            if (set) o.sets[o.n_sets++] = set;
+        } else if (pr_args_int(&a, "--B", 1, 1 << 20, &B)) {
+            o.B = B;
+        } else if (pr_args_int(&a, "--T", 1, 1 << 24, &T)) {
+            o.T = T;
+        } else if (pr_args_flag(&a, "--tf32", &tf32)) {
+            o.tf32 = 1;
+        } else if (pr_args_choice(&a, "--device", devices, &dev)) {
+            o.dev = dev == 1 ? PR_CUDA : PR_CPU;
+        } else {
+            return pr_args_unknown(&a);
         }
     }
-    if (o.B < 1 || o.T < 1 || o.iters < 1) {
-        fprintf(stderr, "prism bench block: --B, --T and --iters must be >= 1\n");
-        return 2;
-    }
-    if (o.mixer && !pr_mixer_by_name(o.mixer)) {
-        fprintf(stderr, "prism bench block: unknown mixer '%s'\n", o.mixer);
-        return 2;
-    }
-    if (o.dev == PR_CUDA && !pr_cuda_available()) {
-        fprintf(stderr, "prism bench block: --device cuda, but no CUDA device (or built without CUDA)\n");
-        return 2;
-    }
+    if (a.failed) return PR_EXIT_USAGE;
+    if (o.mixer && !pr_mixer_by_name(o.mixer)) return pr_args_error(&a, "unknown mixer '%s'", o.mixer);
+    if (o.dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda("prism bench block");
     printf("one block, preset %s, B=%lld T=%lld, %s f32%s; median of %d\n", o.preset, (long long)o.B, (long long)o.T,
            pr_device_name(o.dev), o.tf32 ? " (TF32 products)" : "", o.iters);
     printf("%-12s %12s %10s %12s %14s\n", "mixer", "params", "fwd ms", "fwd+bwd ms", "tokens/s");

@@ -16,6 +16,7 @@ static const pr_command commands[] = {
     {"bench", pr_cmd_bench, "kernel speed against the machine's measured ceilings (bench ops, ...)"},
     {"model", pr_cmd_model, "a model's parameter table by path (--model NAME --preset P --set k=v)"},
     {"inspect", pr_cmd_inspect, "gradient norms, the tape, write ranks and dumps of a model on a batch"},
+    {"convert", pr_cmd_convert, "flash-linear-attention checkpoints in and out (--from-fla DIR, --to-fla DIR)"},
     {"data", pr_cmd_data, "a dataset's statistics (data rec: synthetic, --amazon FILE, --yelp FILE)"},
 };
 

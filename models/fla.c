@@ -1,0 +1,519 @@
+/* models/fla.c: flash-linear-attention's Hugging Face checkpoints
+ * (config.json + model.safetensors) to and from prism's (a config JSON and a
+ * safetensors file named by parameter paths).
+ *
+ * One table maps every tensor name; models/README.md ("fla checkpoints")
+ * documents it. Only layouts change: nn.Linear stores [out, in] where prism
+ * stores [in, out] (a transpose), nn.Conv1d's depthwise weight is [C, 1, W]
+ * where prism's is [C, W] (a reshape). Values keep their dtype and bytes, so
+ * converting in and back out gives the same bytes for every tensor.
+ * Config options of fla whose semantics prism's layers do not implement are
+ * rejected, naming the key, rather than converted into a different model. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "models/models.h"
+
+enum { GDN = 1, DELTANET = 2, LINATTN = 4, MAMBA2 = 8, ATTN = 16, LM = GDN | DELTANET | LINATTN | ATTN };
+typedef enum { SAME, LINEAR, CONV } layout;
+
+typedef struct {
+    int archs;
+    bool per_layer;       /* prism "layers.<i>.<name>"; fla "<stack>.layers.<i>.<name>" */
+    const char *prism, *fla;
+    layout lay;
+} name_row;
+
+static const name_row names[] = {
+    {LM, false, "embed", "model.embeddings.weight", SAME},
+    {MAMBA2, false, "embed", "backbone.embeddings.weight", SAME},
+    {LM, false, "norm_f.w", "model.norm.weight", SAME},
+    {MAMBA2, false, "norm_f.w", "backbone.norm_f.weight", SAME},
+    {LM | MAMBA2, false, "lm_head", "lm_head.weight", LINEAR},
+    {LM, true, "norm1.w", "attn_norm.weight", SAME},
+    {MAMBA2, true, "norm1.w", "norm.weight", SAME},
+    {LM, true, "norm2.w", "mlp_norm.weight", SAME},
+    {LM, true, "mlp.w_gate", "mlp.gate_proj.weight", LINEAR},
+    {LM, true, "mlp.w_up", "mlp.up_proj.weight", LINEAR},
+    {LM, true, "mlp.w_down", "mlp.down_proj.weight", LINEAR},
+    {LM, true, "mixer.q_proj", "attn.q_proj.weight", LINEAR},
+    {LM, true, "mixer.k_proj", "attn.k_proj.weight", LINEAR},
+    {LM, true, "mixer.v_proj", "attn.v_proj.weight", LINEAR},
+    {LM, true, "mixer.o_proj", "attn.o_proj.weight", LINEAR},
+    {GDN, true, "mixer.a_proj", "attn.a_proj.weight", LINEAR},
+    {GDN | DELTANET, true, "mixer.b_proj", "attn.b_proj.weight", LINEAR},
+    {GDN | DELTANET, true, "mixer.g_proj", "attn.g_proj.weight", LINEAR},
+    {GDN | DELTANET, true, "mixer.q_conv", "attn.q_conv1d.weight", CONV},
+    {GDN | DELTANET, true, "mixer.k_conv", "attn.k_conv1d.weight", CONV},
+    {GDN | DELTANET, true, "mixer.v_conv", "attn.v_conv1d.weight", CONV},
+    {GDN, true, "mixer.A_log", "attn.A_log", SAME},
+    {GDN, true, "mixer.dt_bias", "attn.dt_bias", SAME},
+    {GDN | DELTANET, true, "mixer.o_norm", "attn.o_norm.weight", SAME},
+    {LINATTN, true, "mixer.o_norm", "attn.norm.weight", SAME},
+    {LINATTN, true, "mixer.feature_map_q.w1", "attn.feature_map_q.layer1.weight", LINEAR},
+    {LINATTN, true, "mixer.feature_map_q.b1", "attn.feature_map_q.layer1.bias", SAME},
+    {LINATTN, true, "mixer.feature_map_q.w2", "attn.feature_map_q.layer2.weight", LINEAR},
+    {LINATTN, true, "mixer.feature_map_q.b2", "attn.feature_map_q.layer2.bias", SAME},
+    {LINATTN, true, "mixer.feature_map_k.w1", "attn.feature_map_k.layer1.weight", LINEAR},
+    {LINATTN, true, "mixer.feature_map_k.b1", "attn.feature_map_k.layer1.bias", SAME},
+    {LINATTN, true, "mixer.feature_map_k.w2", "attn.feature_map_k.layer2.weight", LINEAR},
+    {LINATTN, true, "mixer.feature_map_k.b2", "attn.feature_map_k.layer2.bias", SAME},
+    {MAMBA2, true, "mixer.in_proj", "mixer.in_proj.weight", LINEAR},
+    {MAMBA2, true, "mixer.conv_w", "mixer.conv1d.weight", CONV},
+    {MAMBA2, true, "mixer.conv_b", "mixer.conv1d.bias", SAME},
+    {MAMBA2, true, "mixer.A_log", "mixer.A_log", SAME},
+    {MAMBA2, true, "mixer.dt_bias", "mixer.dt_bias", SAME},
+    {MAMBA2, true, "mixer.D", "mixer.D", SAME},
+    {MAMBA2, true, "mixer.norm", "mixer.norm.weight", SAME},
+    {MAMBA2, true, "mixer.out_proj", "mixer.out_proj.weight", LINEAR},
+};
+#define N_NAMES ((int)(sizeof names / sizeof names[0]))
+
+/* prism mixer <-> fla model_type and architecture class */
+static const struct { int arch; const char *mixer, *model_type, *cls; } archs[] = {
+    {GDN, "gdn", "gated_deltanet", "GatedDeltaNetForCausalLM"},
+    {DELTANET, "deltanet", "delta_net", "DeltaNetForCausalLM"},
+    {LINATTN, "linattn", "linear_attn", "LinearAttentionForCausalLM"},
+    {MAMBA2, "mamba2", "mamba2", "Mamba2ForCausalLM"},
+    {ATTN, "attn", "transformer", "TransformerForCausalLM"},
+};
+#define N_ARCHS ((int)(sizeof archs / sizeof archs[0]))
+
+static int arch_of_mixer(const char *mixer)
+{
+    for (int i = 0; i < N_ARCHS; i++)
+        if (strcmp(archs[i].mixer, mixer) == 0) return i;
+    return -1;
+}
+
+int pr_fla_name(const char *mixer, const char *path, char *out, size_t n)
+{
+    int a = arch_of_mixer(mixer);
+    if (a < 0) return -1;
+    int bit = archs[a].arch, layer = -1, used = 0;
+    const char *rest = path;
+    if (sscanf(path, "layers.%d.%n", &layer, &used) == 1 && used > 0) rest = path + used;
+    for (int i = 0; i < N_NAMES; i++) {
+        const name_row *r = &names[i];
+        if (!(r->archs & bit) || r->per_layer != (layer >= 0) || strcmp(r->prism, rest) != 0) continue;
+        if (layer < 0) snprintf(out, n, "%s", r->fla);
+        else snprintf(out, n, "%s.layers.%d.%s", bit == MAMBA2 ? "backbone" : "model", layer, r->fla);
+        return (int)r->lay;
+    }
+    return -1;
+}
+
+/* ---- layouts: the same bytes, moved ------------------------------------------------- */
+
+static pr_tensor *relayout(pr_arena *a, const pr_tensor *t, layout lay, bool to_fla)
+{
+    if (lay == CONV) {
+        int64_t shape[3] = {t->shape[0], 1, t->shape[t->ndim - 1]};
+        pr_tensor *o = to_fla ? pr_empty(a, t->dtype, PR_CPU, 3, shape) : pr_empty(a, t->dtype, PR_CPU, PR_DIMS(shape[0], shape[2]));
+        memcpy(o->data, t->data, pr_nbytes(t));
+        return o;
+    }
+    if (lay == SAME) {
+        pr_tensor *o = pr_empty_like(a, t);
+        memcpy(o->data, t->data, pr_nbytes(t));
+        return o;
+    }
+    int64_t R = t->shape[0], C = t->shape[1];
+    size_t es = pr_dtype_size(t->dtype);
+    pr_tensor *o = pr_empty(a, t->dtype, PR_CPU, PR_DIMS(C, R));
+    const char *src = t->data;
+    char *dst = o->data;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) memcpy(dst + (size_t)(c * R + r) * es, src + (size_t)(r * C + c) * es, es);
+    return o;
+}
+
+/* the shape a prism tensor has in fla's layout */
+static void fla_shape(const pr_tensor *t, layout lay, int *ndim, int64_t *shape)
+{
+    *ndim = t->ndim;
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    if (lay == LINEAR) shape[0] = t->shape[1], shape[1] = t->shape[0];
+    if (lay == CONV) *ndim = 3, shape[1] = 1, shape[2] = t->shape[1];
+}
+
+static bool shape_is(const pr_tensor *t, int ndim, const int64_t *shape)
+{
+    if (t->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != shape[i]) return false;
+    return true;
+}
+
+/* ---- config.json <-> pr_config ------------------------------------------------------- */
+
+typedef struct { const cJSON *root; const char *file; pr_err *err; int rc; } json_in;
+
+static const cJSON *item(json_in *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+static double num(json_in *j, const char *key, double def)
+{
+    const cJSON *v = item(j, key);
+    if (!v) return def;
+    if (!cJSON_IsNumber(v) && !j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be a number", j->file, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static int whole(json_in *j, const char *key, double def)
+{
+    double x = num(j, key, def);
+    if (x != floor(x) && !j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be an integer, got %g", j->file, key, x);
+    return (int)x;
+}
+
+static bool flag(json_in *j, const char *key, bool def)
+{
+    const cJSON *v = item(j, key);
+    if (!v) return def;
+    if (!cJSON_IsBool(v) && !j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be true or false", j->file, key);
+    return cJSON_IsTrue(v);
+}
+
+static const char *text(json_in *j, const char *key, const char *def)
+{
+    const cJSON *v = item(j, key);
+    if (!v) return def;
+    if (!cJSON_IsString(v) && !j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be a string", j->file, key);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+/* an fla option prism's layer does not implement: only its neutral value converts */
+static void require(json_in *j, bool ok, const char *key, const char *what)
+{
+    if (!ok && !j->rc)
+        j->rc = pr_errf(j->err, "%s: '%s' is not supported: prism's layer implements %s only", j->file, key, what);
+}
+
+static void set_choice(char *field, size_t n, const char *v) { snprintf(field, n, "%s", v); }
+
+/* the SwiGLU width: intermediate_size, or fla's rule from hidden_ratio */
+static void read_mlp(json_in *j, pr_config *c)
+{
+    const char *act = text(j, "hidden_act", "swish");
+    require(j, strcmp(act, "swish") == 0 || strcmp(act, "silu") == 0, "hidden_act", "swish (SwiGLU)");
+    int I = whole(j, "intermediate_size", 0);
+    if (!I) {
+        int ratio = whole(j, "hidden_ratio", 4);
+        I = (int)((double)c->d_model * ratio * 2 / 3);
+        I = 256 * ((I + 255) / 256);
+    }
+    set_choice(c->mlp, sizeof c->mlp, "swiglu");
+    c->mlp_mult = (double)I / c->d_model;
+}
+
+static void read_arch(json_in *j, int arch, pr_config *c)
+{
+    switch (arch) {
+    case GDN:
+        c->n_heads = whole(j, "num_heads", 6);
+        c->head_dim = whole(j, "head_dim", 256);
+        c->conv_width = whole(j, "conv_size", 4);
+        c->gdn_gate = flag(j, "use_gate", true);
+        c->gdn_expand_v = whole(j, "expand_v", 2);
+        require(j, whole(j, "num_v_heads", c->n_heads) == c->n_heads, "num_v_heads", "num_v_heads = num_heads");
+        require(j, flag(j, "use_short_conv", true), "use_short_conv", "the ShortConv (true)");
+        require(j, !flag(j, "allow_neg_eigval", false), "allow_neg_eigval", "beta in (0, 1) (false)");
+        break;
+    case DELTANET: {
+        c->n_heads = whole(j, "num_heads", 16);
+        double ek = num(j, "expand_k", 1);
+        c->head_dim = (int)(c->d_model * ek) / c->n_heads;
+        c->conv_width = whole(j, "conv_size", 4);
+        c->deltanet_gate = flag(j, "use_gate", false);
+        require(j, num(j, "expand_v", 1) == ek, "expand_v", "expand_v = expand_k (V = K)");
+        require(j, flag(j, "use_short_conv", true), "use_short_conv", "the ShortConv (true)");
+        require(j, flag(j, "use_beta", true), "use_beta", "a learned beta (true)");
+        require(j, flag(j, "use_output_norm", true), "use_output_norm", "the output norm (true)");
+        require(j, strcmp(text(j, "qk_norm", "l2"), "l2") == 0, "qk_norm", "l2");
+        require(j, strcmp(text(j, "qk_activation", "silu"), "silu") == 0, "qk_activation", "silu");
+        require(j, !flag(j, "allow_neg_eigval", false), "allow_neg_eigval", "beta in (0, 1) (false)");
+        break;
+    }
+    case LINATTN: {
+        c->n_heads = whole(j, "num_heads", 4);
+        double ek = num(j, "expand_k", 1);
+        c->head_dim = (int)(c->d_model * ek) / c->n_heads;
+        set_choice(c->linattn_feature_map, sizeof c->linattn_feature_map,
+                   text(j, "feature_map", "elementwise_product"));
+        require(j, num(j, "expand_v", 1) == ek, "expand_v", "expand_v = expand_k (V = K)");
+        require(j, whole(j, "num_kv_heads", c->n_heads) == c->n_heads, "num_kv_heads", "num_kv_heads = num_heads");
+        require(j, !flag(j, "tie_feature_map_qk", false), "tie_feature_map_qk", "separate q and k maps (false)");
+        require(j, !flag(j, "norm_q", false) && !flag(j, "norm_k", false), "norm_q/norm_k", "false");
+        require(j, !flag(j, "norm_feature_map", false), "norm_feature_map", "false");
+        require(j, flag(j, "elementwise_affine", true), "elementwise_affine", "true");
+        break;
+    }
+    case ATTN:
+        c->n_heads = whole(j, "num_heads", 32);
+        c->attn_kv_heads = whole(j, "num_kv_heads", 0);
+        c->attn_rope_theta = num(j, "rope_theta", 10000);
+        require(j, !flag(j, "qkv_bias", false), "qkv_bias", "q, k, v without biases (false)");
+        require(j, !flag(j, "qk_norm", false), "qk_norm", "no q/k norm (false)");
+        require(j, !item(j, "window_size"), "window_size", "full causal attention (null)");
+        break;
+    case MAMBA2:
+        c->mamba2_head_dim = whole(j, "head_dim", 64);
+        c->mamba2_d_state = whole(j, "state_size", 128);
+        c->mamba2_expand = whole(j, "expand", 2);
+        c->mamba2_n_groups = whole(j, "n_groups", 1);
+        c->conv_width = whole(j, "conv_kernel", 4);
+        set_choice(c->mlp, sizeof c->mlp, "none");
+        require(j, !flag(j, "use_bias", false), "use_bias", "projections without biases (false)");
+        require(j, flag(j, "use_conv_bias", true), "use_conv_bias", "a conv bias (true)");
+        require(j, flag(j, "rmsnorm", true), "rmsnorm", "the gated RMSNorm (true)");
+        require(j, !flag(j, "norm_before_gate", false), "norm_before_gate", "gate, then norm (false)");
+        require(j, !flag(j, "D_has_hdim", false), "D_has_hdim", "D per head (false)");
+        break;
+    }
+}
+
+static int read_fla_config(const char *file, pr_config *c, int *arch_index, pr_err *err)
+{
+    char *txt = pr_read_text(file, err);
+    if (!txt) return -1;
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return pr_errf(err, "%s: not a JSON object", file);
+    }
+    json_in j = {root, file, err, 0};
+    const char *type = text(&j, "model_type", "");
+    int a = -1;
+    for (int i = 0; i < N_ARCHS; i++)
+        if (strcmp(archs[i].model_type, type) == 0) a = i;
+    if (a < 0 && !j.rc)
+        j.rc = pr_errf(err, "%s: model_type '%s' is not one prism converts (allowed: gated_deltanet|delta_net|"
+                            "linear_attn|mamba2|transformer)", file, type);
+    if (!j.rc) {
+        *c = pr_config_default();
+        set_choice(c->mixer, sizeof c->mixer, archs[a].mixer);
+        set_choice(c->norm, sizeof c->norm, "rmsnorm");
+        c->d_model = whole(&j, "hidden_size", 2048);
+        c->n_layers = whole(&j, "num_hidden_layers", 24);
+        c->vocab = whole(&j, "vocab_size", 32000);
+        c->norm_eps = num(&j, "norm_eps", 1e-6);
+        c->tie_embeddings = flag(&j, "tie_word_embeddings", false);
+        c->init_std = num(&j, "initializer_range", 0.02);
+        if (archs[a].arch != MAMBA2) read_mlp(&j, c);
+        read_arch(&j, archs[a].arch, c);
+        require(&j, !item(&j, "attn"), "attn", "one mixer in every layer (no hybrid attention layers)");
+        require(&j, !item(&j, "attnres_block_size"), "attnres_block_size", "plain residuals (null)");
+        *arch_index = a;
+    }
+    cJSON_Delete(root);
+    if (j.rc) return -1;
+    /* through prism's own key table, so every value is range-checked by name */
+    char *json = pr_config_to_json(c), what[1100];
+    snprintf(what, sizeof what, "%s (as prism's config)", file);
+    pr_config checked = pr_config_default();
+    int rc = pr_config_apply_json(&checked, json, what, err);
+    free(json);
+    return rc ? rc : pr_config_check(c, err);
+}
+
+static void write_arch(cJSON *o, const pr_config *c, int arch)
+{
+    switch (arch) {
+    case GDN:
+        cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
+        cJSON_AddNumberToObject(o, "head_dim", (double)pr_config_head_dim(c));
+        cJSON_AddNumberToObject(o, "expand_v", c->gdn_expand_v);
+        cJSON_AddNumberToObject(o, "conv_size", c->conv_width);
+        cJSON_AddBoolToObject(o, "use_gate", c->gdn_gate);
+        cJSON_AddBoolToObject(o, "use_short_conv", true);
+        break;
+    case DELTANET:
+    case LINATTN: {
+        double ek = (double)(pr_config_head_dim(c) * c->n_heads) / c->d_model;
+        cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
+        cJSON_AddNumberToObject(o, "expand_k", ek);
+        cJSON_AddNumberToObject(o, "expand_v", ek);
+        if (arch == DELTANET) {
+            cJSON_AddNumberToObject(o, "conv_size", c->conv_width);
+            cJSON_AddBoolToObject(o, "use_gate", c->deltanet_gate);
+            cJSON_AddBoolToObject(o, "use_short_conv", true);
+        } else {
+            cJSON_AddStringToObject(o, "feature_map", c->linattn_feature_map);
+        }
+        break;
+    }
+    case ATTN:
+        cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
+        cJSON_AddNumberToObject(o, "num_kv_heads", c->attn_kv_heads ? c->attn_kv_heads : c->n_heads);
+        cJSON_AddNumberToObject(o, "rope_theta", c->attn_rope_theta);
+        break;
+    case MAMBA2:
+        cJSON_AddNumberToObject(o, "head_dim", c->mamba2_head_dim);
+        cJSON_AddNumberToObject(o, "state_size", c->mamba2_d_state);
+        cJSON_AddNumberToObject(o, "expand", c->mamba2_expand);
+        cJSON_AddNumberToObject(o, "n_groups", c->mamba2_n_groups);
+        cJSON_AddNumberToObject(o, "conv_kernel", c->conv_width);
+        break;
+    }
+}
+
+/* what of a prism config fla's model of that mixer cannot express */
+static int check_exportable(const pr_config *c, int a, pr_err *err)
+{
+    if (a < 0)
+        return pr_errf(err, "fla export: mixer '%s' has no fla model here (allowed: gdn|deltanet|linattn|mamba2|attn)",
+                       c->mixer);
+    if (strcmp(c->task, "lm") != 0) return pr_errf(err, "fla export: task '%s': fla's models are causal LMs", c->task);
+    if (strcmp(c->norm, "rmsnorm") != 0) return pr_errf(err, "fla export: norm '%s': fla uses rmsnorm", c->norm);
+    bool mamba2 = archs[a].arch == MAMBA2;
+    const char *want = mamba2 ? "none" : "swiglu";
+    bool ok = strcmp(c->mlp, want) == 0 || (strcmp(c->mlp, "auto") == 0);
+    if (!ok) return pr_errf(err, "fla export: mlp '%s': fla's %s uses %s", c->mlp, archs[a].cls, want);
+    if (archs[a].arch == ATTN && (!c->attn_rope || c->attn_bias))
+        return pr_errf(err, "fla export: attn.rope=%s attn.bias=%s: fla's attention has RoPE and no biases",
+                       c->attn_rope ? "true" : "false", c->attn_bias ? "true" : "false");
+    if (archs[a].arch == ATTN && pr_config_head_dim(c) * c->n_heads != c->d_model)
+        return pr_errf(err, "fla export: head_dim %lld: fla's attention uses d_model / n_heads",
+                       (long long)pr_config_head_dim(c));
+    return 0;
+}
+
+static char *fla_config_json(const pr_config *c, int a)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_type", archs[a].model_type);
+    cJSON_AddItemToObject(o, "architectures", cJSON_CreateStringArray((const char *[]){archs[a].cls}, 1));
+    cJSON_AddNumberToObject(o, "hidden_size", c->d_model);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings);
+    cJSON_AddNumberToObject(o, "initializer_range", c->init_std);
+    if (archs[a].arch != MAMBA2) {
+        cJSON_AddNumberToObject(o, "intermediate_size", (double)llround(c->mlp_mult * c->d_model));
+        cJSON_AddStringToObject(o, "hidden_act", "swish");
+    }
+    write_arch(o, c, archs[a].arch);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static int write_text(const char *file, const char *s, pr_err *err)
+{
+    FILE *f = fopen(file, "w");
+    if (!f) return pr_errf(err, "%s: cannot write: %s", file, strerror(errno));
+    bool ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    if (fclose(f) != 0 || !ok) return pr_errf(err, "%s: write failed", file);
+    return 0;
+}
+
+/* ---- the two directions ----------------------------------------------------------------- */
+
+typedef struct { int n; const char **names; const pr_tensor **ts; } tensor_list;
+
+/* move every parameter of model m between the two layouts: src holds the
+ * tensors by their names on one side, the list gets them by the other's */
+static int map_tensors(const pr_model *m, const pr_safetensors *src, const char *file, bool to_fla, pr_arena *a,
+                       tensor_list *out, pr_err *err)
+{
+    const pr_params *r = m->params;
+    out->names = pr_arena_alloc(a, sizeof *out->names * (size_t)r->n);
+    out->ts = pr_arena_alloc(a, sizeof *out->ts * (size_t)r->n);
+    const char **from_names = pr_arena_alloc(a, sizeof *from_names * (size_t)r->n);
+    out->n = 0;
+    for (int i = 0; i < r->n; i++) {
+        const pr_tensor *p = r->p[i].t;
+        char *fla = pr_arena_alloc(a, 256);
+        int lay = pr_fla_name(m->cfg.mixer, r->p[i].path, fla, 256);
+        if (lay < 0) return pr_errf(err, "fla: no fla name for parameter '%s' of mixer %s", r->p[i].path, m->cfg.mixer);
+        const char *from = to_fla ? r->p[i].path : fla;
+        const pr_tensor *t = pr_safetensors_get(src, from);
+        if (!t) return pr_errf(err, "%s: no tensor '%s'", file, from);
+        int64_t want[PR_MAX_DIMS];
+        int nd;
+        if (to_fla) nd = p->ndim, memcpy(want, p->shape, sizeof(int64_t) * (size_t)nd);
+        else fla_shape(p, (layout)lay, &nd, want);
+        if (!shape_is(t, nd, want)) {
+            char got[64];
+            return pr_errf(err, "%s: tensor '%s' is %s, the config implies %d dims [%lld, ...]", file, from,
+                           pr_shape_str(t, got, sizeof got), nd, (long long)want[0]);
+        }
+        from_names[out->n] = from;
+        out->names[out->n] = to_fla ? fla : r->p[i].path;
+        out->ts[out->n++] = relayout(a, t, (layout)lay, to_fla);
+    }
+    for (int i = 0; i < src->n; i++) {
+        bool known = false;
+        for (int k = 0; k < out->n && !known; k++) known = strcmp(src->names[i], from_names[k]) == 0;
+        bool tied_head = !to_fla && m->cfg.tie_embeddings && strcmp(src->names[i], "lm_head.weight") == 0;
+        if (!known && !tied_head)
+            return pr_errf(err, "%s: tensor '%s' has no place in prism's %s model", file, src->names[i], m->cfg.mixer);
+    }
+    return 0;
+}
+
+int pr_fla_import(const char *dir, const char *out_ckpt, const char *out_config, pr_err *err)
+{
+    char cfg_file[1024], st_file[1024];
+    snprintf(cfg_file, sizeof cfg_file, "%s/config.json", dir);
+    snprintf(st_file, sizeof st_file, "%s/model.safetensors", dir);
+    pr_config c;
+    int a;
+    if (read_fla_config(cfg_file, &c, &a, err)) return -1;
+    pr_arena *arena = pr_arena_new("fla-import", 0);
+    pr_safetensors st = {0};
+    pr_model *m = NULL;
+    tensor_list l;
+    int rc = pr_safetensors_read(st_file, arena, &st, err);
+    if (!rc) m = pr_model_new(&c, PR_F32, PR_CPU);
+    if (!rc) rc = map_tensors(m, &st, st_file, false, arena, &l, err);
+    if (!rc) rc = pr_safetensors_write(out_ckpt, l.n, l.names, l.ts, 0, NULL, NULL, err);
+    if (!rc) {
+        char *json = pr_config_to_json(&c);
+        rc = write_text(out_config, json, err);
+        free(json);
+    }
+    pr_model_free(m);
+    pr_arena_free(arena);
+    return rc;
+}
+
+int pr_fla_export(const char *config_file, const char *ckpt, const char *dir, pr_err *err)
+{
+    pr_config c = pr_config_default();
+    if (pr_config_load(&c, config_file, err) || pr_config_check(&c, err)) return -1;
+    int a = arch_of_mixer(c.mixer);
+    if (check_exportable(&c, a, err)) return -1;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return pr_errf(err, "%s: cannot create: %s", dir, strerror(errno));
+    char cfg_file[1024], st_file[1024];
+    snprintf(cfg_file, sizeof cfg_file, "%s/config.json", dir);
+    snprintf(st_file, sizeof st_file, "%s/model.safetensors", dir);
+    pr_arena *arena = pr_arena_new("fla-export", 0);
+    pr_safetensors st = {0};
+    pr_model *m = NULL;
+    tensor_list l;
+    int rc = pr_safetensors_read(ckpt, arena, &st, err);
+    if (!rc) m = pr_model_new(&c, PR_F32, PR_CPU);
+    if (!rc) rc = map_tensors(m, &st, ckpt, true, arena, &l, err);
+    const char *fmt_key = "format", *fmt_val = "pt";   /* what transformers expects to find */
+    if (!rc) rc = pr_safetensors_write(st_file, l.n, l.names, l.ts, 1, &fmt_key, &fmt_val, err);
+    if (!rc) {
+        char *json = fla_config_json(&c, a);
+        rc = write_text(cfg_file, json, err);
+        free(json);
+    }
+    pr_model_free(m);
+    pr_arena_free(arena);
+    return rc;
+}
