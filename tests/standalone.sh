@@ -15,13 +15,13 @@ say() { echo "standalone: $*" >&2; bad=1; }
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     mapfile -t files < <(git ls-files --cached --others --exclude-standard)
 else
-    # no git (a copied tree): the files as they lie, less build folders and hidden
-    # folders (fetched packages and sources that are not part of the project)
-    mapfile -t files < <(find . -path './build*' -prune -o -path './.[!c]*' -prune -o -type f -print | sed 's|^\./||')
+    # no git (a copied tree): the files as they lie, less build folders
+    mapfile -t files < <(find . -path ./.git -prune -o -path './build*' -prune -o -type f -print | sed 's|^\./||')
 fi
 self=tests/standalone.sh
 for f in "${files[@]}"; do
     [ "$f" = "$self" ] && continue
+    case $f in .ci/*) ;; .*) continue ;; esac   # hidden folders: fetched packages, not the project
     case "$f" in *.safetensors) continue ;; esac
     [ -f "$f" ] || continue
     grep -Hn '\.\./shared' "$f" >&2 && say "$f refers to ../shared"
