@@ -18,10 +18,11 @@ else
     # no git (a copied tree): the files as they lie, less build folders
     mapfile -t files < <(find . -path ./.git -prune -o -path './build*' -prune -o -type f -print | sed 's|^\./||')
 fi
+# hidden folders other than .ci hold fetched packages and sources, not the project
+mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v '^\.' ; printf '%s\n' "${files[@]}" | grep '^\.ci/')
 self=tests/standalone.sh
 for f in "${files[@]}"; do
     [ "$f" = "$self" ] && continue
-    case $f in .ci/*) ;; .*) continue ;; esac   # hidden folders: fetched packages, not the project
     case "$f" in *.safetensors) continue ;; esac
     [ -f "$f" ] || continue
     grep -Hn '\.\./shared' "$f" >&2 && say "$f refers to ../shared"
