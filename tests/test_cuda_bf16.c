@@ -4,10 +4,10 @@
  *
  * Tolerance, as max|got - ref| / max|ref| per output and gradient: the GPU
  * reads the bf16 inputs exactly, computes in f32 and rounds o and the grads
- * of bf16 inputs to bf16 once, a relative error of at most 2^-9 (1.95e-3) of
- * each element; the f32 kernels add at most 2e-4 with fp32 products and
- * 4e-3 with TF32 ones (tests/test_cuda_recurrence.c). So 2.2e-3 (fp32) and
- * 6e-3 (TF32). Every rule, the per-token form and chunks of 32 and 64, T not
+ * of bf16 inputs to bf16 once, a relative error of at most 2^-8 (3.9e-3;
+ * bf16 keeps 8 significant bits) of each element; the f32 kernels add at
+ * most 2e-4 with fp32 products and 4e-3 with TF32 ones
+ * (tests/test_cuda_recurrence.c). So 4.2e-3 (fp32) and 8e-3 (TF32). Every rule, the per-token form and chunks of 32 and 64, T not
  * a multiple of the chunk, K != V, V not a multiple of 4, L = 0, 1, 3,
  * packed sequences with a state each; each chunked case is run twice and
  * must agree bit for bit. Every test skips without a GPU.
@@ -149,8 +149,8 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
     double *dht = rounded(ctx, dht_raw, N * c->H * c->K * c->V, PR_F32);
     rec_out ref = run(ctx, rule, 0, ref_in, cu, dout, dht);
     struct { int chunk, tf32; double tol; const char *form; } forms[] = {
-        {0, 0, 2.2e-3, "token"}, {64, 0, 2.2e-3, "chunk64/fp32"}, {64, 1, 6e-3, "chunk64/tf32"},
-        {32, 0, 2.2e-3, "chunk32/fp32"},
+        {0, 0, 4.2e-3, "token"}, {64, 0, 4.2e-3, "chunk64/fp32"}, {64, 1, 8e-3, "chunk64/tf32"},
+        {32, 0, 4.2e-3, "chunk32/fp32"},
     };
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
