@@ -41,6 +41,8 @@ if [ $cuda = 1 ]; then
     expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --dtype bf16 --form both
     expect 0 "linattn" bench recurrence --device cuda --dtype f32 --size 1 --rules linattn --reps 1 --warmup 0 \
         --no-token
+    expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
+        --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
@@ -100,6 +102,7 @@ expect 2 "prism bench ops: --device wants cpu or cuda, not 'tpu'" bench ops --de
 expect 2 "prism bench ops: unknown option '--bogus' (prism bench ops --help lists the options)" bench ops --bogus
 
 expect 0 "usage: prism bench recurrence" bench recurrence --help
+expect 0 "cpu bf16, chunk 16" bench recurrence --device cpu --dtype bf16 --rules gdn --reps 1 --no-token --chunks 16
 expect 0 "chunk 16; seconds, best of 1" bench recurrence --device cpu --dtype f32 --rules linattn --reps 1 \
     --warmup 0 --chunks 16 --no-token
 # --device cuda and --dtype f32 are accepted: what stops this one is --bogus
