@@ -95,14 +95,9 @@ static void chunk_backward(int64_t m, int64_t K, double eps, const double *w, co
     const int64_t KK = K * K;
     chunk_recompute(m, K, eps, w, b, s);
     for (int64_t t = m - 1; t >= 0; t--) {
-        const double *dout = s->dout + t * K, *xo = s->xo + t * K, *kt = s->k + t * K, *gZ = s->gZ + t * K;
-        double *dO = s->dO + t * K, *g = s->t1;
-        for (int64_t c = 0; c < K; c++) {
-            g[c] = w[c] * dout[c];
-            dw[c] += dout[c] * xo[c], db[c] += dout[c];
-        }
-        kit_ln_back(xo, s->so[t], g, K, dO);
-        for (int64_t c = 0; c < K; c++) dO[c] += dout[c];
+        const double *kt = s->k + t * K, *gZ = s->gZ + t * K;
+        double *dO = s->dO + t * K;
+        kit_ln_out_back(s->xo + t * K, s->so[t], w, s->dout + t * K, K, s->t1, dO, dw, db);
         memset(s->dq + t * K, 0, (size_t)K * sizeof(double));
         kit_mat_vec(s->Ms + (t + 1) * KK, dO, K, K, 1.0, s->dq + t * K);
         kit_outer(dM, s->q + t * K, dO, K, K, 1.0);

@@ -36,6 +36,20 @@ static inline void kit_ln_back(const double *xh, double s, const double *g, int6
     for (int64_t c = 0; c < K; c++) dx[c] = (g[c] - sg - xh[c] * sgx) / s;
 }
 
+/* Backward of one output row o = z + w xh + b, xh = LN-normalized z (scale
+ * s), given dout: dz = dout + kit_ln_back(xh, s, w dout), dw += dout xh,
+ * db += dout. g [K] is scratch (left holding w dout). */
+static inline void kit_ln_out_back(const double *xh, double s, const double *w, const double *dout, int64_t K,
+                                   double *g, double *dz, double *dw, double *db)
+{
+    for (int64_t c = 0; c < K; c++) {
+        g[c] = w[c] * dout[c];
+        dw[c] += dout[c] * xh[c], db[c] += dout[c];
+    }
+    kit_ln_back(xh, s, g, K, dz);
+    for (int64_t c = 0; c < K; c++) dz[c] += dout[c];
+}
+
 /* out[c] (+)= sum_a x[a] M[a,c], M [R,C] */
 static inline void kit_vec_mat(const double *x, const double *M, int64_t R, int64_t C, double *out, bool acc)
 {

@@ -128,16 +128,8 @@ static void mb_backward(int64_t m, int64_t K, double eps, const double *w, const
     mb_recompute(m, K, eps, w, b, W, hb, s);
     double e = s->eta[m - 1];
     memset(s->deta, 0, (size_t)m * sizeof(double));
-    for (int64_t t = 0; t < m; t++) {
-        double *g = s->dxh + t * K;    /* scratch: w do */
-        const double *dout = s->dout + t * K, *xb = s->xb + t * K;
-        for (int64_t c = 0; c < K; c++) {
-            g[c] = w[c] * dout[c];
-            dw[c] += dout[c] * xb[c], db[c] += dout[c];
-        }
-        kit_ln_back(xb, s->sb[t], g, K, s->dzb + t * K);
-        for (int64_t c = 0; c < K; c++) s->dzb[t * K + c] += dout[c];
-    }
+    for (int64_t t = 0; t < m; t++)
+        kit_ln_out_back(s->xb + t * K, s->sb[t], w, s->dout + t * K, K, s->dxh + t * K, s->dzb + t * K, dw, db);
     /* terms through the end state, with dW', dhb' */
     for (int64_t j = 0; j < m; j++) {
         double *P = s->P + j * K, *dk = s->dk + j * K, *dg = s->dgz + j * K;

@@ -147,16 +147,8 @@ static void mb_backward(int64_t m, int64_t K, int64_t N, double eps, const doubl
     mb_recompute(m, K, N, eps, w, b, W, s);
     double e = s->eta[m - 1];
     memset(s->deta, 0, (size_t)m * sizeof(double));
-    for (int64_t i = 0; i < m; i++) {
-        double *g = s->t1 + i * K;
-        const double *dout = s->dout + i * K, *xb = s->xb + i * K;
-        for (int64_t c = 0; c < K; c++) {
-            g[c] = w[c] * dout[c];
-            dw[c] += dout[c] * xb[c], db[c] += dout[c];
-        }
-        kit_ln_back(xb, s->sb[i], g, K, s->dZ2b + i * K);
-        for (int64_t c = 0; c < K; c++) s->dZ2b[i * K + c] += dout[c];
-    }
+    for (int64_t i = 0; i < m; i++)
+        kit_ln_out_back(s->xb + i * K, s->sb[i], w, s->dout + i * K, K, s->t1 + i * K, s->dZ2b + i * K, dw, db);
     for (int64_t j = 0; j < m; j++) { /* through the end state */
         double *P1 = s->P1 + j * N, *P2 = s->P2 + j * K;
         kit_vec_mat(s->k + j * K, dW->W1, K, N, P1, false);
