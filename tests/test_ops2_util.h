@@ -1,11 +1,13 @@
-/* tests/test_ops2_util.h: what the attention and selective-scan tests share:
- * the ops2 reference file, host copies and a relative-error check. */
+/* tests/test_ops2_util.h: what the tests of the fused ops (attention,
+ * selective scan, the TTT family) share: the ops2 reference file, host copies
+ * of one run and a relative-error check. */
 #ifndef PR_TEST_OPS2_UTIL_H
 #define PR_TEST_OPS2_UTIL_H
 
 #include "tests/pr_test.h"
 
 #define OPS2_FILE PRISM_SOURCE_DIR "/tests/data/ops2.safetensors"
+enum { MAXIN = 10, MAXOUT = 5 };
 
 static inline double *host(const pr_tensor *t, int64_t *n)
 {
@@ -15,19 +17,38 @@ static inline double *host(const pr_tensor *t, int64_t *n)
     return p;
 }
 
-/* max|got - ref| / max|ref| of two tensors (any dtype, device) */
+/* host copies of one run: outputs and input grads (NULL where none) */
+typedef struct {
+    double *out[MAXOUT], *d[MAXIN];
+    int64_t n_out[MAXOUT], n[MAXIN];
+} run_out;
+
+static inline void run_out_free(run_out *r)
+{
+    for (int i = 0; i < MAXOUT; i++) free(r->out[i]);
+    for (int i = 0; i < MAXIN; i++) free(r->d[i]);
+}
+
+/* max|got - ref| / max|ref| */
+static inline double rel_err(const double *got, const double *ref, int64_t n)
+{
+    double e = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - ref[i]);
+        e = isnan(d) ? INFINITY : fmax(e, d);
+        m = fmax(m, fabs(ref[i]));
+    }
+    return m > 0 ? e / m : e;
+}
+
+/* the same for two tensors (any dtype, device) */
 static inline double tensor_rel_err(const pr_tensor *got, const pr_tensor *ref)
 {
     assert_non_null(got);
     assert_int_equal(got->numel, ref->numel);
-    double *g = host(got, NULL), *r = host(ref, NULL), e = 0, m = 0;
-    for (int64_t i = 0; i < ref->numel; i++) {
-        double d = fabs(g[i] - r[i]);
-        e = isnan(d) ? INFINITY : fmax(e, d);
-        m = fmax(m, fabs(r[i]));
-    }
+    double *g = host(got, NULL), *r = host(ref, NULL), e = rel_err(g, r, ref->numel);
     free(g), free(r);
-    return m > 0 ? e / m : e;
+    return e;
 }
 
 static inline void assert_rel(const char *what, const pr_tensor *got, const pr_tensor *ref, double tol)
