@@ -68,6 +68,45 @@ static inline pr_tensor *ops2_ref(const pr_safetensors *st, const char *op, cons
     return t;
 }
 
+/* the op on in (its inputs in the file's order), outputs into out */
+typedef void (*ops2_apply_fn)(pr_ctx *ctx, const pr_safetensors *st, pr_tensor *const *in, pr_tensor **out);
+
+/* op's golden case in the ops2 file, run in dt on the CPU: the file's inputs
+ * ins, apply, then the backward seeded with the file's d<out> of every output;
+ * every output and input grad (d<in>) must match the file's to 1e-10 in f64,
+ * 1e-5 in f32, relative to its max-abs */
+static inline void ops2_golden_case(const char *op, const char *const *ins, int n_in, const char *const *outs,
+                                    int n_out, ops2_apply_fn apply, pr_dtype dt)
+{
+    const double tol = dt == PR_F64 ? 1e-10 : 1e-5;
+    pr_arena *a = pr_arena_new("golden", 0);
+    pr_safetensors st;
+    pr_err err;
+    if (pr_safetensors_read(OPS2_FILE, a, &st, &err) != 0) fail_msg("%s", err.msg);
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_tensor *in[MAXIN], *out[MAXOUT];
+    const pr_tensor *g[MAXOUT];
+    char name[48];
+    for (int i = 0; i < n_in; i++) {
+        in[i] = pr_to(ctx->step, ops2_ref(&st, op, ins[i]), dt, PR_CPU);
+        pr_requires_grad_(in[i], true);
+    }
+    apply(ctx, &st, in, out);
+    for (int i = 0; i < n_out; i++) {
+        snprintf(name, sizeof name, "golden %s", outs[i]);
+        assert_rel(name, out[i], ops2_ref(&st, op, outs[i]), tol);
+        snprintf(name, sizeof name, "d%s", outs[i]);
+        g[i] = pr_to(ctx->step, ops2_ref(&st, op, name), dt, PR_CPU);
+    }
+    pr_backward_many(ctx, n_out, out, g);
+    for (int i = 0; i < n_in; i++) {
+        snprintf(name, sizeof name, "d%s", ins[i]);
+        assert_rel(name, in[i]->grad, ops2_ref(&st, op, name), tol);
+    }
+    pr_ctx_free(ctx);
+    pr_arena_free(a);
+}
+
 static inline pr_tensor *cu_tensor(pr_ctx *ctx, const int64_t *cu, int64_t n, pr_device dev)
 {
     pr_tensor *t = pr_zeros(ctx->step, PR_I64, PR_CPU, 1, &n);
