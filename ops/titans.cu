@@ -232,15 +232,7 @@ __global__ void __launch_bounds__(TTK_THREADS) ti_bwd_kernel(ti_args a)
             for (int j = 0; j < m; j++) d += s.k[j * K + r] * s.dZ[j * K + c];
             s.dM[idx] += d;
         }
-        TTK_FOR(c, K) { /* the inner LayerNorm's dw, db */
-            float sw = 0, sb = 0;
-            for (int j = 0; j < m; j++) {
-                const float dG = s.dG[j * K + c], x = s.xz[j * K + c];
-                sw += dG * (2 * w[c] * x + b[c] - s.v[j * K + c] + s.k[j * K + c]);
-                sb += w[c] * dG;
-            }
-            s.dwp[c] += sw, s.dbp[c] += sb;
-        }
+        ttk_inner_dw_db(s.dG, s.xz, s.v, s.k, w, b, m, K, s.dwp, s.dbp);
         __syncthreads();
     }
     TTK_FOR(x, KK) {

@@ -86,6 +86,23 @@ __device__ __forceinline__ void ttk_inner_grad_back(const float *xz, float sz, c
     }
 }
 
+/* the inner LayerNorm's dw, db over the m rows [m,K] of a mini-batch (the
+ * terms dw += dG (2 w xz + b - v + k), db += w dG of kit_inner_grad_back),
+ * added to the block's partials dwp, dbp [K]; a thread per column */
+__device__ __forceinline__ void ttk_inner_dw_db(const float *dG, const float *xz, const float *v, const float *k,
+                                                const float *w, const float *b, int m, int K, float *dwp, float *dbp)
+{
+    TTK_FOR(c, K) {
+        float sw = 0, sb = 0;
+        for (int j = 0; j < m; j++) {
+            const float g = dG[j * K + c], x = xz[j * K + c];
+            sw += g * (2 * w[c] * x + b[c] - v[j * K + c] + k[j * K + c]);
+            sb += w[c] * g;
+        }
+        dwp[c] += sw, dbp[c] += sb;
+    }
+}
+
 /* gelu_tanh and its first two derivatives (ops/ttt_kit.h, kit_gelu) */
 __device__ __forceinline__ float ttk_gelu(float x, float *d1, float *d2)
 {

@@ -320,15 +320,7 @@ __device__ void mlp_bwd_write(const mlp_args &a, const mlp_ws &s, const float *w
         for (int c = 0; c < K; c++) d += s.W[2][r * K + c] * s.dZ2[j * K + c];
         s.dZ1[idx] += d * s.gp[idx];
     }
-    TTK_FOR(c, K) { /* the inner LayerNorm's dw, db */
-        float sw = 0, sb = 0;
-        for (int j = 0; j < m; j++) {
-            const float dG = s.dG[j * K + c], x = s.xz[j * K + c];
-            sw += dG * (2 * w[c] * x + b[c] - s.v[j * K + c] + s.k[j * K + c]);
-            sb += w[c] * dG;
-        }
-        s.dwp[c] += sw, s.dbp[c] += sb;
-    }
+    ttk_inner_dw_db(s.dG, s.xz, s.v, s.k, w, b, m, K, s.dwp, s.dbp);
     __syncthreads();
     TTK_FOR(idx, m * K) { /* dk += dZ1 W1^T */
         const int j = idx / K, c = idx % K;
