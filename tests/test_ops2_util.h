@@ -41,6 +41,30 @@ static inline double rel_err(const double *got, const double *ref, int64_t n)
     return m > 0 ? e / m : e;
 }
 
+/* every output (named outs) and input grad (d<ins>) of got within tol of
+ * ref's, relative to its max-abs; those ref lacks are skipped. Prints one
+ * line; returns the worst error. */
+static inline double assert_runs_close(const char *what, const char *const *outs, int n_out, const char *const *ins,
+                                       int n_in, const run_out *got, const run_out *ref, double tol)
+{
+    double worst = 0;
+    char line[768] = "";
+    for (int i = 0; i < n_out + n_in; i++) {
+        const bool is_out = i < n_out;
+        const int j = is_out ? i : i - n_out;
+        const double *g = is_out ? got->out[j] : got->d[j], *r = is_out ? ref->out[j] : ref->d[j];
+        const char *nm = is_out ? outs[j] : ins[j], *pre = is_out ? "" : "d";
+        if (!r) continue;
+        assert_non_null(g);
+        const double e = rel_err(g, r, is_out ? ref->n_out[j] : ref->n[j]);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " %s%s %.1e", pre, nm, e);
+        if (!(e <= tol)) fail_msg("%s: %s%s rel_err %.3g > %.1g", what, pre, nm, e, tol);
+        worst = fmax(worst, e);
+    }
+    fprintf(stderr, "  %s:%s\n", what, line);
+    return worst;
+}
+
 /* the same for two tensors (any dtype, device) */
 static inline double tensor_rel_err(const pr_tensor *got, const pr_tensor *ref)
 {

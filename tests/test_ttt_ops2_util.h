@@ -83,28 +83,11 @@ static inline void random_inputs(pr_ctx *ctx, const op2_desc *op, uint64_t seed,
     }
 }
 
-/* every output and input grad of got within tol of ref (relative to ref's
- * max-abs); prints one line; returns the worst error */
+/* every output and input grad of got within tol of ref (test_ops2_util.h) */
 static inline double compare_runs(const char *what, const op2_desc *op, const run_out *got, const run_out *ref,
                                   double tol)
 {
-    double worst = 0;
-    char line[768] = "";
-    for (int i = 0; i < MAXOUT + MAXIN; i++) {
-        bool is_out = i < MAXOUT;
-        int j = is_out ? i : i - MAXOUT;
-        if (is_out ? j >= op->n_out : j >= op->n_in) continue;
-        const double *g = is_out ? got->out[j] : got->d[j], *r = is_out ? ref->out[j] : ref->d[j];
-        const char *nm = is_out ? op->out_names[j] : op->in_names[j];
-        if (!r) continue;
-        assert_non_null(g);
-        double e = rel_err(g, r, is_out ? ref->n_out[j] : ref->n[j]);
-        snprintf(line + strlen(line), sizeof line - strlen(line), " %s%s %.1e", is_out ? "" : "d", nm, e);
-        if (!(e <= tol)) fail_msg("%s: %s%s rel_err %.3g > %.1g", what, is_out ? "" : "d", nm, e, tol);
-        worst = fmax(worst, e);
-    }
-    fprintf(stderr, "  %s:%s\n", what, line);
-    return worst;
+    return assert_runs_close(what, op->out_names, op->n_out, op->in_names, op->n_in, got, ref, tol);
 }
 
 /* the file's inputs, upstream grads and expected results for op: runs the
