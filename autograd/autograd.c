@@ -51,7 +51,7 @@ bool pr_set_grad_enabled(pr_ctx *ctx, bool on)
 
 void pr_requires_grad_(pr_tensor *t, bool on)
 {
-    PR_CHECK(!on || pr_dtype_is_float(t->dtype), "requires_grad: %s tensor %s cannot require grad",
+    PR_CHECK(!on || pr_dtype_has_grad(t->dtype), "requires_grad: %s tensor %s cannot require grad",
              pr_dtype_name(t->dtype), t->name ? t->name : "");
     t->requires_grad = on;
 }
@@ -108,7 +108,7 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
 #endif
     if (n->recording) {
         for (int i = 0; i < n->n_out; i++) {
-            n->out[i]->requires_grad = pr_dtype_is_float(n->out[i]->dtype);
+            n->out[i]->requires_grad = pr_dtype_has_grad(n->out[i]->dtype);
             n->out[i]->tape_pos = ctx->n_tape;
         }
         push_node(ctx, n);

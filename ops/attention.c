@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/ops.h"
+#include "ops/cpu_kit.h"
 #include "ops/seqlens.h"
 
 #ifdef PRISM_HAVE_CUDA
@@ -39,39 +39,6 @@ static att_dims att_dims_of(const pr_tensor *q, const pr_tensor *k, const pr_ten
     return d;
 }
 
-static double *att_f64(const pr_tensor *t, bool *owned)
-{
-    *owned = t->dtype != PR_F64;
-    if (!*owned) return (double *)t->data;
-    double *p = malloc((size_t)t->numel * sizeof(double));
-    PR_CHECK(p, "attention: out of host memory");
-    pr_to_host_f64(t, p);
-    return p;
-}
-
-static double *att_zalloc(int64_t n)
-{
-    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    PR_CHECK(p, "attention: out of host memory");
-    return p;
-}
-
-/* dst op= src for a host tensor of any float dtype; acc: += else = */
-static void att_store(pr_tensor *dst, const double *src, bool acc)
-{
-    PR_FLOAT_SWITCH(dst->dtype, F, {
-        F *p = (F *)dst->data;
-        for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
-    });
-}
-
-static double att_dot(const double *a, const double *b, int64_t n)
-{
-    double s = 0;
-    for (int64_t c = 0; c < n; c++) s += a[c] * b[c];
-    return s;
-}
-
 /* One query row against n keys: kr, vr point at key 0's row of its kv head
  * (row strides ks, vs); p[n] receives the probabilities, o[Dv] the output. */
 static void attend_row(const att_dims *d, const double *qi, const double *kr, int64_t ks, const double *vr, int64_t vs,
@@ -79,7 +46,7 @@ static void attend_row(const att_dims *d, const double *qi, const double *kr, in
 {
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < n; j++) {
-        p[j] = d->scale * att_dot(qi, kr + j * ks, d->D);
+        p[j] = d->scale * kit_dot(qi, kr + j * ks, d->D);
         mx = fmax(mx, p[j]);
     }
     for (int64_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - mx));
@@ -102,8 +69,10 @@ void pr_attention_forward_cpu(pr_ctx *ctx, pr_node *n)
     att_dims d = att_dims_of(n->in[0], n->in[1], n->in[2], n->farg[0]);
     int64_t *seq, N = pr_seqlens_read("attention", n->in[3], d.B, d.T, &seq);
     bool own[3];
-    double *q = att_f64(n->in[0], &own[0]), *k = att_f64(n->in[1], &own[1]), *v = att_f64(n->in[2], &own[2]);
-    double *o = att_zalloc(d.B * d.T * d.H * d.Dv), *p = att_zalloc(d.T);
+    double *in[3];
+    kit_inputs_f64(n, 3, in, own);
+    const double *q = in[0], *k = in[1], *v = in[2];
+    double *o = kit_zalloc(d.B * d.T * d.H * d.Dv), *p = kit_zalloc(d.T);
     for (int64_t s = 0; s < N; s++)
         for (int64_t r = seq[s]; r < seq[s + 1]; r++)
             for (int64_t h = 0; h < d.H; h++) {
@@ -111,10 +80,9 @@ void pr_attention_forward_cpu(pr_ctx *ctx, pr_node *n)
                 attend_row(&d, q + QOFF(&d, r, h), k + KOFF(&d, seq[s], hk), d.Hkv * d.D, v + VOFF(&d, seq[s], hk),
                            d.Hkv * d.Dv, r - seq[s] + 1, p, o + OOFF(&d, r, h));
             }
-    att_store(n->out[0], o, false);
+    kit_store(n->out[0], o, false);
     free(o), free(p), free(seq);
-    for (int i = 0; i < 3; i++)
-        if (own[i]) free(i == 0 ? q : i == 1 ? k : v);
+    kit_free_owned(in, own, 3);
 }
 
 /* the backward of one query row (see the top of the file); p[n] and o[Dv]
@@ -124,9 +92,9 @@ static void attend_row_back(const att_dims *d, const double *qi, const double *k
                             double *dvr)
 {
     const int64_t ks = d->Hkv * d->D, vs = d->Hkv * d->Dv;
-    double Di = att_dot(g, o, d->Dv);
+    double Di = kit_dot(g, o, d->Dv);
     for (int64_t j = 0; j < n; j++) {
-        dp[j] = att_dot(g, vr + j * vs, d->Dv);
+        dp[j] = kit_dot(g, vr + j * vs, d->Dv);
         for (int64_t c = 0; c < d->Dv; c++) dvr[j * vs + c] += p[j] * g[c];
         double ds = d->scale * p[j] * (dp[j] - Di);
         for (int64_t c = 0; c < d->D; c++) {
@@ -142,10 +110,12 @@ void pr_attention_backward_cpu(pr_ctx *ctx, pr_node *n)
     att_dims d = att_dims_of(n->in[0], n->in[1], n->in[2], n->farg[0]);
     int64_t *seq, N = pr_seqlens_read("attention", n->in[3], d.B, d.T, &seq);
     bool own[4];
-    double *q = att_f64(n->in[0], &own[0]), *k = att_f64(n->in[1], &own[1]), *v = att_f64(n->in[2], &own[2]);
-    double *g = att_f64(n->out[0]->grad, &own[3]);
-    double *dq = att_zalloc(n->in[0]->numel), *dk = att_zalloc(n->in[1]->numel), *dv = att_zalloc(n->in[2]->numel);
-    double *p = att_zalloc(d.T), *dp = att_zalloc(d.T), *o = att_zalloc(d.Dv);
+    double *in[4];
+    kit_inputs_f64(n, 3, in, own);
+    kit_out_grads_f64(n, 1, in + 3, own + 3);
+    const double *q = in[0], *k = in[1], *v = in[2], *g = in[3];
+    double *dq = kit_zalloc(n->in[0]->numel), *dk = kit_zalloc(n->in[1]->numel), *dv = kit_zalloc(n->in[2]->numel);
+    double *p = kit_zalloc(d.T), *dp = kit_zalloc(d.T), *o = kit_zalloc(d.Dv);
     for (int64_t s = 0; s < N; s++)
         for (int64_t r = seq[s]; r < seq[s + 1]; r++)
             for (int64_t h = 0; h < d.H; h++) {
@@ -155,42 +125,18 @@ void pr_attention_backward_cpu(pr_ctx *ctx, pr_node *n)
                 attend_row_back(&d, q + QOFF(&d, r, h), kr, vr, nk, p, o, g + OOFF(&d, r, h), dp,
                                 dq + QOFF(&d, r, h), dk + KOFF(&d, seq[s], hk), dv + VOFF(&d, seq[s], hk));
             }
-    double *grads[3] = {dq, dk, dv};
-    for (int i = 0; i < 3; i++) {
-        pr_tensor *gi = pr_in_grad(n, i);
-        if (gi) att_store(gi, grads[i], true);
-        free(grads[i]);
-    }
+    kit_add_grads(n, (double *[3]){dq, dk, dv}, 3);
     free(p), free(dp), free(o), free(seq);
-    double *bufs[4] = {q, k, v, g};
-    for (int i = 0; i < 4; i++)
-        if (own[i]) free(bufs[i]);
+    kit_free_owned(in, own, 4);
 }
 
 /* ---- the public entries --------------------------------------------------------- */
-
-static void att_check_dims(const char *op, const pr_tensor *t, const char *arg, const int64_t *want)
-{
-    bool ok = t->ndim == 4;
-    for (int i = 0; ok && i < 4; i++) ok = want[i] < 0 || t->shape[i] == want[i];
-    if (!ok) {
-        char got[96];
-        pr_fatal("%s: %s has shape %s; expected [%lld,%lld,%lld,%lld] (-1: any)", op, arg,
-                 pr_shape_str(t, got, sizeof got), (long long)want[0], (long long)want[1], (long long)want[2],
-                 (long long)want[3]);
-    }
-}
 
 /* q, k, v: float, one dtype and device, 4-D, matching B, D and Hkv; T of k, v
  * given by kv_T (-1: any); returns the dims */
 static att_dims att_check(const char *op, pr_tensor *q, pr_tensor *k, pr_tensor *v, double scale, int64_t kv_T)
 {
-    const char *names[3] = {"q", "k", "v"};
-    pr_tensor *in[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) {
-        pr_check_float(op, in[i], names[i]);
-        pr_check_same_kind(op, q, in[i]);
-    }
+    kit_check_inputs(op, (pr_tensor *[3]){q, k, v}, (const char *[3]){"q", "k", "v"}, 3, 0);
     PR_CHECK(q->ndim == 4, "%s: q must be [B,T,H,D], got %d dims", op, q->ndim);
     PR_CHECK(k->ndim == 4, "%s: k must be [B,T,Hkv,D], got %d dims", op, k->ndim);
     PR_CHECK(v->ndim == 4, "%s: v must be [B,T,Hkv,Dv], got %d dims", op, v->ndim);
@@ -198,8 +144,8 @@ static att_dims att_check(const char *op, pr_tensor *q, pr_tensor *k, pr_tensor 
     PR_CHECK(B > 0 && q->shape[1] > 0 && H > 0 && D > 0, "%s: q has an empty dim", op);
     PR_CHECK(Hkv > 0 && H % Hkv == 0, "%s: H=%lld must be a multiple of k's Hkv=%lld", op, (long long)H,
              (long long)Hkv);
-    att_check_dims(op, k, "k", (const int64_t[]){B, kv_T, Hkv, D});
-    att_check_dims(op, v, "v", (const int64_t[]){B, k->shape[1], Hkv, -1});
+    kit_check_shape(op, k, "k", 4, (const int64_t[]){B, kv_T, Hkv, D});
+    kit_check_shape(op, v, "v", 4, (const int64_t[]){B, k->shape[1], Hkv, -1});
     PR_CHECK(v->shape[3] > 0 && k->shape[1] > 0, "%s: k or v has an empty dim", op);
     PR_CHECK(scale >= 0 && isfinite(scale), "%s: scale must be finite and >= 0 (0: D^-1/2), got %g", op, scale);
     return att_dims_of(q, k, v, scale != 0 ? scale : 1 / sqrt((double)D));
@@ -234,20 +180,19 @@ static void decode_cpu(const att_dims *d, const pr_tensor *qt, const pr_tensor *
                        const int64_t *nv, pr_tensor *out)
 {
     bool own[3];
-    double *q = att_f64(qt, &own[0]), *k = att_f64(kt, &own[1]), *v = att_f64(vt, &own[2]);
+    double *in[3] = {kit_as_f64(qt, &own[0]), kit_as_f64(kt, &own[1]), kit_as_f64(vt, &own[2])};
+    const double *q = in[0], *k = in[1], *v = in[2];
     const int64_t Tc = kt->shape[1];
-    double *o = att_zalloc(out->numel), *p = att_zalloc(Tc);
+    double *o = kit_zalloc(out->numel), *p = kit_zalloc(Tc);
     for (int64_t b = 0; b < d->B; b++)
         for (int64_t h = 0; h < d->H; h++) {
             int64_t hk = h / d->group;
             attend_row(d, q + QOFF(d, b, h), k + KOFF(d, b * Tc, hk), d->Hkv * d->D, v + VOFF(d, b * Tc, hk),
                        d->Hkv * d->Dv, nv ? nv[b] : Tc, p, o + OOFF(d, b, h));
         }
-    att_store(out, o, false);
+    kit_store(out, o, false);
     free(o), free(p);
-    double *bufs[3] = {q, k, v};
-    for (int i = 0; i < 3; i++)
-        if (own[i]) free(bufs[i]);
+    kit_free_owned(in, own, 3);
 }
 
 pr_tensor *pr_attention_decode(pr_ctx *ctx, pr_tensor *q, pr_tensor *k_cache, pr_tensor *v_cache,

@@ -41,6 +41,11 @@ pr_tensor *pr_gelu(pr_ctx *ctx, pr_tensor *x);               /* exact erf form *
 pr_tensor *pr_gelu_tanh(pr_ctx *ctx, pr_tensor *x);          /* tanh approximation */
 pr_tensor *pr_softplus(pr_ctx *ctx, pr_tensor *x);           /* log(1+e^x), = x for x > 20 */
 
+/* ---- cast.c: x in another dtype, same shape and device; differentiable (the
+ * grad is cast back). f32 <-> bf16 on the CPU and CUDA, f32 <-> f64 on the
+ * CPU; narrowing rounds to nearest even. The same dtype gives a copy. */
+pr_tensor *pr_cast(pr_ctx *ctx, pr_tensor *x, pr_dtype dtype);
+
 /* ---- binary.c: a (op) b with numpy broadcasting: shapes aligned at the
  * trailing dims, each dim equal or 1 in one of them; out has the broadcast shape */
 pr_tensor *pr_add(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);

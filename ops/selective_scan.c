@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/ops.h"
+#include "ops/cpu_kit.h"
 #include "ops/seqlens.h"
 
 enum { IN_U, IN_DELTA, IN_A, IN_B, IN_C, IN_DSKIP, IN_Z, IN_BIAS, IN_H0, IN_CU, IN_N };
@@ -39,33 +39,6 @@ static ss_dims ss_dims_of(const pr_node *n)
     return d;
 }
 
-static double *ss_f64(const pr_tensor *t, bool *owned)
-{
-    *owned = false;
-    if (!t) return NULL;
-    if (t->dtype == PR_F64) return (double *)t->data;
-    double *p = malloc((size_t)t->numel * sizeof(double));
-    PR_CHECK(p, "selective_scan: out of host memory");
-    pr_to_host_f64(t, p);
-    *owned = true;
-    return p;
-}
-
-static double *ss_zalloc(int64_t n)
-{
-    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    PR_CHECK(p, "selective_scan: out of host memory");
-    return p;
-}
-
-static void ss_store(pr_tensor *dst, const double *src, bool acc)
-{
-    PR_FLOAT_SWITCH(dst->dtype, F, {
-        F *p = (F *)dst->data;
-        for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
-    });
-}
-
 static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
 static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 
@@ -78,14 +51,8 @@ typedef struct {
 static ss_inputs ss_inputs_of(const pr_node *n)
 {
     ss_inputs in;
-    for (int i = 0; i < IN_CU; i++) in.p[i] = ss_f64(n->in[i], &in.own[i]);
+    kit_inputs_f64(n, IN_CU, in.p, in.own);
     return in;
-}
-
-static void ss_inputs_free(ss_inputs *in)
-{
-    for (int i = 0; i < IN_CU; i++)
-        if (in->own[i]) free(in->p[i]);
 }
 
 static double dt_of(const ss_inputs *in, const ss_dims *d, int64_t r, int64_t c)
@@ -118,8 +85,8 @@ void pr_selective_scan_forward_cpu(pr_ctx *ctx, pr_node *n)
     (void)ctx;
     ss_dims d = ss_dims_of(n);
     ss_inputs in = ss_inputs_of(n);
-    double *y = ss_zalloc(d.B * d.T * d.D), *ht = ss_zalloc(d.S * d.D * d.N);
-    double *st = ss_zalloc((d.T + 1) * d.N), *yp = ss_zalloc(d.T);
+    double *y = kit_zalloc(d.B * d.T * d.D), *ht = kit_zalloc(d.S * d.D * d.N);
+    double *st = kit_zalloc((d.T + 1) * d.N), *yp = kit_zalloc(d.T);
     for (int64_t s = 0; s < d.S; s++)
         for (int64_t c = 0; c < d.D; c++) {
             const int64_t r0 = d.seq[s], len = d.seq[s + 1] - r0;
@@ -131,10 +98,10 @@ void pr_selective_scan_forward_cpu(pr_ctx *ctx, pr_node *n)
             }
             memcpy(ht + (s * d.D + c) * d.N, st + len * d.N, (size_t)d.N * sizeof(double));
         }
-    ss_store(n->out[0], y, false);
-    ss_store(n->out[1], ht, false);
+    kit_store(n->out[0], y, false);
+    kit_store(n->out[1], ht, false);
     free(y), free(ht), free(st), free(yp), free(d.seq);
-    ss_inputs_free(&in);
+    kit_free_owned(in.p, in.own, IN_CU);
 }
 
 /* gradients, in double, of every float input */
@@ -188,72 +155,51 @@ void pr_selective_scan_backward_cpu(pr_ctx *ctx, pr_node *n)
     ss_dims d = ss_dims_of(n);
     ss_inputs in = ss_inputs_of(n);
     bool own_dy, own_dht;
-    double *dy = ss_f64(n->out[0]->grad, &own_dy), *dht = ss_f64(n->out[1]->grad, &own_dht);
+    double *dy = kit_as_f64(n->out[0]->grad, &own_dy), *dht = kit_as_f64(n->out[1]->grad, &own_dht);
     ss_grads gr;
     const int64_t sizes[IN_CU] = {d.B * d.T * d.D, d.B * d.T * d.D, d.D * d.N, d.B * d.T * d.N, d.B * d.T * d.N,
                                   d.D, d.B * d.T * d.D, d.D, d.S * d.D * d.N};
-    for (int i = 0; i < IN_CU; i++) gr.g[i] = ss_zalloc(sizes[i]);
-    double *st = ss_zalloc((d.T + 1) * d.N), *yp = ss_zalloc(d.T), *g = ss_zalloc(d.N);
+    for (int i = 0; i < IN_CU; i++) gr.g[i] = kit_zalloc(sizes[i]);
+    double *st = kit_zalloc((d.T + 1) * d.N), *yp = kit_zalloc(d.T), *g = kit_zalloc(d.N);
     for (int64_t s = 0; s < d.S; s++)
         for (int64_t c = 0; c < d.D; c++) {
             scan_channel(&in, &d, s, c, st, yp);
             back_channel(&in, &d, s, c, dy, dht, st, yp, g, &gr);
         }
-    for (int i = 0; i < IN_CU; i++) {
-        pr_tensor *gi = pr_in_grad(n, i);
-        if (gi) ss_store(gi, gr.g[i], true);
-        free(gr.g[i]);
-    }
+    kit_add_grads(n, gr.g, IN_CU);
     free(st), free(yp), free(g), free(d.seq);
     if (own_dy) free(dy);
     if (own_dht) free(dht);
-    ss_inputs_free(&in);
+    kit_free_owned(in.p, in.own, IN_CU);
 }
 
 /* ---- the public entry --------------------------------------------------------------- */
-
-static void ss_check_shape(const pr_tensor *t, int i, int ndim, const int64_t *shape)
-{
-    bool ok = t->ndim == ndim;
-    for (int j = 0; ok && j < ndim; j++) ok = t->shape[j] == shape[j];
-    if (!ok) {
-        char got[96], want[96] = "[";
-        for (int j = 0; j < ndim; j++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", j ? "," : "", (long long)shape[j]);
-        strncat(want, "]", sizeof want - strlen(want) - 1);
-        pr_fatal("selective_scan: %s has shape %s; expected %s", in_names[i], pr_shape_str(t, got, sizeof got), want);
-    }
-}
 
 pr_tensor *pr_selective_scan(pr_ctx *ctx, pr_tensor *u, pr_tensor *delta, pr_tensor *A, pr_tensor *Bm, pr_tensor *Cm,
                              pr_tensor *Dskip, pr_tensor *z, pr_tensor *delta_bias, pr_tensor *h0,
                              pr_tensor *cu_seqlens, pr_tensor **ht)
 {
     pr_tensor *in[IN_N] = {u, delta, A, Bm, Cm, Dskip, z, delta_bias, h0, cu_seqlens};
-    for (int i = 0; i < IN_CU; i++) {
-        if (!in[i] && i >= IN_DSKIP) continue;
-        pr_check_float("selective_scan", in[i], in_names[i]);
-        pr_check_same_kind("selective_scan", u, in[i]);
-    }
+    kit_check_inputs("selective_scan", in, in_names, IN_CU, ~0u << IN_DSKIP);
     PR_CHECK(u->ndim == 3, "selective_scan: u must be [B,T,D], got %d dims", u->ndim);
     PR_CHECK(A->ndim == 2, "selective_scan: A must be [D,N], got %d dims", A->ndim);
     const int64_t B = u->shape[0], T = u->shape[1], D = u->shape[2], N = A->shape[1];
     PR_CHECK(B > 0 && T > 0 && D > 0 && N > 0, "selective_scan: u or A has an empty dim");
     const int64_t btd[3] = {B, T, D}, btn[3] = {B, T, N}, dn[2] = {D, N}, d1[1] = {D};
-    ss_check_shape(delta, IN_DELTA, 3, btd);
-    ss_check_shape(A, IN_A, 2, dn);
-    ss_check_shape(Bm, IN_B, 3, btn);
-    ss_check_shape(Cm, IN_C, 3, btn);
-    if (Dskip) ss_check_shape(Dskip, IN_DSKIP, 1, d1);
-    if (z) ss_check_shape(z, IN_Z, 3, btd);
-    if (delta_bias) ss_check_shape(delta_bias, IN_BIAS, 1, d1);
+    kit_check_shape("selective_scan", delta, in_names[IN_DELTA], 3, btd);
+    kit_check_shape("selective_scan", A, in_names[IN_A], 2, dn);
+    kit_check_shape("selective_scan", Bm, in_names[IN_B], 3, btn);
+    kit_check_shape("selective_scan", Cm, in_names[IN_C], 3, btn);
+    if (Dskip) kit_check_shape("selective_scan", Dskip, in_names[IN_DSKIP], 1, d1);
+    if (z) kit_check_shape("selective_scan", z, in_names[IN_Z], 3, btd);
+    if (delta_bias) kit_check_shape("selective_scan", delta_bias, in_names[IN_BIAS], 1, d1);
     int64_t *seq, S = pr_seqlens_read("selective_scan", cu_seqlens, B, T, &seq), nchunks = 0;
     for (int64_t s = 0; s < S; s++) nchunks += (seq[s + 1] - seq[s] + PR_SS_CHUNK - 1) / PR_SS_CHUNK;
     free(seq);
     if (cu_seqlens)
         PR_CHECK(cu_seqlens->device == u->device, "selective_scan: cu_seqlens is on %s, u on %s",
                  pr_device_name(cu_seqlens->device), pr_device_name(u->device));
-    if (h0) ss_check_shape(h0, IN_H0, 3, (const int64_t[]){S, D, N});
+    if (h0) kit_check_shape("selective_scan", h0, in_names[IN_H0], 3, (const int64_t[]){S, D, N});
 
     pr_node n = pr_node_init(PR_OP_selective_scan, IN_N, in);
     n.n_out = 2;

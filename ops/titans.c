@@ -95,14 +95,9 @@ static void chunk_backward(int64_t m, int64_t K, double eps, const double *w, co
     const int64_t KK = K * K;
     chunk_recompute(m, K, eps, w, b, s);
     for (int64_t t = m - 1; t >= 0; t--) {
-        const double *dout = s->dout + t * K, *xo = s->xo + t * K, *kt = s->k + t * K, *gZ = s->gZ + t * K;
-        double *dO = s->dO + t * K, *g = s->t1;
-        for (int64_t c = 0; c < K; c++) {
-            g[c] = w[c] * dout[c];
-            dw[c] += dout[c] * xo[c], db[c] += dout[c];
-        }
-        kit_ln_back(xo, s->so[t], g, K, dO);
-        for (int64_t c = 0; c < K; c++) dO[c] += dout[c];
+        const double *kt = s->k + t * K, *gZ = s->gZ + t * K;
+        double *dO = s->dO + t * K;
+        kit_ln_out_back(s->xo + t * K, s->so[t], w, s->dout + t * K, K, s->t1, dO, dw, db);
         memset(s->dq + t * K, 0, (size_t)K * sizeof(double));
         kit_mat_vec(s->Ms + (t + 1) * KK, dO, K, K, 1.0, s->dq + t * K);
         kit_outer(dM, s->q + t * K, dO, K, K, 1.0);
@@ -155,7 +150,7 @@ void pr_titans_forward_cpu(pr_ctx *ctx, pr_node *n)
     const int64_t K = d.K, KK = K * K, BH = d.B * d.H;
     bool own[TI_NIN];
     double *in[TI_NIN];
-    for (int i = 0; i < TI_NIN; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
+    kit_inputs_f64(n, TI_NIN, in, own);
     double *o = kit_zalloc(d.B * d.T * d.H * K), *ht = kit_zalloc(BH * KK), *st = kit_zalloc(BH * KK);
     double *Msv = n->n_saved == 2 ? (double *)n->saved[0]->data : NULL;
     double *Ssv = n->n_saved == 2 ? (double *)n->saved[1]->data : NULL;
@@ -184,8 +179,7 @@ void pr_titans_forward_cpu(pr_ctx *ctx, pr_node *n)
     kit_store(n->out[2], st, false);
     free(o), free(ht), free(st);
     titans_work_free(&s);
-    for (int i = 0; i < TI_NIN; i++)
-        if (own[i]) free(in[i]);
+    kit_free_owned(in, own, TI_NIN);
 }
 
 void pr_titans_backward_cpu(pr_ctx *ctx, pr_node *n)
@@ -196,8 +190,8 @@ void pr_titans_backward_cpu(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved == 2, "titans: backward without saved state");
     bool own[TI_NIN], gown[TI_NOUT];
     double *in[TI_NIN], *g[TI_NOUT];
-    for (int i = 0; i < TI_NIN; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
-    for (int i = 0; i < TI_NOUT; i++) g[i] = kit_as_f64(n->out[i]->grad, &gown[i]);
+    kit_inputs_f64(n, TI_NIN, in, own);
+    kit_out_grads_f64(n, TI_NOUT, g, gown);
     const double *Msv = (const double *)n->saved[0]->data, *Ssv = (const double *)n->saved[1]->data;
     double *dq = kit_zalloc(NT * K), *dk = kit_zalloc(NT * K), *dv = kit_zalloc(NT * K);
     double *dw = kit_zalloc(d.H * K), *db = kit_zalloc(d.H * K);
@@ -225,17 +219,10 @@ void pr_titans_backward_cpu(pr_ctx *ctx, pr_node *n)
             kit_scatter(&r, s.deta, 1, 1.0, det);
         }
     }
-    double *grads[TI_NIN] = {dq, dk, dv, dw, db, dth, dal, det, dh0, ds0};
-    for (int i = 0; i < TI_NIN; i++) {
-        pr_tensor *gi = pr_in_grad(n, i);
-        if (gi) kit_store(gi, grads[i], true);
-        free(grads[i]);
-    }
+    kit_add_grads(n, (double *[TI_NIN]){dq, dk, dv, dw, db, dth, dal, det, dh0, ds0}, TI_NIN);
     titans_work_free(&s);
-    for (int i = 0; i < TI_NIN; i++)
-        if (own[i]) free(in[i]);
-    for (int i = 0; i < TI_NOUT; i++)
-        if (gown[i]) free(g[i]);
+    kit_free_owned(in, own, TI_NIN);
+    kit_free_owned(g, gown, TI_NOUT);
 }
 
 /* ---- the public op ---------------------------------------------------------------- */
@@ -247,12 +234,7 @@ pr_tensor *pr_titans(pr_ctx *ctx, const pr_titans_opts *opt, pr_tensor *q, pr_te
     static const char *names[TI_NIN] = {"q", "k", "v", "w", "b", "theta", "alpha", "eta", "h0", "s0"};
     pr_tensor *in[TI_NIN] = {q, k, v, w, b, theta, alpha, eta, h0, s0};
     PR_CHECK(opt, "titans: opts is NULL");
-    for (int i = 0; i < TI_NIN; i++) {
-        if (!in[i] && i >= 8) continue;
-        PR_CHECK(in[i], "titans: %s is NULL", names[i]);
-        pr_check_float("titans", in[i], names[i]);
-        pr_check_same_kind("titans", q, in[i]);
-    }
+    kit_check_inputs("titans", in, names, TI_NIN, 1u << 8 | 1u << 9);
     PR_CHECK(q->ndim == 4, "titans: q must be [B,T,H,d], got %d dims", q->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3];
     PR_CHECK(B > 0 && T > 0 && H > 0 && K > 0, "titans: q has an empty dim");

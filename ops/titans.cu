@@ -232,15 +232,7 @@ __global__ void __launch_bounds__(TTK_THREADS) ti_bwd_kernel(ti_args a)
             for (int j = 0; j < m; j++) d += s.k[j * K + r] * s.dZ[j * K + c];
             s.dM[idx] += d;
         }
-        TTK_FOR(c, K) { /* the inner LayerNorm's dw, db */
-            float sw = 0, sb = 0;
-            for (int j = 0; j < m; j++) {
-                const float dG = s.dG[j * K + c], x = s.xz[j * K + c];
-                sw += dG * (2 * w[c] * x + b[c] - s.v[j * K + c] + s.k[j * K + c]);
-                sb += w[c] * dG;
-            }
-            s.dwp[c] += sw, s.dbp[c] += sb;
-        }
+        ttk_inner_dw_db(s.dG, s.xz, s.v, s.k, w, b, m, K, s.dwp, s.dbp);
         __syncthreads();
     }
     TTK_FOR(x, KK) {
@@ -286,14 +278,9 @@ extern "C" void pr_titans_backward_cuda(pr_ctx *ctx, pr_node *n)
     a.dout = ttk_in(n->out[0]->grad), a.dht = ttk_in(n->out[1]->grad), a.dst = ttk_in(n->out[2]->grad);
     a.dq = ttk_grad(n, 0), a.dk = ttk_grad(n, 1), a.dv = ttk_grad(n, 2), a.dtheta = ttk_grad(n, 5);
     a.dalpha = ttk_grad(n, 6), a.deta = ttk_grad(n, 7), a.dh0 = ttk_grad(n, 8), a.ds0 = ttk_grad(n, 9);
-    const int64_t pshape[3] = {a.B, a.H, a.K};
-    a.dwp = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, pshape)->data;
-    a.dbp = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, pshape)->data;
+    a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
     cudaStream_t st = pr_cuda_stream(ctx);
     ti_bwd_kernel<<<a.B * a.H, TTK_THREADS, 0, st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
-    const long long HK = (long long)a.H * a.K;
-    float *dw = ttk_grad(n, 3), *db = ttk_grad(n, 4);
-    if (dw) pr_cuda_colsum_add(st, ttk_part{a.dwp, HK}, a.B, HK, dw, 1.0);
-    if (db) pr_cuda_colsum_add(st, ttk_part{a.dbp, HK}, a.B, HK, db, 1.0);
+    ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
 }

@@ -1,5 +1,6 @@
 /* ops/ttt_kit.cuh: device helpers that the CUDA paths of ttt_mlp and titans
- * share. Both run one thread block of TTK_THREADS threads per (batch, head),
+ * share (ttt_linear.cu, with its own shared-memory row kernels, uses the
+ * warp sum and the host helpers at the end). ttt_mlp and titans run one thread block of TTK_THREADS threads per (batch, head),
  * sequential over mini-batches (chunks), parallel inside one; the state and
  * the mini-batch's rows live in a per-block slice of a global workspace
  * (L2-resident at these sizes). Row operations (LayerNorms, dot products) use
@@ -85,6 +86,23 @@ __device__ __forceinline__ void ttk_inner_grad_back(const float *xz, float sz, c
     }
 }
 
+/* the inner LayerNorm's dw, db over the m rows [m,K] of a mini-batch (the
+ * terms dw += dG (2 w xz + b - v + k), db += w dG of kit_inner_grad_back),
+ * added to the block's partials dwp, dbp [K]; a thread per column */
+__device__ __forceinline__ void ttk_inner_dw_db(const float *dG, const float *xz, const float *v, const float *k,
+                                                const float *w, const float *b, int m, int K, float *dwp, float *dbp)
+{
+    TTK_FOR(c, K) {
+        float sw = 0, sb = 0;
+        for (int j = 0; j < m; j++) {
+            const float g = dG[j * K + c], x = xz[j * K + c];
+            sw += g * (2 * w[c] * x + b[c] - v[j * K + c] + k[j * K + c]);
+            sb += w[c] * g;
+        }
+        dwp[c] += sw, dbp[c] += sb;
+    }
+}
+
 /* gelu_tanh and its first two derivatives (ops/ttt_kit.h, kit_gelu) */
 __device__ __forceinline__ float ttk_gelu(float x, float *d1, float *d2)
 {
@@ -119,6 +137,24 @@ static inline float *ttk_grad(const pr_node *n, int i)
 {
     pr_tensor *g = pr_in_grad(n, i);
     return g ? (float *)g->data : nullptr;
+}
+
+/* a [B,H,K] workspace for the per-(b,h) partial sums of dw or db */
+static inline float *ttk_partials(pr_ctx *ctx, int B, int H, int K)
+{
+    const int64_t shape[3] = {B, H, K};
+    return (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, shape)->data;
+}
+
+/* adds the sums over b of the partials dwp, dbp [B,H*K] to the grads of the
+ * node's inputs 3 and 4 (w and b in every TTT op) where they take one */
+static inline void ttk_add_dw_db(cudaStream_t st, const pr_node *n, const float *dwp, const float *dbp, int B, int H,
+                                 int K)
+{
+    const long long HK = (long long)H * K;
+    float *dw = ttk_grad(n, 3), *db = ttk_grad(n, 4);
+    if (dw) pr_cuda_colsum_add(st, ttk_part{dwp, HK}, B, HK, dw, 1.0);
+    if (db) pr_cuda_colsum_add(st, ttk_part{dbp, HK}, B, HK, db, 1.0);
 }
 
 #endif

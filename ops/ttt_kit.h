@@ -1,49 +1,17 @@
 /* ops/ttt_kit.h: the double-precision row helpers that the CPU paths of the
- * test-time-training family (ops/ttt_linear.c, ttt_mlp.c, titans.c) share:
- * promotion of f32 inputs to double, LayerNorm rows and the inner
- * LayerNorm+L2 gradient with its backward, small vector-matrix products,
- * gelu_tanh and its first two derivatives, and the shape check. Everything is static inline: a
- * header of helpers, not an API.
+ * test-time-training family (ops/ttt_linear.c, ttt_mlp.c, titans.c) share
+ * on top of ops/cpu_kit.h: LayerNorm rows and the inner LayerNorm+L2
+ * gradient with its backward, small vector-matrix products, gelu_tanh and
+ * its first two derivatives, and row gather/scatter. Everything is static
+ * inline: a header of helpers, not an API.
  */
 #ifndef PR_TTT_KIT_H
 #define PR_TTT_KIT_H
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "ops/ops.h"
-
-/* t's data as double: the tensor itself for f64, else a promoted copy (owned
- * flag set); NULL stays NULL */
-static inline double *kit_as_f64(const pr_tensor *t, bool *owned)
-{
-    *owned = false;
-    if (!t) return NULL;
-    if (t->dtype == PR_F64) return (double *)t->data;
-    double *p = malloc((size_t)t->numel * sizeof(double));
-    PR_CHECK(p, "ttt: out of host memory");
-    pr_to_host_f64(t, p);
-    *owned = true;
-    return p;
-}
-
-/* dst (any float dtype, host) op= src; acc: += else = */
-static inline void kit_store(pr_tensor *dst, const double *src, bool acc)
-{
-    PR_FLOAT_SWITCH(dst->dtype, F, {
-        F *p = (F *)dst->data;
-        for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
-    });
-}
-
-static inline double *kit_zalloc(int64_t n)
-{
-    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    PR_CHECK(p, "ttt: out of host memory");
-    return p;
-}
+#include "ops/cpu_kit.h"
 
 /* xh = (x - mean) / s with s = sqrt(var_biased + eps); returns s */
 static inline double kit_ln(const double *x, int64_t K, double eps, double *xh)
@@ -68,11 +36,18 @@ static inline void kit_ln_back(const double *xh, double s, const double *g, int6
     for (int64_t c = 0; c < K; c++) dx[c] = (g[c] - sg - xh[c] * sgx) / s;
 }
 
-static inline double kit_dot(const double *a, const double *b, int64_t n)
+/* Backward of one output row o = z + w xh + b, xh = LN-normalized z (scale
+ * s), given dout: dz = dout + kit_ln_back(xh, s, w dout), dw += dout xh,
+ * db += dout. g [K] is scratch (left holding w dout). */
+static inline void kit_ln_out_back(const double *xh, double s, const double *w, const double *dout, int64_t K,
+                                   double *g, double *dz, double *dw, double *db)
 {
-    double s = 0;
-    for (int64_t c = 0; c < n; c++) s += a[c] * b[c];
-    return s;
+    for (int64_t c = 0; c < K; c++) {
+        g[c] = w[c] * dout[c];
+        dw[c] += dout[c] * xh[c], db[c] += dout[c];
+    }
+    kit_ln_back(xh, s, g, K, dz);
+    for (int64_t c = 0; c < K; c++) dz[c] += dout[c];
 }
 
 /* out[c] (+)= sum_a x[a] M[a,c], M [R,C] */
@@ -148,21 +123,6 @@ static inline double kit_gelu(double x, double *d1, double *d2)
     if (d1) *d1 = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
     if (d2) *d2 = (1 - t * t) * (du + 0.5 * x * (ddu - 2 * t * du * du));
     return 0.5 * x * (1 + t);
-}
-
-/* fatal unless t has the given shape, naming op and argument */
-static inline void kit_check_shape(const char *op, const pr_tensor *t, const char *arg, int ndim,
-                                   const int64_t *shape)
-{
-    bool ok = t->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
-    if (!ok) {
-        char got[96], want[96] = "[";
-        for (int i = 0; i < ndim; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? "," : "", (long long)shape[i]);
-        strncat(want, "]", sizeof want - strlen(want) - 1);
-        pr_fatal("%s: %s has shape %s; expected %s", op, arg, pr_shape_str(t, got, sizeof got), want);
-    }
 }
 
 /* the rows of one (b, h) and token range [t0, t0+m) of a [B,T,H,X] tensor */

@@ -128,16 +128,8 @@ static void mb_backward(int64_t m, int64_t K, double eps, const double *w, const
     mb_recompute(m, K, eps, w, b, W, hb, s);
     double e = s->eta[m - 1];
     memset(s->deta, 0, (size_t)m * sizeof(double));
-    for (int64_t t = 0; t < m; t++) {
-        double *g = s->dxh + t * K;    /* scratch: w do */
-        const double *dout = s->dout + t * K, *xb = s->xb + t * K;
-        for (int64_t c = 0; c < K; c++) {
-            g[c] = w[c] * dout[c];
-            dw[c] += dout[c] * xb[c], db[c] += dout[c];
-        }
-        kit_ln_back(xb, s->sb[t], g, K, s->dzb + t * K);
-        for (int64_t c = 0; c < K; c++) s->dzb[t * K + c] += dout[c];
-    }
+    for (int64_t t = 0; t < m; t++)
+        kit_ln_out_back(s->xb + t * K, s->sb[t], w, s->dout + t * K, K, s->dxh + t * K, s->dzb + t * K, dw, db);
     /* terms through the end state, with dW', dhb' */
     for (int64_t j = 0; j < m; j++) {
         double *P = s->P + j * K, *dk = s->dk + j * K, *dg = s->dgz + j * K;
@@ -243,7 +235,7 @@ void pr_ttt_linear_forward_cpu(pr_ctx *ctx, pr_node *n)
     int64_t K = d.K, KK = K * K;
     bool own[8];
     double *in[8];
-    for (int i = 0; i < 8; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
+    kit_inputs_f64(n, 8, in, own);
     double *o = kit_zalloc(d.B * d.T * d.H * K), *ht = kit_zalloc(d.B * d.H * KK), *hbt = kit_zalloc(d.B * d.H * K);
     double *Ws = n->n_saved > 0 ? (double *)n->saved[0]->data : NULL;
     double *hbs = n->n_saved > 1 ? (double *)n->saved[1]->data : NULL;
@@ -271,8 +263,7 @@ void pr_ttt_linear_forward_cpu(pr_ctx *ctx, pr_node *n)
     kit_store(n->out[2], hbt, false);
     free(o), free(ht), free(hbt);
     ttt_work_free(&s);
-    for (int i = 0; i < 8; i++)
-        if (own[i]) free(in[i]);
+    kit_free_owned(in, own, 8);
 }
 
 /* ---- backward ----------------------------------------------------------------- */
@@ -285,8 +276,8 @@ void pr_ttt_linear_backward_cpu(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved == 2, "ttt_linear: backward without saved state");
     bool own[8], gown[3];
     double *in[8], *g[3];
-    for (int i = 0; i < 8; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
-    for (int i = 0; i < 3; i++) g[i] = kit_as_f64(n->out[i]->grad, &gown[i]);
+    kit_inputs_f64(n, 8, in, own);
+    kit_out_grads_f64(n, 3, g, gown);
     const double *Ws = (const double *)n->saved[0]->data, *hbs = (const double *)n->saved[1]->data;
     /* gradients of every input, in double, added to the grads at the end */
     double *dq = kit_zalloc(NT * K), *dk = kit_zalloc(NT * K), *dv = kit_zalloc(NT * K);
@@ -314,17 +305,10 @@ void pr_ttt_linear_backward_cpu(pr_ctx *ctx, pr_node *n)
                 for (int64_t i = 0; i < r.m; i++) deta[row_off(&r, i) / K] += s.deta[i];
             }
         }
-    double *grads[8] = {dq, dk, dv, dw, db, deta, dh0, dhb0};
-    for (int i = 0; i < 8; i++) {
-        pr_tensor *gi = pr_in_grad(n, i);
-        if (gi) kit_store(gi, grads[i], true);
-        free(grads[i]);
-    }
+    kit_add_grads(n, (double *[8]){dq, dk, dv, dw, db, deta, dh0, dhb0}, 8);
     ttt_work_free(&s);
-    for (int i = 0; i < 8; i++)
-        if (own[i]) free(in[i]);
-    for (int i = 0; i < 3; i++)
-        if (gown[i]) free(g[i]);
+    kit_free_owned(in, own, 8);
+    kit_free_owned(g, gown, 3);
 }
 
 /* ---- the public op ------------------------------------------------------------ */
@@ -336,11 +320,7 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
     static const char *names[8] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
     pr_tensor *in[8] = {q, k, v, w, b, eta, h0, hb0};
     PR_CHECK(opt, "ttt_linear: opts is NULL");
-    for (int i = 0; i < 8; i++) {
-        if (!in[i] && i >= 6) continue;
-        pr_check_float("ttt_linear", in[i], names[i]);
-        pr_check_same_kind("ttt_linear", q, in[i]);
-    }
+    kit_check_inputs("ttt_linear", in, names, 8, 1u << 6 | 1u << 7);
     PR_CHECK(q->ndim == 4, "ttt_linear: q must be [B,T,H,K], got %d dims", q->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3];
     PR_CHECK(B > 0 && T > 0 && H > 0 && K > 0, "ttt_linear: q has an empty dim");

@@ -11,8 +11,8 @@
  * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16).
  */
 #include "ops/ops.h"
+#include "ops/ttt_kit.cuh"
 #include "ops/ttt_linear.h"
-#include "tensor/cuda.h"
 
 #define TTT_THREADS 256
 #define TTT_RT 4     /* rows per thread in the matmuls against W (the float4 loops assume 4) */
@@ -28,8 +28,6 @@ struct ttt_args {
     int B, T, H, K, mb, nmb, ldw, mbp;
     float scale, eps;
 };
-
-__device__ __forceinline__ float warp_sum(float x) { return pr_group_reduce<32>(x, pr_op_sum()); }
 
 /* Shared-memory layout: when K % 4 == 0 every [rows, K] buffer starts on 16
  * bytes and W's row stride ldw = K + 4, so the loops below read 4 floats per
@@ -133,7 +131,7 @@ __device__ __forceinline__ float row_sum(const row_t<KPL> &r)
     float s = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) s += r.x[i];
-    return warp_sum(s);
+    return ttk_warp_sum(s);
 }
 
 template <int KPL>
@@ -142,7 +140,7 @@ __device__ __forceinline__ float row_dot(const row_t<KPL> &a, const row_t<KPL> &
     float s = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) s += a.x[i] * b.x[i];
-    return warp_sum(s);
+    return ttk_warp_sum(s);
 }
 
 /* x -> (x - mean) / s in place (padding lanes stay 0); returns s */
@@ -157,7 +155,7 @@ __device__ __forceinline__ float row_ln(row_t<KPL> &r, int K, float eps)
         var += d * d;
         r.x[i] = d;
     }
-    float s = sqrtf(warp_sum(var) / K + eps);
+    float s = sqrtf(ttk_warp_sum(var) / K + eps);
 #pragma unroll
     for (int i = 0; i < KPL; i++) r.x[i] /= s;
     return s;
@@ -448,28 +446,14 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
 
 /* ---- launchers ----------------------------------------------------------------- */
 
-/* element (b, hc) of a [B, H*K] partial, for the column sum over b */
-struct ttt_part {
-    const float *p;
-    long long HK;
-    __device__ double operator()(long long r, long long c) const { return p[r * HK + c]; }
-};
-
-static const float *fptr(const pr_tensor *t) { return t ? (const float *)t->data : nullptr; }
-static float *gptr(const pr_node *n, int i)
-{
-    pr_tensor *g = pr_in_grad(n, i);
-    return g ? (float *)g->data : nullptr;
-}
-
 static ttt_args ttt_args_of(const pr_node *n)
 {
     for (int i = 0; i < 8; i++)
         PR_CHECK(!n->in[i] || n->in[i]->dtype == PR_F32, "ttt_linear: CUDA supports f32 only (%s is %s)",
                  i == 0 ? "q" : "an input", pr_dtype_name(n->in[i]->dtype));
     ttt_args a = {};
-    a.q = fptr(n->in[0]), a.k = fptr(n->in[1]), a.v = fptr(n->in[2]), a.w = fptr(n->in[3]);
-    a.b = fptr(n->in[4]), a.eta = fptr(n->in[5]), a.h0 = fptr(n->in[6]), a.hb0 = fptr(n->in[7]);
+    a.q = ttk_in(n->in[0]), a.k = ttk_in(n->in[1]), a.v = ttk_in(n->in[2]), a.w = ttk_in(n->in[3]);
+    a.b = ttk_in(n->in[4]), a.eta = ttk_in(n->in[5]), a.h0 = ttk_in(n->in[6]), a.hb0 = ttk_in(n->in[7]);
     a.B = (int)n->in[0]->shape[0], a.T = (int)n->in[0]->shape[1], a.H = (int)n->in[0]->shape[2];
     a.K = (int)n->in[0]->shape[3];
     a.mb = (int)n->iarg[0];
@@ -526,19 +510,13 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved == 2, "ttt_linear: backward without saved state");
     ttt_args a = ttt_args_of(n);
     a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
-    a.dout = fptr(n->out[0]->grad), a.dht = fptr(n->out[1]->grad), a.dhbt = fptr(n->out[2]->grad);
-    a.dq = gptr(n, 0), a.dk = gptr(n, 1), a.dv = gptr(n, 2), a.deta = gptr(n, 5);
-    a.dh0 = gptr(n, 6), a.dhb0 = gptr(n, 7);
-    const int64_t pshape[3] = {a.B, a.H, a.K};
-    pr_tensor *dwp = pr_empty(ctx->step, PR_F32, PR_CUDA, 3, pshape);
-    pr_tensor *dbp = pr_empty(ctx->step, PR_F32, PR_CUDA, 3, pshape);
-    a.dwp = (float *)dwp->data, a.dbp = (float *)dbp->data;
+    a.dout = ttk_in(n->out[0]->grad), a.dht = ttk_in(n->out[1]->grad), a.dhbt = ttk_in(n->out[2]->grad);
+    a.dq = ttk_grad(n, 0), a.dk = ttk_grad(n, 1), a.dv = ttk_grad(n, 2), a.deta = ttk_grad(n, 5);
+    a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
+    a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
     cudaStream_t st = pr_cuda_stream(ctx);
     if (a.K <= 32) launch_bwd<1>(a, st);
     else if (a.K <= 64) launch_bwd<2>(a, st);
     else launch_bwd<4>(a, st);
-    long long HK = (long long)a.H * a.K;
-    float *dw = gptr(n, 3), *db = gptr(n, 4);
-    if (dw) pr_cuda_colsum_add(st, ttt_part{a.dwp, HK}, a.B, HK, dw, 1.0);
-    if (db) pr_cuda_colsum_add(st, ttt_part{a.dbp, HK}, a.B, HK, db, 1.0);
+    ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
 }

@@ -147,16 +147,8 @@ static void mb_backward(int64_t m, int64_t K, int64_t N, double eps, const doubl
     mb_recompute(m, K, N, eps, w, b, W, s);
     double e = s->eta[m - 1];
     memset(s->deta, 0, (size_t)m * sizeof(double));
-    for (int64_t i = 0; i < m; i++) {
-        double *g = s->t1 + i * K;
-        const double *dout = s->dout + i * K, *xb = s->xb + i * K;
-        for (int64_t c = 0; c < K; c++) {
-            g[c] = w[c] * dout[c];
-            dw[c] += dout[c] * xb[c], db[c] += dout[c];
-        }
-        kit_ln_back(xb, s->sb[i], g, K, s->dZ2b + i * K);
-        for (int64_t c = 0; c < K; c++) s->dZ2b[i * K + c] += dout[c];
-    }
+    for (int64_t i = 0; i < m; i++)
+        kit_ln_out_back(s->xb + i * K, s->sb[i], w, s->dout + i * K, K, s->t1 + i * K, s->dZ2b + i * K, dw, db);
     for (int64_t j = 0; j < m; j++) { /* through the end state */
         double *P1 = s->P1 + j * N, *P2 = s->P2 + j * K;
         kit_vec_mat(s->k + j * K, dW->W1, K, N, P1, false);
@@ -250,7 +242,7 @@ void pr_ttt_mlp_forward_cpu(pr_ctx *ctx, pr_node *n)
     mlp_sizes(&d, sz);
     bool own[MLP_NIN];
     double *in[MLP_NIN], *fin[4], *sv[4] = {0};
-    for (int i = 0; i < MLP_NIN; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
+    kit_inputs_f64(n, MLP_NIN, in, own);
     double *o = kit_zalloc(d.B * d.T * d.H * d.K);
     for (int i = 0; i < 4; i++) {
         fin[i] = kit_zalloc(BH * sz[i]);
@@ -276,8 +268,7 @@ void pr_ttt_mlp_forward_cpu(pr_ctx *ctx, pr_node *n)
     for (int i = 0; i < 4; i++) kit_store(n->out[1 + i], fin[i], false), free(fin[i]);
     free(o);
     mlp_work_free(&s);
-    for (int i = 0; i < MLP_NIN; i++)
-        if (own[i]) free(in[i]);
+    kit_free_owned(in, own, MLP_NIN);
 }
 
 void pr_ttt_mlp_backward_cpu(pr_ctx *ctx, pr_node *n)
@@ -289,8 +280,8 @@ void pr_ttt_mlp_backward_cpu(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved == 4, "ttt_mlp: backward without saved state");
     bool own[MLP_NIN], gown[MLP_NOUT];
     double *in[MLP_NIN], *g[MLP_NOUT], *sv[4], *dst[4];
-    for (int i = 0; i < MLP_NIN; i++) in[i] = kit_as_f64(n->in[i], &own[i]);
-    for (int i = 0; i < MLP_NOUT; i++) g[i] = kit_as_f64(n->out[i]->grad, &gown[i]);
+    kit_inputs_f64(n, MLP_NIN, in, own);
+    kit_out_grads_f64(n, MLP_NOUT, g, gown);
     for (int i = 0; i < 4; i++) {
         sv[i] = (double *)n->saved[i]->data;
         dst[i] = kit_zalloc(BH * sz[i]);
@@ -317,17 +308,10 @@ void pr_ttt_mlp_backward_cpu(pr_ctx *ctx, pr_node *n)
             kit_scatter(&r, s.deta, 1, 1.0, deta);
         }
     }
-    double *grads[MLP_NIN] = {dq, dk, dv, dw, db, deta, dst[0], dst[1], dst[2], dst[3]};
-    for (int i = 0; i < MLP_NIN; i++) {
-        pr_tensor *gi = pr_in_grad(n, i);
-        if (gi) kit_store(gi, grads[i], true);
-        free(grads[i]);
-    }
+    kit_add_grads(n, (double *[MLP_NIN]){dq, dk, dv, dw, db, deta, dst[0], dst[1], dst[2], dst[3]}, MLP_NIN);
     mlp_work_free(&s);
-    for (int i = 0; i < MLP_NIN; i++)
-        if (own[i]) free(in[i]);
-    for (int i = 0; i < MLP_NOUT; i++)
-        if (gown[i]) free(g[i]);
+    kit_free_owned(in, own, MLP_NIN);
+    kit_free_owned(g, gown, MLP_NOUT);
 }
 
 /* ---- the public op ---------------------------------------------------------------- */
@@ -339,12 +323,7 @@ pr_tensor *pr_ttt_mlp(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tens
     static const char *names[MLP_NIN] = {"q", "k", "v", "w", "b", "eta", "w1", "b1", "w2", "b2"};
     pr_tensor *in[MLP_NIN] = {q, k, v, w, b, eta, w1, b1, w2, b2};
     PR_CHECK(opt, "ttt_mlp: opts is NULL");
-    for (int i = 0; i < MLP_NIN; i++) {
-        if (!in[i] && (i == 7 || i == 9)) continue;
-        PR_CHECK(in[i], "ttt_mlp: %s is NULL", names[i]);
-        pr_check_float("ttt_mlp", in[i], names[i]);
-        pr_check_same_kind("ttt_mlp", q, in[i]);
-    }
+    kit_check_inputs("ttt_mlp", in, names, MLP_NIN, 1u << 7 | 1u << 9);
     PR_CHECK(q->ndim == 4, "ttt_mlp: q must be [B,T,H,d], got %d dims", q->ndim);
     PR_CHECK(w1->ndim == 4, "ttt_mlp: w1 must be [B,H,d,N], got %d dims", w1->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3], N = w1->shape[3];

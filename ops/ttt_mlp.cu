@@ -320,15 +320,7 @@ __device__ void mlp_bwd_write(const mlp_args &a, const mlp_ws &s, const float *w
         for (int c = 0; c < K; c++) d += s.W[2][r * K + c] * s.dZ2[j * K + c];
         s.dZ1[idx] += d * s.gp[idx];
     }
-    TTK_FOR(c, K) { /* the inner LayerNorm's dw, db */
-        float sw = 0, sb = 0;
-        for (int j = 0; j < m; j++) {
-            const float dG = s.dG[j * K + c], x = s.xz[j * K + c];
-            sw += dG * (2 * w[c] * x + b[c] - s.v[j * K + c] + s.k[j * K + c]);
-            sb += w[c] * dG;
-        }
-        s.dwp[c] += sw, s.dbp[c] += sb;
-    }
+    ttk_inner_dw_db(s.dG, s.xz, s.v, s.k, w, b, m, K, s.dwp, s.dbp);
     __syncthreads();
     TTK_FOR(idx, m * K) { /* dk += dZ1 W1^T */
         const int j = idx / K, c = idx % K;
@@ -427,14 +419,9 @@ extern "C" void pr_ttt_mlp_backward_cuda(pr_ctx *ctx, pr_node *n)
     a.dout = ttk_in(n->out[0]->grad);
     for (int i = 0; i < 4; i++) a.dwt[i] = ttk_in(n->out[1 + i]->grad), a.dw0[i] = ttk_grad(n, 6 + i);
     a.dq = ttk_grad(n, 0), a.dk = ttk_grad(n, 1), a.dv = ttk_grad(n, 2), a.deta = ttk_grad(n, 5);
-    const int64_t pshape[3] = {a.B, a.H, a.K};
-    a.dwp = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, pshape)->data;
-    a.dbp = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, pshape)->data;
+    a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
     cudaStream_t st = pr_cuda_stream(ctx);
     mlp_bwd_kernel<<<a.B * a.H, TTK_THREADS, 0, st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
-    const long long HK = (long long)a.H * a.K;
-    float *dw = ttk_grad(n, 3), *db = ttk_grad(n, 4);
-    if (dw) pr_cuda_colsum_add(st, ttk_part{a.dwp, HK}, a.B, HK, dw, 1.0);
-    if (db) pr_cuda_colsum_add(st, ttk_part{a.dbp, HK}, a.B, HK, db, 1.0);
+    ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
 }

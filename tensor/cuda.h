@@ -74,6 +74,11 @@ static inline void pr_cuda_check_f32(const pr_node *n)
             pr_fatal("%s: CUDA kernels are f32 only (input %d is %s)", n->op->name, i, pr_dtype_name(n->in[i]->dtype));
 }
 
+/* dst = src (acc 0) or dst = round(dst + src), n elements, f32 and bf16 in
+ * any pairing, on stream s: the f32 <-> bf16 conversions of pr_cast and of
+ * the ops' bf16 paths (ops/cast.cu) */
+void pr_cuda_cast(cudaStream_t s, void *dst, pr_dtype ddt, const void *src, pr_dtype sdt, long long n, bool acc);
+
 /* float4 access is possible at p (cudaMalloc gives 256-byte alignment; views may not) */
 static inline int pr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 

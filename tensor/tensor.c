@@ -53,6 +53,7 @@ const char *pr_dtype_name(pr_dtype dt)
 
 const char *pr_device_name(pr_device dev) { return dev == PR_CUDA ? "cuda" : "cpu"; }
 bool pr_dtype_is_float(pr_dtype dt) { return dt == PR_F32 || dt == PR_F64; }
+bool pr_dtype_has_grad(pr_dtype dt) { return pr_dtype_is_float(dt) || dt == PR_BF16; }
 size_t pr_nbytes(const pr_tensor *t) { return (size_t)t->numel * pr_dtype_size(t->dtype); }
 
 bool pr_same_shape(const pr_tensor *a, const pr_tensor *b)
@@ -164,6 +165,25 @@ static uint16_t f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* v rounded to bf16 once (round to nearest, ties to even), not through an
+ * f32 rounding first: when (float)v lands exactly on a bf16 tie, the f64
+ * value says which side it came from, and a one-ulp nudge toward that side
+ * makes f32_to_bf16 break the tie the way v itself would. */
+static uint16_t f64_to_bf16(double v)
+{
+    const float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    if (!nan && (u & 0xffffu) == 0x8000u && (double)f != v) {
+        u += fabs(v) > fabs((double)f) ? 1u : (uint32_t)-1;
+        float g;
+        memcpy(&g, &u, 4);
+        return f32_to_bf16(g);
+    }
+    return f32_to_bf16(f);
+}
+
 double pr_get(const pr_tensor *t, int64_t i)
 {
     PR_CHECK(t->device == PR_CPU, "pr_get: tensor is on %s, not the CPU", pr_device_name(t->device));
@@ -183,7 +203,7 @@ void pr_set(pr_tensor *t, int64_t i, double v)
     switch (t->dtype) {
     case PR_F32: ((float *)t->data)[i] = (float)v; break;
     case PR_F64: ((double *)t->data)[i] = v; break;
-    case PR_BF16: ((uint16_t *)t->data)[i] = f32_to_bf16((float)v); break;
+    case PR_BF16: ((uint16_t *)t->data)[i] = f64_to_bf16(v); break;
     case PR_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
     case PR_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
     default: pr_fatal("pr_set: unknown dtype");

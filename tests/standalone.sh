@@ -15,8 +15,11 @@ say() { echo "standalone: $*" >&2; bad=1; }
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     mapfile -t files < <(git ls-files --cached --others --exclude-standard)
 else
+    # no git (a copied tree): the files as they lie, less build folders
     mapfile -t files < <(find . -path ./.git -prune -o -path './build*' -prune -o -type f -print | sed 's|^\./||')
 fi
+# hidden folders other than .ci hold fetched packages and sources, not the project
+mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v '^\.' ; printf '%s\n' "${files[@]}" | grep '^\.ci/')
 self=tests/standalone.sh
 for f in "${files[@]}"; do
     [ "$f" = "$self" ] && continue

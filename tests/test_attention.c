@@ -12,30 +12,15 @@
  */
 #include "tests/test_ops2_util.h"
 
+static void golden_apply(pr_ctx *ctx, const pr_safetensors *st, pr_tensor *const *in, pr_tensor **out)
+{
+    out[0] = pr_attention(ctx, in[0], in[1], in[2], pr_item(ops2_ref(st, "attention", "scale")), NULL);
+}
+
 static void golden_case(pr_dtype dt)
 {
-    const double tol = dt == PR_F64 ? 1e-10 : 1e-5;
-    pr_arena *a = pr_arena_new("golden", 0);
-    pr_safetensors st;
-    pr_err err;
-    if (pr_safetensors_read(OPS2_FILE, a, &st, &err) != 0) fail_msg("%s", err.msg);
-    pr_ctx *ctx = pr_ctx_new(0);
-    static const char *names[3] = {"q", "k", "v"};
-    pr_tensor *in[3];
-    for (int i = 0; i < 3; i++) {
-        in[i] = pr_to(ctx->step, ops2_ref(&st, "attention", names[i]), dt, PR_CPU);
-        pr_requires_grad_(in[i], true);
-    }
-    pr_tensor *o = pr_attention(ctx, in[0], in[1], in[2], pr_item(ops2_ref(&st, "attention", "scale")), NULL);
-    assert_rel("golden o", o, ops2_ref(&st, "attention", "o"), tol);
-    pr_backward_with(ctx, o, pr_to(ctx->step, ops2_ref(&st, "attention", "do"), dt, PR_CPU));
-    for (int i = 0; i < 3; i++) {
-        char dn[8];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        assert_rel(dn, in[i]->grad, ops2_ref(&st, "attention", dn), tol);
-    }
-    pr_ctx_free(ctx);
-    pr_arena_free(a);
+    static const char *const ins[3] = {"q", "k", "v"}, *const outs[1] = {"o"};
+    ops2_golden_case("attention", ins, 3, outs, 1, golden_apply, dt);
 }
 static void test_golden_f64(void **s) { (void)s, golden_case(PR_F64); }
 static void test_golden_f32(void **s) { (void)s, golden_case(PR_F32); }

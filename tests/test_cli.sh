@@ -45,7 +45,10 @@ if [ $cuda = 1 ]; then
     expect 0 "wrote" golden-check --make "$ref" --size 1,5,1,4,3,2
     expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --tf32
     expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --dtype f32 --form chunked --chunk 32
+    expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --dtype bf16 --form both
     expect 0 "linattn" bench recurrence --device cuda --dtype f32 --size 1 --rules linattn --reps 1 --warmup 0 \
+        --no-token
+    expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
         --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
@@ -76,6 +79,7 @@ expect 2 "usage: prism golden-check" golden-check
 expect 0 "wrote" golden-check --make "$ref" --size 1,5,1,4,3,2
 expect 0 "5 passed, 0 failed" golden-check "$ref" --tol 1e-8 --device cpu --dtype f64 --form both
 expect 0 "rel_err=" golden-check "$ref" --dtype f32 --form chunked --chunk 2 --verbose
+expect 0 "units of bf16 rounding" golden-check "$ref" --dtype bf16 --form both
 expect 1 "nothing.safetensors" golden-check "$tmp/nothing.safetensors"
 expect 2 "prism golden-check: --tol wants a number > 0, not 'abc'" golden-check "$ref" --tol abc
 expect 2 "prism golden-check: --tol wants a number > 0, not '-1'" golden-check "$ref" --tol -1
@@ -83,7 +87,7 @@ expect 2 "prism golden-check: --tol wants a number > 0, not 'nan'" golden-check 
 expect 2 "prism golden-check: --chunk wants an integer from 1 to 4096, not '0'" golden-check "$ref" --chunk 0
 expect 2 "prism golden-check: --form wants recurrent, chunked or both, not 'x'" golden-check "$ref" --form x
 expect 2 "prism golden-check: --device wants cpu or cuda, not 'gpu'" golden-check "$ref" --device gpu
-expect 2 "prism golden-check: --dtype wants f64 or f32, not 'f16'" golden-check "$ref" --dtype f16
+expect 2 "prism golden-check: --dtype wants f64, f32 or bf16, not 'f16'" golden-check "$ref" --dtype f16
 expect 2 "prism golden-check: --tf32 applies to --device cuda only" golden-check "$ref" --tf32
 expect 2 "prism golden-check: unknown option '--bogus' (prism golden-check --help lists the options)" \
     golden-check "$ref" --bogus
@@ -105,6 +109,7 @@ expect 2 "prism bench ops: --device wants cpu or cuda, not 'tpu'" bench ops --de
 expect 2 "prism bench ops: unknown option '--bogus' (prism bench ops --help lists the options)" bench ops --bogus
 
 expect 0 "usage: prism bench recurrence" bench recurrence --help
+expect 0 "cpu bf16, chunk 16" bench recurrence --device cpu --dtype bf16 --rules gdn --reps 1 --no-token --chunks 16
 expect 0 "chunk 16; seconds, best of 1" bench recurrence --device cpu --dtype f32 --rules linattn --reps 1 \
     --warmup 0 --chunks 16 --no-token
 # --device cuda and --dtype f32 are accepted: what stops this one is --bogus

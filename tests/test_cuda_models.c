@@ -41,6 +41,17 @@ static int check(const char *what, const char *name, const pr_tensor *got, const
     return !(e <= tol);
 }
 
+/* a gradient that is zero in exact arithmetic: max|got| <= atol */
+static int check_noise(const char *what, const char *name, const pr_tensor *got, double atol)
+{
+    double *g = malloc(sizeof(double) * (size_t)got->numel), worst = 0;
+    pr_to_host_f64(got, g);
+    for (int64_t i = 0; i < got->numel; i++) worst = isnan(g[i]) ? INFINITY : fmax(worst, fabs(g[i]));
+    free(g);
+    fprintf(stderr, "  %-12s %-28s |g| %.2e (zero in exact arithmetic)%s\n", what, name, worst, worst <= atol ? "" : "  FAIL");
+    return !(worst <= atol);
+}
+
 static int layer_case(int i)
 {
     pr_config c = test_config(i, 20, 3, 8, 32);
@@ -145,8 +156,15 @@ static void test_cuda_sasrec(void **state)
     pr_backward(ctx, l);
     pr_backward(ctx, ld);
     int fails = check("sasrec", "loss", ld, l, 1e-4);
-    for (int p = 0; p < ref->params->n; p++)
-        fails += check("sasrec", ref->params->p[p].path, dev->params->p[p].t->grad, ref->params->p[p].t->grad, 2e-3);
+    for (int p = 0; p < ref->params->n; p++) {
+        const char *path = ref->params->p[p].path;
+        const pr_tensor *g = dev->params->p[p].t->grad, *r = ref->params->p[p].t->grad;
+        /* a key bias adds q.b to every score of a row, which the softmax ignores: its
+         * gradient is zero in exact arithmetic (the f64 reference holds ~1e-17), so
+         * the device's must be rounding noise, not a relative match */
+        if (strstr(path, "k_bias")) fails += check_noise("sasrec", path, g, 1e-6);
+        else fails += check("sasrec", path, g, r, 2e-3);
+    }
     pr_ctx_free(ctx);
     pr_model_free(ref);
     pr_model_free(dev);

@@ -56,13 +56,7 @@ static inline void compare_runs(const char *what, const host_run *got, const hos
     char line[512] = "";
     for (int i = 0; i < ref->n; i++) {
         assert_int_equal(got->len[i], ref->len[i]);
-        double e = 0, m = 0;
-        for (int64_t j = 0; j < ref->len[i]; j++) {
-            double d = fabs(got->v[i][j] - ref->v[i][j]);
-            e = isnan(d) ? INFINITY : fmax(e, d);
-            m = fmax(m, fabs(ref->v[i][j]));
-        }
-        e = m > 0 ? e / m : e;
+        const double e = rel_err(got->v[i], ref->v[i], ref->len[i]);
         snprintf(line + strlen(line), sizeof line - strlen(line), " %s %.1e", names[i], e);
         if (!(e <= tol)) fail_msg("%s: %s rel_err %.3g > %.1g", what, names[i], e, tol);
     }

@@ -40,25 +40,11 @@ static run_out run_on(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *src
     return r;
 }
 
-/* every output and grad of got within tol of ref; returns the worst error */
-static double compare(const char *what, const run_out *got, const run_out *ref, double tol)
+/* every output and grad of got within tol of ref */
+static void compare(const char *what, const run_out *got, const run_out *ref, double tol)
 {
-    static const char *on[3] = {"o", "ht", "hbt"};
-    double worst = 0;
-    char line[512] = "";
-    for (int i = 0; i < 3 + NIN; i++) {
-        const double *g = i < 3 ? got->out[i] : got->d[i - 3], *r = i < 3 ? ref->out[i] : ref->d[i - 3];
-        if (!r) continue;
-        assert_non_null(g);
-        double e = rel_err(g, r, i < 3 ? ref->n_out[i] : ref->n[i - 3]);
-        snprintf(line + strlen(line), sizeof line - strlen(line), " %s%s %.1e", i < 3 ? "" : "d",
-                 i < 3 ? on[i] : in_names[i - 3], e);
-        if (!(e <= tol)) fail_msg("%s: %s%s rel_err %.3g > %.1g", what, i < 3 ? "" : "d",
-                                  i < 3 ? on[i] : in_names[i - 3], e, tol);
-        worst = fmax(worst, e);
-    }
-    fprintf(stderr, "  %s:%s\n", what, line);
-    return worst;
+    static const char *const outs[3] = {"o", "ht", "hbt"};
+    assert_runs_close(what, outs, 3, in_names, NIN, got, ref, tol);
 }
 
 static void random_inputs(pr_ctx *ctx, uint64_t seed, int B, int T, int H, int K, bool state, pr_tensor **in,

@@ -281,36 +281,34 @@ static void test_bad_json(void **state) {
     expect_bad_json(f, "[1, 2]", 0, "header is not a JSON object");
 }
 
+/* a file of one tensor "a" whose entry is {"dtype": dtype, "shape": shape,
+ * "data_offsets": offsets} (JSON values, as written) */
+static void expect_bad_entry(st_fix *f, const char *dtype, const char *shape, const char *offsets, size_t ndata,
+                             const char *phrase) {
+    char json[256];
+    snprintf(json, sizeof json, "{\"a\": {\"dtype\": %s, \"shape\": %s, \"data_offsets\": %s}}", dtype, shape,
+             offsets);
+    expect_bad_json(f, json, ndata, phrase);
+}
+
 static void test_bad_entries(void **state) {
     st_fix *f = *state;
     expect_bad_json(f, "{\"a\": 3}", 0, "tensor \"a\": entry is not a JSON object");
     expect_bad_json(f, "{\"a\": {\"shape\": [1], \"data_offsets\": [0, 8]}}", 8, "missing \"dtype\"");
     expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"data_offsets\": [0, 8]}}", 8, "missing \"shape\"");
     expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [1]}}", 8, "missing \"data_offsets\"");
-    expect_bad_json(f, "{\"a\": {\"dtype\": 5, \"shape\": [1], \"data_offsets\": [0, 8]}}", 8,
-                    "\"dtype\" is not a JSON string");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": \"1\", \"data_offsets\": [0, 8]}}", 8,
-                    "\"shape\" is not a JSON array");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [-1], \"data_offsets\": [0, 8]}}", 8,
-                    "shape[0] is not a non-negative integer");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [1.5], \"data_offsets\": [0, 8]}}", 8,
-                    "shape[0] is not a non-negative integer");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0]}}", 8,
-                    "\"data_offsets\" is not an array of two");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": {}}}", 8,
-                    "\"data_offsets\" is not an array of two");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F16\", \"shape\": [1], \"data_offsets\": [0, 2]}}", 2,
-                    "unknown dtype \"F16\"");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [8, 16]}}", 8,
-                    "out of range");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [], \"data_offsets\": [8, 0]}}", 8,
-                    "end 0 < begin 8");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 8,
-                    "byte length 8 does not match shape and dtype (16 bytes)");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"I32\", \"shape\": [1,1,1,1,1,1,1], \"data_offsets\": [0, 4]}}", 4,
-                    "too many dims (7 > PR_MAX_DIMS 6)");
-    expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [4294967296, 4294967296], "
-                       "\"data_offsets\": [0, 8]}}", 8, "overflows");
+    expect_bad_entry(f, "5", "[1]", "[0, 8]", 8, "\"dtype\" is not a JSON string");
+    expect_bad_entry(f, "\"F64\"", "\"1\"", "[0, 8]", 8, "\"shape\" is not a JSON array");
+    expect_bad_entry(f, "\"F64\"", "[-1]", "[0, 8]", 8, "shape[0] is not a non-negative integer");
+    expect_bad_entry(f, "\"F64\"", "[1.5]", "[0, 8]", 8, "shape[0] is not a non-negative integer");
+    expect_bad_entry(f, "\"F64\"", "[1]", "[0]", 8, "\"data_offsets\" is not an array of two");
+    expect_bad_entry(f, "\"F64\"", "[1]", "{}", 8, "\"data_offsets\" is not an array of two");
+    expect_bad_entry(f, "\"F16\"", "[1]", "[0, 2]", 2, "unknown dtype \"F16\"");
+    expect_bad_entry(f, "\"F64\"", "[1]", "[8, 16]", 8, "out of range");
+    expect_bad_entry(f, "\"F64\"", "[]", "[8, 0]", 8, "end 0 < begin 8");
+    expect_bad_entry(f, "\"F64\"", "[2]", "[0, 8]", 8, "byte length 8 does not match shape and dtype (16 bytes)");
+    expect_bad_entry(f, "\"I32\"", "[1,1,1,1,1,1,1]", "[0, 4]", 4, "too many dims (7 > PR_MAX_DIMS 6)");
+    expect_bad_entry(f, "\"F64\"", "[4294967296, 4294967296]", "[0, 8]", 8, "overflows");
     expect_bad_json(f, "{\"a\": {\"dtype\": \"F64\", \"shape\": [], \"data_offsets\": [0, 8]}, "
                        "\"a\": {\"dtype\": \"F64\", \"shape\": [], \"data_offsets\": [0, 8]}}", 8,
                     "duplicate tensor name \"a\"");

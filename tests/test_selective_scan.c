@@ -18,33 +18,16 @@ static pr_tensor *run(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *cu, pr_tenso
     return pr_selective_scan(ctx, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], cu, ht);
 }
 
+static void golden_apply(pr_ctx *ctx, const pr_safetensors *st, pr_tensor *const *in, pr_tensor **out)
+{
+    (void)st;
+    out[0] = run(ctx, in, NULL, &out[1]);
+}
+
 static void golden_case(pr_dtype dt)
 {
-    const double tol = dt == PR_F64 ? 1e-10 : 1e-5;
-    pr_arena *a = pr_arena_new("golden", 0);
-    pr_safetensors st;
-    pr_err err;
-    if (pr_safetensors_read(OPS2_FILE, a, &st, &err) != 0) fail_msg("%s", err.msg);
-    pr_ctx *ctx = pr_ctx_new(0);
-    pr_tensor *in[NIN], *ht;
-    for (int i = 0; i < NIN; i++) {
-        in[i] = pr_to(ctx->step, ops2_ref(&st, "selective_scan", names[i]), dt, PR_CPU);
-        pr_requires_grad_(in[i], true);
-    }
-    pr_tensor *y = run(ctx, in, NULL, &ht);
-    assert_rel("golden y", y, ops2_ref(&st, "selective_scan", "y"), tol);
-    assert_rel("golden ht", ht, ops2_ref(&st, "selective_scan", "ht"), tol);
-    pr_tensor *outs[2] = {y, ht};
-    const pr_tensor *gs[2] = {pr_to(ctx->step, ops2_ref(&st, "selective_scan", "dy"), dt, PR_CPU),
-                              pr_to(ctx->step, ops2_ref(&st, "selective_scan", "dht"), dt, PR_CPU)};
-    pr_backward_many(ctx, 2, outs, gs);
-    for (int i = 0; i < NIN; i++) {
-        char dn[24];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        assert_rel(dn, in[i]->grad, ops2_ref(&st, "selective_scan", dn), tol);
-    }
-    pr_ctx_free(ctx);
-    pr_arena_free(a);
+    static const char *const outs[2] = {"y", "ht"};
+    ops2_golden_case("selective_scan", names, NIN, outs, 2, golden_apply, dt);
 }
 static void test_golden_f64(void **s) { (void)s, golden_case(PR_F64); }
 static void test_golden_f32(void **s) { (void)s, golden_case(PR_F32); }

@@ -1,14 +1,11 @@
 /* tests/test_ttt_ops2_util.h: what the CPU and CUDA tests of ttt_mlp and
  * titans share: a table describing each op (its input and output names as in
- * tests/data/ops2.safetensors and a call of its public function), one run's
- * host copies of outputs and input grads, and their comparison. */
+ * tests/data/ops2.safetensors and a call of its public function), one run
+ * of it and the comparison of two runs. */
 #ifndef PR_TEST_TTT_OPS2_UTIL_H
 #define PR_TEST_TTT_OPS2_UTIL_H
 
-#include "tests/pr_test.h"
-
-#define OPS2_FILE PRISM_SOURCE_DIR "/tests/data/ops2.safetensors"
-enum { MAXIN = 10, MAXOUT = 5 };
+#include "tests/test_ops2_util.h"
 
 typedef struct {
     const char *name;
@@ -37,26 +34,6 @@ static const op2_desc ttt_mlp_desc = {"ttt_mlp", 10, 5,
 static const op2_desc titans_desc = {"titans", 10, 3,
                                      {"q", "k", "v", "w", "b", "theta", "alpha", "eta", "h0", "s0"},
                                      {"o", "ht", "st"}, titans_apply};
-
-/* host copies of one run: outputs and input grads */
-typedef struct {
-    double *out[MAXOUT], *d[MAXIN];
-    int64_t n_out[MAXOUT], n[MAXIN];
-} run_out;
-
-static inline double *host(const pr_tensor *t, int64_t *n)
-{
-    double *p = malloc(sizeof(double) * (size_t)(t->numel + 1));
-    pr_to_host_f64(t, p);
-    if (n) *n = t->numel;
-    return p;
-}
-
-static inline void run_out_free(run_out *r)
-{
-    for (int i = 0; i < MAXOUT; i++) free(r->out[i]);
-    for (int i = 0; i < MAXIN; i++) free(r->d[i]);
-}
 
 /* forward of copies of src (any dtype, CPU) in dt on dev; with g (upstream
  * grads per output, CPU), the backward of sum_i sum(out_i * g_i); host copies */
@@ -106,40 +83,11 @@ static inline void random_inputs(pr_ctx *ctx, const op2_desc *op, uint64_t seed,
     }
 }
 
-/* max|got - ref| / max|ref| */
-static inline double rel_err(const double *got, const double *ref, int64_t n)
-{
-    double e = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs(got[i] - ref[i]);
-        e = isnan(d) ? INFINITY : fmax(e, d);
-        m = fmax(m, fabs(ref[i]));
-    }
-    return m > 0 ? e / m : e;
-}
-
-/* every output and input grad of got within tol of ref (relative to ref's
- * max-abs); prints one line; returns the worst error */
+/* every output and input grad of got within tol of ref (test_ops2_util.h) */
 static inline double compare_runs(const char *what, const op2_desc *op, const run_out *got, const run_out *ref,
                                   double tol)
 {
-    double worst = 0;
-    char line[768] = "";
-    for (int i = 0; i < MAXOUT + MAXIN; i++) {
-        bool is_out = i < MAXOUT;
-        int j = is_out ? i : i - MAXOUT;
-        if (is_out ? j >= op->n_out : j >= op->n_in) continue;
-        const double *g = is_out ? got->out[j] : got->d[j], *r = is_out ? ref->out[j] : ref->d[j];
-        const char *nm = is_out ? op->out_names[j] : op->in_names[j];
-        if (!r) continue;
-        assert_non_null(g);
-        double e = rel_err(g, r, is_out ? ref->n_out[j] : ref->n[j]);
-        snprintf(line + strlen(line), sizeof line - strlen(line), " %s%s %.1e", is_out ? "" : "d", nm, e);
-        if (!(e <= tol)) fail_msg("%s: %s%s rel_err %.3g > %.1g", what, is_out ? "" : "d", nm, e, tol);
-        worst = fmax(worst, e);
-    }
-    fprintf(stderr, "  %s:%s\n", what, line);
-    return worst;
+    return assert_runs_close(what, op->out_names, op->n_out, op->in_names, op->n_in, got, ref, tol);
 }
 
 /* the file's inputs, upstream grads and expected results for op: runs the

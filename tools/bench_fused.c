@@ -16,13 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ops/ops.h"
+#include "tools/bench_util.h"
 #include "tools/tools.h"
-#ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
-#endif
 
 static void usage(FILE *f)
 {
@@ -32,74 +29,16 @@ static void usage(FILE *f)
                "selective scan at B=8 T=2048 D=1536 N=16. --device cpu: small sizes.\n");
 }
 
-typedef struct {
-    pr_ctx *ctx;
-    pr_node n;
-    bool backward;
-} fused_arg;
-
-static void run_fused(void *p)
+/* median ms of reps runs of the node's kernel after one warm-up */
+static double time_node(pr_bench_node *a, int reps)
 {
-    fused_arg *a = p;
-    const pr_op_info *op = a->n.op;
-    pr_op_fn f = a->n.in[0]->device == PR_CUDA ? (a->backward ? op->backward_cuda : op->forward_cuda)
-                                                : (a->backward ? op->backward_cpu : op->forward_cpu);
-    f(a->ctx, &a->n);
-}
-
-static double wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* median ms of reps runs after one warm-up */
-static double time_fused(fused_arg *a, int reps)
-{
-    pr_device dev = a->n.in[0]->device;
-    run_fused(a);
-    pr_device_sync(dev);
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int i = 0; i < reps; i++) {
-#ifdef PRISM_HAVE_CUDA
-        if (dev == PR_CUDA) {
-            cudaEvent_t e0, e1;
-            cudaStream_t s = pr_cuda_stream(a->ctx);
-            PR_CUDA_CHECK(cudaEventCreate(&e0));
-            PR_CUDA_CHECK(cudaEventCreate(&e1));
-            PR_CUDA_CHECK(cudaEventRecord(e0, s));
-            run_fused(a);
-            PR_CUDA_CHECK(cudaEventRecord(e1, s));
-            PR_CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            PR_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            PR_CUDA_CHECK(cudaEventDestroy(e0));
-            PR_CUDA_CHECK(cudaEventDestroy(e1));
-            t[i] = ms;
-            continue;
-        }
-#endif
-        double t0 = wall_ms();
-        run_fused(a);
-        t[i] = wall_ms() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof(double), cmp_d);
-    double m = t[reps / 2];
-    free(t);
-    return m;
+    return pr_bench_time_ms(a->ctx, a->n.in[0]->device, pr_bench_run_node, a, 1, reps);
 }
 
 /* the last node on the tape (the op just called), ready to rerun */
-static fused_arg last_node(pr_ctx *ctx)
+static pr_bench_node last_node(pr_ctx *ctx)
 {
-    return (fused_arg){ctx, ctx->tape[ctx->n_tape - 1], false};
+    return (pr_bench_node){ctx, ctx->tape[ctx->n_tape - 1], false};
 }
 
 /* leaves requiring grad with a zero grad buffer, so the backward has somewhere to write */
@@ -133,10 +72,10 @@ static void bench_attention(pr_device dev, int64_t B, int64_t T, int64_t H, int6
         ctx->matmul_tf32 = tf32;
         pr_tensor *o = pr_attention(ctx, q, k, v, 0, NULL);
         o->grad = pr_randu(ctx->step, PR_F32, dev, o->ndim, o->shape, &r, -1, 1);
-        fused_arg a = last_node(ctx);
-        double f = time_fused(&a, reps);
+        pr_bench_node a = last_node(ctx);
+        double f = time_node(&a, reps);
         a.backward = true;
-        double b = time_fused(&a, reps);
+        double b = time_node(&a, reps);
         printf("  %s fwd %9.3f ms %7.1f TFLOP/s   bwd %9.3f ms %7.1f TFLOP/s   fwd+bwd %9.3f ms\n",
                tf32 ? "tf32" : "fp32", f, fwd_flop / (f * 1e-3) / 1e12, b, 2.5 * fwd_flop / (b * 1e-3) / 1e12, f + b);
         print_peak(dev);
@@ -159,10 +98,10 @@ static void bench_scan(pr_device dev, int64_t B, int64_t T, int64_t D, int64_t N
     pr_tensor *y = pr_selective_scan(ctx, u, dl, A, Bm, Cm, Dk, z, bias, h0, NULL, &ht);
     y->grad = pr_randu(ctx->step, PR_F32, dev, y->ndim, y->shape, &r, -1, 1);
     ht->grad = pr_zeros(ctx->step, PR_F32, dev, ht->ndim, ht->shape);
-    fused_arg a = last_node(ctx);
-    double f = time_fused(&a, reps);
+    pr_bench_node a = last_node(ctx);
+    double f = time_node(&a, reps);
     a.backward = true;
-    double b = time_fused(&a, reps);
+    double b = time_node(&a, reps);
     /* fewest bytes: fwd reads u, delta, z, B, C and writes y; bwd also reads dy
      * and writes du, ddelta, dz, dB, dC */
     const double btd = 4.0 * B * T * D, btn = 4.0 * B * T * N;

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ops/ops.h"
+#include "tools/bench_util.h"
 #include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"
@@ -35,86 +35,7 @@ static void bench_ops_usage(FILE *f)
                "  --quick    tiny sizes and one repetition: checks that every kernel runs\n");
 }
 
-/* ---- timing ------------------------------------------------------------------------ */
-
-typedef void (*bench_fn)(void *arg);
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-/* median milliseconds of fn over reps runs after warm-up runs */
-static double time_median(pr_ctx *ctx, pr_device dev, bench_fn fn, void *arg, int warm, int reps)
-{
-    (void)dev; /* used only in CUDA builds */
-    for (int i = 0; i < warm; i++) fn(arg);
-    double *t = malloc(sizeof(double) * (size_t)reps);
-#ifdef PRISM_HAVE_CUDA
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    if (dev == PR_CUDA) {
-        PR_CUDA_CHECK(cudaEventCreate(&e0));
-        PR_CUDA_CHECK(cudaEventCreate(&e1));
-        PR_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-#endif
-    for (int i = 0; i < reps; i++) {
-#ifdef PRISM_HAVE_CUDA
-        if (dev == PR_CUDA) {
-            cudaStream_t s = pr_cuda_stream(ctx);
-            PR_CUDA_CHECK(cudaEventRecord(e0, s));
-            fn(arg);
-            PR_CUDA_CHECK(cudaEventRecord(e1, s));
-            PR_CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            PR_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            t[i] = ms;
-            continue;
-        }
-#endif
-        (void)ctx;
-        double t0 = now_ms();
-        fn(arg);
-        t[i] = now_ms() - t0;
-    }
-#ifdef PRISM_HAVE_CUDA
-    if (dev == PR_CUDA) {
-        PR_CUDA_CHECK(cudaEventDestroy(e0));
-        PR_CUDA_CHECK(cudaEventDestroy(e1));
-    }
-#endif
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    double m = t[reps / 2];
-    free(t);
-    return m;
-}
-
 /* ---- the cases ------------------------------------------------------------------------ */
-
-typedef struct {
-    pr_ctx *ctx;
-    pr_node n;
-    bool backward;
-} node_arg;
-
-/* one op's kernel (forward or backward) on a prepared node */
-static void run_node(void *p)
-{
-    node_arg *a = p;
-    pr_device dev = a->n.in[0]->device;
-    const pr_op_info *op = a->n.op;
-    pr_op_fn f = a->backward ? (dev == PR_CUDA ? op->backward_cuda : op->backward_cpu)
-                             : (dev == PR_CUDA ? op->forward_cuda : op->forward_cpu);
-    f(a->ctx, &a->n);
-}
 
 typedef struct {
     pr_ctx *ctx;
@@ -166,10 +87,10 @@ static void run_cublas(void *p)
 #endif
 
 /* a node for op with inputs in (NULL allowed) and output/saved tensors ready */
-static node_arg make_node(pr_ctx *ctx, pr_op_id id, int n_in, pr_tensor *const *in, pr_tensor *out, int n_saved,
+static pr_bench_node make_node(pr_ctx *ctx, pr_op_id id, int n_in, pr_tensor *const *in, pr_tensor *out, int n_saved,
                           pr_tensor *const *saved, double eps)
 {
-    node_arg a = {ctx, pr_node_init(id, n_in, in), false};
+    pr_bench_node a = {ctx, pr_node_init(id, n_in, in), false};
     a.n.n_out = 1;
     a.n.out[0] = out;
     a.n.n_saved = n_saved;
@@ -222,14 +143,16 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
     pr_tensor *saved_ln[2] = {mean, rstd}, *saved_rms[1] = {rstd};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pr_tensor **saved = cases[i].n_saved == 2 ? saved_ln : saved_rms;
-        node_arg a = make_node(ctx, cases[i].id, cases[i].n_in, cases[i].in, y, cases[i].n_saved, saved, 1e-5);
+        pr_bench_node a = make_node(ctx, cases[i].id, cases[i].n_in, cases[i].in, y, cases[i].n_saved, saved, 1e-5);
         char name[64];
         snprintf(name, sizeof name, "%s fwd", cases[i].name);
-        report_mem(st, name, time_median(ctx, dev, run_node, &a, 3, reps), cases[i].fwd_tensors * T, true);
+        report_mem(st, name, pr_bench_time_ms(ctx, dev, pr_bench_run_node, &a, 3, reps), cases[i].fwd_tensors * T,
+                   true);
         if (cases[i].bwd_tensors == 0) continue;
         a.backward = true; /* dx only: w and b need no grad here */
         snprintf(name, sizeof name, "%s bwd (dx)", cases[i].name);
-        report_mem(st, name, time_median(ctx, dev, run_node, &a, 3, reps), cases[i].bwd_tensors * T, true);
+        report_mem(st, name, pr_bench_time_ms(ctx, dev, pr_bench_run_node, &a, 3, reps), cases[i].bwd_tensors * T,
+                   true);
     }
 }
 
@@ -251,23 +174,22 @@ static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device d
             pr_tensor *c = pr_empty(ar, PR_F32, dev, PR_DIMS(n, n));
             gemm_arg g = {ctx, a->data, b->data, c->data, (int)n};
             double *tb = malloc(sizeof(double) * (size_t)reps), *tl = malloc(sizeof(double) * (size_t)reps);
-            time_median(ctx, dev, run_cublas, &g, 2, 1);
-            time_median(ctx, dev, run_matmul, &m, 2, 1);
+            pr_bench_time_ms(ctx, dev, run_cublas, &g, 2, 1);
+            pr_bench_time_ms(ctx, dev, run_matmul, &m, 2, 1);
             for (int i = 0; i < reps; i++) {
-                tb[i] = time_median(ctx, dev, run_cublas, &g, 0, 1);
-                tl[i] = time_median(ctx, dev, run_matmul, &m, 0, 1);
+                tb[i] = pr_bench_time_ms(ctx, dev, run_cublas, &g, 0, 1);
+                tl[i] = pr_bench_time_ms(ctx, dev, run_matmul, &m, 0, 1);
             }
-            qsort(tb, (size_t)reps, sizeof(double), cmp_double);
-            qsort(tl, (size_t)reps, sizeof(double), cmp_double);
-            ms = tl[reps / 2];
-            ref = flop / (tb[reps / 2] * 1e-3) / 1e12;
+            ms = pr_bench_median(tl, reps);
+            const double bare = pr_bench_median(tb, reps);
+            ref = flop / (bare * 1e-3) / 1e12;
             printf("%-26s %9.3f ms %9.1f TFLOP/s (bare cublasGemmEx, %s)\n", tf32 ? "cuBLAS tf32" : "cuBLAS fp32",
-                   tb[reps / 2], ref, tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F");
+                   bare, ref, tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F");
             free(tb);
             free(tl);
         } else
 #endif
-            ms = time_median(ctx, dev, run_matmul, &m, 2, reps);
+            ms = pr_bench_time_ms(ctx, dev, run_matmul, &m, 2, reps);
         pr_step_reset(ctx);
         double rate = flop / (ms * 1e-3) / 1e12;
         char name[48];
@@ -319,7 +241,7 @@ int pr_bench_ops(int argc, char **argv)
     void *src = pr_device_alloc(dev, bytes), *dst = pr_device_alloc(dev, bytes);
     pr_device_memset0(dev, src, bytes);
     copy_arg c = {dst, src, bytes, dev};
-    double ms = time_median(ctx, dev, run_copy, &c, 3, reps);
+    double ms = pr_bench_time_ms(ctx, dev, run_copy, &c, 3, reps);
     st.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
     printf("%-26s %9.3f ms %9.1f GB/s (read + write; the ceiling below)\n", cuda ? "copy D2D" : "memcpy", ms,
            st.copy_gbs);

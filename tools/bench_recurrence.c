@@ -20,6 +20,12 @@
  * and, on the GPU, the allocator's peak during it (scratch included).
  * The chunked form runs chunks of 64 tokens, 32 for prism_core (L = 2:
  * faster, NOTES.md), unless --chunks says otherwise.
+ * bf16 (on the GPU by default beside f32; --dtype picks one): q, k, v,
+ * beta, kx, vx, o and do in bf16 (g, h0, ht, dht f32), TF32 products, one
+ * row under each chunked TF32 row. Every chunked row also gives "x fla", its
+ * f+b time over flash-linear-attention's bf16 figure for the rule and size
+ * (issue 13's table, one H200 run), and GB/s: the bytes a forward+backward
+ * must move at least (fb_bytes) over the f+b time.
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,20 +43,21 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64] [--reps N] [--warmup N]\n"
+            "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64|bf16] [--reps N] [--warmup N]\n"
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16, and 1 as its serial\n"
             "form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
-            "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 data, on the GPU. Prints ms, tokens/s,\n"
-            "achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured in the\n"
-            "same run, and the chunked form's speedup over the per-token one; under each form its plan\n"
+            "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 and bf16 data, on the GPU. Prints ms,\n"
+            "tokens/s, achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured\n"
+            "in the same run, GB/s (the least bytes a forward+backward moves), the ratio to fla's bf16\n"
+            "time, and the chunked form's speedup over the per-token one; under each form its plan\n"
             "(pr_recurrence_plan) and the step memory of a no-grad and of a recorded forward.\n"
             "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
             "               seconds, best of --reps (default 3, no warm-up), one chunk size\n"
-            "  --dtype T    f32 (the GPU's only dtype) or, with --device cpu, f64 (the CPU's default)\n"
+            "  --dtype T    GPU: f32 or bf16 (default both, side by side); CPU: f64 (default), f32, bf16\n"
             "  --reps N     timed repetitions (GPU: median, default 5); --warmup N untimed runs first (2)\n"
             "  --size S     GPU only: 1, 2 or all (default all)\n"
             "  --rules L    comma-separated rules to run; on the GPU also ttt_linear, ttt_mlp, titans (default all)\n"
@@ -58,9 +65,9 @@ static void usage(FILE *f)
             "               the CUDA kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       GPU only: also time the chunked form with fp32 (non-tensor-core) products\n"
-            "Reference (flash-linear-attention Triton, bf16, H200, size 1, fwd+bwd): gated delta\n"
-            "3.52 ms, delta 2.92 ms, SSD 2.64 ms. Milestones: gdn <= 7.0 ms in f32/TF32,\n"
-            "prism_core (L=2) <= 1.3x gdn, ssd <= gdn.\n");
+            "Reference (flash-linear-attention Triton, bf16, H200, fwd+bwd; size 1 / size 2): gated\n"
+            "delta 3.54 / 3.53 ms, delta 2.62 / 2.92 ms, SSD 2.61 / 2.06 ms. Targets (issue 13, size 1):\n"
+            "gdn <= 3.0 ms, delta <= 2.5, ssd <= 2.0, linattn <= 1.8, prism_core (L=2) <= 1.3x gdn.\n");
 }
 
 /* ---- the CPU: the reference forms at B=1 T=2048 H=4 K=V=64 (prism_core L=2) ---- */
@@ -80,6 +87,7 @@ typedef struct {
     int sizes;          /* GPU: bit 0 size 1, bit 1 size 2 */
     unsigned rules;     /* bit r: rule r; bits PR_NRULES..+2: ttt_linear, ttt_mlp, titans */
     bool no_token, fp32;
+    int gpu_dtypes;     /* GPU: bit 0 f32, bit 1 bf16 */
     int nch;
     int64_t chunks[4];
 } rb_opts;
@@ -308,6 +316,7 @@ static double tf32_peak(pr_ctx *ctx, pr_arena *ar, int n)
 /* the inputs of every rule at one size, on the GPU, with grads ready */
 typedef struct {
     pr_tensor *q, *k, *v, *g, *beta, *kx, *vx, *h0, *dout, *dht;
+    pr_tensor *q16, *k16, *v16, *beta16, *kx16, *vx16, *dout16;   /* bf16 copies */
 } bench_inputs;
 
 static pr_tensor *leaf(pr_arena *ar, pr_rng *r, int ndim, const int64_t *shape, int normal, double a, double b)
@@ -318,6 +327,16 @@ static pr_tensor *leaf(pr_arena *ar, pr_rng *r, int ndim, const int64_t *shape, 
     t->requires_grad = true;
     t->grad = pr_zeros(ar, PR_F32, PR_CUDA, ndim, shape);
     return t;
+}
+
+/* t rounded to bf16 on the GPU; a leaf with its grad ready, as t */
+static pr_tensor *bf16_copy(pr_arena *ar, const pr_tensor *t)
+{
+    pr_tensor *b = pr_empty(ar, PR_BF16, PR_CUDA, t->ndim, t->shape);
+    pr_cuda_cast(NULL, b->data, PR_BF16, t->data, PR_F32, t->numel, false);   /* the legacy default stream */
+    b->requires_grad = true;
+    b->grad = pr_zeros(ar, PR_BF16, PR_CUDA, t->ndim, t->shape);
+    return b;
 }
 
 static bench_inputs make_inputs(pr_arena *ar, const bench_size *s)
@@ -337,6 +356,10 @@ static bench_inputs make_inputs(pr_arena *ar, const bench_size *s)
     pr_rand_normal_(x.dout, &r, 0, 1);
     x.dht = pr_empty(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->H, s->K, s->V));
     pr_rand_normal_(x.dht, &r, 0, 1);
+    x.q16 = bf16_copy(ar, x.q), x.k16 = bf16_copy(ar, x.k), x.v16 = bf16_copy(ar, x.v);
+    x.beta16 = bf16_copy(ar, x.beta), x.kx16 = bf16_copy(ar, x.kx), x.vx16 = bf16_copy(ar, x.vx);
+    x.dout16 = bf16_copy(ar, x.dout);
+    x.dout16->requires_grad = false, x.dout16->grad = NULL;
     return x;
 }
 
@@ -429,6 +452,42 @@ static void print_memory(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x)
            mb(kept[0]), mb(peak[0]), mb(kept[1]), mb(peak[1]));
 }
 
+/* flash-linear-attention's bf16 forward+backward in ms at size si (0 where
+ * it has no such kernel) and issue 13's target at size 1 (0: none, or
+ * relative to gdn as prism_core's) */
+static double fla_ms(pr_rule r, int si)
+{
+    static const double gdn[2] = {3.54, 3.53}, delta[2] = {2.62, 2.92}, ssd[2] = {2.61, 2.06};
+    return r == PR_RULE_GDN ? gdn[si] : r == PR_RULE_DELTA ? delta[si] : r == PR_RULE_SSD ? ssd[si] : 0;
+}
+static double target_ms(pr_rule r)
+{
+    return r == PR_RULE_GDN ? 3.0 : r == PR_RULE_DELTA ? 2.5 : r == PR_RULE_SSD ? 2.0 : r == PR_RULE_LINATTN ? 1.8 : 0;
+}
+
+/* the least bytes a forward+backward moves: each input read by the forward
+ * and the backward and its grad written (3x), o written and do read (2x),
+ * ht written and dht read; data (q, k, v, beta, kx, vx, o) es bytes an
+ * element, g and the states 4 */
+static double fb_bytes(pr_rule r, const bench_size *s, double es)
+{
+    const double tok = (double)s->B * s->T * s->H, L = pr_rule_has_extra(r) ? (double)s->L : 0;
+    const double data = tok * (2.0 * s->K + s->V) + (pr_rule_has_beta(r) ? tok : 0) + tok * L * (s->K + s->V);
+    const double g = pr_rule_has_g(r) ? tok : 0, state = (double)s->B * s->H * s->K * s->V;
+    return es * (3 * data + 2 * tok * s->V) + 4 * (3 * g + 5 * state);
+}
+
+/* one row of the table; sp and er may be "-" */
+static void print_row(pr_rule r, const char *form, bench_times t, double tokens, double tflops, double peak,
+                      double bytes, double fla, const char *sp, const char *er)
+{
+    char xf[16] = "-", tf[16] = "-", pc[16] = "-";
+    if (fla > 0) snprintf(xf, sizeof xf, "%.2f", t.fb / fla);
+    if (tflops > 0) snprintf(tf, sizeof tf, "%.1f", tflops), snprintf(pc, sizeof pc, "%.1f%%", 100.0 * tflops / peak);
+    printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %7.0f %6s %8s %9s\n", pr_rule_name(r), form, t.fwd, t.fb,
+           tokens / (t.fb * 1e-3) / 1e6, tf, pc, bytes / (t.fb * 1e-3) / 1e9, xf, sp, er);
+}
+
 /* the chunk the bench runs by default: 32 for two or more extra writes (faster, NOTES.md), else 64 */
 static int default_chunk(pr_rule r, const bench_size *s) { return pr_rule_has_extra(r) && s->L >= 2 ? 32 : 64; }
 
@@ -447,16 +506,18 @@ static int bench_gpu(const rb_opts *o)
         const bench_size *s = &all[si];
         bench_inputs x = make_inputs(ar, s);
         const double tokens = (double)s->B * s->T;
-        printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), f32 data, median of %d\n", (long long)s->B,
+        printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), median of %d\n", (long long)s->B,
                (long long)s->T, (long long)s->H, (long long)s->K, (long long)s->V, (long long)s->L, reps);
-        printf("%-11s %-13s %9s %9s %10s %9s %7s %8s %9s\n", "rule", "form", "fwd ms", "f+b ms", "Mtok/s f+b",
-               "TFLOP/s", "%tf32", "speedup", "err");
-        double gdn_fb = 0;
+        printf("%-11s %-13s %9s %9s %10s %9s %7s %7s %6s %8s %9s\n", "rule", "form", "fwd ms", "f+b ms", "Mtok/s f+b",
+               "TFLOP/s", "%tf32", "GB/s", "x fla", "speedup", "err");
+        double gdn_fb[2] = {0, 0};   /* gdn's f+b, f32 and bf16 data */
         for (int r = 0; r < PR_NRULES; r++) {
             pr_rule rule = (pr_rule)r;
             if (!(o->rules & 1u << r)) continue;
             pr_tensor *in[8] = {x.q, x.k, x.v, pr_rule_has_g(rule) ? x.g : NULL, pr_rule_has_beta(rule) ? x.beta : NULL,
                                 pr_rule_has_extra(rule) ? x.kx : NULL, pr_rule_has_extra(rule) ? x.vx : NULL, x.h0};
+            pr_tensor *in16[8] = {x.q16, x.k16, x.v16, in[3], in[4] ? x.beta16 : NULL, in[5] ? x.kx16 : NULL,
+                                  in[6] ? x.vx16 : NULL, x.h0};
             bench_times tok = {0, 0};
             double *ref[10] = {0}, *got[10] = {0};
             int64_t nref[10], ngot[10];
@@ -464,8 +525,7 @@ static int bench_gpu(const rb_opts *o)
                 ctx->matmul_tf32 = 0;
                 tok = time_rule(ctx, rule, 0, in, x.dout, x.dht, warm, reps);
                 run_host(ctx, rule, 0, in, x.dout, x.dht, ref, nref);
-                printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", pr_rule_name(rule), "per-token", tok.fwd,
-                       tok.fb, tokens / (tok.fb * 1e-3) / 1e6, "-", "-", "1.00", "(ref)");
+                print_row(rule, "per-token", tok, tokens, 0, peak, fb_bytes(rule, s, 4), 0, "1.00", "(ref)");
                 print_memory(ctx, rule, 0, in);
             } else if (token) {
                 continue;   /* the per-token form is the reference of the rows below */
@@ -474,31 +534,34 @@ static int bench_gpu(const rb_opts *o)
             for (int f = 0; f < nforms * (1 + o->fp32); f++) {
                 const int C = nch ? (int)o->chunks[f % nch] : default_chunk(rule, s);
                 if (!print_plan(rule, C, s)) continue;
-                ctx->matmul_tf32 = f < nforms;
-                bench_times ch = time_rule(ctx, rule, C, in, x.dout, x.dht, warm, reps);
                 double mf, mb;
                 chunk_macs(rule, s, C, &mf, &mb);
                 const double nck = tokens / C * (double)s->H, flops = 2.0 * (mf + mb) * nck;
-                const double tflops = flops / (ch.fb * 1e-3) / 1e12;
-                char sp[16] = "-", er[16] = "-";
-                if (token) {
-                    snprintf(sp, sizeof sp, "%.1f", tok.fb / ch.fb);
-                    run_host(ctx, rule, C, in, x.dout, x.dht, got, ngot);
-                    const double e = worst_rel_err(got, ref, nref);
-                    snprintf(er, sizeof er, "%.1e%s", e, e <= (f < nforms ? 1e-2 : 1e-4) ? "" : "!");
-                }
-                char form[24];
-                snprintf(form, sizeof form, "chunk%d/%s", C, f < nforms ? "tf32" : "fp32");
-                printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %8s %9s\n", pr_rule_name(rule), form, ch.fwd, ch.fb,
-                       tokens / (ch.fb * 1e-3) / 1e6, tflops, 100.0 * tflops / peak, sp, er);
-                if (f < nforms) print_memory(ctx, rule, C, in);
-                if (f == 0 && rule == PR_RULE_GDN) gdn_fb = ch.fb;
-                if (f == 0 && si == 0) {
-                    if (rule == PR_RULE_GDN) printf("%-11s   gdn f+b target <= 7.00 ms (fla bf16: 3.52 ms)\n", "");
-                    if (rule == PR_RULE_DELTA) printf("%-11s   fla bf16 delta f+b: 2.92 ms\n", "");
-                    if (rule == PR_RULE_SSD) printf("%-11s   fla bf16 ssd f+b: 2.64 ms; target <= gdn\n", "");
-                    if (rule == PR_RULE_PRISM_CORE && gdn_fb > 0)
-                        printf("%-11s   prism_core / gdn = %.2f (target <= 1.30)\n", "", ch.fb / gdn_fb);
+                /* f32 data (TF32 or fp32 products), then under a TF32 row the same with bf16 data */
+                for (int bf = 0; bf < 2; bf++) {
+                    if (!(o->gpu_dtypes & (1 << bf)) || (bf && f >= nforms)) continue;
+                    pr_tensor *const *xin = bf ? in16 : in;
+                    pr_tensor *dout = bf ? x.dout16 : x.dout;
+                    ctx->matmul_tf32 = f < nforms;
+                    bench_times ch = time_rule(ctx, rule, C, xin, dout, x.dht, warm, reps);
+                    const double tflops = flops / (ch.fb * 1e-3) / 1e12;
+                    char sp[16] = "-", er[16] = "-";
+                    if (token) {   /* bf16 against the f32 per-token run: the inputs' rounding counts too */
+                        snprintf(sp, sizeof sp, "%.1f", tok.fb / ch.fb);
+                        run_host(ctx, rule, C, xin, dout, x.dht, got, ngot);
+                        const double e = worst_rel_err(got, ref, nref);
+                        snprintf(er, sizeof er, "%.1e%s", e, e <= (bf ? 3e-2 : f < nforms ? 1e-2 : 1e-4) ? "" : "!");
+                    }
+                    char form[24];
+                    snprintf(form, sizeof form, "chunk%d/%s", C, bf ? "bf16" : f < nforms ? "tf32" : "fp32");
+                    print_row(rule, form, ch, tokens, tflops, peak, fb_bytes(rule, s, bf ? 2 : 4), fla_ms(rule, si), sp,
+                              er);
+                    if (f < nforms) print_memory(ctx, rule, C, xin);
+                    if (f == 0 && rule == PR_RULE_GDN) gdn_fb[bf] = ch.fb;
+                    if (f == 0 && si == 0 && target_ms(rule) > 0)
+                        printf("%-11s   target <= %.2f ms: %s\n", "", target_ms(rule), ch.fb <= target_ms(rule) ? "met" : "missed");
+                    if (f == 0 && rule == PR_RULE_PRISM_CORE && gdn_fb[bf] > 0)
+                        printf("%-11s   prism_core / gdn = %.2f (target <= 1.30)\n", "", ch.fb / gdn_fb[bf]);
                 }
             }
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
@@ -516,7 +579,7 @@ static int bench_gpu(const rb_opts *o)
 /* the options of both devices; returns -1 to go on, else the exit status */
 static int parse_options(int argc, char **argv, rb_opts *o)
 {
-    static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", NULL};
+    static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", "bf16", NULL};
     static const char *const sizes[] = {"1", "2", "all", NULL};
     const char *rules[PR_NRULES + 4];   /* bits: the rules, then ttt_linear, ttt_mlp, titans */
     for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
@@ -537,7 +600,8 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     if (a.failed) return PR_EXIT_USAGE;
     o->cuda = dev == 1;
     if (o->cuda) {   /* no --chunks: each rule's default chunk (default_chunk) */
-        if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32");
+        if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32 and bf16");
+        o->gpu_dtypes = dtype == 1 ? 1 : dtype == 2 ? 2 : 3;
         if (!o->rules) o->rules = (1u << (PR_NRULES + 3)) - 1;
         o->dt = PR_F32;
         o->sizes = size < 0 ? 3 : size + 1;
@@ -551,7 +615,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     if (!o->rules) o->rules = (1u << PR_NRULES) - 1;
     if (o->nch > 1) return pr_args_error(&a, "--chunks takes one chunk size with --device cpu");
     if (!o->nch) o->nch = 1;
-    o->dt = dtype == 1 ? PR_F32 : PR_F64;
+    o->dt = dtype == 1 ? PR_F32 : dtype == 2 ? PR_BF16 : PR_F64;
     if (o->reps < 0) o->reps = 3;
     if (o->warm < 0) o->warm = 0;
     return -1;

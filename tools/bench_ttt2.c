@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "tools/bench_util.h"
 #include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"
@@ -20,12 +21,6 @@ static pr_tensor *ttt2_leaf(pr_arena *ar, pr_rng *r, int ndim, const int64_t *sh
     t->requires_grad = true;
     t->grad = pr_zeros(ar, PR_F32, PR_CUDA, ndim, shape);
     return t;
-}
-
-static int ttt2_cmp(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* the op (0 ttt_mlp, 1 titans) at mini-batch mb; returns its node */
@@ -62,9 +57,7 @@ static void ttt2_time(pr_ctx *ctx, int op, int mb, pr_tensor *const *in, pr_tens
         if (i >= 0) tf[i] = a, tb[i] = b;
         pr_step_reset(ctx);
     }
-    qsort(tf, (size_t)reps, sizeof(double), ttt2_cmp);
-    qsort(tb, (size_t)reps, sizeof(double), ttt2_cmp);
-    *fwd = tf[reps / 2], *fb = tb[reps / 2];
+    *fwd = pr_bench_median(tf, reps), *fb = pr_bench_median(tb, reps);
     free(tf), free(tb);
     for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
 }

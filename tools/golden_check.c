@@ -11,9 +11,15 @@
  * needs is missing (o, ht, do, dht, d<x> for every input x given) or a
  * tensor is not float64, so a partial file cannot pass by comparing nothing.
  * The linear rules and their inputs come from the rule table (rules.def).
+ *
+ * --dtype bf16 (the linear rules only; TTT-Linear and the ops2 ops are
+ * skipped, they have no bf16 path): the file's inputs and `do` rounded to
+ * bf16 (g, h0 and dht to f32), o and the grads of bf16 inputs returned in
+ * bf16, compared with the file's f64 references of the unrounded inputs. The
+ * tolerance is counted in units of bf16 rounding, u = 2^-8 (bf16 keeps 8
+ * significant bits: the largest relative error of one rounding) and printed.
  */
 #include <math.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,11 +54,14 @@ static void usage(FILE *f)
             "Exit status 1 on any failure or an unreadable file.\n"
             "options:\n"
             "  --device cpu|cuda     where to run (default cpu)\n"
-            "  --dtype f64|f32       compute dtype (default f64 on the CPU, f32 on CUDA)\n"
+            "  --dtype f64|f32|bf16  compute dtype (default f64 on the CPU, f32 on CUDA); bf16: the\n"
+            "                        linear rules on bf16 data (g, h0, ht f32), the tolerance\n"
+            "                        set by bf16 rounding (printed)\n"
             "  --form recurrent|chunked|both   which form of the linear rules (default both)\n"
             "  --chunk C             chunk size of the chunked form (default 64)\n"
             "  --tf32                CUDA: allow TF32 tensor cores (ctx->matmul_tf32 = 1)\n"
-            "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32; 2e-3 with --tf32)\n"
+            "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32; 2e-3 with --tf32;\n"
+            "                        bf16: 4 x 2^-8 = 1.6e-2, 6 x 2^-8 with --tf32)\n"
             "  --verbose             print every tensor's error\n"
             "  --make OUT            write a reference file of the five linear rules, computed by\n"
             "                        the CPU per-token form in f64 (for other sizes; no ttt_linear)\n"
@@ -60,154 +69,38 @@ static void usage(FILE *f)
             "  -h, --help            this text\n");
 }
 
-/* ---- errors inside one rule become that rule's FAIL ------------------------------- */
-
-static jmp_buf gc_jmp;
-static void gc_on_fatal(const char *msg)
+static double scalar(const pr_golden_run *g, const char *name, double dflt)
 {
-    (void)msg;
-    longjmp(gc_jmp, 1);
-}
-
-/* ---- comparison ----------------------------------------------------------------------- */
-
-static double max_abs(const double *x, int64_t n)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-/* relative error of got against ref (max-abs scaled); inf on a size mismatch or NaN */
-static double rel_err(const pr_tensor *got, const pr_tensor *ref)
-{
-    if (!got || got->numel != ref->numel) return INFINITY;
-    const int64_t n = ref->numel;
-    double *g = malloc(sizeof(double) * (size_t)(n + 1)), *r = malloc(sizeof(double) * (size_t)(n + 1));
-    PR_CHECK(g && r, "golden-check: out of host memory");
-    pr_to_host_f64(got, g);
-    pr_to_host_f64(ref, r);
-    double e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = fabs(g[i] - r[i]);
-        e = isnan(d) ? INFINITY : fmax(e, d);
-    }
-    const double m = max_abs(r, n);
-    free(g);
-    free(r);
-    return m > 0 ? e / m : e;
-}
-
-typedef struct {
-    const pr_safetensors *st;
-    const char *rule;
-    pr_ctx *ctx;
-    const gc_opts *o;
-    const char *form;   /* for --verbose */
-    double worst;
-} gc_run;
-
-static pr_tensor *ref(const gc_run *g, const char *name)
-{
-    char full[128];
-    snprintf(full, sizeof full, "%s.%s", g->rule, name);
-    return pr_safetensors_get(g->st, full);
-}
-
-/* an input of the file on the run's device and dtype, requiring grad; NULL if absent */
-static pr_tensor *input(const gc_run *g, const char *name)
-{
-    pr_tensor *t = ref(g, name);
-    if (!t) return NULL;
-    pr_tensor *x = pr_to(g->ctx->step, t, g->o->dt, g->o->dev);
-    pr_requires_grad_(x, true);
-    return x;
-}
-
-static double scalar(const gc_run *g, const char *name, double dflt)
-{
-    pr_tensor *t = ref(g, name);
+    pr_tensor *t = pr_golden_ref(g, name);
     return t ? pr_item(t) : dflt;
-}
-
-/* a reference the run needs; fatal (the rule's FAIL) when the file lacks it */
-static pr_tensor *expect(const gc_run *g, const char *name)
-{
-    pr_tensor *t = ref(g, name);
-    PR_CHECK(t, "golden-check: %s.%s is missing (a rule's file entry needs o, ht, do, dht and d<x> for "
-                "every input x it gives)", g->rule, name);
-    return t;
-}
-
-static void compare(gc_run *g, const char *name, const pr_tensor *got)
-{
-    pr_tensor *r = expect(g, name);
-    const double e = rel_err(got, r);
-    if (g->o->verbose) printf("  %s %-8s %-6s rel_err=%.3g\n", g->rule, g->form, name, e);
-    g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);
-}
-
-/* sum(out * <the file's upstream gradient `name`>) on the tape; the backward
- * of a sum of these is seeded with exactly those gradients */
-static pr_tensor *dot_loss(const gc_run *g, pr_tensor *out, const char *name)
-{
-    pr_tensor *r = expect(g, name);
-    return pr_sum_all(g->ctx, pr_mul(g->ctx, out, pr_to(g->ctx->step, r, g->o->dt, g->o->dev)));
-}
-
-/* compare the grads of the inputs present with the file's d<name> */
-static void compare_grads(gc_run *g, pr_tensor *const *in, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (!in[i]) continue;
-        char dn[16];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        compare(g, dn, in[i]->grad);
-    }
 }
 
 /* ---- the linear rules -------------------------------------------------------------------- */
 
-static void run_linear(gc_run *g, int chunk)
+static void run_linear(pr_golden_run *g, int chunk)
 {
+    static const char *outs[] = {"o", "ht"};
     const char *names[PR_REC_NIN];
-    pr_tensor *in[PR_REC_NIN];
-    for (int i = 0; i < PR_REC_NIN; i++) names[i] = pr_rec_input_name((pr_rec_input)i), in[i] = input(g, names[i]);
-    pr_recurrence_opts opt = {.rule = (pr_rule)pr_rule_from_name(g->rule), .chunk = chunk,
+    pr_tensor *in[PR_REC_NIN], *out[2];
+    for (int i = 0; i < PR_REC_NIN; i++) names[i] = pr_rec_input_name((pr_rec_input)i);
+    pr_golden_inputs(g, names, PR_REC_NIN, in);
+    pr_recurrence_opts opt = {.rule = (pr_rule)pr_rule_from_name(g->op), .chunk = chunk,
                               .scale = scalar(g, "scale", 0)};
-    pr_tensor *ht, *o = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
-    compare(g, "o", o);
-    compare(g, "ht", ht);
-    pr_backward(g->ctx, pr_add(g->ctx, dot_loss(g, o, "do"), dot_loss(g, ht, "dht")));
-    compare_grads(g, in, names, PR_REC_NIN);
+    out[0] = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &out[1]);
+    pr_golden_compare_all(g, out, outs, 2, in, names, PR_REC_NIN);
 }
 
 /* ---- TTT-Linear (ops/ttt_linear.h) -------------------------------------------------------- */
 
-static void run_ttt(gc_run *g)
+static void run_ttt(pr_golden_run *g)
 {
-    static const char *names[] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
-    pr_tensor *in[8];
-    for (int i = 0; i < 8; i++) in[i] = input(g, names[i]);
+    static const char *names[] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"}, *outs[] = {"o", "ht", "hbt"};
+    pr_tensor *in[8], *out[3];
+    pr_golden_inputs(g, names, 8, in);
     pr_ttt_opts opt = {.scale = scalar(g, "scale", 0), .mini_batch = (int)scalar(g, "mini_batch", 16),
                        .eps = scalar(g, "eps", 1e-6)};
-    pr_tensor *ht, *hbt;
-    pr_tensor *o = pr_ttt_linear(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], &ht, &hbt);
-    compare(g, "o", o);
-    compare(g, "ht", ht);
-    compare(g, "hbt", hbt);
-    pr_tensor *loss = pr_add(g->ctx, dot_loss(g, o, "do"), dot_loss(g, ht, "dht"));
-    pr_backward(g->ctx, pr_add(g->ctx, loss, dot_loss(g, hbt, "dhbt")));
-    compare_grads(g, in, names, 8);
-}
-
-/* whether the file has any <rule>.* tensor */
-static bool rule_in_file(const pr_safetensors *st, const char *rule)
-{
-    const size_t n = strlen(rule);
-    for (int i = 0; i < st->n; i++)
-        if (!strncmp(st->names[i], rule, n) && st->names[i][n] == '.') return true;
-    return false;
+    out[0] = pr_ttt_linear(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], &out[1], &out[2]);
+    pr_golden_compare_all(g, out, outs, 3, in, names, 8);
 }
 
 /* every <rule>.* tensor is float64, as the golden format stores them (fatal otherwise) */
@@ -220,33 +113,52 @@ static void check_dtypes(const pr_safetensors *st, const char *rule)
                      st->names[i], pr_dtype_name(st->tensors[i]->dtype));
 }
 
-/* one rule, every form asked for; returns its worst error (inf on a fatal error) */
-static double check_rule(const pr_safetensors *st, const char *rule, pr_ctx *ctx, const gc_opts *o, char *why,
-                         size_t why_n)
+/* one rule, every form asked for */
+static void check_rule(pr_golden_run *g)
 {
-    gc_run g = {.st = st, .rule = rule, .ctx = ctx, .o = o, .worst = 0};
-    why[0] = 0;
-    pr_set_error_handler(gc_on_fatal);
-    if (setjmp(gc_jmp) == 0) {
-        check_dtypes(st, rule);
-        if (!strcmp(rule, "ttt_linear")) {
-            g.form = "dual";
-            run_ttt(&g);
-        } else {
-            for (int f = 0; f < 2; f++) {
-                if (!(o->forms & (1 << f))) continue;
-                g.form = f ? "chunked" : "token";
-                run_linear(&g, f ? o->chunk : 0);
-                pr_step_reset(ctx);
-            }
-        }
-    } else {
-        snprintf(why, why_n, "%s", pr_last_error());
-        g.worst = INFINITY;
+    check_dtypes(g->st, g->op);
+    if (!strcmp(g->op, "ttt_linear")) {
+        g->form = "dual";
+        run_ttt(g);
+        return;
     }
-    pr_set_error_handler(NULL);
-    pr_step_reset(ctx);
-    return g.worst;
+    for (int f = 0; f < 2; f++) {
+        if (!(g->forms & (1 << f))) continue;
+        g->form = f ? "chunked" : "token";
+        run_linear(g, f ? g->chunk : 0);
+        pr_step_reset(g->ctx);
+    }
+}
+
+/* runs one check if the file has its tensors, prints its line and counts it */
+static void check_one(pr_golden_run g, const char *name, void (*check)(pr_golden_run *g), double tol, int *passed,
+                      int *failed, int *skipped)
+{
+    char why[512];
+    if (!pr_golden_present(g.st, name)) return;
+    if (g.dt == PR_BF16 && pr_rule_from_name(name) < 0) {   /* only the linear rules have a bf16 path */
+        printf("%s skip (no bf16 path)\n", name);
+        ++*skipped;
+        return;
+    }
+    g.op = name;
+    const double e = pr_golden_try(&g, check, why, sizeof why);
+    const bool ok = e <= tol;
+    printf("%s %s max_rel_err=%.3g%s%s\n", name, ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
+    ok ? ++*passed : ++*failed;
+}
+
+/* bf16: units of u = 2^-8, the largest relative error of one rounding. The
+ * inputs, do and each output and grad are rounded once each, and a grad is
+ * a sum of products of several rounded inputs; the CPU, which adds no error
+ * of its own, measured at most 1.85 u (7.2e-3, ssd's dq) on
+ * tests/data/recurrences.safetensors: 4 u leaves room for the GPU's f32 sums. */
+#define GC_BF16_UNITS 4
+static double default_tol(const gc_opts *o)
+{
+    /* TF32 products add up to 2e-3 = 0.5 u in f32 (the f32 default above): 2 u more */
+    if (o->dt == PR_BF16) return (GC_BF16_UNITS + (o->tf32 ? 2 : 0)) * ldexp(1.0, -8);
+    return o->dt == PR_F64 ? 1e-9 : o->tf32 ? 2e-3 : 1e-4;
 }
 
 static int golden_check(const char *path, const gc_opts *o)
@@ -259,32 +171,23 @@ static int golden_check(const char *path, const gc_opts *o)
         pr_arena_free(a);
         return 1;
     }
-    /* the rule table's rules, then TTT-Linear */
-    const char *rules[PR_NRULES + 1];
-    for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
-    rules[PR_NRULES] = "ttt_linear";
-    const double tol = o->tol > 0 ? o->tol : o->dt == PR_F64 ? 1e-9 : o->tf32 ? 2e-3 : 1e-4;
+    const double tol = o->tol > 0 ? o->tol : default_tol(o);
+    if (o->dt == PR_BF16)
+        printf("bf16: inputs and do rounded to bf16 (g, h0, dht to f32); tolerance %.3g (%.4g units of bf16 "
+               "rounding, 2^-8)\n", tol, tol * 256);
     pr_ctx *ctx = pr_ctx_new(0);
     ctx->matmul_tf32 = o->tf32;
-    int passed = 0, failed = 0;
-    for (size_t r = 0; r < sizeof rules / sizeof *rules; r++) {
-        char why[512];
-        if (!rule_in_file(&st, rules[r])) continue;
-        const double e = check_rule(&st, rules[r], ctx, o, why, sizeof why);
-        const bool ok = e <= tol;
-        printf("%s %s max_rel_err=%.3g%s%s\n", rules[r], ok ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
-        ok ? passed++ : failed++;
-    }
-    for (int i = 0; i < pr_golden_n_ops; i++) { /* the fused ops of tools/golden_ops2.c */
-        char why[512];
-        if (!pr_golden_present(&st, pr_golden_ops[i].name)) continue;
-        const double e = pr_golden_run_op(&pr_golden_ops[i], &st, ctx, o->dev, o->dt, o->verbose, why, sizeof why);
-        printf("%s %s max_rel_err=%.3g%s%s\n", pr_golden_ops[i].name, e <= tol ? "ok" : "FAIL", e, why[0] ? "  " : "", why);
-        e <= tol ? passed++ : failed++;
-    }
+    const pr_golden_run g = {.st = &st, .ctx = ctx, .dev = o->dev, .dt = o->dt, .verbose = o->verbose,
+                             .forms = o->forms, .chunk = o->chunk};
+    int passed = 0, failed = 0, skipped = 0;
+    for (int r = 0; r < PR_NRULES; r++) check_one(g, pr_rule_name((pr_rule)r), check_rule, tol, &passed, &failed, &skipped);
+    check_one(g, "ttt_linear", check_rule, tol, &passed, &failed, &skipped);
+    for (int i = 0; i < pr_golden_n_ops; i++) /* the fused ops of tools/golden_ops2.c */
+        check_one(g, pr_golden_ops[i].name, pr_golden_ops[i].fn, tol, &passed, &failed, &skipped);
     pr_ctx_free(ctx);
     pr_arena_free(a);
-    if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.<tensor>)\n", path);
+    if (passed + failed == 0 && skipped) fprintf(stderr, "prism golden-check: nothing in %s has a bf16 path\n", path);
+    else if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.<tensor>)\n", path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed || passed == 0 ? 1 : 0;
 }
@@ -339,7 +242,7 @@ static int make_reference(const char *path, const int64_t *sz)
 
 int pr_cmd_golden_check(int argc, char **argv)
 {
-    static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", NULL};
+    static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", "bf16", NULL};
     static const char *const forms[] = {"recurrent", "chunked", "both", NULL};
     gc_opts o = {.chunk = 64};
     int dev = 0, dtype = -1, form = 2, n_size = 0;
@@ -371,7 +274,7 @@ int pr_cmd_golden_check(int argc, char **argv)
         return PR_EXIT_USAGE;
     }
     o.dev = dev ? PR_CUDA : PR_CPU;
-    o.dt = dtype == 0 ? PR_F64 : dtype == 1 || o.dev == PR_CUDA ? PR_F32 : PR_F64; /* the GPU computes in f32 */
+    o.dt = dtype == 0 ? PR_F64 : dtype == 2 ? PR_BF16 : dtype == 1 || o.dev == PR_CUDA ? PR_F32 : PR_F64; /* the GPU computes in f32 */
     o.forms = form + 1;
     if (o.tf32 && o.dev != PR_CUDA) return pr_args_error(&a, "--tf32 applies to --device cuda only");
     if (o.dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda(a.cmd);

@@ -1,4 +1,5 @@
-/* tools/golden_ops2.c: the golden checks of the fused ops in ops2.safetensors.
+/* tools/golden_ops2.c: the golden checks of the fused ops in ops2.safetensors,
+ * and the helpers every golden check (golden_check.c's recurrences too) uses.
  *
  * Each checker loads "<op>.<input>" tensors onto the run's device and dtype
  * (requiring grad), runs the op, compares every output with the file's, runs
@@ -16,23 +17,23 @@
 
 #include "ops/ops.h"
 
-static pr_tensor *ref(const pr_golden_run *g, const char *name)
+pr_tensor *pr_golden_ref(const pr_golden_run *g, const char *name)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", g->op, name);
     return pr_safetensors_get(g->st, full);
 }
 
-/* the file's input on the run's device and dtype, requiring grad; NULL if absent */
-static pr_tensor *input(const pr_golden_run *g, const char *name)
+/* a reference the check needs; fatal (the check's FAIL) when the file lacks it */
+static pr_tensor *expect(const pr_golden_run *g, const char *name)
 {
-    pr_tensor *t = ref(g, name);
-    if (!t) return NULL;
-    pr_tensor *x = pr_to(g->ctx->step, t, g->dt, g->dev);
-    pr_requires_grad_(x, true);
-    return x;
+    pr_tensor *t = pr_golden_ref(g, name);
+    PR_CHECK(t, "golden-check: %s.%s is missing (a file entry needs every output, its upstream gradient "
+                "and d<x> for every input x it gives)", g->op, name);
+    return t;
 }
 
+/* relative error of got against r (max-abs scaled); inf on a size mismatch or NaN */
 static double rel_err(const pr_tensor *got, const pr_tensor *r)
 {
     if (!got || got->numel != r->numel) return INFINITY;
@@ -52,79 +53,80 @@ static double rel_err(const pr_tensor *got, const pr_tensor *r)
     return m > 0 ? e / m : e;
 }
 
+/* max|got - ref| / max|ref| against the file's `name`, kept in g->worst */
 static void compare(pr_golden_run *g, const char *name, const pr_tensor *got)
 {
-    pr_tensor *r = ref(g, name);
-    PR_CHECK(r, "golden-check: %s.%s missing: nothing to compare against", g->op, name);
-    const double e = rel_err(got, r);
-    if (g->verbose) printf("  %s %-10s rel_err=%.3g\n", g->op, name, e);
+    const double e = rel_err(got, expect(g, name));
+    if (g->verbose && g->form) printf("  %s %-8s %-6s rel_err=%.3g\n", g->op, g->form, name, e);
+    else if (g->verbose) printf("  %s %-10s rel_err=%.3g\n", g->op, name, e);
     g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);
 }
 
-/* sum(out * the file's upstream gradient `name`) */
-static pr_tensor *dot_loss(const pr_golden_run *g, pr_tensor *out, const char *name)
+/* "d<name>" */
+static const char *grad_name(const char *name, char *buf, size_t n)
 {
-    pr_tensor *r = ref(g, name);
-    PR_CHECK(r, "golden-check: %s.%s missing", g->op, name);
-    return pr_sum_all(g->ctx, pr_mul(g->ctx, out, pr_to(g->ctx->step, r, g->dt, g->dev)));
+    snprintf(buf, n, "d%s", name);
+    return buf;
 }
 
-static void compare_grads(pr_golden_run *g, pr_tensor *const *in, const char *const *names, int n)
+/* the run's dtype, except that bf16 data keeps the linear rules' log-decay g
+ * and initial state h0 in f32 (as the recurrence op wants them) */
+static pr_dtype input_dtype(const pr_golden_run *g, const char *name)
+{
+    const bool state = !strcmp(name, "g") || !strcmp(name, "h0");
+    return g->dt == PR_BF16 && state ? PR_F32 : g->dt;
+}
+
+void pr_golden_inputs(const pr_golden_run *g, const char *const *names, int n, pr_tensor **in)
 {
     for (int i = 0; i < n; i++) {
-        if (!in[i]) continue;
-        char dn[48];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        compare(g, dn, in[i]->grad);
+        pr_tensor *t = pr_golden_ref(g, names[i]);
+        in[i] = t ? pr_to(g->ctx->step, t, input_dtype(g, names[i]), g->dev) : NULL;
+        if (in[i]) pr_requires_grad_(in[i], true);
     }
+}
+
+void pr_golden_compare_all(pr_golden_run *g, pr_tensor *const *out, const char *const *outs, int n_out,
+                           pr_tensor *const *in, const char *const *ins, int n_in)
+{
+    char dn[48];
+    enum { MAX_OUT = 8 };
+    const pr_tensor *seed[MAX_OUT];
+    PR_CHECK(n_out <= MAX_OUT, "golden-check: %s has more than %d outputs", g->op, MAX_OUT);
+    for (int i = 0; i < n_out; i++) compare(g, outs[i], out[i]);
+    /* the backward of sum_i(out[i] * d<outs[i]>): seeded with the file's upstream
+     * gradients, which pr_backward_many converts to each output's dtype and device */
+    for (int i = 0; i < n_out; i++) seed[i] = expect(g, grad_name(outs[i], dn, sizeof dn));
+    pr_backward_many(g->ctx, n_out, out, seed);
+    for (int i = 0; i < n_in; i++)
+        if (in[i]) compare(g, grad_name(ins[i], dn, sizeof dn), in[i]->grad);
 }
 
 /* ---- the checkers ---------------------------------------------------------------- */
 
 static void check_attention(pr_golden_run *g)
 {
-    static const char *names[] = {"q", "k", "v"};
-    pr_tensor *in[3];
-    for (int i = 0; i < 3; i++) in[i] = input(g, names[i]);
-    pr_tensor *s = ref(g, "scale");
-    pr_tensor *o = pr_attention(g->ctx, in[0], in[1], in[2], s ? pr_item(s) : 0, NULL);
-    compare(g, "o", o);
-    pr_backward(g->ctx, dot_loss(g, o, "do"));
-    compare_grads(g, in, names, 3);
+    static const char *names[] = {"q", "k", "v"}, *outs[] = {"o"};
+    pr_tensor *in[3], *out[1];
+    pr_golden_inputs(g, names, 3, in);
+    pr_tensor *s = pr_golden_ref(g, "scale");
+    out[0] = pr_attention(g->ctx, in[0], in[1], in[2], s ? pr_item(s) : 0, NULL);
+    pr_golden_compare_all(g, out, outs, 1, in, names, 3);
 }
 
 static void check_selective_scan(pr_golden_run *g)
 {
-    static const char *names[] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"};
-    pr_tensor *in[9];
-    for (int i = 0; i < 9; i++) in[i] = input(g, names[i]);
-    pr_tensor *ht, *y = pr_selective_scan(g->ctx, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8],
-                                          NULL, &ht);
-    compare(g, "y", y);
-    compare(g, "ht", ht);
-    pr_backward(g->ctx, pr_add(g->ctx, dot_loss(g, y, "dy"), dot_loss(g, ht, "dht")));
-    compare_grads(g, in, names, 9);
+    static const char *names[] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"}, *outs[] = {"y", "ht"};
+    pr_tensor *in[9], *out[2];
+    pr_golden_inputs(g, names, 9, in);
+    out[0] = pr_selective_scan(g->ctx, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], NULL, &out[1]);
+    pr_golden_compare_all(g, out, outs, 2, in, names, 9);
 }
 
 /* a scalar the file stores (mini-batch, chunk, eps) */
 static double stored(const pr_golden_run *g, const char *name)
 {
-    pr_tensor *t = ref(g, name);
-    PR_CHECK(t, "golden-check: %s.%s missing", g->op, name);
-    return pr_item(t);
-}
-
-/* sum over outputs of (output * the file's d<output>) */
-static pr_tensor *dot_losses(const pr_golden_run *g, pr_tensor *const *out, const char *const *names, int n)
-{
-    pr_tensor *loss = NULL;
-    for (int i = 0; i < n; i++) {
-        char dn[48];
-        snprintf(dn, sizeof dn, "d%s", names[i]);
-        pr_tensor *term = dot_loss(g, out[i], dn);
-        loss = loss ? pr_add(g->ctx, loss, term) : term;
-    }
-    return loss;
+    return pr_item(expect(g, name));
 }
 
 static void check_ttt_mlp(pr_golden_run *g)
@@ -132,13 +134,11 @@ static void check_ttt_mlp(pr_golden_run *g)
     static const char *names[] = {"q", "k", "v", "w", "b", "eta", "w1_0", "b1_0", "w2_0", "b2_0"};
     static const char *outs[] = {"o", "w1_t", "b1_t", "w2_t", "b2_t"};
     pr_tensor *in[10], *out[5];
-    for (int i = 0; i < 10; i++) in[i] = input(g, names[i]);
+    pr_golden_inputs(g, names, 10, in);
     const pr_ttt_opts o = {.mini_batch = (int)stored(g, "mini_batch"), .eps = stored(g, "eps")};
     out[0] = pr_ttt_mlp(g->ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], &out[1],
                         &out[2], &out[3], &out[4]);
-    for (int i = 0; i < 5; i++) compare(g, outs[i], out[i]);
-    pr_backward(g->ctx, dot_losses(g, out, outs, 5));
-    compare_grads(g, in, names, 10);
+    pr_golden_compare_all(g, out, outs, 5, in, names, 10);
 }
 
 static void check_titans(pr_golden_run *g)
@@ -146,13 +146,11 @@ static void check_titans(pr_golden_run *g)
     static const char *names[] = {"q", "k", "v", "w", "b", "theta", "alpha", "eta", "h0", "s0"};
     static const char *outs[] = {"o", "ht", "st"};
     pr_tensor *in[10], *out[3];
-    for (int i = 0; i < 10; i++) in[i] = input(g, names[i]);
+    pr_golden_inputs(g, names, 10, in);
     const pr_titans_opts o = {.chunk = (int)stored(g, "chunk"), .eps = stored(g, "eps")};
     out[0] = pr_titans(g->ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], &out[1],
                        &out[2]);
-    for (int i = 0; i < 3; i++) compare(g, outs[i], out[i]);
-    pr_backward(g->ctx, dot_losses(g, out, outs, 3));
-    compare_grads(g, in, names, 10);
+    pr_golden_compare_all(g, out, outs, 3, in, names, 10);
 }
 
 const pr_golden_op pr_golden_ops[] = {
@@ -181,19 +179,18 @@ static void golden_on_fatal(const char *msg)
     longjmp(golden_jmp, 1);
 }
 
-double pr_golden_run_op(const pr_golden_op *op, const pr_safetensors *st, pr_ctx *ctx, pr_device dev, pr_dtype dt,
-                        bool verbose, char *why, size_t why_n)
+double pr_golden_try(pr_golden_run *g, void (*check)(pr_golden_run *g), char *why, size_t why_n)
 {
-    pr_golden_run g = {.st = st, .op = op->name, .ctx = ctx, .dev = dev, .dt = dt, .verbose = verbose, .worst = 0};
+    g->worst = 0;
     why[0] = 0;
     pr_set_error_handler(golden_on_fatal);
     if (setjmp(golden_jmp) == 0) {
-        op->fn(&g);
+        check(g);
     } else {
         snprintf(why, why_n, "%s", pr_last_error());
-        g.worst = INFINITY;
+        g->worst = INFINITY;
     }
     pr_set_error_handler(NULL);
-    pr_step_reset(ctx);
-    return g.worst;
+    pr_step_reset(g->ctx);
+    return g->worst;
 }

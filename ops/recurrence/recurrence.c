@@ -10,7 +10,8 @@
  * tokens of every (sequence, head)
  * (ck = chunk, or PR_REC_CKPT for the per-token form), pair (n, h) at
  * offset (ckoff[n] * H + h * nckpt(T_n)) * K * V.
- * f32 is computed in double: inputs promoted on entry, results rounded once.
+ * f32 and bf16 are computed in double: inputs promoted on entry, results
+ * (o, ht, the grads) rounded once to their dtypes.
  */
 #include "ops/recurrence/recurrence.h"
 
@@ -167,6 +168,10 @@ static double *as_f64(const pr_tensor *t, bool zeroed, bool *owned)
 /* write back a promoted buffer: dst = src (acc false) or dst += src */
 static void store_f64(pr_tensor *dst, const double *src, bool acc)
 {
+    if (dst->dtype == PR_BF16) {   /* the sum rounded to bf16 once */
+        for (int64_t i = 0; i < dst->numel; i++) pr_set(dst, i, (acc ? pr_get(dst, i) : 0.0) + src[i]);
+        return;
+    }
     PR_FLOAT_SWITCH(dst->dtype, F, {
         F *p = (F *)dst->data;
         for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
@@ -356,15 +361,22 @@ static void check_dims(const char *what, const pr_tensor *t, int ndim, const int
     }
 }
 
-static void check_input(const char *rule, const char *what, const pr_tensor *t, bool used, const pr_tensor *q)
+/* the dtype of g, h0 and ht: q's, except that bf16 data keeps them in f32 */
+static pr_dtype state_dtype(pr_dtype data) { return data == PR_BF16 ? PR_F32 : data; }
+
+/* t is NULL when unused; else on q's device in dtype want */
+static void check_input(const char *rule, const char *what, const pr_tensor *t, bool used, const pr_tensor *q,
+                        pr_dtype want)
 {
     if (!used) {
         PR_CHECK(!t, "recurrence: rule %s does not use %s; pass NULL", rule, what);
         return;
     }
     PR_CHECK(t, "recurrence: rule %s needs %s", rule, what);
-    pr_check_float("recurrence", t, what);
-    pr_check_same_kind("recurrence", q, t);
+    PR_CHECK(t->dtype == want, "recurrence: dtype mismatch: %s is %s, expected %s (q is %s%s)", what, pr_dtype_name(t->dtype),
+             pr_dtype_name(want), pr_dtype_name(q->dtype), q->dtype == PR_BF16 ? ": g and h0 stay f32" : "");
+    PR_CHECK(t->device == q->device, "recurrence: %s is on %s, q on %s", what, pr_device_name(t->device),
+             pr_device_name(q->device));
 }
 
 pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *q, pr_tensor *k, pr_tensor *v,
@@ -376,23 +388,25 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     const pr_rule r = opt->rule;
     const char *rn = pr_rule_name(r);
     PR_CHECK(q && k && v, "recurrence: q, k and v are required");
-    pr_check_float("recurrence", q, "q");
+    PR_CHECK(pr_dtype_has_grad(q->dtype), "recurrence: q has dtype %s; expected f32, f64 or bf16",
+             pr_dtype_name(q->dtype));
+    const pr_dtype dt = q->dtype, st = state_dtype(dt);
     PR_CHECK(q->ndim == 4, "recurrence: q must be [B,T,H,K], got %d dims", q->ndim);
     const int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3];
-    check_input(rn, "k", k, true, q);
-    check_input(rn, "v", v, true, q);
+    check_input(rn, "k", k, true, q, dt);
+    check_input(rn, "v", v, true, q, dt);
     check_dims("k", k, 4, (int64_t[]){B, T, H, K});
     PR_CHECK(v->ndim == 4, "recurrence: v must be [B,T,H,V], got %d dims", v->ndim);
     const int64_t V = v->shape[3];
     check_dims("v", v, 4, (int64_t[]){B, T, H, V});
-    check_input(rn, "g", g, pr_rule_has_g(r), q);
+    check_input(rn, "g", g, pr_rule_has_g(r), q, st);
     if (g) check_dims("g", g, 3, (int64_t[]){B, T, H});
-    check_input(rn, "beta", beta, pr_rule_has_beta(r), q);
+    check_input(rn, "beta", beta, pr_rule_has_beta(r), q, dt);
     if (beta) check_dims("beta", beta, 3, (int64_t[]){B, T, H});
     /* prism_core: kx and vx together, or neither (L = 0) */
     PR_CHECK(!kx == !vx, "recurrence: kx and vx go together (both NULL means L = 0)");
-    check_input(rn, "kx", kx, pr_rule_has_extra(r) && kx, q);
-    check_input(rn, "vx", vx, pr_rule_has_extra(r) && vx, q);
+    check_input(rn, "kx", kx, pr_rule_has_extra(r) && kx, q, dt);
+    check_input(rn, "vx", vx, pr_rule_has_extra(r) && vx, q, dt);
     if (kx) {
         PR_CHECK(kx->ndim == 5, "recurrence: kx must be [B,T,H,L,K], got %d dims", kx->ndim);
         const int64_t L = kx->shape[3];
@@ -409,8 +423,7 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
                  pr_device_name(cu_seqlens->device), pr_device_name(q->device));
     }
     if (h0) {
-        pr_check_float("recurrence", h0, "h0");
-        pr_check_same_kind("recurrence", q, h0);
+        check_input(rn, "h0", h0, true, q, st);
         check_dims("h0", h0, 4, (int64_t[]){N, H, K, V});
     }
 
@@ -423,7 +436,7 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     pr_tensor *in[IN_N] = {q, k, v, g, beta, kx, vx, h0, cu_seqlens};
     pr_node n = pr_node_init(PR_OP_recurrence, IN_N, in);
     n.out[0] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, T, H, V));
-    n.out[1] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(N, H, K, V));
+    n.out[1] = pr_op_output(ctx, st, q->device, PR_DIMS(N, H, K, V));
     n.n_out = 2;
     n.iarg[0] = r;
     n.iarg[1] = opt->chunk;
@@ -457,16 +470,17 @@ pr_recurrence_inputs pr_recurrence_random(pr_ctx *ctx, pr_rng *r, pr_dtype dt, p
                                           int64_t H, int64_t K, int64_t V, int64_t L, bool with_h0)
 {
     pr_recurrence_inputs in = {0};
+    const pr_dtype st = state_dtype(dt);
     in.q = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, K), true, 0, 1, K);
     in.k = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, K), true, 0, 1, K);
     in.v = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, V), true, 0, 1, 0);
-    if (pr_rule_has_g(rule)) in.g = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H), false, -0.3, -0.01, 0);
+    if (pr_rule_has_g(rule)) in.g = rand_leaf(ctx, r, st, PR_DIMS(B, T, H), false, -0.3, -0.01, 0);
     if (pr_rule_has_beta(rule)) in.beta = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H), false, 0.1, 0.9, 0);
     if (pr_rule_has_extra(rule)) {
         in.kx = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, L, K), true, 0, 1, K);
         in.vx = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, L, V), true, 0, 0.5, 0);
     }
-    if (with_h0) in.h0 = rand_leaf(ctx, r, dt, PR_DIMS(B, H, K, V), true, 0, 0.5, 0);
+    if (with_h0) in.h0 = rand_leaf(ctx, r, st, PR_DIMS(B, H, K, V), true, 0, 0.5, 0);
     return in;
 }
 

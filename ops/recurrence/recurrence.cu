@@ -1,5 +1,11 @@
 /* ops/recurrence/recurrence.cu: the CUDA entry points of the recurrence op
- * (node layout in ops/recurrence/recurrence.c), f32 only.
+ * (node layout in ops/recurrence/recurrence.c).
+ *
+ * The kernels compute in f32. bf16 data (q, k, v, beta, kx, vx, o and their
+ * grads; g, h0, ht stay f32) is staged: each bf16 tensor is converted to an
+ * f32 scratch copy, the f32 kernels run unchanged, and o and the grads of bf16
+ * inputs are rounded back to bf16 once (rec_stage). The f32 path does not
+ * touch any of it.
  *
  * iarg[1] = 0 runs the per-token kernels (recurrent.cu); iarg[1] = C > 0 the
  * chunked ones (chunked_*.cu) with chunks of exactly C tokens, C = 32 or 64.
@@ -14,7 +20,9 @@
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
  * (delta rules); chunked form: saved[1] = hs, and for the delta rules
  * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh). Only saved[0] when
- * the node is not recorded (n->recording false).
+ * the node is not recorded (n->recording false). bf16 data in the per-token
+ * form: saved[REC_SAVED_O32] = o in f32 (the backward reads o, and its bf16
+ * rounding would cost accuracy).
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +31,7 @@
 #include "ops/recurrence/recurrence_cuda.cuh"
 
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
+enum { REC_SAVED_O32 = 6 };
 
 /* device limits: a block's opt-in shared memory (0), an SM's (1), the SM count (2) */
 static int rec_dev_attr(int which)
@@ -39,24 +48,57 @@ static int rec_dev_attr(int which)
     return v[which];
 }
 
-static const float *f32_data(const pr_tensor *t, const char *what)
-{
-    if (!t) return nullptr;
-    PR_CHECK(t->dtype == PR_F32, "recurrence: the CUDA kernels compute in f32; %s is %s (convert it, or run on the CPU)",
-             what, pr_dtype_name(t->dtype));
-    return (const float *)t->data;
-}
+/* f32 views of bf16 tensors: scratch buffers from the caching allocator,
+ * returned when the stage goes out of scope (stream order keeps a returned
+ * buffer untouched until the kernels queued before have run) */
+struct rec_stage {
+    cudaStream_t s;
+    float *buf[2 * IN_N + 2] = {};
+    size_t len[2 * IN_N + 2] = {};
+    int nbuf = 0;
+    explicit rec_stage(cudaStream_t stream) : s(stream) {}
+    rec_stage(const rec_stage &) = delete;
+    rec_stage &operator=(const rec_stage &) = delete;
+    ~rec_stage()
+    {
+        for (int i = 0; i < nbuf; i++) rec_scratch_free(buf[i], len[i]);
+    }
+    float *take(size_t n)
+    {
+        PR_ASSERT(nbuf < 2 * IN_N + 2);
+        len[nbuf] = n;
+        return buf[nbuf++] = rec_scratch(n);
+    }
+    /* t's data as f32: its own when f32; for bf16 a scratch copy of its values
+     * (copy) or uninitialized scratch (an output the kernels write) */
+    float *f32(const pr_tensor *t, const char *what, bool copy = true)
+    {
+        if (!t) return nullptr;
+        if (t->dtype == PR_F32) return (float *)t->data;
+        PR_CHECK(t->dtype == PR_BF16, "recurrence: the CUDA kernels take f32 or bf16; %s is %s (run f64 on the CPU)",
+                 what, pr_dtype_name(t->dtype));
+        float *f = take((size_t)t->numel);
+        if (copy) pr_cuda_cast(s, f, PR_F32, t->data, PR_BF16, t->numel, false);
+        return f;
+    }
+    /* t = f (rounded to t's dtype) when f is a scratch copy of t */
+    void put(pr_tensor *t, const float *f)
+    {
+        if (t && f != t->data) pr_cuda_cast(s, t->data, t->dtype, f, PR_F32, t->numel, false);
+    }
+};
 
 static bool al16(const void *p) { return !p || pr_aligned16(p); }
 
-/* the problem of a node, without the sequence tables */
-static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n)
+/* the problem of a node, without the sequence tables: its inputs as f32
+ * (staged in st when bf16); o is where the kernels write o (alignment only) */
+static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const float *o)
 {
     rec_prob p = {};
     const pr_tensor *q = n->in[IN_Q], *v = n->in[IN_V], *kx = n->in[IN_KX];
-    p.q = f32_data(q, "q"), p.k = f32_data(n->in[IN_K], "k"), p.v = f32_data(v, "v");
-    p.g = f32_data(n->in[IN_G], "g"), p.beta = f32_data(n->in[IN_BETA], "beta");
-    p.kx = f32_data(kx, "kx"), p.vx = f32_data(n->in[IN_VX], "vx"), p.h0 = f32_data(n->in[IN_H0], "h0");
+    p.q = st.f32(q, "q"), p.k = st.f32(n->in[IN_K], "k"), p.v = st.f32(v, "v");
+    p.g = st.f32(n->in[IN_G], "g"), p.beta = st.f32(n->in[IN_BETA], "beta");
+    p.kx = st.f32(kx, "kx"), p.vx = st.f32(n->in[IN_VX], "vx"), p.h0 = st.f32(n->in[IN_H0], "h0");
     p.T = (int)q->shape[1], p.H = (int)q->shape[2], p.K = (int)q->shape[3], p.V = (int)v->shape[3];
     p.L = kx ? (int)kx->shape[3] : 0;
     p.N = n->in[IN_CU] ? (int)n->in[IN_CU]->numel - 1 : (int)q->shape[0];
@@ -65,7 +107,7 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n)
     p.tf32 = ctx->matmul_tf32 ? 1 : 0;
     p.scale = (float)n->farg[0];
     p.vec = p.K % 4 == 0 && p.V % 4 == 0 && al16(p.q) && al16(p.k) && al16(p.v) && al16(p.kx) && al16(p.vx) &&
-            al16(p.h0) && al16(n->out[0]->data) && al16(n->out[1]->data);
+            al16(p.h0) && al16(o) && al16(n->out[1]->data);
     return p;
 }
 
@@ -185,23 +227,37 @@ static pr_tensor *rec_tables(pr_ctx *ctx, const pr_node *n, rec_prob *p, const p
     return tab;
 }
 
+/* where the kernels write o: o itself when f32; for bf16 the f32 o that a
+ * recorded per-token forward saves for its backward, else scratch */
+static float *rec_o32(pr_ctx *ctx, pr_node *n, rec_stage &st, bool chunked)
+{
+    pr_tensor *o = n->out[0];
+    if (o->dtype == PR_F32) return (float *)o->data;
+    if (chunked || !n->recording) return st.f32(o, "o", false);
+    n->saved[REC_SAVED_O32] = pr_op_output(ctx, PR_F32, PR_CUDA, o->ndim, o->shape);
+    return (float *)n->saved[REC_SAVED_O32]->data;
+}
+
 extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    rec_prob p = rec_prob_of(ctx, n);
+    const cudaStream_t s = pr_cuda_stream(ctx);
+    rec_stage st(s);
+    const pr_tensor *out0 = n->out[0];
+    rec_prob p = rec_prob_of(ctx, n, st, out0->dtype == PR_F32 ? (const float *)out0->data : nullptr);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr);
     const int64_t one[1] = {1};
     n->saved[0] = tab ? tab : n->recording ? pr_op_output(ctx, PR_I32, PR_CUDA, 1, one) : nullptr;
     n->n_saved = n->saved[0] ? 1 : 0;
-    float *o = (float *)n->out[0]->data, *ht = (float *)n->out[1]->data;
     if (p.N == 0 || p.H == 0) return;
     if (p.V == 0 || p.K == 0) {
         if (n->out[0]->numel) pr_zero_(n->out[0]);
         return;
     }
+    float *o = rec_o32(ctx, n, st, chunked), *ht = (float *)n->out[1]->data;
+    p.vec = p.vec && al16(o);
     const long long rows = n->in[IN_CU] ? (long long)p.T : (long long)p.N * p.T;
-    const cudaStream_t s = pr_cuda_stream(ctx);
     /* Recorded: the residuals live in the step arena for the backward. Not
      * recorded: the per-token form saves nothing, and the chunked form's
      * intermediates (its own kernels read them) are scratch, returned to the
@@ -221,6 +277,8 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     if (!chunked) {
         float *r = p.delta && n->recording ? saved(1, rows, p.H, p.V) : nullptr;
         pr_rec_token_forward(s, p, o, ht, r);
+        if (n->saved[REC_SAVED_O32]) n->n_saved = REC_SAVED_O32 + 1;
+        st.put(n->out[0], o);
         return;
     }
     rec_chunk_saved sv = {};
@@ -232,41 +290,48 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         sv.R0 = saved(5, rows, p.H, p.V);
     }
     pr_rec_chunk_forward(s, p, pl, sv, o, ht);
+    st.put(n->out[0], o);
     for (int i = 0; i < PR_MAX_SAVED; i++)
         if (scratch[i]) rec_scratch_free(scratch[i], scratch_n[i]);
 }
 
-static float *grad_of(const pr_node *n, int i)
+/* the grad of input i as f32 (for bf16: a scratch copy holding its current
+ * value, since the kernels accumulate), or nullptr when it needs none */
+static float *grad_of(const pr_node *n, int i, rec_stage &st)
 {
-    pr_tensor *g = pr_in_grad(n, i);
-    return g ? (float *)g->data : nullptr;
+    static const char *const names[IN_CU] = {"dq", "dk", "dv", "dg", "dbeta", "dkx", "dvx", "dh0"};
+    return st.f32(pr_in_grad(n, i), names[i]);
 }
 
 extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    rec_prob p = rec_prob_of(ctx, n);
+    const cudaStream_t s = pr_cuda_stream(ctx);
+    rec_stage st(s);
+    const bool bf16_o = n->out[0]->dtype == PR_BF16;
+    rec_prob p = rec_prob_of(ctx, n, st, bf16_o ? nullptr : (const float *)n->out[0]->data);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
-    p.dout = f32_data(n->out[0]->grad, "do");
-    p.dht = f32_data(n->out[1]->grad, "dht");
+    p.dout = st.f32(n->out[0]->grad, "do");
+    p.dht = st.f32(n->out[1]->grad, "dht");
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
-    rec_grads d = {grad_of(n, IN_Q),  grad_of(n, IN_K),  grad_of(n, IN_V),  grad_of(n, IN_G),
-                   grad_of(n, IN_BETA), grad_of(n, IN_KX), grad_of(n, IN_VX), grad_of(n, IN_H0)};
-    for (int i = 0; i < IN_CU; i++) {
-        const pr_tensor *g = pr_in_grad(n, i);
-        p.vec = p.vec && (!g || al16(g->data));
-    }
-    const cudaStream_t s = pr_cuda_stream(ctx);
-    auto sv_ = [&](int i) { return i < n->n_saved ? (float *)n->saved[i]->data : nullptr; };
+    rec_grads d = {grad_of(n, IN_Q, st),    grad_of(n, IN_K, st),  grad_of(n, IN_V, st),  grad_of(n, IN_G, st),
+                   grad_of(n, IN_BETA, st), grad_of(n, IN_KX, st), grad_of(n, IN_VX, st), grad_of(n, IN_H0, st)};
+    float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
+    for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
+    auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
     if (!chunked) {
-        PR_CHECK(!p.delta || n->n_saved >= 2, "recurrence: CUDA backward: the per-token forward saved no residuals");
-        pr_rec_token_backward(s, p, d, (const float *)n->out[0]->data, (const float *)n->out[1]->data, sv_(1));
-        return;
+        PR_CHECK(!p.delta || sv_(1), "recurrence: CUDA backward: the per-token forward saved no residuals");
+        const float *o = bf16_o ? sv_(REC_SAVED_O32) : (const float *)n->out[0]->data;
+        PR_CHECK(o, "recurrence: CUDA backward: the per-token forward saved no f32 o for its bf16 output");
+        p.vec = p.vec && al16(o);
+        pr_rec_token_backward(s, p, d, o, (const float *)n->out[1]->data, sv_(1));
+    } else {
+        PR_CHECK(n->n_saved >= (p.delta ? 6 : 2), "recurrence: CUDA backward: the chunked forward's saved tensors are missing");
+        const rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5)};
+        pr_rec_chunk_backward(s, p, pl, sv, d);
     }
-    PR_CHECK(n->n_saved >= (p.delta ? 6 : 2), "recurrence: CUDA backward: the chunked forward's saved tensors are missing");
-    const rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5)};
-    pr_rec_chunk_backward(s, p, pl, sv, d);
+    for (int i = 0; i < IN_CU; i++) st.put(pr_in_grad(n, i), dptr[i]);
 }

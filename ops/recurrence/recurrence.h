@@ -80,7 +80,11 @@ void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n);
 
 /* Inputs the rule does not use must be NULL; g, beta, kx, vx are required by
  * the rules that use them; h0 and cu_seqlens are optional. Returns o; *ht
- * (if ht != NULL) receives the final state [N,H,K,V]. Both are differentiable. */
+ * (if ht != NULL) receives the final state [N,H,K,V]. Both are differentiable.
+ * Dtypes: q, k, v, beta, kx, vx and o share one, f32, f64 or bf16; g, h0 and
+ * ht have q's, except with bf16 data, where they stay f32 (as
+ * flash-linear-attention keeps them). bf16 is computed in f32 on CUDA (double
+ * on the CPU), and o and the grads of bf16 inputs are rounded to bf16 once. */
 pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *q, pr_tensor *k,
                          pr_tensor *v, pr_tensor *g, pr_tensor *beta, pr_tensor *kx, pr_tensor *vx,
                          pr_tensor *h0, pr_tensor *cu_seqlens, pr_tensor **ht);
@@ -98,12 +102,13 @@ int pr_matrix_rank(const double *a, int m, int n, double rel_tol);
 int pr_recurrence_write_ranks(const pr_node *n, double rel_tol, int *ranks);
 
 /* ---- internal: for tests, the gradcheck example and benchmarks ---------------
- * The CPU forward computes f32 in double (inputs promoted, results rounded
- * once). cu_seqlens must be strictly increasing from 0 to T (fatal otherwise). */
+ * The CPU forward computes f32 and bf16 in double (inputs promoted, results
+ * rounded once). cu_seqlens must be strictly increasing from 0 to T (fatal otherwise). */
 typedef struct {
     pr_tensor *q, *k, *v, *g, *beta, *kx, *vx, *h0;   /* NULL where the rule has none */
 } pr_recurrence_inputs;
-/* Random leaves (requiring grad) of dtype dt on the CPU, in a well-conditioned
+/* Random leaves (requiring grad) of dtype dt on the CPU (g and h0 in f32 when
+ * dt is bf16), in a well-conditioned
  * range: q, k, kx rows l2-normalized, g in [-0.3, -0.01), beta in [0.1, 0.9),
  * v, vx, h0 normal. kx, vx have L (maybe 0) rows for prism_core; h0 only when
  * with_h0. Deterministic in r. */

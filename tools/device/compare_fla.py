@@ -93,6 +93,16 @@ def prism_logits(prism, folder, tokens):
     return torch.tensor(rows, dtype=torch.float64)
 
 
+def save_hf(model, folder):
+    """config.json + model.safetensors, the layout save_pretrained writes. Written
+    directly: some transformers releases reject fla's list-valued tied-weight
+    declaration inside save_pretrained."""
+    from safetensors.torch import save_file
+    model.config.to_json_file(os.path.join(folder, "config.json"))
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prism", default="build/prism", help="the prism binary")
@@ -118,7 +128,7 @@ def main():
         perturb(model, a.std, 1)
         folder = os.path.join(a.out, arch)
         os.makedirs(folder, exist_ok=True)
-        model.save_pretrained(folder, safe_serialization=True)
+        save_hf(model, folder)
         ref = fla_logits(model, tokens)
         got = prism_logits(a.prism, folder, tokens)
         diff = (ref - got).abs().max().item()

@@ -1,0 +1,76 @@
+/* tools/bench_util.c: the benchmarks' timing loop and node runner
+ * (tools/bench_util.h). */
+#include "tools/bench_util.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+#endif
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double pr_bench_median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return x[n / 2];
+}
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+double pr_bench_time_ms(pr_ctx *ctx, pr_device dev, pr_bench_fn fn, void *arg, int warm, int reps)
+{
+    for (int i = 0; i < warm; i++) fn(arg);
+    pr_device_sync(dev);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    PR_CHECK(t, "bench: out of host memory");
+#ifdef PRISM_HAVE_CUDA
+    cudaEvent_t e[2];
+    for (int i = 0; dev == PR_CUDA && i < 2; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
+#endif
+    for (int i = 0; i < reps; i++) {
+#ifdef PRISM_HAVE_CUDA
+        if (dev == PR_CUDA) {
+            cudaStream_t s = pr_cuda_stream(ctx);
+            PR_CUDA_CHECK(cudaEventRecord(e[0], s));
+            fn(arg);
+            PR_CUDA_CHECK(cudaEventRecord(e[1], s));
+            PR_CUDA_CHECK(cudaEventSynchronize(e[1]));
+            float ms;
+            PR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[0], e[1]));
+            t[i] = ms;
+            continue;
+        }
+#endif
+        (void)ctx; /* the stream's owner, in CUDA builds */
+        const double t0 = wall_ms();
+        fn(arg);
+        t[i] = wall_ms() - t0;
+    }
+#ifdef PRISM_HAVE_CUDA
+    for (int i = 0; dev == PR_CUDA && i < 2; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
+#endif
+    const double m = pr_bench_median(t, reps);
+    free(t);
+    return m;
+}
+
+void pr_bench_run_node(void *arg)
+{
+    pr_bench_node *a = arg;
+    const pr_op_info *op = a->n.op;
+    const bool cuda = a->n.in[0]->device == PR_CUDA;
+    pr_op_fn f = a->backward ? (cuda ? op->backward_cuda : op->backward_cpu)
+                             : (cuda ? op->forward_cuda : op->forward_cpu);
+    f(a->ctx, &a->n);
+}

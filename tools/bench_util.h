@@ -1,0 +1,25 @@
+/* tools/bench_util.h: what the benchmarks share: the median time of a
+ * function over repetitions (CUDA events on the context's stream for a
+ * device run, the wall clock on the CPU) and a prepared op node to rerun. */
+#ifndef PR_BENCH_UTIL_H
+#define PR_BENCH_UTIL_H
+
+#include "ops/ops.h"
+
+typedef void (*pr_bench_fn)(void *arg);
+
+/* the median of x[0..n) (sorts x) */
+double pr_bench_median(double *x, int n);
+/* median milliseconds of fn(arg) over reps runs, after warm untimed runs and a sync */
+double pr_bench_time_ms(pr_ctx *ctx, pr_device dev, pr_bench_fn fn, void *arg, int warm, int reps);
+
+/* one op's kernel, forward or backward, on a prepared node: nothing allocated, nothing taped */
+typedef struct {
+    pr_ctx *ctx;
+    pr_node n;
+    bool backward;
+} pr_bench_node;
+
+void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
+
+#endif
