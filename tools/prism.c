@@ -15,6 +15,9 @@ static const pr_command commands[] = {
     {"golden-check", pr_cmd_golden_check, "the recurrences against a reference file (golden format)"},
     {"bench", pr_cmd_bench, "kernel speed against the machine's measured ceilings (bench ops, ...)"},
     {"model", pr_cmd_model, "a model's parameter table by path (--model NAME --preset P --set k=v)"},
+    {"train", pr_cmd_train, "train a model on a task in a run directory (--model NAME --task TASK)"},
+    {"eval", pr_cmd_eval, "evaluate a run's latest checkpoint (--run DIR)"},
+    {"generate", pr_cmd_generate, "continue a prompt with a byte-level LM run (--run DIR --prompt TEXT)"},
 };
 
 static void usage(FILE *f)

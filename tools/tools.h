@@ -12,6 +12,9 @@ int pr_cmd_gradcheck(int argc, char **argv);
 int pr_cmd_golden_check(int argc, char **argv);
 int pr_cmd_bench(int argc, char **argv);
 int pr_cmd_model(int argc, char **argv);        /* dispatches to the bench_* below */
+int pr_cmd_train(int argc, char **argv);
+int pr_cmd_eval(int argc, char **argv);
+int pr_cmd_generate(int argc, char **argv);
 int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
 int pr_bench_block(int argc, char **argv);
