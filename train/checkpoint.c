@@ -4,9 +4,9 @@
  * a temporary name, fsynced and renamed by pr_safetensors_write), then
  * `latest` (the same dance for a text file), then the previous checkpoint's
  * files are removed. Until `latest` moves, it names the previous pair, which
- * nothing touched. PRISM_CRASH_IN_CHECKPOINT=N (tests only) ends the process
- * during the N-th save of this process, after the weights and half a state
- * file are written, as a power cut would. */
+ * nothing touched. PRISM_CRASH_IN_CHECKPOINT=STEP (tests only) ends the
+ * process while it saves the checkpoint of step STEP, after the weights and
+ * half a state file are written, as a power cut would. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -47,12 +47,11 @@ int pr_write_file_atomic(const char *path, const char *text, pr_err *err)
     return 0;
 }
 
-/* the test hook: crash during the N-th save of this process */
-static void maybe_crash(const char *state_path)
+/* the test hook: crash while saving the checkpoint of step `at` */
+static void maybe_crash(const char *state_path, int64_t step)
 {
-    static int saves;
     const char *at = getenv("PRISM_CRASH_IN_CHECKPOINT");
-    if (!at || atoi(at) != ++saves) return;
+    if (!at || atoll(at) != step) return;
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", state_path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
@@ -74,7 +73,7 @@ int pr_checkpoint_save(const char *dir, const pr_params *p, const pr_optim *o, c
     ckpt_path(weights, sizeof weights, dir, s->step, "weights");
     ckpt_path(state, sizeof state, dir, s->step, "state");
     if (pr_params_save(p, weights, err)) return -1;
-    maybe_crash(state);
+    maybe_crash(state, s->step);
     char v[5][40];
     snprintf(v[0], sizeof v[0], "%lld", (long long)s->step);
     snprintf(v[1], sizeof v[1], "%lld", (long long)s->data_pos);

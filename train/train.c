@@ -223,6 +223,7 @@ static void log_eval(run *r, const pr_metrics *m)
     fprintf(r->metrics, "{\"step\":%lld,\"eval\":{", (long long)r->step);
     for (int i = 0; i < m->n; i++) fprintf(r->metrics, "%s\"%s\":%.9g", i ? "," : "", m->name[i], m->value[i]);
     fprintf(r->metrics, "}}\n");
+    fflush(r->metrics);
 }
 
 /* ---- the progress line ------------------------------------------------------------ */
@@ -245,14 +246,15 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         char bad[256];
         if (train_step(r, &st, bad, sizeof bad)) {
             if (tty) fputc('\n', stderr);
-            fprintf(r->metrics, "{\"step\":%lld,\"nonfinite\":\"%s\"}\n", (long long)r->step, bad);
+            fprintf(r->metrics, "{\"step\":%lld,\"nonfinite\":\"%s\"}\n", (long long)r->step + 1, bad);
             fflush(r->metrics);
-            snprintf(res->nonfinite, sizeof res->nonfinite, "step %lld: %s", (long long)r->step, bad);
+            /* steps count from 1 in messages, as in the progress line */
+            snprintf(res->nonfinite, sizeof res->nonfinite, "step %lld: %s", (long long)r->step + 1, bad);
             if (r->last_ckpt >= 0)
                 return pr_errf(err, "non-finite value at step %lld: %s; the last good checkpoint is step %lld in %s",
-                               (long long)r->step, bad, (long long)r->last_ckpt, r->dir);
+                               (long long)r->step + 1, bad, (long long)r->last_ckpt, r->dir);
             return pr_errf(err, "non-finite value at step %lld: %s; no checkpoint was written before it",
-                           (long long)r->step, bad);
+                           (long long)r->step + 1, bad);
         }
         r->step++;
         double el = now_s() - t0, per = el / (double)(r->step - first);
@@ -260,6 +262,7 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;
         if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f}\n",
                          (long long)r->step, st.loss, st.lr, st.grad_norm, res->tokens_per_s);
+        if (log) fflush(r->metrics);  /* a reader (or a crash) sees every logged step */
         if (tty ? el - last_draw > 0.2 || r->step == r->o.steps : log) {
             progress(r, &st, res->tokens_per_s, per * (double)(r->o.steps - r->step), tty, r->step == r->o.steps);
             last_draw = el;
