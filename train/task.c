@@ -113,7 +113,7 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     bool text = strcmp(o->task, "lm") == 0;
     if (strcmp(o->task, "rec") == 0)  /* tasks/rec (data, metrics) plugs in here with its own loss and evaluate */
         return pr_errf(err, "task rec: not wired into the trainer yet");
-    if (probe < 0 && !text) return pr_task_preset(NULL, o->task, err);  /* names the allowed tasks */
+    if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
     if (strcmp(c->task, "lm") != 0)
         return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, c->task);
     token_task *k = calloc(1, sizeof *k);

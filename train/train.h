@@ -54,8 +54,12 @@ char *pr_run_config_json(const pr_config *c, const pr_train_opts *o);
  * optional "train" object; fills both */
 int pr_run_config_apply(pr_config *c, pr_train_opts *o, const char *json, const char *what, pr_err *err);
 int pr_run_config_load(pr_config *c, pr_train_opts *o, const char *path, pr_err *err);
-/* the defaults a task brings (the probe preset; vocab 256 for lm) */
-int pr_task_preset(pr_config *c, const char *task, pr_err *err);
+/* the defaults a task brings to the model config and the training options
+ * (probes: the `probe` preset sized for a quick CPU run; lm: vocab 256); -1
+ * with err naming the allowed tasks when the name is unknown */
+int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err);
+/* whether a task name is known */
+bool pr_task_known(const char *task);
 
 /* ---- tasks as the trainer sees them (train/task.c) -----------------------------
  * A task makes training losses and evaluation metrics for a model. Probes and
