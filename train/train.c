@@ -290,7 +290,8 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     memset(res, 0, sizeof *res);
     run r = {.cfg = *c, .o = *o, .dir = run_dir};
     if (make_dir(run_dir, err)) return -1;
-    if (!resume && (write_config(&r, err) || write_manifest(&r, dev, err))) return -1;
+    /* a resumed run keeps its manifest; its config records the new total of steps */
+    if (write_config(&r, err) || (!resume && write_manifest(&r, dev, err))) return -1;
     int rc = run_open(&r, dev, resume, err);
     if (!rc) rc = train_loop(&r, res, err);
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
