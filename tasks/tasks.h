@@ -1,6 +1,6 @@
 /* tasks/tasks.h: data for training, generated from a seed or read from files.
  *
- * probe: the nine mechanistic probes (docs/EXPERIMENTS.md section 1). Each
+ * probe: the nine mechanistic probes of the PRISM paper (Table 4). Each
  * sample is a token sequence with ONE supervised position, the last; the
  * label there is the answer and every other label is the ignore index.
  * Sample j of split s (0 train, 1 eval) is a pure function of (seed, s, j):

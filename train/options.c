@@ -52,7 +52,7 @@ static const opt_info opts_table[] = {
 
 pr_train_opts pr_train_defaults(void)
 {
-    /* docs/EXPERIMENTS.md's probe protocol: batch 32, AdamW lr 1e-3, wd 1e-4, clip 5 */
+    /* the paper's probe protocol: batch 32, AdamW lr 1e-3, wd 1e-4, clip 5 */
     pr_train_opts o = {.steps = 1000, .batch = 32, .seed = 1, .lr = 1e-3, .min_lr = 0, .weight_decay = 1e-4,
                        .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .momentum = 0.9, .clip = 5.0, .warmup = 0,
                        .eval_every = 0, .eval_batches = 8, .ckpt_every = 0, .log_every = 10};
@@ -222,7 +222,7 @@ bool pr_task_known(const char *task)
     return pr_probe_by_name(task) >= 0 || strcmp(task, "lm") == 0 || strcmp(task, "rec") == 0;
 }
 
-/* Probes: the `probe` preset (docs/EXPERIMENTS.md: D 16, 2 blocks, GELU MLP)
+/* Probes: the `probe` preset (the paper's protocol: D 16, 2 blocks, GELU MLP)
  * with what makes a run finish in minutes on two CPU cores: sequences of
  * PROBE_SEQ_LEN tokens (twice that for the memory tasks, whose items need
  * room) rather than 128 (64) and PROBE_STEPS steps rather than
