@@ -111,8 +111,12 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     *out = NULL;
     int probe = pr_probe_by_name(o->task);
     bool text = strcmp(o->task, "lm") == 0;
-    if (strcmp(o->task, "rec") == 0)  /* tasks/rec (data, metrics) plugs in here with its own loss and evaluate */
-        return pr_errf(err, "task rec: not wired into the trainer yet");
+    /* rec plugs in here: a pr_task whose loss is pr_rec_loss (or _sampled) on
+     * training batch `index` of tasks/rec's users, whose evaluate ranks every
+     * item with pr_rec_scores on the held-out split and adds Hit@K, NDCG@K and
+     * AUC to the metrics, and whose data is read from train.data (or made from
+     * train.seed); pr_task_preset already gives it the rec-small config */
+    if (strcmp(o->task, "rec") == 0) return pr_errf(err, "task rec: not wired into the trainer yet");
     if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
     if (strcmp(c->task, "lm") != 0)
         return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, c->task);
