@@ -212,6 +212,8 @@ case $out in '{"model":"prism","task":"parity","seed":3,"steps":4,"metrics":{"ac
 expect 0 '"steps":6' train --out "$run" --resume --steps 6
 expect 2 "prism train: --resume takes the run's own config" train --out "$run" --resume --model gdn
 expect 2 "prism train: --resume needs --out DIR" train --resume
+# shellcheck disable=SC2086
+expect 0 '"steps":1' train --model gdn --task parity --steps 1 $tiny --device cpu --out "$tmp/nested/runs/gdn"
 expect 2 "prism train: unknown task 'nosuch'" train --task nosuch
 expect 2 "mixer" train --model nosuch --task parity
 expect 2 "prism train: train.lr: 'abc' is not a number" train --set train.lr=abc

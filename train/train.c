@@ -278,9 +278,20 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
     return 0;
 }
 
+/* the run directory and any missing parents (mkdir -p), as --out runs/parity/prism expects */
 static int make_dir(const char *dir, pr_err *err)
 {
-    if (mkdir(dir, 0755) == 0 || errno == EEXIST) return 0;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return pr_errf(err, "%s: the run directory's path is too long", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return pr_errf(err, "%s: cannot create the run directory's parent %s: %s", dir, path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
     return pr_errf(err, "%s: cannot create the run directory: %s", dir, strerror(errno));
 }
 
