@@ -1,8 +1,9 @@
 /* tools/inspect.c: `prism inspect`: what a model's gradients and state
  * writes look like on a batch, for people learning how it works and for
  * checking a claim on real inputs:
- *   - per-parameter gradient norms over the first N steps of plain SGD
- *     (a table, and a CSV and an SVG plot on request);
+ *   - per-parameter gradient norms over N steps (a table, and a CSV and an
+ *     SVG plot on request): plain SGD on one batch for a fresh model, or a
+ *     training run's own task, optimizer and schedule from its checkpoint;
  *   - the tape of the first step as text and as Graphviz DOT;
  *   - --rank: the numerical rank of every token's write B_t, per layer and
  *     head (the PRISM paper's Rank-L claim: 1 for gdn, up to L+1 for prism),
@@ -16,13 +17,14 @@
 
 #include "models/models.h"
 #include "tools/plot.h"
+#include "train/train.h"
 #include "tools/tools.h"
 
 #define MAX_SETS 64
 #define RANK_TOL 1e-6
 
 typedef struct {
-    const char *model, *preset, *config_file, *text_file;
+    const char *model, *preset, *config_file, *text_file, *run_dir;
     const char *sets[MAX_SETS];
     int n_sets;
     const char *tape_file, *dot_file, *plot_file, *csv_file, *dump_file;
@@ -36,59 +38,74 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: prism inspect --model NAME [--preset P] [--config FILE] [--set key=value]...\n"
-            "                     [--seed S] [--batch B] [--seq-len T] [--text FILE]\n"
-            "                     [--steps N] [--lr LR] [--csv FILE] [--plot FILE]\n"
-            "                     [--tape FILE] [--dot FILE] [--rank] [--dump STEP [--dump-file FILE]]\n\n"
-            "Builds a fresh model (config: defaults, preset, file, then each --set, as in\n"
-            "`prism model`), takes one batch and runs N steps of plain SGD on it, printing\n"
-            "each parameter's gradient norm per step.\n\n"
+            "                     [--seed S] [--batch B] [--seq-len T] [--text FILE] [--lr LR] [what]\n"
+            "       prism inspect --run DIR [what]\n"
+            "  what: [--steps N] [--csv FILE] [--plot FILE] [--tape FILE] [--dot FILE] [--rank]\n"
+            "        [--dump STEP [--dump-file FILE]]\n\n"
+            "A fresh model (config: defaults, preset, file, then each --set, as in `prism\n"
+            "model`) takes one batch and runs N steps of plain SGD on it. A run directory\n"
+            "(`prism train --out DIR`) continues from its latest checkpoint with its own\n"
+            "task, batches, optimizer and schedule, without writing to DIR. Each\n"
+            "parameter's gradient norm is printed per step.\n\n"
             "  --seed S        init seed (the config key `seed`) and the batch's; default: the config's\n"
             "  --batch B       sequences in the batch (default 2)\n"
             "  --seq-len T     tokens per sequence (default 32)\n"
             "  --text FILE     the batch is FILE's first B*(T+1) bytes (an LM with vocab >= 256);\n"
             "                  default: random tokens (rec: random items)\n"
-            "  --steps N       SGD steps (default 1); gradient norms are those before each update\n"
             "  --lr LR         SGD learning rate (default 0.1)\n"
+            "  --run DIR       a training run: its config, task, optimizer and latest checkpoint\n"
+            "  --steps N       steps (default 1); the gradient norms are those before each update.\n"
+            "                  Steps count from 0, or from the checkpoint's step with --run (the\n"
+            "                  run's metrics.jsonl numbers a step by the count done after it: one more)\n"
             "  --csv FILE      the gradient norms, one row per step, one column per parameter\n"
             "  --plot FILE     the gradient norms against the step as an SVG plot (log scale)\n"
             "  --tape FILE     the first step's tape as text, after backward ('-': stdout)\n"
             "  --dot FILE      the same tape as Graphviz DOT ('-': stdout)\n"
             "  --rank          the rank of every token's write B_t (singular values above %g of\n"
             "                  the largest) per layer and head, and their histogram\n"
-            "  --dump STEP     every parameter, activation and gradient of step STEP (0-based)\n"
-            "                  to --dump-file (default inspect_step<STEP>.safetensors)\n",
+            "  --dump S        every parameter, activation and gradient of the S-th step inspected\n"
+            "                  (0: the first) to --dump-file (default inspect_step<S>.safetensors)\n",
             RANK_TOL);
 }
 
 static int parse_options(int argc, char **argv, inspect_opts *o)
 {
     *o = (inspect_opts){.steps = 1, .batch = 2, .seq_len = 32, .dump_step = -1, .lr = 0.1};
+    bool fresh_only = false;   /* an option that shapes a fresh model or its batch */
     pr_args a = pr_args_begin("prism inspect", argc, argv);
     while (pr_args_next(&a)) {
         if (pr_args_help(&a)) return usage(stdout), -1;
-        if (pr_args_string(&a, "--model", &o->model) || pr_args_string(&a, "--preset", &o->preset) ||
-            pr_args_string(&a, "--config", &o->config_file) || pr_args_string(&a, "--text", &o->text_file) ||
-            pr_args_string(&a, "--tape", &o->tape_file) || pr_args_string(&a, "--dot", &o->dot_file) ||
+        if (pr_args_string(&a, "--model", &o->model) || pr_args_string(&a, "--tape", &o->tape_file) || pr_args_string(&a, "--dot", &o->dot_file) ||
             pr_args_string(&a, "--plot", &o->plot_file) || pr_args_string(&a, "--csv", &o->csv_file) ||
             pr_args_string(&a, "--dump-file", &o->dump_file) || pr_args_flag(&a, "--rank", &o->rank) ||
-            pr_args_int(&a, "--steps", 1, 100000, &o->steps) || pr_args_int(&a, "--batch", 1, 4096, &o->batch) ||
-            pr_args_int(&a, "--seq-len", 1, 1 << 20, &o->seq_len) ||
-            pr_args_int(&a, "--dump", 0, 100000, &o->dump_step) || pr_args_positive(&a, "--lr", &o->lr))
+            pr_args_string(&a, "--run", &o->run_dir) || pr_args_int(&a, "--steps", 1, 100000, &o->steps) ||
+            pr_args_int(&a, "--dump", 0, 100000, &o->dump_step))
             continue;
+        if (pr_args_int(&a, "--batch", 1, 4096, &o->batch) || pr_args_int(&a, "--seq-len", 1, 1 << 20, &o->seq_len) ||
+            pr_args_positive(&a, "--lr", &o->lr) || pr_args_string(&a, "--preset", &o->preset) ||
+            pr_args_string(&a, "--config", &o->config_file) || pr_args_string(&a, "--text", &o->text_file)) {
+            fresh_only = true;
+            continue;
+        }
         if (pr_args_u64(&a, "--seed", &o->seed)) {
-            o->seed_given = true;
+            o->seed_given = fresh_only = true;
             continue;
         }
         const char *set = NULL;
         if (pr_args_string(&a, "--set", &set)) {
             if (set && o->n_sets == MAX_SETS) return pr_args_error(&a, "more than %d --set options", MAX_SETS);
             if (set) o->sets[o->n_sets++] = set;
+            fresh_only = true;
             continue;
         }
         return pr_args_unknown(&a);
     }
     if (a.failed) return PR_EXIT_USAGE;
-    if (!o->model) return pr_args_error(&a, "--model NAME is required (prism model --help lists the mixers)");
+    if (o->run_dir && (o->model || fresh_only))
+        return pr_args_error(&a, "--run DIR takes the run's model, data and optimizer: --model, --preset, --config, "
+                                 "--set, --seed, --batch, --seq-len, --text and --lr apply to a fresh model only");
+    if (!o->model && !o->run_dir)
+        return pr_args_error(&a, "--model NAME or --run DIR is required (prism model --help lists the mixers)");
     if (o->seed_given && o->seed > 2147483647)
         return pr_args_error(&a, "--seed wants an integer from 0 to 2147483647 (the config key seed), not %llu",
                              (unsigned long long)o->seed);
@@ -173,22 +190,88 @@ static pr_tensor *model_loss(pr_ctx *ctx, const pr_model *m, const batch *b)
     return pr_lm_loss(ctx, m, b->ids, b->targets);
 }
 
-/* ---- gradient norms ---------------------------------------------------------------- */
-static void sgd_update(const pr_params *r, double lr)
+/* ---- what the steps run on: a fresh model and its batch, or a training run ---------------- */
+typedef struct {
+    pr_config cfg;
+    pr_train_opts train;   /* --run: the run's options (task, optimizer, schedule, clipping) */
+    pr_model *m;
+    pr_optim *opt;
+    pr_task *task;         /* --run: batches from the run's task; NULL: the one fixed batch */
+    pr_arena *data;
+    batch b;
+    pr_schedule sched;
+    double clip;           /* max global grad norm; 0: none */
+    int64_t first_step;    /* --run: the step of the checkpoint; 0 for a fresh model */
+} session;
+
+static void session_free(session *s)
 {
-    for (int i = 0; i < r->n; i++) {
-        pr_tensor *w = r->p[i].t;
-        if (!w->grad) continue;
-        for (int64_t j = 0; j < w->numel; j++) pr_set(w, j, pr_get(w, j) - lr * pr_get(w->grad, j));
-    }
+    pr_task_free(s->task);
+    pr_optim_free(s->opt);
+    pr_model_free(s->m);
+    pr_arena_free(s->data);
 }
 
+/* plain SGD at a constant rate on one batch */
+static int open_fresh(const inspect_opts *o, session *s)
+{
+    int rc = build_config(o, &s->cfg);
+    if (rc) return rc;
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    s->data = pr_arena_new("inspect batch", 0);
+    s->opt = pr_optim_new(s->m->params, &(pr_optim_opts){.kind = PR_OPTIM_SGD});
+    s->sched = (pr_schedule){.lr = o->lr, .min_lr = o->lr, .total = o->steps};
+    return make_batch(o, &s->cfg, s->data, &s->b);
+}
+
+/* the optimizer a run trained with (as train/train.c builds it) */
+static pr_optim_opts run_optim_opts(const pr_train_opts *t)
+{
+    return (pr_optim_opts){.kind = strcmp(t->optim, "sgd") == 0 ? PR_OPTIM_SGD : PR_OPTIM_ADAMW,
+                           .weight_decay = t->weight_decay, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->eps,
+                           .momentum = t->momentum, .decay_all = t->decay_all};
+}
+
+/* the run's config, task and latest checkpoint (weights and optimizer state) */
+static int open_run(const inspect_opts *o, session *s, pr_ctx *ctx)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", o->run_dir);
+    s->cfg = pr_config_default();
+    s->train = pr_train_defaults();
+    pr_err err;
+    pr_train_state st;
+    int64_t step;
+    if (pr_run_config_load(&s->cfg, &s->train, path, &err) || pr_config_check(&s->cfg, &err) ||
+        pr_task_open(&s->task, &s->train, &s->cfg, &err))
+        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    pr_optim_opts oo = run_optim_opts(&s->train);
+    s->opt = pr_optim_new(s->m->params, &oo);
+    if (pr_checkpoint_latest(o->run_dir, &step, &err) ||
+        pr_checkpoint_load(o->run_dir, step, s->m->params, s->opt, &st, &err))
+        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
+    ctx->rng = st.rng;
+    s->first_step = st.step;
+    s->sched = (pr_schedule){.lr = s->train.lr, .min_lr = s->train.min_lr, .warmup = s->train.warmup,
+                             .total = s->train.steps, .cosine = strcmp(s->train.schedule, "cosine") == 0};
+    s->clip = s->train.clip;
+    printf("run %s: %s on %s, from the checkpoint of step %lld\n", o->run_dir, s->cfg.mixer, s->train.task,
+           (long long)step);
+    return 0;
+}
+
+/* ---- gradient norms ---------------------------------------------------------------- */
+
 /* norms [steps][n_params], steps in rows */
-static void print_norm_table(const pr_params *r, const double *norms, const double *losses, int steps)
+static void print_norm_table(const pr_params *r, const double *norms, const double *losses, int steps,
+                             int64_t first)
 {
     int shown = steps < 6 ? steps : 6;   /* the first steps, then the last one */
     printf("%-36s", "gradient norm by step");
-    for (int s = 0; s < shown; s++) printf(" %10d", s == shown - 1 ? steps - 1 : s);
+    for (int s = 0; s < shown; s++) printf(" %10lld", (long long)(first + (s == shown - 1 ? steps - 1 : s)));
     printf("\n%-36s", "(loss)");
     for (int s = 0; s < shown; s++) printf(" %10.4g", losses[s == shown - 1 ? steps - 1 : s]);
     printf("\n");
@@ -199,7 +282,8 @@ static void print_norm_table(const pr_params *r, const double *norms, const doub
     }
 }
 
-static int write_norm_csv(const char *path, const pr_params *r, const double *norms, const double *losses, int steps)
+static int write_norm_csv(const char *path, const pr_params *r, const double *norms, const double *losses, int steps,
+                          int64_t first)
 {
     FILE *f = fopen(path, "w");
     if (!f) return fprintf(stderr, "prism inspect: %s: cannot write\n", path), 1;
@@ -207,7 +291,7 @@ static int write_norm_csv(const char *path, const pr_params *r, const double *no
     for (int i = 0; i < r->n; i++) fprintf(f, ",%s", r->p[i].path);
     fprintf(f, "\n");
     for (int s = 0; s < steps; s++) {
-        fprintf(f, "%d,%.9g", s, losses[s]);
+        fprintf(f, "%lld,%.9g", (long long)(first + s), losses[s]);
         for (int i = 0; i < r->n; i++) fprintf(f, ",%.9g", norms[(size_t)s * r->n + i]);
         fprintf(f, "\n");
     }
@@ -226,7 +310,8 @@ static void group_name(const char *path, char *out, size_t n)
         snprintf(out, n, "%s", path);
 }
 
-static int write_norm_plot(const char *path, const char *model, const pr_params *r, const double *norms, int steps)
+static int write_norm_plot(const char *path, const char *model, const pr_params *r, const double *norms, int steps,
+                           int64_t first)
 {
     char names[PR_PLOT_MAX_SERIES][96];
     int group[4096], n_groups = 0;
@@ -242,7 +327,7 @@ static int write_norm_plot(const char *path, const char *model, const pr_params 
     }
     double *x = malloc(sizeof(double) * (size_t)steps), *y = calloc((size_t)(n_groups * steps), sizeof(double));
     for (int s = 0; s < steps; s++) {
-        x[s] = s;
+        x[s] = (double)(first + s);
         for (int i = 0; i < r->n; i++) {
             double v = norms[(size_t)s * r->n + i];
             if (group[i] >= 0) y[group[i] * steps + s] += v * v;
@@ -286,8 +371,8 @@ static int dump_step(const char *path, const pr_ctx *ctx, const pr_model *m, con
         snprintf(own[n], 160, __VA_ARGS__);                                                                 \
         names[n] = own[n], ts[n++] = (t_);                                                                  \
     } while (0)
-    ADD(b->ids, "batch.ids");
-    ADD(b->targets, "batch.targets");
+    if (b->ids) ADD(b->ids, "batch.ids");
+    if (b->targets) ADD(b->targets, "batch.targets");
     for (int i = 0; i < r->n; i++) {
         ADD(r->p[i].t, "param.%s", r->p[i].path);
         if (r->p[i].t->grad) ADD(r->p[i].t->grad, "grad.%s", r->p[i].path);
@@ -372,11 +457,12 @@ typedef struct {
     rank_summary ranks;
 } inspect_result;
 
-/* step s: loss, backward, norms; the first step's tape/dot/rank; the dump */
-static int run_step(const inspect_opts *o, pr_ctx *ctx, pr_model *m, const batch *b, int s, inspect_result *res)
+/* step s: loss, backward, norms; the first step's tape/dot/rank; the dump; the update */
+static int run_step(const inspect_opts *o, pr_ctx *ctx, session *ses, int s, inspect_result *res)
 {
-    const pr_params *r = m->params;
-    pr_tensor *loss = model_loss(ctx, m, b);
+    const pr_params *r = ses->m->params;
+    int64_t step = ses->first_step + s;
+    pr_tensor *loss = ses->task ? ses->task->loss(ses->task, ctx, ses->m, step) : model_loss(ctx, ses->m, &ses->b);
     pr_backward(ctx, loss);
     res->losses[s] = pr_item(loss);
     for (int i = 0; i < r->n; i++) res->norms[(size_t)s * r->n + i] = r->p[i].t->grad ? pr_norm2(r->p[i].t->grad) : 0;
@@ -387,19 +473,21 @@ static int run_step(const inspect_opts *o, pr_ctx *ctx, pr_model *m, const batch
     if (s == o->dump_step) {
         char def[64];
         snprintf(def, sizeof def, "inspect_step%d.safetensors", s);
-        rc |= dump_step(o->dump_file ? o->dump_file : def, ctx, m, b, s);
+        rc |= dump_step(o->dump_file ? o->dump_file : def, ctx, ses->m, &ses->b, s);
     }
-    sgd_update(r, o->lr);
+    double scale = pr_clip_scale(pr_params_grad_norm(r), ses->clip);
+    pr_optim_step(ctx, ses->opt, pr_schedule_lr(&ses->sched, step), scale);
     pr_params_zero_grads(r);
     pr_step_reset(ctx);
     return rc;
 }
 
-static void print_json(const inspect_opts *o, const pr_model *m, const inspect_result *res)
+static void print_json(const inspect_opts *o, const session *s, const inspect_result *res)
 {
-    printf("{\"model\":\"%s\",\"seed\":%d,\"steps\":%d,\"params\":%lld,\"loss_first\":%.9g,\"loss_last\":%.9g",
-           m->cfg.mixer, m->cfg.seed, o->steps, (long long)pr_params_count(m->params), res->losses[0],
-           res->losses[o->steps - 1]);
+    printf("{\"model\":\"%s\",\"seed\":%d,\"first_step\":%lld,\"steps\":%d,\"params\":%lld,\"loss_first\":%.9g,"
+           "\"loss_last\":%.9g",
+           s->cfg.mixer, s->cfg.seed, (long long)s->first_step, o->steps, (long long)pr_params_count(s->m->params),
+           res->losses[0], res->losses[o->steps - 1]);
     if (o->rank) {
         printf(",\"rank_layers\":%d,\"rank_max_possible\":%d,\"rank_hist\":[", res->ranks.layers,
                res->ranks.max_possible);
@@ -410,32 +498,35 @@ static void print_json(const inspect_opts *o, const pr_model *m, const inspect_r
     printf("}\n");
 }
 
+static int report(const inspect_opts *o, const session *s, const inspect_result *res)
+{
+    const pr_params *r = s->m->params;
+    int rc = 0;
+    print_norm_table(r, res->norms, res->losses, o->steps, s->first_step);
+    if (o->csv_file) rc |= write_norm_csv(o->csv_file, r, res->norms, res->losses, o->steps, s->first_step);
+    if (o->plot_file) rc |= write_norm_plot(o->plot_file, s->cfg.mixer, r, res->norms, o->steps, s->first_step);
+    if (o->rank) print_rank_histogram(s->cfg.mixer, &res->ranks);
+    print_json(o, s, res);
+    return rc;
+}
+
 int pr_cmd_inspect(int argc, char **argv)
 {
     inspect_opts o;
-    pr_config c;
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    if ((rc = build_config(&o, &c))) return rc;
-    pr_model *m = pr_model_new(&c, PR_F32, PR_CPU);
-    pr_model_init(m);
-    pr_arena *data = pr_arena_new("inspect batch", 0);
-    batch b;
-    if ((rc = make_batch(&o, &c, data, &b))) goto done;
-    pr_ctx *ctx = pr_ctx_new((uint64_t)c.seed);
-    inspect_result res = {.norms = calloc((size_t)o.steps * m->params->n, sizeof(double)),
-                          .losses = calloc((size_t)o.steps, sizeof(double))};
-    for (int s = 0; s < o.steps; s++) rc |= run_step(&o, ctx, m, &b, s, &res);
-    print_norm_table(m->params, res.norms, res.losses, o.steps);
-    if (o.csv_file) rc |= write_norm_csv(o.csv_file, m->params, res.norms, res.losses, o.steps);
-    if (o.plot_file) rc |= write_norm_plot(o.plot_file, c.mixer, m->params, res.norms, o.steps);
-    if (o.rank) print_rank_histogram(c.mixer, &res.ranks);
-    print_json(&o, m, &res);
-    free(res.norms), free(res.losses);
-    pr_params_release_grads(m->params);
+    session ses = {0};
+    pr_ctx *ctx = pr_ctx_new(1);
+    rc = o.run_dir ? open_run(&o, &ses, ctx) : open_fresh(&o, &ses);
+    if (rc == 0) {
+        inspect_result res = {.norms = calloc((size_t)o.steps * ses.m->params->n, sizeof(double)),
+                              .losses = calloc((size_t)o.steps, sizeof(double))};
+        for (int s = 0; s < o.steps; s++) rc |= run_step(&o, ctx, &ses, s, &res);
+        rc |= report(&o, &ses, &res);
+        free(res.norms), free(res.losses);
+    }
+    if (ses.m) pr_params_release_grads(ses.m->params);
     pr_ctx_free(ctx);
-done:
-    pr_arena_free(data);
-    pr_model_free(m);
+    session_free(&ses);
     return rc == PR_EXIT_USAGE ? rc : rc ? 1 : 0;   /* steps and writes OR their 1s together */
 }
