@@ -260,7 +260,7 @@ int pr_bench_ops(int argc, char **argv)
 int pr_cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || pr_is_help(argv[1])) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence|fused|block> [options]   (--help for each)\n");
+        fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence|fused|block|throughput> [options]   (--help for each)\n");
         return argc < 2 ? 2 : 0;
     }
     int rc;
@@ -268,8 +268,9 @@ int pr_cmd_bench(int argc, char **argv)
     else if (strcmp(argv[1], "recurrence") == 0) rc = pr_bench_recurrence(argc - 1, argv + 1);
     else if (strcmp(argv[1], "fused") == 0) rc = pr_bench_fused(argc - 1, argv + 1);
     else if (strcmp(argv[1], "block") == 0) rc = pr_bench_block(argc - 1, argv + 1);
+    else if (strcmp(argv[1], "throughput") == 0) rc = pr_bench_throughput(argc - 1, argv + 1);
     else {
-        fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence, fused, block)\n", argv[1]);
+        fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence, fused, block, throughput)\n", argv[1]);
         return PR_EXIT_USAGE;
     }
     if (pr_cuda_available() && !pr_is_help(argc > 2 ? argv[2] : "")) {

@@ -20,6 +20,8 @@ static const pr_command commands[] = {
     {"data", pr_cmd_data, "a dataset's statistics (data rec: synthetic, --amazon FILE, --yelp FILE)"},
     {"train", pr_cmd_train, "train a model on a task in a run directory (--model NAME --task TASK)"},
     {"eval", pr_cmd_eval, "evaluate a run's latest checkpoint (--run DIR)"},
+    {"ablate", pr_cmd_ablate, "a grid of models x tasks x seeds, resumable, as a mean ± std table (--grid NAME)"},
+    {"compare", pr_cmd_compare, "models head to head on one task: quality, tokens/s, parameters, memory"},
     {"generate", pr_cmd_generate, "continue a prompt with a byte-level LM run (--run DIR --prompt TEXT)"},
 };
 

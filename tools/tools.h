@@ -18,6 +18,9 @@ int pr_cmd_convert(int argc, char **argv);      /* fla checkpoints in and out */
 int pr_cmd_train(int argc, char **argv);
 int pr_cmd_eval(int argc, char **argv);
 int pr_cmd_generate(int argc, char **argv);
+int pr_cmd_ablate(int argc, char **argv);       /* tools/ablate.c */
+int pr_cmd_compare(int argc, char **argv);      /* tools/compare.c */
+int pr_bench_throughput(int argc, char **argv); /* tools/compare.c */
 int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
 int pr_bench_block(int argc, char **argv);

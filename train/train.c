@@ -263,7 +263,9 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f}\n",
                          (long long)r->step, st.loss, st.lr, st.grad_norm, res->tokens_per_s);
         if (log) fflush(r->metrics);  /* a reader (or a crash) sees every logged step */
-        if (tty ? el - last_draw > 0.2 || r->step == r->o.steps : log) {
+        if (r->o.on_step) {
+            r->o.on_step(r->o.on_step_user, r->step, r->o.steps);
+        } else if (tty ? el - last_draw > 0.2 || r->step == r->o.steps : log) {
             progress(r, &st, res->tokens_per_s, per * (double)(r->o.steps - r->step), tty, r->step == r->o.steps);
             last_draw = el;
         }
@@ -312,6 +314,7 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     }
     res->steps = r.step;
     res->params = r.m ? pr_params_count(r.m->params) : 0;
+    res->step_peak_bytes = r.ctx ? pr_arena_peak(r.ctx->step) : 0;
     run_free(&r);
     return rc;
 }

@@ -40,6 +40,10 @@ typedef struct {
     char schedule[12];      /* cosine | constant */
     bool decay_all;
     int64_t eval_every, eval_batches, ckpt_every, log_every;
+    /* no key, not in config.json: when set, called after every step in place of
+     * the trainer's progress line (prism ablate draws one line for a grid) */
+    void (*on_step)(void *user, int64_t step, int64_t total);
+    void *on_step_user;
 } pr_train_opts;
 
 pr_train_opts pr_train_defaults(void);
@@ -105,6 +109,7 @@ typedef struct {
     int64_t steps;          /* the step reached */
     double tokens_per_s;
     int64_t params;
+    size_t step_peak_bytes; /* the step arena's peak: activations, saved tensors, tape */
     char nonfinite[320];    /* set when the NaN trap stopped the run */
 } pr_train_result;
 

@@ -1,0 +1,374 @@
+/* tools/compare.c: `prism compare` (models head to head on one task through
+ * the trainer: the same data order, budget and seed for each) and `prism bench
+ * throughput` (training tokens/s of the whole step, forward, backward and
+ * AdamW, per model and sequence length at a fixed number of tokens per batch:
+ * a table, a CSV and an SVG plot). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "models/models.h"
+#include "tools/plot.h"
+#include "tools/tools.h"
+#include "train/train.h"
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+#endif
+
+#define MAX_MODELS 16
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "a,b,c" into names (pointers into buf), each a known mixer; -1 naming the bad one */
+static int split_models(pr_args *a, const char *list, char *buf, size_t n, const char **names, int *count)
+{
+    snprintf(buf, n, "%s", list);
+    *count = 0;
+    for (char *save = NULL, *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        if (!pr_mixer_by_name(s)) return pr_args_error(a, "--models: '%s' is not a mixer (prism model --help)", s), -1;
+        if (*count == MAX_MODELS) return pr_args_error(a, "--models: more than %d models", MAX_MODELS), -1;
+        names[(*count)++] = s;
+    }
+    if (!*count) return pr_args_error(a, "--models wants a comma-separated list of mixers"), -1;
+    return 0;
+}
+
+static int pick_device(pr_args *a, int choice, pr_device *dev)
+{
+    if (choice == 2 && !pr_cuda_available()) return pr_args_no_cuda(a->cmd);
+    *dev = choice == 1 || !pr_cuda_available() ? PR_CPU : PR_CUDA;
+    return 0;
+}
+
+static int apply_sets(pr_config *c, pr_train_opts *o, const char *const *sets, int n, pr_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        bool train_key = strncmp(sets[i], "train.", 6) == 0;
+        if (train_key ? pr_train_set(o, sets[i], err) : pr_config_set(c, sets[i], err)) return -1;
+    }
+    return 0;
+}
+
+/* ---- prism compare ------------------------------------------------------------------- */
+static void compare_usage(FILE *f)
+{
+    fprintf(f, "usage: prism compare --models a,b,... --task TASK [--steps N] [--seed S] [--set key=value]...\n"
+               "                     [--data FILE] [--device auto|cpu|cuda] [--out DIR]\n\n"
+               "Trains each model on the task with the same config, data order, step budget and\n"
+               "seed (a run each in DIR/<model>, DIR defaulting to runs/compare-<task>), then prints\n"
+               "one table: the task's quality metric (probes: acc; lm: bpb), training tokens/s,\n"
+               "parameters and peak memory (on the GPU the device allocator's peak; on the CPU the\n"
+               "step arena's: activations, saved tensors and the tape). The table is also written to\n"
+               "DIR/compare.md and DIR/compare.csv.\n");
+}
+
+typedef struct {
+    const char *name, *metric;
+    double quality, tokens_per_s, peak_mib;
+    int64_t params;
+    bool ok;
+} compare_row;
+
+static const char *quality_name(const pr_metrics *m, double *value)
+{
+    static const char *const prefer[] = {"acc", "ndcg@10", "hit@10", "auc", "bpb", "loss", NULL};
+    for (int k = 0; prefer[k]; k++)
+        for (int i = 0; i < m->n; i++)
+            if (strcmp(m->name[i], prefer[k]) == 0) return *value = m->value[i], prefer[k];
+    return *value = NAN, "-";
+}
+
+static void compare_row_run(compare_row *row, const pr_config *base, const pr_train_opts *o, const char *root,
+                            pr_device dev)
+{
+    pr_config c = *base;
+    pr_err err;
+    char kv[64], dir[1100];
+    snprintf(kv, sizeof kv, "mixer=%s", row->name);
+    snprintf(dir, sizeof dir, "%s/%s", root, row->name);
+    pr_train_result res;
+#ifdef PRISM_HAVE_CUDA
+    if (dev == PR_CUDA) pr_cuda_alloc_peak_reset();
+#endif
+    if (pr_config_set(&c, kv, &err) || pr_train(&c, o, dir, false, dev, &res, &err)) {
+        fprintf(stderr, "prism compare: %s: %s\n", row->name, err.msg);
+        return;
+    }
+    size_t cur, peak = res.step_peak_bytes;
+    if (dev == PR_CUDA) pr_device_mem_stats(PR_CUDA, &cur, &peak);
+    row->metric = quality_name(&res.metrics, &row->quality);
+    row->tokens_per_s = res.tokens_per_s;
+    row->params = res.params;
+    row->peak_mib = (double)peak / 1048576.0;
+    row->ok = true;
+}
+
+static void compare_table(FILE *f, const compare_row *rows, int n, bool csv, pr_device dev)
+{
+    const char *metric = "-", *peak = dev == PR_CUDA ? "device peak MiB" : "step arena peak MiB";
+    for (int i = 0; i < n; i++)
+        if (rows[i].ok) metric = rows[i].metric;
+    if (csv) fprintf(f, "model,%s,tokens_per_s,params,%s\n", metric, peak);
+    else fprintf(f, "| model | %s | tokens/s | params | %s |\n|---|---|---|---|---|\n", metric, peak);
+    for (int i = 0; i < n; i++) {
+        const compare_row *r = &rows[i];
+        if (!r->ok) fprintf(f, csv ? "%s,,,,\n" : "| %s | failed | | | |\n", r->name);
+        else if (csv) fprintf(f, "%s,%.6g,%.0f,%lld,%.2f\n", r->name, r->quality, r->tokens_per_s, (long long)r->params,
+                              r->peak_mib);
+        else fprintf(f, "| %s | %.4f | %.0f | %lld | %.1f |\n", r->name, r->quality, r->tokens_per_s,
+                     (long long)r->params, r->peak_mib);
+    }
+}
+
+static int write_text(const char *path, const compare_row *rows, int n, bool csv, pr_device dev)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "prism compare: %s: cannot create: %s\n", path, strerror(errno)), -1;
+    compare_table(f, rows, n, csv, dev);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int pr_cmd_compare(int argc, char **argv)
+{
+    pr_args a = pr_args_begin("prism compare", argc, argv);
+    const char *models = NULL, *task = NULL, *out = NULL, *data = NULL, *sets[32];
+    int n_sets = 0, device = 0, steps = 0;
+    uint64_t seed = 1;
+    while (pr_args_next(&a)) {
+        const char *set = NULL;
+        if (pr_args_help(&a)) return compare_usage(stdout), 0;
+        if (pr_args_string(&a, "--models", &models) || pr_args_string(&a, "--task", &task) ||
+            pr_args_string(&a, "--out", &out) || pr_args_string(&a, "--data", &data) ||
+            pr_args_choice(&a, "--device", devices, &device) || pr_args_int(&a, "--steps", 1, 2000000000, &steps) ||
+            pr_args_u64(&a, "--seed", &seed))
+            continue;
+        if (pr_args_string(&a, "--set", &set)) {
+            if (set && n_sets == 32) return pr_args_error(&a, "more than 32 --set options");
+            if (set) sets[n_sets++] = set;
+            continue;
+        }
+        return pr_args_unknown(&a);
+    }
+    if (a.failed) return PR_EXIT_USAGE;
+    if (!models || !task) return pr_args_error(&a, "--models a,b,... and --task TASK are required");
+    if (seed > 2147483647u) return pr_args_error(&a, "--seed wants 0..2147483647, not %llu", (unsigned long long)seed);
+    char buf[512];
+    const char *names[MAX_MODELS];
+    int n = 0;
+    pr_device dev = PR_CPU;
+    if (split_models(&a, models, buf, sizeof buf, names, &n)) return PR_EXIT_USAGE;
+    if (pick_device(&a, device, &dev)) return PR_EXIT_NO_GPU;
+    pr_config c = pr_config_default();
+    pr_train_opts o = pr_train_defaults();
+    pr_err err;
+    snprintf(o.task, sizeof o.task, "%s", task);
+    if (pr_task_preset(&c, &o, task, &err) || apply_sets(&c, &o, sets, n_sets, &err))
+        return pr_args_error(&a, "%s", err.msg);
+    if (steps) o.steps = steps;
+    if (data) snprintf(o.data, sizeof o.data, "%s", data);
+    o.seed = (int64_t)seed, c.seed = (int)seed;
+    char root[1024];
+    snprintf(root, sizeof root, "%s", out ? out : "runs/compare-");
+    if (!out) snprintf(root + strlen(root), sizeof root - strlen(root), "%s", task);
+
+    compare_row rows[MAX_MODELS] = {0};
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        rows[i].name = names[i];
+        fprintf(stderr, "prism compare: %s (%d of %d)\n", names[i], i + 1, n);
+        compare_row_run(&rows[i], &c, &o, root, dev);
+        failed += !rows[i].ok;
+    }
+    compare_table(stdout, rows, n, false, dev);
+    char md[1100], csv[1100];
+    snprintf(md, sizeof md, "%s/compare.md", root);
+    snprintf(csv, sizeof csv, "%s/compare.csv", root);
+    if (write_text(md, rows, n, false, dev) || write_text(csv, rows, n, true, dev)) return 1;
+    printf("tables: %s, %s\n", md, csv);
+    return failed ? 1 : 0;
+}
+
+/* ---- prism bench throughput ------------------------------------------------------------ */
+static void throughput_usage(FILE *f)
+{
+    fprintf(f, "usage: prism bench throughput --models a,b,... --seq-lens T1,T2,... [--tokens-per-batch N]\n"
+               "                              [--preset P] [--set key=value]... [--steps N] [--warmup N]\n"
+               "                              [--device auto|cpu|cuda] [--out DIR]\n\n"
+               "Training tokens/s of the whole step (forward, LM loss, backward, AdamW) per model and\n"
+               "sequence length, at --tokens-per-batch tokens a step (default 16384; the batch is\n"
+               "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
+               "figure is the median of --steps timed steps (default 3) after --warmup (default 1).\n"
+               "Writes DIR/throughput.csv and DIR/throughput.svg (tokens/s against T, log x; DIR\n"
+               "defaults to runs/throughput) and prints the table.\n");
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* median seconds of one training step of model m on ids [B,T] */
+static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *host_ids, int64_t B,
+                              int64_t T, int warmup, int steps)
+{
+    pr_device dev = m->params->device;
+    double t[64];
+    for (int i = -warmup; i < steps; i++) {
+        pr_device_sync(dev);
+        double t0 = now_s();
+        pr_params_zero_grads(m->params);
+        pr_tensor *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids);
+        pr_tensor *targets = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids + 1);
+        pr_backward(ctx, pr_lm_loss(ctx, m, ids, targets));
+        pr_optim_step(ctx, opt, 1e-4, 1.0);
+        pr_step_reset(ctx);
+        pr_device_sync(dev);
+        if (i >= 0) t[i] = now_s() - t0;
+    }
+    qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+    return t[steps / 2];
+}
+
+/* tokens/s of one (config, T); NAN when the config does not hold */
+static double throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
+                             int warmup, int steps)
+{
+    pr_config c = *base;
+    pr_err err;
+    char kv[2][64];
+    snprintf(kv[0], sizeof kv[0], "mixer=%s", mixer);
+    snprintf(kv[1], sizeof kv[1], "seq_len=%lld", (long long)T);
+    if (pr_config_set(&c, kv[0], &err) || pr_config_set(&c, kv[1], &err) || pr_config_check(&c, &err)) {
+        fprintf(stderr, "prism bench throughput: %s at T=%lld: %s\n", mixer, (long long)T, err.msg);
+        return NAN;
+    }
+    int64_t B = tokens / T;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));
+    PR_CHECK(ids, "bench throughput: out of host memory");
+    for (int64_t i = 0; i < B * T + 1; i++) ids[i] = (int32_t)(pr_philox_uniform(1, 0, (uint64_t)i) * c.vocab);
+    pr_model *m = pr_model_new(&c, PR_F32, dev);
+    pr_model_init(m);
+    pr_optim_opts oo = {.kind = PR_OPTIM_ADAMW, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    pr_optim *opt = pr_optim_new(m->params, &oo);
+    pr_ctx *ctx = pr_ctx_new(1);
+    double s = time_train_step(ctx, m, opt, ids, B, T, warmup, steps);
+    pr_params_release_grads(m->params);
+    pr_optim_free(opt);
+    pr_model_free(m);
+    pr_ctx_free(ctx);
+    free(ids);
+    return (double)(B * T) / s;
+}
+
+typedef struct {
+    const char *names[MAX_MODELS], *preset, *out, *sets[32];
+    int n_models, n_lens, n_sets, device, steps, warmup;
+    int64_t lens[32], tokens;
+} throughput_args;
+
+static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
+{
+    const char *models = NULL;
+    int tokens = 16384;
+    while (pr_args_next(a)) {
+        const char *set = NULL;
+        if (pr_args_help(a)) return throughput_usage(stdout), 0;
+        if (pr_args_string(a, "--models", &models) || pr_args_string(a, "--preset", &t->preset) ||
+            pr_args_string(a, "--out", &t->out) || pr_args_choice(a, "--device", devices, &t->device) ||
+            pr_args_int(a, "--steps", 1, 64, &t->steps) || pr_args_int(a, "--warmup", 0, 100, &t->warmup) ||
+            pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) ||
+            pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens))
+            continue;
+        if (pr_args_string(a, "--set", &set)) {
+            if (set && t->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
+            if (set) t->sets[t->n_sets++] = set;
+            continue;
+        }
+        return pr_args_unknown(a);
+    }
+    if (a->failed) return PR_EXIT_USAGE;
+    if (!models || !t->n_lens) return pr_args_error(a, "--models a,b,... and --seq-lens T1,T2,... are required");
+    t->tokens = tokens;
+    for (int i = 0; i < t->n_lens; i++)
+        if (t->lens[i] > t->tokens)
+            return pr_args_error(a, "--seq-lens %lld is longer than --tokens-per-batch %lld (a batch holds one "
+                                    "sequence at least)", (long long)t->lens[i], (long long)t->tokens);
+    return split_models(a, models, buf, n, t->names, &t->n_models) ? PR_EXIT_USAGE : -1;
+}
+
+static int throughput_files(const throughput_args *t, const double *tps, const char *dev_name)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/throughput.csv", t->out);
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno)), 1;
+    fprintf(f, "model,seq_len,batch,tokens_per_s\n");
+    for (int m = 0; m < t->n_models; m++)
+        for (int i = 0; i < t->n_lens; i++)
+            fprintf(f, "%s,%lld,%lld,%.1f\n", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
+                    tps[m * t->n_lens + i]);
+    if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
+    char title[160];
+    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s)", t->preset, (long long)t->tokens,
+             dev_name);
+    pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
+    double xs[32];
+    for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
+    for (int m = 0; m < t->n_models; m++) pr_plot_add(&p, t->names[m], t->n_lens, xs, tps + m * t->n_lens);
+    pr_err err;
+    snprintf(path, sizeof path, "%s/throughput.svg", t->out);
+    if (pr_plot_save(&p, path, &err)) return fprintf(stderr, "prism bench throughput: %s\n", err.msg), 1;
+    printf("wrote %s/throughput.csv, %s\n", t->out, path);
+    return 0;
+}
+
+int pr_bench_throughput(int argc, char **argv)
+{
+    pr_args a = pr_args_begin("prism bench throughput", argc, argv);
+    throughput_args t = {.preset = "lm-130m", .out = "runs/throughput", .steps = 3, .warmup = 1};
+    char buf[512];
+    int rc = parse_throughput(&a, &t, buf, sizeof buf);
+    if (rc >= 0) return rc;
+    pr_device dev = PR_CPU;
+    if (pick_device(&a, t.device, &dev)) return PR_EXIT_NO_GPU;
+    pr_config c = pr_config_default();
+    pr_train_opts unused = pr_train_defaults();
+    pr_err err;
+    if (pr_config_preset(&c, t.preset, &err) || apply_sets(&c, &unused, t.sets, t.n_sets, &err))
+        return pr_args_error(&a, "%s", err.msg);
+    double tps[MAX_MODELS * 32];
+    printf("| model |");
+    for (int i = 0; i < t.n_lens; i++) printf(" T=%lld |", (long long)t.lens[i]);
+    printf("\n|---|");
+    for (int i = 0; i < t.n_lens; i++) printf("---|");
+    printf("\n");
+    int failed = 0;
+    for (int m = 0; m < t.n_models; m++) {
+        printf("| %s |", t.names[m]);
+        for (int i = 0; i < t.n_lens; i++) {
+            double *x = &tps[m * t.n_lens + i];
+            *x = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps);
+            failed += !isfinite(*x);
+            printf(isfinite(*x) ? " %.0f |" : " - |", *x);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+    char dir[1100];   /* the output folder and its parents, as --out runs/x/y expects */
+    snprintf(dir, sizeof dir, "%s", t.out);
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
+    mkdir(dir, 0755);
+    return throughput_files(&t, tps, pr_device_name(dev)) || failed ? 1 : 0;
+}

@@ -1,0 +1,319 @@
+/* tools/grid.c: experiment grids (tools/grid.h): the built-in grids, written
+ * in the grid file format and read by the same parser as a user's file; the
+ * checks that name the key that is wrong; mean and standard deviation over
+ * seeds; the results as Markdown, CSV and JSON. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "models/models.h"
+#include "tools/grid.h"
+#include "train/train.h"
+
+#define ALL_MIXERS "\"prism\",\"gdn\",\"mamba2\",\"deltanet\",\"linattn\",\"ttt_linear\",\"ttt_mlp\",\"titans\"," \
+                   "\"attn\",\"mamba\""
+#define ALL_PROBES "\"mqar\",\"poly_recall\",\"var_tracking\",\"local_xor\",\"parity\",\"mod_add\",\"palindrome\"," \
+                   "\"silence_gate\",\"mux\""
+
+typedef struct { const char *name, *json; } builtin_grid;
+
+/* the paper's tables at the probe protocol of `prism train`; `quick` is sized
+ * to finish in minutes on two CPU cores (short sequences, a small batch) */
+static const builtin_grid builtins[] = {
+    {"probe", "{\"models\":[" ALL_MIXERS "],\"tasks\":[" ALL_PROBES "],\"seeds\":3}"},
+    {"prism-ablation",
+     "{\"variants\":["
+     "{\"name\":\"prism\",\"set\":{\"mixer\":\"prism\"}},"
+     "{\"name\":\"prism L=0\",\"set\":{\"mixer\":\"prism\",\"prism.L\":0}},"
+     "{\"name\":\"prism L=1\",\"set\":{\"mixer\":\"prism\",\"prism.L\":1}},"
+     "{\"name\":\"prism gelu off\",\"set\":{\"mixer\":\"prism\",\"prism.gelu\":false}},"
+     "{\"name\":\"prism shortconv off\",\"set\":{\"mixer\":\"prism\",\"prism.shortconv\":false}},"
+     "{\"name\":\"prism gain off\",\"set\":{\"mixer\":\"prism\",\"prism.gain\":false}}],"
+     "\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}"},
+    {"rec", "{\"models\":[" ALL_MIXERS "],\"tasks\":[\"rec\"],\"seeds\":3}"},
+    {"quick", "{\"models\":[\"prism\",\"linattn\",\"gdn\"],\"tasks\":[\"parity\",\"local_xor\"],\"seeds\":2,"
+              "\"steps\":300,\"set\":{\"seq_len\":32,\"train.batch\":16}}"},
+};
+#define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+const char *const pr_grid_builtins[] = {"probe", "prism-ablation", "rec", "quick", NULL};
+
+/* a JSON scalar as the text `key=value` wants */
+static int scalar_text(const cJSON *it, char *out, size_t n)
+{
+    if (cJSON_IsBool(it)) snprintf(out, n, "%s", cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsNumber(it)) snprintf(out, n, "%.17g", it->valuedouble);
+    else if (cJSON_IsString(it)) snprintf(out, n, "%s", it->valuestring);
+    else return -1;
+    return 0;
+}
+
+/* one key=value on a scratch config and options: a bad key fails at parse time */
+static int check_set(const char *kv, pr_err *err)
+{
+    pr_config c = pr_config_default();
+    pr_train_opts o = pr_train_defaults();
+    return strncmp(kv, "train.", 6) == 0 ? pr_train_set(&o, kv, err) : pr_config_set(&c, kv, err);
+}
+
+/* a `set` object into v; `where` names it in messages ("variants[2].set") */
+static int parse_sets(pr_grid_variant *v, const cJSON *set, const char *what, const char *where, pr_err *err)
+{
+    if (!cJSON_IsObject(set)) return pr_errf(err, "%s: '%s' must be an object of key: value", what, where);
+    for (const cJSON *it = set->child; it; it = it->next) {
+        char value[64];
+        if (v->n_sets == PR_GRID_MAX_SETS)
+            return pr_errf(err, "%s: '%s' has more than %d keys", what, where, PR_GRID_MAX_SETS);
+        if (scalar_text(it, value, sizeof value))
+            return pr_errf(err, "%s: '%s.%s' must be a number, a string or a boolean", what, where, it->string);
+        char *kv = v->set[v->n_sets++];
+        if (snprintf(kv, sizeof v->set[0], "%s=%s", it->string, value) >= (int)sizeof v->set[0])
+            return pr_errf(err, "%s: '%s.%s' is too long", what, where, it->string);
+        if (check_set(kv, err)) return pr_errf(err, "%s: '%s': %s", what, where, err->msg);
+    }
+    return 0;
+}
+
+static pr_grid_variant *new_variant(pr_grid *g, const char *name, const char *what, pr_err *err)
+{
+    if (g->n_variants == PR_GRID_MAX_VARIANTS) {
+        pr_errf(err, "%s: more than %d models and variants", what, PR_GRID_MAX_VARIANTS);
+        return NULL;
+    }
+    for (int i = 0; i < g->n_variants; i++)
+        if (strcmp(g->variant[i].name, name) == 0) {
+            pr_errf(err, "%s: the variant name '%s' is used twice", what, name);
+            return NULL;
+        }
+    pr_grid_variant *v = &g->variant[g->n_variants++];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    return v;
+}
+
+static int parse_models(pr_grid *g, const cJSON *models, const char *what, pr_err *err)
+{
+    if (!cJSON_IsArray(models)) return pr_errf(err, "%s: 'models' must be an array of mixer names", what);
+    int i = 0;
+    for (const cJSON *it = models->child; it; it = it->next, i++) {
+        if (!cJSON_IsString(it) || !pr_mixer_by_name(it->valuestring))
+            return pr_errf(err, "%s: 'models[%d]' is not a mixer (prism model --help lists them)", what, i);
+        pr_grid_variant *v = new_variant(g, it->valuestring, what, err);
+        if (!v) return -1;
+        snprintf(v->set[v->n_sets++], sizeof v->set[0], "mixer=%s", it->valuestring);
+    }
+    return 0;
+}
+
+static int parse_variants(pr_grid *g, const cJSON *variants, const char *what, pr_err *err)
+{
+    if (!cJSON_IsArray(variants)) return pr_errf(err, "%s: 'variants' must be an array of {name, set}", what);
+    int i = 0;
+    for (const cJSON *it = variants->child; it; it = it->next, i++) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        const cJSON *set = cJSON_GetObjectItemCaseSensitive(it, "set");
+        char where[48];
+        snprintf(where, sizeof where, "variants[%d]", i);
+        if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !name->valuestring[0] ||
+            strlen(name->valuestring) >= sizeof g->variant[0].name)
+            return pr_errf(err, "%s: '%s.name' must be a string of 1 to 47 characters", what, where);
+        for (const cJSON *k = it->child; k; k = k->next)
+            if (strcmp(k->string, "name") && strcmp(k->string, "set"))
+                return pr_errf(err, "%s: unknown key '%s.%s' (a variant has name and set)", what, where, k->string);
+        pr_grid_variant *v = new_variant(g, name->valuestring, what, err);
+        snprintf(where + strlen(where), sizeof where - strlen(where), ".set");
+        if (!v || (set && parse_sets(v, set, what, where, err))) return -1;
+    }
+    return 0;
+}
+
+static int parse_tasks(pr_grid *g, const cJSON *tasks, const char *what, pr_err *err)
+{
+    if (!cJSON_IsArray(tasks)) return pr_errf(err, "%s: 'tasks' must be an array of task names", what);
+    for (const cJSON *it = tasks->child; it; it = it->next) {
+        int i = g->n_tasks;
+        if (i == PR_GRID_MAX_TASKS) return pr_errf(err, "%s: more than %d tasks", what, PR_GRID_MAX_TASKS);
+        if (!cJSON_IsString(it) || !pr_task_known(it->valuestring))
+            return pr_errf(err, "%s: 'tasks[%d]' is not a task (prism train --help lists them)", what, i);
+        snprintf(g->task[g->n_tasks++], sizeof g->task[0], "%s", it->valuestring);
+    }
+    return 0;
+}
+
+/* an integer key in [lo, hi] */
+static int parse_count(const cJSON *it, const char *key, double lo, double hi, const char *what, int64_t *out,
+                       pr_err *err)
+{
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < lo ||
+        it->valuedouble > hi)
+        return pr_errf(err, "%s: '%s' must be an integer from %g to %g", what, key, lo, hi);
+    *out = (int64_t)it->valuedouble;
+    return 0;
+}
+
+static int parse_key(pr_grid *g, const cJSON *it, const char *what, pr_err *err)
+{
+    const char *k = it->string;
+    int64_t n;
+    if (strcmp(k, "name") == 0) {
+        if (!cJSON_IsString(it) || strlen(it->valuestring) >= sizeof g->name)
+            return pr_errf(err, "%s: 'name' must be a string of at most 47 characters", what);
+        snprintf(g->name, sizeof g->name, "%s", it->valuestring);
+        return 0;
+    }
+    if (strcmp(k, "models") == 0) return parse_models(g, it, what, err);
+    if (strcmp(k, "variants") == 0) return parse_variants(g, it, what, err);
+    if (strcmp(k, "tasks") == 0) return parse_tasks(g, it, what, err);
+    if (strcmp(k, "set") == 0) return parse_sets(&g->common, it, what, "set", err);
+    if (strcmp(k, "seeds") == 0) {
+        if (parse_count(it, k, 1, PR_GRID_MAX_SEEDS, what, &n, err)) return -1;
+        g->seeds = (int)n;
+        return 0;
+    }
+    if (strcmp(k, "steps") == 0) return parse_count(it, k, 0, 2e9, what, &g->steps, err);
+    return pr_errf(err, "%s: unknown key '%s' (a grid has name, models, variants, tasks, seeds, steps, set)", what, k);
+}
+
+int pr_grid_parse(pr_grid *g, const char *json, const char *what, pr_err *err)
+{
+    memset(g, 0, sizeof *g);
+    g->seeds = 1;
+    cJSON *root = cJSON_Parse(json);
+    if (!root) return pr_errf(err, "%s: malformed JSON", what);
+    int rc = cJSON_IsObject(root) ? 0 : pr_errf(err, "%s: a grid must be a JSON object", what);
+    for (const cJSON *it = root->child; it && !rc; it = it->next) rc = parse_key(g, it, what, err);
+    cJSON_Delete(root);
+    if (rc) return -1;
+    if (!g->n_variants) return pr_errf(err, "%s: the grid names no 'models' and no 'variants'", what);
+    if (!g->n_tasks) return pr_errf(err, "%s: the grid names no 'tasks'", what);
+    return 0;
+}
+
+int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err)
+{
+    if (!strpbrk(name_or_path, "/.")) {
+        for (int i = 0; i < N_BUILTINS; i++) {
+            if (strcmp(builtins[i].name, name_or_path) != 0) continue;
+            if (pr_grid_parse(g, builtins[i].json, builtins[i].name, err)) return -1;
+            snprintf(g->name, sizeof g->name, "%s", builtins[i].name);
+            return 0;
+        }
+        return pr_errf(err, "unknown grid '%s' (built-in: probe, prism-ablation, rec, quick; or a grid file)",
+                       name_or_path);
+    }
+    char *text = pr_read_text(name_or_path, err);
+    if (!text) return -1;
+    int rc = pr_grid_parse(g, text, name_or_path, err);
+    free(text);
+    if (!rc && !g->name[0]) {  /* a file's grid is named after the file: runs/ablate-<name> */
+        const char *base = strrchr(name_or_path, '/') ? strrchr(name_or_path, '/') + 1 : name_or_path;
+        snprintf(g->name, sizeof g->name, "%.*s", (int)strcspn(base, "."), base);
+    }
+    return rc;
+}
+
+/* ---- statistics and tables --------------------------------------------------------- */
+int pr_grid_stats(const double *x, int n, double *mean, double *std)
+{
+    int k = 0;
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) s += x[i], k++;
+    *mean = k ? s / k : NAN;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) ss += (x[i] - *mean) * (x[i] - *mean);
+    *std = k > 1 ? sqrt(ss / (k - 1)) : k ? 0 : NAN;
+    return k;
+}
+
+static const double *cell_values(const pr_grid_results *r, int v, int t)
+{
+    return r->value + ((int64_t)v * r->g->n_tasks + t) * r->g->seeds;
+}
+
+void pr_grid_write_markdown(const pr_grid_results *r, FILE *f)
+{
+    const pr_grid *g = r->g;
+    fprintf(f, "| model |");
+    for (int t = 0; t < g->n_tasks; t++) fprintf(f, " %s (%s) |", g->task[t], r->metric[t]);
+    fprintf(f, "\n|---|");
+    for (int t = 0; t < g->n_tasks; t++) fprintf(f, "---|");
+    fprintf(f, "\n");
+    for (int v = 0; v < g->n_variants; v++) {
+        fprintf(f, "| %s |", g->variant[v].name);
+        for (int t = 0; t < g->n_tasks; t++) {
+            double mean, std;
+            int n = pr_grid_stats(cell_values(r, v, t), g->seeds, &mean, &std);
+            if (!n) fprintf(f, " - |");
+            else if (n < g->seeds) fprintf(f, " %.3f ± %.3f (%d of %d seeds) |", mean, std, n, g->seeds);
+            else fprintf(f, " %.3f ± %.3f |", mean, std);
+        }
+        fprintf(f, "\n");
+    }
+}
+
+/* a field quoted for CSV when it holds a comma or a quote */
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void pr_grid_write_csv(const pr_grid_results *r, FILE *f)
+{
+    const pr_grid *g = r->g;
+    fprintf(f, "model,task,metric,mean,std,n");
+    for (int s = 0; s < g->seeds; s++) fprintf(f, ",seed%d", s + 1);
+    fprintf(f, "\n");
+    for (int v = 0; v < g->n_variants; v++)
+        for (int t = 0; t < g->n_tasks; t++) {
+            const double *x = cell_values(r, v, t);
+            double mean, std;
+            int n = pr_grid_stats(x, g->seeds, &mean, &std);
+            csv_field(f, g->variant[v].name);
+            fprintf(f, ",%s,%s,", g->task[t], r->metric[t]);
+            if (n) fprintf(f, "%.9g,%.9g,%d", mean, std, n);
+            else fprintf(f, ",,0");
+            for (int s = 0; s < g->seeds; s++) isfinite(x[s]) ? fprintf(f, ",%.9g", x[s]) : fprintf(f, ",");
+            fprintf(f, "\n");
+        }
+}
+
+void pr_grid_write_json(const pr_grid_results *r, FILE *f)
+{
+    const pr_grid *g = r->g;
+    cJSON *root = cJSON_CreateObject(), *cells = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "grid", g->name);
+    cJSON_AddNumberToObject(root, "seeds", g->seeds);
+    cJSON_AddItemToObject(root, "cells", cells);
+    for (int v = 0; v < g->n_variants; v++)
+        for (int t = 0; t < g->n_tasks; t++) {
+            const double *x = cell_values(r, v, t);
+            double mean, std;
+            int n = pr_grid_stats(x, g->seeds, &mean, &std);
+            cJSON *c = cJSON_CreateObject(), *vals = cJSON_CreateArray();
+            cJSON_AddStringToObject(c, "model", g->variant[v].name);
+            cJSON_AddStringToObject(c, "task", g->task[t]);
+            cJSON_AddStringToObject(c, "metric", r->metric[t]);
+            cJSON_AddNumberToObject(c, "n", n);
+            cJSON_AddItemToObject(c, "mean", n ? cJSON_CreateNumber(mean) : cJSON_CreateNull());
+            cJSON_AddItemToObject(c, "std", n ? cJSON_CreateNumber(std) : cJSON_CreateNull());
+            for (int s = 0; s < g->seeds; s++)
+                cJSON_AddItemToArray(vals, isfinite(x[s]) ? cJSON_CreateNumber(x[s]) : cJSON_CreateNull());
+            cJSON_AddItemToObject(c, "values", vals);
+            cJSON_AddItemToArray(cells, c);
+        }
+    char *s = cJSON_Print(root);
+    fprintf(f, "%s\n", s);
+    free(s);
+    cJSON_Delete(root);
+}

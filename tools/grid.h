@@ -1,0 +1,68 @@
+/* tools/grid.h: experiment grids for `prism ablate`: the axes (variants of a
+ * model, tasks, seeds, a step budget), read from a JSON file in the config
+ * format or taken from a built-in grid, and the results table (mean and
+ * sample standard deviation over seeds per variant x task) as Markdown, CSV
+ * and JSON.
+ *
+ * A grid file:
+ *   {"name": "mine",
+ *    "models": ["prism", "gdn"],                       a variant per mixer, named after it
+ *    "variants": [{"name": "prism-L1", "set": {"mixer": "prism", "prism.L": 1}}],
+ *    "tasks": ["parity", "local_xor"],
+ *    "seeds": 2, "steps": 300,                          steps 0 or absent: each task's default
+ *    "set": {"train.batch": 16, "seq_len": 32}}         applied to every cell, before the variant's
+ * A variant's `set` keys are model keys (prism model --help) or train.<key>. */
+#ifndef PR_GRID_H
+#define PR_GRID_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tensor/tensor.h"
+
+#define PR_GRID_MAX_VARIANTS 32
+#define PR_GRID_MAX_TASKS 16
+#define PR_GRID_MAX_SETS 16
+#define PR_GRID_MAX_SEEDS 64
+
+typedef struct {
+    char name[48];
+    int n_sets;
+    char set[PR_GRID_MAX_SETS][96];   /* key=value, in order */
+} pr_grid_variant;
+
+typedef struct {
+    char name[48];
+    int n_variants, n_tasks, seeds;
+    int64_t steps;                    /* 0: each task's default */
+    pr_grid_variant variant[PR_GRID_MAX_VARIANTS];
+    char task[PR_GRID_MAX_TASKS][32];
+    pr_grid_variant common;           /* the grid-wide `set` (its name unused) */
+} pr_grid;
+
+/* names of the built-in grids, NULL-terminated */
+extern const char *const pr_grid_builtins[];
+/* a grid from JSON text; -1 with err naming `what` and the key that is wrong.
+ * Every key is checked against a scratch config, so a typo fails here, not
+ * in the middle of a grid. */
+int pr_grid_parse(pr_grid *g, const char *json, const char *what, pr_err *err);
+/* a built-in grid by name, or a grid file by path (a name with no '/' or '.'
+ * is a built-in); -1 with err */
+int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err);
+
+/* mean and sample standard deviation (n - 1; 0 for one value) of the finite
+ * values among x[0..n); returns how many were finite */
+int pr_grid_stats(const double *x, int n, double *mean, double *std);
+
+/* results: value[(v * n_tasks + t) * seeds + s], NAN for a cell with none */
+typedef struct {
+    const pr_grid *g;
+    const char *metric[PR_GRID_MAX_TASKS];   /* each task's quality metric (acc, bpb, ...) */
+    const double *value;
+} pr_grid_results;
+void pr_grid_write_markdown(const pr_grid_results *r, FILE *f);
+void pr_grid_write_csv(const pr_grid_results *r, FILE *f);
+void pr_grid_write_json(const pr_grid_results *r, FILE *f);
+
+#endif
