@@ -29,10 +29,13 @@ void pr_fatal(const char *fmt, ...)
 int pr_errf(pr_err *err, const char *fmt, ...)
 {
     if (!err) return -1;
+    /* through a copy: callers prefix context with pr_errf(err, "%s: %s", what, err->msg) */
+    char msg[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(err->msg, msg, sizeof msg);
     return -1;
 }
 

@@ -286,5 +286,42 @@ expect 2 "prism generate: --run DIR and a non-empty --prompt TEXT are required" 
 expect 2 "prism generate: --temperature wants a number >= 0, not '-1'" generate --run "$tmp/lm" --prompt a \
     --temperature -1
 
+# ablate: a tiny grid, resumed cell by cell; compare; bench throughput
+g=$tmp/grid.json
+printf '{"models":["prism","gdn"],"tasks":["parity"],"seeds":2,"steps":4,"set":{"d_model":8,"seq_len":16,"train.batch":4,"train.eval_batches":1}}' >"$g"
+expect 0 "usage: prism ablate" ablate --help
+expect 2 "prism ablate: --grid NAME|FILE is required" ablate
+expect 2 "prism ablate: unknown grid 'nosuch'" ablate --grid nosuch
+printf '{"models":["prism"],"tasks":["parity"],"seedz":2}' >"$tmp/badgrid.json"
+expect 2 "prism ablate: $tmp/badgrid.json: unknown key 'seedz'" ablate --grid "$tmp/badgrid.json"
+expect 2 "prism ablate: --set: config: unknown key 'bogus'" ablate --grid "$g" --set bogus=1
+expect 2 "prism ablate: --seeds wants an integer from 1 to 64, not '0'" ablate --grid "$g" --seeds 0
+expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --device cpu --out "$tmp/abl"
+expect 0 "| model | parity (acc) |" ablate --grid "$g" --out "$tmp/abl"
+expect 0 "4 cells: 0 run, 4 reused, 0 failed" ablate --grid "$g" --out "$tmp/abl"
+rm "$tmp/abl/gdn/parity/s2/result.json"
+expect 0 "4 cells: 1 run, 3 reused, 0 failed" ablate --grid "$g" --out "$tmp/abl"
+file_has "gdn,parity,acc," "$tmp/abl/results.csv"
+file_has '"grid":	"grid"' "$tmp/abl/results.json"
+# a larger budget continues each cell from its checkpoint at step 4 (whose log line a fresh run lacks)
+expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --steps 6 --seeds 2 --out "$tmp/abl"
+file_has '"steps":	6' "$tmp/abl/prism/parity/s1/result.json"
+file_has '{"step":4,"loss"' "$tmp/abl/prism/parity/s1/metrics.jsonl"
+expect 0 "usage: prism compare" compare --help
+expect 2 "prism compare: --models: 'nosuch' is not a mixer" compare --models prism,nosuch --task parity
+expect 2 "prism compare: --models a,b,... and --task TASK are required" compare --models prism
+# shellcheck disable=SC2086
+expect 0 "| gdn | " compare --models prism,gdn --task parity --steps 3 $tiny --device cpu --out "$tmp/cmp"
+file_has "model,acc,tokens_per_s,params,step arena peak MiB" "$tmp/cmp/compare.csv"
+expect 0 "usage: prism bench throughput" bench throughput --help
+expect 0 "| gdn |" bench throughput --models prism,gdn --seq-lens 8,16 --tokens-per-batch 32 --preset probe \
+    --set d_model=8 --steps 1 --warmup 0 --device cpu --out "$tmp/tp"
+file_has "prism,16,2," "$tmp/tp/throughput.csv"
+file_has "<svg" "$tmp/tp/throughput.svg"
+expect 2 "prism bench throughput: --seq-lens 64 is longer than --tokens-per-batch 32" bench throughput \
+    --models gdn --seq-lens 64 --tokens-per-batch 32
+expect 2 "prism bench throughput: --seq-lens wants up to 32 comma-separated integers" bench throughput \
+    --models gdn --seq-lens 8,x
+
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

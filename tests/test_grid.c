@@ -1,0 +1,139 @@
+/* tests/test_grid.c: experiment grids (tools/grid.h): a grid file read into
+ * its axes, bad files refused with the key that is wrong, every built-in
+ * grid valid, and the table's mean ± std against values worked by hand. */
+#include <math.h>
+
+#include "tests/pr_test.h"
+#include "tools/grid.h"
+
+static pr_grid grid;  /* large: kept off the stack */
+
+static void test_good_file(void **state)
+{
+    (void)state;
+    pr_err err;
+    const char *json = "{\"name\":\"mine\",\"models\":[\"prism\",\"gdn\"],"
+                       "\"variants\":[{\"name\":\"prism L=1\",\"set\":{\"mixer\":\"prism\",\"prism.L\":1,"
+                       "\"prism.gelu\":false}}],\"tasks\":[\"parity\",\"local_xor\"],\"seeds\":3,\"steps\":40,"
+                       "\"set\":{\"train.batch\":8,\"seq_len\":16}}";
+    if (pr_grid_parse(&grid, json, "g.json", &err)) fail_msg("%s", err.msg);
+    assert_string_equal(grid.name, "mine");
+    assert_int_equal(grid.n_variants, 3);
+    assert_string_equal(grid.variant[1].name, "gdn");
+    assert_string_equal(grid.variant[1].set[0], "mixer=gdn");
+    assert_string_equal(grid.variant[2].name, "prism L=1");
+    assert_int_equal(grid.variant[2].n_sets, 3);
+    assert_string_equal(grid.variant[2].set[1], "prism.L=1");
+    assert_string_equal(grid.variant[2].set[2], "prism.gelu=false");
+    assert_int_equal(grid.n_tasks, 2);
+    assert_string_equal(grid.task[1], "local_xor");
+    assert_int_equal(grid.seeds, 3);
+    assert_int_equal(grid.steps, 40);
+    assert_int_equal(grid.common.n_sets, 2);
+    assert_string_equal(grid.common.set[0], "train.batch=8");
+}
+
+/* each bad grid fails with a message holding `needle` */
+static void expect_bad(const char *json, const char *needle)
+{
+    pr_err err = {0};
+    if (pr_grid_parse(&grid, json, "bad.json", &err) == 0) fail_msg("accepted: %s", json);
+    if (!strstr(err.msg, needle) || !strstr(err.msg, "bad.json"))
+        fail_msg("for %s\nthe message '%s' should name bad.json and hold '%s'", json, err.msg, needle);
+}
+
+static void test_bad_files(void **state)
+{
+    (void)state;
+    expect_bad("{\"models\":[\"prism\"],", "malformed JSON");
+    expect_bad("[1]", "a grid must be a JSON object");
+    expect_bad("{\"models\":[\"prism\"],\"tasks\":[\"parity\"],\"seed\":2}", "unknown key 'seed'");
+    expect_bad("{\"models\":[\"prism\",\"nosuch\"],\"tasks\":[\"parity\"]}", "'models[1]' is not a mixer");
+    expect_bad("{\"models\":[\"prism\"],\"tasks\":[\"parity\",\"parrity\"]}", "'tasks[1]' is not a task");
+    expect_bad("{\"models\":[\"prism\"],\"tasks\":[\"parity\"],\"seeds\":0}", "'seeds' must be an integer");
+    expect_bad("{\"models\":[\"prism\"],\"tasks\":[\"parity\"],\"steps\":1.5}", "'steps' must be an integer");
+    expect_bad("{\"models\":[\"prism\"],\"tasks\":[\"parity\"],\"set\":{\"train.lrr\":1}}", "train.lrr");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"set\":{\"prism.Q\":1}}],\"tasks\":[\"parity\"]}", "prism.Q");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"set\":{\"prism.L\":99}}],\"tasks\":[\"parity\"]}", "prism.L");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"sett\":{}}],\"tasks\":[\"parity\"]}", "unknown key 'variants[0].sett'");
+    expect_bad("{\"variants\":[{\"set\":{}}],\"tasks\":[\"parity\"]}", "'variants[0].name'");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"set\":{\"prism.L\":[1]}}],\"tasks\":[\"parity\"]}",
+               "'variants[0].set.prism.L' must be a number");
+    expect_bad("{\"models\":[\"prism\",\"prism\"],\"tasks\":[\"parity\"]}", "'prism' is used twice");
+    expect_bad("{\"tasks\":[\"parity\"]}", "no 'models' and no 'variants'");
+    expect_bad("{\"models\":[\"gdn\"]}", "no 'tasks'");
+}
+
+static void test_builtins(void **state)
+{
+    (void)state;
+    pr_err err;
+    for (int i = 0; pr_grid_builtins[i]; i++) {
+        if (pr_grid_load(&grid, pr_grid_builtins[i], &err)) fail_msg("%s: %s", pr_grid_builtins[i], err.msg);
+        assert_string_equal(grid.name, pr_grid_builtins[i]);
+    }
+    assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
+    assert_int_equal(grid.n_variants, 10);
+    assert_int_equal(grid.n_tasks, 9);
+    assert_int_equal(pr_grid_load(&grid, "prism-ablation", &err), 0);
+    assert_int_equal(grid.n_variants, 6);
+    assert_int_equal(pr_grid_load(&grid, "nosuch", &err), -1);
+    assert_non_null(strstr(err.msg, "unknown grid 'nosuch'"));
+    assert_int_equal(pr_grid_load(&grid, "/nonexistent/g.json", &err), -1);
+    assert_non_null(strstr(err.msg, "/nonexistent/g.json"));
+}
+
+static void test_stats(void **state)
+{
+    (void)state;
+    double mean, std;
+    /* 1..4: mean 2.5, squared deviations 2.25+0.25+0.25+2.25 = 5, sample variance 5/3 */
+    assert_int_equal(pr_grid_stats((double[]){1, 2, 3, 4}, 4, &mean, &std), 4);
+    assert_true(fabs(mean - 2.5) < 1e-15 && fabs(std - sqrt(5.0 / 3.0)) < 1e-15);
+    /* a failed seed (NAN) is left out: 0.5 and 1 give mean 0.75, std sqrt(0.125) */
+    assert_int_equal(pr_grid_stats((double[]){0.5, NAN, 1}, 3, &mean, &std), 2);
+    assert_true(fabs(mean - 0.75) < 1e-15 && fabs(std - sqrt(0.125)) < 1e-15);
+    assert_int_equal(pr_grid_stats((double[]){0.9}, 1, &mean, &std), 1);
+    assert_true(mean == 0.9 && std == 0);
+    assert_int_equal(pr_grid_stats((double[]){NAN}, 1, &mean, &std), 0);
+}
+
+/* the three files of a 2 x 2 grid with 3 seeds */
+static void test_tables(void **state)
+{
+    (void)state;
+    pr_err err;
+    assert_int_equal(pr_grid_parse(&grid, "{\"name\":\"t\",\"models\":[\"prism\",\"gdn\"],"
+                                          "\"tasks\":[\"parity\",\"lm\"],\"seeds\":3}", "t", &err), 0);
+    /* prism parity: 0.8, 0.9, 1.0 -> 0.900 ± 0.100; prism lm: 2, 2, 2 -> 2.000 ± 0.000;
+     * gdn parity: 0.5, 0.6, failed -> 0.550 ± 0.071 (2 of 3); gdn lm: none */
+    double v[12] = {0.8, 0.9, 1.0, 2, 2, 2, 0.5, 0.6, NAN, NAN, NAN, NAN};
+    pr_grid_results r = {.g = &grid, .metric = {"acc", "bpb"}, .value = v};
+    char buf[4096];
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_markdown(&r, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "| model | parity (acc) | lm (bpb) |"));
+    assert_non_null(strstr(buf, "| prism | 0.900 ± 0.100 | 2.000 ± 0.000 |"));
+    assert_non_null(strstr(buf, "| gdn | 0.550 ± 0.071 (2 of 3 seeds) | - |"));
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_csv(&r, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "model,task,metric,mean,std,n,seed1,seed2,seed3\n"));
+    assert_non_null(strstr(buf, "prism,parity,acc,0.9,0.1,3,0.8,0.9,1\n"));
+    assert_non_null(strstr(buf, "gdn,lm,bpb,,,0,,,\n"));
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_json(&r, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "\"mean\":\t0.55"));
+    assert_non_null(strstr(buf, "\"values\":\t[0.5, 0.6, null]"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_file), cmocka_unit_test(test_bad_files), cmocka_unit_test(test_builtins),
+        cmocka_unit_test(test_stats),     cmocka_unit_test(test_tables),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
