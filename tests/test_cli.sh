@@ -55,6 +55,14 @@ if [ $cuda = 1 ]; then
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
     expect 0 '"run_dir"' eval --run "$tmp/cuda-run" --device cuda
+    printf '{"models":["prism","gdn"],"tasks":["parity"],"steps":4,"set":{"d_model":8,"seq_len":16,"train.batch":4}}' \
+        >"$tmp/grid.json"
+    expect 0 "2 cells: 2 run, 0 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --out "$tmp/abl"
+    expect 0 "2 cells: 0 run, 2 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --out "$tmp/abl"
+    expect 0 "device peak MiB" compare --models prism,gdn --task parity --steps 3 --set d_model=8 --set seq_len=16 \
+        --device cuda --out "$tmp/cmp"
+    expect 0 "| attn |" bench throughput --models prism,gdn,mamba2,ttt_linear,attn --seq-lens 64,128 \
+        --tokens-per-batch 256 --preset probe --steps 1 --device cuda --out "$tmp/tp"
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
 fi
@@ -307,6 +315,7 @@ file_has '"grid":	"grid"' "$tmp/abl/results.json"
 expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --steps 6 --seeds 2 --out "$tmp/abl"
 file_has '"steps":	6' "$tmp/abl/prism/parity/s1/result.json"
 file_has '{"step":4,"loss"' "$tmp/abl/prism/parity/s1/metrics.jsonl"
+expect 1 "its checkpoint is at step 6, past --steps 5" ablate --grid "$g" --steps 5 --out "$tmp/abl"
 expect 0 "usage: prism compare" compare --help
 expect 2 "prism compare: --models: 'nosuch' is not a mixer" compare --models prism,nosuch --task parity
 expect 2 "prism compare: --models a,b,... and --task TASK are required" compare --models prism

@@ -227,7 +227,13 @@ static double run_cell(const pr_grid *g, const ablate_args *t, const char *root,
     o.on_step = on_step, o.on_step_user = p;
     pr_train_result res;
     bool resume = file_exists(dir, "latest");
-    if (pr_train(&c, &o, dir, resume, dev, &res, &err) || write_result(dir, &res, &err)) goto failed;
+    if (pr_train(&c, &o, dir, resume, dev, &res, &err)) goto failed;
+    if (res.steps != o.steps) {  /* its checkpoint is past this budget: a table mixes no budgets */
+        pr_errf(&err, "its checkpoint is at step %lld, past --steps %lld (give another --out)", (long long)res.steps,
+                (long long)o.steps);
+        goto failed;
+    }
+    if (write_result(dir, &res, &err)) goto failed;
     p->ran++;
     draw(p, o.steps, o.steps, true);
     return read_result(dir, o.steps, metric, &value) ? value : NAN;

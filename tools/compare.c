@@ -203,13 +203,14 @@ static void throughput_usage(FILE *f)
 {
     fprintf(f, "usage: prism bench throughput --models a,b,... --seq-lens T1,T2,... [--tokens-per-batch N]\n"
                "                              [--preset P] [--set key=value]... [--steps N] [--warmup N]\n"
-               "                              [--device auto|cpu|cuda] [--out DIR]\n\n"
+               "                              [--device auto|cpu|cuda] [--tf32] [--out DIR]\n\n"
                "Training tokens/s of the whole step (forward, LM loss, backward, AdamW) per model and\n"
                "sequence length, at --tokens-per-batch tokens a step (default 16384; the batch is\n"
                "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
                "figure is the median of --steps timed steps (default 3) after --warmup (default 1).\n"
                "Writes DIR/throughput.csv and DIR/throughput.svg (tokens/s against T, log x; DIR\n"
-               "defaults to runs/throughput) and prints the table.\n");
+               "defaults to runs/throughput) and prints the table. --tf32: CUDA matmuls on TF32\n"
+               "tensor cores (default full fp32).\n");
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -242,7 +243,7 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int
 
 /* tokens/s of one (config, T); NAN when the config does not hold */
 static double throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                             int warmup, int steps)
+                             int warmup, int steps, bool tf32)
 {
     pr_config c = *base;
     pr_err err;
@@ -262,6 +263,7 @@ static double throughput_one(const pr_config *base, const char *mixer, int64_t T
     pr_optim_opts oo = {.kind = PR_OPTIM_ADAMW, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
     pr_optim *opt = pr_optim_new(m->params, &oo);
     pr_ctx *ctx = pr_ctx_new(1);
+    ctx->matmul_tf32 = tf32;
     double s = time_train_step(ctx, m, opt, ids, B, T, warmup, steps);
     pr_params_release_grads(m->params);
     pr_optim_free(opt);
@@ -275,6 +277,7 @@ typedef struct {
     const char *names[MAX_MODELS], *preset, *out, *sets[32];
     int n_models, n_lens, n_sets, device, steps, warmup;
     int64_t lens[32], tokens;
+    bool tf32;
 } throughput_args;
 
 static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
@@ -287,7 +290,7 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
         if (pr_args_string(a, "--models", &models) || pr_args_string(a, "--preset", &t->preset) ||
             pr_args_string(a, "--out", &t->out) || pr_args_choice(a, "--device", devices, &t->device) ||
             pr_args_int(a, "--steps", 1, 64, &t->steps) || pr_args_int(a, "--warmup", 0, 100, &t->warmup) ||
-            pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) ||
+            pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) || pr_args_flag(a, "--tf32", &t->tf32) ||
             pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens))
             continue;
         if (pr_args_string(a, "--set", &set)) {
@@ -320,8 +323,8 @@ static int throughput_files(const throughput_args *t, const double *tps, const c
                     tps[m * t->n_lens + i]);
     if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
     char title[160];
-    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s)", t->preset, (long long)t->tokens,
-             dev_name);
+    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s%s)", t->preset,
+             (long long)t->tokens, dev_name, t->tf32 ? ", tf32" : "");
     pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
     double xs[32];
     for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
@@ -358,7 +361,7 @@ int pr_bench_throughput(int argc, char **argv)
         printf("| %s |", t.names[m]);
         for (int i = 0; i < t.n_lens; i++) {
             double *x = &tps[m * t.n_lens + i];
-            *x = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps);
+            *x = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32);
             failed += !isfinite(*x);
             printf(isfinite(*x) ? " %.0f |" : " - |", *x);
             fflush(stdout);
