@@ -194,10 +194,14 @@ static void draw(grid_progress *p, int64_t step, int64_t total, bool end_of_cell
     if (p->tty && !end_of_cell && now - p->last_draw < 0.2) return;
     if (!p->tty && !end_of_cell) return;  /* piped: a line per cell */
     p->last_draw = now;
+    /* the share of the grid done, counting the current cell's steps; reused cells count as done */
+    double done = ((double)p->cell - 1 + (total ? (double)step / (double)total : 1)) / p->n_cells;
+    double eta = done > 0 ? (now - p->t0) * (1 - done) / done : 0;
     char line[240];
-    snprintf(line, sizeof line, "ablate %s: cell %d/%d %s  step %lld/%lld  (%d run, %d reused, %d failed)  %.0fs",
-             p->grid, p->cell, p->n_cells, p->label, (long long)step, (long long)total, p->ran, p->reused,
-             p->failed, now - p->t0);
+    snprintf(line, sizeof line,
+             "ablate %s: cell %d/%d %s  step %lld/%lld  (%d run, %d reused, %d failed)  %.0fs, ETA %.0fs", p->grid,
+             p->cell, p->n_cells, p->label, (long long)step, (long long)total, p->ran, p->reused, p->failed,
+             now - p->t0, eta);
     if (p->tty) fprintf(stderr, "\r%-110s", line);
     else fprintf(stderr, "%s\n", line);
 }
