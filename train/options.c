@@ -83,6 +83,12 @@ static bool choice_ok(const char *allowed, const char *v)
     return false;
 }
 
+static bool rec_data_ok(const char *v)
+{
+    return strcmp(v, "synthetic") == 0 || strcmp(v, "synthetic:full") == 0 ||
+           (strncmp(v, "amazon:", 7) == 0 && v[7]) || (strncmp(v, "yelp:", 5) == 0 && v[5]);
+}
+
 static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err *err)
 {
     char *field = (char *)o + k->offset, *end = NULL;
@@ -90,6 +96,8 @@ static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err 
         if (k->allowed && !choice_ok(k->allowed, v))
             return pr_errf(err, "train.%s: '%s' is not allowed (allowed: %s)", k->key, v, k->allowed);
         if (strlen(v) >= k->size) return pr_errf(err, "train.%s: '%s' is too long", k->key, v);
+        if (k->offset == offsetof(pr_train_opts, rec_data) && !rec_data_ok(v))
+            return pr_errf(err, "train.rec.data: '%s' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE", v);
         snprintf(field, k->size, "%s", v);
         return 0;
     }
