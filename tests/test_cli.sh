@@ -48,6 +48,11 @@ if [ $cuda = 1 ]; then
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
     expect 0 '"run_dir"' eval --run "$tmp/cuda-run" --device cuda
+    expect 0 '"test_auc"' train --model gdn --task rec --device cuda --steps 4 --set d_model=8 \
+        --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-rec"
+    expect 0 '"steps":6' train --out "$tmp/cuda-rec" --resume --steps 6 --device cuda
+    expect 0 '"model":"attn","task":"rec"' train --model sasrec --task rec --device cuda --steps 2 \
+        --set seq_len=16 --set rec.negatives=8 --out "$tmp/cuda-sasrec"
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
 fi
