@@ -197,9 +197,10 @@ expect 2 "prism.L" inspect --model prism --set prism.L=99
 expect 2 "mixer" inspect --model nosuch
 expect 2 "prism inspect: unknown option '--bogus' (prism inspect --help lists the options)" inspect --model gdn --bogus
 expect 1 "prism inspect: $tmp/no/dir/t.txt: cannot write" inspect --model gdn --tape "$tmp/no/dir/t.txt"
-# inspect --run continues a run with its own task, batches and optimizer: its losses are the run's
-"$prism" train --model prism --task parity --steps 3 --out "$tmp/ra" >/dev/null 2>&1
-"$prism" train --model prism --task parity --steps 5 --out "$tmp/rb" --set train.log_every=1 >/dev/null 2>&1
+# inspect --run continues a run with its own task, batches and optimizer: its losses are the
+# run's (both on the CPU: inspect runs there, and a GPU machine would train on CUDA)
+"$prism" train --model prism --task parity --steps 3 --device cpu --out "$tmp/ra" >/dev/null 2>&1
+"$prism" train --model prism --task parity --steps 5 --device cpu --out "$tmp/rb" --set train.log_every=1 >/dev/null 2>&1
 expect 0 "run $tmp/ra: prism on parity, from the checkpoint of step 3" inspect --run "$tmp/ra" --steps 2 \
     --csv "$tmp/ra.csv"
 loss=$(sed -n 3p "$tmp/ra.csv" | cut -d, -f2)   # step 4 (0-based): the run's line "step":5
