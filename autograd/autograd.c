@@ -8,6 +8,8 @@
  * the same device. Gradients accumulate, so a tensor used twice gets both
  * contributions. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +42,49 @@ void pr_step_reset(pr_ctx *ctx)
     pr_device_sync(ctx->cuda ? PR_CUDA : PR_CPU); /* kernels may still read step memory */
     pr_arena_reset(ctx->step);
     ctx->n_tape = 0;
+    ctx->scope = NULL;   /* it lived in the step arena */
+}
+
+void pr_ctx_set_scope(pr_ctx *ctx, const char *fmt, ...)
+{
+    if (!fmt) {
+        ctx->scope = NULL;
+        return;
+    }
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char *s = pr_arena_alloc(ctx->step, strlen(buf) + 1);
+    memcpy(s, buf, strlen(buf) + 1);
+    ctx->scope = s;
+}
+
+bool pr_all_finite(const pr_tensor *t)
+{
+    if (!pr_dtype_is_float(t->dtype) || t->numel == 0) return true;
+    double *v = malloc(sizeof(double) * (size_t)t->numel);
+    PR_CHECK(v, "finite check: out of host memory");
+    pr_to_host_f64(t, v);
+    bool ok = true;
+    for (int64_t i = 0; i < t->numel && ok; i++) ok = isfinite(v[i]);
+    free(v);
+    return ok;
+}
+
+/* the NaN trap: remember the first op whose tensors went non-finite */
+static void trap_nonfinite(pr_ctx *ctx, const pr_node *n, pr_tensor *const *ts, int count, const char *pass)
+{
+    if (!ctx->check_finite || ctx->nonfinite[0]) return;
+    for (int i = 0; i < count; i++) {
+        const pr_tensor *t = pass[0] == 'f' ? ts[i] : (ts[i] ? ts[i]->grad : NULL);
+        if (t && !pr_all_finite(t)) {
+            snprintf(ctx->nonfinite, sizeof ctx->nonfinite, "%s %s in %s", n->op->name, pass,
+                     n->scope ? n->scope : "the model's top level");
+            return;
+        }
+    }
 }
 
 bool pr_set_grad_enabled(pr_ctx *ctx, bool on)
@@ -102,10 +147,12 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
     pr_op_fn fwd = dev == PR_CUDA ? n->op->forward_cuda : n->op->forward_cpu;
     PR_CHECK(fwd, "%s: no %s forward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
     n->recording = pr_op_will_record(ctx, n);   /* before the forward: it saves only when recorded */
+    n->scope = ctx->scope;
     fwd(ctx, n);
 #ifdef PRISM_HAVE_CUDA
     if (dev == PR_CUDA) pr_cuda_check_last(n->op->name); /* a bad launch is named by its op */
 #endif
+    trap_nonfinite(ctx, n, n->out, n->n_out, "forward");
     if (n->recording) {
         for (int i = 0; i < n->n_out; i++) {
             n->out[i]->requires_grad = pr_dtype_has_grad(n->out[i]->dtype);
@@ -167,6 +214,7 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
 #ifdef PRISM_HAVE_CUDA
         if (dev == PR_CUDA) pr_cuda_check_last(n->op->name);
 #endif
+        trap_nonfinite(ctx, n, n->in, n->n_in, "backward");
     }
 }
 

@@ -62,6 +62,7 @@ struct pr_node {
     pr_tensor *saved[PR_MAX_SAVED];
     int64_t iarg[PR_MAX_IARGS];
     double farg[PR_MAX_FARGS];
+    const char *scope;            /* ctx->scope when the op ran (NULL: outside any layer) */
 };
 
 struct pr_ctx {
@@ -75,12 +76,26 @@ struct pr_ctx {
     void *cuda;          /* CUDA state (cuBLAS handle); NULL until first use */
     int matmul_tf32;     /* CUDA matmul precision: 0 = fp32, 1 = tf32 tensor cores */
     unsigned backward_pass; /* counts pr_backward calls; marks what each one reached */
+    /* the NaN/Inf trap: with check_finite on, every op's outputs (forward) and
+     * its inputs' grads (backward) are checked after it runs, and the first
+     * non-finite one is described in `nonfinite` ("matmul forward in
+     * layers.1.mixer"); later ones leave it alone. Copies to the host: a
+     * diagnostic mode, not for every step on a GPU. */
+    bool check_finite;
+    char nonfinite[256];
+    const char *scope;   /* where ops are being recorded now ("layers.3.mixer"); pr_ctx_set_scope */
 };
 
 pr_ctx *pr_ctx_new(uint64_t seed);
 void pr_ctx_free(pr_ctx *ctx);
 void pr_step_reset(pr_ctx *ctx);          /* free activations and the tape */
 bool pr_set_grad_enabled(pr_ctx *ctx, bool on);   /* returns the previous mode */
+/* name the part of the model that records the next ops (printf format; the
+ * string is copied into the step arena; NULL clears). Models set it per layer,
+ * so the NaN trap and tape dumps can say where an op belongs. */
+void pr_ctx_set_scope(pr_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* every element finite (any dtype/device; integers are always finite) */
+bool pr_all_finite(const pr_tensor *t);
 
 /* Run n's forward on its inputs' device and record it on the tape when
  * needed. Inputs must share one device. Returns n->out[0]. */

@@ -60,8 +60,8 @@ pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev)
     pr_params *r = m->params;
     bool rec = strcmp(c->task, "rec") == 0;
     int64_t rows = rec ? (int64_t)c->rec_n_items + 1 : c->vocab;
-    m->embed = pr_param_new(r, "embed", pr_init_std(c), true, PR_DIMS(rows, c->d_model));
-    if (is_sasrec(m)) m->pos_embed = pr_param_new(r, "pos_embed", pr_init_std(c), true, PR_DIMS(c->seq_len, c->d_model));
+    m->embed = pr_param_new(r, "embed", pr_init_std(c), false, PR_DIMS(rows, c->d_model));
+    if (is_sasrec(m)) m->pos_embed = pr_param_new(r, "pos_embed", pr_init_std(c), false, PR_DIMS(c->seq_len, c->d_model));
     m->blocks = pr_arena_alloc(r->arena, sizeof *m->blocks * (size_t)c->n_layers);
     for (int i = 0; i < c->n_layers; i++) {
         pr_block *b = &m->blocks[i];
@@ -111,9 +111,16 @@ static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_model *m, const pr_block *b,
 pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_layer_state *st)
 {
     const pr_block *b = &m->blocks[i];
+    /* scopes name the parameters' path prefix, so the NaN trap can say where */
+    pr_ctx_set_scope(ctx, "layers.%d.norm1", i);
     pr_tensor *x = pr_model_norm(ctx, m, &b->norm1, h);
+    pr_ctx_set_scope(ctx, "layers.%d.mixer", i);
     h = pr_add(ctx, h, m->mixer->forward(ctx, b->mixer, &m->cfg, x, st));
-    if (b->w_up) h = pr_add(ctx, h, mlp_forward(ctx, m, b, pr_model_norm(ctx, m, &b->norm2, h)));
+    if (b->w_up) {
+        pr_ctx_set_scope(ctx, "layers.%d.mlp", i);
+        h = pr_add(ctx, h, mlp_forward(ctx, m, b, pr_model_norm(ctx, m, &b->norm2, h)));
+    }
+    pr_ctx_set_scope(ctx, NULL);
     return h;
 }
 

@@ -89,7 +89,7 @@ typedef struct {
     char *path;
     pr_tensor *t;         /* requires grad; t->name == path */
     pr_init init;
-    bool decay;           /* weight decay applies (false: norms, biases, A_log, dt_bias) */
+    bool decay;           /* weight decay applies (false: norms, biases, embeddings, A_log, dt_bias, D) */
 } pr_param;
 
 typedef struct pr_params {

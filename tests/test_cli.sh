@@ -44,6 +44,10 @@ if [ $cuda = 1 ]; then
     expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
         --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
+    expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
+        --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
+    expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
+    expect 0 '"run_dir"' eval --run "$tmp/cuda-run" --device cuda
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
 fi
@@ -190,6 +194,47 @@ a=$("$prism" model --config "$tmp/gdn.json" --checkpoint "$tmp/gdn.safetensors" 
 b=$("$prism" model --config "$tmp/back.json" --checkpoint "$tmp/back.safetensors" --logits 3,1,4,1,5)
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok    logits after fla and back"; else
     echo "FAIL  logits differ after converting to fla and back"; failed=$((failed + 1)); fi
+# train, eval, generate (tiny models, a few steps)
+tiny="--set d_model=8 --set seq_len=16 --set train.batch=4 --set train.eval_batches=1"
+run=$tmp/run
+expect 0 "usage: prism train" train --help
+expect 0 "train.lr" train --help
+expect 0 "usage: prism eval" eval --help
+expect 0 "usage: prism generate" generate --help
+# shellcheck disable=SC2086
+expect 0 '"model":"prism","task":"parity","seed":3,"steps":4' train --model prism --task parity --steps 4 \
+    --seed 3 $tiny --set train.ckpt_every=2 --device cpu --out "$run"
+last=$(tail -n 1 "$run/metrics.jsonl")
+case $last in *'"eval":{"acc":'*) ;; *) echo "FAIL  metrics.jsonl ends with $last"; failed=$((failed + 1)) ;; esac
+out=$("$prism" eval --run "$run" 2>/dev/null | tail -n 1)
+case $out in '{"model":"prism","task":"parity","seed":3,"steps":4,"metrics":{"acc":'*'"run_dir":'*'}') echo "ok    eval's last line is the JSON summary" ;;
+*) echo "FAIL  eval's last line: $out"; failed=$((failed + 1)) ;; esac
+expect 0 '"steps":6' train --out "$run" --resume --steps 6
+expect 2 "prism train: --resume takes the run's own config" train --out "$run" --resume --model gdn
+expect 2 "prism train: --resume needs --out DIR" train --resume
+# shellcheck disable=SC2086
+expect 0 '"steps":1' train --model gdn --task parity --steps 1 $tiny --device cpu --out "$tmp/nested/runs/gdn"
+expect 2 "prism train: unknown task 'nosuch'" train --task nosuch
+expect 2 "mixer" train --model nosuch --task parity
+expect 2 "prism train: train.lr: 'abc' is not a number" train --set train.lr=abc
+expect 2 "prism train: unknown training key 'train.bogus'" train --set train.bogus=1
+expect 2 "unknown key 'bogus'" train --set bogus=1
+expect 2 "prism train: --steps wants an integer from 0 to 2000000000, not '-1'" train --steps -1
+expect 2 "prism train: --device wants auto, cpu or cuda, not 'tpu'" train --device tpu
+expect 2 "prism train: unknown option '--bogus' (prism train --help lists the options)" train --bogus
+# shellcheck disable=SC2086
+expect 1 "task lm: no text file" train --task lm $tiny --steps 1 --out "$tmp/nolm"
+expect 1 "nothing/config.json: cannot open" eval --run "$tmp/nothing"
+expect 2 "prism eval: --run DIR is required" eval
+i=0; while [ $i -lt 40 ]; do echo "the quick brown fox jumps over the lazy dog"; i=$((i + 1)); done > "$tmp/text.txt"
+# shellcheck disable=SC2086
+expect 0 '"bpb"' train --model gdn --task lm --data "$tmp/text.txt" $tiny --steps 3 --out "$tmp/lm"
+expect 0 "the quick" generate --run "$tmp/lm" --prompt "the quick" --tokens 8 --top-k 5 --seed 2
+expect 0 "the" generate --run "$tmp/lm" --prompt "the" --tokens 4 --temperature 0
+expect 1 "generate needs a byte-level lm run" generate --run "$run" --prompt "x"
+expect 2 "prism generate: --run DIR and a non-empty --prompt TEXT are required" generate --run "$tmp/lm"
+expect 2 "prism generate: --temperature wants a number >= 0, not '-1'" generate --run "$tmp/lm" --prompt a \
+    --temperature -1
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

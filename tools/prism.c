@@ -17,6 +17,9 @@ static const pr_command commands[] = {
     {"model", pr_cmd_model, "a model's parameter table by path (--model NAME --preset P --set k=v)"},
     {"convert", pr_cmd_convert, "flash-linear-attention checkpoints in and out (--from-fla DIR, --to-fla DIR)"},
     {"data", pr_cmd_data, "a dataset's statistics (data rec: synthetic, --amazon FILE, --yelp FILE)"},
+    {"train", pr_cmd_train, "train a model on a task in a run directory (--model NAME --task TASK)"},
+    {"eval", pr_cmd_eval, "evaluate a run's latest checkpoint (--run DIR)"},
+    {"generate", pr_cmd_generate, "continue a prompt with a byte-level LM run (--run DIR --prompt TEXT)"},
 };
 
 static void usage(FILE *f)

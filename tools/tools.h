@@ -14,6 +14,9 @@ int pr_cmd_bench(int argc, char **argv);
 int pr_cmd_model(int argc, char **argv);        /* dispatches to the bench_* below */
 int pr_cmd_data(int argc, char **argv);         /* prism data rec */
 int pr_cmd_convert(int argc, char **argv);      /* fla checkpoints in and out */
+int pr_cmd_train(int argc, char **argv);
+int pr_cmd_eval(int argc, char **argv);
+int pr_cmd_generate(int argc, char **argv);
 int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
 int pr_bench_block(int argc, char **argv);

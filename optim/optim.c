@@ -1,0 +1,182 @@
+/* optim/optim.c: AdamW and SGD updates, clipping, schedules, state files.
+ *
+ * AdamW (decoupled decay, bias-corrected moments), per element, with
+ * g = grad * grad_scale and t the update count after this step:
+ *   p -= lr * wd * p                      (decayed parameters only)
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * SGD with momentum mu (torch's form; coupled decay):
+ *   g += wd * p;  m = mu m + g;  p -= lr * m
+ * The CPU works in double and rounds once on store. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim.h"
+
+pr_optim_opts pr_optim_adamw_defaults(void)
+{
+    return (pr_optim_opts){.kind = PR_OPTIM_ADAMW, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999,
+                           .eps = 1e-8};
+}
+
+pr_optim *pr_optim_new(const pr_params *params, const pr_optim_opts *opts)
+{
+    pr_optim *o = calloc(1, sizeof *o);
+    PR_CHECK(o, "optim: out of host memory");
+    o->opts = *opts;
+    o->params = params;
+    o->arena = pr_arena_new("optim", 0);
+    o->m = calloc((size_t)params->n + 1, sizeof *o->m);
+    o->v = calloc((size_t)params->n + 1, sizeof *o->v);
+    PR_CHECK(o->m && o->v, "optim: out of host memory");
+    for (int i = 0; i < params->n; i++) {
+        const pr_tensor *p = params->p[i].t;
+        PR_CHECK(pr_dtype_is_float(p->dtype), "optim: parameter %s is %s, not a float", params->p[i].path,
+                 pr_dtype_name(p->dtype));
+        o->m[i] = pr_zeros_like(o->arena, p);
+        if (opts->kind == PR_OPTIM_ADAMW) o->v[i] = pr_zeros_like(o->arena, p);
+    }
+    return o;
+}
+
+void pr_optim_free(pr_optim *o)
+{
+    if (!o) return;
+    pr_arena_free(o->arena);
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+bool pr_optim_decays(const pr_optim *o, int i)
+{
+    return o->opts.weight_decay != 0 && (o->opts.decay_all || o->params->p[i].decay);
+}
+
+static void update_cpu(pr_tensor *p, const pr_tensor *g, pr_tensor *m, pr_tensor *v,
+                       const pr_optim_update_args *a)
+{
+    for (int64_t i = 0; i < p->numel; i++) {
+        double w = pr_get(p, i), gi = pr_get(g, i) * a->grad_scale, mi = pr_get(m, i);
+        if (a->kind == 0) {
+            double vi = pr_get(v, i);
+            w -= a->lr * a->wd * w;
+            mi = a->beta1 * mi + (1 - a->beta1) * gi;
+            vi = a->beta2 * vi + (1 - a->beta2) * gi * gi;
+            w -= a->lr * (mi / a->c1) / (sqrt(vi / a->c2) + a->eps);
+            pr_set(v, i, vi);
+        } else {
+            gi += a->wd * w;
+            mi = a->momentum * mi + gi;
+            w -= a->lr * mi;
+        }
+        pr_set(m, i, mi);
+        pr_set(p, i, w);
+    }
+}
+
+void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
+{
+    o->t++;
+    pr_optim_update_args a = {
+        .kind = o->opts.kind == PR_OPTIM_ADAMW ? 0 : 1, .lr = lr, .beta1 = o->opts.beta1,
+        .beta2 = o->opts.beta2, .eps = o->opts.eps, .momentum = o->opts.momentum, .grad_scale = grad_scale,
+        .c1 = 1 - pow(o->opts.beta1, (double)o->t), .c2 = 1 - pow(o->opts.beta2, (double)o->t),
+    };
+    for (int i = 0; i < o->params->n; i++) {
+        pr_tensor *p = o->params->p[i].t;
+        if (!p->grad) continue;  /* not reached by this step's loss: left alone, as torch does */
+        a.wd = pr_optim_decays(o, i) ? o->opts.weight_decay : 0.0;
+        if (p->device == PR_CPU) {
+            update_cpu(p, p->grad, o->m[i], o->v[i], &a);
+            continue;
+        }
+        PR_CHECK(p->dtype == PR_F32, "optim: CUDA parameters must be f32 (%s is %s)", o->params->p[i].path,
+                 pr_dtype_name(p->dtype));
+#ifdef PRISM_HAVE_CUDA
+        pr_optim_update_cuda(ctx, p->data, p->grad->data, o->m[i]->data, o->v[i] ? o->v[i]->data : NULL,
+                             p->numel, &a);
+#else
+        (void)ctx;
+        pr_fatal("optim: %s is on CUDA in a build without CUDA", o->params->p[i].path);
+#endif
+    }
+}
+
+/* ---- state files ------------------------------------------------------------ */
+static const char *state_suffix(const pr_optim *o, int which)
+{
+    if (o->opts.kind == PR_OPTIM_SGD) return ".momentum";
+    return which == 0 ? ".exp_avg" : ".exp_avg_sq";
+}
+
+static int n_slots(const pr_optim *o) { return o->opts.kind == PR_OPTIM_ADAMW ? 2 : 1; }
+
+int pr_optim_save(const pr_optim *o, const char *file, int n_meta, const char *const *keys,
+                  const char *const *values, pr_err *err)
+{
+    int n = o->params->n * n_slots(o), k = 0;
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    const pr_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    const char **mk = calloc((size_t)n_meta + 1, sizeof *mk), **mv = calloc((size_t)n_meta + 1, sizeof *mv);
+    PR_CHECK(names && ts && mk && mv, "optim: out of host memory");
+    for (int i = 0; i < o->params->n; i++)
+        for (int s = 0; s < n_slots(o); s++) {
+            size_t len = strlen(o->params->p[i].path) + 16;
+            names[k] = malloc(len);
+            PR_CHECK(names[k], "optim: out of host memory");
+            snprintf(names[k], len, "%s%s", o->params->p[i].path, state_suffix(o, s));
+            ts[k++] = s == 0 ? o->m[i] : o->v[i];
+        }
+    char t[32];
+    snprintf(t, sizeof t, "%lld", (long long)o->t);
+    mk[0] = "optim.t";
+    mv[0] = t;
+    for (int i = 0; i < n_meta; i++) mk[i + 1] = keys[i], mv[i + 1] = values[i];
+    int rc = pr_safetensors_write(file, n, (const char *const *)names, ts, n_meta + 1, mk, mv, err);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    free(ts);
+    free(mk);
+    free(mv);
+    return rc;
+}
+
+int pr_optim_restore(pr_optim *o, const pr_safetensors *st, const char *file, pr_err *err)
+{
+    const char *t = pr_safetensors_meta(st, "optim.t");
+    if (!t) return pr_errf(err, "%s: no optim.t in the metadata (not an optimizer state file)", file);
+    for (int i = 0; i < o->params->n; i++)
+        for (int s = 0; s < n_slots(o); s++) {
+            char name[600];
+            snprintf(name, sizeof name, "%s%s", o->params->p[i].path, state_suffix(o, s));
+            const pr_tensor *src = pr_safetensors_get(st, name);
+            pr_tensor *dst = s == 0 ? o->m[i] : o->v[i];
+            if (!src) return pr_errf(err, "%s: tensor %s missing (another optimizer or model?)", file, name);
+            if (src->numel != dst->numel || src->dtype != dst->dtype)
+                return pr_errf(err, "%s: tensor %s has %lld %s elements, the model wants %lld %s", file, name,
+                               (long long)src->numel, pr_dtype_name(src->dtype), (long long)dst->numel,
+                               pr_dtype_name(dst->dtype));
+            pr_copy_(dst, src);
+        }
+    o->t = atoll(t);
+    return 0;
+}
+
+/* ---- clipping and schedules -------------------------------------------------- */
+double pr_clip_scale(double grad_norm, double max_norm)
+{
+    if (max_norm <= 0 || grad_norm <= max_norm) return 1.0;
+    return max_norm / (grad_norm + 1e-6);
+}
+
+double pr_schedule_lr(const pr_schedule *s, int64_t step)
+{
+    if (step < s->warmup) return s->lr * (double)(step + 1) / (double)s->warmup;
+    if (!s->cosine || s->total <= s->warmup) return s->lr;
+    double progress = (double)(step - s->warmup) / (double)(s->total - s->warmup);
+    if (progress > 1) progress = 1;
+    return s->min_lr + 0.5 * (s->lr - s->min_lr) * (1 + cos(M_PI * progress));
+}

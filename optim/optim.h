@@ -1,0 +1,86 @@
+/* optim/optim.h: optimizers (SGD with momentum, AdamW), learning-rate
+ * schedules and global gradient-norm clipping over a parameter registry.
+ *
+ * The update is elementwise and runs where the parameters live (a CPU loop
+ * in double, or one CUDA kernel per parameter). Clipping is folded into the
+ * update as a scale on every gradient, so no extra pass over the grads is
+ * needed. Weight decay follows each parameter's `decay` flag in the registry
+ * (norms, biases, embeddings, A_log, dt_bias, D have none) unless decay_all.
+ * Optimizer state is saved as safetensors, tensor names = parameter path +
+ * ".exp_avg" / ".exp_avg_sq" (AdamW) or ".momentum" (SGD).
+ */
+#ifndef PR_OPTIM_H
+#define PR_OPTIM_H
+
+#include "models/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PR_OPTIM_ADAMW, PR_OPTIM_SGD } pr_optim_kind;
+
+typedef struct {
+    pr_optim_kind kind;
+    double weight_decay;   /* AdamW: decoupled (p -= lr wd p); SGD: coupled (g += wd p) */
+    double beta1, beta2, eps;  /* AdamW */
+    double momentum;       /* SGD (0: plain SGD) */
+    bool decay_all;        /* decay every parameter, whatever the registry says */
+} pr_optim_opts;
+
+/* AdamW, betas (0.9, 0.999), eps 1e-8, weight decay 0.01 */
+pr_optim_opts pr_optim_adamw_defaults(void);
+
+typedef struct pr_optim {
+    pr_optim_opts opts;
+    const pr_params *params;
+    pr_arena *arena;       /* the state tensors, on the parameters' device */
+    pr_tensor **m, **v;    /* per parameter: first moment (or momentum buffer), second moment (AdamW) */
+    int64_t t;             /* updates taken */
+} pr_optim;
+
+pr_optim *pr_optim_new(const pr_params *params, const pr_optim_opts *opts);
+void pr_optim_free(pr_optim *o);
+/* one update of every parameter with a grad at learning rate lr; every grad is
+ * multiplied by grad_scale first (clipping: pr_clip_scale) */
+void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale);
+/* whether parameter i is decayed under these options */
+bool pr_optim_decays(const pr_optim *o, int i);
+
+/* the state as safetensors: tensors named path + suffix and the metadata
+ * "optim.t" plus the caller's (n_meta keys and values), written atomically */
+int pr_optim_save(const pr_optim *o, const char *file, int n_meta, const char *const *keys,
+                  const char *const *values, pr_err *err);
+/* restore from a file read with pr_safetensors_read; -1 with err naming the
+ * file and the missing or mis-shaped tensor */
+int pr_optim_restore(pr_optim *o, const pr_safetensors *st, const char *file, pr_err *err);
+
+/* ---- clipping ---------------------------------------------------------------
+ * the factor that brings the global grad norm down to max_norm:
+ * min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables clipping (1) */
+double pr_clip_scale(double grad_norm, double max_norm);
+
+/* ---- schedules --------------------------------------------------------------
+ * linear warmup from lr/warmup to lr over `warmup` steps, then constant, or
+ * cosine down to min_lr at step `total`. step counts from 0. */
+typedef struct {
+    double lr, min_lr;
+    int64_t warmup, total;
+    bool cosine;
+} pr_schedule;
+double pr_schedule_lr(const pr_schedule *s, int64_t step);
+
+/* the CUDA update (optim/optim.cu): p, g, m, v f32 on the device, n elements.
+ * kind 0 AdamW (c1, c2 the bias corrections 1 - beta^t), 1 SGD (v unused) */
+typedef struct {
+    int kind;
+    double lr, wd, beta1, beta2, eps, momentum, grad_scale;
+    double c1, c2;
+} pr_optim_update_args;
+void pr_optim_update_cuda(pr_ctx *ctx, float *p, const float *g, float *m, float *v, int64_t n,
+                          const pr_optim_update_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,245 @@
+/* tasks/probe.c: the nine probe generators (tasks/tasks.h explains the
+ * vocabulary split and the seeding). Every task writes noise everywhere,
+ * then its items at drawn positions, then its query at the end; the answer
+ * is the label of the last position. */
+#include <string.h>
+
+#include "tasks/tasks.h"
+
+const char *const pr_probe_names[] = {"mqar", "poly_recall", "var_tracking", "local_xor", "parity",
+                                      "mod_add", "palindrome", "silence_gate", "mux", NULL};
+
+int pr_probe_by_name(const char *name)
+{
+    for (int i = 0; pr_probe_names[i]; i++)
+        if (strcmp(pr_probe_names[i], name) == 0) return i;
+    return -1;
+}
+
+/* the random draws of one sample: Philox (seed, split) at counters index * 2^24 + k */
+typedef struct {
+    uint64_t seed, base, k;
+    uint32_t stream;
+} draws;
+
+static int64_t draw_below(draws *d, int64_t n)
+{
+    int64_t v = (int64_t)(pr_philox_uniform(d->seed, d->stream, d->base + d->k++) * (double)n);
+    return v < n ? v : n - 1;
+}
+
+/* a data value in [lo, hi) */
+static int draw_data(draws *d, int lo, int hi) { return pr_probe_data(lo + (int)draw_below(d, hi - lo)); }
+
+/* n distinct values of [lo, hi) into out (partial Fisher-Yates over a small pool) */
+static void draw_distinct(draws *d, int lo, int hi, int n, int *out)
+{
+    int pool[4096];
+    int m = hi - lo;
+    for (int i = 0; i < m; i++) pool[i] = lo + i;
+    for (int i = 0; i < n; i++) {
+        int j = i + (int)draw_below(d, m - i), t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+        out[i] = pool[i];
+    }
+}
+
+/* n increasing, non-overlapping starts of items `width` long inside [0, span) */
+static void draw_slots(draws *d, int span, int width, int n, int *starts)
+{
+    int slots = span / width;
+    draw_distinct(d, 0, slots, n, starts);
+    for (int i = 1; i < n; i++)  /* insertion sort: n is small */
+        for (int j = i; j > 0 && starts[j - 1] > starts[j]; j--) {
+            int t = starts[j];
+            starts[j] = starts[j - 1];
+            starts[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) starts[i] *= width;
+}
+
+int pr_probe_init(pr_probe *p, pr_probe_kind kind, int vocab, int seq_len, uint64_t seed, pr_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->vocab = vocab;
+    p->seq_len = seq_len;
+    p->seed = seed;
+    p->n_noise = (vocab - PR_PROBE_N_CONTROL) / 3;
+    p->n_data = vocab - PR_PROBE_N_CONTROL - p->n_noise;
+    p->n_pairs = 4;
+    p->n_bits = 3;
+    p->modulus = 16;
+    const char *name = pr_probe_names[kind];
+    if (p->n_noise < 1 || p->n_data < 16 || p->n_data > 4096)
+        return pr_errf(err, "task %s: vocab %d gives %d data tokens; it needs 16 to 4096 (vocab 36 to 6000)",
+                       name, vocab, p->n_data);
+    if (seq_len > 8192) return pr_errf(err, "task %s: seq_len %d is over the probes' 8192", name, seq_len);
+    /* the longest task layout: poly_recall's two blocks and its 3-token query */
+    int need = kind == PR_PROBE_MQAR ? 4 * p->n_pairs + 2
+             : kind == PR_PROBE_POLY_RECALL ? 2 * (1 + 2 * p->n_pairs) + 3
+             : kind == PR_PROBE_VAR_TRACKING ? 3 * p->n_pairs + 2
+             : 8;
+    if (seq_len < need)
+        return pr_errf(err, "task %s: seq_len %d is too short; it needs at least %d", name, seq_len, need);
+    return 0;
+}
+
+/* ---- the nine generators: each fills t[0..T) over noise, returns the answer ---- */
+static int gen_mqar(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int K = p->n_pairs, half = p->n_data / 2, keys[64], starts[64];
+    draw_distinct(d, 0, half, K, keys);
+    draw_slots(d, T / 2, 2, K, starts);
+    int vals[64];
+    for (int i = 0; i < K; i++) {
+        vals[i] = draw_data(d, half, p->n_data);
+        t[starts[i]] = pr_probe_data(keys[i]);
+        t[starts[i] + 1] = vals[i];
+    }
+    int q = (int)draw_below(d, K);
+    t[T - 2] = PR_TOK_QUERY;
+    t[T - 1] = pr_probe_data(keys[q]);
+    return vals[q];
+}
+
+static void put_block(int32_t *t, int at, int ctx, int K, const int *keys, const int *vals)
+{
+    t[at] = ctx;
+    for (int i = 0; i < K; i++) {
+        t[at + 1 + 2 * i] = pr_probe_data(keys[i]);
+        t[at + 2 + 2 * i] = vals[i];
+    }
+}
+
+static int gen_poly_recall(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int K = p->n_pairs, half = p->n_data / 2, len = 1 + 2 * K, keys[64], v1[64], v2[64];
+    draw_distinct(d, 0, half, K, keys);
+    for (int i = 0; i < K; i++) {
+        v1[i] = draw_data(d, half, p->n_data);
+        do v2[i] = draw_data(d, half, p->n_data); while (v2[i] == v1[i]);  /* the context matters */
+    }
+    int mid = (T - 3) / 2;
+    put_block(t, (int)draw_below(d, mid - len + 1), PR_TOK_CTX1, K, keys, v1);
+    put_block(t, mid + (int)draw_below(d, T - 3 - mid - len + 1), PR_TOK_CTX2, K, keys, v2);
+    int q = (int)draw_below(d, K), c = (int)draw_below(d, 2);
+    t[T - 3] = PR_TOK_QUERY;
+    t[T - 2] = c ? PR_TOK_CTX2 : PR_TOK_CTX1;
+    t[T - 1] = pr_probe_data(keys[q]);
+    return c ? v2[q] : v1[q];
+}
+
+/* variables are data values [0, half), values [half, n_data); a variable is
+ * assigned a value or an earlier variable, so it resolves through a chain */
+static int gen_var_tracking(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int K = p->n_pairs, half = p->n_data / 2, vars[64], starts[64], resolved[64];
+    draw_distinct(d, 0, half, K, vars);
+    draw_slots(d, T - 2, 3, K, starts);
+    for (int i = 0; i < K; i++) {
+        int src;
+        if (i == 0 || draw_below(d, 2) == 0) {
+            src = resolved[i] = draw_data(d, half, p->n_data);
+        } else {
+            int j = (int)draw_below(d, i);
+            src = pr_probe_data(vars[j]);
+            resolved[i] = resolved[j];
+        }
+        t[starts[i]] = pr_probe_data(vars[i]);
+        t[starts[i] + 1] = PR_TOK_ASSIGN;
+        t[starts[i] + 2] = src;
+    }
+    int q = (int)draw_below(d, K);
+    t[T - 2] = PR_TOK_QUERY;
+    t[T - 1] = pr_probe_data(vars[q]);
+    return resolved[q];
+}
+
+static int gen_local_xor(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int a = (int)draw_below(d, p->n_data), b = (int)draw_below(d, p->n_data / 2) * 2;
+    if (draw_below(d, 2)) b += 1;                        /* b's parity is a fair coin */
+    if (b >= p->n_data) b -= 2;
+    int at = (int)draw_below(d, T - 1 - 3 + 1);
+    t[at] = pr_probe_data(a);
+    t[at + 1] = pr_probe_data(b);
+    t[at + 2] = PR_TOK_XOR;
+    t[T - 1] = PR_TOK_QUERY;
+    return (a % 2) != (b % 2) ? PR_TOK_TRUE : PR_TOK_FALSE;
+}
+
+static int gen_parity(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int n = p->n_bits, at = (int)draw_below(d, T - 1 - n + 1), sum = 0;
+    for (int i = 0; i < n; i++) {
+        int bit = (int)draw_below(d, 2);
+        sum += bit;
+        t[at + i] = pr_probe_data(bit);
+    }
+    t[T - 1] = PR_TOK_QUERY;
+    return pr_probe_data(sum % 2);
+}
+
+static int gen_mod_add(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int M = p->modulus, a = (int)draw_below(d, M), b = (int)draw_below(d, M);
+    int at = (int)draw_below(d, T - 1 - 2 + 1);
+    t[at] = pr_probe_data(a);
+    t[at + 1] = pr_probe_data(b);
+    t[T - 1] = PR_TOK_QUERY;
+    return pr_probe_data((a + b) % M);
+}
+
+static int gen_palindrome(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int a = (int)draw_below(d, p->n_data), b = (int)draw_below(d, p->n_data), c = a;
+    bool yes = draw_below(d, 2) == 0;
+    if (!yes) c = (a + 1 + (int)draw_below(d, p->n_data - 1)) % p->n_data;  /* any other value */
+    int at = (int)draw_below(d, T - 1 - 3 + 1);
+    t[at] = pr_probe_data(a);
+    t[at + 1] = pr_probe_data(b);
+    t[at + 2] = pr_probe_data(c);
+    t[T - 1] = PR_TOK_QUERY;
+    return yes ? PR_TOK_TRUE : PR_TOK_FALSE;
+}
+
+static int gen_silence_gate(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int half = p->n_data / 2, k = draw_data(d, 0, half), v = draw_data(d, half, p->n_data);
+    bool on = draw_below(d, 2) == 0;
+    int at = (int)draw_below(d, T - 2 - 3 + 1);
+    t[at] = on ? PR_TOK_ON : PR_TOK_OFF;
+    t[at + 1] = k;
+    t[at + 2] = v;
+    t[T - 2] = PR_TOK_QUERY;
+    t[T - 1] = k;
+    return on ? v : PR_TOK_NULL;
+}
+
+static int gen_mux(const pr_probe *p, draws *d, int32_t *t, int T)
+{
+    int ch0 = (int)draw_below(d, p->n_data), ch1 = (ch0 + 1 + (int)draw_below(d, p->n_data - 1)) % p->n_data;
+    bool sel1 = draw_below(d, 2) == 1;
+    int at = (int)draw_below(d, T - 1 - 3 + 1);
+    t[at] = sel1 ? PR_TOK_SEL1 : PR_TOK_SEL0;
+    t[at + 1] = pr_probe_data(ch0);
+    t[at + 2] = pr_probe_data(ch1);
+    t[T - 1] = PR_TOK_QUERY;
+    return pr_probe_data(sel1 ? ch1 : ch0);
+}
+
+typedef int (*probe_gen)(const pr_probe *p, draws *d, int32_t *t, int T);
+static const probe_gen generators[PR_PROBE_COUNT] = {
+    gen_mqar, gen_poly_recall, gen_var_tracking, gen_local_xor, gen_parity,
+    gen_mod_add, gen_palindrome, gen_silence_gate, gen_mux,
+};
+
+int pr_probe_sample(const pr_probe *p, int split, int64_t index, int32_t *tokens)
+{
+    draws d = {.seed = p->seed, .stream = (uint32_t)split, .base = (uint64_t)index << 24};
+    int first_noise = pr_probe_first_noise(p);
+    for (int i = 0; i < p->seq_len; i++) tokens[i] = first_noise + (int)draw_below(&d, p->n_noise);
+    return generators[p->kind](p, &d, tokens, p->seq_len);
+}

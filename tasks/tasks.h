@@ -1,0 +1,82 @@
+/* tasks/tasks.h: data for training, generated from a seed or read from files.
+ *
+ * probe: the nine mechanistic probes of the PRISM paper (Table 4). Each
+ * sample is a token sequence with ONE supervised position, the last; the
+ * label there is the answer and every other label is the ignore index.
+ * Sample j of split s (0 train, 1 eval) is a pure function of (seed, s, j):
+ * its random draws are Philox stream `s` at counters j * 2^24 + k, so the
+ * two splits are independent streams and any batch can be made again
+ * without the ones before it (a fixed data order that resumes exactly).
+ *
+ * The vocabulary V is split into control tokens [0, 12), data tokens
+ * [12, 12 + n_data) and noise tokens [12 + n_data, V), n_noise = (V - 12) / 3;
+ * noise fills every position a task does not use.
+ *
+ * lm: byte-level language modelling over a text file: the last tenth of the
+ * bytes is the validation split; training windows start at Philox-drawn
+ * offsets, validation windows tile the validation bytes in order.
+ */
+#ifndef PR_TASKS_H
+#define PR_TASKS_H
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PR_PROBE_MQAR, PR_PROBE_POLY_RECALL, PR_PROBE_VAR_TRACKING, PR_PROBE_LOCAL_XOR, PR_PROBE_PARITY,
+    PR_PROBE_MOD_ADD, PR_PROBE_PALINDROME, PR_PROBE_SILENCE_GATE, PR_PROBE_MUX, PR_PROBE_COUNT
+} pr_probe_kind;
+extern const char *const pr_probe_names[];   /* by kind, NULL-terminated */
+int pr_probe_by_name(const char *name);       /* -1 if unknown */
+
+/* control tokens */
+enum {
+    PR_TOK_QUERY, PR_TOK_TRUE, PR_TOK_FALSE, PR_TOK_ON, PR_TOK_OFF, PR_TOK_NULL, PR_TOK_CTX1, PR_TOK_CTX2,
+    PR_TOK_SEL0, PR_TOK_SEL1, PR_TOK_XOR, PR_TOK_ASSIGN, PR_PROBE_N_CONTROL
+};
+
+typedef struct {
+    pr_probe_kind kind;
+    int vocab, seq_len;
+    int n_data, n_noise;   /* from vocab */
+    int n_pairs;           /* mqar, poly_recall: key/value pairs; var_tracking: variables */
+    int n_bits;            /* parity: 3 */
+    int modulus;           /* mod_add: 16 */
+    uint64_t seed;
+} pr_probe;
+
+/* a probe over vocab tokens and sequences of seq_len; -1 with err naming the
+ * task and the size that does not fit */
+int pr_probe_init(pr_probe *p, pr_probe_kind kind, int vocab, int seq_len, uint64_t seed, pr_err *err);
+/* sample `index` of `split` into tokens[seq_len]; returns the label of the
+ * last position (the only supervised one) */
+int pr_probe_sample(const pr_probe *p, int split, int64_t index, int32_t *tokens);
+/* token of data value i (0 <= i < n_data) */
+static inline int pr_probe_data(int i) { return PR_PROBE_N_CONTROL + i; }
+/* the noise tokens are [first, vocab) */
+static inline int pr_probe_first_noise(const pr_probe *p) { return PR_PROBE_N_CONTROL + p->n_data; }
+
+/* ---- lm ---------------------------------------------------------------------- */
+typedef struct {
+    uint8_t *bytes;
+    int64_t n, n_train;     /* [0, n_train) trains, [n_train, n) validates */
+    int seq_len;
+    uint64_t seed;
+} pr_text;
+
+/* read a file (at least 2 * (seq_len + 1) bytes); -1 with err naming it */
+int pr_text_load(pr_text *t, const char *path, int seq_len, uint64_t seed, pr_err *err);
+void pr_text_free(pr_text *t);
+/* window `index` of a split: ids[seq_len] and their next bytes targets[seq_len];
+ * split 0 draws the start, split 1 takes window index mod the number of
+ * validation windows */
+void pr_text_window(const pr_text *t, int split, int64_t index, int32_t *ids, int32_t *targets);
+int64_t pr_text_val_windows(const pr_text *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

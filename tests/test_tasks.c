@@ -1,0 +1,204 @@
+/* tests/test_tasks.c: what the task generators put in their sequences.
+ *
+ * Every probe's samples are solved by an independent reader of the sequence
+ * (find the items, compute the answer) and must agree with the generator's
+ * label; noise tokens come only from the noise range and fill every other
+ * position; a sample is a pure function of (seed, split, index); the train
+ * and eval splits differ; binary answers are balanced. The byte text task:
+ * windows are the file's bytes with their next bytes, training windows stay
+ * in the training part, validation windows tile the last tenth.
+ */
+#include <unistd.h>
+
+#include "tests/pr_test.h"
+#include "tasks/tasks.h"
+
+enum { T = 40, V = 64, N_SAMPLES = 300 };
+
+static bool is_noise(const pr_probe *p, int tok) { return tok >= pr_probe_first_noise(p) && tok < p->vocab; }
+static bool is_data(const pr_probe *p, int tok) { return tok >= PR_PROBE_N_CONTROL && tok < pr_probe_first_noise(p); }
+
+static int find(const int32_t *t, int from, int to, int tok)
+{
+    for (int i = from; i < to; i++)
+        if (t[i] == tok) return i;
+    return -1;
+}
+
+/* the answer as read from the sequence; *used = positions that are not noise */
+static int solve(const pr_probe *p, const int32_t *t, int *used)
+{
+    int x = -1, n = 0;
+    switch (p->kind) {
+    case PR_PROBE_MQAR: {
+        assert_int_equal(t[T - 2], PR_TOK_QUERY);
+        for (int i = 0; i < T / 2; i += 2)
+            if (t[i] == t[T - 1]) x = i, n++;
+        assert_int_equal(n, 1);                        /* the queried key sits once, on an even slot */
+        *used = 2 * p->n_pairs + 2;
+        return t[x + 1];
+    }
+    case PR_PROBE_POLY_RECALL: {
+        assert_int_equal(t[T - 3], PR_TOK_QUERY);
+        int c = find(t, 0, T - 3, t[T - 2]), other = find(t, 0, T - 3, t[T - 2] == PR_TOK_CTX1 ? PR_TOK_CTX2
+                                                                                              : PR_TOK_CTX1);
+        assert_true(c >= 0 && other >= 0);
+        for (int i = 0; i < p->n_pairs; i++)
+            if (t[c + 1 + 2 * i] == t[T - 1]) {
+                assert_int_equal(t[other + 1 + 2 * i], t[T - 1]);   /* same key, other context */
+                assert_int_not_equal(t[other + 2 + 2 * i], t[c + 2 + 2 * i]);
+                *used = 2 * (1 + 2 * p->n_pairs) + 3;
+                return t[c + 2 + 2 * i];
+            }
+        fail_msg("poly_recall: key not in its context's block");
+    }
+    case PR_PROBE_VAR_TRACKING: {
+        assert_int_equal(t[T - 2], PR_TOK_QUERY);
+        int value[V] = {0};
+        for (int i = 1; i < T - 2; i++)
+            if (t[i] == PR_TOK_ASSIGN) {
+                int src = t[i + 1];
+                value[t[i - 1]] = value[src] ? value[src] : src;  /* a variable resolves through its chain */
+                n++;
+            }
+        assert_int_equal(n, p->n_pairs);
+        *used = 3 * p->n_pairs + 2;
+        return value[t[T - 1]];
+    }
+    case PR_PROBE_LOCAL_XOR:
+        x = find(t, 0, T - 1, PR_TOK_XOR);
+        assert_true(x >= 2 && is_data(p, t[x - 2]) && is_data(p, t[x - 1]));
+        *used = 4;
+        return (t[x - 2] - PR_PROBE_N_CONTROL) % 2 != (t[x - 1] - PR_PROBE_N_CONTROL) % 2 ? PR_TOK_TRUE : PR_TOK_FALSE;
+    case PR_PROBE_PARITY: {
+        int first = -1, sum = 0;
+        for (int i = 0; i < T - 1; i++)
+            if (t[i] == pr_probe_data(0) || t[i] == pr_probe_data(1)) {
+                if (first < 0) first = i;
+                assert_int_equal(i, first + n);            /* one contiguous block */
+                sum += t[i] == pr_probe_data(1);
+                n++;
+            }
+        assert_int_equal(n, p->n_bits);
+        *used = n + 1;
+        return pr_probe_data(sum % 2);
+    }
+    case PR_PROBE_MOD_ADD:
+        for (x = 0; x < T - 2 && !is_data(p, t[x]); x++) {}
+        assert_true(is_data(p, t[x + 1]));
+        *used = 3;
+        return pr_probe_data((t[x] - PR_PROBE_N_CONTROL + t[x + 1] - PR_PROBE_N_CONTROL) % p->modulus);
+    case PR_PROBE_PALINDROME:
+        for (x = 0; x < T - 3 && !is_data(p, t[x]); x++) {}
+        assert_true(is_data(p, t[x + 1]) && is_data(p, t[x + 2]));
+        *used = 4;
+        return t[x] == t[x + 2] ? PR_TOK_TRUE : PR_TOK_FALSE;
+    case PR_PROBE_SILENCE_GATE:
+        x = find(t, 0, T - 2, PR_TOK_ON);
+        if (x < 0) x = find(t, 0, T - 2, PR_TOK_OFF);
+        assert_true(x >= 0);
+        assert_int_equal(t[T - 2], PR_TOK_QUERY);
+        assert_int_equal(t[T - 1], t[x + 1]);
+        *used = 5;
+        return t[x] == PR_TOK_ON ? t[x + 2] : PR_TOK_NULL;
+    case PR_PROBE_MUX:
+        x = find(t, 0, T - 1, PR_TOK_SEL0);
+        if (x < 0) x = find(t, 0, T - 1, PR_TOK_SEL1);
+        assert_true(x >= 0);
+        *used = 4;
+        return t[x] == PR_TOK_SEL0 ? t[x + 1] : t[x + 2];
+    default:
+        fail_msg("no solver for task %d", p->kind);
+    }
+    return -1;
+}
+
+static void test_probes_hold_their_answers(void **state)
+{
+    (void)state;
+    for (int k = 0; k < PR_PROBE_COUNT; k++) {
+        pr_probe p;
+        pr_err err;
+        assert_int_equal(pr_probe_init(&p, (pr_probe_kind)k, V, T, 7, &err), 0);
+        int answers[V] = {0};
+        for (int j = 0; j < N_SAMPLES; j++) {
+            int32_t t[T], again[T], other[T];
+            int label = pr_probe_sample(&p, 0, j, t);
+            assert_int_equal(pr_probe_sample(&p, 0, j, again), label);    /* a pure function of (seed, split, j) */
+            assert_memory_equal(t, again, sizeof t);
+            pr_probe_sample(&p, 1, j, other);
+            assert_true(memcmp(t, other, sizeof t) != 0);                  /* eval is another stream */
+            int used = 0, solved = solve(&p, t, &used), noise = 0;
+            if (solved != label) fail_msg("%s sample %d: generator says %d, the sequence says %d", pr_probe_names[k], j,
+                                          label, solved);
+            for (int i = 0; i < T; i++) noise += is_noise(&p, t[i]);
+            if (noise != T - used) fail_msg("%s sample %d: %d noise tokens, want %d", pr_probe_names[k], j, noise, T - used);
+            assert_true(label >= 0 && label < V && !is_noise(&p, label));
+            answers[label]++;
+        }
+        if (k == PR_PROBE_PARITY || k == PR_PROBE_LOCAL_XOR || k == PR_PROBE_PALINDROME || k == PR_PROBE_SILENCE_GATE) {
+            int a = k == PR_PROBE_PARITY ? pr_probe_data(1) : k == PR_PROBE_SILENCE_GATE ? PR_TOK_NULL : PR_TOK_TRUE;
+            if (answers[a] < N_SAMPLES * 35 / 100 || answers[a] > N_SAMPLES * 65 / 100)
+                fail_msg("%s: answer %d in %d of %d samples; want about half", pr_probe_names[k], a, answers[a], N_SAMPLES);
+        }
+    }
+}
+
+static void test_probe_errors(void **state)
+{
+    (void)state;
+    pr_probe p;
+    pr_err err;
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_PARITY, 20, 64, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "task parity: vocab 20"));
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_POLY_RECALL, 64, 12, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "task poly_recall: seq_len 12 is too short"));
+    assert_int_equal(pr_probe_by_name("mux"), PR_PROBE_MUX);
+    assert_int_equal(pr_probe_by_name("nope"), -1);
+}
+
+static void test_text_windows(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/prism_text_%d.txt", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; i < 1000; i++) fputc('a' + i % 26, f);
+    fclose(f);
+    pr_text t;
+    pr_err err;
+    assert_int_equal(pr_text_load(&t, path, 16, 3, &err), 0);
+    assert_int_equal(t.n, 1000);
+    assert_int_equal(t.n_train, 900);
+    assert_int_equal(pr_text_val_windows(&t), (100 - 1) / 16);
+    for (int split = 0; split < 2; split++)
+        for (int j = 0; j < 50; j++) {
+            int32_t ids[16], next[16];
+            pr_text_window(&t, split, j, ids, next);
+            int64_t start = -1;   /* the alphabet repeats: find the window's place from its first byte */
+            for (int i = 0; i < 16; i++) {
+                assert_int_equal(next[i], 'a' + (ids[i] - 'a' + 1) % 26);
+                if (i) assert_int_equal(ids[i], next[i - 1]);
+            }
+            if (split == 1) {
+                start = 900 + (j % pr_text_val_windows(&t)) * 16;
+                assert_int_equal(ids[0], 'a' + start % 26);
+            }
+        }
+    pr_text_free(&t);
+    assert_int_equal(pr_text_load(&t, path, 200, 3, &err), -1);
+    assert_non_null(strstr(err.msg, "too short for seq_len 200"));
+    unlink(path);
+    assert_int_equal(pr_text_load(&t, path, 16, 3, &err), -1);
+    assert_non_null(strstr(err.msg, "cannot open"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probes_hold_their_answers),
+        cmocka_unit_test(test_probe_errors),
+        cmocka_unit_test(test_text_windows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,192 @@
+/* tests/test_train.c: the trainer's promises, on a tiny probe model.
+ *
+ * - a run killed in the middle of writing a checkpoint (the crash hook stops
+ *   the process after the weights and half the state file) leaves the
+ *   previous checkpoint named by `latest` and loadable;
+ * - resuming that run reproduces the uninterrupted run bit for bit: the same
+ *   weights file and the same optimizer moments (cosine schedule with warmup,
+ *   so the learning rate depends on the step);
+ * - the NaN trap: a NaN planted in one weight stops training at the next
+ *   step, naming the first op that produced it, its layer and the step; no
+ *   checkpoint is written after it.
+ */
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/pr_test.h"
+#include "train/train.h"
+
+static char root[128];
+
+static void setup_config(pr_config *c, pr_train_opts *o)
+{
+    pr_err err;
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    assert_int_equal(pr_config_preset(c, "probe", &err), 0);
+    assert_int_equal(pr_config_set(c, "d_model=8", &err), 0);
+    assert_int_equal(pr_config_set(c, "seq_len=16", &err), 0);
+    assert_int_equal(pr_config_set(c, "chunk=8", &err), 0);
+    snprintf(o->task, sizeof o->task, "parity");
+    o->steps = 6;
+    o->batch = 4;
+    o->ckpt_every = 3;
+    o->eval_batches = 1;
+    o->warmup = 2;
+    o->lr = 1e-2;
+    snprintf(o->schedule, sizeof o->schedule, "cosine");
+}
+
+static char *run_dir(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", root, name);
+    return buf;
+}
+
+static unsigned char *slurp(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)*n + 1);
+    assert_int_equal(fread(b, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+    return b;
+}
+
+static void expect_same_file(const char *a, const char *b)
+{
+    long na, nb;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    assert_int_equal(na, nb);
+    if (memcmp(x, y, (size_t)na) != 0) fail_msg("%s and %s differ", a, b);
+    free(x);
+    free(y);
+}
+
+/* every tensor of two safetensors files equal byte for byte (metadata may differ) */
+static void expect_same_tensors(const char *a, const char *b)
+{
+    pr_arena *ar = pr_arena_new("files", 0);
+    pr_safetensors x, y;
+    pr_err err;
+    assert_int_equal(pr_safetensors_read(a, ar, &x, &err), 0);
+    assert_int_equal(pr_safetensors_read(b, ar, &y, &err), 0);
+    assert_int_equal(x.n, y.n);
+    for (int i = 0; i < x.n; i++) {
+        const pr_tensor *t = pr_safetensors_get(&y, x.names[i]);
+        assert_non_null(t);
+        if (memcmp(t->data, x.tensors[i]->data, pr_nbytes(t)) != 0) fail_msg("%s differs in %s", x.names[i], b);
+    }
+    pr_arena_free(ar);
+}
+
+static void test_crash_then_resume_is_bit_identical(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    pr_train_result res;
+    pr_err err;
+    char whole[256], cut[256], a[300], b[300];
+    assert_int_equal(pr_train(&c, &o, run_dir(whole, sizeof whole, "whole"), false, PR_CPU, &res, &err), 0);
+    assert_int_equal(res.steps, 6);
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {  /* the run to interrupt: dies while saving step 6 */
+        setenv("PRISM_CRASH_IN_CHECKPOINT", "6", 1);
+        pr_train(&c, &o, run_dir(cut, sizeof cut, "cut"), false, PR_CPU, &res, &err);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 86);
+    run_dir(cut, sizeof cut, "cut");
+
+    /* the previous checkpoint is still the one named, and it loads */
+    int64_t step = -1;
+    assert_int_equal(pr_checkpoint_latest(cut, &step, &err), 0);
+    assert_int_equal(step, 3);
+    pr_model *m = pr_model_new(&c, PR_F32, PR_CPU);
+    pr_optim_opts oo = pr_optim_adamw_defaults();
+    pr_optim *opt = pr_optim_new(m->params, &oo);
+    pr_train_state st;
+    if (pr_checkpoint_load(cut, 3, m->params, opt, &st, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(st.step, 3);
+    assert_int_equal(opt->t, 3);
+    pr_optim_free(opt);
+    pr_model_free(m);
+
+    assert_int_equal(pr_train(&c, &o, cut, true, PR_CPU, &res, &err), 0);
+    assert_int_equal(res.steps, 6);
+    snprintf(a, sizeof a, "%s/ckpt-00000006.weights.safetensors", whole);
+    snprintf(b, sizeof b, "%s/ckpt-00000006.weights.safetensors", cut);
+    expect_same_file(a, b);
+    snprintf(a, sizeof a, "%s/ckpt-00000006.state.safetensors", whole);
+    snprintf(b, sizeof b, "%s/ckpt-00000006.state.safetensors", cut);
+    expect_same_tensors(a, b);
+    /* the older pair was removed once `latest` moved on */
+    snprintf(b, sizeof b, "%s/ckpt-00000003.weights.safetensors", cut);
+    assert_int_equal(access(b, F_OK), -1);
+}
+
+static void test_nan_trap_names_the_op(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    o.steps = 3;
+    pr_train_result res;
+    pr_err err;
+    char dir[256], path[300];
+    assert_int_equal(pr_train(&c, &o, run_dir(dir, sizeof dir, "nan"), false, PR_CPU, &res, &err), 0);
+
+    /* plant a NaN in one weight of the second block's MLP */
+    pr_model *m = pr_model_new(&c, PR_F32, PR_CPU);
+    snprintf(path, sizeof path, "%s/ckpt-00000003.weights.safetensors", dir);
+    assert_int_equal(pr_params_load(m->params, path, &err), 0);
+    pr_set(pr_params_find(m->params, "layers.1.mlp.w_up")->t, 5, NAN);
+    assert_int_equal(pr_params_save(m->params, path, &err), 0);
+    pr_model_free(m);
+
+    o.steps = 6;
+    assert_int_equal(pr_train(&c, &o, dir, true, PR_CPU, &res, &err), -1);
+    if (!strstr(err.msg, "non-finite value at step 4: matmul forward in layers.1.mlp"))
+        fail_msg("trap message: %s", err.msg);
+    assert_non_null(strstr(err.msg, "the last good checkpoint is step 3"));
+    assert_non_null(strstr(res.nonfinite, "step 4: matmul forward in layers.1.mlp"));
+    int64_t step = -1;
+    assert_int_equal(pr_checkpoint_latest(dir, &step, &err), 0);
+    assert_int_equal(step, 3);
+}
+
+static int make_root(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof root, "/tmp/prism_test_train_%d", (int)getpid());
+    return mkdir(root, 0755);
+}
+
+static int remove_root(void **state)
+{
+    (void)state;
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    return system(cmd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crash_then_resume_is_bit_identical),
+        cmocka_unit_test(test_nan_trap_names_the_op),
+    };
+    return cmocka_run_group_tests(tests, make_root, remove_root);
+}

@@ -1,0 +1,194 @@
+/* tools/train.c: `prism train`, `prism eval` and `prism generate`, thin
+ * shells over train/ (the trainer) that parse options and print the summary.
+ * The last line train and eval print is one JSON object. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tasks/tasks.h"
+#include "tools/tools.h"
+#include "train/train.h"
+
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+
+/* device choice 0 auto, 1 cpu, 2 cuda; returns -1 when cuda is asked for and absent */
+static int pick_device(int choice, pr_device *dev)
+{
+    if (choice == 2 && !pr_cuda_available()) return -1;
+    *dev = choice == 1 ? PR_CPU : choice == 2 || pr_cuda_available() ? PR_CUDA : PR_CPU;
+    return 0;
+}
+
+static int fail(const char *cmd, const char *msg)
+{
+    fprintf(stderr, "%s: %s\n", cmd, msg);
+    return 1;
+}
+
+/* ---- prism train ------------------------------------------------------------------ */
+static void train_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: prism train --model NAME --task TASK [--config F] [--set key=value]... [--steps N]\n"
+            "                   [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR] [--resume]\n\n"
+            "Trains a model on a task in a run directory (config.json, manifest.json, metrics.jsonl,\n"
+            "checkpoints). The config is the defaults, then the task's preset, then --config, then\n"
+            "--model, then each --set in order, then --steps, --seed and --data. Probe tasks start\n"
+            "from the `probe` preset sized for a quick CPU run: seq_len 64, init_std 0.2 (memory\n"
+            "tasks: d_model 128, init_std 0.02), 1500 steps at train.lr=3e-3 (the paper's protocol:\n"
+            "--set seq_len=128 --steps 10000 for the others); lm sets vocab 256. Keys named\n"
+            "train.<key> set the training options below;\n"
+            "the others are the model's keys (prism model --help). --seed sets both the data seed\n"
+            "and the model's init seed. --out defaults to runs/<model>-<task>-s<seed>.\n"
+            "--resume continues the run in --out from its latest checkpoint with the run's own\n"
+            "config (only --steps, the new total, and --device may be given with it); the result\n"
+            "is bit for bit the uninterrupted run's on the same device.\n\n"
+            "tasks: %s %s %s %s %s %s %s %s %s (probes), lm (--data FILE), rec\n\n"
+            "training keys:\n",
+            pr_probe_names[0], pr_probe_names[1], pr_probe_names[2], pr_probe_names[3], pr_probe_names[4],
+            pr_probe_names[5], pr_probe_names[6], pr_probe_names[7], pr_probe_names[8]);
+    pr_train_print_help(f);
+    fprintf(f, "\nThe last line printed is one JSON object: model, task, seed, steps, metrics,\n"
+               "tokens_per_s, params, run_dir. Exit status 1 when training stops (a file, the\n"
+               "NaN/Inf trap, which names the op, layer and step), 2 for a bad command line.\n");
+}
+
+typedef struct {
+    const char *model, *task, *config, *out, *data;
+    const char *sets[64];
+    int n_sets, device, steps_set, seed_set;
+    int64_t steps;
+    uint64_t seed;
+    bool resume;
+} train_args;
+
+static int parse_train(pr_args *a, train_args *t)
+{
+    while (pr_args_next(a)) {
+        const char *set = NULL;
+        if (pr_args_help(a)) return train_usage(stdout), 0;
+        if (pr_args_string(a, "--model", &t->model) || pr_args_string(a, "--task", &t->task) ||
+            pr_args_string(a, "--config", &t->config) || pr_args_string(a, "--out", &t->out) ||
+            pr_args_string(a, "--data", &t->data) || pr_args_flag(a, "--resume", &t->resume) ||
+            pr_args_choice(a, "--device", devices, &t->device))
+            continue;
+        if (pr_args_string(a, "--set", &set)) {
+            if (set && t->n_sets == 64) return pr_args_error(a, "more than 64 --set options");
+            if (set) t->sets[t->n_sets++] = set;
+            continue;
+        }
+        int steps = 0;
+        if (pr_args_int(a, "--steps", 0, 2000000000, &steps)) {
+            t->steps = steps;
+            t->steps_set = 1;
+            continue;
+        }
+        if (pr_args_u64(a, "--seed", &t->seed)) {
+            if (t->seed > 2147483647u) return pr_args_error(a, "--seed wants 0..2147483647, not %llu",
+                                                            (unsigned long long)t->seed);
+            t->seed_set = 1;
+            continue;
+        }
+        return pr_args_unknown(a);
+    }
+    return a->failed ? PR_EXIT_USAGE : -1;
+}
+
+/* the config of a new run, in the documented order */
+static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, pr_err *err)
+{
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    if (t->config) {  /* the file may name the task, whose preset comes first */
+        pr_config scratch = *c;
+        if (pr_run_config_load(&scratch, o, t->config, err)) return -1;
+    }
+    if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
+    if (pr_task_preset(c, o, o->task, err) || (t->config && pr_run_config_load(c, o, t->config, err))) return -1;
+    if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
+    char kv[96];
+    snprintf(kv, sizeof kv, "mixer=%s", t->model ? t->model : c->mixer);
+    if (pr_config_set(c, kv, err)) return -1;
+    for (int i = 0; i < t->n_sets; i++) {
+        bool train_key = strncmp(t->sets[i], "train.", 6) == 0;
+        if (train_key ? pr_train_set(o, t->sets[i], err) : pr_config_set(c, t->sets[i], err)) return -1;
+    }
+    if (t->steps_set) o->steps = t->steps;
+    if (t->seed_set) o->seed = (int64_t)t->seed, c->seed = (int)t->seed;
+    if (t->data) snprintf(o->data, sizeof o->data, "%s", t->data);
+    return 0;
+}
+
+int pr_cmd_train(int argc, char **argv)
+{
+    const char *cmd = "prism train";
+    pr_args a = pr_args_begin(cmd, argc, argv);
+    train_args t = {0};
+    int rc = parse_train(&a, &t);
+    if (rc >= 0) return rc;
+    pr_device dev;
+    if (pick_device(t.device, &dev)) return pr_args_no_cuda(cmd);
+    pr_config c;
+    pr_train_opts o;
+    pr_err err;
+    char out[1024];
+    if (t.resume) {
+        if (!t.out) return pr_args_error(&a, "--resume needs --out DIR (the run to continue)");
+        if (t.model || t.task || t.config || t.n_sets || t.seed_set || t.data)
+            return pr_args_error(&a, "--resume takes the run's own config: give only --out, --steps, --device");
+        char path[1100];
+        snprintf(path, sizeof path, "%s/config.json", t.out);
+        c = pr_config_default();
+        o = pr_train_defaults();
+        if (pr_run_config_load(&c, &o, path, &err)) return fail(cmd, err.msg);
+        if (t.steps_set) o.steps = t.steps;
+    } else if (resolve_config(&t, &c, &o, &err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err.msg);
+        return PR_EXIT_USAGE;
+    }
+    if (t.out) snprintf(out, sizeof out, "%s", t.out);
+    else {
+        mkdir("runs", 0755);
+        snprintf(out, sizeof out, "runs/%s-%s-s%lld", c.mixer, o.task, (long long)o.seed);
+    }
+    pr_train_result res;
+    rc = pr_train(&c, &o, out, t.resume, dev, &res, &err);
+    if (rc) fprintf(stderr, "%s: %s\n", cmd, err.msg);
+    if (!rc || res.nonfinite[0]) pr_print_summary(stdout, &c, &o, &res, out);
+    return rc ? 1 : 0;
+}
+
+/* ---- prism eval -------------------------------------------------------------------- */
+static void eval_usage(FILE *f)
+{
+    fprintf(f, "usage: prism eval --run DIR [--device auto|cpu|cuda]\n\n"
+               "Evaluates the latest checkpoint of a run on its task's evaluation split (the run's\n"
+               "config.json says which). The last line printed is one JSON object: model, task,\n"
+               "seed, steps, metrics, tokens_per_s, params, run_dir.\n");
+}
+
+int pr_cmd_eval(int argc, char **argv)
+{
+    const char *cmd = "prism eval", *dir = NULL;
+    pr_args a = pr_args_begin(cmd, argc, argv);
+    int device = 0;
+    while (pr_args_next(&a)) {
+        if (pr_args_help(&a)) return eval_usage(stdout), 0;
+        if (pr_args_string(&a, "--run", &dir) || pr_args_choice(&a, "--device", devices, &device)) continue;
+        return pr_args_unknown(&a);
+    }
+    if (a.failed) return PR_EXIT_USAGE;
+    if (!dir) return pr_args_error(&a, "--run DIR is required");
+    pr_device dev;
+    if (pick_device(device, &dev)) return pr_args_no_cuda(cmd);
+    pr_config c;
+    pr_train_opts o;
+    pr_train_result res;
+    pr_err err;
+    if (pr_eval_run(dir, dev, &c, &o, &res, &err)) return fail(cmd, err.msg);
+    pr_print_summary(stdout, &c, &o, &res, dir);
+    return 0;
+}

@@ -1,0 +1,154 @@
+/* train/task.c: the tasks as the trainer sees them. Probes and lm are token
+ * tasks: a batch is ids and labels [B,T] (labels = the ignore index where
+ * nothing is supervised) into the LM loss; evaluation runs the eval split and
+ * scores every supervised position: mean cross-entropy, argmax accuracy and,
+ * for bytes, bits per byte. The `rec` task plugs in at pr_task_open. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tasks/tasks.h"
+#include "train/train.h"
+
+void pr_metrics_add(pr_metrics *m, const char *name, double value)
+{
+    PR_CHECK(m->n < PR_MAX_METRICS, "metrics: more than %d", PR_MAX_METRICS);
+    snprintf(m->name[m->n], sizeof m->name[m->n], "%s", name);
+    m->value[m->n++] = value;
+}
+
+typedef struct {
+    bool is_text;
+    pr_probe probe;
+    pr_text text;
+    int B, T, ignore;
+    int64_t eval_batches;
+    int32_t *ids, *labels;   /* host, [B,T] */
+} token_task;
+
+static void fill_batch(token_task *k, int split, int64_t batch_index)
+{
+    for (int b = 0; b < k->B; b++) {
+        int64_t index = batch_index * k->B + b;
+        int32_t *ids = k->ids + (int64_t)b * k->T, *labels = k->labels + (int64_t)b * k->T;
+        if (k->is_text) {
+            pr_text_window(&k->text, split, index, ids, labels);
+            continue;
+        }
+        int answer = pr_probe_sample(&k->probe, split, index, ids);
+        for (int t = 0; t < k->T; t++) labels[t] = k->ignore;
+        labels[k->T - 1] = answer;
+    }
+}
+
+static void batch_tensors(token_task *k, pr_ctx *ctx, const pr_model *m, pr_tensor **ids, pr_tensor **labels)
+{
+    pr_device dev = m->params->device;
+    *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(k->B, k->T), k->ids);
+    *labels = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(k->B, k->T), k->labels);
+}
+
+static pr_tensor *token_loss(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index)
+{
+    token_task *k = t->data;
+    fill_batch(k, 0, index);
+    pr_tensor *ids, *labels;
+    batch_tensors(k, ctx, m, &ids, &labels);
+    return pr_lm_loss(ctx, m, ids, labels);
+}
+
+/* cross-entropy and argmax hit of one row of logits against its label */
+static double row_loss(const double *z, int V, int label, bool *hit)
+{
+    int best = 0;
+    double mx = z[0], s = 0;
+    for (int v = 1; v < V; v++)
+        if (z[v] > z[best]) best = v, mx = z[v];
+    for (int v = 0; v < V; v++) s += exp(z[v] - mx);
+    *hit = best == label;
+    return log(s) + mx - z[label];
+}
+
+static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out)
+{
+    token_task *k = t->data;
+    int V = m->cfg.vocab;
+    double loss = 0;
+    int64_t n = 0, hits = 0;
+    double *z = malloc(sizeof(double) * (size_t)k->B * k->T * V);
+    PR_CHECK(z, "eval: out of host memory");
+    for (int64_t e = 0; e < k->eval_batches; e++) {
+        fill_batch(k, 1, e);
+        pr_tensor *ids, *labels;
+        batch_tensors(k, ctx, m, &ids, &labels);
+        pr_to_host_f64(pr_lm_logits(ctx, m, ids, NULL), z);
+        for (int64_t i = 0; i < (int64_t)k->B * k->T; i++) {
+            if (k->labels[i] == k->ignore) continue;
+            bool hit;
+            loss += row_loss(z + i * V, V, k->labels[i], &hit);
+            hits += hit;
+            n++;
+        }
+        pr_step_reset(ctx);
+    }
+    free(z);
+    pr_metrics_add(out, "acc", n ? (double)hits / (double)n : 0);
+    pr_metrics_add(out, "loss", n ? loss / (double)n : 0);
+    if (k->is_text) pr_metrics_add(out, "bpb", n ? loss / (double)n / log(2.0) : 0);
+}
+
+static void token_free(pr_task *t)
+{
+    token_task *k = t->data;
+    pr_text_free(&k->text);
+    free(k->ids);
+    free(k->labels);
+    free(k);
+}
+
+int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_err *err)
+{
+    *out = NULL;
+    int probe = pr_probe_by_name(o->task);
+    bool text = strcmp(o->task, "lm") == 0;
+    /* rec plugs in here: a pr_task whose loss is pr_rec_loss (or _sampled) on
+     * training batch `index` of tasks/rec's users, whose evaluate ranks every
+     * item with pr_rec_scores on the held-out split and adds Hit@K, NDCG@K and
+     * AUC to the metrics, and whose data is read from train.data (or made from
+     * train.seed); pr_task_preset already gives it the rec-small config */
+    if (strcmp(o->task, "rec") == 0) return pr_errf(err, "task rec: not wired into the trainer yet");
+    if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
+    if (strcmp(c->task, "lm") != 0)
+        return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, c->task);
+    token_task *k = calloc(1, sizeof *k);
+    PR_CHECK(k, "task: out of host memory");
+    *k = (token_task){.is_text = text, .B = o->batch, .T = c->seq_len, .ignore = c->ignore_index,
+                      .eval_batches = o->eval_batches};
+    int rc;
+    if (text) {
+        rc = o->data[0] ? pr_text_load(&k->text, o->data, c->seq_len, (uint64_t)o->seed, err)
+                        : pr_errf(err, "task lm: no text file (--data FILE or --set train.data=FILE)");
+        if (!rc && c->vocab < 256) rc = pr_errf(err, "task lm: vocab %d is under the 256 byte values", c->vocab);
+    } else {
+        rc = pr_probe_init(&k->probe, (pr_probe_kind)probe, c->vocab, c->seq_len, (uint64_t)o->seed, err);
+    }
+    if (rc) {
+        free(k);
+        return -1;
+    }
+    k->ids = malloc(sizeof(int32_t) * (size_t)k->B * k->T);
+    k->labels = malloc(sizeof(int32_t) * (size_t)k->B * k->T);
+    pr_task *t = calloc(1, sizeof *t);
+    PR_CHECK(k->ids && k->labels && t, "task: out of host memory");
+    *t = (pr_task){.name = text ? "lm" : pr_probe_names[probe], .tokens_per_batch = (int64_t)k->B * k->T,
+                   .loss = token_loss, .evaluate = token_evaluate, .free = token_free, .data = k};
+    *out = t;
+    return 0;
+}
+
+void pr_task_free(pr_task *t)
+{
+    if (!t) return;
+    t->free(t);
+    free(t);
+}

@@ -1,0 +1,365 @@
+/* train/train.c: the training loop, the run directory, the progress line,
+ * the NaN/Inf trap and evaluation of a finished run.
+ *
+ * The trap costs nothing while values stay finite: each step checks its loss
+ * and global grad norm; on the first non-finite one, the same step is run
+ * again from the same state with the context's finite check on (every op's
+ * outputs and grads are inspected), which names the first op that went bad
+ * and the layer it belongs to. No checkpoint is written after that, so the
+ * last good one stays. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "train/train.h"
+
+typedef struct {
+    pr_config cfg;
+    pr_train_opts o;
+    const char *dir;
+    pr_model *m;
+    pr_optim *opt;
+    pr_task *task;
+    pr_ctx *ctx;
+    FILE *metrics;
+    pr_schedule sched;
+    int64_t step, last_ckpt;
+} run;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *path_in(char *buf, size_t n, const char *dir, const char *name)
+{
+    snprintf(buf, n, "%s/%s", dir, name);
+    return buf;
+}
+
+/* ---- the run directory ---------------------------------------------------------- */
+static void git_commit(char *out, size_t n)
+{
+    snprintf(out, n, "unknown");
+    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
+    if (!p) return;
+    char line[64] = "";
+    if (fgets(line, sizeof line, p) && strlen(line) >= 40) snprintf(out, n, "%.40s", line);
+    pclose(p);
+}
+
+static int write_manifest(const run *r, pr_device dev, pr_err *err)
+{
+    char commit[48], when[32], path[4200];
+    git_commit(commit, sizeof commit);
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "git_commit", commit);
+    cJSON_AddStringToObject(j, "device", pr_device_name(dev));
+    cJSON *flags = cJSON_AddArrayToObject(j, "build_flags");
+#ifdef PRISM_HAVE_CUDA
+    cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_CUDA"));
+#endif
+#ifdef PRISM_HAVE_BLAS
+    cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_BLAS"));
+#endif
+#ifdef PRISM_HAVE_OPENMP
+    cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_OPENMP"));
+#endif
+#ifdef __OPTIMIZE__
+    cJSON_AddItemToArray(flags, cJSON_CreateString("optimized"));
+#endif
+    cJSON_AddStringToObject(j, "compiler", __VERSION__);
+    cJSON_AddNumberToObject(j, "seed", (double)r->o.seed);
+    cJSON_AddNumberToObject(j, "model_seed", r->cfg.seed);
+    cJSON_AddStringToObject(j, "start_time", when);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    size_t n = strlen(text);
+    char *withnl = realloc(text, n + 2);
+    PR_CHECK(withnl, "manifest: out of host memory");
+    memcpy(withnl + n, "\n", 2);
+    int rc = pr_write_file_atomic(path_in(path, sizeof path, r->dir, "manifest.json"), withnl, err);
+    free(withnl);
+    return rc;
+}
+
+static int write_config(const run *r, pr_err *err)
+{
+    char path[4200], *text = pr_run_config_json(&r->cfg, &r->o);
+    size_t n = strlen(text);
+    char *withnl = realloc(text, n + 2);
+    PR_CHECK(withnl, "config: out of host memory");
+    memcpy(withnl + n, "\n", 2);
+    int rc = pr_write_file_atomic(path_in(path, sizeof path, r->dir, "config.json"), withnl, err);
+    free(withnl);
+    return rc;
+}
+
+/* ---- setup and teardown ---------------------------------------------------------- */
+static void run_free(run *r)
+{
+    if (r->metrics) fclose(r->metrics);
+    if (r->m) pr_params_release_grads(r->m->params);
+    pr_task_free(r->task);
+    pr_optim_free(r->opt);
+    pr_model_free(r->m);
+    pr_ctx_free(r->ctx);
+}
+
+static pr_optim_opts optim_opts(const pr_train_opts *o)
+{
+    return (pr_optim_opts){.kind = strcmp(o->optim, "sgd") == 0 ? PR_OPTIM_SGD : PR_OPTIM_ADAMW,
+                           .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                           .momentum = o->momentum, .decay_all = o->decay_all};
+}
+
+/* model, optimizer, task, context; from the latest checkpoint when resuming */
+static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
+{
+    if (pr_config_check(&r->cfg, err)) return -1;
+    if (pr_task_open(&r->task, &r->o, &r->cfg, err)) return -1;
+    r->m = pr_model_new(&r->cfg, PR_F32, dev);
+    pr_model_init(r->m);
+    pr_optim_opts oo = optim_opts(&r->o);
+    r->opt = pr_optim_new(r->m->params, &oo);
+    r->ctx = pr_ctx_new((uint64_t)r->o.seed);
+    r->sched = (pr_schedule){.lr = r->o.lr, .min_lr = r->o.min_lr, .warmup = r->o.warmup, .total = r->o.steps,
+                             .cosine = strcmp(r->o.schedule, "cosine") == 0};
+    r->last_ckpt = -1;
+    char path[4200];
+    path_in(path, sizeof path, r->dir, "metrics.jsonl");
+    if (!resume) {
+        r->metrics = fopen(path, "w");
+        if (!r->metrics) return pr_errf(err, "%s: cannot create: %s", path, strerror(errno));
+        return 0;
+    }
+    pr_train_state s;
+    if (pr_checkpoint_latest(r->dir, &r->last_ckpt, err) ||
+        pr_checkpoint_load(r->dir, r->last_ckpt, r->m->params, r->opt, &s, err))
+        return -1;
+    r->step = s.step;
+    r->ctx->rng = s.rng;
+    /* lines logged after the checkpoint are logged again by the resumed steps */
+    if (truncate(path, (off_t)s.metrics_bytes) != 0) return pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
+    r->metrics = fopen(path, "a");
+    if (!r->metrics) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+    return 0;
+}
+
+static int save_checkpoint(run *r, pr_err *err)
+{
+    fflush(r->metrics);
+    pr_train_state s = {.step = r->step, .data_pos = r->step, .metrics_bytes = ftell(r->metrics), .rng = r->ctx->rng};
+    if (pr_checkpoint_save(r->dir, r->m->params, r->opt, &s, err)) return -1;
+    r->last_ckpt = r->step;
+    return 0;
+}
+
+/* ---- one step ------------------------------------------------------------------- */
+typedef struct { double loss, grad_norm, lr; } step_stats;
+
+static void forward_backward(run *r, step_stats *st)
+{
+    pr_params_zero_grads(r->m->params);
+    pr_tensor *loss = r->task->loss(r->task, r->ctx, r->m, r->step);
+    st->loss = pr_item(loss);
+    pr_backward(r->ctx, loss);
+    st->grad_norm = pr_params_grad_norm(r->m->params);
+}
+
+/* run the failing step again with every op checked; describes the first bad op */
+static void locate_nonfinite(run *r, pr_rng rng_before, char *out, size_t n)
+{
+    pr_step_reset(r->ctx);
+    r->ctx->rng = rng_before;
+    r->ctx->check_finite = true;
+    r->ctx->nonfinite[0] = '\0';
+    step_stats st;
+    forward_backward(r, &st);
+    r->ctx->check_finite = false;
+    if (r->ctx->nonfinite[0]) snprintf(out, n, "%s", r->ctx->nonfinite);
+    else snprintf(out, n, "the global grad norm (%g; every op's values were finite)", st.grad_norm);
+    pr_step_reset(r->ctx);
+}
+
+static int train_step(run *r, step_stats *st, char *bad, size_t nbad)
+{
+    pr_rng rng_before = r->ctx->rng;
+    forward_backward(r, st);
+    if (!isfinite(st->loss) || !isfinite(st->grad_norm)) {
+        locate_nonfinite(r, rng_before, bad, nbad);
+        return -1;
+    }
+    st->lr = pr_schedule_lr(&r->sched, r->step);
+    pr_optim_step(r->ctx, r->opt, st->lr, pr_clip_scale(st->grad_norm, r->o.clip));
+    pr_step_reset(r->ctx);
+    return 0;
+}
+
+static void evaluate(run *r, pr_metrics *out)
+{
+    bool grad = pr_set_grad_enabled(r->ctx, false), training = r->ctx->training;
+    r->ctx->training = false;
+    memset(out, 0, sizeof *out);
+    r->task->evaluate(r->task, r->ctx, r->m, out);
+    r->ctx->training = training;
+    pr_set_grad_enabled(r->ctx, grad);
+}
+
+static void log_eval(run *r, const pr_metrics *m)
+{
+    fprintf(r->metrics, "{\"step\":%lld,\"eval\":{", (long long)r->step);
+    for (int i = 0; i < m->n; i++) fprintf(r->metrics, "%s\"%s\":%.9g", i ? "," : "", m->name[i], m->value[i]);
+    fprintf(r->metrics, "}}\n");
+    fflush(r->metrics);
+}
+
+/* ---- the progress line ------------------------------------------------------------ */
+static void progress(const run *r, const step_stats *st, double tok_s, double eta, bool tty, bool last)
+{
+    char line[200];
+    snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad %.3g  %.0f tok/s  ETA %.0fs",
+             (long long)r->step, (long long)r->o.steps, st->loss, st->lr, st->grad_norm, tok_s, eta);
+    if (tty) fprintf(stderr, "\r%-90s%s", line, last ? "\n" : "");
+    else fprintf(stderr, "%s\n", line);
+}
+
+static int train_loop(run *r, pr_train_result *res, pr_err *err)
+{
+    bool tty = isatty(STDERR_FILENO);
+    double t0 = now_s(), last_draw = 0;
+    int64_t first = r->step;
+    step_stats st = {0};
+    while (r->step < r->o.steps) {
+        char bad[256];
+        if (train_step(r, &st, bad, sizeof bad)) {
+            if (tty) fputc('\n', stderr);
+            fprintf(r->metrics, "{\"step\":%lld,\"nonfinite\":\"%s\"}\n", (long long)r->step + 1, bad);
+            fflush(r->metrics);
+            /* steps count from 1 in messages, as in the progress line */
+            snprintf(res->nonfinite, sizeof res->nonfinite, "step %lld: %s", (long long)r->step + 1, bad);
+            if (r->last_ckpt >= 0)
+                return pr_errf(err, "non-finite value at step %lld: %s; the last good checkpoint is step %lld in %s",
+                               (long long)r->step + 1, bad, (long long)r->last_ckpt, r->dir);
+            return pr_errf(err, "non-finite value at step %lld: %s; no checkpoint was written before it",
+                           (long long)r->step + 1, bad);
+        }
+        r->step++;
+        double el = now_s() - t0, per = el / (double)(r->step - first);
+        res->tokens_per_s = (double)r->task->tokens_per_batch / per;
+        bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;
+        if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f}\n",
+                         (long long)r->step, st.loss, st.lr, st.grad_norm, res->tokens_per_s);
+        if (log) fflush(r->metrics);  /* a reader (or a crash) sees every logged step */
+        if (tty ? el - last_draw > 0.2 || r->step == r->o.steps : log) {
+            progress(r, &st, res->tokens_per_s, per * (double)(r->o.steps - r->step), tty, r->step == r->o.steps);
+            last_draw = el;
+        }
+        if (r->o.eval_every && r->step % r->o.eval_every == 0 && r->step < r->o.steps) {
+            pr_metrics m;
+            evaluate(r, &m);
+            log_eval(r, &m);
+        }
+        if (r->o.ckpt_every && r->step % r->o.ckpt_every == 0 && r->step < r->o.steps && save_checkpoint(r, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* the run directory and any missing parents (mkdir -p), as --out runs/parity/prism expects */
+static int make_dir(const char *dir, pr_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return pr_errf(err, "%s: the run directory's path is too long", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return pr_errf(err, "%s: cannot create the run directory's parent %s: %s", dir, path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
+    return pr_errf(err, "%s: cannot create the run directory: %s", dir, strerror(errno));
+}
+
+int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
+             pr_train_result *res, pr_err *err)
+{
+    memset(res, 0, sizeof *res);
+    run r = {.cfg = *c, .o = *o, .dir = run_dir};
+    if (make_dir(run_dir, err)) return -1;
+    /* a resumed run keeps its manifest; its config records the new total of steps */
+    if (write_config(&r, err) || (!resume && write_manifest(&r, dev, err))) return -1;
+    int rc = run_open(&r, dev, resume, err);
+    if (!rc) rc = train_loop(&r, res, err);
+    if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
+    if (!rc) {
+        evaluate(&r, &res->metrics);
+        log_eval(&r, &res->metrics);
+    }
+    res->steps = r.step;
+    res->params = r.m ? pr_params_count(r.m->params) : 0;
+    run_free(&r);
+    return rc;
+}
+
+int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts *o, pr_train_result *res,
+                pr_err *err)
+{
+    memset(res, 0, sizeof *res);
+    char path[4200];
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    if (pr_run_config_load(c, o, path_in(path, sizeof path, run_dir, "config.json"), err)) return -1;
+    run r = {.cfg = *c, .o = *o, .dir = run_dir};
+    int rc = pr_config_check(c, err) || pr_task_open(&r.task, o, c, err) ? -1 : 0;
+    int64_t step = 0;
+    if (!rc) rc = pr_checkpoint_latest(run_dir, &step, err);
+    if (!rc) {
+        r.m = pr_model_new(c, PR_F32, dev);
+        r.ctx = pr_ctx_new((uint64_t)o->seed);
+        rc = pr_checkpoint_load(run_dir, step, r.m->params, NULL, NULL, err);
+    }
+    double t0 = now_s();
+    if (!rc) {
+        evaluate(&r, &res->metrics);
+        res->tokens_per_s = (double)r.task->tokens_per_batch * (double)o->eval_batches / (now_s() - t0);
+    }
+    res->steps = step;
+    res->params = r.m ? pr_params_count(r.m->params) : 0;
+    run_free(&r);
+    return rc;
+}
+
+void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const pr_train_result *r,
+                      const char *run_dir)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", c->mixer);
+    cJSON_AddStringToObject(j, "task", o->task);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "steps", (double)r->steps);
+    cJSON *m = cJSON_AddObjectToObject(j, "metrics");
+    for (int i = 0; i < r->metrics.n; i++) cJSON_AddNumberToObject(m, r->metrics.name[i], r->metrics.value[i]);
+    cJSON_AddNumberToObject(j, "tokens_per_s", round(r->tokens_per_s));
+    cJSON_AddNumberToObject(j, "params", (double)r->params);
+    cJSON_AddStringToObject(j, "run_dir", run_dir);
+    if (r->nonfinite[0]) cJSON_AddStringToObject(j, "nonfinite", r->nonfinite);
+    char *s = cJSON_PrintUnformatted(j);
+    fprintf(f, "%s\n", s);
+    free(s);
+    cJSON_Delete(j);
+}

@@ -1,0 +1,125 @@
+/* train/train.h: the trainer, the library module `prism train`, `prism eval`
+ * and `prism generate` share.
+ *
+ * A run lives in a directory:
+ *   config.json     the resolved config: {"model": {...}, "train": {...}}
+ *   manifest.json   git commit, device, build flags, seed, start time
+ *   metrics.jsonl   one object per logged step and per evaluation
+ *   ckpt-<step>.weights.safetensors   parameters by path
+ *   ckpt-<step>.state.safetensors     optimizer moments; metadata: step, data
+ *                                     position, RNG, metrics length
+ *   latest          the step of the newest complete checkpoint
+ * Every file is written to a temporary name, fsynced, renamed and the
+ * directory fsynced; `latest` moves only after both checkpoint files are in
+ * place, so a crash at any point leaves the previous checkpoint whole.
+ *
+ * Training is a pure function of (config, seed, step): batch j is task
+ * sample block j, the learning rate a function of the step, and the
+ * optimizer state and RNG are restored exactly, so `--resume` reproduces an
+ * uninterrupted run bit for bit on the same device and build.
+ */
+#ifndef PR_TRAIN_H
+#define PR_TRAIN_H
+
+#include "optim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- training options (train/options.c): keys `train.<name>` ----------------- */
+typedef struct {
+    char task[32];          /* a probe (parity, mqar, ...), lm, or rec */
+    char data[1024];        /* lm: the text file */
+    int64_t steps;          /* total optimizer steps */
+    int batch;
+    int64_t seed;           /* data order (the model's init seed is model.seed) */
+    char optim[8];          /* adamw | sgd */
+    double lr, min_lr, weight_decay, beta1, beta2, eps, momentum, clip;
+    int64_t warmup;
+    char schedule[12];      /* cosine | constant */
+    bool decay_all;
+    int64_t eval_every, eval_batches, ckpt_every, log_every;
+} pr_train_opts;
+
+pr_train_opts pr_train_defaults(void);
+/* `train.key=value` (the `train.` prefix optional); -1 with err naming the key */
+int pr_train_set(pr_train_opts *o, const char *key_value, pr_err *err);
+/* apply a JSON object of train keys; -1 with err naming the key */
+int pr_train_apply_json_obj(pr_train_opts *o, const void *cjson_obj, const char *what, pr_err *err);
+void pr_train_print_help(FILE *f);
+/* {"model": config, "train": opts} (caller frees) */
+char *pr_run_config_json(const pr_config *c, const pr_train_opts *o);
+/* a config file: {"model": {...}, "train": {...}} or a flat model config with an
+ * optional "train" object; fills both */
+int pr_run_config_apply(pr_config *c, pr_train_opts *o, const char *json, const char *what, pr_err *err);
+int pr_run_config_load(pr_config *c, pr_train_opts *o, const char *path, pr_err *err);
+/* the defaults a task brings to the model config and the training options
+ * (probes: the `probe` preset sized for a quick CPU run; lm: vocab 256); -1
+ * with err naming the allowed tasks when the name is unknown */
+int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err);
+/* whether a task name is known */
+bool pr_task_known(const char *task);
+
+/* ---- tasks as the trainer sees them (train/task.c) -----------------------------
+ * A task makes training losses and evaluation metrics for a model. Probes and
+ * lm are token tasks (ids and labels [B,T] into the LM loss); rec plugs in
+ * here with its own loss and metrics (pr_task_open is the one place to add it). */
+#define PR_MAX_METRICS 12
+typedef struct { int n; char name[PR_MAX_METRICS][24]; double value[PR_MAX_METRICS]; } pr_metrics;
+void pr_metrics_add(pr_metrics *m, const char *name, double value);
+
+typedef struct pr_task pr_task;
+struct pr_task {
+    const char *name;
+    int64_t tokens_per_batch;
+    /* the loss of training batch `index`, recorded on ctx's tape */
+    pr_tensor *(*loss)(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index);
+    /* metrics over the evaluation split (grad mode is off) */
+    void (*evaluate)(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out);
+    void (*free)(pr_task *t);
+    void *data;
+};
+/* the task named by o->task for a model of config c; -1 with err */
+int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_err *err);
+void pr_task_free(pr_task *t);
+
+/* ---- checkpoints (train/checkpoint.c) ------------------------------------------ */
+typedef struct {
+    int64_t step, data_pos, metrics_bytes;
+    pr_rng rng;
+} pr_train_state;
+/* writes weights and state, then moves `latest`, then removes older checkpoint files */
+int pr_checkpoint_save(const char *dir, const pr_params *p, const pr_optim *o, const pr_train_state *s,
+                       pr_err *err);
+/* the step in dir/latest; -1 with err when there is none */
+int pr_checkpoint_latest(const char *dir, int64_t *step, pr_err *err);
+/* weights into p; optimizer and state too when o and s are not NULL */
+int pr_checkpoint_load(const char *dir, int64_t step, pr_params *p, pr_optim *o, pr_train_state *s, pr_err *err);
+/* text written atomically (temp, fsync, rename, fsync the directory) */
+int pr_write_file_atomic(const char *path, const char *text, pr_err *err);
+
+/* ---- the loop (train/train.c) --------------------------------------------------- */
+typedef struct {
+    pr_metrics metrics;     /* the final evaluation */
+    int64_t steps;          /* the step reached */
+    double tokens_per_s;
+    int64_t params;
+    char nonfinite[320];    /* set when the NaN trap stopped the run */
+} pr_train_result;
+
+/* train in run_dir (created; with resume, continued from its latest
+ * checkpoint). Returns 0, or -1 with err (a file, a bad config, the NaN trap) */
+int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
+             pr_train_result *res, pr_err *err);
+/* evaluate the latest checkpoint of a run */
+int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts *o, pr_train_result *res,
+                pr_err *err);
+/* the summary line: {"model", "task", "seed", "steps", "metrics", "tokens_per_s", "params", "run_dir"} */
+void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const pr_train_result *r,
+                      const char *run_dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
