@@ -32,6 +32,13 @@ expect() {
     failed=$((failed + 1))
 }
 
+# file_has TEXT FILE: a file a command wrote holds TEXT
+file_has() {
+    if grep -qF -- "$1" "$2" 2>/dev/null; then echo "ok    $2 holds $1"; return; fi
+    echo "FAIL  $2 should hold: $1"
+    failed=$((failed + 1))
+}
+
 ref=$tmp/ref.safetensors
 if [ $cuda = 1 ]; then
     expect 0 "no target judged" bench ops --device cuda --quick
@@ -153,6 +160,49 @@ expect 2 "prism data rec: --seed wants a non-negative integer, not 'x'" data rec
 expect 2 "prism data rec: option --amazon needs a value" data rec --amazon
 expect 2 "prism data rec: unknown option '--bogus' (prism data rec --help lists the options)" data rec --bogus
 
+# inspect: gradient norms, the tape, write ranks (B=2 T=32 H=4, 2 layers: 512 writes), dumps
+expect 0 "usage: prism inspect" inspect --help
+expect 2 "prism inspect: --model NAME or --run DIR is required" inspect
+expect 0 '"rank_layers":2,"rank_max_possible":1,"rank_hist":[0,512]}' inspect --model gdn --rank
+expect 0 '"rank_max_possible":3,"rank_hist":[0,0,0,512]}' inspect --model prism --set prism.L=2 --rank
+# without gain and GELU the second refinement is r - r = 0: rank 2, not 3
+expect 0 '"rank_hist":[0,0,512,0]}' inspect --model prism --set prism.gain=false --set prism.gelu=false --rank
+expect 0 '"rank_max_possible":2,"rank_hist":[0,0,512]}' inspect --model prism --set prism.L=1 --rank
+expect 0 '"rank_hist":[0,256]}' inspect --model mamba2 --rank
+expect 0 "ttt_linear has no linear recurrence" inspect --model ttt_linear --rank
+expect 0 "layers.1.mixer.w_k.1" inspect --model prism --steps 3 --csv "$tmp/g.csv" --plot "$tmp/g.svg"
+file_has "</svg>" "$tmp/g.svg"
+file_has "step,loss,embed," "$tmp/g.csv"
+expect 0 "recurrence" inspect --model gdn --tape - --dot "$tmp/t.dot"
+file_has "digraph tape" "$tmp/t.dot"
+expect 0 "dumped " inspect --model linattn --steps 2 --dump 1 --dump-file "$tmp/d.safetensors"
+printf 'the quick brown fox jumps over the lazy dog, again and again and again.\n' >"$tmp/text"
+expect 0 '"loss_first":' inspect --model gdn --text "$tmp/text" --batch 1 --seq-len 16
+expect 1 "prism inspect: $tmp/text: 72 bytes, the batch needs B*(T+1) = 130" inspect --model gdn --text "$tmp/text" \
+    --seq-len 64
+expect 1 "prism inspect: $tmp/nothing: cannot open" inspect --model gdn --text "$tmp/nothing"
+expect 2 "prism inspect: --text needs an LM with vocab >= 256" inspect --model gdn --set vocab=64 --text "$tmp/text"
+expect 2 "prism inspect: --dump 3 is past the last step (--steps 2 runs steps 0 to 1)" inspect --model gdn \
+    --steps 2 --dump 3
+expect 2 "prism inspect: --dump-file needs --dump STEP" inspect --model gdn --dump-file "$tmp/x"
+expect 2 "prism inspect: --steps wants an integer from 1 to 100000, not '0'" inspect --model gdn --steps 0
+expect 2 "prism inspect: --lr wants a number > 0, not '-1'" inspect --model gdn --lr -1
+expect 2 "prism inspect: --seed wants an integer from 0 to 2147483647" inspect --model gdn --seed 4294967296
+expect 2 "prism.L" inspect --model prism --set prism.L=99
+expect 2 "mixer" inspect --model nosuch
+expect 2 "prism inspect: unknown option '--bogus' (prism inspect --help lists the options)" inspect --model gdn --bogus
+expect 1 "prism inspect: $tmp/no/dir/t.txt: cannot write" inspect --model gdn --tape "$tmp/no/dir/t.txt"
+# inspect --run continues a run with its own task, batches and optimizer: its losses are the run's
+"$prism" train --model prism --task parity --steps 3 --out "$tmp/ra" >/dev/null 2>&1
+"$prism" train --model prism --task parity --steps 5 --out "$tmp/rb" --set train.log_every=1 >/dev/null 2>&1
+expect 0 "run $tmp/ra: prism on parity, from the checkpoint of step 3" inspect --run "$tmp/ra" --steps 2 \
+    --csv "$tmp/ra.csv"
+loss=$(sed -n 3p "$tmp/ra.csv" | cut -d, -f2)   # step 4 (0-based): the run's line "step":5
+file_has "{\"step\":5,\"loss\":$loss," "$tmp/rb/metrics.jsonl"
+expect 0 '"rank_max_possible":3,' inspect --run "$tmp/ra" --rank
+expect 2 "prism inspect: --run DIR takes the run's model, data and optimizer" inspect --run "$tmp/ra" --model gdn
+expect 2 "prism inspect: --run DIR takes the run's model, data and optimizer" inspect --run "$tmp/ra" --lr 1
+expect 1 "prism inspect: $tmp/nowhere/config.json: cannot open" inspect --run "$tmp/nowhere"
 # model
 expect 0 "usage: prism model" model --help
 expect 2 "prism model: --model NAME or --config FILE is required" model

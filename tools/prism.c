@@ -15,6 +15,7 @@ static const pr_command commands[] = {
     {"golden-check", pr_cmd_golden_check, "the recurrences against a reference file (golden format)"},
     {"bench", pr_cmd_bench, "kernel speed against the machine's measured ceilings (bench ops, ...)"},
     {"model", pr_cmd_model, "a model's parameter table by path (--model NAME --preset P --set k=v)"},
+    {"inspect", pr_cmd_inspect, "gradient norms, the tape, write ranks and dumps of a model on a batch"},
     {"convert", pr_cmd_convert, "flash-linear-attention checkpoints in and out (--from-fla DIR, --to-fla DIR)"},
     {"data", pr_cmd_data, "a dataset's statistics (data rec: synthetic, --amazon FILE, --yelp FILE)"},
     {"train", pr_cmd_train, "train a model on a task in a run directory (--model NAME --task TASK)"},

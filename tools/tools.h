@@ -13,6 +13,7 @@ int pr_cmd_golden_check(int argc, char **argv);
 int pr_cmd_bench(int argc, char **argv);
 int pr_cmd_model(int argc, char **argv);        /* dispatches to the bench_* below */
 int pr_cmd_data(int argc, char **argv);         /* prism data rec */
+int pr_cmd_inspect(int argc, char **argv);      /* tools/inspect.c */
 int pr_cmd_convert(int argc, char **argv);      /* fla checkpoints in and out */
 int pr_cmd_train(int argc, char **argv);
 int pr_cmd_eval(int argc, char **argv);

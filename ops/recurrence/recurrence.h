@@ -89,6 +89,18 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
                          pr_tensor *v, pr_tensor *g, pr_tensor *beta, pr_tensor *kx, pr_tensor *vx,
                          pr_tensor *h0, pr_tensor *cu_seqlens, pr_tensor **ht);
 
+/* ---- inspection: the rank of each token's write (ops/recurrence/write_rank.c) ----
+ * Singular values of the m x n row-major matrix a, descending, into s
+ * [min(m,n)] (one-sided Jacobi in f64); the numerical rank counts those above
+ * rel_tol times the largest (0 for a zero matrix). */
+void pr_singular_values(const double *a, int m, int n, double *s);
+int pr_matrix_rank(const double *a, int m, int n, double rel_tol);
+/* For a recorded recurrence node (on the tape, any device): the rank of each
+ * token's write B_t (beta k v^T [+ sum_l kx_l vx_l^T]; the forget path left
+ * out) into ranks [B*T*H], (b, t, h) row-major. Returns the most B_t can
+ * have: min(L+1, K, V), L = 0 without extra writes. */
+int pr_recurrence_write_ranks(const pr_node *n, double rel_tol, int *ranks);
+
 /* ---- internal: for tests, the gradcheck example and benchmarks ---------------
  * The CPU forward computes f32 and bf16 in double (inputs promoted, results
  * rounded once). cu_seqlens must be strictly increasing from 0 to T (fatal otherwise). */

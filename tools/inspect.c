@@ -1,0 +1,532 @@
+/* tools/inspect.c: `prism inspect`: what a model's gradients and state
+ * writes look like on a batch, for people learning how it works and for
+ * checking a claim on real inputs:
+ *   - per-parameter gradient norms over N steps (a table, and a CSV and an
+ *     SVG plot on request): plain SGD on one batch for a fresh model, or a
+ *     training run's own task, optimizer and schedule from its checkpoint;
+ *   - the tape of the first step as text and as Graphviz DOT;
+ *   - --rank: the numerical rank of every token's write B_t, per layer and
+ *     head (the PRISM paper's Rank-L claim: 1 for gdn, up to L+1 for prism),
+ *     read off the recurrence nodes the forward recorded;
+ *   - --dump STEP: every activation and gradient of one step as safetensors.
+ * The last line printed is one JSON object. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/models.h"
+#include "tools/plot.h"
+#include "train/train.h"
+#include "tools/tools.h"
+
+#define MAX_SETS 64
+#define RANK_TOL 1e-6
+
+typedef struct {
+    const char *model, *preset, *config_file, *text_file, *run_dir;
+    const char *sets[MAX_SETS];
+    int n_sets;
+    const char *tape_file, *dot_file, *plot_file, *csv_file, *dump_file;
+    int steps, batch, seq_len, dump_step;
+    double lr;
+    uint64_t seed;
+    bool seed_given, rank;
+} inspect_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: prism inspect --model NAME [--preset P] [--config FILE] [--set key=value]...\n"
+            "                     [--seed S] [--batch B] [--seq-len T] [--text FILE] [--lr LR] [what]\n"
+            "       prism inspect --run DIR [what]\n"
+            "  what: [--steps N] [--csv FILE] [--plot FILE] [--tape FILE] [--dot FILE] [--rank]\n"
+            "        [--dump STEP [--dump-file FILE]]\n\n"
+            "A fresh model (config: defaults, preset, file, then each --set, as in `prism\n"
+            "model`) takes one batch and runs N steps of plain SGD on it. A run directory\n"
+            "(`prism train --out DIR`) continues from its latest checkpoint with its own\n"
+            "task, batches, optimizer and schedule, without writing to DIR. Each\n"
+            "parameter's gradient norm is printed per step.\n\n"
+            "  --seed S        init seed (the config key `seed`) and the batch's; default: the config's\n"
+            "  --batch B       sequences in the batch (default 2)\n"
+            "  --seq-len T     tokens per sequence (default 32)\n"
+            "  --text FILE     the batch is FILE's first B*(T+1) bytes (an LM with vocab >= 256);\n"
+            "                  default: random tokens (rec: random items)\n"
+            "  --lr LR         SGD learning rate (default 0.1)\n"
+            "  --run DIR       a training run: its config, task, optimizer and latest checkpoint\n"
+            "  --steps N       steps (default 1); the gradient norms are those before each update.\n"
+            "                  Steps count from 0, or from the checkpoint's step with --run (the\n"
+            "                  run's metrics.jsonl numbers a step by the count done after it: one more)\n"
+            "  --csv FILE      the gradient norms, one row per step, one column per parameter\n"
+            "  --plot FILE     the gradient norms against the step as an SVG plot (log scale)\n"
+            "  --tape FILE     the first step's tape as text, after backward ('-': stdout)\n"
+            "  --dot FILE      the same tape as Graphviz DOT ('-': stdout)\n"
+            "  --rank          the rank of every token's write B_t (singular values above %g of\n"
+            "                  the largest) per layer and head, and their histogram\n"
+            "  --dump S        every parameter, activation and gradient of the S-th step inspected\n"
+            "                  (0: the first) to --dump-file (default inspect_step<S>.safetensors)\n",
+            RANK_TOL);
+}
+
+static int parse_options(int argc, char **argv, inspect_opts *o)
+{
+    *o = (inspect_opts){.steps = 1, .batch = 2, .seq_len = 32, .dump_step = -1, .lr = 0.1};
+    bool fresh_only = false;   /* an option that shapes a fresh model or its batch */
+    pr_args a = pr_args_begin("prism inspect", argc, argv);
+    while (pr_args_next(&a)) {
+        if (pr_args_help(&a)) return usage(stdout), -1;
+        if (pr_args_string(&a, "--model", &o->model) || pr_args_string(&a, "--tape", &o->tape_file) || pr_args_string(&a, "--dot", &o->dot_file) ||
+            pr_args_string(&a, "--plot", &o->plot_file) || pr_args_string(&a, "--csv", &o->csv_file) ||
+            pr_args_string(&a, "--dump-file", &o->dump_file) || pr_args_flag(&a, "--rank", &o->rank) ||
+            pr_args_string(&a, "--run", &o->run_dir) || pr_args_int(&a, "--steps", 1, 100000, &o->steps) ||
+            pr_args_int(&a, "--dump", 0, 100000, &o->dump_step))
+            continue;
+        if (pr_args_int(&a, "--batch", 1, 4096, &o->batch) || pr_args_int(&a, "--seq-len", 1, 1 << 20, &o->seq_len) ||
+            pr_args_positive(&a, "--lr", &o->lr) || pr_args_string(&a, "--preset", &o->preset) ||
+            pr_args_string(&a, "--config", &o->config_file) || pr_args_string(&a, "--text", &o->text_file)) {
+            fresh_only = true;
+            continue;
+        }
+        if (pr_args_u64(&a, "--seed", &o->seed)) {
+            o->seed_given = fresh_only = true;
+            continue;
+        }
+        const char *set = NULL;
+        if (pr_args_string(&a, "--set", &set)) {
+            if (set && o->n_sets == MAX_SETS) return pr_args_error(&a, "more than %d --set options", MAX_SETS);
+            if (set) o->sets[o->n_sets++] = set;
+            fresh_only = true;
+            continue;
+        }
+        return pr_args_unknown(&a);
+    }
+    if (a.failed) return PR_EXIT_USAGE;
+    if (o->run_dir && (o->model || fresh_only))
+        return pr_args_error(&a, "--run DIR takes the run's model, data and optimizer: --model, --preset, --config, "
+                                 "--set, --seed, --batch, --seq-len, --text and --lr apply to a fresh model only");
+    if (!o->model && !o->run_dir)
+        return pr_args_error(&a, "--model NAME or --run DIR is required (prism model --help lists the mixers)");
+    if (o->seed_given && o->seed > 2147483647)
+        return pr_args_error(&a, "--seed wants an integer from 0 to 2147483647 (the config key seed), not %llu",
+                             (unsigned long long)o->seed);
+    if (o->dump_file && o->dump_step < 0) return pr_args_error(&a, "--dump-file needs --dump STEP");
+    if (o->dump_step >= o->steps)
+        return pr_args_error(&a, "--dump %d is past the last step (--steps %d runs steps 0 to %d)", o->dump_step,
+                             o->steps, o->steps - 1);
+    return 0;
+}
+
+/* defaults, preset, file, mixer, the --set options, --seed; 0 or a usage error */
+static int build_config(const inspect_opts *o, pr_config *c)
+{
+    *c = pr_config_default();
+    pr_err err;
+    char kv[64];
+    snprintf(kv, sizeof kv, "mixer=%s", o->model);
+    int rc = (o->preset && pr_config_preset(c, o->preset, &err)) ||
+             (o->config_file && pr_config_load(c, o->config_file, &err)) || pr_config_set(c, kv, &err);
+    for (int i = 0; !rc && i < o->n_sets; i++) rc = pr_config_set(c, o->sets[i], &err);
+    if (!rc && o->seed_given) c->seed = (int)o->seed;
+    if (!rc) rc = pr_config_check(c, &err);
+    if (rc) fprintf(stderr, "prism inspect: %s\n", err.msg);
+    return rc ? PR_EXIT_USAGE : 0;
+}
+
+/* ---- the batch ------------------------------------------------------------------- */
+typedef struct {
+    pr_tensor *ids, *targets;   /* LM: ids, targets [B,T] (targets: the next token); rec: items [B,T], target [B] */
+} batch;
+
+static int read_text_tokens(const inspect_opts *o, const pr_config *c, int64_t n, int64_t *tok)
+{
+    if (c->vocab < 256 || strcmp(c->task, "lm") != 0) {
+        fprintf(stderr, "prism inspect: --text needs an LM with vocab >= 256 (bytes), not task %s vocab %d\n",
+                c->task, c->vocab);
+        return PR_EXIT_USAGE;
+    }
+    FILE *f = fopen(o->text_file, "rb");
+    if (!f) return fprintf(stderr, "prism inspect: %s: cannot open\n", o->text_file), 1;
+    int64_t got = 0;
+    for (int ch; got < n && (ch = fgetc(f)) != EOF;) tok[got++] = ch;
+    fclose(f);
+    if (got < n) {
+        fprintf(stderr, "prism inspect: %s: %lld bytes, the batch needs B*(T+1) = %lld\n", o->text_file,
+                (long long)got, (long long)n);
+        return 1;
+    }
+    return 0;
+}
+
+static int make_batch(const inspect_opts *o, const pr_config *c, pr_arena *a, batch *b)
+{
+    int64_t B = o->batch, T = o->seq_len, n = B * (T + 1);
+    bool rec = strcmp(c->task, "rec") == 0;
+    int64_t *tok = malloc(sizeof(int64_t) * (size_t)n);
+    uint64_t seed = (uint64_t)c->seed;
+    for (int64_t i = 0; i < n; i++) {   /* rec: items 1..n_items (0 pads) */
+        double u = pr_philox_uniform(seed, 0xba7c4, (uint64_t)i);
+        tok[i] = rec ? 1 + (int64_t)(u * c->rec_n_items) : (int64_t)(u * c->vocab);
+    }
+    int rc = o->text_file ? read_text_tokens(o, c, n, tok) : 0;
+    if (!rc) {
+        b->ids = pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B, T));
+        b->targets = rec ? pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B)) : pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B, T));
+        int64_t *ids = b->ids->data, *tg = b->targets->data;
+        for (int64_t s = 0; s < B; s++) {
+            for (int64_t t = 0; t < T; t++) {
+                ids[s * T + t] = tok[s * (T + 1) + t];
+                if (!rec) tg[s * T + t] = tok[s * (T + 1) + t + 1];
+            }
+            if (rec) tg[s] = tok[s * (T + 1) + T];
+        }
+    }
+    free(tok);
+    return rc;
+}
+
+static pr_tensor *model_loss(pr_ctx *ctx, const pr_model *m, const batch *b)
+{
+    if (strcmp(m->cfg.task, "rec") == 0) return pr_rec_loss(ctx, m, b->ids, b->targets);
+    return pr_lm_loss(ctx, m, b->ids, b->targets);
+}
+
+/* ---- what the steps run on: a fresh model and its batch, or a training run ---------------- */
+typedef struct {
+    pr_config cfg;
+    pr_train_opts train;   /* --run: the run's options (task, optimizer, schedule, clipping) */
+    pr_model *m;
+    pr_optim *opt;
+    pr_task *task;         /* --run: batches from the run's task; NULL: the one fixed batch */
+    pr_arena *data;
+    batch b;
+    pr_schedule sched;
+    double clip;           /* max global grad norm; 0: none */
+    int64_t first_step;    /* --run: the step of the checkpoint; 0 for a fresh model */
+} session;
+
+static void session_free(session *s)
+{
+    pr_task_free(s->task);
+    pr_optim_free(s->opt);
+    pr_model_free(s->m);
+    pr_arena_free(s->data);
+}
+
+/* plain SGD at a constant rate on one batch */
+static int open_fresh(const inspect_opts *o, session *s)
+{
+    int rc = build_config(o, &s->cfg);
+    if (rc) return rc;
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    s->data = pr_arena_new("inspect batch", 0);
+    s->opt = pr_optim_new(s->m->params, &(pr_optim_opts){.kind = PR_OPTIM_SGD});
+    s->sched = (pr_schedule){.lr = o->lr, .min_lr = o->lr, .total = o->steps};
+    return make_batch(o, &s->cfg, s->data, &s->b);
+}
+
+/* the optimizer a run trained with (as train/train.c builds it) */
+static pr_optim_opts run_optim_opts(const pr_train_opts *t)
+{
+    return (pr_optim_opts){.kind = strcmp(t->optim, "sgd") == 0 ? PR_OPTIM_SGD : PR_OPTIM_ADAMW,
+                           .weight_decay = t->weight_decay, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->eps,
+                           .momentum = t->momentum, .decay_all = t->decay_all};
+}
+
+/* the run's config, task and latest checkpoint (weights and optimizer state) */
+static int open_run(const inspect_opts *o, session *s, pr_ctx *ctx)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", o->run_dir);
+    s->cfg = pr_config_default();
+    s->train = pr_train_defaults();
+    pr_err err;
+    pr_train_state st;
+    int64_t step;
+    if (pr_run_config_load(&s->cfg, &s->train, path, &err) || pr_config_check(&s->cfg, &err) ||
+        pr_task_open(&s->task, &s->train, &s->cfg, &err))
+        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    pr_optim_opts oo = run_optim_opts(&s->train);
+    s->opt = pr_optim_new(s->m->params, &oo);
+    if (pr_checkpoint_latest(o->run_dir, &step, &err) ||
+        pr_checkpoint_load(o->run_dir, step, s->m->params, s->opt, &st, &err))
+        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
+    ctx->rng = st.rng;
+    s->first_step = st.step;
+    s->sched = (pr_schedule){.lr = s->train.lr, .min_lr = s->train.min_lr, .warmup = s->train.warmup,
+                             .total = s->train.steps, .cosine = strcmp(s->train.schedule, "cosine") == 0};
+    s->clip = s->train.clip;
+    printf("run %s: %s on %s, from the checkpoint of step %lld\n", o->run_dir, s->cfg.mixer, s->train.task,
+           (long long)step);
+    return 0;
+}
+
+/* ---- gradient norms ---------------------------------------------------------------- */
+
+/* norms [steps][n_params], steps in rows */
+static void print_norm_table(const pr_params *r, const double *norms, const double *losses, int steps,
+                             int64_t first)
+{
+    int shown = steps < 6 ? steps : 6;   /* the first steps, then the last one */
+    printf("%-36s", "gradient norm by step");
+    for (int s = 0; s < shown; s++) printf(" %10lld", (long long)(first + (s == shown - 1 ? steps - 1 : s)));
+    printf("\n%-36s", "(loss)");
+    for (int s = 0; s < shown; s++) printf(" %10.4g", losses[s == shown - 1 ? steps - 1 : s]);
+    printf("\n");
+    for (int i = 0; i < r->n; i++) {
+        printf("%-36s", r->p[i].path);
+        for (int s = 0; s < shown; s++) printf(" %10.3e", norms[(size_t)(s == shown - 1 ? steps - 1 : s) * r->n + i]);
+        printf("\n");
+    }
+}
+
+static int write_norm_csv(const char *path, const pr_params *r, const double *norms, const double *losses, int steps,
+                          int64_t first)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "prism inspect: %s: cannot write\n", path), 1;
+    fprintf(f, "step,loss");
+    for (int i = 0; i < r->n; i++) fprintf(f, ",%s", r->p[i].path);
+    fprintf(f, "\n");
+    for (int s = 0; s < steps; s++) {
+        fprintf(f, "%lld,%.9g", (long long)(first + s), losses[s]);
+        for (int i = 0; i < r->n; i++) fprintf(f, ",%.9g", norms[(size_t)s * r->n + i]);
+        fprintf(f, "\n");
+    }
+    return fclose(f) ? fprintf(stderr, "prism inspect: %s: write failed\n", path), 1 : 0;
+}
+
+/* One series per parameter name with the layer index dropped
+ * (`layers.*.mixer.q_proj`): the norm over every layer's copy, so the plot
+ * stays readable for deep models. */
+static void group_name(const char *path, char *out, size_t n)
+{
+    const char *rest = NULL;
+    if (strncmp(path, "layers.", 7) == 0 && (rest = strchr(path + 7, '.')))
+        snprintf(out, n, "layers.*%s", rest);
+    else
+        snprintf(out, n, "%s", path);
+}
+
+static int write_norm_plot(const char *path, const char *model, const pr_params *r, const double *norms, int steps,
+                           int64_t first)
+{
+    char names[PR_PLOT_MAX_SERIES][96];
+    int group[4096], n_groups = 0;
+    if (r->n > 4096) return fprintf(stderr, "prism inspect: --plot: more than 4096 parameters\n"), 1;
+    for (int i = 0; i < r->n; i++) {
+        char g[96];
+        group_name(r->p[i].path, g, sizeof g);
+        int k = 0;
+        while (k < n_groups && strcmp(names[k], g) != 0) k++;
+        if (k == n_groups && n_groups == PR_PLOT_MAX_SERIES) k = -1;   /* the rest are left out of the plot */
+        else if (k == n_groups) snprintf(names[n_groups++], 96, "%s", g);
+        group[i] = k;
+    }
+    double *x = malloc(sizeof(double) * (size_t)steps), *y = calloc((size_t)(n_groups * steps), sizeof(double));
+    for (int s = 0; s < steps; s++) {
+        x[s] = (double)(first + s);
+        for (int i = 0; i < r->n; i++) {
+            double v = norms[(size_t)s * r->n + i];
+            if (group[i] >= 0) y[group[i] * steps + s] += v * v;
+        }
+    }
+    char title[96];
+    snprintf(title, sizeof title, "%s: gradient norm by step", model);
+    pr_plot p = {.title = title, .xlabel = "step", .ylabel = "gradient L2 norm", .ylog = true};
+    for (int k = 0; k < n_groups; k++) {
+        for (int s = 0; s < steps; s++) y[k * steps + s] = sqrt(y[k * steps + s]);
+        pr_plot_add(&p, names[k], steps, x, y + k * steps);
+    }
+    pr_err err;
+    int rc = pr_plot_save(&p, path, &err);
+    if (rc) fprintf(stderr, "prism inspect: %s\n", err.msg);
+    free(x), free(y);
+    return rc ? 1 : 0;
+}
+
+/* ---- the tape and the dump ------------------------------------------------------------ */
+static int with_file(const char *path, void (*write)(const pr_ctx *, FILE *), const pr_ctx *ctx)
+{
+    if (strcmp(path, "-") == 0) return write(ctx, stdout), 0;
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "prism inspect: %s: cannot write\n", path), 1;
+    write(ctx, f);
+    return fclose(f) ? fprintf(stderr, "prism inspect: %s: write failed\n", path), 1 : 0;
+}
+
+/* parameters, their grads, every recorded op's outputs and their grads */
+static int dump_step(const char *path, const pr_ctx *ctx, const pr_model *m, const batch *b, int step)
+{
+    const pr_params *r = m->params;
+    int cap = 2 * r->n + 2 * PR_MAX_OUT * ctx->n_tape + 2, n = 0;
+    const char **names = calloc((size_t)cap, sizeof *names);
+    const pr_tensor **ts = calloc((size_t)cap, sizeof *ts);
+    char **own = calloc((size_t)cap, sizeof *own);
+#define ADD(t_, ...)                                                                                        \
+    do {                                                                                                    \
+        own[n] = malloc(160);                                                                               \
+        snprintf(own[n], 160, __VA_ARGS__);                                                                 \
+        names[n] = own[n], ts[n++] = (t_);                                                                  \
+    } while (0)
+    if (b->ids) ADD(b->ids, "batch.ids");
+    if (b->targets) ADD(b->targets, "batch.targets");
+    for (int i = 0; i < r->n; i++) {
+        ADD(r->p[i].t, "param.%s", r->p[i].path);
+        if (r->p[i].t->grad) ADD(r->p[i].t->grad, "grad.%s", r->p[i].path);
+    }
+    for (int p = 0; p < ctx->n_tape; p++)
+        for (int o = 0; o < ctx->tape[p].n_out; o++) {
+            const pr_tensor *t = ctx->tape[p].out[o];
+            ADD(t, "act.%04d.%s.%d", p, ctx->tape[p].op->name, o);
+            if (t->grad) ADD(t->grad, "actgrad.%04d.%s.%d", p, ctx->tape[p].op->name, o);
+        }
+#undef ADD
+    char step_s[16];
+    snprintf(step_s, sizeof step_s, "%d", step);
+    const char *keys[] = {"model", "step"}, *values[] = {m->cfg.mixer, step_s};
+    pr_err err;
+    int rc = pr_safetensors_write(path, n, names, ts, 2, keys, values, &err);
+    if (rc) fprintf(stderr, "prism inspect: %s\n", err.msg);
+    else printf("dumped %d tensors of step %d to %s\n", n, step, path);
+    for (int i = 0; i < n; i++) free(own[i]);
+    free(own), free(names), free(ts);
+    return rc ? 1 : 0;
+}
+
+/* ---- write ranks ------------------------------------------------------------------------ */
+#define MAX_RANK 257
+
+typedef struct {
+    int64_t hist[MAX_RANK];   /* over every layer, head and token */
+    int max_possible, layers;
+} rank_summary;
+
+/* per layer and head: the histogram over tokens; the recurrence nodes come
+ * in layer order, one per layer */
+static void print_ranks(const pr_ctx *ctx, rank_summary *sum)
+{
+    *sum = (rank_summary){0};
+    for (int p = 0; p < ctx->n_tape; p++) {
+        const pr_node *n = &ctx->tape[p];
+        if (strcmp(n->op->name, "recurrence") != 0) continue;
+        const pr_tensor *k = n->in[PR_REC_K];
+        int64_t BT = k->shape[0] * k->shape[1], H = k->shape[2];
+        int *ranks = malloc(sizeof(int) * (size_t)(BT * H));
+        int most = pr_recurrence_write_ranks(n, RANK_TOL, ranks);
+        if (most > sum->max_possible) sum->max_possible = most;
+        if (sum->layers == 0) printf("write rank of B_t per layer and head (tokens with each rank):\n");
+        for (int64_t h = 0; h < H; h++) {
+            int64_t count[MAX_RANK] = {0};
+            for (int64_t t = 0; t < BT; t++) count[ranks[t * H + h]]++;
+            printf("  layer %d head %lld (%s, at most %d):", sum->layers, (long long)h,
+                   pr_rule_name((pr_rule)n->iarg[0]), most);
+            for (int v = 0; v <= most; v++)
+                if (count[v]) printf(" rank %d: %lld", v, (long long)count[v]);
+            printf("\n");
+            for (int v = 0; v <= most; v++) sum->hist[v] += count[v];
+        }
+        free(ranks);
+        sum->layers++;
+    }
+}
+
+static void print_rank_histogram(const char *model, const rank_summary *sum)
+{
+    if (sum->layers == 0) {
+        printf("write rank: %s has no linear recurrence (no B_t to measure)\n", model);
+        return;
+    }
+    int64_t total = 0;
+    for (int v = 0; v <= sum->max_possible; v++) total += sum->hist[v];
+    printf("write rank histogram, %s (%d layers; singular values > %g of the largest):\n", model, sum->layers,
+           RANK_TOL);
+    for (int v = 0; v <= sum->max_possible; v++) {
+        int bar = (int)llround(40.0 * (double)sum->hist[v] / (double)total);
+        printf("  rank %d: %8lld %5.1f%% ", v, (long long)sum->hist[v], 100.0 * (double)sum->hist[v] / (double)total);
+        for (int i = 0; i < bar; i++) putchar('#');
+        putchar('\n');
+    }
+}
+
+/* ---- the command -------------------------------------------------------------------------- */
+typedef struct {
+    double *norms, *losses;
+    rank_summary ranks;
+} inspect_result;
+
+/* step s: loss, backward, norms; the first step's tape/dot/rank; the dump; the update */
+static int run_step(const inspect_opts *o, pr_ctx *ctx, session *ses, int s, inspect_result *res)
+{
+    const pr_params *r = ses->m->params;
+    int64_t step = ses->first_step + s;
+    pr_tensor *loss = ses->task ? ses->task->loss(ses->task, ctx, ses->m, step) : model_loss(ctx, ses->m, &ses->b);
+    pr_backward(ctx, loss);
+    res->losses[s] = pr_item(loss);
+    for (int i = 0; i < r->n; i++) res->norms[(size_t)s * r->n + i] = r->p[i].t->grad ? pr_norm2(r->p[i].t->grad) : 0;
+    int rc = 0;
+    if (s == 0 && o->tape_file) rc |= with_file(o->tape_file, pr_tape_dump, ctx);
+    if (s == 0 && o->dot_file) rc |= with_file(o->dot_file, pr_tape_dot, ctx);
+    if (s == 0 && o->rank) print_ranks(ctx, &res->ranks);
+    if (s == o->dump_step) {
+        char def[64];
+        snprintf(def, sizeof def, "inspect_step%d.safetensors", s);
+        rc |= dump_step(o->dump_file ? o->dump_file : def, ctx, ses->m, &ses->b, s);
+    }
+    double scale = pr_clip_scale(pr_params_grad_norm(r), ses->clip);
+    pr_optim_step(ctx, ses->opt, pr_schedule_lr(&ses->sched, step), scale);
+    pr_params_zero_grads(r);
+    pr_step_reset(ctx);
+    return rc;
+}
+
+static void print_json(const inspect_opts *o, const session *s, const inspect_result *res)
+{
+    printf("{\"model\":\"%s\",\"seed\":%d,\"first_step\":%lld,\"steps\":%d,\"params\":%lld,\"loss_first\":%.9g,"
+           "\"loss_last\":%.9g",
+           s->cfg.mixer, s->cfg.seed, (long long)s->first_step, o->steps, (long long)pr_params_count(s->m->params),
+           res->losses[0], res->losses[o->steps - 1]);
+    if (o->rank) {
+        printf(",\"rank_layers\":%d,\"rank_max_possible\":%d,\"rank_hist\":[", res->ranks.layers,
+               res->ranks.max_possible);
+        for (int v = 0; v <= res->ranks.max_possible && res->ranks.layers; v++)
+            printf("%s%lld", v ? "," : "", (long long)res->ranks.hist[v]);
+        printf("]");
+    }
+    printf("}\n");
+}
+
+static int report(const inspect_opts *o, const session *s, const inspect_result *res)
+{
+    const pr_params *r = s->m->params;
+    int rc = 0;
+    print_norm_table(r, res->norms, res->losses, o->steps, s->first_step);
+    if (o->csv_file) rc |= write_norm_csv(o->csv_file, r, res->norms, res->losses, o->steps, s->first_step);
+    if (o->plot_file) rc |= write_norm_plot(o->plot_file, s->cfg.mixer, r, res->norms, o->steps, s->first_step);
+    if (o->rank) print_rank_histogram(s->cfg.mixer, &res->ranks);
+    print_json(o, s, res);
+    return rc;
+}
+
+int pr_cmd_inspect(int argc, char **argv)
+{
+    inspect_opts o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    session ses = {0};
+    pr_ctx *ctx = pr_ctx_new(1);
+    rc = o.run_dir ? open_run(&o, &ses, ctx) : open_fresh(&o, &ses);
+    if (rc == 0) {
+        inspect_result res = {.norms = calloc((size_t)o.steps * ses.m->params->n, sizeof(double)),
+                              .losses = calloc((size_t)o.steps, sizeof(double))};
+        for (int s = 0; s < o.steps; s++) rc |= run_step(&o, ctx, &ses, s, &res);
+        rc |= report(&o, &ses, &res);
+        free(res.norms), free(res.losses);
+    }
+    if (ses.m) pr_params_release_grads(ses.m->params);
+    pr_ctx_free(ctx);
+    session_free(&ses);
+    return rc == PR_EXIT_USAGE ? rc : rc ? 1 : 0;   /* steps and writes OR their 1s together */
+}

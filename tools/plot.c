@@ -1,0 +1,261 @@
+/* tools/plot.c: line plots written as SVG (tools/plot.h). The plot area sits
+ * in a fixed frame (margins for tick labels, axis labels, a legend on the
+ * right); data map linearly or by log10 into it. Ticks are "nice" numbers so
+ * a reader can interpolate: 1, 2 or 5 times a power of ten, or the powers of
+ * ten themselves on a log axis. */
+#include "tools/plot.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+enum { WIDTH = 760, MIN_HEIGHT = 440, LEFT = 80, RIGHT = 200, TOP = 40, BOTTOM = 60, LEGEND_ROW = 16,
+       MARKERS_UP_TO = 60 };
+
+/* distinguishable on white, and in grey print (Tableau 10's hues) */
+static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+/* after the ten hues, the same hues dashed, then dotted */
+static const char *const dashes[] = {"none", "7 3", "2 2"};
+#define N_COLORS (sizeof palette / sizeof palette[0])
+
+static const char *series_color(int k) { return palette[k % N_COLORS]; }
+static const char *series_dash(int k) { return dashes[(k / N_COLORS) % (sizeof dashes / sizeof dashes[0])]; }
+
+bool pr_plot_add(pr_plot *p, const char *name, int n, const double *x, const double *y)
+{
+    if (p->n_series == PR_PLOT_MAX_SERIES) return false;
+    p->series[p->n_series++] = (pr_plot_series){.name = name, .n = n, .x = x, .y = y};
+    return true;
+}
+
+/* the one of 1, 2, 5 or 10 times a power of ten nearest to x */
+static double nice_step(double x)
+{
+    double e = pow(10, floor(log10(x))), f = x / e;
+    return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * e;
+}
+
+static int linear_ticks(double lo, double hi, double *ticks, double *axis_lo, double *axis_hi)
+{
+    if (hi <= lo) {   /* one value: a unit-wide window around it */
+        double pad = lo != 0 ? fabs(lo) * 0.5 : 1;
+        lo -= pad, hi += pad;
+    }
+    double step = nice_step((hi - lo) / 4);
+    double first = floor(lo / step + 1e-9), last = ceil(hi / step - 1e-9);
+    int n = 0;
+    for (double i = first; i <= last && n < PR_PLOT_MAX_TICKS; i++) {
+        double t = i * step;   /* from the index, so rounding does not drift along the axis */
+        ticks[n++] = fabs(t) < step * 1e-9 ? 0 : t;
+    }
+    *axis_lo = ticks[0], *axis_hi = ticks[n - 1];
+    return n;
+}
+
+static int log_ticks(double lo, double hi, double *ticks, double *axis_lo, double *axis_hi)
+{
+    int elo = (int)floor(log10(lo) + 1e-9), ehi = (int)ceil(log10(hi) - 1e-9);
+    if (ehi <= elo) ehi = elo + 1;
+    int stride = (ehi - elo + 7) / 8, n = 0;   /* at most about nine labels */
+    int e = elo;
+    for (; n < PR_PLOT_MAX_TICKS; e += stride) {
+        ticks[n++] = pow(10, e);
+        if (e >= ehi) break;
+    }
+    *axis_lo = ticks[0], *axis_hi = ticks[n - 1];
+    return n;
+}
+
+int pr_plot_ticks(double lo, double hi, bool log_scale, double *ticks, double *axis_lo, double *axis_hi)
+{
+    return log_scale ? log_ticks(lo, hi, ticks, axis_lo, axis_hi) : linear_ticks(lo, hi, ticks, axis_lo, axis_hi);
+}
+
+static bool shown(double v, bool log_scale)
+{
+    return isfinite(v) && (!log_scale || v > 0);
+}
+
+static bool point_shown(const pr_plot *p, const pr_plot_series *s, int i)
+{
+    return shown(s->x[i], p->xlog) && shown(s->y[i], p->ylog);
+}
+
+/* the range of the points the axes can show; false when there are none */
+static bool data_range(const pr_plot *p, bool y_axis, double *lo, double *hi)
+{
+    *lo = INFINITY, *hi = -INFINITY;
+    for (int k = 0; k < p->n_series; k++) {
+        const pr_plot_series *s = &p->series[k];
+        for (int i = 0; i < s->n; i++) {
+            if (!point_shown(p, s, i)) continue;
+            double v = y_axis ? s->y[i] : s->x[i];
+            *lo = fmin(*lo, v), *hi = fmax(*hi, v);
+        }
+    }
+    return *lo <= *hi;
+}
+
+typedef struct {
+    double lo, hi;   /* the axis ends, in data units */
+    double p0, p1;   /* ... and in pixels */
+    bool log_scale;
+    int n_ticks;
+    double ticks[PR_PLOT_MAX_TICKS];
+} axis;
+
+/* the fraction 0..1 of the way along the axis */
+static double axis_frac(const axis *a, double v)
+{
+    if (a->log_scale) return (log10(v) - log10(a->lo)) / (log10(a->hi) - log10(a->lo));
+    return (v - a->lo) / (a->hi - a->lo);
+}
+
+static double pos(const axis *a, double v)
+{
+    return a->p0 + axis_frac(a, v) * (a->p1 - a->p0);
+}
+
+/* text with the five XML specials escaped */
+static void put_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&apos;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+static void text_at(FILE *f, double x, double y, const char *anchor, const char *extra, const char *s)
+{
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor, extra);
+    put_text(f, s);
+    fputs("</text>\n", f);
+}
+
+static void draw_axes(FILE *f, const pr_plot *p, const axis *ax, const axis *ay)
+{
+    double x0 = ax->p0, x1 = ax->p1, y0 = ay->p0, y1 = ay->p1;
+    char label[32];
+    fprintf(f, "<g class=\"grid\" stroke=\"#e4e4e4\">\n");
+    for (int i = 0; i < ax->n_ticks; i++)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", pos(ax, ax->ticks[i]), y0,
+                pos(ax, ax->ticks[i]), y1);
+    for (int i = 0; i < ay->n_ticks; i++)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x0, pos(ay, ay->ticks[i]), x1,
+                pos(ay, ay->ticks[i]));
+    fprintf(f, "</g>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n",
+            x0, y1, x1 - x0, y0 - y1);
+    fprintf(f, "<g class=\"xticks\" font-size=\"12\">\n");
+    for (int i = 0; i < ax->n_ticks; i++) {
+        snprintf(label, sizeof label, "%g", ax->ticks[i]);
+        text_at(f, pos(ax, ax->ticks[i]), y0 + 18, "middle", "", label);
+    }
+    fprintf(f, "</g>\n<g class=\"yticks\" font-size=\"12\">\n");
+    for (int i = 0; i < ay->n_ticks; i++) {
+        snprintf(label, sizeof label, "%g", ay->ticks[i]);
+        text_at(f, x0 - 6, pos(ay, ay->ticks[i]) + 4, "end", "", label);
+    }
+    fprintf(f, "</g>\n");
+    if (p->title) text_at(f, (x0 + x1) / 2, 24, "middle", " font-size=\"16\"", p->title);
+    if (p->xlabel) text_at(f, (x0 + x1) / 2, y0 + BOTTOM - 16, "middle", " font-size=\"13\"", p->xlabel);
+    if (p->ylabel) {
+        char rot[64];
+        snprintf(rot, sizeof rot, " font-size=\"13\" transform=\"rotate(-90 18 %.1f)\"", (y0 + y1) / 2);
+        text_at(f, 18, (y0 + y1) / 2, "middle", rot, p->ylabel);
+    }
+}
+
+/* one polyline per run of points the axes can show */
+static void draw_series(FILE *f, const pr_plot *p, int k, const axis *ax, const axis *ay)
+{
+    const pr_plot_series *s = &p->series[k];
+    const char *color = series_color(k);
+    fprintf(f, "<g class=\"series\" stroke=\"%s\" stroke-dasharray=\"%s\" fill=\"none\" stroke-width=\"1.8\">\n",
+            color, series_dash(k));
+    bool open = false;
+    for (int i = 0; i < s->n; i++) {
+        if (!point_shown(p, s, i)) {
+            if (open) fputs("\"/>\n", f);
+            open = false;
+            continue;
+        }
+        if (!open) fputs("<polyline points=\"", f);
+        fprintf(f, "%s%.2f,%.2f", open ? " " : "", pos(ax, s->x[i]), pos(ay, s->y[i]));
+        open = true;
+    }
+    if (open) fputs("\"/>\n", f);
+    if (s->n <= MARKERS_UP_TO)
+        for (int i = 0; i < s->n; i++)
+            if (point_shown(p, s, i))
+                fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2.5\" fill=\"%s\"/>\n", pos(ax, s->x[i]),
+                        pos(ay, s->y[i]), color);
+    fputs("</g>\n", f);
+}
+
+static void draw_legend(FILE *f, const pr_plot *p)
+{
+    double x = WIDTH - RIGHT + 16;
+    fprintf(f, "<g class=\"legend\" font-size=\"12\">\n");
+    for (int k = 0; k < p->n_series; k++) {
+        double y = TOP + 10 + LEGEND_ROW * k;
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"%s\" "
+                "stroke-width=\"3\"/>\n",
+                x, y, x + 22, y, series_color(k), series_dash(k));
+        text_at(f, x + 28, y + 4, "start", "", p->series[k].name ? p->series[k].name : "");
+    }
+    fprintf(f, "</g>\n");
+}
+
+/* tall enough for the legend */
+static int plot_height(const pr_plot *p)
+{
+    int legend = TOP + 10 + LEGEND_ROW * p->n_series + BOTTOM;
+    return legend > MIN_HEIGHT ? legend : MIN_HEIGHT;
+}
+
+static bool make_axis(const pr_plot *p, bool y_axis, axis *a)
+{
+    /* y grows upwards: its pixel axis runs from the bottom */
+    a->p0 = y_axis ? plot_height(p) - BOTTOM : LEFT;
+    a->p1 = y_axis ? TOP : WIDTH - RIGHT;
+    double lo, hi;
+    if (!data_range(p, y_axis, &lo, &hi)) return false;
+    a->log_scale = y_axis ? p->ylog : p->xlog;
+    a->n_ticks = pr_plot_ticks(lo, hi, a->log_scale, a->ticks, &a->lo, &a->hi);
+    return true;
+}
+
+int pr_plot_write(const pr_plot *p, FILE *f, pr_err *err)
+{
+    axis ax, ay;
+    if (!make_axis(p, false, &ax) || !make_axis(p, true, &ay))
+        return pr_errf(err, "plot '%s': no point to draw (every value non-finite, or <= 0 on a log axis)",
+                       p->title ? p->title : "");
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
+            WIDTH, plot_height(p), WIDTH, plot_height(p), WIDTH, plot_height(p));
+    draw_axes(f, p, &ax, &ay);
+    for (int k = 0; k < p->n_series; k++) draw_series(f, p, k, &ax, &ay);
+    draw_legend(f, p);
+    fputs("</svg>\n", f);
+    return 0;
+}
+
+int pr_plot_save(const pr_plot *p, const char *path, pr_err *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return pr_errf(err, "%s: cannot write the plot: %s", path, strerror(errno));
+    int rc = pr_plot_write(p, f, err);
+    if (fclose(f) != 0 && rc == 0) rc = pr_errf(err, "%s: write failed: %s", path, strerror(errno));
+    return rc;
+}
