@@ -55,6 +55,11 @@ if [ $cuda = 1 ]; then
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
     expect 0 '"run_dir"' eval --run "$tmp/cuda-run" --device cuda
+    expect 0 '"test_auc"' train --model gdn --task rec --device cuda --steps 4 --set d_model=8 \
+        --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-rec"
+    expect 0 '"steps":6' train --out "$tmp/cuda-rec" --resume --steps 6 --device cuda
+    expect 0 '"model":"attn","task":"rec"' train --model sasrec --task rec --device cuda --steps 2 \
+        --set seq_len=16 --set rec.negatives=8 --out "$tmp/cuda-sasrec"
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
 fi
@@ -285,6 +290,25 @@ expect 1 "generate needs a byte-level lm run" generate --run "$run" --prompt "x"
 expect 2 "prism generate: --run DIR and a non-empty --prompt TEXT are required" generate --run "$tmp/lm"
 expect 2 "prism generate: --temperature wants a number >= 0, not '-1'" generate --run "$tmp/lm" --prompt a \
     --temperature -1
+# rec: 12 users of 45 items over 30, so the paper's filter keeps them all
+rcsv=$tmp/rec.csv
+awk 'BEGIN { for (u = 0; u < 12; u++) for (t = 0; t < 45; t++) printf "u%d,i%d,5.0,%d\n", u, (u * 7 + t) % 30, t }' >"$rcsv"
+rec="--task rec --set rec.data=amazon:$rcsv $tiny"
+# shellcheck disable=SC2086
+expect 0 '"task":"rec","seed":1,"steps":3,"metrics":{"val_hit@10":' train --model gdn $rec --steps 3 \
+    --set train.ckpt_every=2 --out "$tmp/rec"
+expect 0 '"steps":4' train --out "$tmp/rec" --resume --steps 4
+expect 0 '"test_auc"' eval --run "$tmp/rec"
+# shellcheck disable=SC2086
+expect 0 '"model":"attn","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
+expect 2 "prism train: --model sasrec: a rec model; give --task rec" train --model sasrec --task parity
+expect 2 "prism train: train.rec.data: 'movielens' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE" \
+    train --task rec --set rec.data=movielens
+expect 1 "prism train: $tmp/none.csv: cannot open" train --task rec --set "rec.data=amazon:$tmp/none.csv" \
+    --out "$tmp/norec"
+# shellcheck disable=SC2086
+expect 1 "prism train: rec.n_items: set to 5, but the data (train.rec.data) has 30 items" train $rec \
+    --set rec.n_items=5 --steps 1 --out "$tmp/rec5"
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"
