@@ -58,7 +58,7 @@ if [ $cuda = 1 ]; then
     expect 0 '"test_auc"' train --model gdn --task rec --device cuda --steps 4 --set d_model=8 \
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-rec"
     expect 0 '"steps":6' train --out "$tmp/cuda-rec" --resume --steps 6 --device cuda
-    expect 0 '"model":"attn","task":"rec"' train --model sasrec --task rec --device cuda --steps 2 \
+    expect 0 '"model":"sasrec","task":"rec"' train --model sasrec --task rec --device cuda --steps 2 \
         --set seq_len=16 --set rec.negatives=8 --out "$tmp/cuda-sasrec"
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
@@ -301,7 +301,7 @@ expect 0 '"task":"rec","seed":1,"steps":3,"metrics":{"val_hit@10":' train --mode
 expect 0 '"steps":4' train --out "$tmp/rec" --resume --steps 4
 expect 0 '"test_auc"' eval --run "$tmp/rec"
 # shellcheck disable=SC2086
-expect 0 '"model":"attn","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
+expect 0 '"model":"sasrec","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
 expect 2 "prism train: --model sasrec: a rec model; give --task rec" train --model sasrec --task parity
 expect 2 "prism train: train.rec.data: 'movielens' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE" \
     train --task rec --set rec.data=movielens

@@ -357,7 +357,8 @@ void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const
                       const char *run_dir)
 {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "model", c->mixer);
+    /* SASRec is attention mixers in SASRec's blocks: the model is named by its blocks */
+    cJSON_AddStringToObject(j, "model", strcmp(c->block, "sasrec") == 0 ? "sasrec" : c->mixer);
     cJSON_AddStringToObject(j, "task", o->task);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "steps", (double)r->steps);
