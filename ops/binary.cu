@@ -169,36 +169,37 @@ template <class F> struct at_rc {
     __device__ __forceinline__ double operator()(long long r, long long c) const { return f(r * m + c); }
 };
 
-/* GENERAL: one thread per input element, its sum over the broadcast dims in order */
+/* GENERAL: the grad of x [kept dims] is a row sum: row r = x's element, column c
+ * = its c-th position in the broadcast dims. pr_cuda_rowsum gives each row a
+ * group of threads (up to 1024) and a fixed summation order: a bias broadcast
+ * over B, T and a trailing dim (Mamba-2's D [H,1] against [B,T,H,P]) has few rows
+ * and ~10^6 columns, which one serial thread per row took ~250 ms to add up. */
 struct gen_reduce {
     int nk, nr;                      /* kept and reduced dims */
     long long kshape[PR_MAX_DIMS], kstride[PR_MAX_DIMS], rshape[PR_MAX_DIMS], rstride[PR_MAX_DIMS];
     long long R;                     /* product of rshape */
 };
-template <class F> __global__ void general_reduce_kernel(F f, gen_reduce gr, float *dx, long long nx)
-{
-    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < nx; c += (long long)gridDim.x * blockDim.x) {
-        long long base = 0, q = c;
+template <class F> struct gen_at {
+    F f;
+    gen_reduce gr;
+    __device__ __forceinline__ double operator()(long long r, long long c) const
+    {
+        long long o = 0;
 #pragma unroll
         for (int d = PR_MAX_DIMS - 1; d >= 0; d--) {
             if (d >= gr.nk) continue;
-            base += (q % gr.kshape[d]) * gr.kstride[d];
-            q /= gr.kshape[d];
+            o += (r % gr.kshape[d]) * gr.kstride[d];
+            r /= gr.kshape[d];
         }
-        double acc = 0.0;
-        for (long long r = 0; r < gr.R; r++) {
-            long long o = base, t = r;
 #pragma unroll
-            for (int d = PR_MAX_DIMS - 1; d >= 0; d--) {
-                if (d >= gr.nr) continue;
-                o += (t % gr.rshape[d]) * gr.rstride[d];
-                t /= gr.rshape[d];
-            }
-            acc += f(o);
+        for (int d = PR_MAX_DIMS - 1; d >= 0; d--) {
+            if (d >= gr.nr) continue;
+            o += (c % gr.rshape[d]) * gr.rstride[d];
+            c /= gr.rshape[d];
         }
-        dx[c] += (float)acc;
+        return f(o);
     }
-}
+};
 
 static gen_reduce make_gen_reduce(const pr_tensor *x, const pr_tensor *out)
 {
@@ -256,8 +257,8 @@ template <int OP, int WHICH> static void binary_grad(pr_ctx *ctx, pr_node *n)
         pr_cuda_rowsum(s, at_rc<contrib_at<OP, WHICH>>{f, mx.m}, N / mx.m, mx.m, dx, 1.0, true);
     } else {
         const pr_tensor *x = WHICH == 0 ? a : b;
-        general_reduce_kernel<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>(f, make_gen_reduce(x, out), dx, x->numel);
-        PR_CUDA_LAUNCH_CHECK();
+        const gen_reduce gr = make_gen_reduce(x, out);
+        pr_cuda_rowsum(s, gen_at<contrib_at<OP, WHICH>>{f, gr}, x->numel, gr.R, dx, 1.0, true);
     }
 }
 

@@ -1,7 +1,7 @@
 /* tensor/cuda.h: what .cu files share. Included only by CUDA sources (and by
  * C files built with PRISM_HAVE_CUDA, for the checks and the host-side API).
  *
- * Every CUDA, cuBLAS and cuRAND call goes through a CHECK macro that names
+ * Every CUDA and cuBLAS call goes through a CHECK macro that names
  * file, line and the call. A context's CUDA state (its cuBLAS handle) is
  * created on first use.
  *

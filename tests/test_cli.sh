@@ -63,6 +63,11 @@ if [ $cuda = 1 ]; then
         --device cuda --out "$tmp/cmp"
     expect 0 "| attn |" bench throughput --models prism,gdn,mamba2,ttt_linear,attn --seq-lens 64,128 \
         --tokens-per-batch 256 --preset probe --steps 1 --device cuda --out "$tmp/tp"
+    expect 0 '"test_auc"' train --model gdn --task rec --device cuda --steps 4 --set d_model=8 \
+        --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-rec"
+    expect 0 '"steps":6' train --out "$tmp/cuda-rec" --resume --steps 6 --device cuda
+    expect 0 '"model":"sasrec","task":"rec"' train --model sasrec --task rec --device cuda --steps 2 \
+        --set seq_len=16 --set rec.negatives=8 --out "$tmp/cuda-sasrec"
     [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
     exit 0
 fi
@@ -200,9 +205,10 @@ expect 2 "prism.L" inspect --model prism --set prism.L=99
 expect 2 "mixer" inspect --model nosuch
 expect 2 "prism inspect: unknown option '--bogus' (prism inspect --help lists the options)" inspect --model gdn --bogus
 expect 1 "prism inspect: $tmp/no/dir/t.txt: cannot write" inspect --model gdn --tape "$tmp/no/dir/t.txt"
-# inspect --run continues a run with its own task, batches and optimizer: its losses are the run's
-"$prism" train --model prism --task parity --steps 3 --out "$tmp/ra" >/dev/null 2>&1
-"$prism" train --model prism --task parity --steps 5 --out "$tmp/rb" --set train.log_every=1 >/dev/null 2>&1
+# inspect --run continues a run with its own task, batches and optimizer: its losses are the
+# run's (both on the CPU: inspect runs there, and a GPU machine would train on CUDA)
+"$prism" train --model prism --task parity --steps 3 --device cpu --out "$tmp/ra" >/dev/null 2>&1
+"$prism" train --model prism --task parity --steps 5 --device cpu --out "$tmp/rb" --set train.log_every=1 >/dev/null 2>&1
 expect 0 "run $tmp/ra: prism on parity, from the checkpoint of step 3" inspect --run "$tmp/ra" --steps 2 \
     --csv "$tmp/ra.csv"
 loss=$(sed -n 3p "$tmp/ra.csv" | cut -d, -f2)   # step 4 (0-based): the run's line "step":5
@@ -293,6 +299,29 @@ expect 1 "generate needs a byte-level lm run" generate --run "$run" --prompt "x"
 expect 2 "prism generate: --run DIR and a non-empty --prompt TEXT are required" generate --run "$tmp/lm"
 expect 2 "prism generate: --temperature wants a number >= 0, not '-1'" generate --run "$tmp/lm" --prompt a \
     --temperature -1
+# rec: 12 users of 45 items over 30, so the paper's filter keeps them all
+rcsv=$tmp/rec.csv
+awk 'BEGIN { for (u = 0; u < 12; u++) for (t = 0; t < 45; t++) printf "u%d,i%d,5.0,%d\n", u, (u * 7 + t) % 30, t }' >"$rcsv"
+rec="--task rec --set rec.data=amazon:$rcsv $tiny"
+# shellcheck disable=SC2086
+expect 0 '"task":"rec","seed":1,"steps":3,"metrics":{"val_hit@10":' train --model gdn $rec --steps 3 \
+    --set train.ckpt_every=2 --out "$tmp/rec"
+expect 0 '"steps":4' train --out "$tmp/rec" --resume --steps 4
+expect 0 '"test_auc"' eval --run "$tmp/rec"
+printf '{"models":["gdn"],"tasks":["rec"],"steps":2,"set":{"rec.data":"amazon:%s","d_model":8,"seq_len":16}}' \
+    "$rcsv" >"$tmp/recgrid.json"
+expect 0 "| gdn | 0." ablate --grid "$tmp/recgrid.json" --out "$tmp/recabl"
+file_has "gdn,rec,test_ndcg@10," "$tmp/recabl/results.csv"
+# shellcheck disable=SC2086
+expect 0 '"model":"sasrec","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
+expect 2 "prism train: --model sasrec: a rec model; give --task rec" train --model sasrec --task parity
+expect 2 "prism train: train.rec.data: 'movielens' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE" \
+    train --task rec --set rec.data=movielens
+expect 1 "prism train: $tmp/none.csv: cannot open" train --task rec --set "rec.data=amazon:$tmp/none.csv" \
+    --out "$tmp/norec"
+# shellcheck disable=SC2086
+expect 1 "prism train: rec.n_items: set to 5, but the data (train.rec.data) has 30 items" train $rec \
+    --set rec.n_items=5 --steps 1 --out "$tmp/rec5"
 
 # ablate: a tiny grid, resumed cell by cell; compare; bench throughput
 g=$tmp/grid.json

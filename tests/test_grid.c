@@ -31,6 +31,11 @@ static void test_good_file(void **state)
     assert_int_equal(grid.steps, 40);
     assert_int_equal(grid.common.n_sets, 2);
     assert_string_equal(grid.common.set[0], "train.batch=8");
+    /* rec.data and rec.negatives are training keys, as prism train reads them */
+    if (pr_grid_parse(&grid, "{\"models\":[\"gdn\"],\"tasks\":[\"rec\"],\"set\":{\"rec.negatives\":8,"
+                             "\"rec.data\":\"synthetic\",\"rec.n_items\":50}}", "rec.json", &err))
+        fail_msg("%s", err.msg);
+    assert_string_equal(grid.common.set[1], "rec.data=synthetic");
 }
 
 /* each bad grid fails with a message holding `needle` */

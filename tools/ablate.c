@@ -28,7 +28,7 @@ static void ablate_usage(FILE *f)
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
             "a Markdown table of the mean ± sample std over seeds of each task's quality metric\n"
-            "(probes: acc; lm: bpb), also written as DIR/results.md, .csv and .json.\n"
+            "(probes: acc; rec: test_ndcg@10; lm: bpb), also written as DIR/results.md, .csv and .json.\n"
             "Run it again to resume: finished cells are read, not rerun; an interrupted cell\n"
             "continues from its latest checkpoint (train.ckpt_every defaults to a fifth of the\n"
             "steps here). A task the trainer cannot open is left out, saying why.\n\n"
@@ -36,13 +36,14 @@ static void ablate_usage(FILE *f)
             "  probe           every mixer x the nine probes, 3 seeds\n"
             "  prism-ablation  PRISM full, L=0, L=1, gelu off, shortconv off, gain off on parity,\n"
             "                  local_xor and rec, 3 seeds\n"
-            "  rec             every mixer on rec, 3 seeds\n"
+            "  rec             every mixer, and SASRec, on rec, 3 seeds\n"
             "  quick           prism, linattn, gdn on parity and local_xor at 32 tokens, 2 seeds,\n"
             "                  300 steps (a few minutes on two CPU cores)\n\n"
             "A grid file is JSON: {\"name\": \"mine\", \"models\": [\"prism\", \"gdn\"],\n"
             "\"variants\": [{\"name\": \"prism-L1\", \"set\": {\"mixer\": \"prism\", \"prism.L\": 1}}],\n"
             "\"tasks\": [\"parity\"], \"seeds\": 2, \"steps\": 300, \"set\": {\"train.batch\": 16}}.\n"
-            "Keys in `set` are model keys (prism model --help) or train.<key> (prism train --help).\n"
+            "Keys in `set` are model keys (prism model --help), train.<key>, rec.data or\n"
+            "rec.negatives (prism train --help).\n"
             "A cell's config: the task's preset, the grid's set, the variant's set, each --set,\n"
             "then --steps (or the grid's steps) and the seed (data and init).\n");
 }
@@ -85,7 +86,7 @@ static int parse_ablate(pr_args *a, ablate_args *t)
 /* ---- one cell ------------------------------------------------------------------------ */
 static int apply_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err)
 {
-    return strncmp(kv, "train.", 6) == 0 ? pr_train_set(o, kv, err) : pr_config_set(c, kv, err);
+    return pr_grid_set(c, o, kv, err);
 }
 
 /* the config of cell (v, task t, seed), in the order the help gives */
@@ -132,7 +133,7 @@ static bool file_exists(const char *dir, const char *name)
 /* the quality metric of a finished cell: the first of these it reports */
 static const char *quality_metric(const cJSON *metrics)
 {
-    static const char *const prefer[] = {"acc", "ndcg@10", "hit@10", "auc", "bpb", "loss", NULL};
+    const char *const *prefer = pr_grid_quality_metrics;
     for (int i = 0; prefer[i]; i++)
         if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(metrics, prefer[i]))) return prefer[i];
     return NULL;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "models/models.h"
+#include "tools/grid.h"
 #include "tools/plot.h"
 #include "tools/tools.h"
 #include "train/train.h"
@@ -52,10 +53,8 @@ static int pick_device(pr_args *a, int choice, pr_device *dev)
 
 static int apply_sets(pr_config *c, pr_train_opts *o, const char *const *sets, int n, pr_err *err)
 {
-    for (int i = 0; i < n; i++) {
-        bool train_key = strncmp(sets[i], "train.", 6) == 0;
-        if (train_key ? pr_train_set(o, sets[i], err) : pr_config_set(c, sets[i], err)) return -1;
-    }
+    for (int i = 0; i < n; i++)
+        if (pr_grid_set(c, o, sets[i], err)) return -1;
     return 0;
 }
 
@@ -66,7 +65,7 @@ static void compare_usage(FILE *f)
                "                     [--data FILE] [--device auto|cpu|cuda] [--out DIR]\n\n"
                "Trains each model on the task with the same config, data order, step budget and\n"
                "seed (a run each in DIR/<model>, DIR defaulting to runs/compare-<task>), then prints\n"
-               "one table: the task's quality metric (probes: acc; lm: bpb), training tokens/s,\n"
+               "one table: the task's quality metric (probes: acc; rec: test_ndcg@10; lm: bpb), tokens/s,\n"
                "parameters and peak memory (on the GPU the device allocator's peak; on the CPU the\n"
                "step arena's: activations, saved tensors and the tape). The table is also written to\n"
                "DIR/compare.md and DIR/compare.csv.\n");
@@ -81,7 +80,7 @@ typedef struct {
 
 static const char *quality_name(const pr_metrics *m, double *value)
 {
-    static const char *const prefer[] = {"acc", "ndcg@10", "hit@10", "auc", "bpb", "loss", NULL};
+    const char *const *prefer = pr_grid_quality_metrics;
     for (int k = 0; prefer[k]; k++)
         for (int i = 0; i < m->n; i++)
             if (strcmp(m->name[i], prefer[k]) == 0) return *value = m->value[i], prefer[k];

@@ -32,7 +32,11 @@ static const builtin_grid builtins[] = {
      "{\"name\":\"prism shortconv off\",\"set\":{\"mixer\":\"prism\",\"prism.shortconv\":false}},"
      "{\"name\":\"prism gain off\",\"set\":{\"mixer\":\"prism\",\"prism.gain\":false}}],"
      "\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}"},
-    {"rec", "{\"models\":[" ALL_MIXERS "],\"tasks\":[\"rec\"],\"seeds\":3}"},
+    /* every mixer in the rec model, and SASRec (the `sasrec` preset, at the task's length) */
+    {"rec", "{\"models\":[" ALL_MIXERS "],\"variants\":[{\"name\":\"sasrec\",\"set\":{\"mixer\":\"attn\","
+            "\"block\":\"sasrec\",\"d_model\":50,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\","
+            "\"norm_eps\":1e-8,\"mlp\":\"relu\",\"mlp_mult\":1,\"dropout\":0.2,\"attn.rope\":false,"
+            "\"attn.bias\":true}}],\"tasks\":[\"rec\"],\"seeds\":3}"},
     {"quick", "{\"models\":[\"prism\",\"linattn\",\"gdn\"],\"tasks\":[\"parity\",\"local_xor\"],\"seeds\":2,"
               "\"steps\":300,\"set\":{\"seq_len\":32,\"train.batch\":16}}"},
 };
@@ -49,12 +53,22 @@ static int scalar_text(const cJSON *it, char *out, size_t n)
     return 0;
 }
 
+const char *const pr_grid_quality_metrics[] = {"acc", "test_ndcg@10", "test_hit@10", "bpb", "loss", NULL};
+
+int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err)
+{
+    /* as prism train reads them: rec.data and rec.negatives are training keys, rec.n_items the model's */
+    bool train_key = strncmp(kv, "train.", 6) == 0 || strncmp(kv, "rec.data=", 9) == 0 ||
+                     strncmp(kv, "rec.negatives=", 14) == 0;
+    return train_key ? pr_train_set(o, kv, err) : pr_config_set(c, kv, err);
+}
+
 /* one key=value on a scratch config and options: a bad key fails at parse time */
 static int check_set(const char *kv, pr_err *err)
 {
     pr_config c = pr_config_default();
     pr_train_opts o = pr_train_defaults();
-    return strncmp(kv, "train.", 6) == 0 ? pr_train_set(&o, kv, err) : pr_config_set(&c, kv, err);
+    return pr_grid_set(&c, &o, kv, err);
 }
 
 /* a `set` object into v; `where` names it in messages ("variants[2].set") */

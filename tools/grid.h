@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tensor/tensor.h"
+#include "train/train.h"
 
 #define PR_GRID_MAX_VARIANTS 32
 #define PR_GRID_MAX_TASKS 16
@@ -40,6 +40,14 @@ typedef struct {
     char task[PR_GRID_MAX_TASKS][32];
     pr_grid_variant common;           /* the grid-wide `set` (its name unused) */
 } pr_grid;
+
+/* one `key=value` of a grid, --set or compare: train.<key>, rec.data and
+ * rec.negatives into the training options, any other key into the model's
+ * config; -1 with err naming the key */
+int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err);
+/* the quality metric among a run's final metrics, by the first of: acc,
+ * test_ndcg@10, test_hit@10, bpb, loss; NULL when it reports none of them */
+extern const char *const pr_grid_quality_metrics[];
 
 /* names of the built-in grids, NULL-terminated */
 extern const char *const pr_grid_builtins[];

@@ -43,6 +43,10 @@ static void train_usage(FILE *f)
             "train.<key> set the training options below;\n"
             "the others are the model's keys (prism model --help). --seed sets both the data seed\n"
             "and the model's init seed. --out defaults to runs/<model>-<task>-s<seed>.\n"
+            "rec starts from the rec-small preset, 600 steps, on rec.data=synthetic (1000 users\n"
+            "and items); rec.n_items comes from the data; --model sasrec is the sasrec preset at\n"
+            "the task's seq_len. Its metrics are Hit@10/200/500, NDCG@10/200/500 and AUC over\n"
+            "all items, on the validation (val_) and test (test_) item of every user.\n"
             "--resume continues the run in --out from its latest checkpoint with the run's own\n"
             "config (only --steps, the new total, and --device may be given with it); the result\n"
             "is bit for bit the uninterrupted run's on the same device.\n\n"
@@ -109,11 +113,20 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
     if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
     if (pr_task_preset(c, o, o->task, err) || (t->config && pr_run_config_load(c, o, t->config, err))) return -1;
     if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
-    char kv[96];
-    snprintf(kv, sizeof kv, "mixer=%s", t->model ? t->model : c->mixer);
-    if (pr_config_set(c, kv, err)) return -1;
+    if (t->model && strcmp(t->model, "sasrec") == 0) {
+        int seq_len = c->seq_len;   /* the task's length, not the preset's 200 */
+        if (strcmp(o->task, "rec")) return pr_errf(err, "--model sasrec: a rec model; give --task rec");
+        if (pr_config_preset(c, "sasrec", err)) return -1;
+        c->seq_len = seq_len;
+    } else {
+        char kv[96];
+        snprintf(kv, sizeof kv, "mixer=%s", t->model ? t->model : c->mixer);
+        if (pr_config_set(c, kv, err)) return -1;
+    }
     for (int i = 0; i < t->n_sets; i++) {
-        bool train_key = strncmp(t->sets[i], "train.", 6) == 0;
+        /* rec.data and rec.negatives are training keys; rec.n_items is the model's */
+        bool train_key = strncmp(t->sets[i], "train.", 6) == 0 || strncmp(t->sets[i], "rec.data=", 9) == 0 ||
+                         strncmp(t->sets[i], "rec.negatives=", 14) == 0;
         if (train_key ? pr_train_set(o, t->sets[i], err) : pr_config_set(c, t->sets[i], err)) return -1;
     }
     if (t->steps_set) o->steps = t->steps;

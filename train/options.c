@@ -28,6 +28,10 @@ static const opt_info opts_table[] = {
     TEXT("task", task, NULL, "parity, mqar, poly_recall, var_tracking, local_xor, mod_add, palindrome, "
                              "silence_gate, mux, lm (needs data) or rec"),
     TEXT("data", data, NULL, "lm: the text file to model"),
+    TEXT("rec.data", rec_data, NULL, "rec: synthetic (1000 users and items), synthetic:full (sized like Amazon "
+                                     "Electronics), amazon:FILE (ratings CSV) or yelp:FILE (review.json)"),
+    NUM("rec.negatives", OPT_INT, rec_negatives, 0, 1 << 20,
+        "rec: 0 softmax over all items at every position; N: BCE against N sampled items at the last"),
     NUM("steps", OPT_INT, steps, 0, 1e12, "total optimizer steps (a resumed run stops here too)"),
     NUM("batch", OPT_INT, batch, 1, 1 << 20, "sequences per step"),
     NUM("seed", OPT_INT, seed, 0, 2147483647, "data order and dropout seed"),
@@ -57,6 +61,7 @@ pr_train_opts pr_train_defaults(void)
                        .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .momentum = 0.9, .clip = 5.0, .warmup = 0,
                        .eval_every = 0, .eval_batches = 8, .ckpt_every = 0, .log_every = 10};
     snprintf(o.task, sizeof o.task, "parity");
+    snprintf(o.rec_data, sizeof o.rec_data, "synthetic");
     snprintf(o.optim, sizeof o.optim, "adamw");
     snprintf(o.schedule, sizeof o.schedule, "constant");
     return o;
@@ -78,6 +83,12 @@ static bool choice_ok(const char *allowed, const char *v)
     return false;
 }
 
+static bool rec_data_ok(const char *v)
+{
+    return strcmp(v, "synthetic") == 0 || strcmp(v, "synthetic:full") == 0 ||
+           (strncmp(v, "amazon:", 7) == 0 && v[7]) || (strncmp(v, "yelp:", 5) == 0 && v[5]);
+}
+
 static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err *err)
 {
     char *field = (char *)o + k->offset, *end = NULL;
@@ -85,6 +96,8 @@ static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err 
         if (k->allowed && !choice_ok(k->allowed, v))
             return pr_errf(err, "train.%s: '%s' is not allowed (allowed: %s)", k->key, v, k->allowed);
         if (strlen(v) >= k->size) return pr_errf(err, "train.%s: '%s' is too long", k->key, v);
+        if (k->offset == offsetof(pr_train_opts, rec_data) && !rec_data_ok(v))
+            return pr_errf(err, "train.rec.data: '%s' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE", v);
         snprintf(field, k->size, "%s", v);
         return 0;
     }
@@ -231,6 +244,8 @@ bool pr_task_known(const char *task)
  * steps. At 64 tokens PRISM learns parity and linear attention does not; at
  * 16 or 32 both do. The protocol's sizes are one --set away. */
 enum { PROBE_SEQ_LEN = 64, PROBE_STEPS = 1500 };
+/* rec: the rec-small preset on the small synthetic set; about 20 epochs of its users */
+enum { REC_STEPS = 600 };
 
 int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err)
 {
@@ -239,7 +254,12 @@ int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err
                        pr_probe_names[0], pr_probe_names[1], pr_probe_names[2], pr_probe_names[3], pr_probe_names[4],
                        pr_probe_names[5], pr_probe_names[6], pr_probe_names[7], pr_probe_names[8]);
     if (strcmp(task, "lm") == 0) return pr_config_apply_json(c, "{\"vocab\": 256}", "task lm", err);
-    if (strcmp(task, "rec") == 0) return pr_config_preset(c, "rec-small", err);
+    if (strcmp(task, "rec") == 0) {
+        if (pr_config_preset(c, "rec-small", err)) return -1;
+        c->rec_n_items = 0;   /* from the data (pr_task_fit_config) unless set */
+        o->steps = REC_STEPS;
+        return 0;
+    }
     bool memory = pr_probe_by_name(task) <= PR_PROBE_VAR_TRACKING;
     char quick[96];
     if (memory) snprintf(quick, sizeof quick, "{\"seq_len\": %d, \"d_model\": 128}", PROBE_SEQ_LEN);

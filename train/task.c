@@ -2,7 +2,7 @@
  * tasks: a batch is ids and labels [B,T] (labels = the ignore index where
  * nothing is supervised) into the LM loss; evaluation runs the eval split and
  * scores every supervised position: mean cross-entropy, argmax accuracy and,
- * for bytes, bits per byte. The `rec` task plugs in at pr_task_open. */
+ * for bytes, bits per byte. The `rec` task is train/task_rec.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,12 +111,7 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     *out = NULL;
     int probe = pr_probe_by_name(o->task);
     bool text = strcmp(o->task, "lm") == 0;
-    /* rec plugs in here: a pr_task whose loss is pr_rec_loss (or _sampled) on
-     * training batch `index` of tasks/rec's users, whose evaluate ranks every
-     * item with pr_rec_scores on the held-out split and adds Hit@K, NDCG@K and
-     * AUC to the metrics, and whose data is read from train.data (or made from
-     * train.seed); pr_task_preset already gives it the rec-small config */
-    if (strcmp(o->task, "rec") == 0) return pr_errf(err, "task rec: not wired into the trainer yet");
+    if (strcmp(o->task, "rec") == 0) return pr_task_open_rec(out, o, c, err);
     if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
     if (strcmp(c->task, "lm") != 0)
         return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, c->task);
@@ -151,4 +146,14 @@ void pr_task_free(pr_task *t)
     if (!t) return;
     t->free(t);
     free(t);
+}
+
+int pr_task_fit_config(const pr_task *t, pr_config *c, pr_err *err)
+{
+    if (!t->n_items) return 0;
+    if (c->rec_n_items == 0) c->rec_n_items = t->n_items;
+    if (c->rec_n_items != t->n_items)
+        return pr_errf(err, "rec.n_items: set to %d, but the data (train.rec.data) has %d items; leave it unset",
+                       c->rec_n_items, t->n_items);
+    return 0;
 }

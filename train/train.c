@@ -125,11 +125,18 @@ static pr_optim_opts optim_opts(const pr_train_opts *o)
                            .momentum = o->momentum, .decay_all = o->decay_all};
 }
 
-/* model, optimizer, task, context; from the latest checkpoint when resuming */
+/* the task, then the config it completes (rec: the item count), checked */
+static int open_task(run *r, pr_err *err)
+{
+    return pr_task_open(&r->task, &r->o, &r->cfg, err) || pr_task_fit_config(r->task, &r->cfg, err) ||
+                   pr_config_check(&r->cfg, err)
+               ? -1
+               : 0;
+}
+
+/* model, optimizer, context; from the latest checkpoint when resuming */
 static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
 {
-    if (pr_config_check(&r->cfg, err)) return -1;
-    if (pr_task_open(&r->task, &r->o, &r->cfg, err)) return -1;
     r->m = pr_model_new(&r->cfg, PR_F32, dev);
     pr_model_init(r->m);
     pr_optim_opts oo = optim_opts(&r->o);
@@ -303,9 +310,10 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     memset(res, 0, sizeof *res);
     run r = {.cfg = *c, .o = *o, .dir = run_dir};
     if (make_dir(run_dir, err)) return -1;
+    int rc = open_task(&r, err);
     /* a resumed run keeps its manifest; its config records the new total of steps */
-    if (write_config(&r, err) || (!resume && write_manifest(&r, dev, err))) return -1;
-    int rc = run_open(&r, dev, resume, err);
+    if (!rc) rc = write_config(&r, err) || (!resume && write_manifest(&r, dev, err)) ? -1 : 0;
+    if (!rc) rc = run_open(&r, dev, resume, err);
     if (!rc) rc = train_loop(&r, res, err);
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
     if (!rc) {
@@ -328,7 +336,8 @@ int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts 
     *o = pr_train_defaults();
     if (pr_run_config_load(c, o, path_in(path, sizeof path, run_dir, "config.json"), err)) return -1;
     run r = {.cfg = *c, .o = *o, .dir = run_dir};
-    int rc = pr_config_check(c, err) || pr_task_open(&r.task, o, c, err) ? -1 : 0;
+    int rc = open_task(&r, err);
+    *c = r.cfg;
     int64_t step = 0;
     if (!rc) rc = pr_checkpoint_latest(run_dir, &step, err);
     if (!rc) {
@@ -351,7 +360,8 @@ void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const
                       const char *run_dir)
 {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "model", c->mixer);
+    /* SASRec is attention mixers in SASRec's blocks: the model is named by its blocks */
+    cJSON_AddStringToObject(j, "model", strcmp(c->block, "sasrec") == 0 ? "sasrec" : c->mixer);
     cJSON_AddStringToObject(j, "task", o->task);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "steps", (double)r->steps);

@@ -31,6 +31,8 @@ extern "C" {
 typedef struct {
     char task[32];          /* a probe (parity, mqar, ...), lm, or rec */
     char data[1024];        /* lm: the text file */
+    char rec_data[1024];    /* rec: synthetic | synthetic:full | amazon:FILE | yelp:FILE */
+    int64_t rec_negatives;  /* rec: 0 softmax over every item, else sampled negatives */
     int64_t steps;          /* total optimizer steps */
     int batch;
     int64_t seed;           /* data order (the model's init seed is model.seed) */
@@ -67,9 +69,9 @@ bool pr_task_known(const char *task);
 
 /* ---- tasks as the trainer sees them (train/task.c) -----------------------------
  * A task makes training losses and evaluation metrics for a model. Probes and
- * lm are token tasks (ids and labels [B,T] into the LM loss); rec plugs in
- * here with its own loss and metrics (pr_task_open is the one place to add it). */
-#define PR_MAX_METRICS 12
+ * lm are token tasks (ids and labels [B,T] into the LM loss); rec
+ * (train/task_rec.c) has the rec model's loss and ranking metrics. */
+#define PR_MAX_METRICS 16
 typedef struct { int n; char name[PR_MAX_METRICS][24]; double value[PR_MAX_METRICS]; } pr_metrics;
 void pr_metrics_add(pr_metrics *m, const char *name, double value);
 
@@ -77,6 +79,7 @@ typedef struct pr_task pr_task;
 struct pr_task {
     const char *name;
     int64_t tokens_per_batch;
+    int n_items;            /* rec: the dataset's items (model.rec.n_items); 0 otherwise */
     /* the loss of training batch `index`, recorded on ctx's tape */
     pr_tensor *(*loss)(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index);
     /* metrics over the evaluation split (grad mode is off) */
@@ -87,6 +90,10 @@ struct pr_task {
 /* the task named by o->task for a model of config c; -1 with err */
 int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_err *err);
 void pr_task_free(pr_task *t);
+int pr_task_open_rec(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_err *err);
+/* rec: model.rec.n_items from the data when unset (0, as the task preset
+ * leaves it); -1 with err when it was set to another count */
+int pr_task_fit_config(const pr_task *t, pr_config *c, pr_err *err);
 
 /* ---- checkpoints (train/checkpoint.c) ------------------------------------------ */
 typedef struct {
