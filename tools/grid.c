@@ -171,7 +171,7 @@ static int parse_count(const cJSON *it, const char *key, double lo, double hi, c
 static int parse_key(pr_grid *g, const cJSON *it, const char *what, pr_err *err)
 {
     const char *k = it->string;
-    int64_t n;
+    int64_t n = 0;   /* set by parse_count on success (gcc 13 cannot see it) */
     if (strcmp(k, "name") == 0) {
         if (!cJSON_IsString(it) || strlen(it->valuestring) >= sizeof g->name)
             return pr_errf(err, "%s: 'name' must be a string of at most 47 characters", what);
