@@ -29,18 +29,9 @@ static void gradcheck_layer(const pr_config *c)
     gc_layer = &t;
     pr_arena *a = pr_arena_new("test-x", 0);   /* x outlives the step resets between groups */
     pr_tensor *x = test_input(a, PR_F64, 2, 6, c->d_model, 3);
-    pr_gradcheck_opts o = pr_gradcheck_defaults();
-    o.max_elems = 12;
-    for (int first = 0; first < t.params->n; first += PR_MAX_IN - 1) {
-        pr_example ex = {.apply = apply_layer, .n_in = 1, .in = {x}};
-        for (int i = first; i < t.params->n && ex.n_in < PR_MAX_IN; i++) ex.in[ex.n_in++] = t.params->p[i].t;
-        char what[96];
-        snprintf(what, sizeof what, "%s layer, params from %s", c->mixer, t.params->p[first].path);
-        pr_gradcheck_result g = pr_gradcheck(ctx, what, &ex, &o);
-        if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
-        assert_true(g.ok);
-        pr_step_reset(ctx);
-    }
+    char what[64];
+    snprintf(what, sizeof what, "%s layer", c->mixer);
+    gradcheck_params(ctx, what, t.params, &(pr_example){.apply = apply_layer, .n_in = 1, .in = {x}}, 12);
     pr_arena_free(a);
     test_layer_free(&t);
     pr_ctx_free(ctx);
@@ -96,17 +87,7 @@ static void test_gradcheck_lm(void **state)
         gc_ids = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(2, 5), ((const int64_t[]){1, 4, 6, 0, 2, 3, 3, 5, 1, 0}));
         gc_model = m;
         pr_ctx *ctx = pr_ctx_new(1);
-        pr_gradcheck_opts o = pr_gradcheck_defaults();
-        o.max_elems = 10;
-        const pr_params *r = m->params;
-        for (int first = 0; first < r->n; first += PR_MAX_IN) {
-            pr_example ex = {.apply = apply_lm};
-            for (int i = first; i < r->n && ex.n_in < PR_MAX_IN; i++) ex.in[ex.n_in++] = r->p[i].t;
-            pr_gradcheck_result g = pr_gradcheck(ctx, variants[v][0], &ex, &o);
-            if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
-            assert_true(g.ok);
-            pr_step_reset(ctx);
-        }
+        gradcheck_params(ctx, variants[v][0], m->params, &(pr_example){.apply = apply_lm}, 10);
         pr_ctx_free(ctx);
         pr_arena_free(a);
         pr_model_free(m);

@@ -83,4 +83,24 @@ static inline pr_tensor *test_input(pr_arena *a, pr_dtype dt, int64_t B, int64_t
     return x;
 }
 
+/* float64 gradcheck of every parameter of r through ex0's apply, in groups
+ * that fill a node after ex0's own inputs (e.g. a layer's x); the step is reset
+ * between groups, so ex0's inputs must live in an arena of their own */
+static inline void gradcheck_params(pr_ctx *ctx, const char *name, const pr_params *r, const pr_example *ex0,
+                                    int64_t max_elems)
+{
+    pr_gradcheck_opts o = pr_gradcheck_defaults();
+    o.max_elems = max_elems;
+    for (int first = 0; first < r->n; first += PR_MAX_IN - ex0->n_in) {
+        pr_example ex = *ex0;
+        for (int i = first; i < r->n && ex.n_in < PR_MAX_IN; i++) ex.in[ex.n_in++] = r->p[i].t;
+        char what[160];
+        snprintf(what, sizeof what, "%s, params from %s", name, r->p[first].path);
+        pr_gradcheck_result g = pr_gradcheck(ctx, what, &ex, &o);
+        if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
+        assert_true(g.ok);
+        pr_step_reset(ctx);
+    }
+}
+
 #endif

@@ -9,8 +9,7 @@
  * - a few SGD steps on sampled negatives lower the loss;
  * - block = sasrec with an LM task is refused, naming the fields.
  */
-#include "tests/pr_test.h"
-#include "models/models.h"
+#include "tests/test_models_util.h"
 
 #include <math.h>
 #include <string.h>
@@ -67,17 +66,7 @@ static void test_gradcheck(void **state)
     gc_items = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(2, 5), items);
     gc_model = m;
     pr_ctx *ctx = pr_ctx_new(1);
-    pr_gradcheck_opts o = pr_gradcheck_defaults();
-    o.max_elems = 8;
-    const pr_params *r = m->params;
-    for (int first = 0; first < r->n; first += PR_MAX_IN) {
-        pr_example ex = {.apply = apply_scores};
-        for (int i = first; i < r->n && ex.n_in < PR_MAX_IN; i++) ex.in[ex.n_in++] = r->p[i].t;
-        pr_gradcheck_result g = pr_gradcheck(ctx, "sasrec", &ex, &o);
-        if (!g.ok) fprintf(stderr, "  %s\n", g.msg);
-        assert_true(g.ok);
-        pr_step_reset(ctx);
-    }
+    gradcheck_params(ctx, "sasrec", m->params, &(pr_example){.apply = apply_scores}, 8);
     pr_ctx_free(ctx);
     pr_arena_free(a);
     pr_model_free(m);

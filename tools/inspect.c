@@ -225,14 +225,6 @@ static int open_fresh(const inspect_opts *o, session *s)
     return make_batch(o, &s->cfg, s->data, &s->b);
 }
 
-/* the optimizer a run trained with (as train/train.c builds it) */
-static pr_optim_opts run_optim_opts(const pr_train_opts *t)
-{
-    return (pr_optim_opts){.kind = strcmp(t->optim, "sgd") == 0 ? PR_OPTIM_SGD : PR_OPTIM_ADAMW,
-                           .weight_decay = t->weight_decay, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->eps,
-                           .momentum = t->momentum, .decay_all = t->decay_all};
-}
-
 /* the run's config, task and latest checkpoint (weights and optimizer state) */
 static int open_run(const inspect_opts *o, session *s, pr_ctx *ctx)
 {
@@ -248,7 +240,7 @@ static int open_run(const inspect_opts *o, session *s, pr_ctx *ctx)
         return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
     s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
     pr_model_init(s->m);
-    pr_optim_opts oo = run_optim_opts(&s->train);
+    pr_optim_opts oo = pr_train_optim_opts(&s->train);
     s->opt = pr_optim_new(s->m->params, &oo);
     if (pr_checkpoint_latest(o->run_dir, &step, &err) ||
         pr_checkpoint_load(o->run_dir, step, s->m->params, s->opt, &st, &err))

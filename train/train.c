@@ -118,7 +118,7 @@ static void run_free(run *r)
     pr_ctx_free(r->ctx);
 }
 
-static pr_optim_opts optim_opts(const pr_train_opts *o)
+pr_optim_opts pr_train_optim_opts(const pr_train_opts *o)
 {
     return (pr_optim_opts){.kind = strcmp(o->optim, "sgd") == 0 ? PR_OPTIM_SGD : PR_OPTIM_ADAMW,
                            .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
@@ -139,7 +139,7 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
 {
     r->m = pr_model_new(&r->cfg, PR_F32, dev);
     pr_model_init(r->m);
-    pr_optim_opts oo = optim_opts(&r->o);
+    pr_optim_opts oo = pr_train_optim_opts(&r->o);
     r->opt = pr_optim_new(r->m->params, &oo);
     r->ctx = pr_ctx_new((uint64_t)r->o.seed);
     r->sched = (pr_schedule){.lr = r->o.lr, .min_lr = r->o.min_lr, .warmup = r->o.warmup, .total = r->o.steps,

@@ -47,6 +47,8 @@ typedef struct {
     void (*on_step)(void *user, int64_t step, int64_t total);
     void *on_step_user;
 } pr_train_opts;
+/* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
+pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
 
 pr_train_opts pr_train_defaults(void);
 /* `train.key=value` (the `train.` prefix optional); -1 with err naming the key */
