@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "autograd/profile.h"
 
 pr_ctx *pr_ctx_new(uint64_t seed)
 {
@@ -148,7 +149,9 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
     PR_CHECK(fwd, "%s: no %s forward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
     n->recording = pr_op_will_record(ctx, n);   /* before the forward: it saves only when recorded */
     n->scope = ctx->scope;
+    double t0 = ctx->profile ? pr_profile_clock(dev) : 0;
     fwd(ctx, n);
+    if (ctx->profile) pr_profile_time(ctx->profile, n->op->name, n->scope, 0, pr_profile_clock(dev) - t0);
 #ifdef PRISM_HAVE_CUDA
     if (dev == PR_CUDA) pr_cuda_check_last(n->op->name); /* a bad launch is named by its op */
 #endif
@@ -210,7 +213,9 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
         pr_device dev = n->out[0]->device;
         pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
         PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
+        double t0 = ctx->profile ? pr_profile_clock(dev) : 0;
         bwd(ctx, n);
+        if (ctx->profile) pr_profile_time(ctx->profile, n->op->name, n->scope, 1, pr_profile_clock(dev) - t0);
 #ifdef PRISM_HAVE_CUDA
         if (dev == PR_CUDA) pr_cuda_check_last(n->op->name);
 #endif

@@ -25,6 +25,7 @@ extern "C" {
 typedef struct pr_ctx pr_ctx;
 typedef struct pr_node pr_node;
 typedef struct pr_op_info pr_op_info;
+typedef struct pr_profile pr_profile;
 
 /* A forward fills n->out (already allocated) from n->in and may set n->saved.
  * A backward reads n->out[i]->grad (always allocated) and ACCUMULATES into
@@ -84,6 +85,7 @@ struct pr_ctx {
     bool check_finite;
     char nonfinite[256];
     const char *scope;   /* where ops are being recorded now ("layers.3.mixer"); pr_ctx_set_scope */
+    pr_profile *profile; /* non-NULL: time every op (autograd/profile.h); the caller owns it */
 };
 
 pr_ctx *pr_ctx_new(uint64_t seed);

@@ -1,6 +1,7 @@
 /* tests/test_autograd.c: tape semantics, grad accumulation, no-grad mode,
  * arena release, inspection, and a gradcheck that must catch a wrong backward. */
 #include "tests/pr_test.h"
+#include "autograd/profile.h"
 
 static pr_tensor *leaf(pr_arena *a, const double *v, int64_t n)
 {
@@ -169,6 +170,39 @@ static void test_inspection(void **state)
     pr_ctx_free(ctx);
 }
 
+/* the op profiler counts each op once per pass, by scope without the layer number */
+static void test_profile(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_profile *prof = calloc(1, sizeof *prof);
+    ctx->profile = prof;
+    pr_tensor *x = leaf(ctx->grads, (double[]){1, 2, 3}, 3);
+    pr_ctx_set_scope(ctx, "layers.0.mixer");
+    pr_tensor *y = pr_silu(ctx, x);
+    pr_ctx_set_scope(ctx, "layers.1.mixer");
+    y = pr_silu(ctx, y);
+    pr_ctx_set_scope(ctx, NULL);
+    pr_backward(ctx, pr_sum_all(ctx, y));
+    ctx->profile = NULL;
+    assert_int_equal(prof->n, 4);   /* silu and sum_all, forward and backward */
+    for (int i = 0; i < prof->n; i++) {
+        const pr_profile_entry *e = &prof->e[i];
+        bool silu = strcmp(e->op, "silu") == 0;
+        assert_string_equal(e->where, silu ? "mixer" : "model");
+        assert_int_equal(e->calls, silu ? 2 : 1);
+        assert_true(e->seconds >= 0);
+    }
+    char buf[2048] = {0};
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    prof->steps = 1;
+    pr_profile_print(prof, 0, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "| silu | mixer | bwd | 2 |"));
+    free(prof);
+    pr_ctx_free(ctx);
+}
+
 /* an op whose backward is off by a factor: gradcheck must fail and name it */
 static void as_tanh(pr_ctx *ctx, pr_node *n, bool backward)
 {
@@ -281,7 +315,7 @@ int main(void)
         cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_backward_many),
         cmocka_unit_test(test_second_backward_same_tape), cmocka_unit_test(test_passes_share_an_intermediate),
         cmocka_unit_test(test_no_grad), cmocka_unit_test(test_gradcheck_fails_on_nan),
-        cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection),
+        cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection), cmocka_unit_test(test_profile),
         cmocka_unit_test(test_gradcheck_catches_errors), cmocka_unit_test(test_mixed_devices_and_dtypes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

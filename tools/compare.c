@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "autograd/profile.h"
 #include "models/models.h"
 #include "tools/grid.h"
 #include "tools/plot.h"
@@ -202,14 +203,18 @@ static void throughput_usage(FILE *f)
 {
     fprintf(f, "usage: prism bench throughput --models a,b,... --seq-lens T1,T2,... [--tokens-per-batch N]\n"
                "                              [--preset P] [--set key=value]... [--steps N] [--warmup N]\n"
-               "                              [--device auto|cpu|cuda] [--tf32] [--out DIR]\n\n"
+               "                              [--device auto|cpu|cuda] [--tf32] [--breakdown] [--out DIR]\n\n"
                "Training tokens/s of the whole step (forward, LM loss, backward, AdamW) per model and\n"
                "sequence length, at --tokens-per-batch tokens a step (default 16384; the batch is\n"
                "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
                "figure is the median of --steps timed steps (default 3) after --warmup (default 1).\n"
                "Writes DIR/throughput.csv and DIR/throughput.svg (tokens/s against T, log x; DIR\n"
                "defaults to runs/throughput) and prints the table. --tf32: CUDA matmuls on TF32\n"
-               "tensor cores (default full fp32).\n");
+               "tensor cores (default full fp32). --breakdown: after the timed steps, one more step\n"
+               "per model and length with the device idle between ops, and a table of where its time\n"
+               "went (op, part of the model, forward or backward, ms and share of the step; the waits\n"
+               "make that step slower than the timed ones), printed and written to\n"
+               "DIR/breakdown-<model>-T<T>.md.\n");
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -222,6 +227,7 @@ static int cmp_double(const void *x, const void *y)
 static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *host_ids, int64_t B,
                               int64_t T, int warmup, int steps)
 {
+    PR_CHECK(steps <= 64, "bench throughput: at most 64 timed steps");
     pr_device dev = m->params->device;
     double t[64];
     for (int i = -warmup; i < steps; i++) {
@@ -231,7 +237,9 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int
         pr_tensor *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids);
         pr_tensor *targets = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids + 1);
         pr_backward(ctx, pr_lm_loss(ctx, m, ids, targets));
+        double t1 = ctx->profile ? pr_profile_clock(dev) : 0;
         pr_optim_step(ctx, opt, 1e-4, 1.0);
+        if (ctx->profile) pr_profile_time(ctx->profile, "adamw", "optimizer", 0, pr_profile_clock(dev) - t1);
         pr_step_reset(ctx);
         pr_device_sync(dev);
         if (i >= 0) t[i] = now_s() - t0;
@@ -240,9 +248,34 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int
     return t[steps / 2];
 }
 
-/* tokens/s of one (config, T); NAN when the config does not hold */
+/* one profiled step of m after the timed ones: its op table in DIR/breakdown-<mixer>-T<T>.md */
+static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *ids, int64_t B, int64_t T,
+                          const char *mixer, const char *out)
+{
+    pr_profile *prof = calloc(1, sizeof *prof);
+    PR_CHECK(prof, "bench throughput: out of host memory");
+    ctx->profile = prof;
+    double wall = time_train_step(ctx, m, opt, ids, B, T, 0, 1);
+    ctx->profile = NULL;
+    prof->steps = 1;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/breakdown-%s-T%lld.md", out, mixer, (long long)T);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "# %s, T=%lld, %lld sequences a step: one profiled step, %.1f ms\n\n", mixer, (long long)T,
+                (long long)B, 1e3 * wall);
+        pr_profile_print(prof, wall, f);
+        fclose(f);
+    } else {
+        fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno));
+    }
+    free(prof);
+}
+
+/* tokens/s of one (config, T); NAN when the config does not hold. breakdown:
+ * the folder for one profiled step's table (NULL: none) */
 static double throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                             int warmup, int steps, bool tf32)
+                             int warmup, int steps, bool tf32, const char *breakdown)
 {
     pr_config c = *base;
     pr_err err;
@@ -264,6 +297,7 @@ static double throughput_one(const pr_config *base, const char *mixer, int64_t T
     pr_ctx *ctx = pr_ctx_new(1);
     ctx->matmul_tf32 = tf32;
     double s = time_train_step(ctx, m, opt, ids, B, T, warmup, steps);
+    if (breakdown) breakdown_one(ctx, m, opt, ids, B, T, mixer, breakdown);
     pr_params_release_grads(m->params);
     pr_optim_free(opt);
     pr_model_free(m);
@@ -276,7 +310,7 @@ typedef struct {
     const char *names[MAX_MODELS], *preset, *out, *sets[32];
     int n_models, n_lens, n_sets, device, steps, warmup;
     int64_t lens[32], tokens;
-    bool tf32;
+    bool tf32, breakdown;
 } throughput_args;
 
 static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
@@ -290,6 +324,7 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
             pr_args_string(a, "--out", &t->out) || pr_args_choice(a, "--device", devices, &t->device) ||
             pr_args_int(a, "--steps", 1, 64, &t->steps) || pr_args_int(a, "--warmup", 0, 100, &t->warmup) ||
             pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) || pr_args_flag(a, "--tf32", &t->tf32) ||
+            pr_args_flag(a, "--breakdown", &t->breakdown) ||
             pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens))
             continue;
         if (pr_args_string(a, "--set", &set)) {
@@ -335,6 +370,21 @@ static int throughput_files(const throughput_args *t, const double *tps, const c
     return 0;
 }
 
+static void print_breakdowns(const throughput_args *t, const double *tps)
+{
+    for (int m = 0; m < t->n_models; m++)
+        for (int i = 0; i < t->n_lens; i++) {
+            if (!isfinite(tps[m * t->n_lens + i])) continue;
+            char path[1200], line[512];
+            snprintf(path, sizeof path, "%s/breakdown-%s-T%lld.md", t->out, t->names[m], (long long)t->lens[i]);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;   /* breakdown_one said why */
+            printf("\n");
+            while (fgets(line, sizeof line, f)) fputs(line, stdout);
+            fclose(f);
+        }
+}
+
 int pr_bench_throughput(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism bench throughput", argc, argv);
@@ -349,6 +399,11 @@ int pr_bench_throughput(int argc, char **argv)
     pr_err err;
     if (pr_config_preset(&c, t.preset, &err) || apply_sets(&c, &unused, t.sets, t.n_sets, &err))
         return pr_args_error(&a, "%s", err.msg);
+    char dir[1100];   /* the output folder and its parents, as --out runs/x/y expects */
+    snprintf(dir, sizeof dir, "%s", t.out);
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
+    mkdir(dir, 0755);
     double tps[MAX_MODELS * 32];
     printf("| model |");
     for (int i = 0; i < t.n_lens; i++) printf(" T=%lld |", (long long)t.lens[i]);
@@ -360,17 +415,14 @@ int pr_bench_throughput(int argc, char **argv)
         printf("| %s |", t.names[m]);
         for (int i = 0; i < t.n_lens; i++) {
             double *x = &tps[m * t.n_lens + i];
-            *x = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32);
+            *x = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32,
+                                t.breakdown ? t.out : NULL);
             failed += !isfinite(*x);
             printf(isfinite(*x) ? " %.0f |" : " - |", *x);
             fflush(stdout);
         }
         printf("\n");
     }
-    char dir[1100];   /* the output folder and its parents, as --out runs/x/y expects */
-    snprintf(dir, sizeof dir, "%s", t.out);
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
-    mkdir(dir, 0755);
+    if (t.breakdown) print_breakdowns(&t, tps);
     return throughput_files(&t, tps, pr_device_name(dev)) || failed ? 1 : 0;
 }
