@@ -5,11 +5,14 @@
  * flattened; c is the fastest index, so a warp reads 32 consecutive channels.
  * dw and dbias reduce over B*T without atomics: each block sums a fixed chunk
  * of rows into a partial, a second pass adds the partials in chunk order, so
- * the result is the same on every run.
+ * the result is the same on every run. Widths up to 8 (the models' short
+ * convolutions) take the run kernels, which read each element once; wider
+ * ones the generic per-element kernels.
  */
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
+/* The generic kernels (any W): one thread per output, W loads each. */
 __global__ void conv1d_fwd(float *out, const float *x, const float *w, const float *bias, int64_t R,
                            int64_t T, int64_t C, int W)
 {
@@ -25,6 +28,45 @@ __global__ void conv1d_fwd(float *out, const float *x, const float *w, const flo
     }
 }
 
+/* The run kernels (W <= CV_MAXW, the short convolutions of the models): block
+ * (32, 8) owns 32 channels and CV_ROWS consecutive rows; thread row ty walks a
+ * run of CV_RUN of them in order, keeping the last W inputs (or the next W
+ * output grads) in registers, so each element is read once and the 64-bit
+ * division is done once per run, not per element. A run may cross into the
+ * next sequence: the window is cleared where t wraps to 0. */
+enum { CV_MAXW = 8, CV_RUN = 16, CV_ROWS = 8 * CV_RUN };
+
+static dim3 run_grid(int64_t R, int64_t C) { return dim3((unsigned)((C + 31) / 32), (unsigned)((R + CV_ROWS - 1) / CV_ROWS)); }
+/* the run kernels take W <= CV_MAXW and at most 65535 row blocks (grid.y) */
+static bool use_runs(int64_t R, int W) { return W <= CV_MAXW && (R + CV_ROWS - 1) / CV_ROWS <= 65535; }
+
+template <int W>
+__global__ void conv1d_fwd_run(float *out, const float *x, const float *w, const float *bias, int64_t R, int64_t T,
+                               int64_t C)
+{
+    const int64_t c = blockIdx.x * 32LL + threadIdx.x, r0 = blockIdx.y * (int64_t)CV_ROWS + threadIdx.y * CV_RUN;
+    if (c >= C || r0 >= R) return;
+    float wc[W], win[W];   /* win[W-1] is x[t], win[0] x[t-W+1] */
+    for (int i = 0; i < W; i++) wc[i] = w[c * W + i];
+    int64_t t = r0 % T;
+    for (int i = 0; i < W - 1; i++) {
+        const int64_t back = W - 1 - i;
+        win[i] = t >= back ? x[(r0 - back) * C + c] : 0.0f;
+    }
+    const float b = bias ? bias[c] : 0.0f;
+    for (int64_t r = r0; r < r0 + CV_RUN && r < R; r++, t++) {
+        if (t == T) {   /* a new sequence: nothing before it */
+            t = 0;
+            for (int i = 0; i < W - 1; i++) win[i] = 0.0f;
+        }
+        win[W - 1] = x[r * C + c];
+        float acc = b;
+        for (int i = 0; i < W; i++) acc += wc[i] * win[i];
+        out[r * C + c] = acc;
+        for (int i = 0; i < W - 1; i++) win[i] = win[i + 1];
+    }
+}
+
 extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
@@ -32,9 +74,17 @@ extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
     int W = (int)w->shape[1];
     PR_CHECK(x->dtype == PR_F32, "conv1d: CUDA supports f32 only, not %s", pr_dtype_name(x->dtype));
     if (x->numel == 0) return;
-    conv1d_fwd<<<pr_cuda_blocks(x->numel, 256), 256, 0, pr_cuda_stream(ctx)>>>(
-        (float *)n->out[0]->data, (const float *)x->data, (const float *)w->data,
-        bias ? (const float *)bias->data : nullptr, B * T, T, C, W);
+    float *out = (float *)n->out[0]->data;
+    const float *xp = (const float *)x->data, *wp = (const float *)w->data;
+    const float *bp = bias ? (const float *)bias->data : nullptr;
+    cudaStream_t s = pr_cuda_stream(ctx);
+    const dim3 grid = run_grid(B * T, C), block(32, 8);
+    switch (use_runs(B * T, W) ? W : 0) {
+#define CV_FWD(w_) case w_: conv1d_fwd_run<w_><<<grid, block, 0, s>>>(out, xp, wp, bp, B * T, T, C); break;
+        CV_FWD(1) CV_FWD(2) CV_FWD(3) CV_FWD(4) CV_FWD(5) CV_FWD(6) CV_FWD(7) CV_FWD(8)
+#undef CV_FWD
+    default: conv1d_fwd<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>(out, xp, wp, bp, B * T, T, C, W);
+    }
     PR_CUDA_LAUNCH_CHECK();
 }
 
@@ -53,7 +103,72 @@ __global__ void conv1d_dx(float *dx, const float *g, const float *w, int64_t R, 
     }
 }
 
-/* Pass 1. Block (32, 8) owns channels c0..c0+31 and the rows of one chunk;
+/* dx of a run: rows in order, the window holding dout[s .. s+W-1] of the same
+ * sequence (zero past its end) */
+template <int W>
+__global__ void conv1d_dx_run(float *dx, const float *g, const float *w, int64_t R, int64_t T, int64_t C)
+{
+    const int64_t c = blockIdx.x * 32LL + threadIdx.x, r0 = blockIdx.y * (int64_t)CV_ROWS + threadIdx.y * CV_RUN;
+    if (c >= C || r0 >= R) return;
+    float wc[W], win[W];   /* win[j] = dout[s + j] */
+    for (int i = 0; i < W; i++) wc[i] = w[c * W + i];
+    int64_t t = r0 % T;
+    for (int j = 0; j < W - 1; j++) win[j + 1] = t + j < T ? g[(r0 + j) * C + c] : 0.0f;
+    for (int64_t r = r0; r < r0 + CV_RUN && r < R; r++) {
+        for (int j = 0; j < W - 1; j++) win[j] = win[j + 1];
+        /* dout[s + W - 1] belongs to this sequence only while t + W - 1 < T */
+        win[W - 1] = t + W - 1 < T ? g[(r + W - 1) * C + c] : 0.0f;
+        float acc = 0.0f;
+        for (int i = 0; i < W; i++) acc += wc[i] * win[W - 1 - i];
+        dx[r * C + c] += acc;
+        if (++t == T) {   /* the next row starts a sequence: reload its window */
+            t = 0;
+            for (int j = 0; j < W - 1; j++) win[j + 1] = j < T && r + 1 + j < R ? g[(r + 1 + j) * C + c] : 0.0f;
+        }
+    }
+}
+
+/* dw, dbias partials of a run kernel block: thread row ty sums its run with
+ * the inputs' window in registers; the 8 runs are added in order into
+ * part[blockIdx.y][i][c] (i = W: the bias) */
+template <int W>
+__global__ void conv1d_dw_run(float *part, const float *g, const float *x, int64_t R, int64_t T, int64_t C)
+{
+    __shared__ float red[8][W + 1][32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = blockIdx.x * 32LL + tx, r0 = blockIdx.y * (int64_t)CV_ROWS + ty * CV_RUN;
+    float acc[W + 1];
+    for (int i = 0; i <= W; i++) acc[i] = 0.0f;
+    if (c < C && r0 < R) {
+        float win[W];   /* win[W-1] = x[t] */
+        int64_t t = r0 % T;
+        for (int i = 0; i < W - 1; i++) {
+            const int64_t back = W - 1 - i;
+            win[i] = t >= back ? x[(r0 - back) * C + c] : 0.0f;
+        }
+        for (int64_t r = r0; r < r0 + CV_RUN && r < R; r++, t++) {
+            if (t == T) {
+                t = 0;
+                for (int i = 0; i < W - 1; i++) win[i] = 0.0f;
+            }
+            win[W - 1] = x[r * C + c];
+            const float gv = g[r * C + c];
+            for (int i = 0; i < W; i++) acc[i] += gv * win[i];
+            acc[W] += gv;
+            for (int i = 0; i < W - 1; i++) win[i] = win[i + 1];
+        }
+    }
+    for (int i = 0; i <= W; i++) red[ty][i][tx] = acc[i];
+    __syncthreads();
+    if (ty == 0 && c < C)
+        for (int i = 0; i <= W; i++) {
+            float sum = red[0][i][tx];
+            for (int k = 1; k < 8; k++) sum += red[k][i][tx];
+            part[(blockIdx.y * (int64_t)(W + 1) + i) * C + c] = sum;
+        }
+}
+
+/* Pass 1 (generic W). Block (32, 8) owns channels c0..c0+31 and the rows of one chunk;
  * thread row ty takes every 8th row. For tap i < W it sums
  * dout[r,c] x[r-(W-1-i),c]; tap W is the bias (sum of dout). The 8 partials
  * are added in order into part[chunk][i][c]. */
@@ -101,6 +216,38 @@ __global__ void conv1d_dw_reduce(float *dw, float *dbias, const float *part, int
     }
 }
 
+template <int W>
+static void conv1d_backward_w(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const float *g,
+                              const float *x, const float *w, int64_t R, int64_t T, int64_t C)
+{
+    const dim3 grid = run_grid(R, C), block(32, 8);
+    if (dx) {
+        conv1d_dx_run<W><<<grid, block, 0, s>>>((float *)dx->data, g, w, R, T, C);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    if (!dw && !db) return;
+    const int64_t chunks = grid.y;   /* a function of the shapes: the same sums on every run */
+    size_t bytes = sizeof(float) * (size_t)(chunks * (W + 1) * C);
+    float *part = (float *)pr_cuda_malloc(bytes);
+    conv1d_dw_run<W><<<grid, block, 0, s>>>(part, g, x, R, T, C);
+    PR_CUDA_LAUNCH_CHECK();
+    conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * C, 256), 256, 0, s>>>(
+        dw ? (float *)dw->data : nullptr, db ? (float *)db->data : nullptr, part, chunks, C, W);
+    PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_free(part, bytes);
+}
+
+static void conv1d_backward_run(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const float *g,
+                                const pr_tensor *x, const pr_tensor *w, int64_t R, int64_t T, int64_t C, int W)
+{
+    const float *xp = (const float *)x->data, *wp = (const float *)w->data;
+    switch (W) {
+#define CV_BWD(w_) case w_: conv1d_backward_w<w_>(s, dx, dw, db, g, xp, wp, R, T, C); break;
+        CV_BWD(1) CV_BWD(2) CV_BWD(3) CV_BWD(4) CV_BWD(5) CV_BWD(6) CV_BWD(7) CV_BWD(8)
+#undef CV_BWD
+    }
+}
+
 /* out = bias + sum_i w[c,i] x[t-W+1+i]: each product feeds one output, so
  *   dx[s] += w[c,i] dout[s+W-1-i],  dw[c,i] += sum_{b,t} dout[b,t,c] x[b,t-W+1+i,c],
  *   dbias[c] += sum_{b,t} dout[b,t,c]. */
@@ -113,6 +260,10 @@ extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)
     const float *g = (const float *)n->out[0]->grad->data;
     cudaStream_t s = pr_cuda_stream(ctx);
     if (x->numel == 0) return;
+    if (use_runs(R, W)) {
+        conv1d_backward_run(s, dx, dw, db, g, x, w, R, T, C, W);
+        return;
+    }
     if (dx) {
         conv1d_dx<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>((float *)dx->data, g, (const float *)w->data,
                                                                  R, T, C, W);

@@ -353,6 +353,9 @@ static void test_conv1d(void **state)
     conv1d_case(1, 3, 5, 7, false, false);      /* W > T: every output sees the padding */
     conv1d_case(2, 2053, 130, 1, true, true);   /* W = 1, many chunks */
     conv1d_case(5, 1, 33, 3, true, false);      /* T = 1 */
+    conv1d_case(7, 5, 40, 4, true, true);       /* runs of 16 rows cross several sequences */
+    conv1d_case(3, 19, 35, 8, false, true);     /* the widest run kernel */
+    conv1d_case(2, 41, 9, 9, true, true);       /* W = 9: the generic kernels */
 }
 
 /* ---- shape ops ---------------------------------------------------------------------------- */
