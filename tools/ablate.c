@@ -289,9 +289,10 @@ static void draw(grid_run *r, bool cell_finished)
     /* reused cells cost nothing, so the rate is of the cells that train */
     int to_train = r->n_cells - reused;
     double frac = to_train > 0 ? (ran + failed + partial) / to_train : 1;
-    double eta = frac > 0 ? (now - r->t0) * (1 - frac) / frac : 0;
+    char eta[32] = "-";  /* until a step is done */
+    if (frac > 0) snprintf(eta, sizeof eta, "%.0fs", (now - r->t0) * (1 - frac) / frac);
     char line[320];
-    snprintf(line, sizeof line, "ablate %s: %d/%d cells done%s  (%d run, %d reused, %d failed)  %.0fs, ETA %.0fs",
+    snprintf(line, sizeof line, "ablate %s: %d/%d cells done%s  (%d run, %d reused, %d failed)  %.0fs, ETA %s",
              r->g->name, ran + reused + failed, r->n_cells, now_running, ran, reused, failed, now - r->t0, eta);
     if (r->tty) fprintf(stderr, "\r%-110s", line);
     else fprintf(stderr, "%s\n", line);
@@ -310,7 +311,8 @@ static void on_step(void *user, int64_t step, int64_t total)
     if (w->r->draws) draw(w->r, false);
 }
 
-/* trains or reads cell i in job slot j; a failure is said and counted */
+/* trains or reads cell i, claimed by job slot j (which it frees); a failure
+ * is said and counted */
 static void run_cell(grid_run *r, int j, int i)
 {
     const pr_grid *g = r->g;
@@ -327,13 +329,12 @@ static void run_cell(grid_run *r, int j, int i)
     double value;
     if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err)) goto failed;
     if (read_result(dir, o.steps, &metric, &value)) {
+        slot->cell = -1;
         r->board->reused++;
         if (r->draws) draw(r, true);
         return;
     }
-    slot->step = 0;
     slot->total = o.steps;
-    slot->cell = i;
     step_watch watch = {r, slot};
     o.on_step = on_step, o.on_step_user = &watch;
     pr_train_result res;
@@ -360,7 +361,14 @@ failed:
  * one, so a slow cell holds up no other */
 static void run_cells(grid_run *r, int j)
 {
-    for (int i; (i = atomic_fetch_add(&r->board->next, 1)) < r->n_cells;) run_cell(r, j, i);
+    job_slot *slot = &r->board->slot[j];
+    for (int i; (i = atomic_fetch_add(&r->board->next, 1)) < r->n_cells;) {
+        /* held from the claim on, so a worker that dies at any point names its cell */
+        slot->step = 0;
+        slot->total = 0;
+        slot->cell = i;
+        run_cell(r, j, i);
+    }
 }
 
 /* ---- the grid -------------------------------------------------------------------------- */
@@ -456,14 +464,17 @@ static void wait_for_workers(grid_run *r, const pid_t *pid)
             alive--;
             int cell = r->board->slot[j].cell;
             if (cell < 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
-            char label[120] = "no cell";
-            if (cell >= 0) cell_label(r->g, cell, label, sizeof label), r->board->failed++;
+            char where[200] = "between cells", label[120];
+            if (cell >= 0) {
+                cell_label(r->g, cell, label, sizeof label);
+                snprintf(where, sizeof where, "in cell %s; run again to resume it", label);
+                r->board->failed++;
+            }
             if (r->tty) fputc('\n', stderr);
             if (WIFSIGNALED(status))
-                fprintf(stderr, "prism ablate: worker %d died of signal %d in cell %s; run again to resume it\n", j,
-                        WTERMSIG(status), label);
-            else fprintf(stderr, "prism ablate: worker %d exited with status %d in cell %s\n", j,
-                         WIFEXITED(status) ? WEXITSTATUS(status) : -1, label);
+                fprintf(stderr, "prism ablate: worker %d died of signal %d %s\n", j, WTERMSIG(status), where);
+            else fprintf(stderr, "prism ablate: worker %d exited with status %d %s\n", j,
+                         WIFEXITED(status) ? WEXITSTATUS(status) : -1, where);
             r->board->slot[j].cell = -1;
         }
         int finished = r->board->ran + r->board->reused + r->board->failed;
