@@ -134,7 +134,12 @@ static int parse_ablate(pr_args *a, ablate_args *t)
         return pr_args_unknown(a);
     }
     if (a->failed) return PR_EXIT_USAGE;
-    if (!t->grid) return pr_args_error(a, "--grid NAME|FILE is required (built-in: probe, prism-ablation, rec, quick)");
+    if (!t->grid) {
+        char names[128] = "";
+        for (int i = 0; pr_grid_builtins[i]; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", pr_grid_builtins[i]);
+        return pr_args_error(a, "--grid NAME|FILE is required (built-in: %s)", names);
+    }
     return -1;
 }
 
