@@ -39,6 +39,14 @@ file_has() {
     failed=$((failed + 1))
 }
 
+# same_file A B: two files a command wrote are byte for byte the same
+same_file() {
+    if cmp -s "$1" "$2"; then echo "ok    $2 is the same as $1"; return; fi
+    echo "FAIL  $2 should be the same as $1"
+    diff "$1" "$2" | head -n 8 | sed 's/^/      | /'
+    failed=$((failed + 1))
+}
+
 ref=$tmp/ref.safetensors
 if [ $cuda = 1 ]; then
     expect 0 "no target judged" bench ops --device cuda --quick
@@ -59,6 +67,8 @@ if [ $cuda = 1 ]; then
         >"$tmp/grid.json"
     expect 0 "2 cells: 2 run, 0 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --out "$tmp/abl"
     expect 0 "2 cells: 0 run, 2 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --out "$tmp/abl"
+    expect 0 "2 cells: 2 run, 0 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --jobs 2 \
+        --out "$tmp/abl-jobs"
     expect 0 "device peak MiB" compare --models prism,gdn --task parity --steps 3 --set d_model=8 --set seq_len=16 \
         --device cuda --out "$tmp/cmp"
     expect 0 "| attn |" bench throughput --models prism,gdn,mamba2,ttt_linear,attn --seq-lens 64,128 \
@@ -340,6 +350,26 @@ rm "$tmp/abl/gdn/parity/s2/result.json"
 expect 0 "4 cells: 1 run, 3 reused, 0 failed" ablate --grid "$g" --out "$tmp/abl"
 file_has "gdn,parity,acc," "$tmp/abl/results.csv"
 file_has '"grid":	"grid"' "$tmp/abl/results.json"
+# --jobs: worker processes, the same tables as one job; a rerun trains only the cell that has no result
+expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --jobs 2 --out "$tmp/abl2"
+same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"
+same_file "$tmp/abl/results.json" "$tmp/abl2/results.json"
+rm "$tmp/abl2/prism/parity/s2/result.json"
+expect 0 "4 cells: 1 run, 3 reused, 0 failed" ablate --grid "$g" --jobs 3 --out "$tmp/abl2"
+same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"
+expect 0 "ablate grid: 4/4 cells done, 0 running  (0 run, 4 reused, 0 failed)" ablate --grid "$g" --jobs 2 \
+    --out "$tmp/abl2"
+expect 2 "prism ablate: --jobs wants an integer from 1 to 64, not '0'" ablate --grid "$g" --jobs 0
+# a slice of a grid; names not in it; variants that would share a run folder
+expect 0 "1 cells: 0 run, 1 reused, 0 failed" ablate --grid "$g" --only gdn --tasks parity --seeds 1 \
+    --out "$tmp/abl2"
+file_has "gdn,parity,acc," "$tmp/abl2/results.csv"
+expect 2 "prism ablate: --only: 'mamba2' is not a model or variant of grid grid" ablate --grid "$g" --only mamba2
+expect 2 "prism ablate: --tasks: 'mux' is not a task of grid grid" ablate --grid "$g" --tasks parity,mux
+printf '{"variants":[{"name":"prism L=1","set":{"prism.L":1}},{"name":"prism-L-1"}],"tasks":["parity"]}' \
+    >"$tmp/clash.json"
+expect 2 "the variants 'prism L=1' and 'prism-L-1' would share the run folder 'prism-L-1'" ablate \
+    --grid "$tmp/clash.json"
 # a larger budget continues each cell from its checkpoint at step 4 (whose log line a fresh run lacks)
 expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --steps 6 --seeds 2 --out "$tmp/abl"
 file_has '"steps":	6' "$tmp/abl/prism/parity/s1/result.json"

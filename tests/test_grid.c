@@ -1,6 +1,8 @@
 /* tests/test_grid.c: experiment grids (tools/grid.h): a grid file read into
  * its axes, bad files refused with the key that is wrong, every built-in
- * grid valid, and the table's mean ± std against values worked by hand. */
+ * grid valid and described from its axes, variants that would share a run
+ * folder refused, slices of a grid, and the table's mean ± std against
+ * values worked by hand. */
 #include <math.h>
 
 #include "tests/pr_test.h"
@@ -65,6 +67,10 @@ static void test_bad_files(void **state)
     expect_bad("{\"variants\":[{\"name\":\"a\",\"set\":{\"prism.L\":[1]}}],\"tasks\":[\"parity\"]}",
                "'variants[0].set.prism.L' must be a number");
     expect_bad("{\"models\":[\"prism\",\"prism\"],\"tasks\":[\"parity\"]}", "'prism' is used twice");
+    expect_bad("{\"models\":[\"prism\"],\"variants\":[{\"name\":\"Prism\"}],\"tasks\":[\"parity\"]}",
+               "the variants 'prism' and 'Prism' would share the run folder 'prism'");
+    expect_bad("{\"variants\":[{\"name\":\"prism L=1\"},{\"name\":\"prism-L-1\"}],\"tasks\":[\"parity\"]}",
+               "the variants 'prism L=1' and 'prism-L-1' would share the run folder 'prism-L-1'");
     expect_bad("{\"tasks\":[\"parity\"]}", "no 'models' and no 'variants'");
     expect_bad("{\"models\":[\"gdn\"]}", "no 'tasks'");
 }
@@ -86,6 +92,52 @@ static void test_builtins(void **state)
     assert_non_null(strstr(err.msg, "unknown grid 'nosuch'"));
     assert_int_equal(pr_grid_load(&grid, "/nonexistent/g.json", &err), -1);
     assert_non_null(strstr(err.msg, "/nonexistent/g.json"));
+}
+
+/* --help describes each built-in grid from its parsed axes: the words follow the table */
+static void test_descriptions(void **state)
+{
+    (void)state;
+    pr_err err;
+    char text[400];
+    for (int i = 0; pr_grid_builtins[i]; i++) assert_non_null(pr_grid_purpose(pr_grid_builtins[i]));
+    assert_null(pr_grid_purpose("nosuch"));
+    assert_int_equal(pr_grid_load(&grid, "quick", &err), 0);
+    pr_grid_describe(&grid, text, sizeof text);
+    char want[400];
+    snprintf(want, sizeof want, "models: %s, %s; tasks: %s; %d seeds, %lld steps", grid.variant[0].name,
+             grid.variant[1].name, grid.task[0], grid.seeds, (long long)grid.steps);
+    assert_int_equal(grid.n_variants, 2);
+    assert_int_equal(grid.n_tasks, 1);
+    assert_string_equal(text, want);
+    assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
+    pr_grid_describe(&grid, text, sizeof text);
+    assert_string_equal(text, "models: prism, gdn, mamba2, ... (10 in all); tasks: mqar, poly_recall, var_tracking, "
+                              "... (9 in all); 3 seeds, each task's default steps");
+}
+
+/* --only and --tasks: a slice in the grid's order; a name not in the grid is refused */
+static void test_keep(void **state)
+{
+    (void)state;
+    pr_err err;
+    assert_int_equal(pr_grid_load(&grid, "prism-ablation", &err), 0);
+    if (pr_grid_keep(&grid, "prism L=1,prism", "rec,parity", &err)) fail_msg("%s", err.msg);
+    assert_int_equal(grid.n_variants, 2);
+    assert_string_equal(grid.variant[0].name, "prism");
+    assert_string_equal(grid.variant[1].name, "prism L=1");
+    assert_string_equal(grid.variant[1].set[1], "prism.L=1");
+    assert_int_equal(grid.n_tasks, 2);
+    assert_string_equal(grid.task[0], "parity");
+    assert_string_equal(grid.task[1], "rec");
+    assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
+    assert_int_equal(pr_grid_keep(&grid, NULL, "mux", &err), 0);
+    assert_int_equal(grid.n_variants, 10);
+    assert_int_equal(grid.n_tasks, 1);
+    assert_int_equal(pr_grid_keep(&grid, "gdn,sasrec", NULL, &err), -1);
+    assert_string_equal(err.msg, "--only: 'sasrec' is not a model or variant of grid probe");
+    assert_int_equal(pr_grid_keep(&grid, NULL, "mux,", &err), -1);
+    assert_string_equal(err.msg, "--tasks: '' is not a task of grid probe");
 }
 
 static void test_stats(void **state)
@@ -138,7 +190,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_file), cmocka_unit_test(test_bad_files), cmocka_unit_test(test_builtins),
-        cmocka_unit_test(test_stats),     cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_descriptions), cmocka_unit_test(test_keep), cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_tables),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -4,27 +4,76 @@
  *
  * Resumable: a cell whose run directory holds result.json for the same step
  * budget is read, not rerun; one with a checkpoint but no result continues
- * from it (the trainer's resume, bit for bit); any other starts afresh. */
+ * from it (the trainer's resume, bit for bit); any other starts afresh.
+ *
+ * --jobs N forks N workers that claim cells from a counter in shared memory
+ * (no claim files, so a killed run leaves nothing that blocks the next one;
+ * the cell a dead worker was in keeps its checkpoints and resumes). The
+ * parent draws the progress line and, as with one job, reads every cell's
+ * result.json for the table. The parent never touches CUDA: a process that
+ * initialised it cannot pass it to forked children. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#ifdef PRISM_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #include "models/models.h"
 #include "tools/grid.h"
 #include "tools/tools.h"
 #include "train/train.h"
 
+#define MAX_JOBS 64
+
+/* text at a hanging indent, wrapped before column 90 */
+static void print_wrapped(FILE *f, const char *text, int indent)
+{
+    int col = indent;
+    for (const char *p = text; *p;) {
+        size_t word = strcspn(p, " ");
+        if (col > indent && col + 1 + (int)word > 90) fprintf(f, "\n%*s", indent, ""), col = indent;
+        else if (col > indent) fputc(' ', f), col++;
+        fprintf(f, "%.*s", (int)word, p);
+        col += (int)word;
+        p += word;
+        p += strspn(p, " ");
+    }
+    fputc('\n', f);
+}
+
+/* each built-in grid described from its parsed axes, so the text follows the table */
+static void print_builtins(FILE *f)
+{
+    static pr_grid g;
+    for (int i = 0; pr_grid_builtins[i]; i++) {
+        pr_err err;
+        char axes[400];
+        if (pr_grid_load(&g, pr_grid_builtins[i], &err)) snprintf(axes, sizeof axes, "(broken: %.300s)", err.msg);
+        else pr_grid_describe(&g, axes, sizeof axes);
+        fprintf(f, "  %-16s", pr_grid_builtins[i]);
+        print_wrapped(f, axes, 18);
+        fprintf(f, "%18s", "");
+        print_wrapped(f, pr_grid_purpose(pr_grid_builtins[i]), 18);
+    }
+}
+
 static void ablate_usage(FILE *f)
 {
     fprintf(f,
             "usage: prism ablate --grid NAME|FILE [--seeds N] [--steps N] [--device auto|cpu|cuda]\n"
-            "                    [--out DIR] [--set key=value]...\n\n"
+            "                    [--jobs N] [--only MODEL,...] [--tasks TASK,...] [--out DIR]\n"
+            "                    [--set key=value]...\n\n"
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
             "a Markdown table of the mean ± sample std over seeds of each task's quality metric\n"
@@ -32,26 +81,30 @@ static void ablate_usage(FILE *f)
             "Run it again to resume: finished cells are read, not rerun; an interrupted cell\n"
             "continues from its latest checkpoint (train.ckpt_every defaults to a fifth of the\n"
             "steps here). A task the trainer cannot open is left out, saying why.\n\n"
-            "Built-in grids:\n"
-            "  probe           every mixer x the nine probes, 3 seeds\n"
-            "  prism-ablation  PRISM full, L=0, L=1, gelu off, shortconv off, gain off on parity,\n"
-            "                  local_xor and rec, 3 seeds\n"
-            "  rec             every mixer, and SASRec, on rec, 3 seeds\n"
-            "  quick           prism, linattn, gdn on parity and local_xor at 32 tokens, 2 seeds,\n"
-            "                  300 steps (a few minutes on two CPU cores)\n\n"
-            "A grid file is JSON: {\"name\": \"mine\", \"models\": [\"prism\", \"gdn\"],\n"
+            "  --jobs N         run N cells at a time, each in its own worker process (default 1);\n"
+            "                   the table is the same as with one job. With --device cuda every\n"
+            "                   worker has its own CUDA context; on a host with several GPUs worker j\n"
+            "                   uses GPU j mod the GPU count, otherwise all share GPU 0. On the CPU\n"
+            "                   each worker gets cores/N OpenMP threads unless OMP_NUM_THREADS is set.\n"
+            "  --only M,...     only these models or variants of the grid (names as in its table)\n"
+            "  --tasks T,...    only these tasks of the grid\n\n"
+            "Built-in grids:\n");
+    print_builtins(f);
+    fprintf(f,
+            "\nA grid file is JSON: {\"name\": \"mine\", \"models\": [\"prism\", \"gdn\"],\n"
             "\"variants\": [{\"name\": \"prism-L1\", \"set\": {\"mixer\": \"prism\", \"prism.L\": 1}}],\n"
             "\"tasks\": [\"parity\"], \"seeds\": 2, \"steps\": 300, \"set\": {\"train.batch\": 16}}.\n"
             "Keys in `set` are model keys (prism model --help), train.<key>, rec.data or\n"
-            "rec.negatives (prism train --help).\n"
+            "rec.negatives (prism train --help). Two variants may not share a run folder (their\n"
+            "names with every character but letters, digits, _ and - made -).\n"
             "A cell's config: the task's preset, the grid's set, the variant's set, each --set,\n"
             "then --steps (or the grid's steps) and the seed (data and init).\n");
 }
 
 typedef struct {
-    const char *grid, *out;
+    const char *grid, *out, *only, *tasks;
     const char *sets[32];
-    int n_sets, device, seeds;
+    int n_sets, device, seeds, jobs;
     int64_t steps;
     bool steps_set;
 } ablate_args;
@@ -64,8 +117,10 @@ static int parse_ablate(pr_args *a, ablate_args *t)
         int steps = 0;
         if (pr_args_help(a)) return ablate_usage(stdout), 0;
         if (pr_args_string(a, "--grid", &t->grid) || pr_args_string(a, "--out", &t->out) ||
+            pr_args_string(a, "--only", &t->only) || pr_args_string(a, "--tasks", &t->tasks) ||
             pr_args_choice(a, "--device", devices, &t->device) ||
-            pr_args_int(a, "--seeds", 1, PR_GRID_MAX_SEEDS, &t->seeds))
+            pr_args_int(a, "--seeds", 1, PR_GRID_MAX_SEEDS, &t->seeds) ||
+            pr_args_int(a, "--jobs", 1, MAX_JOBS, &t->jobs))
             continue;
         if (pr_args_string(a, "--set", &set)) {
             if (set && t->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
@@ -79,16 +134,16 @@ static int parse_ablate(pr_args *a, ablate_args *t)
         return pr_args_unknown(a);
     }
     if (a->failed) return PR_EXIT_USAGE;
-    if (!t->grid) return pr_args_error(a, "--grid NAME|FILE is required (built-in: probe, prism-ablation, rec, quick)");
+    if (!t->grid) {
+        char names[128] = "";
+        for (int i = 0; pr_grid_builtins[i]; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", pr_grid_builtins[i]);
+        return pr_args_error(a, "--grid NAME|FILE is required (built-in: %s)", names);
+    }
     return -1;
 }
 
 /* ---- one cell ------------------------------------------------------------------------ */
-static int apply_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err)
-{
-    return pr_grid_set(c, o, kv, err);
-}
-
 /* the config of cell (v, task t, seed), in the order the help gives */
 static int cell_config(const pr_grid *g, const ablate_args *t, int v, int task, int seed, pr_config *c,
                        pr_train_opts *o, pr_err *err)
@@ -101,26 +156,22 @@ static int cell_config(const pr_grid *g, const ablate_args *t, int v, int task, 
     if (t->steps_set) o->steps = t->steps;
     o->ckpt_every = o->steps / 5 > 0 ? o->steps / 5 : 1;
     for (int i = 0; i < g->common.n_sets; i++)
-        if (apply_set(c, o, g->common.set[i], err)) return pr_errf(err, "grid %s: set: %s", g->name, err->msg);
+        if (pr_grid_set(c, o, g->common.set[i], err)) return pr_errf(err, "grid %s: set: %s", g->name, err->msg);
     for (int i = 0; i < g->variant[v].n_sets; i++)
-        if (apply_set(c, o, g->variant[v].set[i], err))
+        if (pr_grid_set(c, o, g->variant[v].set[i], err))
             return pr_errf(err, "grid %s: variant %s: %s", g->name, g->variant[v].name, err->msg);
     for (int i = 0; i < t->n_sets; i++)
-        if (apply_set(c, o, t->sets[i], err)) return pr_errf(err, "--set: %s", err->msg);
+        if (pr_grid_set(c, o, t->sets[i], err)) return pr_errf(err, "--set: %s", err->msg);
     o->seed = seed, c->seed = seed;
     return pr_config_check(c, err);
 }
 
-/* DIR/<variant>/<task>/s<seed>, the variant's name made safe for a path */
+/* DIR/<variant folder>/<task>/s<seed> */
 static void cell_dir(char *out, size_t n, const char *root, const char *variant, const char *task, int seed)
 {
-    char slug[48];
-    snprintf(slug, sizeof slug, "%s", variant);
-    for (char *p = slug; *p; p++)
-        if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') && !(*p >= '0' && *p <= '9') && *p != '_' &&
-            *p != '-')
-            *p = '-';
-    snprintf(out, n, "%s/%s/%s/s%d", root, slug, task, seed);
+    char folder[48];
+    pr_grid_folder(folder, sizeof folder, variant);
+    snprintf(out, n, "%s/%s/%s/s%d", root, folder, task, seed);
 }
 
 static bool file_exists(const char *dir, const char *name)
@@ -173,14 +224,30 @@ static int write_result(const char *dir, const pr_train_result *res, pr_err *err
     return rc;
 }
 
-/* ---- the grid's progress line ---------------------------------------------------------- */
+/* ---- the grid's shared state and its progress line ---------------------------------- */
 typedef struct {
-    const char *grid;
-    int cell, n_cells, ran, reused, failed;
-    char label[96];
+    atomic_int cell;                 /* the cell it runs (index in table order), -1 when none */
+    atomic_llong step, total;
+} job_slot;
+
+/* in memory shared by the parent and its workers (MAP_SHARED before fork) */
+typedef struct {
+    atomic_int next;                 /* the next cell to claim */
+    atomic_int ran, reused, failed;
+    job_slot slot[MAX_JOBS];
+} grid_board;
+
+typedef struct {
+    const pr_grid *g;
+    const ablate_args *t;
+    const char *root;
+    pr_device dev;
+    int n_cells, jobs;
+    grid_board *board;
+    bool draws;                      /* this process draws the progress line */
     bool tty;
     double t0, last_draw;
-} grid_progress;
+} grid_run;
 
 static double now_s(void)
 {
@@ -189,64 +256,124 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void draw(grid_progress *p, int64_t step, int64_t total, bool end_of_cell)
+/* cell i in table order: (variant, task, seed index) */
+static void cell_axes(const pr_grid *g, int i, int *v, int *k, int *s)
+{
+    *s = i % g->seeds, *k = i / g->seeds % g->n_tasks, *v = i / g->seeds / g->n_tasks;
+}
+
+static void cell_label(const pr_grid *g, int i, char *out, size_t n)
+{
+    int v, k, s;
+    cell_axes(g, i, &v, &k, &s);
+    snprintf(out, n, "%s %s s%d", g->variant[v].name, g->task[k], s + 1);
+}
+
+/* on a terminal, redrawn at most every 0.2 s; piped, a line per finished cell */
+static void draw(grid_run *r, bool cell_finished)
 {
     double now = now_s();
-    if (p->tty && !end_of_cell && now - p->last_draw < 0.2) return;
-    if (!p->tty && !end_of_cell) return;  /* piped: a line per cell */
-    p->last_draw = now;
-    /* the share of the grid done, counting the current cell's steps; reused cells count as done */
-    double done = ((double)p->cell - 1 + (total ? (double)step / (double)total : 1)) / p->n_cells;
-    double eta = done > 0 ? (now - p->t0) * (1 - done) / done : 0;
-    char line[240];
-    snprintf(line, sizeof line,
-             "ablate %s: cell %d/%d %s  step %lld/%lld  (%d run, %d reused, %d failed)  %.0fs, ETA %.0fs", p->grid,
-             p->cell, p->n_cells, p->label, (long long)step, (long long)total, p->ran, p->reused, p->failed,
-             now - p->t0, eta);
-    if (p->tty) fprintf(stderr, "\r%-110s", line);
+    if (r->tty ? !cell_finished && now - r->last_draw < 0.2 : !cell_finished) return;
+    r->last_draw = now;
+    grid_board *b = r->board;
+    int ran = b->ran, reused = b->reused, failed = b->failed, running = 0;
+    double partial = 0;  /* the running cells' share of their steps */
+    char now_running[200] = "";
+    for (int j = 0; j < r->jobs; j++) {
+        int cell = b->slot[j].cell;
+        long long step = b->slot[j].step, total = b->slot[j].total;
+        if (cell < 0) continue;
+        running++;
+        partial += total > 0 ? (double)step / (double)total : 0;
+        if (r->jobs > 1) continue;
+        char label[120];
+        cell_label(r->g, cell, label, sizeof label);
+        snprintf(now_running, sizeof now_running, ", now %s step %lld/%lld", label, step, total);
+    }
+    if (r->jobs > 1) snprintf(now_running, sizeof now_running, ", %d running", running);
+    /* reused cells cost nothing, so the rate is of the cells that train */
+    int to_train = r->n_cells - reused;
+    double frac = to_train > 0 ? (ran + failed + partial) / to_train : 1;
+    char eta[32] = "-";  /* until a step is done */
+    if (frac > 0) snprintf(eta, sizeof eta, "%.0fs", (now - r->t0) * (1 - frac) / frac);
+    char line[320];
+    snprintf(line, sizeof line, "ablate %s: %d/%d cells done%s  (%d run, %d reused, %d failed)  %.0fs, ETA %s",
+             r->g->name, ran + reused + failed, r->n_cells, now_running, ran, reused, failed, now - r->t0, eta);
+    if (r->tty) fprintf(stderr, "\r%-110s", line);
     else fprintf(stderr, "%s\n", line);
 }
 
+typedef struct {
+    grid_run *r;
+    job_slot *slot;
+} step_watch;
+
 static void on_step(void *user, int64_t step, int64_t total)
 {
-    draw(user, step, total, false);
+    step_watch *w = user;
+    w->slot->total = total;
+    w->slot->step = step;
+    if (w->r->draws) draw(w->r, false);
 }
 
-/* runs or reads one cell; NAN (having said why) when it fails */
-static double run_cell(const pr_grid *g, const ablate_args *t, const char *root, pr_device dev, int v, int task,
-                       int seed, const char **metric, grid_progress *p)
+/* trains or reads cell i, claimed by job slot j (which it frees); a failure
+ * is said and counted */
+static void run_cell(grid_run *r, int j, int i)
 {
+    const pr_grid *g = r->g;
+    job_slot *slot = &r->board->slot[j];
+    int v, k, s;
+    cell_axes(g, i, &v, &k, &s);
     pr_config c;
     pr_train_opts o;
     pr_err err;
-    char dir[1100];
-    cell_dir(dir, sizeof dir, root, g->variant[v].name, g->task[task], seed);
-    snprintf(p->label, sizeof p->label, "%s %s s%d", g->variant[v].name, g->task[task], seed);
-    double value = NAN;
-    if (cell_config(g, t, v, task, seed, &c, &o, &err)) goto failed;
-    if (read_result(dir, o.steps, metric, &value)) {
-        p->reused++;
-        draw(p, o.steps, o.steps, true);
-        return value;
+    char dir[1100], label[120];
+    cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
+    cell_label(g, i, label, sizeof label);
+    const char *metric;
+    double value;
+    if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err)) goto failed;
+    if (read_result(dir, o.steps, &metric, &value)) {
+        slot->cell = -1;
+        r->board->reused++;
+        if (r->draws) draw(r, true);
+        return;
     }
-    o.on_step = on_step, o.on_step_user = p;
+    slot->total = o.steps;
+    step_watch watch = {r, slot};
+    o.on_step = on_step, o.on_step_user = &watch;
     pr_train_result res;
     bool resume = file_exists(dir, "latest");
-    if (pr_train(&c, &o, dir, resume, dev, &res, &err)) goto failed;
+    if (pr_train(&c, &o, dir, resume, r->dev, &res, &err)) goto failed;
     if (res.steps != o.steps) {  /* its checkpoint is past this budget: a table mixes no budgets */
         pr_errf(&err, "its checkpoint is at step %lld, past --steps %lld (give another --out)", (long long)res.steps,
                 (long long)o.steps);
         goto failed;
     }
     if (write_result(dir, &res, &err)) goto failed;
-    p->ran++;
-    draw(p, o.steps, o.steps, true);
-    return read_result(dir, o.steps, metric, &value) ? value : NAN;
+    slot->cell = -1;
+    r->board->ran++;
+    if (r->draws) draw(r, true);
+    return;
 failed:
-    p->failed++;
-    if (p->tty) fputc('\n', stderr);
-    fprintf(stderr, "prism ablate: cell %s (%s): %s\n", p->label, dir, err.msg);
-    return NAN;
+    slot->cell = -1;
+    r->board->failed++;
+    if (r->tty) fputc('\n', stderr);
+    fprintf(stderr, "prism ablate: cell %s (%s): %s\n", label, dir, err.msg);
+}
+
+/* claims cells until none is left: with several jobs, the next unclaimed
+ * one, so a slow cell holds up no other */
+static void run_cells(grid_run *r, int j)
+{
+    job_slot *slot = &r->board->slot[j];
+    for (int i; (i = atomic_fetch_add(&r->board->next, 1)) < r->n_cells;) {
+        /* held from the claim on, so a worker that dies at any point names its cell */
+        slot->step = 0;
+        slot->total = 0;
+        slot->cell = i;
+        run_cell(r, j, i);
+    }
 }
 
 /* ---- the grid -------------------------------------------------------------------------- */
@@ -286,18 +413,145 @@ static int write_tables(const pr_grid_results *r, const char *root)
     return 0;
 }
 
+/* ---- workers ----------------------------------------------------------------------- */
+/* the number of GPUs, asked by a child process so that this one never
+ * initialises CUDA (the workers forked from it could not use it then) */
+static int gpu_count_from_child(void)
+{
+#ifdef PRISM_HAVE_CUDA
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(pr_cuda_device_count() < 100 ? pr_cuda_device_count() : 100);
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
+    return WEXITSTATUS(status);
+#else
+    return 0;
+#endif
+}
+
+/* worker j's GPU: entry j mod ngpus of CUDA_VISIBLE_DEVICES (or of 0..ngpus-1),
+ * set before the worker's first CUDA call */
+static void pick_gpu(int j, int ngpus)
+{
+    if (ngpus < 2) return;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    char pick[64];
+    if (!visible || !visible[0]) snprintf(pick, sizeof pick, "%d", j % ngpus);
+    else {
+        const char *p = visible;
+        for (int e = 0; e < j % ngpus && strchr(p, ','); e++) p = strchr(p, ',') + 1;
+        snprintf(pick, sizeof pick, "%.*s", (int)strcspn(p, ","), p);
+    }
+    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+}
+
+/* CPU workers share the cores rather than each starting a thread per core */
+static void share_cores(int jobs)
+{
+#ifdef PRISM_HAVE_OPENMP
+    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(omp_get_num_procs() / jobs > 1 ? omp_get_num_procs() / jobs : 1);
+#else
+    (void)jobs;
+#endif
+}
+
+/* waits for the workers, drawing the progress line; a worker that dies
+ * (killed, crashed) leaves its cell to the next run, which resumes it */
+static void wait_for_workers(grid_run *r, const pid_t *pid)
+{
+    int alive = r->jobs, last_done = 0;
+    while (alive > 0) {
+        int status;
+        pid_t done = waitpid(-1, &status, WNOHANG);
+        for (int j = 0; done > 0 && j < r->jobs; j++) {
+            if (pid[j] != done) continue;
+            alive--;
+            int cell = r->board->slot[j].cell;
+            if (cell < 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
+            char where[200] = "between cells", label[120];
+            if (cell >= 0) {
+                cell_label(r->g, cell, label, sizeof label);
+                snprintf(where, sizeof where, "in cell %s; run again to resume it", label);
+                r->board->failed++;
+            }
+            if (r->tty) fputc('\n', stderr);
+            if (WIFSIGNALED(status))
+                fprintf(stderr, "prism ablate: worker %d died of signal %d %s\n", j, WTERMSIG(status), where);
+            else fprintf(stderr, "prism ablate: worker %d exited with status %d %s\n", j,
+                         WIFEXITED(status) ? WEXITSTATUS(status) : -1, where);
+            r->board->slot[j].cell = -1;
+        }
+        int finished = r->board->ran + r->board->reused + r->board->failed;
+        draw(r, finished != last_done);
+        last_done = finished;
+        if (done <= 0) nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+    }
+}
+
+/* runs the grid's cells in r->jobs worker processes */
+static int run_parallel(grid_run *r, int ngpus)
+{
+    pid_t pid[MAX_JOBS];
+    fflush(NULL);  /* or each child would print the parent's buffered output again */
+    for (int j = 0; j < r->jobs; j++) {
+        pid[j] = fork();
+        if (pid[j] < 0) {
+            fprintf(stderr, "prism ablate: cannot start worker %d: %s\n", j, strerror(errno));
+            for (int k = 0; k < j; k++) kill(pid[k], SIGTERM);
+            for (int k = 0; k < j; k++) waitpid(pid[k], NULL, 0);
+            return -1;
+        }
+        if (pid[j] == 0) {
+            r->draws = false;
+            if (r->dev == PR_CUDA) pick_gpu(j, ngpus);
+            else share_cores(r->jobs);
+            run_cells(r, j);
+            fflush(NULL);
+            _exit(0);
+        }
+    }
+    wait_for_workers(r, pid);
+    return 0;
+}
+
+/* every cell's result as written to disk, the same whichever process ran it */
+static void collect(const grid_run *r, double *value, pr_grid_results *res)
+{
+    const pr_grid *g = r->g;
+    for (int i = 0; i < r->n_cells; i++) {
+        int v, k, s;
+        cell_axes(g, i, &v, &k, &s);
+        pr_config c;
+        pr_train_opts o;
+        pr_err err;
+        char dir[1100];
+        const char *metric = NULL;
+        cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
+        value[i] = NAN;
+        if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err) == 0 && read_result(dir, o.steps, &metric, &value[i]) &&
+            !res->metric[k])
+            res->metric[k] = metric;
+    }
+    for (int k = 0; k < g->n_tasks; k++)
+        if (!res->metric[k]) res->metric[k] = "-";
+}
+
 int pr_cmd_ablate(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism ablate", argc, argv);
-    ablate_args t = {0};
+    ablate_args t = {.jobs = 1};
     int rc = parse_ablate(&a, &t);
     if (rc >= 0) return rc;
-    if (t.device == 2 && !pr_cuda_available()) return pr_args_no_cuda(a.cmd);
-    pr_device dev = t.device == 1 || !pr_cuda_available() ? PR_CPU : PR_CUDA;
     static pr_grid g;
     pr_err err;
-    if (pr_grid_load(&g, t.grid, &err)) return fprintf(stderr, "prism ablate: %s\n", err.msg), PR_EXIT_USAGE;
+    if (pr_grid_load(&g, t.grid, &err) || pr_grid_keep(&g, t.only, t.tasks, &err))
+        return fprintf(stderr, "prism ablate: %s\n", err.msg), PR_EXIT_USAGE;
     if (t.seeds) g.seeds = t.seeds;
+    /* with one job cells train in this process; with more, no CUDA here (see the top) */
+    int ngpus = t.device == 1 ? 0 : t.jobs > 1 ? gpu_count_from_child() : pr_cuda_available();
+    if (t.device == 2 && !ngpus) return pr_args_no_cuda(a.cmd);
+    pr_device dev = ngpus ? PR_CUDA : PR_CPU;
     pr_config c;
     pr_train_opts o;
     for (int k = 0; k < g.n_tasks; k++)  /* a bad --set fails before any cell runs */
@@ -308,26 +562,27 @@ int pr_cmd_ablate(int argc, char **argv)
     if (t.out) snprintf(root, sizeof root, "%s", t.out);
     else snprintf(root, sizeof root, "runs/ablate-%s", g.name);
 
-    pr_grid_results r = {.g = &g};
-    double *value = malloc(sizeof(double) * (size_t)(g.n_variants * g.n_tasks * g.seeds));
+    int n_cells = g.n_variants * g.n_tasks * g.seeds;
+    grid_board *board = mmap(NULL, sizeof *board, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    PR_CHECK(board != MAP_FAILED, "prism ablate: cannot map the workers' shared state: %s", strerror(errno));
+    for (int j = 0; j < MAX_JOBS; j++) board->slot[j].cell = -1;
+    grid_run r = {.g = &g, .t = &t, .root = root, .dev = dev, .n_cells = n_cells, .board = board,
+                  .jobs = t.jobs < n_cells ? t.jobs : n_cells, .draws = true, .tty = isatty(STDERR_FILENO),
+                  .t0 = now_s()};
+    if (r.jobs == 1) run_cells(&r, 0);
+    else if (run_parallel(&r, ngpus)) return munmap(board, sizeof *board), 1;
+    if (r.tty) fputc('\n', stderr);
+
+    pr_grid_results res = {.g = &g};
+    double *value = malloc(sizeof(double) * (size_t)n_cells);
     PR_CHECK(value, "prism ablate: out of host memory");
-    grid_progress p = {.grid = g.name, .n_cells = g.n_variants * g.n_tasks * g.seeds, .tty = isatty(STDERR_FILENO),
-                       .t0 = now_s()};
-    for (int v = 0; v < g.n_variants; v++)
-        for (int k = 0; k < g.n_tasks; k++)
-            for (int s = 0; s < g.seeds; s++) {
-                const char *metric = NULL;
-                p.cell++;
-                value[(v * g.n_tasks + k) * g.seeds + s] = run_cell(&g, &t, root, dev, v, k, s + 1, &metric, &p);
-                if (metric && !r.metric[k]) r.metric[k] = metric;
-            }
-    if (p.tty) fputc('\n', stderr);
-    for (int k = 0; k < g.n_tasks; k++)
-        if (!r.metric[k]) r.metric[k] = "-";
-    r.value = value;
-    pr_grid_write_markdown(&r, stdout);
-    rc = write_tables(&r, root) ? 1 : 0;
-    printf("%d cells: %d run, %d reused, %d failed\n", p.n_cells, p.ran, p.reused, p.failed);
+    collect(&r, value, &res);
+    res.value = value;
+    pr_grid_write_markdown(&res, stdout);
+    rc = write_tables(&res, root) ? 1 : 0;
+    int ran = board->ran, reused = board->reused, failed = board->failed;
+    printf("%d cells: %d run, %d reused, %d failed\n", n_cells, ran, reused, failed);
     free(value);
-    return rc || p.failed ? 1 : 0;
+    munmap(board, sizeof *board);
+    return rc || failed ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
@@ -17,12 +18,15 @@
 #define ALL_PROBES "\"mqar\",\"poly_recall\",\"var_tracking\",\"local_xor\",\"parity\",\"mod_add\",\"palindrome\"," \
                    "\"silence_gate\",\"mux\""
 
-typedef struct { const char *name, *json; } builtin_grid;
+/* a built-in grid: its axes in the grid file format, and a line for --help on
+ * what it is for (the axes themselves are described from the parsed grid) */
+typedef struct { const char *name, *json, *purpose; } builtin_grid;
 
 /* the paper's tables at the probe protocol of `prism train`; `quick` is sized
- * to finish in minutes on two CPU cores (short sequences, a small batch) */
+ * to finish in minutes on two CPU cores */
 static const builtin_grid builtins[] = {
-    {"probe", "{\"models\":[" ALL_MIXERS "],\"tasks\":[" ALL_PROBES "],\"seeds\":3}"},
+    {"probe", "{\"models\":[" ALL_MIXERS "],\"tasks\":[" ALL_PROBES "],\"seeds\":3}",
+     "the paper's Table 4, extended to every mixer"},
     {"prism-ablation",
      "{\"variants\":["
      "{\"name\":\"prism\",\"set\":{\"mixer\":\"prism\"}},"
@@ -31,16 +35,19 @@ static const builtin_grid builtins[] = {
      "{\"name\":\"prism gelu off\",\"set\":{\"mixer\":\"prism\",\"prism.gelu\":false}},"
      "{\"name\":\"prism shortconv off\",\"set\":{\"mixer\":\"prism\",\"prism.shortconv\":false}},"
      "{\"name\":\"prism gain off\",\"set\":{\"mixer\":\"prism\",\"prism.gain\":false}}],"
-     "\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}"},
+     "\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}",
+     "the paper's Table 3: what each part of PRISM is worth"},
     /* every mixer in the rec model, and SASRec (the `sasrec` preset, at the task's length) */
     {"rec", "{\"models\":[" ALL_MIXERS "],\"variants\":[{\"name\":\"sasrec\",\"set\":{\"mixer\":\"attn\","
             "\"block\":\"sasrec\",\"d_model\":50,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\","
             "\"norm_eps\":1e-8,\"mlp\":\"relu\",\"mlp_mult\":1,\"dropout\":0.2,\"attn.rope\":false,"
-            "\"attn.bias\":true}}],\"tasks\":[\"rec\"],\"seeds\":3}"},
+            "\"attn.bias\":true}}],\"tasks\":[\"rec\"],\"seeds\":3}",
+     "the paper's Table 2 columns that apply"},
     /* the paper's claim in one table: rank-1 linear attention stays at chance on
      * parity, PRISM solves it (the probe defaults of `prism train`: 64 tokens, at
      * which a bag of tokens cannot count the bits; 1000 steps) */
-    {"quick", "{\"models\":[\"prism\",\"linattn\"],\"tasks\":[\"parity\"],\"seeds\":2,\"steps\":1000}"},
+    {"quick", "{\"models\":[\"prism\",\"linattn\"],\"tasks\":[\"parity\"],\"seeds\":2,\"steps\":1000}",
+     "the paper's claim in one table, in minutes on two CPU cores"},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 const char *const pr_grid_builtins[] = {"probe", "prism-ablation", "rec", "quick", NULL};
@@ -191,6 +198,31 @@ static int parse_key(pr_grid *g, const cJSON *it, const char *what, pr_err *err)
     return pr_errf(err, "%s: unknown key '%s' (a grid has name, models, variants, tasks, seeds, steps, set)", what, k);
 }
 
+void pr_grid_folder(char *out, size_t n, const char *variant)
+{
+    snprintf(out, n, "%s", variant);
+    for (char *p = out; *p; p++)
+        if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') && !(*p >= '0' && *p <= '9') && *p != '_' &&
+            *p != '-')
+            *p = '-';
+}
+
+/* two variants whose folders differ only in case are refused too: they
+ * would share a run directory on a case-insensitive file system */
+static int check_folders(const pr_grid *g, const char *what, pr_err *err)
+{
+    for (int i = 0; i < g->n_variants; i++)
+        for (int j = 0; j < i; j++) {
+            char a[sizeof g->variant[0].name], b[sizeof a];
+            pr_grid_folder(a, sizeof a, g->variant[j].name);
+            pr_grid_folder(b, sizeof b, g->variant[i].name);
+            if (strcasecmp(a, b) == 0)
+                return pr_errf(err, "%s: the variants '%s' and '%s' would share the run folder '%s' (rename one)",
+                               what, g->variant[j].name, g->variant[i].name, a);
+        }
+    return 0;
+}
+
 int pr_grid_parse(pr_grid *g, const char *json, const char *what, pr_err *err)
 {
     memset(g, 0, sizeof *g);
@@ -203,7 +235,7 @@ int pr_grid_parse(pr_grid *g, const char *json, const char *what, pr_err *err)
     if (rc) return -1;
     if (!g->n_variants) return pr_errf(err, "%s: the grid names no 'models' and no 'variants'", what);
     if (!g->n_tasks) return pr_errf(err, "%s: the grid names no 'tasks'", what);
-    return 0;
+    return check_folders(g, what, err);
 }
 
 int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err)
@@ -215,8 +247,10 @@ int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err)
             snprintf(g->name, sizeof g->name, "%s", builtins[i].name);
             return 0;
         }
-        return pr_errf(err, "unknown grid '%s' (built-in: probe, prism-ablation, rec, quick; or a grid file)",
-                       name_or_path);
+        char names[128] = "";
+        for (int i = 0; i < N_BUILTINS; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", builtins[i].name);
+        return pr_errf(err, "unknown grid '%s' (built-in: %s; or a grid file)", name_or_path, names);
     }
     char *text = pr_read_text(name_or_path, err);
     if (!text) return -1;
@@ -227,6 +261,80 @@ int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err)
         snprintf(g->name, sizeof g->name, "%.*s", (int)strcspn(base, "."), base);
     }
     return rc;
+}
+
+const char *pr_grid_purpose(const char *name)
+{
+    for (int i = 0; i < N_BUILTINS; i++)
+        if (strcmp(builtins[i].name, name) == 0) return builtins[i].purpose;
+    return NULL;
+}
+
+/* "a, b, c" appended to out; more than six names become the first three and a count */
+static void list_names(char *out, size_t n, int count, const char *(*name)(const pr_grid *, int), const pr_grid *g)
+{
+    const int shown = count > 6 ? 3 : count;
+    for (int i = 0; i < shown; i++) {
+        size_t at = strlen(out);
+        snprintf(out + at, n - at, "%s%s", i ? ", " : "", name(g, i));
+    }
+    size_t at = strlen(out);
+    if (shown < count) snprintf(out + at, n - at, ", ... (%d in all)", count);
+}
+
+static const char *variant_name(const pr_grid *g, int i) { return g->variant[i].name; }
+static const char *task_name(const pr_grid *g, int i) { return g->task[i]; }
+
+void pr_grid_describe(const pr_grid *g, char *out, size_t n)
+{
+    snprintf(out, n, "models: ");
+    list_names(out, n, g->n_variants, variant_name, g);
+    size_t at = strlen(out);
+    snprintf(out + at, n - at, "; tasks: ");
+    list_names(out, n, g->n_tasks, task_name, g);
+    at = strlen(out);
+    const char *plural = g->seeds > 1 ? "s" : "";
+    if (g->steps) snprintf(out + at, n - at, "; %d seed%s, %lld steps", g->seeds, plural, (long long)g->steps);
+    else snprintf(out + at, n - at, "; %d seed%s, each task's default steps", g->seeds, plural);
+}
+
+/* ---- slices: --only and --tasks ---------------------------------------------------- */
+/* keep[i]: whether name i of the grid is in the comma-separated `list`; -1
+ * with err naming `option` and the first entry that names none of them */
+static int mark_listed(const char *list, const char *option, const char *noun, int count,
+                       const char *(*name)(const pr_grid *, int), const pr_grid *g, bool *keep, pr_err *err)
+{
+    for (int i = 0; i < count; i++) keep[i] = false;
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        int hit = -1;
+        for (int i = 0; i < count && hit < 0; i++)
+            if (strlen(name(g, i)) == len && strncmp(name(g, i), p, len) == 0) hit = i;
+        if (hit < 0) return pr_errf(err, "%s: '%.*s' is not a %s of grid %s", option, (int)len, p, noun, g->name);
+        keep[hit] = true;
+        p += len;
+        if (!*p) return 0;
+    }
+}
+
+int pr_grid_keep(pr_grid *g, const char *variants, const char *tasks, pr_err *err)
+{
+    bool keep[PR_GRID_MAX_VARIANTS + PR_GRID_MAX_TASKS];
+    int kept = 0;
+    if (variants) {
+        if (mark_listed(variants, "--only", "model or variant", g->n_variants, variant_name, g, keep, err)) return -1;
+        for (int v = 0; v < g->n_variants; v++)
+            if (keep[v]) g->variant[kept++] = g->variant[v];
+        g->n_variants = kept;
+    }
+    if (tasks) {
+        if (mark_listed(tasks, "--tasks", "task", g->n_tasks, task_name, g, keep, err)) return -1;
+        kept = 0;
+        for (int t = 0; t < g->n_tasks; t++)
+            if (keep[t]) memmove(g->task[kept++], g->task[t], sizeof g->task[0]);
+        g->n_tasks = kept;
+    }
+    return 0;
 }
 
 /* ---- statistics and tables --------------------------------------------------------- */

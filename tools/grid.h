@@ -59,6 +59,20 @@ int pr_grid_parse(pr_grid *g, const char *json, const char *what, pr_err *err);
  * is a built-in); -1 with err */
 int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err);
 
+/* a built-in grid's purpose, one line for --help; NULL for another name */
+const char *pr_grid_purpose(const char *name);
+/* the grid's axes in words, generated so --help cannot go stale:
+ * "prism, linattn on parity; 2 seeds, 1000 steps" */
+void pr_grid_describe(const pr_grid *g, char *out, size_t n);
+/* the run folder of a variant: its name with every character other than
+ * letters, digits, '_' and '-' made '-'. pr_grid_parse refuses two variants
+ * whose folders are the same (ignoring case), naming both. */
+void pr_grid_folder(char *out, size_t n, const char *variant);
+/* a slice of the grid: only the variants named in the comma-separated
+ * `variants` and the tasks in `tasks` (NULL: all), in the grid's order; -1
+ * with err naming the option (--only, --tasks) and a name not in the grid */
+int pr_grid_keep(pr_grid *g, const char *variants, const char *tasks, pr_err *err);
+
 /* mean and sample standard deviation (n - 1; 0 for one value) of the finite
  * values among x[0..n); returns how many were finite */
 int pr_grid_stats(const double *x, int n, double *mean, double *std);
