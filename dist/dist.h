@@ -39,6 +39,10 @@ int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err);
  * non-zero after printing "<cmd>: rank K exited with ..." (or "was killed by
  * signal ..."). Returns the exit status for the launcher itself. */
 int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **argv);
+/* a rendezvous file name for one launch: under /dev/shm when the host has it, else /tmp */
+void pr_dist_default_file(char *buf, size_t n);
+/* CUDA devices this process sees (0 without CUDA) */
+int pr_dist_visible_gpus(void);
 
 /* ---- communicators --------------------------------------------------------------- */
 typedef struct pr_comm pr_comm;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,6 +137,22 @@ int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **arg
     }
     unlink(dist_file);
     return 0;
+}
+
+void pr_dist_default_file(char *buf, size_t n)
+{
+    struct stat st;
+    const char *dir = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+    snprintf(buf, n, "%s/prism-%ld.dist", dir, (long)getpid());
+}
+
+int pr_dist_visible_gpus(void)
+{
+#ifdef PRISM_HAVE_CUDA
+    return pr_cuda_available() ? pr_cuda_device_count() : 0;
+#else
+    return 0;
+#endif
 }
 
 /* ---- data and ownership ------------------------------------------------------------ */

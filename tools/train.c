@@ -164,23 +164,6 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
 }
 
 /* ---- several processes ------------------------------------------------------------ */
-/* a rendezvous file name for this launch: shared memory when the host has it */
-static void default_dist_file(char *buf, size_t n)
-{
-    struct stat st;
-    const char *dir = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(buf, n, "%s/prism-%ld.dist", dir, (long)getpid());
-}
-
-static int visible_gpus(void)
-{
-#ifdef PRISM_HAVE_CUDA
-    return pr_cuda_available() ? pr_cuda_device_count() : 0;
-#else
-    return 0;
-#endif
-}
-
 /* --gpus N / --procs N: checks what would fail in every rank alike, then runs them */
 static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, int world)
 {
@@ -193,14 +176,14 @@ static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, int w
         void *lib;
         char found[1024];
         if (pr_nccl_load(&lib, found, sizeof found, &err)) return fail(a->cmd, err.msg);
-        if (visible_gpus() < world) {
-            fprintf(stderr, "%s: --gpus %d, but %d CUDA devices are visible\n", a->cmd, world, visible_gpus());
+        if (pr_dist_visible_gpus() < world) {
+            fprintf(stderr, "%s: --gpus %d, but %d CUDA devices are visible\n", a->cmd, world, pr_dist_visible_gpus());
             return PR_EXIT_NO_GPU;
         }
     }
     char file[1024];
     if (t->dist_file) snprintf(file, sizeof file, "%s", t->dist_file);
-    else default_dist_file(file, sizeof file);
+    else pr_dist_default_file(file, sizeof file);
     char **argv = calloc((size_t)a->argc + 2, sizeof *argv);
     PR_CHECK(argv, "train: out of host memory");
     argv[0] = "prism";
