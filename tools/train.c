@@ -224,13 +224,18 @@ int pr_cmd_train(int argc, char **argv)
     train_args t = {.zero = -1};
     int rc = parse_train(&a, &t);
     if (rc >= 0) return rc;
-    pr_device dev;
-    if (t.gpus) t.device = 2;
-    if (t.procs) t.device = 1;
-    if (pick_device(t.device, &dev)) return pr_args_no_cuda(cmd);
     pr_config c;
     pr_train_opts o;
     pr_err err;
+    pr_dist_env env;
+    if (pr_dist_env_read(&env, t.dist_file, &err)) return fail(cmd, err.msg);
+    int asked = t.gpus ? t.gpus : t.procs;
+    /* the launcher itself trains nothing: it checks GPUs and NCCL for its ranks */
+    bool launcher = asked > 1 && !getenv("PRISM_RANK") && env.world == 1;
+    pr_device dev = PR_CPU;
+    if (t.gpus) t.device = 2;
+    if (t.procs) t.device = 1;
+    if (!launcher && pick_device(t.device, &dev)) return pr_args_no_cuda(cmd);
     char out[1024];
     if (t.resume) {
         if (!t.out) return pr_args_error(&a, "--resume needs --out DIR (the run to continue)");
@@ -254,10 +259,7 @@ int pr_cmd_train(int argc, char **argv)
         mkdir("runs", 0755);
         snprintf(out, sizeof out, "runs/%s-%s-s%lld", c.mixer, o.task, (long long)o.seed);
     }
-    pr_dist_env env;
-    if (pr_dist_env_read(&env, t.dist_file, &err)) return fail(cmd, err.msg);
-    int asked = t.gpus ? t.gpus : t.procs;
-    if (asked > 1 && !getenv("PRISM_RANK") && env.world == 1) return launch(&a, &t, &o, asked);
+    if (launcher) return launch(&a, &t, &o, asked);
     if (asked && env.world > 1 && asked != env.world)
         return pr_args_error(&a, "--%s %d, but the launcher started %d ranks", t.gpus ? "gpus" : "procs", asked,
                              env.world);
