@@ -25,7 +25,7 @@
 static void note(char *tried, size_t n, const char *where, const char *why)
 {
     size_t at = strlen(tried);
-    if (at < n) snprintf(tried + at, n - at, "\n  %s: %s", where, why);
+    if (at + 1 < n && snprintf(tried + at, n - at, "\n  %s: %s", where, why) < 0) tried[at] = '\0';
 }
 
 /* dlopen path and check that it is NCCL; *handle on success */
@@ -46,11 +46,15 @@ static bool try_open(const char *path, void **handle, char *tried, size_t n)
     return true;
 }
 
-static bool try_glob(const char *pattern, void **handle, char *found, size_t nfound, char *tried, size_t n)
+/* dir_pattern/nvidia/nccl/lib/libnccl.so.2 for every directory the pattern matches */
+static bool try_glob(const char *dir_pattern, void **handle, char *found, size_t nfound, char *tried, size_t n)
 {
+    char pattern[1300];
     glob_t g;
+    if (snprintf(pattern, sizeof pattern, "%s/nvidia/nccl/lib/libnccl.so.2", dir_pattern) >= (int)sizeof pattern)
+        return false;
     if (glob(pattern, 0, NULL, &g) != 0) {
-        note(tried, n, pattern, "no such file");
+        note(tried, n, dir_pattern, "none");
         return false;
     }
     bool ok = false;
@@ -58,6 +62,15 @@ static bool try_glob(const char *pattern, void **handle, char *found, size_t nfo
         if ((ok = try_open(g.gl_pathv[i], handle, tried, n))) snprintf(found, nfound, "%s", g.gl_pathv[i]);
     globfree(&g);
     return ok;
+}
+
+/* the library path: a miss is noted briefly (dlerror's text repeats the name) */
+static bool dlopen_quiet_miss(const char *name, void **handle, char *tried, size_t n)
+{
+    char mine[600] = "";
+    if (try_open(name, handle, mine, sizeof mine)) return true;
+    note(tried, n, name, strstr(mine, "cannot open shared object") ? "not on the library path" : mine + 3);
+    return false;
 }
 
 int pr_nccl_load(void **handle, char *found, size_t nfound, pr_err *err)
@@ -71,21 +84,20 @@ int pr_nccl_load(void **handle, char *found, size_t nfound, pr_err *err)
         return pr_errf(err, "NCCL: PRISM_NCCL_LIB=%s cannot be used (no other place is tried while it is set):%s",
                        own, tried);
     }
-    if (try_open("libnccl.so.2", handle, tried, sizeof tried)) return snprintf(found, nfound, "libnccl.so.2"), 0;
-    const char *tail = "nvidia/nccl/lib/libnccl.so.2";
+    if (dlopen_quiet_miss("libnccl.so.2", handle, tried, sizeof tried)) return snprintf(found, nfound, "libnccl.so.2"), 0;
     const char *home = getenv("HOME"), *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX");
-    char patterns[8][1200];
-    int np = 0;
-    snprintf(patterns[np++], sizeof patterns[0], "/usr/local/lib/python3*/dist-packages/%s", tail);
-    snprintf(patterns[np++], sizeof patterns[0], "/usr/local/lib/python3*/site-packages/%s", tail);
-    snprintf(patterns[np++], sizeof patterns[0], "/usr/lib/python3*/dist-packages/%s", tail);
-    if (home) snprintf(patterns[np++], sizeof patterns[0], "%s/.local/lib/python3*/site-packages/%s", home, tail);
-    if (venv) snprintf(patterns[np++], sizeof patterns[0], "%s/lib/python3*/site-packages/%s", venv, tail);
-    if (conda) snprintf(patterns[np++], sizeof patterns[0], "%s/lib/python3*/site-packages/%s", conda, tail);
-    for (int i = 0; i < np; i++)
-        if (try_glob(patterns[i], handle, found, nfound, tried, sizeof tried)) return 0;
-    return pr_errf(err, "NCCL: libnccl.so.2 not found; set PRISM_NCCL_LIB=/path/to/libnccl.so.2 (pip install "
-                        "nvidia-nccl-cu12 puts one under site-packages/nvidia/nccl/lib). Looked in:%s", tried);
+    char dirs[8][1100];
+    int nd = 0;
+    snprintf(dirs[nd++], sizeof dirs[0], "/usr/local/lib/python3*/dist-packages");
+    snprintf(dirs[nd++], sizeof dirs[0], "/usr/local/lib/python3*/site-packages");
+    snprintf(dirs[nd++], sizeof dirs[0], "/usr/lib/python3*/dist-packages");
+    if (home) snprintf(dirs[nd++], sizeof dirs[0], "%.1000s/.local/lib/python3*/site-packages", home);
+    if (venv) snprintf(dirs[nd++], sizeof dirs[0], "%.1000s/lib/python3*/site-packages", venv);
+    if (conda) snprintf(dirs[nd++], sizeof dirs[0], "%.1000s/lib/python3*/site-packages", conda);
+    for (int i = 0; i < nd; i++)
+        if (try_glob(dirs[i], handle, found, nfound, tried, sizeof tried)) return 0;
+    return pr_errf(err, "NCCL: libnccl.so.2 not found (set PRISM_NCCL_LIB=FILE); looked on the library path "
+                        "and for nvidia/nccl/lib/libnccl.so.2 under Python's package directories:%s", tried);
 }
 
 #ifndef PRISM_HAVE_CUDA
