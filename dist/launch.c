@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -66,6 +69,9 @@ static pid_t spawn_rank(int rank, int world, const char *dist_file, char **argv)
 {
     pid_t pid = fork();
     if (pid != 0) return pid;
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM);   /* a launcher killed outright takes its ranks along */
+#endif
     char r[16], w[16];
     snprintf(r, sizeof r, "%d", rank);
     snprintf(w, sizeof w, "%d", world);

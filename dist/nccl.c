@@ -140,6 +140,7 @@ typedef struct {
     cudaEvent_t ready, done;  /* stream 0 reached the collective; the collectives finished */
     double *scratch;          /* device doubles for avg_host */
     bool aborted;
+    const char *last_op;      /* what a wait is waiting for, for its messages */
     char path[1024];
 } nccl_state;
 
@@ -254,7 +255,11 @@ static int wait_named(pr_comm *c, const char *what, pr_err *err)
     return check_cuda(c, cudaStreamWaitEvent(0, s->done, 0), "cudaStreamWaitEvent", err);
 }
 
-static int nccl_wait(pr_comm *c, pr_err *err) { return wait_named(c, "collective", err); }
+static int nccl_wait(pr_comm *c, pr_err *err)
+{
+    nccl_state *s = c->impl;
+    return wait_named(c, s->last_op ? s->last_op : "collective", err);
+}
 
 /* ---- collectives ------------------------------------------------------------------------- */
 static int check_tensors(const pr_comm *c, pr_tensor *const *ts, int n, const char *what, pr_err *err)
@@ -281,6 +286,7 @@ static int nccl_allreduce_avg(pr_comm *c, pr_tensor *const *ts, int n, pr_err *e
 {
     nccl_state *s = c->impl;
     if (check_tensors(c, ts, n, "all-reduce", err) || after_stream0(c, err)) return -1;
+    s->last_op = "all-reduce (gradients)";
     int rc = check(c, s->api.group_start(), "group start", err);
     for (int i = 0; i < n && !rc; i++)
         rc = check(c, s->api.all_reduce(ts[i]->data, ts[i]->data, (size_t)ts[i]->numel, NCCL_FLOAT32, NCCL_AVG,
@@ -293,6 +299,7 @@ static int nccl_broadcast(pr_comm *c, pr_tensor *const *ts, int n, int root, pr_
 {
     nccl_state *s = c->impl;
     if (check_tensors(c, ts, n, "broadcast", err) || after_stream0(c, err)) return -1;
+    s->last_op = "broadcast";
     int rc = check(c, s->api.group_start(), "group start", err);
     for (int i = 0; i < n && !rc; i++)
         rc = check(c, s->api.broadcast(ts[i]->data, ts[i]->data, (size_t)ts[i]->numel, NCCL_FLOAT32, root, s->comm,
@@ -364,11 +371,11 @@ int pr_comm_nccl_open(pr_comm **out, const pr_dist_env *e, double timeout_s, pr_
                   check_cuda(c, cudaMalloc((void **)&s->scratch, 64 * sizeof(double)), "cudaMalloc", err);
     /* every rank has read the id once the first collective is through: the file can go */
     if (!rc) rc = nccl_barrier(c, err);
+    if (e->rank == 0) unlink(s->path);
     if (rc) {
         free(s), free(c);
         return -1;
     }
-    if (e->rank == 0) unlink(s->path);
     *out = c;
     return 0;
 }

@@ -145,6 +145,38 @@ static void test_nccl_search_errors(void **state)
     assert_non_null(strstr(err.msg, "\n  /nonexistent-venv/lib/python3*/site-packages: none"));
 }
 
+/* ---- where a process stands ---------------------------------------------------------- */
+static void test_env_from_launchers(void **state)
+{
+    (void)state;
+    pr_dist_env e;
+    pr_err err;
+    const char *vars[] = {"PRISM_RANK", "PRISM_WORLD_SIZE", "PRISM_DIST_FILE", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);   /* a test run inside a job */
+    assert_int_equal(pr_dist_env_read(&e, NULL, &err), 0);   /* nothing set: one process */
+    assert_int_equal(e.world, 1);
+    setenv("OMPI_COMM_WORLD_RANK", "5", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    assert_int_equal(pr_dist_env_read(&e, NULL, &err), -1);   /* several ranks need a rendezvous file */
+    assert_non_null(strstr(err.msg, "rank 5 of 8: no rendezvous file: give --dist-file PATH"));
+    assert_int_equal(pr_dist_env_read(&e, "/shared/id", &err), 0);
+    assert_int_equal(e.rank, 5);
+    assert_int_equal(e.world, 8);
+    assert_int_equal(e.local_rank, 1);
+    assert_string_equal(e.file, "/shared/id");
+    setenv("PRISM_RANK", "2", 1);   /* prism's own launcher comes first */
+    setenv("PRISM_WORLD_SIZE", "2", 1);
+    assert_int_equal(pr_dist_env_read(&e, "/x", &err), -1);
+    assert_non_null(strstr(err.msg, "PRISM_RANK=2 is not below PRISM_WORLD_SIZE=2"));
+    setenv("PRISM_RANK", "x", 1);
+    assert_int_equal(pr_dist_env_read(&e, "/x", &err), -1);
+    assert_non_null(strstr(err.msg, "PRISM_RANK=x is not a number"));
+    unsetenv("PRISM_RANK"), unsetenv("PRISM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+}
+
 /* ---- shards and owners --------------------------------------------------------------- */
 static void test_shards_cover_the_batch(void **state)
 {
@@ -268,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_shm_missing_rank_times_out),
         cmocka_unit_test(test_shm_abort_names_the_rank),
         cmocka_unit_test(test_nccl_search_errors),
+        cmocka_unit_test(test_env_from_launchers),
         cmocka_unit_test(test_shards_cover_the_batch),
         cmocka_unit_test(test_zero_owners_are_balanced),
         cmocka_unit_test(test_buckets_hold_final_grads_once_each),
