@@ -89,6 +89,11 @@ static int write_manifest(const run *r, pr_device dev, pr_err *err)
     cJSON_AddStringToObject(j, "compiler", __VERSION__);
     cJSON_AddNumberToObject(j, "seed", (double)r->o.seed);
     cJSON_AddNumberToObject(j, "model_seed", r->cfg.seed);
+    if (r->comm) {   /* data parallel: how many ranks, over what */
+        cJSON_AddNumberToObject(j, "ranks", r->comm->world);
+        cJSON_AddStringToObject(j, "comm", r->comm->backend);
+        cJSON_AddNumberToObject(j, "zero", (double)r->o.zero);
+    }
     cJSON_AddStringToObject(j, "start_time", when);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);

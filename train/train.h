@@ -13,6 +13,10 @@
  * directory fsynced; `latest` moves only after both checkpoint files are in
  * place, so a crash at any point leaves the previous checkpoint whole.
  *
+ * In a data-parallel run (pr_train_opts.comm) rank 0 alone writes these
+ * files; checkpoints always hold the whole optimizer state (with ZeRO-1 it is
+ * gathered on rank 0 first), so a run resumes with any number of ranks.
+ *
  * Training is a pure function of (config, seed, step): batch j is task
  * sample block j, the learning rate a function of the step, and the
  * optimizer state and RNG are restored exactly, so `--resume` reproduces an
