@@ -9,6 +9,7 @@
  *   NCCL_NVLS_ENABLE is forced to 0;
  * - sharding of a global batch; ZeRO-1 ownership (every parameter owned
  *   once, shares balanced);
+ * - rank 1 of a run trains and checkpoints without writing a file;
  * - gradient buckets: on a small model with a tiny bucket size, every grad
  *   handed to the communicator during the backward is already final, every
  *   parameter is sent exactly once, and buckets go out before the backward
@@ -292,6 +293,31 @@ static void test_buckets_hold_final_grads_once_each(void **state)
     pr_model_free(m);
 }
 
+/* ---- rank 0 alone writes the run directory ------------------------------------------------ */
+static int same_allreduce(pr_comm *c, pr_tensor *const *ts, int n, pr_err *err) { (void)c, (void)ts, (void)n, (void)err; return 0; }
+static int same_host(pr_comm *c, double *v, int n, pr_err *err) { (void)c, (void)v, (void)n, (void)err; return 0; }
+
+static void test_rank1_writes_nothing(void **state)
+{
+    (void)state;
+    /* rank 1 of 2 whose partner always holds the same values: the collectives change nothing */
+    pr_comm comm = {.rank = 1, .world = 2, .backend = "test", .allreduce_avg = same_allreduce,
+                    .avg_host = same_host, .wait = record_wait, .barrier = record_wait};
+    pr_config c = pr_config_default();
+    pr_train_opts o = pr_train_defaults();
+    pr_err err;
+    assert_int_equal(pr_config_preset(&c, "probe", &err), 0);
+    assert_int_equal(pr_config_set(&c, "d_model=8", &err), 0);
+    assert_int_equal(pr_config_set(&c, "seq_len=8", &err), 0);
+    o.steps = 2, o.batch = 4, o.ckpt_every = 1, o.eval_batches = 1, o.comm = &comm;
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s.run", dist_file);
+    pr_train_result res;
+    if (pr_train(&c, &o, dir, false, PR_CPU, &res, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(res.steps, 2);
+    assert_int_equal(access(dir, F_OK), -1);   /* no directory, no checkpoint, no metrics */
+}
+
 int main(void)
 {
     snprintf(dist_file, sizeof dist_file, "/tmp/prism-test-dist-%ld", (long)getpid());
@@ -304,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_shards_cover_the_batch),
         cmocka_unit_test(test_zero_owners_are_balanced),
         cmocka_unit_test(test_buckets_hold_final_grads_once_each),
+        cmocka_unit_test(test_rank1_writes_nothing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(dist_file);
