@@ -32,7 +32,8 @@ static int env_int(const char *name, int lo, int *out, pr_err *err)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > 1 << 20) return pr_errf(err, "environment: %s=%s is not a number >= %d", name, s, lo);
+    if (errno || *end || v < lo || v > 1 << 20)
+        return pr_errf(err, "environment: %s=%s is not a number >= %d", name, s, lo);
     *out = (int)v;
     return 1;
 }
@@ -51,7 +52,8 @@ int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err)
         int has_rank = env_int(pairs[i][0], 0, &rank, err), has_world = env_int(pairs[i][1], 1, &world, err);
         if (has_rank < 0 || has_world < 0 || env_int(pairs[i][2], 0, &local, err) < 0) return -1;
         if (!has_rank || !has_world) continue;
-        if (rank >= world) return pr_errf(err, "environment: %s=%d is not below %s=%d", pairs[i][0], rank, pairs[i][1], world);
+        if (rank >= world)
+            return pr_errf(err, "environment: %s=%d is not below %s=%d", pairs[i][0], rank, pairs[i][1], world);
         *e = (pr_dist_env){.rank = rank, .world = world, .local_rank = local >= 0 ? local : rank};
         break;
     }
@@ -87,7 +89,8 @@ static pid_t spawn_rank(int rank, int world, const char *dist_file, char **argv)
 
 static void describe_exit(char *buf, size_t n, int status)
 {
-    if (WIFSIGNALED(status)) snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    if (WIFSIGNALED(status))
+        snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
     else snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
 }
 

@@ -294,8 +294,17 @@ static void test_buckets_hold_final_grads_once_each(void **state)
 }
 
 /* ---- rank 0 alone writes the run directory ------------------------------------------------ */
-static int same_allreduce(pr_comm *c, pr_tensor *const *ts, int n, pr_err *err) { (void)c, (void)ts, (void)n, (void)err; return 0; }
-static int same_host(pr_comm *c, double *v, int n, pr_err *err) { (void)c, (void)v, (void)n, (void)err; return 0; }
+static int same_allreduce(pr_comm *c, pr_tensor *const *ts, int n, pr_err *err)
+{
+    (void)c, (void)ts, (void)n, (void)err;
+    return 0;
+}
+
+static int same_host(pr_comm *c, double *v, int n, pr_err *err)
+{
+    (void)c, (void)v, (void)n, (void)err;
+    return 0;
+}
 
 static void test_rank1_writes_nothing(void **state)
 {

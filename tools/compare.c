@@ -449,7 +449,8 @@ int pr_bench_throughput(int argc, char **argv)
         for (int i = 0; i < t.n_lens; i++) {
             int k = m * t.n_lens + i;
             /* one rank: every rank at once on its own device, the whole batch, no messages */
-            if (ranks > 1) tps1[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, NULL);
+            if (ranks > 1)
+                tps1[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, NULL);
             tps[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, comm);
             failed += !isfinite(tps[k]);
             if (talk && ranks > 1) printf(isfinite(tps[k]) ? " %.0f | %.0f | %.2f |" : " - | - | - |", tps1[k], tps[k],

@@ -189,7 +189,8 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     r->step = s.step;
     r->ctx->rng = s.rng;
     /* lines logged after the checkpoint are logged again by the resumed steps */
-    if (r->root && truncate(path, (off_t)s.metrics_bytes) != 0) return pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
+    if (r->root && truncate(path, (off_t)s.metrics_bytes) != 0)
+        return pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
     r->metrics = fopen(path, "a");
     if (!r->metrics) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
     return 0;
