@@ -138,7 +138,8 @@ typedef struct {
     nccl_comm_t comm;
     cudaStream_t stream;
     cudaEvent_t ready, done;  /* stream 0 reached the collective; the collectives finished */
-    double *scratch;          /* device doubles for avg_host */
+    double *scratch;          /* avg_host's 64 doubles on the device */
+    double *pinned;           /* and in pinned host memory, so no copy blocks the wait's timeout */
     bool aborted;
     const char *last_op;      /* what a wait is waiting for, for its messages */
     char path[1024];
@@ -311,18 +312,21 @@ static int nccl_broadcast(pr_comm *c, pr_tensor *const *ts, int n, int root, pr_
 static int nccl_avg_host(pr_comm *c, double *v, int n, pr_err *err)
 {
     nccl_state *s = c->impl;
+    s->last_op = "all-reduce (host values)";
     for (int at = 0; at < n; at += 64) {
         int k = n - at < 64 ? n - at : 64;
         size_t bytes = sizeof(double) * (size_t)k;
-        if (check_cuda(c, cudaMemcpyAsync(s->scratch, v + at, bytes, cudaMemcpyHostToDevice, s->stream),
+        memcpy(s->pinned, v + at, bytes);
+        if (check_cuda(c, cudaMemcpyAsync(s->scratch, s->pinned, bytes, cudaMemcpyHostToDevice, s->stream),
                        "cudaMemcpyAsync", err) ||
             check(c, s->api.all_reduce(s->scratch, s->scratch, (size_t)k, NCCL_FLOAT64, NCCL_AVG, s->comm, s->stream),
-                  "all-reduce (host values)", err) ||
-            check_cuda(c, cudaMemcpyAsync(v + at, s->scratch, bytes, cudaMemcpyDeviceToHost, s->stream),
+                  s->last_op, err) ||
+            check_cuda(c, cudaMemcpyAsync(s->pinned, s->scratch, bytes, cudaMemcpyDeviceToHost, s->stream),
                        "cudaMemcpyAsync", err) ||
             check_cuda(c, cudaEventRecord(s->done, s->stream), "cudaEventRecord", err) ||
-            wait_named(c, "all-reduce (host values)", err))
+            wait_named(c, s->last_op, err))
             return -1;
+        memcpy(v + at, s->pinned, bytes);
     }
     return 0;
 }
@@ -342,6 +346,7 @@ static void nccl_free(pr_comm *c)
         cudaStreamSynchronize(s->stream);
         s->api.comm_destroy(s->comm);
         cudaFree(s->scratch);
+        cudaFreeHost(s->pinned);
         cudaEventDestroy(s->ready);
         cudaEventDestroy(s->done);
         cudaStreamDestroy(s->stream);
@@ -368,7 +373,8 @@ int pr_comm_nccl_open(pr_comm **out, const pr_dist_env *e, double timeout_s, pr_
     if (!rc) rc = check_cuda(c, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "cudaStreamCreate", err) ||
                   check_cuda(c, cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming), "cudaEventCreate", err) ||
                   check_cuda(c, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate", err) ||
-                  check_cuda(c, cudaMalloc((void **)&s->scratch, 64 * sizeof(double)), "cudaMalloc", err);
+                  check_cuda(c, cudaMalloc((void **)&s->scratch, 64 * sizeof(double)), "cudaMalloc", err) ||
+                  check_cuda(c, cudaMallocHost((void **)&s->pinned, 64 * sizeof(double)), "cudaMallocHost", err);
     /* every rank has read the id once the first collective is through: the file can go */
     if (!rc) rc = nccl_barrier(c, err);
     if (e->rank == 0) unlink(s->path);
