@@ -220,6 +220,7 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
         if (dev == PR_CUDA) pr_cuda_check_last(n->op->name);
 #endif
         trap_nonfinite(ctx, n, n->in, n->n_in, "backward");
+        if (ctx->on_node_backward) ctx->on_node_backward(ctx->on_node_backward_user, ctx, p);
     }
 }
 

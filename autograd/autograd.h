@@ -86,6 +86,11 @@ struct pr_ctx {
     char nonfinite[256];
     const char *scope;   /* where ops are being recorded now ("layers.3.mixer"); pr_ctx_set_scope */
     pr_profile *profile; /* non-NULL: time every op (autograd/profile.h); the caller owns it */
+    /* when set, called after each node's backward has run, with its tape
+     * position (data-parallel training starts a parameter's all-reduce once
+     * the last node that adds to its grad is done: dist/ddp.c) */
+    void (*on_node_backward)(void *user, pr_ctx *ctx, int tape_pos);
+    void *on_node_backward_user;
 };
 
 pr_ctx *pr_ctx_new(uint64_t seed);

@@ -8,7 +8,7 @@ set(PRISM_HEADER_EXCLUDE "")
 if(NOT PRISM_HAVE_CUDA)
   set(PRISM_HEADER_EXCLUDE PATTERN cuda.h EXCLUDE) # it includes cuda_runtime.h
 endif()
-foreach(dir tensor autograd ops models optim train tasks)
+foreach(dir tensor autograd ops models optim train tasks dist)
   if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/prism
             FILES_MATCHING PATTERN "*.h" PATTERN "*.def" ${PRISM_HEADER_EXCLUDE})

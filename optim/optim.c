@@ -23,6 +23,11 @@ pr_optim_opts pr_optim_adamw_defaults(void)
 
 pr_optim *pr_optim_new(const pr_params *params, const pr_optim_opts *opts)
 {
+    return pr_optim_new_owned(params, opts, NULL);
+}
+
+pr_optim *pr_optim_new_owned(const pr_params *params, const pr_optim_opts *opts, const bool *owned)
+{
     pr_optim *o = calloc(1, sizeof *o);
     PR_CHECK(o, "optim: out of host memory");
     o->opts = *opts;
@@ -35,6 +40,7 @@ pr_optim *pr_optim_new(const pr_params *params, const pr_optim_opts *opts)
         const pr_tensor *p = params->p[i].t;
         PR_CHECK(pr_dtype_is_float(p->dtype), "optim: parameter %s is %s, not a float", params->p[i].path,
                  pr_dtype_name(p->dtype));
+        if (owned && !owned[i]) continue;
         o->m[i] = pr_zeros_like(o->arena, p);
         if (opts->kind == PR_OPTIM_ADAMW) o->v[i] = pr_zeros_like(o->arena, p);
     }
@@ -88,6 +94,7 @@ void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
     for (int i = 0; i < o->params->n; i++) {
         pr_tensor *p = o->params->p[i].t;
         if (!p->grad) continue;  /* not reached by this step's loss: left alone, as torch does */
+        if (!o->m[i]) continue;  /* another rank's to update (ZeRO-1) */
         a.wd = pr_optim_decays(o, i) ? o->opts.weight_decay : 0.0;
         if (p->device == PR_CPU) {
             update_cpu(p, p->grad, o->m[i], o->v[i], &a);
@@ -118,6 +125,8 @@ int pr_optim_save(const pr_optim *o, const char *file, int n_meta, const char *c
                   const char *const *values, pr_err *err)
 {
     int n = o->params->n * n_slots(o), k = 0;
+    for (int i = 0; i < o->params->n; i++)
+        PR_CHECK(o->m[i], "optim save: %s has no state here (a ZeRO-1 shard: gather it first)", o->params->p[i].path);
     char **names = calloc((size_t)n + 1, sizeof *names);
     const pr_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
     const char **mk = calloc((size_t)n_meta + 1, sizeof *mk), **mv = calloc((size_t)n_meta + 1, sizeof *mv);
@@ -149,7 +158,7 @@ int pr_optim_restore(pr_optim *o, const pr_safetensors *st, const char *file, pr
     const char *t = pr_safetensors_meta(st, "optim.t");
     if (!t) return pr_errf(err, "%s: no optim.t in the metadata (not an optimizer state file)", file);
     for (int i = 0; i < o->params->n; i++)
-        for (int s = 0; s < n_slots(o); s++) {
+        for (int s = 0; s < n_slots(o) && o->m[i]; s++) {   /* a ZeRO-1 shard takes its own part */
             char name[600];
             snprintf(name, sizeof name, "%s%s", o->params->p[i].path, state_suffix(o, s));
             const pr_tensor *src = pr_safetensors_get(st, name);

@@ -40,6 +40,9 @@ typedef struct pr_optim {
 } pr_optim;
 
 pr_optim *pr_optim_new(const pr_params *params, const pr_optim_opts *opts);
+/* ZeRO-1's shard: state (and updates) only for parameters with owned[i]
+ * (NULL: all). A step leaves the others alone; restore reads only its own. */
+pr_optim *pr_optim_new_owned(const pr_params *params, const pr_optim_opts *opts, const bool *owned);
 void pr_optim_free(pr_optim *o);
 /* one update of every parameter with a grad at learning rate lr; every grad is
  * multiplied by grad_scale first (clipping: pr_clip_scale) */

@@ -298,6 +298,25 @@ expect 2 "prism train: --device wants auto, cpu or cuda, not 'tpu'" train --devi
 expect 2 "prism train: unknown option '--bogus' (prism train --help lists the options)" train --bogus
 # shellcheck disable=SC2086
 expect 1 "task lm: no text file" train --task lm $tiny --steps 1 --out "$tmp/nolm"
+# data parallel: the options, and what the launcher checks before it starts ranks
+expect 2 "prism train: --gpus wants an integer from 1 to 1024, not '0'" train --gpus 0
+expect 2 "prism train: --gpus and --procs: give one" train --gpus 2 --procs 2
+expect 2 "prism train: --gpus N runs on CUDA; --procs N trains on the CPU" train --gpus 2 --device cpu
+expect 2 "prism train: --procs N trains on the CPU; --gpus N runs on CUDA" train --procs 2 --device cuda
+expect 2 "prism train: --zero wants an integer from 0 to 1, not '2'" train --zero 2
+expect 2 "prism train: --bucket-mb wants a number > 0, not '-1'" train --bucket-mb -1
+expect 2 "prism train: --dist-timeout wants a number > 0, not '0'" train --dist-timeout 0
+expect 2 "prism train: option --dist-file needs a value" train --dist-file
+# shellcheck disable=SC2086
+expect 2 "prism train: train.batch=4 does not split evenly over 3 ranks" train --task parity $tiny --procs 3
+# shellcheck disable=SC2086
+expect 2 "task rec: not data-parallel yet" train --task rec $tiny --procs 2
+export PRISM_NCCL_LIB="$tmp/no-such-libnccl.so.2"
+# shellcheck disable=SC2086
+expect 1 "PRISM_NCCL_LIB=$tmp/no-such-libnccl.so.2 cannot be used" train --task parity $tiny --gpus 2
+unset PRISM_NCCL_LIB
+# shellcheck disable=SC2086
+expect 0 '"steps":2' train --model prism --task parity $tiny --steps 2 --procs 2 --out "$tmp/dp"
 expect 1 "nothing/config.json: cannot open" eval --run "$tmp/nothing"
 expect 2 "prism eval: --run DIR is required" eval
 i=0; while [ $i -lt 40 ]; do echo "the quick brown fox jumps over the lazy dog"; i=$((i + 1)); done > "$tmp/text.txt"
@@ -390,6 +409,13 @@ expect 2 "prism bench throughput: --seq-lens 64 is longer than --tokens-per-batc
     --models gdn --seq-lens 64 --tokens-per-batch 32
 expect 2 "prism bench throughput: --seq-lens wants up to 32 comma-separated integers" bench throughput \
     --models gdn --seq-lens 8,x
+expect 0 "| prism |" bench throughput --models prism --seq-lens 8 --tokens-per-batch 32 --preset probe \
+    --set d_model=8 --steps 1 --warmup 0 --procs 2 --out "$tmp/tp2"
+file_has "ranks,tokens_per_s_1,efficiency" "$tmp/tp2/throughput.csv"
+expect 2 "prism bench throughput: --seq-lens 16: a batch of 2 sequences does not split over 4 ranks" bench \
+    throughput --models gdn --seq-lens 16 --tokens-per-batch 32 --procs 4
+expect 2 "prism bench throughput: --gpus N runs on CUDA" bench throughput --models gdn --seq-lens 16 --gpus 2 \
+    --device cpu
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

@@ -203,7 +203,8 @@ static void throughput_usage(FILE *f)
 {
     fprintf(f, "usage: prism bench throughput --models a,b,... --seq-lens T1,T2,... [--tokens-per-batch N]\n"
                "                              [--preset P] [--set key=value]... [--steps N] [--warmup N]\n"
-               "                              [--device auto|cpu|cuda] [--tf32] [--breakdown] [--out DIR]\n\n"
+               "                              [--device auto|cpu|cuda] [--tf32] [--breakdown] [--out DIR]\n"
+               "                              [--gpus N | --procs N]\n\n"
                "Training tokens/s of the whole step (forward, LM loss, backward, AdamW) per model and\n"
                "sequence length, at --tokens-per-batch tokens a step (default 16384; the batch is\n"
                "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
@@ -214,7 +215,14 @@ static void throughput_usage(FILE *f)
                "per model and length with the device idle between ops, and a table of where its time\n"
                "went (op, part of the model, forward or backward, ms and share of the step; the waits\n"
                "make that step slower than the timed ones), printed and written to\n"
-               "DIR/breakdown-<model>-T<T>.md.\n");
+               "DIR/breakdown-<model>-T<T>.md (one process only).\n"
+               "--gpus N: N processes, one per GPU, NCCL between them (prism train --help says where\n"
+               "NCCL is looked for); each takes 1/N of the batch (N must divide every batch) and the\n"
+               "grads are all-reduced in 25 MB buckets during the backward. Each figure is then the\n"
+               "whole batch's tokens/s, beside the one-GPU figure measured in the same run (every\n"
+               "GPU alone, the whole batch) and the scaling efficiency, N-GPU / (N x one-GPU); the\n"
+               "CSV gains the columns ranks, tokens_per_s_1, efficiency. --procs N: the same on the\n"
+               "CPU (shared memory between the processes).\n");
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -223,9 +231,10 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* median seconds of one training step of model m on ids [B,T] */
-static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *host_ids, int64_t B,
-                              int64_t T, int warmup, int steps)
+/* median seconds of one training step of model m on ids [B,T]; with ddp, the
+ * grads are all-reduced over the ranks in buckets during the backward */
+static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *ddp, const int32_t *host_ids,
+                              int64_t B, int64_t T, int warmup, int steps)
 {
     PR_CHECK(steps <= 64, "bench throughput: at most 64 timed steps");
     pr_device dev = m->params->device;
@@ -236,7 +245,11 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int
         pr_params_zero_grads(m->params);
         pr_tensor *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids);
         pr_tensor *targets = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids + 1);
-        pr_backward(ctx, pr_lm_loss(ctx, m, ids, targets));
+        pr_tensor *loss = pr_lm_loss(ctx, m, ids, targets);
+        if (ddp) pr_ddp_begin(ddp, ctx);
+        pr_backward(ctx, loss);
+        pr_err err;
+        if (ddp && pr_ddp_end(ddp, ctx, &err)) pr_fatal("prism bench throughput: %s", err.msg);
         double t1 = ctx->profile ? pr_profile_clock(dev) : 0;
         pr_optim_step(ctx, opt, 1e-4, 1.0);
         if (ctx->profile) pr_profile_time(ctx->profile, "adamw", "optimizer", 0, pr_profile_clock(dev) - t1);
@@ -255,7 +268,7 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
     pr_profile *prof = calloc(1, sizeof *prof);
     PR_CHECK(prof, "bench throughput: out of host memory");
     ctx->profile = prof;
-    double wall = time_train_step(ctx, m, opt, ids, B, T, 0, 1);
+    double wall = time_train_step(ctx, m, opt, NULL, ids, B, T, 0, 1);
     ctx->profile = NULL;
     prof->steps = 1;
     char path[1200];
@@ -272,10 +285,12 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
     free(prof);
 }
 
-/* tokens/s of one (config, T); NAN when the config does not hold. breakdown:
- * the folder for one profiled step's table (NULL: none) */
+/* tokens/s of one (config, T); NAN when the config does not hold. With a
+ * communicator, this rank's share of the batch, all-reduced; the tokens
+ * counted are the whole batch's (every rank's). breakdown: the folder for one
+ * profiled step's table (NULL: none; one process only) */
 static double throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                             int warmup, int steps, bool tf32, const char *breakdown)
+                             int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown)
 {
     pr_config c = *base;
     pr_err err;
@@ -286,7 +301,7 @@ static double throughput_one(const pr_config *base, const char *mixer, int64_t T
         fprintf(stderr, "prism bench throughput: %s at T=%lld: %s\n", mixer, (long long)T, err.msg);
         return NAN;
     }
-    int64_t B = tokens / T;
+    int64_t B = tokens / T, world = comm ? comm->world : 1, rows = B / world;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));
     PR_CHECK(ids, "bench throughput: out of host memory");
     for (int64_t i = 0; i < B * T + 1; i++) ids[i] = (int32_t)(pr_philox_uniform(1, 0, (uint64_t)i) * c.vocab);
@@ -296,14 +311,17 @@ static double throughput_one(const pr_config *base, const char *mixer, int64_t T
     pr_optim *opt = pr_optim_new(m->params, &oo);
     pr_ctx *ctx = pr_ctx_new(1);
     ctx->matmul_tf32 = tf32;
-    double s = time_train_step(ctx, m, opt, ids, B, T, warmup, steps);
-    if (breakdown) breakdown_one(ctx, m, opt, ids, B, T, mixer, breakdown);
+    pr_ddp *ddp = comm ? pr_ddp_new(comm, m->params, (size_t)25e6) : NULL;
+    int64_t first = comm ? comm->rank * rows * T : 0;
+    double s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
+    if (breakdown && !comm) breakdown_one(ctx, m, opt, ids, rows, T, mixer, breakdown);
+    pr_ddp_free(ddp);
     pr_params_release_grads(m->params);
     pr_optim_free(opt);
     pr_model_free(m);
     pr_ctx_free(ctx);
     free(ids);
-    return (double)(B * T) / s;
+    return (double)(rows * world * T) / s;
 }
 
 typedef struct {
@@ -311,6 +329,7 @@ typedef struct {
     int n_models, n_lens, n_sets, device, steps, warmup;
     int64_t lens[32], tokens;
     bool tf32, breakdown;
+    int gpus, procs;    /* data parallel: ranks (0: one process) */
 } throughput_args;
 
 static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
@@ -325,7 +344,8 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
             pr_args_int(a, "--steps", 1, 64, &t->steps) || pr_args_int(a, "--warmup", 0, 100, &t->warmup) ||
             pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) || pr_args_flag(a, "--tf32", &t->tf32) ||
             pr_args_flag(a, "--breakdown", &t->breakdown) ||
-            pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens))
+            pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens) ||
+            pr_args_int(a, "--gpus", 1, 1024, &t->gpus) || pr_args_int(a, "--procs", 1, 1024, &t->procs))
             continue;
         if (pr_args_string(a, "--set", &set)) {
             if (set && t->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
@@ -336,7 +356,17 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
     }
     if (a->failed) return PR_EXIT_USAGE;
     if (!models || !t->n_lens) return pr_args_error(a, "--models a,b,... and --seq-lens T1,T2,... are required");
+    if (t->gpus && t->procs) return pr_args_error(a, "--gpus and --procs: give one (--gpus on CUDA, --procs on the CPU)");
+    if (t->gpus && t->device == 1) return pr_args_error(a, "--gpus N runs on CUDA; --procs N runs on the CPU");
+    if (t->procs && t->device == 2) return pr_args_error(a, "--procs N runs on the CPU; --gpus N runs on CUDA");
+    if (t->gpus) t->device = 2;
+    if (t->procs) t->device = 1;
     t->tokens = tokens;
+    int world = t->gpus ? t->gpus : t->procs ? t->procs : 1;
+    for (int i = 0; i < t->n_lens; i++)
+        if (t->tokens / t->lens[i] % world)
+            return pr_args_error(a, "--seq-lens %lld: a batch of %lld sequences does not split over %d ranks",
+                                 (long long)t->lens[i], (long long)(t->tokens / t->lens[i]), world);
     for (int i = 0; i < t->n_lens; i++)
         if (t->lens[i] > t->tokens)
             return pr_args_error(a, "--seq-lens %lld is longer than --tokens-per-batch %lld (a batch holds one "
@@ -344,21 +374,28 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
     return split_models(a, models, buf, n, t->names, &t->n_models) ? PR_EXIT_USAGE : -1;
 }
 
-static int throughput_files(const throughput_args *t, const double *tps, const char *dev_name)
+/* the CSV and the SVG; with ranks > 1, tps1 holds the one-process figures and
+ * the CSV adds them and the scaling efficiency */
+static int throughput_files(const throughput_args *t, const double *tps, const double *tps1, int ranks,
+                            const char *dev_name)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/throughput.csv", t->out);
     FILE *f = fopen(path, "w");
     if (!f) return fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno)), 1;
-    fprintf(f, "model,seq_len,batch,tokens_per_s\n");
+    fprintf(f, "model,seq_len,batch,tokens_per_s%s\n", ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
     for (int m = 0; m < t->n_models; m++)
-        for (int i = 0; i < t->n_lens; i++)
-            fprintf(f, "%s,%lld,%lld,%.1f\n", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
-                    tps[m * t->n_lens + i]);
+        for (int i = 0; i < t->n_lens; i++) {
+            int k = m * t->n_lens + i;
+            fprintf(f, "%s,%lld,%lld,%.1f", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
+                    tps[k]);
+            if (ranks > 1) fprintf(f, ",%d,%.1f,%.4f", ranks, tps1[k], tps[k] / (ranks * tps1[k]));
+            fprintf(f, "\n");
+        }
     if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
     char title[160];
-    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s%s)", t->preset,
-             (long long)t->tokens, dev_name, t->tf32 ? ", tf32" : "");
+    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s%s, %d rank%s)", t->preset,
+             (long long)t->tokens, dev_name, t->tf32 ? ", tf32" : "", ranks, ranks > 1 ? "s" : "");
     pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
     double xs[32];
     for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
@@ -385,6 +422,53 @@ static void print_breakdowns(const throughput_args *t, const double *tps)
         }
 }
 
+/* --gpus N / --procs N: the ranks are this command again, N times */
+static int launch_throughput(pr_args *a, const throughput_args *t, int world)
+{
+    pr_err err;
+    if (t->gpus) {
+        void *lib;
+        char found[1024];
+        if (pr_nccl_load(&lib, found, sizeof found, &err)) return fprintf(stderr, "%s: %s\n", a->cmd, err.msg), 1;
+        if (pr_dist_visible_gpus() < world) {
+            fprintf(stderr, "%s: --gpus %d, but %d CUDA devices are visible\n", a->cmd, world, pr_dist_visible_gpus());
+            return PR_EXIT_NO_GPU;
+        }
+    }
+    char file[1024];
+    pr_dist_default_file(file, sizeof file);
+    char **argv = calloc((size_t)a->argc + 3, sizeof *argv);   /* prism, bench, the arguments, NULL */
+    PR_CHECK(argv, "bench throughput: out of host memory");
+    argv[0] = "prism";
+    argv[1] = "bench";
+    for (int i = 0; i < a->argc; i++) argv[i + 2] = a->argv[i];
+    int rc = pr_dist_launch(a->cmd, world, file, argv);
+    free(argv);
+    return rc;
+}
+
+/* a rank of a launched benchmark: its GPU and the communicator */
+static int open_rank(const pr_dist_env *env, pr_device dev, pr_comm **comm)
+{
+    pr_err err;
+    int rc = dev == PR_CUDA ? pr_dist_set_device(env->local_rank, &err) || pr_comm_nccl_open(comm, env, 300, &err)
+                            : pr_comm_shm_open(comm, env, 300, &err);
+    if (rc) fprintf(stderr, "prism bench throughput: rank %d: %s\n", env->rank, err.msg);
+    return rc ? -1 : 0;
+}
+
+/* the table's header: per T one column, or with ranks > 1 three (1 rank, N ranks, efficiency) */
+static void throughput_header(const throughput_args *t, int ranks)
+{
+    printf("| model |");
+    for (int i = 0; i < t->n_lens; i++)
+        if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff |", (long long)t->lens[i], ranks);
+        else printf(" T=%lld |", (long long)t->lens[i]);
+    printf("\n|---|");
+    for (int i = 0; i < t->n_lens * (ranks > 1 ? 3 : 1); i++) printf("---|");
+    printf("\n");
+}
+
 int pr_bench_throughput(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism bench throughput", argc, argv);
@@ -399,30 +483,47 @@ int pr_bench_throughput(int argc, char **argv)
     pr_err err;
     if (pr_config_preset(&c, t.preset, &err) || apply_sets(&c, &unused, t.sets, t.n_sets, &err))
         return pr_args_error(&a, "%s", err.msg);
-    char dir[1100];   /* the output folder and its parents, as --out runs/x/y expects */
-    snprintf(dir, sizeof dir, "%s", t.out);
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
-    mkdir(dir, 0755);
-    double tps[MAX_MODELS * 32];
-    printf("| model |");
-    for (int i = 0; i < t.n_lens; i++) printf(" T=%lld |", (long long)t.lens[i]);
-    printf("\n|---|");
-    for (int i = 0; i < t.n_lens; i++) printf("---|");
-    printf("\n");
+    int world = t.gpus ? t.gpus : t.procs ? t.procs : 1;
+    pr_dist_env env;
+    if (pr_dist_env_read(&env, NULL, &err)) return fprintf(stderr, "%s: %s\n", a.cmd, err.msg), 1;
+    if (world > 1 && env.world == 1 && !getenv("PRISM_RANK")) return launch_throughput(&a, &t, world);
+    pr_comm *comm = NULL;
+    if (env.world > 1 && open_rank(&env, dev, &comm)) return 1;
+    int ranks = comm ? comm->world : 1;
+    /* ranks other than 0 measure alike but stay silent */
+    bool talk = !comm || comm->rank == 0;
+    static double tps[MAX_MODELS * 32], tps1[MAX_MODELS * 32];
+    if (talk) {
+        char dir[1100];   /* the output folder and its parents, as --out runs/x/y expects */
+        snprintf(dir, sizeof dir, "%s", t.out);
+        for (char *p = dir + 1; *p; p++)
+            if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
+        mkdir(dir, 0755);
+        throughput_header(&t, ranks);
+    }
     int failed = 0;
     for (int m = 0; m < t.n_models; m++) {
-        printf("| %s |", t.names[m]);
+        if (talk) printf("| %s |", t.names[m]);
         for (int i = 0; i < t.n_lens; i++) {
-            double *x = &tps[m * t.n_lens + i];
-            *x = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32,
-                                t.breakdown ? t.out : NULL);
-            failed += !isfinite(*x);
-            printf(isfinite(*x) ? " %.0f |" : " - |", *x);
+            int k = m * t.n_lens + i;
+            /* one rank: every rank at once on its own device, the whole batch, no messages */
+            if (ranks > 1)
+                tps1[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, NULL, NULL);
+            tps[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, comm,
+                                   t.breakdown && !comm ? t.out : NULL);
+            failed += !isfinite(tps[k]);
+            if (talk && ranks > 1) printf(isfinite(tps[k]) ? " %.0f | %.0f | %.2f |" : " - | - | - |", tps1[k], tps[k],
+                                          tps[k] / (ranks * tps1[k]));
+            else if (talk) printf(isfinite(tps[k]) ? " %.0f |" : " - |", tps[k]);
             fflush(stdout);
         }
-        printf("\n");
+        if (talk) printf("\n");
     }
-    if (t.breakdown) print_breakdowns(&t, tps);
-    return throughput_files(&t, tps, pr_device_name(dev)) || failed ? 1 : 0;
+    if (comm) {
+        if (comm->barrier(comm, &err)) return fprintf(stderr, "%s: %s\n", a.cmd, err.msg), 1;
+        pr_comm_free(comm);
+    }
+    if (!talk) return failed ? 1 : 0;
+    if (t.breakdown && ranks == 1) print_breakdowns(&t, tps);
+    return throughput_files(&t, tps, tps1, ranks, pr_device_name(dev)) || failed ? 1 : 0;
 }

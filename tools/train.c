@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tasks/tasks.h"
 #include "tools/tools.h"
@@ -33,7 +34,9 @@ static void train_usage(FILE *f)
 {
     fprintf(f,
             "usage: prism train --model NAME --task TASK [--config F] [--set key=value]... [--steps N]\n"
-            "                   [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR] [--resume]\n\n"
+            "                   [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR] [--resume]\n"
+            "                   [--gpus N | --procs N] [--dist-file PATH] [--dist-timeout S] [--zero 0|1]\n"
+            "                   [--bucket-mb MB]\n\n"
             "Trains a model on a task in a run directory (config.json, manifest.json, metrics.jsonl,\n"
             "checkpoints). The config is the defaults, then the task's preset, then --config, then\n"
             "--model, then each --set in order, then --steps, --seed and --data. Probe tasks start\n"
@@ -55,6 +58,19 @@ static void train_usage(FILE *f)
             pr_probe_names[0], pr_probe_names[1], pr_probe_names[2], pr_probe_names[3], pr_probe_names[4],
             pr_probe_names[5], pr_probe_names[6], pr_probe_names[7], pr_probe_names[8]);
     pr_train_print_help(f);
+    fprintf(f, "\nSeveral GPUs (data parallel): --gpus N runs N processes on this host, one per GPU,\n"
+               "NCCL between them (libnccl.so.2 is loaded at run time: $PRISM_NCCL_LIB, the library\n"
+               "path, or a Python site-packages' nvidia/nccl/lib). --procs N does the same on the\n"
+               "CPU through shared memory. Each rank takes train.batch/N rows of the same global\n"
+               "batch (train.batch must be a multiple of N); grads are averaged over ranks in\n"
+               "buckets of --bucket-mb MB (default 25) during the backward; rank 0 alone writes the\n"
+               "run directory. --zero 1 shards the optimizer state (ZeRO-1; checkpoints still hold\n"
+               "all of it, so --resume works with any N). Across hosts run one process per GPU\n"
+               "with `mpirun -np N prism train ... --dist-file PATH` (or srun): rank and size come\n"
+               "from OMPI_COMM_WORLD_*, PMI_* or SLURM_*, and rank 0 hands NCCL's id to the others\n"
+               "through PATH on a filesystem they all see (MPI itself is not linked). A rank that\n"
+               "dies stops the others; a collective that makes no progress for --dist-timeout\n"
+               "seconds (default 300) fails naming the rank and operation.\n");
     fprintf(f, "\nThe last line printed is one JSON object: model, task, seed, steps, metrics,\n"
                "tokens_per_s, params, run_dir. Exit status 1 when training stops (a file, the\n"
                "NaN/Inf trap, which names the op, layer and step), 2 for a bad command line.\n");
@@ -67,6 +83,10 @@ typedef struct {
     int64_t steps;
     uint64_t seed;
     bool resume;
+    /* data parallel */
+    int gpus, procs, zero;       /* zero: -1 unset */
+    double bucket_mb, dist_timeout;
+    const char *dist_file;
 } train_args;
 
 static int parse_train(pr_args *a, train_args *t)
@@ -84,6 +104,10 @@ static int parse_train(pr_args *a, train_args *t)
             if (set) t->sets[t->n_sets++] = set;
             continue;
         }
+        if (pr_args_int(a, "--gpus", 1, 1024, &t->gpus) || pr_args_int(a, "--procs", 1, 1024, &t->procs) ||
+            pr_args_int(a, "--zero", 0, 1, &t->zero) || pr_args_positive(a, "--bucket-mb", &t->bucket_mb) ||
+            pr_args_positive(a, "--dist-timeout", &t->dist_timeout) || pr_args_string(a, "--dist-file", &t->dist_file))
+            continue;
         int steps = 0;
         if (pr_args_int(a, "--steps", 0, 2000000000, &steps)) {
             t->steps = steps;
@@ -98,7 +122,11 @@ static int parse_train(pr_args *a, train_args *t)
         }
         return pr_args_unknown(a);
     }
-    return a->failed ? PR_EXIT_USAGE : -1;
+    if (a->failed) return PR_EXIT_USAGE;
+    if (t->gpus && t->procs) return pr_args_error(a, "--gpus and --procs: give one (--gpus on CUDA, --procs on the CPU)");
+    if (t->gpus && t->device == 1) return pr_args_error(a, "--gpus N runs on CUDA; --procs N trains on the CPU");
+    if (t->procs && t->device == 2) return pr_args_error(a, "--procs N trains on the CPU; --gpus N runs on CUDA");
+    return -1;
 }
 
 /* the config of a new run, in the documented order */
@@ -135,23 +163,85 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
     return 0;
 }
 
+/* ---- several processes ------------------------------------------------------------ */
+/* --gpus N / --procs N: checks what would fail in every rank alike, then runs them */
+static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, int world)
+{
+    pr_err err;
+    int first, rows;
+    if (pr_dist_shard(o->batch, 0, world, &first, &rows, &err)) return pr_args_error(a, "%s", err.msg);
+    if (strcmp(o->task, "rec") == 0)
+        return pr_args_error(a, "task rec: not data-parallel yet (its loss averages over ragged sequences)");
+    if (t->gpus) {
+        void *lib;
+        char found[1024];
+        if (pr_nccl_load(&lib, found, sizeof found, &err)) return fail(a->cmd, err.msg);
+        if (pr_dist_visible_gpus() < world) {
+            fprintf(stderr, "%s: --gpus %d, but %d CUDA devices are visible\n", a->cmd, world, pr_dist_visible_gpus());
+            return PR_EXIT_NO_GPU;
+        }
+    }
+    char file[1024];
+    if (t->dist_file) snprintf(file, sizeof file, "%s", t->dist_file);
+    else pr_dist_default_file(file, sizeof file);
+    char **argv = calloc((size_t)a->argc + 2, sizeof *argv);
+    PR_CHECK(argv, "train: out of host memory");
+    argv[0] = "prism";
+    for (int i = 0; i < a->argc; i++) argv[i + 1] = a->argv[i];
+    int rc = pr_dist_launch(a->cmd, world, file, argv);
+    free(argv);
+    return rc;
+}
+
+/* one rank of a data-parallel run: its GPU, the communicator, training; rank 0 prints the summary */
+static int train_rank(const train_args *t, const pr_config *c, pr_train_opts *o, const char *out, pr_device dev,
+                      const pr_dist_env *env)
+{
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "prism train: rank %d", env->rank);
+    pr_err err;
+    pr_comm *comm;
+    double timeout = t->dist_timeout > 0 ? t->dist_timeout : 300;
+    if (dev == PR_CUDA && pr_dist_set_device(env->local_rank, &err)) return fail(cmd, err.msg);
+    int rc = dev == PR_CUDA ? pr_comm_nccl_open(&comm, env, timeout, &err) : pr_comm_shm_open(&comm, env, timeout, &err);
+    if (rc) return fail(cmd, err.msg);
+    o->comm = comm;
+    pr_train_result res;
+    if (pr_train(c, o, out, t->resume, dev, &res, &err) || comm->barrier(comm, &err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err.msg);
+        comm->abort(comm);   /* the others' waits fail at once, naming this rank */
+        return 1;
+    }
+    if (env->rank == 0) pr_print_summary(stdout, c, o, &res, out);
+    pr_comm_free(comm);
+    return 0;
+}
+
 int pr_cmd_train(int argc, char **argv)
 {
     const char *cmd = "prism train";
     pr_args a = pr_args_begin(cmd, argc, argv);
-    train_args t = {0};
+    train_args t = {.zero = -1};
     int rc = parse_train(&a, &t);
     if (rc >= 0) return rc;
-    pr_device dev;
-    if (pick_device(t.device, &dev)) return pr_args_no_cuda(cmd);
     pr_config c;
     pr_train_opts o;
     pr_err err;
+    pr_dist_env env;
+    if (pr_dist_env_read(&env, t.dist_file, &err)) return fail(cmd, err.msg);
+    int asked = t.gpus ? t.gpus : t.procs;
+    /* the launcher itself trains nothing: it checks GPUs and NCCL for its ranks */
+    bool launcher = asked > 1 && !getenv("PRISM_RANK") && env.world == 1;
+    pr_device dev = PR_CPU;
+    if (t.gpus) t.device = 2;
+    if (t.procs) t.device = 1;
+    if (!launcher && pick_device(t.device, &dev)) return pr_args_no_cuda(cmd);
     char out[1024];
     if (t.resume) {
         if (!t.out) return pr_args_error(&a, "--resume needs --out DIR (the run to continue)");
         if (t.model || t.task || t.config || t.n_sets || t.seed_set || t.data)
-            return pr_args_error(&a, "--resume takes the run's own config: give only --out, --steps, --device");
+            return pr_args_error(&a, "--resume takes the run's own config: give only --out, --steps, --device "
+                                     "and the data-parallel options");
         char path[1100];
         snprintf(path, sizeof path, "%s/config.json", t.out);
         c = pr_config_default();
@@ -162,11 +252,18 @@ int pr_cmd_train(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", cmd, err.msg);
         return PR_EXIT_USAGE;
     }
+    if (t.zero >= 0) o.zero = t.zero;
+    if (t.bucket_mb > 0) o.bucket_mb = t.bucket_mb;
     if (t.out) snprintf(out, sizeof out, "%s", t.out);
     else {
         mkdir("runs", 0755);
         snprintf(out, sizeof out, "runs/%s-%s-s%lld", c.mixer, o.task, (long long)o.seed);
     }
+    if (launcher) return launch(&a, &t, &o, asked);
+    if (asked && env.world > 1 && asked != env.world)
+        return pr_args_error(&a, "--%s %d, but the launcher started %d ranks", t.gpus ? "gpus" : "procs", asked,
+                             env.world);
+    if (env.world > 1) return train_rank(&t, &c, &o, out, dev, &env);
     pr_train_result res;
     rc = pr_train(&c, &o, out, t.resume, dev, &res, &err);
     if (rc) fprintf(stderr, "%s: %s\n", cmd, err.msg);

@@ -51,6 +51,8 @@ static const opt_info opts_table[] = {
     NUM("eval_batches", OPT_INT, eval_batches, 1, 1e9, "batches per evaluation"),
     NUM("ckpt_every", OPT_INT, ckpt_every, 0, 1e12, "steps between checkpoints; 0: at the end only"),
     NUM("log_every", OPT_INT, log_every, 1, 1e12, "steps between metrics lines"),
+    NUM("zero", OPT_INT, zero, 0, 1, "data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1)"),
+    NUM("bucket_mb", OPT_FLOAT, bucket_mb, 0, 1e6, "data-parallel: gradient MB per all-reduce bucket"),
 };
 #define NOPTS ((int)(sizeof opts_table / sizeof opts_table[0]))
 
@@ -59,7 +61,8 @@ pr_train_opts pr_train_defaults(void)
     /* the paper's probe protocol: batch 32, AdamW lr 1e-3, wd 1e-4, clip 5 */
     pr_train_opts o = {.steps = 1000, .batch = 32, .seed = 1, .lr = 1e-3, .min_lr = 0, .weight_decay = 1e-4,
                        .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .momentum = 0.9, .clip = 5.0, .warmup = 0,
-                       .eval_every = 0, .eval_batches = 8, .ckpt_every = 0, .log_every = 10};
+                       .eval_every = 0, .eval_batches = 8, .ckpt_every = 0, .log_every = 10,
+                       .zero = 0, .bucket_mb = 25};
     snprintf(o.task, sizeof o.task, "parity");
     snprintf(o.rec_data, sizeof o.rec_data, "synthetic");
     snprintf(o.optim, sizeof o.optim, "adamw");

@@ -21,15 +21,17 @@ typedef struct {
     bool is_text;
     pr_probe probe;
     pr_text text;
-    int B, T, ignore;
+    int B, T, ignore;       /* B: the global batch (evaluation runs it whole) */
+    int row0, rows;         /* training: this rank's rows of each global batch */
     int64_t eval_batches;
     int32_t *ids, *labels;   /* host, [B,T] */
 } token_task;
 
-static void fill_batch(token_task *k, int split, int64_t batch_index)
+/* rows [row0, row0 + rows) of global batch batch_index into ids and labels */
+static void fill_batch(token_task *k, int split, int64_t batch_index, int row0, int rows)
 {
-    for (int b = 0; b < k->B; b++) {
-        int64_t index = batch_index * k->B + b;
+    for (int b = 0; b < rows; b++) {
+        int64_t index = batch_index * k->B + row0 + b;
         int32_t *ids = k->ids + (int64_t)b * k->T, *labels = k->labels + (int64_t)b * k->T;
         if (k->is_text) {
             pr_text_window(&k->text, split, index, ids, labels);
@@ -41,19 +43,20 @@ static void fill_batch(token_task *k, int split, int64_t batch_index)
     }
 }
 
-static void batch_tensors(token_task *k, pr_ctx *ctx, const pr_model *m, pr_tensor **ids, pr_tensor **labels)
+static void batch_tensors(token_task *k, pr_ctx *ctx, const pr_model *m, int rows, pr_tensor **ids,
+                          pr_tensor **labels)
 {
     pr_device dev = m->params->device;
-    *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(k->B, k->T), k->ids);
-    *labels = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(k->B, k->T), k->labels);
+    *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(rows, k->T), k->ids);
+    *labels = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(rows, k->T), k->labels);
 }
 
 static pr_tensor *token_loss(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index)
 {
     token_task *k = t->data;
-    fill_batch(k, 0, index);
+    fill_batch(k, 0, index, k->row0, k->rows);
     pr_tensor *ids, *labels;
-    batch_tensors(k, ctx, m, &ids, &labels);
+    batch_tensors(k, ctx, m, k->rows, &ids, &labels);
     return pr_lm_loss(ctx, m, ids, labels);
 }
 
@@ -78,9 +81,9 @@ static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metric
     double *z = malloc(sizeof(double) * (size_t)k->B * k->T * V);
     PR_CHECK(z, "eval: out of host memory");
     for (int64_t e = 0; e < k->eval_batches; e++) {
-        fill_batch(k, 1, e);
+        fill_batch(k, 1, e, 0, k->B);
         pr_tensor *ids, *labels;
-        batch_tensors(k, ctx, m, &ids, &labels);
+        batch_tensors(k, ctx, m, k->B, &ids, &labels);
         pr_to_host_f64(pr_lm_logits(ctx, m, ids, NULL), z);
         for (int64_t i = 0; i < (int64_t)k->B * k->T; i++) {
             if (k->labels[i] == k->ignore) continue;
@@ -111,6 +114,9 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     *out = NULL;
     int probe = pr_probe_by_name(o->task);
     bool text = strcmp(o->task, "lm") == 0;
+    if (strcmp(o->task, "rec") == 0 && o->comm && o->comm->world > 1)
+        return pr_errf(err, "task rec: not data-parallel yet (its loss averages over ragged sequences); "
+                            "train it in one process");
     if (strcmp(o->task, "rec") == 0) return pr_task_open_rec(out, o, c, err);
     if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
     if (strcmp(c->task, "lm") != 0)
@@ -119,8 +125,11 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     PR_CHECK(k, "task: out of host memory");
     *k = (token_task){.is_text = text, .B = o->batch, .T = c->seq_len, .ignore = c->ignore_index,
                       .eval_batches = o->eval_batches};
-    int rc;
-    if (text) {
+    k->rows = o->batch;
+    int rc = o->comm ? pr_dist_shard(o->batch, o->comm->rank, o->comm->world, &k->row0, &k->rows, err) : 0;
+    if (rc) {
+        /* the message says it */
+    } else if (text) {
         rc = o->data[0] ? pr_text_load(&k->text, o->data, c->seq_len, (uint64_t)o->seed, err)
                         : pr_errf(err, "task lm: no text file (--data FILE or --set train.data=FILE)");
         if (!rc && c->vocab < 256) rc = pr_errf(err, "task lm: vocab %d is under the 256 byte values", c->vocab);

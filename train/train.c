@@ -30,6 +30,12 @@ typedef struct {
     FILE *metrics;
     pr_schedule sched;
     int64_t step, last_ckpt;
+    /* data-parallel runs (o.comm set): the buckets, ZeRO-1's owner of each
+     * parameter (NULL without it) and whether this rank writes the run dir */
+    pr_comm *comm;
+    pr_ddp *ddp;
+    int *owner;
+    bool root;
 } run;
 
 static double now_s(void)
@@ -83,6 +89,11 @@ static int write_manifest(const run *r, pr_device dev, pr_err *err)
     cJSON_AddStringToObject(j, "compiler", __VERSION__);
     cJSON_AddNumberToObject(j, "seed", (double)r->o.seed);
     cJSON_AddNumberToObject(j, "model_seed", r->cfg.seed);
+    if (r->comm) {   /* data parallel: how many ranks, over what */
+        cJSON_AddNumberToObject(j, "ranks", r->comm->world);
+        cJSON_AddStringToObject(j, "comm", r->comm->backend);
+        cJSON_AddNumberToObject(j, "zero", (double)r->o.zero);
+    }
     cJSON_AddStringToObject(j, "start_time", when);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -112,6 +123,8 @@ static void run_free(run *r)
 {
     if (r->metrics) fclose(r->metrics);
     if (r->m) pr_params_release_grads(r->m->params);
+    pr_ddp_free(r->ddp);
+    free(r->owner);
     pr_task_free(r->task);
     pr_optim_free(r->opt);
     pr_model_free(r->m);
@@ -134,19 +147,36 @@ static int open_task(run *r, pr_err *err)
                : 0;
 }
 
+/* the optimizer: ZeRO-1 keeps state only for the parameters this rank owns */
+static pr_optim *open_optim(run *r)
+{
+    pr_optim_opts oo = pr_train_optim_opts(&r->o);
+    if (!r->comm || !r->o.zero) return pr_optim_new(r->m->params, &oo);
+    const pr_params *p = r->m->params;
+    r->owner = malloc(sizeof(int) * (size_t)(p->n + 1));
+    bool *mine = malloc(sizeof(bool) * (size_t)(p->n + 1));
+    PR_CHECK(r->owner && mine, "train: out of host memory");
+    pr_zero_owners(p, r->comm->world, r->owner);
+    for (int i = 0; i < p->n; i++) mine[i] = r->owner[i] == r->comm->rank;
+    pr_optim *o = pr_optim_new_owned(p, &oo, mine);
+    free(mine);
+    return o;
+}
+
 /* model, optimizer, context; from the latest checkpoint when resuming */
 static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
 {
     r->m = pr_model_new(&r->cfg, PR_F32, dev);
     pr_model_init(r->m);
-    pr_optim_opts oo = pr_train_optim_opts(&r->o);
-    r->opt = pr_optim_new(r->m->params, &oo);
+    r->opt = open_optim(r);
+    if (r->comm) r->ddp = pr_ddp_new(r->comm, r->m->params, (size_t)(r->o.bucket_mb * 1e6));
     r->ctx = pr_ctx_new((uint64_t)r->o.seed);
     r->sched = (pr_schedule){.lr = r->o.lr, .min_lr = r->o.min_lr, .warmup = r->o.warmup, .total = r->o.steps,
                              .cosine = strcmp(r->o.schedule, "cosine") == 0};
     r->last_ckpt = -1;
     char path[4200];
     path_in(path, sizeof path, r->dir, "metrics.jsonl");
+    if (!r->root) snprintf(path, sizeof path, "/dev/null");   /* rank 0 alone writes the run directory */
     if (!resume) {
         r->metrics = fopen(path, "w");
         if (!r->metrics) return pr_errf(err, "%s: cannot create: %s", path, strerror(errno));
@@ -159,31 +189,88 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     r->step = s.step;
     r->ctx->rng = s.rng;
     /* lines logged after the checkpoint are logged again by the resumed steps */
-    if (truncate(path, (off_t)s.metrics_bytes) != 0) return pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
+    if (r->root && truncate(path, (off_t)s.metrics_bytes) != 0)
+        return pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
     r->metrics = fopen(path, "a");
     if (!r->metrics) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
     return 0;
 }
 
+/* ZeRO-1: the whole optimizer state on rank 0 (NULL on the others), each
+ * parameter's moments sent by its owner. Every rank takes part. */
+static int gather_optim(run *r, pr_optim **full, pr_err *err)
+{
+    const pr_params *p = r->m->params;
+    pr_optim_opts oo = pr_train_optim_opts(&r->o);
+    *full = r->root ? pr_optim_new(p, &oo) : NULL;
+    pr_arena *scratch = pr_arena_new("zero-gather", 0);
+    int rc = 0;
+    for (int i = 0; i < p->n && !rc; i++)
+        for (int s = 0; s < (oo.kind == PR_OPTIM_ADAMW ? 2 : 1) && !rc; s++) {
+            pr_tensor *mine = s ? r->opt->v[i] : r->opt->m[i], *dst = NULL;
+            if (*full) dst = s ? (*full)->v[i] : (*full)->m[i];
+            if (r->owner[i] == 0) {   /* rank 0's own: no message */
+                if (dst) pr_copy_(dst, mine);
+                continue;
+            }
+            pr_tensor *buf = mine ? mine : dst ? dst : pr_empty_like(scratch, p->p[i].t);
+            rc = r->comm->broadcast(r->comm, &buf, 1, r->owner[i], err) || r->comm->wait(r->comm, err) ? -1 : 0;
+            pr_arena_reset(scratch);
+        }
+    pr_arena_free(scratch);
+    if (*full) (*full)->t = r->opt->t;
+    return rc;
+}
+
 static int save_checkpoint(run *r, pr_err *err)
 {
-    fflush(r->metrics);
-    pr_train_state s = {.step = r->step, .data_pos = r->step, .metrics_bytes = ftell(r->metrics), .rng = r->ctx->rng};
-    if (pr_checkpoint_save(r->dir, r->m->params, r->opt, &s, err)) return -1;
-    r->last_ckpt = r->step;
-    return 0;
+    pr_optim *full = r->opt;
+    if (r->owner && gather_optim(r, &full, err)) return -1;
+    int rc = 0;
+    if (r->root) {
+        fflush(r->metrics);
+        pr_train_state s = {.step = r->step, .data_pos = r->step, .metrics_bytes = ftell(r->metrics),
+                            .rng = r->ctx->rng};
+        rc = pr_checkpoint_save(r->dir, r->m->params, full, &s, err);
+    }
+    if (full != r->opt) pr_optim_free(full);
+    if (!rc) r->last_ckpt = r->step;
+    return rc;
 }
 
 /* ---- one step ------------------------------------------------------------------- */
 typedef struct { double loss, grad_norm, lr; } step_stats;
 
-static void forward_backward(run *r, step_stats *st)
+/* the loss and grads of this step; with several ranks, the grads are
+ * all-reduced during the backward and the loss averaged (-1 with err when a
+ * collective fails) */
+static int forward_backward(run *r, step_stats *st, pr_err *err)
 {
     pr_params_zero_grads(r->m->params);
     pr_tensor *loss = r->task->loss(r->task, r->ctx, r->m, r->step);
     st->loss = pr_item(loss);
+    if (r->ddp) pr_ddp_begin(r->ddp, r->ctx);
     pr_backward(r->ctx, loss);
+    if (r->ddp && (pr_ddp_end(r->ddp, r->ctx, err) || r->comm->avg_host(r->comm, &st->loss, 1, err))) return -1;
     st->grad_norm = pr_params_grad_norm(r->m->params);
+    return 0;
+}
+
+/* ZeRO-1: each owner sends the parameters it updated to every rank */
+static int share_updates(run *r, pr_err *err)
+{
+    const pr_params *p = r->m->params;
+    pr_tensor **ts = malloc(sizeof(pr_tensor *) * (size_t)(p->n + 1));
+    PR_CHECK(ts, "train: out of host memory");
+    int rc = 0;
+    for (int owner = 0; owner < r->comm->world && !rc; owner++) {
+        int n = 0;
+        for (int i = 0; i < p->n; i++)
+            if (r->owner[i] == owner) ts[n++] = p->p[i].t;
+        if (n) rc = r->comm->broadcast(r->comm, ts, n, owner, err);
+    }
+    free(ts);
+    return rc ? -1 : r->comm->wait(r->comm, err);
 }
 
 /* run the failing step again with every op checked; describes the first bad op */
@@ -194,17 +281,20 @@ static void locate_nonfinite(run *r, pr_rng rng_before, char *out, size_t n)
     r->ctx->check_finite = true;
     r->ctx->nonfinite[0] = '\0';
     step_stats st;
-    forward_backward(r, &st);
+    pr_err ignored;   /* every rank reruns the step (the averaged loss told them all), so collectives match */
+    forward_backward(r, &st, &ignored);
     r->ctx->check_finite = false;
     if (r->ctx->nonfinite[0]) snprintf(out, n, "%s", r->ctx->nonfinite);
     else snprintf(out, n, "the global grad norm (%g; every op's values were finite)", st.grad_norm);
     pr_step_reset(r->ctx);
 }
 
-static int train_step(run *r, step_stats *st, char *bad, size_t nbad)
+/* -1 with bad set: a non-finite value; -1 with bad empty: err (a collective failed) */
+static int train_step(run *r, step_stats *st, char *bad, size_t nbad, pr_err *err)
 {
     pr_rng rng_before = r->ctx->rng;
-    forward_backward(r, st);
+    bad[0] = '\0';
+    if (forward_backward(r, st, err)) return -1;
     if (!isfinite(st->loss) || !isfinite(st->grad_norm)) {
         locate_nonfinite(r, rng_before, bad, nbad);
         return -1;
@@ -212,7 +302,19 @@ static int train_step(run *r, step_stats *st, char *bad, size_t nbad)
     st->lr = pr_schedule_lr(&r->sched, r->step);
     pr_optim_step(r->ctx, r->opt, st->lr, pr_clip_scale(st->grad_norm, r->o.clip));
     pr_step_reset(r->ctx);
-    return 0;
+    return r->owner ? share_updates(r, err) : 0;
+}
+
+/* tests only: PRISM_TEST_EXIT_AT=R:S makes rank R exit (status 3) after step S */
+static void test_exit_hook(const run *r)
+{
+    const char *at = getenv("PRISM_TEST_EXIT_AT");
+    int rank, step;
+    if (!at || !r->comm || sscanf(at, "%d:%d", &rank, &step) != 2) return;
+    if (rank == r->comm->rank && step == r->step) {
+        fprintf(stderr, "rank %d: PRISM_TEST_EXIT_AT: exiting after step %d\n", rank, step);
+        _exit(3);
+    }
 }
 
 static void evaluate(run *r, pr_metrics *out)
@@ -251,7 +353,8 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
     step_stats st = {0};
     while (r->step < r->o.steps) {
         char bad[256];
-        if (train_step(r, &st, bad, sizeof bad)) {
+        if (train_step(r, &st, bad, sizeof bad, err)) {
+            if (!bad[0]) return -1;
             if (tty) fputc('\n', stderr);
             fprintf(r->metrics, "{\"step\":%lld,\"nonfinite\":\"%s\"}\n", (long long)r->step + 1, bad);
             fflush(r->metrics);
@@ -264,13 +367,16 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
                            (long long)r->step + 1, bad);
         }
         r->step++;
+        test_exit_hook(r);
         double el = now_s() - t0, per = el / (double)(r->step - first);
         res->tokens_per_s = (double)r->task->tokens_per_batch / per;
         bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;
         if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f}\n",
                          (long long)r->step, st.loss, st.lr, st.grad_norm, res->tokens_per_s);
         if (log) fflush(r->metrics);  /* a reader (or a crash) sees every logged step */
-        if (r->o.on_step) {
+        if (!r->root) {
+            /* the progress line is rank 0's */
+        } else if (r->o.on_step) {
             r->o.on_step(r->o.on_step_user, r->step, r->o.steps);
         } else if (tty ? el - last_draw > 0.2 || r->step == r->o.steps : log) {
             progress(r, &st, res->tokens_per_s, per * (double)(r->o.steps - r->step), tty, r->step == r->o.steps);
@@ -308,11 +414,11 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
              pr_train_result *res, pr_err *err)
 {
     memset(res, 0, sizeof *res);
-    run r = {.cfg = *c, .o = *o, .dir = run_dir};
-    if (make_dir(run_dir, err)) return -1;
+    run r = {.cfg = *c, .o = *o, .dir = run_dir, .comm = o->comm, .root = !o->comm || o->comm->rank == 0};
+    if (r.root && make_dir(run_dir, err)) return -1;
     int rc = open_task(&r, err);
     /* a resumed run keeps its manifest; its config records the new total of steps */
-    if (!rc) rc = write_config(&r, err) || (!resume && write_manifest(&r, dev, err)) ? -1 : 0;
+    if (!rc && r.root) rc = write_config(&r, err) || (!resume && write_manifest(&r, dev, err)) ? -1 : 0;
     if (!rc) rc = run_open(&r, dev, resume, err);
     if (!rc) rc = train_loop(&r, res, err);
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);

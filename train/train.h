@@ -13,6 +13,10 @@
  * directory fsynced; `latest` moves only after both checkpoint files are in
  * place, so a crash at any point leaves the previous checkpoint whole.
  *
+ * In a data-parallel run (pr_train_opts.comm) rank 0 alone writes these
+ * files; checkpoints always hold the whole optimizer state (with ZeRO-1 it is
+ * gathered on rank 0 first), so a run resumes with any number of ranks.
+ *
  * Training is a pure function of (config, seed, step): batch j is task
  * sample block j, the learning rate a function of the step, and the
  * optimizer state and RNG are restored exactly, so `--resume` reproduces an
@@ -21,6 +25,7 @@
 #ifndef PR_TRAIN_H
 #define PR_TRAIN_H
 
+#include "dist/dist.h"
 #include "optim/optim.h"
 
 #ifdef __cplusplus
@@ -42,6 +47,13 @@ typedef struct {
     char schedule[12];      /* cosine | constant */
     bool decay_all;
     int64_t eval_every, eval_batches, ckpt_every, log_every;
+    int64_t zero;           /* data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1) */
+    double bucket_mb;       /* data-parallel: gradient MB per all-reduce bucket */
+    /* no key, not in config.json: the communicator of a data-parallel run
+     * (NULL: one process). Each rank takes rows [r*b/N, (r+1)*b/N) of every
+     * global batch of b rows; grads and the logged loss are averaged over
+     * ranks; rank 0 alone writes the run directory. */
+    pr_comm *comm;
     /* no key, not in config.json: when set, called after every step in place of
      * the trainer's progress line (prism ablate draws one line for a grid) */
     void (*on_step)(void *user, int64_t step, int64_t total);

@@ -1,0 +1,116 @@
+/* dist/dist.h: data-parallel training: communicators, the process launcher,
+ * gradient buckets and ZeRO-1 ownership.
+ *
+ * A communicator (pr_comm) joins `world` processes; every rank calls the same
+ * collectives in the same order. Two backends:
+ *   - nccl (dist/nccl.c): CUDA tensors, NCCL loaded with dlopen at run time,
+ *     so building prism needs neither NCCL's headers nor its library;
+ *   - shm (dist/shm.c): CPU tensors, one shared-memory file that every rank
+ *     maps; sums run in rank order, so every rank gets the same bits.
+ * Ranks come from the launcher (`prism train --gpus N` / `--procs N` fork
+ * and exec themselves with PRISM_RANK, PRISM_WORLD_SIZE, PRISM_DIST_FILE) or
+ * from mpirun / srun's environment; the NCCL id travels through a file
+ * (MPI is not linked).
+ */
+#ifndef PR_DIST_H
+#define PR_DIST_H
+
+#include "autograd/autograd.h"
+#include "models/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- where this process stands (dist/launch.c) ----------------------------------- */
+typedef struct {
+    int rank, world;      /* 0 and 1 when not distributed */
+    int local_rank;       /* the GPU this rank uses on its host */
+    char file[1024];      /* the rendezvous file (shm segment or NCCL id) */
+} pr_dist_env;
+/* rank and world from PRISM_RANK/PRISM_WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE,
+ * PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS (the first pair set), the
+ * file from PRISM_DIST_FILE or `dist_file`; -1 with err when a value is bad */
+int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err);
+
+/* Run argv as `world` child processes (this executable, the same arguments,
+ * PRISM_RANK etc. in their environment) and wait. A child that dies by a
+ * signal or exits non-zero makes the launcher kill the others and return
+ * non-zero after printing "<cmd>: rank K exited with ..." (or "was killed by
+ * signal ..."). Returns the exit status for the launcher itself. */
+int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **argv);
+/* a rendezvous file name for one launch: under /dev/shm when the host has it, else /tmp */
+void pr_dist_default_file(char *buf, size_t n);
+/* CUDA devices this process sees (0 without CUDA) */
+int pr_dist_visible_gpus(void);
+
+/* ---- communicators --------------------------------------------------------------- */
+typedef struct pr_comm pr_comm;
+struct pr_comm {
+    int rank, world;
+    const char *backend;          /* "shm" or "nccl" */
+    double timeout_s;             /* a wait longer than this fails, naming rank and operation */
+    /* in place: each tensor becomes the mean over ranks of itself (f32, on the
+     * backend's device). May return before the work is done (nccl): pr_comm_wait. */
+    int (*allreduce_avg)(pr_comm *c, pr_tensor *const *ts, int n, pr_err *err);
+    /* each tensor from rank `root` to every rank */
+    int (*broadcast)(pr_comm *c, pr_tensor *const *ts, int n, int root, pr_err *err);
+    /* host doubles, in place, the mean over ranks (metrics, losses); blocking */
+    int (*avg_host)(pr_comm *c, double *v, int n, pr_err *err);
+    /* everything issued so far is complete and visible to the caller's stream */
+    int (*wait)(pr_comm *c, pr_err *err);
+    int (*barrier)(pr_comm *c, pr_err *err);
+    void (*abort)(pr_comm *c);    /* this rank gives up: the others' waits fail */
+    void (*free)(pr_comm *c);     /* after a barrier; rank 0 removes the rendezvous file */
+    void *impl;
+};
+/* the shm backend over `path` (rank 0 creates it; the others wait for it) */
+int pr_comm_shm_open(pr_comm **out, const pr_dist_env *e, double timeout_s, pr_err *err);
+/* the NCCL backend: rank 0 writes the id to e->file atomically, the others poll it */
+int pr_comm_nccl_open(pr_comm **out, const pr_dist_env *e, double timeout_s, pr_err *err);
+void pr_comm_free(pr_comm *c);
+
+/* ---- NCCL's library (dist/nccl.c) ---------------------------------------------------
+ * Looked for in order: $PRISM_NCCL_LIB, libnccl.so.2 on the library path,
+ * then nvidia/nccl/lib/libnccl.so.2 under each Python site/dist-packages
+ * directory that exists (/usr/local/lib/python3*, /usr/lib/python3*,
+ * ~/.local/lib/python3*, $VIRTUAL_ENV, $CONDA_PREFIX). On failure err lists
+ * every place tried and why. NCCL_NVLS_ENABLE is forced to 0 first. */
+int pr_nccl_load(void **handle, char *found, size_t n, pr_err *err);
+/* a rank's GPU: cudaSetDevice(local_rank), before anything else touches CUDA */
+int pr_dist_set_device(int local_rank, pr_err *err);
+
+/* ---- the data a rank takes ---------------------------------------------------------
+ * rows [first, first + count) of every global batch of `batch` rows; -1 with
+ * err when batch does not split evenly over world */
+int pr_dist_shard(int batch, int rank, int world, int *first, int *count, pr_err *err);
+
+/* ---- gradient buckets (dist/ddp.c) ----------------------------------------------------
+ * During backward a parameter's gradient is complete once the earliest tape
+ * node that reads it has run its backward (the tape runs in reverse). Ready
+ * gradients fill a bucket; a full bucket is all-reduced at once (on the GPU
+ * on NCCL's stream, overlapping the rest of the backward). Parameters the
+ * pass did not reach get zero gradients at the end, so every rank issues the
+ * same collectives in the same order. */
+typedef struct pr_ddp pr_ddp;
+pr_ddp *pr_ddp_new(pr_comm *c, const pr_params *p, size_t bucket_bytes);
+void pr_ddp_free(pr_ddp *d);
+/* after the forward, before pr_backward: finds each parameter's last node
+ * and installs the hook on ctx */
+void pr_ddp_begin(pr_ddp *d, pr_ctx *ctx);
+/* after pr_backward: the rest of the grads, then waits for every bucket;
+ * uninstalls the hook. -1 with err (a timeout, a dead rank) */
+int pr_ddp_end(pr_ddp *d, pr_ctx *ctx, pr_err *err);
+/* the buckets of the last step, for tests: bucket of each parameter, count */
+int pr_ddp_buckets(const pr_ddp *d, const int **bucket_of_param);
+
+/* ---- ZeRO stage 1 -------------------------------------------------------------------
+ * owner[i] for each parameter: greedy by size, largest first, to the rank
+ * with the fewest elements so far (ties: the lower rank), so ranks hold
+ * nearly equal shares of the optimizer state. */
+void pr_zero_owners(const pr_params *p, int world, int *owner);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
