@@ -490,33 +490,47 @@ static int plan_per_sm(size_t bytes, int smem_sm)
     return n < 1 ? 1 : n > 2 ? 2 : n;
 }
 
-/* Segments per sequence for the serial passes (rec_segs). They pay where the
- * passes' blocks (sequences x heads x V tiles) leave SMs idle and a sequence
- * is long: about two blocks per SM, each segment at least 4 chunks, none
- * below 8 chunks a sequence. Each segment costs the forward two more state
- * passes over its chunks (E, A: all segments at once) and the backward one
- * more dstate pass, plus a K x K product per segment in the chains.
+/* Segments per sequence for the serial passes (rec_segs), by their cost in
+ * chunk steps: a pass of B blocks over sequences of n chunks takes
+ * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate);
+ * with P segments five (E, A (K columns), state; D, dstate) of P times the
+ * blocks, n/P steps each, plus the two chains (~P steps). The cheapest P
+ * wins (ties: fewer), with segments of >= 4 chunks and none for a sequence
+ * of < 8 chunks. So segments pay only where the unsegmented passes leave
+ * SMs idle: at B=1 T=16384 H=8 K=V=96 (24 blocks, 264 slots) P = 11, while
+ * B=8 T=2048 H=16 K=V=128 (128 blocks, 132 slots) stays at 1.
  * PRISM_REC_SEGMENTS=P forces P (1: off; at most one segment per chunk),
  * for tests at small sizes and for comparisons. Packed sequences: P from
- * their mean length, each split into at most P. */
-static int plan_segments(const rec_prob &p, int n_sm, int bv)
+ * their mean length, each split into at most P. A grid's z (sequences x
+ * segments) stays <= 65535. */
+static int plan_segments(const rec_prob &p, int smem_sm, int n_sm, const rec_chunk_plan &pl)
 {
     const long long len = p.packed ? p.T / (p.N > 0 ? p.N : 1) : p.T;
-    const long long ncs = (len + p.C - 1) / p.C;
+    const long long ncs = (len + p.C - 1) / p.C, zmax = 65535 / (p.N > 0 ? p.N : 1);
     long long P = 1;
     const char *env = getenv("PRISM_REC_SEGMENTS");
     if (env && *env) {
         char *end;
         P = strtol(env, &end, 10);
         if (*end || P < 1) pr_fatal("recurrence: PRISM_REC_SEGMENTS must be a whole number >= 1 (1: off), got '%s'", env);
-    } else {
-        const long long blocks = (long long)p.N * p.H * ((p.V + bv - 1) / bv);
-        if (blocks < n_sm && ncs >= 8) {
-            P = (2LL * n_sm + blocks - 1) / blocks;
-            if (P > ncs / 4) P = ncs / 4;
+    } else if (ncs >= 8) {
+        /* waves of a pass over P segments per sequence, V tile bv, values V wide */
+        auto waves = [&](size_t smem, int bv, int width, long long segs) {
+            const long long blocks = (long long)p.N * p.H * ((width + bv - 1) / bv) * segs;
+            const long long slots = (long long)n_sm * plan_per_sm(smem, smem_sm);
+            return (blocks + slots - 1) / slots;
+        };
+        const size_t ss = pr_rec_smem_state(p, pl.bv_state), sd = pr_rec_smem_dstate(p, pl.bv_dstate);
+        long long best = (waves(ss, pl.bv_state, p.V, 1) + waves(sd, pl.bv_dstate, p.V, 1)) * ncs;
+        for (long long q = 2; q <= ncs / 4 && q <= zmax; q++) {
+            const long long w = 2 * waves(ss, pl.bv_state, p.V, q) + waves(ss, pl.bv_state, p.K, q) +
+                                2 * waves(sd, pl.bv_dstate, p.V, q);
+            const long long cost = w * ((ncs + q - 1) / q) + 2 * q;
+            if (cost < best) best = cost, P = q;
         }
     }
     if (!p.packed && P > ncs) P = ncs;
+    if (P > zmax) P = zmax;
     return P < 1 ? 1 : (int)P;
 }
 
@@ -550,10 +564,10 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_prep(p, b); }, &pl->bv_prep);
     if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_wy(p, b); }, &pl->bv_wy);
     ok &= pick_serial([&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
-    pl->segments = ok ? plan_segments(p, n_sm, pl->bv_state) : 1;
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
     ok &= pick_serial([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
+    pl->segments = ok ? plan_segments(p, smem_sm, n_sm, *pl) : 1;
     /* grad: the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one

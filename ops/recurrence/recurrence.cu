@@ -19,7 +19,10 @@
  * Saved (CUDA path): saved[0] the sequence table (int32, [3N + nchunks];
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
  * (delta rules); chunked form: saved[1] = hs, and for the delta rules
- * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh). Only saved[0] when
+ * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh), and when the plan
+ * segments the serial passes saved[6] = the segment table and saved[7] = the
+ * segments' transitions A (rec_segs; the backward uses the forward's
+ * segments whatever PRISM_REC_SEGMENTS says by then). Only saved[0] when
  * the node is not recorded (n->recording false). bf16 data in the per-token
  * form: saved[REC_SAVED_O32] = o in f32 (the backward reads o, and its bf16
  * rounding would cost accuracy).
