@@ -59,6 +59,8 @@ if [ $cuda = 1 ]; then
     expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
         --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
+    expect 0 "segments" bench recurrence --device cuda --dtype f32 --shape 1,2048,2,32,32 --rules gdn --reps 1 \
+        --warmup 0 --no-token
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
@@ -144,6 +146,8 @@ expect 2 "prism bench recurrence: unknown option '--bogus' (prism bench recurren
     bench recurrence --device cuda --dtype f32 --bogus
 expect 2 "prism bench recurrence: --dtype f64 needs --device cpu" bench recurrence --dtype f64
 expect 2 "prism bench recurrence: --size picks a GPU size" bench recurrence --device cpu --size 1
+expect 2 "prism bench recurrence: --shape picks a GPU size" bench recurrence --device cpu --shape 1,64,2,8,8
+expect 2 "prism bench recurrence: --shape wants five sizes B,T,H,K,V" bench recurrence --device cuda --shape 1,64
 expect 2 "prism bench recurrence: --fp32 applies to --device cuda only" bench recurrence --device cpu --fp32
 expect 2 "prism bench recurrence: --rules: the TTT ops have no CPU timing" bench recurrence --device cpu --rules ttt_linear
 expect 2 "prism bench recurrence: --rules wants a comma-separated list of linattn" bench recurrence --rules gdn,foo

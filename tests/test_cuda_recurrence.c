@@ -4,7 +4,9 @@
  * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
  * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
- * and a grid wide enough for the serial passes' widest V tiles.
+ * a grid wide enough for the serial passes' widest V tiles, and the serial
+ * passes split into segments (forced by PRISM_REC_SEGMENTS; T1000 and T4096
+ * segment on the plan's own choice).
  * Inputs are drawn in f64 on the CPU; the reference is the CPU per-token form
  * in f64 (pr_recurrence); CUDA runs on f32 copies. Each output and gradient
  * must agree to max|got - ref| / max|ref| <= tol:
@@ -313,6 +315,105 @@ static void test_long(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* Segmented serial passes (ops/recurrence/chunked_seg.cu), forced at small
+ * sizes by PRISM_REC_SEGMENTS=P: every rule (prism_core at L = 1 and 2), C =
+ * 32 with T = 200 (7 chunks: neither C nor any segment length divides T; P =
+ * 5 gives segments of 1 and 2 chunks) and C = 64 (4 chunks), K != V, V = 13,
+ * K = 20 (rows not float4), h0 and dht given, packed sequences (lengths 1, 64,
+ * 65, 170: the shortest gets one segment). Each segmented run (o, ht, every
+ * grad incl. dh0) must match the unsegmented CUDA run (P = 1) and the CPU f64
+ * reference to the fp32 tolerance (2e-4; TF32: 4e-3 against the CPU), the plan
+ * must say it segments, and a rerun must be bit-identical. */
+static const rec_case seg_cases[] = {
+    {"seg-V13", 2, 200, 2, 32, 13, 1, true, NULL, 0},
+    {"seg-K20-L2", 1, 200, 2, 20, 48, 2, true, NULL, 0},
+    {"seg-packed", 1, 300, 2, 32, 48, 2, true, cu_a, 5},
+};
+
+/* one CUDA run with PRISM_REC_SEGMENTS=P (0: unset, the plan's own choice) */
+static rec_out seg_run(pr_ctx *ctx, pr_rule rule, int chunk, int P, const rec_inputs *x, pr_tensor **xc, pr_tensor *cu)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%d", P);
+    if (P) setenv("PRISM_REC_SEGMENTS", v, 1);
+    rec_out r = cuda_run(ctx, rule, chunk, xc, cu, x->dout, x->dht);
+    unsetenv("PRISM_REC_SEGMENTS");
+    return r;
+}
+
+/* the plan at P segments says "segments" */
+static bool seg_planned(pr_rule rule, int chunk, int P, const rec_case *c, int64_t N)
+{
+    char v[16], why[256];
+    snprintf(v, sizeof v, "%d", P);
+    setenv("PRISM_REC_SEGMENTS", v, 1);
+    const pr_recurrence_opts po = {.rule = rule, .chunk = chunk};
+    pr_rec_plan plan;
+    const bool ok = pr_recurrence_plan(&po, PR_CUDA, N, c->T, c->H, c->K, c->V, c->L, &plan, why, sizeof why);
+    unsetenv("PRISM_REC_SEGMENTS");
+    return ok && strstr(plan.kernels, "segments");
+}
+
+static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
+{
+    pr_ctx *ctx = g_ctx;
+    int fails = 0;
+    rec_inputs x = make_inputs(ctx, rule, c, seed);
+    rec_out ref = cuda_run(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
+    pr_tensor *xc[REC_NIN], *cu;
+    to_cuda(ctx, &x, xc, &cu);
+    const long long L = pr_rule_has_extra(rule) ? c->L : 0;
+    struct { int chunk, P, tf32; } runs[] = {{32, 2, 0}, {32, 3, 0}, {32, 5, 0}, {64, 3, 0}, {32, 3, 1}};
+    for (int chunk = 32; chunk <= 64; chunk += 32) {
+        ctx->matmul_tf32 = 0;
+        rec_out base = seg_run(ctx, rule, chunk, 1, &x, xc, cu);
+        for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+            if (runs[i].chunk != chunk) continue;
+            char what[96];
+            snprintf(what, sizeof what, "%s %s L=%lld C=%d P=%d%s", pr_rule_name(rule), c->name, L, chunk, runs[i].P,
+                     runs[i].tf32 ? " tf32" : "");
+            if (!seg_planned(rule, chunk, runs[i].P, c, x.N))
+                fprintf(stderr, "  FAIL %s: the plan does not segment\n", what), fails++;
+            ctx->matmul_tf32 = runs[i].tf32;
+            rec_out got = seg_run(ctx, rule, chunk, runs[i].P, &x, xc, cu);
+            const double tol = runs[i].tf32 ? 4e-3 : 2e-4;
+            const double e_ref = report(what, &got, &ref);
+            if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
+            if (!runs[i].tf32) {
+                const double e_base = report("  vs unsegmented", &got, &base);
+                if (!(e_base <= 2e-4)) fprintf(stderr, "  FAIL %s vs P=1: worst %.3g\n", what, e_base), fails++;
+                rec_out again = seg_run(ctx, rule, chunk, runs[i].P, &x, xc, cu);
+                if (!same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+                rec_out_free(&again);
+            }
+            rec_out_free(&got);
+        }
+        rec_out_free(&base);
+    }
+    ctx->matmul_tf32 = 0;
+    rec_out_free(&ref);
+    free(x.dout);
+    free(x.dht);
+    pr_step_reset(ctx);
+    return fails;
+}
+
+static void test_segments(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    int fails = 0;
+    for (int r = 0; r < PR_NRULES; r++)
+        for (size_t ci = 0; ci < sizeof seg_cases / sizeof *seg_cases; ci++) {
+            fails += check_segments((pr_rule)r, &seg_cases[ci], 1300 + 10 * r + ci);
+        }
+    /* prism_core at L = 1 on the packed case too */
+    rec_case c1 = seg_cases[2];
+    c1.L = 1;
+    fails += check_segments(PR_RULE_PRISM_CORE, &c1, 1399);
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -346,6 +447,17 @@ static void test_plan(void **state)
             assert_non_null(strstr(why, "shared memory"));
             fprintf(stderr, "  prism_core K=V=256 L=4 chunk %d: %s\n", chunk, why);
         }
+    }
+    /* the serial passes segment on their own where heads x V tiles leave most
+     * SMs idle: one sequence of 16K tokens, 8 heads of 96 (24 blocks) */
+    unsetenv("PRISM_REC_SEGMENTS");
+    for (int r = PR_RULE_GDN; r <= PR_RULE_PRISM_CORE; r++) {
+        const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = 32};
+        if (!pr_recurrence_plan(&o, PR_CUDA, 1, 16384, 8, 96, 96, 2, &plan, why, sizeof why))
+            fail_msg("%s at B=1 T=16384 H=8 K=V=96: %s", pr_rule_name((pr_rule)r), why);
+        pr_rec_plan_format(&plan, line, sizeof line);
+        fprintf(stderr, "  %-10s B=1 T=16384 H=8 K=V=96: %s\n", pr_rule_name((pr_rule)r), line);
+        assert_non_null(strstr(plan.kernels, "segments"));
     }
     /* the call itself stops with the same message */
     pr_ctx *ctx = g_ctx;
@@ -385,7 +497,7 @@ int main(void)
 #define PR_RULE(name, NAME, has_g, has_beta, has_extra) cmocka_unit_test(test_##name),
 #include PR_RULES_DEF
 #undef PR_RULE
-        cmocka_unit_test(test_long),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_long),    cmocka_unit_test(test_segments),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }

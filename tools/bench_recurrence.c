@@ -60,6 +60,8 @@ static void usage(FILE *f)
             "  --dtype T    GPU: f32 or bf16 (default both, side by side); CPU: f64 (default), f32, bf16\n"
             "  --reps N     timed repetitions (GPU: median, default 5); --warmup N untimed runs first (2)\n"
             "  --size S     GPU only: 1, 2 or all (default all)\n"
+            "  --shape B,T,H,K,V  GPU only: this size instead (prism_core L=2; no fla figure), e.g.\n"
+            "               1,16384,8,96,96 for one long sequence (PRISM_REC_SEGMENTS=1 turns segments off)\n"
             "  --rules L    comma-separated rules to run; on the GPU also ttt_linear, ttt_mlp, titans (default all)\n"
             "  --chunks L   comma-separated chunk sizes of the chunked form (default 64, prism_core 32;\n"
             "               the CUDA kernels run 32 and 64)\n"
@@ -84,7 +86,9 @@ typedef struct {
     bool cuda;
     pr_dtype dt;
     int reps, warm;
-    int sizes;          /* GPU: bit 0 size 1, bit 1 size 2 */
+    int sizes;          /* GPU: bit 0 size 1, bit 1 size 2, bit 2 the --shape size */
+    int nshape;
+    int64_t shape[5];   /* --shape B,T,H,K,V */
     unsigned rules;     /* bit r: rule r; bits PR_NRULES..+2: ttt_linear, ttt_mlp, titans */
     bool no_token, fp32;
     int gpu_dtypes;     /* GPU: bit 0 f32, bit 1 bf16 */
@@ -458,6 +462,7 @@ static void print_memory(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x)
 static double fla_ms(pr_rule r, int si)
 {
     static const double gdn[2] = {3.54, 3.53}, delta[2] = {2.62, 2.92}, ssd[2] = {2.61, 2.06};
+    if (si > 1) return 0;   /* --shape */
     return r == PR_RULE_GDN ? gdn[si] : r == PR_RULE_DELTA ? delta[si] : r == PR_RULE_SSD ? ssd[si] : 0;
 }
 static double target_ms(pr_rule r)
@@ -500,8 +505,10 @@ static int bench_gpu(const rb_opts *o)
     const double peak = tf32_peak(ctx, ar, 8192);
     pr_arena_reset(ar);
     printf("cuBLAS TF32 GEMM 8192^3: %.1f TFLOP/s (the tensor-core rate of this run)\n", peak);
-    const bench_size all[2] = {{8, 2048, 16, 128, 128, 2}, {2, 8192, 16, 128, 128, 2}};
-    for (int si = 0; si < 2; si++) {
+    const bench_size all[3] = {{8, 2048, 16, 128, 128, 2},
+                               {2, 8192, 16, 128, 128, 2},
+                               {o->shape[0], o->shape[1], o->shape[2], o->shape[3], o->shape[4], 2}};
+    for (int si = 0; si < 3; si++) {
         if (!(o->sizes & (1 << si))) continue;
         const bench_size *s = &all[si];
         bench_inputs x = make_inputs(ar, s);
@@ -594,6 +601,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
         if (pr_args_int(&a, "--reps", 1, 100000, &o->reps) || pr_args_int(&a, "--warmup", 0, 100000, &o->warm)) continue;
         if (pr_args_choice(&a, "--size", sizes, &size) || pr_args_choice_list(&a, "--rules", rules, &o->rules)) continue;
         if (pr_args_int_list(&a, "--chunks", 1, 1024, 4, o->chunks, &o->nch)) continue;
+        if (pr_args_int_list(&a, "--shape", 1, 1 << 20, 5, o->shape, &o->nshape)) continue;
         if (pr_args_flag(&a, "--no-token", &o->no_token) || pr_args_flag(&a, "--fp32", &o->fp32)) continue;
         return pr_args_unknown(&a);
     }
@@ -604,12 +612,15 @@ static int parse_options(int argc, char **argv, rb_opts *o)
         o->gpu_dtypes = dtype == 1 ? 1 : dtype == 2 ? 2 : 3;
         if (!o->rules) o->rules = (1u << (PR_NRULES + 3)) - 1;
         o->dt = PR_F32;
-        o->sizes = size < 0 ? 3 : size + 1;
+        if (o->nshape && o->nshape != 5) return pr_args_error(&a, "--shape wants five sizes B,T,H,K,V");
+        if (o->nshape && size >= 0) return pr_args_error(&a, "--shape and --size pick the size: give one");
+        o->sizes = o->nshape ? 4 : size < 0 ? 3 : size + 1;
         if (o->reps < 0) o->reps = 5;
         if (o->warm < 0) o->warm = 2;
         return -1;
     }
     if (size >= 0) return pr_args_error(&a, "--size picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
+    if (o->nshape) return pr_args_error(&a, "--shape picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->fp32) return pr_args_error(&a, "--fp32 applies to --device cuda only");
     if (o->rules >> PR_NRULES) return pr_args_error(&a, "--rules: the TTT ops have no CPU timing here");
     if (!o->rules) o->rules = (1u << PR_NRULES) - 1;

@@ -25,6 +25,8 @@
  * q.dQ, k.dY2 and the chunk-end terms. dg is then the reverse cumulative sum
  * of dG within the chunk. Every sum has a fixed order: no atomics.
  */
+#include <stdlib.h>
+
 #include "ops/recurrence/recurrence_cuda.cuh"
 
 template <class F> static void chunk_smem_attr(F kernel, size_t smem)
@@ -51,7 +53,7 @@ size_t pr_rec_smem_dstate(const rec_prob &p, int bv) { return (size_t)dstate_lay
 
 template <int C>
 __global__ void __launch_bounds__(PR_REC_THREADS)
-    chunk_dstate_kernel(rec_prob p, int BV, const float *Wp, float *dhs, float *dU, float *dVX, float *dv, float *dh0)
+    chunk_dstate_kernel(rec_prob p, int BV, rec_dstate_io io)
 {
     extern __shared__ __align__(128) float sm[];
     const dstate_lay s = dstate_layout(p, BV);
@@ -61,7 +63,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     float *dOs = sm + s.dOs, *KA = sm + s.R1, *Qs = sm + s.R1, *Ws = sm + s.R1 + C * LDK;
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
-    rec_ld_tile(dHs, LDV, Kp, BV, p.dht + hoff, V, K, nv, p.vec);
+    const bool store = io.dhs != nullptr; /* else the carry only */
+    float *dU = io.dU, *dVX = io.dVX;
+    if (io.dht) rec_ld_tile(dHs, LDV, Kp, BV, io.dht + hoff, V, K, nv, p.vec);
+    else
+        for (int e = threadIdx.x; e < Kp * LDV; e += blockDim.x) dHs[e] = 0.f;
     for (int ci = (sq.len + C - 1) / C - 1; ci >= 0; ci--) {
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
@@ -74,7 +80,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_ld_tile(dVA + (C + l * C) * LDV, LDV, C, BV, dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval,
                         nv, p.vec);
         rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-        rec_st_tile(dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
+        if (store) rec_st_tile(io.dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, dHs, LDV, 1.f, false, p.vec);
         rec_load_gates<C>(p, row0, nval, h, G, bt, eG, eL);
         rec_sync();
         const float Gl = G[nval - 1];
@@ -85,10 +91,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         /* Qs and Ws overwrite the keys (read by the product above) while the
          * stores read dVA (scaled only after the next barrier) */
         rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, nval, K, p.vec);
-        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
-        if (p.delta) rec_st_tile(dU + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
-        else if (dv) rec_st_tile(dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, true, p.vec);
-        for (int l = 0; l < L; l++)
+        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, io.W + rk * K, (long long)H * K, nval, K, p.vec);
+        if (store && p.delta) rec_st_tile(dU + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
+        else if (store && io.dv)
+            rec_st_tile(io.dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, true, p.vec);
+        for (int l = 0; store && l < L; l++)
             rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, dVA + (C + l * C) * LDV, LDV,
                         1.f, false, p.vec);
         rec_sync();
@@ -102,7 +109,42 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         if (p.delta) rec_mm<true, false>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
     }
     rec_sync();
-    if (dh0) rec_st_tile(dh0 + hoff, V, K, nv, dHs, LDV, 1.f, true, p.vec);
+    if (io.dh_out) rec_st_tile(io.dh_out + hoff, V, K, nv, dHs, LDV, 1.f, io.dh_acc, p.vec);
+}
+
+template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io)
+{
+    const size_t sm = pr_rec_smem_dstate(p, bv);
+    chunk_smem_attr(chunk_dstate_kernel<C>, sm);
+    const dim3 grid((p.V + bv - 1) / bv, p.H, p.N);
+    chunk_dstate_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
+    PR_CUDA_LAUNCH_CHECK();
+}
+void pr_rec_chunk_dstate(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io)
+{
+    if (p.C == 64) chunk_dstate_c<64>(st, p, bv, io);
+    else chunk_dstate_c<32>(st, p, bv, io);
+}
+
+/* The dstate pass over segments: every segment with a zero terminal
+ * gradient (the carry only: D_j, what its own outputs send to its start),
+ * the reverse chain (each segment's terminal gradient, and dh0), then the
+ * pass that stores dhs, dU, dVX and dv. */
+static void chunk_dstate_segmented(cudaStream_t st, const rec_prob &p, int bv, const rec_segs &sg,
+                                   const rec_dstate_io &io)
+{
+    const rec_prob ps = pr_rec_seg_prob(p, sg);
+    const size_t n_e = (size_t)sg.n * p.H * p.K * p.V;
+    float *D = rec_scratch(n_e), *dends = rec_scratch(n_e);
+    rec_dstate_io carry = io;
+    carry.dhs = nullptr, carry.dht = nullptr, carry.dh_out = D, carry.dh_acc = 0;
+    pr_rec_chunk_dstate(st, ps, bv, carry);
+    pr_rec_seg_chain(st, p, sg, true, io.dht, D, dends, io.dh_out, io.dh_acc);
+    rec_dstate_io real = io;
+    real.dht = dends, real.dh_out = nullptr;
+    pr_rec_chunk_dstate(st, ps, bv, real);
+    rec_scratch_free(D, n_e);
+    rec_scratch_free(dends, n_e);
 }
 
 /* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) -------------------
@@ -448,6 +490,50 @@ static int plan_per_sm(size_t bytes, int smem_sm)
     return n < 1 ? 1 : n > 2 ? 2 : n;
 }
 
+/* Segments per sequence for the serial passes (rec_segs), by their cost in
+ * chunk steps: a pass of B blocks over sequences of n chunks takes
+ * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate);
+ * with P segments five (E, A (K columns), state; D, dstate) of P times the
+ * blocks, n/P steps each, plus the two chains (~P steps). The cheapest P
+ * wins (ties: fewer), with segments of >= 4 chunks and none for a sequence
+ * of < 8 chunks. So segments pay only where the unsegmented passes leave
+ * SMs idle: at B=1 T=16384 H=8 K=V=96 (24 blocks, 264 slots) P = 11, while
+ * B=8 T=2048 H=16 K=V=128 (128 blocks, 132 slots) stays at 1.
+ * PRISM_REC_SEGMENTS=P forces P (1: off; at most one segment per chunk),
+ * for tests at small sizes and for comparisons. Packed sequences: P from
+ * their mean length, each split into at most P. A grid's z (sequences x
+ * segments) stays <= 65535. */
+static int plan_segments(const rec_prob &p, int smem_sm, int n_sm, const rec_chunk_plan &pl)
+{
+    const long long len = p.packed ? p.T / (p.N > 0 ? p.N : 1) : p.T;
+    const long long ncs = (len + p.C - 1) / p.C, zmax = 65535 / (p.N > 0 ? p.N : 1);
+    long long P = 1;
+    const char *env = getenv("PRISM_REC_SEGMENTS");
+    if (env && *env) {
+        char *end;
+        P = strtol(env, &end, 10);
+        if (*end || P < 1) pr_fatal("recurrence: PRISM_REC_SEGMENTS must be a whole number >= 1 (1: off), got '%s'", env);
+    } else if (ncs >= 8) {
+        /* waves of a pass over P segments per sequence, V tile bv, values V wide */
+        auto waves = [&](size_t smem, int bv, int width, long long segs) {
+            const long long blocks = (long long)p.N * p.H * ((width + bv - 1) / bv) * segs;
+            const long long slots = (long long)n_sm * plan_per_sm(smem, smem_sm);
+            return (blocks + slots - 1) / slots;
+        };
+        const size_t ss = pr_rec_smem_state(p, pl.bv_state), sd = pr_rec_smem_dstate(p, pl.bv_dstate);
+        long long best = (waves(ss, pl.bv_state, p.V, 1) + waves(sd, pl.bv_dstate, p.V, 1)) * ncs;
+        for (long long q = 2; q <= ncs / 4 && q <= zmax; q++) {
+            const long long w = 2 * waves(ss, pl.bv_state, p.V, q) + waves(ss, pl.bv_state, p.K, q) +
+                                2 * waves(sd, pl.bv_dstate, p.V, q);
+            const long long cost = w * ((ncs + q - 1) / q) + 2 * q;
+            if (cost < best) best = cost, P = q;
+        }
+    }
+    if (!p.packed && P > ncs) P = ncs;
+    if (P > zmax) P = zmax;
+    return P < 1 ? 1 : (int)P;
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
@@ -481,6 +567,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
     ok &= pick_serial([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
+    pl->segments = ok ? plan_segments(p, smem_sm, n_sm, *pl) : 1;
     /* grad: the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one
@@ -509,11 +596,9 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
 
     pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX);
     {
-        const size_t sm = pr_rec_smem_dstate(p, pl.bv_dstate);
-        chunk_smem_attr(chunk_dstate_kernel<C>, sm);
-        const dim3 grid((p.V + pl.bv_dstate - 1) / pl.bv_dstate, p.H, p.N);
-        chunk_dstate_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bv_dstate, sv.W, dhs, dU, dVX, d.dv, d.dh0);
-        PR_CUDA_LAUNCH_CHECK();
+        const rec_dstate_io io = {sv.W, p.dht, dhs, dU, dVX, d.dv, d.dh0, 1};
+        if (sv.sg.n) chunk_dstate_segmented(st, p, pl.bv_dstate, sv.sg, io);
+        else pr_rec_chunk_dstate(st, p, pl.bv_dstate, io);
     }
     {
         const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad);

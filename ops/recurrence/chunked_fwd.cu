@@ -138,8 +138,7 @@ __host__ __device__ static state_lay state_layout(const rec_prob &p, int BV)
 size_t pr_rec_smem_state(const rec_prob &p, int bv) { return (size_t)state_layout(p, bv).total * 4; }
 
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS)
-    chunk_state_kernel(rec_prob p, int BV, float *hs, float *R, const float *Wp, const float *R0, float *ht)
+__global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p, int BV, rec_state_io io)
 {
     extern __shared__ __align__(128) float sm[];
     const state_lay s = state_layout(p, BV);
@@ -149,9 +148,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     float *RA = sm + s.RA;
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
-    if (p.h0) rec_ld_tile(Hs, LDV, Kp, BV, p.h0 + hoff, V, K, nv, p.vec);
+    if (io.h0) rec_ld_tile(Hs, LDV, Kp, BV, io.h0 + hoff, V, K, nv, p.vec);
     else
-        for (int e = threadIdx.x; e < Kp * LDV; e += blockDim.x) Hs[e] = 0.f;
+        for (int e = threadIdx.x; e < Kp * LDV; e += blockDim.x) {
+            const int i = e / LDV, j = e - i * LDV; /* identity columns v0.. */
+            Hs[e] = io.ident && j < nv && i == v0 + j ? 1.f : 0.f;
+        }
     const int nck = (sq.len + C - 1) / C;
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
@@ -160,9 +162,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         /* the copies first, then the state's store and the gates (warp 0's
          * gate loads would otherwise hold back its share of the copies) */
         chunk_ld_keys(p, KA, LDK, C, Kp, rk, nval, 0, K);
-        chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R0 : p.v, rk, nval, v0, nv);
-        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, Wp + rk * K, (long long)H * K, nval, K, p.vec);
-        rec_st_tile(hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
+        if (io.ident)
+            for (int e = threadIdx.x; e < NA * LDV; e += blockDim.x) RA[e] = 0.f;
+        else chunk_ld_values(p, RA, LDV, C, BV, p.delta ? io.R0 : p.v, rk, nval, v0, nv);
+        if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, io.W + rk * K, (long long)H * K, nval, K, p.vec);
+        if (io.hs) rec_st_tile(io.hs + ((long long)c * H + h) * K * V + v0, V, K, nv, Hs, LDV, 1.f, false, p.vec);
         rec_load_gates<C>(p, row0, nval, h, G, bt, sm + s.eG, eL);
         rec_sync();
         if (p.delta) { /* R = R0 - W h */
@@ -171,10 +175,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         }
         /* R stored (delta rules) by the thread that then scales its element */
         const float eGl = expf(G[nval - 1]);
-        float *Rg = p.delta ? R + rk * V + v0 : nullptr;
+        float *Rg = p.delta && io.R ? io.R + rk * V + v0 : nullptr;
         REC_FOR2D(NA, BV, a, j) {
             const float x = RA[a * LDV + j];
-            if (p.delta && a < nval && j < nv) Rg[(long long)a * H * V + j] = x;
+            if (Rg && a < nval && j < nv) Rg[(long long)a * H * V + j] = x;
             RA[a * LDV + j] = x * (eL[a % C] * (a < C && p.delta ? bt[a] : 1.f));
         }
         REC_FOR2D(Kp, BV, i, j) Hs[i * LDV + j] *= eGl;
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         rec_mm<true, false>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
     }
     rec_sync();
-    rec_st_tile(ht + hoff, V, K, nv, Hs, LDV, 1.f, false, p.vec);
+    if (io.ht) rec_st_tile(io.ht + hoff, V, K, nv, Hs, LDV, 1.f, false, p.vec);
 }
 
 /* ---- scores: the output (MODE 0) or the backward's local value gradients (MODE 1) ---- */
@@ -270,6 +274,42 @@ template <class F> static void chunk_smem_attr(F kernel, size_t smem)
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
+template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
+{
+    const size_t sm = pr_rec_smem_state(p, bv);
+    chunk_smem_attr(chunk_state_kernel<C>, sm);
+    const dim3 grid((p.V + bv - 1) / bv, p.H, p.N);
+    chunk_state_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
+    PR_CUDA_LAUNCH_CHECK();
+}
+void pr_rec_chunk_state(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
+{
+    if (p.C == 64) chunk_state_c<64>(st, p, bv, io);
+    else chunk_state_c<32>(st, p, bv, io);
+}
+
+/* The state pass over segments (recurrence_cuda.cuh, rec_segs): every
+ * segment from zero (its ends E), every segment from the identity with zero
+ * values (its transitions A, kept for the backward), the chain (each
+ * segment's start, and ht), then the pass that stores hs and R. */
+static void chunk_state_segmented(cudaStream_t st, const rec_prob &p, int bv, const rec_chunk_saved &sv, float *ht)
+{
+    const rec_prob ps = pr_rec_seg_prob(p, sv.sg);
+    const size_t n_e = (size_t)sv.sg.n * p.H * p.K * p.V;
+    float *E = rec_scratch(n_e), *starts = rec_scratch(n_e);
+    const rec_state_io ends = {nullptr, nullptr, E, sv.W, sv.R0, nullptr, 0};
+    pr_rec_chunk_state(st, ps, bv, ends);
+    rec_prob pa = ps; /* the state has K columns */
+    pa.V = p.K, pa.Vp = p.Kp;
+    const rec_state_io trans = {nullptr, nullptr, sv.sg.A, sv.W, nullptr, nullptr, 1};
+    pr_rec_chunk_state(st, pa, bv, trans);
+    pr_rec_seg_chain(st, p, sv.sg, false, p.h0, E, starts, ht, false);
+    const rec_state_io real = {sv.hs, sv.R, nullptr, sv.W, sv.R0, starts, 0};
+    pr_rec_chunk_state(st, ps, bv, real);
+    rec_scratch_free(E, n_e);
+    rec_scratch_free(starts, n_e);
+}
+
 template <int C>
 static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                             float *o, float *ht)
@@ -280,12 +320,11 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
         chunk_prep_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_prep, sv.Tinv, sv.W, sv.R0);
         PR_CUDA_LAUNCH_CHECK();
     }
-    {
-        const size_t sm = pr_rec_smem_state(p, pl.bv_state);
-        chunk_smem_attr(chunk_state_kernel<C>, sm);
-        const dim3 grid((p.V + pl.bv_state - 1) / pl.bv_state, p.H, p.N);
-        chunk_state_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bv_state, sv.hs, sv.R, sv.W, sv.R0, ht);
-        PR_CUDA_LAUNCH_CHECK();
+    if (!sv.sg.n) {
+        const rec_state_io io = {sv.hs, sv.R, ht, sv.W, sv.R0, p.h0, 0};
+        pr_rec_chunk_state(st, p, pl.bv_state, io);
+    } else {
+        chunk_state_segmented(st, p, pl.bv_state, sv, ht);
     }
     {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);

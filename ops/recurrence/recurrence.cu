@@ -19,7 +19,10 @@
  * Saved (CUDA path): saved[0] the sequence table (int32, [3N + nchunks];
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
  * (delta rules); chunked form: saved[1] = hs, and for the delta rules
- * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh). Only saved[0] when
+ * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh), and when the plan
+ * segments the serial passes saved[6] = the segment table and saved[7] = the
+ * segments' transitions A (rec_segs; the backward uses the forward's
+ * segments whatever PRISM_REC_SEGMENTS says by then). Only saved[0] when
  * the node is not recorded (n->recording false). bf16 data in the per-token
  * form: saved[REC_SAVED_O32] = o in f32 (the backward reads o, and its bf16
  * rounding would cost accuracy).
@@ -31,7 +34,8 @@
 #include "ops/recurrence/recurrence_cuda.cuh"
 
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
-enum { REC_SAVED_O32 = 6 };
+/* per-token form: 6 = o in f32 (bf16 data); chunked form with segments: 6 = the segment table, 7 = A */
+enum { REC_SAVED_O32 = 6, REC_SAVED_SEG = 6, REC_SAVED_A = 7 };
 
 /* device limits: a block's opt-in shared memory (0), an SM's (1), the SM count (2) */
 static int rec_dev_attr(int which)
@@ -102,6 +106,7 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
     p.T = (int)q->shape[1], p.H = (int)q->shape[2], p.K = (int)q->shape[3], p.V = (int)v->shape[3];
     p.L = kx ? (int)kx->shape[3] : 0;
     p.N = n->in[IN_CU] ? (int)n->in[IN_CU]->numel - 1 : (int)q->shape[0];
+    p.packed = n->in[IN_CU] != nullptr;
     p.Kp = (p.K + 31) / 32 * 32, p.Vp = (p.V + 31) / 32 * 32;
     p.has_g = p.g != nullptr, p.delta = p.beta != nullptr;
     p.tf32 = ctx->matmul_tf32 ? 1 : 0;
@@ -162,8 +167,10 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
     }
     int k = snprintf(buf, n, "fwd ");
     if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d) ", pl.bv_prep);
-    k += snprintf(buf + k, n - k, "state(bv %d) scores(bv %d); bwd dlocal(bv %d) dstate(bv %d) grad(bk %d, bv %d) ",
-                  pl.bv_state, pl.bv_out, pl.bv_dloc, pl.bv_dstate, pl.bk_grad, pl.bv_grad);
+    char seg[40] = "";
+    if (pl.segments > 1) snprintf(seg, sizeof seg, ", segments %d", pl.segments);
+    k += snprintf(buf + k, n - k, "state(bv %d%s) scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ",
+                  pl.bv_state, seg, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
     if (p.delta) snprintf(buf + k, n - k, "wy(bv %d)", pl.bv_wy);
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
 }
@@ -190,9 +197,12 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
 }
 
 /* the sequence table [bos[N], len[N], cbase[N], cseq[nchunks]] from cu_seqlens,
- * or nullptr without it; fills p.seq, p.cseq, p.ncs, p.nchunks */
-static pr_tensor *rec_tables(pr_ctx *ctx, const pr_node *n, rec_prob *p, const pr_tensor *saved)
+ * or nullptr without it; fills p.seq, p.cseq, p.ncs, p.nchunks. off_out: the
+ * host offsets (N + 1, malloc'd) when packed and not saved, else NULL. */
+static pr_tensor *rec_tables(pr_ctx *ctx, const pr_node *n, rec_prob *p, const pr_tensor *saved,
+                             double **off_out = nullptr)
 {
+    if (off_out) *off_out = nullptr;
     const int C = p->C > 0 ? p->C : 1;
     const pr_tensor *cu = n->in[IN_CU];
     if (!cu) {
@@ -220,10 +230,49 @@ static pr_tensor *rec_tables(pr_ctx *ctx, const pr_node *n, rec_prob *p, const p
         pr_device_memcpy(tab->data, PR_CUDA, h, PR_CPU, sizeof(int) * (size_t)(3 * N + nchunks + 1));
         free(h);
     }
-    free(off);
+    if (off_out && !saved) *off_out = off;
+    else free(off);
     p->seq = (const int *)tab->data;
     p->cseq = p->seq + 3 * N;
     p->nchunks = nchunks;
+    return tab;
+}
+
+/* The segment table (recurrence_cuda.cuh, rec_segs) of P segments per
+ * sequence (fewer for one of fewer chunks; a sequence of no tokens keeps one
+ * empty segment): a sequence of nck chunks splits at chunks j*nck/P, so
+ * every segment is whole chunks of the sequence and chunk numbering is the
+ * unsegmented one. off: the packed offsets (N + 1), or NULL for N rows of T.
+ * Uploaded as int32 [3 nseg + N + 1]; *nseg set. */
+static pr_tensor *rec_seg_table(pr_ctx *ctx, const rec_prob &p, int P, const double *off, int *nseg)
+{
+    const int N = p.N, C = p.C;
+    int total = 0;
+    for (int s = 0; s < N; s++) {
+        const int len = off ? (int)(off[s + 1] - off[s]) : p.T, nck = (len + C - 1) / C;
+        total += nck < 1 ? 1 : nck < P ? nck : P;
+    }
+    int *h = (int *)malloc(sizeof(int) * (size_t)(3 * total + N + 1));
+    PR_CHECK(h, "recurrence: out of host memory");
+    int *bos = h, *len = h + total, *cbase = h + 2 * total, *first = h + 3 * total;
+    for (int s = 0, j = 0, cb = 0; s < N; s++) {
+        const int b = off ? (int)off[s] : s * p.T, l = off ? (int)(off[s + 1] - off[s]) : p.T;
+        const int nck = (l + C - 1) / C, ps = nck < 1 ? 1 : nck < P ? nck : P;
+        first[s] = j;
+        for (int i = 0; i < ps; i++, j++) {
+            const int c0 = (int)((long long)i * nck / ps), c1 = (int)((long long)(i + 1) * nck / ps);
+            bos[j] = b + c0 * C;
+            len[j] = (c1 * C < l ? c1 * C : l) - c0 * C;
+            cbase[j] = cb + c0;
+        }
+        cb += nck;
+        first[s + 1] = j;
+    }
+    const int64_t shp[1] = {3 * total + N + 1};
+    pr_tensor *tab = pr_op_output(ctx, PR_I32, PR_CUDA, 1, shp);
+    pr_device_memcpy(tab->data, PR_CUDA, h, PR_CPU, sizeof(int) * (size_t)shp[0]);
+    free(h);
+    *nseg = total;
     return tab;
 }
 
@@ -246,13 +295,14 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     rec_prob p = rec_prob_of(ctx, n, st, out0->dtype == PR_F32 ? (const float *)out0->data : nullptr);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
-    pr_tensor *tab = rec_tables(ctx, n, &p, nullptr);
+    double *off = nullptr;
+    pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
     const int64_t one[1] = {1};
     n->saved[0] = tab ? tab : n->recording ? pr_op_output(ctx, PR_I32, PR_CUDA, 1, one) : nullptr;
     n->n_saved = n->saved[0] ? 1 : 0;
-    if (p.N == 0 || p.H == 0) return;
-    if (p.V == 0 || p.K == 0) {
-        if (n->out[0]->numel) pr_zero_(n->out[0]);
+    if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) {
+        free(off);
+        if (p.N && p.H && n->out[0]->numel) pr_zero_(n->out[0]);
         return;
     }
     float *o = rec_o32(ctx, n, st, chunked), *ht = (float *)n->out[1]->data;
@@ -275,6 +325,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         return (float *)n->saved[i]->data;
     };
     if (!chunked) {
+        free(off);
         float *r = p.delta && n->recording ? saved(1, rows, p.H, p.V) : nullptr;
         pr_rec_token_forward(s, p, o, ht, r);
         if (n->saved[REC_SAVED_O32]) n->n_saved = REC_SAVED_O32 + 1;
@@ -289,6 +340,13 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         sv.W = saved(4, rows, p.H, p.K);
         sv.R0 = saved(5, rows, p.H, p.V);
     }
+    if (pl.segments > 1) {
+        pr_tensor *seg = rec_seg_table(ctx, p, pl.segments, off, &sv.sg.n);
+        sv.sg.seg = (const int *)seg->data;
+        if (n->recording) n->saved[REC_SAVED_SEG] = seg;
+        sv.sg.A = saved(REC_SAVED_A, (long long)sv.sg.n * p.H, p.K, p.K);
+    }
+    free(off);
     pr_rec_chunk_forward(s, p, pl, sv, o, ht);
     st.put(n->out[0], o);
     for (int i = 0; i < PR_MAX_SAVED; i++)
@@ -330,7 +388,12 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
         pr_rec_token_backward(s, p, d, o, (const float *)n->out[1]->data, sv_(1));
     } else {
         PR_CHECK(n->n_saved >= (p.delta ? 6 : 2), "recurrence: CUDA backward: the chunked forward's saved tensors are missing");
-        const rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5)};
+        rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5), {}};
+        if (sv_(REC_SAVED_A)) { /* the forward's segments, whatever the plan says now */
+            sv.sg.n = (int)((n->saved[REC_SAVED_SEG]->numel - p.N - 1) / 3);
+            sv.sg.seg = (const int *)n->saved[REC_SAVED_SEG]->data;
+            sv.sg.A = sv_(REC_SAVED_A);
+        }
         pr_rec_chunk_backward(s, p, pl, sv, d);
     }
     for (int i = 0; i < IN_CU; i++) st.put(pr_in_grad(n, i), dptr[i]);

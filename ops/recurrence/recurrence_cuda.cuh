@@ -37,6 +37,7 @@ struct rec_prob {
     const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
     int ncs;                        /* chunks per sequence when seq == NULL */
     int nchunks, C;
+    int packed;                     /* cu_seqlens given: T counts the rows of all N sequences */
 };
 
 struct rec_seq_pos {
@@ -481,21 +482,66 @@ void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d
 /* shared-memory bytes the per-token kernels need at one token per block step (their least) */
 size_t pr_rec_token_smem_min(const rec_prob &p);
 
+/* Segments (chunked_seg.cu): the serial passes split each sequence into
+ * chunk-aligned segments walked in parallel (a two-level scan). A segment's
+ * chunks map its start state affinely to its end state, S_end = A S_start + E;
+ * the segments' A and E come from two passes over all segments at once, a
+ * short serial chain over segments turns them into every segment's start,
+ * and a last pass from those starts gives the exact chunk states. The
+ * backward runs the same in reverse with A^T. seg: device int32 [3n + N + 1]:
+ * bos, len, cbase of each segment (a sequence of the state kernels' table),
+ * then each sequence's first segment (N + 1 entries). n = 0: unsegmented. */
+struct rec_segs {
+    int n;
+    const int *seg;
+    float *A; /* [n, H, K, K]: written by the forward, read by the backward */
+};
 /* chunked_fwd.cu / chunked_bwd.cu: the chunked form with chunks of p.C tokens.
  * Saved by the forward: hs [nchunks,H,K,V] chunk-start states; for delta rules
  * also R [rows,H,V] (u = beta R), Tinv [nchunks,H,C,C], W [rows,H,K], R0 [rows,H,V].
  * Tinv may be NULL (a forward not recorded): only the backward reads it. */
 struct rec_chunk_saved {
     float *hs, *R, *Tinv, *W, *R0;
+    rec_segs sg;
 };
-/* tile sizes picked by pr_rec_chunk_plan; false: the sizes need too much shared memory */
+/* tile sizes picked by pr_rec_chunk_plan; false: the sizes need too much shared memory.
+ * segments: how many segments the serial passes split a sequence into (1: none) */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
+    int segments;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *plan);
+
+/* the state pass's inputs and outputs (chunked_fwd.cu). NULL hs, R or ht: not
+ * stored; NULL h0: zero. ident: the pass starts from the identity (the state
+ * has K columns, p.V = K) with every value zero, so its ht is the chunks'
+ * transition A. */
+struct rec_state_io {
+    float *hs, *R, *ht;
+    const float *W, *R0, *h0;
+    int ident;
+};
+void pr_rec_chunk_state(cudaStream_t s, const rec_prob &p, int bv, const rec_state_io &io);
+/* the dstate pass (chunked_bwd.cu). dhs NULL: the carry only (nothing stored
+ * but dh_out); dht NULL: zero terminal gradient; dh_out (+= when dh_acc) the
+ * gradient of each sequence's start state, or NULL. */
+struct rec_dstate_io {
+    const float *W, *dht;
+    float *dhs, *dU, *dVX, *dv, *dh_out;
+    int dh_acc;
+};
+void pr_rec_chunk_dstate(cudaStream_t s, const rec_prob &p, int bv, const rec_dstate_io &io);
+/* chunked_seg.cu: p with the segments as its sequences (for the serial passes) */
+rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg);
+/* the chain over a sequence's segments, one block per (sequence, head, 32
+ * columns). Forward (rev 0): S = init (NULL: 0); for each segment j in order,
+ * per_seg[j] = S, S = A_j S + add_j. Backward (rev 1): the same in reverse
+ * order with A_j^T. Finally fin = S (+= when fin_acc; NULL: not stored). */
+void pr_rec_seg_chain(cudaStream_t s, const rec_prob &p, const rec_segs &sg, bool rev, const float *init,
+                      const float *add, float *per_seg, float *fin, bool fin_acc);
 /* the backward's first step: dU = scale S^T dO and dVX likewise, for every chunk */
 void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
