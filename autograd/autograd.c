@@ -168,6 +168,10 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
 
 pr_tensor *pr_grad_of(pr_ctx *ctx, pr_tensor *t)
 {
+    if (!t->grad && t->grad_base) {   /* a reshape: a view of its base's gradient */
+        pr_arena *a = t->arena == ctx->step ? ctx->step : ctx->grads;
+        t->grad = pr_view(a, pr_grad_of(ctx, t->grad_base), t->ndim, t->shape);
+    }
     if (!t->grad) {
         pr_arena *a = t->arena == ctx->step ? ctx->step : ctx->grads;
         t->grad = pr_zeros(a, t->dtype, t->device, t->ndim, t->shape);
@@ -186,6 +190,12 @@ void pr_zero_grads(pr_tensor *const *ts, int n)
  * over the same tape is not counted again; a leaf keeps accumulating. */
 static void start_grad(pr_ctx *ctx, pr_tensor *t, unsigned pass)
 {
+    if (t->grad_base) {   /* the base starts the pass; the view shares its buffer */
+        start_grad(ctx, t->grad_base, pass);
+        pr_grad_of(ctx, t);
+        t->backward_pass = pass;
+        return;
+    }
     bool fresh = t->grad == NULL;
     pr_tensor *g = pr_grad_of(ctx, t);
     if (!fresh && t->tape_pos >= 0 && t->backward_pass != pass) pr_zero_(g);
@@ -236,9 +246,10 @@ void pr_backward_many(pr_ctx *ctx, int n, pr_tensor *const *outs, const pr_tenso
                                                                     "context's tape (reset since?)", i);
         PR_CHECK(out->numel == grads[i]->numel, "backward: grad %d has %lld elements, its output %lld", i,
                  (long long)grads[i]->numel, (long long)out->numel);
-        PR_CHECK(out->backward_pass != pass, "backward: output %d is given twice", i);
+        pr_tensor *base = out->grad_base ? out->grad_base : out;   /* a reshape seeds its base */
+        PR_CHECK(base->backward_pass != pass, "backward: output %d is given twice (or a reshape of another)", i);
         pr_copy_(pr_grad_of(ctx, out), grads[i]);   /* converts dtype and device */
-        out->backward_pass = pass;
+        out->backward_pass = base->backward_pass = pass;
         if (out->tape_pos > start) start = out->tape_pos;
     }
     run_backward(ctx, pass, start);

@@ -122,7 +122,11 @@ pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const
  * Each pass starts the grads of intermediates (outputs of recorded ops) from
  * zero, seeds included, so after a pass they hold that pass's gradient only.
  * Leaves (tensors no recorded op made: parameters, inputs) accumulate across
- * passes and steps until pr_zero_grads. */
+ * passes and steps until pr_zero_grads.
+ *
+ * A reshape of an op's output records no node: it is a view whose gradient
+ * is a view of that output's gradient (pr_tensor.grad_base), so what its
+ * readers add lands in the base directly, as torch's views share storage. */
 void pr_backward(pr_ctx *ctx, pr_tensor *loss);
 void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out);
 void pr_backward_many(pr_ctx *ctx, int n, pr_tensor *const *outs, const pr_tensor *const *grads);

@@ -65,7 +65,17 @@ pr_tensor *pr_reshape(pr_ctx *ctx, pr_tensor *x, int ndim, const int64_t *shape)
     pr_node n = pr_node_init(PR_OP_reshape, 1, (pr_tensor *[]){x});
     n.out[0] = pr_view(ctx->step, x, ndim, shape);   /* checks numel, resolves -1 */
     n.n_out = 1;
-    return pr_op_apply(ctx, &n);
+    pr_tensor *y = n.out[0], *base = x->grad_base ? x->grad_base : x;
+    /* A recorded reshape of an op's output is no node: its gradient is a view
+     * of that output's (of its base's when x is itself such a reshape), so the
+     * ops that read it add straight into x's gradient and the backward has no
+     * copy to make. Reshapes of leaves (parameters, inputs) stay nodes, so a
+     * leaf's gradient keeps accumulating only through the tape. */
+    if (!pr_op_will_record(ctx, &n) || base->tape_pos < 0) return pr_op_apply(ctx, &n);
+    y->grad_base = base;
+    y->requires_grad = true;
+    y->tape_pos = base->tape_pos;
+    return y;
 }
 
 /* the output shares x's data: nothing to do unless it was given its own buffer */

@@ -37,6 +37,9 @@ typedef struct pr_tensor {
     unsigned backward_pass;     /* the last backward pass that reached it (autograd's mark) */
     pr_arena *arena;            /* owner of this header (and of data, unless a view) */
     const char *name;           /* optional, for dumps and error messages */
+    /* a reshape of a tensor that requires grad (autograd/autograd.h): its
+     * gradient is a view of grad_base's, and no tape node stands for it */
+    struct pr_tensor *grad_base;
 } pr_tensor;
 
 /* ---- errors -------------------------------------------------------------

@@ -76,6 +76,41 @@ static void test_second_backward_same_tape(void **state)
     pr_ctx_free(ctx);
 }
 
+/* a reshape of an op's output is a view of its gradient, not a node: with
+ * u = e^x used as itself and reshaped twice, loss = sum(r2 * r2) + sum(u),
+ * dloss/dx = (2u + 1) u; the same on a second pass over the tape, and a
+ * reshape of a leaf is still a node */
+static void test_reshape_shares_grad(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    double xv[6] = {0.3, -0.4, 0.1, 0.7, -1.2, 0.5};
+    pr_tensor *x = leaf(ctx->grads, xv, 6);
+    pr_tensor *u = pr_exp(ctx, x);
+    int n0 = ctx->n_tape;
+    pr_tensor *r1 = pr_reshape(ctx, u, PR_DIMS(2, 3));
+    pr_tensor *r2 = pr_reshape(ctx, r1, PR_DIMS(3, 2));
+    assert_int_equal(ctx->n_tape, n0);          /* no node for either */
+    assert_ptr_equal(r2->grad_base, u);         /* a reshape of a reshape shares the first base */
+    pr_tensor *loss = pr_add(ctx, pr_sum_all(ctx, pr_mul(ctx, r2, r2)), pr_sum_all(ctx, u));
+    for (int pass = 0; pass < 2; pass++) {
+        pr_zero_grads(&x, 1);
+        pr_backward(ctx, loss);
+        double g[6];
+        pr_to_host_f64(x->grad, g);
+        for (int i = 0; i < 6; i++) {
+            double e = exp(xv[i]);
+            assert_true(fabs(g[i] - (2 * e + 1) * e) < 1e-12);
+        }
+        pr_to_host_f64(r2->grad, g);            /* the view reads u's gradient */
+        for (int i = 0; i < 6; i++) assert_true(fabs(g[i] - (2 * exp(xv[i]) + 1)) < 1e-12);
+    }
+    int n1 = ctx->n_tape;
+    pr_reshape(ctx, x, PR_DIMS(3, 2));
+    assert_int_equal(ctx->n_tape, n1 + 1);
+    pr_ctx_free(ctx);
+}
+
 /* two passes from different seeds through a shared intermediate u = e^x:
  * the second pass (b = sum(u*u)) must not see the first pass's du = 1 */
 static void test_passes_share_an_intermediate(void **state)
@@ -313,7 +348,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_backward_many),
-        cmocka_unit_test(test_second_backward_same_tape), cmocka_unit_test(test_passes_share_an_intermediate),
+        cmocka_unit_test(test_second_backward_same_tape),
+        cmocka_unit_test(test_reshape_shares_grad), cmocka_unit_test(test_passes_share_an_intermediate),
         cmocka_unit_test(test_no_grad), cmocka_unit_test(test_gradcheck_fails_on_nan),
         cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection), cmocka_unit_test(test_profile),
         cmocka_unit_test(test_gradcheck_catches_errors), cmocka_unit_test(test_mixed_devices_and_dtypes),
