@@ -409,6 +409,9 @@ expect 0 "| gdn |" bench throughput --models prism,gdn --seq-lens 8,16 --tokens-
     --set d_model=8 --steps 1 --warmup 0 --device cpu --out "$tmp/tp"
 file_has "prism,16,2," "$tmp/tp/throughput.csv"
 file_has "<svg" "$tmp/tp/throughput.svg"
+expect 0 "| recurrence | mixer | bwd | 2 |" bench throughput --models prism --seq-lens 16 --tokens-per-batch 32 \
+    --preset probe --breakdown --out "$tmp/tpb"
+file_has "| adamw | optimizer | fwd | 1 |" "$tmp/tpb/breakdown-prism-T16.md"
 expect 2 "prism bench throughput: --seq-lens 64 is longer than --tokens-per-batch 32" bench throughput \
     --models gdn --seq-lens 64 --tokens-per-batch 32
 expect 2 "prism bench throughput: --seq-lens wants up to 32 comma-separated integers" bench throughput \
