@@ -323,7 +323,9 @@ static void test_long(void **state)
  * 65, 170: the shortest gets one segment). Each segmented run (o, ht, every
  * grad incl. dh0) must match the unsegmented CUDA run (P = 1) and the CPU f64
  * reference to the fp32 tolerance (2e-4; TF32: 4e-3 against the CPU), the plan
- * must say it segments, and a rerun must be bit-identical. */
+ * must say it segments and how (seg_planned), and a rerun must be
+ * bit-identical. seg-V13 (K > 2V) runs the delta rules' three-pass forward,
+ * the others their two-pass one with the fix-up. */
 static const rec_case seg_cases[] = {
     {"seg-V13", 2, 200, 2, 32, 13, 1, true, NULL, 0},
     {"seg-K20-L2", 1, 200, 2, 20, 48, 2, true, NULL, 0},
@@ -341,9 +343,16 @@ static rec_out seg_run(pr_ctx *ctx, pr_rule rule, int chunk, int P, const rec_in
     return r;
 }
 
-/* the plan at P segments says "segments" */
+/* the plan at P segments says "segments" and which forward runs: with the
+ * fix-up (ops/recurrence/chunked_seg.cu) the delta rules make two serial
+ * state passes where its per-chunk transitions fit (K <= 2V) and three
+ * where not, the rules without beta one */
 static bool seg_planned(pr_rule rule, int chunk, int P, const rec_case *c, int64_t N)
 {
+    const bool delta = pr_rule_has_beta(rule);
+    const char *passes = !delta ? "segments %d, 1 pass)" : c->K <= 2 * c->V ? "segments %d, 2 passes)" : "segments %d, 3 passes)";
+    char want[64];
+    snprintf(want, sizeof want, passes, P);
     char v[16], why[256];
     snprintf(v, sizeof v, "%d", P);
     setenv("PRISM_REC_SEGMENTS", v, 1);
@@ -351,7 +360,8 @@ static bool seg_planned(pr_rule rule, int chunk, int P, const rec_case *c, int64
     pr_rec_plan plan;
     const bool ok = pr_recurrence_plan(&po, PR_CUDA, N, c->T, c->H, c->K, c->V, c->L, &plan, why, sizeof why);
     unsetenv("PRISM_REC_SEGMENTS");
-    return ok && strstr(plan.kernels, "segments");
+    if (ok && !strstr(plan.kernels, want)) fprintf(stderr, "  the plan \"%s\" lacks \"%s\"\n", plan.kernels, want);
+    return ok && strstr(plan.kernels, want);
 }
 
 static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
@@ -449,15 +459,18 @@ static void test_plan(void **state)
         }
     }
     /* the serial passes segment on their own where heads x V tiles leave most
-     * SMs idle: one sequence of 16K tokens, 8 heads of 96 (24 blocks) */
+     * SMs idle: one sequence of 16K tokens, 8 heads of 96 (24 blocks); the
+     * forward then ends with the fix-up (two serial state passes for the
+     * delta rules, one without beta), not a last serial pass */
     unsetenv("PRISM_REC_SEGMENTS");
-    for (int r = PR_RULE_GDN; r <= PR_RULE_PRISM_CORE; r++) {
+    for (int r = 0; r < PR_NRULES; r++) {
         const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = 32};
         if (!pr_recurrence_plan(&o, PR_CUDA, 1, 16384, 8, 96, 96, 2, &plan, why, sizeof why))
             fail_msg("%s at B=1 T=16384 H=8 K=V=96: %s", pr_rule_name((pr_rule)r), why);
         pr_rec_plan_format(&plan, line, sizeof line);
         fprintf(stderr, "  %-10s B=1 T=16384 H=8 K=V=96: %s\n", pr_rule_name((pr_rule)r), line);
         assert_non_null(strstr(plan.kernels, "segments"));
+        assert_non_null(strstr(plan.kernels, pr_rule_has_beta((pr_rule)r) ? "2 passes) segfix" : "1 pass) segfix"));
     }
     /* the call itself stops with the same message */
     pr_ctx *ctx = g_ctx;
