@@ -144,8 +144,18 @@ __device__ static int seg_of_chunk(const rec_segs &sg, int n, int c)
     return j;
 }
 
-/* one block per (chunk, head, V tile) */
-__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+/* C = A B (rec_mm) without 32x32 warp tiles, whose accumulators would not
+ * fit the registers of three blocks an SM */
+__device__ static void seg_mm(const rec_prob &p, float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                              int M, int N, int Kd)
+{
+    if (!p.tf32) rec_mm_f32<false, false>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+    else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS) rec_mm_tc_tiles<false, false, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+    else rec_mm_tc_tiles<false, false, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+}
+
+/* one block per (chunk, head, V tile); three share an SM (SEG_FIX_PER_SM) */
+__global__ void __launch_bounds__(PR_REC_THREADS, SEG_FIX_PER_SM)
     seg_fix_kernel(rec_prob p, rec_segs sg, seg_fix_lay s, int BV, const float *trans, const float *starts, float *hs,
                    float *R, const float *W)
 {
@@ -166,12 +176,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     float *X = sm + s.X, *PW = sm + s.PW, *Y = sm + s.Y;
     rec_ld_tile(PW, LDK, Kp, Kp, trans + ((long long)c * H + h) * K * K, K, K, K, p.vec);
     rec_sync();
-    rec_mm<false, false>(p, X, LDV, PW, LDK, S, LDV, Kp, BV, Kp, 1.f, false); /* X = P_c start_j */
+    seg_mm(p, X, LDV, PW, LDK, S, LDV, Kp, BV, Kp); /* X = P_c start_j */
     rec_sync();
     rec_ld_tile(PW, LDK, p.C, Kp, W + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_st_tile(hs + hoff, V, K, nv, X, LDV, 1.f, true, p.vec);
     rec_sync();
-    rec_mm<false, false>(p, Y, LDV, PW, LDK, X, LDV, p.C, BV, Kp, 1.f, false);
+    seg_mm(p, Y, LDV, PW, LDK, X, LDV, p.C, BV, Kp); /* Y = W_c X */
     rec_sync();
     rec_st_tile(R + rk * V + v0, (long long)H * V, cp.nval, nv, Y, LDV, -1.f, true, p.vec);
 }

@@ -547,6 +547,8 @@ rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg);
  * order with A_j^T. Finally fin = S (+= when fin_acc; NULL: not stored). */
 void pr_rec_seg_chain(cudaStream_t s, const rec_prob &p, const rec_segs &sg, bool rev, const float *init,
                       const float *add, float *per_seg, float *fin, bool fin_acc);
+/* blocks of the fix-up an SM can hold at most (its registers allow three) */
+#define SEG_FIX_PER_SM 3
 /* the fix-up of the two-pass segmented forward, one block per (chunk, head,
  * V tile of bv): hs_c += P_c start_j and (delta rules) R_c -= W_c P_c start_j,
  * j chunk c's segment, starts [n, H, K, V] from the chain, trans [nchunks, H,
