@@ -150,7 +150,8 @@ __device__ static void seg_mm(const rec_prob &p, float *C, int ldc, const float 
                               int M, int N, int Kd)
 {
     if (!p.tf32) rec_mm_f32<false, false>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
-    else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS) rec_mm_tc_tiles<false, false, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+    else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
+        rec_mm_tc_tiles<false, false, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
     else rec_mm_tc_tiles<false, false, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
 }
 

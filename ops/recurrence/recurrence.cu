@@ -175,8 +175,9 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
         snprintf(fwd_seg, sizeof fwd_seg, "%s, %d pass%s", seg, passes, passes > 1 ? "es" : "");
         if (pl.seg_fix) snprintf(fix, sizeof fix, " segfix(bv %d)", pl.bv_fix);
     }
-    k += snprintf(buf + k, n - k, "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ",
-                  pl.bv_state, fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
+    k += snprintf(buf + k, n - k,
+                  "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ", pl.bv_state,
+                  fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
     if (p.delta) snprintf(buf + k, n - k, "wy(bv %d)", pl.bv_wy);
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
 }
@@ -395,7 +396,8 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     } else {
         PR_CHECK(n->n_saved >= (p.delta ? 6 : 2), "recurrence: CUDA backward: the chunked forward's saved tensors are missing");
         rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5), {}};
-        if (REC_SAVED_SEG < n->n_saved && n->saved[REC_SAVED_SEG]) { /* the forward's segments, whatever the plan says now */
+        /* the forward's segments, whatever the plan says now */
+        if (REC_SAVED_SEG < n->n_saved && n->saved[REC_SAVED_SEG]) {
             sv.sg.n = (int)((n->saved[REC_SAVED_SEG]->numel - p.N - 1) / 3);
             sv.sg.seg = (const int *)n->saved[REC_SAVED_SEG]->data;
             sv.sg.A = sv_(REC_SAVED_A);
