@@ -523,7 +523,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
 /* the state pass's inputs and outputs (chunked_fwd.cu). NULL hs, R or ht: not
  * stored; NULL h0: zero. ident: the pass starts from the identity (the state
  * has K columns, p.V = K) with every value zero, so its ht is the chunks'
- * transition A. */
+ * transition A and its hs the transitions from the start to each chunk. */
 struct rec_state_io {
     float *hs, *R, *ht;
     const float *W, *R0, *h0;
