@@ -26,6 +26,7 @@
  * of dG within the chunk. Every sum has a fixed order: no atomics.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/recurrence/recurrence_cuda.cuh"
 
@@ -492,21 +493,60 @@ static int plan_per_sm(size_t bytes, int smem_sm)
 
 /* Segments per sequence for the serial passes (rec_segs), by their cost in
  * chunk steps: a pass of B blocks over sequences of n chunks takes
- * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate);
- * with P segments five (E, A (K columns), state; D, dstate) of P times the
- * blocks, n/P steps each, plus the two chains (~P steps). The cheapest P
- * wins (ties: fewer), with segments of >= 4 chunks and none for a sequence
- * of < 8 chunks. So segments pay only where the unsegmented passes leave
- * SMs idle: at B=1 T=16384 H=8 K=V=96 (24 blocks, 264 slots) P = 11, while
- * B=8 T=2048 H=16 K=V=128 (128 blocks, 132 slots) stays at 1.
+ * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate).
+ * With P segments each pass has P times the blocks and n/P steps: the
+ * forward's pass from zero (E), for the delta rules the one from the
+ * identity (A, K columns), then either a last pass from the chained starts
+ * or the fix-up; the backward's carry (D) and dstate passes; plus the two
+ * chains (~P steps). The fix-up runs every chunk at once; a block of it
+ * does about what one chunk step does (the same loads, two products and
+ * barriers) but three share an SM, so it costs a step per wave of three
+ * blocks an SM. It needs the per-chunk transitions of the delta rules, so
+ * it runs only where that scratch (K x K a chunk and head) is at most twice
+ * the hs the forward keeps anyway: K <= 2V. The cheaper of fix-up and last
+ * pass (ties: the fix-up, whose blocks wait on no serial chain) and the
+ * cheapest P (ties: fewer) win, with segments of >= 4 chunks and none for
+ * a sequence of < 8 chunks. So segments pay only where the unsegmented
+ * passes leave SMs idle: at B=1 T=16384 H=8 K=V=96 (24 blocks, 264 slots)
+ * P = 11, while B=8 T=2048 H=16 K=V=128 (128 blocks, 132 slots) stays at 1.
  * PRISM_REC_SEGMENTS=P forces P (1: off; at most one segment per chunk),
- * for tests at small sizes and for comparisons. Packed sequences: P from
- * their mean length, each split into at most P. A grid's z (sequences x
- * segments) stays <= 65535. */
-static int plan_segments(const rec_prob &p, int smem_sm, int n_sm, const rec_chunk_plan &pl)
+ * for tests at small sizes and for comparisons; the fix-up is then chosen
+ * the same way, and PRISM_REC_SEG_FIX=0/1 forces it off / on (where it can
+ * run). Packed sequences: P from their mean length, each split into at most
+ * P. A grid's z (sequences x segments) stays <= 65535. */
+static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     const long long len = p.packed ? p.T / (p.N > 0 ? p.N : 1) : p.T;
     const long long ncs = (len + p.C - 1) / p.C, zmax = 65535 / (p.N > 0 ? p.N : 1);
+    /* waves of a pass over `segs` pieces per sequence, V tile bv, values width
+     * wide, per_sm blocks an SM at most */
+    auto waves = [&](size_t smem, int bv, int width, long long segs, int per_sm = 2) {
+        const long long blocks = (long long)p.N * p.H * ((width + bv - 1) / bv) * segs;
+        const int by_smem = smem_sm / (int)(smem + 1024);
+        const long long slots = (long long)n_sm * (by_smem < 1 ? 1 : by_smem < per_sm ? by_smem : per_sm);
+        return (blocks + slots - 1) / slots;
+    };
+    const size_t ss = pr_rec_smem_state(p, pl->bv_state), sd = pr_rec_smem_dstate(p, pl->bv_dstate);
+    bool fix_ok = pl->bv_fix > 0 && (!p.delta || p.K <= 2 * p.V);
+    const long long fix_steps =
+        fix_ok ? waves(pr_rec_smem_segfix(p, pl->bv_fix), pl->bv_fix, p.V, ncs, SEG_FIX_PER_SM) : 0;
+    /* PRISM_REC_SEG_FIX=0 forces the last pass, 1 the fix-up where it can run */
+    int fix_force = -1;
+    const char *fenv = getenv("PRISM_REC_SEG_FIX");
+    if (fenv && *fenv) {
+        if (strcmp(fenv, "0") && strcmp(fenv, "1"))
+            pr_fatal("recurrence: PRISM_REC_SEG_FIX must be 0 (a last serial pass) or 1 (the fix-up), got '%s'", fenv);
+        fix_force = fenv[0] == '1';
+        fix_ok = fix_ok && fix_force;
+    }
+    /* the segmented cost at q segments; *fix: the fix-up beats the last pass */
+    auto seg_cost = [&](long long q, int *fix) {
+        const long long steps = (ncs + q - 1) / q, last = waves(ss, pl->bv_state, p.V, q) * steps;
+        const long long w = waves(ss, pl->bv_state, p.V, q) + (p.delta ? waves(ss, pl->bv_state, p.K, q) : 0) +
+                            2 * waves(sd, pl->bv_dstate, p.V, q);
+        *fix = fix_ok && (fix_force == 1 || fix_steps <= last);
+        return w * steps + 2 * q + (*fix ? fix_steps : last);
+    };
     long long P = 1;
     const char *env = getenv("PRISM_REC_SEGMENTS");
     if (env && *env) {
@@ -514,24 +554,18 @@ static int plan_segments(const rec_prob &p, int smem_sm, int n_sm, const rec_chu
         P = strtol(env, &end, 10);
         if (*end || P < 1) pr_fatal("recurrence: PRISM_REC_SEGMENTS must be a whole number >= 1 (1: off), got '%s'", env);
     } else if (ncs >= 8) {
-        /* waves of a pass over P segments per sequence, V tile bv, values V wide */
-        auto waves = [&](size_t smem, int bv, int width, long long segs) {
-            const long long blocks = (long long)p.N * p.H * ((width + bv - 1) / bv) * segs;
-            const long long slots = (long long)n_sm * plan_per_sm(smem, smem_sm);
-            return (blocks + slots - 1) / slots;
-        };
-        const size_t ss = pr_rec_smem_state(p, pl.bv_state), sd = pr_rec_smem_dstate(p, pl.bv_dstate);
-        long long best = (waves(ss, pl.bv_state, p.V, 1) + waves(sd, pl.bv_dstate, p.V, 1)) * ncs;
+        long long best = (waves(ss, pl->bv_state, p.V, 1) + waves(sd, pl->bv_dstate, p.V, 1)) * ncs;
         for (long long q = 2; q <= ncs / 4 && q <= zmax; q++) {
-            const long long w = 2 * waves(ss, pl.bv_state, p.V, q) + waves(ss, pl.bv_state, p.K, q) +
-                                2 * waves(sd, pl.bv_dstate, p.V, q);
-            const long long cost = w * ((ncs + q - 1) / q) + 2 * q;
+            int fix;
+            const long long cost = seg_cost(q, &fix);
             if (cost < best) best = cost, P = q;
         }
     }
     if (!p.packed && P > ncs) P = ncs;
     if (P > zmax) P = zmax;
-    return P < 1 ? 1 : (int)P;
+    pl->segments = P < 1 ? 1 : (int)P;
+    pl->seg_fix = 0;
+    if (pl->segments > 1) seg_cost(pl->segments, &pl->seg_fix);
 }
 
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
@@ -567,7 +601,13 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
     ok &= pick_serial([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
-    pl->segments = ok ? plan_segments(p, smem_sm, n_sm, *pl) : 1;
+    /* the segmented forward's fix-up: none when it does not fit (the last pass runs instead) */
+    /* V tiles of 32: no padding of V beyond the 32 every tile has, so the
+     * least product work (the reloads of P_c per tile cost less), and the
+     * most blocks an SM */
+    pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
+    pl->segments = 1, pl->seg_fix = 0;
+    if (ok) plan_segments(p, smem_sm, n_sm, pl);
     /* grad: the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one

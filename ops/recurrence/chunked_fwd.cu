@@ -289,25 +289,41 @@ void pr_rec_chunk_state(cudaStream_t st, const rec_prob &p, int bv, const rec_st
 }
 
 /* The state pass over segments (recurrence_cuda.cuh, rec_segs): every
- * segment from zero (its ends E), every segment from the identity with zero
- * values (its transitions A, kept for the backward), the chain (each
- * segment's start, and ht), then the pass that stores hs and R. */
-static void chunk_state_segmented(cudaStream_t st, const rec_prob &p, int bv, const rec_chunk_saved &sv, float *ht)
+ * segment from zero (its ends E), for the delta rules every segment from the
+ * identity with zero values (its transitions A, kept for the backward), the
+ * chain (each segment's start, and ht), then the real states. Three passes:
+ * a last pass from those starts stores hs and R. Two (pl.seg_fix): the pass
+ * from zero already stored hs and R for a zero start and the identity pass
+ * the per-chunk transitions P_c (nchunks x H x K x K scratch), and the
+ * chunk-parallel fix-up adds each start's share (without beta there is no
+ * identity pass and P_c is a scalar: one serial pass in all). */
+static void chunk_state_segmented(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl,
+                                  const rec_chunk_saved &sv, float *ht)
 {
     const rec_prob ps = pr_rec_seg_prob(p, sv.sg);
+    const int bv = pl.bv_state;
+    const bool fix = pl.seg_fix != 0;
     const size_t n_e = (size_t)sv.sg.n * p.H * p.K * p.V;
-    float *E = rec_scratch(n_e), *starts = rec_scratch(n_e);
-    const rec_state_io ends = {nullptr, nullptr, E, sv.W, sv.R0, nullptr, 0};
+    const size_t n_p = fix && p.delta ? (size_t)p.nchunks * p.H * p.K * p.K : 0;
+    float *E = rec_scratch(n_e), *starts = rec_scratch(n_e), *trans = n_p ? rec_scratch(n_p) : nullptr;
+    const rec_state_io ends = {fix ? sv.hs : nullptr, fix ? sv.R : nullptr, E, sv.W, sv.R0, nullptr, 0};
     pr_rec_chunk_state(st, ps, bv, ends);
-    rec_prob pa = ps; /* the state has K columns */
-    pa.V = p.K, pa.Vp = p.Kp;
-    const rec_state_io trans = {nullptr, nullptr, sv.sg.A, sv.W, nullptr, nullptr, 1};
-    pr_rec_chunk_state(st, pa, bv, trans);
+    if (p.delta) {
+        rec_prob pa = ps; /* the state has K columns */
+        pa.V = p.K, pa.Vp = p.Kp;
+        const rec_state_io ident = {trans, nullptr, sv.sg.A, sv.W, nullptr, nullptr, 1};
+        pr_rec_chunk_state(st, pa, bv, ident);
+    }
     pr_rec_seg_chain(st, p, sv.sg, false, p.h0, E, starts, ht, false);
-    const rec_state_io real = {sv.hs, sv.R, nullptr, sv.W, sv.R0, starts, 0};
-    pr_rec_chunk_state(st, ps, bv, real);
+    if (fix) {
+        pr_rec_seg_fix(st, p, sv.sg, pl.bv_fix, trans, starts, sv.hs, sv.R, sv.W);
+    } else {
+        const rec_state_io real = {sv.hs, sv.R, nullptr, sv.W, sv.R0, starts, 0};
+        pr_rec_chunk_state(st, ps, bv, real);
+    }
     rec_scratch_free(E, n_e);
     rec_scratch_free(starts, n_e);
+    if (trans) rec_scratch_free(trans, n_p);
 }
 
 template <int C>
@@ -324,7 +340,7 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
         const rec_state_io io = {sv.hs, sv.R, ht, sv.W, sv.R0, p.h0, 0};
         pr_rec_chunk_state(st, p, pl.bv_state, io);
     } else {
-        chunk_state_segmented(st, p, pl.bv_state, sv, ht);
+        chunk_state_segmented(st, p, pl, sv, ht);
     }
     {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);

@@ -7,7 +7,15 @@
  * K x K by K x 32 product per step in plain fp32 FMAs (its cost is tiny
  * next to the passes it joins, and f32 keeps the joins at f32 rounding
  * whatever the chunk products use). A_j comes in 32-row slabs (forward) or
- * 32-column slabs (reverse, for A^T) through shared memory.
+ * 32-column slabs (reverse, for A^T) through shared memory. The rules
+ * without beta (linattn, ssd) have no A: their transition is a scalar
+ * times I, e^{sum of g over the segment} (1 without g), summed here from g.
+ *
+ * The fix-up (the forward's two-pass form) turns the states and residuals
+ * the pass from zero stored into the real ones, every chunk at once:
+ * hs_c += P_c start_j and R_c -= W_c P_c start_j, with P_c the transition
+ * from the start of chunk c's segment j to chunk c (the identity pass's
+ * per-chunk states; the scalar e^{sum of g} without beta, and no R).
  */
 #include "ops/recurrence/recurrence_cuda.cuh"
 
@@ -21,12 +29,23 @@ rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg)
     return ps;
 }
 
+/* e^{sum of g over token rows [r0, r1) of head h} (1 without g), by the
+ * whole block in a fixed order; red: 9 floats of shared memory */
+__device__ static float seg_decay(const rec_prob &p, int h, int r0, int r1, float *red)
+{
+    if (!p.has_g) return 1.f;
+    float s = 0.f;
+    for (int r = r0 + (int)threadIdx.x; r < r1; r += blockDim.x) s += p.g[(long long)r * p.H + h];
+    return expf(rec_block_sum(s, red));
+}
+
 #define SEG_BV 32
 #define SEG_LDV (SEG_BV + 4)
 
-/* shared memory: S and X (Kp x 36 each) and the slab of A (the larger of
- * 32 x (Kp + 4) and Kp x 36, which is Kp x 36 for Kp >= 32) */
-static size_t seg_chain_smem(const rec_prob &p) { return (size_t)3 * p.Kp * SEG_LDV * sizeof(float); }
+/* shared memory: S and X (Kp x 36 each), the slab of A (the larger of
+ * 32 x (Kp + 4) and Kp x 36, which is Kp x 36 for Kp >= 32), and 32
+ * floats for the scalar rules' sums */
+static size_t seg_chain_smem(const rec_prob &p) { return ((size_t)3 * p.Kp * SEG_LDV + 32) * sizeof(float); }
 
 template <bool REV>
 __global__ void __launch_bounds__(PR_REC_THREADS)
@@ -36,7 +55,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     extern __shared__ __align__(128) float sm[];
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * SEG_BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
     const int nv = min(SEG_BV, V - v0), LDA = Kp + 4;
-    float *S = sm, *X = sm + Kp * SEG_LDV, *Ab = sm + 2 * Kp * SEG_LDV;
+    float *S = sm, *X = sm + Kp * SEG_LDV, *Ab = sm + 2 * Kp * SEG_LDV, *red = sm + 3 * Kp * SEG_LDV;
     /* element (r, k) of op(A)'s slab: forward A[i0 + r][k] at r*LDA + k,
      * reverse A[k][i0 + r] at k*SEG_LDV + r */
     const int ar = REV ? 1 : LDA, ak = REV ? SEG_LDV : 1;
@@ -49,11 +68,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     for (int jj = 0; jj < nseg; jj++) {
         const int j = REV ? j0 + nseg - 1 - jj : j0 + jj;
         const long long joff = ((long long)j * H + h) * K * V + v0;
-        const float *Aj = sg.A + ((long long)j * H + h) * K * K;
         rec_sync(); /* S complete; every read of X (the old S) done */
         rec_st_tile(per_seg + joff, V, K, nv, S, SEG_LDV, 1.f, false, p.vec);
         rec_ld_tile(X, SEG_LDV, Kp, SEG_BV, add + joff, V, K, nv, p.vec);
-        for (int i0 = 0; i0 < K; i0 += 32) {
+        if (!sg.A) { /* A_j = a I */
+            const float a = seg_decay(p, h, sg.seg[j], sg.seg[j] + sg.seg[sg.n + j], red);
+            rec_sync();
+            REC_FOR2D(Kp, SEG_BV, k, c) X[k * SEG_LDV + c] = fmaf(a, S[k * SEG_LDV + c], X[k * SEG_LDV + c]);
+        }
+        const float *Aj = sg.A ? sg.A + ((long long)j * H + h) * K * K : nullptr;
+        for (int i0 = 0; Aj && i0 < K; i0 += 32) {
             const int ni = min(32, K - i0);
             if (REV) rec_ld_tile(Ab, SEG_LDV, Kp, 32, Aj + i0, K, K, ni, p.vec);
             else rec_ld_tile(Ab, LDA, 32, Kp, Aj + (long long)i0 * K, K, ni, K, p.vec);
@@ -89,4 +113,87 @@ void pr_rec_seg_chain(cudaStream_t st, const rec_prob &p, const rec_segs &sg, bo
 {
     if (rev) seg_chain_launch<true>(st, p, sg, init, add, per_seg, fin, fin_acc);
     else seg_chain_launch<false>(st, p, sg, init, add, per_seg, fin, fin_acc);
+}
+
+/* ---- the fix-up ------------------------------------------------------------------ */
+struct seg_fix_lay {
+    int S, X, PW, Y, red, total;
+};
+static seg_fix_lay seg_fix_layout(const rec_prob &p, int BV)
+{
+    rec_bump m;
+    seg_fix_lay s;
+    const int LDV = BV + 4, LDK = p.Kp + 4;
+    s.S = m.take(p.Kp * LDV), s.red = m.take(32);
+    s.X = s.PW = s.Y = -1;
+    if (p.delta) { /* P_c, then W_c in its place */
+        s.X = m.take(p.Kp * LDV), s.Y = m.take(p.C * LDV);
+        s.PW = m.take((p.Kp > p.C ? p.Kp : p.C) * LDK);
+    }
+    s.total = m.off;
+    return s;
+}
+size_t pr_rec_smem_segfix(const rec_prob &p, int bv) { return (size_t)seg_fix_layout(p, bv).total * 4; }
+
+/* the segment of sequence n that holds chunk c */
+__device__ static int seg_of_chunk(const rec_segs &sg, int n, int c)
+{
+    const int *cbase = sg.seg + 2 * sg.n, *first = sg.seg + 3 * sg.n;
+    int j = first[n];
+    while (j + 1 < first[n + 1] && cbase[j + 1] <= c) j++;
+    return j;
+}
+
+/* C = A B (rec_mm) without 32x32 warp tiles, whose accumulators would not
+ * fit the registers of three blocks an SM */
+__device__ static void seg_mm(const rec_prob &p, float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                              int M, int N, int Kd)
+{
+    if (!p.tf32) rec_mm_f32<false, false>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+    else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
+        rec_mm_tc_tiles<false, false, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+    else rec_mm_tc_tiles<false, false, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, 1.f, false);
+}
+
+/* one block per (chunk, head, V tile); three share an SM (SEG_FIX_PER_SM) */
+__global__ void __launch_bounds__(PR_REC_THREADS, SEG_FIX_PER_SM)
+    seg_fix_kernel(rec_prob p, rec_segs sg, seg_fix_lay s, int BV, const float *trans, const float *starts, float *hs,
+                   float *R, const float *W)
+{
+    extern __shared__ __align__(128) float sm[];
+    const int c = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
+    const int LDK = Kp + 4, LDV = BV + 4, nv = min(BV, V - v0);
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const int j = seg_of_chunk(sg, p.cseq ? p.cseq[c] : c / p.ncs, c);
+    const long long hoff = ((long long)c * H + h) * K * V + v0, rk = (long long)cp.row0 * H + h;
+    float *S = sm + s.S;
+    rec_ld_tile(S, LDV, Kp, BV, starts + ((long long)j * H + h) * K * V + v0, V, K, nv, p.vec);
+    if (!p.delta) { /* hs_c += e^{sum of g from the segment's start to the chunk's} start_j */
+        const float d = seg_decay(p, h, sg.seg[j], cp.row0, sm + s.red);
+        rec_sync();
+        rec_st_tile(hs + hoff, V, K, nv, S, LDV, d, true, p.vec);
+        return;
+    }
+    float *X = sm + s.X, *PW = sm + s.PW, *Y = sm + s.Y;
+    rec_ld_tile(PW, LDK, Kp, Kp, trans + ((long long)c * H + h) * K * K, K, K, K, p.vec);
+    rec_sync();
+    seg_mm(p, X, LDV, PW, LDK, S, LDV, Kp, BV, Kp); /* X = P_c start_j */
+    rec_sync();
+    rec_ld_tile(PW, LDK, p.C, Kp, W + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    rec_st_tile(hs + hoff, V, K, nv, X, LDV, 1.f, true, p.vec);
+    rec_sync();
+    seg_mm(p, Y, LDV, PW, LDK, X, LDV, p.C, BV, Kp); /* Y = W_c X */
+    rec_sync();
+    rec_st_tile(R + rk * V + v0, (long long)H * V, cp.nval, nv, Y, LDV, -1.f, true, p.vec);
+}
+
+void pr_rec_seg_fix(cudaStream_t st, const rec_prob &p, const rec_segs &sg, int bv, const float *trans,
+                    const float *starts, float *hs, float *R, const float *W)
+{
+    const seg_fix_lay s = seg_fix_layout(p, bv);
+    const size_t sm = (size_t)s.total * 4;
+    PR_CUDA_CHECK(cudaFuncSetAttribute(seg_fix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    const dim3 grid(p.nchunks, p.H, (p.V + bv - 1) / bv);
+    seg_fix_kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, sg, s, bv, trans, starts, hs, R, W);
+    PR_CUDA_LAUNCH_CHECK();
 }

@@ -20,9 +20,9 @@
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
  * (delta rules); chunked form: saved[1] = hs, and for the delta rules
  * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh), and when the plan
- * segments the serial passes saved[6] = the segment table and saved[7] = the
- * segments' transitions A (rec_segs; the backward uses the forward's
- * segments whatever PRISM_REC_SEGMENTS says by then). Only saved[0] when
+ * segments the serial passes saved[6] = the segment table and, for the delta
+ * rules, saved[7] = the segments' transitions A (rec_segs; the backward uses
+ * the forward's segments whatever PRISM_REC_SEGMENTS says by then). Only saved[0] when
  * the node is not recorded (n->recording false). bf16 data in the per-token
  * form: saved[REC_SAVED_O32] = o in f32 (the backward reads o, and its bf16
  * rounding would cost accuracy).
@@ -167,10 +167,17 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
     }
     int k = snprintf(buf, n, "fwd ");
     if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d) ", pl.bv_prep);
-    char seg[40] = "";
-    if (pl.segments > 1) snprintf(seg, sizeof seg, ", segments %d", pl.segments);
-    k += snprintf(buf + k, n - k, "state(bv %d%s) scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ",
-                  pl.bv_state, seg, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
+    /* segmented: the serial state passes the forward runs (rec_segs) */
+    char seg[40] = "", fwd_seg[80] = "", fix[24] = "";
+    if (pl.segments > 1) {
+        const int passes = (p.delta ? 2 : 1) + (pl.seg_fix ? 0 : 1);
+        snprintf(seg, sizeof seg, ", segments %d", pl.segments);
+        snprintf(fwd_seg, sizeof fwd_seg, "%s, %d pass%s", seg, passes, passes > 1 ? "es" : "");
+        if (pl.seg_fix) snprintf(fix, sizeof fix, " segfix(bv %d)", pl.bv_fix);
+    }
+    k += snprintf(buf + k, n - k,
+                  "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ", pl.bv_state,
+                  fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
     if (p.delta) snprintf(buf + k, n - k, "wy(bv %d)", pl.bv_wy);
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
 }
@@ -343,8 +350,8 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     if (pl.segments > 1) {
         pr_tensor *seg = rec_seg_table(ctx, p, pl.segments, off, &sv.sg.n);
         sv.sg.seg = (const int *)seg->data;
-        if (n->recording) n->saved[REC_SAVED_SEG] = seg;
-        sv.sg.A = saved(REC_SAVED_A, (long long)sv.sg.n * p.H, p.K, p.K);
+        if (n->recording) n->saved[REC_SAVED_SEG] = seg, n->n_saved = REC_SAVED_SEG + 1;
+        if (p.delta) sv.sg.A = saved(REC_SAVED_A, (long long)sv.sg.n * p.H, p.K, p.K);
     }
     free(off);
     pr_rec_chunk_forward(s, p, pl, sv, o, ht);
@@ -389,7 +396,8 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     } else {
         PR_CHECK(n->n_saved >= (p.delta ? 6 : 2), "recurrence: CUDA backward: the chunked forward's saved tensors are missing");
         rec_chunk_saved sv = {sv_(1), sv_(2), sv_(3), sv_(4), sv_(5), {}};
-        if (sv_(REC_SAVED_A)) { /* the forward's segments, whatever the plan says now */
+        /* the forward's segments, whatever the plan says now */
+        if (REC_SAVED_SEG < n->n_saved && n->saved[REC_SAVED_SEG]) {
             sv.sg.n = (int)((n->saved[REC_SAVED_SEG]->numel - p.N - 1) / 3);
             sv.sg.seg = (const int *)n->saved[REC_SAVED_SEG]->data;
             sv.sg.A = sv_(REC_SAVED_A);

@@ -485,16 +485,19 @@ size_t pr_rec_token_smem_min(const rec_prob &p);
 /* Segments (chunked_seg.cu): the serial passes split each sequence into
  * chunk-aligned segments walked in parallel (a two-level scan). A segment's
  * chunks map its start state affinely to its end state, S_end = A S_start + E;
- * the segments' A and E come from two passes over all segments at once, a
- * short serial chain over segments turns them into every segment's start,
- * and a last pass from those starts gives the exact chunk states. The
- * backward runs the same in reverse with A^T. seg: device int32 [3n + N + 1]:
- * bos, len, cbase of each segment (a sequence of the state kernels' table),
- * then each sequence's first segment (N + 1 entries). n = 0: unsegmented. */
+ * the segments' E come from a pass over all segments at once from zero, their
+ * A from one from the identity (delta rules; without beta A is e^{sum g} I),
+ * a short serial chain over segments turns them into every segment's start,
+ * and either a last pass from those starts gives the exact chunk states
+ * (three passes) or a chunk-parallel fix-up adds each start's contribution
+ * to what the pass from zero stored (two; plan.seg_fix). The backward runs
+ * the chain in reverse with A^T. seg: device int32 [3n + N + 1]: bos, len,
+ * cbase of each segment (a sequence of the state kernels' table), then each
+ * sequence's first segment (N + 1 entries). n = 0: unsegmented. */
 struct rec_segs {
     int n;
     const int *seg;
-    float *A; /* [n, H, K, K]: written by the forward, read by the backward */
+    float *A; /* [n, H, K, K] (delta rules; NULL without beta): written by the forward, read by the backward */
 };
 /* chunked_fwd.cu / chunked_bwd.cu: the chunked form with chunks of p.C tokens.
  * Saved by the forward: hs [nchunks,H,K,V] chunk-start states; for delta rules
@@ -505,11 +508,13 @@ struct rec_chunk_saved {
     rec_segs sg;
 };
 /* tile sizes picked by pr_rec_chunk_plan; false: the sizes need too much shared memory.
- * segments: how many segments the serial passes split a sequence into (1: none) */
+ * segments: how many segments the serial passes split a sequence into (1: none);
+ * seg_fix: the segmented forward ends with the fix-up (tile bv_fix) instead
+ * of a last serial pass */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
-    int segments;
+    int segments, seg_fix, bv_fix;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -518,7 +523,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
 /* the state pass's inputs and outputs (chunked_fwd.cu). NULL hs, R or ht: not
  * stored; NULL h0: zero. ident: the pass starts from the identity (the state
  * has K columns, p.V = K) with every value zero, so its ht is the chunks'
- * transition A. */
+ * transition A and its hs the transitions from the start to each chunk. */
 struct rec_state_io {
     float *hs, *R, *ht;
     const float *W, *R0, *h0;
@@ -542,6 +547,16 @@ rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg);
  * order with A_j^T. Finally fin = S (+= when fin_acc; NULL: not stored). */
 void pr_rec_seg_chain(cudaStream_t s, const rec_prob &p, const rec_segs &sg, bool rev, const float *init,
                       const float *add, float *per_seg, float *fin, bool fin_acc);
+/* blocks of the fix-up an SM can hold at most (its registers allow three) */
+#define SEG_FIX_PER_SM 3
+/* the fix-up of the two-pass segmented forward, one block per (chunk, head,
+ * V tile of bv): hs_c += P_c start_j and (delta rules) R_c -= W_c P_c start_j,
+ * j chunk c's segment, starts [n, H, K, V] from the chain, trans [nchunks, H,
+ * K, K] the identity pass's per-chunk states P_c (NULL without beta: P_c is
+ * e^{sum of g from the segment's start to the chunk's} I) */
+void pr_rec_seg_fix(cudaStream_t s, const rec_prob &p, const rec_segs &sg, int bv, const float *trans,
+                    const float *starts, float *hs, float *R, const float *W);
+size_t pr_rec_smem_segfix(const rec_prob &p, int bv);
 /* the backward's first step: dU = scale S^T dO and dVX likewise, for every chunk */
 void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
