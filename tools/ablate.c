@@ -296,7 +296,7 @@ static void draw(grid_run *r, bool cell_finished)
     double frac = to_train > 0 ? (ran + failed + partial) / to_train : 1;
     char eta[32] = "-";  /* until a step is done */
     if (frac > 0) snprintf(eta, sizeof eta, "%.0fs", (now - r->t0) * (1 - frac) / frac);
-    char line[320];
+    char line[640];   /* room for every part at its longest: no truncation */
     snprintf(line, sizeof line, "ablate %s: %d/%d cells done%s  (%d run, %d reused, %d failed)  %.0fs, ETA %s",
              r->g->name, ran + reused + failed, r->n_cells, now_running, ran, reused, failed, now - r->t0, eta);
     if (r->tty) fprintf(stderr, "\r%-110s", line);
