@@ -39,6 +39,12 @@ int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err);
  * non-zero after printing "<cmd>: rank K exited with ..." (or "was killed by
  * signal ..."). Returns the exit status for the launcher itself. */
 int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **argv);
+/* `prism [sub] argv...` (this command again) as `world` ranks through
+ * pr_dist_launch. With gpus, NCCL must load and `world` CUDA devices be
+ * visible first: -1 with err otherwise (*few_gpus says it was the devices).
+ * dist_file NULL: pr_dist_default_file. */
+int pr_dist_launch_self(const char *cmd, int world, bool gpus, const char *dist_file, const char *sub, int argc,
+                        char **argv, bool *few_gpus, pr_err *err);
 /* a rendezvous file name for one launch: under /dev/shm when the host has it, else /tmp */
 void pr_dist_default_file(char *buf, size_t n);
 /* CUDA devices this process sees (0 without CUDA) */

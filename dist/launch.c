@@ -148,6 +148,33 @@ int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **arg
     return 0;
 }
 
+int pr_dist_launch_self(const char *cmd, int world, bool gpus, const char *dist_file, const char *sub, int argc,
+                        char **argv, bool *few_gpus, pr_err *err)
+{
+    *few_gpus = false;
+    if (gpus) {
+        void *lib;
+        char found[1024];
+        if (pr_nccl_load(&lib, found, sizeof found, err)) return -1;
+        if (pr_dist_visible_gpus() < world) {
+            *few_gpus = true;
+            return pr_errf(err, "--gpus %d, but %d CUDA devices are visible", world, pr_dist_visible_gpus());
+        }
+    }
+    char file[1024];
+    if (dist_file) snprintf(file, sizeof file, "%s", dist_file);
+    else pr_dist_default_file(file, sizeof file);
+    char **args = calloc((size_t)argc + 3, sizeof *args);   /* prism, sub, the arguments, NULL */
+    PR_CHECK(args, "%s: out of host memory", cmd);
+    int n = 0;
+    args[n++] = "prism";
+    if (sub) args[n++] = (char *)sub;
+    for (int i = 0; i < argc; i++) args[n++] = argv[i];
+    int rc = pr_dist_launch(cmd, world, file, args);
+    free(args);
+    return rc;
+}
+
 void pr_dist_default_file(char *buf, size_t n)
 {
     struct stat st;

@@ -426,25 +426,10 @@ static void print_breakdowns(const throughput_args *t, const double *tps)
 static int launch_throughput(pr_args *a, const throughput_args *t, int world)
 {
     pr_err err;
-    if (t->gpus) {
-        void *lib;
-        char found[1024];
-        if (pr_nccl_load(&lib, found, sizeof found, &err)) return fprintf(stderr, "%s: %s\n", a->cmd, err.msg), 1;
-        if (pr_dist_visible_gpus() < world) {
-            fprintf(stderr, "%s: --gpus %d, but %d CUDA devices are visible\n", a->cmd, world, pr_dist_visible_gpus());
-            return PR_EXIT_NO_GPU;
-        }
-    }
-    char file[1024];
-    pr_dist_default_file(file, sizeof file);
-    char **argv = calloc((size_t)a->argc + 3, sizeof *argv);   /* prism, bench, the arguments, NULL */
-    PR_CHECK(argv, "bench throughput: out of host memory");
-    argv[0] = "prism";
-    argv[1] = "bench";
-    for (int i = 0; i < a->argc; i++) argv[i + 2] = a->argv[i];
-    int rc = pr_dist_launch(a->cmd, world, file, argv);
-    free(argv);
-    return rc;
+    bool few_gpus;
+    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, NULL, "bench", a->argc, a->argv, &few_gpus, &err);
+    if (rc < 0) fprintf(stderr, "%s: %s\n", a->cmd, err.msg);
+    return rc >= 0 ? rc : few_gpus ? PR_EXIT_NO_GPU : 1;
 }
 
 /* a rank of a launched benchmark: its GPU and the communicator */

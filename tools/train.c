@@ -172,25 +172,10 @@ static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, int w
     if (pr_dist_shard(o->batch, 0, world, &first, &rows, &err)) return pr_args_error(a, "%s", err.msg);
     if (strcmp(o->task, "rec") == 0)
         return pr_args_error(a, "task rec: not data-parallel yet (its loss averages over ragged sequences)");
-    if (t->gpus) {
-        void *lib;
-        char found[1024];
-        if (pr_nccl_load(&lib, found, sizeof found, &err)) return fail(a->cmd, err.msg);
-        if (pr_dist_visible_gpus() < world) {
-            fprintf(stderr, "%s: --gpus %d, but %d CUDA devices are visible\n", a->cmd, world, pr_dist_visible_gpus());
-            return PR_EXIT_NO_GPU;
-        }
-    }
-    char file[1024];
-    if (t->dist_file) snprintf(file, sizeof file, "%s", t->dist_file);
-    else pr_dist_default_file(file, sizeof file);
-    char **argv = calloc((size_t)a->argc + 2, sizeof *argv);
-    PR_CHECK(argv, "train: out of host memory");
-    argv[0] = "prism";
-    for (int i = 0; i < a->argc; i++) argv[i + 1] = a->argv[i];
-    int rc = pr_dist_launch(a->cmd, world, file, argv);
-    free(argv);
-    return rc;
+    bool few_gpus;
+    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, t->dist_file, NULL, a->argc, a->argv, &few_gpus, &err);
+    if (rc < 0 && few_gpus) return fprintf(stderr, "%s: %s\n", a->cmd, err.msg), PR_EXIT_NO_GPU;
+    return rc < 0 ? fail(a->cmd, err.msg) : rc;
 }
 
 /* one rank of a data-parallel run: its GPU, the communicator, training; rank 0 prints the summary */
