@@ -58,6 +58,17 @@ pr_tensor *pr_repeat_dim(pr_ctx *ctx, pr_tensor *x, int dim, int64_t n)
     return pr_mul(ctx, x, ones);
 }
 
+void pr_qkvgo_build(pr_params *r, const pr_config *c, pr_qkvgo *p)
+{
+    int64_t D = c->d_model, HK = c->n_heads * pr_config_head_dim(c);
+    pr_init w = pr_init_std(c);
+    p->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
+    p->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
+    p->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HK));
+    p->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HK));
+    p->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+}
+
 pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale)
 {
     /* the chunked form needs no multiple of the chunk; a single token takes the per-token form */

@@ -175,6 +175,11 @@ int64_t pr_config_value_dim(const pr_config *c);
 pr_tensor *pr_attn_query_kv(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *xq, pr_tensor *xkv);
 /* RoPE-half on x [B,T,H,K]: pairs (i, i + K/2) rotated by (start + t) * theta^(-2i/K) */
 pr_tensor *pr_rope_half(pr_ctx *ctx, pr_tensor *x, int64_t start, double theta);
+/* the four input projections q, k, v, g [D,HK] and the output projection
+ * o [HK,D] of the test-time-training mixers (ttt_*, titans), registered
+ * under those names in that order */
+typedef struct { pr_tensor *q_proj, *k_proj, *v_proj, *g_proj, *o_proj; } pr_qkvgo;
+void pr_qkvgo_build(pr_params *r, const pr_config *c, pr_qkvgo *p);
 /* an init of N(0, init_std) */
 pr_init pr_init_std(const pr_config *c);
 

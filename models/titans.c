@@ -20,7 +20,7 @@
 enum { SLOT_M, SLOT_S, SLOT_IN, N_IN = 6 };
 
 typedef struct {
-    pr_tensor *q_proj, *k_proj, *v_proj, *g_proj, *o_proj;   /* [D,HK] x4, [HK,D] */
+    pr_qkvgo proj;
     pr_tensor *gate_proj, *gate_bias;                         /* [D,3H] [3H]: theta, alpha, eta */
     pr_tensor *ln_w, *ln_b, *M0, *o_norm;                     /* [H,K] [H,K] [H,K,K] [K] */
 } titans_layer;
@@ -28,13 +28,9 @@ typedef struct {
 static void *titans_build(pr_params *r, const pr_config *c)
 {
     titans_layer *l = pr_arena_alloc(r->arena, sizeof *l);
-    int64_t D = c->d_model, H = c->n_heads, K = pr_config_head_dim(c), HK = H * K;
+    int64_t D = c->d_model, H = c->n_heads, K = pr_config_head_dim(c);
     pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, zero = {PR_INIT_CONST, 0, 0};
-    l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
-    l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
-    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HK));
-    l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HK));
-    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+    pr_qkvgo_build(r, c, &l->proj);
     l->gate_proj = pr_param_new(r, "gate_proj", w, true, PR_DIMS(D, 3 * H));
     l->gate_bias = pr_param_new(r, "gate_bias", zero, false, PR_DIMS(3 * H));
     l->ln_w = pr_param_new(r, "mem_norm_w", one, false, PR_DIMS(H, K));
@@ -56,9 +52,9 @@ static pr_tensor *gate_bias(pr_ctx *ctx, const titans_layer *l, int64_t H)
 static void inputs(pr_ctx *ctx, const titans_layer *l, const pr_config *c, pr_tensor *x, pr_tensor **in)
 {
     int64_t B = x->shape[0], T = x->shape[1], H = c->n_heads;
-    in[0] = pr_l2norm(ctx, pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->q_proj, NULL)), H), 1e-6);
-    in[1] = pr_l2norm(ctx, pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->k_proj, NULL)), H), 1e-6);
-    in[2] = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->v_proj, NULL)), H);
+    in[0] = pr_l2norm(ctx, pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->proj.q_proj, NULL)), H), 1e-6);
+    in[1] = pr_l2norm(ctx, pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->proj.k_proj, NULL)), H), 1e-6);
+    in[2] = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->proj.v_proj, NULL)), H);
     pr_tensor *gates = pr_sigmoid(ctx, pr_linear(ctx, x, l->gate_proj, gate_bias(ctx, l, H)));
     pr_tensor *g[3];
     pr_split(ctx, gates, 2, 3, (const int64_t[]){H, H, H}, g);
@@ -108,8 +104,8 @@ static pr_tensor *titans_forward(pr_ctx *ctx, const void *layer, const pr_config
     }
     pr_tensor *o = run(ctx, l, c, in, M, S, st);
     if (open) o = pr_slice(ctx, o, 1, open, T);
-    pr_tensor *z = pr_split_heads(ctx, pr_linear(ctx, x, l->g_proj, NULL), H);
-    return pr_linear(ctx, pr_merge_heads(ctx, pr_rmsnorm_gated(ctx, o, z, l->o_norm, c->norm_eps)), l->o_proj, NULL);
+    pr_tensor *z = pr_split_heads(ctx, pr_linear(ctx, x, l->proj.g_proj, NULL), H);
+    return pr_linear(ctx, pr_merge_heads(ctx, pr_rmsnorm_gated(ctx, o, z, l->o_norm, c->norm_eps)), l->proj.o_proj, NULL);
 }
 
 const pr_mixer_def pr_mixer_titans = {

@@ -22,7 +22,7 @@
 enum { SLOT_INNER = 0, SLOT_Q = 4, SLOT_K, SLOT_V, SLOT_ETA };
 
 typedef struct {
-    pr_tensor *q_proj, *k_proj, *v_proj, *g_proj, *o_proj;   /* [D,HK] x4, [HK,D] */
+    pr_qkvgo proj;
     pr_tensor *lr_proj, *lr_bias, *tau;                       /* [D,H], [H], [b,1] */
     pr_tensor *ttt_w, *ttt_b;                                 /* [H,K] [H,K] */
     pr_tensor *inner[4];      /* linear: W0, c0; mlp: W1, b1, W2, b2 (the inner model's start) */
@@ -35,11 +35,7 @@ static void *ttt_build_common(pr_params *r, const pr_config *c)
     ttt_layer *l = pr_arena_alloc(r->arena, sizeof *l);
     int64_t D = c->d_model, H = c->n_heads, K = pr_config_head_dim(c), HK = H * K;
     pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, zero = {PR_INIT_CONST, 0, 0};
-    l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
-    l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
-    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HK));
-    l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HK));
-    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+    pr_qkvgo_build(r, c, &l->proj);
     l->lr_proj = pr_param_new(r, "lr_proj", w, true, PR_DIMS(D, H));
     l->lr_bias = pr_param_new(r, "lr_bias", zero, false, PR_DIMS(H));
     l->tau = pr_param_new(r, "tau", zero, false, PR_DIMS(c->ttt_mini_batch, 1));
@@ -167,9 +163,9 @@ static pr_tensor *ttt_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     int64_t H = c->n_heads, T = x->shape[1], b = c->ttt_mini_batch;
     int64_t open = st && st->slot[SLOT_Q] ? st->slot[SLOT_Q]->shape[1] : 0;   /* tokens of the open mini-batch */
     pr_tensor *qkve[4];
-    qkve[0] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->q_proj, NULL), H), open, b);
-    qkve[1] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), H), open, b);
-    qkve[2] = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);
+    qkve[0] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->proj.q_proj, NULL), H), open, b);
+    qkve[1] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->proj.k_proj, NULL), H), open, b);
+    qkve[2] = pr_split_heads(ctx, pr_linear(ctx, x, l->proj.v_proj, NULL), H);
     qkve[3] = inner_lr(ctx, l, c, x, open);
     pr_tensor *w[4];
     if (st && st->slot[SLOT_INNER])
@@ -180,8 +176,8 @@ static pr_tensor *ttt_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_tensor *z = run_inner(ctx, l, c, qkve, w, st);
     if (open) z = pr_slice(ctx, z, 1, open, T);
     z = pr_layernorm(ctx, pr_merge_heads(ctx, z), l->post_w, l->post_b, 1e-6);
-    z = pr_mul(ctx, pr_gelu_tanh(ctx, pr_linear(ctx, x, l->g_proj, NULL)), z);
-    return pr_linear(ctx, z, l->o_proj, NULL);
+    z = pr_mul(ctx, pr_gelu_tanh(ctx, pr_linear(ctx, x, l->proj.g_proj, NULL)), z);
+    return pr_linear(ctx, z, l->proj.o_proj, NULL);
 }
 
 const pr_mixer_def pr_mixer_ttt_linear = {
