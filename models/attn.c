@@ -90,19 +90,10 @@ typedef struct { pr_tensor *q, *k, *v; } qkv;
 /* queries from xq, keys and values from xkv, RoPE'd from position start (attn.rope) */
 static qkv project(pr_ctx *ctx, const attn_layer *l, const pr_config *c, pr_tensor *xq, pr_tensor *xkv, int64_t start)
 {
-    pr_tensor *xw[3], *bias[3] = {l->q_bias, l->k_bias, l->v_bias};
-    if (xq == xkv) {   /* self-attention: one product */
-        pr_linear_many(ctx, xq, 3, (pr_tensor *[]){l->q_proj, l->k_proj, l->v_proj}, xw);
-    } else {
-        xw[0] = pr_matmul(ctx, xq, l->q_proj, false, false);
-        pr_linear_many(ctx, xkv, 2, (pr_tensor *[]){l->k_proj, l->v_proj}, xw + 1);
-    }
-    for (int i = 0; i < 3; i++)
-        if (bias[i]) xw[i] = pr_add(ctx, xw[i], bias[i]);
     qkv p;
-    p.q = pr_split_heads(ctx, xw[0], c->n_heads);
-    p.k = pr_split_heads(ctx, xw[1], kv_heads(c));
-    p.v = pr_split_heads(ctx, xw[2], kv_heads(c));
+    p.q = pr_split_heads(ctx, pr_linear(ctx, xq, l->q_proj, l->q_bias), c->n_heads);
+    p.k = pr_split_heads(ctx, pr_linear(ctx, xkv, l->k_proj, l->k_bias), kv_heads(c));
+    p.v = pr_split_heads(ctx, pr_linear(ctx, xkv, l->v_proj, l->v_bias), kv_heads(c));
     if (c->attn_rope) {
         p.q = pr_rope_half(ctx, p.q, start, c->attn_rope_theta);
         p.k = pr_rope_half(ctx, p.k, start, c->attn_rope_theta);

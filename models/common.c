@@ -22,25 +22,6 @@ pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b)
     return b ? pr_add(ctx, y, b) : y;
 }
 
-/* x W_i for n weights [D, N_i] that read the same x, as one product against
- * their concatenation: a thin W (a [D, H] gate) is a poor GEMM alone, and the
- * backward then forms one dx instead of n to be summed. At most PR_MAX_IN
- * weights go into one product. */
-void pr_linear_many(pr_ctx *ctx, pr_tensor *x, int n, pr_tensor *const *w, pr_tensor **out)
-{
-    for (int first = 0; first < n; first += PR_MAX_IN) {
-        int m = n - first < PR_MAX_IN ? n - first : PR_MAX_IN;
-        if (m == 1) {
-            out[first] = pr_matmul(ctx, x, w[first], false, false);
-            continue;
-        }
-        int64_t sizes[PR_MAX_IN];
-        for (int i = 0; i < m; i++) sizes[i] = w[first + i]->shape[1];
-        pr_tensor *y = pr_matmul(ctx, x, pr_concat(ctx, m, w + first, 1), false, false);
-        pr_split(ctx, y, -1, m, sizes, out + first);
-    }
-}
-
 pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win)
 {
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[1];

@@ -19,11 +19,11 @@ static pr_tensor *deltanet_forward(pr_ctx *ctx, const void *layer, const pr_conf
                                    pr_layer_state *st)
 {
     const pr_gdn_base *l = layer;
-    pr_gdn_inputs in = pr_gdn_base_inputs(ctx, l, c, x, NULL, st);
+    pr_gdn_inputs in = pr_gdn_base_inputs(ctx, l, c, x, st);
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_DELTA, x->shape[1], 0);
     pr_tensor *o = pr_recurrence(ctx, &opt, in.q, in.k, in.v, NULL, in.beta, NULL, NULL,
                                  st ? st->slot[SLOT_H] : NULL, NULL, st ? &st->slot[SLOT_H] : NULL);
-    return pr_gdn_base_output(ctx, l, c, &in, o);
+    return pr_gdn_base_output(ctx, l, c, x, o);
 }
 
 const pr_mixer_def pr_mixer_deltanet = {

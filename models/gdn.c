@@ -32,43 +32,39 @@ void pr_gdn_base_build(pr_params *r, const pr_config *c, pr_gdn_base *l, bool de
     l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HV, D));
 }
 
-static pr_tensor *conv_branch(pr_ctx *ctx, pr_tensor *xw, pr_tensor *conv, int64_t H, pr_layer_state *st, int slot)
+static pr_tensor *conv_branch(pr_ctx *ctx, pr_tensor *x, pr_tensor *proj, pr_tensor *conv, int64_t H,
+                              pr_layer_state *st, int slot)
 {
-    pr_tensor *y = pr_silu(ctx, pr_shortconv(ctx, xw, conv, NULL, st ? &st->slot[slot] : NULL));
+    pr_tensor *y = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, proj, NULL), conv, NULL,
+                                             st ? &st->slot[slot] : NULL));
     return pr_split_heads(ctx, y, H);
 }
 
 pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x,
-                                 pr_tensor *w_extra, pr_layer_state *st)
+                                 pr_layer_state *st)
 {
     int64_t H = c->n_heads;
-    enum { Q, K, V, B, A, G, EXTRA, N };
-    pr_tensor *w[N] = {l->q_proj, l->k_proj, l->v_proj, l->b_proj, l->a_proj, l->g_proj, w_extra}, *xw[N] = {0};
-    pr_tensor *used[N], *out[N];
-    int n = 0;
-    for (int i = 0; i < N; i++)
-        if (w[i]) used[n++] = w[i];
-    pr_linear_many(ctx, x, n, used, out);
-    for (int i = 0, j = 0; i < N; i++)
-        if (w[i]) xw[i] = out[j++];
-    pr_gdn_inputs in = {.z = xw[G], .extra = xw[EXTRA]};
-    in.q = pr_l2norm(ctx, conv_branch(ctx, xw[Q], l->q_conv, H, st, 0), 1e-6);
-    in.k = pr_l2norm(ctx, conv_branch(ctx, xw[K], l->k_conv, H, st, 1), 1e-6);
-    in.v = conv_branch(ctx, xw[V], l->v_conv, H, st, 2);
-    in.beta = pr_sigmoid(ctx, xw[B]);
+    pr_gdn_inputs in = {0};
+    in.q = pr_l2norm(ctx, conv_branch(ctx, x, l->q_proj, l->q_conv, H, st, 0), 1e-6);
+    in.k = pr_l2norm(ctx, conv_branch(ctx, x, l->k_proj, l->k_conv, H, st, 1), 1e-6);
+    in.v = conv_branch(ctx, x, l->v_proj, l->v_conv, H, st, 2);
+    in.beta = pr_sigmoid(ctx, pr_linear(ctx, x, l->b_proj, NULL));
     if (l->A_log) {
-        pr_tensor *rate = pr_softplus(ctx, pr_add(ctx, xw[A], l->dt_bias));
+        pr_tensor *rate = pr_softplus(ctx, pr_linear(ctx, x, l->a_proj, l->dt_bias));
         in.g = pr_mul(ctx, pr_neg(ctx, pr_exp(ctx, l->A_log)), rate);
     }
     return in;
 }
 
-pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, const pr_gdn_inputs *in,
-                              pr_tensor *o)
+pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x, pr_tensor *o)
 {
     pr_tensor *n;
-    if (in->z) n = pr_rmsnorm_gated(ctx, o, pr_split_heads(ctx, in->z, c->n_heads), l->o_norm, c->norm_eps);
-    else n = pr_rmsnorm(ctx, o, l->o_norm, c->norm_eps);
+    if (l->g_proj) {
+        pr_tensor *z = pr_split_heads(ctx, pr_linear(ctx, x, l->g_proj, NULL), c->n_heads);
+        n = pr_rmsnorm_gated(ctx, o, z, l->o_norm, c->norm_eps);
+    } else {
+        n = pr_rmsnorm(ctx, o, l->o_norm, c->norm_eps);
+    }
     return pr_linear(ctx, pr_merge_heads(ctx, n), l->o_proj, NULL);
 }
 
@@ -82,11 +78,11 @@ static void *gdn_build(pr_params *r, const pr_config *c)
 static pr_tensor *gdn_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     const pr_gdn_base *l = layer;
-    pr_gdn_inputs in = pr_gdn_base_inputs(ctx, l, c, x, NULL, st);
+    pr_gdn_inputs in = pr_gdn_base_inputs(ctx, l, c, x, st);
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_GDN, x->shape[1], 0);
     pr_tensor *o = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, NULL, NULL, st ? st->slot[SLOT_H] : NULL,
                                  NULL, st ? &st->slot[SLOT_H] : NULL);
-    return pr_gdn_base_output(ctx, l, c, &in, o);
+    return pr_gdn_base_output(ctx, l, c, x, o);
 }
 
 const pr_mixer_def pr_mixer_gdn = {

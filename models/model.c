@@ -100,9 +100,8 @@ pr_tensor *pr_model_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n
 static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_model *m, const pr_block *b, pr_tensor *x)
 {
     if (b->w_gate) {
-        pr_tensor *xw[2];
-        pr_linear_many(ctx, x, 2, (pr_tensor *[]){b->w_gate, b->w_up}, xw);
-        return pr_linear(ctx, pr_mul(ctx, pr_silu(ctx, xw[0]), xw[1]), b->w_down, NULL);
+        pr_tensor *gate = pr_silu(ctx, pr_linear(ctx, x, b->w_gate, NULL));
+        return pr_linear(ctx, pr_mul(ctx, gate, pr_linear(ctx, x, b->w_up, NULL)), b->w_down, NULL);
     }
     pr_tensor *u = pr_linear(ctx, x, b->w_up, b->b_up);
     u = strcmp(m->cfg.mlp, "relu") == 0 ? pr_relu(ctx, u) : pr_gelu(ctx, u);

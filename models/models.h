@@ -155,8 +155,6 @@ extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 /* ---- shared pieces (models/common.c) ------------------------------------------ */
 /* x [..., in] @ w [in, out] (+ b [out]) */
 pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b);
-/* out[i] = x w[i] for n weights [D, N_i], computed as one product (no biases) */
-void pr_linear_many(pr_ctx *ctx, pr_tensor *x, int n, pr_tensor *const *w, pr_tensor **out);
 /* causal depthwise conv over time of x [B,T,C] with w [C,W] (+ bias), starting
  * from the window *win [B,W-1,C] (NULL: zeros) and, when win != NULL, leaving
  * the last W-1 inputs there */
@@ -192,16 +190,13 @@ typedef struct {
     pr_tensor *A_log, *dt_bias;                              /* [H] */
     pr_tensor *g_proj, *o_norm, *o_proj;                     /* [D,HV] or NULL, [V], [HV,D] */
 } pr_gdn_base;
-/* q,k [B,T,H,K]; v [B,T,H,V]; g,beta [B,T,H]; z = x W_g [B,T,HV] (NULL without the gate);
- * extra = x W_extra, the caller's own projection of x (prism's u), or NULL */
-typedef struct { pr_tensor *q, *k, *v, *g, *beta, *z, *extra; } pr_gdn_inputs;
+typedef struct { pr_tensor *q, *k, *v, *g, *beta; } pr_gdn_inputs;  /* q,k [B,T,H,K]; v [B,T,H,V]; g,beta [B,T,H] */
 void pr_gdn_base_build(pr_params *r, const pr_config *c, pr_gdn_base *l, bool decay, bool gate);
-/* every projection of x in one product (with w_extra, when given); slots 0..2 of st: the q, k, v conv windows */
+/* slots 0..2 of st: the q, k, v conv windows */
 pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x,
-                                 pr_tensor *w_extra, pr_layer_state *st);
-/* y = concat_heads(norm(o) [* silu(z)]) W_o */
-pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, const pr_gdn_inputs *in,
-                              pr_tensor *o);
+                                 pr_layer_state *st);
+/* y = concat_heads(norm(o) [* silu(x W_g)]) W_o */
+pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x, pr_tensor *o);
 
 /* ---- blocks and models (models/model.c) ---------------------------------------- */
 typedef struct { pr_tensor *w, *b; } pr_norm_params;

@@ -49,51 +49,43 @@ static void *prism_build(pr_params *r, const pr_config *c)
     return l;
 }
 
-/* the extra keys kx [B,T,H,L,K] and values vx [B,T,H,L,V] of the refinement
- * writes, from xu = x Wu; every product with u is one matmul */
-static void refinement_writes(pr_ctx *ctx, const prism_layer *l, const pr_config *c, pr_tensor *xu, pr_tensor *v,
+/* the extra keys kx [B,T,H,L,K] and values vx [B,T,H,L,V] of the refinement writes */
+static void refinement_writes(pr_ctx *ctx, const prism_layer *l, const pr_config *c, pr_tensor *x, pr_tensor *v,
                               pr_layer_state *st, pr_tensor **kx, pr_tensor **vx)
 {
     int64_t H = c->n_heads;
-    const int L = c->prism_L;
-    pr_tensor *u = l->u_conv ? pr_shortconv(ctx, xu, l->u_conv, NULL, st ? &st->slot[SLOT_U] : NULL) : xu;
+    pr_tensor *u = pr_linear(ctx, x, l->u_proj, NULL);
+    if (l->u_conv) u = pr_shortconv(ctx, u, l->u_conv, NULL, st ? &st->slot[SLOT_U] : NULL);
     u = pr_silu(ctx, u);
-    pr_tensor *w[3 * PRISM_MAX_L], *uw[3 * PRISM_MAX_L];   /* per write: w_k, w_beta[, w_p] */
-    int n = 0;
-    for (int i = 0; i < L; i++) {
-        w[n++] = l->w_k[i], w[n++] = l->w_beta[i];
-        if (l->w_p[i]) w[n++] = l->w_p[i];
-    }
-    pr_linear_many(ctx, u, n, w, uw);
     pr_tensor *r = pr_sub(ctx, pr_merge_heads(ctx, v), u);     /* [B,T,HV] */
     pr_tensor *ks[PRISM_MAX_L], *vs[PRISM_MAX_L];
-    for (int i = 0, j = 0; i < L; i++) {
-        pr_tensor *k = pr_l2norm(ctx, pr_split_heads(ctx, uw[j++], H), 1e-6);
-        pr_tensor *beta = pr_sigmoid(ctx, pr_add(ctx, uw[j++], l->b_beta[i]));               /* [B,T,H] */
-        pr_tensor *step = l->w_p[i] ? pr_mul(ctx, pr_add(ctx, uw[j++], l->b_p[i]), r) : r;
+    for (int i = 0; i < c->prism_L; i++) {
+        pr_tensor *k = pr_l2norm(ctx, pr_split_heads(ctx, pr_linear(ctx, u, l->w_k[i], NULL), H), 1e-6);
+        pr_tensor *step = l->w_p[i] ? pr_mul(ctx, pr_linear(ctx, u, l->w_p[i], l->b_p[i]), r) : r;
         pr_tensor *d = c->prism_gelu ? pr_gelu(ctx, step) : step;
-        if (i + 1 < L) r = pr_sub(ctx, r, d);
+        if (i + 1 < c->prism_L) r = pr_sub(ctx, r, d);
+        pr_tensor *beta = pr_sigmoid(ctx, pr_linear(ctx, u, l->w_beta[i], l->b_beta[i]));    /* [B,T,H] */
         pr_tensor *b4 = pr_reshape(ctx, beta, PR_DIMS(beta->shape[0], beta->shape[1], H, 1));
         pr_tensor *vv = pr_mul(ctx, pr_split_heads(ctx, d, H), b4);                          /* [B,T,H,V] */
         ks[i] = pr_reshape(ctx, k, PR_DIMS(k->shape[0], k->shape[1], H, 1, k->shape[3]));
         vs[i] = pr_reshape(ctx, vv, PR_DIMS(vv->shape[0], vv->shape[1], H, 1, vv->shape[3]));
     }
-    *kx = L == 1 ? ks[0] : pr_concat(ctx, L, ks, 3);
-    *vx = L == 1 ? vs[0] : pr_concat(ctx, L, vs, 3);
+    *kx = c->prism_L == 1 ? ks[0] : pr_concat(ctx, c->prism_L, ks, 3);
+    *vx = c->prism_L == 1 ? vs[0] : pr_concat(ctx, c->prism_L, vs, 3);
 }
 
 static pr_tensor *prism_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x,
                                 pr_layer_state *st)
 {
     const prism_layer *l = layer;
-    pr_gdn_inputs in = pr_gdn_base_inputs(ctx, &l->base, c, x, c->prism_L > 0 ? l->u_proj : NULL, st);
+    pr_gdn_inputs in = pr_gdn_base_inputs(ctx, &l->base, c, x, st);
     pr_tensor *kx = NULL, *vx = NULL;
-    if (c->prism_L > 0) refinement_writes(ctx, l, c, in.extra, in.v, st, &kx, &vx);
+    if (c->prism_L > 0) refinement_writes(ctx, l, c, x, in.v, st, &kx, &vx);
     pr_rule rule = c->prism_L > 0 ? PR_RULE_PRISM_CORE : PR_RULE_GDN;
     pr_recurrence_opts opt = pr_config_recurrence(c, rule, x->shape[1], 0);
     pr_tensor *o = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, kx, vx, st ? st->slot[SLOT_H] : NULL,
                                  NULL, st ? &st->slot[SLOT_H] : NULL);
-    return pr_gdn_base_output(ctx, &l->base, c, &in, o);
+    return pr_gdn_base_output(ctx, &l->base, c, x, o);
 }
 
 const pr_mixer_def pr_mixer_prism = {

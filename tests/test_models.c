@@ -8,9 +8,7 @@
  * - every layer: the whole sequence equals a prefix then token-by-token
  *   decoding with the carried state; the LM does too, with its state kept
  *   across step resets;
- * - LM and rec models: a few SGD steps lower the loss without NaN;
- * - pr_linear_many (the layers' fused projections) equals one matmul per
- *   weight, values and gradients, past PR_MAX_IN weights.
+ * - LM and rec models: a few SGD steps lower the loss without NaN.
  */
 #include "tests/test_models_util.h"
 
@@ -302,47 +300,6 @@ static void test_rec_trains(void **state)
     pr_model_free(m);
 }
 
-
-/* ---- the fused projections: pr_linear_many against one matmul per weight ---------- */
-static void test_linear_many(void **state)
-{
-    (void)state;
-    enum { N = PR_MAX_IN + 3 };   /* two products: PR_MAX_IN weights, then 3 */
-    pr_ctx *ctx = pr_ctx_new(1);
-    pr_rng r = pr_rng_init(21, 0);
-    pr_tensor *x = pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(2, 5, 7), &r), *w[N], *fused[N], *single[N];
-    pr_requires_grad_(x, true);
-    for (int i = 0; i < N; i++) {
-        w[i] = pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(7, 1 + i % 4), &r);
-        pr_requires_grad_(w[i], true);
-    }
-    pr_linear_many(ctx, x, N, w, fused);
-    for (int i = 0; i < N; i++) single[i] = pr_matmul(ctx, x, w[i], false, false);
-    pr_tensor *gx[2], *gw[2][N];
-    for (int pass = 0; pass < 2; pass++) {   /* the same weighted sum of the outputs, through each path */
-        pr_tensor **y = pass ? single : fused;
-        pr_rng rw = pr_rng_init(22, 0);
-        pr_tensor *loss = NULL;
-        for (int i = 0; i < N; i++) {
-            assert_int_equal(y[i]->ndim, 3);
-            assert_int_equal(y[i]->shape[2], w[i]->shape[1]);
-            pr_tensor *m = pr_randn(ctx->step, PR_F64, PR_CPU, y[i]->ndim, y[i]->shape, &rw);
-            pr_tensor *term = pr_sum_all(ctx, pr_mul(ctx, y[i], m));
-            loss = loss ? pr_add(ctx, loss, term) : term;
-        }
-        pr_backward(ctx, loss);
-        gx[pass] = pr_clone(ctx->step, x->grad);
-        pr_zero_(x->grad);
-        for (int i = 0; i < N; i++) gw[pass][i] = pr_clone(ctx->step, w[i]->grad), pr_zero_(w[i]->grad);
-    }
-    for (int i = 0; i < N; i++) {
-        pr_assert_tensors_close("linear_many out", fused[i], single[i], 1e-13, 1e-12);
-        pr_assert_tensors_close("linear_many dw", gw[0][i], gw[1][i], 1e-13, 1e-12);
-    }
-    pr_assert_tensors_close("linear_many dx", gx[0], gx[1], 1e-13, 1e-12);
-    pr_ctx_free(ctx);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,7 +311,6 @@ int main(void)
         cmocka_unit_test(test_lm_decode_with_resets),
         cmocka_unit_test(test_lm_trains),
         cmocka_unit_test(test_rec_trains),
-        cmocka_unit_test(test_linear_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
