@@ -1,6 +1,6 @@
 /* tools/ablate.c: `prism ablate`: every (model or variant) x task x seed cell
  * of a grid (tools/grid.h) trained through the trainer library, each in its
- * own run directory, then a table of mean ± std over seeds.
+ * own run directory, then a table of mean ± std over seeds and a bar chart of it.
  *
  * Resumable: a cell whose run directory holds result.json for the same step
  * budget is read, not rerun; one with a checkpoint but no result continues
@@ -418,6 +418,12 @@ static int write_tables(const pr_grid_results *r, const char *root)
 _Static_assert(PR_BARS_MAX_GROUPS >= PR_GRID_MAX_TASKS && PR_BARS_MAX_SERIES >= PR_GRID_MAX_VARIANTS,
                "a bar chart holds every task and variant of a grid");
 
+/* acc, test_ndcg@10, test_hit@10: a fraction of the examples, at most 1 */
+static bool is_fraction(const char *metric)
+{
+    return strcmp(metric, "acc") == 0 || strncmp(metric, "test_ndcg@", 10) == 0 || strncmp(metric, "test_hit@", 9) == 0;
+}
+
 /* the table as a bar chart: a group per task, a bar of mean ± std per variant */
 static int write_chart(const pr_grid_results *r, const char *root)
 {
@@ -427,7 +433,8 @@ static int write_chart(const pr_grid_results *r, const char *root)
              g->seeds > 1 ? "s" : "");
     pr_bars b = {.title = title, .n_groups = g->n_tasks, .n_series = g->n_variants};
     double mean[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS], std[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS];
-    for (int t = 0; t < g->n_tasks; t++) b.group[t] = g->task[t], b.unit[t] = r->metric[t];
+    for (int t = 0; t < g->n_tasks; t++)
+        b.group[t] = g->task[t], b.unit[t] = r->metric[t], b.unit_max[t] = is_fraction(r->metric[t]) ? 1 : 0;
     for (int v = 0; v < g->n_variants; v++) {
         b.series[v] = g->variant[v].name;
         for (int t = 0; t < g->n_tasks; t++)

@@ -301,6 +301,7 @@ enum { BAR_MIN = 8, BAR_MAX = 28, GROUP_GAP = 18, PANEL_H = 220, PANEL_LABELS = 
 typedef struct {
     int n_panels, max_slots;
     const char *unit[PR_BARS_MAX_GROUPS];   /* each panel's */
+    int slots[PR_BARS_MAX_GROUPS];          /* each panel's number of groups */
     int panel[PR_BARS_MAX_GROUPS], slot[PR_BARS_MAX_GROUPS];   /* each group's */
     double bar_w, group_w, plot_w;
     int width, height;
@@ -331,14 +332,13 @@ static double bar_spread(const pr_bars *b, int s, int g)
 static void bars_layout_of(const pr_bars *b, bars_layout *L)
 {
     memset(L, 0, sizeof *L);
-    int slots[PR_BARS_MAX_GROUPS] = {0};
     double label_w = 0, legend_w = 0;
     for (int g = 0; g < b->n_groups; g++) {
         int p = 0;
         while (p < L->n_panels && strcmp(L->unit[p], unit_of(b, g)) != 0) p++;
         if (p == L->n_panels) L->unit[L->n_panels++] = unit_of(b, g);
-        L->panel[g] = p, L->slot[g] = slots[p]++;
-        if (slots[p] > L->max_slots) L->max_slots = slots[p];
+        L->panel[g] = p, L->slot[g] = L->slots[p]++;
+        if (L->slots[p] > L->max_slots) L->max_slots = L->slots[p];
         label_w = fmax(label_w, fmax(text_w(b->group[g]), text_w(unit_of(b, g)) + 2 * CHAR_W));
     }
     for (int s = 0; s < b->n_series; s++) legend_w = fmax(legend_w, text_w(b->series[s]));
@@ -354,12 +354,14 @@ static void bars_layout_of(const pr_bars *b, bars_layout *L)
 }
 
 /* panel p's y axis: from zero (or below, for negative means and their error
- * bars) to the highest mean plus its error bar; 0..1 when it has no bar */
+ * bars) to the highest mean plus its error bar, or the unit's bound; 0..1
+ * when it has no bar */
 static void panel_axis(const pr_bars *b, const bars_layout *L, int p, axis *ay)
 {
-    double lo = 0, hi = 0;
+    double lo = 0, hi = 0, bound = INFINITY;
     for (int g = 0; g < b->n_groups; g++) {
         if (L->panel[g] != p) continue;
+        if (b->unit_max[g] > 0) bound = fmin(bound, b->unit_max[g]);
         for (int s = 0; s < b->n_series; s++) {
             double m = bar_mean(b, s, g), e = bar_spread(b, s, g);
             if (!isfinite(m)) continue;
@@ -368,6 +370,7 @@ static void panel_axis(const pr_bars *b, const bars_layout *L, int p, axis *ay)
         }
     }
     if (lo == hi) hi = 1;
+    if (hi > bound && bound > lo) hi = bound;
     double top = TOP + p * (PANEL_H + PANEL_LABELS + PANEL_GAP);
     *ay = (axis){.p0 = top + PANEL_H, .p1 = top};
     ay->n_ticks = pr_plot_ticks(lo, hi, false, ay->ticks, &ay->lo, &ay->hi);
@@ -403,7 +406,7 @@ static void draw_panel(FILE *f, const pr_bars *b, const bars_layout *L, int p)
 {
     axis ay;
     panel_axis(b, L, p, &ay);
-    double x0 = LEFT, x1 = LEFT + L->plot_w;
+    double x0 = LEFT, x1 = LEFT + L->slots[p] * L->group_w;   /* as wide as its groups */
     fprintf(f, "<g class=\"grid\" stroke=\"#e4e4e4\">\n");
     y_grid_lines(f, &ay, x0, x1);
     fprintf(f, "</g>\n");

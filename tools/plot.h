@@ -58,6 +58,9 @@ typedef struct {
     int n_groups, n_series;
     const char *group[PR_BARS_MAX_GROUPS];   /* x labels */
     const char *unit[PR_BARS_MAX_GROUPS];    /* what each group's values measure ("acc") */
+    /* the largest value each group's unit can take (1 for a fraction), or 0
+     * for no bound: the axis stops there, cutting error bars that pass it */
+    double unit_max[PR_BARS_MAX_GROUPS];
     const char *series[PR_BARS_MAX_SERIES];  /* legend entries */
     /* [series * n_groups + group]: a non-finite mean draws no bar; an error
      * bar of mean ± spread where spread is finite and > 0 (spread may be NULL) */
