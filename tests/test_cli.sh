@@ -39,6 +39,17 @@ file_has() {
     failed=$((failed + 1))
 }
 
+# svg_doc FILE: a whole SVG document, from the XML declaration and <svg to </svg>
+svg_doc() {
+    if [ "$(head -c 5 "$1" 2>/dev/null)" = "<?xml" ] && sed -n 2p "$1" | grep -q '^<svg ' &&
+        [ "$(tail -n 1 "$1")" = "</svg>" ]; then
+        echo "ok    $1 is an SVG document"
+        return
+    fi
+    echo "FAIL  $1 should be an SVG document (<?xml, then <svg ..., ending in </svg>)"
+    failed=$((failed + 1))
+}
+
 # same_file A B: two files a command wrote are byte for byte the same
 same_file() {
     if cmp -s "$1" "$2"; then echo "ok    $2 is the same as $1"; return; fi
@@ -345,6 +356,7 @@ printf '{"models":["gdn"],"tasks":["rec"],"steps":2,"set":{"rec.data":"amazon:%s
     "$rcsv" >"$tmp/recgrid.json"
 expect 0 "| gdn | 0." ablate --grid "$tmp/recgrid.json" --out "$tmp/recabl"
 file_has "gdn,rec,test_ndcg@10," "$tmp/recabl/results.csv"
+file_has "<title>gdn, rec: 0." "$tmp/recabl/results.svg"
 # shellcheck disable=SC2086
 expect 0 '"model":"sasrec","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
 expect 2 "prism train: --model sasrec: a rec model; give --task rec" train --model sasrec --task parity
@@ -360,6 +372,7 @@ expect 1 "prism train: rec.n_items: set to 5, but the data (train.rec.data) has 
 g=$tmp/grid.json
 printf '{"models":["prism","gdn"],"tasks":["parity"],"seeds":2,"steps":4,"set":{"d_model":8,"seq_len":16,"train.batch":4,"train.eval_batches":1}}' >"$g"
 expect 0 "usage: prism ablate" ablate --help
+expect 0 "DIR/results.svg" ablate --help
 expect 2 "prism ablate: --grid NAME|FILE is required" ablate
 expect 2 "prism ablate: unknown grid 'nosuch'" ablate --grid nosuch
 printf '{"models":["prism"],"tasks":["parity"],"seedz":2}' >"$tmp/badgrid.json"
@@ -373,10 +386,13 @@ rm "$tmp/abl/gdn/parity/s2/result.json"
 expect 0 "4 cells: 1 run, 3 reused, 0 failed" ablate --grid "$g" --out "$tmp/abl"
 file_has "gdn,parity,acc," "$tmp/abl/results.csv"
 file_has '"grid":	"grid"' "$tmp/abl/results.json"
+svg_doc "$tmp/abl/results.svg"
+file_has "<title>gdn, parity: 0." "$tmp/abl/results.svg"
 # --jobs: worker processes, the same tables as one job; a rerun trains only the cell that has no result
 expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --jobs 2 --out "$tmp/abl2"
 same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"
 same_file "$tmp/abl/results.json" "$tmp/abl2/results.json"
+same_file "$tmp/abl/results.svg" "$tmp/abl2/results.svg"
 rm "$tmp/abl2/prism/parity/s2/result.json"
 expect 0 "4 cells: 1 run, 3 reused, 0 failed" ablate --grid "$g" --jobs 3 --out "$tmp/abl2"
 same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"

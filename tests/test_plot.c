@@ -1,7 +1,7 @@
 /* tests/test_plot.c: the SVG plots (tools/plot.h). Nice ticks on linear and
- * log axes, and the document itself: read back with a small XML checker
- * (balanced tags, quoted attributes, escaped text), the tick labels and
- * legend entries found where they belong. */
+ * log axes, and the documents themselves (line plots, bar charts): read back
+ * with a small XML checker (balanced tags, quoted attributes, escaped text),
+ * the tick labels, legend entries and bars found where they belong. */
 #include "tests/pr_test.h"
 #include "tools/plot.h"
 
@@ -174,6 +174,88 @@ static void test_nothing_to_draw(void **state)
     assert_non_null(strstr(err.msg, "/nonexistent/dir/p.svg"));
 }
 
+static int count(const char *doc, const char *what)
+{
+    int n = 0;
+    for (const char *s = doc; (s = strstr(s, what)); s++) n++;
+    return n;
+}
+
+static char *write_bars_doc(const pr_bars *b)
+{
+    FILE *f = tmpfile();
+    pr_err err;
+    if (pr_bars_write(b, f, &err)) fail_msg("%s", err.msg);
+    long len = ftell(f);
+    char *doc = calloc((size_t)len + 1, 1);
+    rewind(f);
+    assert_int_equal(fread(doc, 1, (size_t)len, f), len);
+    fclose(f);
+    return doc;
+}
+
+/* 3 variants x 3 tasks, two units; [variant * 3 + task] */
+static pr_bars three_by_three(double *mean, double *spread)
+{
+    static const double m[9] = {0.9, 0.5, 2.5, 0.8, NAN, 3.1, 0.1, 0.45, 2.0};
+    static const double e[9] = {0.3, 0.0, 0.2, 0.05, 0.1, NAN, 0.02, 0.01, 0.4};
+    memcpy(mean, m, sizeof m), memcpy(spread, e, sizeof e);
+    return (pr_bars){.title = "grid <g> & \"co\"", .n_groups = 3, .n_series = 3,
+                     .group = {"parity", "mux", "lm"}, .unit = {"acc", "acc", "bpb"}, .unit_max = {1, 1, 0},
+                     .series = {"prism L=0", "a<b & c", "gdn \"x\""}, .mean = mean, .spread = spread};
+}
+
+static void test_bar_chart(void **state)
+{
+    (void)state;
+    double mean[9], spread[9];
+    pr_bars b = three_by_three(mean, spread);
+    char *doc = write_bars_doc(&b);
+    texts t;
+    check_xml(doc, &t);
+    /* a bar per finite mean (8 of 9); an error bar where the spread is > 0 and finite (6 of them) */
+    assert_int_equal(count(doc, "class=\"bar\""), 8);
+    assert_int_equal(count(doc, "class=\"err\""), 6);
+    assert_null(strstr(doc, "<title>a&lt;b &amp; c, mux"));   /* the missing cell */
+    assert_non_null(strstr(doc, "<title>a&lt;b &amp; c, parity: 0.8 ± 0.05</title>"));
+    /* acc and bpb never share an axis: two panels, each with its y label */
+    assert_int_equal(count(doc, "class=\"yticks\""), 2);
+    assert_true(has_text(&t, "", "acc") && has_text(&t, "", "bpb"));
+    assert_true(has_text(&t, "xticks", "parity") && has_text(&t, "xticks", "(acc)") && has_text(&t, "xticks", "(bpb)"));
+    /* acc stops at its bound 1 though 0.9 + 0.3 passes it; bpb reaches past 3.1 */
+    assert_true(has_text(&t, "yticks", "1") && !has_text(&t, "yticks", "1.2"));
+    assert_true(has_text(&t, "yticks", "3.5") || has_text(&t, "yticks", "4"));
+    assert_true(has_text(&t, "legend", "prism L=0"));
+    assert_true(has_text(&t, "legend", "a&lt;b &amp; c"));
+    assert_true(has_text(&t, "legend", "gdn &quot;x&quot;"));
+    assert_true(has_text(&t, "", "grid &lt;g&gt; &amp; &quot;co&quot;"));
+    free(doc);
+    /* every series past the ten hues keeps a look of its own */
+    assert_non_null(strstr(doc = write_bars_doc(&(pr_bars){.n_groups = 1, .n_series = 11, .mean = (double[11]){
+                                                               1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}),
+                           "fill=\"#1f77b4\" fill-opacity=\"0.45\""));
+    free(doc);
+}
+
+static void test_bars_nothing_to_draw(void **state)
+{
+    (void)state;
+    double mean[9], spread[9];
+    pr_bars b = three_by_three(mean, spread);
+    for (int i = 0; i < 9; i++) mean[i] = NAN;
+    pr_err err;
+    FILE *f = fopen("/dev/null", "w");
+    assert_int_equal(pr_bars_write(&b, f, &err), -1);
+    assert_non_null(strstr(err.msg, "no bar to draw"));
+    b.n_series = 0;
+    assert_int_equal(pr_bars_write(&b, f, &err), -1);
+    assert_non_null(strstr(err.msg, "0 series"));
+    fclose(f);
+    b = three_by_three(mean, spread);
+    assert_int_equal(pr_bars_save(&b, "/nonexistent/dir/b.svg", &err), -1);
+    assert_non_null(strstr(err.msg, "/nonexistent/dir/b.svg"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +263,8 @@ int main(void)
         cmocka_unit_test(test_log_ticks),
         cmocka_unit_test(test_svg_document),
         cmocka_unit_test(test_nothing_to_draw),
+        cmocka_unit_test(test_bar_chart),
+        cmocka_unit_test(test_bars_nothing_to_draw),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -1,6 +1,6 @@
 /* tools/ablate.c: `prism ablate`: every (model or variant) x task x seed cell
  * of a grid (tools/grid.h) trained through the trainer library, each in its
- * own run directory, then a table of mean ± std over seeds.
+ * own run directory, then a table of mean ± std over seeds and a bar chart of it.
  *
  * Resumable: a cell whose run directory holds result.json for the same step
  * budget is read, not rerun; one with a checkpoint but no result continues
@@ -31,6 +31,7 @@
 
 #include "models/models.h"
 #include "tools/grid.h"
+#include "tools/plot.h"
 #include "tools/tools.h"
 #include "train/train.h"
 
@@ -77,7 +78,8 @@ static void ablate_usage(FILE *f)
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
             "a Markdown table of the mean ± sample std over seeds of each task's quality metric\n"
-            "(probes: acc; rec: test_ndcg@10; lm: bpb), also written as DIR/results.md, .csv and .json.\n"
+            "(probes: acc; rec: test_ndcg@10; lm: bpb), also written as DIR/results.md, .csv and .json,\n"
+            "and drawn as a bar chart in DIR/results.svg (a panel per metric, ± std as error bars).\n"
             "Run it again to resume: finished cells are read, not rerun; an interrupted cell\n"
             "continues from its latest checkpoint (train.ckpt_every defaults to a fifth of the\n"
             "steps here). A task the trainer cannot open is left out, saying why.\n\n"
@@ -413,6 +415,40 @@ static int write_tables(const pr_grid_results *r, const char *root)
     return 0;
 }
 
+_Static_assert(PR_BARS_MAX_GROUPS >= PR_GRID_MAX_TASKS && PR_BARS_MAX_SERIES >= PR_GRID_MAX_VARIANTS,
+               "a bar chart holds every task and variant of a grid");
+
+/* acc, test_ndcg@10, test_hit@10: a fraction of the examples, at most 1 */
+static bool is_fraction(const char *metric)
+{
+    return strcmp(metric, "acc") == 0 || strncmp(metric, "test_ndcg@", 10) == 0 || strncmp(metric, "test_hit@", 9) == 0;
+}
+
+/* the table as a bar chart: a group per task, a bar of mean ± std per variant */
+static int write_chart(const pr_grid_results *r, const char *root)
+{
+    const pr_grid *g = r->g;
+    char title[120], path[1100];
+    snprintf(title, sizeof title, "ablate %s: mean ± std over %d seed%s", g->name, g->seeds,
+             g->seeds > 1 ? "s" : "");
+    pr_bars b = {.title = title, .n_groups = g->n_tasks, .n_series = g->n_variants};
+    double mean[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS], std[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS];
+    for (int t = 0; t < g->n_tasks; t++)
+        b.group[t] = g->task[t], b.unit[t] = r->metric[t], b.unit_max[t] = is_fraction(r->metric[t]) ? 1 : 0;
+    for (int v = 0; v < g->n_variants; v++) {
+        b.series[v] = g->variant[v].name;
+        for (int t = 0; t < g->n_tasks; t++)
+            pr_grid_stats(r->value + ((int64_t)v * g->n_tasks + t) * g->seeds, g->seeds, &mean[v * g->n_tasks + t],
+                          &std[v * g->n_tasks + t]);
+    }
+    b.mean = mean, b.spread = std;
+    pr_err err;
+    snprintf(path, sizeof path, "%s/results.svg", root);
+    if (pr_bars_save(&b, path, &err)) return fprintf(stderr, "prism ablate: %s\n", err.msg), -1;
+    printf("chart: %s\n", path);
+    return 0;
+}
+
 /* ---- workers ----------------------------------------------------------------------- */
 /* the number of GPUs, asked by a child process so that this one never
  * initialises CUDA (the workers forked from it could not use it then) */
@@ -579,7 +615,7 @@ int pr_cmd_ablate(int argc, char **argv)
     collect(&r, value, &res);
     res.value = value;
     pr_grid_write_markdown(&res, stdout);
-    rc = write_tables(&res, root) ? 1 : 0;
+    rc = write_tables(&res, root) || write_chart(&res, root) ? 1 : 0;
     int ran = board->ran, reused = board->reused, failed = board->failed;
     printf("%d cells: %d run, %d reused, %d failed\n", n_cells, ran, reused, failed);
     free(value);

@@ -2,7 +2,8 @@
  * model, tasks, seeds, a step budget), read from a JSON file in the config
  * format or taken from a built-in grid, and the results table (mean and
  * sample standard deviation over seeds per variant x task) as Markdown, CSV
- * and JSON.
+ * and JSON. (ablate also draws the table as a bar chart, DIR/results.svg,
+ * through tools/plot.h.)
  *
  * A grid file:
  *   {"name": "mine",

@@ -1,7 +1,8 @@
-/* tools/plot.h: line plots as standalone SVG files (axes, "nice" ticks,
- * labels, a legend, log scale on either axis), for the commands that report
- * curves: gradient norms, throughput against sequence length. No dependency:
- * the SVG is written by hand and opens in any browser.
+/* tools/plot.h: line plots and grouped bar charts as standalone SVG files
+ * (axes, "nice" ticks, labels, a legend), for the commands that report
+ * curves (gradient norms, throughput against sequence length; log scale on
+ * either axis) or a table of means (ablate). No dependency: the SVG is
+ * written by hand and opens in any browser.
  *
  *     pr_plot p = {.title = "grad norms", .xlabel = "step", .ylabel = "norm", .ylog = true};
  *     pr_plot_add(&p, "embed", n, xs, ys);
@@ -44,5 +45,31 @@ int pr_plot_ticks(double lo, double hi, bool log_scale, double *ticks, double *a
 int pr_plot_write(const pr_plot *p, FILE *f, pr_err *err);
 /* the same into a file; -1 with err naming the file */
 int pr_plot_save(const pr_plot *p, const char *path, pr_err *err);
+
+/* ---- grouped bar charts: a group of bars per x label, a bar (and a colour)
+ * per series. Groups measured in different units are never drawn against
+ * one axis: each distinct unit gets its own panel, stacked vertically, with
+ * a y axis from zero. */
+#define PR_BARS_MAX_GROUPS 16
+#define PR_BARS_MAX_SERIES 32
+
+typedef struct {
+    const char *title;
+    int n_groups, n_series;
+    const char *group[PR_BARS_MAX_GROUPS];   /* x labels */
+    const char *unit[PR_BARS_MAX_GROUPS];    /* what each group's values measure ("acc") */
+    /* the largest value each group's unit can take (1 for a fraction), or 0
+     * for no bound: the axis stops there, cutting error bars that pass it */
+    double unit_max[PR_BARS_MAX_GROUPS];
+    const char *series[PR_BARS_MAX_SERIES];  /* legend entries */
+    /* [series * n_groups + group]: a non-finite mean draws no bar; an error
+     * bar of mean ± spread where spread is finite and > 0 (spread may be NULL) */
+    const double *mean, *spread;
+} pr_bars;
+
+/* the SVG document; -1 with err when the counts are out of range or no mean is finite */
+int pr_bars_write(const pr_bars *b, FILE *f, pr_err *err);
+/* the same into a file; -1 with err naming the file */
+int pr_bars_save(const pr_bars *b, const char *path, pr_err *err);
 
 #endif
