@@ -73,8 +73,8 @@ static void ablate_usage(FILE *f)
 {
     fprintf(f,
             "usage: prism ablate --grid NAME|FILE [--seeds N] [--steps N] [--device auto|cpu|cuda]\n"
-            "                    [--jobs N] [--only MODEL,...] [--tasks TASK,...] [--out DIR]\n"
-            "                    [--set key=value]...\n\n"
+            "                    [--jobs N] [--only MODEL,...] [--tasks TASK,...] [--metric NAME]\n"
+            "                    [--out DIR] [--set key=value]...\n\n"
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
             "a Markdown table of the mean ± sample std over seeds of each task's quality metric\n"
@@ -89,7 +89,10 @@ static void ablate_usage(FILE *f)
             "                   uses GPU j mod the GPU count, otherwise all share GPU 0. On the CPU\n"
             "                   each worker gets cores/N OpenMP threads unless OMP_NUM_THREADS is set.\n"
             "  --only M,...     only these models or variants of the grid (names as in its table)\n"
-            "  --tasks T,...    only these tasks of the grid\n\n"
+            "  --tasks T,...    only these tasks of the grid\n"
+            "  --metric NAME    tabulate this metric of each cell's result.json rather than the\n"
+            "                   task's quality metric, e.g. test_hit@200 or test_auc on rec (a\n"
+            "                   cell that does not report it shows -)\n\n"
             "Built-in grids:\n");
     print_builtins(f);
     fprintf(f,
@@ -104,7 +107,7 @@ static void ablate_usage(FILE *f)
 }
 
 typedef struct {
-    const char *grid, *out, *only, *tasks;
+    const char *grid, *out, *only, *tasks, *metric;
     const char *sets[32];
     int n_sets, device, seeds, jobs;
     int64_t steps;
@@ -120,6 +123,7 @@ static int parse_ablate(pr_args *a, ablate_args *t)
         if (pr_args_help(a)) return ablate_usage(stdout), 0;
         if (pr_args_string(a, "--grid", &t->grid) || pr_args_string(a, "--out", &t->out) ||
             pr_args_string(a, "--only", &t->only) || pr_args_string(a, "--tasks", &t->tasks) ||
+            pr_args_string(a, "--metric", &t->metric) ||
             pr_args_choice(a, "--device", devices, &t->device) ||
             pr_args_int(a, "--seeds", 1, PR_GRID_MAX_SEEDS, &t->seeds) ||
             pr_args_int(a, "--jobs", 1, MAX_JOBS, &t->jobs))
@@ -192,8 +196,10 @@ static const char *quality_metric(const cJSON *metrics)
     return NULL;
 }
 
-/* a finished cell's result.json for `steps`; false when absent or for another budget */
-static bool read_result(const char *dir, int64_t steps, const char **metric, double *value)
+/* a finished cell's result.json for `steps`; false when absent or for another
+ * budget. *value is the metric `want` (NAN when the cell does not report it),
+ * or with want NULL the cell's quality metric, named in *metric. */
+static bool read_result(const char *dir, int64_t steps, const char *want, const char **metric, double *value)
 {
     char path[1200];
     pr_err err;
@@ -206,7 +212,12 @@ static bool read_result(const char *dir, int64_t steps, const char **metric, dou
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "metrics");
     const char *name = m ? quality_metric(m) : NULL;
     bool ok = cJSON_IsNumber(st) && (int64_t)st->valuedouble == steps && name;
-    if (ok) *metric = name, *value = cJSON_GetObjectItemCaseSensitive(m, name)->valuedouble;
+    if (ok && want) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, want);
+        *metric = want, *value = cJSON_IsNumber(w) ? w->valuedouble : NAN;
+    } else if (ok) {
+        *metric = name, *value = cJSON_GetObjectItemCaseSensitive(m, name)->valuedouble;
+    }
     cJSON_Delete(j);
     return ok;
 }
@@ -335,7 +346,7 @@ static void run_cell(grid_run *r, int j, int i)
     const char *metric;
     double value;
     if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err)) goto failed;
-    if (read_result(dir, o.steps, &metric, &value)) {
+    if (read_result(dir, o.steps, NULL, &metric, &value)) {
         slot->cell = -1;
         r->board->reused++;
         if (r->draws) draw(r, true);
@@ -418,10 +429,12 @@ static int write_tables(const pr_grid_results *r, const char *root)
 _Static_assert(PR_BARS_MAX_GROUPS >= PR_GRID_MAX_TASKS && PR_BARS_MAX_SERIES >= PR_GRID_MAX_VARIANTS,
                "a bar chart holds every task and variant of a grid");
 
-/* acc, test_ndcg@10, test_hit@10: a fraction of the examples, at most 1 */
+/* acc and the rec metrics (test_ or val_ hit@K, ndcg@K, auc): at most 1 */
 static bool is_fraction(const char *metric)
 {
-    return strcmp(metric, "acc") == 0 || strncmp(metric, "test_ndcg@", 10) == 0 || strncmp(metric, "test_hit@", 9) == 0;
+    const char *m = strncmp(metric, "test_", 5) == 0 ? metric + 5 : strncmp(metric, "val_", 4) == 0 ? metric + 4 : NULL;
+    return strcmp(metric, "acc") == 0 ||
+           (m && (strncmp(m, "ndcg@", 5) == 0 || strncmp(m, "hit@", 4) == 0 || strcmp(m, "auc") == 0));
 }
 
 /* the table as a bar chart: a group per task, a bar of mean ± std per variant */
@@ -551,9 +564,11 @@ static int run_parallel(grid_run *r, int ngpus)
     return 0;
 }
 
-/* every cell's result as written to disk, the same whichever process ran it */
-static void collect(const grid_run *r, double *value, pr_grid_results *res)
+/* every cell's result as written to disk, the same whichever process ran it;
+ * -1 when --metric names a metric that no finished cell reports */
+static int collect(const grid_run *r, double *value, pr_grid_results *res)
 {
+    int finished = 0, reported = 0;
     const pr_grid *g = r->g;
     for (int i = 0; i < r->n_cells; i++) {
         int v, k, s;
@@ -565,12 +580,20 @@ static void collect(const grid_run *r, double *value, pr_grid_results *res)
         const char *metric = NULL;
         cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
         value[i] = NAN;
-        if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err) == 0 && read_result(dir, o.steps, &metric, &value[i]) &&
-            !res->metric[k])
-            res->metric[k] = metric;
+        if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err) ||
+            !read_result(dir, o.steps, r->t->metric, &metric, &value[i]))
+            continue;
+        finished++, reported += isfinite(value[i]) ? 1 : 0;
+        if (!res->metric[k] && isfinite(value[i])) res->metric[k] = metric;
     }
     for (int k = 0; k < g->n_tasks; k++)
         if (!res->metric[k]) res->metric[k] = "-";
+    if (r->t->metric && finished && !reported) {
+        fprintf(stderr, "prism ablate: --metric %s: no finished cell reports it (a cell's result.json lists "
+                        "its metrics: acc, loss; test_ and val_ hit@K, ndcg@K, auc; bpb)\n", r->t->metric);
+        return -1;
+    }
+    return 0;
 }
 
 int pr_cmd_ablate(int argc, char **argv)
@@ -612,10 +635,13 @@ int pr_cmd_ablate(int argc, char **argv)
     pr_grid_results res = {.g = &g};
     double *value = malloc(sizeof(double) * (size_t)n_cells);
     PR_CHECK(value, "prism ablate: out of host memory");
-    collect(&r, value, &res);
-    res.value = value;
-    pr_grid_write_markdown(&res, stdout);
-    rc = write_tables(&res, root) || write_chart(&res, root) ? 1 : 0;
+    if (collect(&r, value, &res)) {
+        rc = 1;
+    } else {
+        res.value = value;
+        pr_grid_write_markdown(&res, stdout);
+        rc = write_tables(&res, root) || write_chart(&res, root) ? 1 : 0;
+    }
     int ran = board->ran, reused = board->reused, failed = board->failed;
     printf("%d cells: %d run, %d reused, %d failed\n", n_cells, ran, reused, failed);
     free(value);
