@@ -118,17 +118,23 @@ static bool has_text(const texts *t, const char *group, const char *text)
     return false;
 }
 
-static char *write_doc(const pr_plot *p)
+/* what was written to the temporary file f, as a string; closes f */
+static char *read_back(FILE *f)
 {
-    FILE *f = tmpfile();
-    pr_err err;
-    if (pr_plot_write(p, f, &err)) fail_msg("%s", err.msg);
     long len = ftell(f);
     char *doc = calloc((size_t)len + 1, 1);
     rewind(f);
     assert_int_equal(fread(doc, 1, (size_t)len, f), len);
     fclose(f);
     return doc;
+}
+
+static char *write_doc(const pr_plot *p)
+{
+    FILE *f = tmpfile();
+    pr_err err;
+    if (pr_plot_write(p, f, &err)) fail_msg("%s", err.msg);
+    return read_back(f);
 }
 
 static void test_svg_document(void **state)
@@ -186,12 +192,7 @@ static char *write_bars_doc(const pr_bars *b)
     FILE *f = tmpfile();
     pr_err err;
     if (pr_bars_write(b, f, &err)) fail_msg("%s", err.msg);
-    long len = ftell(f);
-    char *doc = calloc((size_t)len + 1, 1);
-    rewind(f);
-    assert_int_equal(fread(doc, 1, (size_t)len, f), len);
-    fclose(f);
-    return doc;
+    return read_back(f);
 }
 
 /* 3 variants x 3 tasks, two units; [variant * 3 + task] */
