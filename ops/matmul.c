@@ -22,6 +22,15 @@ void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
 
 static bool use_blas = true;
 
+void pr_blas_set_threads(int n)
+{
+#ifdef PRISM_HAVE_BLAS
+    openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
 /* returns the previous setting; a build without BLAS always uses the loop */
 bool pr_matmul_set_blas(bool on)
 {

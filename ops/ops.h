@@ -93,6 +93,8 @@ pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps);
  * times faster). It applies to the forward and the backward alike; the CPU
  * ignores it. */
 pr_tensor *pr_matmul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b, bool trans_a, bool trans_b);
+/* the CPU gemm's worker threads (OpenBLAS); nothing in a build without BLAS */
+void pr_blas_set_threads(int n);
 
 /* ---- embedding.c: weight [V, D], ids int32/int64 any shape -> [..., D]; an id
  * out of [0, V) is fatal. Backward scatter-adds into weight's grad. */

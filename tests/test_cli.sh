@@ -405,6 +405,11 @@ same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"
 expect 0 "ablate grid: 4/4 cells done, 0 running  (0 run, 4 reused, 0 failed)" ablate --grid "$g" --jobs 2 \
     --out "$tmp/abl2"
 expect 2 "prism ablate: --jobs wants an integer from 1 to 64, not '0'" ablate --grid "$g" --jobs 0
+# no --jobs on the CPU: a worker per core; --jobs 1: cells in this process (no workers' line)
+if [ "$(nproc)" -ge 2 ]; then
+    expect 0 "ablate grid: 4/4 cells done, 0 running" ablate --grid "$g" --device cpu --out "$tmp/abl2"
+fi
+expect 0 "ablate grid: 4/4 cells done  (0 run, 4 reused, 0 failed)" ablate --grid "$g" --jobs 1 --out "$tmp/abl2"
 # a slice of a grid; names not in it; variants that would share a run folder
 expect 0 "1 cells: 0 run, 1 reused, 0 failed" ablate --grid "$g" --only gdn --tasks parity --seeds 1 \
     --out "$tmp/abl2"

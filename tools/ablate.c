@@ -83,11 +83,13 @@ static void ablate_usage(FILE *f)
             "Run it again to resume: finished cells are read, not rerun; an interrupted cell\n"
             "continues from its latest checkpoint (train.ckpt_every defaults to a fifth of the\n"
             "steps here). A task the trainer cannot open is left out, saying why.\n\n"
-            "  --jobs N         run N cells at a time, each in its own worker process (default 1);\n"
-            "                   the table is the same as with one job. With --device cuda every\n"
-            "                   worker has its own CUDA context; on a host with several GPUs worker j\n"
-            "                   uses GPU j mod the GPU count, otherwise all share GPU 0. On the CPU\n"
-            "                   each worker gets cores/N OpenMP threads unless OMP_NUM_THREADS is set.\n"
+            "  --jobs N         run N cells at a time, each in its own worker process (default: one\n"
+            "                   per GPU on CUDA, one per core on the CPU); the table is the same as\n"
+            "                   with one job. With --device cuda every worker has its own CUDA\n"
+            "                   context; on a host with several GPUs worker j uses GPU j mod the GPU\n"
+            "                   count, otherwise all share GPU 0 (taking turns: little faster than\n"
+            "                   one job). On the CPU each worker gets cores/N OpenMP and OpenBLAS\n"
+            "                   threads unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set.\n"
             "  --only M,...     only these models or variants of the grid (names as in its table)\n"
             "  --tasks T,...    only these tasks of the grid\n"
             "  --metric NAME    tabulate this metric of each cell's result.json rather than the\n"
@@ -495,14 +497,27 @@ static void pick_gpu(int j, int ngpus)
     setenv("CUDA_VISIBLE_DEVICES", pick, 1);
 }
 
-/* CPU workers share the cores rather than each starting a thread per core */
-static void share_cores(int jobs)
+/* the cores this process may run on */
+static int cpu_cores(void)
 {
 #ifdef PRISM_HAVE_OPENMP
-    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(omp_get_num_procs() / jobs > 1 ? omp_get_num_procs() / jobs : 1);
+    return omp_get_num_procs();
 #else
-    (void)jobs;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 #endif
+}
+
+/* CPU workers share the cores rather than each starting a thread per core,
+ * for our ops (OpenMP) and for the gemm (OpenBLAS) alike: threads beyond the
+ * cores spin waiting for each other */
+static void share_cores(int jobs)
+{
+    int each = cpu_cores() / jobs > 1 ? cpu_cores() / jobs : 1;
+#ifdef PRISM_HAVE_OPENMP
+    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(each);
+#endif
+    if (!getenv("OPENBLAS_NUM_THREADS")) pr_blas_set_threads(each);
 }
 
 /* waits for the workers, drawing the progress line; a worker that dies
@@ -599,7 +614,7 @@ static int collect(const grid_run *r, double *value, pr_grid_results *res)
 int pr_cmd_ablate(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism ablate", argc, argv);
-    ablate_args t = {.jobs = 1};
+    ablate_args t = {.jobs = 0};   /* 0: one per GPU, or one per core on the CPU */
     int rc = parse_ablate(&a, &t);
     if (rc >= 0) return rc;
     static pr_grid g;
@@ -608,9 +623,11 @@ int pr_cmd_ablate(int argc, char **argv)
         return fprintf(stderr, "prism ablate: %s\n", err.msg), PR_EXIT_USAGE;
     if (t.seeds) g.seeds = t.seeds;
     /* with one job cells train in this process; with more, no CUDA here (see the top) */
-    int ngpus = t.device == 1 ? 0 : t.jobs > 1 ? gpu_count_from_child() : pr_cuda_available();
+    int ngpus = t.device == 1 ? 0 : t.jobs != 1 ? gpu_count_from_child() : pr_cuda_available();
     if (t.device == 2 && !ngpus) return pr_args_no_cuda(a.cmd);
     pr_device dev = ngpus ? PR_CUDA : PR_CPU;
+    if (!t.jobs) t.jobs = ngpus ? ngpus : cpu_cores();
+    if (t.jobs > MAX_JOBS) t.jobs = MAX_JOBS;
     pr_config c;
     pr_train_opts o;
     for (int k = 0; k < g.n_tasks; k++)  /* a bad --set fails before any cell runs */
