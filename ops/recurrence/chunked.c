@@ -27,11 +27,13 @@
 /* ---- the chunk's values, shared by forward and backward -------------------------- */
 
 typedef struct {
+    int C;        /* the chunk length: Dm's row stride */
     int n;        /* tokens in this chunk (<= C) */
     int64_t t0;   /* its first token */
     double *G;    /* [C] chunk-local cumulative log-decay */
     double *U;    /* [C][V] the write values u_t */
     double *R;    /* [C][V] v_t - W_t (delta rules; the backward's d beta) */
+    double *Dm;   /* [C][C] D_ti = e^{G_t - G_i} for i <= t: every pass reads it, one exp each */
     double *w;    /* [V] scratch */
 } chunk;
 
@@ -50,8 +52,9 @@ static const double *xval(const pr_rec_seq *s, const chunk *c, int i, int l)
 static void intra(double *y, const pr_rec_seq *s, const chunk *c, const double *x, int t, bool inclusive)
 {
     const int V = s->V;
+    const double *Dt = c->Dm + (int64_t)t * c->C;
     for (int i = 0; i < (inclusive ? t + 1 : t); i++) {
-        const double D = exp(c->G[t] - c->G[i]);
+        const double D = Dt[i];
         const double a = D * pr_rec_dot(key(s, c, i), x, s->K);
         for (int j = 0; j < V; j++) y[j] += a * c->U[(int64_t)i * V + j];
         for (int l = 0; l < s->L; l++) {
@@ -69,6 +72,8 @@ static void chunk_values(chunk *c, const double *S, const pr_rec_seq *s)
     const int K = s->K, V = s->V;
     for (int t = 0; t < c->n; t++)
         c->G[t] = (t ? c->G[t - 1] : 0.0) + (s->g ? s->g[(c->t0 + t) * s->sg] : 0.0);
+    for (int t = 0; t < c->n; t++)
+        for (int i = 0; i <= t; i++) c->Dm[(int64_t)t * c->C + i] = s->g ? exp(c->G[t] - c->G[i]) : 1.0;
     for (int t = 0; t < c->n; t++) {
         const double *v = s->v + (c->t0 + t) * s->sv;
         double *u = c->U + (int64_t)t * V, *r = c->R + (int64_t)t * V;
@@ -86,18 +91,19 @@ static void chunk_values(chunk *c, const double *S, const pr_rec_seq *s)
 
 int64_t pr_rec_chunk_work(int C, int K, int V, int L)
 {
-    return (int64_t)C + 2 * (int64_t)C * V + V                                 /* chunk: G, U, R, w */
+    return (int64_t)C + 2 * (int64_t)C * V + (int64_t)C * C + V                /* chunk: G, U, R, Dm, w */
            + 2 * (int64_t)C * V + 2 * (int64_t)C + 2 * (int64_t)C * K + C       /* dU, dG, dV, dQ, dK, dB */
            + (int64_t)C * L * (K + V) + 2 * (int64_t)K * V + 2 * (int64_t)V + K; /* dKX, dVX, dS0, dS, e, y, f */
 }
 
 static chunk chunk_init(double *work, int C, int V)
 {
-    chunk c = {0};
+    chunk c = {.C = C};
     c.G = work;
     c.U = c.G + C;
     c.R = c.U + (int64_t)C * V;
-    c.w = c.R + (int64_t)C * V;
+    c.Dm = c.R + (int64_t)C * V;
+    c.w = c.Dm + (int64_t)C * C;
     return c;
 }
 
@@ -125,10 +131,10 @@ void pr_rec_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_se
             for (int j = 0; j < V; j++) ot[j] *= s->scale;
         }
         /* the state at the chunk's end */
-        const double Gl = c.G[c.n - 1];
-        for (int64_t i = 0; i < KV; i++) S[i] *= exp(Gl);
+        const double gl = exp(c.G[c.n - 1]);
+        for (int64_t i = 0; i < KV; i++) S[i] *= gl;
         for (int i = 0; i < c.n; i++) {
-            const double D = exp(Gl - c.G[i]);
+            const double D = c.Dm[(int64_t)(c.n - 1) * C + i];
             pr_rec_outer(S, D, key(s, &c, i), c.U + (int64_t)i * V, K, V);
             for (int l = 0; l < s->L; l++) pr_rec_outer(S, D, xkey(s, &c, i, l), xval(s, &c, i, l), K, V);
         }
@@ -170,8 +176,9 @@ static void read_backward(chunk_grads *cg, const pr_rec_seq *s, const chunk *c, 
     for (int i = 0; i < K; i++) dx[i] += gam * pr_rec_dot(S + (int64_t)i * V, dy, V);
     pr_rec_mtv(cg->e, S, x, K, V);
     cg->dG[t] += gam * pr_rec_dot(cg->e, dy, V);
+    const double *Dt = c->Dm + (int64_t)t * c->C;
     for (int i = 0; i < (inclusive ? t + 1 : t); i++) {
-        const double D = exp(c->G[t] - c->G[i]);
+        const double D = Dt[i];
         const double *ki = key(s, c, i), *ui = c->U + (int64_t)i * V;
         const double a = pr_rec_dot(ki, x, K), cu = pr_rec_dot(ui, dy, V);
         double dD = a * cu;
@@ -199,7 +206,7 @@ static void state_backward(chunk_grads *cg, const pr_rec_seq *s, const chunk *c,
     for (int64_t i = 0; i < KV; i++) cg->dS0[i] += gl * dS[i];
     cg->dG[last] += gl * pr_rec_dot(S, dS, KV);
     for (int i = 0; i < c->n; i++) {
-        const double D = exp(c->G[last] - c->G[i]);
+        const double D = c->Dm[(int64_t)last * c->C + i];
         /* each rank-1 term a b^T of a_i: da = D dS' b, db = D dS'^T a, dDl_i += a.(dS' b) */
         double dD = 0;
         for (int l = -1; l < L; l++) {
