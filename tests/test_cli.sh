@@ -360,7 +360,8 @@ file_has "<title>gdn, rec: 0." "$tmp/recabl/results.svg"
 # --metric: another column of each cell's result.json, nothing retrained; a name no cell reports fails
 expect 0 "| model | rec (test_auc) |" ablate --grid "$tmp/recgrid.json" --out "$tmp/recabl" --metric test_auc
 expect 0 "1 cells: 0 run, 1 reused, 0 failed" ablate --grid "$tmp/recgrid.json" --out "$tmp/recabl" --metric test_hit@200
-file_has "gdn,rec,test_hit@200," "$tmp/recabl/results.csv"
+file_has "gdn,rec,test_hit@200," "$tmp/recabl/results-test_hit@200.csv"
+file_has "gdn,rec,test_ndcg@10," "$tmp/recabl/results.csv"
 expect 1 "prism ablate: --metric test_bogus: no finished cell reports it" ablate --grid "$tmp/recgrid.json" \
     --out "$tmp/recabl" --metric test_bogus
 # shellcheck disable=SC2086

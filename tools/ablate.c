@@ -94,7 +94,7 @@ static void ablate_usage(FILE *f)
             "  --tasks T,...    only these tasks of the grid\n"
             "  --metric NAME    tabulate this metric of each cell's result.json rather than the\n"
             "                   task's quality metric, e.g. test_hit@200 or test_auc on rec (a\n"
-            "                   cell that does not report it shows -)\n\n"
+            "                   cell that does not report it shows -), into DIR/results-NAME.*\n\n"
             "Built-in grids:\n");
     print_builtins(f);
     fprintf(f,
@@ -411,20 +411,21 @@ static void drop_unavailable_tasks(pr_grid *g, const ablate_args *t)
     g->n_tasks = kept;
 }
 
-static int write_tables(const pr_grid_results *r, const char *root)
+/* stem: "results", or "results-<metric>" for --metric, which leaves the main tables as they are */
+static int write_tables(const pr_grid_results *r, const char *root, const char *stem)
 {
     void (*writers[3])(const pr_grid_results *, FILE *) = {pr_grid_write_markdown, pr_grid_write_csv,
                                                            pr_grid_write_json};
-    const char *names[3] = {"results.md", "results.csv", "results.json"};
+    const char *ext[3] = {"md", "csv", "json"};
     for (int i = 0; i < 3; i++) {
-        char path[1100];
-        snprintf(path, sizeof path, "%s/%s", root, names[i]);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.%s", root, stem, ext[i]);
         FILE *f = fopen(path, "w");
         if (!f) return fprintf(stderr, "prism ablate: %s: cannot create: %s\n", path, strerror(errno)), -1;
         writers[i](r, f);
         if (fclose(f) != 0) return fprintf(stderr, "prism ablate: %s: cannot write\n", path), -1;
     }
-    printf("tables: %s/results.md, results.csv, results.json\n", root);
+    printf("tables: %s/%s.md, %s.csv, %s.json\n", root, stem, stem, stem);
     return 0;
 }
 
@@ -440,10 +441,10 @@ static bool is_fraction(const char *metric)
 }
 
 /* the table as a bar chart: a group per task, a bar of mean ± std per variant */
-static int write_chart(const pr_grid_results *r, const char *root)
+static int write_chart(const pr_grid_results *r, const char *root, const char *stem)
 {
     const pr_grid *g = r->g;
-    char title[120], path[1100];
+    char title[120], path[1200];
     snprintf(title, sizeof title, "ablate %s: mean ± std over %d seed%s", g->name, g->seeds,
              g->seeds > 1 ? "s" : "");
     pr_bars b = {.title = title, .n_groups = g->n_tasks, .n_series = g->n_variants};
@@ -458,7 +459,7 @@ static int write_chart(const pr_grid_results *r, const char *root)
     }
     b.mean = mean, b.spread = std;
     pr_err err;
-    snprintf(path, sizeof path, "%s/results.svg", root);
+    snprintf(path, sizeof path, "%s/%s.svg", root, stem);
     if (pr_bars_save(&b, path, &err)) return fprintf(stderr, "prism ablate: %s\n", err.msg), -1;
     printf("chart: %s\n", path);
     return 0;
@@ -657,7 +658,9 @@ int pr_cmd_ablate(int argc, char **argv)
     } else {
         res.value = value;
         pr_grid_write_markdown(&res, stdout);
-        rc = write_tables(&res, root) || write_chart(&res, root) ? 1 : 0;
+        char stem[64];
+        snprintf(stem, sizeof stem, "results%s%s", t.metric ? "-" : "", t.metric ? t.metric : "");
+        rc = write_tables(&res, root, stem) || write_chart(&res, root, stem) ? 1 : 0;
     }
     int ran = board->ran, reused = board->reused, failed = board->failed;
     printf("%d cells: %d run, %d reused, %d failed\n", n_cells, ran, reused, failed);
