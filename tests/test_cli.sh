@@ -406,6 +406,15 @@ same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"
 expect 0 "ablate grid: 4/4 cells done, 0 running  (0 run, 4 reused, 0 failed)" ablate --grid "$g" --jobs 2 \
     --out "$tmp/abl2"
 expect 2 "prism ablate: --jobs wants an integer from 1 to 64, not '0'" ablate --grid "$g" --jobs 0
+# two ablates in one folder: the second is refused, naming the first's pid
+if command -v flock >/dev/null; then
+    (flock -n 9 && echo 4242 >&9 && exec sleep 60) 9>"$tmp/abl2/.ablate.lock" &
+    holder=$!
+    until grep -q 4242 "$tmp/abl2/.ablate.lock" 2>/dev/null; do sleep 0.1; done
+    expect 1 "prism ablate: $tmp/abl2 is in use by another prism ablate (pid 4242)" ablate --grid "$g" --out "$tmp/abl2"
+    kill "$holder"
+    wait "$holder" 2>/dev/null || true
+fi
 # no --jobs on the CPU: a worker per core; --jobs 1: cells in this process (no workers' line)
 if [ "$(nproc)" -ge 2 ]; then
     expect 0 "ablate grid: 4/4 cells done, 0 running" ablate --grid "$g" --device cpu --out "$tmp/abl2"

@@ -14,11 +14,13 @@
  * initialised it cannot pass it to forked children. */
 #include <errno.h>
 #include <math.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -465,6 +467,33 @@ static int write_chart(const pr_grid_results *r, const char *root, const char *s
     return 0;
 }
 
+/* One ablate at a time in a grid folder: two would train the same cells into
+ * the same run directories. The lock lasts as long as this process or any
+ * of its workers holds the file open; the file says who holds it. */
+static int lock_grid_folder(const char *root)
+{
+    pr_err err;
+    if (pr_make_dirs(root, &err)) return fprintf(stderr, "prism ablate: %s\n", err.msg), -1;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/.ablate.lock", root);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) return fprintf(stderr, "prism ablate: %s: cannot open: %s\n", path, strerror(errno)), -1;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char who[32] = {0};
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? strcspn(who, "\n") : 0] = 0;
+        fprintf(stderr, "prism ablate: %s is in use by another prism ablate%s%s%s; wait for it to end or "
+                        "give another --out\n", root, who[0] ? " (pid " : "", who, who[0] ? ")" : "");
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    bool noted = ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)len, 0) == len;
+    (void)noted;   /* the pid only serves the message above */
+    return 0;      /* fd stays open until exit */
+}
+
 /* ---- workers ----------------------------------------------------------------------- */
 /* the number of GPUs, asked by a child process so that this one never
  * initialises CUDA (the workers forked from it could not use it then) */
@@ -638,6 +667,7 @@ int pr_cmd_ablate(int argc, char **argv)
     char root[1024];
     if (t.out) snprintf(root, sizeof root, "%s", t.out);
     else snprintf(root, sizeof root, "runs/ablate-%s", g.name);
+    if (lock_grid_folder(root)) return 1;
 
     int n_cells = g.n_variants * g.n_tasks * g.seeds;
     grid_board *board = mmap(NULL, sizeof *board, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -479,11 +479,11 @@ int pr_bench_throughput(int argc, char **argv)
     bool talk = !comm || comm->rank == 0;
     static double tps[MAX_MODELS * 32], tps1[MAX_MODELS * 32];
     if (talk) {
-        char dir[1100];   /* the output folder and its parents, as --out runs/x/y expects */
-        snprintf(dir, sizeof dir, "%s", t.out);
-        for (char *p = dir + 1; *p; p++)
-            if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
-        mkdir(dir, 0755);
+        pr_err err;   /* the output folder and its parents, as --out runs/x/y expects */
+        if (pr_make_dirs(t.out, &err)) {   /* with other ranks waiting on this one, go on: the CSV will fail */
+            fprintf(stderr, "prism bench throughput: %s\n", err.msg);
+            if (!comm) return 1;
+        }
         throughput_header(&t, ranks);
     }
     int failed = 0;

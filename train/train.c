@@ -393,21 +393,20 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
     return 0;
 }
 
-/* the run directory and any missing parents (mkdir -p), as --out runs/parity/prism expects */
-static int make_dir(const char *dir, pr_err *err)
+int pr_make_dirs(const char *dir, pr_err *err)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return pr_errf(err, "%s: the run directory's path is too long", dir);
+        return pr_errf(err, "%s: the folder's path is too long", dir);
     for (char *p = path + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return pr_errf(err, "%s: cannot create the run directory's parent %s: %s", dir, path, strerror(errno));
+            return pr_errf(err, "%s: cannot create its parent %s: %s", dir, path, strerror(errno));
         *p = '/';
     }
     if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
-    return pr_errf(err, "%s: cannot create the run directory: %s", dir, strerror(errno));
+    return pr_errf(err, "%s: cannot create the folder: %s", dir, strerror(errno));
 }
 
 int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
@@ -415,7 +414,7 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
 {
     memset(res, 0, sizeof *res);
     run r = {.cfg = *c, .o = *o, .dir = run_dir, .comm = o->comm, .root = !o->comm || o->comm->rank == 0};
-    if (r.root && make_dir(run_dir, err)) return -1;
+    if (r.root && pr_make_dirs(run_dir, err)) return -1;
     int rc = open_task(&r, err);
     /* a resumed run keeps its manifest; its config records the new total of steps */
     if (!rc && r.root) rc = write_config(&r, err) || (!resume && write_manifest(&r, dev, err)) ? -1 : 0;

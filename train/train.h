@@ -134,6 +134,9 @@ typedef struct {
     char nonfinite[320];    /* set when the NaN trap stopped the run */
 } pr_train_result;
 
+/* dir and any missing parents (mkdir -p); -1 with err naming the one that failed */
+int pr_make_dirs(const char *dir, pr_err *err);
+
 /* train in run_dir (created; with resume, continued from its latest
  * checkpoint). Returns 0, or -1 with err (a file, a bad config, the NaN trap) */
 int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
