@@ -218,16 +218,8 @@ int pr_run_config_apply(pr_config *c, pr_train_opts *o, const char *json, const 
 
 int pr_run_config_load(pr_config *c, pr_train_opts *o, const char *path, pr_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)(n > 0 ? n : 0) + 1);
-    PR_CHECK(buf, "config: out of host memory");
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
-    fclose(f);
-    buf[got] = '\0';
+    char *buf = pr_read_text(path, err);
+    if (!buf) return -1;
     int rc = pr_run_config_apply(c, o, buf, path, err);
     free(buf);
     return rc;
