@@ -395,6 +395,11 @@ file_has "gdn,parity,acc," "$tmp/abl/results.csv"
 file_has '"grid":	"grid"' "$tmp/abl/results.json"
 svg_doc "$tmp/abl/results.svg"
 file_has "<title>gdn, parity: 0." "$tmp/abl/results.svg"
+# --dry-run: what a run would do with each cell, touching nothing
+expect 0 "4 cells: 4 done, 0 to resume, 0 new; nothing was run" ablate --grid "$g" --out "$tmp/abl" --dry-run
+expect 0 "resumes from step" ablate --grid "$g" --out "$tmp/abl" --dry-run --steps 1000
+expect 0 "4 cells: 0 done, 0 to resume, 4 new; nothing was run" ablate --grid "$g" --out "$tmp/abl-none" --dry-run
+if [ -e "$tmp/abl-none" ]; then echo "FAIL  ablate --dry-run created $tmp/abl-none"; failed=$((failed + 1)); fi
 # --jobs: worker processes, the same tables as one job; a rerun trains only the cell that has no result
 expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --jobs 2 --out "$tmp/abl2"
 same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"

@@ -76,7 +76,7 @@ static void ablate_usage(FILE *f)
     fprintf(f,
             "usage: prism ablate --grid NAME|FILE [--seeds N] [--steps N] [--device auto|cpu|cuda]\n"
             "                    [--jobs N] [--only MODEL,...] [--tasks TASK,...] [--metric NAME]\n"
-            "                    [--out DIR] [--set key=value]...\n\n"
+            "                    [--out DIR] [--set key=value]... [--dry-run]\n\n"
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
             "a Markdown table of the mean ± sample std over seeds of each task's quality metric\n"
@@ -94,6 +94,8 @@ static void ablate_usage(FILE *f)
             "                   threads unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set.\n"
             "  --only M,...     only these models or variants of the grid (names as in its table)\n"
             "  --tasks T,...    only these tasks of the grid\n"
+            "  --dry-run        list every cell, its folder and what a run would do with it (done,\n"
+            "                   resume from step K, new), checking each cell's config; train nothing\n"
             "  --metric NAME    tabulate this metric of each cell's result.json rather than the\n"
             "                   task's quality metric, e.g. test_hit@200 or test_auc on rec (a\n"
             "                   cell that does not report it shows -), into DIR/results-NAME.*\n\n"
@@ -115,7 +117,7 @@ typedef struct {
     const char *sets[32];
     int n_sets, device, seeds, jobs;
     int64_t steps;
-    bool steps_set;
+    bool steps_set, dry_run;
 } ablate_args;
 
 static int parse_ablate(pr_args *a, ablate_args *t)
@@ -130,7 +132,7 @@ static int parse_ablate(pr_args *a, ablate_args *t)
             pr_args_string(a, "--metric", &t->metric) ||
             pr_args_choice(a, "--device", devices, &t->device) ||
             pr_args_int(a, "--seeds", 1, PR_GRID_MAX_SEEDS, &t->seeds) ||
-            pr_args_int(a, "--jobs", 1, MAX_JOBS, &t->jobs))
+            pr_args_int(a, "--jobs", 1, MAX_JOBS, &t->jobs) || pr_args_flag(a, "--dry-run", &t->dry_run))
             continue;
         if (pr_args_string(a, "--set", &set)) {
             if (set && t->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
@@ -609,6 +611,44 @@ static int run_parallel(grid_run *r, int ngpus)
     return 0;
 }
 
+/* --dry-run: what a run would do with each cell; -1 when a cell's config is bad */
+static int dry_run(const grid_run *r)
+{
+    const pr_grid *g = r->g;
+    int done = 0, resume = 0, fresh = 0, bad = 0;
+    for (int i = 0; i < r->n_cells; i++) {
+        int v, k, s;
+        cell_axes(g, i, &v, &k, &s);
+        pr_config c;
+        pr_train_opts o;
+        pr_err err;
+        char dir[1100], label[120], state[640];
+        const char *metric;
+        double value;
+        cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
+        cell_label(g, i, label, sizeof label);
+        if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err)) {
+            snprintf(state, sizeof state, "bad config: %s", err.msg), bad++;
+        } else if (read_result(dir, o.steps, NULL, &metric, &value)) {
+            snprintf(state, sizeof state, "done, %s %.4g", metric, value), done++;
+        } else if (file_exists(dir, "latest")) {
+            char path[1200], *text;
+            snprintf(path, sizeof path, "%s/latest", dir);
+            text = pr_read_text(path, &err);
+            snprintf(state, sizeof state, "resumes from step %lld of %lld", text ? atoll(text) : -1LL,
+                     (long long)o.steps);
+            free(text), resume++;
+        } else {
+            snprintf(state, sizeof state, "new, %lld steps", (long long)o.steps), fresh++;
+        }
+        printf("%-36s %-36s %s\n", label, state, dir);
+    }
+    printf("%d cells: %d done, %d to resume, %d new", r->n_cells, done, resume, fresh);
+    if (bad) printf(", %d with a bad config", bad);
+    printf("; nothing was run\n");
+    return bad ? -1 : 0;
+}
+
 /* every cell's result as written to disk, the same whichever process ran it;
  * -1 when --metric names a metric that no finished cell reports */
 static int collect(const grid_run *r, double *value, pr_grid_results *res)
@@ -667,6 +707,10 @@ int pr_cmd_ablate(int argc, char **argv)
     char root[1024];
     if (t.out) snprintf(root, sizeof root, "%s", t.out);
     else snprintf(root, sizeof root, "runs/ablate-%s", g.name);
+    if (t.dry_run) {   /* reads the folder only: no lock, no workers */
+        grid_run dr = {.g = &g, .t = &t, .root = root, .n_cells = g.n_variants * g.n_tasks * g.seeds};
+        return dry_run(&dr) ? 1 : 0;
+    }
     if (lock_grid_folder(root)) return 1;
 
     int n_cells = g.n_variants * g.n_tasks * g.seeds;
