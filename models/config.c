@@ -52,6 +52,8 @@ static const key_info keys[] = {
     {"prism.gelu", KEY_BOOL, F(prism_gelu), "true", "true|false", "GELU on each refinement (off: p * r)"},
     {"prism.shortconv", KEY_BOOL, F(prism_shortconv), "true", "true|false", "ShortConv on the anchor u"},
     {"prism.gain", KEY_BOOL, F(prism_gain), "true", "true|false", "gain predictor p (off: p = 1)"},
+    {"prism.beta_bias", KEY_FLOAT, F(prism_beta_bias), "0", "-20..20",
+     "init of each refinement strength's bias: strength sigmoid(b) at init"},
     {"gdn.gate", KEY_BOOL, F(gdn_gate), "true", "true|false", "gated output norm in gdn and prism"},
     {"gdn.expand_v", KEY_INT, F(gdn_expand_v), "1", "1..8",
      "value head dim V = expand_v * K in gdn and prism (fla GatedDeltaNet's expand_v)"},

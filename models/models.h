@@ -35,6 +35,7 @@ typedef struct pr_config {
     double init_std;
     int prism_L;
     bool prism_gelu, prism_shortconv, prism_gain;
+    double prism_beta_bias;   /* init of b_beta (the refinement strengths' bias) */
     bool gdn_gate, deltanet_gate;
     int gdn_expand_v;
     int mamba2_expand, mamba2_head_dim, mamba2_d_state, mamba2_n_groups;

@@ -28,7 +28,7 @@ static void *prism_build(pr_params *r, const pr_config *c)
     pr_gdn_base_build(r, c, &l->base, true, c->gdn_gate);
     if (c->prism_L == 0) return l;
     int64_t D = c->d_model, H = c->n_heads, HK = H * pr_config_head_dim(c), HV = H * pr_config_value_dim(c);
-    pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, zero = {PR_INIT_CONST, 0, 0};
+    pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, beta0 = {PR_INIT_CONST, c->prism_beta_bias, 0};
     l->u_proj = pr_param_new(r, "u_proj", w, true, PR_DIMS(D, HV));
     if (c->prism_shortconv) l->u_conv = pr_param_new(r, "u_conv", w, true, PR_DIMS(HV, c->conv_width));
     char name[32];
@@ -44,7 +44,7 @@ static void *prism_build(pr_params *r, const pr_config *c)
         snprintf(name, sizeof name, "w_beta.%d", i);
         l->w_beta[i] = pr_param_new(r, name, w, true, PR_DIMS(HV, H));
         snprintf(name, sizeof name, "b_beta.%d", i);
-        l->b_beta[i] = pr_param_new(r, name, zero, false, PR_DIMS(H));
+        l->b_beta[i] = pr_param_new(r, name, beta0, false, PR_DIMS(H));
     }
     return l;
 }

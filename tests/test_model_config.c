@@ -173,6 +173,19 @@ static void test_keyed_init_models(void **state)
         double s = log1p(exp(pr_get(dt, i)));
         assert_true(s >= 1e-3 * 0.999 && s <= 0.1 * 1.001);
     }
+    /* the refinement strengths' bias: 0 by default, prism.beta_bias when set */
+    assert_true(pr_get(pr_params_find(m2->params, "layers.0.mixer.b_beta.1")->t, 0) == 0.0);
+    pr_config c3 = c2;
+    assert_int_equal(pr_config_set(&c3, "prism.beta_bias=-4", &err), 0);
+    pr_model *m3 = pr_model_new(&c3, PR_F32, PR_CPU);
+    pr_model_init(m3);
+    for (int l = 0; l < 2; l++) {
+        char path[64];
+        snprintf(path, sizeof path, "layers.%d.mixer.b_beta.%d", l, l);
+        const pr_tensor *b = pr_params_find(m3->params, path)->t;
+        for (int64_t i = 0; i < b->numel; i++) assert_true(pr_get(b, i) == -4.0);
+    }
+    pr_model_free(m3);
     pr_model_free(m1);
     pr_model_free(m2);
 }
