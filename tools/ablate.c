@@ -288,6 +288,15 @@ static void cell_label(const pr_grid *g, int i, char *out, size_t n)
     snprintf(out, n, "%s %s s%d", g->variant[v].name, g->task[k], s + 1);
 }
 
+/* cell i of the run: its run directory into dir and its config; -1 with err for a bad config */
+static int cell_open(const grid_run *r, int i, char *dir, size_t n, pr_config *c, pr_train_opts *o, pr_err *err)
+{
+    int v, k, s;
+    cell_axes(r->g, i, &v, &k, &s);
+    cell_dir(dir, n, r->root, r->g->variant[v].name, r->g->task[k], s + 1);
+    return cell_config(r->g, r->t, v, k, s + 1, c, o, err);
+}
+
 /* on a terminal, redrawn at most every 0.2 s; piped, a line per finished cell */
 static void draw(grid_run *r, bool cell_finished)
 {
@@ -339,19 +348,15 @@ static void on_step(void *user, int64_t step, int64_t total)
  * is said and counted */
 static void run_cell(grid_run *r, int j, int i)
 {
-    const pr_grid *g = r->g;
     job_slot *slot = &r->board->slot[j];
-    int v, k, s;
-    cell_axes(g, i, &v, &k, &s);
     pr_config c;
     pr_train_opts o;
     pr_err err;
     char dir[1100], label[120];
-    cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
-    cell_label(g, i, label, sizeof label);
+    cell_label(r->g, i, label, sizeof label);
     const char *metric;
     double value;
-    if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err)) goto failed;
+    if (cell_open(r, i, dir, sizeof dir, &c, &o, &err)) goto failed;
     if (read_result(dir, o.steps, NULL, &metric, &value)) {
         slot->cell = -1;
         r->board->reused++;
@@ -545,7 +550,7 @@ static int cpu_cores(void)
  * cores spin waiting for each other */
 static void share_cores(int jobs)
 {
-    int each = cpu_cores() / jobs > 1 ? cpu_cores() / jobs : 1;
+    int cores = cpu_cores(), each = cores / jobs > 1 ? cores / jobs : 1;
 #ifdef PRISM_HAVE_OPENMP
     if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(each);
 #endif
@@ -614,20 +619,16 @@ static int run_parallel(grid_run *r, int ngpus)
 /* --dry-run: what a run would do with each cell; -1 when a cell's config is bad */
 static int dry_run(const grid_run *r)
 {
-    const pr_grid *g = r->g;
     int done = 0, resume = 0, fresh = 0, bad = 0;
     for (int i = 0; i < r->n_cells; i++) {
-        int v, k, s;
-        cell_axes(g, i, &v, &k, &s);
         pr_config c;
         pr_train_opts o;
         pr_err err;
         char dir[1100], label[120], state[640];
         const char *metric;
         double value;
-        cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
-        cell_label(g, i, label, sizeof label);
-        if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err)) {
+        cell_label(r->g, i, label, sizeof label);
+        if (cell_open(r, i, dir, sizeof dir, &c, &o, &err)) {
             snprintf(state, sizeof state, "bad config: %s", err.msg), bad++;
         } else if (read_result(dir, o.steps, NULL, &metric, &value)) {
             snprintf(state, sizeof state, "done, %s %.4g", metric, value), done++;
@@ -656,18 +657,17 @@ static int collect(const grid_run *r, double *value, pr_grid_results *res)
     int finished = 0, reported = 0;
     const pr_grid *g = r->g;
     for (int i = 0; i < r->n_cells; i++) {
-        int v, k, s;
-        cell_axes(g, i, &v, &k, &s);
         pr_config c;
         pr_train_opts o;
         pr_err err;
         char dir[1100];
         const char *metric = NULL;
-        cell_dir(dir, sizeof dir, r->root, g->variant[v].name, g->task[k], s + 1);
         value[i] = NAN;
-        if (cell_config(g, r->t, v, k, s + 1, &c, &o, &err) ||
+        if (cell_open(r, i, dir, sizeof dir, &c, &o, &err) ||
             !read_result(dir, o.steps, r->t->metric, &metric, &value[i]))
             continue;
+        int v, k, s;
+        cell_axes(g, i, &v, &k, &s);
         finished++, reported += isfinite(value[i]) ? 1 : 0;
         if (!res->metric[k] && isfinite(value[i])) res->metric[k] = metric;
     }
