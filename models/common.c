@@ -71,8 +71,11 @@ void pr_qkvgo_build(pr_params *r, const pr_config *c, pr_qkvgo *p)
 
 pr_recurrence_opts pr_config_recurrence(const pr_config *c, pr_rule rule, int64_t T, double scale)
 {
-    /* the chunked form needs no multiple of the chunk; a single token takes the per-token form */
-    return (pr_recurrence_opts){.rule = rule, .scale = scale, .chunk = T == 1 ? 0 : c->chunk};
+    /* the chunked form needs no multiple of the chunk; a single token takes the per-token form.
+     * PRISM's L extra keys a token make its chunks' products larger: it has a chunk of its own
+     * (32 by default: faster than 64 on the H200 at L = 2, ops/recurrence/NOTES.md) */
+    int chunk = rule == PR_RULE_PRISM_CORE ? c->prism_chunk : c->chunk;
+    return (pr_recurrence_opts){.rule = rule, .scale = scale, .chunk = T == 1 ? 0 : chunk};
 }
 
 int64_t pr_config_head_dim(const pr_config *c)

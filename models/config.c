@@ -49,6 +49,8 @@ static const key_info keys[] = {
     {"seed", KEY_INT, F(seed), "1", "0..2147483647", "init seed (with each parameter's path)"},
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "0..10", "std of weights and embeddings at init"},
     {"prism.L", KEY_INT, F(prism_L), "2", "0..8", "PRISM refinement writes; 0 is Gated DeltaNet"},
+    {"prism.chunk", KEY_INT, F(prism_chunk), "32", "0..4096",
+     "recurrence chunk size of PRISM with L >= 1 (L = 0 runs gdn with `chunk`); 0: per-token form"},
     {"prism.gelu", KEY_BOOL, F(prism_gelu), "true", "true|false", "GELU on each refinement (off: p * r)"},
     {"prism.shortconv", KEY_BOOL, F(prism_shortconv), "true", "true|false", "ShortConv on the anchor u"},
     {"prism.gain", KEY_BOOL, F(prism_gain), "true", "true|false", "gain predictor p (off: p = 1)"},

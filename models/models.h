@@ -33,7 +33,7 @@ typedef struct pr_config {
     int ignore_index;
     int seed;
     double init_std;
-    int prism_L;
+    int prism_L, prism_chunk;   /* prism_chunk: prism_core's chunk (L >= 1) */
     bool prism_gelu, prism_shortconv, prism_gain;
     double prism_beta_bias;   /* init of b_beta (the refinement strengths' bias) */
     bool gdn_gate, deltanet_gate;

@@ -23,7 +23,7 @@ __device__ __forceinline__ long long target_at(const void *t, bool is64, long lo
 
 /* ---- cross_entropy ------------------------------------------------------------------- */
 
-template <int G>
+template <int G, int S>
 __global__ void PR_ROW_BOUNDS(G)
     ce_rows_kernel(const float *x, const void *tgt, bool is64, long long ignore, long long R, long long C, float *lse_out,
                    float *loss_out, bool vec)
@@ -32,10 +32,10 @@ __global__ void PR_ROW_BOUNDS(G)
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * C;
-    pr_f4 xs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, C, vec, lane);
+    pr_f4 xs[S];
+    pr_row_load<G, S>(xs, xr, C, vec, lane);
     float mx, sum;
-    pr_row_max_sumexp<G>(xs, xr, C, vec, lane, &mx, &sum);
+    pr_row_max_sumexp<G, S>(xs, xr, C, vec, lane, &mx, &sum);
     if (!ok || lane != 0) return;
     float lse = mx + logf(sum);
     long long t = target_at(tgt, is64, r);
@@ -43,7 +43,7 @@ __global__ void PR_ROW_BOUNDS(G)
     loss_out[r] = t == ignore || t < 0 || t >= C ? 0.0f : lse - xr[t];
 }
 
-template <int G>
+template <int G, int S>
 __global__ void PR_ROW_BOUNDS(G)
     ce_backward_kernel(const float *x, const void *tgt, bool is64, long long ignore, const float *lse, const float *g,
                        double inv_count, float *dx, long long R, long long C, bool vec)
@@ -56,7 +56,7 @@ __global__ void PR_ROW_BOUNDS(G)
     float gs = (float)(*g * inv_count), l = lse[r];
     const float *xr = x + r * C;
     float *dxr = dx + r * C;
-    pr_row_chunks<G>(C, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(C, lane, [&](long long j, int i) {
         pr_f4 v = pr_ld4(xr, j, C, vec), acc = pr_ld4(dxr, j, C, vec);
 #pragma unroll
         for (int k = 0; k < 4; k++) acc.v[k] += gs * (expf(v.v[k] - l) - (j + k == t ? 1.0f : 0.0f));
@@ -123,8 +123,8 @@ extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
     double *tot = (double *)pr_cuda_malloc(3 * sizeof(double)); /* loss sum, kept rows, bad targets */
     bool vec = C % 4 == 0 && pr_aligned16(x->data);
     pr_cuda_row_dispatch(C, [&](auto g) {
-        constexpr int G = decltype(g)::value;
-        ce_rows_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+        constexpr int G = decltype(g)::G, S = decltype(g)::S;
+        ce_rows_kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
             (const float *)x->data, t->data, is64, ignore, R, C, lse, loss, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
@@ -152,8 +152,8 @@ extern "C" void pr_cross_entropy_backward_cuda(pr_ctx *ctx, pr_node *n)
     bool vec = C % 4 == 0 && pr_aligned16(x->data) && pr_aligned16(gx->data);
     cudaStream_t s = pr_cuda_stream(ctx);
     pr_cuda_row_dispatch(C, [&](auto g) {
-        constexpr int G = decltype(g)::value;
-        ce_backward_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+        constexpr int G = decltype(g)::G, S = decltype(g)::S;
+        ce_backward_kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
             (const float *)x->data, t->data, t->dtype == PR_I64, n->iarg[0], (const float *)n->saved[0]->data,
             (const float *)n->out[0]->grad->data, 1.0 / (double)count, (float *)gx->data, R, C, vec);
     });

@@ -39,8 +39,8 @@ __device__ __forceinline__ pr_f4 param4(const float *p, long long j, long long D
     do {                                                                                         \
         cudaStream_t s_ = pr_cuda_stream(ctx);                                                   \
         pr_cuda_row_dispatch(D, [&](auto g_) {                                                   \
-            constexpr int G = decltype(g_)::value;                                               \
-            kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s_>>>(__VA_ARGS__);         \
+            constexpr int G = decltype(g_)::G, S = decltype(g_)::S;                                               \
+            kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s_>>>(__VA_ARGS__);         \
         });                                                                                      \
         PR_CUDA_LAUNCH_CHECK();                                                                  \
     } while (0)
@@ -57,7 +57,7 @@ static bool all_aligned(std::initializer_list<const void *> ps)
 /* a forward's per-row statistics, NULL when the node saves none (not recorded) */
 static float *saved_or_null(const pr_node *n, int i) { return i < n->n_saved ? (float *)n->saved[i]->data : NULL; }
 
-template <int G>
+template <int G, int S>
 ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const float *b, float *y, float *mean_out,
                                        float *rstd_out, long long R, long long D, float eps, bool vec)
 {
@@ -65,16 +65,16 @@ ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const flo
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D;
-    pr_f4 xs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
+    pr_f4 xs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
     float sum = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++) sum += v.v[k]; /* padding is 0 */
     });
     float mean = pr_group_reduce<G>(sum, pr_op_sum()) / (float)D, var = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++)
@@ -83,7 +83,7 @@ ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const flo
     var = pr_group_reduce<G>(var, pr_op_sum());
     float rstd = 1.0f / sqrtf(var / (float)D + eps);
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f), bv = param4(b, j, D, vec, 0.0f);
 #pragma unroll
         for (int k = 0; k < 4; k++) v.v[k] = (v.v[k] - mean) * rstd * wv.v[k] + bv.v[k];
@@ -92,7 +92,7 @@ ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const flo
     if (lane == 0 && rstd_out) mean_out[r] = mean, rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
-template <int G>
+template <int G, int S>
 ROW_KERNEL(G) layernorm_backward_kernel(const float *x, const float *w, const float *g, const float *mean_in,
                                         const float *rstd_in, float *dx, long long R, long long D, bool vec)
 {
@@ -101,11 +101,11 @@ ROW_KERNEL(G) layernorm_backward_kernel(const float *x, const float *w, const fl
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D, *gr = g + r * D;
     float mean = mean_in[r], rstd = rstd_in[r];
-    pr_f4 xs[pr_row_slots<G>()], gs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
-    pr_row_load<G>(gs, gr, D, vec, lane);
+    pr_f4 xs[S], gs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
+    pr_row_load<G, S>(gs, gr, D, vec, lane);
     float m1 = 0.0f, m2 = 0.0f; /* sums of dxh and dxh xh */
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -117,7 +117,7 @@ ROW_KERNEL(G) layernorm_backward_kernel(const float *x, const float *w, const fl
     m1 = pr_group_reduce<G>(m1, pr_op_sum()) / (float)D;
     m2 = pr_group_reduce<G>(m2, pr_op_sum()) / (float)D;
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
         pr_f4 acc = pr_ld4(dx + r * D, j, D, vec);
 #pragma unroll
@@ -176,7 +176,7 @@ extern "C" void pr_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n)
 
 /* ---- rmsnorm and rmsnorm_gated (z = NULL: no gate) ------------------------------------- */
 
-template <int G>
+template <int G, int S>
 ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w, float *y, float *rstd_out, long long R,
                                  long long D, float eps, bool vec)
 {
@@ -184,11 +184,11 @@ ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w,
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D;
-    pr_f4 xs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
-    float rstd = 1.0f / sqrtf(pr_row_sumsq<G>(xs, xr, D, vec, lane) / (float)D + eps);
+    pr_f4 xs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
+    float rstd = 1.0f / sqrtf(pr_row_sumsq<G, S>(xs, xr, D, vec, lane) / (float)D + eps);
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
         pr_f4 zv = z ? pr_ld4(z + r * D, j, D, vec) : pr_f4{{0, 0, 0, 0}};
 #pragma unroll
@@ -203,7 +203,7 @@ ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w,
 
 /* x and g load first (both in flight at once); pass 1 turns g into
  * g' = g silu(z) in its registers and writes dz; pass 2 writes dx */
-template <int G>
+template <int G, int S>
 ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w, const float *g, const float *rstd_in,
                                   float *dx, float *dz, long long R, long long D, bool vec)
 {
@@ -212,11 +212,11 @@ ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D, *gr = g + r * D;
     float rstd = rstd_in[r];
-    pr_f4 xs[pr_row_slots<G>()], gs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
-    pr_row_load<G>(gs, gr, D, vec, lane);
+    pr_f4 xs[S], gs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
+    pr_row_load<G, S>(gs, gr, D, vec, lane);
     float m2 = 0.0f; /* sum of g' w xh */
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
         pr_f4 wv = param4(w, j, D, vec, 1.0f);
         if (z) {
@@ -236,7 +236,7 @@ ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w
     });
     m2 = pr_group_reduce<G>(m2, pr_op_sum()) / (float)D;
     if (!ok || !dx) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f), gv;
         if (i >= 0) {
             gv = gs[i];
@@ -311,7 +311,7 @@ extern "C" void pr_rmsnorm_gated_backward_cuda(pr_ctx *ctx, pr_node *n)
 
 /* ---- l2norm -------------------------------------------------------------------------- */
 
-template <int G>
+template <int G, int S>
 ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, long long R, long long D, float eps,
                                     bool vec)
 {
@@ -319,11 +319,11 @@ ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, l
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D;
-    pr_f4 xs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
-    float rstd = 1.0f / sqrtf(pr_row_sumsq<G>(xs, xr, D, vec, lane) + eps);
+    pr_f4 xs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
+    float rstd = 1.0f / sqrtf(pr_row_sumsq<G, S>(xs, xr, D, vec, lane) + eps);
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++) v.v[k] *= rstd;
@@ -332,7 +332,7 @@ ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, l
     if (lane == 0 && rstd_out) rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
-template <int G>
+template <int G, int S>
 ROW_KERNEL(G) l2norm_backward_kernel(const float *x, const float *g, const float *rstd_in, float *dx, long long R,
                                      long long D, bool vec)
 {
@@ -341,18 +341,18 @@ ROW_KERNEL(G) l2norm_backward_kernel(const float *x, const float *g, const float
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D, *gr = g + r * D;
     float rstd = rstd_in[r];
-    pr_f4 xs[pr_row_slots<G>()], gs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
-    pr_row_load<G>(gs, gr, D, vec, lane);
+    pr_f4 xs[S], gs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
+    pr_row_load<G, S>(gs, gr, D, vec, lane);
     float dot = 0.0f; /* sum g y */
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++) dot += gv.v[k] * v.v[k] * rstd;
     });
     dot = pr_group_reduce<G>(dot, pr_op_sum());
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
         pr_f4 acc = pr_ld4(dx + r * D, j, D, vec);
 #pragma unroll

@@ -12,7 +12,7 @@
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
-template <int G, bool LOG>
+template <int G, int S, bool LOG>
 __global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y, long long R, long long D, bool vec)
 {
     bool ok;
@@ -20,13 +20,13 @@ __global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *xr = x + r * D;
     float *yr = y + r * D;
-    pr_f4 xs[pr_row_slots<G>()];
-    pr_row_load<G>(xs, xr, D, vec, lane);
+    pr_f4 xs[S];
+    pr_row_load<G, S>(xs, xr, D, vec, lane);
     float mx, sum;
-    pr_row_max_sumexp<G>(xs, xr, D, vec, lane, &mx, &sum);
+    pr_row_max_sumexp<G, S>(xs, xr, D, vec, lane, &mx, &sum);
     float lse = mx + logf(sum), inv = 1.0f / sum;
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++) v.v[k] = LOG ? v.v[k] - lse : expf(v.v[k] - mx) * inv;
@@ -34,7 +34,7 @@ __global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y
     });
 }
 
-template <int G, bool LOG>
+template <int G, int S, bool LOG>
 __global__ void PR_ROW_BOUNDS(G) softmax_backward_kernel(const float *y, const float *g, float *dx, long long R, long long D, bool vec)
 {
     bool ok;
@@ -42,18 +42,18 @@ __global__ void PR_ROW_BOUNDS(G) softmax_backward_kernel(const float *y, const f
     long long r = pr_row_index<G>(R, &ok, &lane);
     const float *yr = y + r * D, *gr = g + r * D;
     float *dxr = dx + r * D;
-    pr_f4 ys[pr_row_slots<G>()], gs[pr_row_slots<G>()];
-    pr_row_load<G>(ys, yr, D, vec, lane);
-    pr_row_load<G>(gs, gr, D, vec, lane);
+    pr_f4 ys[S], gs[S];
+    pr_row_load<G, S>(ys, yr, D, vec, lane);
+    pr_row_load<G, S>(gs, gr, D, vec, lane);
     float dot = 0.0f; /* sum g y (softmax) or sum g (log_softmax); zero padding adds nothing */
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 yv = pr_row_get(ys, yr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++) dot += LOG ? gv.v[k] : gv.v[k] * yv.v[k];
     });
     dot = pr_group_reduce<G>(dot, pr_op_sum());
     if (!ok) return;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 yv = pr_row_get(ys, yr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
         pr_f4 acc = pr_ld4(dxr, j, D, vec);
 #pragma unroll
@@ -73,8 +73,8 @@ template <bool LOG> static void softmax_forward(pr_ctx *ctx, pr_node *n)
     bool vec = D % 4 == 0 && pr_aligned16(x->data) && pr_aligned16(y->data);
     cudaStream_t s = pr_cuda_stream(ctx);
     pr_cuda_row_dispatch(D, [&](auto g) {
-        constexpr int G = decltype(g)::value;
-        softmax_forward_kernel<G, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+        constexpr int G = decltype(g)::G, S = decltype(g)::S;
+        softmax_forward_kernel<G, S, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
             (const float *)x->data, (float *)y->data, R, D, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
@@ -90,8 +90,8 @@ template <bool LOG> static void softmax_backward(pr_ctx *ctx, pr_node *n)
     bool vec = D % 4 == 0 && pr_aligned16(y->data) && pr_aligned16(y->grad->data) && pr_aligned16(gx->data);
     cudaStream_t s = pr_cuda_stream(ctx);
     pr_cuda_row_dispatch(D, [&](auto g) {
-        constexpr int G = decltype(g)::value;
-        softmax_backward_kernel<G, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
+        constexpr int G = decltype(g)::G, S = decltype(g)::S;
+        softmax_backward_kernel<G, S, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
             (const float *)y->data, (const float *)y->grad->data, (float *)gx->data, R, D, vec);
     });
     PR_CUDA_LAUNCH_CHECK();

@@ -152,19 +152,29 @@ __device__ __forceinline__ void pr_st4(float *p, long long j, long long n, bool 
 /* ---- row kernels: a group of G threads per row of D elements ----
  * Short rows get a warp (8 rows per 256-thread block), long rows a block.
  * Lane l owns the 4-element chunks j = 4 (l + i G), i = 0, 1, ...; the first
- * pr_row_slots<G>() of them can stay in registers between passes over the
- * row, so a row of up to 4 G slots elements (1024 for a warp, 8192 for a
- * block) is read from memory once; longer rows re-read the rest (from L2).
- * Row kernels declare PR_ROW_BOUNDS(G): 256-thread blocks keep to 128
- * registers, so two blocks share a multiprocessor. */
+ * S of them (the slots) can stay in registers between passes over the row,
+ * so a row of up to 4 G S elements (1024 for a warp, 8192 for a block) is
+ * read from memory once; longer rows re-read the rest (from L2). S is as
+ * small as the row allows: slots the row does not fill still hold registers,
+ * and a warp kernel with 8 slots (~128 registers) fits only 16 warps on a
+ * multiprocessor, too few loads in flight to reach the memory's rate on
+ * short rows (a head's 96 floats). Kernels take <G, S> from the launcher's
+ * pr_rowcfg. PR_ROW_BOUNDS(G): 256-thread blocks keep to 128 registers, so
+ * two blocks share a multiprocessor. */
 #define PR_ROW_THREADS(G) ((G) < 256 ? 256 : (G))
 #define PR_ROW_BOUNDS(G) __launch_bounds__(PR_ROW_THREADS(G), (G) >= 1024 ? 1 : 2)
-template <int G> constexpr int pr_row_slots() { return G >= 1024 ? 2 : 8; } /* 1024 threads: 64 registers */
+template <int G_, int S_> struct pr_rowcfg {
+    static constexpr int G = G_, S = S_;   /* threads a row, register slots a thread */
+};
+/* launch(pr_rowcfg<G, S>()) for rows of D; 1024-thread blocks keep 2 slots (64 registers) */
 template <class F> static inline void pr_cuda_row_dispatch(long long D, F launch)
 {
-    if (D <= 1024) launch(std::integral_constant<int, 32>());
-    else if (D <= 8192) launch(std::integral_constant<int, 256>());
-    else launch(std::integral_constant<int, 1024>());
+    if (D <= 128) launch(pr_rowcfg<32, 1>());
+    else if (D <= 256) launch(pr_rowcfg<32, 2>());
+    else if (D <= 512) launch(pr_rowcfg<32, 4>());
+    else if (D <= 1024) launch(pr_rowcfg<32, 8>());
+    else if (D <= 8192) launch(pr_rowcfg<256, 8>());
+    else launch(pr_rowcfg<1024, 2>());
 }
 template <int G> static inline int pr_row_threads() { return PR_ROW_THREADS(G); }
 template <int G> static inline unsigned pr_row_blocks(long long R)
@@ -182,15 +192,18 @@ template <int G> __device__ __forceinline__ long long pr_row_index(long long R, 
     return *ok ? r : R - 1;
 }
 /* f(j, i) for each chunk j of the lane: i is the register slot (a constant
- * after unrolling), -1 past the slots */
-template <int G, class F> __device__ __forceinline__ void pr_row_chunks(long long D, int lane, F f)
+ * after unrolling), -1 past the slots (only G = 1024 has rows past them) */
+template <int G, int S, class F> __device__ __forceinline__ void pr_row_chunks(long long D, int lane, F f)
 {
-    constexpr int V = pr_row_slots<G>();
+    constexpr int V = S;
 #pragma unroll
     for (int i = 0; i < V; i++) {
         long long j = ((long long)i * G + lane) * 4;
         if (j < D) f(j, i);
     }
+    /* pr_cuda_row_dispatch gives smaller groups slots for the whole row: no
+     * tail, so its registers are not held */
+    if (G < 1024) return;
     for (long long j = ((long long)V * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
 }
 /* chunk j from its register slot, or from memory past the slots */
@@ -200,19 +213,19 @@ __device__ __forceinline__ pr_f4 pr_row_get(const pr_f4 *slots, const float *p, 
     return i >= 0 ? slots[i] : pr_ld4(p, j, D, vec);
 }
 /* fill the register slots with the row */
-template <int G> __device__ __forceinline__ void pr_row_load(pr_f4 *slots, const float *p, long long D, bool vec, int lane)
+template <int G, int S> __device__ __forceinline__ void pr_row_load(pr_f4 *slots, const float *p, long long D, bool vec, int lane)
 {
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         if (i >= 0) slots[i] = pr_ld4(p, j, D, vec);
     });
 }
 
 /* the group-reduced sum of squares of a row (its slots loaded), for rms and l2 norms */
-template <int G>
+template <int G, int S>
 __device__ __forceinline__ float pr_row_sumsq(const pr_f4 *slots, const float *p, long long D, bool vec, int lane)
 {
     float ss = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(slots, p, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++) ss += v.v[k] * v.v[k];
@@ -220,12 +233,12 @@ __device__ __forceinline__ float pr_row_sumsq(const pr_f4 *slots, const float *p
     return pr_group_reduce<G>(ss, pr_op_sum());
 }
 /* the group-reduced max of a row and sum of exp(x - max), for softmax and logsumexp */
-template <int G>
+template <int G, int S>
 __device__ __forceinline__ void pr_row_max_sumexp(const pr_f4 *slots, const float *p, long long D, bool vec, int lane,
                                                   float *mx_out, float *sum_out)
 {
     float mx = -INFINITY;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(slots, p, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++)
@@ -233,7 +246,7 @@ __device__ __forceinline__ void pr_row_max_sumexp(const pr_f4 *slots, const floa
     });
     mx = pr_group_reduce<G>(mx, pr_op_max());
     float sum = 0.0f;
-    pr_row_chunks<G>(D, lane, [&](long long j, int i) {
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(slots, p, j, D, vec, i);
 #pragma unroll
         for (int k = 0; k < 4; k++)
@@ -320,7 +333,7 @@ static void pr_cuda_rowsum(cudaStream_t s, F f, long long R, long long C, float 
 {
     if (R == 0) return;
     pr_cuda_row_dispatch(C, [&](auto g) {
-        constexpr int G = decltype(g)::value;
+        constexpr int G = decltype(g)::G;
         pr_rowsum_kernel<G><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(f, R, C, dst, scale, accumulate);
     });
     PR_CUDA_LAUNCH_CHECK();

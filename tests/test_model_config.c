@@ -190,6 +190,22 @@ static void test_keyed_init_models(void **state)
     pr_model_free(m2);
 }
 
+/* the recurrence's chunk: `chunk` for every rule but PRISM's, which takes prism.chunk */
+static void test_recurrence_chunk(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_recurrence(&c, PR_RULE_GDN, 100, 0).chunk, 64);
+    assert_int_equal(pr_config_recurrence(&c, PR_RULE_PRISM_CORE, 100, 0).chunk, 32);
+    assert_int_equal(pr_config_set(&c, "chunk=16", &err), 0);
+    assert_int_equal(pr_config_set(&c, "prism.chunk=0", &err), 0);
+    assert_int_equal(pr_config_recurrence(&c, PR_RULE_GDN, 100, 0).chunk, 16);
+    assert_int_equal(pr_config_recurrence(&c, PR_RULE_PRISM_CORE, 100, 0).chunk, 0);
+    /* one token runs the per-token form whatever the chunk */
+    assert_int_equal(pr_config_recurrence(&c, PR_RULE_GDN, 1, 0).chunk, 0);
+}
+
 /* ---- checkpoints ------------------------------------------------------------------------ */
 static void test_checkpoint_roundtrip(void **state)
 {
@@ -235,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_keyed_init_independence),
         cmocka_unit_test(test_keyed_init_models),
+        cmocka_unit_test(test_recurrence_chunk),
         cmocka_unit_test(test_checkpoint_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
