@@ -203,8 +203,8 @@ template <int G, int S, class F> __device__ __forceinline__ void pr_row_chunks(l
     }
     /* pr_cuda_row_dispatch gives smaller groups slots for the whole row: no
      * tail, so its registers are not held */
-    if (G < 1024) return;
-    for (long long j = ((long long)V * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
+    if constexpr (G >= 1024)
+        for (long long j = ((long long)V * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
 }
 /* chunk j from its register slot, or from memory past the slots */
 __device__ __forceinline__ pr_f4 pr_row_get(const pr_f4 *slots, const float *p, long long j, long long D, bool vec,

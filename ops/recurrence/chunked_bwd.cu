@@ -139,7 +139,11 @@ static void chunk_dstate_segmented(cudaStream_t st, const rec_prob &p, int bv, c
     float *D = rec_scratch(n_e), *dends = rec_scratch(n_e);
     rec_dstate_io carry = io;
     carry.dhs = nullptr, carry.dht = nullptr, carry.dh_out = D, carry.dh_acc = 0;
-    pr_rec_chunk_dstate(st, ps, bv, carry);
+    /* prism_core's extra keys only feed dVX, which the carry does not store:
+     * the carry's chunks hold the C base keys only (L = 0) */
+    rec_prob pc = ps;
+    pc.L = 0;
+    pr_rec_chunk_dstate(st, pc, bv, carry);
     pr_rec_seg_chain(st, p, sg, true, io.dht, D, dends, io.dh_out, io.dh_acc);
     rec_dstate_io real = io;
     real.dht = dends, real.dh_out = nullptr;

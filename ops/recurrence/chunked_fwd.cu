@@ -309,8 +309,11 @@ static void chunk_state_segmented(cudaStream_t st, const rec_prob &p, const rec_
     const rec_state_io ends = {fix ? sv.hs : nullptr, fix ? sv.R : nullptr, E, sv.W, sv.R0, nullptr, 0};
     pr_rec_chunk_state(st, ps, bv, ends);
     if (p.delta) {
-        rec_prob pa = ps; /* the state has K columns */
-        pa.V = p.K, pa.Vp = p.Kp;
+        /* the state has K columns; the transitions do not depend on prism_core's
+         * extra writes (they only add to the writes, and this pass writes
+         * nothing), so its chunks hold the C base keys only (L = 0) */
+        rec_prob pa = ps;
+        pa.V = p.K, pa.Vp = p.Kp, pa.L = 0;
         const rec_state_io ident = {trans, nullptr, sv.sg.A, sv.W, nullptr, nullptr, 1};
         pr_rec_chunk_state(st, pa, bv, ident);
     }
