@@ -39,14 +39,28 @@ __device__ static float seg_decay(const rec_prob &p, int h, int r0, int r1, floa
     return expf(rec_block_sum(s, red));
 }
 
-#define SEG_BV 32
+/* The chain's blocks take 8 state columns each: the chain is serial over
+ * the segments and has only heads x V/8 blocks, so narrow tiles spread its
+ * fp32 products over more SMs (32 columns made 24 blocks at H=8, V=96). */
+#define SEG_BV 8
 #define SEG_LDV (SEG_BV + 4)
+#define SEG_SLAB_LD 36 /* a reverse slab: Kp rows of A's 32 columns */
 
-/* shared memory: S and X (Kp x 36 each), the slab of A (the larger of
- * 32 x (Kp + 4) and Kp x 36, which is Kp x 36 for Kp >= 32), and 32
- * floats for the scalar rules' sums */
-static size_t seg_chain_smem(const rec_prob &p) { return ((size_t)3 * p.Kp * SEG_LDV + 32) * sizeof(float); }
+/* floats of one slab of A: 32 rows of Kp (forward) or Kp rows of 32 (reverse) */
+static __host__ __device__ int seg_slab_floats(int Kp) { return Kp * SEG_SLAB_LD; }
+/* shared memory: three state tiles (the state, the segment being summed, the
+ * next segment's ends, loaded ahead), two slabs of A (one multiplied while
+ * the next lands), and 32 floats for the scalar rules' sums */
+static size_t seg_chain_smem(const rec_prob &p)
+{
+    return ((size_t)3 * p.Kp * SEG_LDV + 2 * (size_t)seg_slab_floats(p.Kp) + 32) * sizeof(float);
+}
 
+/* Steps s = (segment jj, slab i) in order: S_{jj+1} = A_j S_jj + add_j, A_j in
+ * slabs of 32 rows (one step without A). Each step's copies are issued during
+ * the step before, so a step waits on no global load; X(jj % 3) sums segment
+ * jj while X((jj + 2) % 3) is its start state and X((jj + 1) % 3) receives the
+ * next segment's add (that buffer's last reader was segment jj - 1). */
 template <bool REV>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     seg_chain_kernel(rec_prob p, rec_segs sg, const float *init, const float *add, float *per_seg, float *fin,
@@ -54,47 +68,57 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 {
     extern __shared__ __align__(128) float sm[];
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * SEG_BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
-    const int nv = min(SEG_BV, V - v0), LDA = Kp + 4;
-    float *S = sm, *X = sm + Kp * SEG_LDV, *Ab = sm + 2 * Kp * SEG_LDV, *red = sm + 3 * Kp * SEG_LDV;
+    const int nv = min(SEG_BV, V - v0), LDA = Kp + 4, slab = seg_slab_floats(Kp);
+    /* state tiles X(0..2), slabs Ab(0..1) (by arithmetic: no arrays in local memory) */
+    auto X = [&](int b) { return sm + b * Kp * SEG_LDV; };
+    auto Ab = [&](int b) { return sm + 3 * Kp * SEG_LDV + b * slab; };
+    float *red = Ab(2);
     /* element (r, k) of op(A)'s slab: forward A[i0 + r][k] at r*LDA + k,
-     * reverse A[k][i0 + r] at k*SEG_LDV + r */
-    const int ar = REV ? 1 : LDA, ak = REV ? SEG_LDV : 1;
+     * reverse A[k][i0 + r] at k*SEG_SLAB_LD + r */
+    const int ar = REV ? 1 : LDA, ak = REV ? SEG_SLAB_LD : 1;
     const long long soff = ((long long)n * H + h) * K * V + v0;
-    if (init) rec_ld_tile(S, SEG_LDV, Kp, SEG_BV, init + soff, V, K, nv, p.vec);
+    if (init) rec_ld_tile(X(2), SEG_LDV, Kp, SEG_BV, init + soff, V, K, nv, p.vec);
     else
-        for (int e = threadIdx.x; e < Kp * SEG_LDV; e += blockDim.x) S[e] = 0.f;
+        for (int e = threadIdx.x; e < Kp * SEG_LDV; e += blockDim.x) X(2)[e] = 0.f;
     const int *first = sg.seg + 3 * sg.n;
-    const int j0 = first[n], nseg = first[n + 1] - j0;
-    for (int jj = 0; jj < nseg; jj++) {
-        const int j = REV ? j0 + nseg - 1 - jj : j0 + jj;
+    const int j0 = first[n], nseg = first[n + 1] - j0, nslab = sg.A ? (K + 31) / 32 : 1, nstep = nseg * nslab;
+    auto seg_at = [&](int jj) { return REV ? j0 + nseg - 1 - jj : j0 + jj; };
+    auto issue = [&](int s) { /* step s's copies: its slab, and its segment's add at the first slab */
+        const int jj = s / nslab, i0 = (s - jj * nslab) * 32, j = seg_at(jj);
         const long long joff = ((long long)j * H + h) * K * V + v0;
-        rec_sync(); /* S complete; every read of X (the old S) done */
-        rec_st_tile(per_seg + joff, V, K, nv, S, SEG_LDV, 1.f, false, p.vec);
-        rec_ld_tile(X, SEG_LDV, Kp, SEG_BV, add + joff, V, K, nv, p.vec);
+        if (i0 == 0) rec_ld_tile(X(jj % 3), SEG_LDV, Kp, SEG_BV, add + joff, V, K, nv, p.vec);
+        if (!sg.A) return;
+        const float *Aj = sg.A + ((long long)j * H + h) * K * K;
+        const int ni = min(32, K - i0);
+        if (REV) rec_ld_tile(Ab(s & 1), SEG_SLAB_LD, Kp, 32, Aj + i0, K, K, ni, p.vec);
+        else rec_ld_tile(Ab(s & 1), LDA, 32, Kp, Aj + (long long)i0 * K, K, ni, K, p.vec);
+    };
+    if (nstep) issue(0);
+    for (int s = 0; s < nstep; s++) {
+        const int jj = s / nslab, i0 = (s - jj * nslab) * 32, j = seg_at(jj);
+        float *S = X((jj + 2) % 3), *Xj = X(jj % 3);
+        rec_sync(); /* step s's copies landed; step s - 1's reads done */
+        if (i0 == 0) rec_st_tile(per_seg + ((long long)j * H + h) * K * V + v0, V, K, nv, S, SEG_LDV, 1.f, false, p.vec);
+        if (s + 1 < nstep) issue(s + 1);
         if (!sg.A) { /* A_j = a I */
             const float a = seg_decay(p, h, sg.seg[j], sg.seg[j] + sg.seg[sg.n + j], red);
-            rec_sync();
-            REC_FOR2D(Kp, SEG_BV, k, c) X[k * SEG_LDV + c] = fmaf(a, S[k * SEG_LDV + c], X[k * SEG_LDV + c]);
-        }
-        const float *Aj = sg.A ? sg.A + ((long long)j * H + h) * K * K : nullptr;
-        for (int i0 = 0; Aj && i0 < K; i0 += 32) {
-            const int ni = min(32, K - i0);
-            if (REV) rec_ld_tile(Ab, SEG_LDV, Kp, 32, Aj + i0, K, K, ni, p.vec);
-            else rec_ld_tile(Ab, LDA, 32, Kp, Aj + (long long)i0 * K, K, ni, K, p.vec);
-            rec_sync();
-            REC_FOR2D(32, SEG_BV, r, c) {
-                const float *a = Ab + r * ar;
-                float x = 0.f;
-                for (int k = 0; k < K; k++) x = fmaf(a[k * ak], S[k * SEG_LDV + c], x);
-                X[(i0 + r) * SEG_LDV + c] += x;
+            for (int e = threadIdx.x; e < Kp * SEG_BV; e += blockDim.x) {
+                const int k = e / SEG_BV, c = e % SEG_BV;
+                Xj[k * SEG_LDV + c] = fmaf(a, S[k * SEG_LDV + c], Xj[k * SEG_LDV + c]);
             }
-            rec_sync(); /* the slab is read before the next one lands */
+            continue;
         }
-        float *t = S;
-        S = X, X = t;
+        const float *A = Ab(s & 1);
+        for (int e = threadIdx.x; e < 32 * SEG_BV; e += blockDim.x) {
+            const int r = e / SEG_BV, c = e % SEG_BV;
+            const float *a = A + r * ar;
+            float x = 0.f;
+            for (int k = 0; k < K; k++) x = fmaf(a[k * ak], S[k * SEG_LDV + c], x);
+            Xj[(i0 + r) * SEG_LDV + c] += x;
+        }
     }
     rec_sync();
-    if (fin) rec_st_tile(fin + soff, V, K, nv, S, SEG_LDV, 1.f, fin_acc, p.vec);
+    if (fin) rec_st_tile(fin + soff, V, K, nv, X(nseg ? (nseg - 1) % 3 : 2), SEG_LDV, 1.f, fin_acc, p.vec);
 }
 
 template <bool REV>
