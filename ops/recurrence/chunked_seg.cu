@@ -39,11 +39,11 @@ __device__ static float seg_decay(const rec_prob &p, int h, int r0, int r1, floa
     return expf(rec_block_sum(s, red));
 }
 
-/* The chain's blocks take 8 state columns each: the chain is serial over
- * the segments and has only heads x V/8 blocks, so narrow tiles spread its
- * fp32 products over more SMs (32 columns made 24 blocks at H=8, V=96). */
-#define SEG_BV 8
-#define SEG_LDV (SEG_BV + 4)
+/* The chain's blocks take BV state columns: 8 with the delta rules' K x K
+ * transitions, where the chain is serial over the segments with only heads x
+ * V/BV blocks, so narrow tiles spread its fp32 products over more SMs (32
+ * columns made 24 blocks at H=8, V=96); 32 for the scalar transitions, whose
+ * chain is a few scaled adds. */
 #define SEG_SLAB_LD 36 /* a reverse slab: Kp rows of A's 32 columns */
 
 /* floats of one slab of A: 32 rows of Kp (forward) or Kp rows of 32 (reverse) */
@@ -51,9 +51,9 @@ static __host__ __device__ int seg_slab_floats(int Kp) { return Kp * SEG_SLAB_LD
 /* shared memory: three state tiles (the state, the segment being summed, the
  * next segment's ends, loaded ahead), two slabs of A (one multiplied while
  * the next lands), and 32 floats for the scalar rules' sums */
-static size_t seg_chain_smem(const rec_prob &p)
+static size_t seg_chain_smem(const rec_prob &p, int bv)
 {
-    return ((size_t)3 * p.Kp * SEG_LDV + 2 * (size_t)seg_slab_floats(p.Kp) + 32) * sizeof(float);
+    return ((size_t)3 * p.Kp * (bv + 4) + 2 * (size_t)seg_slab_floats(p.Kp) + 32) * sizeof(float);
 }
 
 /* Steps s = (segment jj, slab i) in order: S_{jj+1} = A_j S_jj + add_j, A_j in
@@ -61,32 +61,33 @@ static size_t seg_chain_smem(const rec_prob &p)
  * the step before, so a step waits on no global load; X(jj % 3) sums segment
  * jj while X((jj + 2) % 3) is its start state and X((jj + 1) % 3) receives the
  * next segment's add (that buffer's last reader was segment jj - 1). */
-template <bool REV>
+template <bool REV, int BV>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     seg_chain_kernel(rec_prob p, rec_segs sg, const float *init, const float *add, float *per_seg, float *fin,
                      int fin_acc)
 {
     extern __shared__ __align__(128) float sm[];
-    const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * SEG_BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
-    const int nv = min(SEG_BV, V - v0), LDA = Kp + 4, slab = seg_slab_floats(Kp);
+    constexpr int LDV = BV + 4;
+    const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, Kp = p.Kp;
+    const int nv = min(BV, V - v0), LDA = Kp + 4, slab = seg_slab_floats(Kp);
     /* state tiles X(0..2), slabs Ab(0..1) (by arithmetic: no arrays in local memory) */
-    auto X = [&](int b) { return sm + b * Kp * SEG_LDV; };
-    auto Ab = [&](int b) { return sm + 3 * Kp * SEG_LDV + b * slab; };
+    auto X = [&](int b) { return sm + b * Kp * LDV; };
+    auto Ab = [&](int b) { return sm + 3 * Kp * LDV + b * slab; };
     float *red = Ab(2);
     /* element (r, k) of op(A)'s slab: forward A[i0 + r][k] at r*LDA + k,
      * reverse A[k][i0 + r] at k*SEG_SLAB_LD + r */
     const int ar = REV ? 1 : LDA, ak = REV ? SEG_SLAB_LD : 1;
     const long long soff = ((long long)n * H + h) * K * V + v0;
-    if (init) rec_ld_tile(X(2), SEG_LDV, Kp, SEG_BV, init + soff, V, K, nv, p.vec);
+    if (init) rec_ld_tile(X(2), LDV, Kp, BV, init + soff, V, K, nv, p.vec);
     else
-        for (int e = threadIdx.x; e < Kp * SEG_LDV; e += blockDim.x) X(2)[e] = 0.f;
+        for (int e = threadIdx.x; e < Kp * LDV; e += blockDim.x) X(2)[e] = 0.f;
     const int *first = sg.seg + 3 * sg.n;
     const int j0 = first[n], nseg = first[n + 1] - j0, nslab = sg.A ? (K + 31) / 32 : 1, nstep = nseg * nslab;
     auto seg_at = [&](int jj) { return REV ? j0 + nseg - 1 - jj : j0 + jj; };
     auto issue = [&](int s) { /* step s's copies: its slab, and its segment's add at the first slab */
         const int jj = s / nslab, i0 = (s - jj * nslab) * 32, j = seg_at(jj);
         const long long joff = ((long long)j * H + h) * K * V + v0;
-        if (i0 == 0) rec_ld_tile(X(jj % 3), SEG_LDV, Kp, SEG_BV, add + joff, V, K, nv, p.vec);
+        if (i0 == 0) rec_ld_tile(X(jj % 3), LDV, Kp, BV, add + joff, V, K, nv, p.vec);
         if (!sg.A) return;
         const float *Aj = sg.A + ((long long)j * H + h) * K * K;
         const int ni = min(32, K - i0);
@@ -98,45 +99,47 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const int jj = s / nslab, i0 = (s - jj * nslab) * 32, j = seg_at(jj);
         float *S = X((jj + 2) % 3), *Xj = X(jj % 3);
         rec_sync(); /* step s's copies landed; step s - 1's reads done */
-        if (i0 == 0) rec_st_tile(per_seg + ((long long)j * H + h) * K * V + v0, V, K, nv, S, SEG_LDV, 1.f, false, p.vec);
+        if (i0 == 0) rec_st_tile(per_seg + ((long long)j * H + h) * K * V + v0, V, K, nv, S, LDV, 1.f, false, p.vec);
         if (s + 1 < nstep) issue(s + 1);
         if (!sg.A) { /* A_j = a I */
             const float a = seg_decay(p, h, sg.seg[j], sg.seg[j] + sg.seg[sg.n + j], red);
-            for (int e = threadIdx.x; e < Kp * SEG_BV; e += blockDim.x) {
-                const int k = e / SEG_BV, c = e % SEG_BV;
-                Xj[k * SEG_LDV + c] = fmaf(a, S[k * SEG_LDV + c], Xj[k * SEG_LDV + c]);
+            for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) {
+                const int k = e / BV, c = e % BV;
+                Xj[k * LDV + c] = fmaf(a, S[k * LDV + c], Xj[k * LDV + c]);
             }
             continue;
         }
         const float *A = Ab(s & 1);
-        for (int e = threadIdx.x; e < 32 * SEG_BV; e += blockDim.x) {
-            const int r = e / SEG_BV, c = e % SEG_BV;
+        for (int e = threadIdx.x; e < 32 * BV; e += blockDim.x) {
+            const int r = e / BV, c = e % BV;
             const float *a = A + r * ar;
             float x = 0.f;
-            for (int k = 0; k < K; k++) x = fmaf(a[k * ak], S[k * SEG_LDV + c], x);
-            Xj[(i0 + r) * SEG_LDV + c] += x;
+            for (int k = 0; k < K; k++) x = fmaf(a[k * ak], S[k * LDV + c], x);
+            Xj[(i0 + r) * LDV + c] += x;
         }
     }
     rec_sync();
-    if (fin) rec_st_tile(fin + soff, V, K, nv, X(nseg ? (nseg - 1) % 3 : 2), SEG_LDV, 1.f, fin_acc, p.vec);
+    if (fin) rec_st_tile(fin + soff, V, K, nv, X(nseg ? (nseg - 1) % 3 : 2), LDV, 1.f, fin_acc, p.vec);
 }
 
-template <bool REV>
+template <bool REV, int BV>
 static void seg_chain_launch(cudaStream_t st, const rec_prob &p, const rec_segs &sg, const float *init,
                              const float *add, float *per_seg, float *fin, bool fin_acc)
 {
-    const size_t sm = seg_chain_smem(p);
-    PR_CUDA_CHECK(cudaFuncSetAttribute(seg_chain_kernel<REV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    const dim3 grid((p.V + SEG_BV - 1) / SEG_BV, p.H, p.N);
-    seg_chain_kernel<REV><<<grid, PR_REC_THREADS, sm, st>>>(p, sg, init, add, per_seg, fin, fin_acc ? 1 : 0);
+    const size_t sm = seg_chain_smem(p, BV);
+    PR_CUDA_CHECK(cudaFuncSetAttribute(seg_chain_kernel<REV, BV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    const dim3 grid((p.V + BV - 1) / BV, p.H, p.N);
+    seg_chain_kernel<REV, BV><<<grid, PR_REC_THREADS, sm, st>>>(p, sg, init, add, per_seg, fin, fin_acc ? 1 : 0);
     PR_CUDA_LAUNCH_CHECK();
 }
 
 void pr_rec_seg_chain(cudaStream_t st, const rec_prob &p, const rec_segs &sg, bool rev, const float *init,
                       const float *add, float *per_seg, float *fin, bool fin_acc)
 {
-    if (rev) seg_chain_launch<true>(st, p, sg, init, add, per_seg, fin, fin_acc);
-    else seg_chain_launch<false>(st, p, sg, init, add, per_seg, fin, fin_acc);
+    if (sg.A && rev) seg_chain_launch<true, 8>(st, p, sg, init, add, per_seg, fin, fin_acc);
+    else if (sg.A) seg_chain_launch<false, 8>(st, p, sg, init, add, per_seg, fin, fin_acc);
+    else if (rev) seg_chain_launch<true, 32>(st, p, sg, init, add, per_seg, fin, fin_acc);
+    else seg_chain_launch<false, 32>(st, p, sg, init, add, per_seg, fin, fin_acc);
 }
 
 /* ---- the fix-up ------------------------------------------------------------------ */
