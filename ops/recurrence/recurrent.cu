@@ -106,6 +106,26 @@ template <int N> __device__ __forceinline__ void tok_allsum(float (&x)[N])
         for (int c = 0; c < N; c++) x[c] += __shfl_xor_sync(PR_FULL_MASK, x[c], o);
 }
 
+/* hs += sum_l kx_l vx_l^T over token tt's extra writes (staged in sm), this
+ * thread's K rows (lane + 32 m) and V columns (jw + c) */
+template <int KPT>
+__device__ __forceinline__ void tok_add_extras(float (&hs)[TOK_CPW][KPT], const float *sm, const tok_layout &s, int L,
+                                               int tt, int lane, int jw)
+{
+    constexpr int Kp = 32 * KPT;
+    for (int l = 0; l < L; l++) {
+        float xr[KPT];
+#pragma unroll
+        for (int m = 0; m < KPT; m++) xr[m] = sm[s.kx + (tt * L + l) * Kp + lane + 32 * m];
+#pragma unroll
+        for (int c = 0; c < TOK_CPW; c++) {
+            const float u = sm[s.vx + (tt * L + l) * TOK_VS + jw + c];
+#pragma unroll
+            for (int m = 0; m < KPT; m++) hs[c][m] = fmaf(xr[m], u, hs[c][m]);
+        }
+    }
+}
+
 /* ---- forward: o, ht and the saved r ----------------------------------------------- */
 template <int KPT>
 __global__ void __launch_bounds__(PR_REC_THREADS) tok_fwd_kernel(rec_prob p, float *o, float *ht, float *r_save, int TT)
@@ -165,17 +185,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) tok_fwd_kernel(rec_prob p, flo
                     for (int m = 0; m < KPT; m++) hs[c][m] = fmaf(kr[m], u, hs[c][m]);
                 }
             }
-            for (int l = 0; l < p.L; l++) {
-                float xr[KPT];
-#pragma unroll
-                for (int m = 0; m < KPT; m++) xr[m] = sm[s.kx + (tt * p.L + l) * Kp + lane + 32 * m];
-#pragma unroll
-                for (int c = 0; c < CPW; c++) {
-                    const float u = sm[s.vx + (tt * p.L + l) * VS + jw + c];
-#pragma unroll
-                    for (int m = 0; m < KPT; m++) hs[c][m] = fmaf(xr[m], u, hs[c][m]);
-                }
-            }
+            tok_add_extras<KPT>(hs, sm, s, p.L, tt, lane, jw);
 #pragma unroll
             for (int c = 0; c < CPW; c++) {
                 d[c] = 0.f;
@@ -418,16 +428,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 #pragma unroll
                 for (int m = 0; m < KPT; m++) hs[c][m] = fmaf(kr[m], u, hs[c][m]);
             }
-            for (int l = 0; l < p.L; l++) {
-#pragma unroll
-                for (int m = 0; m < KPT; m++) kr[m] = sm[s.kx + (tt * p.L + l) * Kp + lane + 32 * m];
-#pragma unroll
-                for (int c = 0; c < CPW; c++) {
-                    const float u = sm[s.vx + (tt * p.L + l) * VS + jw + c];
-#pragma unroll
-                    for (int m = 0; m < KPT; m++) hs[c][m] = fmaf(kr[m], u, hs[c][m]);
-                }
-            }
+            tok_add_extras<KPT>(hs, sm, s, p.L, tt, lane, jw);
 #pragma unroll
             for (int m = 0; m < KPT; m++) red[warp * Kp + lane + 32 * m] = acc[m], acc[m] = 0.f;
 #pragma unroll
