@@ -338,7 +338,7 @@ struct wy_scratch {
 };
 
 template <int C>
-__global__ void __launch_bounds__(PR_REC_THREADS, 1)
+__global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
     chunk_wy_kernel(rec_prob p, int BV, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
 {
     extern __shared__ __align__(128) float sm[];
