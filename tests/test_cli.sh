@@ -32,6 +32,14 @@ expect() {
     failed=$((failed + 1))
 }
 
+# out_has_line REGEX: a line of the last expect's output matches REGEX (extended)
+out_has_line() {
+    if echo "$out" | grep -Eq -- "$1"; then echo "ok    a line matches $1"; return; fi
+    echo "FAIL  no line of the output matches: $1"
+    echo "$out" | head -n 8 | sed 's/^/      | /'
+    failed=$((failed + 1))
+}
+
 # file_has TEXT FILE: a file a command wrote holds TEXT
 file_has() {
     if grep -qF -- "$1" "$2" 2>/dev/null; then echo "ok    $2 holds $1"; return; fi
@@ -449,6 +457,9 @@ file_has "model,acc,tokens_per_s,params,step arena peak MiB" "$tmp/cmp/compare.c
 expect 0 "usage: prism bench throughput" bench throughput --help
 expect 0 "| gdn |" bench throughput --models prism,gdn --seq-lens 8,16 --tokens-per-batch 32 --preset probe \
     --set d_model=8 --steps 1 --warmup 0 --device cpu --out "$tmp/tp"
+# the flatness column: T=16's tokens/s over T=8's on each row ($out: the run above)
+out_has_line '^[|] model [|] T=8 [|] T=16 [|] T=16 / T=8 [|]$'
+out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9]{3} [|]$'
 file_has "prism,16,2," "$tmp/tp/throughput.csv"
 file_has "<svg" "$tmp/tp/throughput.svg"
 expect 0 "| recurrence | mixer | bwd | 2 |" bench throughput --models prism --seq-lens 16 --tokens-per-batch 32 \

@@ -210,8 +210,10 @@ static void throughput_usage(FILE *f)
                "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
                "figure is the median of --steps timed steps (default 3) after --warmup (default 1).\n"
                "Writes DIR/throughput.csv and DIR/throughput.svg (tokens/s against T, log x; DIR\n"
-               "defaults to runs/throughput) and prints the table. --tf32: CUDA matmuls on TF32\n"
-               "tensor cores (default full fp32). --breakdown: after the timed steps, one more step\n"
+               "defaults to runs/throughput) and prints the table; with several lengths its last\n"
+               "column is the last length's tokens/s over the first's (1.000: flat in T).\n"
+               "--tf32: CUDA matmuls on TF32 tensor cores (default full fp32).\n"
+               "--breakdown: after the timed steps, one more step\n"
                "per model and length with the device idle between ops, and a table of where its time\n"
                "went (op, part of the model, forward or backward, ms and share of the step; the waits\n"
                "make that step slower than the timed ones), printed and written to\n"
@@ -442,15 +444,21 @@ static int open_rank(const pr_dist_env *env, pr_device dev, pr_comm **comm)
     return rc ? -1 : 0;
 }
 
-/* the table's header: per T one column, or with ranks > 1 three (1 rank, N ranks, efficiency) */
+/* the flatness column (one rank, several lengths): the last length's tokens/s over the first's */
+static bool throughput_has_ratio(const throughput_args *t, int ranks) { return ranks == 1 && t->n_lens > 1; }
+
+/* the table's header: per T one column, or with ranks > 1 three (1 rank, N ranks, efficiency);
+ * then the flatness column */
 static void throughput_header(const throughput_args *t, int ranks)
 {
     printf("| model |");
     for (int i = 0; i < t->n_lens; i++)
         if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff |", (long long)t->lens[i], ranks);
         else printf(" T=%lld |", (long long)t->lens[i]);
+    bool ratio = throughput_has_ratio(t, ranks);
+    if (ratio) printf(" T=%lld / T=%lld |", (long long)t->lens[t->n_lens - 1], (long long)t->lens[0]);
     printf("\n|---|");
-    for (int i = 0; i < t->n_lens * (ranks > 1 ? 3 : 1); i++) printf("---|");
+    for (int i = 0; i < t->n_lens * (ranks > 1 ? 3 : 1) + ratio; i++) printf("---|");
     printf("\n");
 }
 
@@ -501,6 +509,10 @@ int pr_bench_throughput(int argc, char **argv)
                                           tps[k] / (ranks * tps1[k]));
             else if (talk) printf(isfinite(tps[k]) ? " %.0f |" : " - |", tps[k]);
             fflush(stdout);
+        }
+        if (talk && throughput_has_ratio(&t, ranks)) {
+            double r = tps[m * t.n_lens + t.n_lens - 1] / tps[m * t.n_lens];
+            printf(isfinite(r) ? " %.3f |" : " - |", r);
         }
         if (talk) printf("\n");
     }
