@@ -62,9 +62,22 @@ static void git_commit(char *out, size_t n)
     pclose(p);
 }
 
+/* DIR/name = text and a newline, atomically; frees text (a cJSON print) */
+static int write_json_text(const run *r, const char *name, char *text, pr_err *err)
+{
+    char path[4200];
+    size_t n = strlen(text);
+    char *withnl = realloc(text, n + 2);
+    PR_CHECK(withnl, "%s: out of host memory", name);
+    memcpy(withnl + n, "\n", 2);
+    int rc = pr_write_file_atomic(path_in(path, sizeof path, r->dir, name), withnl, err);
+    free(withnl);
+    return rc;
+}
+
 static int write_manifest(const run *r, pr_device dev, pr_err *err)
 {
-    char commit[48], when[32], path[4200];
+    char commit[48], when[32];
     git_commit(commit, sizeof commit);
     time_t t = time(NULL);
     struct tm tm;
@@ -97,25 +110,12 @@ static int write_manifest(const run *r, pr_device dev, pr_err *err)
     cJSON_AddStringToObject(j, "start_time", when);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    PR_CHECK(withnl, "manifest: out of host memory");
-    memcpy(withnl + n, "\n", 2);
-    int rc = pr_write_file_atomic(path_in(path, sizeof path, r->dir, "manifest.json"), withnl, err);
-    free(withnl);
-    return rc;
+    return write_json_text(r, "manifest.json", text, err);
 }
 
 static int write_config(const run *r, pr_err *err)
 {
-    char path[4200], *text = pr_run_config_json(&r->cfg, &r->o);
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    PR_CHECK(withnl, "config: out of host memory");
-    memcpy(withnl + n, "\n", 2);
-    int rc = pr_write_file_atomic(path_in(path, sizeof path, r->dir, "config.json"), withnl, err);
-    free(withnl);
-    return rc;
+    return write_json_text(r, "config.json", pr_run_config_json(&r->cfg, &r->o), err);
 }
 
 /* ---- setup and teardown ---------------------------------------------------------- */
