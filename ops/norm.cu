@@ -35,14 +35,14 @@ __device__ __forceinline__ pr_f4 param4(const float *p, long long j, long long D
 }
 
 /* launch a row kernel for R rows of D over the group size D calls for */
-#define LAUNCH_ROWS(ctx, R, D, kernel, ...)                                                       \
-    do {                                                                                         \
-        cudaStream_t s_ = pr_cuda_stream(ctx);                                                   \
-        pr_cuda_row_dispatch(D, [&](auto g_) {                                                   \
-            constexpr int G = decltype(g_)::G, S = decltype(g_)::S;                                               \
-            kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s_>>>(__VA_ARGS__);         \
-        });                                                                                      \
-        PR_CUDA_LAUNCH_CHECK();                                                                  \
+#define LAUNCH_ROWS(ctx, R, D, kernel, ...)                                                             \
+    do {                                                                                                \
+        cudaStream_t s_ = pr_cuda_stream(ctx);                                                          \
+        pr_cuda_row_dispatch(D, [&](auto g_) {                                                          \
+            constexpr int G = decltype(g_)::G, S = decltype(g_)::S;                                     \
+            kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s_>>>(__VA_ARGS__);             \
+        });                                                                                             \
+        PR_CUDA_LAUNCH_CHECK();                                                                         \
     } while (0)
 
 static bool all_aligned(std::initializer_list<const void *> ps)

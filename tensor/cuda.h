@@ -195,16 +195,15 @@ template <int G> __device__ __forceinline__ long long pr_row_index(long long R, 
  * after unrolling), -1 past the slots (only G = 1024 has rows past them) */
 template <int G, int S, class F> __device__ __forceinline__ void pr_row_chunks(long long D, int lane, F f)
 {
-    constexpr int V = S;
 #pragma unroll
-    for (int i = 0; i < V; i++) {
+    for (int i = 0; i < S; i++) {
         long long j = ((long long)i * G + lane) * 4;
         if (j < D) f(j, i);
     }
     /* pr_cuda_row_dispatch gives smaller groups slots for the whole row: no
      * tail, so its registers are not held */
     if constexpr (G >= 1024)
-        for (long long j = ((long long)V * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
+        for (long long j = ((long long)S * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
 }
 /* chunk j from its register slot, or from memory past the slots */
 __device__ __forceinline__ pr_f4 pr_row_get(const pr_f4 *slots, const float *p, long long j, long long D, bool vec,
