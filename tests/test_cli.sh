@@ -332,8 +332,6 @@ expect 2 "prism train: --dist-timeout wants a number > 0, not '0'" train --dist-
 expect 2 "prism train: option --dist-file needs a value" train --dist-file
 # shellcheck disable=SC2086
 expect 2 "prism train: train.batch=4 does not split evenly over 3 ranks" train --task parity $tiny --procs 3
-# shellcheck disable=SC2086
-expect 2 "task rec: not data-parallel yet" train --task rec $tiny --procs 2
 export PRISM_NCCL_LIB="$tmp/no-such-libnccl.so.2"
 # shellcheck disable=SC2086
 expect 1 "PRISM_NCCL_LIB=$tmp/no-such-libnccl.so.2 cannot be used" train --task parity $tiny --gpus 2

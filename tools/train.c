@@ -170,8 +170,6 @@ static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, int w
     pr_err err;
     int first, rows;
     if (pr_dist_shard(o->batch, 0, world, &first, &rows, &err)) return pr_args_error(a, "%s", err.msg);
-    if (strcmp(o->task, "rec") == 0)
-        return pr_args_error(a, "task rec: not data-parallel yet (its loss averages over ragged sequences)");
     bool few_gpus;
     int rc = pr_dist_launch_self(a->cmd, world, t->gpus, t->dist_file, NULL, a->argc, a->argv, &few_gpus, &err);
     if (rc < 0 && few_gpus) return fprintf(stderr, "%s: %s\n", a->cmd, err.msg), PR_EXIT_NO_GPU;

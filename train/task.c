@@ -114,9 +114,6 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     *out = NULL;
     int probe = pr_probe_by_name(o->task);
     bool text = strcmp(o->task, "lm") == 0;
-    if (strcmp(o->task, "rec") == 0 && o->comm && o->comm->world > 1)
-        return pr_errf(err, "task rec: not data-parallel yet (its loss averages over ragged sequences); "
-                            "train it in one process");
     if (strcmp(o->task, "rec") == 0) return pr_task_open_rec(out, o, c, err);
     if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
     if (strcmp(c->task, "lm") != 0)

@@ -7,6 +7,11 @@
  * a sequence holds; padding is left out), otherwise pr_rec_loss_sampled at
  * the last position against rec.negatives items drawn from (seed, batch).
  * Batches are a function of the batch index only, so --resume repeats them.
+ * Data parallel: every rank builds the whole batch (users, targets, negatives:
+ * cheap, on the host) and trains on its rows; its loss is scaled by its share
+ * of what the whole batch averages over (its valid positions, or its rows for
+ * the sampled loss) times the ranks, so the ranks' averaged gradients are the
+ * one-process gradients of the whole batch.
  * Evaluation ranks every item for every user on the validation and the test
  * item (leave-one-out) and reports Hit@K, NDCG@K (K = 10, 200, 500) and AUC. */
 #include <stdlib.h>
@@ -21,6 +26,7 @@ enum { SYNTH_SMALL_USERS = 1000, SYNTH_SMALL_ITEMS = 1000, NEGATIVE_STREAM = 0x7
 typedef struct {
     pr_rec_data data;
     int B, T, negatives, ignore;
+    int row0, rows, world;            /* this rank's rows of the batch; the ranks */
     uint64_t seed;
     int64_t *order, order_epoch;      /* the permutation of the current epoch */
     int64_t *users, *inputs, *targets, *negs, *last_target;
@@ -63,17 +69,31 @@ static pr_tensor *ids_tensor(pr_ctx *ctx, const pr_model *m, const int64_t *ids,
     return pr_from_host(ctx->step, PR_I64, m->params->device, PR_DIMS(B, T), ids);
 }
 
-static pr_tensor *full_loss(rec_task *k, pr_ctx *ctx, const pr_model *m)
+/* loss times this rank's share of the whole batch's average (part of whole) times
+ * the ranks: the ranks' mean of it is the whole batch's loss. One process: loss. */
+static pr_tensor *share_of_batch(rec_task *k, pr_ctx *ctx, pr_tensor *loss, int64_t part, int64_t whole)
 {
-    int64_t n = (int64_t)k->B * k->T;
-    for (int64_t i = 0; i < n; i++) k->labels[i] = k->targets[i] ? (int32_t)k->targets[i] : k->ignore;
-    pr_tensor *h = pr_model_hidden(ctx, m, ids_tensor(ctx, m, k->inputs, k->B, k->T), NULL);
-    pr_tensor *scores = pr_matmul(ctx, h, m->embed, false, true);      /* [B, T, n_items + 1] */
-    pr_tensor *labels = pr_from_host(ctx->step, PR_I32, m->params->device, PR_DIMS(k->B, k->T), k->labels);
-    return pr_cross_entropy(ctx, scores, labels, k->ignore);
+    if (k->world == 1 || whole == 0) return loss;
+    return pr_scale(ctx, loss, (double)part * k->world / (double)whole);
 }
 
-/* negatives drawn uniformly from the items, never the target */
+static pr_tensor *full_loss(rec_task *k, pr_ctx *ctx, const pr_model *m)
+{
+    int64_t n = (int64_t)k->B * k->T, lo = (int64_t)k->row0 * k->T, hi = lo + (int64_t)k->rows * k->T;
+    int64_t valid = 0, mine = 0;
+    for (int64_t i = 0; i < n; i++) {
+        k->labels[i] = k->targets[i] ? (int32_t)k->targets[i] : k->ignore;
+        valid += k->targets[i] != 0;
+        mine += k->targets[i] != 0 && i >= lo && i < hi;
+    }
+    pr_tensor *h = pr_model_hidden(ctx, m, ids_tensor(ctx, m, k->inputs + lo, k->rows, k->T), NULL);
+    pr_tensor *scores = pr_matmul(ctx, h, m->embed, false, true);      /* [rows, T, n_items + 1] */
+    pr_tensor *labels = pr_from_host(ctx->step, PR_I32, m->params->device, PR_DIMS(k->rows, k->T), k->labels + lo);
+    return share_of_batch(k, ctx, pr_cross_entropy(ctx, scores, labels, k->ignore), mine, valid);
+}
+
+/* negatives drawn uniformly from the items, never the target (for the whole
+ * batch: a row's draws depend on the rows before it) */
 static pr_tensor *sampled_loss(rec_task *k, pr_ctx *ctx, const pr_model *m, int64_t index)
 {
     int n_items = k->data.n_items;
@@ -88,9 +108,11 @@ static pr_tensor *sampled_loss(rec_task *k, pr_ctx *ctx, const pr_model *m, int6
         }
     }
     pr_device dev = m->params->device;
-    pr_tensor *target = pr_from_host(ctx->step, PR_I64, dev, PR_DIMS(k->B), k->last_target);
-    pr_tensor *negs = pr_from_host(ctx->step, PR_I64, dev, PR_DIMS(k->B, k->negatives), k->negs);
-    return pr_rec_loss_sampled(ctx, m, ids_tensor(ctx, m, k->inputs, k->B, k->T), target, negs);
+    int r0 = k->row0, R = k->rows;
+    pr_tensor *target = pr_from_host(ctx->step, PR_I64, dev, PR_DIMS(R), k->last_target + r0);
+    pr_tensor *negs = pr_from_host(ctx->step, PR_I64, dev, PR_DIMS(R, k->negatives), k->negs + (int64_t)r0 * k->negatives);
+    pr_tensor *items = ids_tensor(ctx, m, k->inputs + (int64_t)r0 * k->T, R, k->T);
+    return share_of_batch(k, ctx, pr_rec_loss_sampled(ctx, m, items, target, negs), R, k->B);
 }
 
 static pr_tensor *rec_loss(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index)
@@ -167,7 +189,14 @@ int pr_task_open_rec(pr_task **out, const pr_train_opts *o, const pr_config *c, 
     rec_task *k = calloc(1, sizeof *k);
     PR_CHECK(k, "task rec: out of host memory");
     *k = (rec_task){.B = o->batch, .T = c->seq_len, .negatives = (int)o->rec_negatives, .ignore = c->ignore_index,
-                    .seed = (uint64_t)o->seed, .order_epoch = -1};
+                    .row0 = 0, .rows = o->batch, .world = 1, .seed = (uint64_t)o->seed, .order_epoch = -1};
+    if (o->comm && o->comm->world > 1) {
+        k->world = o->comm->world;
+        if (pr_dist_shard(o->batch, o->comm->rank, k->world, &k->row0, &k->rows, err)) {
+            free(k);
+            return -1;
+        }
+    }
     if (load_data(o->rec_data, &k->data, err)) {
         free(k);
         return -1;
