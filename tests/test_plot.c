@@ -129,6 +129,13 @@ static char *read_back(FILE *f)
     return doc;
 }
 
+static int count(const char *doc, const char *what)
+{
+    int n = 0;
+    for (const char *s = doc; (s = strstr(s, what)); s++) n++;
+    return n;
+}
+
 static char *write_doc(const pr_plot *p)
 {
     FILE *f = tmpfile();
@@ -159,9 +166,7 @@ static void test_svg_document(void **state)
     assert_true(has_text(&t, "legend", "w_k &amp; w_p"));
     assert_true(has_text(&t, "", "norms &lt;by&gt; step &amp; layer"));
     /* the NaN in a, and the -1 of b on a log axis, each break a line: 2 + 1 polylines */
-    int lines = 0;
-    for (const char *s = doc; (s = strstr(s, "<polyline")); s++) lines++;
-    assert_int_equal(lines, 3);
+    assert_int_equal(count(doc, "<polyline"), 3);
     free(doc);
 }
 
@@ -178,13 +183,6 @@ static void test_nothing_to_draw(void **state)
     assert_non_null(strstr(err.msg, "plot 'empty': no point to draw"));
     assert_int_equal(pr_plot_save(&p, "/nonexistent/dir/p.svg", &err), -1);
     assert_non_null(strstr(err.msg, "/nonexistent/dir/p.svg"));
-}
-
-static int count(const char *doc, const char *what)
-{
-    int n = 0;
-    for (const char *s = doc; (s = strstr(s, what)); s++) n++;
-    return n;
 }
 
 static char *write_bars_doc(const pr_bars *b)

@@ -70,10 +70,11 @@ static pr_tensor *ids_tensor(pr_ctx *ctx, const pr_model *m, const int64_t *ids,
 }
 
 /* loss times this rank's share of the whole batch's average (part of whole) times
- * the ranks: the ranks' mean of it is the whole batch's loss. One process: loss. */
+ * the ranks: the ranks' mean of it is the whole batch's loss. A factor of 1 (one
+ * process, or an even share) leaves the loss as it is. */
 static pr_tensor *share_of_batch(rec_task *k, pr_ctx *ctx, pr_tensor *loss, int64_t part, int64_t whole)
 {
-    if (k->world == 1 || whole == 0) return loss;
+    if (whole == 0 || part * k->world == whole) return loss;
     return pr_scale(ctx, loss, (double)part * k->world / (double)whole);
 }
 
