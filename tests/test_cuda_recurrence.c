@@ -333,26 +333,31 @@ static const rec_case seg_cases[] = {
     {"seg-packed", 1, 300, 2, 32, 48, 2, true, cu_a, 5},
 };
 
-/* PRISM_REC_SEGMENTS=P (0: unset, the plan's own choice), and with nofix
- * PRISM_REC_SEG_FIX=0 (the forward's last serial pass instead of the fix-up) */
-static void seg_env(int P, bool nofix)
+/* PRISM_REC_SEGMENTS=P (0: unset, the plan's own choice), with nofix
+ * PRISM_REC_SEG_FIX=0 (the forward's last serial pass instead of the
+ * fix-up), with narrow V tiles of 32 in the serial passes (the plan widens
+ * them where it segments: V = 48 runs one tile of 64 unless narrow) */
+static void seg_env(int P, bool nofix, bool narrow)
 {
     char v[16];
     snprintf(v, sizeof v, "%d", P);
     if (P) setenv("PRISM_REC_SEGMENTS", v, 1);
     if (nofix) setenv("PRISM_REC_SEG_FIX", "0", 1);
+    if (narrow) setenv("PRISM_REC_BV_STATE", "32", 1), setenv("PRISM_REC_BV_DSTATE", "32", 1);
 }
 static void seg_env_clear(void)
 {
     unsetenv("PRISM_REC_SEGMENTS");
     unsetenv("PRISM_REC_SEG_FIX");
+    unsetenv("PRISM_REC_BV_STATE");
+    unsetenv("PRISM_REC_BV_DSTATE");
 }
 
-/* one CUDA run under seg_env(P, nofix) */
-static rec_out seg_run(pr_ctx *ctx, pr_rule rule, int chunk, int P, bool nofix, const rec_inputs *x, pr_tensor **xc,
-                       pr_tensor *cu)
+/* one CUDA run under seg_env(P, nofix, narrow) */
+static rec_out seg_run(pr_ctx *ctx, pr_rule rule, int chunk, int P, bool nofix, bool narrow, const rec_inputs *x,
+                       pr_tensor **xc, pr_tensor *cu)
 {
-    seg_env(P, nofix);
+    seg_env(P, nofix, narrow);
     rec_out r = cuda_run(ctx, rule, chunk, xc, cu, x->dout, x->dht);
     seg_env_clear();
     return r;
@@ -368,13 +373,16 @@ static bool seg_planned(pr_rule rule, int chunk, int P, bool nofix, const rec_ca
     const int passes = (pr_rule_has_beta(rule) ? 2 : 1) + (fix ? 0 : 1);
     char want[64], why[256];
     snprintf(want, sizeof want, "segments %d, %d pass%s)%s", P, passes, passes > 1 ? "es" : "", fix ? " segfix" : "");
-    seg_env(P, nofix);
+    seg_env(P, nofix, false);
     const pr_recurrence_opts po = {.rule = rule, .chunk = chunk};
     pr_rec_plan plan;
     const bool ok = pr_recurrence_plan(&po, PR_CUDA, N, c->T, c->H, c->K, c->V, c->L, &plan, why, sizeof why);
     seg_env_clear();
+    /* where V has room for one (V = 48), both serial passes take a tile of 64 */
+    const bool wide = c->V <= 32 || (strstr(plan.kernels, " state(bv 64") && strstr(plan.kernels, "dstate(bv 64"));
     if (ok && !strstr(plan.kernels, want)) fprintf(stderr, "  the plan \"%s\" lacks \"%s\"\n", plan.kernels, want);
-    return ok && strstr(plan.kernels, want);
+    if (ok && !wide) fprintf(stderr, "  the plan \"%s\" keeps V tiles of 32\n", plan.kernels);
+    return ok && strstr(plan.kernels, want) && wide;
 }
 
 static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
@@ -386,27 +394,29 @@ static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
     const long long L = pr_rule_has_extra(rule) ? c->L : 0;
-    struct { int chunk, P, tf32, nofix; } runs[] = {{32, 2, 0, 0}, {32, 3, 0, 0}, {32, 5, 0, 0},
-                                                    {64, 3, 0, 0}, {32, 3, 1, 0}, {32, 3, 0, 1}};
+    struct { int chunk, P, tf32, nofix, narrow; } runs[] = {{32, 2, 0, 0, 0}, {32, 3, 0, 0, 0}, {32, 5, 0, 0, 0},
+                                                            {64, 3, 0, 0, 0}, {32, 3, 1, 0, 0}, {32, 3, 0, 1, 0},
+                                                            {32, 3, 0, 0, 1}};
     for (int chunk = 32; chunk <= 64; chunk += 32) {
         ctx->matmul_tf32 = 0;
-        rec_out base = seg_run(ctx, rule, chunk, 1, false, &x, xc, cu);
+        rec_out base = seg_run(ctx, rule, chunk, 1, false, false, &x, xc, cu);
         for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
             if (runs[i].chunk != chunk) continue;
             char what[96];
-            snprintf(what, sizeof what, "%s %s L=%lld C=%d P=%d%s%s", pr_rule_name(rule), c->name, L, chunk, runs[i].P,
-                     runs[i].tf32 ? " tf32" : "", runs[i].nofix ? " no fix-up" : "");
+            snprintf(what, sizeof what, "%s %s L=%lld C=%d P=%d%s%s%s", pr_rule_name(rule), c->name, L, chunk,
+                     runs[i].P, runs[i].tf32 ? " tf32" : "", runs[i].nofix ? " no fix-up" : "",
+                     runs[i].narrow ? " V tiles 32" : "");
             if (!seg_planned(rule, chunk, runs[i].P, runs[i].nofix, c, x.N))
                 fprintf(stderr, "  FAIL %s: the plan does not segment\n", what), fails++;
             ctx->matmul_tf32 = runs[i].tf32;
-            rec_out got = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, &x, xc, cu);
+            rec_out got = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, runs[i].narrow, &x, xc, cu);
             const double tol = runs[i].tf32 ? 4e-3 : 2e-4;
             const double e_ref = report(what, &got, &ref);
             if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
             if (!runs[i].tf32) {
                 const double e_base = report("  vs unsegmented", &got, &base);
                 if (!(e_base <= 2e-4)) fprintf(stderr, "  FAIL %s vs P=1: worst %.3g\n", what, e_base), fails++;
-                rec_out again = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, &x, xc, cu);
+                rec_out again = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, runs[i].narrow, &x, xc, cu);
                 if (!same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
                 rec_out_free(&again);
             }
@@ -473,9 +483,9 @@ static void test_plan(void **state)
         }
     }
     /* the serial passes segment on their own where heads x V tiles leave most
-     * SMs idle: one sequence of 16K tokens, 8 heads of 96 (24 blocks); the
-     * forward then ends with the fix-up (two serial state passes for the
-     * delta rules, one without beta), not a last serial pass */
+     * SMs idle: one sequence of 16K tokens, 8 heads of 96 (24 blocks), and
+     * then take V tiles wider than 32 (test_segments runs both tile widths,
+     * with the fix-up and with a last serial pass) */
     unsetenv("PRISM_REC_SEGMENTS");
     for (int r = 0; r < PR_NRULES; r++) {
         const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = 32};
@@ -484,7 +494,7 @@ static void test_plan(void **state)
         pr_rec_plan_format(&plan, line, sizeof line);
         fprintf(stderr, "  %-10s B=1 T=16384 H=8 K=V=96: %s\n", pr_rule_name((pr_rule)r), line);
         assert_non_null(strstr(plan.kernels, "segments"));
-        assert_non_null(strstr(plan.kernels, pr_rule_has_beta((pr_rule)r) ? "2 passes) segfix" : "1 pass) segfix"));
+        assert_null(strstr(plan.kernels, "state(bv 32"));
     }
     /* the call itself stops with the same message */
     pr_ctx *ctx = g_ctx;

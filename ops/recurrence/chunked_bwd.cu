@@ -572,6 +572,38 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
     if (pl->segments > 1) seg_cost(pl->segments, &pl->seg_fix);
 }
 
+/* PRISM_REC_BV_STATE / PRISM_REC_BV_DSTATE = b: the serial passes' V tile,
+ * for comparisons (a multiple of 32 whose shared memory fits) */
+static bool env_tile(const char *name, const rec_prob &p, size_t mx, size_t (*bytes)(const rec_prob &, int),
+                     int *out)
+{
+    const char *env = getenv(name);
+    if (!env || !*env) return false;
+    char *end;
+    const long b = strtol(env, &end, 10);
+    if (*end || b < 32 || b % 32 || b > p.Vp || bytes(p, (int)b) > mx)
+        pr_fatal("recurrence: %s must be a multiple of 32 up to %d whose shared memory fits, got '%s'", name, p.Vp,
+                 env);
+    *out = (int)b;
+    return true;
+}
+
+/* a segmented pass's V tile: the widest that still lets as many blocks share
+ * an SM as the tile picked for the unsegmented pass. Its blocks are few and
+ * latency-bound, so a wider tile does more work per barrier, and fewer tiles
+ * leave room for more segments (shorter chains of chunk steps). prism_core
+ * at B=1 T=16384 H=8 K=V=96 L=2, fwd+bwd: 7.42 ms at tiles of 32 and 11
+ * segments, 7.06 at 64 (state) and 96 (dstate) and 16 (NOTES.md v11). */
+static void widen_tile(const rec_prob &p, int smem_sm, size_t mx, size_t (*bytes)(const rec_prob &, int), int *bv)
+{
+    const int per_sm = plan_per_sm(bytes(p, *bv), smem_sm);
+    for (int b = p.Vp; b > *bv; b -= 32)
+        if (bytes(p, b) <= mx && plan_per_sm(bytes(p, b), smem_sm) >= per_sm) {
+            *bv = b;
+            return;
+        }
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
@@ -611,7 +643,16 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
     pl->segments = 1, pl->seg_fix = 0;
-    if (ok) plan_segments(p, smem_sm, n_sm, pl);
+    if (ok) {
+        const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
+        const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
+        plan_segments(p, smem_sm, n_sm, pl);
+        if (pl->segments > 1 && !(fs && fd)) {
+            if (!fs) widen_tile(p, smem_sm, mx, pr_rec_smem_state, &pl->bv_state);
+            if (!fd) widen_tile(p, smem_sm, mx, pr_rec_smem_dstate, &pl->bv_dstate);
+            plan_segments(p, smem_sm, n_sm, pl);
+        }
+    }
     /* grad: the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one
