@@ -76,54 +76,17 @@ static double *rounded(pr_ctx *ctx, const double *v, int64_t n, pr_dtype dt)
     return out;
 }
 
-/* forward and backward (seeds through pr_backward_many); host copies */
+/* forward and backward (tests/test_recurrence_util.h); o keeps the inputs'
+ * dtype, ht is f32 for bf16 data, and every grad has its input's dtype */
 static rec_out run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu, const double *dout,
                    const double *dht)
 {
+    rec_out r = rec_run_seeded(ctx, rule, chunk, in, cu, dout, dht);
+    assert_int_equal(r.dt_o, in[0]->dtype);
+    assert_int_equal(r.dt_ht, in[0]->dtype == PR_BF16 ? PR_F32 : in[0]->dtype);
     for (int i = 0; i < REC_NIN; i++)
-        if (in[i]) in[i]->grad = NULL;
-    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
-    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
-    pr_tensor *outs[2] = {o, ht};
-    const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
-                                 pr_from_host(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, dht)};
-    pr_backward_many(ctx, 2, outs, seeds);
-    assert_int_equal(o->dtype, in[0]->dtype);
-    assert_int_equal(ht->dtype, in[0]->dtype == PR_BF16 ? PR_F32 : in[0]->dtype);
-    rec_out r = {0};
-    r.o = rec_host(o, &r.n_o);
-    r.ht = rec_host(ht, &r.n_ht);
-    for (int i = 0; i < REC_NIN; i++)
-        if (in[i]) {
-            assert_int_equal(in[i]->grad->dtype, in[i]->dtype);
-            r.d[i] = rec_host(in[i]->grad, &r.n[i]);
-        }
+        if (in[i]) assert_int_equal(in[i]->grad->dtype, in[i]->dtype);
     return r;
-}
-
-static double worst_err(const char *what, const rec_out *got, const rec_out *ref)
-{
-    double w = fmax(rec_rel_err(got->o, ref->o, ref->n_o), rec_rel_err(got->ht, ref->ht, ref->n_ht));
-    char line[512];
-    int n = snprintf(line, sizeof line, "  %-32s o=%.1e ht=%.1e", what, rec_rel_err(got->o, ref->o, ref->n_o),
-                     rec_rel_err(got->ht, ref->ht, ref->n_ht));
-    for (int i = 0; i < REC_NIN; i++) {
-        if (!ref->d[i]) continue;
-        const double e = rec_rel_err(got->d[i], ref->d[i], ref->n[i]);
-        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names(i), e);
-        w = fmax(w, isnan(e) ? INFINITY : e);
-    }
-    fprintf(stderr, "%s\n", line);
-    return w;
-}
-
-static bool same_bits(const rec_out *a, const rec_out *b)
-{
-    bool same = !memcmp(a->o, b->o, sizeof(double) * (size_t)a->n_o) &&
-                !memcmp(a->ht, b->ht, sizeof(double) * (size_t)a->n_ht);
-    for (int i = 0; i < REC_NIN; i++)
-        if (a->d[i]) same = same && !memcmp(a->d[i], b->d[i], sizeof(double) * (size_t)a->n[i]);
-    return same;
 }
 
 /* one rule, one case, every form; returns the number of failures */
@@ -168,13 +131,13 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
             continue;
         }
         rec_out got = run(ctx, rule, forms[f].chunk, gpu_in, cu_gpu, dout, dht);
-        const double e = worst_err(what, &got, &ref);
+        const double e = rec_report(what, &got, &ref);
         if (!(e <= forms[f].tol)) {
             fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol);
             fails++;
         }
         rec_out again = run(ctx, rule, forms[f].chunk, gpu_in, cu_gpu, dout, dht);
-        if (!same_bits(&got, &again)) {
+        if (!rec_same_bits(&got, &again)) {
             fprintf(stderr, "  FAIL %s: two runs differ\n", what);
             fails++;
         }

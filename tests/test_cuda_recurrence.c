@@ -46,28 +46,6 @@ static const rec_case cases[] = {
     {"wide-grid", 9, 70, 16, 32, 128, 1, true, NULL, 0},
 };
 
-/* forward, then backward seeded with dout (o) and dht (ht) through
- * pr_backward_many (device-agnostic: the seeds are converted to the outputs'
- * dtype and device); host copies of outputs and input grads */
-static rec_out cuda_run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu, const double *dout,
-                        const double *dht)
-{
-    for (int i = 0; i < REC_NIN; i++)
-        if (in[i]) in[i]->grad = NULL;
-    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
-    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
-    pr_tensor *outs[2] = {o, ht};
-    const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
-                                 pr_from_host(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, dht)};
-    pr_backward_many(ctx, 2, outs, seeds);
-    rec_out r = {0};
-    r.o = rec_host(o, &r.n_o);
-    r.ht = rec_host(ht, &r.n_ht);
-    for (int i = 0; i < REC_NIN; i++)
-        if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
-    return r;
-}
-
 static pr_ctx *g_ctx;
 
 static int setup(void **state)
@@ -120,33 +98,6 @@ static void to_cuda(pr_ctx *ctx, const rec_inputs *x, pr_tensor **out, pr_tensor
     *cu = x->cu ? pr_to(ctx->step, x->cu, PR_I64, PR_CUDA) : NULL;
 }
 
-/* worst relative error per tensor of got against ref; prints them; returns the max */
-static double report(const char *what, const rec_out *got, const rec_out *ref)
-{
-    double worst = rec_rel_err(got->o, ref->o, ref->n_o);
-    char line[512];
-    int n = snprintf(line, sizeof line, "  %-34s o=%.1e", what, worst);
-    const double eh = rec_rel_err(got->ht, ref->ht, ref->n_ht);
-    n += snprintf(line + n, sizeof line - n, " ht=%.1e", eh);
-    worst = fmax(worst, eh);
-    for (int i = 0; i < REC_NIN; i++) {
-        if (!ref->d[i]) continue;
-        const double e = got->d[i] ? rec_rel_err(got->d[i], ref->d[i], ref->n[i]) : INFINITY;
-        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names(i), e);
-        worst = fmax(worst, isnan(e) ? INFINITY : e);
-    }
-    fprintf(stderr, "%s\n", line);
-    return worst;
-}
-
-static bool same_bits(const rec_out *a, const rec_out *b)
-{
-    bool same = !memcmp(a->o, b->o, sizeof(double) * (size_t)a->n_o) &&
-                !memcmp(a->ht, b->ht, sizeof(double) * (size_t)a->n_ht);
-    for (int i = 0; i < REC_NIN; i++)
-        if (a->d[i]) same = same && !memcmp(a->d[i], b->d[i], sizeof(double) * (size_t)a->n[i]);
-    return same;
-}
 
 /* one rule over every case and form; returns the number of failures */
 static int check_rule(pr_rule rule, int *n_runs)
@@ -157,7 +108,7 @@ static int check_rule(pr_rule rule, int *n_runs)
         const rec_case *c = &cases[ci];
         if (!pr_rule_has_extra(rule) && (c->L == 3)) continue; /* same as L=1 for these rules */
         rec_inputs x = make_inputs(ctx, rule, c, 100 + ci);
-        rec_out ref = cuda_run(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
+        rec_out ref = rec_run_seeded(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
         pr_tensor *xc[REC_NIN], *cu;
         to_cuda(ctx, &x, xc, &cu);
         struct { int chunk, tf32; double tol; const char *form; } forms[] = {
@@ -180,16 +131,16 @@ static int check_rule(pr_rule rule, int *n_runs)
                 continue;
             }
             ctx->matmul_tf32 = forms[f].tf32;
-            rec_out got = cuda_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
-            const double e = report(what, &got, &ref);
+            rec_out got = rec_run_seeded(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
+            const double e = rec_report(what, &got, &ref);
             (*n_runs)++;
             if (!(e <= forms[f].tol)) {
                 fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol);
                 fails++;
             }
             if (forms[f].chunk && f <= 2) { /* determinism of the chunked backward */
-                rec_out again = cuda_run(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
-                if (!same_bits(&got, &again)) {
+                rec_out again = rec_run_seeded(ctx, rule, forms[f].chunk, xc, cu, x.dout, x.dht);
+                if (!rec_same_bits(&got, &again)) {
                     fprintf(stderr, "  FAIL %s: two runs differ\n", what);
                     fails++;
                 }
@@ -267,10 +218,10 @@ static void test_golden(void **state)
         };
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
             ctx->matmul_tf32 = forms[f].tf32;
-            rec_out got = cuda_run(ctx, (pr_rule)r, forms[f].chunk, xc, NULL, dout, dht);
+            rec_out got = rec_run_seeded(ctx, (pr_rule)r, forms[f].chunk, xc, NULL, dout, dht);
             char what[96];
             snprintf(what, sizeof what, "golden %s %s", pr_rule_name((pr_rule)r), forms[f].form);
-            const double e = report(what, &got, &ref);
+            const double e = rec_report(what, &got, &ref);
             if (!(e <= forms[f].tol)) fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol), fails++;
             rec_out_free(&got);
         }
@@ -294,15 +245,15 @@ static void test_long(void **state)
     int fails = 0;
     for (int r = PR_RULE_GDN; r <= PR_RULE_PRISM_CORE; r++) {
         rec_inputs x = make_inputs(ctx, (pr_rule)r, &c, 900 + r);
-        rec_out ref = cuda_run(ctx, (pr_rule)r, 0, x.in, x.cu, x.dout, x.dht);
+        rec_out ref = rec_run_seeded(ctx, (pr_rule)r, 0, x.in, x.cu, x.dout, x.dht);
         pr_tensor *xc[REC_NIN], *cu;
         to_cuda(ctx, &x, xc, &cu);
         for (int f = 0; f < 3; f++) {
             ctx->matmul_tf32 = f == 2;
-            rec_out got = cuda_run(ctx, (pr_rule)r, f ? 64 : 0, xc, cu, x.dout, x.dht);
+            rec_out got = rec_run_seeded(ctx, (pr_rule)r, f ? 64 : 0, xc, cu, x.dout, x.dht);
             char what[96];
             snprintf(what, sizeof what, "%s T4096 %s", pr_rule_name((pr_rule)r), f == 0 ? "token" : f == 1 ? "chunk64/fp32" : "chunk64/tf32");
-            const double e = report(what, &got, &ref);
+            const double e = rec_report(what, &got, &ref);
             if (!(e <= (f == 2 ? 4e-3 : 2e-4))) fprintf(stderr, "  FAIL %s\n", what), fails++;
             rec_out_free(&got);
         }
@@ -358,7 +309,7 @@ static rec_out seg_run(pr_ctx *ctx, pr_rule rule, int chunk, int P, bool nofix, 
                        pr_tensor **xc, pr_tensor *cu)
 {
     seg_env(P, nofix, narrow);
-    rec_out r = cuda_run(ctx, rule, chunk, xc, cu, x->dout, x->dht);
+    rec_out r = rec_run_seeded(ctx, rule, chunk, xc, cu, x->dout, x->dht);
     seg_env_clear();
     return r;
 }
@@ -390,7 +341,7 @@ static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
     pr_ctx *ctx = g_ctx;
     int fails = 0;
     rec_inputs x = make_inputs(ctx, rule, c, seed);
-    rec_out ref = cuda_run(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
+    rec_out ref = rec_run_seeded(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
     const long long L = pr_rule_has_extra(rule) ? c->L : 0;
@@ -411,13 +362,13 @@ static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
             ctx->matmul_tf32 = runs[i].tf32;
             rec_out got = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, runs[i].narrow, &x, xc, cu);
             const double tol = runs[i].tf32 ? 4e-3 : 2e-4;
-            const double e_ref = report(what, &got, &ref);
+            const double e_ref = rec_report(what, &got, &ref);
             if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
             if (!runs[i].tf32) {
-                const double e_base = report("  vs unsegmented", &got, &base);
+                const double e_base = rec_report("  vs unsegmented", &got, &base);
                 if (!(e_base <= 2e-4)) fprintf(stderr, "  FAIL %s vs P=1: worst %.3g\n", what, e_base), fails++;
                 rec_out again = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, runs[i].narrow, &x, xc, cu);
-                if (!same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+                if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
                 rec_out_free(&again);
             }
             rec_out_free(&got);

@@ -16,10 +16,11 @@ static inline void rec_in_array(const pr_recurrence_inputs *in, pr_tensor **out)
     memcpy(out, x, sizeof x);
 }
 
-/* host copies of a run's outputs and input gradients */
+/* host copies of a run's outputs and input gradients (and the outputs' dtypes) */
 typedef struct {
     double *o, *ht, *d[REC_NIN];
     int64_t n_o, n_ht, n[REC_NIN];
+    pr_dtype dt_o, dt_ht;
 } rec_out;
 
 static inline double *rec_host(const pr_tensor *t, int64_t *n)
@@ -84,6 +85,28 @@ static inline rec_out rec_run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *c
     return rec_run_opts(ctx, &opt, in, cu, dout, dht);
 }
 
+/* the same, seeded through pr_backward_many (the seeds are converted to the
+ * outputs' dtype and device, so it runs on any device and dtype) */
+static inline rec_out rec_run_seeded(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu,
+                                     const double *dout, const double *dht)
+{
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) in[i]->grad = NULL;
+    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
+    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
+    pr_tensor *outs[2] = {o, ht};
+    const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
+                                 pr_from_host(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, dht)};
+    pr_backward_many(ctx, 2, outs, seeds);
+    rec_out r = {0};
+    r.o = rec_host(o, &r.n_o);
+    r.ht = rec_host(ht, &r.n_ht);
+    r.dt_o = o->dtype, r.dt_ht = ht->dtype;
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
+    return r;
+}
+
 /* max|got - ref| / max|ref| (absolute when ref is all zeros) */
 static inline double rec_rel_err(const double *got, const double *ref, int64_t n)
 {
@@ -101,6 +124,36 @@ static inline void rec_assert_close(const char *what, const char *name, const do
 {
     const double e = rec_rel_err(got, ref, n);
     if (!(e <= tol)) fail_msg("%s: %s rel_err %.3g > %.1g", what, name, e, tol);
+}
+
+/* prints the relative error of every output and gradient of got against
+ * ref on one line; returns the worst (a missing grad or NaN: infinity) */
+static inline double rec_report(const char *what, const rec_out *got, const rec_out *ref)
+{
+    double worst = rec_rel_err(got->o, ref->o, ref->n_o);
+    char line[512];
+    int n = snprintf(line, sizeof line, "  %-34s o=%.1e", what, worst);
+    const double eh = rec_rel_err(got->ht, ref->ht, ref->n_ht);
+    n += snprintf(line + n, sizeof line - n, " ht=%.1e", eh);
+    worst = fmax(worst, eh);
+    for (int i = 0; i < REC_NIN; i++) {
+        if (!ref->d[i]) continue;
+        const double e = got->d[i] ? rec_rel_err(got->d[i], ref->d[i], ref->n[i]) : INFINITY;
+        n += snprintf(line + n, sizeof line - n, " d%s=%.1e", rec_in_names(i), e);
+        worst = fmax(worst, isnan(e) ? INFINITY : e);
+    }
+    fprintf(stderr, "%s\n", line);
+    return worst;
+}
+
+/* two runs agree bit for bit */
+static inline bool rec_same_bits(const rec_out *a, const rec_out *b)
+{
+    bool same = !memcmp(a->o, b->o, sizeof(double) * (size_t)a->n_o) &&
+                !memcmp(a->ht, b->ht, sizeof(double) * (size_t)a->n_ht);
+    for (int i = 0; i < REC_NIN; i++)
+        if (a->d[i]) same = same && !memcmp(a->d[i], b->d[i], sizeof(double) * (size_t)a->n[i]);
+    return same;
 }
 
 /* every output and gradient of two runs agree to tol */

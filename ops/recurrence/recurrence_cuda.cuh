@@ -241,7 +241,10 @@ __device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const uns
 /* the product with warp blocks of (16 FM) x (16 FN): mma.sync m16n8k8 TF32 with
  * f32 accumulators in registers; the next k-step's fragments load while the
  * current one multiplies (two register sets), so the shared-memory latency
- * overlaps the tensor work. */
+ * overlaps the tensor work. A 16x16 block has only two products a k-step,
+ * each waiting on its previous k-step's result: there the odd k-steps sum
+ * into a second set of accumulators (added at the end), which halves that
+ * chain of dependent products (NOTES.md v12). */
 template <bool TA, bool TB, int FM, int FN>
 __device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                                 int M, int N, int Kd, float alpha, bool acc)
@@ -257,13 +260,14 @@ __device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *
         const int m0 = (blk / nb) * TM, n0 = (blk % nb) * TN;
         const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + g) * lda + t;
         const float *pb = TB ? B + (n0 + g) * ldb + t : B + t * ldb + n0 + g;
-        float d[FM][NJ][4];
+        constexpr bool split = FM * FN == 1;
+        float d[FM][NJ][4], d1[FM][NJ][4];
 #pragma unroll
         for (int i = 0; i < FM; i++)
 #pragma unroll
             for (int j = 0; j < NJ; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) d[i][j][e] = 0.f;
+                for (int e = 0; e < 4; e++) d[i][j][e] = 0.f, d1[i][j][e] = 0.f;
         unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
         rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
         for (int k0 = 0; k0 < Kd; k0 += 16) {
@@ -273,8 +277,14 @@ __device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *
             if (k0 + 8 >= Kd) break;
             pa += ak, pb += bk;
             if (k0 + 16 < Kd) rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
-            rec_mm_step<FM, FN>(d, fa1, fb1);
+            if constexpr (split) rec_mm_step<FM, FN>(d1, fa1, fb1);
+            else rec_mm_step<FM, FN>(d, fa1, fb1);
         }
+        if constexpr (split)
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
 #pragma unroll
         for (int i = 0; i < FM; i++)
 #pragma unroll
