@@ -100,6 +100,62 @@ __device__ void outer_acc(float *M, int ldm, int K, int m, float alpha, const fl
     }
 }
 
+/* dst[r*ldd + c] = src[r*lds + c] for a K x K matrix. With one block an SM
+ * a load loop that stores each value before loading the next waits a full
+ * memory latency per element; here every thread has four loads in flight
+ * before its stores (float4 ones when K % 4 == 0: both strides are then
+ * multiples of 4 floats and both bases 16-byte aligned). */
+__device__ void mat_copy(float *dst, int ldd, const float *src, int lds, int K)
+{
+    const int V = (K & 3) == 0 ? 4 : 1, KV = K / V, n = K * KV, nth = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += 4 * nth) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * nth, r = e / KV, c = (e - r * KV) * V;
+            if (e >= n) break;
+            if (V == 4) x[u] = ld4(src + r * lds + c);
+            else x[u].x = src[r * lds + c];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * nth, r = e / KV, c = (e - r * KV) * V;
+            if (e >= n) break;
+            if (V == 4) *reinterpret_cast<float4 *>(dst + r * ldd + c) = x[u];
+            else dst[r * ldd + c] = x[u].x;
+        }
+    }
+}
+
+/* the mini-batch's rows [m, K] of up to four [B,T,H,K] inputs (NULL: none)
+ * into shared memory, the first scaled by alpha; all loads of an element
+ * index issued before its stores, as float4 when K % 4 == 0 */
+__device__ void ld_rows4(const float *const (&src)[4], float *const (&dst)[4], float alpha, long long g0, int H,
+                         int m, int K)
+{
+    const int V = (K & 3) == 0 ? 4 : 1, KV = K / V;
+    for (int idx = threadIdx.x; idx < m * KV; idx += blockDim.x) {
+        const int i = idx / KV, c = (idx - i * KV) * V;
+        const long long g = g0 + (long long)i * H * K + c;
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (src[u]) {
+                if (V == 4) x[u] = ld4(src[u] + g);
+                else x[u].x = src[u][g];
+            }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (src[u]) {
+                const float f = u == 0 ? alpha : 1.f;
+                if (V == 4)
+                    *reinterpret_cast<float4 *>(dst[u] + i * K + c) =
+                        make_float4(f * x[u].x, f * x[u].y, f * x[u].z, f * x[u].w);
+                else dst[u][i * K + c] = f * x[u].x;
+            }
+    }
+}
+
 /* A warp's view of one row of K <= 32*KPL values: lane holds c = lane + 32 i. */
 template <int KPL>
 struct row_t {
@@ -236,14 +292,10 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         const int t0 = n * mb, m = min(mb, a.T - t0);
         if (a.Ws) {
             float *Wd = a.Ws + (bh * (long long)a.nmb + n) * KK;
-            for (int i = tid; i < K * K; i += nth) Wd[i] = W[(i / K) * ldw + i % K];
+            mat_copy(Wd, K, W, ldw, K);
             for (int c = tid; c < K; c += nth) a.hbs[(bh * (long long)a.nmb + n) * K + c] = hb[c];
         }
-        for (int idx = tid; idx < m * K; idx += nth) {
-            int i = idx / K, c = idx % K;
-            long long g = grow(a, bi, h, t0 + i) + c;
-            qs[idx] = a.scale * a.q[g], kb[idx] = a.k[g], vb[idx] = a.v[g];
-        }
+        ld_rows4({a.q, a.k, a.v, nullptr}, {qs, kb, vb, nullptr}, a.scale, grow(a, bi, h, t0), a.H, m, K);
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
         __syncthreads();
         mm_rows<false>(kb, m, W, K, ldw, [&](int i, int c, float acc) { xz[i * K + c] = acc + hb[c]; });
@@ -275,7 +327,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         }
         __syncthreads();
     }
-    for (int i = tid; i < K * K; i += nth) a.ht[bh * KK + i] = W[(i / K) * ldw + i % K];
+    mat_copy(a.ht + bh * KK, K, W, ldw, K);
     for (int c = tid; c < K; c += nth) a.hbt[(long long)bh * K + c] = hb[c];
 }
 
@@ -306,13 +358,9 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
     for (int n = a.nmb - 1; n >= 0; n--) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
         const float *Wsrc = a.Ws + (bh * (long long)a.nmb + n) * KK;
-        for (int i = tid; i < K * K; i += nth) W[(i / K) * ldw + i % K] = Wsrc[i];
+        mat_copy(W, ldw, Wsrc, K, K);
         for (int c = tid; c < K; c += nth) hb[c] = a.hbs[(bh * (long long)a.nmb + n) * K + c];
-        for (int idx = tid; idx < m * K; idx += nth) {
-            int i = idx / K, c = idx % K;
-            long long g = grow(a, bi, h, t0 + i) + c;
-            qs[idx] = a.scale * a.q[g], kb[idx] = a.k[g], yb[idx] = a.v[g], dzb[idx] = a.dout[g];
-        }
+        ld_rows4({a.q, a.k, a.v, a.dout}, {qs, kb, yb, dzb}, a.scale, grow(a, bi, h, t0), a.H, m, K);
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
         __syncthreads();
         /* recompute: Z, Attn */
