@@ -11,6 +11,7 @@
  * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16).
  */
 #include "ops/ops.h"
+#include "ops/recurrence/recurrence_cuda.cuh" /* rec_mm_f32: the block's register-tiled product */
 #include "ops/ttt_kit.cuh"
 #include "ops/ttt_linear.h"
 
@@ -71,11 +72,19 @@ __device__ void mm_rows(const float *A, int m, const float *Bm, int K, int ldb, 
 }
 
 /* M[r,c] += alpha sum_{j<m} (X[j,r] Y[j,c] + X2[j,r] Y2[j,c]) over the K x K
- * block of M (row stride ldm); X2, Y2 may be NULL. A thread owns a column c
- * and TTT_RT rows. */
+ * block of M (row stride ldm); X2, Y2 may be NULL. K a multiple of 32: the
+ * recurrence's fp32 block product (each lane a 4 x 8 piece of a warp's 32 x
+ * 32 blocks, 12 loads for 32 FMAs a step); else a thread owns a column c and
+ * TTT_RT rows (5 loads for 4 FMAs). */
 __device__ void outer_acc(float *M, int ldm, int K, int m, float alpha, const float *X, const float *Y,
                           const float *X2, const float *Y2)
 {
+    static_assert(TTT_THREADS == PR_REC_THREADS, "rec_mm_f32 divides the blocks among PR_REC_WARPS warps");
+    if ((K & 31) == 0) {
+        rec_mm_f32<true, false>(M, ldm, X, K, Y, K, K, K, m, alpha, true);
+        if (X2) rec_mm_f32<true, false>(M, ldm, X2, K, Y2, K, K, K, m, alpha, true);
+        return;
+    }
     int groups = (K + TTT_RT - 1) / TTT_RT;
     const bool vec = (K & 3) == 0;
     for (int idx = threadIdx.x; idx < groups * K; idx += blockDim.x) {
