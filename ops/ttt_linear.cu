@@ -11,6 +11,7 @@
  * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16).
  */
 #include "ops/ops.h"
+#include "ops/recurrence/recurrence_cuda.cuh" /* rec_mm_f32: the block's register-tiled product */
 #include "ops/ttt_kit.cuh"
 #include "ops/ttt_linear.h"
 
@@ -71,11 +72,19 @@ __device__ void mm_rows(const float *A, int m, const float *Bm, int K, int ldb, 
 }
 
 /* M[r,c] += alpha sum_{j<m} (X[j,r] Y[j,c] + X2[j,r] Y2[j,c]) over the K x K
- * block of M (row stride ldm); X2, Y2 may be NULL. A thread owns a column c
- * and TTT_RT rows. */
+ * block of M (row stride ldm); X2, Y2 may be NULL. K a multiple of 32: the
+ * recurrence's fp32 block product (each lane a 4 x 8 piece of a warp's 32 x
+ * 32 blocks, 12 loads for 32 FMAs a step); else a thread owns a column c and
+ * TTT_RT rows (5 loads for 4 FMAs). */
 __device__ void outer_acc(float *M, int ldm, int K, int m, float alpha, const float *X, const float *Y,
                           const float *X2, const float *Y2)
 {
+    static_assert(TTT_THREADS == PR_REC_THREADS, "rec_mm_f32 divides the blocks among PR_REC_WARPS warps");
+    if ((K & 31) == 0) {
+        rec_mm_f32<true, false>(M, ldm, X, K, Y, K, K, K, m, alpha, true);
+        if (X2) rec_mm_f32<true, false>(M, ldm, X2, K, Y2, K, K, K, m, alpha, true);
+        return;
+    }
     int groups = (K + TTT_RT - 1) / TTT_RT;
     const bool vec = (K & 3) == 0;
     for (int idx = threadIdx.x; idx < groups * K; idx += blockDim.x) {
@@ -97,6 +106,62 @@ __device__ void outer_acc(float *M, int ldm, int K, int m, float alpha, const fl
 #pragma unroll
         for (int r = 0; r < TTT_RT; r++)
             if (r0 + r < K) M[(r0 + r) * ldm + c] += alpha * acc[r];
+    }
+}
+
+/* dst[r*ldd + c] = src[r*lds + c] for a K x K matrix. With one block an SM
+ * a load loop that stores each value before loading the next waits a full
+ * memory latency per element; here every thread has four loads in flight
+ * before its stores (float4 ones when K % 4 == 0: both strides are then
+ * multiples of 4 floats and both bases 16-byte aligned). */
+__device__ void mat_copy(float *dst, int ldd, const float *src, int lds, int K)
+{
+    const int V = (K & 3) == 0 ? 4 : 1, KV = K / V, n = K * KV, nth = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += 4 * nth) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * nth, r = e / KV, c = (e - r * KV) * V;
+            if (e >= n) break;
+            if (V == 4) x[u] = ld4(src + r * lds + c);
+            else x[u].x = src[r * lds + c];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * nth, r = e / KV, c = (e - r * KV) * V;
+            if (e >= n) break;
+            if (V == 4) *reinterpret_cast<float4 *>(dst + r * ldd + c) = x[u];
+            else dst[r * ldd + c] = x[u].x;
+        }
+    }
+}
+
+/* the mini-batch's rows [m, K] of up to four [B,T,H,K] inputs (NULL: none)
+ * into shared memory, the first scaled by alpha; all loads of an element
+ * index issued before its stores, as float4 when K % 4 == 0 */
+__device__ void ld_rows4(const float *const (&src)[4], float *const (&dst)[4], float alpha, long long g0, int H,
+                         int m, int K)
+{
+    const int V = (K & 3) == 0 ? 4 : 1, KV = K / V;
+    for (int idx = threadIdx.x; idx < m * KV; idx += blockDim.x) {
+        const int i = idx / KV, c = (idx - i * KV) * V;
+        const long long g = g0 + (long long)i * H * K + c;
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (src[u]) {
+                if (V == 4) x[u] = ld4(src[u] + g);
+                else x[u].x = src[u][g];
+            }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (src[u]) {
+                const float f = u == 0 ? alpha : 1.f;
+                if (V == 4)
+                    *reinterpret_cast<float4 *>(dst[u] + i * K + c) =
+                        make_float4(f * x[u].x, f * x[u].y, f * x[u].z, f * x[u].w);
+                else dst[u][i * K + c] = f * x[u].x;
+            }
     }
 }
 
@@ -236,14 +301,10 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         const int t0 = n * mb, m = min(mb, a.T - t0);
         if (a.Ws) {
             float *Wd = a.Ws + (bh * (long long)a.nmb + n) * KK;
-            for (int i = tid; i < K * K; i += nth) Wd[i] = W[(i / K) * ldw + i % K];
+            mat_copy(Wd, K, W, ldw, K);
             for (int c = tid; c < K; c += nth) a.hbs[(bh * (long long)a.nmb + n) * K + c] = hb[c];
         }
-        for (int idx = tid; idx < m * K; idx += nth) {
-            int i = idx / K, c = idx % K;
-            long long g = grow(a, bi, h, t0 + i) + c;
-            qs[idx] = a.scale * a.q[g], kb[idx] = a.k[g], vb[idx] = a.v[g];
-        }
+        ld_rows4({a.q, a.k, a.v, nullptr}, {qs, kb, vb, nullptr}, a.scale, grow(a, bi, h, t0), a.H, m, K);
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
         __syncthreads();
         mm_rows<false>(kb, m, W, K, ldw, [&](int i, int c, float acc) { xz[i * K + c] = acc + hb[c]; });
@@ -275,7 +336,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         }
         __syncthreads();
     }
-    for (int i = tid; i < K * K; i += nth) a.ht[bh * KK + i] = W[(i / K) * ldw + i % K];
+    mat_copy(a.ht + bh * KK, K, W, ldw, K);
     for (int c = tid; c < K; c += nth) a.hbt[(long long)bh * K + c] = hb[c];
 }
 
@@ -306,13 +367,9 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
     for (int n = a.nmb - 1; n >= 0; n--) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
         const float *Wsrc = a.Ws + (bh * (long long)a.nmb + n) * KK;
-        for (int i = tid; i < K * K; i += nth) W[(i / K) * ldw + i % K] = Wsrc[i];
+        mat_copy(W, ldw, Wsrc, K, K);
         for (int c = tid; c < K; c += nth) hb[c] = a.hbs[(bh * (long long)a.nmb + n) * K + c];
-        for (int idx = tid; idx < m * K; idx += nth) {
-            int i = idx / K, c = idx % K;
-            long long g = grow(a, bi, h, t0 + i) + c;
-            qs[idx] = a.scale * a.q[g], kb[idx] = a.k[g], yb[idx] = a.v[g], dzb[idx] = a.dout[g];
-        }
+        ld_rows4({a.q, a.k, a.v, a.dout}, {qs, kb, yb, dzb}, a.scale, grow(a, bi, h, t0), a.H, m, K);
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
         __syncthreads();
         /* recompute: Z, Attn */
