@@ -448,34 +448,14 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
 
 /* ---- launchers ----------------------------------------------------------------- */
 
-/* t's data as f32: its own, or for bf16 a copy in the step arena (NULL stays NULL) */
-static const float *ttt_f32(pr_ctx *ctx, cudaStream_t st, const pr_tensor *t)
-{
-    if (!t || t->dtype == PR_F32) return ttk_in(t);
-    PR_CHECK(t->dtype == PR_BF16, "ttt_linear: CUDA computes f32 and bf16 data, not %s", pr_dtype_name(t->dtype));
-    pr_tensor *f = pr_empty(ctx->step, PR_F32, PR_CUDA, t->ndim, t->shape);
-    pr_cuda_cast(st, f->data, PR_F32, t->data, PR_BF16, t->numel, false);
-    return (const float *)f->data;
-}
-
-/* where the kernels write (or add) what belongs in t: t itself when f32 (or
- * NULL), else a zeroed f32 scratch that ttt_f32_done adds to t */
-static float *ttt_f32_out(pr_ctx *ctx, pr_tensor *t)
-{
-    if (!t || t->dtype == PR_F32) return t ? (float *)t->data : nullptr;
-    return (float *)pr_zeros(ctx->step, PR_F32, PR_CUDA, t->ndim, t->shape)->data;
-}
-static void ttt_f32_done(cudaStream_t st, pr_tensor *t, const float *f, bool acc)
-{
-    if (t && t->dtype != PR_F32) pr_cuda_cast(st, t->data, t->dtype, f, PR_F32, t->numel, acc);
-}
-
 static ttt_args ttt_args_of(pr_ctx *ctx, cudaStream_t st, const pr_node *n)
 {
+    PR_CHECK(n->in[0]->dtype == PR_F32 || n->in[0]->dtype == PR_BF16,
+             "ttt_linear: CUDA computes f32 and bf16 data, not %s (run f64 on the CPU)", pr_dtype_name(n->in[0]->dtype));
     ttt_args a = {};
-    a.q = ttt_f32(ctx, st, n->in[0]), a.k = ttt_f32(ctx, st, n->in[1]), a.v = ttt_f32(ctx, st, n->in[2]);
-    a.w = ttt_f32(ctx, st, n->in[3]), a.b = ttt_f32(ctx, st, n->in[4]), a.eta = ttt_f32(ctx, st, n->in[5]);
-    a.h0 = ttt_f32(ctx, st, n->in[6]), a.hb0 = ttt_f32(ctx, st, n->in[7]);
+    a.q = ttk_f32_in(ctx, st, n->in[0]), a.k = ttk_f32_in(ctx, st, n->in[1]), a.v = ttk_f32_in(ctx, st, n->in[2]);
+    a.w = ttk_f32_in(ctx, st, n->in[3]), a.b = ttk_f32_in(ctx, st, n->in[4]), a.eta = ttk_f32_in(ctx, st, n->in[5]);
+    a.h0 = ttk_f32_in(ctx, st, n->in[6]), a.hb0 = ttk_f32_in(ctx, st, n->in[7]);
     a.B = (int)n->in[0]->shape[0], a.T = (int)n->in[0]->shape[1], a.H = (int)n->in[0]->shape[2];
     a.K = (int)n->in[0]->shape[3];
     a.mb = (int)n->iarg[0];
@@ -520,12 +500,12 @@ extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     cudaStream_t st = pr_cuda_stream(ctx);
     ttt_args a = ttt_args_of(ctx, st, n);
-    a.o = ttt_f32_out(ctx, n->out[0]), a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
+    a.o = ttk_f32_out(ctx, n->out[0]), a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
     if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
     if (a.K <= 32) launch_fwd<1>(a, st);
     else if (a.K <= 64) launch_fwd<2>(a, st);
     else launch_fwd<4>(a, st);
-    ttt_f32_done(st, n->out[0], a.o, false);
+    ttk_f32_done(st, n->out[0], a.o, false);
 }
 
 extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
@@ -534,17 +514,17 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
     cudaStream_t st = pr_cuda_stream(ctx);
     ttt_args a = ttt_args_of(ctx, st, n);
     a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
-    a.dout = ttt_f32(ctx, st, n->out[0]->grad), a.dht = ttk_in(n->out[1]->grad), a.dhbt = ttk_in(n->out[2]->grad);
+    a.dout = ttk_f32_in(ctx, st, n->out[0]->grad), a.dht = ttk_in(n->out[1]->grad), a.dhbt = ttk_in(n->out[2]->grad);
     /* the kernels add to the grads; a bf16 grad gets the sum in f32 scratch, added and rounded once */
     pr_tensor *gq = pr_in_grad(n, 0), *gk = pr_in_grad(n, 1), *gv = pr_in_grad(n, 2), *geta = pr_in_grad(n, 5);
-    a.dq = ttt_f32_out(ctx, gq), a.dk = ttt_f32_out(ctx, gk), a.dv = ttt_f32_out(ctx, gv);
-    a.deta = ttt_f32_out(ctx, geta);
+    a.dq = ttk_f32_out(ctx, gq), a.dk = ttk_f32_out(ctx, gk), a.dv = ttk_f32_out(ctx, gv);
+    a.deta = ttk_f32_out(ctx, geta);
     a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
     a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
     if (a.K <= 32) launch_bwd<1>(a, st);
     else if (a.K <= 64) launch_bwd<2>(a, st);
     else launch_bwd<4>(a, st);
     ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
-    ttt_f32_done(st, gq, a.dq, true), ttt_f32_done(st, gk, a.dk, true), ttt_f32_done(st, gv, a.dv, true);
-    ttt_f32_done(st, geta, a.deta, true);
+    ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
+    ttk_f32_done(st, geta, a.deta, true);
 }
