@@ -28,9 +28,13 @@ static inline double *kit_as_f64(const pr_tensor *t, bool *owned)
     return p;
 }
 
-/* dst (any float dtype, host) op= src; acc: += else = */
+/* dst (f32, f64 or bf16, host) op= src; acc: += else =; bf16 rounds the sum once */
 static inline void kit_store(pr_tensor *dst, const double *src, bool acc)
 {
+    if (dst->dtype == PR_BF16) {
+        for (int64_t i = 0; i < dst->numel; i++) pr_set(dst, i, (acc ? pr_get(dst, i) : 0.0) + src[i]);
+        return;
+    }
     PR_FLOAT_SWITCH(dst->dtype, F, {
         F *p = (F *)dst->data;
         for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
@@ -91,6 +95,28 @@ static inline void kit_check_inputs(const char *op, pr_tensor *const *in, const 
         PR_CHECK(in[i], "%s: %s is NULL", op, names[i]);
         pr_check_float(op, in[i], names[i]);
         pr_check_same_kind(op, in[0], in[i]);
+    }
+}
+
+/* the inputs of an op that takes bf16 data: in[0] (q) is f32, f64 or bf16;
+ * the inputs whose bit is set in data have its dtype, the others (states and
+ * parameters) too, except f32 when q is bf16; all on q's device. in[i] may
+ * be NULL only where bit i of optional is set. */
+static inline void kit_check_inputs_bf16(const char *op, pr_tensor *const *in, const char *const *names, int count,
+                                         unsigned optional, unsigned data, const char *f32_ones)
+{
+    PR_CHECK(in[0], "%s: %s is NULL", op, names[0]);
+    const pr_dtype dt = in[0]->dtype, st = dt == PR_BF16 ? PR_F32 : dt;
+    PR_CHECK(pr_dtype_has_grad(dt), "%s: %s has dtype %s; expected f32, f64 or bf16", op, names[0], pr_dtype_name(dt));
+    for (int i = 1; i < count; i++) {
+        if (!in[i] && (optional >> i & 1u)) continue;
+        PR_CHECK(in[i], "%s: %s is NULL", op, names[i]);
+        const pr_dtype want = data >> i & 1u ? dt : st;
+        PR_CHECK(in[i]->dtype == want, "%s: dtype mismatch: %s is %s, expected %s (%s is %s%s%s%s)", op, names[i],
+                 pr_dtype_name(in[i]->dtype), pr_dtype_name(want), names[0], pr_dtype_name(dt),
+                 dt == PR_BF16 ? ": " : "", dt == PR_BF16 ? f32_ones : "", dt == PR_BF16 ? " stay f32" : "");
+        PR_CHECK(in[i]->device == in[0]->device, "%s: %s is on %s, %s on %s", op, names[i],
+                 pr_device_name(in[i]->device), names[0], pr_device_name(in[0]->device));
     }
 }
 

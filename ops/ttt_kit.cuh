@@ -139,6 +139,30 @@ static inline float *ttk_grad(const pr_node *n, int i)
     return g ? (float *)g->data : nullptr;
 }
 
+/* bf16 data (q, k, v, eta and o of the TTT ops) is staged: the kernels run
+ * in f32 on copies, and what they write goes to f32 scratch that is rounded
+ * into the bf16 tensor once. t's data as f32: its own (NULL stays NULL), or
+ * for bf16 a copy in the step arena. */
+static inline const float *ttk_f32_in(pr_ctx *ctx, cudaStream_t st, const pr_tensor *t)
+{
+    if (!t || t->dtype == PR_F32) return ttk_in(t);
+    PR_CHECK(t->dtype == PR_BF16, "ttk_f32_in: f32 or bf16 expected, got %s", pr_dtype_name(t->dtype));
+    pr_tensor *f = pr_empty(ctx->step, PR_F32, PR_CUDA, t->ndim, t->shape);
+    pr_cuda_cast(st, f->data, PR_F32, t->data, PR_BF16, t->numel, false);
+    return (const float *)f->data;
+}
+/* where the kernels write (or add) what belongs in t: t itself when f32 (or
+ * NULL), else zeroed f32 scratch that ttk_f32_done stores (acc: adds) in t */
+static inline float *ttk_f32_out(pr_ctx *ctx, pr_tensor *t)
+{
+    if (!t || t->dtype == PR_F32) return t ? (float *)t->data : nullptr;
+    return (float *)pr_zeros(ctx->step, PR_F32, PR_CUDA, t->ndim, t->shape)->data;
+}
+static inline void ttk_f32_done(cudaStream_t st, pr_tensor *t, const float *f, bool acc)
+{
+    if (t && t->dtype != PR_F32) pr_cuda_cast(st, t->data, t->dtype, f, PR_F32, t->numel, acc);
+}
+
 /* a [B,H,K] workspace for the per-(b,h) partial sums of dw or db */
 static inline float *ttk_partials(pr_ctx *ctx, int B, int H, int K)
 {

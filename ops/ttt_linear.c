@@ -6,8 +6,10 @@
  * inner weights at the start of every mini-batch (saved[0] W [B,H,NMB,K,K],
  * saved[1] hb [B,H,NMB,K], always f64 on the CPU) and the backward recomputes
  * the rest of a mini-batch from them, walking the mini-batches in reverse.
- * Both dtypes compute in double: f32 inputs are promoted on entry and the
- * results rounded once on exit, so f32 differs from f64 only by that rounding.
+ * Every dtype computes in double: f32 and bf16 inputs are promoted on entry
+ * and the results rounded once on exit, so f32 differs from f64 only by that
+ * rounding. bf16 data: q, k, v, eta, o and their grads are bf16; w, b, the
+ * states h0, hb0, ht, hbt (and their grads) stay f32.
  */
 #include "ops/ttt_linear.h"
 
@@ -320,7 +322,8 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
     static const char *names[8] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
     pr_tensor *in[8] = {q, k, v, w, b, eta, h0, hb0};
     PR_CHECK(opt, "ttt_linear: opts is NULL");
-    kit_check_inputs("ttt_linear", in, names, 8, 1u << 6 | 1u << 7);
+    /* bf16 data: q, k, v, eta and o; w, b and the states stay f32 */
+    kit_check_inputs_bf16("ttt_linear", in, names, 8, 1u << 6 | 1u << 7, 0x27u, "w, b, h0 and hb0");
     PR_CHECK(q->ndim == 4, "ttt_linear: q must be [B,T,H,K], got %d dims", q->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3];
     PR_CHECK(B > 0 && T > 0 && H > 0 && K > 0, "ttt_linear: q has an empty dim");
@@ -339,13 +342,14 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
     n.farg[0] = opt->scale != 0 ? opt->scale : 1 / sqrt((double)K);
     n.farg[1] = opt->eps > 0 ? opt->eps : 1e-6;
     n.n_out = 3;
+    const pr_dtype st = q->dtype == PR_BF16 ? PR_F32 : q->dtype;
     n.out[0] = pr_op_output(ctx, q->dtype, q->device, 4, q->shape);
-    n.out[1] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, K, K));
-    n.out[2] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, 1, K));
+    n.out[1] = pr_op_output(ctx, st, q->device, PR_DIMS(B, H, K, K));
+    n.out[2] = pr_op_output(ctx, st, q->device, PR_DIMS(B, H, 1, K));
     /* only a recorded node's backward needs the mini-batch starting states */
     if (pr_op_will_record(ctx, &n)) {
         int64_t nmb = (T + opt->mini_batch - 1) / opt->mini_batch;
-        pr_dtype sdt = q->device == PR_CPU ? PR_F64 : q->dtype;
+        pr_dtype sdt = q->device == PR_CPU ? PR_F64 : st;
         n.n_saved = 2;
         n.saved[0] = pr_empty(ctx->step, sdt, q->device, PR_DIMS(B, H, nmb, K, K));
         n.saved[1] = pr_empty(ctx->step, sdt, q->device, PR_DIMS(B, H, nmb, K));

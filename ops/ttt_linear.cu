@@ -8,7 +8,9 @@
  * path's (ops/ttt_linear.c), which is the reference. No float atomics: the
  * dw, db partial sums of each (b,h) are reduced over b by the kit's column sum,
  * so results are bitwise reproducible. Limits: K <= 128 and shared memory of
- * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16).
+ * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16). bf16 data (q,
+ * k, v, eta, o; ops/ttt_linear.h) is staged: f32 copies in, the f32 kernels,
+ * o and the bf16 grads rounded back once.
  */
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence_cuda.cuh" /* rec_mm_f32: the block's register-tiled product */
@@ -503,14 +505,14 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
 
 /* ---- launchers ----------------------------------------------------------------- */
 
-static ttt_args ttt_args_of(const pr_node *n)
+static ttt_args ttt_args_of(pr_ctx *ctx, cudaStream_t st, const pr_node *n)
 {
-    for (int i = 0; i < 8; i++)
-        PR_CHECK(!n->in[i] || n->in[i]->dtype == PR_F32, "ttt_linear: CUDA supports f32 only (%s is %s)",
-                 i == 0 ? "q" : "an input", pr_dtype_name(n->in[i]->dtype));
+    PR_CHECK(n->in[0]->dtype == PR_F32 || n->in[0]->dtype == PR_BF16,
+             "ttt_linear: CUDA computes f32 and bf16 data, not %s (run f64 on the CPU)", pr_dtype_name(n->in[0]->dtype));
     ttt_args a = {};
-    a.q = ttk_in(n->in[0]), a.k = ttk_in(n->in[1]), a.v = ttk_in(n->in[2]), a.w = ttk_in(n->in[3]);
-    a.b = ttk_in(n->in[4]), a.eta = ttk_in(n->in[5]), a.h0 = ttk_in(n->in[6]), a.hb0 = ttk_in(n->in[7]);
+    a.q = ttk_f32_in(ctx, st, n->in[0]), a.k = ttk_f32_in(ctx, st, n->in[1]), a.v = ttk_f32_in(ctx, st, n->in[2]);
+    a.w = ttk_f32_in(ctx, st, n->in[3]), a.b = ttk_f32_in(ctx, st, n->in[4]), a.eta = ttk_f32_in(ctx, st, n->in[5]);
+    a.h0 = ttk_f32_in(ctx, st, n->in[6]), a.hb0 = ttk_f32_in(ctx, st, n->in[7]);
     a.B = (int)n->in[0]->shape[0], a.T = (int)n->in[0]->shape[1], a.H = (int)n->in[0]->shape[2];
     a.K = (int)n->in[0]->shape[3];
     a.mb = (int)n->iarg[0];
@@ -553,27 +555,33 @@ static void launch_bwd(const ttt_args &a, cudaStream_t st)
 
 extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    ttt_args a = ttt_args_of(n);
-    a.o = (float *)n->out[0]->data, a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
-    if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
     cudaStream_t st = pr_cuda_stream(ctx);
+    ttt_args a = ttt_args_of(ctx, st, n);
+    a.o = ttk_f32_out(ctx, n->out[0]), a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
+    if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
     if (a.K <= 32) launch_fwd<1>(a, st);
     else if (a.K <= 64) launch_fwd<2>(a, st);
     else launch_fwd<4>(a, st);
+    ttk_f32_done(st, n->out[0], a.o, false);
 }
 
 extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     PR_CHECK(n->n_saved == 2, "ttt_linear: backward without saved state");
-    ttt_args a = ttt_args_of(n);
+    cudaStream_t st = pr_cuda_stream(ctx);
+    ttt_args a = ttt_args_of(ctx, st, n);
     a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
-    a.dout = ttk_in(n->out[0]->grad), a.dht = ttk_in(n->out[1]->grad), a.dhbt = ttk_in(n->out[2]->grad);
-    a.dq = ttk_grad(n, 0), a.dk = ttk_grad(n, 1), a.dv = ttk_grad(n, 2), a.deta = ttk_grad(n, 5);
+    a.dout = ttk_f32_in(ctx, st, n->out[0]->grad), a.dht = ttk_in(n->out[1]->grad), a.dhbt = ttk_in(n->out[2]->grad);
+    /* the kernels add to the grads; a bf16 grad gets the sum in f32 scratch, added and rounded once */
+    pr_tensor *gq = pr_in_grad(n, 0), *gk = pr_in_grad(n, 1), *gv = pr_in_grad(n, 2), *geta = pr_in_grad(n, 5);
+    a.dq = ttk_f32_out(ctx, gq), a.dk = ttk_f32_out(ctx, gk), a.dv = ttk_f32_out(ctx, gv);
+    a.deta = ttk_f32_out(ctx, geta);
     a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
     a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
-    cudaStream_t st = pr_cuda_stream(ctx);
     if (a.K <= 32) launch_bwd<1>(a, st);
     else if (a.K <= 64) launch_bwd<2>(a, st);
     else launch_bwd<4>(a, st);
     ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
+    ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
+    ttk_f32_done(st, geta, a.deta, true);
 }

@@ -5,7 +5,7 @@
  * Sequential over mini-batches, dual form inside one. The forward saves the
  * four inner weights at every mini-batch start (saved[0..3], f64 on the CPU,
  * [B,H,NMB,...]); the backward recomputes a mini-batch from them, walking the
- * mini-batches in reverse. f32 is computed in double and rounded on exit.
+ * mini-batches in reverse. f32 and bf16 are computed in double and rounded on exit.
  */
 #include "ops/ttt_mlp.h"
 
@@ -323,7 +323,8 @@ pr_tensor *pr_ttt_mlp(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tens
     static const char *names[MLP_NIN] = {"q", "k", "v", "w", "b", "eta", "w1", "b1", "w2", "b2"};
     pr_tensor *in[MLP_NIN] = {q, k, v, w, b, eta, w1, b1, w2, b2};
     PR_CHECK(opt, "ttt_mlp: opts is NULL");
-    kit_check_inputs("ttt_mlp", in, names, MLP_NIN, 1u << 7 | 1u << 9);
+    /* bf16 data: q, k, v, eta and o; w, b and the inner model's states stay f32 */
+    kit_check_inputs_bf16("ttt_mlp", in, names, MLP_NIN, 1u << 7 | 1u << 9, 0x27u, "w, b, w1, b1, w2 and b2");
     PR_CHECK(q->ndim == 4, "ttt_mlp: q must be [B,T,H,d], got %d dims", q->ndim);
     PR_CHECK(w1->ndim == 4, "ttt_mlp: w1 must be [B,H,d,N], got %d dims", w1->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3], N = w1->shape[3];
@@ -345,18 +346,19 @@ pr_tensor *pr_ttt_mlp(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tens
     n.farg[0] = opt->scale != 0 ? opt->scale : 1 / sqrt((double)K);
     n.farg[1] = opt->eps > 0 ? opt->eps : 1e-6;
     n.n_out = MLP_NOUT;
+    const pr_dtype st = q->dtype == PR_BF16 ? PR_F32 : q->dtype;
     n.out[0] = pr_op_output(ctx, q->dtype, q->device, 4, q->shape);
-    n.out[1] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, K, N));
-    n.out[2] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, 1, N));
-    n.out[3] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, N, K));
-    n.out[4] = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(B, H, 1, K));
+    n.out[1] = pr_op_output(ctx, st, q->device, PR_DIMS(B, H, K, N));
+    n.out[2] = pr_op_output(ctx, st, q->device, PR_DIMS(B, H, 1, N));
+    n.out[3] = pr_op_output(ctx, st, q->device, PR_DIMS(B, H, N, K));
+    n.out[4] = pr_op_output(ctx, st, q->device, PR_DIMS(B, H, 1, K));
     /* pr_op_apply records the node under this same condition; only then does
      * the backward need the mini-batch starting weights */
     bool record = false;
     for (int i = 0; i < MLP_NIN; i++) record |= ctx->grad_enabled && in[i] && in[i]->requires_grad;
     if (record) {
         int64_t nmb = (T + opt->mini_batch - 1) / opt->mini_batch;
-        pr_dtype sdt = q->device == PR_CPU ? PR_F64 : q->dtype;
+        pr_dtype sdt = q->device == PR_CPU ? PR_F64 : st;
         n.n_saved = 4;
         n.saved[0] = pr_empty(ctx->step, sdt, q->device, PR_DIMS(B, H, nmb, K, N));
         n.saved[1] = pr_empty(ctx->step, sdt, q->device, PR_DIMS(B, H, nmb, N));

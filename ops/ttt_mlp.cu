@@ -381,13 +381,14 @@ __global__ void __launch_bounds__(TTK_THREADS) mlp_bwd_kernel(mlp_args a)
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
-static mlp_args mlp_args_of(pr_ctx *ctx, const pr_node *n)
+static mlp_args mlp_args_of(pr_ctx *ctx, cudaStream_t st, const pr_node *n)
 {
-    pr_cuda_check_f32(n);
+    PR_CHECK(n->in[0]->dtype == PR_F32 || n->in[0]->dtype == PR_BF16,
+             "ttt_mlp: CUDA computes f32 and bf16 data, not %s (run f64 on the CPU)", pr_dtype_name(n->in[0]->dtype));
     mlp_args a = {};
-    a.q = ttk_in(n->in[0]), a.k = ttk_in(n->in[1]), a.v = ttk_in(n->in[2]), a.w = ttk_in(n->in[3]);
-    a.b = ttk_in(n->in[4]), a.eta = ttk_in(n->in[5]), a.w1 = ttk_in(n->in[6]), a.b1 = ttk_in(n->in[7]);
-    a.w2 = ttk_in(n->in[8]), a.b2 = ttk_in(n->in[9]);
+    a.q = ttk_f32_in(ctx, st, n->in[0]), a.k = ttk_f32_in(ctx, st, n->in[1]), a.v = ttk_f32_in(ctx, st, n->in[2]);
+    a.w = ttk_in(n->in[3]), a.b = ttk_in(n->in[4]), a.eta = ttk_f32_in(ctx, st, n->in[5]);
+    a.w1 = ttk_in(n->in[6]), a.b1 = ttk_in(n->in[7]), a.w2 = ttk_in(n->in[8]), a.b2 = ttk_in(n->in[9]);
     a.B = (int)n->in[0]->shape[0], a.T = (int)n->in[0]->shape[1], a.H = (int)n->in[0]->shape[2];
     a.K = (int)n->in[0]->shape[3], a.N = (int)n->in[6]->shape[3];
     a.mb = (int)n->iarg[0];
@@ -405,23 +406,30 @@ static mlp_args mlp_args_of(pr_ctx *ctx, const pr_node *n)
 
 extern "C" void pr_ttt_mlp_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    mlp_args a = mlp_args_of(ctx, n);
-    a.o = (float *)n->out[0]->data;
+    cudaStream_t st = pr_cuda_stream(ctx);
+    mlp_args a = mlp_args_of(ctx, st, n);
+    a.o = ttk_f32_out(ctx, n->out[0]);
     for (int i = 0; i < 4; i++) a.out_w[i] = (float *)n->out[1 + i]->data;
-    mlp_fwd_kernel<<<a.B * a.H, TTK_THREADS, 0, pr_cuda_stream(ctx)>>>(a);
+    mlp_fwd_kernel<<<a.B * a.H, TTK_THREADS, 0, st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
+    ttk_f32_done(st, n->out[0], a.o, false);
 }
 
 extern "C" void pr_ttt_mlp_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     PR_CHECK(n->n_saved == 4, "ttt_mlp: backward without saved state");
-    mlp_args a = mlp_args_of(ctx, n);
-    a.dout = ttk_in(n->out[0]->grad);
-    for (int i = 0; i < 4; i++) a.dwt[i] = ttk_in(n->out[1 + i]->grad), a.dw0[i] = ttk_grad(n, 6 + i);
-    a.dq = ttk_grad(n, 0), a.dk = ttk_grad(n, 1), a.dv = ttk_grad(n, 2), a.deta = ttk_grad(n, 5);
-    a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
     cudaStream_t st = pr_cuda_stream(ctx);
+    mlp_args a = mlp_args_of(ctx, st, n);
+    a.dout = ttk_f32_in(ctx, st, n->out[0]->grad);
+    for (int i = 0; i < 4; i++) a.dwt[i] = ttk_in(n->out[1 + i]->grad), a.dw0[i] = ttk_grad(n, 6 + i);
+    /* the kernel adds to the grads; a bf16 grad gets the sum in f32 scratch, added and rounded once */
+    pr_tensor *gq = pr_in_grad(n, 0), *gk = pr_in_grad(n, 1), *gv = pr_in_grad(n, 2), *geta = pr_in_grad(n, 5);
+    a.dq = ttk_f32_out(ctx, gq), a.dk = ttk_f32_out(ctx, gk), a.dv = ttk_f32_out(ctx, gv);
+    a.deta = ttk_f32_out(ctx, geta);
+    a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
     mlp_bwd_kernel<<<a.B * a.H, TTK_THREADS, 0, st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
     ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
+    ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
+    ttk_f32_done(st, geta, a.deta, true);
 }

@@ -13,7 +13,9 @@
  * shorter last mini-batch is allowed; mini_batch 1 is the token-by-token
  * (serial) form. q, k, v [B,T,H,d]; eta [B,T,H,1]; w1 [B,H,d,N],
  * b1 [B,H,1,N] (NULL: zeros), w2 [B,H,N,d], b2 [B,H,1,d] (NULL: zeros).
- * CPU: f32 and f64 (both computed in double). CUDA: f32.
+ * CPU: f32, f64 and bf16 (computed in double). CUDA: f32 and bf16 (computed
+ * in f32). bf16 data: q, k, v, eta and o are bf16 (their grads too); w, b,
+ * w1, b1, w2, b2 and the final states stay f32.
  */
 #ifndef PR_TTT_MLP_H
 #define PR_TTT_MLP_H

@@ -1,4 +1,4 @@
-/* tests/test_cuda_ttt_linear.c: TTT-Linear on CUDA (f32) against the CPU.
+/* tests/test_cuda_ttt_linear.c: TTT-Linear on CUDA (f32 and bf16 data) against the CPU.
  *
  * Each case draws f64 inputs on the CPU, runs forward and the backward of
  * sum(o*do) + sum(ht*dht) + sum(hbt*dhbt) on the CPU in f64 and f32 and on
@@ -10,7 +10,11 @@
  * T=37 with mini-batch 16 (partial last), T=1, K=64, K=128, odd K (the
  * kernels' scalar loops), mini-batches that are not a multiple of 4, and no
  * initial state; K > 128 and a mini-batch too large for shared memory are
- * fatal with a message. A last case
+ * fatal with a message. bf16 data (q, k, v, eta bf16; w, b, h0, hb0 f32)
+ * against the CPU in f64 on the same rounded values: every output and grad
+ * in its dtype, within its one rounding (bf16 2^-8 of max|ref|, three for
+ * the grads, which three backward passes round) plus the f32 kernels'
+ * 1e-4. A last case
  * times forward and forward+backward at B=8 T=256 H=16 K=128 mini-batch 16
  * (printed, not asserted; skipped when PRISM_SKIP_BENCH is set). Every case
  * skips without a GPU.
@@ -94,6 +98,68 @@ static void test_odd_k(void **s) { (void)s, cuda_case(1, 11, 2, 5, 3, true); }
 static void test_no_state(void **s) { (void)s, cuda_case(2, 37, 2, 32, 16, false); }
 static void test_mb5(void **s) { (void)s, cuda_case(1, 13, 2, 16, 5, true); }
 
+/* the dtype of input i on bf16 data (ops/ttt_linear.h) */
+static pr_dtype bf16_dtype(int i) { return i <= 2 || i == 5 ? PR_BF16 : PR_F32; }
+
+/* forward and the three backward passes on inputs and seeds as given; host copies */
+static run_out run_as_is(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *in, pr_tensor *const *g)
+{
+    for (int i = 0; i < NIN; i++) in[i]->grad = NULL;
+    pr_tensor *ht, *hbt, *o = pr_ttt_linear(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], &ht, &hbt);
+    assert_int_equal(o->dtype, in[0]->dtype);
+    assert_int_equal(ht->dtype, in[0]->dtype == PR_BF16 ? PR_F32 : in[0]->dtype);
+    pr_tensor *outs[3] = {o, ht, hbt};
+    for (int i = 0; i < 3; i++) pr_backward_with(ctx, outs[i], g[i]);
+    run_out r = {0};
+    for (int i = 0; i < 3; i++) r.out[i] = host(outs[i], &r.n_out[i]);
+    for (int i = 0; i < NIN; i++) {
+        assert_int_equal(in[i]->grad->dtype, in[i]->dtype);
+        r.d[i] = host(in[i]->grad, &r.n[i]);
+    }
+    return r;
+}
+
+static void bf16_case(int B, int T, int H, int K, int mb)
+{
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_tensor *raw[NIN], *raw_g[3], *ref[NIN], *gpu[NIN], *gref[3], *ggpu[3];
+    random_inputs(ctx, 300 + (uint64_t)(T * 7 + K), B, T, H, K, true, raw, raw_g);
+    for (int i = 0; i < NIN; i++) {
+        pr_tensor *lo = pr_to(ctx->step, raw[i], bf16_dtype(i), PR_CPU);
+        ref[i] = pr_to(ctx->step, lo, PR_F64, PR_CPU), gpu[i] = pr_to(ctx->step, lo, lo->dtype, PR_CUDA);
+        pr_requires_grad_(ref[i], true), pr_requires_grad_(gpu[i], true);
+    }
+    for (int i = 0; i < 3; i++) {
+        pr_tensor *lo = pr_to(ctx->step, raw_g[i], i == 0 ? PR_BF16 : PR_F32, PR_CPU);
+        gref[i] = pr_to(ctx->step, lo, PR_F64, PR_CPU), ggpu[i] = pr_to(ctx->step, lo, lo->dtype, PR_CUDA);
+    }
+    const pr_ttt_opts opt = {.mini_batch = mb, .eps = 1e-6};
+    run_out want = run_as_is(ctx, &opt, ref, gref), got = run_as_is(ctx, &opt, gpu, ggpu);
+    run_out again = run_as_is(ctx, &opt, gpu, ggpu);
+    char what[80];
+    snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d bf16 data", B, T, H, K, mb);
+    static const char *outs[3] = {"o", "ht", "hbt"};
+    for (int i = 0; i < 3; i++) {
+        const double e = rel_err(got.out[i], want.out[i], want.n_out[i]), tol = (i == 0 ? 0x1p-8 : 0) + 1e-4;
+        fprintf(stderr, "  %s %-4s rel_err %.2e\n", what, outs[i], e);
+        if (!(e <= tol)) fail_msg("%s: %s rel_err %.3g > %.3g", what, outs[i], e, tol);
+        assert_memory_equal(got.out[i], again.out[i], sizeof(double) * (size_t)got.n_out[i]);
+    }
+    for (int i = 0; i < NIN; i++) {
+        const double e = rel_err(got.d[i], want.d[i], want.n[i]);
+        const double tol = (bf16_dtype(i) == PR_BF16 ? 3 * 0x1p-8 : 0) + 1e-4;
+        fprintf(stderr, "  %s d%-3s rel_err %.2e\n", what, in_names[i], e);
+        if (!(e <= tol)) fail_msg("%s: d%s rel_err %.3g > %.3g", what, in_names[i], e, tol);
+        assert_memory_equal(got.d[i], again.d[i], sizeof(double) * (size_t)got.n[i]);
+    }
+    run_out_free(&want), run_out_free(&got), run_out_free(&again);
+    pr_ctx_free(ctx);
+}
+
+static void test_bf16_k64(void **s) { (void)s, bf16_case(2, 37, 2, 64, 16); }
+static void test_bf16_odd(void **s) { (void)s, bf16_case(1, 13, 2, 5, 5); }
+
 static void test_limits(void **s)
 {
     (void)s;
@@ -168,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_k64),               cmocka_unit_test(test_k128),
         cmocka_unit_test(test_odd_k),             cmocka_unit_test(test_no_state),
         cmocka_unit_test(test_mb5),               cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_bf16_k64),          cmocka_unit_test(test_bf16_odd),
         cmocka_unit_test(test_timing),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));

@@ -9,7 +9,11 @@
  *   k_j^T gz_j, plain loops) for the partial last mini-batch;
  * - splitting: a run equals the chain of runs over its mini-batches (and, at
  *   mini-batch 1, over single tokens) passing ht, hbt on as h0, hb0;
- * - NULL h0/hb0 equal zeros; bad shapes and options are fatal with a message.
+ * - NULL h0/hb0 equal zeros; bad shapes and options are fatal with a message;
+ * - bf16 data (q, k, v, eta bf16; w, b, h0, hb0 f32): every output and grad
+ *   in its dtype, equal to the f64 run on the same rounded values up to the
+ *   rounding of the result (bf16: 2^-8 of max|ref|, f32: 2^-24), for the
+ *   grads once per backward pass (run() makes three).
  */
 #include "tests/test_ttt_util.h"
 
@@ -327,10 +331,58 @@ static void test_errors(void **s)
     pr_ctx_free(ctx);
 }
 
+/* ---- bf16 data ------------------------------------------------------------------------- */
+
+/* the dtype of input i on bf16 data (ops/ttt_linear.h) */
+static pr_dtype bf16_dtype(int i) { return i <= 2 || i == 5 ? PR_BF16 : PR_F32; }
+
+static void test_bf16(void **s)
+{
+    (void)s;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_tensor *raw[NIN], *lo[NIN], *ref[NIN];
+    random_inputs(ctx, 9, 2, 11, 2, 6, raw);
+    for (int i = 0; i < NIN; i++) {
+        lo[i] = pr_to(ctx->step, raw[i], bf16_dtype(i), PR_CPU);
+        ref[i] = pr_to(ctx->step, lo[i], PR_F64, PR_CPU);
+        pr_requires_grad_(lo[i], true), pr_requires_grad_(ref[i], true);
+    }
+    pr_rng r = pr_rng_init(10, 0);
+    const pr_dtype gdt[3] = {PR_BF16, PR_F32, PR_F32};
+    pr_tensor *g[3], *glo[3];
+    const int64_t gsh[3][4] = {{2, 11, 2, 6}, {2, 2, 6, 6}, {2, 2, 1, 6}};
+    for (int i = 0; i < 3; i++) {
+        glo[i] = pr_to(ctx->step, pr_randu(ctx->step, PR_F64, PR_CPU, 4, gsh[i], &r, -1, 1), gdt[i], PR_CPU);
+        g[i] = pr_to(ctx->step, glo[i], PR_F64, PR_CPU);
+    }
+    const pr_ttt_opts opt = {.mini_batch = 4, .eps = 1e-6};
+    pr_tensor *ht, *hbt, *o = pr_ttt_linear(ctx, &opt, lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], lo[6], lo[7], &ht, &hbt);
+    assert_int_equal(o->dtype, PR_BF16);
+    assert_int_equal(ht->dtype, PR_F32);
+    assert_int_equal(hbt->dtype, PR_F32);
+    run_out got = run(ctx, &opt, lo, glo), want = run(ctx, &opt, ref, g);
+    for (int i = 0; i < NIN; i++) assert_int_equal(lo[i]->grad->dtype, bf16_dtype(i));
+    static const char *outs[3] = {"o", "ht", "hbt"};
+    for (int i = 0; i < 3; i++)
+        assert_close("bf16 data", outs[i], got.out[i], want.out[i], want.n_out[i], i == 0 ? 0x1p-8 : 0x1p-24);
+    for (int i = 0; i < NIN; i++) {
+        char dn[16];
+        snprintf(dn, sizeof dn, "d%s", in_names[i]);
+        assert_close("bf16 data", dn, got.d[i], want.d[i], want.n[i], 3 * (bf16_dtype(i) == PR_BF16 ? 0x1p-8 : 0x1p-24));
+    }
+    run_out_free(&got), run_out_free(&want);
+    /* w in bf16 beside bf16 data: named */
+    pr_tensor *w16 = pr_to(ctx->step, lo[3], PR_BF16, PR_CPU);
+    PR_EXPECT_FATAL(pr_ttt_linear(ctx, &opt, lo[0], lo[1], lo[2], w16, lo[4], lo[5], NULL, NULL, NULL, NULL),
+                    "ttt_linear: dtype mismatch: w is bf16, expected f32 (q is bf16: w, b, h0 and hb0 stay f32)");
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_f64),        cmocka_unit_test(test_golden_f32),
+        cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_gradcheck_partial), cmocka_unit_test(test_gradcheck_token),
         cmocka_unit_test(test_primal_reference),  cmocka_unit_test(test_split_tokens),
         cmocka_unit_test(test_split_minibatches), cmocka_unit_test(test_null_state_is_zero),

@@ -10,7 +10,10 @@
  *   forward and backward, at B=1 T=5 H=1 and the examples' d (hidden 5);
  * - splitting: mini-batch 1 equals a chain of one-token runs (the serial
  *   form), and a run equals its chain of mini-batches;
- * - NULL initial state equals zeros; bad shapes and options are fatal.
+ * - NULL initial state equals zeros; bad shapes and options are fatal;
+ * - ttt_mlp on bf16 data (q, k, v, eta bf16; the rest f32): every output
+ *   and grad in its dtype, equal to the f64 run on the same rounded values
+ *   up to the one rounding of the result.
  */
 #include "tests/test_ttt_ops2_util.h"
 
@@ -309,6 +312,27 @@ static void test_errors(void **s)
     pr_ctx_free(ctx);
 }
 
+static void test_bf16_mlp(void **s)
+{
+    (void)s;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_tensor *in[MAXIN], *g[MAXOUT], *o[MAXOUT];
+    random_inputs(ctx, &ttt_mlp_desc, 17, 2, 11, 2, 6, 5, in);
+    ttt_mlp_apply(ctx, 4, 1e-6, in, o);
+    pr_rng r = pr_rng_init(18, 0);
+    for (int i = 0; i < ttt_mlp_desc.n_out; i++) g[i] = pr_randu(ctx->step, PR_F64, PR_CPU, o[i]->ndim, o[i]->shape, &r, -1, 1);
+    run_out want = run_mlp_bf16(ctx, 4, 1e-6, in, g, PR_CPU, true), got = run_mlp_bf16(ctx, 4, 1e-6, in, g, PR_CPU, false);
+    compare_bf16("ttt_mlp bf16 data cpu", &got, &want, 0);
+    run_out_free(&got), run_out_free(&want);
+    pr_tensor *w1 = pr_to(ctx->step, in[6], PR_BF16, PR_CPU), *lo[MAXIN];
+    for (int i = 0; i < ttt_mlp_desc.n_in; i++) lo[i] = pr_to(ctx->step, in[i], mlp_bf16_dtype(i), PR_CPU);
+    const pr_ttt_opts opt = {.mini_batch = 4};
+    PR_EXPECT_FATAL(pr_ttt_mlp(ctx, &opt, lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], w1, lo[7], lo[8], lo[9], NULL, NULL,
+                               NULL, NULL),
+                    "ttt_mlp: dtype mismatch: w1 is bf16, expected f32 (q is bf16: w, b, w1, b1, w2 and b2 stay f32)");
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_composed_mlp),      cmocka_unit_test(test_composed_titans),
         cmocka_unit_test(test_split_mlp),         cmocka_unit_test(test_split_titans),
         cmocka_unit_test(test_null_state),        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bf16_mlp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

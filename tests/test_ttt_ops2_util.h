@@ -62,6 +62,61 @@ static inline run_out run_op(pr_ctx *ctx, const op2_desc *op, int mb, double eps
     return r;
 }
 
+/* the dtype of ttt_mlp's input i on bf16 data (ops/ttt_mlp.h) */
+static inline pr_dtype mlp_bf16_dtype(int i) { return i <= 2 || i == 5 ? PR_BF16 : PR_F32; }
+
+/* ttt_mlp on bf16 data: src (f64, CPU) rounded to each input's dtype on bf16
+ * data, run on dev in those dtypes, or (as_f64) in f64 on the CPU: the
+ * reference on the same values; the backward of sum_i sum(out_i * g_i) in one
+ * pass (pr_backward_many), g rounded to each output's dtype. Checks every
+ * output's and grad's dtype; host copies. */
+static inline run_out run_mlp_bf16(pr_ctx *ctx, int mb, double eps, pr_tensor *const *src, pr_tensor *const *g,
+                                   pr_device dev, bool as_f64)
+{
+    const op2_desc *op = &ttt_mlp_desc;
+    pr_tensor *in[MAXIN] = {0}, *out[MAXOUT] = {0};
+    const pr_tensor *seeds[MAXOUT];
+    for (int i = 0; i < op->n_in; i++)
+        if (src[i]) {
+            pr_tensor *lo = pr_to(ctx->step, src[i], mlp_bf16_dtype(i), PR_CPU);
+            in[i] = pr_to(ctx->step, lo, as_f64 ? PR_F64 : lo->dtype, dev);
+            pr_requires_grad_(in[i], true);
+        }
+    op->apply(ctx, mb, eps, in, out);
+    for (int i = 0; i < op->n_out; i++)
+        seeds[i] = pr_to(ctx->step, pr_to(ctx->step, g[i], i ? PR_F32 : PR_BF16, PR_CPU), PR_F64, PR_CPU);
+    pr_backward_many(ctx, op->n_out, out, seeds);
+    run_out r = {0};
+    for (int i = 0; i < op->n_out; i++) {
+        if (!as_f64) assert_int_equal(out[i]->dtype, i ? PR_F32 : PR_BF16);
+        r.out[i] = host(out[i], &r.n_out[i]);
+    }
+    for (int i = 0; i < op->n_in; i++)
+        if (in[i]) {
+            assert_int_equal(in[i]->grad->dtype, in[i]->dtype);
+            r.d[i] = host(in[i]->grad, &r.n[i]);
+        }
+    return r;
+}
+
+/* got against the f64 reference on bf16 data: each output and grad within
+ * its one rounding (bf16 2^-8 of max|ref|, f32 2^-24) plus extra */
+static inline void compare_bf16(const char *what, const run_out *got, const run_out *want, double extra)
+{
+    const op2_desc *op = &ttt_mlp_desc;
+    for (int i = 0; i < op->n_out + op->n_in; i++) {
+        const bool is_out = i < op->n_out;
+        const int j = is_out ? i : i - op->n_out;
+        const double *gv = is_out ? got->out[j] : got->d[j], *wv = is_out ? want->out[j] : want->d[j];
+        if (!wv) continue;
+        const bool bf = is_out ? j == 0 : mlp_bf16_dtype(j) == PR_BF16;
+        const double e = rel_err(gv, wv, is_out ? want->n_out[j] : want->n[j]), tol = (bf ? 0x1p-8 : 0x1p-24) + extra;
+        fprintf(stderr, "  %s %s%s rel_err %.2e\n", what, is_out ? "" : "d", is_out ? op->out_names[j] : op->in_names[j], e);
+        if (!(e <= tol)) fail_msg("%s: %s%s rel_err %.3g > %.3g", what, is_out ? "" : "d",
+                                  is_out ? op->out_names[j] : op->in_names[j], e, tol);
+    }
+}
+
 /* random f64 inputs at B, T, H, d and hidden N (ttt_mlp; titans ignores it),
  * in the examples' ranges */
 static inline void random_inputs(pr_ctx *ctx, const op2_desc *op, uint64_t seed, int B, int T, int H, int d, int N,

@@ -47,8 +47,8 @@ static void usage(FILE *f)
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16, and 1 as its serial\n"
-            "form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
+            "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16 on f32 and bf16 data,\n"
+            "and 1 as its serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 and bf16 data, on the GPU. Prints ms,\n"
             "tokens/s, achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured\n"
@@ -373,8 +373,41 @@ static bench_inputs make_inputs(pr_arena *ar, const bench_size *s)
  * figures (0: none, --shape) */
 static double fla_ttt_ms(int si) { return si == 0 ? 4.53 : si == 1 ? 10.8 : 0; }
 
-/* TTT-Linear at one size: mini-batch 16 (fla's form) and mini-batch 1 (token by
- * token: the serial baseline), forward and forward + the CUDA backward */
+/* median forward and forward+backward ms of TTT-Linear on in at mini-batch
+ * mb, the backward seeded with dout */
+static bench_times time_ttt(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *const *dout, int mb, int warm, int reps)
+{
+    pr_ttt_opts opt = {.mini_batch = mb};
+    cudaEvent_t e[3];
+    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
+    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
+    for (int i = -warm; i < reps; i++) {
+        PR_CUDA_CHECK(cudaEventRecord(e[0], pr_cuda_stream(ctx)));
+        pr_ttt_linear(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
+        PR_CUDA_CHECK(cudaEventRecord(e[1], pr_cuda_stream(ctx)));
+        pr_node *nd = &ctx->tape[ctx->n_tape - 1];
+        for (int j = 0; j < 3; j++) nd->out[j]->grad = dout[j];
+        pr_op(PR_OP_ttt_linear)->backward_cuda(ctx, nd);
+        PR_CUDA_CHECK(cudaEventRecord(e[2], pr_cuda_stream(ctx)));
+        PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
+        float a, b;
+        PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
+        PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
+        if (i >= 0) tf[i] = a, tb[i] = b;
+        pr_step_reset(ctx);
+    }
+    qsort(tf, (size_t)reps, sizeof(double), cmp_double);
+    qsort(tb, (size_t)reps, sizeof(double), cmp_double);
+    const bench_times t = {tf[reps / 2], tb[reps / 2]};
+    free(tf);
+    free(tb);
+    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
+    return t;
+}
+
+/* TTT-Linear at one size: mini-batch 16 (fla's form) on f32 and on bf16 data
+ * (q, k, v, eta, o; ops/ttt_linear.h), and mini-batch 1 (token by token: the
+ * serial baseline), forward and forward + the CUDA backward */
 static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, int warm, int reps)
 {
     pr_rng r = pr_rng_init(99, 0);
@@ -387,41 +420,20 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, in
     pr_tensor *dout[3] = {pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->T, s->H, s->K), &r),
                           pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->H, s->K, s->K), &r),
                           pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(s->B, s->H, 1, s->K), &r)};
+    pr_tensor *in16[8], *dout16[3] = {bf16_copy(ar, dout[0]), dout[1], dout[2]};
+    for (int i = 0; i < 8; i++) in16[i] = i <= 2 || i == 5 ? bf16_copy(ar, in[i]) : in[i];
     const double tokens = (double)s->B * s->T;
+    struct { int mb; bool bf16; const char *form; } runs[3] = {
+        {16, false, "minibatch16"}, {16, true, "mb16/bf16"}, {1, false, "minibatch1"}};
     double t16 = 0;
-    for (int mb = 16; mb >= 1; mb = mb == 16 ? 1 : 0) {
-        pr_ttt_opts opt = {.mini_batch = mb};
-        cudaEvent_t e[3];
-        for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
-        double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-        for (int i = -warm; i < reps; i++) {
-            PR_CUDA_CHECK(cudaEventRecord(e[0], pr_cuda_stream(ctx)));
-            pr_ttt_linear(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
-            PR_CUDA_CHECK(cudaEventRecord(e[1], pr_cuda_stream(ctx)));
-            pr_node *nd = &ctx->tape[ctx->n_tape - 1];
-            for (int j = 0; j < 3; j++) nd->out[j]->grad = dout[j];
-            pr_op(PR_OP_ttt_linear)->backward_cuda(ctx, nd);
-            PR_CUDA_CHECK(cudaEventRecord(e[2], pr_cuda_stream(ctx)));
-            PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
-            float a, b;
-            PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
-            PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
-            if (i >= 0) tf[i] = a, tb[i] = b;
-            pr_step_reset(ctx);
-        }
-        qsort(tf, (size_t)reps, sizeof(double), cmp_double);
-        qsort(tb, (size_t)reps, sizeof(double), cmp_double);
-        const double fb = tb[reps / 2];
-        if (mb == 16) t16 = fb;
-        char form[24], xf[16] = "-";
-        snprintf(form, sizeof form, "minibatch%d", mb);
-        if (mb == 16 && fla_ttt_ms(si) > 0) snprintf(xf, sizeof xf, "%.2f", fb / fla_ttt_ms(si));
-        printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %7s %6s %8s %9s\n", "ttt_linear", form, tf[reps / 2], fb,
-               tokens / (fb * 1e-3) / 1e6, "-", "-", "-", xf, mb == 1 ? "(ref)" : "-", "-");
-        if (mb == 1) printf("%-11s   minibatch16 is %.1fx faster than token by token\n", "", fb / t16);
-        free(tf);
-        free(tb);
-        for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
+    for (int k = 0; k < 3; k++) {
+        const bench_times t = time_ttt(ctx, runs[k].bf16 ? in16 : in, runs[k].bf16 ? dout16 : dout, runs[k].mb, warm, reps);
+        if (k == 0) t16 = t.fb;
+        char xf[16] = "-";
+        if (runs[k].mb == 16 && fla_ttt_ms(si) > 0) snprintf(xf, sizeof xf, "%.2f", t.fb / fla_ttt_ms(si));
+        printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %7s %6s %8s %9s\n", "ttt_linear", runs[k].form, t.fwd, t.fb,
+               tokens / (t.fb * 1e-3) / 1e6, "-", "-", "-", xf, runs[k].mb == 1 ? "(ref)" : "-", "-");
+        if (runs[k].mb == 1) printf("%-11s   minibatch16 is %.1fx faster than token by token\n", "", t.fb / t16);
     }
 }
 
