@@ -593,7 +593,8 @@ static bool env_tile(const char *name, const rec_prob &p, size_t mx, size_t (*by
  * latency-bound, so a wider tile does more work per barrier, and fewer tiles
  * leave room for more segments (shorter chains of chunk steps). prism_core
  * at B=1 T=16384 H=8 K=V=96 L=2, fwd+bwd: 7.42 ms at tiles of 32 and 11
- * segments, 7.06 at 64 (state) and 96 (dstate) and 16 (NOTES.md v11). */
+ * segments, 7.15 at the 64 and 64 this picks (NOTES.md v11). Wider tiles
+ * only add room, so the segments planned again still pay. */
 static void widen_tile(const rec_prob &p, int smem_sm, size_t mx, size_t (*bytes)(const rec_prob &, int), int *bv)
 {
     const int per_sm = plan_per_sm(bytes(p, *bv), smem_sm);
