@@ -495,6 +495,20 @@ static int plan_per_sm(size_t bytes, int smem_sm)
     return n < 1 ? 1 : n > 2 ? 2 : n;
 }
 
+/* The plan's knobs in the environment (for comparisons and tests): false
+ * when name is unset or empty, else *out is its value, a whole number that
+ * ok accepts (fatal otherwise, saying what it must be) */
+template <class OK> static bool env_knob(const char *name, const char *must_be, OK ok, long *out)
+{
+    const char *env = getenv(name);
+    if (!env || !*env) return false;
+    char *end;
+    const long v = strtol(env, &end, 10);
+    if (*end || !ok(v)) pr_fatal("recurrence: %s must be %s, got '%s'", name, must_be, env);
+    *out = v;
+    return true;
+}
+
 /* Segments per sequence for the serial passes (rec_segs), by their cost in
  * chunk steps: a pass of B blocks over sequences of n chunks takes
  * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate).
@@ -535,14 +549,10 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
     const long long fix_steps =
         fix_ok ? waves(pr_rec_smem_segfix(p, pl->bv_fix), pl->bv_fix, p.V, ncs, SEG_FIX_PER_SM) : 0;
     /* PRISM_REC_SEG_FIX=0 forces the last pass, 1 the fix-up where it can run */
-    int fix_force = -1;
-    const char *fenv = getenv("PRISM_REC_SEG_FIX");
-    if (fenv && *fenv) {
-        if (strcmp(fenv, "0") && strcmp(fenv, "1"))
-            pr_fatal("recurrence: PRISM_REC_SEG_FIX must be 0 (a last serial pass) or 1 (the fix-up), got '%s'", fenv);
-        fix_force = fenv[0] == '1';
+    long fix_force = -1;
+    if (env_knob("PRISM_REC_SEG_FIX", "0 (a last serial pass) or 1 (the fix-up)",
+                 [](long v) { return v == 0 || v == 1; }, &fix_force))
         fix_ok = fix_ok && fix_force;
-    }
     /* the segmented cost at q segments; *fix: the fix-up beats the last pass */
     auto seg_cost = [&](long long q, int *fix) {
         const long long steps = (ncs + q - 1) / q, last = waves(ss, pl->bv_state, p.V, q) * steps;
@@ -552,11 +562,9 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
         return w * steps + 2 * q + (*fix ? fix_steps : last);
     };
     long long P = 1;
-    const char *env = getenv("PRISM_REC_SEGMENTS");
-    if (env && *env) {
-        char *end;
-        P = strtol(env, &end, 10);
-        if (*end || P < 1) pr_fatal("recurrence: PRISM_REC_SEGMENTS must be a whole number >= 1 (1: off), got '%s'", env);
+    long forced;
+    if (env_knob("PRISM_REC_SEGMENTS", "a whole number >= 1 (1: off)", [](long v) { return v >= 1; }, &forced)) {
+        P = forced;
     } else if (ncs >= 8) {
         long long best = (waves(ss, pl->bv_state, p.V, 1) + waves(sd, pl->bv_dstate, p.V, 1)) * ncs;
         for (long long q = 2; q <= ncs / 4 && q <= zmax; q++) {
@@ -577,13 +585,12 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
 static bool env_tile(const char *name, const rec_prob &p, size_t mx, size_t (*bytes)(const rec_prob &, int),
                      int *out)
 {
-    const char *env = getenv(name);
-    if (!env || !*env) return false;
-    char *end;
-    const long b = strtol(env, &end, 10);
-    if (*end || b < 32 || b % 32 || b > p.Vp || bytes(p, (int)b) > mx)
-        pr_fatal("recurrence: %s must be a multiple of 32 up to %d whose shared memory fits, got '%s'", name, p.Vp,
-                 env);
+    char must_be[64];
+    snprintf(must_be, sizeof must_be, "a multiple of 32 up to %d whose shared memory fits", p.Vp);
+    long b;
+    if (!env_knob(name, must_be,
+                  [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Vp && bytes(p, (int)v) <= mx; }, &b))
+        return false;
     *out = (int)b;
     return true;
 }
@@ -593,7 +600,8 @@ static bool env_tile(const char *name, const rec_prob &p, size_t mx, size_t (*by
  * latency-bound, so a wider tile does more work per barrier, and fewer tiles
  * leave room for more segments (shorter chains of chunk steps). prism_core
  * at B=1 T=16384 H=8 K=V=96 L=2, fwd+bwd: 7.42 ms at tiles of 32 and 11
- * segments, 7.06 at 64 (state) and 96 (dstate) and 16 (NOTES.md v11). */
+ * segments, 7.15 at the 64 and 64 this picks (NOTES.md v11). Wider tiles
+ * only add room, so the segments planned again still pay. */
 static void widen_tile(const rec_prob &p, int smem_sm, size_t mx, size_t (*bytes)(const rec_prob &, int), int *bv)
 {
     const int per_sm = plan_per_sm(bytes(p, *bv), smem_sm);
