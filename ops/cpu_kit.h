@@ -28,9 +28,13 @@ static inline double *kit_as_f64(const pr_tensor *t, bool *owned)
     return p;
 }
 
-/* dst (any float dtype, host) op= src; acc: += else = */
+/* dst (f32, f64 or bf16, host) op= src; acc: += else =; bf16 rounds the sum once */
 static inline void kit_store(pr_tensor *dst, const double *src, bool acc)
 {
+    if (dst->dtype == PR_BF16) {
+        for (int64_t i = 0; i < dst->numel; i++) pr_set(dst, i, (acc ? pr_get(dst, i) : 0.0) + src[i]);
+        return;
+    }
     PR_FLOAT_SWITCH(dst->dtype, F, {
         F *p = (F *)dst->data;
         for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cpu_kit.h"
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence_cpu.h"
 
@@ -165,19 +166,6 @@ static double *as_f64(const pr_tensor *t, bool zeroed, bool *owned)
     return p;
 }
 
-/* write back a promoted buffer: dst = src (acc false) or dst += src */
-static void store_f64(pr_tensor *dst, const double *src, bool acc)
-{
-    if (dst->dtype == PR_BF16) {   /* the sum rounded to bf16 once */
-        for (int64_t i = 0; i < dst->numel; i++) pr_set(dst, i, (acc ? pr_get(dst, i) : 0.0) + src[i]);
-        return;
-    }
-    PR_FLOAT_SWITCH(dst->dtype, F, {
-        F *p = (F *)dst->data;
-        for (int64_t i = 0; i < dst->numel; i++) p[i] = (F)((acc ? (double)p[i] : 0.0) + src[i]);
-    });
-}
-
 /* element offsets of pair (sequence s, head h) in each tensor */
 typedef struct { int64_t qk, v, g, kx, vx, h0, ckpt; } pair_off;
 
@@ -244,8 +232,8 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
         free(work);
     }
 
-    if (own_o) store_f64(n->out[0], o, false), free(o);
-    if (own_ht) store_f64(n->out[1], ht, false), free(ht);
+    if (own_o) kit_store(n->out[0], o, false), free(o);
+    if (own_ht) kit_store(n->out[1], ht, false), free(ht);
     for (int i = 0; i < IN_CU; i++)
         if (own[i]) free(x[i]);
     dims_free(&d);
@@ -294,7 +282,7 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     }
 
     for (int i = 0; i < IN_CU; i++) {
-        if (down[i]) store_f64(pr_in_grad(n, i), dx[i], true), free(dx[i]);
+        if (down[i]) kit_store(pr_in_grad(n, i), dx[i], true), free(dx[i]);
         if (own[i]) free(x[i]);
     }
     if (own_do) free(dout);
