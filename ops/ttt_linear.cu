@@ -3,14 +3,18 @@
  * One thread block per (batch, head) walks the mini-batches in order (the
  * backward in reverse), with the inner state W [K,K] in shared memory and the
  * mini-batch's rows beside it; inside a mini-batch the work is parallel:
- * small matmuls against W (a thread per column and 4 rows), a warp per row
- * for the LayerNorms. The math and the backward's derivation are the CPU
+ * block products (blk_mm) against W and between the rows, a warp per row for
+ * the LayerNorms. With ctx->matmul_tf32 the products of a mini-batch whose
+ * sizes are multiples of 16 run on TF32 tensor cores (the recurrence's
+ * mma.sync product, f32 accumulators; W itself stays f32), else in fp32. The
+ * triangular parts of the dual form (Attn and D below) are products too,
+ * masked afterwards. The math and the backward's derivation are the CPU
  * path's (ops/ttt_linear.c), which is the reference. No float atomics: the
- * dw, db partial sums of each (b,h) are reduced over b by the kit's column sum,
- * so results are bitwise reproducible. Limits: K <= 128 and shared memory of
- * 2K(K+4) + 8 mb K floats (about 200 KB at K = 128, mb = 16). bf16 data (q,
- * k, v, eta, o; ops/ttt_linear.h) is staged: f32 copies in, the f32 kernels,
- * o and the bf16 grads rounded back once.
+ * dw, db partial sums of each (b,h) are reduced over b by the kit's column
+ * sum, so results are bitwise reproducible. Limits: K <= 128 and shared
+ * memory of 2K(K+4) + 9 mb (K+4) + 4 mb (mb+4) floats (about 220 KB at
+ * K = 128, mb = 16). bf16 data (q, k, v, eta, o; ops/ttt_linear.h) is staged:
+ * f32 copies in, the f32 kernels, o and the bf16 grads rounded back once.
  */
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence_cuda.cuh" /* rec_mm_f32: the block's register-tiled product */
@@ -28,86 +32,91 @@ struct ttt_args {
     const float *dout, *dht, *dhbt;             /* upstream grads */
     float *dq, *dk, *dv, *deta, *dh0, *dhb0;    /* input grads, accumulated; NULL: not needed */
     float *dwp, *dbp;                           /* per-(b,h) partials of dw, db [B,H,K] */
-    int B, T, H, K, mb, nmb, ldw, mbp;
+    int B, T, H, K, mb, nmb, ldw, ldr, ls, mbp;
+    int tc;                                     /* TF32 products where a mini-batch's sizes allow */
     float scale, eps;
 };
 
-/* Shared-memory layout: when K % 4 == 0 every [rows, K] buffer starts on 16
- * bytes and W's row stride ldw = K + 4, so the loops below read 4 floats per
- * instruction (a quarter-warp reading 4-float rows 132 floats apart covers all
- * 32 banks once); otherwise ldw = K | 1 (odd: a warp reading a column of W
- * hits distinct banks) and the loops read floats one by one. */
+/* Shared-memory layout: when K % 4 == 0 every buffer starts on 16 bytes and
+ * the row strides are K + 4 (W's ldw, the [mbp, K] row buffers' ldr) and
+ * mbp + 4 (the [mbp, mbp] matrices' ls): a quarter-warp reading 4-float rows
+ * 4 (mod 32) floats apart covers all 32 banks once, and so do the tensor-core
+ * fragments (8 rows x 4 columns). Otherwise ldw = K | 1 (odd: a column of W
+ * hits distinct banks), ldr = K, and the products read floats one by one. */
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
-/* out[i,c] = sum_a A[i,a] Bm[a,c] (or Bm[c,a] when TRANS) for rows i < m,
- * handed to epi(i, c, acc). A is [mbp,K] (rows padded to TTT_RT), Bm has row
- * stride ldb. A thread owns a column c and TTT_RT rows. */
-template <bool TRANS, typename Epi>
-__device__ void mm_rows(const float *A, int m, const float *Bm, int K, int ldb, Epi epi)
+/* C[i][c] = (acc ? C[i][c] : 0) + alpha sum_k op(A)[i][k] op(B)[k][c] for i < M,
+ * c < N, all in shared memory; op(A) is A[i*lda + k], or A[k*lda + i] when TA;
+ * op(B) is B[k*ldb + c], or B[c*ldb + k] when TB. tc: TF32 tensor cores (M, N
+ * multiples of 16, Kd of 8). Else fp32: the recurrence's register-tiled
+ * product where M and N are multiples of 32, otherwise a thread per column
+ * and TTT_RT rows, 4 k at a time as float4 where the strides allow (a warp
+ * per element, lanes along k, where there are at most 64). The fp32
+ * loops read A's rows (TA: its columns) up to M rounded up to TTT_RT; the
+ * extra ones only feed results that are dropped. The path depends on tc, M
+ * and N only: two calls with the same tc, M, N and C give each thread the
+ * same elements of C, so they may follow each other without a barrier. */
+template <bool TA, bool TB>
+__device__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
+                       int Kd, float alpha, bool acc)
 {
-    int groups = (m + TTT_RT - 1) / TTT_RT;
-    for (int idx = threadIdx.x; idx < groups * K; idx += blockDim.x) {
-        int c = idx % K, i0 = (idx / K) * TTT_RT;
-        float acc[TTT_RT] = {0};
-        if ((K & 3) == 0) {
-            for (int a = 0; a < K; a += 4) {
-                float4 b4 = TRANS ? ld4(Bm + c * ldb + a)
-                                  : make_float4(Bm[a * ldb + c], Bm[(a + 1) * ldb + c], Bm[(a + 2) * ldb + c],
-                                                Bm[(a + 3) * ldb + c]);
-#pragma unroll
-                for (int r = 0; r < TTT_RT; r++) {
-                    float4 x = ld4(A + (i0 + r) * K + a);
-                    acc[r] += x.x * b4.x + x.y * b4.y + x.z * b4.z + x.w * b4.w;
-                }
-            }
-        } else {
-            for (int a = 0; a < K; a++) {
-                float bv = TRANS ? Bm[c * ldb + a] : Bm[a * ldb + c];
-#pragma unroll
-                for (int r = 0; r < TTT_RT; r++) acc[r] += A[(i0 + r) * K + a] * bv;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < TTT_RT; r++)
-            if (i0 + r < m) epi(i0 + r, c, acc[r]);
+    static_assert(TTT_THREADS == PR_REC_THREADS, "the recurrence's products divide blocks among PR_REC_WARPS warps");
+    if (tc) {   /* 16x32 warp blocks where there are enough, else 16x16 (32x32 ones would spill registers here) */
+        if ((M >> 4) * (N >> 5) >= PR_REC_WARPS) return rec_mm_tc_tiles<TA, TB, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+        return rec_mm_tc_tiles<TA, TB, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     }
-}
-
-/* M[r,c] += alpha sum_{j<m} (X[j,r] Y[j,c] + X2[j,r] Y2[j,c]) over the K x K
- * block of M (row stride ldm); X2, Y2 may be NULL. K a multiple of 32: the
- * recurrence's fp32 block product (each lane a 4 x 8 piece of a warp's 32 x
- * 32 blocks, 12 loads for 32 FMAs a step); else a thread owns a column c and
- * TTT_RT rows (5 loads for 4 FMAs). */
-__device__ void outer_acc(float *M, int ldm, int K, int m, float alpha, const float *X, const float *Y,
-                          const float *X2, const float *Y2)
-{
-    static_assert(TTT_THREADS == PR_REC_THREADS, "rec_mm_f32 divides the blocks among PR_REC_WARPS warps");
-    if ((K & 31) == 0) {
-        rec_mm_f32<true, false>(M, ldm, X, K, Y, K, K, K, m, alpha, true);
-        if (X2) rec_mm_f32<true, false>(M, ldm, X2, K, Y2, K, K, K, m, alpha, true);
+    if (((M | N) & 31) == 0) return rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    if (M * N <= 64) {   /* few outputs (mini-batches of 1 to 8): a warp each, lanes along k */
+        for (int p = threadIdx.x >> 5; p < M * N; p += blockDim.x >> 5) {
+            const int i = p / N, c = p - i * N;
+            float s = 0;
+            for (int k = threadIdx.x & 31; k < Kd; k += 32)
+                s += (TA ? A[k * lda + i] : A[i * lda + k]) * (TB ? B[c * ldb + k] : B[k * ldb + c]);
+            s = ttk_warp_sum(s);
+            if ((threadIdx.x & 31) == 0) C[i * ldc + c] = (acc ? C[i * ldc + c] : 0.f) + alpha * s;
+        }
         return;
     }
-    int groups = (K + TTT_RT - 1) / TTT_RT;
-    const bool vec = (K & 3) == 0;
-    for (int idx = threadIdx.x; idx < groups * K; idx += blockDim.x) {
-        int c = idx % K, r0 = (idx / K) * TTT_RT;
-        float acc[TTT_RT] = {0};
-        for (int j = 0; j < 2 * m; j++) {
-            const float *Xs = j < m ? X : X2, *Ys = j < m ? Y : Y2;
-            if (!Xs) break;
-            const int jj = j < m ? j : j - m;
-            float y = Ys[jj * K + c];
-            if (vec) {
-                float4 x = ld4(Xs + jj * K + r0);
-                acc[0] += x.x * y, acc[1] += x.y * y, acc[2] += x.z * y, acc[3] += x.w * y;
-            } else {
+    const bool vec = ((Kd | lda | ldb) & 3) == 0;
+    const int groups = (M + TTT_RT - 1) / TTT_RT;
+    for (int idx = threadIdx.x; idx < groups * N; idx += blockDim.x) {
+        const int c = idx % N, i0 = idx / N * TTT_RT;
+        float s[TTT_RT] = {0};
+        if (vec) {
+            for (int k = 0; k < Kd; k += 4) {
+                float b[4], x[TTT_RT][4];
+                if (TB) {
+                    const float4 v = ld4(B + c * ldb + k);
+                    b[0] = v.x, b[1] = v.y, b[2] = v.z, b[3] = v.w;
+                } else {
 #pragma unroll
-                for (int r = 0; r < TTT_RT; r++) acc[r] += Xs[jj * K + min(r0 + r, K - 1)] * y;
+                    for (int u = 0; u < 4; u++) b[u] = B[(k + u) * ldb + c];
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {   /* x[r][u] = op(A)[i0 + r][k + u] */
+                    const float4 v = TA ? ld4(A + (k + u) * lda + i0) : ld4(A + (i0 + u) * lda + k);
+                    if (TA) x[0][u] = v.x, x[1][u] = v.y, x[2][u] = v.z, x[3][u] = v.w;
+                    else x[u][0] = v.x, x[u][1] = v.y, x[u][2] = v.z, x[u][3] = v.w;
+                }
+#pragma unroll
+                for (int r = 0; r < TTT_RT; r++) s[r] += x[r][0] * b[0] + x[r][1] * b[1] + x[r][2] * b[2] + x[r][3] * b[3];
+            }
+        } else {
+            for (int k = 0; k < Kd; k++) {
+                const float bk = TB ? B[c * ldb + k] : B[k * ldb + c];
+#pragma unroll
+                for (int r = 0; r < TTT_RT; r++) {
+                    const int i = min(i0 + r, M - 1);
+                    s[r] += (TA ? A[k * lda + i] : A[i * lda + k]) * bk;
+                }
             }
         }
 #pragma unroll
         for (int r = 0; r < TTT_RT; r++)
-            if (r0 + r < K) M[(r0 + r) * ldm + c] += alpha * acc[r];
+            if (i0 + r < M) {
+                float *p = C + (i0 + r) * ldc + c;
+                *p = (acc ? *p : 0.f) + alpha * s[r];
+            }
     }
 }
 
@@ -138,33 +147,22 @@ __device__ void mat_copy(float *dst, int ldd, const float *src, int lds, int K)
     }
 }
 
-/* the mini-batch's rows [m, K] of up to four [B,T,H,K] inputs (NULL: none)
- * into shared memory, the first scaled by alpha; all loads of an element
- * index issued before its stores, as float4 when K % 4 == 0 */
-__device__ void ld_rows4(const float *const (&src)[4], float *const (&dst)[4], float alpha, long long g0, int H,
-                         int m, int K)
+/* the mini-batch's rows [m, K] of a [B,T,H,K] input from element g0 into
+ * shared memory (row stride ldr): cp.async when K % 4 == 0 (complete at the
+ * next rec_sync), else a load and a store per element */
+__device__ void ld_rows(float *dst, int ldr, const float *src, long long g0, int H, int m, int K)
 {
-    const int V = (K & 3) == 0 ? 4 : 1, KV = K / V;
-    for (int idx = threadIdx.x; idx < m * KV; idx += blockDim.x) {
-        const int i = idx / KV, c = (idx - i * KV) * V;
-        const long long g = g0 + (long long)i * H * K + c;
-        float4 x[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (src[u]) {
-                if (V == 4) x[u] = ld4(src[u] + g);
-                else x[u].x = src[u][g];
-            }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (src[u]) {
-                const float f = u == 0 ? alpha : 1.f;
-                if (V == 4)
-                    *reinterpret_cast<float4 *>(dst[u] + i * K + c) =
-                        make_float4(f * x[u].x, f * x[u].y, f * x[u].z, f * x[u].w);
-                else dst[u][i * K + c] = f * x[u].x;
-            }
-    }
+    if ((K & 3) == 0) return rec_ld_tile(dst, ldr, m, K, src + g0, (long long)H * K, m, K, true);
+    for (int i = 0; i < m; i++)
+        for (int c = threadIdx.x; c < K; c += blockDim.x) dst[i * ldr + c] = src[g0 + (long long)i * H * K + c];
+}
+
+/* W (row stride ldw) = a saved K x K state: cp.async when K % 4 == 0 (complete
+ * at the next rec_sync), else mat_copy */
+__device__ void ld_state(float *W, int ldw, const float *src, int K)
+{
+    if ((K & 3) == 0) return rec_ld_tile(W, ldw, K, K, src, K, K, K, true);
+    mat_copy(W, ldw, src, K, K);
 }
 
 /* A warp's view of one row of K <= 32*KPL values: lane holds c = lane + 32 i. */
@@ -240,26 +238,16 @@ __device__ __forceinline__ row_t<KPL> row_ln_back(const row_t<KPL> &xh, float s,
     return d;
 }
 
-/* out[t*m + j] = f(t, j, X_t . Y_j) for j <= t, 0 above the diagonal; a warp
- * per pair, lanes along K (a thread per pair would hit one bank 16 ways) */
-template <int KPL, typename F>
-__device__ void tri_dots(const float *X, const float *Y, int m, int K, float *out, F f)
-{
-    for (int p = threadIdx.x >> 5; p < m * m; p += blockDim.x >> 5) {
-        int t = p / m, j = p % m;
-        float s = j <= t ? row_dot(row_load<KPL>(X + t * K, K), row_load<KPL>(Y + j * K, K)) : 0.f;
-        if ((threadIdx.x & 31) == 0) out[p] = j <= t ? f(t, j, s) : 0.f;
-    }
-}
-
-/* Z row (in z) -> its normalized form xz (in z), scale sz, the residual
- * y = w xz + b - v + k (into y, which may alias v) and gz = dl/dZ. */
+/* Z row (z + hb, z holding k W) -> its normalized form xz (in z), scale sz,
+ * the residual y = w xz + b - v + k (into y, which may alias v) and gz = dl/dZ. */
 template <int KPL>
-__device__ void inner_grad_row(float *z, const float *v, const float *k, const float *w, const float *b, int K,
-                               float eps, float *gz, float *sz, float *y)
+__device__ void inner_grad_row(float *z, const float *hb, const float *v, const float *k, const float *w,
+                               const float *b, int K, float eps, float *gz, float *sz, float *y)
 {
-    row_t<KPL> xz = row_load<KPL>(z, K), vr = row_load<KPL>(v, K), kr = row_load<KPL>(k, K);
+    row_t<KPL> xz = row_load<KPL>(z, K), hr = row_load<KPL>(hb, K), vr = row_load<KPL>(v, K), kr = row_load<KPL>(k, K);
     row_t<KPL> wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K), yr, G;
+#pragma unroll
+    for (int i = 0; i < KPL; i++) xz.x[i] += hr.x[i];
     float s = row_ln(xz, K, eps);
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
@@ -278,15 +266,53 @@ __device__ __forceinline__ long long grow(const ttt_args &a, int bi, int h, int 
     return (((long long)bi * a.T + t) * a.H + h) * a.K;
 }
 
+/* g[row t0 + i] += alpha X[i] for the mini-batch's m rows (X: row stride
+ * ldr); every thread's loads of g (float4 where K % 4 == 0) are all issued
+ * before its stores */
+__device__ void add_rows(float *g, const float *X, float alpha, const ttt_args &a, int bi, int h, int t0, int m)
+{
+    constexpr int U = 4;
+    const int K = a.K, V = (K & 3) == 0 ? 4 : 1, KV = K / V, n = m * KV, nth = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += U * nth) {
+        float4 x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = e0 + u * nth, i = e / KV, c = (e - i * KV) * V;
+            if (e >= n) break;
+            const float *p = g + grow(a, bi, h, t0 + i) + c;
+            if (V == 4) x[u] = ld4(p);
+            else x[u].x = *p;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = e0 + u * nth, i = e / KV, c = (e - i * KV) * V;
+            if (e >= n) break;
+            float *p = g + grow(a, bi, h, t0 + i) + c;
+            const float *q = X + i * a.ldr + c;
+            if (V == 4)
+                *reinterpret_cast<float4 *>(p) = make_float4(x[u].x + alpha * q[0], x[u].y + alpha * q[1],
+                                                             x[u].z + alpha * q[2], x[u].w + alpha * q[3]);
+            else *p = x[u].x + alpha * q[0];
+        }
+    }
+}
+
+/* rows i < m of X (stride ldr) = v (length K) */
+__device__ void fill_rows(float *X, int ldr, const float *v, int m, int K)
+{
+    for (int i = 0; i < m; i++)
+        for (int c = threadIdx.x; c < K; c += blockDim.x) X[i * ldr + c] = v[c];
+}
+
 /* ---- forward ----------------------------------------------------------------- */
 
 template <int KPL>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    const int K = a.K, ldw = a.ldw, mb = a.mb, RK = a.mbp * K;
+    const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, RK = a.mbp * ldr;
     float *W = sm, *hb = W + K * ldw, *w = hb + K, *b = w + K, *qs = b + K, *kb = qs + RK, *vb = kb + RK;
-    float *xz = vb + RK, *gz = xz + RK, *zb = gz + RK, *cm = zb + RK, *sz = cm + mb * mb, *eta = sz + mb;
+    float *xz = vb + RK, *gz = xz + RK, *zb = gz + RK, *cm = zb + RK, *sz = cm + a.mbp * ls, *eta = sz + mb;
     const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
     const int warp = tid >> 5, nwarp = nth >> 5;
     const long long KK = (long long)K * K;
@@ -301,39 +327,45 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
     __syncthreads();
     for (int n = 0; n < a.nmb; n++) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
+        const bool tc = a.tc && m % 16 == 0;
         if (a.Ws) {
             float *Wd = a.Ws + (bh * (long long)a.nmb + n) * KK;
             mat_copy(Wd, K, W, ldw, K);
             for (int c = tid; c < K; c += nth) a.hbs[(bh * (long long)a.nmb + n) * K + c] = hb[c];
         }
-        ld_rows4({a.q, a.k, a.v, nullptr}, {qs, kb, vb, nullptr}, a.scale, grow(a, bi, h, t0), a.H, m, K);
+        const long long g0 = grow(a, bi, h, t0);
+        ld_rows(qs, ldr, a.q, g0, a.H, m, K), ld_rows(kb, ldr, a.k, g0, a.H, m, K), ld_rows(vb, ldr, a.v, g0, a.H, m, K);
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
+        fill_rows(zb, ldr, hb, m, K);   /* Zb's product below adds to hb */
+        rec_sync();
+        /* Z = k W (+ hb in inner_grad_row); qs_t . k_j (q as loaded: its scale is the products' alpha) */
+        blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
+        blk_mm<false, true>(tc, cm, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
         __syncthreads();
-        mm_rows<false>(kb, m, W, K, ldw, [&](int i, int c, float acc) { xz[i * K + c] = acc + hb[c]; });
-        __syncthreads();
-        /* cm_tj = eta_t (qs_t . k_j + 1) for j <= t */
-        tri_dots<KPL>(qs, kb, m, K, cm, [&](int t, int, float d) { return eta[t] * (d + 1.f); });
         for (int i = warp; i < m; i += nwarp)
-            inner_grad_row<KPL>(xz + i * K, vb + i * K, kb + i * K, w, b, K, a.eps, gz + i * K, sz + i, nullptr);
+            inner_grad_row<KPL>(xz + i * ldr, hb, vb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
+                                nullptr);
+        for (int p = tid; p < m * m; p += nth) {   /* cm_tj = eta_t (qs_t . k_j + 1) for j <= t */
+            const int t = p / m, j = p - t * m;
+            cm[t * ls + j] = j <= t ? eta[t] * (cm[t * ls + j] + 1.f) : 0.f;
+        }
         __syncthreads();
-        mm_rows<false>(qs, m, W, K, ldw, [&](int i, int c, float acc) {
-            float s = acc + hb[c];
-            for (int j = 0; j <= i; j++) s -= cm[i * m + j] * gz[j * K + c];
-            zb[i * K + c] = s;
-        });
+        /* Zb = qs W + hb - cm gz */
+        blk_mm<false, false>(tc, zb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, true);
+        blk_mm<false, false>(tc, zb, ldr, cm, ls, gz, ldr, m, K, m, -1.f, true);
         __syncthreads();
         for (int i = warp; i < m; i += nwarp) {
-            row_t<KPL> z = row_load<KPL>(zb + i * K, K), xh = z, wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K);
+            row_t<KPL> z = row_load<KPL>(zb + i * ldr, K), xh = z, wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K);
             row_ln(xh, K, a.eps);
 #pragma unroll
             for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
             row_store(a.o + grow(a, bi, h, t0 + i), z, K);
         }
         const float e = eta[m - 1];
-        outer_acc(W, ldw, K, m, -e, kb, gz, nullptr, nullptr);
+        blk_mm<true, false>(tc, W, ldw, kb, ldr, gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
         for (int c = tid; c < K; c += nth) {
             float s = 0;
-            for (int j = 0; j < m; j++) s += gz[j * K + c];
+            for (int j = 0; j < m; j++) s += gz[j * ldr + c];
             hb[c] -= e * s;
         }
         __syncthreads();
@@ -344,17 +376,21 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 
 /* ---- backward -----------------------------------------------------------------
  * Phases per mini-batch (reverse order), each ended by a barrier; names as in
- * ops/ttt_linear.c's mb_backward. e = eta of the mini-batch's last token.   */
+ * ops/ttt_linear.c's mb_backward. e = eta of the mini-batch's last token. The
+ * small matrices: at_tj = qs_t . k_j and cb_tj = eta_t (at_tj + 1) for j <= t
+ * (0 above), D_tj = dZb_t . gz_j and ED_tj = eta_t D_tj likewise. dk of a
+ * mini-batch is left in xb and added to the grad during the next one's loads. */
 
 template <int KPL>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    const int K = a.K, ldw = a.ldw, mb = a.mb, RK = a.mbp * K;
+    const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, RK = a.mbp * ldr, SS = a.mbp * ls;
     float *W = sm, *dW = W + K * ldw, *hb = dW + K * ldw, *dhb = hb + K, *w = dhb + K, *b = w + K;
     float *dwp = b + K, *dbp = dwp + K, *qs = dbp + K, *kb = qs + RK, *yb = kb + RK, *xz = yb + RK;
-    float *gz = xz + RK, *xb = gz + RK, *dzb = xb + RK, *dgz = dzb + RK, *at = dgz + RK, *D = at + mb * mb;
-    float *eta = D + mb * mb, *sz = eta + mb, *sb = sz + mb, *pg = sb + mb;
+    float *gz = xz + RK, *xb = gz + RK, *dzb = xb + RK, *dgz = dzb + RK, *tq = dgz + RK;
+    float *at = tq + RK, *cb = at + SS, *D = cb + SS, *ED = D + SS;
+    float *eta = ED + SS, *sz = eta + mb, *sb = sz + mb, *pg = sb + mb;
     const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
     const int warp = tid >> 5, nwarp = nth >> 5;
     const long long KK = (long long)K * K;
@@ -368,93 +404,107 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
     }
     for (int n = a.nmb - 1; n >= 0; n--) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
-        const float *Wsrc = a.Ws + (bh * (long long)a.nmb + n) * KK;
-        mat_copy(W, ldw, Wsrc, K, K);
-        for (int c = tid; c < K; c += nth) hb[c] = a.hbs[(bh * (long long)a.nmb + n) * K + c];
-        ld_rows4({a.q, a.k, a.v, a.dout}, {qs, kb, yb, dzb}, a.scale, grow(a, bi, h, t0), a.H, m, K);
+        const bool tc = a.tc && m % 16 == 0;
+        const float *Wsrc = a.Ws + (bh * (long long)a.nmb + n) * KK, *hbsrc = a.hbs + (bh * (long long)a.nmb + n) * K;
+        const long long g0 = grow(a, bi, h, t0);
+        ld_state(W, ldw, Wsrc, K);
+        ld_rows(qs, ldr, a.q, g0, a.H, m, K), ld_rows(kb, ldr, a.k, g0, a.H, m, K);
+        ld_rows(yb, ldr, a.v, g0, a.H, m, K), ld_rows(dzb, ldr, a.dout, g0, a.H, m, K);
+        for (int c = tid; c < K; c += nth) hb[c] = hbsrc[c];
+        if (a.dk && n + 1 < a.nmb) add_rows(a.dk, xb, 1.f, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
-        __syncthreads();
-        /* recompute: Z, Attn */
-        mm_rows<false>(kb, m, W, K, ldw, [&](int i, int c, float acc) { xz[i * K + c] = acc + hb[c]; });
-        tri_dots<KPL>(qs, kb, m, K, at, [](int, int, float d) { return d; });
+        rec_sync();
+        /* recompute: Z (+ hb in inner_grad_row), Attn (q as loaded: its scale is the products' alpha) */
+        blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
+        blk_mm<false, true>(tc, at, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
         __syncthreads();
         for (int i = warp; i < m; i += nwarp)
-            inner_grad_row<KPL>(xz + i * K, yb + i * K, kb + i * K, w, b, K, a.eps, gz + i * K, sz + i, yb + i * K);
+            inner_grad_row<KPL>(xz + i * ldr, hb, yb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
+                                yb + i * ldr);
+        for (int p = tid; p < m * m; p += nth) {
+            const int t = p / m, j = p - t * m;
+            const float x = j <= t ? at[t * ls + j] : 0.f;
+            at[t * ls + j] = x, cb[t * ls + j] = j <= t ? eta[t] * (x + 1.f) : 0.f;
+        }
         __syncthreads();
-        /* recompute: Zb */
-        mm_rows<false>(qs, m, W, K, ldw, [&](int i, int c, float acc) {
-            float s = acc + hb[c];
-            for (int j = 0; j <= i; j++) s -= eta[i] * (at[i * m + j] + 1.f) * gz[j * K + c];
-            xb[i * K + c] = s;
-        });
+        /* recompute: Zb = qs W - cb gz (+ hb in the LayerNorm below) */
+        blk_mm<false, false>(tc, xb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
+        blk_mm<false, false>(tc, xb, ldr, cb, ls, gz, ldr, m, K, m, -1.f, true);
         __syncthreads();
         for (int i = warp; i < m; i += nwarp) {
-            row_t<KPL> x = row_load<KPL>(xb + i * K, K);
+            row_t<KPL> x = row_load<KPL>(xb + i * ldr, K), hr = row_load<KPL>(hb, K);
+#pragma unroll
+            for (int r = 0; r < KPL; r++) x.x[r] += hr.x[r];
             float s = row_ln(x, K, a.eps);
-            row_store(xb + i * K, x, K);
+            row_store(xb + i * ldr, x, K);
             if ((tid & 31) == 0) sb[i] = s;
         }
         __syncthreads();
         /* output LayerNorm: dw, db partials (a thread per column: fixed order) */
         for (int c = tid; c < K; c += nth) {
             float sw = 0, sbias = 0;
-            for (int t = 0; t < m; t++) sw += dzb[t * K + c] * xb[t * K + c], sbias += dzb[t * K + c];
+            for (int t = 0; t < m; t++) sw += dzb[t * ldr + c] * xb[t * ldr + c], sbias += dzb[t * ldr + c];
             dwp[c] += sw, dbp[c] += sbias;
         }
         __syncthreads();
         /* dZb = do + LNback(xb, w do) */
         for (int i = warp; i < m; i += nwarp) {
-            row_t<KPL> d = row_load<KPL>(dzb + i * K, K), x = row_load<KPL>(xb + i * K, K);
+            row_t<KPL> d = row_load<KPL>(dzb + i * ldr, K), x = row_load<KPL>(xb + i * ldr, K);
             row_t<KPL> wr = row_load<KPL>(w, K), g;
 #pragma unroll
             for (int r = 0; r < KPL; r++) g.x[r] = wr.x[r] * d.x[r];
             row_t<KPL> dz = row_ln_back(x, sb[i], g, K);
 #pragma unroll
             for (int r = 0; r < KPL; r++) dz.x[r] += d.x[r];
-            row_store(dzb + i * K, dz, K);
+            row_store(dzb + i * ldr, dz, K);
         }
         __syncthreads();
-        /* D_tj = dZb_t . gz_j; P_j = k_j dW' + dhb' (into dgz) */
-        tri_dots<KPL>(dzb, gz, m, K, D, [](int, int, float d) { return d; });
-        mm_rows<false>(kb, m, dW, K, ldw, [&](int i, int c, float acc) { dgz[i * K + c] = acc + dhb[c]; });
-        __syncthreads();
-        for (int j = warp; j < m; j += nwarp) {
-            float s = row_dot(row_load<KPL>(dgz + j * K, K), row_load<KPL>(gz + j * K, K));
-            if ((tid & 31) == 0) pg[j] = s;
-        }
+        /* D = dZb gz^T; P = k dW' (into dgz) */
+        blk_mm<false, true>(tc, D, ls, dzb, ldr, gz, ldr, m, m, K, 1.f, false);
+        blk_mm<false, false>(tc, dgz, ldr, kb, ldr, dW, ldw, m, K, K, 1.f, false);
         __syncthreads();
         const float e = eta[m - 1];
-        /* deta; dgz; the dk terms through dW' and the dual form; dq */
+        /* P_j += dhb'; pg_j = P_j . gz_j; dgz_j = -e P_j; D masked, ED */
+        for (int j = warp; j < m; j += nwarp) {
+            row_t<KPL> pr = row_load<KPL>(dgz + j * ldr, K), dh = row_load<KPL>(dhb, K);
+#pragma unroll
+            for (int r = 0; r < KPL; r++) pr.x[r] += dh.x[r];
+            const float s = row_dot(pr, row_load<KPL>(gz + j * ldr, K));
+#pragma unroll
+            for (int r = 0; r < KPL; r++) pr.x[r] *= -e;
+            row_store(dgz + j * ldr, pr, K);
+            if ((tid & 31) == 0) pg[j] = s;
+        }
+        for (int p = tid; p < m * m; p += nth) {
+            const int t = p / m, j = p - t * m;
+            const float x = j <= t ? D[t * ls + j] : 0.f;
+            D[t * ls + j] = x, ED[t * ls + j] = eta[t] * x;
+        }
+        __syncthreads();
+        /* deta; dgz -= cb^T dZb; xb = -e gz dW'^T - ED^T qs (the dk terms through dW'
+         * and the dual form); dq = dZb W^T - ED k (into tq) */
         for (int t = tid; t < m; t += nth) {
             float s = 0;
-            for (int j = 0; j <= t; j++) s -= (at[t * m + j] + 1.f) * D[t * m + j];
+            for (int j = 0; j <= t; j++) s -= (at[t * ls + j] + 1.f) * D[t * ls + j];
             if (t == m - 1)
                 for (int j = 0; j < m; j++) s -= pg[j];
             if (a.deta) a.deta[((long long)bi * a.T + t0 + t) * a.H + h] += s;
         }
-        for (int idx = tid; idx < m * K; idx += nth) {
-            int j = idx / K, c = idx % K;
-            float s = -e * dgz[idx];
-            for (int t = j; t < m; t++) s -= eta[t] * (at[t * m + j] + 1.f) * dzb[t * K + c];
-            dgz[idx] = s;
+        blk_mm<true, false>(tc, dgz, ldr, cb, ls, dzb, ldr, m, K, m, -1.f, true);
+        blk_mm<false, true>(tc, xb, ldr, gz, ldr, dW, ldw, m, K, K, -e, false);
+        blk_mm<true, false>(tc, xb, ldr, ED, ls, qs, ldr, m, K, m, -a.scale, true);
+        if (a.dq) {
+            blk_mm<false, true>(tc, tq, ldr, dzb, ldr, W, ldw, m, K, K, 1.f, false);
+            blk_mm<false, false>(tc, tq, ldr, ED, ls, kb, ldr, m, K, m, -1.f, true);
         }
-        mm_rows<true>(gz, m, dW, K, ldw, [&](int j, int c, float acc) {
-            float s = -e * acc;
-            for (int t = j; t < m; t++) s -= eta[t] * D[t * m + j] * qs[t * K + c];
-            xb[j * K + c] = s;
-        });
-        if (a.dq)
-            mm_rows<true>(dzb, m, W, K, ldw, [&](int t, int c, float acc) {
-                float s = acc;
-                for (int j = 0; j <= t; j++) s -= eta[t] * D[t * m + j] * kb[j * K + c];
-                a.dq[grow(a, bi, h, t0 + t) + c] += a.scale * s;
-            });
         __syncthreads();
-        /* through gz = LNback(xz, sz, G): dG (into gz), dZ (into dgz), dv, dk */
+        /* through gz = LNback(xz, sz, G): dG (into gz), dZ (into dgz), dv, dk; dq */
         for (int j = warp; j < m; j += nwarp) {
-            row_t<KPL> xh = row_load<KPL>(xz + j * K, K), y = row_load<KPL>(yb + j * K, K);
-            row_t<KPL> g = row_load<KPL>(gz + j * K, K), dg = row_load<KPL>(dgz + j * K, K);
-            row_t<KPL> wr = row_load<KPL>(w, K), G, dxh;
+            row_t<KPL> xh = row_load<KPL>(xz + j * ldr, K), y = row_load<KPL>(yb + j * ldr, K);
+            row_t<KPL> g = row_load<KPL>(gz + j * ldr, K), dg = row_load<KPL>(dgz + j * ldr, K);
+            row_t<KPL> wr = row_load<KPL>(w, K), G, dxh, dv0{};
+            const long long gj = grow(a, bi, h, t0 + j);
+            if (a.dv) dv0 = row_load<KPL>(a.dv + gj, K);   /* issued before the reductions below */
             const float s = sz[j];
 #pragma unroll
             for (int r = 0; r < KPL; r++) G.x[r] = wr.x[r] * y.x[r];
@@ -470,31 +520,32 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
                 int c = lane + 32 * r;
                 if (c >= K) continue;
                 dZ.x[r] += dsz * xh.x[r] / K;
-                xb[j * K + c] += wr.x[r] * dG.x[r];
-                if (a.dv) a.dv[grow(a, bi, h, t0 + j) + c] -= wr.x[r] * dG.x[r];
+                xb[j * ldr + c] += wr.x[r] * dG.x[r];
+                dv0.x[r] -= wr.x[r] * dG.x[r];
             }
-            row_store(gz + j * K, dG, K);
-            row_store(dgz + j * K, dZ, K);
+            row_store(gz + j * ldr, dG, K);
+            row_store(dgz + j * ldr, dZ, K);
+            if (a.dv) row_store(a.dv + gj, dv0, K);
         }
+        if (a.dq) add_rows(a.dq, tq, a.scale, a, bi, h, t0, m);
         __syncthreads();
-        /* dk; the start state's grads; dw, db partials */
-        if (a.dk)
-            mm_rows<true>(dgz, m, W, K, ldw, [&](int j, int c, float acc) {
-                a.dk[grow(a, bi, h, t0 + j) + c] += xb[j * K + c] + acc;
-            });
-        outer_acc(dW, ldw, K, m, 1.f, qs, dzb, kb, dgz);
+        /* dk = xb + dZ W^T (added to the grad next); the start state's grads; dw, db partials */
+        if (a.dk) blk_mm<false, true>(tc, xb, ldr, dgz, ldr, W, ldw, m, K, K, 1.f, true);
+        blk_mm<true, false>(tc, dW, ldw, qs, ldr, dzb, ldr, K, K, m, a.scale, true);
+        blk_mm<true, false>(tc, dW, ldw, kb, ldr, dgz, ldr, K, K, m, 1.f, true);
         for (int c = tid; c < K; c += nth) {
             float s = 0, sw = 0, sbias = 0;
             for (int t = 0; t < m; t++) {
-                float dG = gz[t * K + c], x = xz[t * K + c];
-                s += dzb[t * K + c] + dgz[t * K + c];
-                sw += dG * (w[c] * x + yb[t * K + c]);
+                float dG = gz[t * ldr + c], x = xz[t * ldr + c];
+                s += dzb[t * ldr + c] + dgz[t * ldr + c];
+                sw += dG * (w[c] * x + yb[t * ldr + c]);
                 sbias += w[c] * dG;
             }
             dhb[c] += s, dwp[c] += sw, dbp[c] += sbias;
         }
         __syncthreads();
     }
+    if (a.dk) add_rows(a.dk, xb, 1.f, a, bi, h, 0, min(mb, a.T));
     if (a.dh0)
         for (int i = tid; i < K * K; i += nth) a.dh0[bh * KK + i] += dW[(i / K) * ldw + i % K];
     for (int c = tid; c < K; c += nth) {
@@ -518,7 +569,10 @@ static ttt_args ttt_args_of(pr_ctx *ctx, cudaStream_t st, const pr_node *n)
     a.mb = (int)n->iarg[0];
     a.nmb = (a.T + a.mb - 1) / a.mb;
     a.ldw = a.K % 4 == 0 ? a.K + 4 : a.K | 1;
+    a.ldr = a.K % 4 == 0 ? a.K + 4 : a.K;
     a.mbp = (a.mb + TTT_RT - 1) / TTT_RT * TTT_RT;
+    a.ls = a.mbp + 4;
+    a.tc = ctx->matmul_tf32 && a.K % 16 == 0;
     a.scale = (float)n->farg[0], a.eps = (float)n->farg[1];
     PR_CHECK(a.K <= TTT_MAXK, "ttt_linear: CUDA supports K <= %d, got K = %d", TTT_MAXK, a.K);
     return a;
@@ -538,7 +592,7 @@ static void ttt_smem(const void *kernel, size_t bytes, const ttt_args &a)
 template <int KPL>
 static void launch_fwd(const ttt_args &a, cudaStream_t st)
 {
-    size_t fl = (size_t)a.K * a.ldw + 3 * a.K + 6 * (size_t)a.mbp * a.K + (size_t)a.mb * a.mb + 2 * a.mb;
+    size_t fl = (size_t)a.K * a.ldw + 3 * a.K + 6 * (size_t)a.mbp * a.ldr + (size_t)a.mbp * a.ls + 2 * a.mb;
     ttt_smem((const void *)ttt_fwd_kernel<KPL>, fl * sizeof(float), a);
     ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
@@ -547,7 +601,7 @@ static void launch_fwd(const ttt_args &a, cudaStream_t st)
 template <int KPL>
 static void launch_bwd(const ttt_args &a, cudaStream_t st)
 {
-    size_t fl = 2 * (size_t)a.K * a.ldw + 6 * a.K + 8 * (size_t)a.mbp * a.K + 2 * (size_t)a.mb * a.mb + 4 * a.mb;
+    size_t fl = 2 * (size_t)a.K * a.ldw + 6 * a.K + 9 * (size_t)a.mbp * a.ldr + 4 * (size_t)a.mbp * a.ls + 4 * a.mb;
     ttt_smem((const void *)ttt_bwd_kernel<KPL>, fl * sizeof(float), a);
     ttt_bwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
     PR_CUDA_LAUNCH_CHECK();

@@ -23,11 +23,17 @@
 
 #include "tests/test_ttt_util.h"
 
+/* TF32 products round their inputs to 11 significant bits (2^-11 relative);
+ * sums of K + 2 mb such products through two LayerNorms and the mini-batches'
+ * chain of states */
+#define TF32_TOL 2e-3
+
 /* copies of src (f64, CPU) in dt on dev; forward; the three backward passes
  * (input grads accumulate over them) seeded with g (f64, CPU); host copies */
 static run_out run_on(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *src, pr_tensor *const *g, pr_dtype dt,
-                      pr_device dev)
+                      pr_device dev, int tf32)
 {
+    ctx->matmul_tf32 = tf32;
     pr_tensor *in[NIN] = {0};
     for (int i = 0; i < NIN; i++)
         if (src[i]) {
@@ -41,6 +47,7 @@ static run_out run_on(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *src
     for (int i = 0; i < 3; i++) r.out[i] = host(outs[i], &r.n_out[i]);
     for (int i = 0; i < NIN; i++)
         if (in[i]) r.d[i] = host(in[i]->grad, &r.n[i]);
+    ctx->matmul_tf32 = 0;
     return r;
 }
 
@@ -66,22 +73,25 @@ static void random_inputs(pr_ctx *ctx, uint64_t seed, int B, int T, int H, int K
     g[2] = pr_randu(ctx->step, PR_F64, PR_CPU, 4, sh[7], &r, -1, 1);
 }
 
-static void cuda_case(int B, int T, int H, int K, int mb, bool state)
+static void cuda_case_as(int B, int T, int H, int K, int mb, bool state, int tf32)
 {
     PR_SKIP_WITHOUT_CUDA();
-    const double tol = 1e-4;
+    const double tol = tf32 ? TF32_TOL : 1e-4;
     pr_ctx *ctx = pr_ctx_new(0);
     pr_tensor *in[NIN], *g[3];
     random_inputs(ctx, 100 + (uint64_t)(T * 131 + K), B, T, H, K, state, in, g);
     const pr_ttt_opts opt = {.mini_batch = mb, .eps = 1e-6};
-    run_out c64 = run_on(ctx, &opt, in, g, PR_F64, PR_CPU);
-    run_out c32 = run_on(ctx, &opt, in, g, PR_F32, PR_CPU);
-    run_out gpu = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA);
-    run_out gpu2 = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA);
+    run_out c64 = run_on(ctx, &opt, in, g, PR_F64, PR_CPU, 0);
+    run_out c32 = run_on(ctx, &opt, in, g, PR_F32, PR_CPU, 0);
+    run_out gpu = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA, tf32);
+    run_out gpu2 = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA, tf32);
     char what[96];
-    snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s cuda vs cpu f32", B, T, H, K, mb, state ? "" : " no h0");
+    const char *form = tf32 ? " tf32" : "";
+    snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s%s cuda vs cpu f32", B, T, H, K, mb, state ? "" : " no h0",
+             form);
     compare(what, &gpu, &c32, tol);
-    snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s cuda vs cpu f64", B, T, H, K, mb, state ? "" : " no h0");
+    snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s%s cuda vs cpu f64", B, T, H, K, mb, state ? "" : " no h0",
+             form);
     compare(what, &gpu, &c64, tol);
     for (int i = 0; i < 3; i++) assert_memory_equal(gpu.out[i], gpu2.out[i], sizeof(double) * (size_t)gpu.n_out[i]);
     for (int i = 0; i < NIN; i++)
@@ -90,6 +100,8 @@ static void cuda_case(int B, int T, int H, int K, int mb, bool state)
     pr_ctx_free(ctx);
 }
 
+static void cuda_case(int B, int T, int H, int K, int mb, bool state) { cuda_case_as(B, T, H, K, mb, state, 0); }
+
 static void test_partial_minibatch(void **s) { (void)s, cuda_case(2, 37, 3, 16, 16, true); }
 static void test_one_token(void **s) { (void)s, cuda_case(2, 1, 2, 16, 16, false); }
 static void test_k64(void **s) { (void)s, cuda_case(2, 37, 2, 64, 16, true); }
@@ -97,6 +109,13 @@ static void test_k128(void **s) { (void)s, cuda_case(1, 20, 2, 128, 16, true); }
 static void test_odd_k(void **s) { (void)s, cuda_case(1, 11, 2, 5, 3, true); }
 static void test_no_state(void **s) { (void)s, cuda_case(2, 37, 2, 32, 16, false); }
 static void test_mb5(void **s) { (void)s, cuda_case(1, 13, 2, 16, 5, true); }
+/* TF32 products (ctx->matmul_tf32) in the mini-batches whose sizes are
+ * multiples of 16, fp32 in the rest: a partial last one (T=37), every one
+ * (T=48), mini-batch 32 with a last of 8, and odd K (fp32 throughout) */
+static void test_tf32_k64(void **s) { (void)s, cuda_case_as(2, 37, 2, 64, 16, true, 1); }
+static void test_tf32_k128(void **s) { (void)s, cuda_case_as(1, 48, 2, 128, 16, true, 1); }
+static void test_tf32_mb32(void **s) { (void)s, cuda_case_as(1, 40, 2, 32, 32, false, 1); }
+static void test_tf32_odd_k(void **s) { (void)s, cuda_case_as(1, 11, 2, 5, 3, true, 1); }
 
 /* the dtype of input i on bf16 data (ops/ttt_linear.h) */
 static pr_dtype bf16_dtype(int i) { return i <= 2 || i == 5 ? PR_BF16 : PR_F32; }
@@ -234,6 +253,8 @@ int main(void)
         cmocka_unit_test(test_k64),               cmocka_unit_test(test_k128),
         cmocka_unit_test(test_odd_k),             cmocka_unit_test(test_no_state),
         cmocka_unit_test(test_mb5),               cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_tf32_k64),          cmocka_unit_test(test_tf32_k128),
+        cmocka_unit_test(test_tf32_mb32),         cmocka_unit_test(test_tf32_odd_k),
         cmocka_unit_test(test_bf16_k64),          cmocka_unit_test(test_bf16_odd),
         cmocka_unit_test(test_timing),
     };

@@ -47,8 +47,8 @@ static void usage(FILE *f)
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16 on f32 and bf16 data,\n"
-            "and 1 as its serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
+            "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16: TF32 and fp32 on f32\n"
+            "data, TF32 on bf16 data; mini-batch 1 as its serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
             "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 and bf16 data, on the GPU. Prints ms,\n"
             "tokens/s, achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured\n"
@@ -405,9 +405,10 @@ static bench_times time_ttt(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *const 
     return t;
 }
 
-/* TTT-Linear at one size: mini-batch 16 (fla's form) on f32 and on bf16 data
- * (q, k, v, eta, o; ops/ttt_linear.h), and mini-batch 1 (token by token: the
- * serial baseline), forward and forward + the CUDA backward */
+/* TTT-Linear at one size: mini-batch 16 (fla's form) on f32 data with TF32
+ * and with fp32 products, on bf16 data (q, k, v, eta, o; ops/ttt_linear.h)
+ * with TF32, and mini-batch 1 (token by token: the serial baseline),
+ * forward and forward + the CUDA backward */
 static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, int warm, int reps)
 {
     pr_rng r = pr_rng_init(99, 0);
@@ -423,18 +424,21 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, in
     pr_tensor *in16[8], *dout16[3] = {bf16_copy(ar, dout[0]), dout[1], dout[2]};
     for (int i = 0; i < 8; i++) in16[i] = i <= 2 || i == 5 ? bf16_copy(ar, in[i]) : in[i];
     const double tokens = (double)s->B * s->T;
-    struct { int mb; bool bf16; const char *form; } runs[3] = {
-        {16, false, "minibatch16"}, {16, true, "mb16/bf16"}, {1, false, "minibatch1"}};
+    struct { int mb; bool bf16, tf32; const char *form; } runs[4] = {
+        {16, false, true, "mb16/tf32"}, {16, false, false, "mb16/fp32"}, {16, true, true, "mb16/bf16"},
+        {1, false, false, "minibatch1"}};
     double t16 = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
+        ctx->matmul_tf32 = runs[k].tf32;
         const bench_times t = time_ttt(ctx, runs[k].bf16 ? in16 : in, runs[k].bf16 ? dout16 : dout, runs[k].mb, warm, reps);
         if (k == 0) t16 = t.fb;
         char xf[16] = "-";
         if (runs[k].mb == 16 && fla_ttt_ms(si) > 0) snprintf(xf, sizeof xf, "%.2f", t.fb / fla_ttt_ms(si));
         printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %7s %6s %8s %9s\n", "ttt_linear", runs[k].form, t.fwd, t.fb,
                tokens / (t.fb * 1e-3) / 1e6, "-", "-", "-", xf, runs[k].mb == 1 ? "(ref)" : "-", "-");
-        if (runs[k].mb == 1) printf("%-11s   minibatch16 is %.1fx faster than token by token\n", "", t.fb / t16);
+        if (runs[k].mb == 1) printf("%-11s   mb16/tf32 is %.1fx faster than token by token\n", "", t.fb / t16);
     }
+    ctx->matmul_tf32 = 1;
 }
 
 /* the plan of a form at size s, printed under its row; false (printed) when the GPU cannot run it */
