@@ -120,31 +120,17 @@ __device__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, cons
     }
 }
 
-/* dst[r*ldd + c] = src[r*lds + c] for a K x K matrix. With one block an SM
- * a load loop that stores each value before loading the next waits a full
- * memory latency per element; here every thread has four loads in flight
- * before its stores (float4 ones when K % 4 == 0: both strides are then
- * multiples of 4 floats and both bases 16-byte aligned). */
-__device__ void mat_copy(float *dst, int ldd, const float *src, int lds, int K)
+/* dst (global, row stride K) = W (shared, row stride ldw), K x K: float4
+ * where K % 4 == 0; the stores need not wait for anything */
+__device__ void st_state(float *dst, const float *W, int ldw, int K)
 {
-    const int V = (K & 3) == 0 ? 4 : 1, KV = K / V, n = K * KV, nth = blockDim.x;
-    for (int e0 = threadIdx.x; e0 < n; e0 += 4 * nth) {
-        float4 x[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int e = e0 + u * nth, r = e / KV, c = (e - r * KV) * V;
-            if (e >= n) break;
-            if (V == 4) x[u] = ld4(src + r * lds + c);
-            else x[u].x = src[r * lds + c];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int e = e0 + u * nth, r = e / KV, c = (e - r * KV) * V;
-            if (e >= n) break;
-            if (V == 4) *reinterpret_cast<float4 *>(dst + r * ldd + c) = x[u];
-            else dst[r * ldd + c] = x[u].x;
-        }
+    if ((K & 3) == 0) {
+        const rec_rowmap m = rec_rowmap_of(K);
+        for (int r = m.r0; r < K; r += m.rstep)
+            for (int c = m.c0; c < K; c += m.cstep) *reinterpret_cast<float4 *>(dst + r * K + c) = ld4(W + r * ldw + c);
+        return;
     }
+    REC_FOR2D(K, K, r, c) dst[r * K + c] = W[r * ldw + c];
 }
 
 /* the mini-batch's rows [m, K] of a [B,T,H,K] input from element g0 into
@@ -158,11 +144,11 @@ __device__ void ld_rows(float *dst, int ldr, const float *src, long long g0, int
 }
 
 /* W (row stride ldw) = a saved K x K state: cp.async when K % 4 == 0 (complete
- * at the next rec_sync), else mat_copy */
+ * at the next rec_sync), else a load and a store per element */
 __device__ void ld_state(float *W, int ldw, const float *src, int K)
 {
     if ((K & 3) == 0) return rec_ld_tile(W, ldw, K, K, src, K, K, K, true);
-    mat_copy(W, ldw, src, K, K);
+    REC_FOR2D(K, K, r, c) W[r * ldw + c] = src[r * K + c];
 }
 
 /* A warp's view of one row of K <= 32*KPL values: lane holds c = lane + 32 i. */
@@ -297,13 +283,6 @@ __device__ void add_rows(float *g, const float *X, float alpha, const ttt_args &
     }
 }
 
-/* rows i < m of X (stride ldr) = v (length K) */
-__device__ void fill_rows(float *X, int ldr, const float *v, int m, int K)
-{
-    for (int i = 0; i < m; i++)
-        for (int c = threadIdx.x; c < K; c += blockDim.x) X[i * ldr + c] = v[c];
-}
-
 /* ---- forward ----------------------------------------------------------------- */
 
 template <int KPL>
@@ -311,7 +290,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
     const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, RK = a.mbp * ldr;
-    float *W = sm, *hb = W + K * ldw, *w = hb + K, *b = w + K, *qs = b + K, *kb = qs + RK, *vb = kb + RK;
+    float *W = sm, *hb = W + K * ldw, *hbn = hb + K, *w = hbn + K, *b = w + K, *qs = b + K, *kb = qs + RK, *vb = kb + RK;
     float *xz = vb + RK, *gz = xz + RK, *zb = gz + RK, *cm = zb + RK, *sz = cm + a.mbp * ls, *eta = sz + mb;
     const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
     const int warp = tid >> 5, nwarp = nth >> 5;
@@ -330,13 +309,12 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         const bool tc = a.tc && m % 16 == 0;
         if (a.Ws) {
             float *Wd = a.Ws + (bh * (long long)a.nmb + n) * KK;
-            mat_copy(Wd, K, W, ldw, K);
+            st_state(Wd, W, ldw, K);
             for (int c = tid; c < K; c += nth) a.hbs[(bh * (long long)a.nmb + n) * K + c] = hb[c];
         }
         const long long g0 = grow(a, bi, h, t0);
         ld_rows(qs, ldr, a.q, g0, a.H, m, K), ld_rows(kb, ldr, a.k, g0, a.H, m, K), ld_rows(vb, ldr, a.v, g0, a.H, m, K);
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
-        fill_rows(zb, ldr, hb, m, K);   /* Zb's product below adds to hb */
         rec_sync();
         /* Z = k W (+ hb in inner_grad_row); qs_t . k_j (q as loaded: its scale is the products' alpha) */
         blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
@@ -350,27 +328,33 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
             cm[t * ls + j] = j <= t ? eta[t] * (cm[t * ls + j] + 1.f) : 0.f;
         }
         __syncthreads();
-        /* Zb = qs W + hb - cm gz */
-        blk_mm<false, false>(tc, zb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, true);
+        /* Zb = qs W - cm gz (+ hb below); the next hb (into hbn: the rows below still read hb) */
+        blk_mm<false, false>(tc, zb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
         blk_mm<false, false>(tc, zb, ldr, cm, ls, gz, ldr, m, K, m, -1.f, true);
+        const float e = eta[m - 1];
+        for (int c = tid; c < K; c += nth) {
+            float s = 0;
+            for (int j = 0; j < m; j++) s += gz[j * ldr + c];
+            hbn[c] = hb[c] - e * s;
+        }
         __syncthreads();
         for (int i = warp; i < m; i += nwarp) {
-            row_t<KPL> z = row_load<KPL>(zb + i * ldr, K), xh = z, wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K);
+            row_t<KPL> z = row_load<KPL>(zb + i * ldr, K), hr = row_load<KPL>(hb, K);
+            row_t<KPL> wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K);
+#pragma unroll
+            for (int r = 0; r < KPL; r++) z.x[r] += hr.x[r];
+            row_t<KPL> xh = z;
             row_ln(xh, K, a.eps);
 #pragma unroll
             for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
             row_store(a.o + grow(a, bi, h, t0 + i), z, K);
         }
-        const float e = eta[m - 1];
         blk_mm<true, false>(tc, W, ldw, kb, ldr, gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
-        for (int c = tid; c < K; c += nth) {
-            float s = 0;
-            for (int j = 0; j < m; j++) s += gz[j * ldr + c];
-            hb[c] -= e * s;
-        }
         __syncthreads();
+        float *t = hb;   /* every thread swaps: hbn is the state from here */
+        hb = hbn, hbn = t;
     }
-    mat_copy(a.ht + bh * KK, K, W, ldw, K);
+    st_state(a.ht + bh * KK, W, ldw, K);
     for (int c = tid; c < K; c += nth) a.hbt[(long long)bh * K + c] = hb[c];
 }
 
@@ -592,7 +576,7 @@ static void ttt_smem(const void *kernel, size_t bytes, const ttt_args &a)
 template <int KPL>
 static void launch_fwd(const ttt_args &a, cudaStream_t st)
 {
-    size_t fl = (size_t)a.K * a.ldw + 3 * a.K + 6 * (size_t)a.mbp * a.ldr + (size_t)a.mbp * a.ls + 2 * a.mb;
+    size_t fl = (size_t)a.K * a.ldw + 4 * a.K + 6 * (size_t)a.mbp * a.ldr + (size_t)a.mbp * a.ls + 2 * a.mb;
     ttt_smem((const void *)ttt_fwd_kernel<KPL>, fl * sizeof(float), a);
     ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
