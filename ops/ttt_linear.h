@@ -10,9 +10,10 @@
  * q, k, v [B,T,H,K] (V = K); h0 [B,H,K,K], hb0 [B,H,1,K] optional (zeros).
  * T need not be a multiple of mini_batch: the last mini-batch is shorter and
  * its last token's eta moves the state. CPU: f32, f64 and bf16 (computed in
- * double). CUDA: f32 and bf16 (computed in f32), K <= 128, and about
- * (2K(K+4) + 8 mini_batch K) floats of shared memory per (b,h) (K = 128 with
- * mini_batch 16 fits an H100/H200). bf16 data: q, k, v, eta and o are bf16
+ * double). CUDA: f32 and bf16 (computed in f32; with ctx->matmul_tf32 the
+ * products of mini-batches whose sizes are multiples of 16 use TF32 tensor
+ * cores), K <= 128, and about (2K(K+4) + 9 mini_batch (K+4)) floats of shared
+ * memory per (b,h) (K = 128 with mini_batch 16 fits an H100/H200). bf16 data: q, k, v, eta and o are bf16
  * (their grads too); w, b, h0, hb0, ht and hbt stay f32.
  */
 #ifndef PR_TTT_LINEAR_H
