@@ -3,8 +3,8 @@
  * One thread block per (batch, head) walks the mini-batches in order (the
  * backward in reverse), with the inner state W [K,K] in shared memory and the
  * mini-batch's rows beside it; inside a mini-batch the work is parallel:
- * block products (blk_mm) against W and between the rows, a warp per row for
- * the LayerNorms. With ctx->matmul_tf32 the products of a mini-batch whose
+ * block products (blk_mm) against W and between the rows, half a warp per
+ * row for the LayerNorms. With ctx->matmul_tf32 the products of a mini-batch whose
  * sizes are multiples of 16 run on TF32 tensor cores (the recurrence's
  * mma.sync product, f32 accumulators; W itself stays f32), else in fp32. The
  * triangular parts of the dual form (Attn and D below) are products too,
@@ -24,6 +24,7 @@
 #define TTT_THREADS 256
 #define TTT_RT 4     /* rows per thread in the matmuls against W (the float4 loops assume 4) */
 #define TTT_MAXK 128
+#define TTT_LPR 16   /* lanes per row in the row phases: each half-warp takes a row, so a warp runs two at once */
 
 struct ttt_args {
     const float *q, *k, *v, *w, *b, *eta, *h0, *hb0;
@@ -55,9 +56,11 @@ __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast
  * loops read A's rows (TA: its columns) up to M rounded up to TTT_RT; the
  * extra ones only feed results that are dropped. The path depends on tc, M
  * and N only: two calls with the same tc, M, N and C give each thread the
- * same elements of C, so they may follow each other without a barrier. */
+ * same elements of C, so they may follow each other without a barrier.
+ * Not inlined: one body per (TA, TB) instead of a copy per call (about 17
+ * a kernel), which missed the instruction cache (NOTES.md v14). */
 template <bool TA, bool TB>
-__device__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
+__device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
                        int Kd, float alpha, bool acc)
 {
     static_assert(TTT_THREADS == PR_REC_THREADS, "the recurrence's products divide blocks among PR_REC_WARPS warps");
@@ -151,29 +154,33 @@ __device__ void ld_state(float *W, int ldw, const float *src, int K)
     REC_FOR2D(K, K, r, c) W[r * ldw + c] = src[r * K + c];
 }
 
-/* A warp's view of one row of K <= 32*KPL values: lane holds c = lane + 32 i. */
+/* A half-warp's view of one row of K <= TTT_LPR*KPL values: lane l of the half
+ * holds c = l + TTT_LPR i. The reductions shuffle within the half. */
 template <int KPL>
 struct row_t {
     float x[KPL];
 };
 
+__device__ __forceinline__ int row_lane() { return threadIdx.x & (TTT_LPR - 1); }
+__device__ __forceinline__ float row_reduce(float x) { return pr_group_reduce<TTT_LPR>(x, pr_op_sum()); }
+
 template <int KPL>
 __device__ __forceinline__ row_t<KPL> row_load(const float *p, int K)
 {
     row_t<KPL> r;
-    int lane = threadIdx.x & 31;
+    const int lane = row_lane();
 #pragma unroll
-    for (int i = 0; i < KPL; i++) r.x[i] = lane + 32 * i < K ? p[lane + 32 * i] : 0.f;
+    for (int i = 0; i < KPL; i++) r.x[i] = lane + TTT_LPR * i < K ? p[lane + TTT_LPR * i] : 0.f;
     return r;
 }
 
 template <int KPL>
 __device__ __forceinline__ void row_store(float *p, const row_t<KPL> &r, int K)
 {
-    int lane = threadIdx.x & 31;
+    const int lane = row_lane();
 #pragma unroll
     for (int i = 0; i < KPL; i++)
-        if (lane + 32 * i < K) p[lane + 32 * i] = r.x[i];
+        if (lane + TTT_LPR * i < K) p[lane + TTT_LPR * i] = r.x[i];
 }
 
 template <int KPL>
@@ -182,7 +189,7 @@ __device__ __forceinline__ float row_sum(const row_t<KPL> &r)
     float s = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) s += r.x[i];
-    return ttk_warp_sum(s);
+    return row_reduce(s);
 }
 
 template <int KPL>
@@ -191,26 +198,34 @@ __device__ __forceinline__ float row_dot(const row_t<KPL> &a, const row_t<KPL> &
     float s = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) s += a.x[i] * b.x[i];
-    return ttk_warp_sum(s);
+    return row_reduce(s);
 }
 
 /* x -> (x - mean) / s in place (padding lanes stay 0); returns s */
 template <int KPL>
 __device__ __forceinline__ float row_ln(row_t<KPL> &r, int K, float eps)
 {
-    int lane = threadIdx.x & 31;
+    const int lane = row_lane();
     float mu = row_sum(r) / K, var = 0;
 #pragma unroll
     for (int i = 0; i < KPL; i++) {
-        float d = lane + 32 * i < K ? r.x[i] - mu : 0.f;
+        float d = lane + TTT_LPR * i < K ? r.x[i] - mu : 0.f;
         var += d * d;
         r.x[i] = d;
     }
-    float s = sqrtf(ttk_warp_sum(var) / K + eps);
+    float s = sqrtf(row_reduce(var) / K + eps);
 #pragma unroll
     for (int i = 0; i < KPL; i++) r.x[i] /= s;
     return s;
 }
+
+/* The row phases: half h of warp w takes rows 2w + h, 2w + h + 2 nwarps, ...
+ * A half with no row left (m odd) works on row m, a padding row that no one
+ * writes (m odd is below mbp), and stores nothing (ok false): the shuffles
+ * need both halves. */
+#define TTT_FOR_ROWS(i, ok, m)                                                                       \
+    for (int i##_0 = (int)(threadIdx.x >> 5) * 2, i = 0, ok = 0; i##_0 < (m); i##_0 += blockDim.x >> 4) \
+        if (i = i##_0 + (int)((threadIdx.x >> 4) & 1), ok = i < (m), true)
 
 /* LayerNorm backward without the affine part: (g - mean g - xh mean(g xh)) / s */
 template <int KPL>
@@ -218,9 +233,9 @@ __device__ __forceinline__ row_t<KPL> row_ln_back(const row_t<KPL> &xh, float s,
 {
     float mg = row_sum(g) / K, mgx = row_dot(g, xh) / K;
     row_t<KPL> d;
-    int lane = threadIdx.x & 31;
+    const int lane = row_lane();
 #pragma unroll
-    for (int i = 0; i < KPL; i++) d.x[i] = lane + 32 * i < K ? (g.x[i] - mg - xh.x[i] * mgx) / s : 0.f;
+    for (int i = 0; i < KPL; i++) d.x[i] = lane + TTT_LPR * i < K ? (g.x[i] - mg - xh.x[i] * mgx) / s : 0.f;
     return d;
 }
 
@@ -228,7 +243,7 @@ __device__ __forceinline__ row_t<KPL> row_ln_back(const row_t<KPL> &xh, float s,
  * the residual y = w xz + b - v + k (into y, which may alias v) and gz = dl/dZ. */
 template <int KPL>
 __device__ void inner_grad_row(float *z, const float *hb, const float *v, const float *k, const float *w,
-                               const float *b, int K, float eps, float *gz, float *sz, float *y)
+                               const float *b, int K, float eps, float *gz, float *sz, float *y, bool ok)
 {
     row_t<KPL> xz = row_load<KPL>(z, K), hr = row_load<KPL>(hb, K), vr = row_load<KPL>(v, K), kr = row_load<KPL>(k, K);
     row_t<KPL> wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K), yr, G;
@@ -240,10 +255,12 @@ __device__ void inner_grad_row(float *z, const float *hb, const float *v, const 
         yr.x[i] = wr.x[i] * xz.x[i] + br.x[i] - vr.x[i] + kr.x[i];
         G.x[i] = wr.x[i] * yr.x[i];
     }
+    const row_t<KPL> g = row_ln_back(xz, s, G, K);
+    if (!ok) return;
     row_store(z, xz, K);
-    row_store(gz, row_ln_back(xz, s, G, K), K);
+    row_store(gz, g, K);
     if (y) row_store(y, yr, K);
-    if ((threadIdx.x & 31) == 0) *sz = s;
+    if (row_lane() == 0) *sz = s;
 }
 
 /* global offset of row i of mini-batch starting at t0 */
@@ -293,7 +310,6 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
     float *W = sm, *hb = W + K * ldw, *hbn = hb + K, *w = hbn + K, *b = w + K, *qs = b + K, *kb = qs + RK, *vb = kb + RK;
     float *xz = vb + RK, *gz = xz + RK, *zb = gz + RK, *cm = zb + RK, *sz = cm + a.mbp * ls, *eta = sz + mb;
     const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
-    const int warp = tid >> 5, nwarp = nth >> 5;
     const long long KK = (long long)K * K;
 
     for (int i = tid; i < (int)(eta + mb - sm); i += nth) sm[i] = 0.f;
@@ -320,9 +336,9 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
         blk_mm<false, true>(tc, cm, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
         __syncthreads();
-        for (int i = warp; i < m; i += nwarp)
-            inner_grad_row<KPL>(xz + i * ldr, hb, vb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
-                                nullptr);
+        TTT_FOR_ROWS(i, ok, m)
+        inner_grad_row<KPL>(xz + i * ldr, hb, vb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
+                            nullptr, ok);
         for (int p = tid; p < m * m; p += nth) {   /* cm_tj = eta_t (qs_t . k_j + 1) for j <= t */
             const int t = p / m, j = p - t * m;
             cm[t * ls + j] = j <= t ? eta[t] * (cm[t * ls + j] + 1.f) : 0.f;
@@ -338,7 +354,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
             hbn[c] = hb[c] - e * s;
         }
         __syncthreads();
-        for (int i = warp; i < m; i += nwarp) {
+        TTT_FOR_ROWS(i, ok, m) {
             row_t<KPL> z = row_load<KPL>(zb + i * ldr, K), hr = row_load<KPL>(hb, K);
             row_t<KPL> wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K);
 #pragma unroll
@@ -347,7 +363,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
             row_ln(xh, K, a.eps);
 #pragma unroll
             for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
-            row_store(a.o + grow(a, bi, h, t0 + i), z, K);
+            if (ok) row_store(a.o + grow(a, bi, h, t0 + i), z, K);
         }
         blk_mm<true, false>(tc, W, ldw, kb, ldr, gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
         __syncthreads();
@@ -376,7 +392,6 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
     float *at = tq + RK, *cb = at + SS, *D = cb + SS, *ED = D + SS;
     float *eta = ED + SS, *sz = eta + mb, *sb = sz + mb, *pg = sb + mb;
     const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
-    const int warp = tid >> 5, nwarp = nth >> 5;
     const long long KK = (long long)K * K;
 
     for (int i = tid; i < (int)(pg + mb - sm); i += nth) sm[i] = 0.f;
@@ -402,9 +417,9 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
         blk_mm<false, true>(tc, at, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
         __syncthreads();
-        for (int i = warp; i < m; i += nwarp)
-            inner_grad_row<KPL>(xz + i * ldr, hb, yb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
-                                yb + i * ldr);
+        TTT_FOR_ROWS(i, ok, m)
+        inner_grad_row<KPL>(xz + i * ldr, hb, yb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
+                            yb + i * ldr, ok);
         for (int p = tid; p < m * m; p += nth) {
             const int t = p / m, j = p - t * m;
             const float x = j <= t ? at[t * ls + j] : 0.f;
@@ -415,13 +430,14 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         blk_mm<false, false>(tc, xb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
         blk_mm<false, false>(tc, xb, ldr, cb, ls, gz, ldr, m, K, m, -1.f, true);
         __syncthreads();
-        for (int i = warp; i < m; i += nwarp) {
+        TTT_FOR_ROWS(i, ok, m) {
             row_t<KPL> x = row_load<KPL>(xb + i * ldr, K), hr = row_load<KPL>(hb, K);
 #pragma unroll
             for (int r = 0; r < KPL; r++) x.x[r] += hr.x[r];
             float s = row_ln(x, K, a.eps);
+            if (!ok) continue;
             row_store(xb + i * ldr, x, K);
-            if ((tid & 31) == 0) sb[i] = s;
+            if (row_lane() == 0) sb[i] = s;
         }
         __syncthreads();
         /* output LayerNorm: dw, db partials (a thread per column: fixed order) */
@@ -432,7 +448,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         }
         __syncthreads();
         /* dZb = do + LNback(xb, w do) */
-        for (int i = warp; i < m; i += nwarp) {
+        TTT_FOR_ROWS(i, ok, m) {
             row_t<KPL> d = row_load<KPL>(dzb + i * ldr, K), x = row_load<KPL>(xb + i * ldr, K);
             row_t<KPL> wr = row_load<KPL>(w, K), g;
 #pragma unroll
@@ -440,7 +456,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
             row_t<KPL> dz = row_ln_back(x, sb[i], g, K);
 #pragma unroll
             for (int r = 0; r < KPL; r++) dz.x[r] += d.x[r];
-            row_store(dzb + i * ldr, dz, K);
+            if (ok) row_store(dzb + i * ldr, dz, K);
         }
         __syncthreads();
         /* D = dZb gz^T; P = k dW' (into dgz) */
@@ -449,15 +465,16 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         __syncthreads();
         const float e = eta[m - 1];
         /* P_j += dhb'; pg_j = P_j . gz_j; dgz_j = -e P_j; D masked, ED */
-        for (int j = warp; j < m; j += nwarp) {
+        TTT_FOR_ROWS(j, ok, m) {
             row_t<KPL> pr = row_load<KPL>(dgz + j * ldr, K), dh = row_load<KPL>(dhb, K);
 #pragma unroll
             for (int r = 0; r < KPL; r++) pr.x[r] += dh.x[r];
             const float s = row_dot(pr, row_load<KPL>(gz + j * ldr, K));
 #pragma unroll
             for (int r = 0; r < KPL; r++) pr.x[r] *= -e;
+            if (!ok) continue;
             row_store(dgz + j * ldr, pr, K);
-            if ((tid & 31) == 0) pg[j] = s;
+            if (row_lane() == 0) pg[j] = s;
         }
         for (int p = tid; p < m * m; p += nth) {
             const int t = p / m, j = p - t * m;
@@ -483,12 +500,12 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
         }
         __syncthreads();
         /* through gz = LNback(xz, sz, G): dG (into gz), dZ (into dgz), dv, dk; dq */
-        for (int j = warp; j < m; j += nwarp) {
+        TTT_FOR_ROWS(j, ok, m) {
             row_t<KPL> xh = row_load<KPL>(xz + j * ldr, K), y = row_load<KPL>(yb + j * ldr, K);
             row_t<KPL> g = row_load<KPL>(gz + j * ldr, K), dg = row_load<KPL>(dgz + j * ldr, K);
             row_t<KPL> wr = row_load<KPL>(w, K), G, dxh, dv0{};
             const long long gj = grow(a, bi, h, t0 + j);
-            if (a.dv) dv0 = row_load<KPL>(a.dv + gj, K);   /* issued before the reductions below */
+            if (a.dv && ok) dv0 = row_load<KPL>(a.dv + gj, K);   /* issued before the reductions below */
             const float s = sz[j];
 #pragma unroll
             for (int r = 0; r < KPL; r++) G.x[r] = wr.x[r] * y.x[r];
@@ -498,10 +515,11 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
             for (int r = 0; r < KPL; r++)
                 dxh.x[r] = wr.x[r] * wr.x[r] * dG.x[r] - (dg.x[r] * mgx + G.x[r] * mdx) / s;
             row_t<KPL> dZ = row_ln_back(xh, s, dxh, K);
-            int lane = tid & 31;
+            if (!ok) continue;
+            const int lane = row_lane();
 #pragma unroll
             for (int r = 0; r < KPL; r++) {
-                int c = lane + 32 * r;
+                const int c = lane + TTT_LPR * r;
                 if (c >= K) continue;
                 dZ.x[r] += dsz * xh.x[r] / K;
                 xb[j * ldr + c] += wr.x[r] * dG.x[r];
@@ -597,9 +615,9 @@ extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
     ttt_args a = ttt_args_of(ctx, st, n);
     a.o = ttk_f32_out(ctx, n->out[0]), a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
     if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
-    if (a.K <= 32) launch_fwd<1>(a, st);
-    else if (a.K <= 64) launch_fwd<2>(a, st);
-    else launch_fwd<4>(a, st);
+    if (a.K <= 32) launch_fwd<2>(a, st);
+    else if (a.K <= 64) launch_fwd<4>(a, st);
+    else launch_fwd<8>(a, st);
     ttk_f32_done(st, n->out[0], a.o, false);
 }
 
@@ -616,9 +634,9 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
     a.deta = ttk_f32_out(ctx, geta);
     a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
     a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
-    if (a.K <= 32) launch_bwd<1>(a, st);
-    else if (a.K <= 64) launch_bwd<2>(a, st);
-    else launch_bwd<4>(a, st);
+    if (a.K <= 32) launch_bwd<2>(a, st);
+    else if (a.K <= 64) launch_bwd<4>(a, st);
+    else launch_bwd<8>(a, st);
     ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
     ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
     ttk_f32_done(st, geta, a.deta, true);
