@@ -60,12 +60,13 @@ __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast
  * Not inlined: one body per (TA, TB) instead of a copy per call (about 17
  * a kernel), which missed the instruction cache (NOTES.md v14). */
 template <bool TA, bool TB>
-__device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
-                       int Kd, float alpha, bool acc)
+__device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                                    int M, int N, int Kd, float alpha, bool acc)
 {
     static_assert(TTT_THREADS == PR_REC_THREADS, "the recurrence's products divide blocks among PR_REC_WARPS warps");
-    if (tc) {   /* 16x32 warp blocks where there are enough, else 16x16 (32x32 ones would spill registers here) */
-        if ((M >> 4) * (N >> 5) >= PR_REC_WARPS) return rec_mm_tc_tiles<TA, TB, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    if (tc) {   /* 16x32 warp blocks where there are enough, else 16x16 (32x32 ones spilled registers) */
+        if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
+            return rec_mm_tc_tiles<TA, TB, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
         return rec_mm_tc_tiles<TA, TB, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     }
     if (((M | N) & 31) == 0) return rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);

@@ -6,7 +6,8 @@
  * TF32 tensor-core products; --fp32 adds the fp32-math run) are timed in the
  * same run, so speedups are ratios of same-run numbers. Achieved TFLOP/s
  * counts the matrix products of the chunked algorithm (ops/recurrence/
- * chunked_*.cu, 2 flops per multiply-add), against a bare cuBLAS TF32 GEMM of
+ * chunked_*.cu) and of TTT-Linear's mini-batches (ttt_macs), 2 flops per
+ * multiply-add, against a bare cuBLAS TF32 GEMM of
  * 8192^3 measured here. Timing: CUDA events around the op's forward and its
  * CUDA backward called on the tape's node (upstream gradients prepared
  * outside), 2 warm-up runs, median of --reps runs (default 5). With the
@@ -48,11 +49,11 @@ static void usage(FILE *f)
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32), TTT-Linear (mini-batch 16: TF32 and fp32 on f32\n"
-            "data, TF32 on bf16 data; mini-batch 1 as its serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1),\n"
-            "forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
+            "data, TF32 on bf16 data; mini-batch 1 as its serial form), and TTT-MLP and Titans at d=64\n"
+            "(mini-batch/chunk 16 and 1), forward and forward+backward, at B=8 T=2048 H=16 K=V=128\n"
             "(size 1) and B=2 T=8192 H=16 K=V=128 (size 2), f32 and bf16 data, on the GPU. Prints ms,\n"
-            "tokens/s, achieved TFLOP/s of the chunked form against a cuBLAS TF32 8192^3 GEMM measured\n"
-            "in the same run, GB/s (the least bytes a forward+backward moves), the ratio to fla's bf16\n"
+            "tokens/s, achieved TFLOP/s of the chunked and mini-batch forms against a cuBLAS TF32 8192^3 GEMM\n"
+            "measured in the same run, GB/s (the least bytes a forward+backward moves), the ratio to fla's bf16\n"
             "time, and the chunked form's speedup over the per-token one; under each form its plan\n"
             "(pr_recurrence_plan) and the step memory of a no-grad and of a recorded forward.\n"
             "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
@@ -405,11 +406,22 @@ static bench_times time_ttt(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *const 
     return t;
 }
 
+/* TTT-Linear's multiply-adds, forward + backward, per (b, h) and mini-batch
+ * of m tokens: the kernels' products against the K x K state (Z, Zb and
+ * the update forward; Z, Zb, P, the dk, dq and dZ terms and the two state
+ * grads backward: 11 m K^2) and between the rows (Attn and cm gz forward;
+ * Attn, cb gz, D, cb^T dZb, ED^T q, ED k backward: 8 m^2 K) */
+static double ttt_macs(const bench_size *s, int mb)
+{
+    const double K = (double)s->K, m = mb, nmb = ceil((double)s->T / mb);
+    return (11 * m * K * K + 8 * m * m * K) * nmb * (double)(s->B * s->H);
+}
+
 /* TTT-Linear at one size: mini-batch 16 (fla's form) on f32 data with TF32
  * and with fp32 products, on bf16 data (q, k, v, eta, o; ops/ttt_linear.h)
  * with TF32, and mini-batch 1 (token by token: the serial baseline),
  * forward and forward + the CUDA backward */
-static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, int warm, int reps)
+static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, double peak, int warm, int reps)
 {
     pr_rng r = pr_rng_init(99, 0);
     const double sk = 1.0 / sqrt((double)s->K);
@@ -430,12 +442,17 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, in
     double t16 = 0;
     for (int k = 0; k < 4; k++) {
         ctx->matmul_tf32 = runs[k].tf32;
-        const bench_times t = time_ttt(ctx, runs[k].bf16 ? in16 : in, runs[k].bf16 ? dout16 : dout, runs[k].mb, warm, reps);
+        pr_tensor *const *x = runs[k].bf16 ? in16 : in, *const *dx = runs[k].bf16 ? dout16 : dout;
+        const bench_times t = time_ttt(ctx, x, dx, runs[k].mb, warm, reps);
         if (k == 0) t16 = t.fb;
         char xf[16] = "-";
         if (runs[k].mb == 16 && fla_ttt_ms(si) > 0) snprintf(xf, sizeof xf, "%.2f", t.fb / fla_ttt_ms(si));
-        printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %7s %6s %8s %9s\n", "ttt_linear", runs[k].form, t.fwd, t.fb,
-               tokens / (t.fb * 1e-3) / 1e6, "-", "-", "-", xf, runs[k].mb == 1 ? "(ref)" : "-", "-");
+        /* the least bytes: q, k, v read and o written forward; q, k, v, do read and dq, dk, dv written backward */
+        const double tflops = 2 * ttt_macs(s, runs[k].mb) / (t.fb * 1e-3) / 1e12;
+        const double bytes = 11.0 * tokens * (double)(s->H * s->K) * (runs[k].bf16 ? 2 : 4);
+        printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %7.0f %6s %8s %9s\n", "ttt_linear", runs[k].form, t.fwd,
+               t.fb, tokens / (t.fb * 1e-3) / 1e6, tflops, 100 * tflops / peak, bytes / (t.fb * 1e-3) / 1e9, xf,
+               runs[k].mb == 1 ? "(ref)" : "-", "-");
         if (runs[k].mb == 1) printf("%-11s   mb16/tf32 is %.1fx faster than token by token\n", "", t.fb / t16);
     }
     ctx->matmul_tf32 = 1;
@@ -595,7 +612,7 @@ static int bench_gpu(const rb_opts *o)
             }
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);
         }
-        if (o->rules & 1u << PR_NRULES) bench_ttt(ctx, ar, s, si, warm, reps);
+        if (o->rules & 1u << PR_NRULES) bench_ttt(ctx, ar, s, si, peak, warm, reps);
         pr_bench_ttt2(ctx, ar, s->B, s->T, s->H, warm, reps, o->rules & 2u << PR_NRULES, o->rules & 4u << PR_NRULES);
         pr_arena_reset(ar);
     }
