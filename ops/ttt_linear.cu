@@ -17,12 +17,12 @@
  * f32 copies in, the f32 kernels, o and the bf16 grads rounded back once.
  */
 #include "ops/ops.h"
-#include "ops/recurrence/recurrence_cuda.cuh" /* rec_mm_f32: the block's register-tiled product */
+#include "ops/recurrence/recurrence_cuda.cuh" /* the block products and tile loads (rec_mm_*, rec_ld_tile) */
 #include "ops/ttt_kit.cuh"
 #include "ops/ttt_linear.h"
 
 #define TTT_THREADS 256
-#define TTT_RT 4     /* rows per thread in the matmuls against W (the float4 loops assume 4) */
+#define TTT_RT 4     /* rows per thread in blk_mm's fp32 loops (the float4 loops assume 4) */
 #define TTT_MAXK 128
 #define TTT_LPR 16   /* lanes per row in the row phases: each half-warp takes a row, so a warp runs two at once */
 
@@ -40,9 +40,9 @@ struct ttt_args {
 
 /* Shared-memory layout: when K % 4 == 0 every buffer starts on 16 bytes and
  * the row strides are K + 4 (W's ldw, the [mbp, K] row buffers' ldr) and
- * mbp + 4 (the [mbp, mbp] matrices' ls): a quarter-warp reading 4-float rows
- * 4 (mod 32) floats apart covers all 32 banks once, and so do the tensor-core
- * fragments (8 rows x 4 columns). Otherwise ldw = K | 1 (odd: a column of W
+ * mbp + 4 (the [mbp, mbp] matrices' ls): at K a multiple of 32, a
+ * quarter-warp reading 4-float rows 4 (mod 32) floats apart covers all 32
+ * banks once, and so do the tensor-core fragments (8 rows x 4 columns). Otherwise ldw = K | 1 (odd: a column of W
  * hits distinct banks), ldr = K, and the products read floats one by one. */
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
