@@ -36,6 +36,7 @@
 
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
+#include "tools/bench_util.h"
 #include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"
@@ -179,12 +180,6 @@ typedef struct {
     int64_t B, T, H, K, V, L;
 } bench_size;
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* multiply-adds of the chunked algorithm per (chunk, head), forward and backward */
 static void chunk_macs(pr_rule r, const bench_size *s, int C, double *fwd, double *bwd)
 {
@@ -207,43 +202,28 @@ typedef struct {
     double fwd, fb; /* median ms */
 } bench_times;
 
+/* a recurrence form on its inputs (a pr_bench_fwd_fn) */
+typedef struct {
+    pr_recurrence_opts opt;
+    pr_tensor *const *x;
+} rule_run;
+
+static pr_node *rule_apply(pr_ctx *ctx, void *arg)
+{
+    const rule_run *r = arg;
+    pr_tensor *ht, *const *x = r->x;
+    pr_recurrence(ctx, &r->opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, &ht);
+    return &ctx->tape[ctx->n_tape - 1];
+}
+
 /* forward, then the CUDA backward on the tape's node; medians over reps */
 static bench_times time_rule(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x, pr_tensor *dout, pr_tensor *dht,
                              int warm, int reps)
 {
-    cudaEvent_t e0, e1, e2;
-    PR_CUDA_CHECK(cudaEventCreate(&e0));
-    PR_CUDA_CHECK(cudaEventCreate(&e1));
-    PR_CUDA_CHECK(cudaEventCreate(&e2));
-    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-    const cudaStream_t st = pr_cuda_stream(ctx);
-    const pr_op_info *op = pr_op(PR_OP_recurrence);
-    pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
-    for (int i = -warm; i < reps; i++) {
-        PR_CUDA_CHECK(cudaEventRecord(e0, st));
-        pr_tensor *ht;
-        pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, &ht);
-        PR_CUDA_CHECK(cudaEventRecord(e1, st));
-        pr_node *nd = &ctx->tape[ctx->n_tape - 1];
-        nd->out[0]->grad = dout;
-        nd->out[1]->grad = dht;
-        op->backward_cuda(ctx, nd);
-        PR_CUDA_CHECK(cudaEventRecord(e2, st));
-        PR_CUDA_CHECK(cudaEventSynchronize(e2));
-        float a, b;
-        PR_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
-        PR_CUDA_CHECK(cudaEventElapsedTime(&b, e0, e2));
-        if (i >= 0) tf[i] = a, tb[i] = b;
-        pr_step_reset(ctx);
-    }
-    qsort(tf, (size_t)reps, sizeof(double), cmp_double);
-    qsort(tb, (size_t)reps, sizeof(double), cmp_double);
-    bench_times t = {tf[reps / 2], tb[reps / 2]};
-    free(tf);
-    free(tb);
-    PR_CUDA_CHECK(cudaEventDestroy(e0));
-    PR_CUDA_CHECK(cudaEventDestroy(e1));
-    PR_CUDA_CHECK(cudaEventDestroy(e2));
+    rule_run run = {{.rule = r, .chunk = chunk}, x};
+    pr_tensor *const seeds[2] = {dout, dht};
+    bench_times t;
+    pr_bench_fused_ms(ctx, rule_apply, &run, seeds, warm, reps, &t.fwd, &t.fb);
     return t;
 }
 
@@ -313,10 +293,9 @@ static double tf32_peak(pr_ctx *ctx, pr_arena *ar, int n)
         PR_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (i >= 0) best[i] = ms;
     }
-    qsort(best, 7, sizeof(double), cmp_double);
     PR_CUDA_CHECK(cudaEventDestroy(e0));
     PR_CUDA_CHECK(cudaEventDestroy(e1));
-    return 2.0 * n * (double)n * n / (best[3] * 1e-3) / 1e12;
+    return 2.0 * n * (double)n * n / (pr_bench_median(best, 7) * 1e-3) / 1e12;
 }
 
 /* the inputs of every rule at one size, on the GPU, with grads ready */
@@ -374,36 +353,19 @@ static bench_inputs make_inputs(pr_arena *ar, const bench_size *s)
  * figures (0: none, --shape) */
 static double fla_ttt_ms(int si) { return si == 0 ? 4.53 : si == 1 ? 10.8 : 0; }
 
-/* median forward and forward+backward ms of TTT-Linear on in at mini-batch
- * mb, the backward seeded with dout */
-static bench_times time_ttt(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *const *dout, int mb, int warm, int reps)
+/* TTT-Linear at mini-batch mb on its inputs (a pr_bench_fwd_fn) */
+typedef struct {
+    int mb;
+    pr_tensor *const *in;
+} ttt_run;
+
+static pr_node *ttt_apply(pr_ctx *ctx, void *arg)
 {
-    pr_ttt_opts opt = {.mini_batch = mb};
-    cudaEvent_t e[3];
-    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
-    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-    for (int i = -warm; i < reps; i++) {
-        PR_CUDA_CHECK(cudaEventRecord(e[0], pr_cuda_stream(ctx)));
-        pr_ttt_linear(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
-        PR_CUDA_CHECK(cudaEventRecord(e[1], pr_cuda_stream(ctx)));
-        pr_node *nd = &ctx->tape[ctx->n_tape - 1];
-        for (int j = 0; j < 3; j++) nd->out[j]->grad = dout[j];
-        pr_op(PR_OP_ttt_linear)->backward_cuda(ctx, nd);
-        PR_CUDA_CHECK(cudaEventRecord(e[2], pr_cuda_stream(ctx)));
-        PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
-        float a, b;
-        PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
-        PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
-        if (i >= 0) tf[i] = a, tb[i] = b;
-        pr_step_reset(ctx);
-    }
-    qsort(tf, (size_t)reps, sizeof(double), cmp_double);
-    qsort(tb, (size_t)reps, sizeof(double), cmp_double);
-    const bench_times t = {tf[reps / 2], tb[reps / 2]};
-    free(tf);
-    free(tb);
-    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
-    return t;
+    const ttt_run *r = arg;
+    const pr_ttt_opts opt = {.mini_batch = r->mb};
+    pr_tensor *const *in = r->in;
+    pr_ttt_linear(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
+    return &ctx->tape[ctx->n_tape - 1];
 }
 
 /* TTT-Linear's multiply-adds, forward + backward, per (b, h) and mini-batch
@@ -442,8 +404,9 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, do
     double t16 = 0;
     for (int k = 0; k < 4; k++) {
         ctx->matmul_tf32 = runs[k].tf32;
-        pr_tensor *const *x = runs[k].bf16 ? in16 : in, *const *dx = runs[k].bf16 ? dout16 : dout;
-        const bench_times t = time_ttt(ctx, x, dx, runs[k].mb, warm, reps);
+        ttt_run run = {runs[k].mb, runs[k].bf16 ? in16 : in};
+        bench_times t;
+        pr_bench_fused_ms(ctx, ttt_apply, &run, runs[k].bf16 ? dout16 : dout, warm, reps, &t.fwd, &t.fb);
         if (k == 0) t16 = t.fb;
         char xf[16] = "-";
         if (runs[k].mb == 16 && fla_ttt_ms(si) > 0) snprintf(xf, sizeof xf, "%.2f", t.fb / fla_ttt_ms(si));

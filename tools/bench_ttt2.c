@@ -23,43 +23,24 @@ static pr_tensor *ttt2_leaf(pr_arena *ar, pr_rng *r, int ndim, const int64_t *sh
     return t;
 }
 
-/* the op (0 ttt_mlp, 1 titans) at mini-batch mb; returns its node */
-static pr_node *ttt2_apply(pr_ctx *ctx, int op, int mb, pr_tensor *const *in)
+/* the op (0 ttt_mlp, 1 titans) at mini-batch mb on in (a pr_bench_fwd_fn) */
+typedef struct {
+    int op, mb;
+    pr_tensor *const *in;
+} ttt2_run;
+
+static pr_node *ttt2_apply(pr_ctx *ctx, void *arg)
 {
-    if (op == 0) {
-        const pr_ttt_opts o = {.mini_batch = mb};
+    const ttt2_run *r = arg;
+    pr_tensor *const *in = r->in;
+    if (r->op == 0) {
+        const pr_ttt_opts o = {.mini_batch = r->mb};
         pr_ttt_mlp(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], NULL, NULL, NULL, NULL);
     } else {
-        const pr_titans_opts o = {.chunk = mb};
+        const pr_titans_opts o = {.chunk = r->mb};
         pr_titans(ctx, &o, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], NULL, NULL);
     }
     return &ctx->tape[ctx->n_tape - 1];
-}
-
-static void ttt2_time(pr_ctx *ctx, int op, int mb, pr_tensor *const *in, pr_tensor *const *dout, int warm, int reps,
-                      double *fwd, double *fb)
-{
-    cudaEvent_t e[3];
-    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
-    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-    PR_CHECK(tf && tb, "bench: out of host memory");
-    for (int i = -warm; i < reps; i++) {
-        PR_CUDA_CHECK(cudaEventRecord(e[0], pr_cuda_stream(ctx)));
-        pr_node *nd = ttt2_apply(ctx, op, mb, in);
-        PR_CUDA_CHECK(cudaEventRecord(e[1], pr_cuda_stream(ctx)));
-        for (int j = 0; j < nd->n_out; j++) nd->out[j]->grad = dout[j];
-        pr_op(op == 0 ? PR_OP_ttt_mlp : PR_OP_titans)->backward_cuda(ctx, nd);
-        PR_CUDA_CHECK(cudaEventRecord(e[2], pr_cuda_stream(ctx)));
-        PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
-        float a, b;
-        PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
-        PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
-        if (i >= 0) tf[i] = a, tb[i] = b;
-        pr_step_reset(ctx);
-    }
-    *fwd = pr_bench_median(tf, reps), *fb = pr_bench_median(tb, reps);
-    free(tf), free(tb);
-    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
 }
 
 void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp, bool titans)
@@ -87,13 +68,15 @@ void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, i
             in[8] = ttt2_leaf(ar, &r, PR_DIMS(B, H, d, d), 1, 0, 0.1);
             in[9] = ttt2_leaf(ar, &r, PR_DIMS(B, H, d, d), 1, 0, 0.1);
         }
-        pr_node *nd = ttt2_apply(ctx, op, 16, in); /* the outputs' shapes, for the upstream grads */
+        ttt2_run shapes = {op, 16, in};
+        pr_node *nd = ttt2_apply(ctx, &shapes); /* the outputs' shapes, for the upstream grads */
         for (int j = 0; j < nd->n_out; j++) dout[j] = pr_randn(ar, PR_F32, PR_CUDA, nd->out[j]->ndim, nd->out[j]->shape, &r);
         pr_step_reset(ctx);
         double fb16 = 0;
         for (int mb = 16; mb >= 1; mb = mb == 16 ? 1 : 0) {
             double fwd, fb;
-            ttt2_time(ctx, op, mb, in, dout, warm, reps, &fwd, &fb);
+            ttt2_run run = {op, mb, in};
+            pr_bench_fused_ms(ctx, ttt2_apply, &run, dout, warm, reps, &fwd, &fb);
             char form[32];
             snprintf(form, sizeof form, "%s%d d=64", op == 0 ? "minibatch" : "chunk", mb);
             printf("%-11s %-13s %9.3f %9.3f %10.2f %9s %7s %8s %9s\n", name, form, fwd, fb, tokens / (fb * 1e-3) / 1e6,

@@ -65,6 +65,35 @@ double pr_bench_time_ms(pr_ctx *ctx, pr_device dev, pr_bench_fn fn, void *arg, i
     return m;
 }
 
+#ifdef PRISM_HAVE_CUDA
+void pr_bench_fused_ms(pr_ctx *ctx, pr_bench_fwd_fn fwd, void *arg, pr_tensor *const *dout, int warm, int reps,
+                       double *fwd_ms, double *fb_ms)
+{
+    cudaEvent_t e[3];
+    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventCreate(&e[i]));
+    double *tf = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
+    PR_CHECK(tf && tb, "bench: out of host memory");
+    const cudaStream_t st = pr_cuda_stream(ctx);
+    for (int i = -warm; i < reps; i++) {
+        PR_CUDA_CHECK(cudaEventRecord(e[0], st));
+        pr_node *nd = fwd(ctx, arg);
+        PR_CUDA_CHECK(cudaEventRecord(e[1], st));
+        for (int j = 0; j < nd->n_out; j++) nd->out[j]->grad = dout[j];
+        nd->op->backward_cuda(ctx, nd);
+        PR_CUDA_CHECK(cudaEventRecord(e[2], st));
+        PR_CUDA_CHECK(cudaEventSynchronize(e[2]));
+        float a, b;
+        PR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
+        PR_CUDA_CHECK(cudaEventElapsedTime(&b, e[0], e[2]));
+        if (i >= 0) tf[i] = a, tb[i] = b;
+        pr_step_reset(ctx);
+    }
+    *fwd_ms = pr_bench_median(tf, reps), *fb_ms = pr_bench_median(tb, reps);
+    free(tf), free(tb);
+    for (int i = 0; i < 3; i++) PR_CUDA_CHECK(cudaEventDestroy(e[i]));
+}
+#endif
+
 void pr_bench_run_node(void *arg)
 {
     pr_bench_node *a = arg;

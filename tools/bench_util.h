@@ -22,4 +22,14 @@ typedef struct {
 
 void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
 
+#ifdef PRISM_HAVE_CUDA
+/* A fused op's forward: runs the op on arg's inputs and returns its tape node. */
+typedef pr_node *(*pr_bench_fwd_fn)(pr_ctx *ctx, void *arg);
+/* median ms of the forward, and of the forward plus the op's CUDA backward on
+ * that node seeded with dout (one per output), over reps runs after warm
+ * untimed ones; CUDA events on the context's stream, the step reset after each */
+void pr_bench_fused_ms(pr_ctx *ctx, pr_bench_fwd_fn fwd, void *arg, pr_tensor *const *dout, int warm, int reps,
+                       double *fwd_ms, double *fb_ms);
+#endif
+
 #endif
