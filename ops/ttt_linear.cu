@@ -124,16 +124,10 @@ __device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, 
     }
 }
 
-/* dst (global, row stride K) = W (shared, row stride ldw), K x K: float4
- * where K % 4 == 0; the stores need not wait for anything */
+/* dst (global, row stride K) = W (shared, row stride ldw), K x K */
 __device__ void st_state(float *dst, const float *W, int ldw, int K)
 {
-    if ((K & 3) == 0) {
-        const rec_rowmap m = rec_rowmap_of(K);
-        for (int r = m.r0; r < K; r += m.rstep)
-            for (int c = m.c0; c < K; c += m.cstep) *reinterpret_cast<float4 *>(dst + r * K + c) = ld4(W + r * ldw + c);
-        return;
-    }
+    if ((K & 3) == 0) return rec_st_tile(dst, K, K, K, W, ldw, 1.f, false, true);
     REC_FOR2D(K, K, r, c) dst[r * K + c] = W[r * ldw + c];
 }
 
@@ -220,13 +214,12 @@ __device__ __forceinline__ float row_ln(row_t<KPL> &r, int K, float eps)
     return s;
 }
 
-/* The row phases: half h of warp w takes rows 2w + h, 2w + h + 2 nwarps, ...
- * A half with no row left (m odd) works on row m, a padding row that no one
- * writes (m odd is below mbp), and stores nothing (ok false): the shuffles
- * need both halves. */
-#define TTT_FOR_ROWS(i, ok, m)                                                                       \
-    for (int i##_0 = (int)(threadIdx.x >> 5) * 2, i = 0, ok = 0; i##_0 < (m); i##_0 += blockDim.x >> 4) \
-        if (i = i##_0 + (int)((threadIdx.x >> 4) & 1), ok = i < (m), true)
+/* The row phases: half-warp j (threads 16j .. 16j+15) takes rows j, j + 16,
+ * ... (the step is even, so both halves of a warp loop together). A half with
+ * no row left (m odd) works on row m, a padding row that no one writes (m odd
+ * is below mbp), and stores nothing (ok false): the shuffles need both halves. */
+#define TTT_FOR_ROWS(i, ok, m) \
+    for (int i = (int)(threadIdx.x >> 4), ok = i < (m); (i & ~1) < (m); i += blockDim.x >> 4, ok = i < (m))
 
 /* LayerNorm backward without the affine part: (g - mean g - xh mean(g xh)) / s */
 template <int KPL>
@@ -271,34 +264,13 @@ __device__ __forceinline__ long long grow(const ttt_args &a, int bi, int h, int 
 }
 
 /* g[row t0 + i] += alpha X[i] for the mini-batch's m rows (X: row stride
- * ldr); every thread's loads of g (float4 where K % 4 == 0) are all issued
- * before its stores */
+ * ldr); rec_st_tile where K % 4 == 0 (rows of X 16-byte aligned) */
 __device__ void add_rows(float *g, const float *X, float alpha, const ttt_args &a, int bi, int h, int t0, int m)
 {
-    constexpr int U = 4;
-    const int K = a.K, V = (K & 3) == 0 ? 4 : 1, KV = K / V, n = m * KV, nth = blockDim.x;
-    for (int e0 = threadIdx.x; e0 < n; e0 += U * nth) {
-        float4 x[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int e = e0 + u * nth, i = e / KV, c = (e - i * KV) * V;
-            if (e >= n) break;
-            const float *p = g + grow(a, bi, h, t0 + i) + c;
-            if (V == 4) x[u] = ld4(p);
-            else x[u].x = *p;
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int e = e0 + u * nth, i = e / KV, c = (e - i * KV) * V;
-            if (e >= n) break;
-            float *p = g + grow(a, bi, h, t0 + i) + c;
-            const float *q = X + i * a.ldr + c;
-            if (V == 4)
-                *reinterpret_cast<float4 *>(p) = make_float4(x[u].x + alpha * q[0], x[u].y + alpha * q[1],
-                                                             x[u].z + alpha * q[2], x[u].w + alpha * q[3]);
-            else *p = x[u].x + alpha * q[0];
-        }
-    }
+    const int K = a.K;
+    float *g0 = g + grow(a, bi, h, t0);
+    if ((K & 3) == 0) return rec_st_tile(g0, (long long)a.H * K, m, K, X, a.ldr, alpha, true, true);
+    REC_FOR2D(m, K, i, c) g0[(long long)i * a.H * K + c] += alpha * X[i * a.ldr + c];
 }
 
 /* ---- forward ----------------------------------------------------------------- */
