@@ -1,7 +1,7 @@
 /* ops/ttt_linear.cu: TTT-Linear on CUDA, f32, forward and backward.
  *
- * One thread block per (batch, head) walks the mini-batches in order (the
- * backward in reverse), with the inner state W [K,K] in shared memory and the
+ * The forward: one thread block per (batch, head) walks the mini-batches in
+ * order, with the inner state W [K,K] in shared memory and the
  * mini-batch's rows beside it; inside a mini-batch the work is parallel:
  * block products (blk_mm) against W and between the rows, half a warp per
  * row for the LayerNorms. With ctx->matmul_tf32 the products of a mini-batch whose
@@ -11,9 +11,11 @@
  * masked afterwards. The math and the backward's derivation are the CPU
  * path's (ops/ttt_linear.c), which is the reference. No float atomics: the
  * dw, db partial sums of each (b,h) are reduced over b by the kit's column
- * sum, so results are bitwise reproducible. Limits: K <= 128 and shared
- * memory of 2K(K+4) + 9 mb (K+4) + 4 mb (mb+4) floats (about 220 KB at
- * K = 128, mb = 16). bf16 data (q, k, v, eta, o; ops/ttt_linear.h) is staged:
+ * sum, so results are bitwise reproducible. The backward has two plans
+ * (fused, or split into a kernel per mini-batch and a serial one: see
+ * "backward"). Limits: K <= 128 and shared memory of 2K(K+4) + 9 mb (K+4)
+ * + 4 mb (mb+4) floats (about 220 KB at K = 128, mb = 16; the split's
+ * kernels need less). bf16 data (q, k, v, eta, o; ops/ttt_linear.h) is staged:
  * f32 copies in, the f32 kernels, o and the bf16 grads rounded back once.
  */
 #include "ops/ops.h"
@@ -32,11 +34,21 @@ struct ttt_args {
     float *Ws, *hbs;                            /* starting states [B,H,NMB,K,K], [B,H,NMB,K] */
     const float *dout, *dht, *dhbt;             /* upstream grads */
     float *dq, *dk, *dv, *deta, *dh0, *dhb0;    /* input grads, accumulated; NULL: not needed */
-    float *dwp, *dbp;                           /* per-(b,h) partials of dw, db [B,H,K] */
+    float *dwp, *dbp;                           /* partials of dw, db [B + B NMB, H, K] */
+    float *xzr, *yr, *gzr, *dzr, *szr, *cbr;    /* the backward's local half, per row: [B,T,H,K] x 4,
+                                                   [B,T,H]; cb per mini-batch [B,H,NMB,mb,mb] */
     int B, T, H, K, mb, nmb, ldw, ldr, ls, mbp;
     int tc;                                     /* TF32 products where a mini-batch's sizes allow */
     float scale, eps;
 };
+
+/* The kernels: the forward and the backward's three (see "backward" below).
+ * blk_mm takes the kernel as a template argument, so each kernel calls a
+ * copy of its own: the compiler decides once, over all the callers of a
+ * non-inlined function, whether its pointers are shared memory, and one
+ * caller's generic pointer turned every kernel's products into generic
+ * loads (NOTES.md v15). */
+enum { TTT_FORWARD, TTT_FUSED, TTT_LOCAL, TTT_SERIAL };
 
 /* Shared-memory layout: when K % 4 == 0 every buffer starts on 16 bytes and
  * the row strides are K + 4 (W's ldw, the [mbp, K] row buffers' ldr) and
@@ -59,7 +71,7 @@ __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast
  * same elements of C, so they may follow each other without a barrier.
  * Not inlined: one body per (TA, TB) instead of a copy per call (about 17
  * a kernel), which missed the instruction cache (NOTES.md v14). */
-template <bool TA, bool TB>
+template <bool TA, bool TB, int KERNEL>
 __device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                     int M, int N, int Kd, float alpha, bool acc)
 {
@@ -263,14 +275,19 @@ __device__ __forceinline__ long long grow(const ttt_args &a, int bi, int h, int 
     return (((long long)bi * a.T + t) * a.H + h) * a.K;
 }
 
-/* g[row t0 + i] += alpha X[i] for the mini-batch's m rows (X: row stride
- * ldr); rec_st_tile where K % 4 == 0 (rows of X 16-byte aligned) */
-__device__ void add_rows(float *g, const float *X, float alpha, const ttt_args &a, int bi, int h, int t0, int m)
+/* g[row t0 + i] = (acc ? g : 0) + alpha X[i] for the mini-batch's m rows (X:
+ * row stride ldr); rec_st_tile where K % 4 == 0 (rows of X 16-byte aligned) */
+__device__ void put_rows(float *g, const float *X, float alpha, bool acc, const ttt_args &a, int bi, int h, int t0,
+                         int m)
 {
     const int K = a.K;
     float *g0 = g + grow(a, bi, h, t0);
-    if ((K & 3) == 0) return rec_st_tile(g0, (long long)a.H * K, m, K, X, a.ldr, alpha, true, true);
-    REC_FOR2D(m, K, i, c) g0[(long long)i * a.H * K + c] += alpha * X[i * a.ldr + c];
+    if ((K & 3) == 0) return rec_st_tile(g0, (long long)a.H * K, m, K, X, a.ldr, alpha, acc, true);
+    REC_FOR2D(m, K, i, c)
+    {
+        float *p = g0 + (long long)i * a.H * K + c;
+        *p = (acc ? *p : 0.f) + alpha * X[i * a.ldr + c];
+    }
 }
 
 /* ---- forward ----------------------------------------------------------------- */
@@ -306,8 +323,8 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
         rec_sync();
         /* Z = k W (+ hb in inner_grad_row); qs_t . k_j (q as loaded: its scale is the products' alpha) */
-        blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
-        blk_mm<false, true>(tc, cm, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
+        blk_mm<false, false, TTT_FORWARD>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
+        blk_mm<false, true, TTT_FORWARD>(tc, cm, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
         __syncthreads();
         TTT_FOR_ROWS(i, ok, m)
         inner_grad_row<KPL>(xz + i * ldr, hb, vb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
@@ -318,8 +335,8 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         }
         __syncthreads();
         /* Zb = qs W - cm gz (+ hb below); the next hb (into hbn: the rows below still read hb) */
-        blk_mm<false, false>(tc, zb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
-        blk_mm<false, false>(tc, zb, ldr, cm, ls, gz, ldr, m, K, m, -1.f, true);
+        blk_mm<false, false, TTT_FORWARD>(tc, zb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
+        blk_mm<false, false, TTT_FORWARD>(tc, zb, ldr, cm, ls, gz, ldr, m, K, m, -1.f, true);
         const float e = eta[m - 1];
         for (int c = tid; c < K; c += nth) {
             float s = 0;
@@ -338,7 +355,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
             for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
             if (ok) row_store(a.o + grow(a, bi, h, t0 + i), z, K);
         }
-        blk_mm<true, false>(tc, W, ldw, kb, ldr, gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
+        blk_mm<true, false, TTT_FORWARD>(tc, W, ldw, kb, ldr, gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
         __syncthreads();
         float *t = hb;   /* every thread swaps: hbn is the state from here */
         hb = hbn, hbn = t;
@@ -348,185 +365,407 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 }
 
 /* ---- backward -----------------------------------------------------------------
- * Phases per mini-batch (reverse order), each ended by a barrier; names as in
- * ops/ttt_linear.c's mb_backward. e = eta of the mini-batch's last token. The
- * small matrices: at_tj = qs_t . k_j and cb_tj = eta_t (at_tj + 1) for j <= t
- * (0 above), D_tj = dZb_t . gz_j and ED_tj = eta_t D_tj likewise. dk of a
- * mini-batch is left in xb and added to the grad during the next one's loads. */
+ * Names as in ops/ttt_linear.c's mb_backward. e = eta of the mini-batch's last
+ * token; the small matrices: at_tj = qs_t . k_j and cb_tj = eta_t (at_tj + 1)
+ * for j <= t (0 above), D_tj = dZb_t . gz_j and ED_tj = eta_t D_tj likewise.
+ * dW', dhb' are the grads of the next mini-batch's start state.
+ *
+ * A mini-batch's backward has a local half, which needs only its saved start
+ * state and its rows (the recompute of Z, gz, Zb and the output LayerNorm;
+ * dZb, D, dq, deta but for one term, the dual form's dk term, the output
+ * LayerNorm's dw and db), and a serial half, which needs dW' and dhb'. Two
+ * plans (plan_bwd): TTT_FUSED, one block per (b, h) doing both halves of each
+ * mini-batch in reverse order; or TTT_LOCAL, a block per mini-batch all at
+ * once, keeping xz, the residual y, gz, dZb, sz and cb in global scratch,
+ * then TTT_SERIAL, a block per (b, h) for the serial halves. The split takes
+ * half the products and three of five row phases off the serial chain and
+ * spreads them over every SM: it wins where the B H fused blocks would leave
+ * most SMs idle, and loses where they fill the card (NOTES.md v15). */
+template <class P> struct bwd_bufs {
+    P W, dW, hb, dhb, w, b, dwp, dbp;
+    P qs, kb, yb, xz, gz, xb, dzb, dgz, tq;
+    P at, cb, D, ED, eta, sz, sb, pg;
+    size_t floats;   /* all of them */
+};
+typedef bwd_bufs<float *> bwd_smem;
 
+/* the shared memory of a backward kernel: each holds what its half needs.
+ * P = float * from the kernel's base; P = size_t from 0 for the launcher's
+ * sizes (a pointer that could be null would make the compiler give up on
+ * the buffers being shared memory: generic loads in every product, NOTES.md
+ * v15). Row buffers stay 16-byte aligned where K % 4 == 0. */
+template <class P> __host__ __device__ inline bwd_bufs<P> bwd_bufs_of(P base, const ttt_args &a, int kind)
+{
+    const bool loc = kind != TTT_SERIAL, ser = kind != TTT_LOCAL;
+    const size_t KW = (size_t)a.K * a.ldw, K = a.K, RK = (size_t)a.mbp * a.ldr, SS = (size_t)a.mbp * a.ls, mb = a.mb;
+    size_t o = 0;
+    auto take = [&](bool need, size_t n) {
+        const P p = base + o;
+        o += need ? n : 0;
+        return p;
+    };
+    bwd_bufs<P> s;
+    s.W = take(true, KW), s.dW = take(ser, KW), s.hb = take(loc, K), s.dhb = take(ser, K);
+    s.w = take(true, K), s.b = take(loc, K), s.dwp = take(ser, K), s.dbp = take(ser, K);
+    s.qs = take(true, RK), s.kb = take(true, RK), s.yb = take(true, RK), s.xz = take(true, RK);
+    s.gz = take(true, RK), s.xb = take(true, RK), s.dzb = take(true, RK), s.dgz = take(ser, RK), s.tq = take(loc, RK);
+    s.at = take(loc, SS), s.cb = take(true, SS), s.D = take(loc, SS), s.ED = take(loc, SS);
+    s.eta = take(loc, mb), s.sz = take(true, mb), s.sb = take(loc, mb), s.pg = take(ser, mb);
+    s.floats = o;
+    return s;
+}
+
+/* recompute: xz = the normalized rows of Z = k W + hb, gz = dl/dZ, sz, yb =
+ * the residual (yb held v); at, cb. Two phases (q as loaded: its scale is the
+ * products' alpha). */
+template <int KPL, int KERNEL>
+__device__ void bwd_inner(bool tc, const ttt_args &a, const bwd_smem &s, int m)
+{
+    const int K = a.K, ldr = a.ldr, ls = a.ls;
+    blk_mm<false, false, KERNEL>(tc, s.xz, ldr, s.kb, ldr, s.W, a.ldw, m, K, K, 1.f, false);
+    blk_mm<false, true, KERNEL>(tc, s.at, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
+    __syncthreads();
+    TTT_FOR_ROWS(i, ok, m)
+    inner_grad_row<KPL>(s.xz + i * ldr, s.hb, s.yb + i * ldr, s.kb + i * ldr, s.w, s.b, K, a.eps, s.gz + i * ldr,
+                        s.sz + i, s.yb + i * ldr, ok);
+    for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
+        const int t = p / m, j = p - t * m;
+        const float x = j <= t ? s.at[t * ls + j] : 0.f;
+        s.at[t * ls + j] = x, s.cb[t * ls + j] = j <= t ? s.eta[t] * (x + 1.f) : 0.f;
+    }
+    __syncthreads();
+}
+
+/* recompute: Zb = qs W - cb gz, LayerNormed with hb: xb = its normalized rows,
+ * sb their scales. Two phases. */
+template <int KPL, int KERNEL>
+__device__ void bwd_zb(bool tc, const ttt_args &a, const bwd_smem &s, int m)
+{
+    const int K = a.K, ldr = a.ldr;
+    blk_mm<false, false, KERNEL>(tc, s.xb, ldr, s.qs, ldr, s.W, a.ldw, m, K, K, a.scale, false);
+    blk_mm<false, false, KERNEL>(tc, s.xb, ldr, s.cb, a.ls, s.gz, ldr, m, K, m, -1.f, true);
+    __syncthreads();
+    TTT_FOR_ROWS(i, ok, m) {
+        row_t<KPL> x = row_load<KPL>(s.xb + i * ldr, K), hr = row_load<KPL>(s.hb, K);
+#pragma unroll
+        for (int r = 0; r < KPL; r++) x.x[r] += hr.x[r];
+        float sc = row_ln(x, K, a.eps);
+        if (!ok) continue;
+        row_store(s.xb + i * ldr, x, K);
+        if (row_lane() == 0) s.sb[i] = sc;
+    }
+    __syncthreads();
+}
+
+/* the output LayerNorm's dw, db over the mini-batch (a thread per column:
+ * fixed order), into dw[c], db[c] (acc: added) */
+__device__ void bwd_out_dw_db(const ttt_args &a, const bwd_smem &s, int m, float *dw, float *db, bool acc)
+{
+    const int ldr = a.ldr;
+    for (int c = threadIdx.x; c < a.K; c += blockDim.x) {
+        float sw = 0, sbias = 0;
+        for (int t = 0; t < m; t++) sw += s.dzb[t * ldr + c] * s.xb[t * ldr + c], sbias += s.dzb[t * ldr + c];
+        dw[c] = (acc ? dw[c] : 0.f) + sw, db[c] = (acc ? db[c] : 0.f) + sbias;
+    }
+}
+
+/* dZb = do + LNback(xb, w do), in place of do (rows only) */
 template <int KPL>
-__global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_kernel(ttt_args a)
+__device__ void bwd_dzb_rows(const ttt_args &a, const bwd_smem &s, int m)
+{
+    const int K = a.K, ldr = a.ldr;
+    TTT_FOR_ROWS(i, ok, m) {
+        row_t<KPL> d = row_load<KPL>(s.dzb + i * ldr, K), x = row_load<KPL>(s.xb + i * ldr, K);
+        row_t<KPL> wr = row_load<KPL>(s.w, K), g;
+#pragma unroll
+        for (int r = 0; r < KPL; r++) g.x[r] = wr.x[r] * d.x[r];
+        row_t<KPL> dz = row_ln_back(x, ok ? s.sb[i] : 1.f, g, K);   /* row m: padding */
+#pragma unroll
+        for (int r = 0; r < KPL; r++) dz.x[r] += d.x[r];
+        if (ok) row_store(s.dzb + i * ldr, dz, K);
+    }
+}
+
+/* P = k dW' (in dgz) += dhb'; pg_j = P_j . gz_j; dgz_j = -e P_j (rows only) */
+template <int KPL>
+__device__ void bwd_pg_rows(const ttt_args &a, const bwd_smem &s, int m, float e)
+{
+    const int K = a.K, ldr = a.ldr;
+    TTT_FOR_ROWS(j, ok, m) {
+        row_t<KPL> pr = row_load<KPL>(s.dgz + j * ldr, K), dh = row_load<KPL>(s.dhb, K);
+#pragma unroll
+        for (int r = 0; r < KPL; r++) pr.x[r] += dh.x[r];
+        const float d = row_dot(pr, row_load<KPL>(s.gz + j * ldr, K));
+#pragma unroll
+        for (int r = 0; r < KPL; r++) pr.x[r] *= -e;
+        if (!ok) continue;
+        row_store(s.dgz + j * ldr, pr, K);
+        if (row_lane() == 0) s.pg[j] = d;
+    }
+}
+
+/* D masked to j <= t, and ED */
+__device__ void bwd_mask_d(const ttt_args &a, const bwd_smem &s, int m)
+{
+    const int ls = a.ls;
+    for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
+        const int t = p / m, j = p - t * m;
+        const float x = j <= t ? s.D[t * ls + j] : 0.f;
+        s.D[t * ls + j] = x, s.ED[t * ls + j] = s.eta[t] * x;
+    }
+}
+
+/* deta += -sum_{j<=t} (at_tj + 1) D_tj, and for the last token -sum_j pg_j
+ * when pg is given */
+__device__ void bwd_deta(const ttt_args &a, const bwd_smem &s, int bi, int h, int t0, int m, const float *pg)
+{
+    if (!a.deta) return;
+    for (int t = threadIdx.x; t < m; t += blockDim.x) {
+        float x = 0;
+        for (int j = 0; j <= t; j++) x -= (s.at[t * a.ls + j] + 1.f) * s.D[t * a.ls + j];
+        if (pg && t == m - 1)
+            for (int j = 0; j < m; j++) x -= pg[j];
+        a.deta[((long long)bi * a.T + t0 + t) * a.H + h] += x;
+    }
+}
+
+/* through gz = LNback(xz, sz, G): dG (into gz), dZ (into dgz), dv (added to
+ * the grad), xb += w dG (rows only) */
+template <int KPL>
+__device__ void bwd_dg_rows(const ttt_args &a, const bwd_smem &s, int bi, int h, int t0, int m)
+{
+    const int K = a.K, ldr = a.ldr;
+    TTT_FOR_ROWS(j, ok, m) {
+        row_t<KPL> xh = row_load<KPL>(s.xz + j * ldr, K), y = row_load<KPL>(s.yb + j * ldr, K);
+        row_t<KPL> g = row_load<KPL>(s.gz + j * ldr, K), dg = row_load<KPL>(s.dgz + j * ldr, K);
+        row_t<KPL> wr = row_load<KPL>(s.w, K), G, dxh, dv0{};
+        const long long gj = grow(a, bi, h, t0 + j);
+        if (a.dv && ok) dv0 = row_load<KPL>(a.dv + gj, K);   /* issued before the reductions below */
+        const float sc = ok ? s.sz[j] : 1.f;   /* row m: padding */
+#pragma unroll
+        for (int r = 0; r < KPL; r++) G.x[r] = wr.x[r] * y.x[r];
+        float mgx = row_dot(G, xh) / K, mdx = row_dot(dg, xh) / K, dsz = -row_dot(dg, g) / sc;
+        row_t<KPL> dG = row_ln_back(xh, sc, dg, K);
+#pragma unroll
+        for (int r = 0; r < KPL; r++) dxh.x[r] = wr.x[r] * wr.x[r] * dG.x[r] - (dg.x[r] * mgx + G.x[r] * mdx) / sc;
+        row_t<KPL> dZ = row_ln_back(xh, sc, dxh, K);
+        if (!ok) continue;
+        const int lane = row_lane();
+#pragma unroll
+        for (int r = 0; r < KPL; r++) {
+            const int c = lane + TTT_LPR * r;
+            if (c >= K) continue;
+            dZ.x[r] += dsz * xh.x[r] / K;
+            s.xb[j * ldr + c] += wr.x[r] * dG.x[r];
+            dv0.x[r] -= wr.x[r] * dG.x[r];
+        }
+        row_store(s.gz + j * ldr, dG, K);
+        row_store(s.dgz + j * ldr, dZ, K);
+        if (a.dv) row_store(a.dv + gj, dv0, K);
+    }
+}
+
+/* the serial half's last phase: dk = xb + dZ W^T (added to the grad with the
+ * next loads); dW' += scale q^T dZb + k^T dZ; dhb' += the column sums of dZb
+ * and dZ; the inner LayerNorm's dw, db (a thread per column) */
+template <int KERNEL>
+__device__ void bwd_state_grads(bool tc, const ttt_args &a, const bwd_smem &s, int m)
+{
+    const int K = a.K, ldr = a.ldr, ldw = a.ldw;
+    if (a.dk) blk_mm<false, true, KERNEL>(tc, s.xb, ldr, s.dgz, ldr, s.W, ldw, m, K, K, 1.f, true);
+    blk_mm<true, false, KERNEL>(tc, s.dW, ldw, s.qs, ldr, s.dzb, ldr, K, K, m, a.scale, true);
+    blk_mm<true, false, KERNEL>(tc, s.dW, ldw, s.kb, ldr, s.dgz, ldr, K, K, m, 1.f, true);
+    for (int c = threadIdx.x; c < K; c += blockDim.x) {
+        float sh = 0, sw = 0, sbias = 0;
+        for (int t = 0; t < m; t++) {
+            const float dG = s.gz[t * ldr + c];
+            sh += s.dzb[t * ldr + c] + s.dgz[t * ldr + c];
+            sw += dG * (s.w[c] * s.xz[t * ldr + c] + s.yb[t * ldr + c]);
+            sbias += s.w[c] * dG;
+        }
+        s.dhb[c] += sh, s.dwp[c] += sw, s.dbp[c] += sbias;
+    }
+}
+
+/* the grads of the first start state and the dw, db partials of (b, h) */
+__device__ void bwd_finish(const ttt_args &a, const bwd_smem &s, int bi, int h)
+{
+    const int K = a.K, bh = bi * a.H + h;
+    if (a.dk) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, 0, min(a.mb, a.T));
+    if (a.dh0)
+        for (int i = threadIdx.x; i < K * K; i += blockDim.x)
+            a.dh0[bh * (long long)K * K + i] += s.dW[(i / K) * a.ldw + i % K];
+    for (int c = threadIdx.x; c < K; c += blockDim.x) {
+        if (a.dhb0) a.dhb0[(long long)bh * K + c] += s.dhb[c];
+        a.dwp[(long long)bh * K + c] = s.dwp[c], a.dbp[(long long)bh * K + c] = s.dbp[c];
+    }
+}
+
+/* zeroes the block's shared memory (padding rows and columns feed only
+ * dropped results, but must be finite), then loads what the start needs:
+ * w (and b), dW' = dht and dhb' = dhbt for the serial half */
+__device__ void bwd_start(const ttt_args &a, const bwd_smem &s, int kind, int bh)
 {
     extern __shared__ float sm[];
-    const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, RK = a.mbp * ldr, SS = a.mbp * ls;
-    float *W = sm, *dW = W + K * ldw, *hb = dW + K * ldw, *dhb = hb + K, *w = dhb + K, *b = w + K;
-    float *dwp = b + K, *dbp = dwp + K, *qs = dbp + K, *kb = qs + RK, *yb = kb + RK, *xz = yb + RK;
-    float *gz = xz + RK, *xb = gz + RK, *dzb = xb + RK, *dgz = dzb + RK, *tq = dgz + RK;
-    float *at = tq + RK, *cb = at + SS, *D = cb + SS, *ED = D + SS;
-    float *eta = ED + SS, *sz = eta + mb, *sb = sz + mb, *pg = sb + mb;
-    const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
-    const long long KK = (long long)K * K;
-
-    for (int i = tid; i < (int)(pg + mb - sm); i += nth) sm[i] = 0.f;
+    const int K = a.K, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
+    for (int i = tid; i < (int)s.floats; i += nth) sm[i] = 0.f;
     __syncthreads();
-    for (int i = tid; i < K * K; i += nth) dW[(i / K) * ldw + i % K] = a.dht ? a.dht[bh * KK + i] : 0.f;
     for (int c = tid; c < K; c += nth) {
-        dhb[c] = a.dhbt ? a.dhbt[(long long)bh * K + c] : 0.f;
-        w[c] = a.w[h * K + c], b[c] = a.b[h * K + c];
+        s.w[c] = a.w[h * K + c];
+        if (kind != TTT_SERIAL) s.b[c] = a.b[h * K + c];
     }
+    if (kind == TTT_LOCAL) return;
+    const long long KK = (long long)K * K;
+    for (int i = tid; i < K * K; i += nth) s.dW[(i / K) * a.ldw + i % K] = a.dht ? a.dht[bh * KK + i] : 0.f;
+    for (int c = tid; c < K; c += nth) s.dhb[c] = a.dhbt ? a.dhbt[(long long)bh * K + c] : 0.f;
+}
+
+/* the local half's loads of mini-batch n: its start state W, hb, and q, k, v
+ * (into yb), do (into dzb), eta (cp.async where they allow: complete at the
+ * next rec_sync) */
+__device__ void bwd_load_local(const ttt_args &a, const bwd_smem &s, int bi, int h, int n, int m)
+{
+    const int K = a.K, ldr = a.ldr, t0 = n * a.mb;
+    const long long bn = (bi * (long long)a.H + h) * a.nmb + n, g0 = grow(a, bi, h, t0);
+    ld_state(s.W, a.ldw, a.Ws + bn * K * K, K);
+    ld_rows(s.qs, ldr, a.q, g0, a.H, m, K), ld_rows(s.kb, ldr, a.k, g0, a.H, m, K);
+    ld_rows(s.yb, ldr, a.v, g0, a.H, m, K), ld_rows(s.dzb, ldr, a.dout, g0, a.H, m, K);
+    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hbs[bn * K + c];
+    for (int i = threadIdx.x; i < m; i += blockDim.x) s.eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
+}
+
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
+{
+    extern __shared__ float sm[];
+    const bwd_smem s = bwd_bufs_of(sm, a, TTT_FUSED);
+    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, mb = a.mb, bh = blockIdx.x, bi = bh / a.H, h = bh % a.H;
+
+    bwd_start(a, s, TTT_FUSED, bh);
     for (int n = a.nmb - 1; n >= 0; n--) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
         const bool tc = a.tc && m % 16 == 0;
-        const float *Wsrc = a.Ws + (bh * (long long)a.nmb + n) * KK, *hbsrc = a.hbs + (bh * (long long)a.nmb + n) * K;
-        const long long g0 = grow(a, bi, h, t0);
-        ld_state(W, ldw, Wsrc, K);
-        ld_rows(qs, ldr, a.q, g0, a.H, m, K), ld_rows(kb, ldr, a.k, g0, a.H, m, K);
-        ld_rows(yb, ldr, a.v, g0, a.H, m, K), ld_rows(dzb, ldr, a.dout, g0, a.H, m, K);
-        for (int c = tid; c < K; c += nth) hb[c] = hbsrc[c];
-        if (a.dk && n + 1 < a.nmb) add_rows(a.dk, xb, 1.f, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
-        for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
+        bwd_load_local(a, s, bi, h, n, m);
+        if (a.dk && n + 1 < a.nmb) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
         rec_sync();
-        /* recompute: Z (+ hb in inner_grad_row), Attn (q as loaded: its scale is the products' alpha) */
-        blk_mm<false, false>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
-        blk_mm<false, true>(tc, at, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
+        bwd_inner<KPL, TTT_FUSED>(tc, a, s, m);
+        bwd_zb<KPL, TTT_FUSED>(tc, a, s, m);
+        bwd_out_dw_db(a, s, m, s.dwp, s.dbp, true);
         __syncthreads();
-        TTT_FOR_ROWS(i, ok, m)
-        inner_grad_row<KPL>(xz + i * ldr, hb, yb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
-                            yb + i * ldr, ok);
-        for (int p = tid; p < m * m; p += nth) {
-            const int t = p / m, j = p - t * m;
-            const float x = j <= t ? at[t * ls + j] : 0.f;
-            at[t * ls + j] = x, cb[t * ls + j] = j <= t ? eta[t] * (x + 1.f) : 0.f;
-        }
-        __syncthreads();
-        /* recompute: Zb = qs W - cb gz (+ hb in the LayerNorm below) */
-        blk_mm<false, false>(tc, xb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
-        blk_mm<false, false>(tc, xb, ldr, cb, ls, gz, ldr, m, K, m, -1.f, true);
-        __syncthreads();
-        TTT_FOR_ROWS(i, ok, m) {
-            row_t<KPL> x = row_load<KPL>(xb + i * ldr, K), hr = row_load<KPL>(hb, K);
-#pragma unroll
-            for (int r = 0; r < KPL; r++) x.x[r] += hr.x[r];
-            float s = row_ln(x, K, a.eps);
-            if (!ok) continue;
-            row_store(xb + i * ldr, x, K);
-            if (row_lane() == 0) sb[i] = s;
-        }
-        __syncthreads();
-        /* output LayerNorm: dw, db partials (a thread per column: fixed order) */
-        for (int c = tid; c < K; c += nth) {
-            float sw = 0, sbias = 0;
-            for (int t = 0; t < m; t++) sw += dzb[t * ldr + c] * xb[t * ldr + c], sbias += dzb[t * ldr + c];
-            dwp[c] += sw, dbp[c] += sbias;
-        }
-        __syncthreads();
-        /* dZb = do + LNback(xb, w do) */
-        TTT_FOR_ROWS(i, ok, m) {
-            row_t<KPL> d = row_load<KPL>(dzb + i * ldr, K), x = row_load<KPL>(xb + i * ldr, K);
-            row_t<KPL> wr = row_load<KPL>(w, K), g;
-#pragma unroll
-            for (int r = 0; r < KPL; r++) g.x[r] = wr.x[r] * d.x[r];
-            row_t<KPL> dz = row_ln_back(x, sb[i], g, K);
-#pragma unroll
-            for (int r = 0; r < KPL; r++) dz.x[r] += d.x[r];
-            if (ok) row_store(dzb + i * ldr, dz, K);
-        }
+        bwd_dzb_rows<KPL>(a, s, m);
         __syncthreads();
         /* D = dZb gz^T; P = k dW' (into dgz) */
-        blk_mm<false, true>(tc, D, ls, dzb, ldr, gz, ldr, m, m, K, 1.f, false);
-        blk_mm<false, false>(tc, dgz, ldr, kb, ldr, dW, ldw, m, K, K, 1.f, false);
+        blk_mm<false, true, TTT_FUSED>(tc, s.D, ls, s.dzb, ldr, s.gz, ldr, m, m, K, 1.f, false);
+        blk_mm<false, false, TTT_FUSED>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);
         __syncthreads();
-        const float e = eta[m - 1];
-        /* P_j += dhb'; pg_j = P_j . gz_j; dgz_j = -e P_j; D masked, ED */
-        TTT_FOR_ROWS(j, ok, m) {
-            row_t<KPL> pr = row_load<KPL>(dgz + j * ldr, K), dh = row_load<KPL>(dhb, K);
-#pragma unroll
-            for (int r = 0; r < KPL; r++) pr.x[r] += dh.x[r];
-            const float s = row_dot(pr, row_load<KPL>(gz + j * ldr, K));
-#pragma unroll
-            for (int r = 0; r < KPL; r++) pr.x[r] *= -e;
-            if (!ok) continue;
-            row_store(dgz + j * ldr, pr, K);
-            if (row_lane() == 0) pg[j] = s;
-        }
-        for (int p = tid; p < m * m; p += nth) {
-            const int t = p / m, j = p - t * m;
-            const float x = j <= t ? D[t * ls + j] : 0.f;
-            D[t * ls + j] = x, ED[t * ls + j] = eta[t] * x;
-        }
+        const float e = s.eta[m - 1];
+        bwd_pg_rows<KPL>(a, s, m, e);
+        bwd_mask_d(a, s, m);
         __syncthreads();
         /* deta; dgz -= cb^T dZb; xb = -e gz dW'^T - ED^T qs (the dk terms through dW'
          * and the dual form); dq = dZb W^T - ED k (into tq) */
-        for (int t = tid; t < m; t += nth) {
-            float s = 0;
-            for (int j = 0; j <= t; j++) s -= (at[t * ls + j] + 1.f) * D[t * ls + j];
-            if (t == m - 1)
-                for (int j = 0; j < m; j++) s -= pg[j];
-            if (a.deta) a.deta[((long long)bi * a.T + t0 + t) * a.H + h] += s;
-        }
-        blk_mm<true, false>(tc, dgz, ldr, cb, ls, dzb, ldr, m, K, m, -1.f, true);
-        blk_mm<false, true>(tc, xb, ldr, gz, ldr, dW, ldw, m, K, K, -e, false);
-        blk_mm<true, false>(tc, xb, ldr, ED, ls, qs, ldr, m, K, m, -a.scale, true);
+        bwd_deta(a, s, bi, h, t0, m, s.pg);
+        blk_mm<true, false, TTT_FUSED>(tc, s.dgz, ldr, s.cb, ls, s.dzb, ldr, m, K, m, -1.f, true);
+        blk_mm<false, true, TTT_FUSED>(tc, s.xb, ldr, s.gz, ldr, s.dW, ldw, m, K, K, -e, false);
+        blk_mm<true, false, TTT_FUSED>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, true);
         if (a.dq) {
-            blk_mm<false, true>(tc, tq, ldr, dzb, ldr, W, ldw, m, K, K, 1.f, false);
-            blk_mm<false, false>(tc, tq, ldr, ED, ls, kb, ldr, m, K, m, -1.f, true);
+            blk_mm<false, true, TTT_FUSED>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
+            blk_mm<false, false, TTT_FUSED>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
         }
         __syncthreads();
-        /* through gz = LNback(xz, sz, G): dG (into gz), dZ (into dgz), dv, dk; dq */
-        TTT_FOR_ROWS(j, ok, m) {
-            row_t<KPL> xh = row_load<KPL>(xz + j * ldr, K), y = row_load<KPL>(yb + j * ldr, K);
-            row_t<KPL> g = row_load<KPL>(gz + j * ldr, K), dg = row_load<KPL>(dgz + j * ldr, K);
-            row_t<KPL> wr = row_load<KPL>(w, K), G, dxh, dv0{};
-            const long long gj = grow(a, bi, h, t0 + j);
-            if (a.dv && ok) dv0 = row_load<KPL>(a.dv + gj, K);   /* issued before the reductions below */
-            const float s = sz[j];
-#pragma unroll
-            for (int r = 0; r < KPL; r++) G.x[r] = wr.x[r] * y.x[r];
-            float mgx = row_dot(G, xh) / K, mdx = row_dot(dg, xh) / K, dsz = -row_dot(dg, g) / s;
-            row_t<KPL> dG = row_ln_back(xh, s, dg, K);
-#pragma unroll
-            for (int r = 0; r < KPL; r++)
-                dxh.x[r] = wr.x[r] * wr.x[r] * dG.x[r] - (dg.x[r] * mgx + G.x[r] * mdx) / s;
-            row_t<KPL> dZ = row_ln_back(xh, s, dxh, K);
-            if (!ok) continue;
-            const int lane = row_lane();
-#pragma unroll
-            for (int r = 0; r < KPL; r++) {
-                const int c = lane + TTT_LPR * r;
-                if (c >= K) continue;
-                dZ.x[r] += dsz * xh.x[r] / K;
-                xb[j * ldr + c] += wr.x[r] * dG.x[r];
-                dv0.x[r] -= wr.x[r] * dG.x[r];
-            }
-            row_store(gz + j * ldr, dG, K);
-            row_store(dgz + j * ldr, dZ, K);
-            if (a.dv) row_store(a.dv + gj, dv0, K);
-        }
-        if (a.dq) add_rows(a.dq, tq, a.scale, a, bi, h, t0, m);
+        bwd_dg_rows<KPL>(a, s, bi, h, t0, m);
+        if (a.dq) put_rows(a.dq, s.tq, a.scale, true, a, bi, h, t0, m);
         __syncthreads();
-        /* dk = xb + dZ W^T (added to the grad next); the start state's grads; dw, db partials */
-        if (a.dk) blk_mm<false, true>(tc, xb, ldr, dgz, ldr, W, ldw, m, K, K, 1.f, true);
-        blk_mm<true, false>(tc, dW, ldw, qs, ldr, dzb, ldr, K, K, m, a.scale, true);
-        blk_mm<true, false>(tc, dW, ldw, kb, ldr, dgz, ldr, K, K, m, 1.f, true);
-        for (int c = tid; c < K; c += nth) {
-            float s = 0, sw = 0, sbias = 0;
-            for (int t = 0; t < m; t++) {
-                float dG = gz[t * ldr + c], x = xz[t * ldr + c];
-                s += dzb[t * ldr + c] + dgz[t * ldr + c];
-                sw += dG * (w[c] * x + yb[t * ldr + c]);
-                sbias += w[c] * dG;
-            }
-            dhb[c] += s, dwp[c] += sw, dbp[c] += sbias;
-        }
+        bwd_state_grads<TTT_FUSED>(tc, a, s, m);
         __syncthreads();
     }
-    if (a.dk) add_rows(a.dk, xb, 1.f, a, bi, h, 0, min(mb, a.T));
-    if (a.dh0)
-        for (int i = tid; i < K * K; i += nth) a.dh0[bh * KK + i] += dW[(i / K) * ldw + i % K];
-    for (int c = tid; c < K; c += nth) {
-        if (a.dhb0) a.dhb0[(long long)bh * K + c] += dhb[c];
-        a.dwp[(long long)bh * K + c] = dwp[c], a.dbp[(long long)bh * K + c] = dbp[c];
+    bwd_finish(a, s, bi, h);
+}
+
+/* the local halves, a block per mini-batch (block index (b h) nmb + n) */
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args a)
+{
+    extern __shared__ float sm[];
+    const bwd_smem s = bwd_bufs_of(sm, a, TTT_LOCAL);
+    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, bh = blockIdx.x / a.nmb, n = blockIdx.x % a.nmb;
+    const int bi = bh / a.H, h = bh % a.H, t0 = n * a.mb, m = min(a.mb, a.T - t0);
+    const bool tc = a.tc && m % 16 == 0;
+
+    bwd_start(a, s, TTT_LOCAL, bh);
+    bwd_load_local(a, s, bi, h, n, m);
+    rec_sync();
+    bwd_inner<KPL, TTT_LOCAL>(tc, a, s, m);
+    /* what the serial half reads (nothing below writes these) */
+    put_rows(a.xzr, s.xz, 1.f, false, a, bi, h, t0, m), put_rows(a.yr, s.yb, 1.f, false, a, bi, h, t0, m);
+    put_rows(a.gzr, s.gz, 1.f, false, a, bi, h, t0, m);
+    const long long bn = (long long)blockIdx.x;
+    for (int i = threadIdx.x; i < m; i += blockDim.x) a.szr[((long long)bi * a.T + t0 + i) * a.H + h] = s.sz[i];
+    for (int p = threadIdx.x; p < m * m; p += blockDim.x) a.cbr[bn * a.mb * a.mb + p] = s.cb[(p / m) * ls + p % m];
+    bwd_zb<KPL, TTT_LOCAL>(tc, a, s, m);
+    /* into row B + b nmb + n of the partials (the serial kernel's are rows 0 .. B-1) */
+    const long long po = ((a.B + (long long)bi * a.nmb + n) * a.H + h) * K;
+    bwd_out_dw_db(a, s, m, a.dwp + po, a.dbp + po, false);
+    __syncthreads();
+    bwd_dzb_rows<KPL>(a, s, m);
+    __syncthreads();
+    put_rows(a.dzr, s.dzb, 1.f, false, a, bi, h, t0, m);
+    /* D = dZb gz^T; dq's first term dZb W^T */
+    blk_mm<false, true, TTT_LOCAL>(tc, s.D, ls, s.dzb, ldr, s.gz, ldr, m, m, K, 1.f, false);
+    if (a.dq) blk_mm<false, true, TTT_LOCAL>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
+    __syncthreads();
+    bwd_mask_d(a, s, m);
+    __syncthreads();
+    /* deta but for the serial pg term; dq = dZb W^T - ED k; the dual form's dk term -ED^T qs (into xb) */
+    bwd_deta(a, s, bi, h, t0, m, nullptr);
+    if (a.dq) blk_mm<false, false, TTT_LOCAL>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
+    if (a.dk) blk_mm<true, false, TTT_LOCAL>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, false);
+    __syncthreads();
+    if (a.dq) put_rows(a.dq, s.tq, a.scale, true, a, bi, h, t0, m);
+    if (a.dk) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0, m);
+}
+
+/* the serial halves, a block per (b, h), mini-batches in reverse */
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
+{
+    extern __shared__ float sm[];
+    const bwd_smem s = bwd_bufs_of(sm, a, TTT_SERIAL);
+    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, mb = a.mb, bh = blockIdx.x, bi = bh / a.H, h = bh % a.H;
+
+    bwd_start(a, s, TTT_SERIAL, bh);
+    for (int n = a.nmb - 1; n >= 0; n--) {
+        const int t0 = n * mb, m = min(mb, a.T - t0);
+        const bool tc = a.tc && m % 16 == 0;
+        const long long g0 = grow(a, bi, h, t0), bn = bh * (long long)a.nmb + n;
+        const float e = a.eta[((long long)bi * a.T + t0 + m - 1) * a.H + h];
+        ld_state(s.W, ldw, a.Ws + bn * K * K, K);
+        ld_rows(s.qs, ldr, a.q, g0, a.H, m, K), ld_rows(s.kb, ldr, a.k, g0, a.H, m, K);
+        ld_rows(s.xz, ldr, a.xzr, g0, a.H, m, K), ld_rows(s.yb, ldr, a.yr, g0, a.H, m, K);
+        ld_rows(s.gz, ldr, a.gzr, g0, a.H, m, K), ld_rows(s.dzb, ldr, a.dzr, g0, a.H, m, K);
+        if (a.dk && n + 1 < a.nmb) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
+        for (int i = threadIdx.x; i < m; i += blockDim.x) s.sz[i] = a.szr[((long long)bi * a.T + t0 + i) * a.H + h];
+        for (int p = threadIdx.x; p < m * m; p += blockDim.x) s.cb[(p / m) * ls + p % m] = a.cbr[bn * mb * mb + p];
+        rec_sync();
+        blk_mm<false, false, TTT_SERIAL>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);   /* P = k dW' */
+        __syncthreads();
+        bwd_pg_rows<KPL>(a, s, m, e);
+        __syncthreads();
+        /* deta's pg term; dgz -= cb^T dZb; xb = -e gz dW'^T (the dk term through dW') */
+        if (a.deta && threadIdx.x == 0) {
+            float x = 0;
+            for (int j = 0; j < m; j++) x -= s.pg[j];
+            a.deta[((long long)bi * a.T + t0 + m - 1) * a.H + h] += x;
+        }
+        blk_mm<true, false, TTT_SERIAL>(tc, s.dgz, ldr, s.cb, ls, s.dzb, ldr, m, K, m, -1.f, true);
+        blk_mm<false, true, TTT_SERIAL>(tc, s.xb, ldr, s.gz, ldr, s.dW, ldw, m, K, K, -e, false);
+        __syncthreads();
+        bwd_dg_rows<KPL>(a, s, bi, h, t0, m);
+        __syncthreads();
+        bwd_state_grads<TTT_SERIAL>(tc, a, s, m);
+        __syncthreads();
     }
+    bwd_finish(a, s, bi, h);
 }
 
 /* ---- launchers ----------------------------------------------------------------- */
@@ -573,13 +812,52 @@ static void launch_fwd(const ttt_args &a, cudaStream_t st)
     PR_CUDA_LAUNCH_CHECK();
 }
 
+/* The backward's plan (see "backward" above): split where the B H fused
+ * blocks would fill under 60% of the SMs. Measured on the H200 (132 SMs, K =
+ * 128, mini-batch 16, NOTES.md v15): the backward's fused and split times
+ * are 4.96 and 6.22 ms at B H = 128, 19.1 and 14.5 ms at B H = 32, which
+ * puts the crossover near 0.6 x 132. PRISM_TTT_SPLIT=0/1 forces it (tests,
+ * comparisons). */
+struct ttt_plan {
+    bool split, forced;
+    int n_sm;
+};
+static ttt_plan plan_bwd(int B, int H)
+{
+    ttt_plan p = {};
+    int dev = 0;
+    PR_CUDA_CHECK(cudaGetDevice(&dev));
+    PR_CUDA_CHECK(cudaDeviceGetAttribute(&p.n_sm, cudaDevAttrMultiProcessorCount, dev));
+    long forced;
+    p.forced = rec_env_knob("PRISM_TTT_SPLIT", "0 (fused backward) or 1 (split)",
+                            [](long v) { return v == 0 || v == 1; }, &forced);
+    p.split = p.forced ? forced == 1 : (long long)B * H * 5 < 3LL * p.n_sm;
+    return p;
+}
+
+extern "C" void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, char *line, size_t n)
+{
+    const ttt_plan p = plan_bwd(B, H);
+    const long long bh = (long long)B * H, nmb = (T + mini_batch - 1) / mini_batch;
+    const char *why = p.forced ? "PRISM_TTT_SPLIT" : p.split ? "B H < 0.6 x SMs" : "B H >= 0.6 x SMs";
+    if (p.split)
+        snprintf(line, n, "backward split (%s, %d SMs): %lld local blocks (one a mini-batch), then %lld serial", why,
+                 p.n_sm, bh * nmb, bh);
+    else snprintf(line, n, "backward fused (%s, %d SMs): %lld blocks (one a (b, h))", why, p.n_sm, bh);
+}
+
 template <int KPL>
 static void launch_bwd(const ttt_args &a, cudaStream_t st)
 {
-    size_t fl = 2 * (size_t)a.K * a.ldw + 6 * a.K + 9 * (size_t)a.mbp * a.ldr + 4 * (size_t)a.mbp * a.ls + 4 * a.mb;
-    ttt_smem((const void *)ttt_bwd_kernel<KPL>, fl * sizeof(float), a);
-    ttt_bwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
-    PR_CUDA_LAUNCH_CHECK();
+    auto launch = [&](void (*kernel)(ttt_args), int kind, long long blocks) {
+        const size_t bytes = bwd_bufs_of<size_t>(0, a, kind).floats * sizeof(float);
+        ttt_smem((const void *)kernel, bytes, a);
+        kernel<<<(unsigned)blocks, TTT_THREADS, bytes, st>>>(a);
+        PR_CUDA_LAUNCH_CHECK();
+    };
+    if (!a.xzr) return launch(ttt_bwd_fused_kernel<KPL>, TTT_FUSED, (long long)a.B * a.H);
+    launch(ttt_bwd_local_kernel<KPL>, TTT_LOCAL, (long long)a.B * a.H * a.nmb);
+    launch(ttt_bwd_serial_kernel<KPL>, TTT_SERIAL, (long long)a.B * a.H);
 }
 
 extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
@@ -606,11 +884,21 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
     a.dq = ttk_f32_out(ctx, gq), a.dk = ttk_f32_out(ctx, gk), a.dv = ttk_f32_out(ctx, gv);
     a.deta = ttk_f32_out(ctx, geta);
     a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
-    a.dwp = ttk_partials(ctx, a.B, a.H, a.K), a.dbp = ttk_partials(ctx, a.B, a.H, a.K);
+    /* the partials: the (b, h) blocks' rows, then for the split plan the local blocks' */
+    const bool split = plan_bwd(a.B, a.H).split;
+    const int np = a.B * (split ? 1 + a.nmb : 1);
+    a.dwp = ttk_partials(ctx, np, a.H, a.K), a.dbp = ttk_partials(ctx, np, a.H, a.K);
+    if (split) {
+        const int64_t rows[4] = {a.B, a.T, a.H, a.K}, cbs[2] = {(int64_t)a.B * a.H * a.nmb, (int64_t)a.mb * a.mb};
+        float **bufs[4] = {&a.xzr, &a.yr, &a.gzr, &a.dzr};
+        for (float **b : bufs) *b = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 4, rows)->data;
+        a.szr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, rows)->data;
+        a.cbr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 2, cbs)->data;
+    }
     if (a.K <= 32) launch_bwd<2>(a, st);
     else if (a.K <= 64) launch_bwd<4>(a, st);
     else launch_bwd<8>(a, st);
-    ttk_add_dw_db(st, n, a.dwp, a.dbp, a.B, a.H, a.K);
+    ttk_add_dw_db(st, n, a.dwp, a.dbp, np, a.H, a.K);
     ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
     ttk_f32_done(st, geta, a.deta, true);
 }

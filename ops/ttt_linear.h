@@ -13,7 +13,11 @@
  * double). CUDA: f32 and bf16 (computed in f32; with ctx->matmul_tf32 the
  * products of mini-batches whose sizes are multiples of 16 use TF32 tensor
  * cores), K <= 128, and about (2K(K+4) + 9 mini_batch (K+4)) floats of shared
- * memory per (b,h) (K = 128 with mini_batch 16 fits an H100/H200). bf16 data: q, k, v, eta and o are bf16
+ * memory per (b,h) (K = 128 with mini_batch 16 fits an H100/H200). Where B H
+ * would leave most SMs idle (long sequences at a small batch) the backward
+ * runs split: a block per mini-batch first, then the serial chain over
+ * them, with four f32 [B,T,H,K] scratch buffers (pr_ttt_linear_cuda_plan
+ * says which). bf16 data: q, k, v, eta and o are bf16
  * (their grads too); w, b, h0, hb0, ht and hbt stay f32.
  */
 #ifndef PR_TTT_LINEAR_H
@@ -36,6 +40,11 @@ typedef struct {
 pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tensor *k, pr_tensor *v,
                          pr_tensor *w, pr_tensor *b, pr_tensor *eta, pr_tensor *h0, pr_tensor *hb0,
                          pr_tensor **ht, pr_tensor **hbt);
+
+/* CUDA builds: the backward's plan at these sizes on the current device, as
+ * one line into line[n] (fused, or split into a local and a serial kernel;
+ * PRISM_TTT_SPLIT=0/1 forces it) */
+void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, char *line, size_t n);
 
 #ifdef __cplusplus
 }

@@ -416,6 +416,11 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, do
         printf("%-11s %-13s %9.3f %9.3f %10.2f %9.1f %6.1f%% %7.0f %6s %8s %9s\n", "ttt_linear", runs[k].form, t.fwd,
                t.fb, tokens / (t.fb * 1e-3) / 1e6, tflops, 100 * tflops / peak, bytes / (t.fb * 1e-3) / 1e9, xf,
                runs[k].mb == 1 ? "(ref)" : "-", "-");
+        if (k == 0) {
+            char plan[160];
+            pr_ttt_linear_cuda_plan(s->B, s->T, s->H, 16, plan, sizeof plan);
+            printf("%-11s   plan: %s\n", "", plan);
+        }
         if (runs[k].mb == 1) printf("%-11s   mb16/tf32 is %.1fx faster than token by token\n", "", t.fb / t16);
     }
     ctx->matmul_tf32 = 1;

@@ -495,20 +495,6 @@ static int plan_per_sm(size_t bytes, int smem_sm)
     return n < 1 ? 1 : n > 2 ? 2 : n;
 }
 
-/* The plan's knobs in the environment (for comparisons and tests): false
- * when name is unset or empty, else *out is its value, a whole number that
- * ok accepts (fatal otherwise, saying what it must be) */
-template <class OK> static bool env_knob(const char *name, const char *must_be, OK ok, long *out)
-{
-    const char *env = getenv(name);
-    if (!env || !*env) return false;
-    char *end;
-    const long v = strtol(env, &end, 10);
-    if (*end || !ok(v)) pr_fatal("recurrence: %s must be %s, got '%s'", name, must_be, env);
-    *out = v;
-    return true;
-}
-
 /* Segments per sequence for the serial passes (rec_segs), by their cost in
  * chunk steps: a pass of B blocks over sequences of n chunks takes
  * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate).
@@ -550,7 +536,7 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
         fix_ok ? waves(pr_rec_smem_segfix(p, pl->bv_fix), pl->bv_fix, p.V, ncs, SEG_FIX_PER_SM) : 0;
     /* PRISM_REC_SEG_FIX=0 forces the last pass, 1 the fix-up where it can run */
     long fix_force = -1;
-    if (env_knob("PRISM_REC_SEG_FIX", "0 (a last serial pass) or 1 (the fix-up)",
+    if (rec_env_knob("PRISM_REC_SEG_FIX", "0 (a last serial pass) or 1 (the fix-up)",
                  [](long v) { return v == 0 || v == 1; }, &fix_force))
         fix_ok = fix_ok && fix_force;
     /* the segmented cost at q segments; *fix: the fix-up beats the last pass */
@@ -563,7 +549,7 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
     };
     long long P = 1;
     long forced;
-    if (env_knob("PRISM_REC_SEGMENTS", "a whole number >= 1 (1: off)", [](long v) { return v >= 1; }, &forced)) {
+    if (rec_env_knob("PRISM_REC_SEGMENTS", "a whole number >= 1 (1: off)", [](long v) { return v >= 1; }, &forced)) {
         P = forced;
     } else if (ncs >= 8) {
         long long best = (waves(ss, pl->bv_state, p.V, 1) + waves(sd, pl->bv_dstate, p.V, 1)) * ncs;
@@ -588,7 +574,7 @@ static bool env_tile(const char *name, const rec_prob &p, size_t mx, size_t (*by
     char must_be[64];
     snprintf(must_be, sizeof must_be, "a multiple of 32 up to %d whose shared memory fits", p.Vp);
     long b;
-    if (!env_knob(name, must_be,
+    if (!rec_env_knob(name, must_be,
                   [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Vp && bytes(p, (int)v) <= mx; }, &b))
         return false;
     *out = (int)b;

@@ -585,4 +585,18 @@ size_t pr_rec_smem_wy(const rec_prob &p, int bv);
 static inline float *rec_scratch(size_t n) { return (float *)pr_cuda_malloc((n ? n : 1) * sizeof(float)); }
 static inline void rec_scratch_free(float *p, size_t n) { pr_cuda_free(p, (n ? n : 1) * sizeof(float)); }
 
+/* A plan's knob in the environment (for comparisons and tests): false when
+ * name is unset or empty, else *out is its value, a whole number that ok
+ * accepts (fatal otherwise, saying what it must be) */
+template <class OK> static bool rec_env_knob(const char *name, const char *must_be, OK ok, long *out)
+{
+    const char *env = getenv(name);
+    if (!env || !*env) return false;
+    char *end;
+    const long v = strtol(env, &end, 10);
+    if (*end || !ok(v)) pr_fatal("%s must be %s, got '%s'", name, must_be, env);
+    *out = v;
+    return true;
+}
+
 #endif
