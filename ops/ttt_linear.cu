@@ -18,6 +18,8 @@
  * kernels need less). bf16 data (q, k, v, eta, o; ops/ttt_linear.h) is staged:
  * f32 copies in, the f32 kernels, o and the bf16 grads rounded back once.
  */
+#include <algorithm>
+
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence_cuda.cuh" /* the block products and tile loads (rec_mm_*, rec_ld_tile) */
 #include "ops/ttt_kit.cuh"
@@ -373,11 +375,12 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
  * A mini-batch's backward has a local half, which needs only its saved start
  * state and its rows (the recompute of Z, gz, Zb and the output LayerNorm;
  * dZb, D, dq, deta but for one term, the dual form's dk term, the output
- * LayerNorm's dw and db), and a serial half, which needs dW' and dhb'. Two
+ * LayerNorm's dw and db), and a serial half, which needs dW' and dhb'. The
  * plans (plan_bwd): TTT_FUSED, one block per (b, h) doing both halves of each
- * mini-batch in reverse order; or TTT_LOCAL, a block per mini-batch all at
- * once, keeping xz, the residual y, gz, dZb, sz and cb in global scratch,
- * then TTT_SERIAL, a block per (b, h) for the serial halves. The split takes
+ * mini-batch in reverse order; or split: TTT_LOCAL, a block per mini-batch,
+ * keeping xz, the residual y, gz, dZb, sz and cb in global scratch, and
+ * TTT_SERIAL, a block per (b, h) for the serial halves, either one launch
+ * after the other or side by side in one (ttt_bwd_overlap_kernel). The split takes
  * half the products and three of five row phases off the serial chain and
  * spreads them over every SM: it wins where the B H fused blocks would leave
  * most SMs idle, and loses where they fill the card (NOTES.md v15). */
@@ -682,13 +685,21 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
     bwd_finish(a, s, bi, h);
 }
 
-/* the local halves, a block per mini-batch (block index (b h) nmb + n) */
-template <int KPL>
-__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args a)
+/* waits (the whole block) until *flag is set, then reads after it */
+__device__ void bwd_wait(const int *flag)
 {
-    extern __shared__ float sm[];
-    const bwd_smem s = bwd_bufs_of(sm, a, TTT_LOCAL);
-    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, bh = blockIdx.x / a.nmb, n = blockIdx.x % a.nmb;
+    if (threadIdx.x == 0) {
+        while (atomicAdd(const_cast<int *>(flag), 0) == 0) __nanosleep(256);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* the local half of mini-batch n of (b, h) = bh */
+template <int KPL>
+__device__ void bwd_local_task(const ttt_args &a, const bwd_smem &s, int bh, int n)
+{
+    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls;
     const int bi = bh / a.H, h = bh % a.H, t0 = n * a.mb, m = min(a.mb, a.T - t0);
     const bool tc = a.tc && m % 16 == 0;
 
@@ -699,7 +710,7 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args 
     /* what the serial half reads (nothing below writes these) */
     put_rows(a.xzr, s.xz, 1.f, false, a, bi, h, t0, m), put_rows(a.yr, s.yb, 1.f, false, a, bi, h, t0, m);
     put_rows(a.gzr, s.gz, 1.f, false, a, bi, h, t0, m);
-    const long long bn = (long long)blockIdx.x;
+    const long long bn = bh * (long long)a.nmb + n;
     for (int i = threadIdx.x; i < m; i += blockDim.x) a.szr[((long long)bi * a.T + t0 + i) * a.H + h] = s.sz[i];
     for (int p = threadIdx.x; p < m * m; p += blockDim.x) a.cbr[bn * a.mb * a.mb + p] = s.cb[(p / m) * ls + p % m];
     bwd_zb<KPL, TTT_LOCAL>(tc, a, s, m);
@@ -725,13 +736,20 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args 
     if (a.dk) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0, m);
 }
 
-/* the serial halves, a block per (b, h), mini-batches in reverse */
+/* the local halves, a block per mini-batch (block index (b h) nmb + n) */
 template <int KPL>
-__global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
+__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    const bwd_smem s = bwd_bufs_of(sm, a, TTT_SERIAL);
-    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, mb = a.mb, bh = blockIdx.x, bi = bh / a.H, h = bh % a.H;
+    bwd_local_task<KPL>(a, bwd_bufs_of(sm, a, TTT_LOCAL), blockIdx.x / a.nmb, blockIdx.x % a.nmb);
+}
+
+/* the serial halves of (b, h) = bh, mini-batches in reverse; with ready,
+ * each waits for its local half's flag (ready[bh nmb + n] set) */
+template <int KPL>
+__device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, const int *ready)
+{
+    const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, mb = a.mb, bi = bh / a.H, h = bh % a.H;
 
     bwd_start(a, s, TTT_SERIAL, bh);
     for (int n = a.nmb - 1; n >= 0; n--) {
@@ -741,6 +759,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
         const float e = a.eta[((long long)bi * a.T + t0 + m - 1) * a.H + h];
         ld_state(s.W, ldw, a.Ws + bn * K * K, K);
         ld_rows(s.qs, ldr, a.q, g0, a.H, m, K), ld_rows(s.kb, ldr, a.k, g0, a.H, m, K);
+        if (ready) bwd_wait(ready + bn);
         ld_rows(s.xz, ldr, a.xzr, g0, a.H, m, K), ld_rows(s.yb, ldr, a.yr, g0, a.H, m, K);
         ld_rows(s.gz, ldr, a.gzr, g0, a.H, m, K), ld_rows(s.dzb, ldr, a.dzr, g0, a.H, m, K);
         if (a.dk && n + 1 < a.nmb) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
@@ -766,6 +785,41 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
         __syncthreads();
     }
     bwd_finish(a, s, bi, h);
+}
+
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
+{
+    extern __shared__ float sm[];
+    bwd_serial_chain<KPL>(a, bwd_bufs_of(sm, a, TTT_SERIAL), blockIdx.x, nullptr);
+}
+
+/* Both halves in one cooperative launch, every block resident: blocks 0 ..
+ * B H - 1 walk the serial chains while the rest take the local halves from a
+ * queue (*next) in the order the chains need them (the last mini-batch of
+ * every (b, h) first) and raise each one's flag when its writes are out. The
+ * chains wait only for work that resident blocks are doing, so they cannot
+ * deadlock; and the local halves run beside the chains instead of before
+ * them. */
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_overlap_kernel(ttt_args a, int *next, int *ready)
+{
+    extern __shared__ float sm[];
+    __shared__ int task;
+    const int BH = a.B * a.H;
+    if ((int)blockIdx.x < BH) return bwd_serial_chain<KPL>(a, bwd_bufs_of(sm, a, TTT_SERIAL), blockIdx.x, ready);
+    const bwd_smem s = bwd_bufs_of(sm, a, TTT_LOCAL);
+    for (;;) {
+        if (threadIdx.x == 0) task = atomicAdd(next, 1);
+        __syncthreads();
+        const int t = task;
+        if (t >= BH * a.nmb) return;
+        const int bh = t % BH, n = a.nmb - 1 - t / BH;
+        bwd_local_task<KPL>(a, s, bh, n);
+        __threadfence();   /* this thread's writes are visible to the GPU before the flag */
+        __syncthreads();
+        if (threadIdx.x == 0) atomicExch(ready + (long long)bh * a.nmb + n, 1);
+    }
 }
 
 /* ---- launchers ----------------------------------------------------------------- */
@@ -813,25 +867,34 @@ static void launch_fwd(const ttt_args &a, cudaStream_t st)
 }
 
 /* The backward's plan (see "backward" above): split where the B H fused
- * blocks would fill under 60% of the SMs. Measured on the H200 (132 SMs, K =
+ * blocks would fill under 60% of the SMs, overlapped (one cooperative
+ * launch) where the device allows it. Measured on the H200 (132 SMs, K =
  * 128, mini-batch 16, NOTES.md v15): the backward's fused and split times
  * are 4.96 and 6.22 ms at B H = 128, 19.1 and 14.5 ms at B H = 32, which
- * puts the crossover near 0.6 x 132. PRISM_TTT_SPLIT=0/1 forces it (tests,
- * comparisons). */
+ * puts the crossover near 0.6 x 132. PRISM_TTT_SPLIT=0/1/2 forces fused,
+ * split or overlapped (tests, comparisons). */
+enum { PLAN_FUSED, PLAN_SPLIT, PLAN_OVERLAP };
+static const char *const plan_names[3] = {"fused", "split", "split overlapped"};
 struct ttt_plan {
-    bool split, forced;
-    int n_sm;
+    int kind, n_sm;
+    bool forced;
 };
 static ttt_plan plan_bwd(int B, int H)
 {
     ttt_plan p = {};
-    int dev = 0;
+    int dev = 0, coop = 0;
     PR_CUDA_CHECK(cudaGetDevice(&dev));
     PR_CUDA_CHECK(cudaDeviceGetAttribute(&p.n_sm, cudaDevAttrMultiProcessorCount, dev));
+    PR_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     long forced;
-    p.forced = rec_env_knob("PRISM_TTT_SPLIT", "0 (fused backward) or 1 (split)",
-                            [](long v) { return v == 0 || v == 1; }, &forced);
-    p.split = p.forced ? forced == 1 : (long long)B * H * 5 < 3LL * p.n_sm;
+    p.forced = rec_env_knob("PRISM_TTT_SPLIT", "0 (fused backward), 1 (split) or 2 (split, overlapped)",
+                            [](long v) { return v >= 0 && v <= 2; }, &forced);
+    const long long bh = (long long)B * H;
+    if (p.forced) p.kind = (int)forced;
+    else p.kind = bh * 5 >= 3LL * p.n_sm ? PLAN_FUSED : coop ? PLAN_OVERLAP : PLAN_SPLIT;
+    PR_CHECK(p.kind != PLAN_OVERLAP || (coop && bh < p.n_sm),
+             "ttt_linear: the overlapped backward needs cooperative launch and B H (%lld) below the SM count (%d)",
+             bh, p.n_sm);
     return p;
 }
 
@@ -839,25 +902,43 @@ extern "C" void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, cha
 {
     const ttt_plan p = plan_bwd(B, H);
     const long long bh = (long long)B * H, nmb = (T + mini_batch - 1) / mini_batch;
-    const char *why = p.forced ? "PRISM_TTT_SPLIT" : p.split ? "B H < 0.6 x SMs" : "B H >= 0.6 x SMs";
-    if (p.split)
-        snprintf(line, n, "backward split (%s, %d SMs): %lld local blocks (one a mini-batch), then %lld serial", why,
-                 p.n_sm, bh * nmb, bh);
-    else snprintf(line, n, "backward fused (%s, %d SMs): %lld blocks (one a (b, h))", why, p.n_sm, bh);
+    const char *why = p.forced ? "PRISM_TTT_SPLIT" : p.kind != PLAN_FUSED ? "B H < 0.6 x SMs" : "B H >= 0.6 x SMs";
+    if (p.kind == PLAN_FUSED) snprintf(line, n, "backward fused (%s, %d SMs): %lld blocks (one a (b, h))", why, p.n_sm, bh);
+    else
+        snprintf(line, n, "backward %s (%s, %d SMs): %lld local halves (one a mini-batch), %lld serial chains",
+                 plan_names[p.kind], why, p.n_sm, bh * nmb, bh);
 }
 
 template <int KPL>
-static void launch_bwd(const ttt_args &a, cudaStream_t st)
+static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
 {
+    auto bytes_of = [&](int kind) { return bwd_bufs_of<size_t>(0, a, kind).floats * sizeof(float); };
     auto launch = [&](void (*kernel)(ttt_args), int kind, long long blocks) {
-        const size_t bytes = bwd_bufs_of<size_t>(0, a, kind).floats * sizeof(float);
-        ttt_smem((const void *)kernel, bytes, a);
-        kernel<<<(unsigned)blocks, TTT_THREADS, bytes, st>>>(a);
+        ttt_smem((const void *)kernel, bytes_of(kind), a);
+        kernel<<<(unsigned)blocks, TTT_THREADS, bytes_of(kind), st>>>(a);
         PR_CUDA_LAUNCH_CHECK();
     };
-    if (!a.xzr) return launch(ttt_bwd_fused_kernel<KPL>, TTT_FUSED, (long long)a.B * a.H);
-    launch(ttt_bwd_local_kernel<KPL>, TTT_LOCAL, (long long)a.B * a.H * a.nmb);
-    launch(ttt_bwd_serial_kernel<KPL>, TTT_SERIAL, (long long)a.B * a.H);
+    const long long bh = (long long)a.B * a.H;
+    if (plan == PLAN_FUSED) return launch(ttt_bwd_fused_kernel<KPL>, TTT_FUSED, bh);
+    if (plan == PLAN_SPLIT) {
+        launch(ttt_bwd_local_kernel<KPL>, TTT_LOCAL, bh * a.nmb);
+        return launch(ttt_bwd_serial_kernel<KPL>, TTT_SERIAL, bh);
+    }
+    /* as many blocks as are resident at once: cooperative launch refuses more */
+    void (*kernel)(ttt_args, int *, int *) = ttt_bwd_overlap_kernel<KPL>;
+    const size_t bytes = std::max(bytes_of(TTT_LOCAL), bytes_of(TTT_SERIAL));
+    ttt_smem((const void *)kernel, bytes, a);
+    int dev = 0, n_sm = 0, per_sm = 0;
+    PR_CUDA_CHECK(cudaGetDevice(&dev));
+    PR_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    PR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TTT_THREADS, bytes));
+    const long long blocks = (long long)per_sm * n_sm;
+    PR_CHECK(blocks > bh, "ttt_linear: the overlapped backward needs more than B H = %lld resident blocks, the "
+             "device holds %lld", bh, blocks);
+    ttt_args arg = a;
+    int *next = flags, *ready = flags + 1;
+    void *args[3] = {&arg, &next, &ready};
+    PR_CUDA_CHECK(cudaLaunchCooperativeKernel((const void *)kernel, (unsigned)blocks, TTT_THREADS, args, bytes, st));
 }
 
 extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
@@ -884,20 +965,26 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
     a.dq = ttk_f32_out(ctx, gq), a.dk = ttk_f32_out(ctx, gk), a.dv = ttk_f32_out(ctx, gv);
     a.deta = ttk_f32_out(ctx, geta);
     a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
-    /* the partials: the (b, h) blocks' rows, then for the split plan the local blocks' */
-    const bool split = plan_bwd(a.B, a.H).split;
-    const int np = a.B * (split ? 1 + a.nmb : 1);
+    /* the partials: the (b, h) blocks' rows, then for the split plans the local halves' */
+    const int plan = plan_bwd(a.B, a.H).kind;
+    const int np = a.B * (plan != PLAN_FUSED ? 1 + a.nmb : 1);
     a.dwp = ttk_partials(ctx, np, a.H, a.K), a.dbp = ttk_partials(ctx, np, a.H, a.K);
-    if (split) {
+    int *flags = nullptr;   /* the overlapped plan's queue head and per-mini-batch flags, zeroed */
+    if (plan != PLAN_FUSED) {
         const int64_t rows[4] = {a.B, a.T, a.H, a.K}, cbs[2] = {(int64_t)a.B * a.H * a.nmb, (int64_t)a.mb * a.mb};
         float **bufs[4] = {&a.xzr, &a.yr, &a.gzr, &a.dzr};
         for (float **b : bufs) *b = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 4, rows)->data;
         a.szr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, rows)->data;
         a.cbr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 2, cbs)->data;
     }
-    if (a.K <= 32) launch_bwd<2>(a, st);
-    else if (a.K <= 64) launch_bwd<4>(a, st);
-    else launch_bwd<8>(a, st);
+    if (plan == PLAN_OVERLAP) {
+        const int64_t nf = 1 + (int64_t)a.B * a.H * a.nmb;
+        flags = (int *)pr_empty(ctx->step, PR_F32, PR_CUDA, 1, &nf)->data;
+        PR_CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)nf * sizeof(int), st));
+    }
+    if (a.K <= 32) launch_bwd<2>(a, st, plan, flags);
+    else if (a.K <= 64) launch_bwd<4>(a, st, plan, flags);
+    else launch_bwd<8>(a, st, plan, flags);
     ttk_add_dw_db(st, n, a.dwp, a.dbp, np, a.H, a.K);
     ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
     ttk_f32_done(st, geta, a.deta, true);

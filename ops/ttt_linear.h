@@ -15,9 +15,9 @@
  * cores), K <= 128, and about (2K(K+4) + 9 mini_batch (K+4)) floats of shared
  * memory per (b,h) (K = 128 with mini_batch 16 fits an H100/H200). Where B H
  * would leave most SMs idle (long sequences at a small batch) the backward
- * runs split: a block per mini-batch first, then the serial chain over
- * them, with four f32 [B,T,H,K] scratch buffers (pr_ttt_linear_cuda_plan
- * says which). bf16 data: q, k, v, eta and o are bf16
+ * runs split: a block per mini-batch beside the serial chain over them
+ * (one cooperative launch), with four f32 [B,T,H,K] scratch buffers
+ * (pr_ttt_linear_cuda_plan says which). bf16 data: q, k, v, eta and o are bf16
  * (their grads too); w, b, h0, hb0, ht and hbt stay f32.
  */
 #ifndef PR_TTT_LINEAR_H
@@ -42,8 +42,9 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
                          pr_tensor **ht, pr_tensor **hbt);
 
 /* CUDA builds: the backward's plan at these sizes on the current device, as
- * one line into line[n] (fused, or split into a local and a serial kernel;
- * PRISM_TTT_SPLIT=0/1 forces it) */
+ * one line into line[n] (fused, or split into local halves and serial
+ * chains, overlapped where the device has cooperative launch;
+ * PRISM_TTT_SPLIT=0/1/2 forces fused, split or overlapped) */
 void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, char *line, size_t n);
 
 #ifdef __cplusplus

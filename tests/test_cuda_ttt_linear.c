@@ -17,8 +17,9 @@
  * against the CPU in f64 on the same rounded values: every output and grad
  * in its dtype, within its one rounding (bf16 2^-8 of max|ref|, three for
  * the grads, which three backward passes round) plus the f32 kernels'
- * 1e-4. Every CUDA case runs both plans of the backward (PRISM_TTT_SPLIT=0:
- * fused; 1: a local kernel per mini-batch, then the serial one), each
+ * 1e-4. Every CUDA case runs the three plans of the backward
+ * (PRISM_TTT_SPLIT=0: fused; 1: a local kernel per mini-batch, then the
+ * serial one; 2: both in one cooperative launch), each
  * against the CPU and bit-identical on a rerun; an unknown plan is fatal. A last case
  * times forward and forward+backward at B=8 T=256 H=16 K=128 mini-batch 16
  * (printed, not asserted; skipped when PRISM_SKIP_BENCH is set). Every case
@@ -78,9 +79,10 @@ static void random_inputs(pr_ctx *ctx, uint64_t seed, int B, int T, int H, int K
     g[2] = pr_randu(ctx->step, PR_F64, PR_CPU, 4, sh[7], &r, -1, 1);
 }
 
-/* the backward's plan (ops/ttt_linear.cu, pick_split): 0 fused, 1 split */
-static void use_plan(int split) { setenv("PRISM_TTT_SPLIT", split ? "1" : "0", 1); }
-static const char *const plan_names[2] = {"fused", "split"};
+/* the backward's plan (ops/ttt_linear.cu, plan_bwd): 0 fused, 1 split, 2 split overlapped */
+#define NPLANS 3
+static void use_plan(int plan) { setenv("PRISM_TTT_SPLIT", plan == 0 ? "0" : plan == 1 ? "1" : "2", 1); }
+static const char *const plan_names[NPLANS] = {"fused", "split", "overlapped"};
 
 static void cuda_case_as(int B, int T, int H, int K, int mb, bool state, int tf32)
 {
@@ -92,17 +94,17 @@ static void cuda_case_as(int B, int T, int H, int K, int mb, bool state, int tf3
     const pr_ttt_opts opt = {.mini_batch = mb, .eps = 1e-6};
     run_out c64 = run_on(ctx, &opt, in, g, PR_F64, PR_CPU, 0);
     run_out c32 = run_on(ctx, &opt, in, g, PR_F32, PR_CPU, 0);
-    for (int split = 0; split < 2; split++) {
-        use_plan(split);
+    for (int plan = 0; plan < NPLANS; plan++) {
+        use_plan(plan);
         run_out gpu = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA, tf32);
         run_out gpu2 = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA, tf32);
         char what[112];
         const char *form = tf32 ? " tf32" : "", *h0 = state ? "" : " no h0";
         snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s%s %s cuda vs cpu f32", B, T, H, K, mb, h0, form,
-                 plan_names[split]);
+                 plan_names[plan]);
         compare(what, &gpu, &c32, tol);
         snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s%s %s cuda vs cpu f64", B, T, H, K, mb, h0, form,
-                 plan_names[split]);
+                 plan_names[plan]);
         compare(what, &gpu, &c64, tol);
         for (int i = 0; i < 3; i++) assert_memory_equal(gpu.out[i], gpu2.out[i], sizeof(double) * (size_t)gpu.n_out[i]);
         for (int i = 0; i < NIN; i++)
@@ -169,11 +171,11 @@ static void bf16_case(int B, int T, int H, int K, int mb)
     }
     const pr_ttt_opts opt = {.mini_batch = mb, .eps = 1e-6};
     run_out want = run_as_is(ctx, &opt, ref, gref);
-    for (int split = 0; split < 2; split++) {
-        use_plan(split);
+    for (int plan = 0; plan < NPLANS; plan++) {
+        use_plan(plan);
         run_out got = run_as_is(ctx, &opt, gpu, ggpu), again = run_as_is(ctx, &opt, gpu, ggpu);
         char what[80];
-        snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d bf16 data %s", B, T, H, K, mb, plan_names[split]);
+        snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d bf16 data %s", B, T, H, K, mb, plan_names[plan]);
         static const char *outs[3] = {"o", "ht", "hbt"};
         for (int i = 0; i < 3; i++) {
             const double e = rel_err(got.out[i], want.out[i], want.n_out[i]), tol = (i == 0 ? 0x1p-8 : 0) + 1e-4;
@@ -217,9 +219,9 @@ static void test_limits(void **s)
     opt.mini_batch = 16;
     for (int i = 0; i < NIN; i++) pr_requires_grad_(c[i], true);
     pr_tensor *o = pr_ttt_linear(ctx, &opt, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], NULL, NULL);
-    setenv("PRISM_TTT_SPLIT", "2", 1);
+    setenv("PRISM_TTT_SPLIT", "3", 1);
     PR_EXPECT_FATAL(pr_backward_with(ctx, o, pr_to(ctx->step, g[0], PR_F32, PR_CUDA)),
-                    "PRISM_TTT_SPLIT must be 0 (fused backward) or 1 (split), got '2'");
+                    "PRISM_TTT_SPLIT must be 0 (fused backward), 1 (split) or 2 (split, overlapped), got '3'");
     unsetenv("PRISM_TTT_SPLIT");
     pr_ctx_free(ctx);
 }
