@@ -685,7 +685,11 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
     bwd_finish(a, s, bi, h);
 }
 
-/* waits (the whole block) until *flag is set, then reads after it */
+/* waits (the whole block) until *flag is set, then reads after it. The
+ * writer fences before it raises the flag and thread 0 fences after it sees
+ * it (release and acquire at GPU scope; the barrier carries the order to the
+ * other threads), so plain loads after this see the writer's data under the
+ * PTX memory model, L1 included. */
 __device__ void bwd_wait(const int *flag)
 {
     if (threadIdx.x == 0) {
