@@ -15,21 +15,22 @@ usage() {
     cat <<'USAGE'
 usage: tools/device/ptx_generic.sh [--help] [FILE.cu ...]
 Compiles each file (default: every ops/**/*.cu) to PTX for sm_90 with the
-project's include path and prints, per function, the generic loads and stores
+project's include path ($NVCC, else nvcc) and prints, per function, the generic loads and stores
 (ld./st. without a state space). Exit status 1 when any function has one.
 USAGE
 }
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && { usage; exit 0; }
-command -v nvcc >/dev/null || { echo "ptx_generic.sh: nvcc not found" >&2; exit 2; }
+nvcc=${NVCC:-nvcc}
+command -v "$nvcc" >/dev/null || { echo "ptx_generic.sh: $nvcc not found (set NVCC)" >&2; exit 2; }
 files=("$@")
-[ ${#files[@]} -eq 0 ] && mapfile -t files < <(git ls-files 'ops/*.cu' 'ops/**/*.cu')
+[ ${#files[@]} -eq 0 ] && mapfile -t files < <(find ops -name '*.cu' | sort)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 found=0
 for f in "${files[@]}"; do
-    if ! nvcc -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr -DPRISM_HAVE_CUDA -I. -ptx "$f" -o "$tmp/x.ptx" \
+    if ! "$nvcc" -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr -DPRISM_HAVE_CUDA -I. -ptx "$f" -o "$tmp/x.ptx" \
         2>"$tmp/err"; then
         echo "ptx_generic.sh: $f does not compile:" >&2; cat "$tmp/err" >&2; exit 2
     fi
