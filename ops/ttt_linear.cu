@@ -50,7 +50,7 @@ struct ttt_args {
  * non-inlined function, whether its pointers are shared memory, and one
  * caller's generic pointer turned every kernel's products into generic
  * loads (NOTES.md v15). */
-enum { TTT_FORWARD, TTT_FUSED, TTT_LOCAL, TTT_SERIAL };
+enum { TTT_FORWARD, TTT_FUSED, TTT_LOCAL, TTT_SERIAL, TTT_FWD_SPLIT };
 
 /* Shared-memory layout: when K % 4 == 0 every buffer starts on 16 bytes and
  * the row strides are K + 4 (W's ldw, the [mbp, K] row buffers' ldr) and
@@ -826,6 +826,147 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_overlap_kernel(ttt_arg
     }
 }
 
+/* The forward split (with the backward's overlapped plan, when the states are
+ * saved): the chain of (b, h) computes only what the next state needs (Z, gz,
+ * the update of W and hb) and raises mini-batch n's flag once W_n and hb_n
+ * are stored; workers take the mini-batches from a queue, each waits for its
+ * flag and recomputes the mini-batch from the saved W_n, hb_n through to o.
+ * The chains wait for nothing, so any order of the blocks is safe. */
+template <class P> struct fwd_bufs {
+    P W, hb, hbn, w, b, qs, kb, vb, xz, gz, zb, cm, sz, eta;
+    size_t floats;
+};
+template <class P> __host__ __device__ inline fwd_bufs<P> fwd_bufs_of(P base, const ttt_args &a)
+{
+    const size_t K = a.K, RK = (size_t)a.mbp * a.ldr, mb = a.mb;
+    size_t o = 0;
+    auto take = [&](size_t n) {
+        const P p = base + o;
+        o += n;
+        return p;
+    };
+    fwd_bufs<P> s;
+    s.W = take(K * a.ldw), s.hb = take(K), s.hbn = take(K), s.w = take(K), s.b = take(K);
+    s.qs = take(RK), s.kb = take(RK), s.vb = take(RK), s.xz = take(RK), s.gz = take(RK), s.zb = take(RK);
+    s.cm = take((size_t)a.mbp * a.ls), s.sz = take(mb), s.eta = take(mb);
+    s.floats = o;
+    return s;
+}
+
+/* zeroes the shared memory, then w and b of head h */
+__device__ void fwd_start(const ttt_args &a, const fwd_bufs<float *> &s, int h)
+{
+    extern __shared__ float sm[];
+    for (int i = threadIdx.x; i < (int)s.floats; i += blockDim.x) sm[i] = 0.f;
+    __syncthreads();
+    for (int c = threadIdx.x; c < a.K; c += blockDim.x) s.w[c] = a.w[h * a.K + c], s.b[c] = a.b[h * a.K + c];
+}
+
+/* the chain of (b, h) = bh: the states only */
+template <int KPL>
+__device__ void fwd_chain(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int *ready)
+{
+    const int K = a.K, ldw = a.ldw, ldr = a.ldr, mb = a.mb, bi = bh / a.H, h = bh % a.H;
+    const long long KK = (long long)K * K;
+    fwd_start(a, s, h);
+    for (int i = threadIdx.x; i < K * K; i += blockDim.x) s.W[(i / K) * ldw + i % K] = a.h0 ? a.h0[bh * KK + i] : 0.f;
+    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hb0 ? a.hb0[(long long)bh * K + c] : 0.f;
+    __syncthreads();
+    float *hb = s.hb, *hbn = s.hbn;
+    for (int n = 0; n < a.nmb; n++) {
+        const int t0 = n * mb, m = min(mb, a.T - t0);
+        const bool tc = a.tc && m % 16 == 0;
+        const long long bn = bh * (long long)a.nmb + n, g0 = grow(a, bi, h, t0);
+        st_state(a.Ws + bn * KK, s.W, ldw, K);
+        for (int c = threadIdx.x; c < K; c += blockDim.x) a.hbs[bn * K + c] = hb[c];
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) atomicExch(ready + bn, 1);   /* W_n, hb_n are out */
+        ld_rows(s.kb, ldr, a.k, g0, a.H, m, K), ld_rows(s.vb, ldr, a.v, g0, a.H, m, K);
+        const float e = a.eta[((long long)bi * a.T + t0 + m - 1) * a.H + h];
+        rec_sync();
+        blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.xz, ldr, s.kb, ldr, s.W, ldw, m, K, K, 1.f, false);   /* Z = k W */
+        __syncthreads();
+        TTT_FOR_ROWS(i, ok, m)
+        inner_grad_row<KPL>(s.xz + i * ldr, hb, s.vb + i * ldr, s.kb + i * ldr, s.w, s.b, K, a.eps, s.gz + i * ldr,
+                            s.sz + i, nullptr, ok);
+        __syncthreads();
+        for (int c = threadIdx.x; c < K; c += blockDim.x) {
+            float x = 0;
+            for (int j = 0; j < m; j++) x += s.gz[j * ldr + c];
+            hbn[c] = hb[c] - e * x;
+        }
+        blk_mm<true, false, TTT_FWD_SPLIT>(tc, s.W, ldw, s.kb, ldr, s.gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
+        __syncthreads();
+        float *t = hb;
+        hb = hbn, hbn = t;
+    }
+    st_state(a.ht + bh * KK, s.W, ldw, K);
+    for (int c = threadIdx.x; c < K; c += blockDim.x) a.hbt[(long long)bh * K + c] = hb[c];
+}
+
+/* mini-batch n of (b, h) = bh from its saved start state, through to o */
+template <int KPL>
+__device__ void fwd_out_task(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int n, const int *ready)
+{
+    const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, bi = bh / a.H, h = bh % a.H;
+    const int t0 = n * mb, m = min(mb, a.T - t0);
+    const bool tc = a.tc && m % 16 == 0;
+    const long long bn = bh * (long long)a.nmb + n, g0 = grow(a, bi, h, t0);
+    fwd_start(a, s, h);
+    ld_rows(s.qs, ldr, a.q, g0, a.H, m, K), ld_rows(s.kb, ldr, a.k, g0, a.H, m, K), ld_rows(s.vb, ldr, a.v, g0, a.H, m, K);
+    for (int i = threadIdx.x; i < m; i += blockDim.x) s.eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
+    bwd_wait(ready + bn);
+    ld_state(s.W, ldw, a.Ws + bn * (long long)K * K, K);
+    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hbs[bn * K + c];
+    rec_sync();
+    blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.xz, ldr, s.kb, ldr, s.W, ldw, m, K, K, 1.f, false);
+    blk_mm<false, true, TTT_FWD_SPLIT>(tc, s.cm, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
+    __syncthreads();
+    TTT_FOR_ROWS(i, ok, m)
+    inner_grad_row<KPL>(s.xz + i * ldr, s.hb, s.vb + i * ldr, s.kb + i * ldr, s.w, s.b, K, a.eps, s.gz + i * ldr,
+                        s.sz + i, nullptr, ok);
+    for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
+        const int t = p / m, j = p - t * m;
+        s.cm[t * ls + j] = j <= t ? s.eta[t] * (s.cm[t * ls + j] + 1.f) : 0.f;
+    }
+    __syncthreads();
+    blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.zb, ldr, s.qs, ldr, s.W, ldw, m, K, K, a.scale, false);
+    blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.zb, ldr, s.cm, ls, s.gz, ldr, m, K, m, -1.f, true);
+    __syncthreads();
+    TTT_FOR_ROWS(i, ok, m) {
+        row_t<KPL> z = row_load<KPL>(s.zb + i * ldr, K), hr = row_load<KPL>(s.hb, K);
+        row_t<KPL> wr = row_load<KPL>(s.w, K), br = row_load<KPL>(s.b, K);
+#pragma unroll
+        for (int r = 0; r < KPL; r++) z.x[r] += hr.x[r];
+        row_t<KPL> xh = z;
+        row_ln(xh, K, a.eps);
+#pragma unroll
+        for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
+        if (ok) row_store(a.o + grow(a, bi, h, t0 + i), z, K);
+    }
+    __syncthreads();
+}
+
+/* blocks 0 .. B H - 1: the chains; the rest: the mini-batches in order */
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_fwd_split_kernel(ttt_args a, int *next, int *ready)
+{
+    extern __shared__ float sm[];
+    __shared__ int task;
+    const fwd_bufs<float *> s = fwd_bufs_of(sm, a);
+    const int BH = a.B * a.H;
+    if ((int)blockIdx.x < BH) return fwd_chain<KPL>(a, s, blockIdx.x, ready);
+    for (;;) {
+        if (threadIdx.x == 0) task = atomicAdd(next, 1);
+        __syncthreads();
+        const int t = task;
+        if (t >= BH * a.nmb) return;
+        fwd_out_task<KPL>(a, s, t % BH, t / BH, ready);
+    }
+}
+
+
 /* ---- launchers ----------------------------------------------------------------- */
 
 static ttt_args ttt_args_of(pr_ctx *ctx, cudaStream_t st, const pr_node *n)
@@ -861,14 +1002,6 @@ static void ttt_smem(const void *kernel, size_t bytes, const ttt_args &a)
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int KPL>
-static void launch_fwd(const ttt_args &a, cudaStream_t st)
-{
-    size_t fl = (size_t)a.K * a.ldw + 4 * a.K + 6 * (size_t)a.mbp * a.ldr + (size_t)a.mbp * a.ls + 2 * a.mb;
-    ttt_smem((const void *)ttt_fwd_kernel<KPL>, fl * sizeof(float), a);
-    ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
-    PR_CUDA_LAUNCH_CHECK();
-}
 
 /* The backward's plan (see "backward" above): split where the B H fused
  * blocks would fill under 60% of the SMs, overlapped (one cooperative
@@ -913,6 +1046,37 @@ extern "C" void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, cha
                  plan_names[p.kind], why, p.n_sm, bh * nmb, bh);
 }
 
+/* a kernel whose first B H blocks are chains and the rest workers, as one
+ * cooperative launch of as many blocks as are resident at once (cooperative
+ * launch refuses more, and promises that every block runs: a block that
+ * waits on another cannot hold the SM that one needs). flags: the queue
+ * head, then a zeroed flag per mini-batch. */
+static void launch_coop(void (*kernel)(ttt_args, int *, int *), size_t bytes, const ttt_args &a, cudaStream_t st,
+                        int *flags)
+{
+    ttt_smem((const void *)kernel, bytes, a);
+    int dev = 0, n_sm = 0, per_sm = 0;
+    PR_CUDA_CHECK(cudaGetDevice(&dev));
+    PR_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    PR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TTT_THREADS, bytes));
+    const long long bh = (long long)a.B * a.H, blocks = (long long)per_sm * n_sm;
+    PR_CHECK(blocks > bh, "ttt_linear: the split plans need more than B H = %lld resident blocks, the device holds %lld",
+             bh, blocks);
+    ttt_args arg = a;
+    int *next = flags, *ready = flags + 1;
+    void *args[3] = {&arg, &next, &ready};
+    PR_CUDA_CHECK(cudaLaunchCooperativeKernel((const void *)kernel, (unsigned)blocks, TTT_THREADS, args, bytes, st));
+}
+
+/* the queue head and a flag per mini-batch, zeroed, in the step arena */
+static int *coop_flags(pr_ctx *ctx, cudaStream_t st, const ttt_args &a)
+{
+    const int64_t nf = 1 + (int64_t)a.B * a.H * a.nmb;
+    int *flags = (int *)pr_empty(ctx->step, PR_F32, PR_CUDA, 1, &nf)->data;
+    PR_CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)nf * sizeof(int), st));
+    return flags;
+}
+
 template <int KPL>
 static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
 {
@@ -928,21 +1092,17 @@ static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
         launch(ttt_bwd_local_kernel<KPL>, TTT_LOCAL, bh * a.nmb);
         return launch(ttt_bwd_serial_kernel<KPL>, TTT_SERIAL, bh);
     }
-    /* as many blocks as are resident at once: cooperative launch refuses more */
-    void (*kernel)(ttt_args, int *, int *) = ttt_bwd_overlap_kernel<KPL>;
-    const size_t bytes = std::max(bytes_of(TTT_LOCAL), bytes_of(TTT_SERIAL));
-    ttt_smem((const void *)kernel, bytes, a);
-    int dev = 0, n_sm = 0, per_sm = 0;
-    PR_CUDA_CHECK(cudaGetDevice(&dev));
-    PR_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    PR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TTT_THREADS, bytes));
-    const long long blocks = (long long)per_sm * n_sm;
-    PR_CHECK(blocks > bh, "ttt_linear: the overlapped backward needs more than B H = %lld resident blocks, the "
-             "device holds %lld", bh, blocks);
-    ttt_args arg = a;
-    int *next = flags, *ready = flags + 1;
-    void *args[3] = {&arg, &next, &ready};
-    PR_CUDA_CHECK(cudaLaunchCooperativeKernel((const void *)kernel, (unsigned)blocks, TTT_THREADS, args, bytes, st));
+    launch_coop(ttt_bwd_overlap_kernel<KPL>, std::max(bytes_of(TTT_LOCAL), bytes_of(TTT_SERIAL)), a, st, flags);
+}
+
+template <int KPL>
+static void launch_fwd(const ttt_args &a, cudaStream_t st, int *flags)
+{
+    if (flags) return launch_coop(ttt_fwd_split_kernel<KPL>, fwd_bufs_of<size_t>(0, a).floats * sizeof(float), a, st, flags);
+    size_t fl = (size_t)a.K * a.ldw + 4 * a.K + 6 * (size_t)a.mbp * a.ldr + (size_t)a.mbp * a.ls + 2 * a.mb;
+    ttt_smem((const void *)ttt_fwd_kernel<KPL>, fl * sizeof(float), a);
+    ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
+    PR_CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
@@ -951,9 +1111,11 @@ extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
     ttt_args a = ttt_args_of(ctx, st, n);
     a.o = ttk_f32_out(ctx, n->out[0]), a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
     if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
-    if (a.K <= 32) launch_fwd<2>(a, st);
-    else if (a.K <= 64) launch_fwd<4>(a, st);
-    else launch_fwd<8>(a, st);
+    /* split where the backward overlaps, and the states are saved anyway */
+    int *flags = a.Ws && plan_bwd(a.B, a.H).kind == PLAN_OVERLAP ? coop_flags(ctx, st, a) : nullptr;
+    if (a.K <= 32) launch_fwd<2>(a, st, flags);
+    else if (a.K <= 64) launch_fwd<4>(a, st, flags);
+    else launch_fwd<8>(a, st, flags);
     ttk_f32_done(st, n->out[0], a.o, false);
 }
 
@@ -981,11 +1143,7 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
         a.szr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 3, rows)->data;
         a.cbr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 2, cbs)->data;
     }
-    if (plan == PLAN_OVERLAP) {
-        const int64_t nf = 1 + (int64_t)a.B * a.H * a.nmb;
-        flags = (int *)pr_empty(ctx->step, PR_F32, PR_CUDA, 1, &nf)->data;
-        PR_CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)nf * sizeof(int), st));
-    }
+    if (plan == PLAN_OVERLAP) flags = coop_flags(ctx, st, a);
     if (a.K <= 32) launch_bwd<2>(a, st, plan, flags);
     else if (a.K <= 64) launch_bwd<4>(a, st, plan, flags);
     else launch_bwd<8>(a, st, plan, flags);
