@@ -292,78 +292,328 @@ __device__ void put_rows(float *g, const float *X, float alpha, bool acc, const 
     }
 }
 
-/* ---- forward ----------------------------------------------------------------- */
+/* ---- the pieces both directions share ----------------------------------------- */
 
+/* A 16-row mini-batch's 16 x 16 products over K (Attn = q k^T, and the
+ * backward's D = dZb gz^T) would fall to one warp beside its share of the
+ * phase's 16 x K products, and that warp would hold the phase up (NOTES.md
+ * v13's profile). Where the mini-batch is 16 rows on tensor cores, every
+ * warp takes K / PR_REC_WARPS of the columns into a partial of its own
+ * (pt: PR_REC_WARPS blocks of 16 x 16, 2,048 floats) and the next phase
+ * adds the partials up (pt_sum). */
+#define TTT_PT (16 * 16 * PR_REC_WARPS)
+__device__ __forceinline__ bool pt_split(bool tc, const ttt_args &a, int m)
+{
+    return tc && m == 16 && a.mbp == 16 && a.K % (8 * PR_REC_WARPS) == 0;
+}
+template <int KERNEL>
+__device__ __noinline__ void pt_mm(float *pt, const float *A, int lda, const float *B, int ldb, int K)
+{
+    const int w = threadIdx.x >> 5, kw = K / PR_REC_WARPS;
+    rec_mm_tc_block<false, true, 1, 1>(pt + w * 256, 16, A + w * kw, lda, B + w * kw, ldb, 0, 0, kw, 1.f, false);
+}
+__device__ __forceinline__ float pt_sum(const float *pt, int t, int j)
+{
+    float s = 0;
+#pragma unroll
+    for (int w = 0; w < PR_REC_WARPS; w++) s += pt[w * 256 + t * 16 + j];
+    return s;
+}
+
+/* [qs; kb] W -> [xq; xk] (q W unscaled, Z = k W): one product of 2m rows
+ * where the rows fill their buffers (qs, kb and xq, xk adjacent), else two */
+template <int KERNEL>
+__device__ void qk_w(bool tc, const ttt_args &a, float *xq, float *xk, const float *qs, const float *kb,
+                     const float *W, int m)
+{
+    const int K = a.K, ldr = a.ldr;
+    if (m == a.mbp) return blk_mm<false, false, KERNEL>(tc, xq, ldr, qs, ldr, W, a.ldw, 2 * m, K, K, 1.f, false);
+    blk_mm<false, false, KERNEL>(tc, xq, ldr, qs, ldr, W, a.ldw, m, K, K, 1.f, false);
+    blk_mm<false, false, KERNEL>(tc, xk, ldr, kb, ldr, W, a.ldw, m, K, K, 1.f, false);
+}
+
+/* waits (the whole block) until *flag is set, then reads after it. The
+ * writer fences before it raises the flag and thread 0 fences after it sees
+ * it (release and acquire at GPU scope; the barrier carries the order to the
+ * other threads), so plain loads after this see the writer's data under the
+ * PTX memory model, L1 included. */
+__device__ void wait_flag(int *flag)
+{
+    if (threadIdx.x == 0) {
+        while (atomicAdd(flag, 0) == 0) __nanosleep(256);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* 4 bytes global -> shared, asynchronously (complete at the next rec_sync) */
+__device__ __forceinline__ void cp4(float *dst, const float *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+/* ---- forward -----------------------------------------------------------------
+ * Mini-batch n of (b, h) from its start state W, hb, in four barrier phases:
+ * 1. [qs; k] W -> [zb; xz] (q unscaled), Attn = scale q k^T;
+ * 2. the rows: Z = xz + hb -> its LayerNorm xz, the inner gradient gz and its
+ *    scale sz; cm_tj = eta_t (Attn_tj + 1) for j <= t;
+ * 3. vb = -cm gz (v is spent); the update W -= e k^T gz, hb' = hb - e sum gz;
+ * 4. the output rows o = Zb + LN(Zb) w + b, Zb = scale zb + vb + hb.
+ * The fused kernel (a block per (b, h)) keeps two row sets and loads
+ * mini-batch n + 1's while it works on n. Where the backward runs overlapped
+ * (B H below the SM count) and the states are saved, the forward splits too:
+ * the chain of (b, h) does only phases 1-3's state part (Z, gz, the update)
+ * and raises mini-batch n's flag once W_n, hb_n are stored; workers take the
+ * mini-batches from a queue, wait for the flag, and run the four phases from
+ * the saved W_n, hb_n. The chains wait for nothing, so any order of the
+ * blocks is safe. */
+template <class P> struct fwd_bufs {
+    P W, hb, hbn, w, b;
+    P qs, kb, vb, eta;   /* row set 0; set 1 is `set` floats on */
+    P zb, xz, gz, cm, sz, pt;
+    size_t set, floats;
+};
+/* sets: 1 or 2 row sets (P = size_t from 0: the launcher's sizes; see bwd_bufs_of) */
+template <class P> __host__ __device__ inline fwd_bufs<P> fwd_bufs_of(P base, const ttt_args &a, int sets)
+{
+    const size_t K = a.K, RK = (size_t)a.mbp * a.ldr, mb4 = (a.mb + 3) & ~3;
+    size_t o = 0;
+    auto take = [&](size_t n) {
+        const P p = base + o;
+        o += n;
+        return p;
+    };
+    fwd_bufs<P> s;
+    s.W = take(K * a.ldw), s.hb = take(K), s.hbn = take(K), s.w = take(K), s.b = take(K);
+    s.qs = take(RK), s.kb = take(RK), s.vb = take(RK), s.eta = take(mb4);
+    s.set = 3 * RK + mb4;
+    o += (sets - 1) * s.set;
+    s.zb = take(RK), s.xz = take(RK), s.gz = take(RK), s.cm = take((size_t)a.mbp * a.ls), s.sz = take(mb4);
+    s.pt = take(a.mbp == 16 ? TTT_PT : 0);
+    s.floats = o;
+    return s;
+}
+struct fwd_rows {
+    float *qs, *kb, *vb, *eta;
+};
+__device__ __forceinline__ fwd_rows fwd_rows_of(const fwd_bufs<float *> &s, int set)
+{
+    const size_t o = set * s.set;
+    return {s.qs + o, s.kb + o, s.vb + o, s.eta + o};
+}
+
+/* zeroes the shared memory (padding rows and columns feed only dropped
+ * results, but must be finite) when zero; w and b of head h */
+__device__ void fwd_start(const ttt_args &a, const fwd_bufs<float *> &s, int h, bool zero)
+{
+    extern __shared__ float sm[];
+    if (zero) {
+        for (int i = threadIdx.x; i < (int)s.floats; i += blockDim.x) sm[i] = 0.f;
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < a.K; c += blockDim.x) s.w[c] = a.w[h * a.K + c], s.b[c] = a.b[h * a.K + c];
+}
+
+/* (b, h) = bh's start state: h0, hb0 (zero without them) */
+__device__ void fwd_first_state(const ttt_args &a, const fwd_bufs<float *> &s, int bh)
+{
+    const int K = a.K;
+    const long long KK = (long long)K * K;
+    for (int i = threadIdx.x; i < K * K; i += blockDim.x) s.W[(i / K) * a.ldw + i % K] = a.h0 ? a.h0[bh * KK + i] : 0.f;
+    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hb0 ? a.hb0[(long long)bh * K + c] : 0.f;
+}
+
+/* mini-batch n's rows (q only when q) and eta into row set r, asynchronously
+ * where K % 4 == 0 (complete at the next rec_sync) */
+__device__ void fwd_load(const ttt_args &a, const fwd_rows &r, int bi, int h, int n, bool q)
+{
+    const int K = a.K, t0 = n * a.mb, m = min(a.mb, a.T - t0);
+    const long long g0 = grow(a, bi, h, t0);
+    if (q) ld_rows(r.qs, a.ldr, a.q, g0, a.H, m, K);
+    ld_rows(r.kb, a.ldr, a.k, g0, a.H, m, K), ld_rows(r.vb, a.ldr, a.v, g0, a.H, m, K);
+    for (int i = threadIdx.x; i < m; i += blockDim.x) cp4(r.eta + i, a.eta + ((long long)bi * a.T + t0 + i) * a.H + h);
+}
+
+/* W, hb -> the saved start state of mini-batch n */
+__device__ void fwd_save_state(const ttt_args &a, const fwd_bufs<float *> &s, const float *hb, int bh, int n)
+{
+    const long long bn = bh * (long long)a.nmb + n;
+    st_state(a.Ws + bn * a.K * a.K, s.W, a.ldw, a.K);
+    for (int c = threadIdx.x; c < a.K; c += blockDim.x) a.hbs[bn * a.K + c] = hb[c];
+}
+
+/* phase 1 (the chain: Z = k W alone) */
+template <int KERNEL>
+__device__ void fwd_products(bool tc, const ttt_args &a, const fwd_bufs<float *> &s, const fwd_rows &r, int m,
+                             bool out)
+{
+    if (!out) return blk_mm<false, false, KERNEL>(tc, s.xz, a.ldr, r.kb, a.ldr, s.W, a.ldw, m, a.K, a.K, 1.f, false);
+    qk_w<KERNEL>(tc, a, s.zb, s.xz, r.qs, r.kb, s.W, m);
+    if (pt_split(tc, a, m)) pt_mm<KERNEL>(s.pt, r.qs, a.ldr, r.kb, a.ldr, a.K);
+    else blk_mm<false, true, KERNEL>(tc, s.cm, a.ls, r.qs, a.ldr, r.kb, a.ldr, m, m, a.K, a.scale, false);
+}
+
+/* phase 2 (cm only when out) */
+template <int KPL>
+__device__ void fwd_rows_phase(bool tc, const ttt_args &a, const fwd_bufs<float *> &s, const fwd_rows &r,
+                               const float *hb, int m, bool out)
+{
+    const int ldr = a.ldr, ls = a.ls;
+    TTT_FOR_ROWS(i, ok, m)
+    inner_grad_row<KPL>(s.xz + i * ldr, hb, r.vb + i * ldr, r.kb + i * ldr, s.w, s.b, a.K, a.eps, s.gz + i * ldr,
+                        s.sz + i, nullptr, ok);
+    if (!out) return;
+    const bool split = pt_split(tc, a, m);
+    for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
+        const int t = p / m, j = p - t * m;
+        const float at = split ? a.scale * pt_sum(s.pt, t, j) : s.cm[t * ls + j];
+        s.cm[t * ls + j] = j <= t ? r.eta[t] * (at + 1.f) : 0.f;
+    }
+}
+
+/* phase 3: vb = -cm gz when out; W -= e k^T gz and hbn = hb - e sum gz when state */
+template <int KERNEL>
+__device__ void fwd_update(bool tc, const ttt_args &a, const fwd_bufs<float *> &s, const fwd_rows &r,
+                           const float *hb, float *hbn, int m, bool out, bool state)
+{
+    const int K = a.K, ldr = a.ldr;
+    const float e = r.eta[m - 1];
+    if (out) blk_mm<false, false, KERNEL>(tc, r.vb, ldr, s.cm, a.ls, s.gz, ldr, m, K, m, -1.f, false);
+    if (!state) return;
+    blk_mm<true, false, KERNEL>(tc, s.W, a.ldw, r.kb, ldr, s.gz, ldr, K, K, m, -e, true);
+    for (int c = threadIdx.x; c < K; c += blockDim.x) {
+        float x = 0;
+        for (int j = 0; j < m; j++) x += s.gz[j * ldr + c];
+        hbn[c] = hb[c] - e * x;
+    }
+}
+
+/* phase 4: o = Zb + LN(Zb) w + b, Zb = scale zb + vb + hb */
+template <int KPL>
+__device__ void fwd_out_rows(const ttt_args &a, const fwd_bufs<float *> &s, const fwd_rows &r, const float *hb,
+                             int bi, int h, int t0, int m)
+{
+    const int K = a.K, ldr = a.ldr;
+    TTT_FOR_ROWS(i, ok, m) {
+        row_t<KPL> z = row_load<KPL>(s.zb + i * ldr, K), c = row_load<KPL>(r.vb + i * ldr, K);
+        const row_t<KPL> hr = row_load<KPL>(hb, K), wr = row_load<KPL>(s.w, K), br = row_load<KPL>(s.b, K);
+#pragma unroll
+        for (int u = 0; u < KPL; u++) z.x[u] = a.scale * z.x[u] + c.x[u] + hr.x[u];
+        row_t<KPL> xh = z;
+        row_ln(xh, K, a.eps);
+#pragma unroll
+        for (int u = 0; u < KPL; u++) z.x[u] += wr.x[u] * xh.x[u] + br.x[u];
+        if (ok) row_store(a.o + grow(a, bi, h, t0 + i), z, K);
+    }
+}
+
+/* a block per (b, h): every mini-batch in order, the next one's rows loading */
 template <int KPL>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, RK = a.mbp * ldr;
-    float *W = sm, *hb = W + K * ldw, *hbn = hb + K, *w = hbn + K, *b = w + K, *qs = b + K, *kb = qs + RK, *vb = kb + RK;
-    float *xz = vb + RK, *gz = xz + RK, *zb = gz + RK, *cm = zb + RK, *sz = cm + a.mbp * ls, *eta = sz + mb;
-    const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H, tid = threadIdx.x, nth = blockDim.x;
-    const long long KK = (long long)K * K;
-
-    for (int i = tid; i < (int)(eta + mb - sm); i += nth) sm[i] = 0.f;
-    __syncthreads();
-    for (int i = tid; i < K * K; i += nth) W[(i / K) * ldw + i % K] = a.h0 ? a.h0[bh * KK + i] : 0.f;
-    for (int c = tid; c < K; c += nth) {
-        hb[c] = a.hb0 ? a.hb0[(long long)bh * K + c] : 0.f;
-        w[c] = a.w[h * K + c], b[c] = a.b[h * K + c];
-    }
-    __syncthreads();
+    const fwd_bufs<float *> s = fwd_bufs_of(sm, a, 2);
+    const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H;
+    fwd_start(a, s, h, true);
+    fwd_first_state(a, s, bh);
+    fwd_load(a, fwd_rows_of(s, 0), bi, h, 0, true);
+    __syncthreads();   /* the first state is in before its save */
+    float *hb = s.hb, *hbn = s.hbn;
     for (int n = 0; n < a.nmb; n++) {
-        const int t0 = n * mb, m = min(mb, a.T - t0);
+        const int t0 = n * a.mb, m = min(a.mb, a.T - t0);
         const bool tc = a.tc && m % 16 == 0;
-        if (a.Ws) {
-            float *Wd = a.Ws + (bh * (long long)a.nmb + n) * KK;
-            st_state(Wd, W, ldw, K);
-            for (int c = tid; c < K; c += nth) a.hbs[(bh * (long long)a.nmb + n) * K + c] = hb[c];
-        }
-        const long long g0 = grow(a, bi, h, t0);
-        ld_rows(qs, ldr, a.q, g0, a.H, m, K), ld_rows(kb, ldr, a.k, g0, a.H, m, K), ld_rows(vb, ldr, a.v, g0, a.H, m, K);
-        for (int i = tid; i < m; i += nth) eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
+        const fwd_rows r = fwd_rows_of(s, n & 1);
+        if (a.Ws) fwd_save_state(a, s, hb, bh, n);
         rec_sync();
-        /* Z = k W (+ hb in inner_grad_row); qs_t . k_j (q as loaded: its scale is the products' alpha) */
-        blk_mm<false, false, TTT_FORWARD>(tc, xz, ldr, kb, ldr, W, ldw, m, K, K, 1.f, false);
-        blk_mm<false, true, TTT_FORWARD>(tc, cm, ls, qs, ldr, kb, ldr, m, m, K, a.scale, false);
+        if (n + 1 < a.nmb) fwd_load(a, fwd_rows_of(s, (n + 1) & 1), bi, h, n + 1, true);
+        fwd_products<TTT_FORWARD>(tc, a, s, r, m, true);
         __syncthreads();
-        TTT_FOR_ROWS(i, ok, m)
-        inner_grad_row<KPL>(xz + i * ldr, hb, vb + i * ldr, kb + i * ldr, w, b, K, a.eps, gz + i * ldr, sz + i,
-                            nullptr, ok);
-        for (int p = tid; p < m * m; p += nth) {   /* cm_tj = eta_t (qs_t . k_j + 1) for j <= t */
-            const int t = p / m, j = p - t * m;
-            cm[t * ls + j] = j <= t ? eta[t] * (cm[t * ls + j] + 1.f) : 0.f;
-        }
+        fwd_rows_phase<KPL>(tc, a, s, r, hb, m, true);
         __syncthreads();
-        /* Zb = qs W - cm gz (+ hb below); the next hb (into hbn: the rows below still read hb) */
-        blk_mm<false, false, TTT_FORWARD>(tc, zb, ldr, qs, ldr, W, ldw, m, K, K, a.scale, false);
-        blk_mm<false, false, TTT_FORWARD>(tc, zb, ldr, cm, ls, gz, ldr, m, K, m, -1.f, true);
-        const float e = eta[m - 1];
-        for (int c = tid; c < K; c += nth) {
-            float s = 0;
-            for (int j = 0; j < m; j++) s += gz[j * ldr + c];
-            hbn[c] = hb[c] - e * s;
-        }
+        fwd_update<TTT_FORWARD>(tc, a, s, r, hb, hbn, m, true, true);
         __syncthreads();
-        TTT_FOR_ROWS(i, ok, m) {
-            row_t<KPL> z = row_load<KPL>(zb + i * ldr, K), hr = row_load<KPL>(hb, K);
-            row_t<KPL> wr = row_load<KPL>(w, K), br = row_load<KPL>(b, K);
-#pragma unroll
-            for (int r = 0; r < KPL; r++) z.x[r] += hr.x[r];
-            row_t<KPL> xh = z;
-            row_ln(xh, K, a.eps);
-#pragma unroll
-            for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
-            if (ok) row_store(a.o + grow(a, bi, h, t0 + i), z, K);
-        }
-        blk_mm<true, false, TTT_FORWARD>(tc, W, ldw, kb, ldr, gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
-        __syncthreads();
+        fwd_out_rows<KPL>(a, s, r, hb, bi, h, t0, m);
         float *t = hb;   /* every thread swaps: hbn is the state from here */
         hb = hbn, hbn = t;
     }
-    st_state(a.ht + bh * KK, W, ldw, K);
-    for (int c = tid; c < K; c += nth) a.hbt[(long long)bh * K + c] = hb[c];
+    st_state(a.ht + bh * (long long)a.K * a.K, s.W, a.ldw, a.K);
+    for (int c = threadIdx.x; c < a.K; c += blockDim.x) a.hbt[(long long)bh * a.K + c] = hb[c];
+}
+
+/* the split's chain of (b, h) = bh: the states only, the next rows loading */
+template <int KPL>
+__device__ void fwd_chain(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int *ready)
+{
+    const int bi = bh / a.H, h = bh % a.H;
+    fwd_start(a, s, h, true);
+    fwd_first_state(a, s, bh);
+    fwd_load(a, fwd_rows_of(s, 0), bi, h, 0, false);
+    __syncthreads();   /* the first state is in before its save */
+    float *hb = s.hb, *hbn = s.hbn;
+    for (int n = 0; n < a.nmb; n++) {
+        const int m = min(a.mb, a.T - n * a.mb);
+        const bool tc = a.tc && m % 16 == 0;
+        const fwd_rows r = fwd_rows_of(s, n & 1);
+        fwd_save_state(a, s, hb, bh, n);
+        __threadfence();
+        rec_sync();
+        if (threadIdx.x == 0) atomicExch(ready + bh * (long long)a.nmb + n, 1);   /* W_n, hb_n are out */
+        if (n + 1 < a.nmb) fwd_load(a, fwd_rows_of(s, (n + 1) & 1), bi, h, n + 1, false);
+        fwd_products<TTT_FWD_SPLIT>(tc, a, s, r, m, false);
+        __syncthreads();
+        fwd_rows_phase<KPL>(tc, a, s, r, hb, m, false);
+        __syncthreads();
+        fwd_update<TTT_FWD_SPLIT>(tc, a, s, r, hb, hbn, m, false, true);
+        __syncthreads();
+        float *t = hb;
+        hb = hbn, hbn = t;
+    }
+    st_state(a.ht + bh * (long long)a.K * a.K, s.W, a.ldw, a.K);
+    for (int c = threadIdx.x; c < a.K; c += blockDim.x) a.hbt[(long long)bh * a.K + c] = hb[c];
+}
+
+/* the split's worker task: mini-batch n of (b, h) = bh from its saved start
+ * state through to o */
+template <int KPL>
+__device__ void fwd_out_task(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int n, int *ready, bool first)
+{
+    const int K = a.K, bi = bh / a.H, h = bh % a.H, t0 = n * a.mb, m = min(a.mb, a.T - t0);
+    const bool tc = a.tc && m % 16 == 0;
+    const long long bn = bh * (long long)a.nmb + n;
+    const fwd_rows r = fwd_rows_of(s, 0);
+    fwd_start(a, s, h, first);
+    fwd_load(a, r, bi, h, n, true);
+    wait_flag(ready + bn);
+    ld_state(s.W, a.ldw, a.Ws + bn * K * K, K);
+    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hbs[bn * K + c];
+    rec_sync();
+    fwd_products<TTT_FWD_SPLIT>(tc, a, s, r, m, true);
+    __syncthreads();
+    fwd_rows_phase<KPL>(tc, a, s, r, s.hb, m, true);
+    __syncthreads();
+    fwd_update<TTT_FWD_SPLIT>(tc, a, s, r, s.hb, nullptr, m, true, false);
+    __syncthreads();
+    fwd_out_rows<KPL>(a, s, r, s.hb, bi, h, t0, m);
+    __syncthreads();
+}
+
+/* the split: blocks 0 .. B H - 1 are the chains; the rest take mini-batches in order */
+template <int KPL>
+__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_fwd_split_kernel(ttt_args a, int *next, int *ready)
+{
+    extern __shared__ float sm[];
+    __shared__ int task;
+    const fwd_bufs<float *> s = fwd_bufs_of(sm, a, 2);
+    const int BH = a.B * a.H;
+    if ((int)blockIdx.x < BH) return fwd_chain<KPL>(a, s, blockIdx.x, ready);
+    for (bool first = true;; first = false) {
+        if (threadIdx.x == 0) task = atomicAdd(next, 1);
+        __syncthreads();
+        const int t = task;
+        if (t >= BH * a.nmb) return;
+        fwd_out_task<KPL>(a, s, t % BH, t / BH, ready, first);
+    }
 }
 
 /* ---- backward -----------------------------------------------------------------
@@ -387,7 +637,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 template <class P> struct bwd_bufs {
     P W, dW, hb, dhb, w, b, dwp, dbp;
     P qs, kb, yb, xz, gz, xb, dzb, dgz, tq;
-    P at, cb, D, ED, eta, sz, sb, pg;
+    P at, cb, D, ED, eta, sz, sb, pg, pt;
     size_t floats;   /* all of them */
 };
 typedef bwd_bufs<float *> bwd_smem;
@@ -410,48 +660,53 @@ template <class P> __host__ __device__ inline bwd_bufs<P> bwd_bufs_of(P base, co
     bwd_bufs<P> s;
     s.W = take(true, KW), s.dW = take(ser, KW), s.hb = take(loc, K), s.dhb = take(ser, K);
     s.w = take(true, K), s.b = take(loc, K), s.dwp = take(ser, K), s.dbp = take(ser, K);
-    s.qs = take(true, RK), s.kb = take(true, RK), s.yb = take(true, RK), s.xz = take(true, RK);
-    s.gz = take(true, RK), s.xb = take(true, RK), s.dzb = take(true, RK), s.dgz = take(ser, RK), s.tq = take(loc, RK);
+    /* qs, kb and xb, xz adjacent: qk_w's one product */
+    s.qs = take(true, RK), s.kb = take(true, RK), s.yb = take(true, RK), s.xb = take(true, RK);
+    s.xz = take(true, RK), s.gz = take(true, RK), s.dzb = take(true, RK), s.dgz = take(ser, RK), s.tq = take(loc, RK);
     s.at = take(loc, SS), s.cb = take(true, SS), s.D = take(loc, SS), s.ED = take(loc, SS);
     s.eta = take(loc, mb), s.sz = take(true, mb), s.sb = take(loc, mb), s.pg = take(ser, mb);
+    s.pt = take(loc && a.mbp == 16, TTT_PT);
     s.floats = o;
     return s;
 }
 
 /* recompute: xz = the normalized rows of Z = k W + hb, gz = dl/dZ, sz, yb =
- * the residual (yb held v); at, cb. Two phases (q as loaded: its scale is the
- * products' alpha). */
+ * the residual (yb held v); at, cb; and xb = q W (unscaled) for bwd_zb. Two
+ * phases (q as loaded: its scale is applied after the products). */
 template <int KPL, int KERNEL>
 __device__ void bwd_inner(bool tc, const ttt_args &a, const bwd_smem &s, int m)
 {
     const int K = a.K, ldr = a.ldr, ls = a.ls;
-    blk_mm<false, false, KERNEL>(tc, s.xz, ldr, s.kb, ldr, s.W, a.ldw, m, K, K, 1.f, false);
-    blk_mm<false, true, KERNEL>(tc, s.at, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
+    const bool split = pt_split(tc, a, m);
+    qk_w<KERNEL>(tc, a, s.xb, s.xz, s.qs, s.kb, s.W, m);
+    if (split) pt_mm<KERNEL>(s.pt, s.qs, ldr, s.kb, ldr, K);
+    else blk_mm<false, true, KERNEL>(tc, s.at, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
     __syncthreads();
     TTT_FOR_ROWS(i, ok, m)
     inner_grad_row<KPL>(s.xz + i * ldr, s.hb, s.yb + i * ldr, s.kb + i * ldr, s.w, s.b, K, a.eps, s.gz + i * ldr,
                         s.sz + i, s.yb + i * ldr, ok);
     for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
         const int t = p / m, j = p - t * m;
-        const float x = j <= t ? s.at[t * ls + j] : 0.f;
+        const float x = j > t ? 0.f : split ? a.scale * pt_sum(s.pt, t, j) : s.at[t * ls + j];
         s.at[t * ls + j] = x, s.cb[t * ls + j] = j <= t ? s.eta[t] * (x + 1.f) : 0.f;
     }
     __syncthreads();
 }
 
-/* recompute: Zb = qs W - cb gz, LayerNormed with hb: xb = its normalized rows,
- * sb their scales. Two phases. */
+/* recompute: Zb = scale xb - cb gz (xb = q W from bwd_inner; cb gz into tq,
+ * which is free until dq), LayerNormed with hb: xb = its normalized rows, sb
+ * their scales. Two phases. */
 template <int KPL, int KERNEL>
 __device__ void bwd_zb(bool tc, const ttt_args &a, const bwd_smem &s, int m)
 {
     const int K = a.K, ldr = a.ldr;
-    blk_mm<false, false, KERNEL>(tc, s.xb, ldr, s.qs, ldr, s.W, a.ldw, m, K, K, a.scale, false);
-    blk_mm<false, false, KERNEL>(tc, s.xb, ldr, s.cb, a.ls, s.gz, ldr, m, K, m, -1.f, true);
+    blk_mm<false, false, KERNEL>(tc, s.tq, ldr, s.cb, a.ls, s.gz, ldr, m, K, m, -1.f, false);
     __syncthreads();
     TTT_FOR_ROWS(i, ok, m) {
-        row_t<KPL> x = row_load<KPL>(s.xb + i * ldr, K), hr = row_load<KPL>(s.hb, K);
+        row_t<KPL> x = row_load<KPL>(s.xb + i * ldr, K), c = row_load<KPL>(s.tq + i * ldr, K);
+        const row_t<KPL> hr = row_load<KPL>(s.hb, K);
 #pragma unroll
-        for (int r = 0; r < KPL; r++) x.x[r] += hr.x[r];
+        for (int r = 0; r < KPL; r++) x.x[r] = a.scale * x.x[r] + c.x[r] + hr.x[r];
         float sc = row_ln(x, K, a.eps);
         if (!ok) continue;
         row_store(s.xb + i * ldr, x, K);
@@ -507,13 +762,21 @@ __device__ void bwd_pg_rows(const ttt_args &a, const bwd_smem &s, int m, float e
     }
 }
 
+/* D = dZb gz^T (into pt where split) */
+template <int KERNEL>
+__device__ void bwd_d(bool split, bool tc, const ttt_args &a, const bwd_smem &s, int m)
+{
+    if (split) return pt_mm<KERNEL>(s.pt, s.dzb, a.ldr, s.gz, a.ldr, a.K);
+    blk_mm<false, true, KERNEL>(tc, s.D, a.ls, s.dzb, a.ldr, s.gz, a.ldr, m, m, a.K, 1.f, false);
+}
+
 /* D masked to j <= t, and ED */
-__device__ void bwd_mask_d(const ttt_args &a, const bwd_smem &s, int m)
+__device__ void bwd_mask_d(bool split, const ttt_args &a, const bwd_smem &s, int m)
 {
     const int ls = a.ls;
     for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
         const int t = p / m, j = p - t * m;
-        const float x = j <= t ? s.D[t * ls + j] : 0.f;
+        const float x = j > t ? 0.f : split ? pt_sum(s.pt, t, j) : s.D[t * ls + j];
         s.D[t * ls + j] = x, s.ED[t * ls + j] = s.eta[t] * x;
     }
 }
@@ -647,7 +910,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
     bwd_start(a, s, TTT_FUSED, bh);
     for (int n = a.nmb - 1; n >= 0; n--) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
-        const bool tc = a.tc && m % 16 == 0;
+        const bool tc = a.tc && m % 16 == 0, split = pt_split(tc, a, m);
         bwd_load_local(a, s, bi, h, n, m);
         if (a.dk && n + 1 < a.nmb) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
         rec_sync();
@@ -658,12 +921,12 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
         bwd_dzb_rows<KPL>(a, s, m);
         __syncthreads();
         /* D = dZb gz^T; P = k dW' (into dgz) */
-        blk_mm<false, true, TTT_FUSED>(tc, s.D, ls, s.dzb, ldr, s.gz, ldr, m, m, K, 1.f, false);
+        bwd_d<TTT_FUSED>(split, tc, a, s, m);
         blk_mm<false, false, TTT_FUSED>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);
         __syncthreads();
         const float e = s.eta[m - 1];
         bwd_pg_rows<KPL>(a, s, m, e);
-        bwd_mask_d(a, s, m);
+        bwd_mask_d(split, a, s, m);
         __syncthreads();
         /* deta; dgz -= cb^T dZb; xb = -e gz dW'^T - ED^T qs (the dk terms through dW'
          * and the dual form); dq = dZb W^T - ED k (into tq) */
@@ -685,27 +948,13 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
     bwd_finish(a, s, bi, h);
 }
 
-/* waits (the whole block) until *flag is set, then reads after it. The
- * writer fences before it raises the flag and thread 0 fences after it sees
- * it (release and acquire at GPU scope; the barrier carries the order to the
- * other threads), so plain loads after this see the writer's data under the
- * PTX memory model, L1 included. */
-__device__ void bwd_wait(const int *flag)
-{
-    if (threadIdx.x == 0) {
-        while (atomicAdd(const_cast<int *>(flag), 0) == 0) __nanosleep(256);
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 /* the local half of mini-batch n of (b, h) = bh */
 template <int KPL>
 __device__ void bwd_local_task(const ttt_args &a, const bwd_smem &s, int bh, int n)
 {
     const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls;
     const int bi = bh / a.H, h = bh % a.H, t0 = n * a.mb, m = min(a.mb, a.T - t0);
-    const bool tc = a.tc && m % 16 == 0;
+    const bool tc = a.tc && m % 16 == 0, split = pt_split(tc, a, m);
 
     bwd_start(a, s, TTT_LOCAL, bh);
     bwd_load_local(a, s, bi, h, n, m);
@@ -726,10 +975,10 @@ __device__ void bwd_local_task(const ttt_args &a, const bwd_smem &s, int bh, int
     __syncthreads();
     put_rows(a.dzr, s.dzb, 1.f, false, a, bi, h, t0, m);
     /* D = dZb gz^T; dq's first term dZb W^T */
-    blk_mm<false, true, TTT_LOCAL>(tc, s.D, ls, s.dzb, ldr, s.gz, ldr, m, m, K, 1.f, false);
+    bwd_d<TTT_LOCAL>(split, tc, a, s, m);
     if (a.dq) blk_mm<false, true, TTT_LOCAL>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
     __syncthreads();
-    bwd_mask_d(a, s, m);
+    bwd_mask_d(split, a, s, m);
     __syncthreads();
     /* deta but for the serial pg term; dq = dZb W^T - ED k; the dual form's dk term -ED^T qs (into xb) */
     bwd_deta(a, s, bi, h, t0, m, nullptr);
@@ -751,7 +1000,7 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args 
 /* the serial halves of (b, h) = bh, mini-batches in reverse; with ready,
  * each waits for its local half's flag (ready[bh nmb + n] set) */
 template <int KPL>
-__device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, const int *ready)
+__device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, int *ready)
 {
     const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, mb = a.mb, bi = bh / a.H, h = bh % a.H;
 
@@ -763,7 +1012,7 @@ __device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, c
         const float e = a.eta[((long long)bi * a.T + t0 + m - 1) * a.H + h];
         ld_state(s.W, ldw, a.Ws + bn * K * K, K);
         ld_rows(s.qs, ldr, a.q, g0, a.H, m, K), ld_rows(s.kb, ldr, a.k, g0, a.H, m, K);
-        if (ready) bwd_wait(ready + bn);
+        if (ready) wait_flag(ready + bn);
         ld_rows(s.xz, ldr, a.xzr, g0, a.H, m, K), ld_rows(s.yb, ldr, a.yr, g0, a.H, m, K);
         ld_rows(s.gz, ldr, a.gzr, g0, a.H, m, K), ld_rows(s.dzb, ldr, a.dzr, g0, a.H, m, K);
         if (a.dk && n + 1 < a.nmb) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
@@ -825,147 +1074,6 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_overlap_kernel(ttt_arg
         if (threadIdx.x == 0) atomicExch(ready + (long long)bh * a.nmb + n, 1);
     }
 }
-
-/* The forward split (with the backward's overlapped plan, when the states are
- * saved): the chain of (b, h) computes only what the next state needs (Z, gz,
- * the update of W and hb) and raises mini-batch n's flag once W_n and hb_n
- * are stored; workers take the mini-batches from a queue, each waits for its
- * flag and recomputes the mini-batch from the saved W_n, hb_n through to o.
- * The chains wait for nothing, so any order of the blocks is safe. */
-template <class P> struct fwd_bufs {
-    P W, hb, hbn, w, b, qs, kb, vb, xz, gz, zb, cm, sz, eta;
-    size_t floats;
-};
-template <class P> __host__ __device__ inline fwd_bufs<P> fwd_bufs_of(P base, const ttt_args &a)
-{
-    const size_t K = a.K, RK = (size_t)a.mbp * a.ldr, mb = a.mb;
-    size_t o = 0;
-    auto take = [&](size_t n) {
-        const P p = base + o;
-        o += n;
-        return p;
-    };
-    fwd_bufs<P> s;
-    s.W = take(K * a.ldw), s.hb = take(K), s.hbn = take(K), s.w = take(K), s.b = take(K);
-    s.qs = take(RK), s.kb = take(RK), s.vb = take(RK), s.xz = take(RK), s.gz = take(RK), s.zb = take(RK);
-    s.cm = take((size_t)a.mbp * a.ls), s.sz = take(mb), s.eta = take(mb);
-    s.floats = o;
-    return s;
-}
-
-/* zeroes the shared memory, then w and b of head h */
-__device__ void fwd_start(const ttt_args &a, const fwd_bufs<float *> &s, int h)
-{
-    extern __shared__ float sm[];
-    for (int i = threadIdx.x; i < (int)s.floats; i += blockDim.x) sm[i] = 0.f;
-    __syncthreads();
-    for (int c = threadIdx.x; c < a.K; c += blockDim.x) s.w[c] = a.w[h * a.K + c], s.b[c] = a.b[h * a.K + c];
-}
-
-/* the chain of (b, h) = bh: the states only */
-template <int KPL>
-__device__ void fwd_chain(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int *ready)
-{
-    const int K = a.K, ldw = a.ldw, ldr = a.ldr, mb = a.mb, bi = bh / a.H, h = bh % a.H;
-    const long long KK = (long long)K * K;
-    fwd_start(a, s, h);
-    for (int i = threadIdx.x; i < K * K; i += blockDim.x) s.W[(i / K) * ldw + i % K] = a.h0 ? a.h0[bh * KK + i] : 0.f;
-    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hb0 ? a.hb0[(long long)bh * K + c] : 0.f;
-    __syncthreads();
-    float *hb = s.hb, *hbn = s.hbn;
-    for (int n = 0; n < a.nmb; n++) {
-        const int t0 = n * mb, m = min(mb, a.T - t0);
-        const bool tc = a.tc && m % 16 == 0;
-        const long long bn = bh * (long long)a.nmb + n, g0 = grow(a, bi, h, t0);
-        st_state(a.Ws + bn * KK, s.W, ldw, K);
-        for (int c = threadIdx.x; c < K; c += blockDim.x) a.hbs[bn * K + c] = hb[c];
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) atomicExch(ready + bn, 1);   /* W_n, hb_n are out */
-        ld_rows(s.kb, ldr, a.k, g0, a.H, m, K), ld_rows(s.vb, ldr, a.v, g0, a.H, m, K);
-        const float e = a.eta[((long long)bi * a.T + t0 + m - 1) * a.H + h];
-        rec_sync();
-        blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.xz, ldr, s.kb, ldr, s.W, ldw, m, K, K, 1.f, false);   /* Z = k W */
-        __syncthreads();
-        TTT_FOR_ROWS(i, ok, m)
-        inner_grad_row<KPL>(s.xz + i * ldr, hb, s.vb + i * ldr, s.kb + i * ldr, s.w, s.b, K, a.eps, s.gz + i * ldr,
-                            s.sz + i, nullptr, ok);
-        __syncthreads();
-        for (int c = threadIdx.x; c < K; c += blockDim.x) {
-            float x = 0;
-            for (int j = 0; j < m; j++) x += s.gz[j * ldr + c];
-            hbn[c] = hb[c] - e * x;
-        }
-        blk_mm<true, false, TTT_FWD_SPLIT>(tc, s.W, ldw, s.kb, ldr, s.gz, ldr, K, K, m, -e, true);   /* W -= e k^T gz */
-        __syncthreads();
-        float *t = hb;
-        hb = hbn, hbn = t;
-    }
-    st_state(a.ht + bh * KK, s.W, ldw, K);
-    for (int c = threadIdx.x; c < K; c += blockDim.x) a.hbt[(long long)bh * K + c] = hb[c];
-}
-
-/* mini-batch n of (b, h) = bh from its saved start state, through to o */
-template <int KPL>
-__device__ void fwd_out_task(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int n, const int *ready)
-{
-    const int K = a.K, ldw = a.ldw, ldr = a.ldr, ls = a.ls, mb = a.mb, bi = bh / a.H, h = bh % a.H;
-    const int t0 = n * mb, m = min(mb, a.T - t0);
-    const bool tc = a.tc && m % 16 == 0;
-    const long long bn = bh * (long long)a.nmb + n, g0 = grow(a, bi, h, t0);
-    fwd_start(a, s, h);
-    ld_rows(s.qs, ldr, a.q, g0, a.H, m, K), ld_rows(s.kb, ldr, a.k, g0, a.H, m, K), ld_rows(s.vb, ldr, a.v, g0, a.H, m, K);
-    for (int i = threadIdx.x; i < m; i += blockDim.x) s.eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
-    bwd_wait(ready + bn);
-    ld_state(s.W, ldw, a.Ws + bn * (long long)K * K, K);
-    for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hbs[bn * K + c];
-    rec_sync();
-    blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.xz, ldr, s.kb, ldr, s.W, ldw, m, K, K, 1.f, false);
-    blk_mm<false, true, TTT_FWD_SPLIT>(tc, s.cm, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
-    __syncthreads();
-    TTT_FOR_ROWS(i, ok, m)
-    inner_grad_row<KPL>(s.xz + i * ldr, s.hb, s.vb + i * ldr, s.kb + i * ldr, s.w, s.b, K, a.eps, s.gz + i * ldr,
-                        s.sz + i, nullptr, ok);
-    for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
-        const int t = p / m, j = p - t * m;
-        s.cm[t * ls + j] = j <= t ? s.eta[t] * (s.cm[t * ls + j] + 1.f) : 0.f;
-    }
-    __syncthreads();
-    blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.zb, ldr, s.qs, ldr, s.W, ldw, m, K, K, a.scale, false);
-    blk_mm<false, false, TTT_FWD_SPLIT>(tc, s.zb, ldr, s.cm, ls, s.gz, ldr, m, K, m, -1.f, true);
-    __syncthreads();
-    TTT_FOR_ROWS(i, ok, m) {
-        row_t<KPL> z = row_load<KPL>(s.zb + i * ldr, K), hr = row_load<KPL>(s.hb, K);
-        row_t<KPL> wr = row_load<KPL>(s.w, K), br = row_load<KPL>(s.b, K);
-#pragma unroll
-        for (int r = 0; r < KPL; r++) z.x[r] += hr.x[r];
-        row_t<KPL> xh = z;
-        row_ln(xh, K, a.eps);
-#pragma unroll
-        for (int r = 0; r < KPL; r++) z.x[r] += wr.x[r] * xh.x[r] + br.x[r];
-        if (ok) row_store(a.o + grow(a, bi, h, t0 + i), z, K);
-    }
-    __syncthreads();
-}
-
-/* blocks 0 .. B H - 1: the chains; the rest: the mini-batches in order */
-template <int KPL>
-__global__ void __launch_bounds__(TTT_THREADS, 1) ttt_fwd_split_kernel(ttt_args a, int *next, int *ready)
-{
-    extern __shared__ float sm[];
-    __shared__ int task;
-    const fwd_bufs<float *> s = fwd_bufs_of(sm, a);
-    const int BH = a.B * a.H;
-    if ((int)blockIdx.x < BH) return fwd_chain<KPL>(a, s, blockIdx.x, ready);
-    for (;;) {
-        if (threadIdx.x == 0) task = atomicAdd(next, 1);
-        __syncthreads();
-        const int t = task;
-        if (t >= BH * a.nmb) return;
-        fwd_out_task<KPL>(a, s, t % BH, t / BH, ready);
-    }
-}
-
 
 /* ---- launchers ----------------------------------------------------------------- */
 
@@ -1098,10 +1206,10 @@ static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
 template <int KPL>
 static void launch_fwd(const ttt_args &a, cudaStream_t st, int *flags)
 {
-    if (flags) return launch_coop(ttt_fwd_split_kernel<KPL>, fwd_bufs_of<size_t>(0, a).floats * sizeof(float), a, st, flags);
-    size_t fl = (size_t)a.K * a.ldw + 4 * a.K + 6 * (size_t)a.mbp * a.ldr + (size_t)a.mbp * a.ls + 2 * a.mb;
-    ttt_smem((const void *)ttt_fwd_kernel<KPL>, fl * sizeof(float), a);
-    ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, fl * sizeof(float), st>>>(a);
+    const size_t bytes = fwd_bufs_of<size_t>(0, a, 2).floats * sizeof(float);
+    if (flags) return launch_coop(ttt_fwd_split_kernel<KPL>, bytes, a, st, flags);
+    ttt_smem((const void *)ttt_fwd_kernel<KPL>, bytes, a);
+    ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, bytes, st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
 }
 

@@ -244,59 +244,65 @@ __device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const uns
  * overlaps the tensor work. A 16x16 block has only two products a k-step,
  * each waiting on its previous k-step's result: there the odd k-steps sum
  * into a second set of accumulators (added at the end), which halves that
- * chain of dependent products (NOTES.md v12). */
+ * chain of dependent products (NOTES.md v12). One warp's block at (m0, n0): */
 template <bool TA, bool TB, int FM, int FN>
-__device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
-                                                int M, int N, int Kd, float alpha, bool acc)
+__device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                                                int m0, int n0, int Kd, float alpha, bool acc)
 {
-    constexpr int TM = 16 * FM, TN = 16 * FN, NJ = 2 * FN;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int nb = N / TN, nblk = (M / TM) * nb;
+    constexpr int NJ = 2 * FN;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     /* element steps: between A fragments (16 rows), inside one (row + 8, k + 4),
      * per k-step (k + 8); likewise for B (8 columns, k + 4, k + 8) */
     const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? 4 * lda : 4, ak = TA ? 8 * lda : 8;
     const int bj = TB ? 8 * ldb : 8, b4 = TB ? 4 : 4 * ldb, bk = TB ? 8 : 8 * ldb;
-    for (int blk = warp; blk < nblk; blk += PR_REC_WARPS) {
-        const int m0 = (blk / nb) * TM, n0 = (blk % nb) * TN;
-        const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + g) * lda + t;
-        const float *pb = TB ? B + (n0 + g) * ldb + t : B + t * ldb + n0 + g;
-        constexpr bool split = FM * FN == 1;
-        float d[FM][NJ][4], d1[FM][NJ][4];
+    const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + g) * lda + t;
+    const float *pb = TB ? B + (n0 + g) * ldb + t : B + t * ldb + n0 + g;
+    constexpr bool split = FM * FN == 1;
+    float d[FM][NJ][4], d1[FM][NJ][4];
 #pragma unroll
-        for (int i = 0; i < FM; i++)
+    for (int i = 0; i < FM; i++)
 #pragma unroll
-            for (int j = 0; j < NJ; j++)
+        for (int j = 0; j < NJ; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) d[i][j][e] = 0.f, d1[i][j][e] = 0.f;
-        unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
-        rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
-        for (int k0 = 0; k0 < Kd; k0 += 16) {
-            pa += ak, pb += bk;
-            if (k0 + 8 < Kd) rec_mm_frags<FM, FN>(fa1, fb1, pa, pb, ai, a8, a4, bj, b4);
-            rec_mm_step<FM, FN>(d, fa0, fb0);
-            if (k0 + 8 >= Kd) break;
-            pa += ak, pb += bk;
-            if (k0 + 16 < Kd) rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
-            if constexpr (split) rec_mm_step<FM, FN>(d1, fa1, fb1);
-            else rec_mm_step<FM, FN>(d, fa1, fb1);
-        }
-        if constexpr (split)
-#pragma unroll
-            for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
-#pragma unroll
-        for (int i = 0; i < FM; i++)
-#pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                float2 *p0 = reinterpret_cast<float2 *>(C + (m0 + 16 * i + g) * ldc + n0 + 8 * j + 2 * t);
-                float2 *p1 = reinterpret_cast<float2 *>(reinterpret_cast<float *>(p0) + 8 * ldc);
-                float2 x0 = acc ? *p0 : make_float2(0.f, 0.f), x1 = acc ? *p1 : make_float2(0.f, 0.f);
-                x0.x = fmaf(alpha, d[i][j][0], x0.x), x0.y = fmaf(alpha, d[i][j][1], x0.y);
-                x1.x = fmaf(alpha, d[i][j][2], x1.x), x1.y = fmaf(alpha, d[i][j][3], x1.y);
-                *p0 = x0, *p1 = x1;
-            }
+            for (int e = 0; e < 4; e++) d[i][j][e] = 0.f, d1[i][j][e] = 0.f;
+    unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
+    rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
+    for (int k0 = 0; k0 < Kd; k0 += 16) {
+        pa += ak, pb += bk;
+        if (k0 + 8 < Kd) rec_mm_frags<FM, FN>(fa1, fb1, pa, pb, ai, a8, a4, bj, b4);
+        rec_mm_step<FM, FN>(d, fa0, fb0);
+        if (k0 + 8 >= Kd) break;
+        pa += ak, pb += bk;
+        if (k0 + 16 < Kd) rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
+        if constexpr (split) rec_mm_step<FM, FN>(d1, fa1, fb1);
+        else rec_mm_step<FM, FN>(d, fa1, fb1);
     }
+    if constexpr (split)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
+#pragma unroll
+    for (int i = 0; i < FM; i++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            float2 *p0 = reinterpret_cast<float2 *>(C + (m0 + 16 * i + g) * ldc + n0 + 8 * j + 2 * t);
+            float2 *p1 = reinterpret_cast<float2 *>(reinterpret_cast<float *>(p0) + 8 * ldc);
+            float2 x0 = acc ? *p0 : make_float2(0.f, 0.f), x1 = acc ? *p1 : make_float2(0.f, 0.f);
+            x0.x = fmaf(alpha, d[i][j][0], x0.x), x0.y = fmaf(alpha, d[i][j][1], x0.y);
+            x1.x = fmaf(alpha, d[i][j][2], x1.x), x1.y = fmaf(alpha, d[i][j][3], x1.y);
+            *p0 = x0, *p1 = x1;
+        }
+}
+/* the whole product: warp w takes blocks w, w + PR_REC_WARPS, ... */
+template <bool TA, bool TB, int FM, int FN>
+__device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                                                int M, int N, int Kd, float alpha, bool acc)
+{
+    const int nb = N / (16 * FN), nblk = (M / (16 * FM)) * nb;
+    for (int blk = threadIdx.x >> 5; blk < nblk; blk += PR_REC_WARPS)
+        rec_mm_tc_block<TA, TB, FM, FN>(C, ldc, A, lda, B, ldb, (blk / nb) * 16 * FM, (blk % nb) * 16 * FN, Kd,
+                                        alpha, acc);
 }
 
 /* 32x32 warp tiles when there are enough of them to keep every warp busy,
