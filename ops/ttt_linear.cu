@@ -11,10 +11,12 @@
  * masked afterwards. The math and the backward's derivation are the CPU
  * path's (ops/ttt_linear.c), which is the reference. No float atomics: the
  * dw, db partial sums of each (b,h) are reduced over b by the kit's column
- * sum, so results are bitwise reproducible. The backward has two plans
- * (fused, or split into a kernel per mini-batch and a serial one: see
- * "backward"). Limits: K <= 128 and shared memory of 2K(K+4) + 9 mb (K+4)
- * + 4 mb (mb+4) floats (about 220 KB at K = 128, mb = 16; the split's
+ * sum, so results are bitwise reproducible. The backward has three plans
+ * (fused; or split into a kernel per mini-batch and a serial one, one after
+ * the other or side by side: see "backward"), and where they run side by
+ * side the forward splits too (see "forward"). Limits: K <= 128 and the
+ * fused backward's shared memory, 2K(K+4) + 9 mb (K+4) + 4 mb (mb+4)
+ * floats and 2,048 more at mb = 16 (223 KB at K = 128, mb = 16; the other
  * kernels need less). bf16 data (q, k, v, eta, o; ops/ttt_linear.h) is staged:
  * f32 copies in, the f32 kernels, o and the bf16 grads rounded back once.
  */
