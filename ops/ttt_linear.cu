@@ -224,9 +224,9 @@ __device__ __forceinline__ float row_ln(row_t<KPL> &r, int K, float eps)
         var += d * d;
         r.x[i] = d;
     }
-    float s = sqrtf(row_reduce(var) / K + eps);
+    const float s = sqrtf(row_reduce(var) / K + eps), inv = 1.f / s;   /* a multiply per element, not a division */
 #pragma unroll
-    for (int i = 0; i < KPL; i++) r.x[i] /= s;
+    for (int i = 0; i < KPL; i++) r.x[i] *= inv;
     return s;
 }
 
@@ -241,11 +241,11 @@ __device__ __forceinline__ float row_ln(row_t<KPL> &r, int K, float eps)
 template <int KPL>
 __device__ __forceinline__ row_t<KPL> row_ln_back(const row_t<KPL> &xh, float s, const row_t<KPL> &g, int K)
 {
-    float mg = row_sum(g) / K, mgx = row_dot(g, xh) / K;
+    const float mg = row_sum(g) / K, mgx = row_dot(g, xh) / K, inv = 1.f / s;
     row_t<KPL> d;
     const int lane = row_lane();
 #pragma unroll
-    for (int i = 0; i < KPL; i++) d.x[i] = lane + TTT_LPR * i < K ? (g.x[i] - mg - xh.x[i] * mgx) / s : 0.f;
+    for (int i = 0; i < KPL; i++) d.x[i] = lane + TTT_LPR * i < K ? (g.x[i] - mg - xh.x[i] * mgx) * inv : 0.f;
     return d;
 }
 
@@ -812,18 +812,19 @@ __device__ void bwd_dg_rows(const ttt_args &a, const bwd_smem &s, int bi, int h,
         const float sc = ok ? s.sz[j] : 1.f;   /* row m: padding */
 #pragma unroll
         for (int r = 0; r < KPL; r++) G.x[r] = wr.x[r] * y.x[r];
-        float mgx = row_dot(G, xh) / K, mdx = row_dot(dg, xh) / K, dsz = -row_dot(dg, g) / sc;
+        const float mgx = row_dot(G, xh) / K, mdx = row_dot(dg, xh) / K, dsz = -row_dot(dg, g) / sc, isc = 1.f / sc;
         row_t<KPL> dG = row_ln_back(xh, sc, dg, K);
 #pragma unroll
-        for (int r = 0; r < KPL; r++) dxh.x[r] = wr.x[r] * wr.x[r] * dG.x[r] - (dg.x[r] * mgx + G.x[r] * mdx) / sc;
+        for (int r = 0; r < KPL; r++) dxh.x[r] = wr.x[r] * wr.x[r] * dG.x[r] - (dg.x[r] * mgx + G.x[r] * mdx) * isc;
         row_t<KPL> dZ = row_ln_back(xh, sc, dxh, K);
         if (!ok) continue;
         const int lane = row_lane();
+        const float dszk = dsz / K;
 #pragma unroll
         for (int r = 0; r < KPL; r++) {
             const int c = lane + TTT_LPR * r;
             if (c >= K) continue;
-            dZ.x[r] += dsz * xh.x[r] / K;
+            dZ.x[r] += dszk * xh.x[r];
             s.xb[j * ldr + c] += wr.x[r] * dG.x[r];
             dv0.x[r] -= wr.x[r] * dG.x[r];
         }
