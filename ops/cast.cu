@@ -1,34 +1,43 @@
 /* ops/cast.cu: CUDA forward and backward of pr_cast (ops/cast.c), and
  * pr_cuda_cast, the conversion kernel the bf16 paths of other ops share.
  *
- * f32 -> bf16 rounds to nearest even (__float2bfloat16_rn, the CPU's
- * rounding); bf16 -> f32 is exact. An accumulating cast adds in double and
- * rounds the sum once, as the CPU does: dst = round(dst + src), the same bits
- * on both devices.
+ * f32 -> bf16 rounds to nearest even with tensor/tensor.c's integer rule
+ * (a NaN keeps its payload, quieted), so both devices give the same bits;
+ * bf16 -> f32 is exact. An accumulating cast adds in double and rounds the
+ * sum once, as the CPU does: dst = round(dst + src). The plain conversions,
+ * which the bf16 paths of the recurrence and TTT ops run on every input and
+ * gradient they stage, move 16 bytes a load and a store where the pointers
+ * allow.
  */
-#include <cuda_bf16.h>
-
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
+/* f32 -> bf16 bits, round to nearest even (tensor/tensor.c's f32_to_bf16) */
+__device__ __forceinline__ unsigned short bf16_bits(float f)
+{
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 __device__ __forceinline__ float cast_ld(const void *p, int dt, long long i)
 {
-    if (dt == PR_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == PR_BF16) return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
     return ((const float *)p)[i];
 }
 /* v rounded once to bf16: when the f32 rounding of v lands on a bf16 tie, a
  * one-ulp nudge toward v breaks the tie v's way (tensor/tensor.c's rule) */
-__device__ __forceinline__ __nv_bfloat16 cast_bf16_of(double v)
+__device__ __forceinline__ unsigned short cast_bf16_of(double v)
 {
     float f = __double2float_rn(v);
     const unsigned u = __float_as_uint(f);
     const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
     if (!nan && (u & 0xffffu) == 0x8000u && (double)f != v) f = __uint_as_float(fabs(v) > fabs((double)f) ? u + 1 : u - 1);
-    return __float2bfloat16_rn(f);
+    return bf16_bits(f);
 }
 __device__ __forceinline__ void cast_st(void *p, int dt, long long i, double v)
 {
-    if (dt == PR_BF16) ((__nv_bfloat16 *)p)[i] = cast_bf16_of(v);
+    if (dt == PR_BF16) ((unsigned short *)p)[i] = cast_bf16_of(v);
     else ((float *)p)[i] = __double2float_rn(v);
 }
 
@@ -38,13 +47,47 @@ __global__ static void cast_kernel(void *dst, int ddt, const void *src, int sdt,
         cast_st(dst, ddt, i, (acc ? (double)cast_ld(dst, ddt, i) : 0.0) + (double)cast_ld(src, sdt, i));
 }
 
+/* eight elements a thread: one 16-byte access on the bf16 side, two on the f32 side */
+__global__ static void bf16_to_f32_x8(float4 *dst, const uint4 *src, long long n8)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {
+        const uint4 b = src[i];
+        dst[2 * i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
+                                 __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
+        dst[2 * i + 1] = make_float4(__uint_as_float(b.z << 16), __uint_as_float(b.z & 0xffff0000u),
+                                     __uint_as_float(b.w << 16), __uint_as_float(b.w & 0xffff0000u));
+    }
+}
+__device__ __forceinline__ unsigned bf16_pair(float lo, float hi)
+{
+    return (unsigned)bf16_bits(lo) | (unsigned)bf16_bits(hi) << 16;
+}
+__global__ static void f32_to_bf16_x8(uint4 *dst, const float4 *src, long long n8)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {
+        const float4 a = src[2 * i], b = src[2 * i + 1];
+        dst[i] = make_uint4(bf16_pair(a.x, a.y), bf16_pair(a.z, a.w), bf16_pair(b.x, b.y), bf16_pair(b.z, b.w));
+    }
+}
+
 extern "C" void pr_cuda_cast(cudaStream_t s, void *dst, pr_dtype ddt, const void *src, pr_dtype sdt, long long n,
                              bool acc)
 {
     PR_CHECK((ddt == PR_F32 || ddt == PR_BF16) && (sdt == PR_F32 || sdt == PR_BF16),
              "cast: CUDA converts between f32 and bf16 only, not %s -> %s", pr_dtype_name(sdt), pr_dtype_name(ddt));
     if (n == 0) return;
-    cast_kernel<<<pr_cuda_blocks(n, 256), 256, 0, s>>>(dst, (int)ddt, src, (int)sdt, n, acc);
+    long long done = 0;
+    if (!acc && sdt != ddt && pr_aligned16(dst) && pr_aligned16(src) && n >= 8) {
+        const long long n8 = n / 8;
+        if (sdt == PR_BF16) bf16_to_f32_x8<<<pr_cuda_blocks(n8, 256), 256, 0, s>>>((float4 *)dst, (const uint4 *)src, n8);
+        else f32_to_bf16_x8<<<pr_cuda_blocks(n8, 256), 256, 0, s>>>((uint4 *)dst, (const float4 *)src, n8);
+        PR_CUDA_LAUNCH_CHECK();
+        done = 8 * n8;
+        if (done == n) return;
+    }
+    const size_t ds = ddt == PR_BF16 ? 2 : 4, ss = sdt == PR_BF16 ? 2 : 4;
+    cast_kernel<<<pr_cuda_blocks(n - done, 256), 256, 0, s>>>((char *)dst + done * ds, (int)ddt,
+                                                               (const char *)src + done * ss, (int)sdt, n - done, acc);
     PR_CUDA_LAUNCH_CHECK();
 }
 

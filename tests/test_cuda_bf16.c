@@ -45,6 +45,35 @@ static void test_cast_matches_cpu(void **state)
     pr_ctx_free(ctx);
 }
 
+/* the conversion's two kernels: 16-byte accesses where both pointers are
+ * aligned (with a scalar tail when n % 8 != 0), else element by element;
+ * every pairing gives the CPU's bits, NaN payloads and infinities included */
+static void test_cast_paths(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(3);
+    pr_rng r = pr_rng_init(10, 0);
+    const int64_t sizes[] = {5, 8, 1003};
+    for (int si = 0; si < 3; si++)
+        for (int off = 0; off < 2; off++) {
+            const int64_t n = sizes[si];
+            pr_tensor *x = pr_randn(ctx->step, PR_F32, PR_CPU, PR_DIMS(n + 1), &r);
+            uint32_t *bits = (uint32_t *)x->data;
+            bits[1] = 0x7fa00001u, bits[2] = 0xff800000u, bits[3] = 0x3f808000u;   /* NaN payload, -inf, a tie */
+            pr_tensor *xg = pr_to(ctx->step, x, PR_F32, PR_CUDA);
+            pr_tensor *b_cpu = pr_cast(ctx, pr_view_rows(ctx->step, x, off, n), PR_BF16);
+            pr_tensor *b_gpu = pr_to(ctx->step, pr_cast(ctx, pr_view_rows(ctx->step, xg, off, n), PR_BF16), PR_BF16, PR_CPU);
+            assert_memory_equal(b_gpu->data, b_cpu->data, 2 * n);
+            /* and back, from a bf16 tensor of n + 1 */
+            pr_tensor *y = pr_cast(ctx, x, PR_BF16), *yg = pr_to(ctx->step, y, PR_BF16, PR_CUDA);
+            pr_tensor *f_cpu = pr_cast(ctx, pr_view_rows(ctx->step, y, off, n), PR_F32);
+            pr_tensor *f_gpu = pr_to(ctx->step, pr_cast(ctx, pr_view_rows(ctx->step, yg, off, n), PR_F32), PR_F32, PR_CPU);
+            assert_memory_equal(f_gpu->data, f_cpu->data, 4 * n);
+        }
+    pr_ctx_free(ctx);
+}
+
 /* ---- recurrence ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -188,6 +217,7 @@ int main(void)
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cast_matches_cpu),
+        cmocka_unit_test(test_cast_paths),
         cmocka_unit_test(test_recurrence_every_rule),
         cmocka_unit_test(test_recurrence_dtype_checks),
     };
