@@ -4,10 +4,10 @@
  * f32 -> bf16 rounds to nearest even with tensor/tensor.c's integer rule
  * (a NaN keeps its payload, quieted), so both devices give the same bits;
  * bf16 -> f32 is exact. An accumulating cast adds in double and rounds the
- * sum once, as the CPU does: dst = round(dst + src). The plain conversions,
- * which the bf16 paths of the recurrence and TTT ops run on every input and
+ * sum once, as the CPU does: dst = round(dst + src). The conversions, which
+ * the bf16 paths of the recurrence and TTT ops run on every input and
  * gradient they stage, move 16 bytes a load and a store where the pointers
- * allow.
+ * allow (eight elements a thread; the scalar kernel takes the tail).
  */
 #include "ops/ops.h"
 #include "tensor/cuda.h"
@@ -47,26 +47,43 @@ __global__ static void cast_kernel(void *dst, int ddt, const void *src, int sdt,
         cast_st(dst, ddt, i, (acc ? (double)cast_ld(dst, ddt, i) : 0.0) + (double)cast_ld(src, sdt, i));
 }
 
-/* eight elements a thread: one 16-byte access on the bf16 side, two on the f32 side */
+/* eight elements a thread: one 16-byte access on the bf16 side, two on the
+ * f32 side; ACC: dst = round(dst + src), the sum in double as in cast_kernel */
+__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+template <bool ACC>
 __global__ static void bf16_to_f32_x8(float4 *dst, const uint4 *src, long long n8)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {
         const uint4 b = src[i];
-        dst[2 * i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
-                                 __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
-        dst[2 * i + 1] = make_float4(__uint_as_float(b.z << 16), __uint_as_float(b.z & 0xffff0000u),
-                                     __uint_as_float(b.w << 16), __uint_as_float(b.w & 0xffff0000u));
+        const unsigned w[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float4 y = make_float4(bf16_lo(w[2 * h]), bf16_hi(w[2 * h]), bf16_lo(w[2 * h + 1]), bf16_hi(w[2 * h + 1]));
+            if (ACC) {
+                const float4 d = dst[2 * i + h];
+                y = make_float4(__double2float_rn((double)d.x + y.x), __double2float_rn((double)d.y + y.y),
+                                __double2float_rn((double)d.z + y.z), __double2float_rn((double)d.w + y.w));
+            }
+            dst[2 * i + h] = y;
+        }
     }
 }
-__device__ __forceinline__ unsigned bf16_pair(float lo, float hi)
+/* two bf16 (lo, hi) in a word: x rounded, or with ACC old + x rounded once */
+template <bool ACC>
+__device__ __forceinline__ unsigned bf16_pair(unsigned old, float lo, float hi)
 {
-    return (unsigned)bf16_bits(lo) | (unsigned)bf16_bits(hi) << 16;
+    if (!ACC) return (unsigned)bf16_bits(lo) | (unsigned)bf16_bits(hi) << 16;
+    return (unsigned)cast_bf16_of((double)bf16_lo(old) + lo) | (unsigned)cast_bf16_of((double)bf16_hi(old) + hi) << 16;
 }
+template <bool ACC>
 __global__ static void f32_to_bf16_x8(uint4 *dst, const float4 *src, long long n8)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {
         const float4 a = src[2 * i], b = src[2 * i + 1];
-        dst[i] = make_uint4(bf16_pair(a.x, a.y), bf16_pair(a.z, a.w), bf16_pair(b.x, b.y), bf16_pair(b.z, b.w));
+        const uint4 o = ACC ? dst[i] : make_uint4(0u, 0u, 0u, 0u);
+        dst[i] = make_uint4(bf16_pair<ACC>(o.x, a.x, a.y), bf16_pair<ACC>(o.y, a.z, a.w), bf16_pair<ACC>(o.z, b.x, b.y),
+                            bf16_pair<ACC>(o.w, b.z, b.w));
     }
 }
 
@@ -77,10 +94,15 @@ extern "C" void pr_cuda_cast(cudaStream_t s, void *dst, pr_dtype ddt, const void
              "cast: CUDA converts between f32 and bf16 only, not %s -> %s", pr_dtype_name(sdt), pr_dtype_name(ddt));
     if (n == 0) return;
     long long done = 0;
-    if (!acc && sdt != ddt && pr_aligned16(dst) && pr_aligned16(src) && n >= 8) {
+    if (sdt != ddt && pr_aligned16(dst) && pr_aligned16(src) && n >= 8) {
         const long long n8 = n / 8;
-        if (sdt == PR_BF16) bf16_to_f32_x8<<<pr_cuda_blocks(n8, 256), 256, 0, s>>>((float4 *)dst, (const uint4 *)src, n8);
-        else f32_to_bf16_x8<<<pr_cuda_blocks(n8, 256), 256, 0, s>>>((uint4 *)dst, (const float4 *)src, n8);
+        const unsigned blocks = pr_cuda_blocks(n8, 256);
+        float4 *f4 = (float4 *)(sdt == PR_BF16 ? dst : (void *)src);
+        uint4 *b8 = (uint4 *)(sdt == PR_BF16 ? (void *)src : dst);
+        if (sdt == PR_BF16 && acc) bf16_to_f32_x8<true><<<blocks, 256, 0, s>>>(f4, b8, n8);
+        else if (sdt == PR_BF16) bf16_to_f32_x8<false><<<blocks, 256, 0, s>>>(f4, b8, n8);
+        else if (acc) f32_to_bf16_x8<true><<<blocks, 256, 0, s>>>(b8, f4, n8);
+        else f32_to_bf16_x8<false><<<blocks, 256, 0, s>>>(b8, f4, n8);
         PR_CUDA_LAUNCH_CHECK();
         done = 8 * n8;
         if (done == n) return;

@@ -13,6 +13,9 @@
  * must agree bit for bit. Every test skips without a GPU.
  */
 #include "tests/test_recurrence_util.h"
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+#endif
 
 /* ---- cast ------------------------------------------------------------------------------ */
 
@@ -72,6 +75,49 @@ static void test_cast_paths(void **state)
             assert_memory_equal(f_gpu->data, f_cpu->data, 4 * n);
         }
     pr_ctx_free(ctx);
+}
+
+#ifdef PRISM_HAVE_CUDA
+/* n values of t from element 0, and the same one element on (offset 1:
+ * unaligned for 16-byte access), both on the GPU */
+static void two_alignments(pr_ctx *ctx, const pr_tensor *t, int64_t n, pr_tensor **at0, pr_tensor **at1)
+{
+    const size_t es = t->dtype == PR_BF16 ? 2 : 4;
+    pr_tensor *sh = pr_empty(ctx->step, t->dtype, PR_CPU, PR_DIMS(n + 1));
+    memcpy((char *)sh->data + es, t->data, es * (size_t)n);
+    *at0 = pr_to(ctx->step, t, t->dtype, PR_CUDA), *at1 = pr_to(ctx->step, sh, t->dtype, PR_CUDA);
+}
+#endif
+
+/* accumulating casts (dst = round(dst + src)): the 16-byte kernel, aligned,
+ * against the scalar one on the same values one element on, both
+ * directions, with and without a tail */
+static void test_cast_acc_paths(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+#ifdef PRISM_HAVE_CUDA
+    pr_ctx *ctx = pr_ctx_new(3);
+    pr_rng r = pr_rng_init(11, 0);
+    const int64_t sizes[] = {5, 8, 1003};
+    for (int si = 0; si < 3; si++) {
+        const int64_t n = sizes[si];
+        pr_tensor *x = pr_randn(ctx->step, PR_F32, PR_CPU, PR_DIMS(n + 1), &r);
+        pr_tensor *y = pr_cast(ctx, pr_randn(ctx->step, PR_F32, PR_CPU, PR_DIMS(n + 1), &r), PR_BF16);
+        for (int dir = 0; dir < 2; dir++) {   /* 0: bf16 += f32; 1: f32 += bf16 */
+            pr_tensor *d0, *d1, *s0, *s1;
+            two_alignments(ctx, dir ? x : y, n, &d0, &d1);
+            two_alignments(ctx, dir ? y : x, n, &s0, &s1);
+            const pr_dtype dd = dir ? PR_F32 : PR_BF16, sd = dir ? PR_BF16 : PR_F32;
+            const size_t es = dir ? 4 : 2, ss = dir ? 2 : 4;
+            pr_cuda_cast(pr_cuda_stream(ctx), d0->data, dd, s0->data, sd, n, true);
+            pr_cuda_cast(pr_cuda_stream(ctx), (char *)d1->data + es, dd, (const char *)s1->data + ss, sd, n, true);
+            pr_tensor *h0 = pr_to(ctx->step, d0, dd, PR_CPU), *h1 = pr_to(ctx->step, d1, dd, PR_CPU);
+            assert_memory_equal(h0->data, (char *)h1->data + es, es * (size_t)n);
+        }
+    }
+    pr_ctx_free(ctx);
+#endif
 }
 
 /* ---- recurrence ---------------------------------------------------------------------------- */
@@ -218,6 +264,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cast_matches_cpu),
         cmocka_unit_test(test_cast_paths),
+        cmocka_unit_test(test_cast_acc_paths),
         cmocka_unit_test(test_recurrence_every_rule),
         cmocka_unit_test(test_recurrence_dtype_checks),
     };
