@@ -305,20 +305,25 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 }
 
 /* ---- wy: the WY form's backward (delta rules), and the final sums ------------------------ */
+/* The extra keys' products go two extras at a time where the shared memory
+ * allows it without growing (prism_core's C = 32, L = 2 at K = 128 among
+ * them): one product of width 2C in place of two of width C, and one
+ * barrier pair less (NOTES.md v20). xg: the extras a product. */
 struct wy_lay {
-    int G, bt, eG, eL, dG, dB, Ts, Ks, dM, dMx, Mx, KXl, dUs, dY1, R0t, VXA, dVXt, sD, sA, sB, total;
+    int G, bt, eG, eL, dG, dB, Ts, Ks, dM, dMx, Mx, KXl, dUs, dY1, R0t, VXA, dVXt, sD, sA, sB, sO, xg, total;
 };
-__host__ __device__ static wy_lay wy_layout(const rec_prob &p, int BV)
+__host__ __device__ static wy_lay wy_layout_xg(const rec_prob &p, int BV, int xg)
 {
     rec_bump m;
     wy_lay s;
     const int C = p.C, L = p.L, CL = C * L, LDK = p.Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
+    s.xg = xg;
     s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C), s.dB = m.take(C);
     s.Ts = m.take(C * LDC), s.Ks = m.take(C * LDK), s.dM = m.take(C * LDC), s.dMx = L ? m.take(C * LDX) : -1;
     const int region = m.off;
     s.Mx = L ? m.take(C * LDX) : -1;
     const int sub = m.off;
-    s.KXl = m.take(C * LDK);
+    s.KXl = m.take(xg * C * LDK);
     const int end_a = m.off;
     m.off = sub;
     s.dUs = m.take(C * LDV), s.dY1 = m.take(C * LDV), s.R0t = m.take(C * LDV);
@@ -326,8 +331,17 @@ __host__ __device__ static wy_lay wy_layout(const rec_prob &p, int BV)
     const int end1 = m.off > end_a ? m.off : end_a;
     m.off = region;
     s.sD = m.take(C * LDK), s.sA = m.take(C * LDK), s.sB = m.take(C * LDK);
+    /* the final extra-key loop: a group's KX over sA (and sB), its product after them */
+    s.sO = xg > 1 ? m.take(C * LDK) : s.sB;
     s.total = m.off > end1 ? m.off : end1;
     return s;
+}
+__host__ __device__ static wy_lay wy_layout(const rec_prob &p, int BV)
+{
+    const wy_lay one = wy_layout_xg(p, BV, 1);
+    if (p.L < 2) return one;
+    const wy_lay two = wy_layout_xg(p, BV, 2);
+    return two.total <= one.total ? two : one;
 }
 size_t pr_rec_smem_wy(const rec_prob &p, int bv) { return (size_t)wy_layout(p, bv).total * 4; }
 
@@ -363,12 +377,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
         dB[t] = t < cp.nval ? x.dbA[o] : 0.f;
     }
     rec_sync();
-    if (L) { /* Mx = strict(D o K KX^T), one extra at a time */
+    if (L) { /* Mx = strict(D o K KX^T), xg extras a product */
         float *KXl = sm + s.KXl;
-        for (int l = 0; l < L; l++) {
-            rec_ld_tile(KXl, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
+        for (int l0 = 0; l0 < L; l0 += s.xg) {
+            const int nl = min(s.xg, L - l0);
+            for (int l = 0; l < nl; l++)
+                rec_ld_tile(KXl + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K,
+                            cp.nval, K, p.vec);
             rec_sync();
-            rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, KXl, LDK, C, C, Kp, 1.f, false);
+            rec_mm<false, true>(p, Mx + l0 * C, LDX, Ks, LDK, KXl, LDK, C, nl * C, Kp, 1.f, false);
             rec_sync();
         }
         REC_FOR2D(C, C, t, i) {
@@ -436,21 +453,27 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
     rec_sync();
-    for (int l = 0; l < L; l++) {
-        rec_ld_tile(sA, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
+    float *sO = sm + s.sO;
+    for (int l0 = 0; l0 < L; l0 += s.xg) { /* KX of extras l0 .. l0 + nl - 1 in sA (and on) */
+        const int nl = min(s.xg, L - l0);
+        for (int l = 0; l < nl; l++)
+            rec_ld_tile(sA + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K, cp.nval,
+                        K, p.vec);
         rec_sync();
-        rec_mm<false, false>(p, sB, LDK, dMx + l * C, LDX, sA, LDK, C, Kp, C, 1.f, false); /* dKKX_l KX_l */
+        rec_mm<false, false>(p, sO, LDK, dMx + l0 * C, LDX, sA, LDK, C, Kp, nl * C, 1.f, false); /* sum_l dKKX_l KX_l */
         rec_sync();
-        if (p.has_g) rec_row_dots(dG, Ks, LDK, sB, LDK, C, Kp, 1.f, true);
-        REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sB[t * LDK + i];
+        if (p.has_g) rec_row_dots(dG, Ks, LDK, sO, LDK, C, Kp, 1.f, true);
+        REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sO[t * LDK + i];
         rec_sync();
-        rec_mm<true, false>(p, sB, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
-        rec_sync();
-        if (p.has_g) rec_row_dots(dG, sA, LDK, sB, LDK, C, Kp, -1.f, true);
-        if (d.dkx)
-            rec_st_tile(d.dkx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, sB, LDK, 1.f, true, p.vec,
-                        x.dkxa + rk * L * K + l * K);
-        rec_sync();
+        for (int l = l0; l < l0 + nl; l++) {
+            rec_mm<true, false>(p, sO, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
+            rec_sync();
+            if (p.has_g) rec_row_dots(dG, sA + (l - l0) * C * LDK, LDK, sO, LDK, C, Kp, -1.f, true);
+            if (d.dkx)
+                rec_st_tile(d.dkx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, sO, LDK, 1.f, true, p.vec,
+                            x.dkxa + rk * L * K + l * K);
+            rec_sync();
+        }
     }
     if (d.dk) rec_st_tile(d.dk + rk * K, (long long)H * K, cp.nval, K, sD, LDK, 1.f, true, p.vec, x.dka + rk * K);
     rec_sync();
