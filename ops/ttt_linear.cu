@@ -372,12 +372,12 @@ __device__ __forceinline__ void cp4(float *dst, const float *src)
  * blocks is safe. */
 template <class P> struct fwd_bufs {
     P W, hb, hbn, w, b;
-    P qs, kb, vb, eta;   /* row set 0; set 1 is `set` floats on */
+    P qs, kb, vb, eta;   /* row set 0; set 1 is `set` floats on (the split's workers use set 0 only) */
     P zb, xz, gz, cm, sz, pt;
     size_t set, floats;
 };
-/* sets: 1 or 2 row sets (P = size_t from 0: the launcher's sizes; see bwd_bufs_of) */
-template <class P> __host__ __device__ inline fwd_bufs<P> fwd_bufs_of(P base, const ttt_args &a, int sets)
+/* P = size_t from 0: the launcher's sizes (see bwd_bufs_of) */
+template <class P> __host__ __device__ inline fwd_bufs<P> fwd_bufs_of(P base, const ttt_args &a)
 {
     const size_t K = a.K, RK = (size_t)a.mbp * a.ldr, mb4 = (a.mb + 3) & ~3;
     size_t o = 0;
@@ -390,7 +390,7 @@ template <class P> __host__ __device__ inline fwd_bufs<P> fwd_bufs_of(P base, co
     s.W = take(K * a.ldw), s.hb = take(K), s.hbn = take(K), s.w = take(K), s.b = take(K);
     s.qs = take(RK), s.kb = take(RK), s.vb = take(RK), s.eta = take(mb4);
     s.set = 3 * RK + mb4;
-    o += (sets - 1) * s.set;
+    o += s.set;
     s.zb = take(RK), s.xz = take(RK), s.gz = take(RK), s.cm = take((size_t)a.mbp * a.ls), s.sz = take(mb4);
     s.pt = take(a.mbp == 16 ? TTT_PT : 0);
     s.floats = o;
@@ -515,7 +515,7 @@ template <int KPL>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    const fwd_bufs<float *> s = fwd_bufs_of(sm, a, 2);
+    const fwd_bufs<float *> s = fwd_bufs_of(sm, a);
     const int bh = blockIdx.x, bi = bh / a.H, h = bh % a.H;
     fwd_start(a, s, h, true);
     fwd_first_state(a, s, bh);
@@ -606,7 +606,7 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_fwd_split_kernel(ttt_args 
 {
     extern __shared__ float sm[];
     __shared__ int task;
-    const fwd_bufs<float *> s = fwd_bufs_of(sm, a, 2);
+    const fwd_bufs<float *> s = fwd_bufs_of(sm, a);
     const int BH = a.B * a.H;
     if ((int)blockIdx.x < BH) return fwd_chain<KPL>(a, s, blockIdx.x, ready);
     for (bool first = true;; first = false) {
@@ -1209,7 +1209,7 @@ static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
 template <int KPL>
 static void launch_fwd(const ttt_args &a, cudaStream_t st, int *flags)
 {
-    const size_t bytes = fwd_bufs_of<size_t>(0, a, 2).floats * sizeof(float);
+    const size_t bytes = fwd_bufs_of<size_t>(0, a).floats * sizeof(float);
     if (flags) return launch_coop(ttt_fwd_split_kernel<KPL>, bytes, a, st, flags);
     ttt_smem((const void *)ttt_fwd_kernel<KPL>, bytes, a);
     ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, bytes, st>>>(a);
