@@ -361,9 +361,7 @@ static int att_tiles(const pr_node *n, att_scratch &sc, const int **dev)
 static void att_smem(const void *kernel, int floats)
 {
     const size_t bytes = (size_t)floats * sizeof(float);
-    int dev = 0, limit = 0;
-    PR_CUDA_CHECK(cudaGetDevice(&dev));
-    PR_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int limit = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     PR_CHECK(bytes <= (size_t)limit, "attention: needs %zu bytes of shared memory per block; the device has %d",
              bytes, limit);
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));

@@ -1105,9 +1105,7 @@ static ttt_args ttt_args_of(pr_ctx *ctx, cudaStream_t st, const pr_node *n)
 /* dynamic shared memory of a kernel instance, opted in up to the device's limit */
 static void ttt_smem(const void *kernel, size_t bytes, const ttt_args &a)
 {
-    int dev = 0, limit = 0;
-    PR_CUDA_CHECK(cudaGetDevice(&dev));
-    PR_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int limit = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     PR_CHECK(bytes <= (size_t)limit, "ttt_linear: K = %d with mini_batch = %d needs %zu bytes of shared "
              "memory; the device has %d per block (use a smaller mini_batch)", a.K, a.mb, bytes, limit);
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -1130,10 +1128,8 @@ struct ttt_plan {
 static ttt_plan plan_bwd(int B, int H)
 {
     ttt_plan p = {};
-    int dev = 0, coop = 0;
-    PR_CUDA_CHECK(cudaGetDevice(&dev));
-    PR_CUDA_CHECK(cudaDeviceGetAttribute(&p.n_sm, cudaDevAttrMultiProcessorCount, dev));
-    PR_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    p.n_sm = pr_cuda_attr(cudaDevAttrMultiProcessorCount);
+    const int coop = pr_cuda_attr(cudaDevAttrCooperativeLaunch);
     long forced;
     p.forced = rec_env_knob("PRISM_TTT_SPLIT", "0 (fused backward), 1 (split) or 2 (split, overlapped)",
                             [](long v) { return v >= 0 && v <= 2; }, &forced);
@@ -1166,11 +1162,9 @@ static void launch_coop(void (*kernel)(ttt_args, int *, int *), size_t bytes, co
                         int *flags)
 {
     ttt_smem((const void *)kernel, bytes, a);
-    int dev = 0, n_sm = 0, per_sm = 0;
-    PR_CUDA_CHECK(cudaGetDevice(&dev));
-    PR_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm = 0;
     PR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TTT_THREADS, bytes));
-    const long long bh = (long long)a.B * a.H, blocks = (long long)per_sm * n_sm;
+    const long long bh = (long long)a.B * a.H, blocks = (long long)per_sm * pr_cuda_attr(cudaDevAttrMultiProcessorCount);
     PR_CHECK(blocks > bh, "ttt_linear: the split plans need more than B H = %lld resident blocks, the device holds %lld",
              bh, blocks);
     ttt_args arg = a;

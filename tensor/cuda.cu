@@ -225,6 +225,22 @@ extern "C" int pr_cuda_device_count(void)
     return count;
 }
 
+extern "C" int pr_cuda_attr(enum cudaDeviceAttr attr)
+{
+    static struct {
+        cudaDeviceAttr attr;
+        int value;
+    } seen[16];
+    static int n_seen = 0;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].attr == attr) return seen[i].value;
+    int dev = 0, v = 0;
+    PR_CUDA_CHECK(cudaGetDevice(&dev));
+    PR_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
+    if (n_seen < 16) seen[n_seen].attr = attr, seen[n_seen++].value = v;
+    return v;
+}
+
 extern "C" void pr_cuda_check_last(const char *what)
 {
     cudaError_t e = cudaGetLastError();

@@ -42,6 +42,10 @@ extern "C" {
 /* after a kernel launch: catches bad launch configurations at once */
 #define PR_CUDA_LAUNCH_CHECK() PR_CUDA_CHECK(cudaGetLastError())
 
+/* attr of the device this process runs on, queried once: a process uses one
+ * device (dist sets it before anything touches CUDA) */
+int pr_cuda_attr(enum cudaDeviceAttr attr);
+
 /* the stream kernels launch on: the legacy default stream, always (fatal
  * without a usable GPU) */
 cudaStream_t pr_cuda_stream(pr_ctx *ctx);

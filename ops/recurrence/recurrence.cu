@@ -40,16 +40,10 @@ enum { REC_SAVED_O32 = 6, REC_SAVED_SEG = 6, REC_SAVED_A = 7 };
 /* device limits: a block's opt-in shared memory (0), an SM's (1), the SM count (2) */
 static int rec_dev_attr(int which)
 {
-    static int v[3] = {0, 0, 0};
     static const cudaDeviceAttr attr[3] = {cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                            cudaDevAttrMaxSharedMemoryPerMultiprocessor,
                                            cudaDevAttrMultiProcessorCount};
-    if (!v[which]) {
-        int dev;
-        PR_CUDA_CHECK(cudaGetDevice(&dev));
-        PR_CUDA_CHECK(cudaDeviceGetAttribute(&v[which], attr[which], dev));
-    }
-    return v[which];
+    return pr_cuda_attr(attr[which]);
 }
 
 /* f32 views of bf16 tensors: scratch buffers from the caching allocator,
