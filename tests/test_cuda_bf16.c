@@ -188,7 +188,7 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
     rec_out ref = run(ctx, rule, 0, ref_in, cu, dout, dht);
     struct { int chunk, tf32; double tol; const char *form; } forms[] = {
         {0, 0, 4.2e-3, "token"}, {64, 0, 4.2e-3, "chunk64/fp32"}, {64, 1, 8e-3, "chunk64/tf32"},
-        {32, 0, 4.2e-3, "chunk32/fp32"},
+        {32, 0, 4.2e-3, "chunk32/fp32"}, {32, 1, 8e-3, "chunk32/tf32"},
     };
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {

@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             }
         }
         rec_mm<false, true>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
-        rec_mm<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
+        if (p.delta) rec_mm<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
+        else rec_mm_in<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0); /* VA holds v */
         rec_mm<false, true>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
         if (p.delta) rec_mm<false, true>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
     }
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
                 rec_ld_tile(KXl + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K,
                             cp.nval, K, p.vec);
             rec_sync();
-            rec_mm<false, true>(p, Mx + l0 * C, LDX, Ks, LDK, KXl, LDK, C, nl * C, Kp, 1.f, false);
+            rec_mm_in<false, true>(p, Mx + l0 * C, LDX, Ks, LDK, KXl, LDK, C, nl * C, Kp, 1.f, false);
             rec_sync();
         }
         REC_FOR2D(C, C, t, i) {

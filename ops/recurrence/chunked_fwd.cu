@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_sync();
-    rec_mm<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
+    rec_mm_in<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
     rec_sync();
     REC_FOR2D(C, C, t, i) Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
     rec_sync();
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     for (int l = 0; l < L; l++) {
         rec_ld_tile(Xs, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
         rec_sync();
-        rec_mm<false, true>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
+        rec_mm_in<false, true>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
         rec_sync();
     }
     if (L) REC_FOR2D(C, C, t, i) {
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_sync();
-    rec_mm<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
+    rec_mm_in<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
     rec_sync();
     /* S_ta = D_{t,i} (q_t . ka_a) for token i = a % C <= t; the output folds u = beta R in */
     REC_FOR2D(C, C, t, i) {

@@ -104,6 +104,7 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
     p.Kp = (p.K + 31) / 32 * 32, p.Vp = (p.V + 31) / 32 * 32;
     p.has_g = p.g != nullptr, p.delta = p.beta != nullptr;
     p.tf32 = ctx->matmul_tf32 ? 1 : 0;
+    p.bf16 = q->dtype == PR_BF16; /* pr_recurrence: then k, v, kx and vx are bf16 too */
     p.scale = (float)n->farg[0];
     p.vec = p.K % 4 == 0 && p.V % 4 == 0 && al16(p.q) && al16(p.k) && al16(p.v) && al16(p.kx) && al16(p.vx) &&
             al16(p.h0) && al16(o) && al16(n->out[1]->data);
@@ -373,7 +374,9 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
-    p.dout = st.f32(n->out[0]->grad, "do");
+    const pr_tensor *gout = n->out[0]->grad;
+    p.dout = st.f32(gout, "do");
+    p.bf16 = p.bf16 && (!gout || gout->dtype == PR_BF16); /* dout is one of rec_mm_in's data tiles */
     p.dht = st.f32(n->out[1]->grad, "dht");
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
     rec_grads d = {grad_of(n, IN_Q, st),    grad_of(n, IN_K, st),  grad_of(n, IN_V, st),  grad_of(n, IN_G, st),

@@ -32,6 +32,7 @@ struct rec_prob {
     int N, H, K, V, L, T;
     int Kp, Vp;                     /* K, V rounded up to 32 */
     int has_g, delta, tf32, vec;    /* vec: K, V multiples of 4 (float4 rows) */
+    int bf16;                       /* the data (q, k, v, kx, vx, dout) hold bf16 values (rec_mm_in) */
     float scale;
     const int *seq;                 /* device [3N]: bos, len, cbase; or NULL */
     const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
@@ -204,59 +205,107 @@ __device__ __forceinline__ unsigned rec_tf32(float x)
     return r;
 }
 
+/* d += a b, one m16n8k16 bf16 tensor-core product with f32 accumulators.
+ * Fragments as rec_mma_tf32's, each register two bf16 along k (the lower k
+ * in the low half): a = A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];
+ * b = B[2t..][g], B[2t+8..][g]. */
+__device__ __forceinline__ void rec_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* two f32 -> one bf16 pair, lo in the low half (round to nearest even; exact
+ * for values that are bf16 already) */
+__device__ __forceinline__ unsigned rec_bf16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+/* the pair (p[0], p[s]) as bf16: one 8-byte load when the two are adjacent */
+template <bool ADJ> __device__ __forceinline__ unsigned rec_ld_bf16x2(const float *p, int s)
+{
+    if constexpr (ADJ) {
+        const float2 x = *reinterpret_cast<const float2 *>(p);
+        return rec_bf16x2(x.x, x.y);
+    }
+    return rec_bf16x2(p[0], p[s]);
+}
+
 /* one k-step's fragments of a warp's (16 FM) x (16 FN) block: A rows i*16, B
  * columns j*8. pa, pb: this lane's element of the step's first fragment;
- * ai, bj: pointer steps between fragments; a8 (row + 8), a4 (k + 4), b4 (k + 4):
- * steps inside one. Plain shared-memory loads (ld.shared: the pointers come
- * from the kernel's shared array), converted to TF32 once here. */
-template <int FM, int FN>
+ * ai, bj: pointer steps between fragments; a8 (row + 8), a4 (k + 4 for TF32,
+ * k + 8 for bf16), b4 (likewise for B), a1 and b1 (k + 1, bf16 only): steps
+ * inside one. Plain shared-memory loads (ld.shared: the pointers come from
+ * the kernel's shared array), converted to TF32 or bf16 once here. */
+template <int FM, int FN, bool BF, bool TA, bool TB>
 __device__ __forceinline__ void rec_mm_frags(unsigned (&fa)[FM][4], unsigned (&fb)[2 * FN][2], const float *pa,
-                                             const float *pb, int ai, int a8, int a4, int bj, int b4)
+                                             const float *pb, int ai, int a8, int a4, int a1, int bj, int b4, int b1)
 {
 #pragma unroll
     for (int i = 0; i < FM; i++) {
         const float *q = pa + i * ai;
-        fa[i][0] = rec_tf32(q[0]);
-        fa[i][1] = rec_tf32(q[a8]);
-        fa[i][2] = rec_tf32(q[a4]);
-        fa[i][3] = rec_tf32(q[a8 + a4]);
+        if constexpr (BF) {
+            fa[i][0] = rec_ld_bf16x2<!TA>(q, a1);
+            fa[i][1] = rec_ld_bf16x2<!TA>(q + a8, a1);
+            fa[i][2] = rec_ld_bf16x2<!TA>(q + a4, a1);
+            fa[i][3] = rec_ld_bf16x2<!TA>(q + a8 + a4, a1);
+        } else {
+            fa[i][0] = rec_tf32(q[0]);
+            fa[i][1] = rec_tf32(q[a8]);
+            fa[i][2] = rec_tf32(q[a4]);
+            fa[i][3] = rec_tf32(q[a8 + a4]);
+        }
     }
 #pragma unroll
     for (int j = 0; j < 2 * FN; j++) {
         const float *q = pb + j * bj;
-        fb[j][0] = rec_tf32(q[0]);
-        fb[j][1] = rec_tf32(q[b4]);
+        if constexpr (BF) {
+            fb[j][0] = rec_ld_bf16x2<TB>(q, b1);
+            fb[j][1] = rec_ld_bf16x2<TB>(q + b4, b1);
+        } else {
+            fb[j][0] = rec_tf32(q[0]);
+            fb[j][1] = rec_tf32(q[b4]);
+        }
     }
 }
-template <int FM, int FN>
+template <int FM, int FN, bool BF>
 __device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const unsigned (&fa)[FM][4],
                                             const unsigned (&fb)[2 * FN][2])
 {
 #pragma unroll
     for (int i = 0; i < FM; i++)
 #pragma unroll
-        for (int j = 0; j < 2 * FN; j++) rec_mma_tf32(d[i][j], fa[i], fb[j]);
+        for (int j = 0; j < 2 * FN; j++) {
+            if constexpr (BF) rec_mma_bf16(d[i][j], fa[i], fb[j]);
+            else rec_mma_tf32(d[i][j], fa[i], fb[j]);
+        }
 }
 
-/* the product with warp blocks of (16 FM) x (16 FN): mma.sync m16n8k8 TF32 with
- * f32 accumulators in registers; the next k-step's fragments load while the
- * current one multiplies (two register sets), so the shared-memory latency
- * overlaps the tensor work. A 16x16 block has only two products a k-step,
- * each waiting on its previous k-step's result: there the odd k-steps sum
- * into a second set of accumulators (added at the end), which halves that
- * chain of dependent products (NOTES.md v12). One warp's block at (m0, n0): */
-template <bool TA, bool TB, int FM, int FN>
+/* the product with warp blocks of (16 FM) x (16 FN): mma.sync with f32
+ * accumulators in registers, m16n8k8 TF32 or (BF) m16n8k16 bf16; the next
+ * k-step's fragments load while the current one multiplies (two register
+ * sets), so the shared-memory latency overlaps the tensor work. A 16x16 block
+ * has only two products a k-step, each waiting on its previous k-step's
+ * result: there the odd k-steps sum into a second set of accumulators (added
+ * at the end), which halves that chain of dependent products (NOTES.md v12).
+ * BF needs Kd a multiple of 16 and, where a pair along k is adjacent (A not
+ * TA, B TB), 8-byte aligned rows. One warp's block at (m0, n0): */
+template <bool TA, bool TB, int FM, int FN, bool BF = false>
 __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                                 int m0, int n0, int Kd, float alpha, bool acc)
 {
-    constexpr int NJ = 2 * FN;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    /* element steps: between A fragments (16 rows), inside one (row + 8, k + 4),
-     * per k-step (k + 8); likewise for B (8 columns, k + 4, k + 8) */
-    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? 4 * lda : 4, ak = TA ? 8 * lda : 8;
-    const int bj = TB ? 8 * ldb : 8, b4 = TB ? 4 : 4 * ldb, bk = TB ? 8 : 8 * ldb;
-    const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + g) * lda + t;
-    const float *pb = TB ? B + (n0 + g) * ldb + t : B + t * ldb + n0 + g;
+    constexpr int NJ = 2 * FN, KS = BF ? 16 : 8, KH = KS / 2;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, tk = BF ? 2 * t : t;
+    /* element steps: between A fragments (16 rows), inside one (row + 8, k + KH,
+     * k + 1), per k-step (k + KS); likewise for B (8 columns, k + KH, k + 1, k + KS) */
+    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? KH * lda : KH, a1 = TA ? lda : 1;
+    const int ak = TA ? KS * lda : KS;
+    const int bj = TB ? 8 * ldb : 8, b4 = TB ? KH : KH * ldb, b1 = TB ? 1 : ldb, bk = TB ? KS : KS * ldb;
+    const float *pa = TA ? A + tk * lda + m0 + g : A + (m0 + g) * lda + tk;
+    const float *pb = TB ? B + (n0 + g) * ldb + tk : B + tk * ldb + n0 + g;
     constexpr bool split = FM * FN == 1;
     float d[FM][NJ][4], d1[FM][NJ][4];
 #pragma unroll
@@ -266,16 +315,16 @@ __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *
 #pragma unroll
             for (int e = 0; e < 4; e++) d[i][j][e] = 0.f, d1[i][j][e] = 0.f;
     unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
-    rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
-    for (int k0 = 0; k0 < Kd; k0 += 16) {
+    rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
+    for (int k0 = 0; k0 < Kd; k0 += 2 * KS) {
         pa += ak, pb += bk;
-        if (k0 + 8 < Kd) rec_mm_frags<FM, FN>(fa1, fb1, pa, pb, ai, a8, a4, bj, b4);
-        rec_mm_step<FM, FN>(d, fa0, fb0);
-        if (k0 + 8 >= Kd) break;
+        if (k0 + KS < Kd) rec_mm_frags<FM, FN, BF, TA, TB>(fa1, fb1, pa, pb, ai, a8, a4, a1, bj, b4, b1);
+        rec_mm_step<FM, FN, BF>(d, fa0, fb0);
+        if (k0 + KS >= Kd) break;
         pa += ak, pb += bk;
-        if (k0 + 16 < Kd) rec_mm_frags<FM, FN>(fa0, fb0, pa, pb, ai, a8, a4, bj, b4);
-        if constexpr (split) rec_mm_step<FM, FN>(d1, fa1, fb1);
-        else rec_mm_step<FM, FN>(d, fa1, fb1);
+        if (k0 + 2 * KS < Kd) rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
+        if constexpr (split) rec_mm_step<FM, FN, BF>(d1, fa1, fb1);
+        else rec_mm_step<FM, FN, BF>(d, fa1, fb1);
     }
     if constexpr (split)
 #pragma unroll
@@ -295,26 +344,27 @@ __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *
         }
 }
 /* the whole product: warp w takes blocks w, w + PR_REC_WARPS, ... */
-template <bool TA, bool TB, int FM, int FN>
+template <bool TA, bool TB, int FM, int FN, bool BF = false>
 __device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                                 int M, int N, int Kd, float alpha, bool acc)
 {
     const int nb = N / (16 * FN), nblk = (M / (16 * FM)) * nb;
     for (int blk = threadIdx.x >> 5; blk < nblk; blk += PR_REC_WARPS)
-        rec_mm_tc_block<TA, TB, FM, FN>(C, ldc, A, lda, B, ldb, (blk / nb) * 16 * FM, (blk % nb) * 16 * FN, Kd,
-                                        alpha, acc);
+        rec_mm_tc_block<TA, TB, FM, FN, BF>(C, ldc, A, lda, B, ldb, (blk / nb) * 16 * FM, (blk % nb) * 16 * FN, Kd,
+                                            alpha, acc);
 }
 
 /* 32x32 warp tiles when there are enough of them to keep every warp busy,
  * else 16x32 or 16x16 ones (less operand reuse, more warps at work) */
-template <bool TA, bool TB>
+template <bool TA, bool TB, bool BF = false>
 __device__ __forceinline__ void rec_mm_tc(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M,
                                           int N, int Kd, float alpha, bool acc)
 {
-    if ((M >> 5) * (N >> 5) >= PR_REC_WARPS) rec_mm_tc_tiles<TA, TB, 2, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    if ((M >> 5) * (N >> 5) >= PR_REC_WARPS)
+        rec_mm_tc_tiles<TA, TB, 2, 2, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
-        rec_mm_tc_tiles<TA, TB, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
-    else rec_mm_tc_tiles<TA, TB, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+        rec_mm_tc_tiles<TA, TB, 1, 2, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else rec_mm_tc_tiles<TA, TB, 1, 1, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
 }
 
 /* the same product in plain fp32: each lane owns a 4x8 piece of a 32x32 block */
@@ -358,6 +408,18 @@ __device__ __forceinline__ void rec_mm(const rec_prob &p, float *C, int ldc, con
 {
     if (p.tf32) rec_mm_tc<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     else rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+}
+/* the same for a product of two data tiles that hold the inputs' values
+ * unchanged (q, k, v, kx, vx, dout as loaded): for bf16 data with tensor
+ * cores on, bf16 mma.sync m16n8k16, which is exact on them (each product of
+ * two bf16 is exact in f32) and does a k-step of 16 in one instruction where
+ * TF32 takes two. Kd a multiple of 16. */
+template <bool TA, bool TB>
+__device__ __forceinline__ void rec_mm_in(const rec_prob &p, float *C, int ldc, const float *A, int lda,
+                                          const float *B, int ldb, int M, int N, int Kd, float alpha, bool acc)
+{
+    if (p.tf32 && p.bf16) rec_mm_tc<TA, TB, true>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else rec_mm<TA, TB>(p, C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
 }
 
 /* out[r] (+)= sgn * sum_{c<W} A[r*lda + c] B[r*ldb + c], r < R; a warp per row */
