@@ -52,7 +52,7 @@ __host__ __device__ static dstate_lay dstate_layout(const rec_prob &p, int BV)
 }
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv) { return (size_t)dstate_layout(p, bv).total * 4; }
 
-template <int C>
+template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     chunk_dstate_kernel(rec_prob p, int BV, rec_dstate_io io)
 {
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const float Gl = G[nval - 1];
         REC_FOR2D(NA, Kp, a, i) KA[a * LDK + i] *= eL[a % C];
         rec_sync();
-        rec_mm<false, false>(p, dVA, LDV, KA, LDK, dHs, LDV, NA, BV, Kp, 1.f, true); /* dUa += Kd dhn */
+        rec_mm<false, false, BF>(p, dVA, LDV, KA, LDK, dHs, LDV, NA, BV, Kp, 1.f, true); /* dUa += Kd dhn */
         rec_sync();
         /* Qs and Ws overwrite the keys (read by the product above) while the
          * stores read dVA (scaled only after the next barrier) */
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         REC_FOR2D(Kp, BV, i, j) dHs[i * LDV + j] *= eGl;
         rec_sync();
         /* two products into dHs of one shape: each warp adds to its own blocks */
-        rec_mm<true, false>(p, dHs, LDV, Qs, LDK, dOs, LDV, Kp, BV, C, 1.f, true);
-        if (p.delta) rec_mm<true, false>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
+        rec_mm<true, false, BF>(p, dHs, LDV, Qs, LDK, dOs, LDV, Kp, BV, C, 1.f, true);
+        if (p.delta) rec_mm<true, false, BF>(p, dHs, LDV, Ws, LDK, dVA, LDV, Kp, BV, C, -1.f, true);
     }
     rec_sync();
     if (io.dh_out) rec_st_tile(io.dh_out + hoff, V, K, nv, dHs, LDV, 1.f, io.dh_acc, p.vec);
@@ -116,9 +116,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io)
 {
     const size_t sm = pr_rec_smem_dstate(p, bv);
-    chunk_smem_attr(chunk_dstate_kernel<C>, sm);
+    const auto kernel = rec_bf_products(p) ? chunk_dstate_kernel<C, true> : chunk_dstate_kernel<C, false>;
+    chunk_smem_attr(kernel, sm);
     const dim3 grid((p.V + bv - 1) / bv, p.H, p.N);
-    chunk_dstate_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
+    kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
 }
 void pr_rec_chunk_dstate(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io)
@@ -187,7 +188,7 @@ __device__ __forceinline__ float grad_warp_sum(float x)
     return x;
 }
 
-template <int C>
+template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R, const float *dU,
                       float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
@@ -231,11 +232,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 dbr[j] += grad_warp_sum(x);
             }
         }
-        rec_mm<false, true>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
-        if (p.delta) rec_mm<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
-        else rec_mm_in<false, true>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0); /* VA holds v */
-        rec_mm<false, true>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
-        if (p.delta) rec_mm<false, true>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+        rec_mm<false, true, BF>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+        rec_mm<false, true, BF>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
+        rec_mm<false, true, BF>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
+        if (p.delta) rec_mm<false, true, BF>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
     }
     if (do_db && lane == 0)
 #pragma unroll
@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         }
     }
     rec_sync();
-    rec_mm<false, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
-    rec_mm<true, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
+    rec_mm<false, false, BF>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
+    rec_mm<true, false, BF>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
     rec_sync();
     if (p.has_g) {
         rec_row_dots(dG, Qs, LDB, Xq, LDB, C, BK, 1.f, false);
@@ -352,7 +352,7 @@ struct wy_scratch {
     long long rowsH;
 };
 
-template <int C>
+template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
     chunk_wy_kernel(rec_prob p, int BV, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
 {
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
                 rec_ld_tile(KXl + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K,
                             cp.nval, K, p.vec);
             rec_sync();
-            rec_mm_in<false, true>(p, Mx + l0 * C, LDX, Ks, LDK, KXl, LDK, C, nl * C, Kp, 1.f, false);
+            rec_mm<false, true, BF>(p, Mx + l0 * C, LDX, Ks, LDK, KXl, LDK, C, nl * C, Kp, 1.f, false);
             rec_sync();
         }
         REC_FOR2D(C, C, t, i) {
@@ -409,13 +409,13 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
         rec_sync();
         REC_FOR2D(C, BV, t, j) dUs[t * LDV + j] *= bt[t]; /* dR0 */
         rec_sync();
-        rec_mm<true, false>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
+        rec_mm<true, false, BF>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
         rec_sync();
         if (d.dv) rec_st_tile(d.dv + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV, 1.f, true, p.vec);
-        rec_mm<false, true>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
+        rec_mm<false, true, BF>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
         if (L) {
-            rec_mm<false, true>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
-            rec_mm<true, false>(p, dVXt, LDV, Mx, LDX, dY1, LDV, CL, BV, C, -1.f, true);
+            rec_mm<false, true, BF>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
+            rec_mm<true, false, BF>(p, dVXt, LDV, Mx, LDX, dY1, LDV, CL, BV, C, -1.f, true);
             rec_sync();
             for (int l = 0; d.dvx && l < L; l++)
                 rec_st_tile(d.dvx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVXt + l * C * LDV, LDV,
@@ -427,9 +427,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
     rec_ld_tile(sA, LDK, C, Kp, x.dW + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_ld_tile(sB, LDK, C, Kp, Wp + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_sync();
-    rec_mm<true, false>(p, sD, LDK, Ts, LDC, sA, LDK, C, Kp, C, 1.f, false); /* dY2 = T'^T dW */
+    rec_mm<true, false, BF>(p, sD, LDK, Ts, LDC, sA, LDK, C, Kp, C, 1.f, false); /* dY2 = T'^T dW */
     rec_sync();
-    rec_mm<false, true>(p, dM, LDC, sD, LDK, sB, LDK, C, C, Kp, -1.f, true); /* dM -= dY2 W^T */
+    rec_mm<false, true, BF>(p, dM, LDC, sD, LDK, sB, LDK, C, C, Kp, -1.f, true); /* dM -= dY2 W^T */
     rec_sync();
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] *= eG[t];
     REC_FOR2D(C, C, t, i) {
@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
     }
     rec_sync();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sD, LDK, C, Kp, 1.f, true); /* k . (e^G o dY2) */
-    rec_mm<true, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* (dM o D)^T K */
+    rec_mm<true, false, BF>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* (dM o D)^T K */
     rec_sync();
     rec_row_dots(dB, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
     rec_sync();
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, -1.f, true);
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
     rec_sync();
-    rec_mm<false, false>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* dKK K */
+    rec_mm<false, false, BF>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* dKK K */
     rec_sync();
     if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
     REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
@@ -461,13 +461,13 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
             rec_ld_tile(sA + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K, cp.nval,
                         K, p.vec);
         rec_sync();
-        rec_mm<false, false>(p, sO, LDK, dMx + l0 * C, LDX, sA, LDK, C, Kp, nl * C, 1.f, false); /* sum_l dKKX_l KX_l */
+        rec_mm<false, false, BF>(p, sO, LDK, dMx + l0 * C, LDX, sA, LDK, C, Kp, nl * C, 1.f, false); /* sum_l dKKX_l KX_l */
         rec_sync();
         if (p.has_g) rec_row_dots(dG, Ks, LDK, sO, LDK, C, Kp, 1.f, true);
         REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sO[t * LDK + i];
         rec_sync();
         for (int l = l0; l < l0 + nl; l++) {
-            rec_mm<true, false>(p, sO, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
+            rec_mm<true, false, BF>(p, sO, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
             rec_sync();
             if (p.has_g) rec_row_dots(dG, sA + (l - l0) * C * LDK, LDK, sO, LDK, C, Kp, -1.f, true);
             if (d.dkx)
@@ -705,17 +705,19 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     }
     {
         const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad);
-        chunk_smem_attr(chunk_grad_kernel<C>, sm);
+        const auto kernel = rec_bf_products(p) ? chunk_grad_kernel<C, true> : chunk_grad_kernel<C, false>;
+        chunk_smem_attr(kernel, sm);
         const dim3 grid(nkt, p.nchunks, p.H);
-        chunk_grad_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq,
-                                                               dka, dkxa, dW, dGp, dbA, rowsH);
+        kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, dka, dkxa, dW,
+                                                 dGp, dbA, rowsH);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (p.delta) {
         const size_t sm = pr_rec_smem_wy(p, pl.bv_wy);
-        chunk_smem_attr(chunk_wy_kernel<C>, sm);
+        const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
+        chunk_smem_attr(kernel, sm);
         const wy_scratch x = {dU, dVX, dka, dkxa, dW, dGp, dbA, nkt, rowsH};
-        chunk_wy_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_wy, sv.Tinv, sv.W, sv.R0, x, d);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_wy, sv.Tinv, sv.W, sv.R0, x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.has_g && d.dg) {
         chunk_dg_kernel<C><<<pr_cuda_blocks((long long)p.nchunks * p.H * 32, 128), 128, 0, st>>>(p, dGp, nkt, rowsH,

@@ -65,7 +65,7 @@ template <int C> __device__ __forceinline__ void prep_solve(const float *M, int 
     }
 }
 
-template <int C>
+template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob p, int BV, float *Tinv, float *Wp, float *R0)
 {
     extern __shared__ __align__(128) float sm[];
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_sync();
-    rec_mm_in<false, true>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
+    rec_mm<false, true, BF>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
     rec_sync();
     REC_FOR2D(C, C, t, i) Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
     rec_sync();
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     for (int l = 0; l < L; l++) {
         rec_ld_tile(Xs, LDK, C, Kp, p.kx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, p.vec);
         rec_sync();
-        rec_mm_in<false, true>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
+        rec_mm<false, true, BF>(p, Mx + l * C, LDX, Ks, LDK, Xs, LDK, C, C, Kp, 1.f, false);
         rec_sync();
     }
     if (L) REC_FOR2D(C, C, t, i) {
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
         }
     REC_FOR2D(C, Kp, t, i) Ks[t * LDK + i] *= eG[t];
     rec_sync();
-    rec_mm<false, false>(p, Xs, LDK, Ts, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* W = T' (e^G o K) */
+    rec_mm<false, false, BF>(p, Xs, LDK, Ts, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* W = T' (e^G o K) */
     rec_sync();
     if (Tinv) rec_st_tile(Tinv + ((long long)c * H + h) * C * C, C, C, C, Ts, LDC, 1.f, false, true); /* backward only */
     rec_st_tile(Wp + rk * K, (long long)H * K, cp.nval, K, Xs, LDK, 1.f, false, p.vec);
@@ -110,10 +110,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
             rec_sync();
             rec_ld_tile(VXt, LDV, C, BV, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, p.vec);
             rec_sync();
-            rec_mm<false, false>(p, Vt, LDV, Mx + l * C, LDX, VXt, LDV, C, BV, C, -1.f, true);
+            rec_mm<false, false, BF>(p, Vt, LDV, Mx + l * C, LDX, VXt, LDV, C, BV, C, -1.f, true);
         }
         rec_sync();
-        rec_mm<false, false>(p, Rt, LDV, Ts, LDC, Vt, LDV, C, BV, C, 1.f, false); /* R0 = T' (V - Mx VX) */
+        rec_mm<false, false, BF>(p, Rt, LDV, Ts, LDC, Vt, LDV, C, BV, C, 1.f, false); /* R0 = T' (V - Mx VX) */
         rec_sync();
         rec_st_tile(R0 + rk * V + v0, (long long)H * V, cp.nval, nv, Rt, LDV, 1.f, false, p.vec);
     }
@@ -137,7 +137,7 @@ __host__ __device__ static state_lay state_layout(const rec_prob &p, int BV)
 }
 size_t pr_rec_smem_state(const rec_prob &p, int bv) { return (size_t)state_layout(p, bv).total * 4; }
 
-template <int C>
+template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p, int BV, rec_state_io io)
 {
     extern __shared__ __align__(128) float sm[];
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p,
         rec_load_gates<C>(p, row0, nval, h, G, bt, sm + s.eG, eL);
         rec_sync();
         if (p.delta) { /* R = R0 - W h */
-            rec_mm<false, false>(p, RA, LDV, Ws, LDK, Hs, LDV, C, BV, Kp, -1.f, true);
+            rec_mm<false, false, BF>(p, RA, LDV, Ws, LDK, Hs, LDV, C, BV, Kp, -1.f, true);
             rec_sync();
         }
         /* R stored (delta rules) by the thread that then scales its element */
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p,
         }
         REC_FOR2D(Kp, BV, i, j) Hs[i * LDV + j] *= eGl;
         rec_sync();
-        rec_mm<true, false>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
+        rec_mm<true, false, BF>(p, Hs, LDV, KA, LDK, RA, LDV, Kp, BV, NA, 1.f, true);
     }
     rec_sync();
     if (io.ht) rec_st_tile(io.ht + hoff, V, K, nv, Hs, LDV, 1.f, false, p.vec);
@@ -212,7 +212,7 @@ __host__ __device__ static scores_lay scores_layout(const rec_prob &p, int mode,
 }
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv) { return (size_t)scores_layout(p, mode, bv).total * 4; }
 
-template <int C, int MODE>
+template <int C, int MODE, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     chunk_scores_kernel(rec_prob p, int BV, const float *hs, const float *R, float *o, float *dU, float *dVX)
 {
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     rec_sync();
-    rec_mm_in<false, true>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
+    rec_mm<false, true, BF>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
     rec_sync();
     /* S_ta = D_{t,i} (q_t . ka_a) for token i = a % C <= t; the output folds u = beta R in */
     REC_FOR2D(C, C, t, i) {
@@ -246,15 +246,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             chunk_ld_values(p, RA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
             rec_sync();
             /* two products into Os of one shape: each warp adds to its own blocks */
-            rec_mm<false, false>(p, Os, LDV, Qs, LDK, Hs, LDV, C, BV, Kp, 1.f, false);
-            rec_mm<false, false>(p, Os, LDV, S, LDA, RA, LDV, C, BV, NA, 1.f, true);
+            rec_mm<false, false, BF>(p, Os, LDV, Qs, LDK, Hs, LDV, C, BV, Kp, 1.f, false);
+            rec_mm<false, false, BF>(p, Os, LDV, S, LDA, RA, LDV, C, BV, NA, 1.f, true);
             rec_sync();
             rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
         } else {
             float *dOs = sm + s.dOs, *dVA = sm + s.dVA;
             rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
             rec_sync();
-            rec_mm<true, false>(p, dVA, LDV, S, LDA, dOs, LDV, NA, BV, C, p.scale, false);
+            rec_mm<true, false, BF>(p, dVA, LDV, S, LDA, dOs, LDV, NA, BV, C, p.scale, false);
             rec_sync();
             rec_st_tile(dU + rk * V + v0, (long long)H * V, cp.nval, nv, dVA, LDV, 1.f, false, p.vec);
             for (int l = 0; l < L; l++)
@@ -277,9 +277,10 @@ template <class F> static void chunk_smem_attr(F kernel, size_t smem)
 template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
 {
     const size_t sm = pr_rec_smem_state(p, bv);
-    chunk_smem_attr(chunk_state_kernel<C>, sm);
+    const auto kernel = rec_bf_products(p) ? chunk_state_kernel<C, true> : chunk_state_kernel<C, false>;
+    chunk_smem_attr(kernel, sm);
     const dim3 grid((p.V + bv - 1) / bv, p.H, p.N);
-    chunk_state_kernel<C><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
+    kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
 }
 void pr_rec_chunk_state(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
@@ -335,8 +336,9 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
 {
     if (p.delta) {
         const size_t sm = pr_rec_smem_prep(p, pl.bv_prep);
-        chunk_smem_attr(chunk_prep_kernel<C>, sm);
-        chunk_prep_kernel<C><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_prep, sv.Tinv, sv.W, sv.R0);
+        const auto kernel = rec_bf_products(p) ? chunk_prep_kernel<C, true> : chunk_prep_kernel<C, false>;
+        chunk_smem_attr(kernel, sm);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_prep, sv.Tinv, sv.W, sv.R0);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (!sv.sg.n) {
@@ -347,9 +349,9 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
     }
     {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
-        chunk_smem_attr(chunk_scores_kernel<C, 0>, sm);
-        chunk_scores_kernel<C, 0><<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o,
-                                                                                   nullptr, nullptr);
+        const auto kernel = rec_bf_products(p) ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>;
+        chunk_smem_attr(kernel, sm);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o, nullptr, nullptr);
         PR_CUDA_LAUNCH_CHECK();
     }
 }
@@ -365,13 +367,10 @@ void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_pla
 void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX)
 {
     const size_t sm = pr_rec_smem_scores(p, 1, bv);
-    const dim3 grid(p.nchunks, p.H);
-    if (p.C == 64) {
-        chunk_smem_attr(chunk_scores_kernel<64, 1>, sm);
-        chunk_scores_kernel<64, 1><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
-    } else {
-        chunk_smem_attr(chunk_scores_kernel<32, 1>, sm);
-        chunk_scores_kernel<32, 1><<<grid, PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
-    }
+    const bool bf = rec_bf_products(p);
+    const auto kernel = p.C == 64 ? (bf ? chunk_scores_kernel<64, 1, true> : chunk_scores_kernel<64, 1, false>)
+                                  : (bf ? chunk_scores_kernel<32, 1, true> : chunk_scores_kernel<32, 1, false>);
+    chunk_smem_attr(kernel, sm);
+    kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
     PR_CUDA_LAUNCH_CHECK();
 }

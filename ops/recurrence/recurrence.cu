@@ -1,11 +1,13 @@
 /* ops/recurrence/recurrence.cu: the CUDA entry points of the recurrence op
  * (node layout in ops/recurrence/recurrence.c).
  *
- * The kernels compute in f32. bf16 data (q, k, v, beta, kx, vx, o and their
- * grads; g, h0, ht stay f32) is staged: each bf16 tensor is converted to an
- * f32 scratch copy, the f32 kernels run unchanged, and o and the grads of bf16
- * inputs are rounded back to bf16 once (rec_stage). The f32 path does not
- * touch any of it.
+ * The kernels keep f32 in memory. bf16 data (q, k, v, beta, kx, vx, o and
+ * their grads; g, h0, ht stay f32) is staged: each bf16 tensor is converted
+ * to an f32 scratch copy, the kernels run, and o and the grads of bf16 inputs
+ * are rounded back to bf16 once (rec_stage). With TF32 on, bf16 data also
+ * picks the chunked kernels' bf16 instance (rec_bf_products), whose products
+ * are bf16 mma.sync with f32 accumulators. The f32 path does not touch any
+ * of it.
  *
  * iarg[1] = 0 runs the per-token kernels (recurrent.cu); iarg[1] = C > 0 the
  * chunked ones (chunked_*.cu) with chunks of exactly C tokens, C = 32 or 64.
@@ -13,8 +15,8 @@
  * is an error naming the limit (rec_decide; pr_recurrence_plan reports it
  * before anything runs): never a silent switch of form or chunk size. The
  * forward and backward decide from the same sizes. Matrix products inside
- * chunks use TF32 tensor cores when ctx->matmul_tf32 is set, plain fp32
- * otherwise.
+ * chunks use tensor cores when ctx->matmul_tf32 is set (TF32 on f32 data,
+ * bf16 on bf16 data), plain fp32 otherwise.
  *
  * Saved (CUDA path): saved[0] the sequence table (int32, [3N + nchunks];
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
@@ -374,9 +376,7 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
-    const pr_tensor *gout = n->out[0]->grad;
-    p.dout = st.f32(gout, "do");
-    p.bf16 = p.bf16 && (!gout || gout->dtype == PR_BF16); /* dout is one of rec_mm_in's data tiles */
+    p.dout = st.f32(n->out[0]->grad, "do");
     p.dht = st.f32(n->out[1]->grad, "dht");
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
     rec_grads d = {grad_of(n, IN_Q, st),    grad_of(n, IN_K, st),  grad_of(n, IN_V, st),  grad_of(n, IN_G, st),

@@ -32,7 +32,7 @@ struct rec_prob {
     int N, H, K, V, L, T;
     int Kp, Vp;                     /* K, V rounded up to 32 */
     int has_g, delta, tf32, vec;    /* vec: K, V multiples of 4 (float4 rows) */
-    int bf16;                       /* the data (q, k, v, kx, vx, dout) hold bf16 values (rec_mm_in) */
+    int bf16;                       /* q, k, v, kx, vx are bf16 data (staged as f32) */
     float scale;
     const int *seq;                 /* device [3N]: bos, len, cbase; or NULL */
     const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
@@ -181,7 +181,7 @@ __device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, in
 /* ---- the block's matrix product ------------------------------------------------
  * C[M][N] = (acc ? C : 0) + alpha * op(A) op(B), all in shared memory.
  * op(A) [M][Kd]: A[m*lda + k], or A[k*lda + m] when TA. op(B) [Kd][N]: B[k*ldb + n],
- * or B[n*ldb + k] when TB. M, N multiples of 32, Kd of 8; leading dims multiples
+ * or B[n*ldb + k] when TB. M, N multiples of 32, Kd of 8 (16 for bf16); leading dims multiples
  * of 4 and arrays 32-byte aligned. Each warp owns blocks of C (32x32, smaller
  * when there are few); C must not alias A or B. The caller synchronizes before and after (two calls with
  * the same M, N and C may follow each other: a warp owns the same blocks). */
@@ -402,24 +402,17 @@ __device__ __forceinline__ void rec_mm_f32(float *C, int ldc, const float *A, in
     }
 }
 
-template <bool TA, bool TB>
+/* BF: the product as bf16 mma.sync m16n8k16 (each operand rounded to bf16,
+ * f32 accumulators): the chunked kernels' instance for bf16 data with TF32
+ * on (rec_bf_products), one instruction per k-step of 16 where TF32 takes
+ * two, exact where both tiles hold raw bf16 data. Kd a multiple of 16. */
+template <bool TA, bool TB, bool BF = false>
 __device__ __forceinline__ void rec_mm(const rec_prob &p, float *C, int ldc, const float *A, int lda, const float *B,
                                        int ldb, int M, int N, int Kd, float alpha, bool acc)
 {
-    if (p.tf32) rec_mm_tc<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    if constexpr (BF) rec_mm_tc<TA, TB, true>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else if (p.tf32) rec_mm_tc<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     else rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
-}
-/* the same for a product of two data tiles that hold the inputs' values
- * unchanged (q, k, v, kx, vx, dout as loaded): for bf16 data with tensor
- * cores on, bf16 mma.sync m16n8k16, which is exact on them (each product of
- * two bf16 is exact in f32) and does a k-step of 16 in one instruction where
- * TF32 takes two. Kd a multiple of 16. */
-template <bool TA, bool TB>
-__device__ __forceinline__ void rec_mm_in(const rec_prob &p, float *C, int ldc, const float *A, int lda,
-                                          const float *B, int ldb, int M, int N, int Kd, float alpha, bool acc)
-{
-    if (p.tf32 && p.bf16) rec_mm_tc<TA, TB, true>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
-    else rec_mm<TA, TB>(p, C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
 }
 
 /* out[r] (+)= sgn * sum_{c<W} A[r*lda + c] B[r*ldb + c], r < R; a warp per row */
@@ -548,6 +541,11 @@ __device__ __forceinline__ void chunk_ld_values(const rec_prob &p, float *UA, in
 }
 
 /* ---- launchers ------------------------------------------------------------------ */
+/* bf16 data with TF32 on: the chunked kernels' products run as bf16 mma
+ * (their BF instance), as fla's bf16 kernels multiply bf16 operands; the
+ * states, T', W, U and every accumulator stay f32 in memory */
+static inline bool rec_bf_products(const rec_prob &p) { return p.bf16 && p.tf32; }
+
 struct rec_grads {
     float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
 };
