@@ -18,7 +18,9 @@
  * fused backward's shared memory, 2K(K+4) + 9 mb (K+4) + 4 mb (mb+4)
  * floats and 2,048 more at mb = 16 (223 KB at K = 128, mb = 16; the other
  * kernels need less). bf16 data (q, k, v, eta, o; ops/ttt_linear.h) is staged:
- * f32 copies in, the f32 kernels, o and the bf16 grads rounded back once.
+ * f32 copies in, the kernels, o and the bf16 grads rounded back once; with
+ * tensor cores on and K > 64 the kernels' BF instances multiply bf16
+ * operands (TTT_BF, ttt_bf).
  */
 #include <algorithm>
 
@@ -53,6 +55,11 @@ struct ttt_args {
  * caller's generic pointer turned every kernel's products into generic
  * loads (NOTES.md v15). */
 enum { TTT_FORWARD, TTT_FUSED, TTT_LOCAL, TTT_SERIAL, TTT_FWD_SPLIT };
+/* added to a kernel's KERNEL in its BF instance (bf16 data with TF32 on,
+ * ttt_args.bf): its tensor-core products run as bf16 mma.sync m16n8k16.
+ * An instance of its own, not a branch: both tile paths in one kernel took
+ * every kernel to 255 registers and spills */
+#define TTT_BF 8
 
 /* Shared-memory layout: when K % 4 == 0 every buffer starts on 16 bytes and
  * the row strides are K + 4 (W's ldw, the [mbp, K] row buffers' ldr) and
@@ -81,9 +88,10 @@ __device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, 
 {
     static_assert(TTT_THREADS == PR_REC_THREADS, "the recurrence's products divide blocks among PR_REC_WARPS warps");
     if (tc) {   /* 16x32 warp blocks where there are enough, else 16x16 (32x32 ones spilled registers) */
+        constexpr bool BF = (KERNEL & TTT_BF) != 0;   /* tc: M, N, Kd multiples of 16 */
         if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
-            return rec_mm_tc_tiles<TA, TB, 1, 2>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
-        return rec_mm_tc_tiles<TA, TB, 1, 1>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+            return rec_mm_tc_tiles<TA, TB, 1, 2, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+        return rec_mm_tc_tiles<TA, TB, 1, 1, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     }
     if (((M | N) & 31) == 0) return rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     if (M * N <= 64) {   /* few outputs (mini-batches of 1 to 8): a warp each, lanes along k */
@@ -304,15 +312,16 @@ __device__ void put_rows(float *g, const float *X, float alpha, bool acc, const 
  * (pt: PR_REC_WARPS blocks of 16 x 16, 2,048 floats) and the next phase
  * adds the partials up (pt_sum). */
 #define TTT_PT (16 * 16 * PR_REC_WARPS)
-__device__ __forceinline__ bool pt_split(bool tc, const ttt_args &a, int m)
+template <bool BF> __device__ __forceinline__ bool pt_split(bool tc, const ttt_args &a, int m)
 {
-    return tc && m == 16 && a.mbp == 16 && a.K % (8 * PR_REC_WARPS) == 0;
+    return tc && m == 16 && a.mbp == 16 && a.K % ((BF ? 16 : 8) * PR_REC_WARPS) == 0;
 }
 template <int KERNEL>
 __device__ __noinline__ void pt_mm(float *pt, const float *A, int lda, const float *B, int ldb, int K)
 {
     const int w = threadIdx.x >> 5, kw = K / PR_REC_WARPS;
-    rec_mm_tc_block<false, true, 1, 1>(pt + w * 256, 16, A + w * kw, lda, B + w * kw, ldb, 0, 0, kw, 1.f, false);
+    rec_mm_tc_block<false, true, 1, 1, (KERNEL & TTT_BF) != 0>(pt + w * 256, 16, A + w * kw, lda, B + w * kw, ldb, 0,
+                                                               0, kw, 1.f, false);
 }
 __device__ __forceinline__ float pt_sum(const float *pt, int t, int j)
 {
@@ -452,12 +461,12 @@ __device__ void fwd_products(bool tc, const ttt_args &a, const fwd_bufs<float *>
 {
     if (!out) return blk_mm<false, false, KERNEL>(tc, s.xz, a.ldr, r.kb, a.ldr, s.W, a.ldw, m, a.K, a.K, 1.f, false);
     qk_w<KERNEL>(tc, a, s.zb, s.xz, r.qs, r.kb, s.W, m);
-    if (pt_split(tc, a, m)) pt_mm<KERNEL>(s.pt, r.qs, a.ldr, r.kb, a.ldr, a.K);
+    if (pt_split<(KERNEL & TTT_BF) != 0>(tc, a, m)) pt_mm<KERNEL>(s.pt, r.qs, a.ldr, r.kb, a.ldr, a.K);
     else blk_mm<false, true, KERNEL>(tc, s.cm, a.ls, r.qs, a.ldr, r.kb, a.ldr, m, m, a.K, a.scale, false);
 }
 
 /* phase 2 (cm only when out) */
-template <int KPL>
+template <int KPL, bool BF>
 __device__ void fwd_rows_phase(bool tc, const ttt_args &a, const fwd_bufs<float *> &s, const fwd_rows &r,
                                const float *hb, int m, bool out)
 {
@@ -466,7 +475,7 @@ __device__ void fwd_rows_phase(bool tc, const ttt_args &a, const fwd_bufs<float 
     inner_grad_row<KPL>(s.xz + i * ldr, hb, r.vb + i * ldr, r.kb + i * ldr, s.w, s.b, a.K, a.eps, s.gz + i * ldr,
                         s.sz + i, nullptr, ok);
     if (!out) return;
-    const bool split = pt_split(tc, a, m);
+    const bool split = pt_split<BF>(tc, a, m);
     for (int p = threadIdx.x; p < m * m; p += blockDim.x) {
         const int t = p / m, j = p - t * m;
         const float at = split ? a.scale * pt_sum(s.pt, t, j) : s.cm[t * ls + j];
@@ -511,7 +520,7 @@ __device__ void fwd_out_rows(const ttt_args &a, const fwd_bufs<float *> &s, cons
 }
 
 /* a block per (b, h): every mini-batch in order, the next one's rows loading */
-template <int KPL>
+template <int KPL, bool BF>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
@@ -529,11 +538,11 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
         if (a.Ws) fwd_save_state(a, s, hb, bh, n);
         rec_sync();
         if (n + 1 < a.nmb) fwd_load(a, fwd_rows_of(s, (n + 1) & 1), bi, h, n + 1, true);
-        fwd_products<TTT_FORWARD>(tc, a, s, r, m, true);
+        fwd_products<TTT_FORWARD + TTT_BF * BF>(tc, a, s, r, m, true);
         __syncthreads();
-        fwd_rows_phase<KPL>(tc, a, s, r, hb, m, true);
+        fwd_rows_phase<KPL, BF>(tc, a, s, r, hb, m, true);
         __syncthreads();
-        fwd_update<TTT_FORWARD>(tc, a, s, r, hb, hbn, m, true, true);
+        fwd_update<TTT_FORWARD + TTT_BF * BF>(tc, a, s, r, hb, hbn, m, true, true);
         __syncthreads();
         fwd_out_rows<KPL>(a, s, r, hb, bi, h, t0, m);
         float *t = hb;   /* every thread swaps: hbn is the state from here */
@@ -544,7 +553,7 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_fwd_kernel(ttt_args a)
 }
 
 /* the split's chain of (b, h) = bh: the states only, the next rows loading */
-template <int KPL>
+template <int KPL, bool BF>
 __device__ void fwd_chain(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int *ready)
 {
     const int bi = bh / a.H, h = bh % a.H;
@@ -562,11 +571,11 @@ __device__ void fwd_chain(const ttt_args &a, const fwd_bufs<float *> &s, int bh,
         rec_sync();
         if (threadIdx.x == 0) atomicExch(ready + bh * (long long)a.nmb + n, 1);   /* W_n, hb_n are out */
         if (n + 1 < a.nmb) fwd_load(a, fwd_rows_of(s, (n + 1) & 1), bi, h, n + 1, false);
-        fwd_products<TTT_FWD_SPLIT>(tc, a, s, r, m, false);
+        fwd_products<TTT_FWD_SPLIT + TTT_BF * BF>(tc, a, s, r, m, false);
         __syncthreads();
-        fwd_rows_phase<KPL>(tc, a, s, r, hb, m, false);
+        fwd_rows_phase<KPL, BF>(tc, a, s, r, hb, m, false);
         __syncthreads();
-        fwd_update<TTT_FWD_SPLIT>(tc, a, s, r, hb, hbn, m, false, true);
+        fwd_update<TTT_FWD_SPLIT + TTT_BF * BF>(tc, a, s, r, hb, hbn, m, false, true);
         __syncthreads();
         float *t = hb;
         hb = hbn, hbn = t;
@@ -577,7 +586,7 @@ __device__ void fwd_chain(const ttt_args &a, const fwd_bufs<float *> &s, int bh,
 
 /* the split's worker task: mini-batch n of (b, h) = bh from its saved start
  * state through to o */
-template <int KPL>
+template <int KPL, bool BF>
 __device__ void fwd_out_task(const ttt_args &a, const fwd_bufs<float *> &s, int bh, int n, int *ready, bool first)
 {
     const int K = a.K, bi = bh / a.H, h = bh % a.H, t0 = n * a.mb, m = min(a.mb, a.T - t0);
@@ -590,31 +599,31 @@ __device__ void fwd_out_task(const ttt_args &a, const fwd_bufs<float *> &s, int 
     ld_state(s.W, a.ldw, a.Ws + bn * K * K, K);
     for (int c = threadIdx.x; c < K; c += blockDim.x) s.hb[c] = a.hbs[bn * K + c];
     rec_sync();
-    fwd_products<TTT_FWD_SPLIT>(tc, a, s, r, m, true);
+    fwd_products<TTT_FWD_SPLIT + TTT_BF * BF>(tc, a, s, r, m, true);
     __syncthreads();
-    fwd_rows_phase<KPL>(tc, a, s, r, s.hb, m, true);
+    fwd_rows_phase<KPL, BF>(tc, a, s, r, s.hb, m, true);
     __syncthreads();
-    fwd_update<TTT_FWD_SPLIT>(tc, a, s, r, s.hb, nullptr, m, true, false);
+    fwd_update<TTT_FWD_SPLIT + TTT_BF * BF>(tc, a, s, r, s.hb, nullptr, m, true, false);
     __syncthreads();
     fwd_out_rows<KPL>(a, s, r, s.hb, bi, h, t0, m);
     __syncthreads();
 }
 
 /* the split: blocks 0 .. B H - 1 are the chains; the rest take mini-batches in order */
-template <int KPL>
+template <int KPL, bool BF>
 __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_fwd_split_kernel(ttt_args a, int *next, int *ready)
 {
     extern __shared__ float sm[];
     __shared__ int task;
     const fwd_bufs<float *> s = fwd_bufs_of(sm, a);
     const int BH = a.B * a.H;
-    if ((int)blockIdx.x < BH) return fwd_chain<KPL>(a, s, blockIdx.x, ready);
+    if ((int)blockIdx.x < BH) return fwd_chain<KPL, BF>(a, s, blockIdx.x, ready);
     for (bool first = true;; first = false) {
         if (threadIdx.x == 0) task = atomicAdd(next, 1);
         __syncthreads();
         const int t = task;
         if (t >= BH * a.nmb) return;
-        fwd_out_task<KPL>(a, s, t % BH, t / BH, ready, first);
+        fwd_out_task<KPL, BF>(a, s, t % BH, t / BH, ready, first);
     }
 }
 
@@ -679,7 +688,7 @@ template <int KPL, int KERNEL>
 __device__ void bwd_inner(bool tc, const ttt_args &a, const bwd_smem &s, int m)
 {
     const int K = a.K, ldr = a.ldr, ls = a.ls;
-    const bool split = pt_split(tc, a, m);
+    const bool split = pt_split<(KERNEL & TTT_BF) != 0>(tc, a, m);
     qk_w<KERNEL>(tc, a, s.xb, s.xz, s.qs, s.kb, s.W, m);
     if (split) pt_mm<KERNEL>(s.pt, s.qs, ldr, s.kb, ldr, K);
     else blk_mm<false, true, KERNEL>(tc, s.at, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
@@ -903,7 +912,7 @@ __device__ void bwd_load_local(const ttt_args &a, const bwd_smem &s, int bi, int
     for (int i = threadIdx.x; i < m; i += blockDim.x) s.eta[i] = a.eta[((long long)bi * a.T + t0 + i) * a.H + h];
 }
 
-template <int KPL>
+template <int KPL, bool BF>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
@@ -913,19 +922,19 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
     bwd_start(a, s, TTT_FUSED, bh);
     for (int n = a.nmb - 1; n >= 0; n--) {
         const int t0 = n * mb, m = min(mb, a.T - t0);
-        const bool tc = a.tc && m % 16 == 0, split = pt_split(tc, a, m);
+        const bool tc = a.tc && m % 16 == 0, split = pt_split<BF>(tc, a, m);
         bwd_load_local(a, s, bi, h, n, m);
         if (a.dk && n + 1 < a.nmb) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0 + mb, min(mb, a.T - t0 - mb));
         rec_sync();
-        bwd_inner<KPL, TTT_FUSED>(tc, a, s, m);
-        bwd_zb<KPL, TTT_FUSED>(tc, a, s, m);
+        bwd_inner<KPL, TTT_FUSED + TTT_BF * BF>(tc, a, s, m);
+        bwd_zb<KPL, TTT_FUSED + TTT_BF * BF>(tc, a, s, m);
         bwd_out_dw_db(a, s, m, s.dwp, s.dbp, true);
         __syncthreads();
         bwd_dzb_rows<KPL>(a, s, m);
         __syncthreads();
         /* D = dZb gz^T; P = k dW' (into dgz) */
-        bwd_d<TTT_FUSED>(split, tc, a, s, m);
-        blk_mm<false, false, TTT_FUSED>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);
+        bwd_d<TTT_FUSED + TTT_BF * BF>(split, tc, a, s, m);
+        blk_mm<false, false, TTT_FUSED + TTT_BF * BF>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);
         __syncthreads();
         const float e = s.eta[m - 1];
         bwd_pg_rows<KPL>(a, s, m, e);
@@ -934,42 +943,42 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_fused_kernel(ttt_args a)
         /* deta; dgz -= cb^T dZb; xb = -e gz dW'^T - ED^T qs (the dk terms through dW'
          * and the dual form); dq = dZb W^T - ED k (into tq) */
         bwd_deta(a, s, bi, h, t0, m, s.pg);
-        blk_mm<true, false, TTT_FUSED>(tc, s.dgz, ldr, s.cb, ls, s.dzb, ldr, m, K, m, -1.f, true);
-        blk_mm<false, true, TTT_FUSED>(tc, s.xb, ldr, s.gz, ldr, s.dW, ldw, m, K, K, -e, false);
-        blk_mm<true, false, TTT_FUSED>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, true);
+        blk_mm<true, false, TTT_FUSED + TTT_BF * BF>(tc, s.dgz, ldr, s.cb, ls, s.dzb, ldr, m, K, m, -1.f, true);
+        blk_mm<false, true, TTT_FUSED + TTT_BF * BF>(tc, s.xb, ldr, s.gz, ldr, s.dW, ldw, m, K, K, -e, false);
+        blk_mm<true, false, TTT_FUSED + TTT_BF * BF>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, true);
         if (a.dq) {
-            blk_mm<false, true, TTT_FUSED>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
-            blk_mm<false, false, TTT_FUSED>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
+            blk_mm<false, true, TTT_FUSED + TTT_BF * BF>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
+            blk_mm<false, false, TTT_FUSED + TTT_BF * BF>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
         }
         __syncthreads();
         bwd_dg_rows<KPL>(a, s, bi, h, t0, m);
         if (a.dq) put_rows(a.dq, s.tq, a.scale, true, a, bi, h, t0, m);
         __syncthreads();
-        bwd_state_grads<TTT_FUSED>(tc, a, s, m);
+        bwd_state_grads<TTT_FUSED + TTT_BF * BF>(tc, a, s, m);
         __syncthreads();
     }
     bwd_finish(a, s, bi, h);
 }
 
 /* the local half of mini-batch n of (b, h) = bh */
-template <int KPL>
+template <int KPL, bool BF>
 __device__ void bwd_local_task(const ttt_args &a, const bwd_smem &s, int bh, int n)
 {
     const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls;
     const int bi = bh / a.H, h = bh % a.H, t0 = n * a.mb, m = min(a.mb, a.T - t0);
-    const bool tc = a.tc && m % 16 == 0, split = pt_split(tc, a, m);
+    const bool tc = a.tc && m % 16 == 0, split = pt_split<BF>(tc, a, m);
 
     bwd_start(a, s, TTT_LOCAL, bh);
     bwd_load_local(a, s, bi, h, n, m);
     rec_sync();
-    bwd_inner<KPL, TTT_LOCAL>(tc, a, s, m);
+    bwd_inner<KPL, TTT_LOCAL + TTT_BF * BF>(tc, a, s, m);
     /* what the serial half reads (nothing below writes these) */
     put_rows(a.xzr, s.xz, 1.f, false, a, bi, h, t0, m), put_rows(a.yr, s.yb, 1.f, false, a, bi, h, t0, m);
     put_rows(a.gzr, s.gz, 1.f, false, a, bi, h, t0, m);
     const long long bn = bh * (long long)a.nmb + n;
     for (int i = threadIdx.x; i < m; i += blockDim.x) a.szr[((long long)bi * a.T + t0 + i) * a.H + h] = s.sz[i];
     for (int p = threadIdx.x; p < m * m; p += blockDim.x) a.cbr[bn * a.mb * a.mb + p] = s.cb[(p / m) * ls + p % m];
-    bwd_zb<KPL, TTT_LOCAL>(tc, a, s, m);
+    bwd_zb<KPL, TTT_LOCAL + TTT_BF * BF>(tc, a, s, m);
     /* into row B + b nmb + n of the partials (the serial kernel's are rows 0 .. B-1) */
     const long long po = ((a.B + (long long)bi * a.nmb + n) * a.H + h) * K;
     bwd_out_dw_db(a, s, m, a.dwp + po, a.dbp + po, false);
@@ -978,31 +987,31 @@ __device__ void bwd_local_task(const ttt_args &a, const bwd_smem &s, int bh, int
     __syncthreads();
     put_rows(a.dzr, s.dzb, 1.f, false, a, bi, h, t0, m);
     /* D = dZb gz^T; dq's first term dZb W^T */
-    bwd_d<TTT_LOCAL>(split, tc, a, s, m);
-    if (a.dq) blk_mm<false, true, TTT_LOCAL>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
+    bwd_d<TTT_LOCAL + TTT_BF * BF>(split, tc, a, s, m);
+    if (a.dq) blk_mm<false, true, TTT_LOCAL + TTT_BF * BF>(tc, s.tq, ldr, s.dzb, ldr, s.W, ldw, m, K, K, 1.f, false);
     __syncthreads();
     bwd_mask_d(split, a, s, m);
     __syncthreads();
     /* deta but for the serial pg term; dq = dZb W^T - ED k; the dual form's dk term -ED^T qs (into xb) */
     bwd_deta(a, s, bi, h, t0, m, nullptr);
-    if (a.dq) blk_mm<false, false, TTT_LOCAL>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
-    if (a.dk) blk_mm<true, false, TTT_LOCAL>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, false);
+    if (a.dq) blk_mm<false, false, TTT_LOCAL + TTT_BF * BF>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
+    if (a.dk) blk_mm<true, false, TTT_LOCAL + TTT_BF * BF>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, false);
     __syncthreads();
     if (a.dq) put_rows(a.dq, s.tq, a.scale, true, a, bi, h, t0, m);
     if (a.dk) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0, m);
 }
 
 /* the local halves, a block per mini-batch (block index (b h) nmb + n) */
-template <int KPL>
+template <int KPL, bool BF>
 __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_local_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    bwd_local_task<KPL>(a, bwd_bufs_of(sm, a, TTT_LOCAL), blockIdx.x / a.nmb, blockIdx.x % a.nmb);
+    bwd_local_task<KPL, BF>(a, bwd_bufs_of(sm, a, TTT_LOCAL), blockIdx.x / a.nmb, blockIdx.x % a.nmb);
 }
 
 /* the serial halves of (b, h) = bh, mini-batches in reverse; with ready,
  * each waits for its local half's flag (ready[bh nmb + n] set) */
-template <int KPL>
+template <int KPL, bool BF>
 __device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, int *ready)
 {
     const int K = a.K, ldr = a.ldr, ldw = a.ldw, ls = a.ls, mb = a.mb, bi = bh / a.H, h = bh % a.H;
@@ -1022,7 +1031,7 @@ __device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, i
         for (int i = threadIdx.x; i < m; i += blockDim.x) s.sz[i] = a.szr[((long long)bi * a.T + t0 + i) * a.H + h];
         for (int p = threadIdx.x; p < m * m; p += blockDim.x) s.cb[(p / m) * ls + p % m] = a.cbr[bn * mb * mb + p];
         rec_sync();
-        blk_mm<false, false, TTT_SERIAL>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);   /* P = k dW' */
+        blk_mm<false, false, TTT_SERIAL + TTT_BF * BF>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);   /* P = k dW' */
         __syncthreads();
         bwd_pg_rows<KPL>(a, s, m, e);
         __syncthreads();
@@ -1032,22 +1041,22 @@ __device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, i
             for (int j = 0; j < m; j++) x -= s.pg[j];
             a.deta[((long long)bi * a.T + t0 + m - 1) * a.H + h] += x;
         }
-        blk_mm<true, false, TTT_SERIAL>(tc, s.dgz, ldr, s.cb, ls, s.dzb, ldr, m, K, m, -1.f, true);
-        blk_mm<false, true, TTT_SERIAL>(tc, s.xb, ldr, s.gz, ldr, s.dW, ldw, m, K, K, -e, false);
+        blk_mm<true, false, TTT_SERIAL + TTT_BF * BF>(tc, s.dgz, ldr, s.cb, ls, s.dzb, ldr, m, K, m, -1.f, true);
+        blk_mm<false, true, TTT_SERIAL + TTT_BF * BF>(tc, s.xb, ldr, s.gz, ldr, s.dW, ldw, m, K, K, -e, false);
         __syncthreads();
         bwd_dg_rows<KPL>(a, s, bi, h, t0, m);
         __syncthreads();
-        bwd_state_grads<TTT_SERIAL>(tc, a, s, m);
+        bwd_state_grads<TTT_SERIAL + TTT_BF * BF>(tc, a, s, m);
         __syncthreads();
     }
     bwd_finish(a, s, bi, h);
 }
 
-template <int KPL>
+template <int KPL, bool BF>
 __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
 {
     extern __shared__ float sm[];
-    bwd_serial_chain<KPL>(a, bwd_bufs_of(sm, a, TTT_SERIAL), blockIdx.x, nullptr);
+    bwd_serial_chain<KPL, BF>(a, bwd_bufs_of(sm, a, TTT_SERIAL), blockIdx.x, nullptr);
 }
 
 /* Both halves in one cooperative launch, every block resident: blocks 0 ..
@@ -1057,13 +1066,13 @@ __global__ void __launch_bounds__(TTT_THREADS) ttt_bwd_serial_kernel(ttt_args a)
  * chains wait only for work that resident blocks are doing, so they cannot
  * deadlock; and the local halves run beside the chains instead of before
  * them. */
-template <int KPL>
+template <int KPL, bool BF>
 __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_overlap_kernel(ttt_args a, int *next, int *ready)
 {
     extern __shared__ float sm[];
     __shared__ int task;
     const int BH = a.B * a.H;
-    if ((int)blockIdx.x < BH) return bwd_serial_chain<KPL>(a, bwd_bufs_of(sm, a, TTT_SERIAL), blockIdx.x, ready);
+    if ((int)blockIdx.x < BH) return bwd_serial_chain<KPL, BF>(a, bwd_bufs_of(sm, a, TTT_SERIAL), blockIdx.x, ready);
     const bwd_smem s = bwd_bufs_of(sm, a, TTT_LOCAL);
     for (;;) {
         if (threadIdx.x == 0) task = atomicAdd(next, 1);
@@ -1071,7 +1080,7 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_bwd_overlap_kernel(ttt_arg
         const int t = task;
         if (t >= BH * a.nmb) return;
         const int bh = t % BH, n = a.nmb - 1 - t / BH;
-        bwd_local_task<KPL>(a, s, bh, n);
+        bwd_local_task<KPL, BF>(a, s, bh, n);
         __threadfence();   /* this thread's writes are visible to the GPU before the flag */
         __syncthreads();
         if (threadIdx.x == 0) atomicExch(ready + (long long)bh * a.nmb + n, 1);
@@ -1182,7 +1191,7 @@ static int *coop_flags(pr_ctx *ctx, cudaStream_t st, const ttt_args &a)
     return flags;
 }
 
-template <int KPL>
+template <int KPL, bool BF>
 static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
 {
     auto bytes_of = [&](int kind) { return bwd_bufs_of<size_t>(0, a, kind).floats * sizeof(float); };
@@ -1192,23 +1201,30 @@ static void launch_bwd(const ttt_args &a, cudaStream_t st, int plan, int *flags)
         PR_CUDA_LAUNCH_CHECK();
     };
     const long long bh = (long long)a.B * a.H;
-    if (plan == PLAN_FUSED) return launch(ttt_bwd_fused_kernel<KPL>, TTT_FUSED, bh);
+    if (plan == PLAN_FUSED) return launch(ttt_bwd_fused_kernel<KPL, BF>, TTT_FUSED, bh);
     if (plan == PLAN_SPLIT) {
-        launch(ttt_bwd_local_kernel<KPL>, TTT_LOCAL, bh * a.nmb);
-        return launch(ttt_bwd_serial_kernel<KPL>, TTT_SERIAL, bh);
+        launch(ttt_bwd_local_kernel<KPL, BF>, TTT_LOCAL, bh * a.nmb);
+        return launch(ttt_bwd_serial_kernel<KPL, BF>, TTT_SERIAL, bh);
     }
-    launch_coop(ttt_bwd_overlap_kernel<KPL>, std::max(bytes_of(TTT_LOCAL), bytes_of(TTT_SERIAL)), a, st, flags);
+    launch_coop(ttt_bwd_overlap_kernel<KPL, BF>, std::max(bytes_of(TTT_LOCAL), bytes_of(TTT_SERIAL)), a, st, flags);
 }
 
-template <int KPL>
+template <int KPL, bool BF>
 static void launch_fwd(const ttt_args &a, cudaStream_t st, int *flags)
 {
     const size_t bytes = fwd_bufs_of<size_t>(0, a).floats * sizeof(float);
-    if (flags) return launch_coop(ttt_fwd_split_kernel<KPL>, bytes, a, st, flags);
-    ttt_smem((const void *)ttt_fwd_kernel<KPL>, bytes, a);
-    ttt_fwd_kernel<KPL><<<a.B * a.H, TTT_THREADS, bytes, st>>>(a);
+    if (flags) return launch_coop(ttt_fwd_split_kernel<KPL, BF>, bytes, a, st, flags);
+    ttt_smem((const void *)ttt_fwd_kernel<KPL, BF>, bytes, a);
+    ttt_fwd_kernel<KPL, BF><<<a.B * a.H, TTT_THREADS, bytes, st>>>(a);
     PR_CUDA_LAUNCH_CHECK();
 }
+
+/* the kernels' BF instances (bf16 mma.sync products): bf16 data with
+ * tensor cores on, for K > 64 (the kernels of 8 keys a lane, the benchmark's
+ * K = 128): one more instance of each kernel instead of three; smaller K
+ * keeps TF32 on bf16 data. Not a field of ttt_args: a wider argument block
+ * moved the f32 kernels' parameters and cost them 0.1 ms at size 1. */
+static bool ttt_bf(const ttt_args &a, const pr_node *n) { return a.tc && a.K > 64 && n->in[0]->dtype == PR_BF16; }
 
 extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
@@ -1218,9 +1234,10 @@ extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
     if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
     /* split where the backward overlaps, and the states are saved anyway */
     int *flags = a.Ws && plan_bwd(a.B, a.H).kind == PLAN_OVERLAP ? coop_flags(ctx, st, a) : nullptr;
-    if (a.K <= 32) launch_fwd<2>(a, st, flags);
-    else if (a.K <= 64) launch_fwd<4>(a, st, flags);
-    else launch_fwd<8>(a, st, flags);
+    if (ttt_bf(a, n)) launch_fwd<8, true>(a, st, flags);
+    else if (a.K <= 32) launch_fwd<2, false>(a, st, flags);
+    else if (a.K <= 64) launch_fwd<4, false>(a, st, flags);
+    else launch_fwd<8, false>(a, st, flags);
     ttk_f32_done(st, n->out[0], a.o, false);
 }
 
@@ -1249,9 +1266,10 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
         a.cbr = (float *)pr_empty(ctx->step, PR_F32, PR_CUDA, 2, cbs)->data;
     }
     if (plan == PLAN_OVERLAP) flags = coop_flags(ctx, st, a);
-    if (a.K <= 32) launch_bwd<2>(a, st, plan, flags);
-    else if (a.K <= 64) launch_bwd<4>(a, st, plan, flags);
-    else launch_bwd<8>(a, st, plan, flags);
+    if (ttt_bf(a, n)) launch_bwd<8, true>(a, st, plan, flags);
+    else if (a.K <= 32) launch_bwd<2, false>(a, st, plan, flags);
+    else if (a.K <= 64) launch_bwd<4, false>(a, st, plan, flags);
+    else launch_bwd<8, false>(a, st, plan, flags);
     ttk_add_dw_db(st, n, a.dwp, a.dbp, np, a.H, a.K);
     ttk_f32_done(st, gq, a.dq, true), ttk_f32_done(st, gk, a.dk, true), ttk_f32_done(st, gv, a.dv, true);
     ttk_f32_done(st, geta, a.deta, true);

@@ -11,8 +11,8 @@
  * T need not be a multiple of mini_batch: the last mini-batch is shorter and
  * its last token's eta moves the state. CPU: f32, f64 and bf16 (computed in
  * double). CUDA: f32 and bf16 (computed in f32; with ctx->matmul_tf32 the
- * products of mini-batches whose sizes are multiples of 16 use TF32 tensor
- * cores), K <= 128, and about (2K(K+4) + 9 mini_batch (K+4)) floats of shared
+ * products of mini-batches whose sizes are multiples of 16 use tensor cores:
+ * TF32, or bf16 ones on bf16 data at K > 64), K <= 128, and about (2K(K+4) + 9 mini_batch (K+4)) floats of shared
  * memory per (b,h) (K = 128 with mini_batch 16 fits an H100/H200). Where B H
  * would leave most SMs idle (long sequences at a small batch) the backward
  * runs split: a block per mini-batch beside the serial chain over them

@@ -17,7 +17,9 @@
  * against the CPU in f64 on the same rounded values: every output and grad
  * in its dtype, within its one rounding (bf16 2^-8 of max|ref|, three for
  * the grads, which three backward passes round) plus the f32 kernels'
- * 1e-4. Every CUDA case runs the three plans of the backward
+ * 1e-4; with tensor cores on, plus 2e-3 for TF32 products (K=64) or 8e-3
+ * for bf16 ones (K=128: operands rounded to bf16, 4x TF32's rounding).
+ * Every CUDA case runs the three plans of the backward
  * (PRISM_TTT_SPLIT=0: fused; 1: a local kernel per mini-batch, then the
  * serial one; 2: both in one cooperative launch), each
  * against the CPU and bit-identical on a rerun; an unknown plan is fatal. A last case
@@ -33,6 +35,7 @@
  * sums of K + 2 mb such products through two LayerNorms and the mini-batches'
  * chain of states */
 #define TF32_TOL 2e-3
+#define BF16_MM_TOL 8e-3
 
 /* copies of src (f64, CPU) in dt on dev; forward; the three backward passes
  * (input grads accumulate over them) seeded with g (f64, CPU); host copies */
@@ -154,10 +157,13 @@ static run_out run_as_is(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *const *
     return r;
 }
 
-static void bf16_case(int B, int T, int H, int K, int mb)
+static void bf16_case(int B, int T, int H, int K, int mb, int tf32)
 {
     PR_SKIP_WITHOUT_CUDA();
     pr_ctx *ctx = pr_ctx_new(0);
+    /* the kernels' own error: fp32 products, TF32 ones, or (K > 64) bf16 ones,
+     * whose operands round 4x coarser than TF32's */
+    const double mm_tol = !tf32 ? 1e-4 : K > 64 ? BF16_MM_TOL : TF32_TOL;
     pr_tensor *raw[NIN], *raw_g[3], *ref[NIN], *gpu[NIN], *gref[3], *ggpu[3];
     random_inputs(ctx, 300 + (uint64_t)(T * 7 + K), B, T, H, K, true, raw, raw_g);
     for (int i = 0; i < NIN; i++) {
@@ -171,21 +177,23 @@ static void bf16_case(int B, int T, int H, int K, int mb)
     }
     const pr_ttt_opts opt = {.mini_batch = mb, .eps = 1e-6};
     run_out want = run_as_is(ctx, &opt, ref, gref);
+    ctx->matmul_tf32 = tf32;
     for (int plan = 0; plan < NPLANS; plan++) {
         use_plan(plan);
         run_out got = run_as_is(ctx, &opt, gpu, ggpu), again = run_as_is(ctx, &opt, gpu, ggpu);
         char what[80];
-        snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d bf16 data %s", B, T, H, K, mb, plan_names[plan]);
+        snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d bf16 data%s %s", B, T, H, K, mb, tf32 ? " tf32" : "",
+                 plan_names[plan]);
         static const char *outs[3] = {"o", "ht", "hbt"};
         for (int i = 0; i < 3; i++) {
-            const double e = rel_err(got.out[i], want.out[i], want.n_out[i]), tol = (i == 0 ? 0x1p-8 : 0) + 1e-4;
+            const double e = rel_err(got.out[i], want.out[i], want.n_out[i]), tol = (i == 0 ? 0x1p-8 : 0) + mm_tol;
             fprintf(stderr, "  %s %-4s rel_err %.2e\n", what, outs[i], e);
             if (!(e <= tol)) fail_msg("%s: %s rel_err %.3g > %.3g", what, outs[i], e, tol);
             assert_memory_equal(got.out[i], again.out[i], sizeof(double) * (size_t)got.n_out[i]);
         }
         for (int i = 0; i < NIN; i++) {
             const double e = rel_err(got.d[i], want.d[i], want.n[i]);
-            const double tol = (bf16_dtype(i) == PR_BF16 ? 3 * 0x1p-8 : 0) + 1e-4;
+            const double tol = (bf16_dtype(i) == PR_BF16 ? 3 * 0x1p-8 : 0) + mm_tol;
             fprintf(stderr, "  %s d%-3s rel_err %.2e\n", what, in_names[i], e);
             if (!(e <= tol)) fail_msg("%s: d%s rel_err %.3g > %.3g", what, in_names[i], e, tol);
             assert_memory_equal(got.d[i], again.d[i], sizeof(double) * (size_t)got.n[i]);
@@ -197,8 +205,12 @@ static void bf16_case(int B, int T, int H, int K, int mb)
     pr_ctx_free(ctx);
 }
 
-static void test_bf16_k64(void **s) { (void)s, bf16_case(2, 37, 2, 64, 16); }
-static void test_bf16_odd(void **s) { (void)s, bf16_case(1, 13, 2, 5, 5); }
+static void test_bf16_k64(void **s) { (void)s, bf16_case(2, 37, 2, 64, 16, 0); }
+static void test_bf16_odd(void **s) { (void)s, bf16_case(1, 13, 2, 5, 5, 0); }
+/* tensor cores on: TF32 products at K = 64, bf16 ones at K = 128 (a partial
+ * last mini-batch in both) */
+static void test_bf16_tf32_k64(void **s) { (void)s, bf16_case(2, 37, 2, 64, 16, 1); }
+static void test_bf16_k128_bf16mm(void **s) { (void)s, bf16_case(1, 40, 2, 128, 16, 1); }
 
 static void test_limits(void **s)
 {
@@ -284,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_tf32_k64),          cmocka_unit_test(test_tf32_k128),
         cmocka_unit_test(test_tf32_mb32),         cmocka_unit_test(test_tf32_odd_k),
         cmocka_unit_test(test_bf16_k64),          cmocka_unit_test(test_bf16_odd),
+        cmocka_unit_test(test_bf16_tf32_k64),     cmocka_unit_test(test_bf16_k128_bf16mm),
         cmocka_unit_test(test_timing),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));

@@ -23,8 +23,8 @@
  * faster, NOTES.md), unless --chunks says otherwise.
  * bf16 (on the GPU by default beside f32; --dtype picks one): q, k, v,
  * beta, kx, vx, o and do in bf16 (g, h0, ht, dht f32), tensor cores on (the
- * recurrence's chunked products then run as bf16 mma, TTT-Linear's as
- * TF32), one row under each chunked TF32 row. Every chunked row also gives "x fla", its
+ * chunked and mini-batch products then run as bf16 mma), one row under each
+ * chunked TF32 row. Every chunked row also gives "x fla", its
  * f+b time over flash-linear-attention's bf16 figure for the rule and size
  * (issue 13's table, one H200 run), and GB/s: the bytes a forward+backward
  * must move at least (fb_bytes) over the f+b time.
@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data),\n"
-            "TTT-Linear (mini-batch 16: TF32 and fp32 on f32 data, TF32 on bf16 data; mini-batch 1 as its\n"
+            "TTT-Linear (mini-batch 16: TF32 and fp32 on f32 data, bf16 on bf16 data; mini-batch 1 as its\n"
             "serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1), forward and\n"
             "forward+backward, at B=8 T=2048 H=16 K=V=128 (size 1) and B=2 T=8192 H=16 K=V=128 (size 2),\n"
             "f32 and bf16 data, on the GPU. Prints ms,\n"
