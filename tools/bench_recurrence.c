@@ -384,7 +384,7 @@ static double ttt_macs(const bench_size *s, int mb)
 
 /* TTT-Linear at one size: mini-batch 16 (fla's form) on f32 data with TF32
  * and with fp32 products, on bf16 data (q, k, v, eta, o; ops/ttt_linear.h)
- * with TF32, and mini-batch 1 (token by token: the serial baseline),
+ * with tensor cores on (bf16 products), and mini-batch 1 (token by token: the serial baseline),
  * forward and forward + the CUDA backward */
 static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, double peak, int warm, int reps)
 {
