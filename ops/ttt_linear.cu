@@ -55,11 +55,12 @@ struct ttt_args {
  * caller's generic pointer turned every kernel's products into generic
  * loads (NOTES.md v15). */
 enum { TTT_FORWARD, TTT_FUSED, TTT_LOCAL, TTT_SERIAL, TTT_FWD_SPLIT };
-/* added to a kernel's KERNEL in its BF instance (bf16 data with TF32 on,
- * ttt_args.bf): its tensor-core products run as bf16 mma.sync m16n8k16.
- * An instance of its own, not a branch: both tile paths in one kernel took
- * every kernel to 255 registers and spills */
+/* added to a kernel's KERNEL in its BF instance (bf16 data with tensor
+ * cores on: ttt_bf): its tensor-core products run as bf16 mma.sync
+ * m16n8k16. An instance of its own, not a branch: both tile paths in one
+ * kernel took every kernel to 255 registers and spills */
 #define TTT_BF 8
+constexpr bool ttt_bf_kernel(int kernel) { return (kernel & TTT_BF) != 0; }
 
 /* Shared-memory layout: when K % 4 == 0 every buffer starts on 16 bytes and
  * the row strides are K + 4 (W's ldw, the [mbp, K] row buffers' ldr) and
@@ -88,7 +89,7 @@ __device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, 
 {
     static_assert(TTT_THREADS == PR_REC_THREADS, "the recurrence's products divide blocks among PR_REC_WARPS warps");
     if (tc) {   /* 16x32 warp blocks where there are enough, else 16x16 (32x32 ones spilled registers) */
-        constexpr bool BF = (KERNEL & TTT_BF) != 0;   /* tc: M, N, Kd multiples of 16 */
+        constexpr bool BF = ttt_bf_kernel(KERNEL);   /* tc: M, N, Kd multiples of 16 */
         if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
             return rec_mm_tc_tiles<TA, TB, 1, 2, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
         return rec_mm_tc_tiles<TA, TB, 1, 1, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
@@ -320,7 +321,7 @@ template <int KERNEL>
 __device__ __noinline__ void pt_mm(float *pt, const float *A, int lda, const float *B, int ldb, int K)
 {
     const int w = threadIdx.x >> 5, kw = K / PR_REC_WARPS;
-    rec_mm_tc_block<false, true, 1, 1, (KERNEL & TTT_BF) != 0>(pt + w * 256, 16, A + w * kw, lda, B + w * kw, ldb, 0,
+    rec_mm_tc_block<false, true, 1, 1, ttt_bf_kernel(KERNEL)>(pt + w * 256, 16, A + w * kw, lda, B + w * kw, ldb, 0,
                                                                0, kw, 1.f, false);
 }
 __device__ __forceinline__ float pt_sum(const float *pt, int t, int j)
@@ -461,7 +462,7 @@ __device__ void fwd_products(bool tc, const ttt_args &a, const fwd_bufs<float *>
 {
     if (!out) return blk_mm<false, false, KERNEL>(tc, s.xz, a.ldr, r.kb, a.ldr, s.W, a.ldw, m, a.K, a.K, 1.f, false);
     qk_w<KERNEL>(tc, a, s.zb, s.xz, r.qs, r.kb, s.W, m);
-    if (pt_split<(KERNEL & TTT_BF) != 0>(tc, a, m)) pt_mm<KERNEL>(s.pt, r.qs, a.ldr, r.kb, a.ldr, a.K);
+    if (pt_split<ttt_bf_kernel(KERNEL)>(tc, a, m)) pt_mm<KERNEL>(s.pt, r.qs, a.ldr, r.kb, a.ldr, a.K);
     else blk_mm<false, true, KERNEL>(tc, s.cm, a.ls, r.qs, a.ldr, r.kb, a.ldr, m, m, a.K, a.scale, false);
 }
 
@@ -688,7 +689,7 @@ template <int KPL, int KERNEL>
 __device__ void bwd_inner(bool tc, const ttt_args &a, const bwd_smem &s, int m)
 {
     const int K = a.K, ldr = a.ldr, ls = a.ls;
-    const bool split = pt_split<(KERNEL & TTT_BF) != 0>(tc, a, m);
+    const bool split = pt_split<ttt_bf_kernel(KERNEL)>(tc, a, m);
     qk_w<KERNEL>(tc, a, s.xb, s.xz, s.qs, s.kb, s.W, m);
     if (split) pt_mm<KERNEL>(s.pt, s.qs, ldr, s.kb, ldr, K);
     else blk_mm<false, true, KERNEL>(tc, s.at, ls, s.qs, ldr, s.kb, ldr, m, m, K, a.scale, false);
@@ -995,7 +996,8 @@ __device__ void bwd_local_task(const ttt_args &a, const bwd_smem &s, int bh, int
     /* deta but for the serial pg term; dq = dZb W^T - ED k; the dual form's dk term -ED^T qs (into xb) */
     bwd_deta(a, s, bi, h, t0, m, nullptr);
     if (a.dq) blk_mm<false, false, TTT_LOCAL + TTT_BF * BF>(tc, s.tq, ldr, s.ED, ls, s.kb, ldr, m, K, m, -1.f, true);
-    if (a.dk) blk_mm<true, false, TTT_LOCAL + TTT_BF * BF>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, false);
+    if (a.dk)
+        blk_mm<true, false, TTT_LOCAL + TTT_BF * BF>(tc, s.xb, ldr, s.ED, ls, s.qs, ldr, m, K, m, -a.scale, false);
     __syncthreads();
     if (a.dq) put_rows(a.dq, s.tq, a.scale, true, a, bi, h, t0, m);
     if (a.dk) put_rows(a.dk, s.xb, 1.f, true, a, bi, h, t0, m);
@@ -1031,7 +1033,8 @@ __device__ void bwd_serial_chain(const ttt_args &a, const bwd_smem &s, int bh, i
         for (int i = threadIdx.x; i < m; i += blockDim.x) s.sz[i] = a.szr[((long long)bi * a.T + t0 + i) * a.H + h];
         for (int p = threadIdx.x; p < m * m; p += blockDim.x) s.cb[(p / m) * ls + p % m] = a.cbr[bn * mb * mb + p];
         rec_sync();
-        blk_mm<false, false, TTT_SERIAL + TTT_BF * BF>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);   /* P = k dW' */
+        /* P = k dW' */
+        blk_mm<false, false, TTT_SERIAL + TTT_BF * BF>(tc, s.dgz, ldr, s.kb, ldr, s.dW, ldw, m, K, K, 1.f, false);
         __syncthreads();
         bwd_pg_rows<KPL>(a, s, m, e);
         __syncthreads();

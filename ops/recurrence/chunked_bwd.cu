@@ -461,7 +461,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
             rec_ld_tile(sA + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K, cp.nval,
                         K, p.vec);
         rec_sync();
-        rec_mm<false, false, BF>(p, sO, LDK, dMx + l0 * C, LDX, sA, LDK, C, Kp, nl * C, 1.f, false); /* sum_l dKKX_l KX_l */
+        /* sum_l dKKX_l KX_l */
+        rec_mm<false, false, BF>(p, sO, LDK, dMx + l0 * C, LDX, sA, LDK, C, Kp, nl * C, 1.f, false);
         rec_sync();
         if (p.has_g) rec_row_dots(dG, Ks, LDK, sO, LDK, C, Kp, 1.f, true);
         REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sO[t * LDK + i];
