@@ -205,10 +205,26 @@ __device__ __forceinline__ unsigned rec_tf32(float x)
     return r;
 }
 
+/* four 8x4 f32 blocks from shared memory in one instruction: lane l gives
+ * the address of row l % 8 of block l / 8 (16 bytes, 16-byte aligned) and
+ * receives word l % 4 of row l / 4 of each block, which is the TF32
+ * fragment's (g, t) element. ldmatrix moves 16-bit pairs; a 32-bit word is
+ * one pair, so the f32 bits arrive unchanged. */
+__device__ __forceinline__ void rec_ldsm_x4(unsigned (&r)[4], const float *row)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 /* d += a b, one m16n8k16 bf16 tensor-core product with f32 accumulators.
- * Fragments as rec_mma_tf32's, each register two bf16 along k (the lower k
- * in the low half): a = A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];
- * b = B[2t..][g], B[2t+8..][g]. */
+ * Fragments as rec_mm_tc_block loads them: each register two bf16, the
+ * low half k = t and the high half k = t + 4 (a permutation of the 16 k of
+ * a step, the same for A and B, so the sum is the same): a = A[g][t, t+4],
+ * A[g+8][t, t+4], A[g][t+8, t+12], A[g+8][t+8, t+12]; b = B[t, t+4][g],
+ * B[t+8, t+12][g]. With it a bf16 fragment is two TF32 ones converted in
+ * pairs, and ldmatrix serves both. */
 __device__ __forceinline__ void rec_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -224,22 +240,20 @@ __device__ __forceinline__ unsigned rec_bf16x2(float lo, float hi)
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-/* the pair (p[0], p[s]) as bf16: one 8-byte load when the two are adjacent */
-template <bool ADJ> __device__ __forceinline__ unsigned rec_ld_bf16x2(const float *p, int s)
+__device__ __forceinline__ unsigned rec_bf16x2(unsigned lo, unsigned hi)
 {
-    if constexpr (ADJ) {
-        const float2 x = *reinterpret_cast<const float2 *>(p);
-        return rec_bf16x2(x.x, x.y);
-    }
-    return rec_bf16x2(p[0], p[s]);
+    return rec_bf16x2(__uint_as_float(lo), __uint_as_float(hi));
 }
 
 /* one k-step's fragments of a warp's (16 FM) x (16 FN) block: A rows i*16, B
- * columns j*8. pa, pb: this lane's element of the step's first fragment;
- * ai, bj: pointer steps between fragments; a8 (row + 8), a4 (k + 4 for TF32,
- * k + 8 for bf16), b4 (likewise for B), a1 and b1 (k + 1, bf16 only): steps
- * inside one. Plain shared-memory loads (ld.shared: the pointers come from
- * the kernel's shared array), converted to TF32 or bf16 once here. */
+ * columns j*8. Operands whose rows run along k (A untransposed, B
+ * transposed) come by ldmatrix: pa or pb is this lane's row address, one
+ * instruction brings an A fragment or two B ones (TF32; bf16 takes two, k
+ * and k + 8), converted here. The others are read element by element: pa,
+ * pb point at this lane's first element; ai, bj: pointer steps between
+ * fragments; a8 (row + 8), a4 (k + 4 for TF32, k + 8 for bf16), a1 (k + 4,
+ * bf16's pair), likewise b4 and b1. All plain shared-memory loads (the
+ * pointers come from the kernel's shared array). */
 template <int FM, int FN, bool BF, bool TA, bool TB>
 __device__ __forceinline__ void rec_mm_frags(unsigned (&fa)[FM][4], unsigned (&fb)[2 * FN][2], const float *pa,
                                              const float *pb, int ai, int a8, int a4, int a1, int bj, int b4, int b1)
@@ -247,11 +261,20 @@ __device__ __forceinline__ void rec_mm_frags(unsigned (&fa)[FM][4], unsigned (&f
 #pragma unroll
     for (int i = 0; i < FM; i++) {
         const float *q = pa + i * ai;
-        if constexpr (BF) {
-            fa[i][0] = rec_ld_bf16x2<!TA>(q, a1);
-            fa[i][1] = rec_ld_bf16x2<!TA>(q + a8, a1);
-            fa[i][2] = rec_ld_bf16x2<!TA>(q + a4, a1);
-            fa[i][3] = rec_ld_bf16x2<!TA>(q + a8 + a4, a1);
+        if constexpr (!TA && BF) { /* (g, t) (g+8, t) (g, t+4) (g+8, t+4), then k + 8 */
+            unsigned r[4], r8[4];
+            rec_ldsm_x4(r, q), rec_ldsm_x4(r8, q + 8);
+            fa[i][0] = rec_bf16x2(r[0], r[2]), fa[i][1] = rec_bf16x2(r[1], r[3]);
+            fa[i][2] = rec_bf16x2(r8[0], r8[2]), fa[i][3] = rec_bf16x2(r8[1], r8[3]);
+        } else if constexpr (!TA) {
+            rec_ldsm_x4(fa[i], q);
+#pragma unroll
+            for (int e = 0; e < 4; e++) fa[i][e] = rec_tf32(__uint_as_float(fa[i][e]));
+        } else if constexpr (BF) {
+            fa[i][0] = rec_bf16x2(q[0], q[a1]);
+            fa[i][1] = rec_bf16x2(q[a8], q[a8 + a1]);
+            fa[i][2] = rec_bf16x2(q[a4], q[a4 + a1]);
+            fa[i][3] = rec_bf16x2(q[a8 + a4], q[a8 + a4 + a1]);
         } else {
             fa[i][0] = rec_tf32(q[0]);
             fa[i][1] = rec_tf32(q[a8]);
@@ -260,14 +283,30 @@ __device__ __forceinline__ void rec_mm_frags(unsigned (&fa)[FM][4], unsigned (&f
         }
     }
 #pragma unroll
-    for (int j = 0; j < 2 * FN; j++) {
+    for (int j = 0; j < 2 * FN; j += 2) {
         const float *q = pb + j * bj;
-        if constexpr (BF) {
-            fb[j][0] = rec_ld_bf16x2<TB>(q, b1);
-            fb[j][1] = rec_ld_bf16x2<TB>(q + b4, b1);
+        if constexpr (TB && BF) { /* (g, t) (g, t+4) (8+g, t) (8+g, t+4), then k + 8 */
+            unsigned r[4], r8[4];
+            rec_ldsm_x4(r, q), rec_ldsm_x4(r8, q + 8);
+            fb[j][0] = rec_bf16x2(r[0], r[1]), fb[j + 1][0] = rec_bf16x2(r[2], r[3]);
+            fb[j][1] = rec_bf16x2(r8[0], r8[1]), fb[j + 1][1] = rec_bf16x2(r8[2], r8[3]);
+        } else if constexpr (TB) {
+            unsigned r[4];
+            rec_ldsm_x4(r, q);
+            fb[j][0] = rec_tf32(__uint_as_float(r[0])), fb[j][1] = rec_tf32(__uint_as_float(r[1]));
+            fb[j + 1][0] = rec_tf32(__uint_as_float(r[2])), fb[j + 1][1] = rec_tf32(__uint_as_float(r[3]));
         } else {
-            fb[j][0] = rec_tf32(q[0]);
-            fb[j][1] = rec_tf32(q[b4]);
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const float *w = q + u * bj;
+                if constexpr (BF) {
+                    fb[j + u][0] = rec_bf16x2(w[0], w[b1]);
+                    fb[j + u][1] = rec_bf16x2(w[b4], w[b4 + b1]);
+                } else {
+                    fb[j + u][0] = rec_tf32(w[0]);
+                    fb[j + u][1] = rec_tf32(w[b4]);
+                }
+            }
         }
     }
 }
@@ -291,21 +330,26 @@ __device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const uns
  * has only two products a k-step, each waiting on its previous k-step's
  * result: there the odd k-steps sum into a second set of accumulators (added
  * at the end), which halves that chain of dependent products (NOTES.md v12).
- * BF needs Kd a multiple of 16 and, where a pair along k is adjacent (A not
- * TA, B TB), 8-byte aligned rows. One warp's block at (m0, n0): */
+ * BF needs Kd a multiple of 16. ldmatrix reads 16-byte rows: the leading
+ * dims and arrays as above (multiples of 4 floats, 32-byte aligned) keep
+ * them aligned. One warp's block at (m0, n0): */
 template <bool TA, bool TB, int FM, int FN, bool BF = false>
 __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                                 int m0, int n0, int Kd, float alpha, bool acc)
 {
     constexpr int NJ = 2 * FN, KS = BF ? 16 : 8, KH = KS / 2;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, tk = BF ? 2 * t : t;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     /* element steps: between A fragments (16 rows), inside one (row + 8, k + KH,
-     * k + 1), per k-step (k + KS); likewise for B (8 columns, k + KH, k + 1, k + KS) */
-    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? KH * lda : KH, a1 = TA ? lda : 1;
+     * k + 4), per k-step (k + KS); likewise for B (8 columns, k + KH, k + 4, k + KS) */
+    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? KH * lda : KH, a1 = TA ? 4 * lda : 4;
     const int ak = TA ? KS * lda : KS;
-    const int bj = TB ? 8 * ldb : 8, b4 = TB ? KH : KH * ldb, b1 = TB ? 1 : ldb, bk = TB ? KS : KS * ldb;
-    const float *pa = TA ? A + tk * lda + m0 + g : A + (m0 + g) * lda + tk;
-    const float *pb = TB ? B + (n0 + g) * ldb + tk : B + tk * ldb + n0 + g;
+    const int bj = TB ? 8 * ldb : 8, b4 = TB ? KH : KH * ldb, b1 = TB ? 4 : 4 * ldb, bk = TB ? KS : KS * ldb;
+    /* ldmatrix row addresses (rec_mm_frags) where rows run along k: A's four
+     * blocks are (rows 0-7, k 0-3), (8-15, 0-3), (0-7, 4-7), (8-15, 4-7); B's
+     * (columns 0-7, k 0-3), (0-7, 4-7), (8-15, 0-3), (8-15, 4-7), the last two
+     * the next fragment's. Else this lane's element (g, t). */
+    const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + (lane & 15)) * lda + (lane >> 4) * 4;
+    const float *pb = TB ? B + (n0 + (lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 4 : B + t * ldb + n0 + g;
     constexpr bool split = FM * FN == 1;
     float d[FM][NJ][4], d1[FM][NJ][4];
 #pragma unroll
