@@ -399,6 +399,76 @@ static void test_segments(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* wy's K tiles (chunked_bwd.cu): the plan takes several only where the
+ * whole K would keep a block alone on an SM (C = 64, K = 128: the K128-V96
+ * case above), so PRISM_REC_BK_WY=32 forces three at K = 96, for every delta
+ * rule (prism_core at L = 3: two extras a product and then one, and at L =
+ * 2), both chunk sizes, fp32 and TF32 products: against the CPU f64
+ * reference, against the run with the plan's own tile (fp32: 2e-4), bit for
+ * bit on a rerun, and the plan must name the forced tile. */
+static int check_wy_ktiles(pr_rule rule, int64_t L, uint64_t seed)
+{
+    pr_ctx *ctx = g_ctx;
+    const rec_case c = {"wy-K96", 1, 100, 2, 96, 40, L, true, NULL, 0};
+    int fails = 0;
+    rec_inputs x = make_inputs(ctx, rule, &c, seed);
+    rec_out ref = rec_run_seeded(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
+    pr_tensor *xc[REC_NIN], *cu;
+    to_cuda(ctx, &x, xc, &cu);
+    const int64_t Lr = pr_rule_has_extra(rule) ? L : 0;
+    for (int chunk = 32; chunk <= 64; chunk += 32)
+        for (int tf32 = 0; tf32 <= 1; tf32++) {
+            char what[96], why[256];
+            snprintf(what, sizeof what, "%s wy-K96 L=%lld C=%d%s K tiles of 32", pr_rule_name(rule), (long long)Lr,
+                     chunk, tf32 ? " tf32" : "");
+            ctx->matmul_tf32 = tf32;
+            rec_out base = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
+            setenv("PRISM_REC_BK_WY", "32", 1);
+            const pr_recurrence_opts po = {.rule = rule, .chunk = chunk};
+            pr_rec_plan plan;
+            if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c.T, c.H, c.K, c.V, Lr, &plan, why, sizeof why) ||
+                !strstr(plan.kernels, "wy(bk 32,"))
+                fprintf(stderr, "  FAIL %s: the plan does not take K tiles of 32\n", what), fails++;
+            rec_out got = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
+            rec_out again = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
+            unsetenv("PRISM_REC_BK_WY");
+            const double tol = tf32 ? 4e-3 : 2e-4;
+            const double e_ref = rec_report(what, &got, &ref);
+            if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
+            const double e_base = rec_report("  vs the plan's own K tile", &got, &base);
+            if (!(e_base <= tol)) fprintf(stderr, "  FAIL %s vs one K tile: worst %.3g\n", what, e_base), fails++;
+            if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+            rec_out_free(&again);
+            rec_out_free(&got);
+            rec_out_free(&base);
+        }
+    ctx->matmul_tf32 = 0;
+    rec_out_free(&ref);
+    free(x.dout);
+    free(x.dht);
+    pr_step_reset(ctx);
+    return fails;
+}
+
+static void test_wy_ktiles(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    int fails = 0;
+    for (int r = 0; r < PR_NRULES; r++)
+        if (pr_rule_has_beta((pr_rule)r)) fails += check_wy_ktiles((pr_rule)r, 3, 1500 + r);
+    fails += check_wy_ktiles(PR_RULE_PRISM_CORE, 2, 1599);
+    /* a tile that does not divide K's padded width is refused naming the variable */
+    setenv("PRISM_REC_BK_WY", "64", 1);
+    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
+    pr_rec_plan plan;
+    char why[256];
+    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why),
+                    "PRISM_REC_BK_WY");
+    unsetenv("PRISM_REC_BK_WY");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -485,7 +555,7 @@ int main(void)
 #define PR_RULE(name, NAME, has_g, has_beta, has_extra) cmocka_unit_test(test_##name),
 #include PR_RULES_DEF
 #undef PR_RULE
-        cmocka_unit_test(test_long),    cmocka_unit_test(test_segments),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_long),    cmocka_unit_test(test_segments),    cmocka_unit_test(test_wy_ktiles),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }

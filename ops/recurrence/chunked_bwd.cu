@@ -232,10 +232,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 dbr[j] += grad_warp_sum(x);
             }
         }
-        rec_mm<false, true, BF>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
-        rec_mm<false, true, BF>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
-        rec_mm<false, true, BF>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
-        if (p.delta) rec_mm<false, true, BF>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+        rec_mm<false, true, BF, false>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+        rec_mm<false, true, BF, false>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
+        rec_mm<false, true, BF, false>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
+        if (p.delta) rec_mm<false, true, BF, false>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
     }
     if (do_db && lane == 0)
 #pragma unroll
@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         }
     }
     rec_sync();
-    rec_mm<false, false, BF>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
-    rec_mm<true, false, BF>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
+    rec_mm<false, false, BF, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
+    rec_mm<true, false, BF, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
     rec_sync();
     if (p.has_g) {
         rec_row_dots(dG, Qs, LDB, Xq, LDB, C, BK, 1.f, false);
@@ -306,45 +306,82 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 }
 
 /* ---- wy: the WY form's backward (delta rules), and the final sums ------------------------ */
-/* The extra keys' products go two extras at a time where the shared memory
- * allows it without growing (prism_core's C = 32, L = 2 at K = 128 among
- * them): one product of width 2C in place of two of width C, and one
- * barrier pair less (NOTES.md v20). xg: the extras a product. */
+/* K runs in tiles of BK columns (the plan's bk_wy) wherever a product's
+ * output or inner dimension is K: Mx = K KX^T and dM -= dY2 W^T sum over the
+ * tiles, and the dK, dKX phases run tile by tile. So only C x BK pieces of K,
+ * W, dW and KX are ever in shared memory, and at C = 64, K = 128 two blocks
+ * share an SM (NOTES.md v25: one alone left its barriers unhidden). The last
+ * tile's dY2 = T'^T dW from the dM pass is kept, the others recomputed (a
+ * C x C x BK product each). The extra keys' products go two extras at a time
+ * where the shared memory allows it without growing (prism_core's C = 32,
+ * L = 2 at K = 128 among them): one product of width 2C in place of two of
+ * width C, and one barrier pair less (v20). xg: the extras a product. */
 struct wy_lay {
-    int G, bt, eG, eL, dG, dB, Ts, Ks, dM, dMx, Mx, KXl, dUs, dY1, R0t, VXA, dVXt, sD, sA, sB, sO, xg, total;
+    int G, bt, eG, eL, dG, dB, Ts, dM, dMx, Mx, Km, KXl, dUs, dY1, R0t, VXA, dVXt, dKK, Kt, sD, sA, sO, xg, total;
 };
-__host__ __device__ static wy_lay wy_layout_xg(const rec_prob &p, int BV, int xg)
+__host__ __device__ static wy_lay wy_layout_xg(const rec_prob &p, int BK, int BV, int xg)
 {
     rec_bump m;
     wy_lay s;
-    const int C = p.C, L = p.L, CL = C * L, LDK = p.Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
+    const int C = p.C, L = p.L, CL = C * L, LDB = BK + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
     s.xg = xg;
     s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C), s.dB = m.take(C);
-    s.Ts = m.take(C * LDC), s.Ks = m.take(C * LDK), s.dM = m.take(C * LDC), s.dMx = L ? m.take(C * LDX) : -1;
+    s.Ts = m.take(C * LDC), s.dM = m.take(C * LDC), s.dMx = L ? m.take(C * LDX) : -1;
     const int region = m.off;
+    /* Mx lives from its product to the end of the V loop; K's and KX's tiles
+     * for its product, then the V loop's tiles, come after it */
     s.Mx = L ? m.take(C * LDX) : -1;
     const int sub = m.off;
-    s.KXl = m.take(xg * C * LDK);
+    s.Km = L ? m.take(C * LDB) : -1, s.KXl = L ? m.take(xg * C * LDB) : -1;
     const int end_a = m.off;
     m.off = sub;
     s.dUs = m.take(C * LDV), s.dY1 = m.take(C * LDV), s.R0t = m.take(C * LDV);
     s.VXA = L ? m.take(CL * LDV) : -1, s.dVXt = L ? m.take(CL * LDV) : -1;
     const int end1 = m.off > end_a ? m.off : end_a;
+    /* the K-tile phases: dKK = dM o D o beta_i, a K tile (W's in the dM pass),
+     * dY2's, a work tile (dW's in the dM pass; the extras' KX from it on,
+     * xg tiles adjacent: C x LDB is a multiple of 32 floats) and the extras'
+     * products */
     m.off = region;
-    s.sD = m.take(C * LDK), s.sA = m.take(C * LDK), s.sB = m.take(C * LDK);
-    /* the final extra-key loop: a group's KX over sA (and sB), its product after them */
-    s.sO = xg > 1 ? m.take(C * LDK) : s.sB;
+    s.dKK = m.take(C * LDC), s.Kt = m.take(C * LDB), s.sD = m.take(C * LDB), s.sA = m.take((L ? xg : 1) * C * LDB);
+    s.sO = L ? m.take(C * LDB) : -1;
     s.total = m.off > end1 ? m.off : end1;
     return s;
 }
-__host__ __device__ static wy_lay wy_layout(const rec_prob &p, int BV)
+/* the least shared memory wy takes at these tiles (one extra a product) */
+static size_t wy_smem_xg(const rec_prob &p, int bk, int bv, int xg) { return (size_t)wy_layout_xg(p, bk, bv, xg).total * 4; }
+size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv) { return wy_smem_xg(p, bk, bv, 1); }
+
+/* wy's row steps at the end of its K-tile phases, a warp per row r < C and
+ * its lanes along the row: the row dots' and REC_FOR2D's placement, so every
+ * element is read and written by one lane and the steps need no barrier
+ * between them. db[r] += K_r . X_r (db NULL: not); X_r *= f[r] (f NULL:
+ * not); dg[r] += sgn K_r . X_r (dg NULL: not); Y_r += X_r (Y NULL: not). The sums run in
+ * rec_row_dots' order. */
+template <int C>
+__device__ __forceinline__ void wy_rows(const float *Kt, float *X, float *Y, int ld, int W, const float *f, float *db,
+                                        float *dg, float sgn)
 {
-    const wy_lay one = wy_layout_xg(p, BV, 1);
-    if (p.L < 2) return one;
-    const wy_lay two = wy_layout_xg(p, BV, 2);
-    return two.total <= one.total ? two : one;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < C; r += PR_REC_WARPS) {
+        const float fr = f ? f[r] : 1.f;
+        float sb = 0.f, sg = 0.f;
+        for (int c = lane; c < W; c += 32) {
+            const float k = Kt[r * ld + c], x = X[r * ld + c], y = f ? x * fr : x;
+            sb = fmaf(k, x, sb);
+            sg = fmaf(k, y, sg);
+            if (f) X[r * ld + c] = y;
+            if (Y) Y[r * ld + c] += y;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            sb += __shfl_xor_sync(PR_FULL_MASK, sb, o);
+            sg += __shfl_xor_sync(PR_FULL_MASK, sg, o);
+        }
+        if (lane == 0 && db) db[r] += sb;
+        if (lane == 0 && dg) dg[r] += sgn * sg;
+    }
 }
-size_t pr_rec_smem_wy(const rec_prob &p, int bv) { return (size_t)wy_layout(p, bv).total * 4; }
 
 struct wy_scratch {
     const float *dU, *dVX, *dka, *dkxa, *dW, *dGp, *dbA;
@@ -353,21 +390,21 @@ struct wy_scratch {
 };
 
 template <int C, bool BF>
-__global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
-    chunk_wy_kernel(rec_prob p, int BV, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    chunk_wy_kernel(rec_prob p, int BK, int BV, int xg, const float *Tinv, const float *Wp, const float *R0,
+                    wy_scratch x, rec_grads d)
 {
     extern __shared__ __align__(128) float sm[];
-    const wy_lay s = wy_layout(p, BV);
-    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, L = p.L, Kp = p.Kp, CL = C * L;
-    const int LDK = Kp + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4;
+    const wy_lay s = wy_layout_xg(p, BK, BV, xg);
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, L = p.L, CL = C * L;
+    const int LDB = BK + 4, LDC = C + 4, LDV = BV + 4, LDX = CL + 4, nkw = (K + BK - 1) / BK;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
-    const long long rk = (long long)cp.row0 * H + h;
-    float *G = sm + s.G, *bt = sm + s.bt, *dG = sm + s.dG, *dB = sm + s.dB, *Ts = sm + s.Ts, *Ks = sm + s.Ks;
+    const long long rk = (long long)cp.row0 * H + h, HK = (long long)H * K, HLK = HK * L;
+    float *G = sm + s.G, *bt = sm + s.bt, *dG = sm + s.dG, *dB = sm + s.dB, *Ts = sm + s.Ts;
     float *dM = sm + s.dM, *dMx = sm + s.dMx, *Mx = sm + s.Mx;
 
     float *eG = sm + s.eG;
     rec_ld_tile(Ts, LDC, C, C, Tinv + ((long long)c * H + h) * C * C, C, C, C, true);
-    rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
     for (int t = threadIdx.x; t < C; t += blockDim.x) {
         const long long o = rk + (long long)t * H;
@@ -378,16 +415,20 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
         dB[t] = t < cp.nval ? x.dbA[o] : 0.f;
     }
     rec_sync();
-    if (L) { /* Mx = strict(D o K KX^T), xg extras a product */
-        float *KXl = sm + s.KXl;
-        for (int l0 = 0; l0 < L; l0 += s.xg) {
-            const int nl = min(s.xg, L - l0);
-            for (int l = 0; l < nl; l++)
-                rec_ld_tile(KXl + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K,
-                            cp.nval, K, p.vec);
-            rec_sync();
-            rec_mm<false, true, BF>(p, Mx + l0 * C, LDX, Ks, LDK, KXl, LDK, C, nl * C, Kp, 1.f, false);
-            rec_sync();
+    if (L) { /* Mx = strict(D o K KX^T), summed over K tiles, xg extras a product */
+        float *Km = sm + s.Km, *KXl = sm + s.KXl;
+        for (int kt = 0; kt < nkw; kt++) {
+            const int k0 = kt * BK, nk = min(BK, K - k0);
+            for (int l0 = 0; l0 < L; l0 += s.xg) {
+                const int nl = min(s.xg, L - l0);
+                if (l0 == 0) rec_ld_tile(Km, LDB, C, BK, p.k + rk * K + k0, HK, cp.nval, nk, p.vec);
+                for (int l = 0; l < nl; l++)
+                    rec_ld_tile(KXl + l * C * LDB, LDB, C, BK, p.kx + rk * L * K + (l0 + l) * K + k0, HLK, cp.nval, nk,
+                                p.vec);
+                rec_sync();
+                rec_mm<false, true, BF, false>(p, Mx + l0 * C, LDX, Km, LDB, KXl, LDB, C, nl * C, BK, 1.f, kt > 0);
+                rec_sync();
+            }
         }
         REC_FOR2D(C, C, t, i) {
             const float d = i < t ? expf(G[t] - G[i]) : 0.f;
@@ -409,75 +450,86 @@ __global__ void __launch_bounds__(PR_REC_THREADS, C == 32 ? 2 : 1)
         rec_sync();
         REC_FOR2D(C, BV, t, j) dUs[t * LDV + j] *= bt[t]; /* dR0 */
         rec_sync();
-        rec_mm<true, false, BF>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
+        rec_mm<true, false, BF, false>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
         rec_sync();
         if (d.dv) rec_st_tile(d.dv + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV, 1.f, true, p.vec);
-        rec_mm<false, true, BF>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
+        rec_mm<false, true, BF, false>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
         if (L) {
-            rec_mm<false, true, BF>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
-            rec_mm<true, false, BF>(p, dVXt, LDV, Mx, LDX, dY1, LDV, CL, BV, C, -1.f, true);
+            rec_mm<false, true, BF, false>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
+            rec_mm<true, false, BF, false>(p, dVXt, LDV, Mx, LDX, dY1, LDV, CL, BV, C, -1.f, true);
             rec_sync();
             for (int l = 0; d.dvx && l < L; l++)
                 rec_st_tile(d.dvx + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVXt + l * C * LDV, LDV,
                             1.f, true, p.vec);
         }
     }
+    float *dKK = sm + s.dKK, *Kt = sm + s.Kt, *sD = sm + s.sD, *sA = sm + s.sA, *sO = sm + s.sO;
+    /* dM -= dY2 W^T, dY2 = T'^T dW, over the K tiles (W's tile in Kt, dW's in sA) */
+    for (int kt = 0; kt < nkw; kt++) {
+        const int k0 = kt * BK, nk = min(BK, K - k0);
+        rec_sync();
+        rec_ld_tile(sA, LDB, C, BK, x.dW + rk * K + k0, HK, cp.nval, nk, p.vec);
+        rec_ld_tile(Kt, LDB, C, BK, Wp + rk * K + k0, HK, cp.nval, nk, p.vec);
+        rec_sync();
+        rec_mm<true, false, BF, false>(p, sD, LDB, Ts, LDC, sA, LDB, C, BK, C, 1.f, false); /* dY2 */
+        rec_sync();
+        rec_mm<false, true, BF, false>(p, dM, LDC, sD, LDB, Kt, LDB, C, C, BK, -1.f, true);
+    }
+    /* the last K tile's keys load while dM and dMx are masked */
     rec_sync();
-    float *sD = sm + s.sD, *sA = sm + s.sA, *sB = sm + s.sB;
-    rec_ld_tile(sA, LDK, C, Kp, x.dW + rk * K, (long long)H * K, cp.nval, K, p.vec);
-    rec_ld_tile(sB, LDK, C, Kp, Wp + rk * K, (long long)H * K, cp.nval, K, p.vec);
-    rec_sync();
-    rec_mm<true, false, BF>(p, sD, LDK, Ts, LDC, sA, LDK, C, Kp, C, 1.f, false); /* dY2 = T'^T dW */
-    rec_sync();
-    rec_mm<false, true, BF>(p, dM, LDC, sD, LDK, sB, LDK, C, C, Kp, -1.f, true); /* dM -= dY2 W^T */
-    rec_sync();
-    REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] *= eG[t];
-    REC_FOR2D(C, C, t, i) {
-        const float d = i < t ? expf(G[t] - G[i]) : 0.f;
-        dM[t * LDC + i] *= d;
+    rec_ld_tile(Kt, LDB, C, BK, p.k + rk * K + (nkw - 1) * BK, HK, cp.nval, K - (nkw - 1) * BK, p.vec);
+    REC_FOR2D(C, C, t, i) { /* dM o D; dKK = dM o D o beta_i */
+        const float d = i < t ? expf(G[t] - G[i]) : 0.f, m = dM[t * LDC + i] * d;
+        dM[t * LDC + i] = m;
+        dKK[t * LDC + i] = m * bt[i];
         for (int l = 0; l < L; l++) dMx[t * LDX + l * C + i] *= d;
     }
-    rec_sync();
-    if (p.has_g) rec_row_dots(dG, Ks, LDK, sD, LDK, C, Kp, 1.f, true); /* k . (e^G o dY2) */
-    rec_mm<true, false, BF>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* (dM o D)^T K */
-    rec_sync();
-    rec_row_dots(dB, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
-    rec_sync();
-    REC_FOR2D(C, Kp, t, i) sA[t * LDK + i] *= bt[t]; /* dKK^T K */
-    REC_FOR2D(C, C, t, i) dM[t * LDC + i] *= bt[i];   /* dKK */
-    rec_sync();
-    if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, -1.f, true);
-    REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
-    rec_sync();
-    rec_mm<false, false, BF>(p, sA, LDK, dM, LDC, Ks, LDK, C, Kp, C, 1.f, false); /* dKK K */
-    rec_sync();
-    if (p.has_g) rec_row_dots(dG, Ks, LDK, sA, LDK, C, Kp, 1.f, true);
-    REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sA[t * LDK + i];
-    rec_sync();
-    float *sO = sm + s.sO;
-    for (int l0 = 0; l0 < L; l0 += s.xg) { /* KX of extras l0 .. l0 + nl - 1 in sA (and on) */
-        const int nl = min(s.xg, L - l0);
-        for (int l = 0; l < nl; l++)
-            rec_ld_tile(sA + l * C * LDK, LDK, C, Kp, p.kx + rk * L * K + (l0 + l) * K, (long long)H * L * K, cp.nval,
-                        K, p.vec);
-        rec_sync();
-        /* sum_l dKKX_l KX_l */
-        rec_mm<false, false, BF>(p, sO, LDK, dMx + l0 * C, LDX, sA, LDK, C, Kp, nl * C, 1.f, false);
-        rec_sync();
-        if (p.has_g) rec_row_dots(dG, Ks, LDK, sO, LDK, C, Kp, 1.f, true);
-        REC_FOR2D(C, Kp, t, i) sD[t * LDK + i] += sO[t * LDK + i];
-        rec_sync();
-        for (int l = l0; l < l0 + nl; l++) {
-            rec_mm<true, false, BF>(p, sO, LDK, dMx + l * C, LDX, Ks, LDK, C, Kp, C, 1.f, false); /* dKKX_l^T K */
+    float *dg = p.has_g ? dG : nullptr;
+    /* dK and dKX a K tile at a time, the last first: its dY2 is still in sD */
+    for (int kt = nkw - 1; kt >= 0; kt--) {
+        const int k0 = kt * BK, nk = min(BK, K - k0);
+        const bool again = kt != nkw - 1;
+        if (again) {
             rec_sync();
-            if (p.has_g) rec_row_dots(dG, sA + (l - l0) * C * LDK, LDK, sO, LDK, C, Kp, -1.f, true);
-            if (d.dkx)
-                rec_st_tile(d.dkx + rk * L * K + l * K, (long long)H * L * K, cp.nval, K, sO, LDK, 1.f, true, p.vec,
-                            x.dkxa + rk * L * K + l * K);
+            rec_ld_tile(Kt, LDB, C, BK, p.k + rk * K + k0, HK, cp.nval, nk, p.vec);
+            rec_ld_tile(sA, LDB, C, BK, x.dW + rk * K + k0, HK, cp.nval, nk, p.vec);
             rec_sync();
+            rec_mm<true, false, BF, false>(p, sD, LDB, Ts, LDC, sA, LDB, C, BK, C, 1.f, false);
         }
+        rec_sync();
+        /* dY2 o e^G, and dG += k . that; (dM o D)^T K beside it */
+        wy_rows<C>(Kt, sD, nullptr, LDB, BK, eG, nullptr, dg, 1.f);
+        rec_mm<true, false, BF, false>(p, sA, LDB, dM, LDC, Kt, LDB, C, BK, C, 1.f, false);
+        rec_sync();
+        /* dbeta += k . (dM o D)^T K; that times beta is dKK^T K: into dK, dG -= k . it */
+        wy_rows<C>(Kt, sA, sD, LDB, BK, bt, dB, dg, -1.f);
+        rec_sync();
+        rec_mm<false, false, BF, false>(p, sA, LDB, dKK, LDC, Kt, LDB, C, BK, C, 1.f, false); /* dKK K */
+        rec_sync();
+        wy_rows<C>(Kt, sA, sD, LDB, BK, nullptr, nullptr, dg, 1.f);
+        rec_sync();
+        for (int l0 = 0; l0 < L; l0 += s.xg) { /* KX of extras l0 .. l0 + nl - 1 in sA (and on) */
+            const int nl = min(s.xg, L - l0);
+            for (int l = 0; l < nl; l++)
+                rec_ld_tile(sA + l * C * LDB, LDB, C, BK, p.kx + rk * L * K + (l0 + l) * K + k0, HLK, cp.nval, nk,
+                            p.vec);
+            rec_sync();
+            /* sum_l dKKX_l KX_l */
+            rec_mm<false, false, BF, false>(p, sO, LDB, dMx + l0 * C, LDX, sA, LDB, C, BK, nl * C, 1.f, false);
+            rec_sync();
+            wy_rows<C>(Kt, sO, sD, LDB, BK, nullptr, nullptr, dg, 1.f);
+            rec_sync();
+            for (int l = l0; l < l0 + nl; l++) {
+                rec_mm<true, false, BF, false>(p, sO, LDB, dMx + l * C, LDX, Kt, LDB, C, BK, C, 1.f, false); /* dKKX_l^T K */
+                rec_sync();
+                if (p.has_g) rec_row_dots(dG, sA + (l - l0) * C * LDB, LDB, sO, LDB, C, BK, -1.f, true);
+                const long long o = rk * L * K + l * K + k0;
+                if (d.dkx) rec_st_tile(d.dkx + o, HLK, cp.nval, nk, sO, LDB, 1.f, true, p.vec, x.dkxa + o);
+                rec_sync();
+            }
+        }
+        if (d.dk) rec_st_tile(d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB, 1.f, true, p.vec, x.dka + rk * K + k0);
     }
-    if (d.dk) rec_st_tile(d.dk + rk * K, (long long)H * K, cp.nval, K, sD, LDK, 1.f, true, p.vec, x.dka + rk * K);
     rec_sync();
     if (threadIdx.x < 32 && p.has_g && d.dg) {
         float x[C / 32];
@@ -651,7 +703,6 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     pl->C = p.C;
     bool ok = true;
     if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_prep(p, b); }, &pl->bv_prep);
-    if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_wy(p, b); }, &pl->bv_wy);
     ok &= pick_serial([&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
@@ -682,7 +733,33 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
         for (int bk : bks)
             for (int bv : bvs)
                 if (!g && pr_rec_smem_grad(p, bk, bv) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
-    return ok && g;
+    /* wy: likewise the widest K tile (of those that divide Kp) that lets two
+     * blocks share an SM (at C = 64, K = 128 a K tile of 64 does: 104 KB
+     * where the whole K took 171), else the widest that fits */
+    bool w = !p.delta;
+    for (size_t lim : {two, mx})
+        for (int bk : bks)
+            for (int bv : bvs)
+                if (!w && p.Kp % bk == 0 && pr_rec_smem_wy(p, bk, bv) <= lim) pl->bk_wy = bk, pl->bv_wy = bv, w = true;
+    /* PRISM_REC_BK_WY=32, 64, ... forces the K tile (tests: several tiles at small K) */
+    long bk_force;
+    char must_be[96];
+    snprintf(must_be, sizeof must_be, "a multiple of 32 that divides %d and whose shared memory fits", p.Kp);
+    if (w && p.delta &&
+        rec_env_knob("PRISM_REC_BK_WY", must_be,
+                     [&](long v) {
+                         return v >= 32 && v % 32 == 0 && v <= p.Kp && p.Kp % v == 0 &&
+                                pr_rec_smem_wy(p, (int)v, pl->bv_wy) <= mx;
+                     },
+                     &bk_force))
+        pl->bk_wy = (int)bk_force;
+    /* two extras a product where that keeps as many blocks an SM as one */
+    pl->xg_wy = 1;
+    if (w && p.delta && p.L >= 2) {
+        const size_t one = pr_rec_smem_wy(p, pl->bk_wy, pl->bv_wy), two_x = wy_smem_xg(p, pl->bk_wy, pl->bv_wy, 2);
+        if (two_x <= mx && plan_per_sm(two_x, smem_sm) >= plan_per_sm(one, smem_sm)) pl->xg_wy = 2;
+    }
+    return ok && g && w;
 }
 
 template <int C>
@@ -714,11 +791,12 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         PR_CUDA_LAUNCH_CHECK();
     }
     if (p.delta) {
-        const size_t sm = pr_rec_smem_wy(p, pl.bv_wy);
+        const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
         chunk_smem_attr(kernel, sm);
         const wy_scratch x = {dU, dVX, dka, dkxa, dW, dGp, dbA, nkt, rowsH};
-        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_wy, sv.Tinv, sv.W, sv.R0, x, d);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bk_wy, pl.bv_wy, pl.xg_wy, sv.Tinv, sv.W, sv.R0,
+                                                                   x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.has_g && d.dg) {
         chunk_dg_kernel<C><<<pr_cuda_blocks((long long)p.nchunks * p.H * 32, 128), 128, 0, st>>>(p, dGp, nkt, rowsH,

@@ -399,12 +399,15 @@ __device__ __forceinline__ void rec_mm_tc_tiles(float *C, int ldc, const float *
 }
 
 /* 32x32 warp tiles when there are enough of them to keep every warp busy,
- * else 16x32 or 16x16 ones (less operand reuse, more warps at work) */
-template <bool TA, bool TB, bool BF = false>
+ * else 16x32 or 16x16 ones (less operand reuse, more warps at work). W32
+ * false leaves the 32x32 path out, for kernels whose products never have
+ * enough blocks for it: its registers then do not count against the
+ * kernel's (ptxas allocates for the worst path, taken or not). */
+template <bool TA, bool TB, bool BF = false, bool W32 = true>
 __device__ __forceinline__ void rec_mm_tc(float *C, int ldc, const float *A, int lda, const float *B, int ldb, int M,
                                           int N, int Kd, float alpha, bool acc)
 {
-    if ((M >> 5) * (N >> 5) >= PR_REC_WARPS)
+    if (W32 && (M >> 5) * (N >> 5) >= PR_REC_WARPS)
         rec_mm_tc_tiles<TA, TB, 2, 2, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     else if ((M >> 4) * (N >> 5) >= PR_REC_WARPS)
         rec_mm_tc_tiles<TA, TB, 1, 2, BF>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
@@ -450,12 +453,12 @@ __device__ __forceinline__ void rec_mm_f32(float *C, int ldc, const float *A, in
  * f32 accumulators): the chunked kernels' instance for bf16 data with TF32
  * on (rec_bf_products), one instruction per k-step of 16 where TF32 takes
  * two, exact where both tiles hold raw bf16 data. Kd a multiple of 16. */
-template <bool TA, bool TB, bool BF = false>
+template <bool TA, bool TB, bool BF = false, bool W32 = true>
 __device__ __forceinline__ void rec_mm(const rec_prob &p, float *C, int ldc, const float *A, int lda, const float *B,
                                        int ldb, int M, int N, int Kd, float alpha, bool acc)
 {
-    if constexpr (BF) rec_mm_tc<TA, TB, true>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
-    else if (p.tf32) rec_mm_tc<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    if constexpr (BF) rec_mm_tc<TA, TB, true, W32>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
+    else if (p.tf32) rec_mm_tc<TA, TB, false, W32>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
     else rec_mm_f32<TA, TB>(C, ldc, A, lda, B, ldb, M, N, Kd, alpha, acc);
 }
 
@@ -633,7 +636,7 @@ struct rec_chunk_saved {
  * of a last serial pass */
 struct rec_chunk_plan {
     int C;
-    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bv_wy;
+    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bk_wy, bv_wy, xg_wy;
     int segments, seg_fix, bv_fix;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
@@ -689,7 +692,7 @@ size_t pr_rec_smem_state(const rec_prob &p, int bv);
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv);
-size_t pr_rec_smem_wy(const rec_prob &p, int bv);
+size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
 
 /* a scratch buffer of n floats from the caching allocator (freed by rec_scratch_free) */
 static inline float *rec_scratch(size_t n) { return (float *)pr_cuda_malloc((n ? n : 1) * sizeof(float)); }
