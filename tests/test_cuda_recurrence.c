@@ -555,7 +555,10 @@ int main(void)
 #define PR_RULE(name, NAME, has_g, has_beta, has_extra) cmocka_unit_test(test_##name),
 #include PR_RULES_DEF
 #undef PR_RULE
-        cmocka_unit_test(test_long),    cmocka_unit_test(test_segments),    cmocka_unit_test(test_wy_ktiles),    cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_long),        cmocka_unit_test(test_segments), cmocka_unit_test(test_wy_ktiles),
+        cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
+    /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */
+    if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));
     return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }
