@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# tools/device/kernel_times.sh: the GPU time of every kernel one prism
+# command launches, summed by kernel name, from ncu's kernel durations. The
+# per-kernel table of ops/recurrence/NOTES.md (v25) came from this: which
+# kernel to work on next, before an A/B says whether the work paid.
+usage() {
+    cat <<'USAGE'
+usage: tools/device/kernel_times.sh [--prism PATH] [--grep REGEX] [--csv FILE] -- prism-args...
+  --prism PATH   the prism binary (default build-device/prism)
+  --grep REGEX   only kernels whose name matches (Python regex; default: all)
+  --csv FILE     also keep ncu's raw CSV there
+  --help         this text
+Runs `ncu --clock-control none --metrics gpu__time_duration.sum --csv PRISM ARGS`
+(ncu replays each kernel, so keep the command small: --reps 1 --warmup 0)
+and prints, per kernel name (template arguments dropped) in order of first
+launch: launches, total ms, and each launch's ms, e.g.
+  tools/device/kernel_times.sh --grep chunk_ -- bench recurrence --size 1 \
+      --no-token --rules gdn --dtype f32 --reps 1 --warmup 0
+Needs ncu and python3 (the GPU machine has both); run it after
+tools/device/run_tests.sh has built build-device/ and set up the libraries
+(or with LD_LIBRARY_PATH pointing at them).
+USAGE
+}
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+prism=build-device/prism pattern="" keep=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --prism) prism="$2"; shift 2 ;;
+    --grep) pattern="$2"; shift 2 ;;
+    --csv) keep="$2"; shift 2 ;;
+    --help | -h) usage; exit 0 ;;
+    --) shift; break ;;
+    *) echo "kernel_times.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ $# -gt 0 ] || { echo "kernel_times.sh: nothing to run: give prism's arguments after --" >&2; exit 2; }
+[ -x "$prism" ] || { echo "kernel_times.sh: $prism is not an executable (build it, or give --prism)" >&2; exit 2; }
+command -v ncu >/dev/null || { echo "kernel_times.sh: ncu not found (it comes with the CUDA toolkit)" >&2; exit 2; }
+deps=/tmp/prism-deps/usr/lib/x86_64-linux-gnu
+[ -d "$deps" ] && export LD_LIBRARY_PATH=$deps:$deps/openblas-pthread:${LD_LIBRARY_PATH:-}
+csv=$(mktemp)
+trap 'rm -f "$csv"' EXIT
+ncu --clock-control none --metrics gpu__time_duration.sum --csv "$prism" "$@" >"$csv" 2>"$csv.err"
+rc=$?
+[ -n "$keep" ] && cp "$csv" "$keep"
+if [ $rc -ne 0 ]; then
+    echo "kernel_times.sh: ncu exited with $rc:" >&2; tail -20 "$csv.err" >&2; rm -f "$csv.err"; exit 1
+fi
+rm -f "$csv.err"
+python3 - "$csv" "$pattern" <<'PY'
+import csv, re, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows or "Kernel Name" not in rows[0]:
+    sys.exit("kernel_times.sh: no kernel rows in ncu's output (did the command launch any?)")
+head = rows[0]
+name_i, value_i, unit_i = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+pat = re.compile(sys.argv[2]) if sys.argv[2] else None
+times = {}
+for r in rows[1:]:
+    name = re.sub(r"^void ", "", r[name_i].split("(")[0].split("<")[0])
+    if pat and not pat.search(name):
+        continue
+    ms = float(r[value_i].replace(",", "")) * scale.get(r[unit_i], 1e-6)
+    times.setdefault(name, []).append(ms)
+if not times:
+    sys.exit("kernel_times.sh: no kernel matched")
+print("%-40s %8s %10s  %s" % ("kernel", "launches", "total ms", "each ms"))
+for name, t in times.items():
+    each = " ".join("%.3f" % x for x in t[:12]) + (" ..." if len(t) > 12 else "")
+    print("%-40s %8d %10.3f  %s" % (name[:40], len(t), sum(t), each))
+PY
