@@ -312,10 +312,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
  * W, dW and KX are ever in shared memory, and at C = 64, K = 128 two blocks
  * share an SM (NOTES.md v25: one alone left its barriers unhidden). The last
  * tile's dY2 = T'^T dW from the dM pass is kept, the others recomputed (a
- * C x C x BK product each). The extra keys' products go two extras at a time
- * where the shared memory allows it without growing (prism_core's C = 32,
- * L = 2 at K = 128 among them): one product of width 2C in place of two of
- * width C, and one barrier pair less (v20). xg: the extras a product. */
+ * C x C x BK product each). xg: the extras a product, 2 where the plan
+ * finds that two keep as many blocks an SM as one (xg_wy): one product of
+ * width 2C in place of two of width C, and one barrier pair less (v20). */
 struct wy_lay {
     int G, bt, eG, eL, dG, dB, Ts, dM, dMx, Mx, Km, KXl, dUs, dY1, R0t, VXA, dVXt, dKK, Kt, sD, sA, sO, xg, total;
 };
@@ -348,16 +347,19 @@ __host__ __device__ static wy_lay wy_layout_xg(const rec_prob &p, int BK, int BV
     s.total = m.off > end1 ? m.off : end1;
     return s;
 }
+static size_t wy_smem_xg(const rec_prob &p, int bk, int bv, int xg)
+{
+    return (size_t)wy_layout_xg(p, bk, bv, xg).total * 4;
+}
 /* the least shared memory wy takes at these tiles (one extra a product) */
-static size_t wy_smem_xg(const rec_prob &p, int bk, int bv, int xg) { return (size_t)wy_layout_xg(p, bk, bv, xg).total * 4; }
 size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv) { return wy_smem_xg(p, bk, bv, 1); }
 
 /* wy's row steps at the end of its K-tile phases, a warp per row r < C and
  * its lanes along the row: the row dots' and REC_FOR2D's placement, so every
  * element is read and written by one lane and the steps need no barrier
  * between them. db[r] += K_r . X_r (db NULL: not); X_r *= f[r] (f NULL:
- * not); dg[r] += sgn K_r . X_r (dg NULL: not); Y_r += X_r (Y NULL: not). The sums run in
- * rec_row_dots' order. */
+ * not); dg[r] += sgn K_r . X_r (dg NULL: not); Y_r += X_r (Y NULL: not).
+ * The sums run in rec_row_dots' order. */
 template <int C>
 __device__ __forceinline__ void wy_rows(const float *Kt, float *X, float *Y, int ld, int W, const float *f, float *db,
                                         float *dg, float sgn)
@@ -520,7 +522,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             wy_rows<C>(Kt, sO, sD, LDB, BK, nullptr, nullptr, dg, 1.f);
             rec_sync();
             for (int l = l0; l < l0 + nl; l++) {
-                rec_mm<true, false, BF, false>(p, sO, LDB, dMx + l * C, LDX, Kt, LDB, C, BK, C, 1.f, false); /* dKKX_l^T K */
+                /* dKKX_l^T K */
+                rec_mm<true, false, BF, false>(p, sO, LDB, dMx + l * C, LDX, Kt, LDB, C, BK, C, 1.f, false);
                 rec_sync();
                 if (p.has_g) rec_row_dots(dG, sA + (l - l0) * C * LDB, LDB, sO, LDB, C, BK, -1.f, true);
                 const long long o = rk * L * K + l * K + k0;
@@ -740,7 +743,8 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     for (size_t lim : {two, mx})
         for (int bk : bks)
             for (int bv : bvs)
-                if (!w && p.Kp % bk == 0 && pr_rec_smem_wy(p, bk, bv) <= lim) pl->bk_wy = bk, pl->bv_wy = bv, w = true;
+                if (!w && p.Kp % bk == 0 && pr_rec_smem_wy(p, bk, bv) <= lim)
+                    pl->bk_wy = bk, pl->bv_wy = bv, w = true;
     /* PRISM_REC_BK_WY=32, 64, ... forces the K tile (tests: several tiles at small K) */
     long bk_force;
     char must_be[96];

@@ -175,7 +175,8 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
     k += snprintf(buf + k, n - k,
                   "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ", pl.bv_state,
                   fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
-    if (p.delta) snprintf(buf + k, n - k, "wy(bk %d, bv %d%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "");
+    if (p.delta)
+        snprintf(buf + k, n - k, "wy(bk %d, bv %d%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "");
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
 }
 

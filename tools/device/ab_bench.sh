@@ -38,13 +38,8 @@ done
 [ $# -gt 0 ] || { echo "ab_bench.sh: nothing to run: give prism's arguments after --" >&2; exit 2; }
 case "$rounds" in '' | *[!0-9]* | 0) echo "ab_bench.sh: --rounds must be a whole number >= 1, got '$rounds'" >&2; exit 2 ;; esac
 
-deps=/tmp/prism-deps
-if [ ! -d "$deps/usr" ]; then
-    ls .deps/*.deb >/dev/null 2>&1 || { echo "ab_bench.sh: no .deps/*.deb: run tools/device/fetch_deps.sh on a machine with network" >&2; exit 2; }
-    for f in .deps/*.deb; do dpkg -x "$f" "$deps"; done
-fi
-libdir=$deps/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$libdir:$libdir/openblas-pthread:${LD_LIBRARY_PATH:-}
+. tools/device/deps.sh
+prism_deps ab_bench.sh || exit 2
 jobs=$(( ($(nproc) + 1) / 2 ))
 build() { # source dir, build dir
     cmake -S "$1" -B "$2" -DPRISM_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_INCLUDE_PATH="$deps/usr/include" \

@@ -16,9 +16,8 @@ and prints, per kernel name (template arguments dropped) in order of first
 launch: launches, total ms, and each launch's ms, e.g.
   tools/device/kernel_times.sh --grep chunk_ -- bench recurrence --size 1 \
       --no-token --rules gdn --dtype f32 --reps 1 --warmup 0
-Needs ncu and python3 (the GPU machine has both); run it after
-tools/device/run_tests.sh has built build-device/ and set up the libraries
-(or with LD_LIBRARY_PATH pointing at them).
+Needs ncu and python3 (the GPU machine has both) and a build-device/ that
+tools/device/run_tests.sh has built; the libraries come from .deps/ as there.
 USAGE
 }
 set -uo pipefail
@@ -37,8 +36,8 @@ done
 [ $# -gt 0 ] || { echo "kernel_times.sh: nothing to run: give prism's arguments after --" >&2; exit 2; }
 [ -x "$prism" ] || { echo "kernel_times.sh: $prism is not an executable (build it, or give --prism)" >&2; exit 2; }
 command -v ncu >/dev/null || { echo "kernel_times.sh: ncu not found (it comes with the CUDA toolkit)" >&2; exit 2; }
-deps=/tmp/prism-deps/usr/lib/x86_64-linux-gnu
-[ -d "$deps" ] && export LD_LIBRARY_PATH=$deps:$deps/openblas-pthread:${LD_LIBRARY_PATH:-}
+. tools/device/deps.sh
+prism_deps kernel_times.sh || exit 2
 csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
 ncu --clock-control none --metrics gpu__time_duration.sum --csv "$prism" "$@" >"$csv" 2>"$csv.err"

@@ -39,13 +39,8 @@ while [ $# -gt 0 ]; do
 done
 
 mkdir -p "$log_dir"
-deps=/tmp/prism-deps
-if [ ! -d "$deps/usr" ]; then
-    ls .deps/*.deb >/dev/null 2>&1 || { echo "run_tests.sh: no .deps/*.deb: run tools/device/fetch_deps.sh on a machine with network and copy .deps/ here" >&2; exit 2; }
-    for f in .deps/*.deb; do dpkg -x "$f" "$deps"; done
-fi
-libdir=$deps/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$libdir:$libdir/openblas-pthread:${LD_LIBRARY_PATH:-}
+. tools/device/deps.sh
+prism_deps run_tests.sh || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$log_dir/gpu.txt"
 
 cmake -S . -B build-device -DPRISM_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
