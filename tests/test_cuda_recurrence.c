@@ -399,17 +399,15 @@ static void test_segments(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* wy's K tiles (chunked_bwd.cu): the plan takes several only where the
- * whole K would keep a block alone on an SM (C = 64, K = 128: the K128-V96
- * case above), so PRISM_REC_BK_WY=32 forces three at K = 96, for every delta
- * rule (prism_core at L = 3: two extras a product and then one, and at L =
- * 2), both chunk sizes, fp32 and TF32 products: against the CPU f64
- * reference, against the run with the plan's own tile (fp32: 2e-4), bit for
- * bit on a rerun, and the plan must name the forced tile. */
-static int check_wy_ktiles(pr_rule rule, int64_t L, uint64_t seed)
+/* A plan knob forced (env = val) at T = 100, H = 2, the given K, V = 40,
+ * both chunk sizes, fp32 and TF32 products: against the CPU f64
+ * reference, against the run with the plan's own choice (fp32: 2e-4), bit
+ * for bit on a rerun, and the plan must name what was forced (shows). */
+static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
+                        const char *shows)
 {
     pr_ctx *ctx = g_ctx;
-    const rec_case c = {"wy-K96", 1, 100, 2, 96, 40, L, true, NULL, 0};
+    const rec_case c = {"forced", 1, 100, 2, K, 40, L, true, NULL, 0};
     int fails = 0;
     rec_inputs x = make_inputs(ctx, rule, &c, seed);
     rec_out ref = rec_run_seeded(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
@@ -418,25 +416,25 @@ static int check_wy_ktiles(pr_rule rule, int64_t L, uint64_t seed)
     const int64_t Lr = pr_rule_has_extra(rule) ? L : 0;
     for (int chunk = 32; chunk <= 64; chunk += 32)
         for (int tf32 = 0; tf32 <= 1; tf32++) {
-            char what[96], why[256];
-            snprintf(what, sizeof what, "%s wy-K96 L=%lld C=%d%s K tiles of 32", pr_rule_name(rule), (long long)Lr,
-                     chunk, tf32 ? " tf32" : "");
+            char what[128], why[256];
+            snprintf(what, sizeof what, "%s K=%lld L=%lld C=%d%s %s=%s", pr_rule_name(rule), (long long)K,
+                     (long long)Lr, chunk, tf32 ? " tf32" : "", env, val);
             ctx->matmul_tf32 = tf32;
             rec_out base = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
-            setenv("PRISM_REC_BK_WY", "32", 1);
+            setenv(env, val, 1);
             const pr_recurrence_opts po = {.rule = rule, .chunk = chunk};
             pr_rec_plan plan;
             if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c.T, c.H, c.K, c.V, Lr, &plan, why, sizeof why) ||
-                !strstr(plan.kernels, "wy(bk 32,"))
-                fprintf(stderr, "  FAIL %s: the plan does not take K tiles of 32\n", what), fails++;
+                !strstr(plan.kernels, shows))
+                fprintf(stderr, "  FAIL %s: the plan does not show '%s'\n", what, shows), fails++;
             rec_out got = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
             rec_out again = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
-            unsetenv("PRISM_REC_BK_WY");
+            unsetenv(env);
             const double tol = tf32 ? 4e-3 : 2e-4;
             const double e_ref = rec_report(what, &got, &ref);
             if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
-            const double e_base = rec_report("  vs the plan's own K tile", &got, &base);
-            if (!(e_base <= tol)) fprintf(stderr, "  FAIL %s vs one K tile: worst %.3g\n", what, e_base), fails++;
+            const double e_base = rec_report("  vs the plan's own choice", &got, &base);
+            if (!(e_base <= tol)) fprintf(stderr, "  FAIL %s vs the plan's own: worst %.3g\n", what, e_base), fails++;
             if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
             rec_out_free(&again);
             rec_out_free(&got);
@@ -450,14 +448,19 @@ static int check_wy_ktiles(pr_rule rule, int64_t L, uint64_t seed)
     return fails;
 }
 
+/* wy's K tiles (chunked_bwd.cu): the plan takes several only where the
+ * whole K would keep a block alone on an SM (C = 64, K = 128: the K128-V96
+ * case above), so PRISM_REC_BK_WY=32 forces three at K = 96, for every delta
+ * rule (prism_core at L = 3: two extras a product and then one, and at L =
+ * 2). */
 static void test_wy_ktiles(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     int fails = 0;
     for (int r = 0; r < PR_NRULES; r++)
-        if (pr_rule_has_beta((pr_rule)r)) fails += check_wy_ktiles((pr_rule)r, 3, 1500 + r);
-    fails += check_wy_ktiles(PR_RULE_PRISM_CORE, 2, 1599);
+        if (pr_rule_has_beta((pr_rule)r)) fails += check_forced((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,");
+    fails += check_forced(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,");
     /* a tile that does not divide K's padded width is refused naming the variable */
     setenv("PRISM_REC_BK_WY", "64", 1);
     const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
@@ -466,6 +469,32 @@ static void test_wy_ktiles(void **state)
     PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why),
                     "PRISM_REC_BK_WY");
     unsetenv("PRISM_REC_BK_WY");
+    assert_int_equal(fails, 0);
+}
+
+/* grad's warp blocks in several passes (chunked_bwd.cu): the plan makes
+ * more than one only past 64 blocks (large L), so PRISM_REC_GRAD_BPW=4
+ * forces them on prism_core at L = 2, K = 32 (C = 64: 44 blocks, two
+ * passes; C = 32: 16, one), and gdn takes 8 a warp (one pass, most of the
+ * registers idle) */
+static void test_grad_passes(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    int fails = check_forced(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp");
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "PRISM_REC_GRAD_BPW", "8", "8 blocks a warp)");
+    pr_rec_plan plan;
+    char why[256];
+    setenv("PRISM_REC_GRAD_BPW", "4", 1);
+    const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64};
+    if (!pr_recurrence_plan(&p64, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why) ||
+        !strstr(plan.kernels, "4 blocks a warp, 2 passes"))
+        fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: the plan does not make two passes: %s\n", plan.kernels), fails++;
+    setenv("PRISM_REC_GRAD_BPW", "5", 1);
+    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why),
+                    "PRISM_REC_GRAD_BPW");
+    unsetenv("PRISM_REC_GRAD_BPW");
     assert_int_equal(fails, 0);
 }
 
@@ -556,6 +585,7 @@ int main(void)
 #include PR_RULES_DEF
 #undef PR_RULE
         cmocka_unit_test(test_long),        cmocka_unit_test(test_segments), cmocka_unit_test(test_wy_ktiles),
+        cmocka_unit_test(test_grad_passes),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

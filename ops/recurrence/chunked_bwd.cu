@@ -154,31 +154,69 @@ static void chunk_dstate_segmented(cudaStream_t st, const rec_prob &p, int bv, c
 }
 
 /* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) -------------------
- * The V loop keeps only the four sums and the tiles in shared memory (dbeta's
- * row sums stay in registers), the tail's queries, keys and per-token vectors
- * reuse the tiles' space: the plan's K x V tiles then let two blocks share an
- * SM, so one block's loads overlap the other's products. */
+ * The V loop's four products, Xq = dO H^T, P = dO Ua^T, Xk = Ua dHn^T and
+ * Xw = dU H^T, are all rows-times-rows of the V tiles: their 16 x 32 warp
+ * blocks, numbered Xq's, P's, Xk's, Xw's, go to the warps round-robin (R a
+ * warp a pass) and sum in registers across the whole V loop, stored once at
+ * its end (NOTES.md v27; until v26 every V tile read and wrote them in
+ * shared memory). The V tiles are double-buffered, the next one's copy in
+ * flight while the current one multiplies: one barrier a tile. Where the
+ * blocks need more than one pass (R x 8 < their count) the V loop runs
+ * again for the next R x 8. The tail's queries, keys and per-token vectors
+ * and, with a single pass, the sums themselves reuse the tiles' space. */
 struct grad_lay {
-    int Xq, Xk, Xw, P, dOs, VA, dUs, Hs, dHn, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
+    int db, Xq, Xk, Xw, P, buf, bufsz, oVA, odU, oHs, odH, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
 };
-__host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV)
+/* the products' warp blocks: rows of 16 (mb), columns of 32 (nb), and the
+ * rows of A and B in a tile buffer (row-major along V) */
+struct grad_prods {
+    int mb[4], nb[4], ra[4], rb[4], n;
+};
+__host__ __device__ static grad_prods grad_products(const rec_prob &p, int BK)
+{
+    const int C = p.C, NA = C * (1 + p.L), oVA = C, odU = C + NA, oHs = odU + (p.delta ? C : 0), odH = oHs + BK;
+    grad_prods g = {{C / 16, C / 16, NA / 16, p.delta ? C / 16 : 0},
+                    {BK / 32, NA / 32, BK / 32, BK / 32},
+                    {0, 0, oVA, odU},
+                    {oHs, oVA, odH, oHs},
+                    0};
+    for (int i = 0; i < 4; i++) g.n += g.mb[i] * g.nb[i];
+    return g;
+}
+/* the warp blocks a warp holds a pass, by default: 4 while the blocks fit
+ * in 32 (two 128-register blocks an SM), else 8 */
+static int grad_blocks_per_warp(const rec_prob &p, int BK) { return grad_products(p, BK).n <= 4 * PR_REC_WARPS ? 4 : 8; }
+__host__ __device__ static int grad_passes(const rec_prob &p, int BK, int R)
+{
+    return (grad_products(p, BK).n + R * PR_REC_WARPS - 1) / (R * PR_REC_WARPS);
+}
+__host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV, int R)
 {
     rec_bump m;
     grad_lay s;
     const int C = p.C, NA = C * (1 + p.L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4;
+    const int rows = C + NA + (p.delta ? C : 0) + 2 * BK, passes = grad_passes(p, BK, R);
+    s.oVA = C, s.odU = C + NA, s.oHs = s.odU + (p.delta ? C : 0), s.odH = s.oHs + BK;
+    s.db = m.take(C);
     s.Xq = m.take(C * LDB), s.Xk = m.take(NA * LDB), s.Xw = p.delta ? m.take(C * LDB) : -1, s.P = m.take(C * LDA);
-    const int region = m.off;
-    s.dOs = m.take(C * LDV), s.VA = m.take(NA * LDV), s.dUs = p.delta ? m.take(C * LDV) : -1;
-    s.Hs = m.take(BK * LDV), s.dHn = m.take(BK * LDV);
-    const int end1 = m.off;
-    m.off = region;
+    const int sums = m.off;
     s.Qs = m.take(C * LDB), s.KA = m.take(NA * LDB);
     s.G = m.take(C), s.bt = m.take(C), s.eG = m.take(C), s.eL = m.take(C), s.dG = m.take(C);
     s.tq = m.take(NA), s.tk = m.take(NA), s.red = m.take(32);
-    s.total = m.off > end1 ? m.off : end1;
+    const int tail = m.off;
+    /* one pass: the sums are stored after the last tile's reads, over the
+     * buffers; more: the buffers refill while the sums sit in their arrays */
+    m.off = passes == 1 ? s.Xq : sums;
+    s.buf = m.take(rows * LDV);
+    s.bufsz = m.take(rows * LDV) - s.buf;
+    s.total = m.off > tail ? m.off : tail;
     return s;
 }
-size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv) { return (size_t)grad_layout(p, bk, bv).total * 4; }
+/* r: blocks a warp, 0 for the default */
+size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r)
+{
+    return (size_t)grad_layout(p, bk, bv, r ? r : grad_blocks_per_warp(p, bk)).total * 4;
+}
 
 /* the warp sum of x, every lane gets it */
 __device__ __forceinline__ float grad_warp_sum(float x)
@@ -188,63 +226,118 @@ __device__ __forceinline__ float grad_warp_sum(float x)
     return x;
 }
 
-template <int C, bool BF>
-__global__ void __launch_bounds__(PR_REC_THREADS, 2)
-    chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R, const float *dU,
+/* the warp block blk: its product (0 Xq, 1 P, 2 Xk, 3 Xw) and place */
+__device__ __forceinline__ void grad_block_at(const grad_prods &g, int blk, int &prod, int &m0, int &n0)
+{
+    prod = 0;
+#pragma unroll
+    for (int i = 0; i < 3; i++)
+        if (prod == i && blk >= g.mb[i] * g.nb[i]) blk -= g.mb[i] * g.nb[i], prod = i + 1;
+    const int nb = prod == 0 ? g.nb[0] : prod == 1 ? g.nb[1] : prod == 2 ? g.nb[2] : g.nb[3];
+    m0 = (blk / nb) * 16, n0 = (blk % nb) * 32;
+}
+
+/* the V tile at v0 of dO, Ua (R for the delta rules), dU, H and dHn into one buffer */
+__device__ __forceinline__ void grad_ld_vtile(const rec_prob &p, const grad_lay &s, float *buf, int BK, int BV,
+                                              const float *hs, const float *dhs, const float *R, const float *dU,
+                                              long long rk, long long hoff, int nval, int nk, int v0)
+{
+    const int C = p.C, H = p.H, V = p.V, LDV = BV + 4, nv = min(BV, V - v0);
+    rec_ld_tile(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    chunk_ld_values(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
+    if (p.delta) rec_ld_tile(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    rec_ld_tile(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
+    rec_ld_tile(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
+}
+
+template <int C, bool BF, int R>
+__global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
+    chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
                       float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
 {
     extern __shared__ __align__(128) float sm[];
-    const grad_lay s = grad_layout(p, BK, BV);
+    const grad_lay s = grad_layout(p, BK, BV, R);
+    const grad_prods gp = grad_products(p, BK);
     const int kt = blockIdx.x, c = blockIdx.y, h = blockIdx.z, H = p.H, K = p.K, V = p.V, L = p.L;
     const int NA = C * (1 + L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4, k0 = kt * BK, nk = min(BK, K - k0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * H + h, hoff = ((long long)c * H + h) * K * V + (long long)k0 * V;
     float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
-    float *dOs = sm + s.dOs, *VA = sm + s.VA, *dUs = sm + s.dUs, *Hs = sm + s.Hs, *dHn = sm + s.dHn;
     const bool do_db = p.delta && kt == 0;
 
-    /* dbeta += dU . R, rows warp + 8 j, summed per tile in rec_row_dots' order */
+    /* dbeta += dU . R, rows warp + 8 j, summed per tile in rec_row_dots'
+     * order into db (each row's own warp: no barrier; not in registers, which
+     * the sums need) */
     constexpr int DBR = C / PR_REC_WARPS;
-    float dbr[DBR];
-#pragma unroll
-    for (int j = 0; j < DBR; j++) dbr[j] = 0.f;
+    float *db = sm + s.db;
     float hd = 0.f;
-    for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
-        const int nv = min(BV, V - v0);
-        rec_sync();
-        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
-        chunk_ld_values(p, VA, LDV, C, BV, p.delta ? R : p.v, rk, cp.nval, v0, nv);
-        if (p.delta) rec_ld_tile(dUs, LDV, C, BV, dU + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
-        rec_ld_tile(Hs, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
-        rec_ld_tile(dHn, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
-        rec_sync();
-        /* everything below only reads the tiles: no barrier until the next load.
-         * The delta rules' beta (Ua = beta o R, dR0 = beta o dU) scales rows of
-         * the sums, so it is applied once after the loop rather than per tile */
-        REC_FOR2D(BK, BV, i, j) hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
-        if (do_db) {
+    for (int b0 = 0; b0 < gp.n; b0 += R * PR_REC_WARPS) {
+        float d[R][1][4][4];
+        int ra[R], rb[R];
 #pragma unroll
-            for (int j = 0; j < DBR; j++) {
-                const int r = warp + PR_REC_WARPS * j;
-                float x = 0.f;
-                for (int cc = lane; cc < BV; cc += 32) x = fmaf(dUs[r * LDV + cc], VA[r * LDV + cc], x);
-                dbr[j] += grad_warp_sum(x);
-            }
+        for (int r = 0; r < R; r++) {
+            int prod, m0, n0;
+            grad_block_at(gp, b0 + warp + PR_REC_WARPS * r, prod, m0, n0);
+            ra[r] = (prod == 0 ? gp.ra[0] : prod == 1 ? gp.ra[1] : prod == 2 ? gp.ra[2] : gp.ra[3]) + m0;
+            rb[r] = (prod == 0 ? gp.rb[0] : prod == 1 ? gp.rb[1] : prod == 2 ? gp.rb[2] : gp.rb[3]) + n0;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) d[r][0][j][e] = 0.f;
         }
-        rec_mm<false, true, BF, false>(p, Xq, LDB, dOs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
-        rec_mm<false, true, BF, false>(p, P, LDA, dOs, LDV, VA, LDV, C, NA, BV, 1.f, vi > 0);
-        rec_mm<false, true, BF, false>(p, Xk, LDB, VA, LDV, dHn, LDV, NA, BK, BV, 1.f, vi > 0);
-        if (p.delta) rec_mm<false, true, BF, false>(p, Xw, LDB, dUs, LDV, Hs, LDV, C, BK, BV, 1.f, vi > 0);
+        grad_ld_vtile(p, s, sm + s.buf, BK, BV, hs, dhs, R_, dU, rk, hoff, cp.nval, nk, 0);
+        for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
+            /* tile vi has landed and every warp is done with tile vi - 1,
+             * whose buffer the next copy fills while this tile multiplies */
+            rec_sync();
+            const float *cur = sm + s.buf + (vi & 1) * s.bufsz;
+            if (v0 + BV < V)
+                grad_ld_vtile(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, BV, hs, dhs, R_, dU, rk, hoff, cp.nval,
+                              nk, v0 + BV);
+            /* the delta rules' beta (Ua = beta o R, dR0 = beta o dU) scales rows
+             * of the sums, so it is applied once after the loop */
+            if (b0 == 0) {
+                const float *Hs = cur + s.oHs * LDV, *dHn = cur + s.odH * LDV;
+                REC_FOR2D(BK, BV, i, j) hd = fmaf(Hs[i * LDV + j], dHn[i * LDV + j], hd);
+                if (do_db) {
+                    const float *dUs = cur + s.odU * LDV, *VA = cur + s.oVA * LDV;
+#pragma unroll
+                    for (int j = 0; j < DBR; j++) {
+                        const int r = warp + PR_REC_WARPS * j;
+                        float x = 0.f;
+                        for (int cc = lane; cc < BV; cc += 32) x = fmaf(dUs[r * LDV + cc], VA[r * LDV + cc], x);
+                        x = grad_warp_sum(x);
+                        if (lane == 0) db[r] = (v0 ? db[r] : 0.f) + x;
+                    }
+                }
+            }
+            const int nr = min(R, (gp.n - b0 - warp + PR_REC_WARPS - 1) / PR_REC_WARPS);
+            if (BF || p.tf32) rec_mm_tc_blocks_nt<R, BF>(d, cur, LDV, ra, rb, nr, BV);
+            else
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r < nr) rec_mm_f32_acc_nt<4>(d[r], cur, LDV, cur, LDV, ra[r], rb[r], BV);
+        }
+        /* every read of the buffers is done before the sums (over them with
+         * one pass) are stored */
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int blk = b0 + warp + PR_REC_WARPS * r;
+            if (blk >= gp.n) break;
+            int prod, m0, n0;
+            grad_block_at(gp, blk, prod, m0, n0);
+            float *out = prod == 0 ? Xq : prod == 1 ? P : prod == 2 ? Xk : Xw;
+            rec_frags_store<1, 4>(out, prod == 1 ? LDA : LDB, m0, n0, d[r], 1.f, false);
+        }
     }
     if (do_db && lane == 0)
 #pragma unroll
         for (int j = 0; j < DBR; j++) {
             const int r = warp + PR_REC_WARPS * j;
-            if (r < cp.nval) dbA[rk + (long long)r * H] = dbr[j];
+            if (r < cp.nval) dbA[rk + (long long)r * H] = db[r];
         }
-    /* the tail's arrays overwrite the tiles: the block sum's first barrier
-     * comes after every read of them */
     hd = rec_block_sum(hd, sm + s.red);
     float *Qs = sm + s.Qs, *KA = sm + s.KA, *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *eL = sm + s.eL;
     float *dG = sm + s.dG, *tq = sm + s.tq, *tk = sm + s.tk;
@@ -735,7 +828,23 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     for (size_t lim : {two, mx})
         for (int bk : bks)
             for (int bv : bvs)
-                if (!g && pr_rec_smem_grad(p, bk, bv) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
+                if (!g && pr_rec_smem_grad(p, bk, bv, 0) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
+    pl->bpw_grad = g ? grad_blocks_per_warp(p, pl->bk_grad) : 4;
+    /* PRISM_REC_GRAD_BPW=4 or 8 forces the warp blocks a pass, with the
+     * widest V tile that then fits (tests: 4 makes several passes where the
+     * blocks exceed 32, and the sums then need room of their own) */
+    long bpw;
+    const auto bpw_fits = [&](long v) {
+        for (int bv : bvs)
+            if (pr_rec_smem_grad(p, pl->bk_grad, bv, (int)v) <= mx) return true;
+        return false;
+    };
+    if (g && rec_env_knob("PRISM_REC_GRAD_BPW", "4 or 8, with shared memory that fits",
+                          [&](long v) { return (v == 4 || v == 8) && bpw_fits(v); }, &bpw)) {
+        pl->bpw_grad = (int)bpw;
+        if (pr_rec_smem_grad(p, pl->bk_grad, pl->bv_grad, pl->bpw_grad) > mx) pl->bv_grad = 32;
+    }
+    pl->passes_grad = g ? grad_passes(p, pl->bk_grad, pl->bpw_grad) : 1;
     /* wy: likewise the widest K tile (of those that divide Kp) that lets two
      * blocks share an SM (at C = 64, K = 128 a K tile of 64 does: 104 KB
      * where the whole K took 171), else the widest that fits */
@@ -786,8 +895,10 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         else pr_rec_chunk_dstate(st, p, pl.bv_dstate, io);
     }
     {
-        const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad);
-        const auto kernel = rec_bf_products(p) ? chunk_grad_kernel<C, true> : chunk_grad_kernel<C, false>;
+        const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad);
+        const bool bf = rec_bf_products(p), r4 = pl.bpw_grad == 4;
+        const auto kernel = bf ? (r4 ? chunk_grad_kernel<C, true, 4> : chunk_grad_kernel<C, true, 8>)
+                               : (r4 ? chunk_grad_kernel<C, false, 4> : chunk_grad_kernel<C, false, 8>);
         chunk_smem_attr(kernel, sm);
         const dim3 grid(nkt, p.nchunks, p.H);
         kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, dka, dkxa, dW,

@@ -172,9 +172,12 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
         snprintf(fwd_seg, sizeof fwd_seg, "%s, %d pass%s", seg, passes, passes > 1 ? "es" : "");
         if (pl.seg_fix) snprintf(fix, sizeof fix, " segfix(bv %d)", pl.bv_fix);
     }
+    char gpass[24] = "";
+    if (pl.passes_grad > 1) snprintf(gpass, sizeof gpass, ", %d passes", pl.passes_grad);
     k += snprintf(buf + k, n - k,
-                  "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d) ", pl.bv_state,
-                  fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad);
+                  "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d, %d blocks a warp%s) ",
+                  pl.bv_state, fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad,
+                  pl.bpw_grad, gpass);
     if (p.delta)
         snprintf(buf + k, n - k, "wy(bk %d, bv %d%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "");
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");

@@ -332,10 +332,11 @@ __device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const uns
  * at the end), which halves that chain of dependent products (NOTES.md v12).
  * BF needs Kd a multiple of 16. ldmatrix reads 16-byte rows: the leading
  * dims and arrays as above (multiples of 4 floats, 32-byte aligned) keep
- * them aligned. One warp's block at (m0, n0): */
+ * them aligned. One warp's block at (m0, n0), added into d (registers the
+ * caller may keep across calls); rec_mm_tc_block stores it: */
 template <bool TA, bool TB, int FM, int FN, bool BF = false>
-__device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
-                                                int m0, int n0, int Kd, float alpha, bool acc)
+__device__ __forceinline__ void rec_mm_tc_acc(float (&d)[FM][2 * FN][4], const float *A, int lda, const float *B,
+                                              int ldb, int m0, int n0, int Kd)
 {
     constexpr int NJ = 2 * FN, KS = BF ? 16 : 8, KH = KS / 2;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -351,13 +352,12 @@ __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *
     const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + (lane & 15)) * lda + (lane >> 4) * 4;
     const float *pb = TB ? B + (n0 + (lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 4 : B + t * ldb + n0 + g;
     constexpr bool split = FM * FN == 1;
-    float d[FM][NJ][4], d1[FM][NJ][4];
-#pragma unroll
-    for (int i = 0; i < FM; i++)
+    float d1[FM][NJ][4];
+    if constexpr (split)
 #pragma unroll
         for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) d[i][j][e] = 0.f, d1[i][j][e] = 0.f;
+            for (int e = 0; e < 4; e++) d1[0][j][e] = 0.f;
     unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
     rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
     for (int k0 = 0; k0 < Kd; k0 += 2 * KS) {
@@ -375,6 +375,38 @@ __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *
         for (int j = 0; j < NJ; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
+}
+/* d[r] += A B^T for a warp's blocks r < nr, each 16 x 32, where A's 16 rows
+ * start at row ra[r] and B's 32 at rb[r] of one array X (leading dim ld,
+ * rows along k, as rec_mm_tc_acc with TA false, TB true). The k-steps run
+ * outside the blocks: a step's R products do not wait on each other, and
+ * one set of fragments suffices (a kernel keeping R blocks of sums in
+ * registers has few to spare). */
+template <int R, bool BF>
+__device__ __forceinline__ void rec_mm_tc_blocks_nt(float (&d)[R][1][4][4], const float *X, int ld, const int (&ra)[R],
+                                                    const int (&rb)[R], int nr, int Kd)
+{
+    constexpr int KS = BF ? 16 : 8, KH = KS / 2;
+    const int lane = threadIdx.x & 31;
+    const float *xa = X + (lane & 15) * ld + (lane >> 4) * 4;
+    const float *xb = X + ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 4;
+    for (int k = 0; k < Kd; k += KS)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= nr) break;
+            unsigned fa[1][4], fb[4][2];
+            rec_mm_frags<1, 2, BF, false, true>(fa, fb, xa + ra[r] * ld + k, xb + rb[r] * ld + k, 16 * ld, 8 * ld, KH,
+                                                4, 8 * ld, KH, 4);
+            rec_mm_step<1, 2, BF>(d[r], fa, fb);
+        }
+}
+/* C[m0.., n0..] = (acc ? C : 0) + alpha * d: a warp's accumulators in the
+ * mma layout written back */
+template <int FM, int NJ>
+__device__ __forceinline__ void rec_frags_store(float *C, int ldc, int m0, int n0, const float (&d)[FM][NJ][4],
+                                                float alpha, bool acc)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < FM; i++)
 #pragma unroll
@@ -386,6 +418,20 @@ __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *
             x1.x = fmaf(alpha, d[i][j][2], x1.x), x1.y = fmaf(alpha, d[i][j][3], x1.y);
             *p0 = x0, *p1 = x1;
         }
+}
+template <bool TA, bool TB, int FM, int FN, bool BF = false>
+__device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                                                int m0, int n0, int Kd, float alpha, bool acc)
+{
+    float d[FM][2 * FN][4];
+#pragma unroll
+    for (int i = 0; i < FM; i++)
+#pragma unroll
+        for (int j = 0; j < 2 * FN; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[i][j][e] = 0.f;
+    rec_mm_tc_acc<TA, TB, FM, FN, BF>(d, A, lda, B, ldb, m0, n0, Kd);
+    rec_frags_store<FM, 2 * FN>(C, ldc, m0, n0, d, alpha, acc);
 }
 /* the whole product: warp w takes blocks w, w + PR_REC_WARPS, ... */
 template <bool TA, bool TB, int FM, int FN, bool BF = false>
@@ -446,6 +492,26 @@ __device__ __forceinline__ void rec_mm_f32(float *C, int ldc, const float *A, in
                 float *pc = C + (m0 + i) * ldc + n0 + j;
                 *pc = (acc ? *pc : 0.f) + alpha * s[i][j];
             }
+    }
+}
+
+/* d += A[m0.., :Kd] B[n0.., :Kd]^T in plain fp32 into accumulators laid out
+ * as rec_mm_tc_acc's (one 16 x 8 NJ block, rows of A and B along k): the
+ * exact twin of the tensor-core path for kernels that keep sums in registers */
+template <int NJ>
+__device__ __forceinline__ void rec_mm_f32_acc_nt(float (&d)[1][NJ][4], const float *A, int lda, const float *B, int ldb,
+                                                  int m0, int n0, int Kd)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const float *a0 = A + (m0 + g) * lda, *a1 = a0 + 8 * lda, *b0 = B + (n0 + 2 * t) * ldb;
+    for (int k = 0; k < Kd; k++) {
+        const float x0 = a0[k], x1 = a1[k];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const float y0 = b0[8 * j * ldb + k], y1 = b0[(8 * j + 1) * ldb + k];
+            d[0][j][0] = fmaf(x0, y0, d[0][j][0]), d[0][j][1] = fmaf(x0, y1, d[0][j][1]);
+            d[0][j][2] = fmaf(x1, y0, d[0][j][2]), d[0][j][3] = fmaf(x1, y1, d[0][j][3]);
+        }
     }
 }
 
@@ -636,7 +702,7 @@ struct rec_chunk_saved {
  * of a last serial pass */
 struct rec_chunk_plan {
     int C;
-    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bk_wy, bv_wy, xg_wy;
+    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, bk_wy, bv_wy, xg_wy;
     int segments, seg_fix, bv_fix;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
@@ -691,7 +757,7 @@ size_t pr_rec_smem_prep(const rec_prob &p, int bv);
 size_t pr_rec_smem_state(const rec_prob &p, int bv);
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
-size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv);
+size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r);
 size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
 
 /* a scratch buffer of n floats from the caching allocator (freed by rec_scratch_free) */
