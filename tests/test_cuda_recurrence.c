@@ -476,13 +476,16 @@ static void test_wy_ktiles(void **state)
  * more than one only past 64 blocks (large L), so PRISM_REC_GRAD_BPW=4
  * forces them on prism_core at L = 2, K = 32 (C = 64: 44 blocks, two
  * passes; C = 32: 16, one), and gdn takes 8 a warp (one pass, most of the
- * registers idle) */
+ * registers idle); PRISM_REC_BK_GRAD forces K tiles of 32 */
 static void test_grad_passes(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     int fails = check_forced(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp");
     fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "PRISM_REC_GRAD_BPW", "8", "8 blocks a warp)");
+    /* and K tiles of 32 (three at K = 96, each with its own partial dG) */
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1603, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,");
+    fails += check_forced(PR_RULE_PRISM_CORE, 96, 1, 1604, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,");
     pr_rec_plan plan;
     char why[256];
     setenv("PRISM_REC_GRAD_BPW", "4", 1);

@@ -829,6 +829,19 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
         for (int bk : bks)
             for (int bv : bvs)
                 if (!g && pr_rec_smem_grad(p, bk, bv, 0) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
+    /* PRISM_REC_BK_GRAD=32, 64, ... forces grad's K tile, with the widest V
+     * tile that fits (tests: several K tiles at small K; A/Bs of tiles) */
+    char must_be[96];
+    long bk_force;
+    snprintf(must_be, sizeof must_be, "a multiple of 32 up to %d whose shared memory fits", p.Kp);
+    const auto bv_for = [&](int bk) {
+        for (int bv : bvs)
+            if (pr_rec_smem_grad(p, bk, bv, 0) <= mx) return bv;
+        return 0;
+    };
+    if (g && rec_env_knob("PRISM_REC_BK_GRAD", must_be,
+                          [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Kp && bv_for((int)v); }, &bk_force))
+        pl->bk_grad = (int)bk_force, pl->bv_grad = bv_for(pl->bk_grad);
     pl->bpw_grad = g ? grad_blocks_per_warp(p, pl->bk_grad) : 4;
     /* PRISM_REC_GRAD_BPW=4 or 8 forces the warp blocks a pass, with the
      * widest V tile that then fits (tests: 4 makes several passes where the
@@ -855,8 +868,6 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
                 if (!w && p.Kp % bk == 0 && pr_rec_smem_wy(p, bk, bv) <= lim)
                     pl->bk_wy = bk, pl->bv_wy = bv, w = true;
     /* PRISM_REC_BK_WY=32, 64, ... forces the K tile (tests: several tiles at small K) */
-    long bk_force;
-    char must_be[96];
     snprintf(must_be, sizeof must_be, "a multiple of 32 that divides %d and whose shared memory fits", p.Kp);
     if (w && p.delta &&
         rec_env_knob("PRISM_REC_BK_WY", must_be,
