@@ -183,9 +183,14 @@ __host__ __device__ static grad_prods grad_products(const rec_prob &p, int BK)
     for (int i = 0; i < 4; i++) g.n += g.mb[i] * g.nb[i];
     return g;
 }
-/* the warp blocks a warp holds a pass, by default: 4 while the blocks fit
- * in 32 (two 128-register blocks an SM), else 8 */
-static int grad_blocks_per_warp(const rec_prob &p, int BK) { return grad_products(p, BK).n <= 4 * PR_REC_WARPS ? 4 : 8; }
+/* the warp blocks a warp holds a pass, by default: 3 or 4 while the blocks
+ * fit in 24 or 32 (two 128-register blocks an SM; 3 leaves registers the
+ * 4 would spill), else 8 */
+static int grad_blocks_per_warp(const rec_prob &p, int BK)
+{
+    const int n = grad_products(p, BK).n;
+    return n <= 3 * PR_REC_WARPS ? 3 : n <= 4 * PR_REC_WARPS ? 4 : 8;
+}
 __host__ __device__ static int grad_passes(const rec_prob &p, int BK, int R)
 {
     return (grad_products(p, BK).n + R * PR_REC_WARPS - 1) / (R * PR_REC_WARPS);
@@ -274,13 +279,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     float hd = 0.f;
     for (int b0 = 0; b0 < gp.n; b0 += R * PR_REC_WARPS) {
         float d[R][1][4][4];
-        int ra[R], rb[R];
+        int rab[R]; /* A's first row | B's << 16 */
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int prod, m0, n0;
             grad_block_at(gp, b0 + warp + PR_REC_WARPS * r, prod, m0, n0);
-            ra[r] = (prod == 0 ? gp.ra[0] : prod == 1 ? gp.ra[1] : prod == 2 ? gp.ra[2] : gp.ra[3]) + m0;
-            rb[r] = (prod == 0 ? gp.rb[0] : prod == 1 ? gp.rb[1] : prod == 2 ? gp.rb[2] : gp.rb[3]) + n0;
+            const int ra = (prod == 0 ? gp.ra[0] : prod == 1 ? gp.ra[1] : prod == 2 ? gp.ra[2] : gp.ra[3]) + m0;
+            const int rb = (prod == 0 ? gp.rb[0] : prod == 1 ? gp.rb[1] : prod == 2 ? gp.rb[2] : gp.rb[3]) + n0;
+            rab[r] = ra | rb << 16;
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -313,11 +319,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
                 }
             }
             const int nr = min(R, (gp.n - b0 - warp + PR_REC_WARPS - 1) / PR_REC_WARPS);
-            if (BF || p.tf32) rec_mm_tc_blocks_nt<R, BF>(d, cur, LDV, ra, rb, nr, BV);
+            if (BF || p.tf32) rec_mm_tc_blocks_nt<R, BF>(d, cur, LDV, rab, nr, BV);
             else
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    if (r < nr) rec_mm_f32_acc_nt<4>(d[r], cur, LDV, cur, LDV, ra[r], rb[r], BV);
+                    if (r < nr) rec_mm_f32_acc_nt<4>(d[r], cur, LDV, cur, LDV, rab[r] & 0xffff, rab[r] >> 16, BV);
         }
         /* every read of the buffers is done before the sums (over them with
          * one pass) are stored */
@@ -843,7 +849,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
                           [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Kp && bv_for((int)v); }, &bk_force))
         pl->bk_grad = (int)bk_force, pl->bv_grad = bv_for(pl->bk_grad);
     pl->bpw_grad = g ? grad_blocks_per_warp(p, pl->bk_grad) : 4;
-    /* PRISM_REC_GRAD_BPW=4 or 8 forces the warp blocks a pass, with the
+    /* PRISM_REC_GRAD_BPW=3, 4 or 8 forces the warp blocks a pass, with the
      * widest V tile that then fits (tests: 4 makes several passes where the
      * blocks exceed 32, and the sums then need room of their own) */
     long bpw;
@@ -852,8 +858,8 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
             if (pr_rec_smem_grad(p, pl->bk_grad, bv, (int)v) <= mx) return true;
         return false;
     };
-    if (g && rec_env_knob("PRISM_REC_GRAD_BPW", "4 or 8, with shared memory that fits",
-                          [&](long v) { return (v == 4 || v == 8) && bpw_fits(v); }, &bpw)) {
+    if (g && rec_env_knob("PRISM_REC_GRAD_BPW", "3, 4 or 8, with shared memory that fits",
+                          [&](long v) { return (v == 3 || v == 4 || v == 8) && bpw_fits(v); }, &bpw)) {
         pl->bpw_grad = (int)bpw;
         if (pr_rec_smem_grad(p, pl->bk_grad, pl->bv_grad, pl->bpw_grad) > mx) pl->bv_grad = 32;
     }
@@ -907,9 +913,12 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     }
     {
         const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad);
-        const bool bf = rec_bf_products(p), r4 = pl.bpw_grad == 4;
-        const auto kernel = bf ? (r4 ? chunk_grad_kernel<C, true, 4> : chunk_grad_kernel<C, true, 8>)
-                               : (r4 ? chunk_grad_kernel<C, false, 4> : chunk_grad_kernel<C, false, 8>);
+        const bool bf = rec_bf_products(p);
+        const int r = pl.bpw_grad;
+        const auto kernel = bf ? (r == 3 ? chunk_grad_kernel<C, true, 3>
+                                  : r == 4 ? chunk_grad_kernel<C, true, 4> : chunk_grad_kernel<C, true, 8>)
+                               : (r == 3 ? chunk_grad_kernel<C, false, 3>
+                                  : r == 4 ? chunk_grad_kernel<C, false, 4> : chunk_grad_kernel<C, false, 8>);
         chunk_smem_attr(kernel, sm);
         const dim3 grid(nkt, p.nchunks, p.H);
         kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, dka, dkxa, dW,

@@ -377,14 +377,15 @@ __device__ __forceinline__ void rec_mm_tc_acc(float (&d)[FM][2 * FN][4], const f
             for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
 }
 /* d[r] += A B^T for a warp's blocks r < nr, each 16 x 32, where A's 16 rows
- * start at row ra[r] and B's 32 at rb[r] of one array X (leading dim ld,
+ * start at row rab[r] & 0xffff and B's 32 at rab[r] >> 16 (packed: a
+ * register a block) of one array X (leading dim ld,
  * rows along k, as rec_mm_tc_acc with TA false, TB true). The k-steps run
  * outside the blocks: a step's R products do not wait on each other, and
  * one set of fragments suffices (a kernel keeping R blocks of sums in
  * registers has few to spare). */
 template <int R, bool BF>
-__device__ __forceinline__ void rec_mm_tc_blocks_nt(float (&d)[R][1][4][4], const float *X, int ld, const int (&ra)[R],
-                                                    const int (&rb)[R], int nr, int Kd)
+__device__ __forceinline__ void rec_mm_tc_blocks_nt(float (&d)[R][1][4][4], const float *X, int ld, const int (&rab)[R],
+                                                    int nr, int Kd)
 {
     constexpr int KS = BF ? 16 : 8, KH = KS / 2;
     const int lane = threadIdx.x & 31;
@@ -395,8 +396,8 @@ __device__ __forceinline__ void rec_mm_tc_blocks_nt(float (&d)[R][1][4][4], cons
         for (int r = 0; r < R; r++) {
             if (r >= nr) break;
             unsigned fa[1][4], fb[4][2];
-            rec_mm_frags<1, 2, BF, false, true>(fa, fb, xa + ra[r] * ld + k, xb + rb[r] * ld + k, 16 * ld, 8 * ld, KH,
-                                                4, 8 * ld, KH, 4);
+            rec_mm_frags<1, 2, BF, false, true>(fa, fb, xa + (rab[r] & 0xffff) * ld + k, xb + (rab[r] >> 16) * ld + k,
+                                                16 * ld, 8 * ld, KH, 4, 8 * ld, KH, 4);
             rec_mm_step<1, 2, BF>(d[r], fa, fb);
         }
 }
