@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
             int prod, m0, n0;
             grad_block_at(gp, blk, prod, m0, n0);
             float *out = prod == 0 ? Xq : prod == 1 ? P : prod == 2 ? Xk : Xw;
-            rec_frags_store<1, 4>(out, prod == 1 ? LDA : LDB, m0, n0, d[r], 1.f, false);
+            rec_frags_store<1, 4>(out, prod == 1 ? LDA : LDB, m0, n0, lane >> 2, lane & 3, d[r], 1.f, false);
         }
     }
     if (do_db && lane == 0)

@@ -323,63 +323,10 @@ __device__ __forceinline__ void rec_mm_step(float (&d)[FM][2 * FN][4], const uns
         }
 }
 
-/* the product with warp blocks of (16 FM) x (16 FN): mma.sync with f32
- * accumulators in registers, m16n8k8 TF32 or (BF) m16n8k16 bf16; the next
- * k-step's fragments load while the current one multiplies (two register
- * sets), so the shared-memory latency overlaps the tensor work. A 16x16 block
- * has only two products a k-step, each waiting on its previous k-step's
- * result: there the odd k-steps sum into a second set of accumulators (added
- * at the end), which halves that chain of dependent products (NOTES.md v12).
- * BF needs Kd a multiple of 16. ldmatrix reads 16-byte rows: the leading
- * dims and arrays as above (multiples of 4 floats, 32-byte aligned) keep
- * them aligned. One warp's block at (m0, n0), added into d (registers the
- * caller may keep across calls); rec_mm_tc_block stores it: */
-template <bool TA, bool TB, int FM, int FN, bool BF = false>
-__device__ __forceinline__ void rec_mm_tc_acc(float (&d)[FM][2 * FN][4], const float *A, int lda, const float *B,
-                                              int ldb, int m0, int n0, int Kd)
-{
-    constexpr int NJ = 2 * FN, KS = BF ? 16 : 8, KH = KS / 2;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    /* element steps: between A fragments (16 rows), inside one (row + 8, k + KH,
-     * k + 4), per k-step (k + KS); likewise for B (8 columns, k + KH, k + 4, k + KS) */
-    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? KH * lda : KH, a1 = TA ? 4 * lda : 4;
-    const int ak = TA ? KS * lda : KS;
-    const int bj = TB ? 8 * ldb : 8, b4 = TB ? KH : KH * ldb, b1 = TB ? 4 : 4 * ldb, bk = TB ? KS : KS * ldb;
-    /* ldmatrix row addresses (rec_mm_frags) where rows run along k: A's four
-     * blocks are (rows 0-7, k 0-3), (8-15, 0-3), (0-7, 4-7), (8-15, 4-7); B's
-     * (columns 0-7, k 0-3), (0-7, 4-7), (8-15, 0-3), (8-15, 4-7), the last two
-     * the next fragment's. Else this lane's element (g, t). */
-    const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + (lane & 15)) * lda + (lane >> 4) * 4;
-    const float *pb = TB ? B + (n0 + (lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 4 : B + t * ldb + n0 + g;
-    constexpr bool split = FM * FN == 1;
-    float d1[FM][NJ][4];
-    if constexpr (split)
-#pragma unroll
-        for (int j = 0; j < NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) d1[0][j][e] = 0.f;
-    unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
-    rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
-    for (int k0 = 0; k0 < Kd; k0 += 2 * KS) {
-        pa += ak, pb += bk;
-        if (k0 + KS < Kd) rec_mm_frags<FM, FN, BF, TA, TB>(fa1, fb1, pa, pb, ai, a8, a4, a1, bj, b4, b1);
-        rec_mm_step<FM, FN, BF>(d, fa0, fb0);
-        if (k0 + KS >= Kd) break;
-        pa += ak, pb += bk;
-        if (k0 + 2 * KS < Kd) rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
-        if constexpr (split) rec_mm_step<FM, FN, BF>(d1, fa1, fb1);
-        else rec_mm_step<FM, FN, BF>(d, fa1, fb1);
-    }
-    if constexpr (split)
-#pragma unroll
-        for (int j = 0; j < NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
-}
 /* d[r] += A B^T for a warp's blocks r < nr, each 16 x 32, where A's 16 rows
  * start at row rab[r] & 0xffff and B's 32 at rab[r] >> 16 (packed: a
  * register a block) of one array X (leading dim ld,
- * rows along k, as rec_mm_tc_acc with TA false, TB true). The k-steps run
+ * rows along k, as rec_mm_tc_block with TA false, TB true). The k-steps run
  * outside the blocks: a step's R products do not wait on each other, and
  * one set of fragments suffices (a kernel keeping R blocks of sums in
  * registers has few to spare). */
@@ -402,12 +349,11 @@ __device__ __forceinline__ void rec_mm_tc_blocks_nt(float (&d)[R][1][4][4], cons
         }
 }
 /* C[m0.., n0..] = (acc ? C : 0) + alpha * d: a warp's accumulators in the
- * mma layout written back */
+ * mma layout written back (g = lane / 4, t = lane % 4) */
 template <int FM, int NJ>
-__device__ __forceinline__ void rec_frags_store(float *C, int ldc, int m0, int n0, const float (&d)[FM][NJ][4],
-                                                float alpha, bool acc)
+__device__ __forceinline__ void rec_frags_store(float *C, int ldc, int m0, int n0, int g, int t,
+                                                const float (&d)[FM][NJ][4], float alpha, bool acc)
 {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < FM; i++)
 #pragma unroll
@@ -420,19 +366,59 @@ __device__ __forceinline__ void rec_frags_store(float *C, int ldc, int m0, int n
             *p0 = x0, *p1 = x1;
         }
 }
+/* the product with warp blocks of (16 FM) x (16 FN): mma.sync with f32
+ * accumulators in registers, m16n8k8 TF32 or (BF) m16n8k16 bf16; the next
+ * k-step's fragments load while the current one multiplies (two register
+ * sets), so the shared-memory latency overlaps the tensor work. A 16x16 block
+ * has only two products a k-step, each waiting on its previous k-step's
+ * result: there the odd k-steps sum into a second set of accumulators (added
+ * at the end), which halves that chain of dependent products (NOTES.md v12).
+ * BF needs Kd a multiple of 16. ldmatrix reads 16-byte rows: the leading
+ * dims and arrays as above (multiples of 4 floats, 32-byte aligned) keep
+ * them aligned. One warp's block at (m0, n0): */
 template <bool TA, bool TB, int FM, int FN, bool BF = false>
 __device__ __forceinline__ void rec_mm_tc_block(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                                 int m0, int n0, int Kd, float alpha, bool acc)
 {
-    float d[FM][2 * FN][4];
+    constexpr int NJ = 2 * FN, KS = BF ? 16 : 8, KH = KS / 2;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    /* element steps: between A fragments (16 rows), inside one (row + 8, k + KH,
+     * k + 4), per k-step (k + KS); likewise for B (8 columns, k + KH, k + 4, k + KS) */
+    const int ai = TA ? 16 : 16 * lda, a8 = TA ? 8 : 8 * lda, a4 = TA ? KH * lda : KH, a1 = TA ? 4 * lda : 4;
+    const int ak = TA ? KS * lda : KS;
+    const int bj = TB ? 8 * ldb : 8, b4 = TB ? KH : KH * ldb, b1 = TB ? 4 : 4 * ldb, bk = TB ? KS : KS * ldb;
+    /* ldmatrix row addresses (rec_mm_frags) where rows run along k: A's four
+     * blocks are (rows 0-7, k 0-3), (8-15, 0-3), (0-7, 4-7), (8-15, 4-7); B's
+     * (columns 0-7, k 0-3), (0-7, 4-7), (8-15, 0-3), (8-15, 4-7), the last two
+     * the next fragment's. Else this lane's element (g, t). */
+    const float *pa = TA ? A + t * lda + m0 + g : A + (m0 + (lane & 15)) * lda + (lane >> 4) * 4;
+    const float *pb = TB ? B + (n0 + (lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 4 : B + t * ldb + n0 + g;
+    constexpr bool split = FM * FN == 1;
+    float d[FM][NJ][4], d1[FM][NJ][4];
 #pragma unroll
     for (int i = 0; i < FM; i++)
 #pragma unroll
-        for (int j = 0; j < 2 * FN; j++)
+        for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) d[i][j][e] = 0.f;
-    rec_mm_tc_acc<TA, TB, FM, FN, BF>(d, A, lda, B, ldb, m0, n0, Kd);
-    rec_frags_store<FM, 2 * FN>(C, ldc, m0, n0, d, alpha, acc);
+            for (int e = 0; e < 4; e++) d[i][j][e] = 0.f, d1[i][j][e] = 0.f;
+    unsigned fa0[FM][4], fb0[NJ][2], fa1[FM][4], fb1[NJ][2];
+    rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
+    for (int k0 = 0; k0 < Kd; k0 += 2 * KS) {
+        pa += ak, pb += bk;
+        if (k0 + KS < Kd) rec_mm_frags<FM, FN, BF, TA, TB>(fa1, fb1, pa, pb, ai, a8, a4, a1, bj, b4, b1);
+        rec_mm_step<FM, FN, BF>(d, fa0, fb0);
+        if (k0 + KS >= Kd) break;
+        pa += ak, pb += bk;
+        if (k0 + 2 * KS < Kd) rec_mm_frags<FM, FN, BF, TA, TB>(fa0, fb0, pa, pb, ai, a8, a4, a1, bj, b4, b1);
+        if constexpr (split) rec_mm_step<FM, FN, BF>(d1, fa1, fb1);
+        else rec_mm_step<FM, FN, BF>(d, fa1, fb1);
+    }
+    if constexpr (split)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[0][j][e] += d1[0][j][e];
+    rec_frags_store<FM, NJ>(C, ldc, m0, n0, g, t, d, alpha, acc);
 }
 /* the whole product: warp w takes blocks w, w + PR_REC_WARPS, ... */
 template <bool TA, bool TB, int FM, int FN, bool BF = false>
@@ -497,7 +483,7 @@ __device__ __forceinline__ void rec_mm_f32(float *C, int ldc, const float *A, in
 }
 
 /* d += A[m0.., :Kd] B[n0.., :Kd]^T in plain fp32 into accumulators laid out
- * as rec_mm_tc_acc's (one 16 x 8 NJ block, rows of A and B along k): the
+ * as rec_mm_tc_block's (one 16 x 8 NJ block, rows of A and B along k): the
  * exact twin of the tensor-core path for kernels that keep sums in registers */
 template <int NJ>
 __device__ __forceinline__ void rec_mm_f32_acc_nt(float (&d)[1][NJ][4], const float *A, int lda, const float *B, int ldb,
