@@ -361,14 +361,11 @@ static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
                 fprintf(stderr, "  FAIL %s: the plan does not segment\n", what), fails++;
             ctx->matmul_tf32 = runs[i].tf32;
             rec_out got = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, runs[i].narrow, &x, xc, cu);
-            const double tol = runs[i].tf32 ? 4e-3 : 2e-4;
-            const double e_ref = rec_report(what, &got, &ref);
-            if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
+            fails += rec_fails_tol(what, NULL, &got, &ref, runs[i].tf32 ? 4e-3 : 2e-4);
             if (!runs[i].tf32) {
-                const double e_base = rec_report("  vs unsegmented", &got, &base);
-                if (!(e_base <= 2e-4)) fprintf(stderr, "  FAIL %s vs P=1: worst %.3g\n", what, e_base), fails++;
+                fails += rec_fails_tol(what, "vs unsegmented", &got, &base, 2e-4);
                 rec_out again = seg_run(ctx, rule, chunk, runs[i].P, runs[i].nofix, runs[i].narrow, &x, xc, cu);
-                if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+                fails += rec_fails_rerun(what, &got, &again);
                 rec_out_free(&again);
             }
             rec_out_free(&got);
@@ -431,11 +428,9 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
             rec_out again = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
             unsetenv(env);
             const double tol = tf32 ? 4e-3 : 2e-4;
-            const double e_ref = rec_report(what, &got, &ref);
-            if (!(e_ref <= tol)) fprintf(stderr, "  FAIL %s vs CPU: worst %.3g > %.1g\n", what, e_ref, tol), fails++;
-            const double e_base = rec_report("  vs the plan's own choice", &got, &base);
-            if (!(e_base <= tol)) fprintf(stderr, "  FAIL %s vs the plan's own: worst %.3g\n", what, e_base), fails++;
-            if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+            fails += rec_fails_tol(what, NULL, &got, &ref, tol);
+            fails += rec_fails_tol(what, "vs the plan's own choice", &got, &base, tol);
+            fails += rec_fails_rerun(what, &got, &again);
             rec_out_free(&again);
             rec_out_free(&got);
             rec_out_free(&base);
@@ -446,6 +441,17 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
     free(x.dht);
     pr_step_reset(ctx);
     return fails;
+}
+
+/* gdn's plan (C = 32, K = 96) with env = val stops, naming env */
+static void expect_knob_refused(const char *env, const char *val)
+{
+    setenv(env, val, 1);
+    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
+    pr_rec_plan plan;
+    char why[256];
+    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why), env);
+    unsetenv(env);
 }
 
 /* wy's K tiles (chunked_bwd.cu): the plan takes several only where the
@@ -462,13 +468,7 @@ static void test_wy_ktiles(void **state)
         if (pr_rule_has_beta((pr_rule)r)) fails += check_forced((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,");
     fails += check_forced(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,");
     /* a tile that does not divide K's padded width is refused naming the variable */
-    setenv("PRISM_REC_BK_WY", "64", 1);
-    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
-    pr_rec_plan plan;
-    char why[256];
-    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why),
-                    "PRISM_REC_BK_WY");
-    unsetenv("PRISM_REC_BK_WY");
+    expect_knob_refused("PRISM_REC_BK_WY", "64");
     assert_int_equal(fails, 0);
 }
 
@@ -490,14 +490,12 @@ static void test_grad_passes(void **state)
     char why[256];
     setenv("PRISM_REC_GRAD_BPW", "4", 1);
     const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64};
-    if (!pr_recurrence_plan(&p64, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why) ||
-        !strstr(plan.kernels, "4 blocks a warp, 2 passes"))
-        fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: the plan does not make two passes: %s\n", plan.kernels), fails++;
-    setenv("PRISM_REC_GRAD_BPW", "5", 1);
-    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
-    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why),
-                    "PRISM_REC_GRAD_BPW");
+    if (!pr_recurrence_plan(&p64, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why))
+        fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: no plan: %s\n", why), fails++;
+    else if (!strstr(plan.kernels, "4 blocks a warp, 2 passes"))
+        fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: the plan makes one pass: %s\n", plan.kernels), fails++;
     unsetenv("PRISM_REC_GRAD_BPW");
+    expect_knob_refused("PRISM_REC_GRAD_BPW", "5");
     assert_int_equal(fails, 0);
 }
 

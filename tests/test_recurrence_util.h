@@ -156,6 +156,26 @@ static inline bool rec_same_bits(const rec_out *a, const rec_out *b)
     return same;
 }
 
+/* got against ref (rec_report under what, then vs when ref is not the
+ * reference itself, e.g. "vs P=1"): 1 with a FAIL line when the worst
+ * error exceeds tol, else 0 */
+static inline int rec_fails_tol(const char *what, const char *vs, const rec_out *got, const rec_out *ref, double tol)
+{
+    char label[160];
+    snprintf(label, sizeof label, vs ? "  %s" : "%s", vs ? vs : what);
+    const double e = rec_report(label, got, ref);
+    if (e <= tol) return 0;
+    fprintf(stderr, "  FAIL %s %s: worst %.3g > %.1g\n", what, vs ? vs : "vs CPU", e, tol);
+    return 1;
+}
+/* 1 with a FAIL line when a rerun differs from got in any bit, else 0 */
+static inline int rec_fails_rerun(const char *what, const rec_out *got, const rec_out *again)
+{
+    if (rec_same_bits(got, again)) return 0;
+    fprintf(stderr, "  FAIL %s: two runs differ\n", what);
+    return 1;
+}
+
 /* every output and gradient of two runs agree to tol */
 static inline void rec_assert_same(const char *what, const rec_out *got, const rec_out *ref, double tol)
 {

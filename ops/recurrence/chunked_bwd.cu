@@ -840,28 +840,28 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     char must_be[96];
     long bk_force;
     snprintf(must_be, sizeof must_be, "a multiple of 32 up to %d whose shared memory fits", p.Kp);
-    const auto bv_for = [&](int bk) {
+    /* the widest V tile whose shared memory fits at K tile bk and r blocks a warp (0: none) */
+    const auto bv_for = [&](int bk, int r) {
         for (int bv : bvs)
-            if (pr_rec_smem_grad(p, bk, bv, 0) <= mx) return bv;
+            if (pr_rec_smem_grad(p, bk, bv, r) <= mx) return bv;
         return 0;
     };
     if (g && rec_env_knob("PRISM_REC_BK_GRAD", must_be,
-                          [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Kp && bv_for((int)v); }, &bk_force))
-        pl->bk_grad = (int)bk_force, pl->bv_grad = bv_for(pl->bk_grad);
+                          [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Kp && bv_for((int)v, 0); },
+                          &bk_force))
+        pl->bk_grad = (int)bk_force, pl->bv_grad = bv_for(pl->bk_grad, 0);
     pl->bpw_grad = g ? grad_blocks_per_warp(p, pl->bk_grad) : 4;
-    /* PRISM_REC_GRAD_BPW=3, 4 or 8 forces the warp blocks a pass, with the
-     * widest V tile that then fits (tests: 4 makes several passes where the
-     * blocks exceed 32, and the sums then need room of their own) */
+    /* PRISM_REC_GRAD_BPW=3, 4 or 8 forces the warp blocks a pass, keeping
+     * the V tile where it still fits, else the widest that does (tests: 4
+     * makes several passes where the blocks exceed 32, and the sums then
+     * need room of their own) */
     long bpw;
-    const auto bpw_fits = [&](long v) {
-        for (int bv : bvs)
-            if (pr_rec_smem_grad(p, pl->bk_grad, bv, (int)v) <= mx) return true;
-        return false;
-    };
     if (g && rec_env_knob("PRISM_REC_GRAD_BPW", "3, 4 or 8, with shared memory that fits",
-                          [&](long v) { return (v == 3 || v == 4 || v == 8) && bpw_fits(v); }, &bpw)) {
+                          [&](long v) { return (v == 3 || v == 4 || v == 8) && bv_for(pl->bk_grad, (int)v); },
+                          &bpw)) {
         pl->bpw_grad = (int)bpw;
-        if (pr_rec_smem_grad(p, pl->bk_grad, pl->bv_grad, pl->bpw_grad) > mx) pl->bv_grad = 32;
+        if (pr_rec_smem_grad(p, pl->bk_grad, pl->bv_grad, pl->bpw_grad) > mx)
+            pl->bv_grad = bv_for(pl->bk_grad, pl->bpw_grad);
     }
     pl->passes_grad = g ? grad_passes(p, pl->bk_grad, pl->bpw_grad) : 1;
     /* wy: likewise the widest K tile (of those that divide Kp) that lets two
