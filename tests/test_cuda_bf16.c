@@ -201,7 +201,7 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
         ctx->matmul_tf32 = forms[f].tf32;
         /* a size the CUDA kernels refuse (shared memory) is a named limit, tested in
          * test_cuda_recurrence; here it only means this form has nothing to check */
-        const pr_recurrence_opts popt = {.rule = rule, .chunk = forms[f].chunk};
+        const pr_recurrence_opts popt = {.rule = rule, .chunk = forms[f].chunk, .tf32 = forms[f].tf32};
         pr_rec_plan plan;
         char why[256];
         if (!pr_recurrence_plan(&popt, PR_CUDA, N, c->T, c->H, c->K, c->V, L, &plan, why, sizeof why)) {

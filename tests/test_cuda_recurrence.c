@@ -120,7 +120,7 @@ static int check_rule(pr_rule rule, int *n_runs)
             snprintf(what, sizeof what, "%s %s L=%lld %s", pr_rule_name(rule), c->name,
                      (long long)(pr_rule_has_extra(rule) ? c->L : 0), forms[f].form);
             /* the chunk asked for runs, or is refused naming shared memory (K = 256 at C = 64) */
-            const pr_recurrence_opts po = {.rule = rule, .chunk = forms[f].chunk};
+            const pr_recurrence_opts po = {.rule = rule, .chunk = forms[f].chunk, .tf32 = forms[f].tf32};
             pr_rec_plan plan;
             char why[256];
             if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c->T, c->H, c->K, c->V, pr_rule_has_extra(rule) ? c->L : 0,
@@ -411,15 +411,17 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
     const int64_t Lr = pr_rule_has_extra(rule) ? L : 0;
+    /* grad's wgmma form runs TF32 products only */
+    const int tf32_lo = !strcmp(env, "PRISM_REC_GRAD_PIECES");
     for (int chunk = 32; chunk <= 64; chunk += 32)
-        for (int tf32 = 0; tf32 <= 1; tf32++) {
+        for (int tf32 = tf32_lo; tf32 <= 1; tf32++) {
             char what[128], why[256];
             snprintf(what, sizeof what, "%s K=%lld L=%lld C=%d%s %s=%s", pr_rule_name(rule), (long long)K,
                      (long long)Lr, chunk, tf32 ? " tf32" : "", env, val);
             ctx->matmul_tf32 = tf32;
             rec_out base = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
             setenv(env, val, 1);
-            const pr_recurrence_opts po = {.rule = rule, .chunk = chunk};
+            const pr_recurrence_opts po = {.rule = rule, .chunk = chunk, .tf32 = tf32};
             pr_rec_plan plan;
             if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c.T, c.H, c.K, c.V, Lr, &plan, why, sizeof why) ||
                 !strstr(plan.kernels, shows))
@@ -443,11 +445,11 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
     return fails;
 }
 
-/* gdn's plan (C = 32, K = 96) with env = val stops, naming env */
+/* gdn's plan (C = 32, K = 96, TF32) with env = val stops, naming env */
 static void expect_knob_refused(const char *env, const char *val)
 {
     setenv(env, val, 1);
-    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32};
+    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32, .tf32 = 1};
     pr_rec_plan plan;
     char why[256];
     PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why), env);
@@ -476,7 +478,12 @@ static void test_wy_ktiles(void **state)
  * more than one only past 64 blocks (large L), so PRISM_REC_GRAD_BPW=4
  * forces them on prism_core at L = 2, K = 32 (C = 64: 44 blocks, two
  * passes; C = 32: 16, one), and gdn takes 8 a warp (one pass, most of the
- * registers idle); PRISM_REC_BK_GRAD forces K tiles of 32 */
+ * registers idle); PRISM_REC_BK_GRAD forces K tiles of 32. The wgmma form
+ * (TF32 on a build for sm_90a): PRISM_REC_GRAD_PIECES=2 makes two passes
+ * of gdn at K = 96 (C = 64: 11 pieces; C = 32: 7, the pieces of P = dO Ua^T
+ * padded from 32 rows to 64) and of prism_core at L = 2, K = 32 (C = 64:
+ * 11; C = 32: 6, each product padded). BPW forces the mma.sync form, so
+ * the runs above compare it with the wgmma one where the build has it. */
 static void test_grad_passes(void **state)
 {
     (void)state;
@@ -496,6 +503,21 @@ static void test_grad_passes(void **state)
         fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: the plan makes one pass: %s\n", plan.kernels), fails++;
     unsetenv("PRISM_REC_GRAD_BPW");
     expect_knob_refused("PRISM_REC_GRAD_BPW", "5");
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
+        fprintf(stderr, "  FAIL gdn K=96 C=64 tf32: no plan: %s\n", why), fails++;
+    else if (!strstr(plan.kernels, "wgmma"))
+        fprintf(stderr, "  skipped grad's wgmma form: this build has none (%s)\n", plan.kernels);
+    else {
+        fails += check_forced(PR_RULE_GDN, 96, 0, 1605, "PRISM_REC_GRAD_PIECES", "2", "wgmma, 2 pieces a warpgroup, 2 passes");
+        fails += check_forced(PR_RULE_PRISM_CORE, 32, 2, 1606, "PRISM_REC_GRAD_PIECES", "2",
+                              "wgmma, 2 pieces a warpgroup, 2 passes");
+        expect_knob_refused("PRISM_REC_GRAD_PIECES", "5");
+    }
+    /* the two knobs force different forms: both set is refused */
+    setenv("PRISM_REC_GRAD_BPW", "4", 1);
+    expect_knob_refused("PRISM_REC_GRAD_PIECES", "2");
+    unsetenv("PRISM_REC_GRAD_BPW");
     assert_int_equal(fails, 0);
 }
 

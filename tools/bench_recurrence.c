@@ -430,9 +430,9 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, do
 }
 
 /* the plan of a form at size s, printed under its row; false (printed) when the GPU cannot run it */
-static bool print_plan(pr_rule r, int chunk, const bench_size *s)
+static bool print_plan(pr_rule r, int chunk, bool tf32, const bench_size *s)
 {
-    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .tf32 = tf32};
     pr_rec_plan plan;
     char why[256], line[320];
     const bool ok = pr_recurrence_plan(&opt, PR_CUDA, s->B, s->T, s->H, s->K, s->V, s->L, &plan, why, sizeof why);
@@ -538,7 +538,7 @@ static int bench_gpu(const rb_opts *o)
             bench_times tok = {0, 0};
             double *ref[10] = {0}, *got[10] = {0};
             int64_t nref[10], ngot[10];
-            if (token && print_plan(rule, 0, s)) {
+            if (token && print_plan(rule, 0, false, s)) {
                 ctx->matmul_tf32 = 0;
                 tok = time_rule(ctx, rule, 0, in, x.dout, x.dht, warm, reps);
                 run_host(ctx, rule, 0, in, x.dout, x.dht, ref, nref);
@@ -550,7 +550,7 @@ static int bench_gpu(const rb_opts *o)
             const int nforms = nch ? nch : 1;
             for (int f = 0; f < nforms * (1 + o->fp32); f++) {
                 const int C = nch ? (int)o->chunks[f % nch] : default_chunk(rule, s);
-                if (!print_plan(rule, C, s)) continue;
+                if (!print_plan(rule, C, f < nforms, s)) continue;
                 double mf, mb;
                 chunk_macs(rule, s, C, &mf, &mb);
                 const double nck = tokens / C * (double)s->H, flops = 2.0 * (mf + mb) * nck;

@@ -155,17 +155,23 @@ static void chunk_dstate_segmented(cudaStream_t st, const rec_prob &p, int bv, c
 
 /* ---- grad: dq, dKa, dW, dbeta (part), dG (part) per (K tile, chunk) -------------------
  * The V loop's four products, Xq = dO H^T, P = dO Ua^T, Xk = Ua dHn^T and
- * Xw = dU H^T, are all rows-times-rows of the V tiles: their 16 x 32 warp
- * blocks, numbered Xq's, P's, Xk's, Xw's, go to the warps round-robin (R a
- * warp a pass) and sum in registers across the whole V loop, stored once at
- * its end (NOTES.md v27; until v26 every V tile read and wrote them in
- * shared memory). The V tiles are double-buffered, the next one's copy in
- * flight while the current one multiplies: one barrier a tile. Where the
- * blocks need more than one pass (R x 8 < their count) the V loop runs
- * again for the next R x 8. The tail's queries, keys and per-token vectors
- * and, with a single pass, the sums themselves reuse the tiles' space. */
+ * Xw = dU H^T, are all rows-times-rows of the V tiles, summed in registers
+ * across the whole V loop and stored once at its end. Two forms:
+ * - mma.sync (fp32 and the fallback): their 16 x 32 warp blocks, numbered
+ *   Xq's, P's, Xk's, Xw's, go to the warps round-robin, R a warp a pass
+ *   (NOTES.md v27; until v26 every V tile read and wrote them in shared
+ *   memory);
+ * - wgmma (WG, TF32 and bf16 data on sm_90a, NOTES.md v29): their 64 x 32
+ *   pieces (grad_pieces) go to the two warpgroups in turn, R a warpgroup a
+ *   pass, multiplied straight from 128-byte-swizzled V tiles of 32 columns
+ *   that each thread rounds to TF32 where its own copies landed.
+ * The V tiles are double-buffered, the next one's copy in flight while the
+ * current one multiplies: one barrier a tile. Where the blocks need more
+ * than one pass the V loop runs again for the next ones. The tail's
+ * queries, keys and per-token vectors and, with a single pass, the sums
+ * themselves reuse the tiles' space. */
 struct grad_lay {
-    int db, Xq, Xk, Xw, P, buf, bufsz, oVA, odU, oHs, odH, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
+    int db, Xq, Xk, Xw, P, buf, bufsz, oVA, odU, oHs, odH, rows, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
 };
 /* the products' warp blocks: rows of 16 (mb), columns of 32 (nb), and the
  * rows of A and B in a tile buffer (row-major along V) */
@@ -183,25 +189,65 @@ __host__ __device__ static grad_prods grad_products(const rec_prob &p, int BK)
     for (int i = 0; i < 4; i++) g.n += g.mb[i] * g.nb[i];
     return g;
 }
+/* wgmma's pieces: 64 x 32 of a product, the 64 rows (a, in the tile buffer)
+ * from the side whose size divides by 64, its rows or its columns (tr: the
+ * piece is then the product's transpose), else from the side that makes
+ * fewer pieces, padded past its end (rows the buffer holds but the piece's
+ * sums drop). om, on: the piece's first row on the 64-row side (of mm) and
+ * on the 32-row side (b). Returns the count; *pc gets piece idx, *reach the
+ * buffer rows the pieces read. */
+struct grad_piece {
+    int a, b, prod, tr, om, on, mm;
+};
+__host__ __device__ static int grad_pieces(const rec_prob &p, int BK, int idx, grad_piece *pc, int *reach)
+{
+    const grad_prods g = grad_products(p, BK);
+    int n = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int ma = 16 * g.mb[i], nb = 32 * g.nb[i];
+        if (!ma) continue;
+        const int un = (ma + 63) / 64 * (nb / 32), ut = (nb + 63) / 64 * (ma / 32);
+        const int tr = ma % 64 && (nb % 64 == 0 || ut < un);
+        const int mm = tr ? nb : ma, per = (tr ? ma : nb) / 32, cnt = tr ? ut : un;
+        const int a0 = tr ? g.rb[i] : g.ra[i], b0 = tr ? g.ra[i] : g.rb[i], end = a0 + (mm + 63) / 64 * 64;
+        if (reach && end > *reach) *reach = end;
+        if (pc && idx >= n && idx < n + cnt) {
+            const int k = idx - n;
+            *pc = {a0 + 64 * (k / per), b0 + 32 * (k % per), i, tr, 64 * (k / per), 32 * (k % per), mm};
+        }
+        n += cnt;
+    }
+    return n;
+}
 /* the warp blocks a warp holds a pass, by default: 3 or 4 while the blocks
  * fit in 24 or 32 (two 128-register blocks an SM; 3 leaves registers the
- * 4 would spill), else 8 */
-static int grad_blocks_per_warp(const rec_prob &p, int BK)
+ * 4 would spill), else 8; wgmma's pieces a warpgroup: 2, 3 or 4 (a pass
+ * holds at most 8: 64 sums a thread) */
+static int grad_blocks_per_warp(const rec_prob &p, int BK, bool wg)
 {
+    if (wg) {
+        const int n = grad_pieces(p, BK, 0, nullptr, nullptr);
+        return n <= 4 ? 2 : n <= 6 ? 3 : 4;
+    }
     const int n = grad_products(p, BK).n;
     return n <= 3 * PR_REC_WARPS ? 3 : n <= 4 * PR_REC_WARPS ? 4 : 8;
 }
-__host__ __device__ static int grad_passes(const rec_prob &p, int BK, int R)
+__host__ __device__ static int grad_passes(const rec_prob &p, int BK, int R, bool wg)
 {
-    return (grad_products(p, BK).n + R * PR_REC_WARPS - 1) / (R * PR_REC_WARPS);
+    const int per = wg ? 2 * R : R * PR_REC_WARPS;
+    return ((wg ? grad_pieces(p, BK, 0, nullptr, nullptr) : grad_products(p, BK).n) + per - 1) / per;
 }
-__host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV, int R)
+__host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int BV, int R, bool wg)
 {
     rec_bump m;
     grad_lay s;
-    const int C = p.C, NA = C * (1 + p.L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4;
-    const int rows = C + NA + (p.delta ? C : 0) + 2 * BK, passes = grad_passes(p, BK, R);
+    const int C = p.C, NA = C * (1 + p.L), LDB = BK + 4, LDV = wg ? 32 : BV + 4, LDA = NA + 4;
+    const int passes = grad_passes(p, BK, R, wg);
+    s.rows = C + NA + (p.delta ? C : 0) + 2 * BK;
     s.oVA = C, s.odU = C + NA, s.oHs = s.odU + (p.delta ? C : 0), s.odH = s.oHs + BK;
+    int rows = s.rows;
+    if (wg) grad_pieces(p, BK, 0, nullptr, &rows);
     s.db = m.take(C);
     s.Xq = m.take(C * LDB), s.Xk = m.take(NA * LDB), s.Xw = p.delta ? m.take(C * LDB) : -1, s.P = m.take(C * LDA);
     const int sums = m.off;
@@ -210,17 +256,19 @@ __host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int B
     s.tq = m.take(NA), s.tk = m.take(NA), s.red = m.take(32);
     const int tail = m.off;
     /* one pass: the sums are stored after the last tile's reads, over the
-     * buffers; more: the buffers refill while the sums sit in their arrays */
+     * buffers; more: the buffers refill while the sums sit in their arrays.
+     * wgmma's tiles start at 1024-byte boundaries (the shared array does). */
     m.off = passes == 1 ? s.Xq : sums;
+    if (wg) m.off = (m.off + 255) & ~255;
     s.buf = m.take(rows * LDV);
     s.bufsz = m.take(rows * LDV) - s.buf;
     s.total = m.off > tail ? m.off : tail;
     return s;
 }
-/* r: blocks a warp, 0 for the default */
-size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r)
+/* r: blocks a warp (pieces a warpgroup with wg), 0 for the default */
+size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg)
 {
-    return (size_t)grad_layout(p, bk, bv, r ? r : grad_blocks_per_warp(p, bk)).total * 4;
+    return (size_t)grad_layout(p, bk, bv, r ? r : grad_blocks_per_warp(p, bk, wg), wg).total * 4;
 }
 
 /* the warp sum of x, every lane gets it */
@@ -242,35 +290,37 @@ __device__ __forceinline__ void grad_block_at(const grad_prods &g, int blk, int 
     m0 = (blk / nb) * 16, n0 = (blk % nb) * 32;
 }
 
-/* the V tile at v0 of dO, Ua (R for the delta rules), dU, H and dHn into one buffer */
+/* the V tile at v0 of dO, Ua (R for the delta rules), dU, H and dHn into one
+ * buffer (SW: wgmma's swizzled rows of 32) */
+template <bool SW>
 __device__ __forceinline__ void grad_ld_vtile(const rec_prob &p, const grad_lay &s, float *buf, int BK, int BV,
                                               const float *hs, const float *dhs, const float *R, const float *dU,
                                               long long rk, long long hoff, int nval, int nk, int v0)
 {
-    const int C = p.C, H = p.H, V = p.V, LDV = BV + 4, nv = min(BV, V - v0);
-    rec_ld_tile(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-    chunk_ld_values(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
-    if (p.delta) rec_ld_tile(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-    rec_ld_tile(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
-    rec_ld_tile(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
+    const int C = p.C, H = p.H, V = p.V, LDV = SW ? 32 : BV + 4, nv = min(BV, V - v0);
+    rec_ld_tile<SW>(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    chunk_ld_values<SW>(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
+    if (p.delta) rec_ld_tile<SW>(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    rec_ld_tile<SW>(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
+    rec_ld_tile<SW>(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
 }
 
-template <int C, bool BF, int R>
-__global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
-    chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
-                      float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
-{
-    extern __shared__ __align__(128) float sm[];
-    const grad_lay s = grad_layout(p, BK, BV, R);
-    const grad_prods gp = grad_products(p, BK);
-    const int kt = blockIdx.x, c = blockIdx.y, h = blockIdx.z, H = p.H, K = p.K, V = p.V, L = p.L;
-    const int NA = C * (1 + L), LDB = BK + 4, LDV = BV + 4, LDA = NA + 4, k0 = kt * BK, nk = min(BK, K - k0);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const rec_chunk_pos cp = rec_chunk_of(p, c);
-    const long long rk = (long long)cp.row0 * H + h, hoff = ((long long)c * H + h) * K * V + (long long)k0 * V;
-    float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
-    const bool do_db = p.delta && kt == 0;
+/* what both forms of the V loop take */
+struct grad_src {
+    const float *hs, *dhs, *R, *dU;
+    long long rk, hoff;
+    int nval, nk, BK, BV;
+};
 
+/* the mma.sync form; returns this thread's part of sum(H o dHn) */
+template <int C, bool BF, int R>
+__device__ __forceinline__ float grad_sums_mma(const rec_prob &p, const grad_lay &s, float *sm, const grad_src &g,
+                                               bool do_db)
+{
+    const grad_prods gp = grad_products(p, g.BK);
+    const int V = p.V, BK = g.BK, BV = g.BV, LDB = BK + 4, LDV = BV + 4, LDA = C * (1 + p.L) + 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
     /* dbeta += dU . R, rows warp + 8 j, summed per tile in rec_row_dots'
      * order into db (each row's own warp: no barrier; not in registers, which
      * the sums need) */
@@ -292,15 +342,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
 #pragma unroll
                 for (int e = 0; e < 4; e++) d[r][0][j][e] = 0.f;
         }
-        grad_ld_vtile(p, s, sm + s.buf, BK, BV, hs, dhs, R_, dU, rk, hoff, cp.nval, nk, 0);
+        grad_ld_vtile<false>(p, s, sm + s.buf, BK, BV, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, 0);
         for (int v0 = 0, vi = 0; v0 < V; v0 += BV, vi++) {
             /* tile vi has landed and every warp is done with tile vi - 1,
              * whose buffer the next copy fills while this tile multiplies */
             rec_sync();
             const float *cur = sm + s.buf + (vi & 1) * s.bufsz;
             if (v0 + BV < V)
-                grad_ld_vtile(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, BV, hs, dhs, R_, dU, rk, hoff, cp.nval,
-                              nk, v0 + BV);
+                grad_ld_vtile<false>(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, BV, g.hs, g.dhs, g.R, g.dU,
+                                     g.rk, g.hoff, g.nval, g.nk, v0 + BV);
             /* the delta rules' beta (Ua = beta o R, dR0 = beta o dU) scales rows
              * of the sums, so it is applied once after the loop */
             if (b0 == 0) {
@@ -338,11 +388,163 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
             rec_frags_store<1, 4>(out, prod == 1 ? LDA : LDB, m0, n0, lane >> 2, lane & 3, d[r], 1.f, false);
         }
     }
+    return hd;
+}
+/* the wgmma form's work on this thread's own copies of V tile cur (rows r0 +
+ * 32 i, column c0, where rec_ld_tile put them): on the first pass the f32
+ * sums hd (H . dHn) and db (dU . R, the delta rules' kt = 0 blocks, a row's
+ * eight threads summed by shuffles), then every copy rounded to TF32 in
+ * place (wgmma would truncate it) */
+template <int C>
+__device__ __forceinline__ void grad_wg_prepare(const rec_prob &p, const grad_lay &s, float *cur, int BK, bool first,
+                                                bool do_db, bool acc_db, float *db, float &hd)
+{
+    const rec_rowmap m = rec_rowmap_of(32);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(cur);
+    const auto at = [&](int row) { return reinterpret_cast<float4 *>(cur + rec_sw128(base, row, m.c0)); };
+    const auto rnd = [](float4 x) {
+        return make_float4(__uint_as_float(rec_tf32(x.x)), __uint_as_float(rec_tf32(x.y)),
+                           __uint_as_float(rec_tf32(x.z)), __uint_as_float(rec_tf32(x.w)));
+    };
+    const auto dot = [](float4 x, float4 y, float a) {
+        return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, a))));
+    };
+    for (int r = m.r0; r < BK; r += m.rstep) {
+        float4 *a = at(s.oHs + r), *b = at(s.odH + r);
+        const float4 x = *a, y = *b;
+        if (first) hd = dot(x, y, hd);
+        *a = rnd(x), *b = rnd(y);
+    }
+#pragma unroll
+    for (int i = 0; i < C / 32; i++) {
+        const int r = m.r0 + 32 * i;
+        float4 *o = at(r), *u = at(s.oVA + r);
+        const float4 y = *u;
+        *o = rnd(*o), *u = rnd(y);
+        if (!p.delta) continue;
+        float4 *w = at(s.odU + r);
+        const float4 x = *w;
+        *w = rnd(x);
+        if (first && do_db) {
+            float t = dot(x, y, 0.f);
+            t += __shfl_xor_sync(PR_FULL_MASK, t, 1);
+            t += __shfl_xor_sync(PR_FULL_MASK, t, 2);
+            t += __shfl_xor_sync(PR_FULL_MASK, t, 4);
+            if (m.c0 == 0) db[r] = (acc_db ? db[r] : 0.f) + t;
+        }
+    }
+    for (int r = C + m.r0; r < C * (1 + p.L); r += m.rstep) *at(s.oVA + r) = rnd(*at(s.oVA + r));
+}
+
+/* the wgmma form (R pieces a warpgroup a pass); returns this thread's part
+ * of sum(H o dHn) */
+template <int C, int R>
+__device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay &s, float *sm, const grad_src &g,
+                                              bool do_db)
+{
+    const int V = p.V, BK = g.BK, LDB = BK + 4, LDA = C * (1 + p.L) + 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
+    const int np = grad_pieces(p, BK, 0, nullptr, nullptr);
+    float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
+    float hd = 0.f;
+    if ((unsigned)__cvta_generic_to_shared(sm + s.buf) & 1023) __trap(); /* the swizzle needs it */
+    /* rows that padded pieces read past the data: zero, read, dropped */
+    for (int i = s.rows * 32 + threadIdx.x; i < s.bufsz; i += PR_REC_THREADS) sm[s.buf + i] = sm[s.buf + s.bufsz + i] = 0.f;
+    for (int b0 = 0; b0 < np; b0 += 2 * R) {
+        /* a warpgroup multiplies all R of its pieces, those past the last
+         * on rows 0 (a condition would make ptxas serialize the wgmma) */
+        float d[R][16];
+        int ab[R]; /* the piece's 64 rows' first | its 32 rows' << 16 */
+        const int nj = min(R, (np - b0 - wg + 1) / 2);
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            grad_piece pc = {};
+            grad_pieces(p, BK, b0 + wg + 2 * j, &pc, nullptr);
+            ab[j] = pc.a | pc.b << 16;
+#pragma unroll
+            for (int e = 0; e < 16; e++) d[j][e] = 0.f;
+        }
+        grad_ld_vtile<true>(p, s, sm + s.buf, BK, 32, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, 0);
+        for (int v0 = 0, vi = 0; v0 < V; v0 += 32, vi++) {
+            float *cur = sm + s.buf + (vi & 1) * s.bufsz;
+            /* this thread's copies of tile vi landed: its sums, its rounding,
+             * then the barrier after which wgmma reads the whole tile and
+             * tile vi - 1's buffer (every warpgroup waited for its products)
+             * takes the next copy */
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            grad_wg_prepare<C>(p, s, cur, BK, b0 == 0, do_db, v0 > 0, sm + s.db, hd);
+            rec_fence_async();
+            __syncthreads();
+            if (v0 + 32 < V)
+                grad_ld_vtile<true>(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, 32, g.hs, g.dhs, g.R, g.dU,
+                                    g.rk, g.hoff, g.nval, g.nk, v0 + 32);
+            rec_wg_fence();
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const unsigned long long da = rec_wg_desc(cur + (ab[j] & 0xffff) * 32);
+                const unsigned long long db = rec_wg_desc(cur + (ab[j] >> 16) * 32);
+#pragma unroll
+                for (int k = 0; k < 4; k++) rec_wg_mma_n32(d[j], da + 2 * k, db + 2 * k);
+            }
+            rec_wg_commit();
+            rec_wg_wait();
+            /* the sums are final only after the wait: keep the compiler from
+             * touching them before it */
+#pragma unroll
+            for (int j = 0; j < R; j++)
+#pragma unroll
+                for (int e = 0; e < 16; e++) asm volatile("" : "+f"(d[j][e])::"memory");
+        }
+        /* every read of the buffers is done before the sums (over them with
+         * one pass) are stored */
+        __syncthreads();
+        const int w4 = warp & 3, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            if (j >= nj) break;
+            grad_piece pc = {};
+            grad_pieces(p, BK, b0 + wg + 2 * j, &pc, nullptr);
+            float *out = pc.prod == 0 ? Xq : pc.prod == 1 ? P : pc.prod == 2 ? Xk : Xw;
+            const int ld = pc.prod == 1 ? LDA : LDB;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = pc.om + 16 * w4 + gq + 8 * hh, n = pc.on + 8 * jj + 2 * tq;
+                    const float x0 = d[j][4 * jj + 2 * hh], x1 = d[j][4 * jj + 2 * hh + 1];
+                    if (i >= pc.mm) continue;
+                    if (pc.tr) out[n * ld + i] = x0, out[(n + 1) * ld + i] = x1;
+                    else *reinterpret_cast<float2 *>(out + i * ld + n) = make_float2(x0, x1);
+                }
+        }
+    }
+    return hd;
+}
+
+template <int C, bool BF, int R, bool WG>
+__global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
+    chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
+                      float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
+{
+    extern __shared__ __align__(128) float sm[];
+    const grad_lay s = grad_layout(p, BK, BV, R, WG);
+    const int kt = blockIdx.x, c = blockIdx.y, h = blockIdx.z, H = p.H, K = p.K, L = p.L;
+    const int NA = C * (1 + L), LDB = BK + 4, LDA = NA + 4, k0 = kt * BK, nk = min(BK, K - k0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h, hoff = ((long long)c * H + h) * K * p.V + (long long)k0 * p.V;
+    float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
+    const bool do_db = p.delta && kt == 0;
+    const grad_src src = {hs, dhs, R_, dU, rk, hoff, cp.nval, nk, BK, BV};
+    float hd;
+    if constexpr (WG) hd = grad_sums_wg<C, R>(p, s, sm, src, do_db);
+    else hd = grad_sums_mma<C, BF, R>(p, s, sm, src, do_db);
+    constexpr int DBR = C / PR_REC_WARPS;
     if (do_db && lane == 0)
 #pragma unroll
         for (int j = 0; j < DBR; j++) {
             const int r = warp + PR_REC_WARPS * j;
-            if (r < cp.nval) dbA[rk + (long long)r * H] = db[r];
+            if (r < cp.nval) dbA[rk + (long long)r * H] = sm[s.db + r];
         }
     hd = rec_block_sum(hd, sm + s.red);
     float *Qs = sm + s.Qs, *KA = sm + s.KA, *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *eL = sm + s.eL;
@@ -825,16 +1027,30 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
             plan_segments(p, smem_sm, n_sm, pl);
         }
     }
-    /* grad: the widest K tile that lets two blocks share an SM (a narrower one
+    /* grad: wgmma where its TF32 products apply (a build for sm_90a, TF32
+     * on: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces
+     * the mma.sync form, PRISM_REC_GRAD_PIECES the wgmma one (tests, A/Bs). */
+    const char *e_bpw = getenv("PRISM_REC_GRAD_BPW"), *e_pcs = getenv("PRISM_REC_GRAD_PIECES");
+    const bool set_bpw = e_bpw && *e_bpw, set_pcs = e_pcs && *e_pcs, wg_able = rec_wgmma_built() && p.tf32;
+    if (set_bpw && set_pcs)
+        pr_fatal("PRISM_REC_GRAD_BPW (mma.sync) and PRISM_REC_GRAD_PIECES (wgmma) force different forms of grad: "
+                 "set one of them");
+    if (set_pcs && !wg_able)
+        pr_fatal("PRISM_REC_GRAD_PIECES forces grad's wgmma form, which needs TF32 products (matmul_tf32 on) and a "
+                 "build for sm_90a (CMAKE_CUDA_ARCHITECTURES=90a)");
+    const bool wg = set_pcs || (wg_able && !set_bpw);
+    /* the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one
-     * block per SM, NOTES.md v4), else the widest that fits */
+     * block per SM, NOTES.md v4), else the widest that fits; wgmma's V
+     * tiles have 32 columns (its swizzled rows of 128 bytes) */
     bool g = false;
     const int bks[3] = {p.Kp <= 128 ? p.Kp : 128, p.Kp >= 64 ? 64 : 32, 32};
+    const int bvs_g[2] = {wg ? 32 : bvs[0], 32};
     for (size_t lim : {two, mx})
         for (int bk : bks)
-            for (int bv : bvs)
-                if (!g && pr_rec_smem_grad(p, bk, bv, 0) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
+            for (int bv : bvs_g)
+                if (!g && pr_rec_smem_grad(p, bk, bv, 0, wg) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
     /* PRISM_REC_BK_GRAD=32, 64, ... forces grad's K tile, with the widest V
      * tile that fits (tests: several K tiles at small K; A/Bs of tiles) */
     char must_be[96];
@@ -842,28 +1058,33 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     snprintf(must_be, sizeof must_be, "a multiple of 32 up to %d whose shared memory fits", p.Kp);
     /* the widest V tile whose shared memory fits at K tile bk and r blocks a warp (0: none) */
     const auto bv_for = [&](int bk, int r) {
-        for (int bv : bvs)
-            if (pr_rec_smem_grad(p, bk, bv, r) <= mx) return bv;
+        for (int bv : bvs_g)
+            if (pr_rec_smem_grad(p, bk, bv, r, wg) <= mx) return bv;
         return 0;
     };
     if (g && rec_env_knob("PRISM_REC_BK_GRAD", must_be,
                           [&](long v) { return v >= 32 && v % 32 == 0 && v <= p.Kp && bv_for((int)v, 0); },
                           &bk_force))
         pl->bk_grad = (int)bk_force, pl->bv_grad = bv_for(pl->bk_grad, 0);
-    pl->bpw_grad = g ? grad_blocks_per_warp(p, pl->bk_grad) : 4;
-    /* PRISM_REC_GRAD_BPW=3, 4 or 8 forces the warp blocks a pass, keeping
-     * the V tile where it still fits, else the widest that does (tests: 4
-     * makes several passes where the blocks exceed 32, and the sums then
-     * need room of their own) */
+    pl->wg_grad = wg;
+    pl->bpw_grad = g ? grad_blocks_per_warp(p, pl->bk_grad, wg) : 4;
+    /* PRISM_REC_GRAD_BPW=3, 4 or 8 (warp blocks) or PRISM_REC_GRAD_PIECES=2,
+     * 3 or 4 (wgmma pieces) forces what a pass holds, keeping the V tile
+     * where it still fits, else the widest that does (tests: fewer makes
+     * several passes, and the sums then need room of their own) */
     long bpw;
-    if (g && rec_env_knob("PRISM_REC_GRAD_BPW", "3, 4 or 8, with shared memory that fits",
-                          [&](long v) { return (v == 3 || v == 4 || v == 8) && bv_for(pl->bk_grad, (int)v); },
-                          &bpw)) {
+    const bool forced =
+        g && (wg ? rec_env_knob("PRISM_REC_GRAD_PIECES", "2, 3 or 4, with shared memory that fits",
+                                [&](long v) { return v >= 2 && v <= 4 && bv_for(pl->bk_grad, (int)v); }, &bpw)
+                 : rec_env_knob("PRISM_REC_GRAD_BPW", "3, 4 or 8, with shared memory that fits",
+                                [&](long v) { return (v == 3 || v == 4 || v == 8) && bv_for(pl->bk_grad, (int)v); },
+                                &bpw));
+    if (forced) {
         pl->bpw_grad = (int)bpw;
-        if (pr_rec_smem_grad(p, pl->bk_grad, pl->bv_grad, pl->bpw_grad) > mx)
+        if (pr_rec_smem_grad(p, pl->bk_grad, pl->bv_grad, pl->bpw_grad, wg) > mx)
             pl->bv_grad = bv_for(pl->bk_grad, pl->bpw_grad);
     }
-    pl->passes_grad = g ? grad_passes(p, pl->bk_grad, pl->bpw_grad) : 1;
+    pl->passes_grad = g ? grad_passes(p, pl->bk_grad, pl->bpw_grad, wg) : 1;
     /* wy: likewise the widest K tile (of those that divide Kp) that lets two
      * blocks share an SM (at C = 64, K = 128 a K tile of 64 does: 104 KB
      * where the whole K took 171), else the widest that fits */
@@ -892,6 +1113,19 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     return ok && g && w;
 }
 
+/* grad's instance for the plan: BF products, the wgmma form, R */
+template <int C> static auto grad_kernel_for(bool bf, bool wg, int r) -> decltype(&chunk_grad_kernel<C, false, 4, false>)
+{
+    if (wg) return bf ? (r == 2 ? chunk_grad_kernel<C, true, 2, true>
+                         : r == 3 ? chunk_grad_kernel<C, true, 3, true> : chunk_grad_kernel<C, true, 4, true>)
+                      : (r == 2 ? chunk_grad_kernel<C, false, 2, true>
+                         : r == 3 ? chunk_grad_kernel<C, false, 3, true> : chunk_grad_kernel<C, false, 4, true>);
+    return bf ? (r == 3 ? chunk_grad_kernel<C, true, 3, false>
+                 : r == 4 ? chunk_grad_kernel<C, true, 4, false> : chunk_grad_kernel<C, true, 8, false>)
+              : (r == 3 ? chunk_grad_kernel<C, false, 3, false>
+                 : r == 4 ? chunk_grad_kernel<C, false, 4, false> : chunk_grad_kernel<C, false, 8, false>);
+}
+
 template <int C>
 static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                              const rec_grads &d)
@@ -912,13 +1146,8 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         else pr_rec_chunk_dstate(st, p, pl.bv_dstate, io);
     }
     {
-        const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad);
-        const bool bf = rec_bf_products(p);
-        const int r = pl.bpw_grad;
-        const auto kernel = bf ? (r == 3 ? chunk_grad_kernel<C, true, 3>
-                                  : r == 4 ? chunk_grad_kernel<C, true, 4> : chunk_grad_kernel<C, true, 8>)
-                               : (r == 3 ? chunk_grad_kernel<C, false, 3>
-                                  : r == 4 ? chunk_grad_kernel<C, false, 4> : chunk_grad_kernel<C, false, 8>);
+        const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad, pl.wg_grad);
+        const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad);
         chunk_smem_attr(kernel, sm);
         const dim3 grid(nkt, p.nchunks, p.H);
         kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, dka, dkxa, dW,

@@ -418,7 +418,9 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     if (q->device == PR_CUDA) {   /* what the device cannot run stops here, naming the limit */
         pr_rec_plan plan;
         char why[256];
-        if (!pr_recurrence_plan(opt, PR_CUDA, N, T, H, K, V, kx ? kx->shape[3] : 0, &plan, why, sizeof why))
+        pr_recurrence_opts po = *opt;
+        po.tf32 = ctx->matmul_tf32;
+        if (!pr_recurrence_plan(&po, PR_CUDA, N, T, H, K, V, kx ? kx->shape[3] : 0, &plan, why, sizeof why))
             pr_fatal("%s", why);
     }
     pr_tensor *in[IN_N] = {q, k, v, g, beta, kx, vx, h0, cu_seqlens};

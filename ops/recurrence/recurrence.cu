@@ -175,9 +175,9 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
     char gpass[24] = "";
     if (pl.passes_grad > 1) snprintf(gpass, sizeof gpass, ", %d passes", pl.passes_grad);
     k += snprintf(buf + k, n - k,
-                  "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d, %d blocks a warp%s) ",
+                  "state(bv %d%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d, %s%d %s%s) ",
                   pl.bv_state, fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad,
-                  pl.bpw_grad, gpass);
+                  pl.wg_grad ? "wgmma, " : "", pl.bpw_grad, pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);
     if (p.delta)
         snprintf(buf + k, n - k, "wy(bk %d, bv %d%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "");
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
@@ -195,6 +195,7 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
     p.L = pr_rule_has_extra(opt->rule) ? (int)L : 0;
     p.Kp = (p.K + 31) / 32 * 32, p.Vp = (p.V + 31) / 32 * 32;
     p.has_g = pr_rule_has_g(opt->rule), p.delta = pr_rule_has_beta(opt->rule);
+    p.tf32 = opt->tf32 ? 1 : 0;
     rec_chunk_plan pl = {};
     bool chunked;
     if (!rec_decide(&p, opt->chunk, &chunked, &pl, why, why_n)) return false;

@@ -60,6 +60,7 @@ typedef struct {
     pr_rule rule;
     double scale;   /* 0: K^-1/2 */
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
+    int tf32;       /* pr_recurrence_plan only: plan for TF32 products (pr_recurrence reads ctx->matmul_tf32) */
 } pr_recurrence_opts;
 
 /* How a call runs: the form, the chunk size and the kernels (CUDA) or

@@ -108,18 +108,28 @@ __device__ __forceinline__ void rec_sync()
     __syncthreads();
 }
 
+/* (r, c) of a 128-byte-swizzled tile whose row 0 is at shared address base
+ * (see rec_wg_desc) */
+__device__ __forceinline__ int rec_sw128(unsigned base, int r, int c)
+{
+    return r * 32 + ((((c >> 2) ^ ((base >> 7) + r)) & 7) << 2) + (c & 3);
+}
 /* dst[r][c] (leading dim ld, W columns, W % 4 == 0) = src[r*rs + c] for r < nr,
  * c < nc; zero elsewhere (rows up to R). vec: src and rs allow float4, and the
- * copy is asynchronous (complete at the next rec_sync). */
+ * copy is asynchronous (complete at the next rec_sync). SW: dst is a
+ * 128-byte-swizzled wgmma tile (rec_sw128: W = ld = 32). */
+template <bool SW = false>
 __device__ __forceinline__ void rec_ld_tile(float *dst, int ld, int R, int W, const float *src, long long rs, int nr,
                                             int nc, bool vec)
 {
     const rec_rowmap m = rec_rowmap_of(W);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
     for (int r = m.r0; r < R; r += m.rstep)
         for (int c = m.c0; c < W; c += m.cstep) {
             const bool in = r < nr && c < nc;
+            float *d = dst + (SW ? rec_sw128(base, r, c) : r * ld + c);
             if (vec) {
-                rec_cp16(dst + r * ld + c, in ? src + r * rs + c : src, in ? 16 : 0);
+                rec_cp16(d, in ? src + r * rs + c : src, in ? 16 : 0);
                 continue;
             }
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -130,7 +140,7 @@ __device__ __forceinline__ void rec_ld_tile(float *dst, int ld, int R, int W, co
                 if (c + 2 < nc) x.z = s[2];
                 if (c + 3 < nc) x.w = s[3];
             }
-            *reinterpret_cast<float4 *>(dst + r * ld + c) = x;
+            *reinterpret_cast<float4 *>(d) = x;
         }
 }
 /* dst[r*rs + c] = (acc ? dst : 0) + alpha * src[r][c] (+ extra[r*rs + c]) for
@@ -366,6 +376,59 @@ __device__ __forceinline__ void rec_frags_store(float *C, int ldc, int m0, int n
             *p0 = x0, *p1 = x1;
         }
 }
+/* whether the build compiled the wgmma forms (CMake defines PRISM_WGMMA
+ * when CMAKE_CUDA_ARCHITECTURES has 90a) */
+static inline bool rec_wgmma_built()
+{
+#ifdef PRISM_WGMMA
+    return true;
+#else
+    return false;
+#endif
+}
+/* ---- wgmma (sm_90a): a warpgroup's product from shared memory --------------------
+ * An operand of wgmma sits in shared memory in rows of 32 floats (128 bytes,
+ * k along the row), 16-byte chunk j of row r stored at chunk j ^ (r % 8),
+ * r counted from a 1024-byte boundary (the 128-byte swizzle): then any eight
+ * consecutive rows read a k-step without bank conflicts and need no
+ * fragment loads (rec_sw128 places an element); rec_wg_desc describes rows from row to wgmma (eight
+ * rows a 1024-byte group); a k-step of 8 TF32 advances the description by
+ * 32 bytes, which the hardware swizzles like the stores did. The products
+ * take the f32 bits and drop the low 13 (truncation): operands to be
+ * rounded to nearest are rounded in place first (rec_tf32). Without
+ * sm_90a (PRISM_WGMMA unset) these trap, and the plans never pick them. */
+__device__ __forceinline__ unsigned long long rec_wg_desc(const float *row)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    return (unsigned long long)((a & 0x3FFFF) >> 4) | 1ull << 16 | (unsigned long long)(1024 >> 4) << 32 | 1ull << 62;
+}
+/* the generic proxy's shared-memory writes (stores, cp.async) made visible
+ * to wgmma, which reads through the async proxy; then a barrier */
+__device__ __forceinline__ void rec_fence_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define REC_WG_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define REC_WG_ASM(...) __trap()
+#endif
+__device__ __forceinline__ void rec_wg_fence() { REC_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void rec_wg_commit() { REC_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void rec_wg_wait() { REC_WG_ASM("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* d += A B^T, A 64 rows (da), B 32 rows (db), one k-step of 8 TF32. d: the
+ * warpgroup's 64 x 32 f32 sums, warp w's rows 16 w + g and + 8 as in
+ * rec_frags_store (d[4 j + e] is mma.sync's d[j][e]) */
+__device__ __forceinline__ void rec_wg_mma_n32(float (&d)[16], unsigned long long da, unsigned long long db)
+{
+    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "l"(da), "l"(db));
+}
+
 /* the product with warp blocks of (16 FM) x (16 FN): mma.sync with f32
  * accumulators in registers, m16n8k8 TF32 or (BF) m16n8k16 bf16; the next
  * k-step's fragments load while the current one multiplies (two register
@@ -631,13 +694,15 @@ __device__ __forceinline__ void chunk_ld_keys(const rec_prob &p, float *KA, int 
         rec_ld_tile(KA + (C + l * C) * ld, ld, C, W, p.kx + rk * L * K + l * K + k0, (long long)H * L * K, nval, nk, p.vec);
 }
 /* the augmented values [U; VX_0; ...] of a chunk, columns v0.. (U from u: [rows,H,V]) */
+template <bool SW = false>
 __device__ __forceinline__ void chunk_ld_values(const rec_prob &p, float *UA, int ld, int C, int W, const float *u,
                                                 long long rk, int nval, int v0, int nv)
 {
     const int H = p.H, V = p.V, L = p.L;
-    rec_ld_tile(UA, ld, C, W, u + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    rec_ld_tile<SW>(UA, ld, C, W, u + rk * V + v0, (long long)H * V, nval, nv, p.vec);
     for (int l = 0; l < L; l++)
-        rec_ld_tile(UA + (C + l * C) * ld, ld, C, W, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
+        rec_ld_tile<SW>(UA + (C + l * C) * ld, ld, C, W, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval,
+                        nv, p.vec);
 }
 
 /* ---- launchers ------------------------------------------------------------------ */
@@ -686,10 +751,12 @@ struct rec_chunk_saved {
 /* tile sizes picked by pr_rec_chunk_plan; false: the sizes need too much shared memory.
  * segments: how many segments the serial passes split a sequence into (1: none);
  * seg_fix: the segmented forward ends with the fix-up (tile bv_fix) instead
- * of a last serial pass */
+ * of a last serial pass; wg_grad: grad's V-loop products run as wgmma, and
+ * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks */
 struct rec_chunk_plan {
     int C;
-    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, bk_wy, bv_wy, xg_wy;
+    int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
+        xg_wy;
     int segments, seg_fix, bv_fix;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
@@ -744,7 +811,7 @@ size_t pr_rec_smem_prep(const rec_prob &p, int bv);
 size_t pr_rec_smem_state(const rec_prob &p, int bv);
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
-size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r);
+size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
 size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
 
 /* a scratch buffer of n floats from the caching allocator (freed by rec_scratch_free) */

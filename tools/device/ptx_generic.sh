@@ -14,7 +14,7 @@
 usage() {
     cat <<'USAGE'
 usage: tools/device/ptx_generic.sh [--help] [FILE.cu ...]
-Compiles each file (default: every ops/**/*.cu) to PTX for sm_90 with the
+Compiles each file (default: every ops/**/*.cu) to PTX for sm_90a with the
 project's include path ($NVCC, else nvcc) and prints, per function, the generic loads and stores
 (ld./st. without a state space). Exit status 1 when any function has one.
 USAGE
@@ -30,7 +30,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 found=0
 for f in "${files[@]}"; do
-    if ! "$nvcc" -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr -DPRISM_HAVE_CUDA -I. -ptx "$f" -o "$tmp/x.ptx" \
+    if ! "$nvcc" -O3 -DNDEBUG -arch=compute_90a --expt-relaxed-constexpr -DPRISM_HAVE_CUDA -DPRISM_WGMMA -I. -ptx "$f" -o "$tmp/x.ptx" \
         2>"$tmp/err"; then
         echo "ptx_generic.sh: $f does not compile:" >&2; cat "$tmp/err" >&2; exit 2
     fi
