@@ -171,7 +171,7 @@ static void chunk_dstate_segmented(cudaStream_t st, const rec_prob &p, int bv, c
  * queries, keys and per-token vectors and, with a single pass, the sums
  * themselves reuse the tiles' space. */
 struct grad_lay {
-    int db, Xq, Xk, Xw, P, buf, bufsz, oVA, odU, oHs, odH, rows, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
+    int db, pt, Xq, Xk, Xw, P, buf, bufsz, oVA, odU, oHs, odH, rows, Qs, KA, G, bt, eG, eL, dG, tq, tk, red, total;
 };
 /* the products' warp blocks: rows of 16 (mb), columns of 32 (nb), and the
  * rows of A and B in a tile buffer (row-major along V) */
@@ -249,6 +249,7 @@ __host__ __device__ static grad_lay grad_layout(const rec_prob &p, int BK, int B
     int rows = s.rows;
     if (wg) grad_pieces(p, BK, 0, nullptr, &rows);
     s.db = m.take(C);
+    s.pt = wg ? m.take(2 * grad_pieces(p, BK, 0, nullptr, nullptr)) : -1;
     s.Xq = m.take(C * LDB), s.Xk = m.take(NA * LDB), s.Xw = p.delta ? m.take(C * LDB) : -1, s.P = m.take(C * LDA);
     const int sums = m.off;
     s.Qs = m.take(C * LDB), s.KA = m.take(NA * LDB);
@@ -448,6 +449,17 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
     float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
     float hd = 0.f;
     if ((unsigned)__cvta_generic_to_shared(sm + s.buf) & 1023) __trap(); /* the swizzle needs it */
+    /* the pieces, a thread each, packed into a table (one copy of
+     * grad_pieces' code: the kernel is near the instruction cache's size):
+     * a | b << 16, then prod | tr << 2 | om / 32 << 3 | on / 32 << 12 | mm / 32 << 21 */
+    int *pt = reinterpret_cast<int *>(sm + s.pt);
+    for (int i = threadIdx.x; i < np; i += PR_REC_THREADS) {
+        grad_piece pc;
+        grad_pieces(p, BK, i, &pc, nullptr);
+        pt[2 * i] = pc.a | pc.b << 16;
+        pt[2 * i + 1] = pc.prod | pc.tr << 2 | pc.om / 32 << 3 | pc.on / 32 << 12 | pc.mm / 32 << 21;
+    }
+    __syncthreads();
     /* rows that padded pieces read past the data: zero, read, dropped */
     for (int i = s.rows * 32 + threadIdx.x; i < s.bufsz; i += PR_REC_THREADS) sm[s.buf + i] = sm[s.buf + s.bufsz + i] = 0.f;
     for (int b0 = 0; b0 < np; b0 += 2 * R) {
@@ -458,9 +470,8 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
         const int nj = min(R, (np - b0 - wg + 1) / 2);
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            grad_piece pc = {};
-            grad_pieces(p, BK, b0 + wg + 2 * j, &pc, nullptr);
-            ab[j] = pc.a | pc.b << 16;
+            const int i = b0 + wg + 2 * j;
+            ab[j] = i < np ? pt[2 * i] : 0;
 #pragma unroll
             for (int e = 0; e < 16; e++) d[j][e] = 0.f;
         }
@@ -502,19 +513,19 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
 #pragma unroll
         for (int j = 0; j < R; j++) {
             if (j >= nj) break;
-            grad_piece pc = {};
-            grad_pieces(p, BK, b0 + wg + 2 * j, &pc, nullptr);
-            float *out = pc.prod == 0 ? Xq : pc.prod == 1 ? P : pc.prod == 2 ? Xk : Xw;
-            const int ld = pc.prod == 1 ? LDA : LDB;
+            /* sum (i, n) of the piece goes to out[i si + n sn]: (ld, 1), or (1, ld) transposed */
+            const int w = pt[2 * (b0 + wg + 2 * j) + 1], prod = w & 3, tr = w >> 2 & 1;
+            const int om = (w >> 3 & 511) * 32, on = (w >> 12 & 511) * 32, mm = (w >> 21) * 32;
+            const int ld = prod == 1 ? LDA : LDB, si = tr ? 1 : ld, sn = tr ? ld : 1;
+            float *out = (prod == 0 ? Xq : prod == 1 ? P : prod == 2 ? Xk : Xw) + on * sn;
 #pragma unroll
             for (int jj = 0; jj < 4; jj++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const int i = pc.om + 16 * w4 + gq + 8 * hh, n = pc.on + 8 * jj + 2 * tq;
-                    const float x0 = d[j][4 * jj + 2 * hh], x1 = d[j][4 * jj + 2 * hh + 1];
-                    if (i >= pc.mm) continue;
-                    if (pc.tr) out[n * ld + i] = x0, out[(n + 1) * ld + i] = x1;
-                    else *reinterpret_cast<float2 *>(out + i * ld + n) = make_float2(x0, x1);
+                    const int i = om + 16 * w4 + gq + 8 * hh, n = 8 * jj + 2 * tq;
+                    if (i >= mm) continue;
+                    out[i * si + n * sn] = d[j][4 * jj + 2 * hh];
+                    out[i * si + (n + 1) * sn] = d[j][4 * jj + 2 * hh + 1];
                 }
         }
     }
@@ -1038,7 +1049,14 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     if (set_pcs && !wg_able)
         pr_fatal("PRISM_REC_GRAD_PIECES forces grad's wgmma form, which needs TF32 products (matmul_tf32 on) and a "
                  "build for sm_90a (CMAKE_CUDA_ARCHITECTURES=90a)");
-    const bool wg = set_pcs || (wg_able && !set_bpw);
+    /* where wgmma's form needs more shared memory than a block has (its
+     * sums take room of their own once they need more than one pass, where
+     * mma.sync's eight blocks a warp may still take one), mma.sync's runs */
+    const bool wg = set_pcs || (wg_able && !set_bpw && [&] {
+                        for (int bk : {p.Kp <= 128 ? p.Kp : 128, p.Kp >= 64 ? 64 : 32, 32})
+                            if (pr_rec_smem_grad(p, bk, 32, 0, true) <= mx) return true;
+                        return false;
+                    }());
     /* the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one
