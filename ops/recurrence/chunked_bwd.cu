@@ -1038,17 +1038,17 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
             plan_segments(p, smem_sm, n_sm, pl);
         }
     }
-    /* grad: wgmma where its TF32 products apply (a build for sm_90a, TF32
-     * on: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces
+    /* grad: wgmma where its TF32 products apply (TF32 on, a build for sm_90a
+     * on an sm_90 GPU: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces
      * the mma.sync form, PRISM_REC_GRAD_PIECES the wgmma one (tests, A/Bs). */
     const char *e_bpw = getenv("PRISM_REC_GRAD_BPW"), *e_pcs = getenv("PRISM_REC_GRAD_PIECES");
-    const bool set_bpw = e_bpw && *e_bpw, set_pcs = e_pcs && *e_pcs, wg_able = rec_wgmma_built() && p.tf32;
+    const bool set_bpw = e_bpw && *e_bpw, set_pcs = e_pcs && *e_pcs, wg_able = rec_wgmma_runs() && p.tf32;
     if (set_bpw && set_pcs)
         pr_fatal("PRISM_REC_GRAD_BPW (mma.sync) and PRISM_REC_GRAD_PIECES (wgmma) force different forms of grad: "
                  "set one of them");
     if (set_pcs && !wg_able)
-        pr_fatal("PRISM_REC_GRAD_PIECES forces grad's wgmma form, which needs TF32 products (matmul_tf32 on) and a "
-                 "build for sm_90a (CMAKE_CUDA_ARCHITECTURES=90a)");
+        pr_fatal("PRISM_REC_GRAD_PIECES forces grad's wgmma form, which needs TF32 products (matmul_tf32 on), a "
+                 "build for sm_90a (CMAKE_CUDA_ARCHITECTURES=90a) and an sm_90 GPU");
     /* where wgmma's form needs more shared memory than a block has (its
      * sums take room of their own once they need more than one pass, where
      * mma.sync's eight blocks a warp may still take one), mma.sync's runs */

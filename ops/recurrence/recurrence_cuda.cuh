@@ -376,27 +376,34 @@ __device__ __forceinline__ void rec_frags_store(float *C, int ldc, int m0, int n
             *p0 = x0, *p1 = x1;
         }
 }
-/* whether the build compiled the wgmma forms (CMake defines PRISM_WGMMA
- * when CMAKE_CUDA_ARCHITECTURES has 90a) */
-static inline bool rec_wgmma_built()
+/* whether the wgmma forms can run: the build compiled them (CMake defines
+ * PRISM_WGMMA when CMAKE_CUDA_ARCHITECTURES has 90a) and the current
+ * device is sm_90 (another architecture in the same build gets trapping
+ * stubs) */
+static inline bool rec_wgmma_runs()
 {
 #ifdef PRISM_WGMMA
-    return true;
+    int dev = 0, major = 0, minor = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+           minor == 0;
 #else
     return false;
 #endif
 }
 /* ---- wgmma (sm_90a): a warpgroup's product from shared memory --------------------
- * An operand of wgmma sits in shared memory in rows of 32 floats (128 bytes,
- * k along the row), 16-byte chunk j of row r stored at chunk j ^ (r % 8),
- * r counted from a 1024-byte boundary (the 128-byte swizzle): then any eight
- * consecutive rows read a k-step without bank conflicts and need no
- * fragment loads (rec_sw128 places an element); rec_wg_desc describes rows from row to wgmma (eight
- * rows a 1024-byte group); a k-step of 8 TF32 advances the description by
- * 32 bytes, which the hardware swizzles like the stores did. The products
- * take the f32 bits and drop the low 13 (truncation): operands to be
- * rounded to nearest are rounded in place first (rec_tf32). Without
- * sm_90a (PRISM_WGMMA unset) these trap, and the plans never pick them. */
+ * wgmma reads its operands from shared memory in rows of 32 floats (128
+ * bytes, k along the row), 16-byte chunk j of row r stored at chunk j ^ (r %
+ * 8), r counted from a 1024-byte boundary (the 128-byte swizzle; rec_sw128
+ * places an element): eight consecutive rows then read a k-step without
+ * bank conflicts, and no fragment loads are needed. rec_wg_desc describes
+ * the rows from row on (groups of eight rows 1024 bytes apart); a k-step of
+ * 8 TF32 advances it by 32 bytes, which the hardware swizzles as the stores
+ * did. The products take the f32 bits and drop the low 13 (truncation), so
+ * operands rounded to nearest are rounded in place first (rec_tf32).
+ * Compiled for anything but sm_90a these trap; the plans pick them only
+ * where they run (rec_wgmma_runs). */
 __device__ __forceinline__ unsigned long long rec_wg_desc(const float *row)
 {
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
