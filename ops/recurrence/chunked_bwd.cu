@@ -203,7 +203,9 @@ __host__ __device__ static int grad_pieces(const rec_prob &p, int BK, int idx, g
 {
     const grad_prods g = grad_products(p, BK);
     int n = 0;
+#ifdef __CUDA_ARCH__ /* the host compiler knows no such pragma */
 #pragma unroll
+#endif
     for (int i = 0; i < 4; i++) {
         const int ma = 16 * g.mb[i], nb = 32 * g.nb[i];
         if (!ma) continue;
