@@ -396,12 +396,16 @@ static void test_segments(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* the products a forced knob applies to */
+typedef enum { FORCED_FP32_AND_TF32, FORCED_TF32_ONLY } forced_products;
+
 /* A plan knob forced (env = val) at T = 100, H = 2, the given K, V = 40,
- * both chunk sizes, fp32 and TF32 products: against the CPU f64
- * reference, against the run with the plan's own choice (fp32: 2e-4), bit
- * for bit on a rerun, and the plan must name what was forced (shows). */
+ * both chunk sizes, fp32 and TF32 products (or TF32 only: grad's wgmma
+ * form): against the CPU f64 reference, against the run with the plan's
+ * own choice (fp32: 2e-4), bit for bit on a rerun, and the plan must name
+ * what was forced (shows). */
 static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
-                        const char *shows)
+                        const char *shows, forced_products prods)
 {
     pr_ctx *ctx = g_ctx;
     const rec_case c = {"forced", 1, 100, 2, K, 40, L, true, NULL, 0};
@@ -411,10 +415,8 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
     const int64_t Lr = pr_rule_has_extra(rule) ? L : 0;
-    /* grad's wgmma form runs TF32 products only */
-    const int tf32_lo = !strcmp(env, "PRISM_REC_GRAD_PIECES");
     for (int chunk = 32; chunk <= 64; chunk += 32)
-        for (int tf32 = tf32_lo; tf32 <= 1; tf32++) {
+        for (int tf32 = prods == FORCED_TF32_ONLY; tf32 <= 1; tf32++) {
             char what[128], why[256];
             snprintf(what, sizeof what, "%s K=%lld L=%lld C=%d%s %s=%s", pr_rule_name(rule), (long long)K,
                      (long long)Lr, chunk, tf32 ? " tf32" : "", env, val);
@@ -467,8 +469,9 @@ static void test_wy_ktiles(void **state)
     PR_SKIP_WITHOUT_CUDA();
     int fails = 0;
     for (int r = 0; r < PR_NRULES; r++)
-        if (pr_rule_has_beta((pr_rule)r)) fails += check_forced((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,");
-    fails += check_forced(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,");
+        if (pr_rule_has_beta((pr_rule)r))
+            fails += check_forced((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,", FORCED_FP32_AND_TF32);
+    fails += check_forced(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,", FORCED_FP32_AND_TF32);
     /* a tile that does not divide K's padded width is refused naming the variable */
     expect_knob_refused("PRISM_REC_BK_WY", "64");
     assert_int_equal(fails, 0);
@@ -488,11 +491,14 @@ static void test_grad_passes(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    int fails = check_forced(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp");
-    fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "PRISM_REC_GRAD_BPW", "8", "8 blocks a warp)");
+    int fails = check_forced(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp",
+                             FORCED_FP32_AND_TF32);
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "PRISM_REC_GRAD_BPW", "8", "8 blocks a warp)",
+                          FORCED_FP32_AND_TF32);
     /* and K tiles of 32 (three at K = 96, each with its own partial dG) */
-    fails += check_forced(PR_RULE_GDN, 96, 0, 1603, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,");
-    fails += check_forced(PR_RULE_PRISM_CORE, 96, 1, 1604, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,");
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1603, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,", FORCED_FP32_AND_TF32);
+    fails += check_forced(PR_RULE_PRISM_CORE, 96, 1, 1604, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,",
+                          FORCED_FP32_AND_TF32);
     pr_rec_plan plan;
     char why[256];
     setenv("PRISM_REC_GRAD_BPW", "4", 1);
@@ -509,8 +515,9 @@ static void test_grad_passes(void **state)
     else if (!strstr(plan.kernels, "wgmma"))
         fprintf(stderr, "  skipped grad's wgmma form: this build has none (%s)\n", plan.kernels);
     else {
-        fails += check_forced(PR_RULE_GDN, 96, 0, 1605, "PRISM_REC_GRAD_PIECES", "2", "wgmma, 2 pieces a warpgroup, ");
-        fails += check_forced(PR_RULE_PRISM_CORE, 32, 2, 1606, "PRISM_REC_GRAD_PIECES", "2", "wgmma, 2 pieces a warpgroup, ");
+        const char *two = "wgmma, 2 pieces a warpgroup, "; /* and more than one pass */
+        fails += check_forced(PR_RULE_GDN, 96, 0, 1605, "PRISM_REC_GRAD_PIECES", "2", two, FORCED_TF32_ONLY);
+        fails += check_forced(PR_RULE_PRISM_CORE, 32, 2, 1606, "PRISM_REC_GRAD_PIECES", "2", two, FORCED_TF32_ONLY);
         expect_knob_refused("PRISM_REC_GRAD_PIECES", "5");
     }
     /* the two knobs force different forms: both set is refused */

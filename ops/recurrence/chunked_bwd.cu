@@ -463,7 +463,8 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
     }
     __syncthreads();
     /* rows that padded pieces read past the data: zero, read, dropped */
-    for (int i = s.rows * 32 + threadIdx.x; i < s.bufsz; i += PR_REC_THREADS) sm[s.buf + i] = sm[s.buf + s.bufsz + i] = 0.f;
+    for (int i = s.rows * 32 + threadIdx.x; i < s.bufsz; i += PR_REC_THREADS)
+        sm[s.buf + i] = sm[s.buf + s.bufsz + i] = 0.f;
     for (int b0 = 0; b0 < np; b0 += 2 * R) {
         /* a warpgroup multiplies all R of its pieces, those past the last
          * on rows 0 (a condition would make ptxas serialize the wgmma) */
@@ -1051,26 +1052,26 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     if (set_pcs && !wg_able)
         pr_fatal("PRISM_REC_GRAD_PIECES forces grad's wgmma form, which needs TF32 products (matmul_tf32 on), a "
                  "build for sm_90a (CMAKE_CUDA_ARCHITECTURES=90a) and an sm_90 GPU");
-    /* where wgmma's form needs more shared memory than a block has (its
-     * sums take room of their own once they need more than one pass, where
-     * mma.sync's eight blocks a warp may still take one), mma.sync's runs */
-    const bool wg = set_pcs || (wg_able && !set_bpw && [&] {
-                        for (int bk : {p.Kp <= 128 ? p.Kp : 128, p.Kp >= 64 ? 64 : 32, 32})
-                            if (pr_rec_smem_grad(p, bk, 32, 0, true) <= mx) return true;
-                        return false;
-                    }());
+    bool wg = set_pcs || (wg_able && !set_bpw);
     /* the widest K tile that lets two blocks share an SM (a narrower one
      * redoes the K-independent loads and dO Ua^T, but one block alone leaves
      * its loads and barriers unhidden: 2.8 ms at one K tile of 128 and one
      * block per SM, NOTES.md v4), else the widest that fits; wgmma's V
      * tiles have 32 columns (its swizzled rows of 128 bytes) */
-    bool g = false;
     const int bks[3] = {p.Kp <= 128 ? p.Kp : 128, p.Kp >= 64 ? 64 : 32, 32};
+    const auto pick_tiles = [&](bool w) {
+        for (size_t lim : {two, mx})
+            for (int bk : bks)
+                for (int bv : {w ? 32 : bvs[0], 32})
+                    if (pr_rec_smem_grad(p, bk, bv, 0, w) <= lim) return pl->bk_grad = bk, pl->bv_grad = bv, true;
+        return false;
+    };
+    bool g = pick_tiles(wg);
+    /* where wgmma's form needs more shared memory than a block has (its
+     * sums take room of their own once they need more than one pass, where
+     * mma.sync's eight blocks a warp may still take one), mma.sync's runs */
+    if (!g && wg && !set_pcs) wg = false, g = pick_tiles(false);
     const int bvs_g[2] = {wg ? 32 : bvs[0], 32};
-    for (size_t lim : {two, mx})
-        for (int bk : bks)
-            for (int bv : bvs_g)
-                if (!g && pr_rec_smem_grad(p, bk, bv, 0, wg) <= lim) pl->bk_grad = bk, pl->bv_grad = bv, g = true;
     /* PRISM_REC_BK_GRAD=32, 64, ... forces grad's K tile, with the widest V
      * tile that fits (tests: several K tiles at small K; A/Bs of tiles) */
     char must_be[96];
@@ -1134,7 +1135,8 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
 }
 
 /* grad's instance for the plan: BF products, the wgmma form, R */
-template <int C> static auto grad_kernel_for(bool bf, bool wg, int r) -> decltype(&chunk_grad_kernel<C, false, 4, false>)
+template <int C>
+static auto grad_kernel_for(bool bf, bool wg, int r) -> decltype(&chunk_grad_kernel<C, false, 4, false>)
 {
     if (wg) return bf ? (r == 2 ? chunk_grad_kernel<C, true, 2, true>
                          : r == 3 ? chunk_grad_kernel<C, true, 3, true> : chunk_grad_kernel<C, true, 4, true>)
