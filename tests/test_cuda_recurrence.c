@@ -527,6 +527,38 @@ static void test_grad_passes(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The state pass's wgmma form (chunked_fwd.cu, NOTES.md v30), which TF32
+ * runs take where the build has it: PRISM_REC_STATE_WG=0 forces the
+ * mma.sync form, compared with it (and both with the CPU in f64) at
+ * padded K (96 in two pieces of 64, 32 in one), with extras (prism_core L =
+ * 2), without beta (ssd), at partial chunks and V tiles (T = 100, V = 40). */
+static void test_state_wg(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_rec_plan plan;
+    char why[256];
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
+        fail_msg("gdn K=96 C=64 tf32: no plan: %s", why);
+    if (!strstr(plan.kernels, "state(bv 32, wgmma)")) {
+        fprintf(stderr, "  skipped the state pass's wgmma form: this build has none (%s)\n", plan.kernels);
+        skip();
+    }
+    const char *mma = "state(bv 32) scores";
+    int fails = check_forced(PR_RULE_GDN, 96, 0, 1701, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_PRISM_CORE, 32, 2, 1702, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_SSD, 128, 0, 1703, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_DELTA, 64, 0, 1704, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
+    expect_knob_refused("PRISM_REC_STATE_WG", "2");
+    /* insisting on the form where it cannot run (K > 128) stops, naming the variable */
+    setenv("PRISM_REC_STATE_WG", "1", 1);
+    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 160, 40, 0, &plan, why, sizeof why),
+                    "PRISM_REC_STATE_WG");
+    unsetenv("PRISM_REC_STATE_WG");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -614,7 +646,7 @@ int main(void)
 #include PR_RULES_DEF
 #undef PR_RULE
         cmocka_unit_test(test_long),        cmocka_unit_test(test_segments), cmocka_unit_test(test_wy_ktiles),
-        cmocka_unit_test(test_grad_passes),
+        cmocka_unit_test(test_grad_passes), cmocka_unit_test(test_state_wg),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

@@ -993,6 +993,47 @@ static void widen_tile(const rec_prob &p, int smem_sm, size_t mx, size_t (*bytes
         }
 }
 
+/* the fewest waves of a serial pass's blocks at V tiles bytes(b) allows
+ * (b = 32, 64, ... up to Vp), then the narrowest tile (more blocks at work) */
+template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int smem_sm, int n_sm, F bytes, int *out)
+{
+    long long best = -1;
+    for (int b = 32; b <= p.Vp; b *= 2) {
+        if (bytes(b) > mx) continue;
+        const long long blocks = (long long)p.N * p.H * ((p.V + b - 1) / b);
+        const long long slots = (long long)n_sm * plan_per_sm(bytes(b), smem_sm);
+        const long long waves = (blocks + slots - 1) / slots;
+        if (best < 0 || waves < best) best = waves, *out = b;
+    }
+    return best >= 0;
+}
+
+/* The state pass's wgmma form (NOTES.md v30) where it runs: TF32 on, a
+ * build for sm_90a on an sm_90 GPU, K <= 128 and no segments (the
+ * segmented passes keep mma.sync). Its tile: the same rule as the other
+ * form's, by its own shared memory; a forced PRISM_REC_BV_STATE (forced)
+ * stays where the form takes it (32 or 64), else mma.sync runs it.
+ * PRISM_REC_STATE_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
+static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
+{
+    pl->wg_state = 0;
+    long want = -1;
+    rec_env_knob("PRISM_REC_STATE_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
+                 &want);
+    const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && pl->segments == 1;
+    const auto bytes = [&](int b) { return pr_rec_smem_state_wg(p, b); };
+    int bv = 0;
+    if (able && want != 0) {
+        if (forced) bv = bytes(pl->bv_state) <= mx ? pl->bv_state : 0;
+        else if (!pick_serial(p, mx, smem_sm, n_sm, bytes, &bv)) bv = 0;
+    }
+    if (want == 1 && !bv)
+        pr_fatal("PRISM_REC_STATE_WG=1 forces the state pass's wgmma form, which needs TF32 products (matmul_tf32 "
+                 "on), a build for sm_90a on an sm_90 GPU, K <= 128, no segments and a V tile of 32 or 64 "
+                 "whose shared memory fits (K = %d, V = %d here)", p.K, p.V);
+    if (bv) pl->wg_state = 1, pl->bv_state = bv;
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
@@ -1005,32 +1046,20 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
                 if (bytes(b) <= lim) return *out = b, true;
         return false;
     };
-    /* the serial state passes (one block per sequence, head and V tile): the
-     * fewest waves of blocks, then the narrowest tile (more blocks at work) */
-    auto pick_serial = [&](auto bytes, int *out) {
-        long long best = -1;
-        for (int b = 32; b <= p.Vp; b *= 2) {
-            if (bytes(b) > mx) continue;
-            const long long blocks = (long long)p.N * p.H * ((p.V + b - 1) / b);
-            const long long slots = (long long)n_sm * plan_per_sm(bytes(b), smem_sm);
-            const long long waves = (blocks + slots - 1) / slots;
-            if (best < 0 || waves < best) best = waves, *out = b;
-        }
-        return best >= 0;
-    };
+    /* the serial state passes (one block per sequence, head and V tile) */
     pl->C = p.C;
     bool ok = true;
     if (p.delta) ok &= pick([&](int b) { return pr_rec_smem_prep(p, b); }, &pl->bv_prep);
-    ok &= pick_serial([&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
+    ok &= pick_serial(p, mx, smem_sm, n_sm, [&](int b) { return pr_rec_smem_state(p, b); }, &pl->bv_state);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 0, b); }, &pl->bv_out);
     ok &= pick([&](int b) { return pr_rec_smem_scores(p, 1, b); }, &pl->bv_dloc);
-    ok &= pick_serial([&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
+    ok &= pick_serial(p, mx, smem_sm, n_sm, [&](int b) { return pr_rec_smem_dstate(p, b); }, &pl->bv_dstate);
     /* the segmented forward's fix-up: none when it does not fit (the last pass runs instead) */
     /* V tiles of 32: no padding of V beyond the 32 every tile has, so the
      * least product work (the reloads of P_c per tile cost less), and the
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
-    pl->segments = 1, pl->seg_fix = 0;
+    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1040,6 +1069,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
             if (!fd) widen_tile(p, smem_sm, mx, pr_rec_smem_dstate, &pl->bv_dstate);
             plan_segments(p, smem_sm, n_sm, pl);
         }
+        plan_state_wg(p, smem_sm, n_sm, mx, fs, pl);
     }
     /* grad: wgmma where its TF32 products apply (TF32 on, a build for sm_90a
      * on an sm_90 GPU: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces

@@ -189,6 +189,200 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p,
     if (io.ht) rec_st_tile(io.ht + hoff, V, K, nv, Hs, LDV, 1.f, false, p.vec);
 }
 
+/* ---- state, the wgmma form (sm_90a, TF32 products: NOTES.md v30) -----------------
+ * The pass above with the state in registers. Warpgroup wg holds columns
+ * wg NW .. wg NW + NW - 1 of the block's V tile (BV = 2 NW) as wgmma sums,
+ * the K rows in MP pieces of 64, so the two warpgroups run their chains
+ * apart and meet only where a chunk's tiles are loaded. Per chunk:
+ *   R = R0 - W h                              (delta rules)
+ *   h = e^{G_last} h + Ka^T (eL o Ua)         Ua = [beta o R (or V); VX]
+ * TF32 wgmma reads both operands K-major from shared memory, so each tile
+ * is stored as its product reads it: -W as loaded (rows padded to 64), h^T
+ * and (beta eL o R)^T from the sums, Ka^T and the values transposed on
+ * their way in; every element rounded to TF32 (to nearest, as mma.sync's
+ * fragments are) by the thread that stores it. The gates of chunk ci + 1
+ * (beta, eL) load during chunk ci, in the other of two buffers. The
+ * segmented passes (io.ident) keep the form above. */
+struct state_wg_lay {
+    int W, HT, KAT, RAT, gates, total;
+};
+__host__ __device__ static state_wg_lay state_wg_layout(const rec_prob &p, int BV)
+{
+    rec_bump m; /* every tile a multiple of 1024 floats: each starts on a 1024-byte boundary */
+    state_wg_lay s;
+    const int NA = p.C * (1 + p.L), KP64 = (p.Kp + 63) / 64 * 64;
+    s.W = p.delta ? m.take(64 * KP64) : -1;
+    s.HT = p.delta ? m.take(BV * KP64) : -1;
+    s.KAT = m.take(KP64 * NA), s.RAT = m.take(BV * NA);
+    s.gates = m.take(4 * p.C);
+    s.total = m.off;
+    return s;
+}
+size_t pr_rec_smem_state_wg(const rec_prob &p, int bv)
+{
+    return bv == 32 || bv == 64 ? (size_t)state_wg_layout(p, bv).total * 4 : (size_t)-1;
+}
+
+/* a chunk's beta (0 past nval or without beta) and eL[t] = e^{G_last - G_t}, by warp 0 */
+template <int C>
+__device__ __forceinline__ void state_wg_gates(const rec_prob &p, int row0, int nval, int h, float *bt, float *eL)
+{
+    if (threadIdx.x >= 32) return;
+    constexpr int E = C / 32;
+    const int lane = threadIdx.x;
+    float x[E], run = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int t = lane * E + e;
+        const long long o = (long long)(row0 + t) * p.H + h;
+        if (p.delta) bt[t] = t < nval ? p.beta[o] : 0.f;
+        run += p.has_g && t < nval ? p.g[o] : 0.f;
+        x[e] = run;
+    }
+    float incl = run;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
+        if (lane >= o) incl += y;
+    }
+    const float excl = incl - run, gl = __shfl_sync(PR_FULL_MASK, incl, 31); /* G is flat past nval */
+#pragma unroll
+    for (int e = 0; e < E; e++) eL[lane * E + e] = expf(gl - (excl + x[e]));
+}
+
+template <int C, int NW, int MP>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    chunk_state_wg_kernel(rec_prob p, rec_state_io io)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    constexpr int BV = 2 * NW, NR = NW / 2; /* NR: a thread's sums in a piece of 64 rows */
+    const state_wg_lay s = state_wg_layout(p, BV);
+    const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, L = p.L;
+    const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
+    /* sum e of a piece: row r0 + 8 (e >> 1 & 1), column c0 + 8 (e >> 2) + (e & 1) of the tile */
+    const int r0 = 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2), c0 = wg * NW + 2 * (threadIdx.x & 3);
+    float *W = sm + s.W, *HT = sm + s.HT, *KAT = sm + s.KAT, *RAT = sm + s.RAT;
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    const long long hoff = ((long long)n * H + h) * K * V + v0;
+    float hz[MP][NR];
+#pragma unroll
+    for (int m = 0; m < MP; m++)
+#pragma unroll
+        for (int e = 0; e < NR; e++) {
+            const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+            const bool in = k < K && j < nv;
+            hz[m][e] = in && io.h0 ? io.h0[hoff + (long long)k * V + j] : 0.f;
+        }
+    /* the state's sums stored at row stride V (global: hs, ht) */
+    const auto store_h = [&](float *dst) {
+#pragma unroll
+        for (int m = 0; m < MP; m++)
+#pragma unroll
+            for (int e = 0; e < NR; e++) {
+                const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                if (k < K && j < nv) dst[(long long)k * V + j] = hz[m][e];
+            }
+    };
+    const int nck = (sq.len + C - 1) / C;
+    if (nck > 0) state_wg_gates<C>(p, sq.bos, min(C, sq.len), h, sm + s.gates, sm + s.gates + C);
+    for (int ci = 0; ci < nck; ci++) {
+        const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
+        const long long rk = (long long)row0 * H + h;
+        const float *bt = sm + s.gates + (ci & 1) * 2 * C, *eL = bt + C;
+        /* every product of the last chunk was waited for, and this chunk's gates landed */
+        __syncthreads();
+        rec_ld_wg_t(KAT, MP * 64, 0, C, MP * 64, p.k + rk * K, (long long)H * K, nval, K, p.vec, nullptr);
+        for (int l = 0; l < L; l++)
+            rec_ld_wg_t(KAT, MP * 64, C + l * C, C, MP * 64, p.kx + rk * L * K + l * K, (long long)H * L * K, nval,
+                        K, p.vec, nullptr);
+        if (!p.delta) rec_ld_wg_t(RAT, BV, 0, C, BV, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec, eL);
+        for (int l = 0; l < L; l++)
+            rec_ld_wg_t(RAT, BV, C + l * C, C, BV, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv,
+                        p.vec, eL);
+        float rz[NR];
+        if (p.delta) {
+            rec_ld_wg_k(W, 64, MP * 64, io.W + rk * K, (long long)H * K, nval, K, p.vec, -1.f);
+            /* h^T (this warpgroup's columns), and R0 into the residual's sums */
+#pragma unroll
+            for (int m = 0; m < MP; m++)
+#pragma unroll
+                for (int e = 0; e < NR; e++) {
+                    const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                    float *sub = HT + (k >> 5) * BV * 32;
+                    sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, k & 31)] =
+                        __uint_as_float(rec_tf32(hz[m][e]));
+                }
+#pragma unroll
+            for (int e = 0; e < NR; e++) {
+                const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                rz[e] = a < nval && j < nv ? io.R0[(rk + (long long)a * H) * V + v0 + j] : 0.f;
+            }
+        }
+        if (io.hs) store_h(io.hs + ((long long)c * H + h) * K * V + v0);
+        if (ci + 1 < nck) {
+            float *nb = sm + s.gates + ((ci + 1) & 1) * 2 * C;
+            state_wg_gates<C>(p, row0 + C, min(C, sq.len - (ci + 1) * C), h, nb, nb + C);
+        }
+        rec_fence_async();
+        __syncthreads();
+        if (p.delta) { /* R = R0 - W h, then (beta eL o R)^T for the state's product */
+            rec_wg_fence();
+#pragma unroll
+            for (int kb = 0; kb < 2 * MP; kb++) { /* K padded to 64 MP: one unrolled stage */
+                const unsigned long long da = rec_wg_desc(W + kb * 64 * 32);
+                const unsigned long long db = rec_wg_desc(HT + kb * BV * 32 + wg * NW * 32);
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(rz, da + 2 * ks, db + 2 * ks);
+            }
+            rec_wg_commit();
+            rec_wg_wait();
+#pragma unroll
+            for (int e = 0; e < NR; e++) asm volatile("" : "+f"(rz[e])::"memory");
+#pragma unroll
+            for (int e = 0; e < NR; e++) {
+                const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                if (a >= C) continue;
+                if (io.R && a < nval && j < nv) io.R[(rk + (long long)a * H) * V + v0 + j] = rz[e];
+                float *sub = RAT + (a >> 5) * BV * 32;
+                sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, a & 31)] =
+                    __uint_as_float(rec_tf32(rz[e] * (eL[a] * bt[a])));
+            }
+            rec_fence_async();
+            rec_wg_bar(wg);
+        }
+        /* e^{G_last} = eL[0] e^{g_0}: the gates keep no room for it (at BV = 64 two blocks fill an SM) */
+        const float dec = eL[0] * (p.has_g ? expf(p.g[rk]) : 1.f);
+#pragma unroll
+        for (int m = 0; m < MP; m++)
+#pragma unroll
+            for (int e = 0; e < NR; e++) hz[m][e] *= dec;
+        /* a stage (unrolled, so that nothing but wgmma defines the sums inside
+         * it: ptxas serializes them otherwise) for each C rows of Ka */
+        for (int l = 0; l <= L; l++) {
+            rec_wg_fence();
+#pragma unroll
+            for (int kb = 0; kb < C / 32; kb++) {
+                const int kt = l * (C / 32) + kb;
+                const unsigned long long db = rec_wg_desc(RAT + kt * BV * 32 + wg * NW * 32);
+#pragma unroll
+                for (int m = 0; m < MP; m++) {
+                    const unsigned long long da = rec_wg_desc(KAT + (kt * MP * 64 + m * 64) * 32);
+#pragma unroll
+                    for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
+                }
+            }
+            rec_wg_commit();
+            rec_wg_wait();
+#pragma unroll
+            for (int m = 0; m < MP; m++)
+#pragma unroll
+                for (int e = 0; e < NR; e++) asm volatile("" : "+f"(hz[m][e])::"memory");
+        }
+    }
+    if (io.ht) store_h(io.ht + hoff);
+}
+
 /* ---- scores: the output (MODE 0) or the backward's local value gradients (MODE 1) ---- */
 struct scores_lay {
     int G, bt, eG, eL, Qs, S, KA, Hs, RA, Os, dOs, dVA, total;
@@ -283,8 +477,27 @@ template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, i
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
 }
-void pr_rec_chunk_state(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
+template <int C, int NW> static auto state_wg_for(int mp) -> decltype(&chunk_state_wg_kernel<C, NW, 1>)
 {
+    return mp == 1 ? chunk_state_wg_kernel<C, NW, 1> : chunk_state_wg_kernel<C, NW, 2>;
+}
+template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
+{
+    PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64));
+    const int mp = (p.Kp + 63) / 64;
+    const auto kernel = bv == 32 ? state_wg_for<C, 16>(mp) : state_wg_for<C, 32>(mp);
+    const size_t sm = pr_rec_smem_state_wg(p, bv);
+    chunk_smem_attr(kernel, sm);
+    kernel<<<dim3((p.V + bv - 1) / bv, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
+    PR_CUDA_LAUNCH_CHECK();
+}
+void pr_rec_chunk_state(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io, bool wg)
+{
+    if (wg) {
+        if (p.C == 64) chunk_state_wg<64>(st, p, bv, io);
+        else chunk_state_wg<32>(st, p, bv, io);
+        return;
+    }
     if (p.C == 64) chunk_state_c<64>(st, p, bv, io);
     else chunk_state_c<32>(st, p, bv, io);
 }
@@ -343,7 +556,7 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
     }
     if (!sv.sg.n) {
         const rec_state_io io = {sv.hs, sv.R, ht, sv.W, sv.R0, p.h0, 0};
-        pr_rec_chunk_state(st, p, pl.bv_state, io);
+        pr_rec_chunk_state(st, p, pl.bv_state, io, pl.wg_state);
     } else {
         chunk_state_segmented(st, p, pl, sv, ht);
     }

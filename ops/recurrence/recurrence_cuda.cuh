@@ -423,9 +423,10 @@ __device__ __forceinline__ void rec_fence_async()
 __device__ __forceinline__ void rec_wg_fence() { REC_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void rec_wg_commit() { REC_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void rec_wg_wait() { REC_WG_ASM("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-/* d += A B^T, A 64 rows (da), B 32 rows (db), one k-step of 8 TF32. d: the
- * warpgroup's 64 x 32 f32 sums, warp w's rows 16 w + g and + 8 as in
- * rec_frags_store (d[4 j + e] is mma.sync's d[j][e]) */
+/* d += A B^T, A 64 rows (da), B N rows (db), one k-step of 8 TF32. d: the
+ * warpgroup's 64 x N f32 sums, warp w's rows 16 w + g and + 8 as in
+ * rec_frags_store (d[4 j + e] is mma.sync's d[j][e]); rec_wg_mma<N> picks
+ * the instance by N = 16, 32 or 64 */
 __device__ __forceinline__ void rec_wg_mma_n32(float (&d)[16], unsigned long long da, unsigned long long db)
 {
     REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
@@ -435,6 +436,119 @@ __device__ __forceinline__ void rec_wg_mma_n32(float (&d)[16], unsigned long lon
                  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                : "l"(da), "l"(db));
 }
+__device__ __forceinline__ void rec_wg_mma_n16(float (&d)[8], unsigned long long da, unsigned long long db)
+{
+    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
+               "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               : "l"(da), "l"(db));
+}
+__device__ __forceinline__ void rec_wg_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db)
+{
+    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+               "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db));
+}
+template <int N> __device__ __forceinline__ void rec_wg_mma(float (&d)[N / 2], unsigned long long da,
+                                                            unsigned long long db)
+{
+    static_assert(N == 16 || N == 32 || N == 64, "wgmma here takes N = 16, 32 or 64");
+    if constexpr (N == 16) rec_wg_mma_n16(d, da, db);
+    else if constexpr (N == 32) rec_wg_mma_n32(d, da, db);
+    else rec_wg_mma_n64(d, da, db);
+}
+
+/* Tiles for wgmma operands, stored K-major (k along the rows) in
+ * sub-tiles of R rows x 32 floats, 128-byte-swizzled (rec_sw128), each
+ * element rounded to TF32 by the thread that stores it. Loaded through
+ * registers, so the rounding (and a row factor) costs no pass of its own.
+ * rec_ld_wg_k: k along the source's rows, as loaded: operand row r, k holds
+ * s src[r rs + k], for r < R, k < Wk (Wk a multiple of 32), zero where r >=
+ * nr or k >= nc. A warp step is 4 rows of 32 floats. */
+__device__ __forceinline__ void rec_ld_wg_k(float *dst, int R, int Wk, const float *src, long long rs, int nr, int nc,
+                                            bool vec, float s)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nrs = R >> 2, n = nrs * (Wk >> 5);
+    for (int e0 = warp; e0 < n; e0 += 4 * PR_REC_WARPS) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * PR_REC_WARPS, r = (e % nrs) * 4 + (lane >> 3), k = (e / nrs) * 32 + (lane & 7) * 4;
+            x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e >= n || r >= nr || k >= nc) continue;
+            const float *q = src + r * rs + k;
+            if (vec) {
+                x[u] = *reinterpret_cast<const float4 *>(q);
+                continue;
+            }
+            x[u].x = q[0];
+            if (k + 1 < nc) x[u].y = q[1];
+            if (k + 2 < nc) x[u].z = q[2];
+            if (k + 3 < nc) x[u].w = q[3];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * PR_REC_WARPS, r = (e % nrs) * 4 + (lane >> 3), k = (e / nrs) * 32 + (lane & 7) * 4;
+            if (e >= n) break;
+            float *sub = dst + (k >> 5) * R * 32;
+            const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+            float4 y;
+            y.x = __uint_as_float(rec_tf32(s * x[u].x)), y.y = __uint_as_float(rec_tf32(s * x[u].y));
+            y.z = __uint_as_float(rec_tf32(s * x[u].z)), y.w = __uint_as_float(rec_tf32(s * x[u].w));
+            *reinterpret_cast<float4 *>(sub + rec_sw128(base, r, k & 31)) = y;
+        }
+    }
+}
+/* rec_ld_wg_t: the source transposed, its rows along k: operand row c, k
+ * k0 + r holds f[r] src[r rs + c] (f NULL: 1), for r < R (a multiple of 16,
+ * k0 of 32), c < Wc (a multiple of 8), zero where r >= nr or c >= nc; the
+ * operand has OR rows. A warp step is 16 source rows x 8 columns: 32-byte
+ * row segments, and stores that fall in 32 distinct banks. */
+__device__ __forceinline__ void rec_ld_wg_t(float *dst, int OR, int k0, int R, int Wc, const float *src, long long rs,
+                                            int nr, int nc, bool vec, const float *f)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nrb = R >> 4, n = nrb * (Wc >> 3);
+    for (int e0 = warp; e0 < n; e0 += 4 * PR_REC_WARPS) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * PR_REC_WARPS, r = (e % nrb) * 16 + (lane & 15), c = (e / nrb) * 8 + (lane >> 4) * 4;
+            x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e >= n || r >= nr || c >= nc) continue;
+            const float *q = src + r * rs + c;
+            if (vec) {
+                x[u] = *reinterpret_cast<const float4 *>(q);
+                continue;
+            }
+            x[u].x = q[0];
+            if (c + 1 < nc) x[u].y = q[1];
+            if (c + 2 < nc) x[u].z = q[2];
+            if (c + 3 < nc) x[u].w = q[3];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * PR_REC_WARPS, r = (e % nrb) * 16 + (lane & 15), c = (e / nrb) * 8 + (lane >> 4) * 4;
+            if (e >= n) break;
+            const float fr = f ? f[r] : 1.f;
+            const int k = k0 + r;
+            float *sub = dst + (k >> 5) * OR * 32;
+            const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+            sub[rec_sw128(base, c, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].x));
+            sub[rec_sw128(base, c + 1, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].y));
+            sub[rec_sw128(base, c + 2, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].z));
+            sub[rec_sw128(base, c + 3, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].w));
+        }
+    }
+}
+/* the barrier of one warpgroup (ids 1 and 2; 0 is __syncthreads') */
+__device__ __forceinline__ void rec_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
 
 /* the product with warp blocks of (16 FM) x (16 FN): mma.sync with f32
  * accumulators in registers, m16n8k8 TF32 or (BF) m16n8k16 bf16; the next
@@ -759,12 +873,13 @@ struct rec_chunk_saved {
  * segments: how many segments the serial passes split a sequence into (1: none);
  * seg_fix: the segmented forward ends with the fix-up (tile bv_fix) instead
  * of a last serial pass; wg_grad: grad's V-loop products run as wgmma, and
- * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks */
+ * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks;
+ * wg_state: the state pass runs its wgmma form (bv_state its V tile) */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix;
+    int segments, seg_fix, bv_fix, wg_state;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -779,7 +894,8 @@ struct rec_state_io {
     const float *W, *R0, *h0;
     int ident;
 };
-void pr_rec_chunk_state(cudaStream_t s, const rec_prob &p, int bv, const rec_state_io &io);
+/* wg: the wgmma form (the plan's wg_state; not for io.ident) */
+void pr_rec_chunk_state(cudaStream_t s, const rec_prob &p, int bv, const rec_state_io &io, bool wg = false);
 /* the dstate pass (chunked_bwd.cu). dhs NULL: the carry only (nothing stored
  * but dh_out); dht NULL: zero terminal gradient; dh_out (+= when dh_acc) the
  * gradient of each sequence's start state, or NULL. */
@@ -816,6 +932,7 @@ void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_pl
 /* shared-memory bytes of each chunk kernel for a plan (chunked_fwd.cu / chunked_bwd.cu) */
 size_t pr_rec_smem_prep(const rec_prob &p, int bv);
 size_t pr_rec_smem_state(const rec_prob &p, int bv);
+size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is not 32, 64 or 128 */
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
