@@ -1023,9 +1023,19 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
     const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && pl->segments == 1;
     const auto bytes = [&](int b) { return pr_rec_smem_state_wg(p, b); };
     int bv = 0;
+    /* waves of the pass at tile b and shared memory sm */
+    const auto waves = [&](int b, size_t sm) {
+        const long long slots = (long long)n_sm * plan_per_sm(sm, smem_sm);
+        return ((long long)p.N * p.H * ((p.V + b - 1) / b) + slots - 1) / slots;
+    };
     if (able && want != 0) {
         if (forced) bv = bytes(pl->bv_state) <= mx ? pl->bv_state : 0;
         else if (!pick_serial(p, mx, smem_sm, n_sm, bytes, &bv)) bv = 0;
+        /* not where it makes more waves than the other form (prism_core at
+         * L = 2: its tiles of 32 run two waves where one of 128 runs one) */
+        if (bv && !forced && want != 1 &&
+            waves(bv, bytes(bv)) > waves(pl->bv_state, pr_rec_smem_state(p, pl->bv_state)))
+            bv = 0;
     }
     if (want == 1 && !bv)
         pr_fatal("PRISM_REC_STATE_WG=1 forces the state pass's wgmma form, which needs TF32 products (matmul_tf32 "

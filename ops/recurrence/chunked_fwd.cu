@@ -250,12 +250,12 @@ __device__ __forceinline__ void state_wg_gates(const rec_prob &p, int row0, int 
     for (int e = 0; e < E; e++) eL[lane * E + e] = expf(gl - (excl + x[e]));
 }
 
-template <int C, int NW, int MP>
+template <int C, int NW, int MP, bool DELTA> /* DELTA: DELTA, so each form holds only its registers */
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_state_wg_kernel(rec_prob p, rec_state_io io)
 {
     extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
-    constexpr int BV = 2 * NW, NR = NW / 2; /* NR: a thread's sums in a piece of 64 rows */
+    constexpr int BV = 2 * NW, NR = NW / 2, KW = 64 * MP; /* NR: a thread's sums in a piece of 64 rows */
     const state_wg_lay s = state_wg_layout(p, BV);
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, L = p.L;
     const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
@@ -265,14 +265,13 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
-    float hz[MP][NR];
+    float hz[MP][NR], rz[NR];
 #pragma unroll
     for (int m = 0; m < MP; m++)
 #pragma unroll
         for (int e = 0; e < NR; e++) {
             const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
-            const bool in = k < K && j < nv;
-            hz[m][e] = in && io.h0 ? io.h0[hoff + (long long)k * V + j] : 0.f;
+            hz[m][e] = k < K && j < nv && io.h0 ? io.h0[hoff + (long long)k * V + j] : 0.f;
         }
     /* the state's sums stored at row stride V (global: hs, ht) */
     const auto store_h = [&](float *dst) {
@@ -284,26 +283,53 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 if (k < K && j < nv) dst[(long long)k * V + j] = hz[m][e];
             }
     };
+    /* chunk ci's loads, issued a chunk ahead: its keys (and values without
+     * beta) into registers, W by cp.async into its tile, R0 into the
+     * residual's sums */
+    rec_wgt<C, KW> xk;
+    rec_wgt<C, DELTA ? 1024 / C : BV> xv; /* unused with DELTA */
+    const auto issue = [&](int ci, bool keys, bool w_r0) {
+        const int nval = min(C, sq.len - ci * C);
+        const long long rk = (long long)(sq.bos + ci * C) * H + h;
+        if (keys) rec_wgt_issue(xk, p.k + rk * K, (long long)H * K, nval, K, p.vec);
+        if (keys && !DELTA) rec_wgt_issue(xv, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        if (!w_r0) return;
+        for (int kb = 0; kb < MP * 2; kb++)
+            rec_ld_tile<true>(W + kb * 64 * 32, 32, 64, 32, io.W + rk * K + kb * 32, (long long)H * K, nval,
+                              K - kb * 32, p.vec);
+#pragma unroll
+        for (int e = 0; e < NR; e++) {
+            const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+            rz[e] = a < nval && j < nv ? io.R0[(rk + (long long)a * H) * V + v0 + j] : 0.f;
+        }
+    };
     const int nck = (sq.len + C - 1) / C;
-    if (nck > 0) state_wg_gates<C>(p, sq.bos, min(C, sq.len), h, sm + s.gates, sm + s.gates + C);
+    if (nck > 0) {
+        state_wg_gates<C>(p, sq.bos, min(C, sq.len), h, sm + s.gates, sm + s.gates + C);
+        issue(0, true, DELTA);
+    }
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
         const float *bt = sm + s.gates + (ci & 1) * 2 * C, *eL = bt + C;
-        /* every product of the last chunk was waited for, and this chunk's gates landed */
+        const bool next = ci + 1 < nck;
+        /* W landed and rounded; every product of the last chunk waited for;
+         * this chunk's gates visible */
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        if (DELTA)
+            for (int kb = 0; kb < MP * 2; kb++) rec_tf32_own(W + kb * 64 * 32, 64);
         __syncthreads();
-        rec_ld_wg_t(KAT, MP * 64, 0, C, MP * 64, p.k + rk * K, (long long)H * K, nval, K, p.vec, nullptr);
-        for (int l = 0; l < L; l++)
-            rec_ld_wg_t(KAT, MP * 64, C + l * C, C, MP * 64, p.kx + rk * L * K + l * K, (long long)H * L * K, nval,
-                        K, p.vec, nullptr);
-        if (!p.delta) rec_ld_wg_t(RAT, BV, 0, C, BV, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec, eL);
-        for (int l = 0; l < L; l++)
-            rec_ld_wg_t(RAT, BV, C + l * C, C, BV, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv,
-                        p.vec, eL);
-        float rz[NR];
-        if (p.delta) {
-            rec_ld_wg_k(W, 64, MP * 64, io.W + rk * K, (long long)H * K, nval, K, p.vec, -1.f);
-            /* h^T (this warpgroup's columns), and R0 into the residual's sums */
+        rec_wgt_store(xk, KAT, KW, 0, nullptr);
+        for (int l = 0; l < L; l++) { /* the extras' keys and values, loaded here */
+            rec_wgt<C, KW> xx;
+            rec_wgt_issue(xx, p.kx + rk * L * K + l * K, (long long)H * L * K, nval, K, p.vec);
+            rec_wgt_store(xx, KAT, KW, C + l * C, nullptr);
+            rec_wgt<C, BV> xw;
+            rec_wgt_issue(xw, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
+            rec_wgt_store(xw, RAT, BV, C + l * C, eL);
+        }
+        if (!DELTA) rec_wgt_store(xv, RAT, BV, 0, eL);
+        if (DELTA) /* -h^T (this warpgroup's columns): the product then gives R = R0 - W h */
 #pragma unroll
             for (int m = 0; m < MP; m++)
 #pragma unroll
@@ -311,22 +337,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                     const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
                     float *sub = HT + (k >> 5) * BV * 32;
                     sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, k & 31)] =
-                        __uint_as_float(rec_tf32(hz[m][e]));
+                        __uint_as_float(rec_tf32(-hz[m][e]));
                 }
-#pragma unroll
-            for (int e = 0; e < NR; e++) {
-                const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
-                rz[e] = a < nval && j < nv ? io.R0[(rk + (long long)a * H) * V + v0 + j] : 0.f;
-            }
-        }
         if (io.hs) store_h(io.hs + ((long long)c * H + h) * K * V + v0);
-        if (ci + 1 < nck) {
+        if (next) {
             float *nb = sm + s.gates + ((ci + 1) & 1) * 2 * C;
             state_wg_gates<C>(p, row0 + C, min(C, sq.len - (ci + 1) * C), h, nb, nb + C);
         }
         rec_fence_async();
         __syncthreads();
-        if (p.delta) { /* R = R0 - W h, then (beta eL o R)^T for the state's product */
+        if (next) issue(ci + 1, true, false);
+        if (DELTA) { /* R = R0 - W h, then (beta eL o R)^T for the state's product */
             rec_wg_fence();
 #pragma unroll
             for (int kb = 0; kb < 2 * MP; kb++) { /* K padded to 64 MP: one unrolled stage */
@@ -349,7 +370,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                     __uint_as_float(rec_tf32(rz[e] * (eL[a] * bt[a])));
             }
             rec_fence_async();
-            rec_wg_bar(wg);
+            __syncthreads(); /* both warpgroups are done with W: the next chunk's may come */
+            if (next) issue(ci + 1, false, true);
         }
         /* e^{G_last} = eL[0] e^{g_0}: the gates keep no room for it (at BV = 64 two blocks fill an SM) */
         const float dec = eL[0] * (p.has_g ? expf(p.g[rk]) : 1.f);
@@ -367,7 +389,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 const unsigned long long db = rec_wg_desc(RAT + kt * BV * 32 + wg * NW * 32);
 #pragma unroll
                 for (int m = 0; m < MP; m++) {
-                    const unsigned long long da = rec_wg_desc(KAT + (kt * MP * 64 + m * 64) * 32);
+                    const unsigned long long da = rec_wg_desc(KAT + (kt * KW + m * 64) * 32);
 #pragma unroll
                     for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
                 }
@@ -477,15 +499,16 @@ template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, i
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
 }
-template <int C, int NW> static auto state_wg_for(int mp) -> decltype(&chunk_state_wg_kernel<C, NW, 1>)
+template <int C, int NW> static auto state_wg_for(int mp, bool delta) -> decltype(&chunk_state_wg_kernel<C, NW, 1, true>)
 {
-    return mp == 1 ? chunk_state_wg_kernel<C, NW, 1> : chunk_state_wg_kernel<C, NW, 2>;
+    if (delta) return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, true> : chunk_state_wg_kernel<C, NW, 2, true>;
+    return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, false> : chunk_state_wg_kernel<C, NW, 2, false>;
 }
 template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
 {
     PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64));
     const int mp = (p.Kp + 63) / 64;
-    const auto kernel = bv == 32 ? state_wg_for<C, 16>(mp) : state_wg_for<C, 32>(mp);
+    const auto kernel = bv == 32 ? state_wg_for<C, 16>(mp, p.delta) : state_wg_for<C, 32>(mp, p.delta);
     const size_t sm = pr_rec_smem_state_wg(p, bv);
     chunk_smem_attr(kernel, sm);
     kernel<<<dim3((p.V + bv - 1) / bv, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);

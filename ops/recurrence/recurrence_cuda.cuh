@@ -465,90 +465,71 @@ template <int N> __device__ __forceinline__ void rec_wg_mma(float (&d)[N / 2], u
     else rec_wg_mma_n64(d, da, db);
 }
 
-/* Tiles for wgmma operands, stored K-major (k along the rows) in
- * sub-tiles of R rows x 32 floats, 128-byte-swizzled (rec_sw128), each
- * element rounded to TF32 by the thread that stores it. Loaded through
- * registers, so the rounding (and a row factor) costs no pass of its own.
- * rec_ld_wg_k: k along the source's rows, as loaded: operand row r, k holds
- * s src[r rs + k], for r < R, k < Wk (Wk a multiple of 32), zero where r >=
- * nr or k >= nc. A warp step is 4 rows of 32 floats. */
-__device__ __forceinline__ void rec_ld_wg_k(float *dst, int R, int Wk, const float *src, long long rs, int nr, int nc,
-                                            bool vec, float s)
+/* Tiles for wgmma operands: K-major (k along the rows), in sub-tiles of
+ * OR rows x 32 floats, 128-byte-swizzled (rec_sw128), each element rounded
+ * to TF32 by the thread that stores it.
+ * rec_tf32_own: this thread's copies into such a tile of R rows and 32
+ * floats (rec_ld_tile<true>'s placement), rounded in place once landed. */
+__device__ __forceinline__ void rec_tf32_own(float *dst, int R)
 {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nrs = R >> 2, n = nrs * (Wk >> 5);
-    for (int e0 = warp; e0 < n; e0 += 4 * PR_REC_WARPS) {
-        float4 x[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int e = e0 + u * PR_REC_WARPS, r = (e % nrs) * 4 + (lane >> 3), k = (e / nrs) * 32 + (lane & 7) * 4;
-            x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (e >= n || r >= nr || k >= nc) continue;
-            const float *q = src + r * rs + k;
-            if (vec) {
-                x[u] = *reinterpret_cast<const float4 *>(q);
-                continue;
-            }
-            x[u].x = q[0];
-            if (k + 1 < nc) x[u].y = q[1];
-            if (k + 2 < nc) x[u].z = q[2];
-            if (k + 3 < nc) x[u].w = q[3];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int e = e0 + u * PR_REC_WARPS, r = (e % nrs) * 4 + (lane >> 3), k = (e / nrs) * 32 + (lane & 7) * 4;
-            if (e >= n) break;
-            float *sub = dst + (k >> 5) * R * 32;
-            const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
-            float4 y;
-            y.x = __uint_as_float(rec_tf32(s * x[u].x)), y.y = __uint_as_float(rec_tf32(s * x[u].y));
-            y.z = __uint_as_float(rec_tf32(s * x[u].z)), y.w = __uint_as_float(rec_tf32(s * x[u].w));
-            *reinterpret_cast<float4 *>(sub + rec_sw128(base, r, k & 31)) = y;
-        }
+    const rec_rowmap m = rec_rowmap_of(32);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
+    for (int r = m.r0; r < R; r += m.rstep) {
+        float4 *q = reinterpret_cast<float4 *>(dst + rec_sw128(base, r, m.c0));
+        float4 x = *q;
+        x.x = __uint_as_float(rec_tf32(x.x)), x.y = __uint_as_float(rec_tf32(x.y));
+        x.z = __uint_as_float(rec_tf32(x.z)), x.w = __uint_as_float(rec_tf32(x.w));
+        *q = x;
     }
 }
-/* rec_ld_wg_t: the source transposed, its rows along k: operand row c, k
- * k0 + r holds f[r] src[r rs + c] (f NULL: 1), for r < R (a multiple of 16,
- * k0 of 32), c < Wc (a multiple of 8), zero where r >= nr or c >= nc; the
- * operand has OR rows. A warp step is 16 source rows x 8 columns: 32-byte
- * row segments, and stores that fall in 32 distinct banks. */
-__device__ __forceinline__ void rec_ld_wg_t(float *dst, int OR, int k0, int R, int Wc, const float *src, long long rs,
-                                            int nr, int nc, bool vec, const float *f)
+/* R source rows x WC columns transposed into such a tile: operand row c, k
+ * k0 + r holds f[r] src[r rs + c] (f NULL: 1), zero where r >= nr or c >=
+ * nc. In two steps, so that the loads fly while other work runs:
+ * rec_wgt_issue loads this thread's part into t, rec_wgt_store stores it.
+ * A warp step is 16 source rows x 8 columns: 32-byte row segments, and
+ * stores that fall in 32 distinct banks. */
+template <int R, int WC> struct rec_wgt {
+    static_assert(R % 16 == 0 && WC % 8 == 0 && R * WC % 1024 == 0, "whole warp steps for every warp");
+    static constexpr int NU = R * WC / 1024;
+    float4 x[NU];
+};
+template <int R, int WC>
+__device__ __forceinline__ void rec_wgt_issue(rec_wgt<R, WC> &t, const float *src, long long rs, int nr, int nc,
+                                              bool vec)
 {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nrb = R >> 4, n = nrb * (Wc >> 3);
-    for (int e0 = warp; e0 < n; e0 += 4 * PR_REC_WARPS) {
-        float4 x[4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int e = e0 + u * PR_REC_WARPS, r = (e % nrb) * 16 + (lane & 15), c = (e / nrb) * 8 + (lane >> 4) * 4;
-            x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (e >= n || r >= nr || c >= nc) continue;
-            const float *q = src + r * rs + c;
-            if (vec) {
-                x[u] = *reinterpret_cast<const float4 *>(q);
-                continue;
-            }
-            x[u].x = q[0];
-            if (c + 1 < nc) x[u].y = q[1];
-            if (c + 2 < nc) x[u].z = q[2];
-            if (c + 3 < nc) x[u].w = q[3];
+    for (int u = 0; u < t.NU; u++) {
+        const int e = warp + u * PR_REC_WARPS, r = e % (R / 16) * 16 + (lane & 15), c = e / (R / 16) * 8 + (lane >> 4) * 4;
+        float4 &x = t.x[u];
+        x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r >= nr || c >= nc) continue;
+        const float *q = src + r * rs + c;
+        if (vec) {
+            x = *reinterpret_cast<const float4 *>(q);
+            continue;
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int e = e0 + u * PR_REC_WARPS, r = (e % nrb) * 16 + (lane & 15), c = (e / nrb) * 8 + (lane >> 4) * 4;
-            if (e >= n) break;
-            const float fr = f ? f[r] : 1.f;
-            const int k = k0 + r;
-            float *sub = dst + (k >> 5) * OR * 32;
-            const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
-            sub[rec_sw128(base, c, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].x));
-            sub[rec_sw128(base, c + 1, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].y));
-            sub[rec_sw128(base, c + 2, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].z));
-            sub[rec_sw128(base, c + 3, k & 31)] = __uint_as_float(rec_tf32(fr * x[u].w));
-        }
+        x.x = q[0];
+        if (c + 1 < nc) x.y = q[1];
+        if (c + 2 < nc) x.z = q[2];
+        if (c + 3 < nc) x.w = q[3];
     }
 }
-/* the barrier of one warpgroup (ids 1 and 2; 0 is __syncthreads') */
-__device__ __forceinline__ void rec_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+template <int R, int WC>
+__device__ __forceinline__ void rec_wgt_store(const rec_wgt<R, WC> &t, float *dst, int OR, int k0, const float *f)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < t.NU; u++) {
+        const int e = warp + u * PR_REC_WARPS, r = e % (R / 16) * 16 + (lane & 15), c = e / (R / 16) * 8 + (lane >> 4) * 4;
+        const float fr = f ? f[r] : 1.f, v[4] = {t.x[u].x, t.x[u].y, t.x[u].z, t.x[u].w};
+        const int k = k0 + r;
+        float *sub = dst + (k >> 5) * OR * 32;
+        const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+#pragma unroll
+        for (int i = 0; i < 4; i++) sub[rec_sw128(base, c + i, k & 31)] = __uint_as_float(rec_tf32(fr * v[i]));
+    }
+}
 
 /* the product with warp blocks of (16 FM) x (16 FN): mma.sync with f32
  * accumulators in registers, m16n8k8 TF32 or (BF) m16n8k16 bf16; the next
