@@ -204,17 +204,19 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p,
  * (beta, eL) load during chunk ci, in the other of two buffers. The
  * segmented passes (io.ident) keep the form above. */
 struct state_wg_lay {
-    int W, HT, KAT, RAT, gates, total;
+    int W, HK, RAT, SK, SV, gates, total;
 };
 __host__ __device__ static state_wg_lay state_wg_layout(const rec_prob &p, int BV)
 {
     rec_bump m; /* every tile a multiple of 1024 floats: each starts on a 1024-byte boundary */
     state_wg_lay s;
-    const int NA = p.C * (1 + p.L), KP64 = (p.Kp + 63) / 64 * 64;
-    s.W = p.delta ? m.take(64 * KP64) : -1;
-    s.HT = p.delta ? m.take(BV * KP64) : -1;
-    s.KAT = m.take(KP64 * NA), s.RAT = m.take(BV * NA);
-    s.gates = m.take(4 * p.C);
+    const int C = p.C, NA = C * (1 + p.L), KW = (p.Kp + 63) / 64 * 64;
+    s.W = p.delta ? m.take(64 * KW) : -1;
+    /* h^T for the residual's product, then Ka^T for the state's (delta rules) */
+    s.HK = m.take(p.delta && BV * KW > KW * NA ? BV * KW : KW * NA);
+    s.RAT = m.take(BV * NA);
+    s.SK = m.take(C * KW), s.SV = p.delta ? -1 : m.take(C * BV); /* the next chunk's keys and values, as copied */
+    s.gates = m.take(4 * C);
     s.total = m.off;
     return s;
 }
@@ -250,7 +252,7 @@ __device__ __forceinline__ void state_wg_gates(const rec_prob &p, int row0, int 
     for (int e = 0; e < E; e++) eL[lane * E + e] = expf(gl - (excl + x[e]));
 }
 
-template <int C, int NW, int MP, bool DELTA> /* DELTA: DELTA, so each form holds only its registers */
+template <int C, int NW, int MP, bool DELTA> /* DELTA: p.delta, so each form holds only its registers */
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_state_wg_kernel(rec_prob p, rec_state_io io)
 {
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
     /* sum e of a piece: row r0 + 8 (e >> 1 & 1), column c0 + 8 (e >> 2) + (e & 1) of the tile */
     const int r0 = 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2), c0 = wg * NW + 2 * (threadIdx.x & 3);
-    float *W = sm + s.W, *HT = sm + s.HT, *KAT = sm + s.KAT, *RAT = sm + s.RAT;
+    float *W = sm + s.W, *HK = sm + s.HK, *RAT = sm + s.RAT, *SK = sm + s.SK, *SV = sm + s.SV;
     if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
@@ -283,62 +285,79 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 if (k < K && j < nv) dst[(long long)k * V + j] = hz[m][e];
             }
     };
-    /* chunk ci's loads, issued a chunk ahead: its keys (and values without
-     * beta) into registers, W by cp.async into its tile, R0 into the
+    /* chunk ci's loads, issued a chunk ahead: keys (and values without
+     * beta) by cp.async as they are, W into its operand tile, R0 into the
      * residual's sums */
-    rec_wgt<C, KW> xk;
-    rec_wgt<C, DELTA ? 1024 / C : BV> xv; /* unused with DELTA */
-    const auto issue = [&](int ci, bool keys, bool w_r0) {
+    const auto issue = [&](int ci) {
         const int nval = min(C, sq.len - ci * C);
         const long long rk = (long long)(sq.bos + ci * C) * H + h;
-        if (keys) rec_wgt_issue(xk, p.k + rk * K, (long long)H * K, nval, K, p.vec);
-        if (keys && !DELTA) rec_wgt_issue(xv, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-        if (!w_r0) return;
-        for (int kb = 0; kb < MP * 2; kb++)
-            rec_ld_tile<true>(W + kb * 64 * 32, 32, 64, 32, io.W + rk * K + kb * 32, (long long)H * K, nval,
+        for (int kb = 0; kb < KW / 32; kb++) {
+            rec_ld_tile<true>(SK + kb * C * 32, 32, C, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
                               K - kb * 32, p.vec);
+            if (DELTA)
+                rec_ld_tile<true>(W + kb * 64 * 32, 32, 64, 32, io.W + rk * K + kb * 32, (long long)H * K, nval,
+                                  K - kb * 32, p.vec);
+        }
+        if (!DELTA)
+            for (int vb = 0; vb < BV / 32; vb++)
+                rec_ld_tile<true>(SV + vb * C * 32, 32, C, 32, p.v + rk * V + v0 + vb * 32, (long long)H * V, nval,
+                                  nv - vb * 32, p.vec);
+        if (DELTA)
 #pragma unroll
-        for (int e = 0; e < NR; e++) {
-            const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
-            rz[e] = a < nval && j < nv ? io.R0[(rk + (long long)a * H) * V + v0 + j] : 0.f;
+            for (int e = 0; e < NR; e++) {
+                const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                rz[e] = a < nval && j < nv ? io.R0[(rk + (long long)a * H) * V + v0 + j] : 0.f;
+            }
+    };
+    /* Ka^T from the copied keys and the extras' keys (and values), loaded here */
+    const auto keys_t = [&](long long rk, int nval, const float *eL) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) { /* in halves of K: fewer registers at once */
+            rec_wgt<C, KW / 2> x;
+            rec_wgt_from_sw(x, SK + half * (KW / 64) * C * 32);
+            rec_wgt_store(x, HK + half * (KW / 2) * 32, KW, 0, nullptr);
+        }
+        for (int l = 0; l < L; l++) {
+            rec_wgt<C, KW> xx;
+            rec_wgt_issue(xx, p.kx + rk * L * K + l * K, (long long)H * L * K, nval, K, p.vec);
+            rec_wgt_store(xx, HK, KW, C + l * C, nullptr);
+            rec_wgt<C, BV> xw;
+            rec_wgt_issue(xw, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
+            rec_wgt_store(xw, RAT, BV, C + l * C, eL);
         }
     };
     const int nck = (sq.len + C - 1) / C;
     if (nck > 0) {
         state_wg_gates<C>(p, sq.bos, min(C, sq.len), h, sm + s.gates, sm + s.gates + C);
-        issue(0, true, DELTA);
+        issue(0);
     }
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
         const long long rk = (long long)row0 * H + h;
         const float *bt = sm + s.gates + (ci & 1) * 2 * C, *eL = bt + C;
         const bool next = ci + 1 < nck;
-        /* W landed and rounded; every product of the last chunk waited for;
-         * this chunk's gates visible */
+        /* this chunk's copies landed (W rounded by its copiers), every
+         * product of the last chunk was waited for, this chunk's gates are in */
         asm volatile("cp.async.wait_all;\n" ::: "memory");
         if (DELTA)
-            for (int kb = 0; kb < MP * 2; kb++) rec_tf32_own(W + kb * 64 * 32, 64);
+            for (int kb = 0; kb < KW / 32; kb++) rec_tf32_own(W + kb * 64 * 32, 64);
         __syncthreads();
-        rec_wgt_store(xk, KAT, KW, 0, nullptr);
-        for (int l = 0; l < L; l++) { /* the extras' keys and values, loaded here */
-            rec_wgt<C, KW> xx;
-            rec_wgt_issue(xx, p.kx + rk * L * K + l * K, (long long)H * L * K, nval, K, p.vec);
-            rec_wgt_store(xx, KAT, KW, C + l * C, nullptr);
-            rec_wgt<C, BV> xw;
-            rec_wgt_issue(xw, p.vx + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, p.vec);
-            rec_wgt_store(xw, RAT, BV, C + l * C, eL);
-        }
-        if (!DELTA) rec_wgt_store(xv, RAT, BV, 0, eL);
-        if (DELTA) /* -h^T (this warpgroup's columns): the product then gives R = R0 - W h */
+        if (DELTA) { /* -h^T (this warpgroup's columns): the product then gives R = R0 - W h */
 #pragma unroll
             for (int m = 0; m < MP; m++)
 #pragma unroll
                 for (int e = 0; e < NR; e++) {
                     const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
-                    float *sub = HT + (k >> 5) * BV * 32;
+                    float *sub = HK + (k >> 5) * BV * 32;
                     sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, k & 31)] =
                         __uint_as_float(rec_tf32(-hz[m][e]));
                 }
+        } else {
+            keys_t(rk, nval, eL);
+            rec_wgt<C, BV> x;
+            rec_wgt_from_sw(x, SV);
+            rec_wgt_store(x, RAT, BV, 0, eL);
+        }
         if (io.hs) store_h(io.hs + ((long long)c * H + h) * K * V + v0);
         if (next) {
             float *nb = sm + s.gates + ((ci + 1) & 1) * 2 * C;
@@ -346,13 +365,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         }
         rec_fence_async();
         __syncthreads();
-        if (next) issue(ci + 1, true, false);
-        if (DELTA) { /* R = R0 - W h, then (beta eL o R)^T for the state's product */
+        if (DELTA) { /* R = R0 - W h, then (beta eL o R)^T and Ka^T for the state's product */
             rec_wg_fence();
 #pragma unroll
             for (int kb = 0; kb < 2 * MP; kb++) { /* K padded to 64 MP: one unrolled stage */
                 const unsigned long long da = rec_wg_desc(W + kb * 64 * 32);
-                const unsigned long long db = rec_wg_desc(HT + kb * BV * 32 + wg * NW * 32);
+                const unsigned long long db = rec_wg_desc(HK + kb * BV * 32 + wg * NW * 32);
 #pragma unroll
                 for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(rz, da + 2 * ks, db + 2 * ks);
             }
@@ -369,10 +387,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, a & 31)] =
                     __uint_as_float(rec_tf32(rz[e] * (eL[a] * bt[a])));
             }
+            __syncthreads(); /* both warpgroups are done with W and h^T */
+            keys_t(rk, nval, eL);
             rec_fence_async();
-            __syncthreads(); /* both warpgroups are done with W: the next chunk's may come */
-            if (next) issue(ci + 1, false, true);
+            __syncthreads();
         }
+        if (next) issue(ci + 1); /* the copies' buffers are read no more this chunk */
         /* e^{G_last} = eL[0] e^{g_0}: the gates keep no room for it (at BV = 64 two blocks fill an SM) */
         const float dec = eL[0] * (p.has_g ? expf(p.g[rk]) : 1.f);
 #pragma unroll
@@ -389,7 +409,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 const unsigned long long db = rec_wg_desc(RAT + kt * BV * 32 + wg * NW * 32);
 #pragma unroll
                 for (int m = 0; m < MP; m++) {
-                    const unsigned long long da = rec_wg_desc(KAT + (kt * KW + m * 64) * 32);
+                    const unsigned long long da = rec_wg_desc(HK + (kt * KW + m * 64) * 32);
 #pragma unroll
                     for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
                 }

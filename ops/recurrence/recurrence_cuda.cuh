@@ -515,6 +515,19 @@ __device__ __forceinline__ void rec_wgt_issue(rec_wgt<R, WC> &t, const float *sr
         if (c + 3 < nc) x.w = q[3];
     }
 }
+/* rec_wgt_issue's part of a tile that rec_ld_tile<true> copied into
+ * sub-tiles of R rows x 32 floats (src): reads of 16 rows that fall in
+ * distinct 16-byte chunks */
+template <int R, int WC> __device__ __forceinline__ void rec_wgt_from_sw(rec_wgt<R, WC> &t, const float *src)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < t.NU; u++) {
+        const int e = warp + u * PR_REC_WARPS, r = e % (R / 16) * 16 + (lane & 15), c = e / (R / 16) * 8 + (lane >> 4) * 4;
+        const float *sub = src + (c >> 5) * R * 32;
+        t.x[u] = *reinterpret_cast<const float4 *>(sub + rec_sw128((unsigned)__cvta_generic_to_shared(sub), r, c & 31));
+    }
+}
 template <int R, int WC>
 __device__ __forceinline__ void rec_wgt_store(const rec_wgt<R, WC> &t, float *dst, int OR, int k0, const float *f)
 {
