@@ -192,17 +192,19 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_state_kernel(rec_prob p,
 /* ---- state, the wgmma form (sm_90a, TF32 products: NOTES.md v30) -----------------
  * The pass above with the state in registers. Warpgroup wg holds columns
  * wg NW .. wg NW + NW - 1 of the block's V tile (BV = 2 NW) as wgmma sums,
- * the K rows in MP pieces of 64, so the two warpgroups run their chains
- * apart and meet only where a chunk's tiles are loaded. Per chunk:
+ * the K rows in MP pieces of 64. Per chunk:
  *   R = R0 - W h                              (delta rules)
  *   h = e^{G_last} h + Ka^T (eL o Ua)         Ua = [beta o R (or V); VX]
  * TF32 wgmma reads both operands K-major from shared memory, so each tile
- * is stored as its product reads it: -W as loaded (rows padded to 64), h^T
- * and (beta eL o R)^T from the sums, Ka^T and the values transposed on
- * their way in; every element rounded to TF32 (to nearest, as mma.sync's
- * fragments are) by the thread that stores it. The gates of chunk ci + 1
- * (beta, eL) load during chunk ci, in the other of two buffers. The
- * segmented passes (io.ident) keep the form above. */
+ * is stored as its product reads it: W as copied (rows padded to 64), -h^T
+ * and (beta eL o R)^T from the sums, Ka^T and the values transposed from
+ * their copies; every element rounded to TF32 (to nearest, as mma.sync's
+ * fragments are) by the thread that stores it. The next chunk's keys,
+ * values and W are copied (cp.async) and its R0 and gates loaded while
+ * this chunk's state product runs; Ka^T takes h^T's room once the
+ * residual's product is done, so at K = V = 128 two blocks share an SM.
+ * The extras' rows (prism_core) load where they are used. The segmented
+ * passes (io.ident) keep the form above. */
 struct state_wg_lay {
     int W, HK, RAT, SK, SV, gates, total;
 };
