@@ -1009,8 +1009,8 @@ template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int sme
 }
 
 /* The state pass's wgmma form (NOTES.md v30) where it runs: TF32 on, a
- * build for sm_90a on an sm_90 GPU, K <= 128 and no segments (the
- * segmented passes keep mma.sync). Its tile: the same rule as the other
+ * build for sm_90a on an sm_90 GPU, K <= 128, no extra writes and no
+ * segments (the segmented passes keep mma.sync). Its tile: the same rule as the other
  * form's, by its own shared memory; a forced PRISM_REC_BV_STATE (forced)
  * stays where the form takes it (32 or 64), else mma.sync runs it.
  * PRISM_REC_STATE_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
@@ -1031,10 +1031,10 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
     if (able && want != 0) {
         if (forced) bv = bytes(pl->bv_state) <= mx ? pl->bv_state : 0;
         else if (!pick_serial(p, mx, smem_sm, n_sm, bytes, &bv)) bv = 0;
-        /* not where it makes more waves than the other form (prism_core at
-         * L = 2: its tiles of 32 run two waves where one of 128 runs one) */
+        /* not where it makes more waves than the other form, nor with extras
+         * (prism_core), whose rows it loads where they are used, unhidden */
         if (bv && !forced && want != 1 &&
-            waves(bv, bytes(bv)) > waves(pl->bv_state, pr_rec_smem_state(p, pl->bv_state)))
+            (p.L > 0 || waves(bv, bytes(bv)) > waves(pl->bv_state, pr_rec_smem_state(p, pl->bv_state))))
             bv = 0;
     }
     if (want == 1 && !bv)
