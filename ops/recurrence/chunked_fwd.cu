@@ -234,22 +234,9 @@ __device__ __forceinline__ void state_wg_gates(const rec_prob &p, int row0, int 
     if (threadIdx.x >= 32) return;
     constexpr int E = C / 32;
     const int lane = threadIdx.x;
-    float x[E], run = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        const int t = lane * E + e;
-        const long long o = (long long)(row0 + t) * p.H + h;
-        if (p.delta) bt[t] = t < nval ? p.beta[o] : 0.f;
-        run += p.has_g && t < nval ? p.g[o] : 0.f;
-        x[e] = run;
-    }
-    float incl = run;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
-        if (lane >= o) incl += y;
-    }
-    const float excl = incl - run, gl = __shfl_sync(PR_FULL_MASK, incl, 31); /* G is flat past nval */
+    float x[E], excl;
+    const float incl = rec_gate_scan<C>(p, row0, nval, h, bt, x, excl);
+    const float gl = __shfl_sync(PR_FULL_MASK, incl, 31); /* G is flat past nval */
 #pragma unroll
     for (int e = 0; e < E; e++) eL[lane * E + e] = expf(gl - (excl + x[e]));
 }

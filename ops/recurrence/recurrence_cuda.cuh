@@ -729,14 +729,15 @@ __device__ __forceinline__ float rec_block_sum(float v, float *red)
  * nval or without beta), and when eG is given the row factors eG[t] = e^{G_t},
  * eL[t] = e^{G_last - G_t} (last = nval - 1). Warp 0 scans; the caller
  * synchronizes after. */
+/* warp 0's scan for them: bt stored; x[e] = G_t - excl for t = lane * E + e
+ * (E = C/32), excl the sum of the lanes before; returns the inclusive sum */
 template <int C>
-__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt,
-                                               float *eG = nullptr, float *eL = nullptr)
+__device__ __forceinline__ float rec_gate_scan(const rec_prob &p, int row0, int nval, int h, float *bt,
+                                               float (&x)[C / 32], float &excl)
 {
-    if (threadIdx.x >= 32) return;
     constexpr int E = C / 32;
     const int lane = threadIdx.x;
-    float x[E], run = 0.f;
+    float run = 0.f;
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int t = lane * E + e;
@@ -752,7 +753,18 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
         const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
         if (lane >= o) incl += y;
     }
-    const float excl = incl - run;
+    excl = incl - run;
+    return incl;
+}
+template <int C>
+__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt,
+                                               float *eG = nullptr, float *eL = nullptr)
+{
+    if (threadIdx.x >= 32) return;
+    constexpr int E = C / 32;
+    const int lane = threadIdx.x;
+    float x[E], excl;
+    rec_gate_scan<C>(p, row0, nval, h, bt, x, excl);
 #pragma unroll
     for (int e = 0; e < E; e++) G[lane * E + e] = excl + x[e];
     if (!eG) return;
