@@ -28,11 +28,19 @@ files=("$@")
 [ ${#files[@]} -eq 0 ] && mapfile -t files < <(find ops -name '*.cu' | sort)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the compiles run side by side, as many as there are cores (the CI machine has two)
+jobs=$(nproc 2>/dev/null || echo 2)
+for i in "${!files[@]}"; do
+    ("$nvcc" -O3 -DNDEBUG -arch=compute_90a --expt-relaxed-constexpr -DPRISM_HAVE_CUDA -DPRISM_WGMMA -I. -ptx \
+        "${files[$i]}" -o "$tmp/$i.ptx" 2>"$tmp/$i.err"; echo $? >"$tmp/$i.rc") &
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+done
+wait
 found=0
-for f in "${files[@]}"; do
-    if ! "$nvcc" -O3 -DNDEBUG -arch=compute_90a --expt-relaxed-constexpr -DPRISM_HAVE_CUDA -DPRISM_WGMMA -I. -ptx "$f" -o "$tmp/x.ptx" \
-        2>"$tmp/err"; then
-        echo "ptx_generic.sh: $f does not compile:" >&2; cat "$tmp/err" >&2; exit 2
+for i in "${!files[@]}"; do
+    f=${files[$i]}
+    if [ "$(cat "$tmp/$i.rc")" != 0 ]; then
+        echo "ptx_generic.sh: $f does not compile:" >&2; cat "$tmp/$i.err" >&2; exit 2
     fi
     # a function starts at .entry/.func; a generic access is ld./st. followed by
     # a type, a vector width or a memory-order qualifier, not by a state space
@@ -42,7 +50,7 @@ for f in "${files[@]}"; do
             n[fn]++
         }
         END { for (k in n) { printf "%s: %s: %d generic loads/stores\n", file, k, n[k]; bad = 1 } exit bad }
-    ' "$tmp/x.ptx" || found=1
+    ' "$tmp/$i.ptx" || found=1
 done
 [ $found -eq 0 ] && echo "ptx_generic.sh: no generic loads or stores in ${#files[@]} files"
 exit $found
