@@ -993,16 +993,22 @@ static void widen_tile(const rec_prob &p, int smem_sm, size_t mx, size_t (*bytes
         }
 }
 
-/* the fewest waves of a serial pass's blocks at V tiles bytes(b) allows
- * (b = 32, 64, ... up to Vp), then the narrowest tile (more blocks at work) */
+/* waves of a serial pass's blocks (one per sequence, head and V tile of
+ * b) at smem bytes a block */
+static long long serial_waves(const rec_prob &p, int b, size_t smem, int smem_sm, int n_sm)
+{
+    const long long blocks = (long long)p.N * p.H * ((p.V + b - 1) / b);
+    const long long slots = (long long)n_sm * plan_per_sm(smem, smem_sm);
+    return (blocks + slots - 1) / slots;
+}
+/* the fewest waves at the V tiles bytes(b) allows (b = 32, 64, ... up to
+ * Vp), then the narrowest tile (more blocks at work) */
 template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int smem_sm, int n_sm, F bytes, int *out)
 {
     long long best = -1;
     for (int b = 32; b <= p.Vp; b *= 2) {
         if (bytes(b) > mx) continue;
-        const long long blocks = (long long)p.N * p.H * ((p.V + b - 1) / b);
-        const long long slots = (long long)n_sm * plan_per_sm(bytes(b), smem_sm);
-        const long long waves = (blocks + slots - 1) / slots;
+        const long long waves = serial_waves(p, b, bytes(b), smem_sm, n_sm);
         if (best < 0 || waves < best) best = waves, *out = b;
     }
     return best >= 0;
@@ -1010,9 +1016,10 @@ template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int sme
 
 /* The state pass's wgmma form (NOTES.md v30) where it runs: TF32 on, a
  * build for sm_90a on an sm_90 GPU, K <= 128, no extra writes and no
- * segments (the segmented passes keep mma.sync). Its tile: the same rule as the other
- * form's, by its own shared memory; a forced PRISM_REC_BV_STATE (forced)
- * stays where the form takes it (32 or 64), else mma.sync runs it.
+ * segments (the segmented passes keep mma.sync), and no more waves than
+ * mma.sync's. Its tile: the same rule as the other form's, by its own
+ * shared memory; a forced PRISM_REC_BV_STATE (forced) stays where the
+ * form takes it (32 or 64), else mma.sync runs it.
  * PRISM_REC_STATE_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
 static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
 {
@@ -1023,18 +1030,14 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
     const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && pl->segments == 1;
     const auto bytes = [&](int b) { return pr_rec_smem_state_wg(p, b); };
     int bv = 0;
-    /* waves of the pass at tile b and shared memory sm */
-    const auto waves = [&](int b, size_t sm) {
-        const long long slots = (long long)n_sm * plan_per_sm(sm, smem_sm);
-        return ((long long)p.N * p.H * ((p.V + b - 1) / b) + slots - 1) / slots;
-    };
     if (able && want != 0) {
         if (forced) bv = bytes(pl->bv_state) <= mx ? pl->bv_state : 0;
-        else if (!pick_serial(p, mx, smem_sm, n_sm, bytes, &bv)) bv = 0;
+        else pick_serial(p, mx, smem_sm, n_sm, bytes, &bv); /* bv stays 0 where none fits */
         /* not where it makes more waves than the other form, nor with extras
          * (prism_core), whose rows it loads where they are used, unhidden */
         if (bv && !forced && want != 1 &&
-            (p.L > 0 || waves(bv, bytes(bv)) > waves(pl->bv_state, pr_rec_smem_state(p, pl->bv_state))))
+            (p.L > 0 || serial_waves(p, bv, bytes(bv), smem_sm, n_sm) >
+                            serial_waves(p, pl->bv_state, pr_rec_smem_state(p, pl->bv_state), smem_sm, n_sm)))
             bv = 0;
     }
     if (want == 1 && !bv)

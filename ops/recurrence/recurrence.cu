@@ -176,8 +176,9 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
     if (pl.passes_grad > 1) snprintf(gpass, sizeof gpass, ", %d passes", pl.passes_grad);
     k += snprintf(buf + k, n - k,
                   "state(bv %d%s%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s) grad(bk %d, bv %d, %s%d %s%s) ",
-                  pl.bv_state, pl.wg_state ? ", wgmma" : "", fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg, pl.bk_grad, pl.bv_grad,
-                  pl.wg_grad ? "wgmma, " : "", pl.bpw_grad, pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);
+                  pl.bv_state, pl.wg_state ? ", wgmma" : "", fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate, seg,
+                  pl.bk_grad, pl.bv_grad, pl.wg_grad ? "wgmma, " : "", pl.bpw_grad,
+                  pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);
     if (p.delta)
         snprintf(buf + k, n - k, "wy(bk %d, bv %d%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "");
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");

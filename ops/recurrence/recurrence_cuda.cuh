@@ -426,7 +426,7 @@ __device__ __forceinline__ void rec_wg_wait() { REC_WG_ASM("wgmma.wait_group.syn
 /* d += A B^T, A 64 rows (da), B N rows (db), one k-step of 8 TF32. d: the
  * warpgroup's 64 x N f32 sums, warp w's rows 16 w + g and + 8 as in
  * rec_frags_store (d[4 j + e] is mma.sync's d[j][e]); rec_wg_mma<N> picks
- * the instance by N = 16, 32 or 64 */
+ * the instance by N = 16 or 32 */
 __device__ __forceinline__ void rec_wg_mma_n32(float (&d)[16], unsigned long long da, unsigned long long db)
 {
     REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
@@ -444,25 +444,12 @@ __device__ __forceinline__ void rec_wg_mma_n16(float (&d)[8], unsigned long long
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                : "l"(da), "l"(db));
 }
-__device__ __forceinline__ void rec_wg_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db)
-{
-    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-               "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-               : "l"(da), "l"(db));
-}
 template <int N> __device__ __forceinline__ void rec_wg_mma(float (&d)[N / 2], unsigned long long da,
                                                             unsigned long long db)
 {
-    static_assert(N == 16 || N == 32 || N == 64, "wgmma here takes N = 16, 32 or 64");
+    static_assert(N == 16 || N == 32, "wgmma here takes N = 16 or 32");
     if constexpr (N == 16) rec_wg_mma_n16(d, da, db);
-    else if constexpr (N == 32) rec_wg_mma_n32(d, da, db);
-    else rec_wg_mma_n64(d, da, db);
+    else rec_wg_mma_n32(d, da, db);
 }
 
 /* Tiles for wgmma operands: K-major (k along the rows), in sub-tiles of
@@ -484,9 +471,9 @@ __device__ __forceinline__ void rec_tf32_own(float *dst, int R)
 }
 /* R source rows x WC columns transposed into such a tile: operand row c, k
  * k0 + r holds f[r] src[r rs + c] (f NULL: 1), zero where r >= nr or c >=
- * nc. In two steps, so that the loads fly while other work runs:
- * rec_wgt_issue loads this thread's part into t, rec_wgt_store stores it.
- * A warp step is 16 source rows x 8 columns: 32-byte row segments, and
+ * nc. In two steps: rec_wgt_issue loads this thread's part into t from
+ * global memory (rec_wgt_from_sw from a swizzled copy in shared memory),
+ * rec_wgt_store stores it. A warp step is 16 source rows x 8 columns: 32-byte row segments, and
  * stores that fall in 32 distinct banks. */
 template <int R, int WC> struct rec_wgt {
     static_assert(R % 16 == 0 && WC % 8 == 0 && R * WC % 1024 == 0, "whole warp steps for every warp");
@@ -724,13 +711,9 @@ __device__ __forceinline__ float rec_block_sum(float v, float *red)
     return red[8];
 }
 
-/* chunk-local gates of a chunk of C tokens from token row row0 (nval valid):
- * G[t] = sum_{s<=t} g_s (g = 0 past nval or without g), bt[t] = beta_t (0 past
- * nval or without beta), and when eG is given the row factors eG[t] = e^{G_t},
- * eL[t] = e^{G_last - G_t} (last = nval - 1). Warp 0 scans; the caller
- * synchronizes after. */
-/* warp 0's scan for them: bt stored; x[e] = G_t - excl for t = lane * E + e
- * (E = C/32), excl the sum of the lanes before; returns the inclusive sum */
+/* warp 0's scan of a chunk's gates (rec_load_gates): bt stored as there;
+ * x[e] = G_t - excl for t = lane * E + e (E = C/32), excl the sum of the
+ * lanes before; returns the inclusive sum */
 template <int C>
 __device__ __forceinline__ float rec_gate_scan(const rec_prob &p, int row0, int nval, int h, float *bt,
                                                float (&x)[C / 32], float &excl)
@@ -756,6 +739,11 @@ __device__ __forceinline__ float rec_gate_scan(const rec_prob &p, int row0, int 
     excl = incl - run;
     return incl;
 }
+/* chunk-local gates of a chunk of C tokens from token row row0 (nval valid):
+ * G[t] = sum_{s<=t} g_s (g = 0 past nval or without g), bt[t] = beta_t (0 past
+ * nval or without beta), and when eG is given the row factors eG[t] = e^{G_t},
+ * eL[t] = e^{G_last - G_t} (last = nval - 1). Warp 0 scans; the caller
+ * synchronizes after. */
 template <int C>
 __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt,
                                                float *eG = nullptr, float *eL = nullptr)
@@ -938,7 +926,7 @@ void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_pl
 /* shared-memory bytes of each chunk kernel for a plan (chunked_fwd.cu / chunked_bwd.cu) */
 size_t pr_rec_smem_prep(const rec_prob &p, int bv);
 size_t pr_rec_smem_state(const rec_prob &p, int bv);
-size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is not 32, 64 or 128 */
+size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is not 32 or 64 */
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
