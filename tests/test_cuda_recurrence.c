@@ -562,6 +562,40 @@ static void test_state_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31), which TF32
+ * runs take where the build has it: PRISM_REC_DSTATE_WG=0 forces the
+ * mma.sync form, compared with it (and both with the CPU in f64) at padded
+ * K (96 in two pieces of 64; 32 and 64 in one), with and without beta, at
+ * partial chunks and a partial V tile (T = 100, V = 40 of 128). The main
+ * cases above run it too wherever L = 0 (K128-V96: both warpgroups' columns
+ * partial; packed: sequences of 1 and 170 tokens). */
+static void test_dstate_wg(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_rec_plan plan;
+    char why[256];
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
+        fail_msg("gdn K=96 C=64 tf32: no plan: %s", why);
+    if (!strstr(plan.kernels, "dstate(bv 128, wgmma)")) {
+        fprintf(stderr, "  skipped the dstate pass's wgmma form: this build has none (%s)\n", plan.kernels);
+        skip();
+    }
+    const char *mma = "dstate(bv 32) grad";
+    int fails = check_forced(PR_RULE_GDN, 96, 0, 1801, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_SSD, 128, 0, 1802, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_DELTA, 64, 0, 1803, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_LINATTN, 32, 0, 1804, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
+    expect_knob_refused("PRISM_REC_DSTATE_WG", "2");
+    /* insisting on the form where it cannot run (extra writes) stops, naming the variable and L */
+    setenv("PRISM_REC_DSTATE_WG", "1", 1);
+    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
+    unsetenv("PRISM_REC_DSTATE_WG");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -650,6 +684,7 @@ int main(void)
 #undef PR_RULE
         cmocka_unit_test(test_long),        cmocka_unit_test(test_segments), cmocka_unit_test(test_wy_ktiles),
         cmocka_unit_test(test_grad_passes), cmocka_unit_test(test_state_wg),
+        cmocka_unit_test(test_dstate_wg),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

@@ -122,8 +122,211 @@ template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, 
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
 }
-void pr_rec_chunk_dstate(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io)
+
+/* ---- dstate, the wgmma form (sm_90a, TF32 products: NOTES.md v31) -----------------
+ * The pass above with dh in registers, one block per sequence, head and 128
+ * V columns: warpgroup wg holds columns 64 wg .. 64 wg + 63 as wgmma sums,
+ * the K rows in MP pieces of 64. Per chunk, in reverse:
+ *   P1  dUa = dUa + (eL o K) dh                     A: the keys as copied, B: dh^T from the sums
+ *   P2q dh  = e^{G_last} dh + (scale e^G o Q)^T dO  A: Q^T, B: dO^T, both copied transposed
+ *   P2w dh -= W^T (beta o dU)                       (delta rules) A: W^T copied, B: from P1's sums
+ * P1 and P2q run together. No room is left for staging copies, so the
+ * transposed tiles are copied 4 bytes at a time straight into place
+ * (rec_cpt) and scaled and rounded there by their copiers. The next
+ * chunk's keys, Q and dO are copied and its dU (plus dv's old value
+ * without beta) loaded into P1's sums while P2w runs; W^T is copied while
+ * P1 and P2q run. (beta o dU)^T takes the warpgroup's own rows of dh^T's
+ * room, which only that warpgroup's products read. L = 0 only. */
+struct dstate_wg_lay {
+    int KD, HK, QT, WT, DOT, gates, total;
+};
+__host__ __device__ static dstate_wg_lay dstate_wg_layout(const rec_prob &p)
 {
+    rec_bump m; /* every tile a multiple of 1024 floats: each starts on a 1024-byte boundary */
+    dstate_wg_lay s;
+    const int C = p.C, KW = (p.Kp + 63) / 64 * 64, BV = 128;
+    s.KD = m.take(64 * KW), s.HK = m.take(BV * KW), s.QT = m.take(KW * C);
+    s.WT = p.delta ? m.take(KW * C) : -1;
+    s.DOT = m.take(BV * C), s.gates = m.take(8 * C); /* two chunks' G, bt, eG, eL */
+    s.total = m.off;
+    return s;
+}
+static size_t smem_dstate_wg(const rec_prob &p) { return (size_t)dstate_wg_layout(p).total * 4; }
+
+template <int C, int MP, bool DELTA>
+__global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_prob p, rec_dstate_io io)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    constexpr int NW = 64, BV = 2 * NW, NR = NW / 2, KW = 64 * MP;
+    const dstate_wg_lay s = dstate_wg_layout(p);
+    const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V;
+    const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
+    /* sum e of a piece: row r0 + 8 (e >> 1 & 1), column c0 + 8 (e >> 2) + (e & 1) */
+    const int r0 = 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2), c0 = wg * NW + 2 * (threadIdx.x & 3);
+    float *KD = sm + s.KD, *HK = sm + s.HK, *QT = sm + s.QT, *WT = sm + s.WT, *DOT = sm + s.DOT;
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    const long long hoff = ((long long)n * H + h) * K * V + v0;
+    float hz[MP][NR], rz[NR];
+#pragma unroll
+    for (int m = 0; m < MP; m++)
+#pragma unroll
+        for (int e = 0; e < NR; e++) {
+            const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+            hz[m][e] = k < K && j < nv && io.dht ? io.dht[hoff + (long long)k * V + j] : 0.f;
+        }
+    const auto gates = [&](int ci) { return sm + s.gates + (ci & 1) * 4 * C; }; /* G, bt, eG, eL */
+    /* chunk ci's copies, and its dU into P1's sums */
+    const auto issue = [&](int ci) {
+        const int nval = min(C, sq.len - ci * C);
+        const long long rk = (long long)(sq.bos + ci * C) * H + h;
+        for (int kb = 0; kb < KW / 32; kb++)
+            rec_ld_tile<true>(KD + kb * 64 * 32, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
+                              K - kb * 32, p.vec);
+        rec_cpt<C, KW>(QT, KW, p.q + rk * K, (long long)H * K, nval, K);
+        rec_cpt<C, BV>(DOT, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv);
+#pragma unroll
+        for (int e = 0; e < NR; e++) {
+            const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+            const long long o = (rk + (long long)a * H) * V + v0 + j;
+            rz[e] = a < nval && j < nv ? io.dU[o] + (!DELTA && io.dv ? io.dv[o] : 0.f) : 0.f;
+        }
+    };
+    const int nck = (sq.len + C - 1) / C;
+    if (nck > 0) {
+        float *g = gates(nck - 1);
+        rec_load_gates<C>(p, sq.bos + (nck - 1) * C, sq.len - (nck - 1) * C, h, g, g + C, g + 2 * C, g + 3 * C);
+        issue(nck - 1);
+        __syncthreads();
+    }
+    for (int ci = nck - 1; ci >= 0; ci--) {
+        const int c = sq.cbase + ci, row0 = sq.bos + ci * C, nval = min(C, sq.len - ci * C);
+        const long long rk = (long long)row0 * H + h;
+        const float *bt = gates(ci) + C, *eG = bt + C, *eL = eG + C;
+        /* this chunk's copies landed: scaled and rounded by their copiers */
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        for (int kb = 0; kb < KW / 32; kb++) rec_tf32_own(KD + kb * 64 * 32, C, eL);
+        rec_cpt_own<C, KW>(QT, KW, eG, p.scale);
+        rec_cpt_own<C, BV>(DOT, BV, nullptr, 1.f);
+        /* dh^T (this warpgroup's columns) for P1; dh stored as the chunk's */
+#pragma unroll
+        for (int m = 0; m < MP; m++)
+#pragma unroll
+            for (int e = 0; e < NR; e++) {
+                const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                float *sub = HK + (k >> 5) * BV * 32;
+                sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, k & 31)] = __uint_as_float(rec_tf32(hz[m][e]));
+                if (k < K && j < nv) io.dhs[((long long)c * H + h) * K * V + v0 + (long long)k * V + j] = hz[m][e];
+            }
+        rec_fence_async();
+        __syncthreads();
+        if (DELTA) rec_cpt<C, KW>(WT, KW, io.W + rk * K, (long long)H * K, nval, K);
+        const float eGl = eG[nval - 1];
+#pragma unroll
+        for (int m = 0; m < MP; m++)
+#pragma unroll
+            for (int e = 0; e < NR; e++) hz[m][e] *= eGl;
+        rec_wg_fence();
+#pragma unroll
+        for (int kb = 0; kb < 2 * MP; kb++) { /* P1 */
+            const unsigned long long da = rec_wg_desc(KD + kb * 64 * 32);
+            const unsigned long long db = rec_wg_desc(HK + kb * BV * 32 + wg * NW * 32);
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(rz, da + 2 * ks, db + 2 * ks);
+        }
+#pragma unroll
+        for (int kt = 0; kt < C / 32; kt++) { /* P2q */
+            const unsigned long long db = rec_wg_desc(DOT + kt * BV * 32 + wg * NW * 32);
+#pragma unroll
+            for (int m = 0; m < MP; m++) {
+                const unsigned long long da = rec_wg_desc(QT + (kt * KW + m * 64) * 32);
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
+            }
+        }
+        rec_wg_commit();
+        if (ci > 0) { /* the next chunk's gates while the products run */
+            float *g = gates(ci - 1);
+            rec_load_gates<C>(p, row0 - C, C, h, g, g + C, g + 2 * C, g + 3 * C);
+        }
+        rec_wg_wait();
+#pragma unroll
+        for (int e = 0; e < NR; e++) asm volatile("" : "+f"(rz[e])::"memory");
+#pragma unroll
+        for (int m = 0; m < MP; m++)
+#pragma unroll
+            for (int e = 0; e < NR; e++) asm volatile("" : "+f"(hz[m][e])::"memory");
+        /* dU (delta rules) or dv stored; -(beta o dU)^T into this warpgroup's rows of HK */
+        float *dst = DELTA ? io.dU : io.dv;
+#pragma unroll
+        for (int e = 0; e < NR; e++) {
+            const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+            if (a >= C) continue;
+            if (dst && a < nval && j < nv) dst[(rk + (long long)a * H) * V + v0 + j] = rz[e];
+            if (DELTA) {
+                float *sub = HK + (a >> 5) * BV * 32;
+                sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, a & 31)] =
+                    __uint_as_float(rec_tf32(-bt[a] * rz[e]));
+            }
+        }
+        if (DELTA) {
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            rec_cpt_own<C, KW>(WT, KW, nullptr, 1.f);
+        }
+        rec_fence_async();
+        __syncthreads(); /* every P1 and P2q done: their tiles take the next chunk's copies */
+        if (DELTA) {
+            rec_wg_fence();
+#pragma unroll
+            for (int kt = 0; kt < C / 32; kt++) { /* P2w */
+                const unsigned long long db = rec_wg_desc(HK + kt * BV * 32 + wg * NW * 32);
+#pragma unroll
+                for (int m = 0; m < MP; m++) {
+                    const unsigned long long da = rec_wg_desc(WT + (kt * KW + m * 64) * 32);
+#pragma unroll
+                    for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
+                }
+            }
+            rec_wg_commit();
+        }
+        if (ci > 0) issue(ci - 1);
+        if (DELTA) {
+            rec_wg_wait();
+#pragma unroll
+            for (int m = 0; m < MP; m++)
+#pragma unroll
+                for (int e = 0; e < NR; e++) asm volatile("" : "+f"(hz[m][e])::"memory");
+        }
+    }
+    if (io.dh_out)
+#pragma unroll
+        for (int m = 0; m < MP; m++)
+#pragma unroll
+            for (int e = 0; e < NR; e++) {
+                const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                float *d = io.dh_out + hoff + (long long)k * V + j;
+                if (k < K && j < nv) *d = (io.dh_acc ? *d : 0.f) + hz[m][e];
+            }
+}
+template <int C> static void chunk_dstate_wg(cudaStream_t st, const rec_prob &p, const rec_dstate_io &io)
+{
+    PR_ASSERT(io.dhs && p.Kp <= 128 && p.L == 0);
+    const bool mp1 = p.Kp <= 64;
+    const auto kernel = p.delta ? (mp1 ? chunk_dstate_wg_kernel<C, 1, true> : chunk_dstate_wg_kernel<C, 2, true>)
+                                : (mp1 ? chunk_dstate_wg_kernel<C, 1, false> : chunk_dstate_wg_kernel<C, 2, false>);
+    const size_t sm = smem_dstate_wg(p);
+    chunk_smem_attr(kernel, sm);
+    kernel<<<dim3((p.V + 127) / 128, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
+    PR_CUDA_LAUNCH_CHECK();
+}
+void pr_rec_chunk_dstate(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io, bool wg)
+{
+    if (wg) {
+        PR_ASSERT(bv == 128);
+        if (p.C == 64) chunk_dstate_wg<64>(st, p, io);
+        else chunk_dstate_wg<32>(st, p, io);
+        return;
+    }
     if (p.C == 64) chunk_dstate_c<64>(st, p, bv, io);
     else chunk_dstate_c<32>(st, p, bv, io);
 }
@@ -1047,6 +1250,30 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
     if (bv) pl->wg_state = 1, pl->bv_state = bv;
 }
 
+/* The dstate pass's wgmma form (NOTES.md v31) where it runs: as the state
+ * pass's above, with its one V tile of 128 (a forced PRISM_REC_BV_DSTATE
+ * other than 128 keeps mma.sync). PRISM_REC_DSTATE_WG=0 keeps mma.sync, 1
+ * insists on wgmma (tests, A/Bs). */
+static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
+{
+    pl->wg_dstate = 0;
+    long want = -1;
+    rec_env_knob("PRISM_REC_DSTATE_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
+                 &want);
+    const size_t bytes = smem_dstate_wg(p);
+    bool on = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && p.L == 0 && pl->segments == 1 && bytes <= mx &&
+              want != 0 && (!forced || pl->bv_dstate == 128);
+    if (on && want != 1 && !forced)
+        on = serial_waves(p, 128, bytes, smem_sm, n_sm) <=
+             serial_waves(p, pl->bv_dstate, pr_rec_smem_dstate(p, pl->bv_dstate), smem_sm, n_sm);
+    if (want == 1 && !on)
+        pr_fatal("PRISM_REC_DSTATE_WG=1 forces the dstate pass's wgmma form, which needs TF32 products (matmul_tf32 "
+                 "on), a build for sm_90a on an sm_90 GPU, K <= 128, no extra writes (L = %d here), no segments, "
+                 "a V tile of 128 and %zu bytes of shared memory a block (K = %d, V = %d here)",
+                 p.L, bytes, p.K, p.V);
+    if (on) pl->wg_dstate = 1, pl->bv_dstate = 128;
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
@@ -1072,7 +1299,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * least product work (the reloads of P_c per tile cost less), and the
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
-    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0;
+    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1083,6 +1310,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
             plan_segments(p, smem_sm, n_sm, pl);
         }
         plan_state_wg(p, smem_sm, n_sm, mx, fs, pl);
+        plan_dstate_wg(p, smem_sm, n_sm, mx, fd, pl);
     }
     /* grad: wgmma where its TF32 products apply (TF32 on, a build for sm_90a
      * on an sm_90 GPU: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces
@@ -1208,7 +1436,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     {
         const rec_dstate_io io = {sv.W, p.dht, dhs, dU, dVX, d.dv, d.dh0, 1};
         if (sv.sg.n) chunk_dstate_segmented(st, p, pl.bv_dstate, sv.sg, io);
-        else pr_rec_chunk_dstate(st, p, pl.bv_dstate, io);
+        else pr_rec_chunk_dstate(st, p, pl.bv_dstate, io, pl.wg_dstate);
     }
     {
         const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad, pl.wg_grad);

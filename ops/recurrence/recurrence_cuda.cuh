@@ -426,7 +426,7 @@ __device__ __forceinline__ void rec_wg_wait() { REC_WG_ASM("wgmma.wait_group.syn
 /* d += A B^T, A 64 rows (da), B N rows (db), one k-step of 8 TF32. d: the
  * warpgroup's 64 x N f32 sums, warp w's rows 16 w + g and + 8 as in
  * rec_frags_store (d[4 j + e] is mma.sync's d[j][e]); rec_wg_mma<N> picks
- * the instance by N = 16 or 32 */
+ * the instance by N = 16, 32 or 64 */
 __device__ __forceinline__ void rec_wg_mma_n32(float (&d)[16], unsigned long long da, unsigned long long db)
 {
     REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
@@ -444,26 +444,41 @@ __device__ __forceinline__ void rec_wg_mma_n16(float (&d)[8], unsigned long long
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                : "l"(da), "l"(db));
 }
+__device__ __forceinline__ void rec_wg_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db)
+{
+    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+               "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db));
+}
 template <int N> __device__ __forceinline__ void rec_wg_mma(float (&d)[N / 2], unsigned long long da,
                                                             unsigned long long db)
 {
-    static_assert(N == 16 || N == 32, "wgmma here takes N = 16 or 32");
+    static_assert(N == 16 || N == 32 || N == 64, "wgmma here takes N = 16, 32 or 64");
     if constexpr (N == 16) rec_wg_mma_n16(d, da, db);
-    else rec_wg_mma_n32(d, da, db);
+    else if constexpr (N == 32) rec_wg_mma_n32(d, da, db);
+    else rec_wg_mma_n64(d, da, db);
 }
 
 /* Tiles for wgmma operands: K-major (k along the rows), in sub-tiles of
  * OR rows x 32 floats, 128-byte-swizzled (rec_sw128), each element rounded
  * to TF32 by the thread that stores it.
  * rec_tf32_own: this thread's copies into such a tile of R rows and 32
- * floats (rec_ld_tile<true>'s placement), rounded in place once landed. */
-__device__ __forceinline__ void rec_tf32_own(float *dst, int R)
+ * floats (rec_ld_tile<true>'s placement), rounded in place once landed
+ * (scaled by the row factors f[r] first, where given). */
+__device__ __forceinline__ void rec_tf32_own(float *dst, int R, const float *f = nullptr)
 {
     const rec_rowmap m = rec_rowmap_of(32);
     const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
     for (int r = m.r0; r < R; r += m.rstep) {
         float4 *q = reinterpret_cast<float4 *>(dst + rec_sw128(base, r, m.c0));
         float4 x = *q;
+        if (f) x.x *= f[r], x.y *= f[r], x.z *= f[r], x.w *= f[r];
         x.x = __uint_as_float(rec_tf32(x.x)), x.y = __uint_as_float(rec_tf32(x.y));
         x.z = __uint_as_float(rec_tf32(x.z)), x.w = __uint_as_float(rec_tf32(x.w));
         *q = x;
@@ -528,6 +543,53 @@ __device__ __forceinline__ void rec_wgt_store(const rec_wgt<R, WC> &t, float *ds
         const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
 #pragma unroll
         for (int i = 0; i < 4; i++) sub[rec_sw128(base, c + i, k & 31)] = __uint_as_float(rec_tf32(fr * v[i]));
+    }
+}
+
+/* The same transposed tile copied without registers or a staging copy:
+ * rec_cpt issues 4-byte cp.asyncs (zero-filling where r >= nr or c >= nc;
+ * complete at the next cp.async wait), rec_cpt_own then scales this
+ * thread's elements by alpha f[r] (f NULL: 1) and rounds them in place. A
+ * warp step is 4 source rows x 8 columns: 32-byte row segments, and stores
+ * that fall in 32 distinct banks. A thread keeps one k (r % 32) and one
+ * column phase (c % 8), so its addresses are a base and constant offsets
+ * (dst 1024-byte aligned). */
+struct rec_cpt_pos {
+    int r, c, off; /* source row and column of the first element, its place in dst */
+};
+__device__ __forceinline__ rec_cpt_pos rec_cpt_of()
+{
+    const int lane = threadIdx.x & 31, r = 4 * (threadIdx.x >> 5) + (lane >> 3), c = lane & 7;
+    return {r, c, c * 32 + ((((r >> 2) ^ c) & 7) << 2) + (r & 3)};
+}
+template <int R, int WC>
+__device__ __forceinline__ void rec_cpt(float *dst, int OR, const float *src, long long rs, int nr, int nc)
+{
+    static_assert(R % 32 == 0 && WC % 8 == 0 && PR_REC_WARPS == 8, "a warp step of 4 rows a warp");
+    const rec_cpt_pos q = rec_cpt_of();
+    const unsigned d0 = (unsigned)__cvta_generic_to_shared(dst + q.off);
+#pragma unroll
+    for (int rb = 0; rb < R / 32; rb++) {
+        const int r = q.r + 32 * rb;
+        const float *s = src + r * rs + q.c;
+#pragma unroll
+        for (int cb = 0; cb < WC / 8; cb++) {
+            const bool in = r < nr && q.c + 8 * cb < nc;
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d0 + 4 * (rb * OR * 32 + cb * 256)),
+                         "l"(in ? s + 8 * cb : src), "r"(in ? 4 : 0)
+                         : "memory");
+        }
+    }
+}
+template <int R, int WC> __device__ __forceinline__ void rec_cpt_own(float *dst, int OR, const float *f, float alpha)
+{
+    const rec_cpt_pos q = rec_cpt_of();
+#pragma unroll
+    for (int rb = 0; rb < R / 32; rb++) {
+        const float fr = f ? alpha * f[q.r + 32 * rb] : alpha;
+        float *d = dst + q.off + rb * OR * 32;
+#pragma unroll
+        for (int cb = 0; cb < WC / 8; cb++) d[cb * 256] = __uint_as_float(rec_tf32(d[cb * 256] * fr));
     }
 }
 
@@ -868,12 +930,13 @@ struct rec_chunk_saved {
  * seg_fix: the segmented forward ends with the fix-up (tile bv_fix) instead
  * of a last serial pass; wg_grad: grad's V-loop products run as wgmma, and
  * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks;
- * wg_state: the state pass runs its wgmma form (bv_state its V tile) */
+ * wg_state, wg_dstate: the state (dstate) pass runs its wgmma form (bv_state,
+ * bv_dstate its V tile) */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix, wg_state;
+    int segments, seg_fix, bv_fix, wg_state, wg_dstate;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -898,7 +961,8 @@ struct rec_dstate_io {
     float *dhs, *dU, *dVX, *dv, *dh_out;
     int dh_acc;
 };
-void pr_rec_chunk_dstate(cudaStream_t s, const rec_prob &p, int bv, const rec_dstate_io &io);
+/* wg: the wgmma form (the plan's wg_dstate; needs dhs, V tile 128) */
+void pr_rec_chunk_dstate(cudaStream_t s, const rec_prob &p, int bv, const rec_dstate_io &io, bool wg = false);
 /* chunked_seg.cu: p with the segments as its sequences (for the serial passes) */
 rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg);
 /* the chain over a sequence's segments, one block per (sequence, head, 32
