@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         if (p.delta) rec_ld_tile(Ws, LDK, C, Kp, io.W + rk * K, (long long)H * K, nval, K, p.vec);
         if (store && p.delta) rec_st_tile(dU + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
         else if (store && io.dv)
-            rec_st_tile(io.dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, true, p.vec);
+            rec_st_tile(io.dv + rk * V + v0, (long long)H * V, nval, nv, dVA, LDV, 1.f, false, p.vec);
         for (int l = 0; store && l < L; l++)
             rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, nval, nv, dVA + (C + l * C) * LDV, LDV,
                         1.f, false, p.vec);
@@ -133,8 +133,8 @@ template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, 
  * P1 and P2q run together. No room is left for staging copies, so the
  * transposed tiles are copied 4 bytes at a time straight into place
  * (rec_cpt) and scaled and rounded there by their copiers. The next
- * chunk's keys, Q and dO are copied and its dU (plus dv's old value
- * without beta) loaded into P1's sums while P2w runs; W^T is copied while
+ * chunk's keys, Q and dO are copied and its dU loaded into P1's sums
+ * while P2w runs; W^T is copied while
  * P1 and P2q run. (beta o dU)^T takes the warpgroup's own rows of dh^T's
  * room, which only that warpgroup's products read. L = 0 only. */
 struct dstate_wg_lay {
@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
         for (int e = 0; e < NR; e++) {
             const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
             const long long o = (rk + (long long)a * H) * V + v0 + j;
-            rz[e] = a < nval && j < nv ? io.dU[o] + (!DELTA && io.dv ? io.dv[o] : 0.f) : 0.f;
+            rz[e] = 0.f; /* no select or add on the loaded value: nothing waits for it before P1 */
+            if (a < nval && j < nv) rz[e] = io.dU[o];
         }
     };
     const int nck = (sq.len + C - 1) / C;
@@ -1432,7 +1433,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     float *dW = p.delta ? rec_scratch(n_k) : nullptr, *dbA = p.delta ? rec_scratch((size_t)rowsH) : nullptr;
     float *dGp = p.has_g ? rec_scratch((size_t)(nkt * rowsH)) : nullptr;
 
-    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX);
+    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv);
     {
         const rec_dstate_io io = {sv.W, p.dht, dhs, dU, dVX, d.dv, d.dh0, 1};
         if (sv.sg.n) chunk_dstate_segmented(st, p, pl.bv_dstate, sv.sg, io);

@@ -16,7 +16,9 @@
  * beta = 0 needs no division anywhere. Matrix products run on tensor cores
  * (TF32 in, f32 accumulate) when ctx->matmul_tf32, else in plain fp32.
  * The scores kernel in MODE 1 is the backward's first step (dUa = scale
- * incl(D o Q Ka^T)^T dO), since it shares the scores.
+ * incl(D o Q Ka^T)^T dO), since it shares the scores; without beta it adds
+ * dv's value so far (dv0), so that the dstate pass stores dv = dUa + Kd dhn
+ * without reading dv in its serial loop.
  */
 #include "ops/recurrence/recurrence_cuda.cuh"
 
@@ -439,7 +441,8 @@ size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv) { return (size_t)
 
 template <int C, int MODE, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
-    chunk_scores_kernel(rec_prob p, int BV, const float *hs, const float *R, float *o, float *dU, float *dVX)
+    chunk_scores_kernel(rec_prob p, int BV, const float *hs, const float *R, float *o, float *dU, float *dVX,
+                        const float *dv0)
 {
     extern __shared__ __align__(128) float sm[];
     const scores_lay s = scores_layout(p, MODE, BV);
@@ -481,7 +484,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_sync();
             rec_mm<true, false, BF>(p, dVA, LDV, S, LDA, dOs, LDV, NA, BV, C, p.scale, false);
             rec_sync();
-            rec_st_tile(dU + rk * V + v0, (long long)H * V, cp.nval, nv, dVA, LDV, 1.f, false, p.vec);
+            rec_st_tile(dU + rk * V + v0, (long long)H * V, cp.nval, nv, dVA, LDV, 1.f, false, p.vec,
+                        dv0 ? dv0 + rk * V + v0 : nullptr);
             for (int l = 0; l < L; l++)
                 rec_st_tile(dVX + rk * L * V + l * V + v0, (long long)H * L * V, cp.nval, nv, dVA + (C + l * C) * LDV,
                             LDV, 1.f, false, p.vec);
@@ -596,7 +600,7 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
         const auto kernel = rec_bf_products(p) ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>;
         chunk_smem_attr(kernel, sm);
-        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o, nullptr, nullptr);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o, nullptr, nullptr, nullptr);
         PR_CUDA_LAUNCH_CHECK();
     }
 }
@@ -609,13 +613,13 @@ void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_pla
 }
 
 /* the backward's first step (chunked_bwd.cu calls it): dU = scale S^T dO, dVX likewise */
-void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX)
+void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0)
 {
     const size_t sm = pr_rec_smem_scores(p, 1, bv);
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_scores_kernel<64, 1, true> : chunk_scores_kernel<64, 1, false>)
                                   : (bf ? chunk_scores_kernel<32, 1, true> : chunk_scores_kernel<32, 1, false>);
     chunk_smem_attr(kernel, sm);
-    kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX);
+    kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX, dv0);
     PR_CUDA_LAUNCH_CHECK();
 }

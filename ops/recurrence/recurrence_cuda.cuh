@@ -955,7 +955,8 @@ struct rec_state_io {
 void pr_rec_chunk_state(cudaStream_t s, const rec_prob &p, int bv, const rec_state_io &io, bool wg = false);
 /* the dstate pass (chunked_bwd.cu). dhs NULL: the carry only (nothing stored
  * but dh_out); dht NULL: zero terminal gradient; dh_out (+= when dh_acc) the
- * gradient of each sequence's start state, or NULL. */
+ * gradient of each sequence's start state, or NULL. Without beta dv (where
+ * given) is stored as dU + Kd dhn: dlocal folded dv's earlier value into dU. */
 struct rec_dstate_io {
     const float *W, *dht;
     float *dhs, *dU, *dVX, *dv, *dh_out;
@@ -981,8 +982,9 @@ void pr_rec_seg_chain(cudaStream_t s, const rec_prob &p, const rec_segs &sg, boo
 void pr_rec_seg_fix(cudaStream_t s, const rec_prob &p, const rec_segs &sg, int bv, const float *trans,
                     const float *starts, float *hs, float *R, const float *W);
 size_t pr_rec_smem_segfix(const rec_prob &p, int bv);
-/* the backward's first step: dU = scale S^T dO and dVX likewise, for every chunk */
-void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX);
+/* the backward's first step: dU = scale S^T dO (+ dv0 where given: the rules
+ * without beta) and dVX likewise, for every chunk */
+void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                           float *o, float *ht);
 void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
