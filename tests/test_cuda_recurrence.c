@@ -527,6 +527,21 @@ static void test_grad_passes(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* gdn's TF32 plan (C = 64, K = 96, V = 40) shows form, else the test skips:
+ * this build (or GPU) has no wgmma */
+static void skip_without_form(const char *form, const char *what)
+{
+    pr_rec_plan plan;
+    char why[256];
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
+        fail_msg("gdn K=96 C=64 tf32: no plan: %s", why);
+    if (!strstr(plan.kernels, form)) {
+        fprintf(stderr, "  skipped %s: this build has none (%s)\n", what, plan.kernels);
+        skip();
+    }
+}
+
 /* The state pass's wgmma form (chunked_fwd.cu, NOTES.md v30), which TF32
  * runs take where the build has it: PRISM_REC_STATE_WG=0 forces the
  * mma.sync form, compared with it (and both with the CPU in f64) at
@@ -537,15 +552,10 @@ static void test_state_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
+    skip_without_form("state(bv 32, wgmma)", "the state pass's wgmma form");
     pr_rec_plan plan;
     char why[256];
     const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
-        fail_msg("gdn K=96 C=64 tf32: no plan: %s", why);
-    if (!strstr(plan.kernels, "state(bv 32, wgmma)")) {
-        fprintf(stderr, "  skipped the state pass's wgmma form: this build has none (%s)\n", plan.kernels);
-        skip();
-    }
     const char *mma = "state(bv 32) scores";
     int fails = check_forced(PR_RULE_GDN, 96, 0, 1701, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
     /* prism_core keeps mma.sync unless forced (its extras' rows load unhidden) */
@@ -573,15 +583,9 @@ static void test_dstate_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
+    skip_without_form("dstate(bv 128, wgmma)", "the dstate pass's wgmma form");
     pr_rec_plan plan;
     char why[256];
-    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
-        fail_msg("gdn K=96 C=64 tf32: no plan: %s", why);
-    if (!strstr(plan.kernels, "dstate(bv 128, wgmma)")) {
-        fprintf(stderr, "  skipped the dstate pass's wgmma form: this build has none (%s)\n", plan.kernels);
-        skip();
-    }
     const char *mma = "dstate(bv 32) grad";
     int fails = check_forced(PR_RULE_GDN, 96, 0, 1801, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
     fails += check_forced(PR_RULE_SSD, 128, 0, 1802, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);

@@ -161,20 +161,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
     const dstate_wg_lay s = dstate_wg_layout(p);
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V;
     const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
-    /* sum e of a piece: row r0 + 8 (e >> 1 & 1), column c0 + 8 (e >> 2) + (e & 1) */
-    const int r0 = 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2), c0 = wg * NW + 2 * (threadIdx.x & 3);
+    const rec_wg_pos q = rec_wg_sums_of(NW); /* where a thread's sums sit (rec_wg_sums_ld) */
+    const int r0 = q.r0, c0 = q.c0;
     float *KD = sm + s.KD, *HK = sm + s.HK, *QT = sm + s.QT, *WT = sm + s.WT, *DOT = sm + s.DOT;
     if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
     float hz[MP][NR], rz[NR];
-#pragma unroll
-    for (int m = 0; m < MP; m++)
-#pragma unroll
-        for (int e = 0; e < NR; e++) {
-            const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
-            hz[m][e] = k < K && j < nv && io.dht ? io.dht[hoff + (long long)k * V + j] : 0.f;
-        }
+    rec_wg_sums_ld(hz, q, io.dht ? io.dht + hoff : nullptr, V, K, nv);
     const auto gates = [&](int ci) { return sm + s.gates + (ci & 1) * 4 * C; }; /* G, bt, eG, eL */
     /* chunk ci's copies, and its dU into P1's sums */
     const auto issue = [&](int ci) {
@@ -228,23 +222,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
 #pragma unroll
             for (int e = 0; e < NR; e++) hz[m][e] *= eGl;
         rec_wg_fence();
-#pragma unroll
-        for (int kb = 0; kb < 2 * MP; kb++) { /* P1 */
-            const unsigned long long da = rec_wg_desc(KD + kb * 64 * 32);
-            const unsigned long long db = rec_wg_desc(HK + kb * BV * 32 + wg * NW * 32);
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(rz, da + 2 * ks, db + 2 * ks);
-        }
-#pragma unroll
-        for (int kt = 0; kt < C / 32; kt++) { /* P2q */
-            const unsigned long long db = rec_wg_desc(DOT + kt * BV * 32 + wg * NW * 32);
-#pragma unroll
-            for (int m = 0; m < MP; m++) {
-                const unsigned long long da = rec_wg_desc(QT + (kt * KW + m * 64) * 32);
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
-            }
-        }
+        rec_wg_rows<NW, 2 * MP>(rz, KD, HK + wg * NW * 32, BV * 32); /* P1 */
+        rec_wg_cols<NW, MP, C / 32>(hz, QT, DOT + wg * NW * 32, BV * 32); /* P2q */
         rec_wg_commit();
         if (ci > 0) { /* the next chunk's gates while the products run */
             float *g = gates(ci - 1);
@@ -278,16 +257,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
         __syncthreads(); /* every P1 and P2q done: their tiles take the next chunk's copies */
         if (DELTA) {
             rec_wg_fence();
-#pragma unroll
-            for (int kt = 0; kt < C / 32; kt++) { /* P2w */
-                const unsigned long long db = rec_wg_desc(HK + kt * BV * 32 + wg * NW * 32);
-#pragma unroll
-                for (int m = 0; m < MP; m++) {
-                    const unsigned long long da = rec_wg_desc(WT + (kt * KW + m * 64) * 32);
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
-                }
-            }
+            rec_wg_cols<NW, MP, C / 32>(hz, WT, HK + wg * NW * 32, BV * 32); /* P2w */
             rec_wg_commit();
         }
         if (ci > 0) issue(ci - 1);

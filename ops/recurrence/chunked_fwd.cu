@@ -252,20 +252,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const state_wg_lay s = state_wg_layout(p, BV);
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V, L = p.L;
     const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
-    /* sum e of a piece: row r0 + 8 (e >> 1 & 1), column c0 + 8 (e >> 2) + (e & 1) of the tile */
-    const int r0 = 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2), c0 = wg * NW + 2 * (threadIdx.x & 3);
+    const rec_wg_pos q = rec_wg_sums_of(NW); /* where a thread's sums sit (rec_wg_sums_ld) */
+    const int r0 = q.r0, c0 = q.c0;
     float *W = sm + s.W, *HK = sm + s.HK, *RAT = sm + s.RAT, *SK = sm + s.SK, *SV = sm + s.SV;
     if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + v0;
     float hz[MP][NR], rz[NR];
-#pragma unroll
-    for (int m = 0; m < MP; m++)
-#pragma unroll
-        for (int e = 0; e < NR; e++) {
-            const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
-            hz[m][e] = k < K && j < nv && io.h0 ? io.h0[hoff + (long long)k * V + j] : 0.f;
-        }
+    rec_wg_sums_ld(hz, q, io.h0 ? io.h0 + hoff : nullptr, V, K, nv);
     /* the state's sums stored at row stride V (global: hs, ht) */
     const auto store_h = [&](float *dst) {
 #pragma unroll
@@ -358,13 +352,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         __syncthreads();
         if (DELTA) { /* R = R0 - W h, then (beta eL o R)^T and Ka^T for the state's product */
             rec_wg_fence();
-#pragma unroll
-            for (int kb = 0; kb < 2 * MP; kb++) { /* K padded to 64 MP: one unrolled stage */
-                const unsigned long long da = rec_wg_desc(W + kb * 64 * 32);
-                const unsigned long long db = rec_wg_desc(HK + kb * BV * 32 + wg * NW * 32);
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(rz, da + 2 * ks, db + 2 * ks);
-            }
+            rec_wg_rows<NW, 2 * MP>(rz, W, HK + wg * NW * 32, BV * 32); /* K padded to 64 MP */
             rec_wg_commit();
             rec_wg_wait();
 #pragma unroll
@@ -390,21 +378,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         for (int m = 0; m < MP; m++)
 #pragma unroll
             for (int e = 0; e < NR; e++) hz[m][e] *= dec;
-        /* a stage (unrolled, so that nothing but wgmma defines the sums inside
-         * it: ptxas serializes them otherwise) for each C rows of Ka */
+        /* a stage for each C rows of Ka */
         for (int l = 0; l <= L; l++) {
             rec_wg_fence();
-#pragma unroll
-            for (int kb = 0; kb < C / 32; kb++) {
-                const int kt = l * (C / 32) + kb;
-                const unsigned long long db = rec_wg_desc(RAT + kt * BV * 32 + wg * NW * 32);
-#pragma unroll
-                for (int m = 0; m < MP; m++) {
-                    const unsigned long long da = rec_wg_desc(HK + (kt * KW + m * 64) * 32);
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(hz[m], da + 2 * ks, db + 2 * ks);
-                }
-            }
+            rec_wg_cols<NW, MP, C / 32>(hz, HK + l * (C / 32) * KW * 32, RAT + l * (C / 32) * BV * 32 + wg * NW * 32,
+                                        BV * 32);
             rec_wg_commit();
             rec_wg_wait();
 #pragma unroll

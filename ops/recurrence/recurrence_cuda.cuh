@@ -100,6 +100,12 @@ __device__ __forceinline__ void rec_cp16(float *dst, const float *src, int bytes
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
 }
+/* the same, 4 bytes to shared address d (cached in L1: only 16-byte copies
+ * may bypass it) */
+__device__ __forceinline__ void rec_cp4(unsigned d, const float *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
 /* every copy of this thread landed, then the block's barrier: the barrier
  * the kernels use after tile loads */
 __device__ __forceinline__ void rec_sync()
@@ -465,6 +471,64 @@ template <int N> __device__ __forceinline__ void rec_wg_mma(float (&d)[N / 2], u
     else rec_wg_mma_n64(d, da, db);
 }
 
+/* The serial passes' wgmma products (chunked_fwd.cu's state form,
+ * chunked_bwd.cu's dstate form): a warpgroup's NW columns of a tile whose
+ * B operand has sub-tiles of 32 k at stride bs floats (B at this
+ * warpgroup's first row).
+ * rec_wg_rows: d += A B^T, A 64 rows in KB sub-tiles of 64 x 32 (k = KB 32).
+ * rec_wg_cols: d[m] += A_m B^T for the MP pieces of 64 rows of A (KW rows
+ * in all) over KT sub-tiles of KW x 32 (k = KT 32).
+ * Both unrolled whole, so that nothing but wgmma defines the sums inside
+ * them (ptxas serializes them otherwise, C7515); the caller fences,
+ * commits and waits. */
+template <int NW, int KB>
+__device__ __forceinline__ void rec_wg_rows(float (&d)[NW / 2], const float *A, const float *B, int bs)
+{
+#pragma unroll
+    for (int kb = 0; kb < KB; kb++) {
+        const unsigned long long da = rec_wg_desc(A + kb * 64 * 32), db = rec_wg_desc(B + kb * bs);
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(d, da + 2 * ks, db + 2 * ks);
+    }
+}
+template <int NW, int MP, int KT>
+__device__ __forceinline__ void rec_wg_cols(float (&d)[MP][NW / 2], const float *A, const float *B, int bs)
+{
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++) {
+        const unsigned long long db = rec_wg_desc(B + kt * bs);
+#pragma unroll
+        for (int m = 0; m < MP; m++) {
+            const unsigned long long da = rec_wg_desc(A + (kt * MP + m) * 64 * 32);
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) rec_wg_mma<NW>(d[m], da + 2 * ks, db + 2 * ks);
+        }
+    }
+}
+/* the sums of a K x V state in registers as the products above leave them:
+ * sum e of piece m is row 64 m + r0 + 8 (e >> 1 & 1), column c0 + 8 (e >>
+ * 2) + (e & 1), with r0 and c0 of rec_wg_sums_of. rec_wg_sums_ld loads them
+ * from src (row stride V; zero past K rows, nv columns or without src). */
+struct rec_wg_pos {
+    int r0, c0;
+};
+__device__ __forceinline__ rec_wg_pos rec_wg_sums_of(int NW)
+{
+    const int t = threadIdx.x;
+    return {16 * ((t >> 5) & 3) + ((t & 31) >> 2), (t >> 7) * NW + 2 * (t & 3)};
+}
+template <int MP, int NR>
+__device__ __forceinline__ void rec_wg_sums_ld(float (&d)[MP][NR], rec_wg_pos q, const float *src, int V, int K, int nv)
+{
+#pragma unroll
+    for (int m = 0; m < MP; m++)
+#pragma unroll
+        for (int e = 0; e < NR; e++) {
+            const int k = 64 * m + q.r0 + 8 * (e >> 1 & 1), j = q.c0 + 8 * (e >> 2) + (e & 1);
+            d[m][e] = k < K && j < nv && src ? src[(long long)k * V + j] : 0.f;
+        }
+}
+
 /* Tiles for wgmma operands: K-major (k along the rows), in sub-tiles of
  * OR rows x 32 floats, 128-byte-swizzled (rec_sw128), each element rounded
  * to TF32 by the thread that stores it.
@@ -567,7 +631,7 @@ __device__ __forceinline__ void rec_cpt(float *dst, int OR, const float *src, lo
 {
     static_assert(R % 32 == 0 && WC % 8 == 0 && PR_REC_WARPS == 8, "a warp step of 4 rows a warp");
     const rec_cpt_pos q = rec_cpt_of();
-    const unsigned d0 = (unsigned)__cvta_generic_to_shared(dst + q.off);
+    const unsigned d0 = (unsigned)__cvta_generic_to_shared(dst + q.off); /* the offsets below fold into it */
 #pragma unroll
     for (int rb = 0; rb < R / 32; rb++) {
         const int r = q.r + 32 * rb;
@@ -575,15 +639,14 @@ __device__ __forceinline__ void rec_cpt(float *dst, int OR, const float *src, lo
 #pragma unroll
         for (int cb = 0; cb < WC / 8; cb++) {
             const bool in = r < nr && q.c + 8 * cb < nc;
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d0 + 4 * (rb * OR * 32 + cb * 256)),
-                         "l"(in ? s + 8 * cb : src), "r"(in ? 4 : 0)
-                         : "memory");
+            rec_cp4(d0 + 4 * (rb * OR * 32 + cb * 256), in ? s + 8 * cb : src, in ? 4 : 0);
         }
     }
 }
 template <int R, int WC> __device__ __forceinline__ void rec_cpt_own(float *dst, int OR, const float *f, float alpha)
 {
     const rec_cpt_pos q = rec_cpt_of();
+    const unsigned d0 = (unsigned)__cvta_generic_to_shared(dst + q.off); /* the offsets below fold into it */
 #pragma unroll
     for (int rb = 0; rb < R / 32; rb++) {
         const float fr = f ? alpha * f[q.r + 32 * rb] : alpha;
