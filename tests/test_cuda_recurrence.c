@@ -403,12 +403,12 @@ typedef enum { FORCED_FP32_AND_TF32, FORCED_TF32_ONLY } forced_products;
  * both chunk sizes, fp32 and TF32 products (or TF32 only: grad's wgmma
  * form): against the CPU f64 reference, against the run with the plan's
  * own choice (fp32: 2e-4), bit for bit on a rerun, and the plan must name
- * what was forced (shows). */
-static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
-                        const char *shows, forced_products prods)
+ * what was forced (shows). check_forced: V = 40. */
+static int check_forced_v(pr_rule rule, int64_t K, int64_t V, int64_t L, uint64_t seed, const char *env,
+                          const char *val, const char *shows, forced_products prods)
 {
     pr_ctx *ctx = g_ctx;
-    const rec_case c = {"forced", 1, 100, 2, K, 40, L, true, NULL, 0};
+    const rec_case c = {"forced", 1, 100, 2, K, V, L, true, NULL, 0};
     int fails = 0;
     rec_inputs x = make_inputs(ctx, rule, &c, seed);
     rec_out ref = rec_run_seeded(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
@@ -445,6 +445,12 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
     free(x.dht);
     pr_step_reset(ctx);
     return fails;
+}
+
+static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
+                        const char *shows, forced_products prods)
+{
+    return check_forced_v(rule, K, 40, L, seed, env, val, shows, prods);
 }
 
 /* gdn's plan (C = 32, K = 96, TF32) with env = val stops, naming env */
@@ -572,25 +578,37 @@ static void test_state_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31), which TF32
- * runs take where the build has it: PRISM_REC_DSTATE_WG=0 forces the
- * mma.sync form, compared with it (and both with the CPU in f64) at padded
- * K (96 in two pieces of 64; 32 and 64 in one), with and without beta, at
- * partial chunks and a partial V tile (T = 100, V = 40 of 128). The main
- * cases above run it too wherever L = 0 (K128-V96: both warpgroups' columns
- * partial; packed: sequences of 1 and 170 tokens). */
+/* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31): the plan
+ * takes it where it keeps as many SMs at work as mma.sync (the benchmark's
+ * size 1, not its size 2); PRISM_REC_DSTATE_WG=1 forces it, compared with
+ * mma.sync (the plan's own choice at these sizes) and both with the CPU in
+ * f64 at padded K (96 in two pieces of 64; 32 and 64 in one), with and
+ * without beta, at partial chunks (T = 100) and partial V tiles (V = 40:
+ * the second warpgroup's columns all past V; V = 96: both partial). */
 static void test_dstate_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("dstate(bv 128, wgmma)", "the dstate pass's wgmma form");
+    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
     pr_rec_plan plan;
     char why[256];
-    const char *mma = "dstate(bv 32) grad";
-    int fails = check_forced(PR_RULE_GDN, 96, 0, 1801, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_SSD, 128, 0, 1802, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_DELTA, 64, 0, 1803, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_LINATTN, 32, 0, 1804, "PRISM_REC_DSTATE_WG", "0", mma, FORCED_TF32_ONLY);
+    int fails = 0;
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    const struct { int64_t N, T; const char *shows; } sizes[] = {
+        {8, 2048, "dstate(bv 128, wgmma)"}, {2, 8192, "dstate(bv 32)"}};
+    for (int i = 0; i < 2; i++) {
+        const bool ok = pr_recurrence_plan(&tf, PR_CUDA, sizes[i].N, sizes[i].T, 16, 128, 128, 0, &plan, why,
+                                           sizeof why);
+        if (!ok || !strstr(plan.kernels, sizes[i].shows))
+            fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
+                    (long long)sizes[i].N, (long long)sizes[i].T, sizes[i].shows, ok ? plan.kernels : why), fails++;
+    }
+    const char *wg = "dstate(bv 128, wgmma)";
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1801, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_SSD, 128, 0, 1802, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_DELTA, 64, 0, 1803, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_LINATTN, 32, 0, 1804, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_GDN, 128, 96, 0, 1805, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
     expect_knob_refused("PRISM_REC_DSTATE_WG", "2");
     /* insisting on the form where it cannot run (extra writes) stops, naming the variable and L */
     setenv("PRISM_REC_DSTATE_WG", "1", 1);

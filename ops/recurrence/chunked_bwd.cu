@@ -1175,6 +1175,13 @@ static long long serial_waves(const rec_prob &p, int b, size_t smem, int smem_sm
     const long long slots = (long long)n_sm * plan_per_sm(smem, smem_sm);
     return (blocks + slots - 1) / slots;
 }
+/* the SMs a serial pass keeps at work in its first wave */
+static long long serial_sms(const rec_prob &p, int b, size_t smem, int smem_sm, int n_sm)
+{
+    const long long blocks = (long long)p.N * p.H * ((p.V + b - 1) / b), per_sm = plan_per_sm(smem, smem_sm);
+    const long long sms = (blocks + per_sm - 1) / per_sm;
+    return sms < n_sm ? sms : n_sm;
+}
 /* the fewest waves at the V tiles bytes(b) allows (b = 32, 64, ... up to
  * Vp), then the narrowest tile (more blocks at work) */
 template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int smem_sm, int n_sm, F bytes, int *out)
@@ -1222,7 +1229,7 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
 }
 
 /* The dstate pass's wgmma form (NOTES.md v31) where it runs: as the state
- * pass's above, with its one V tile of 128 (a forced PRISM_REC_BV_DSTATE
+ * pass's above (and no fewer SMs at work), with its one V tile of 128 (a forced PRISM_REC_BV_DSTATE
  * other than 128 keeps mma.sync). PRISM_REC_DSTATE_WG=0 keeps mma.sync, 1
  * insists on wgmma (tests, A/Bs). */
 static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
@@ -1234,9 +1241,13 @@ static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, 
     const size_t bytes = smem_dstate_wg(p);
     bool on = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && p.L == 0 && pl->segments == 1 && bytes <= mx &&
               want != 0 && (!forced || pl->bv_dstate == 128);
+    /* no more waves, and no fewer SMs at work: its one block an SM of 128
+     * columns leaves most SMs idle where there are few heads (size 2: 32
+     * blocks against mma.sync's 128 on 64 SMs, 0.4 ms slower: NOTES.md v31) */
+    const size_t bm = pr_rec_smem_dstate(p, pl->bv_dstate);
     if (on && want != 1 && !forced)
-        on = serial_waves(p, 128, bytes, smem_sm, n_sm) <=
-             serial_waves(p, pl->bv_dstate, pr_rec_smem_dstate(p, pl->bv_dstate), smem_sm, n_sm);
+        on = serial_waves(p, 128, bytes, smem_sm, n_sm) <= serial_waves(p, pl->bv_dstate, bm, smem_sm, n_sm) &&
+             serial_sms(p, 128, bytes, smem_sm, n_sm) >= serial_sms(p, pl->bv_dstate, bm, smem_sm, n_sm);
     if (want == 1 && !on)
         pr_fatal("PRISM_REC_DSTATE_WG=1 forces the dstate pass's wgmma form, which needs TF32 products (matmul_tf32 "
                  "on), a build for sm_90a on an sm_90 GPU, K <= 128, no extra writes (L = %d here), no segments, "
