@@ -580,9 +580,8 @@ static void test_state_wg(void **state)
 
 /* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31): the plan
  * takes it where it keeps as many SMs at work as mma.sync (the benchmark's
- * size 1, not its size 2); PRISM_REC_DSTATE_WG=1 forces it, compared with
- * mma.sync (the plan's own choice at these sizes) and both with the CPU in
- * f64 at padded K (96 in two pieces of 64; 32 and 64 in one), with and
+ * size 1, not its size 2); PRISM_REC_DSTATE_WG=1 forces it and 0 mma.sync,
+ * each compared with the plan's own choice and with the CPU in f64 at padded K (96 in two pieces of 64; 32 and 64 in one), with and
  * without beta, at partial chunks (T = 100) and partial V tiles (V = 40:
  * the second warpgroup's columns all past V; V = 96: both partial). */
 static void test_dstate_wg(void **state)
@@ -603,12 +602,16 @@ static void test_dstate_wg(void **state)
             fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
                     (long long)sizes[i].N, (long long)sizes[i].T, sizes[i].shows, ok ? plan.kernels : why), fails++;
     }
-    const char *wg = "dstate(bv 128, wgmma)";
-    fails += check_forced(PR_RULE_GDN, 96, 0, 1801, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_SSD, 128, 0, 1802, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_DELTA, 64, 0, 1803, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_LINATTN, 32, 0, 1804, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
-    fails += check_forced_v(PR_RULE_GDN, 128, 96, 0, 1805, "PRISM_REC_DSTATE_WG", "1", wg, FORCED_TF32_ONLY);
+    /* each form forced and compared with the plan's own choice, which is one of them */
+    const struct { pr_rule rule; int64_t K, V; } fc[] = {
+        {PR_RULE_GDN, 96, 40}, {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40}, {PR_RULE_LINATTN, 32, 40},
+        {PR_RULE_GDN, 128, 96}};
+    for (int i = 0; i < 5; i++) {
+        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1801 + i, "PRISM_REC_DSTATE_WG", "1",
+                                "dstate(bv 128, wgmma)", FORCED_TF32_ONLY);
+        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1811 + i, "PRISM_REC_DSTATE_WG", "0",
+                                "dstate(bv 32) grad", FORCED_TF32_ONLY);
+    }
     expect_knob_refused("PRISM_REC_DSTATE_WG", "2");
     /* insisting on the form where it cannot run (extra writes) stops, naming the variable and L */
     setenv("PRISM_REC_DSTATE_WG", "1", 1);
