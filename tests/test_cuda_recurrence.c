@@ -621,6 +621,51 @@ static void test_dstate_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32): the plan
+ * takes it for TF32 runs without extra writes at both benchmark sizes;
+ * PRISM_REC_SCORES_WG=1 forces it and 0 mma.sync, each compared with the
+ * plan's own choice and with the CPU in f64 at both chunk sizes (C = 32
+ * leaves half of its 64 rows empty), padded K (96 and 128 in four pieces of
+ * 32, 32 and 38 in two), with and without beta and g, partial chunks (T =
+ * 100), partial V tiles (V = 40; V = 96: the output's second tile partial;
+ * V = 130: odd widths, no vector loads, three output tiles). */
+static void test_scores_wg(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
+    pr_rec_plan plan;
+    char why[256];
+    int fails = 0;
+    const char *wg = "scores(bv 64, wgmma); bwd dlocal(bv 128, wgmma)";
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    const int64_t sizes[2][2] = {{8, 2048}, {2, 8192}};
+    for (int i = 0; i < 2; i++) {
+        const bool ok = pr_recurrence_plan(&tf, PR_CUDA, sizes[i][0], sizes[i][1], 16, 128, 128, 0, &plan, why,
+                                           sizeof why);
+        if (!ok || !strstr(plan.kernels, wg))
+            fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
+                    (long long)sizes[i][0], (long long)sizes[i][1], wg, ok ? plan.kernels : why), fails++;
+    }
+    const struct { pr_rule rule; int64_t K, V; } fc[] = {
+        {PR_RULE_GDN, 96, 40},  {PR_RULE_SSD, 128, 40},    {PR_RULE_DELTA, 64, 40},
+        {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}, {PR_RULE_DELTA, 38, 130}};
+    for (int i = 0; i < 6; i++) {
+        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1901 + i, "PRISM_REC_SCORES_WG", "1", wg,
+                                FORCED_TF32_ONLY);
+        if (fc[i].V <= 96) /* mma.sync's dlocal tile is 64 there */
+            fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1911 + i, "PRISM_REC_SCORES_WG", "0",
+                                    "dlocal(bv 64) dstate", FORCED_TF32_ONLY);
+    }
+    expect_knob_refused("PRISM_REC_SCORES_WG", "2");
+    /* insisting on the form where it cannot run (extra writes) stops, naming the variable and L */
+    setenv("PRISM_REC_SCORES_WG", "1", 1);
+    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
+    unsetenv("PRISM_REC_SCORES_WG");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -710,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_long),        cmocka_unit_test(test_segments), cmocka_unit_test(test_wy_ktiles),
         cmocka_unit_test(test_grad_passes), cmocka_unit_test(test_state_wg),
         cmocka_unit_test(test_dstate_wg),
+        cmocka_unit_test(test_scores_wg),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

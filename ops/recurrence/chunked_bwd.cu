@@ -1256,6 +1256,25 @@ static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, 
     if (on) pl->wg_dstate = 1, pl->bv_dstate = 128;
 }
 
+/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32) where it
+ * runs: TF32 on, a build for sm_90a on an sm_90 GPU, K <= 128 and no extra
+ * writes; it has its own V tiles (64 for the output, 128 for dlocal).
+ * PRISM_REC_SCORES_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
+static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
+{
+    pl->wg_scores = 0;
+    long want = -1;
+    rec_env_knob("PRISM_REC_SCORES_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
+                 &want);
+    const bool on = rec_wgmma_runs() && p.tf32 && p.L == 0 && pr_rec_smem_scores_wg(p, 0) <= mx &&
+                    pr_rec_smem_scores_wg(p, 1) <= mx && want != 0;
+    if (want == 1 && !on)
+        pr_fatal("PRISM_REC_SCORES_WG=1 forces the scores kernels' wgmma form, which needs TF32 products (matmul_tf32 "
+                 "on), a build for sm_90a on an sm_90 GPU, K <= 128 and no extra writes (K = %d, L = %d here)",
+                 p.K, p.L);
+    if (on) pl->wg_scores = 1, pl->bv_out = 64, pl->bv_dloc = 128;
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
@@ -1281,7 +1300,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * least product work (the reloads of P_c per tile cost less), and the
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
-    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0;
+    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1293,6 +1312,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
         }
         plan_state_wg(p, smem_sm, n_sm, mx, fs, pl);
         plan_dstate_wg(p, smem_sm, n_sm, mx, fd, pl);
+        plan_scores_wg(p, mx, pl);
     }
     /* grad: wgmma where its TF32 products apply (TF32 on, a build for sm_90a
      * on an sm_90 GPU: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces
@@ -1414,7 +1434,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     float *dW = p.delta ? rec_scratch(n_k) : nullptr, *dbA = p.delta ? rec_scratch((size_t)rowsH) : nullptr;
     float *dGp = p.has_g ? rec_scratch((size_t)(nkt * rowsH)) : nullptr;
 
-    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv);
+    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv, pl.wg_scores);
     {
         const rec_dstate_io io = {sv.W, p.dht, dhs, dU, dVX, d.dv, d.dh0, 1};
         if (sv.sg.n) chunk_dstate_segmented(st, p, pl.bv_dstate, sv.sg, io);

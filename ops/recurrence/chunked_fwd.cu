@@ -474,6 +474,152 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     }
 }
 
+/* The scores kernel's wgmma form (sm_90a; NOTES.md v32): C <= 64 tokens
+ * (rows past C are zero) and no extra writes, K <= 32 KB (KB = 2 or 4
+ * sub-tiles of 32 keys, zero past K), two warpgroups of 128 threads. The
+ * mma.sync form spends half of its instructions on fragments, conversions
+ * and the V loop's barriers; here a block makes one V tile of 64 columns
+ * (MODE 0; two blocks an SM at K = 128) or 128 (MODE 1) in three products:
+ *   MODE 0: S = Q K^T and P = Q h together, S masked in registers
+ *           (D, beta), then O = scale (e^G o P + S Ua), stored from the sums;
+ *   MODE 1: S^T = K Q^T, masked, then dU = scale S^T dO (+ dv0).
+ * h, Ua and dO are copied transposed (rec_cpt), Q and K as they are; every
+ * operand is rounded to TF32 in place by its copier. A warpgroup makes the
+ * 32 score columns of its half and, after one barrier for the keys' room
+ * (S reuses it), its half of the output columns. */
+struct scores_wg_lay {
+    int gates, QS, KS, SS, BT, VT, total;
+};
+__host__ __device__ static scores_wg_lay scores_wg_layout(int mode, int KB)
+{
+    rec_bump m; /* every tile a multiple of 1024 floats after the gates' 256: 1024-byte boundaries */
+    scores_wg_lay s;
+    s.gates = m.take(4 * 64);
+    s.QS = m.take(KB * 64 * 32), s.KS = s.SS = m.take(KB * 64 * 32);
+    s.BT = mode == 0 ? m.take(KB * 64 * 32) : -1;
+    s.VT = m.take((mode == 0 ? 64 : 128) * 64);
+    s.total = m.off;
+    return s;
+}
+/* the sub-tiles of 32 keys the form runs at K (0: K > 128) */
+static int scores_wg_kb(const rec_prob &p) { return p.Kp <= 64 ? 2 : p.Kp <= 128 ? 4 : 0; }
+size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode)
+{
+    const int kb = scores_wg_kb(p);
+    return kb ? (size_t)scores_wg_layout(mode, kb).total * 4 : (size_t)-1;
+}
+
+template <int C, int MODE, int KB>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    chunk_scores_wg_kernel(rec_prob p, const float *hs, const float *R, float *o, float *dU, const float *dv0)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    constexpr int NW = MODE == 0 ? 32 : 64, BV = 2 * NW, NR = NW / 2;
+    const scores_wg_lay s = scores_wg_layout(MODE, KB);
+    const int nvt = (p.V + BV - 1) / BV, c = blockIdx.x / nvt, v0 = blockIdx.x % nvt * BV, h = blockIdx.y;
+    const int H = p.H, K = p.K, V = p.V, nv = min(BV, V - v0), wg = threadIdx.x >> 7;
+    const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2), c0 = 2 * (lane & 3);
+    float *G = sm + s.gates, *bt = G + 64, *eG = G + 128, *QS = sm + s.QS, *KS = sm + s.KS, *SS = sm + s.SS;
+    float *VT = sm + s.VT;
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    const int nval = cp.nval;
+
+    for (int kb = 0; kb < KB; kb++) {
+        rec_ld_tile<true>(QS + kb * 2048, 32, 64, 32, p.q + rk * K + kb * 32, (long long)H * K, nval, K - kb * 32,
+                          p.vec);
+        rec_ld_tile<true>(KS + kb * 2048, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval, K - kb * 32,
+                          p.vec);
+    }
+    if constexpr (MODE == 0) {
+        rec_cpt<KB * 32, 64>(sm + s.BT, 64, hs + ((long long)c * H + h) * K * V + v0, V, K, nv);
+        rec_cpt<64, 64>(VT, 64, (p.delta ? R : p.v) + rk * V + v0, (long long)H * V, nval, nv);
+    } else {
+        rec_cpt<64, BV>(VT, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv);
+    }
+    rec_load_gates<C>(p, cp.row0, nval, h, G, bt, eG, G + 192);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    for (int kb = 0; kb < KB; kb++) rec_tf32_own(QS + kb * 2048, 64), rec_tf32_own(KS + kb * 2048, 64);
+    if constexpr (MODE == 0) {
+        rec_cpt_own<KB * 32, 64>(sm + s.BT, 64, nullptr, 1.f);
+        rec_cpt_own<64, 64>(VT, 64, nullptr, 1.f);
+    } else {
+        rec_cpt_own<64, BV>(VT, BV, nullptr, p.scale);
+    }
+    rec_fence_async();
+    __syncthreads();
+
+    /* this warpgroup's 32 score columns (MODE 0: tokens i of S_ti; MODE 1:
+     * tokens t of S^T_it), with Q h's columns beside them in MODE 0 */
+    float sz[16], pz[MODE == 0 ? 16 : 1], oz[NR];
+#pragma unroll
+    for (int e = 0; e < 16; e++) sz[e] = 0.f;
+#pragma unroll
+    for (int e = 0; e < NR; e++) oz[e] = 0.f;
+    rec_wg_fence();
+    if constexpr (MODE == 0) {
+#pragma unroll
+        for (int e = 0; e < 16; e++) pz[e] = 0.f;
+        rec_wg_rows<32, KB>(sz, QS, KS + wg * 32 * 32, 2048);
+        rec_wg_rows<32, KB>(pz, QS, sm + s.BT + wg * 32 * 32, 2048);
+    } else {
+        rec_wg_rows<32, KB>(sz, KS, QS + wg * 32 * 32, 2048);
+    }
+    rec_wg_commit();
+    rec_wg_wait();
+#pragma unroll
+    for (int e = 0; e < 16; e++) asm volatile("" : "+f"(sz[e])::"memory");
+    if constexpr (MODE == 0)
+#pragma unroll
+        for (int e = 0; e < 16; e++) asm volatile("" : "+f"(pz[e])::"memory");
+    __syncthreads(); /* both warpgroups are done with the keys: S takes their room */
+    {
+        float *sub = SS + wg * 2048; /* the 32 columns of this warpgroup are one sub-tile of k */
+        const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1), b = 32 * wg + j;
+            const int t = MODE == 0 ? a : b, i = MODE == 0 ? b : a; /* S_ti, or S^T_it */
+            float x = 0.f;
+            if (i <= t && t < nval) x = sz[e] * expf(G[t] - G[i]) * (MODE == 0 && p.delta ? bt[i] : 1.f);
+            sub[rec_sw128(base, a, j)] = __uint_as_float(rec_tf32(x));
+        }
+    }
+    rec_fence_async();
+    __syncthreads();
+    rec_wg_fence();
+    rec_wg_rows<NW, 2>(oz, SS, VT + wg * NW * 32, BV * 32);
+    rec_wg_commit();
+    rec_wg_wait();
+#pragma unroll
+    for (int e = 0; e < NR; e++) asm volatile("" : "+f"(oz[e])::"memory");
+    /* sums e and e + 1 are adjacent columns of one row */
+#pragma unroll
+    for (int e = 0; e < NR; e += 2) {
+        const int a = r0 + 8 * (e >> 1 & 1), j = wg * NW + c0 + 8 * (e >> 2);
+        if (a >= nval || j >= nv) continue;
+        const long long at = (rk + (long long)a * H) * V + v0 + j;
+        float2 y;
+        if constexpr (MODE == 0) {
+            const float f = eG[a];
+            y = make_float2(p.scale * fmaf(f, pz[e], oz[e]), p.scale * fmaf(f, pz[e + 1], oz[e + 1]));
+        } else {
+            y = make_float2(oz[e], oz[e + 1]);
+            if (dv0) {
+                y.x += dv0[at];
+                if (j + 1 < nv) y.y += dv0[at + 1];
+            }
+        }
+        float *dst = MODE == 0 ? o + at : dU + at;
+        if (p.vec) *reinterpret_cast<float2 *>(dst) = y;
+        else {
+            dst[0] = y.x;
+            if (j + 1 < nv) dst[1] = y.y;
+        }
+    }
+}
+
 /* ---- launchers --------------------------------------------------------------------- */
 
 template <class F> static void chunk_smem_attr(F kernel, size_t smem)
@@ -505,6 +651,20 @@ template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, 
     kernel<<<dim3((p.V + bv - 1) / bv, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
     PR_CUDA_LAUNCH_CHECK();
 }
+/* the scores kernel's wgmma form (pl.wg_scores): MODE 0 the output, MODE 1 dlocal */
+template <int C, int MODE>
+static void scores_wg_c(cudaStream_t st, const rec_prob &p, const float *hs, const float *R, float *o, float *dU,
+                        const float *dv0)
+{
+    const int kb = scores_wg_kb(p), bv = MODE == 0 ? 64 : 128;
+    PR_ASSERT(kb && p.L == 0);
+    const auto kernel = kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2> : chunk_scores_wg_kernel<C, MODE, 4>;
+    const size_t sm = pr_rec_smem_scores_wg(p, MODE);
+    chunk_smem_attr(kernel, sm);
+    kernel<<<dim3(p.nchunks * ((p.V + bv - 1) / bv), p.H), PR_REC_THREADS, sm, st>>>(p, hs, R, o, dU, dv0);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
 void pr_rec_chunk_state(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io, bool wg)
 {
     if (wg) {
@@ -574,7 +734,9 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
     } else {
         chunk_state_segmented(st, p, pl, sv, ht);
     }
-    {
+    if (pl.wg_scores) {
+        scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, nullptr);
+    } else {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
         const auto kernel = rec_bf_products(p) ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>;
         chunk_smem_attr(kernel, sm);
@@ -591,8 +753,14 @@ void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_pla
 }
 
 /* the backward's first step (chunked_bwd.cu calls it): dU = scale S^T dO, dVX likewise */
-void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0)
+void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0,
+                         bool wg)
 {
+    if (wg) {
+        if (p.C == 64) scores_wg_c<64, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0);
+        else scores_wg_c<32, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0);
+        return;
+    }
     const size_t sm = pr_rec_smem_scores(p, 1, bv);
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_scores_kernel<64, 1, true> : chunk_scores_kernel<64, 1, false>)

@@ -175,8 +175,9 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
     char gpass[24] = "";
     if (pl.passes_grad > 1) snprintf(gpass, sizeof gpass, ", %d passes", pl.passes_grad);
     k += snprintf(buf + k, n - k,
-                  "state(bv %d%s%s)%s scores(bv %d); bwd dlocal(bv %d) dstate(bv %d%s%s) grad(bk %d, bv %d, %s%d %s%s) ",
-                  pl.bv_state, pl.wg_state ? ", wgmma" : "", fwd_seg, fix, pl.bv_out, pl.bv_dloc, pl.bv_dstate,
+                  "state(bv %d%s%s)%s scores(bv %d%s); bwd dlocal(bv %d%s) dstate(bv %d%s%s) grad(bk %d, bv %d, %s%d %s%s) ",
+                  pl.bv_state, pl.wg_state ? ", wgmma" : "", fwd_seg, fix, pl.bv_out, pl.wg_scores ? ", wgmma" : "",
+                  pl.bv_dloc, pl.wg_scores ? ", wgmma" : "", pl.bv_dstate,
                   pl.wg_dstate ? ", wgmma" : "", seg,
                   pl.bk_grad, pl.bv_grad, pl.wg_grad ? "wgmma, " : "", pl.bpw_grad,
                   pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);

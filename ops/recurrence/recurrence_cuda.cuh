@@ -994,12 +994,13 @@ struct rec_chunk_saved {
  * of a last serial pass; wg_grad: grad's V-loop products run as wgmma, and
  * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks;
  * wg_state, wg_dstate: the state (dstate) pass runs its wgmma form (bv_state,
- * bv_dstate its V tile) */
+ * bv_dstate its V tile); wg_scores: the output and dlocal do (V tiles of
+ * bv_out = 64 and bv_dloc = 128) */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix, wg_state, wg_dstate;
+    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -1047,7 +1048,9 @@ void pr_rec_seg_fix(cudaStream_t s, const rec_prob &p, const rec_segs &sg, int b
 size_t pr_rec_smem_segfix(const rec_prob &p, int bv);
 /* the backward's first step: dU = scale S^T dO (+ dv0 where given: the rules
  * without beta) and dVX likewise, for every chunk */
-void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0);
+/* wg: the wgmma form (the plan's wg_scores; V tiles of 128) */
+void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0,
+                         bool wg = false);
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                           float *o, float *ht);
 void pr_rec_chunk_backward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
@@ -1057,6 +1060,7 @@ size_t pr_rec_smem_prep(const rec_prob &p, int bv);
 size_t pr_rec_smem_state(const rec_prob &p, int bv);
 size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is not 32 or 64 */
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
+size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode); /* SIZE_MAX where K > 128 */
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
 size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
