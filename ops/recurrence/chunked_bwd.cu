@@ -896,7 +896,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 
     float *eG = sm + s.eG;
     rec_ld_tile(Ts, LDC, C, C, Tinv + ((long long)c * H + h) * C * C, C, C, C, true);
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
+    rec_gates_issue<C>(p, cp.row0, cp.nval, h, G, bt);
     for (int t = threadIdx.x; t < C; t += blockDim.x) {
         const long long o = rk + (long long)t * H;
         float g = 0.f;
@@ -906,6 +906,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         dB[t] = t < cp.nval ? x.dbA[o] : 0.f;
     }
     rec_sync();
+    rec_gates_scan<C>(G, cp.nval, eG, sm + s.eL); /* read after the next barrier (both branches below start with one) */
     if (L) { /* Mx = strict(D o K KX^T), summed over K tiles, xg extras a product */
         float *Km = sm + s.Km, *KXl = sm + s.KXl;
         for (int kt = 0; kt < nkw; kt++) {

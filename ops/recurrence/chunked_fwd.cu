@@ -80,9 +80,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2) chunk_prep_kernel(rec_prob 
     float *Ts = sm + s.Ts, *Mx = sm + s.Mx, *Vt = sm + s.Vt, *VXt = sm + s.VXt, *Rt = sm + s.Rt;
 
     rec_ld_tile(Ks, LDK, C, Kp, p.k + rk * K, (long long)H * K, cp.nval, K, p.vec);
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
+    rec_gates_issue<C>(p, cp.row0, cp.nval, h, G, bt);
     rec_sync();
     rec_mm<false, true, BF>(p, Bs, LDC, Ks, LDK, Ks, LDK, C, C, Kp, 1.f, false);
+    rec_gates_scan<C>(G, cp.nval, eG, sm + s.eL); /* warp 0, after its share of the product */
     rec_sync();
     REC_FOR2D(C, C, t, i) Bs[t * LDC + i] = i < t ? Bs[t * LDC + i] * expf(G[t] - G[i]) * bt[i] : 0.f;
     rec_sync();
@@ -432,9 +433,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
     rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
-    rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, sm + s.eL);
+    rec_gates_issue<C>(p, cp.row0, cp.nval, h, G, bt);
     rec_sync();
     rec_mm<false, true, BF>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
+    rec_gates_scan<C>(G, cp.nval, eG, sm + s.eL); /* warp 0, after its share of the product */
     rec_sync();
     /* S_ta = D_{t,i} (q_t . ka_a) for token i = a % C <= t; the output folds u = beta R in */
     REC_FOR2D(C, C, t, i) {
@@ -538,30 +540,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     } else {
         rec_cpt<64, BV>(VT, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv);
     }
-    constexpr int E = C / 32;
-    if (threadIdx.x < 32) /* g and beta as they are (zero past the chunk, or without them), scanned below */
-#pragma unroll
-        for (int e = 0; e < E; e++) {
-            const int t = lane * E + e;
-            const bool in = t < nval;
-            const unsigned d = (unsigned)__cvta_generic_to_shared(G + t);
-            rec_cp4(d, in && p.has_g ? p.g + rk + (long long)t * H : p.q, in && p.has_g ? 4 : 0);
-            rec_cp4(d + 256, in && p.delta ? p.beta + rk + (long long)t * H : p.q, in && p.delta ? 4 : 0);
-        }
+    rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
-    if (threadIdx.x < 32) { /* G: the chunk-local cumulative sums of g, e^G beside them, by warp 0 */
-        float x[E], run = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; e++) run += G[lane * E + e], x[e] = run;
-        float incl = run;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
-            if (lane >= o) incl += y;
-        }
-#pragma unroll
-        for (int e = 0; e < E; e++) G[lane * E + e] = incl - run + x[e], eG[lane * E + e] = expf(incl - run + x[e]);
-    }
+    rec_gates_scan<C>(G, nval, eG);
     for (int kb = 0; kb < KB; kb++) rec_tf32_own(QS + kb * 2048, 64), rec_tf32_own(KS + kb * 2048, 64);
     if constexpr (MODE == 0) {
         rec_cpt_own<KB * 32, 64>(sm + s.BT, 64, nullptr, 1.f);

@@ -891,6 +891,56 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
     }
 }
 
+/* rec_load_gates in two steps, so that warp 0's loads fly with the tiles'
+ * instead of holding the block at its first barrier (NOTES.md v34):
+ * rec_gates_issue copies g and beta as they are into G and bt (4-byte
+ * cp.async by warp 0, zero past nval or without them); after its wait,
+ * rec_gates_scan turns G into the cumulative sums in place and fills eG and
+ * eL (where given), again by warp 0. The caller synchronizes after. */
+template <int C>
+__device__ __forceinline__ void rec_gates_issue(const rec_prob &p, int row0, int nval, int h, float *G, float *bt)
+{
+    if (threadIdx.x >= 32) return;
+    constexpr int E = C / 32;
+    const long long o0 = (long long)row0 * p.H + h;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int t = threadIdx.x * E + e;
+        const bool in = t < nval;
+        rec_cp4((unsigned)__cvta_generic_to_shared(G + t), in && p.has_g ? p.g + o0 + (long long)t * p.H : p.q,
+                in && p.has_g ? 4 : 0);
+        rec_cp4((unsigned)__cvta_generic_to_shared(bt + t), in && p.delta ? p.beta + o0 + (long long)t * p.H : p.q,
+                in && p.delta ? 4 : 0);
+    }
+}
+template <int C>
+__device__ __forceinline__ void rec_gates_scan(float *G, int nval, float *eG = nullptr, float *eL = nullptr)
+{
+    if (threadIdx.x >= 32) return;
+    constexpr int E = C / 32;
+    const int lane = threadIdx.x;
+    float x[E], run = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; e++) run += G[lane * E + e], x[e] = run;
+    float incl = run;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
+        if (lane >= o) incl += y;
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) G[lane * E + e] = incl - run + x[e];
+    if (!eG) return;
+    __syncwarp();
+    const float gl = G[nval - 1];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const float gt = incl - run + x[e];
+        eG[lane * E + e] = expf(gt);
+        if (eL) eL[lane * E + e] = expf(gl - gt);
+    }
+}
+
 /* dg[o0 + t*stride] += sum_{s=t}^{nval-1} x_s for t < nval: the reverse
  * cumulative sum of one chunk's dG, by one warp (lane holds x_t for
  * t = lane*E + e, E = C/32). A suffix scan across lanes, then every lane's
