@@ -578,92 +578,81 @@ static void test_state_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* A wgmma form's knob env against the plan: gdn's TF32 plan at the
+ * benchmark's two sizes (K = V = 128, H = 16; N = 8 T = 2048 and N = 2
+ * T = 8192) shows sizes[0] and sizes[1]; env = 1 then forces the form (the
+ * plan shows on) and env = 0 the mma.sync one (off; only where V <= off_v)
+ * for each case, each compared with the plan's own choice, the CPU in f64
+ * and a rerun (check_forced_v, seeds from seed); env = 2 is refused, and
+ * env = 1 with extra writes (prism_core, L = 2) stops, naming env and L. */
+typedef struct {
+    pr_rule rule;
+    int64_t K, V;
+} wg_case;
+static int check_wg_knob(const char *env, const char *const sizes[2], const char *on, const char *off, int64_t off_v,
+                         const wg_case *fc, int n, uint64_t seed)
+{
+    pr_rec_plan plan;
+    char why[256];
+    int fails = 0;
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    const int64_t NT[2][2] = {{8, 2048}, {2, 8192}};
+    for (int i = 0; i < 2; i++) {
+        const bool ok = pr_recurrence_plan(&tf, PR_CUDA, NT[i][0], NT[i][1], 16, 128, 128, 0, &plan, why, sizeof why);
+        if (!ok || !strstr(plan.kernels, sizes[i]))
+            fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
+                    (long long)NT[i][0], (long long)NT[i][1], sizes[i], ok ? plan.kernels : why), fails++;
+    }
+    for (int i = 0; i < n; i++) {
+        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, seed + i, env, "1", on, FORCED_TF32_ONLY);
+        if (fc[i].V <= off_v)
+            fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, seed + 10 + i, env, "0", off, FORCED_TF32_ONLY);
+    }
+    expect_knob_refused(env, "2");
+    setenv(env, "1", 1);
+    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
+    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), env);
+    unsetenv(env);
+    return fails;
+}
+
 /* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31): the plan
  * takes it where it keeps as many SMs at work as mma.sync (the benchmark's
- * size 1, not its size 2); PRISM_REC_DSTATE_WG=1 forces it and 0 mma.sync,
- * each compared with the plan's own choice and with the CPU in f64 at padded K (96 in two pieces of 64; 32 and 64 in one), with and
- * without beta, at partial chunks (T = 100) and partial V tiles (V = 40:
- * the second warpgroup's columns all past V; V = 96: both partial). */
+ * size 1, not its size 2); each form forced at padded K (96 in two pieces
+ * of 64; 32 and 64 in one), with and without beta, at partial chunks (T =
+ * 100) and partial V tiles (V = 40: the second warpgroup's columns all past
+ * V; V = 96: both partial). */
 static void test_dstate_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    pr_rec_plan plan;
-    char why[256];
-    int fails = 0;
-    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    const struct { int64_t N, T; const char *shows; } sizes[] = {
-        {8, 2048, "dstate(bv 128, wgmma)"}, {2, 8192, "dstate(bv 32)"}};
-    for (int i = 0; i < 2; i++) {
-        const bool ok = pr_recurrence_plan(&tf, PR_CUDA, sizes[i].N, sizes[i].T, 16, 128, 128, 0, &plan, why,
-                                           sizeof why);
-        if (!ok || !strstr(plan.kernels, sizes[i].shows))
-            fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
-                    (long long)sizes[i].N, (long long)sizes[i].T, sizes[i].shows, ok ? plan.kernels : why), fails++;
-    }
-    /* each form forced and compared with the plan's own choice, which is one of them */
-    const struct { pr_rule rule; int64_t K, V; } fc[] = {
-        {PR_RULE_GDN, 96, 40}, {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40}, {PR_RULE_LINATTN, 32, 40},
-        {PR_RULE_GDN, 128, 96}};
-    for (int i = 0; i < 5; i++) {
-        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1801 + i, "PRISM_REC_DSTATE_WG", "1",
-                                "dstate(bv 128, wgmma)", FORCED_TF32_ONLY);
-        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1811 + i, "PRISM_REC_DSTATE_WG", "0",
-                                "dstate(bv 32) grad", FORCED_TF32_ONLY);
-    }
-    expect_knob_refused("PRISM_REC_DSTATE_WG", "2");
-    /* insisting on the form where it cannot run (extra writes) stops, naming the variable and L */
-    setenv("PRISM_REC_DSTATE_WG", "1", 1);
-    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
-    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
-    unsetenv("PRISM_REC_DSTATE_WG");
-    assert_int_equal(fails, 0);
+    const char *const sizes[2] = {"dstate(bv 128, wgmma)", "dstate(bv 32)"};
+    const wg_case fc[] = {{PR_RULE_GDN, 96, 40}, {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40},
+                          {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}};
+    assert_int_equal(check_wg_knob("PRISM_REC_DSTATE_WG", sizes, "dstate(bv 128, wgmma)", "dstate(bv 32) grad",
+                                   INT64_MAX, fc, 5, 1801),
+                     0);
 }
 
-/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32): the plan
- * takes it for TF32 runs without extra writes at both benchmark sizes;
- * PRISM_REC_SCORES_WG=1 forces it and 0 mma.sync, each compared with the
- * plan's own choice and with the CPU in f64 at both chunk sizes (C = 32
- * leaves half of its 64 rows empty), padded K (96 and 128 in four pieces of
- * 32, 32 and 38 in two), with and without beta and g, partial chunks (T =
- * 100), partial V tiles (V = 40; V = 96: the output's second tile partial;
- * V = 130: odd widths, no vector loads, three output tiles). */
+/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32, v34): the
+ * plan takes it for TF32 runs without extra writes at both benchmark sizes;
+ * each form forced at both chunk sizes (C = 32 leaves half of its 64 rows
+ * empty), padded K (96 and 128 in four pieces of 32, 32 and 38 in two), with
+ * and without beta and g, partial chunks (T = 100), partial V tiles (V = 40;
+ * V = 96: the output's second tile partial; V = 130: odd widths, no vector
+ * loads, three output tiles; mma.sync's dlocal tile is 64 up to V = 96). */
 static void test_scores_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    pr_rec_plan plan;
-    char why[256];
-    int fails = 0;
     const char *wg = "scores(bv 64, wgmma); bwd dlocal(bv 128, wgmma)";
-    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    const int64_t sizes[2][2] = {{8, 2048}, {2, 8192}};
-    for (int i = 0; i < 2; i++) {
-        const bool ok = pr_recurrence_plan(&tf, PR_CUDA, sizes[i][0], sizes[i][1], 16, 128, 128, 0, &plan, why,
-                                           sizeof why);
-        if (!ok || !strstr(plan.kernels, wg))
-            fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
-                    (long long)sizes[i][0], (long long)sizes[i][1], wg, ok ? plan.kernels : why), fails++;
-    }
-    const struct { pr_rule rule; int64_t K, V; } fc[] = {
-        {PR_RULE_GDN, 96, 40},  {PR_RULE_SSD, 128, 40},    {PR_RULE_DELTA, 64, 40},
-        {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}, {PR_RULE_DELTA, 38, 130}};
-    for (int i = 0; i < 6; i++) {
-        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1901 + i, "PRISM_REC_SCORES_WG", "1", wg,
-                                FORCED_TF32_ONLY);
-        if (fc[i].V <= 96) /* mma.sync's dlocal tile is 64 there */
-            fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, 1911 + i, "PRISM_REC_SCORES_WG", "0",
-                                    "dlocal(bv 64) dstate", FORCED_TF32_ONLY);
-    }
-    expect_knob_refused("PRISM_REC_SCORES_WG", "2");
-    /* insisting on the form where it cannot run (extra writes) stops, naming the variable and L */
-    setenv("PRISM_REC_SCORES_WG", "1", 1);
-    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
-    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
-    unsetenv("PRISM_REC_SCORES_WG");
-    assert_int_equal(fails, 0);
+    const char *const sizes[2] = {wg, wg};
+    const wg_case fc[] = {{PR_RULE_GDN, 96, 40},     {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40},
+                          {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}, {PR_RULE_DELTA, 38, 130}};
+    assert_int_equal(check_wg_knob("PRISM_REC_SCORES_WG", sizes, wg, "dlocal(bv 64) dstate", 96, fc, 6, 1901), 0);
 }
 
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
