@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 }
 
 /* The scores kernel's wgmma form (sm_90a; NOTES.md v32): C <= 64 tokens
- * (rows past C are zero) and no extra writes, K <= 32 KB (KB = 2 or 4
+ * (rows past C are zero) and no extra writes, K <= 128 (KB = 2 or 4
  * sub-tiles of 32 keys, zero past K), two warpgroups of 128 threads. The
  * mma.sync form spends half of its instructions on fragments, conversions
  * and the V loop's barriers; here a block makes one V tile of 64 columns
@@ -494,7 +494,7 @@ struct scores_wg_lay {
 };
 __host__ __device__ static scores_wg_lay scores_wg_layout(int mode, int KB)
 {
-    rec_bump m; /* every tile a multiple of 1024 floats after the gates' 256: 1024-byte boundaries */
+    rec_bump m; /* the gates (G, bt, eG) in 256 floats, then tiles of multiples of 1024: 1024-byte boundaries */
     scores_wg_lay s;
     s.gates = m.take(4 * 64);
     s.QS = m.take(KB * 64 * 32), s.KS = s.SS = m.take(KB * 64 * 32);
