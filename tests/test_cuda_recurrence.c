@@ -655,6 +655,34 @@ static void test_scores_wg(void **state)
     assert_int_equal(check_wg_knob("PRISM_REC_SCORES_WG", sizes, wg, "dlocal(bv 64) dstate", 96, fc, 6, 1901), 0);
 }
 
+/* wy's wgmma form (chunked_bwd.cu, NOTES.md v36): the plan takes it for
+ * TF32 delta rules without extra writes at both benchmark sizes; forced at
+ * both chunk sizes, K in one tile of 64 (32, 64) and two (96: the second
+ * partial; 128), odd K without vector loads (38), partial chunks (T = 100)
+ * and V tiles (V = 40; 96: the second partial; 130: three). mma.sync's wy
+ * with TF32 stays covered by prism_core's extra writes. */
+static void test_wy_wg(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
+    const char *wg = "wy(bk 64, bv 64, wgmma)";
+    const char *const sizes[2] = {wg, wg};
+    const wg_case fc[] = {{PR_RULE_GDN, 96, 40},  {PR_RULE_DELTA, 64, 40}, {PR_RULE_GDN, 128, 96},
+                          {PR_RULE_DELTA, 38, 130}, {PR_RULE_GDN, 32, 40}};
+    int fails = check_wg_knob("PRISM_REC_WY_WG", sizes, wg, NULL, 0, fc, 5, 2001);
+    /* a K tile forced for wy is mma.sync's: insisting on wgmma too stops, naming both */
+    setenv("PRISM_REC_BK_WY", "32", 1);
+    setenv("PRISM_REC_WY_WG", "1", 1);
+    pr_rec_plan plan;
+    char why[256];
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 40, 0, &plan, why, sizeof why), "PRISM_REC_BK_WY");
+    unsetenv("PRISM_REC_WY_WG");
+    unsetenv("PRISM_REC_BK_WY");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -745,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_grad_passes), cmocka_unit_test(test_state_wg),
         cmocka_unit_test(test_dstate_wg),
         cmocka_unit_test(test_scores_wg),
+        cmocka_unit_test(test_wy_wg),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

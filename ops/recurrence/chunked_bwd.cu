@@ -1034,6 +1034,295 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         for (int t = threadIdx.x; t < cp.nval; t += blockDim.x) d.dbeta[rk + (long long)t * H] += dB[t];
 }
 
+/* ---- wy's wgmma form (sm_90a; NOTES.md v36) --------------------------------------
+ * The same sums as chunk_wy_kernel without extras (L = 0), K <= 128, every
+ * product a warpgroup's wgmma from 128-byte-swizzled tiles of 64 rows
+ * (C = 32 leaves rows 32..63 zero), V and K in tiles of 64 whose halves the
+ * two warpgroups take:
+ *   dY1 = T'^T (beta o dU) a V tile at a time (A: T'^T, B: (beta o dU)^T,
+ *     both copied transposed), added into dv from the registers;
+ *   dY2 = T'^T dW a K tile at a time, kept for the dK step;
+ *   dM += dY1 R0^T + dY2 W^T: each warpgroup sums the products of its own
+ *     half of dY1 and dY2 (its rows of the swizzled tile it just stored: no
+ *     block barrier between the two products), and the two 64 x 64 partial
+ *     sums meet once, in shared memory, before the mask;
+ *   per K tile, (dM o D)^T K and dKK K from one transposed K tile, and the
+ *     row steps of wy_rows on the sums in registers, with K and dka read
+ *     from global memory at the sums' places: dK = e^G o dY2 + beta o
+ *     (dM o D)^T K + dKK K, dbeta and dG their row dots.
+ * The loops over tiles stay loops (the kernel's code then fits the
+ * instruction cache), so dY2 waits in shared memory, each thread's sums in
+ * its own column of Y; the next tile's rows are prefetched into L2 while
+ * the current one multiplies. Layout (floats, tiles 1024-byte aligned):
+ * gates (G, bt, eG, dG, dB, the warpgroups' row dots dGw[2][64] and
+ * dBw[2][64]), slots S0..S3 of one tile each, Y. */
+enum { WYW_GATES = 0, WYW_S = 768, WYW_Y = WYW_S + 4 * 4096 };
+static size_t wy_wg_smem(int nkt) { return (size_t)(WYW_Y + nkt * 16 * PR_REC_THREADS) * 4; }
+
+/* this warpgroup's barrier (ids 1, 2; 0 is __syncthreads) */
+__device__ __forceinline__ void wyw_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+/* rows r < nr, columns [0, min(nc, 32 LINES)) of src (row stride rs) into
+ * L2, a 128-byte line a thread */
+template <int LINES> __device__ __forceinline__ void wyw_prefetch(const float *src, long long rs, int nr, int nc)
+{
+#pragma unroll 1
+    for (int i = threadIdx.x; i < nr * LINES; i += PR_REC_THREADS)
+        if (i % LINES * 32 < nc) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src + i / LINES * rs + i % LINES * 32));
+}
+/* a warpgroup's 64 x 32 sums into sub-tile sub of a swizzled tile, rounded */
+__device__ __forceinline__ void wyw_store_sums(float *sub, const float (&d)[16], int r0, int c0)
+{
+    const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+        sub[rec_sw128(base, r0 + 8 * (e >> 1 & 1), c0 + 8 * (e >> 2) + (e & 1))] = __uint_as_float(rec_tf32(d[e]));
+}
+/* sums set to zero each from an instruction of its own (sums sharing one
+ * zero register make ptxas serialize the wgmma that follow, C7520) */
+template <int N> __device__ __forceinline__ void wyw_zero(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++) asm volatile("mov.b32 %0, 0;\n" : "=f"(d[e]));
+}
+template <int N> __device__ __forceinline__ void wyw_settle(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++) asm volatile("" : "+f"(d[e])::"memory");
+}
+/* one tile of dY = T'^T X (X^T transposed into S1 from src, scaled by f
+ * per source row; f NULL: 1) with its dM += dY B^T (B's rows swizzled into
+ * S2 from b): the loads, the two products. y: this warpgroup's 32 columns
+ * of dY; the caller waits for dm. */
+__device__ __forceinline__ void wyw_tile(const rec_prob &p, float *S, const float *src, const float *b, long long rs,
+                                         int nval, int nc, const float *f, float (&y)[16], float (&dm)[32], int wg,
+                                         int r0, int c0)
+{
+    __syncthreads(); /* the previous tile's products are done with the slots */
+    rec_cpt<64, 64>(S + 4096, 64, src, rs, nval, nc);
+    for (int kb = 0; kb < 2; kb++)
+        rec_ld_tile<true>(S + 8192 + kb * 2048, 32, 64, 32, b + kb * 32, rs, nval, nc - kb * 32, p.vec);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    rec_cpt_own<64, 64>(S + 4096, 64, f, 1.f);
+    for (int kb = 0; kb < 2; kb++) rec_tf32_own(S + 8192 + kb * 2048, 64);
+    rec_fence_async();
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 16; e++) y[e] = 0.f;
+    rec_wg_fence();
+    rec_wg_rows<32, 2>(y, S, S + 4096 + wg * 32 * 32, 2048);
+    rec_wg_commit();
+    rec_wg_wait();
+    wyw_settle(y);
+    wyw_store_sums(S + 3 * 4096 + wg * 2048, y, r0, c0);
+    rec_fence_async();
+    wyw_bar(wg);
+    rec_wg_fence();
+    rec_wg_rows<64, 1>(dm, S + 3 * 4096 + wg * 2048, S + 8192 + wg * 2048, 0);
+    rec_wg_commit();
+}
+
+template <int C>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    chunk_wy_wg_kernel(rec_prob p, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, wg = threadIdx.x >> 7, nkt = (K + 63) / 64;
+    const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2), c0 = 2 * (lane & 3);
+    float *G = sm + WYW_GATES, *bt = G + 64, *eG = G + 128, *dG = G + 192, *dB = G + 256, *dGw = G + 320;
+    float *dBw = G + 448, *S = sm + WYW_S, *Y = sm + WYW_Y + threadIdx.x;
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const int nval = cp.nval;
+    const long long rk = (long long)cp.row0 * H + h, HK = (long long)H * K, HV = (long long)H * V;
+
+    rec_cpt<64, 64>(S, 64, Tinv + ((long long)c * H + h) * C * C, C, C, C);
+    rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
+    for (int t = threadIdx.x; t < C; t += blockDim.x) {
+        const long long o = rk + (long long)t * H;
+        float g = 0.f;
+        if (p.has_g && t < nval)
+            for (int kt = 0; kt < x.nkt; kt++) g += x.dGp[kt * x.rowsH + o];
+        dG[t] = g;
+        dB[t] = t < nval ? x.dbA[o] : 0.f;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    rec_gates_scan<C>(G, nval, eG);
+    rec_cpt_own<64, 64>(S, 64, nullptr, 1.f);
+    /* (the first tile's barrier makes these visible) */
+    float dm[32]; /* this warpgroup's part of dM: its halves of dY1 R0^T and dY2 W^T */
+#pragma unroll
+    for (int e = 0; e < 32; e++) dm[e] = 0.f;
+    /* the tiles: V tiles of dY1 (added into dv), then K tiles of dY2 (kept in Y) */
+    const int nvt = (V + 63) / 64;
+#pragma unroll 1
+    for (int st = 0; st < nvt + nkt; st++) {
+        const bool vt = st < nvt;
+        const int j0 = (vt ? st : st - nvt) * 64, nc = min(64, (vt ? V : K) - j0);
+        const long long rs = vt ? HV : HK, o = rk * (vt ? V : K) + j0;
+        float y[16];
+        wyw_tile(p, S, (vt ? x.dU : x.dW) + o, (vt ? R0 : Wp) + o, rs, nval, nc, vt ? bt : nullptr, y, dm, wg, r0,
+                 c0);
+        /* the next tile's rows (after the last, K's and dka's) into L2 */
+        if (st + 1 < nvt + nkt) {
+            const bool nvt1 = st + 1 < nvt;
+            const int n0 = (nvt1 ? st + 1 : st + 1 - nvt) * 64, nn = min(64, (nvt1 ? V : K) - n0);
+            const long long rn = nvt1 ? HV : HK, on = rk * (nvt1 ? V : K) + n0;
+            wyw_prefetch<2>((nvt1 ? x.dU : x.dW) + on, rn, nval, nn);
+            wyw_prefetch<2>((nvt1 ? R0 : Wp) + on, rn, nval, nn);
+        } else {
+            wyw_prefetch<4>(p.k + rk * K, HK, nval, K);
+            wyw_prefetch<4>(x.dka + rk * K, HK, nval, K);
+        }
+        rec_wg_wait();
+        wyw_settle(dm);
+        if (!vt) {
+#pragma unroll
+            for (int e = 0; e < 16; e++) Y[((st - nvt) * 16 + e) * PR_REC_THREADS] = y[e];
+        } else if (d.dv) { /* dv += dY1: every load, then every store */
+            float2 old[8];
+#pragma unroll
+            for (int e = 0; e < 16; e += 2) {
+                const int t = r0 + 8 * (e >> 1 & 1), j = wg * 32 + c0 + 8 * (e >> 2);
+                const float *q = d.dv + (rk + (long long)t * H) * V + j0 + j;
+                old[e / 2] = make_float2(0.f, 0.f);
+                if (t >= nval || j >= nc) continue;
+                if (p.vec) old[e / 2] = *reinterpret_cast<const float2 *>(q);
+                else old[e / 2] = make_float2(q[0], j + 1 < nc ? q[1] : 0.f);
+            }
+#pragma unroll
+            for (int e = 0; e < 16; e += 2) {
+                const int t = r0 + 8 * (e >> 1 & 1), j = wg * 32 + c0 + 8 * (e >> 2);
+                float *q = d.dv + (rk + (long long)t * H) * V + j0 + j;
+                const float2 sv = make_float2(old[e / 2].x + y[e], old[e / 2].y + y[e + 1]);
+                if (t >= nval || j >= nc) continue;
+                if (p.vec) *reinterpret_cast<float2 *>(q) = sv;
+                else {
+                    q[0] = sv.x;
+                    if (j + 1 < nc) q[1] = sv.y;
+                }
+            }
+        }
+    }
+    /* the partial sums meet in S3 (each warpgroup leaves the half of its
+     * sums the other one finishes) while K^T's first tile loads into S2;
+     * dM o D goes to S0 transposed, dKK to S1 */
+    __syncthreads();
+    rec_cpt<64, 64>(S + 2 * 4096, 64, p.k + rk * K, HK, nval, K);
+    if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
+    float *X = S + 3 * 4096; /* 64 x 64, columns swizzled by the row's low bits (fewer bank conflicts) */
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+        const int t = r0 + 8 * (e >> 1 & 1), i = c0 + 8 * (e >> 2) + (e & 1) + 32 * (1 - wg);
+        X[t * 64 + (i ^ ((t & 7) << 3))] = wg ? dm[e] : dm[16 + e];
+    }
+    __syncthreads();
+    {
+        const unsigned bm = (unsigned)__cvta_generic_to_shared(S), bk = bm + 4096 * 4;
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const int t = r0 + 8 * (e >> 1 & 1), i = c0 + 8 * (e >> 2) + (e & 1) + 32 * wg;
+            const float dd = i < t && t < C ? expf(G[t] - G[i]) : 0.f;
+            const float m = -((wg ? dm[16 + e] : dm[e]) + X[t * 64 + (i ^ ((t & 7) << 3))]) * dd; /* dM o D */
+            S[(t >> 5) * 2048 + rec_sw128(bm + (t >> 5) * 8192, i, t & 31)] = __uint_as_float(rec_tf32(m));
+            S[4096 + (i >> 5) * 2048 + rec_sw128(bk + (i >> 5) * 8192, t, i & 31)] =
+                __uint_as_float(rec_tf32(m * bt[i]));
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    rec_cpt_own<64, 64>(S + 2 * 4096, 64, nullptr, 1.f);
+    rec_fence_async();
+    __syncthreads();
+    /* per K tile (K^T in S2, the next in S3): A6 = (dM o D)^T K and A7 = dKK K, then the row steps */
+    float sg[2] = {0.f, 0.f}, sb[2] = {0.f, 0.f};
+#pragma unroll 1
+    for (int kt = 0; kt < nkt; kt++) {
+        const float *KT = S + (2 + (kt & 1)) * 4096;
+        if (kt + 1 < nkt) rec_cpt<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, p.k + rk * K + (kt + 1) * 64, HK, nval,
+                                          K - (kt + 1) * 64);
+        float a6[16], a7[16];
+        wyw_zero(a6);
+        wyw_zero(a7);
+        rec_wg_fence();
+        rec_wg_rows<32, 2>(a6, S, KT + wg * 32 * 32, 2048);
+        rec_wg_rows<32, 2>(a7, S + 4096, KT + wg * 32 * 32, 2048);
+        rec_wg_commit();
+        /* K, dka and dk at the sums' places load while the products run */
+        float2 kv[8], ka[8];
+#pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+            const int t = r0 + 8 * (e >> 1 & 1), k = kt * 64 + wg * 32 + c0 + 8 * (e >> 2);
+            const long long o = (rk + (long long)t * H) * K + k;
+            kv[e / 2] = ka[e / 2] = make_float2(0.f, 0.f);
+            if (t >= nval || k >= K) continue;
+            if (p.vec) {
+                kv[e / 2] = *reinterpret_cast<const float2 *>(p.k + o);
+                ka[e / 2] = *reinterpret_cast<const float2 *>(x.dka + o);
+                if (d.dk) {
+                    const float2 q = *reinterpret_cast<const float2 *>(d.dk + o);
+                    ka[e / 2].x += q.x, ka[e / 2].y += q.y;
+                }
+            } else {
+                const bool two = k + 1 < K;
+                kv[e / 2] = make_float2(p.k[o], two ? p.k[o + 1] : 0.f);
+                ka[e / 2] = make_float2(x.dka[o] + (d.dk ? d.dk[o] : 0.f),
+                                        two ? x.dka[o + 1] + (d.dk ? d.dk[o + 1] : 0.f) : 0.f);
+            }
+        }
+        rec_wg_wait();
+        wyw_settle(a6);
+        wyw_settle(a7);
+#pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+            const int hh = e >> 1 & 1, t = r0 + 8 * hh, k = kt * 64 + wg * 32 + c0 + 8 * (e >> 2);
+            const float kk[2] = {kv[e / 2].x, kv[e / 2].y};
+            float out[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const float sd = Y[(kt * 16 + e + u) * PR_REC_THREADS] * eG[t], z6 = a6[e + u] * bt[t];
+                sb[hh] = fmaf(kk[u], a6[e + u], sb[hh]);
+                sg[hh] = fmaf(kk[u], sd - z6 + a7[e + u], sg[hh]);
+                out[u] = sd + z6 + a7[e + u];
+            }
+            if (t >= nval || k >= K || !d.dk) continue;
+            float *q = d.dk + (rk + (long long)t * H) * K + k;
+            const float2 s = make_float2(ka[e / 2].x + out[0], ka[e / 2].y + out[1]);
+            if (p.vec) *reinterpret_cast<float2 *>(q) = s;
+            else {
+                q[0] = s.x;
+                if (k + 1 < K) q[1] = s.y;
+            }
+        }
+        if (kt + 1 < nkt) {
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            rec_cpt_own<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, nullptr, 1.f);
+            rec_fence_async();
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) {
+            sg[hh] += __shfl_xor_sync(PR_FULL_MASK, sg[hh], o);
+            sb[hh] += __shfl_xor_sync(PR_FULL_MASK, sb[hh], o);
+        }
+        if ((lane & 3) == 0) dGw[wg * 64 + r0 + 8 * hh] = sg[hh], dBw[wg * 64 + r0 + 8 * hh] = sb[hh];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32 && p.has_g && d.dg) {
+        float g[C / 32];
+#pragma unroll
+        for (int e = 0; e < C / 32; e++) {
+            const int t = threadIdx.x * (C / 32) + e;
+            g[e] = dG[t] + (dGw[t] + dGw[64 + t]);
+        }
+        rec_chunk_dg_warp<C>(g, nval, d.dg, rk, H);
+    }
+    if (d.dbeta)
+        for (int t = threadIdx.x; t < nval; t += blockDim.x)
+            d.dbeta[rk + (long long)t * H] += dB[t] + (dBw[t] + dBw[64 + t]);
+}
+
 /* dg of the rules without the WY step (ssd): reverse cumulative sums of dG
  * per chunk, a warp per (chunk, head) */
 template <int C>
@@ -1261,6 +1550,28 @@ static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, 
  * runs: TF32 on, a build for sm_90a on an sm_90 GPU, K <= 128 and no extra
  * writes; it has its own V tiles (64 for the output, 128 for dlocal).
  * PRISM_REC_SCORES_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
+/* wy's wgmma form (NOTES.md v36) where it runs: TF32, no extras, K <= 128;
+ * PRISM_REC_WY_WG=0 keeps mma.sync, 1 insists. A K tile forced by
+ * PRISM_REC_BK_WY is mma.sync's (the wgmma form's tiles are 64). */
+static void plan_wy_wg(const rec_prob &p, size_t mx, bool bk_forced, rec_chunk_plan *pl)
+{
+    pl->wg_wy = 0;
+    long want = -1;
+    rec_env_knob("PRISM_REC_WY_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
+                 &want);
+    if (!p.delta) return;
+    if (want == 1 && bk_forced)
+        pr_fatal("PRISM_REC_WY_WG=1 (wy's wgmma form, K tiles of 64) and PRISM_REC_BK_WY (mma.sync's K tile) force "
+                 "different forms of wy: set one of them");
+    const bool on = rec_wgmma_runs() && p.tf32 && p.L == 0 && p.K <= 128 && wy_wg_smem((p.K + 63) / 64) <= mx &&
+                    want != 0 && !bk_forced;
+    if (want == 1 && !on)
+        pr_fatal("PRISM_REC_WY_WG=1 forces wy's wgmma form, which needs TF32 products (matmul_tf32 on), a build for "
+                 "sm_90a on an sm_90 GPU, K <= 128 and no extra writes (K = %d, L = %d here)",
+                 p.K, p.L);
+    if (on) pl->wg_wy = 1, pl->bk_wy = 64, pl->bv_wy = 64;
+}
+
 static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
 {
     pl->wg_scores = 0;
@@ -1301,7 +1612,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * least product work (the reloads of P_c per tile cost less), and the
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
-    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0;
+    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1391,16 +1702,18 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
                     pl->bk_wy = bk, pl->bv_wy = bv, w = true;
     /* PRISM_REC_BK_WY=32, 64, ... forces the K tile (tests: several tiles at small K) */
     snprintf(must_be, sizeof must_be, "a multiple of 32 that divides %d and whose shared memory fits", p.Kp);
-    if (w && p.delta &&
+    const bool bk_wy_forced =
+        w && p.delta &&
         rec_env_knob("PRISM_REC_BK_WY", must_be,
                      [&](long v) {
                          return v >= 32 && v % 32 == 0 && v <= p.Kp && p.Kp % v == 0 &&
                                 pr_rec_smem_wy(p, (int)v, pl->bv_wy) <= mx;
                      },
-                     &bk_force))
-        pl->bk_wy = (int)bk_force;
+                     &bk_force);
+    if (bk_wy_forced) pl->bk_wy = (int)bk_force;
     /* two extras a product where that keeps as many blocks an SM as one */
     pl->xg_wy = 1;
+    plan_wy_wg(p, mx, bk_wy_forced, pl);
     if (w && p.delta && p.L >= 2) {
         const size_t one = pr_rec_smem_wy(p, pl->bk_wy, pl->bv_wy), two_x = wy_smem_xg(p, pl->bk_wy, pl->bv_wy, 2);
         if (two_x <= mx && plan_per_sm(two_x, smem_sm) >= plan_per_sm(one, smem_sm)) pl->xg_wy = 2;
@@ -1450,7 +1763,14 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
                                                  dGp, dbA, rowsH);
         PR_CUDA_LAUNCH_CHECK();
     }
-    if (p.delta) {
+    if (p.delta && pl.wg_wy) {
+        const wy_scratch x = {dU, dVX, dka, dkxa, dW, dGp, dbA, nkt, rowsH};
+        const size_t sm = wy_wg_smem((p.K + 63) / 64);
+        const auto kernel = chunk_wy_wg_kernel<C>;
+        chunk_smem_attr(kernel, sm);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0, x, d);
+        PR_CUDA_LAUNCH_CHECK();
+    } else if (p.delta) {
         const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
         chunk_smem_attr(kernel, sm);

@@ -182,7 +182,8 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
                   pl.bk_grad, pl.bv_grad, pl.wg_grad ? "wgmma, " : "", pl.bpw_grad,
                   pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);
     if (p.delta)
-        snprintf(buf + k, n - k, "wy(bk %d, bv %d%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "");
+        snprintf(buf + k, n - k, "wy(bk %d, bv %d%s%s)", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "",
+                 pl.wg_wy ? ", wgmma" : "");
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
 }
 

@@ -1045,12 +1045,12 @@ struct rec_chunk_saved {
  * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks;
  * wg_state, wg_dstate: the state (dstate) pass runs its wgmma form (bv_state,
  * bv_dstate its V tile); wg_scores: the output and dlocal do (V tiles of
- * bv_out = 64 and bv_dloc = 128) */
+ * bv_out = 64 and bv_dloc = 128); wg_wy: wy does (K and V tiles of 64) */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores;
+    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
