@@ -712,7 +712,7 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
 template <int C, bool BF, int R, bool WG>
 __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
-                      float *dq, float *dka, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
+                      float *dq, float *dk, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
 {
     extern __shared__ __align__(128) float sm[];
     const grad_lay s = grad_layout(p, BK, BV, R, WG);
@@ -787,7 +787,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
         }
     }
     if (dq) rec_st_tile(dq + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB, 1.f, true, p.vec);
-    if (dka) rec_st_tile(dka + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, !p.delta, p.vec);
+    if (dk) rec_st_tile(dk + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, true, p.vec);
     for (int l = 0; l < L; l++)
         rec_st_tile(dkxa + rk * L * K + l * K + k0, (long long)H * L * K, cp.nval, nk, Xk + (C + l * C) * LDB, LDB, 1.f,
                     false, p.vec);
@@ -875,7 +875,7 @@ __device__ __forceinline__ void wy_rows(const float *Kt, float *X, float *Y, int
 }
 
 struct wy_scratch {
-    const float *dU, *dVX, *dka, *dkxa, *dW, *dGp, *dbA;
+    const float *dU, *dVX, *dkxa, *dW, *dGp, *dbA;
     int nkt;
     long long rowsH;
 };
@@ -1021,7 +1021,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 rec_sync();
             }
         }
-        if (d.dk) rec_st_tile(d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB, 1.f, true, p.vec, x.dka + rk * K + k0);
+        if (d.dk) rec_st_tile(d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB, 1.f, true, p.vec);
     }
     rec_sync();
     if (threadIdx.x < 32 && p.has_g && d.dg) {
@@ -1047,8 +1047,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
  *     block barrier between the two products), and the two 64 x 64 partial
  *     sums meet once, in shared memory, before the mask;
  *   per K tile, (dM o D)^T K and dKK K from one transposed K tile, and the
- *     row steps of wy_rows on the sums in registers, with K and dka read
- *     from global memory at the sums' places: dK = e^G o dY2 + beta o
+ *     row steps of wy_rows on the sums in registers, with K and dK (grad's
+ *     part already in it) read from global memory at the sums' places: dK = e^G o dY2 + beta o
  *     (dM o D)^T K + dKK K, dbeta and dG their row dots.
  * The loops over tiles stay loops (the kernel's code then fits the
  * instruction cache), so dY2 waits in shared memory, each thread's sums in
@@ -1137,14 +1137,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 
     rec_cpt<64, 64>(S, 64, Tinv + ((long long)c * H + h) * C * C, C, C, C);
     rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
-    for (int t = threadIdx.x; t < C; t += blockDim.x) {
-        const long long o = rk + (long long)t * H;
-        float g = 0.f;
-        if (p.has_g && t < nval)
-            for (int kt = 0; kt < x.nkt; kt++) g += x.dGp[kt * x.rowsH + o];
-        dG[t] = g;
-        dB[t] = t < nval ? x.dbA[o] : 0.f;
+    /* grad's parts of dG and dbeta (thread t < C, row t): loads in flight
+     * until the end, where they join the sums here */
+    float g0 = 0.f, b0 = 0.f;
+    if (threadIdx.x < nval) {
+        const long long o = rk + (long long)threadIdx.x * H;
+        if (p.has_g)
+            for (int kt = 0; kt < x.nkt; kt++) g0 += x.dGp[kt * x.rowsH + o];
+        b0 = x.dbA[o];
     }
+    if (d.dv) wyw_prefetch<2>(d.dv + rk * V, HV, nval, min(64, V));
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     rec_gates_scan<C>(G, nval, eG);
     rec_cpt_own<64, 64>(S, 64, nullptr, 1.f);
@@ -1162,16 +1164,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         float y[16];
         wyw_tile(p, S, (vt ? x.dU : x.dW) + o, (vt ? R0 : Wp) + o, rs, nval, nc, vt ? bt : nullptr, y, dm, wg, r0,
                  c0);
-        /* the next tile's rows (after the last, K's and dka's) into L2 */
+        /* the next tile's rows (after the last, K's and dK's) into L2 */
         if (st + 1 < nvt + nkt) {
             const bool nvt1 = st + 1 < nvt;
             const int n0 = (nvt1 ? st + 1 : st + 1 - nvt) * 64, nn = min(64, (nvt1 ? V : K) - n0);
             const long long rn = nvt1 ? HV : HK, on = rk * (nvt1 ? V : K) + n0;
             wyw_prefetch<2>((nvt1 ? x.dU : x.dW) + on, rn, nval, nn);
             wyw_prefetch<2>((nvt1 ? R0 : Wp) + on, rn, nval, nn);
+            if (nvt1 && d.dv) wyw_prefetch<2>(d.dv + on, rn, nval, nn);
         } else {
             wyw_prefetch<4>(p.k + rk * K, HK, nval, K);
-            wyw_prefetch<4>(x.dka + rk * K, HK, nval, K);
+            if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
         }
         rec_wg_wait();
         wyw_settle(dm);
@@ -1203,12 +1206,32 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             }
         }
     }
+    /* K and dK at the places of the sums of K tile kt: loads in
+     * flight across the barriers before their use */
+    float2 kv[8], kd[8];
+    const auto ld_kd = [&](int kt) {
+#pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+            const int t = r0 + 8 * (e >> 1 & 1), k = kt * 64 + wg * 32 + c0 + 8 * (e >> 2), u = e / 2;
+            const long long o = (rk + (long long)t * H) * K + k;
+            kv[u] = kd[u] = make_float2(0.f, 0.f);
+            if (t >= nval || k >= K) continue;
+            if (p.vec) {
+                kv[u] = *reinterpret_cast<const float2 *>(p.k + o);
+                if (d.dk) kd[u] = *reinterpret_cast<const float2 *>(d.dk + o);
+            } else {
+                const bool two = k + 1 < K;
+                kv[u] = make_float2(p.k[o], two ? p.k[o + 1] : 0.f);
+                if (d.dk) kd[u] = make_float2(d.dk[o], two ? d.dk[o + 1] : 0.f);
+            }
+        }
+    };
+    ld_kd(0);
     /* the partial sums meet in S3 (each warpgroup leaves the half of its
      * sums the other one finishes) while K^T's first tile loads into S2;
      * dM o D goes to S0 transposed, dKK to S1 */
     __syncthreads();
     rec_cpt<64, 64>(S + 2 * 4096, 64, p.k + rk * K, HK, nval, K);
-    if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
     float *X = S + 3 * 4096; /* 64 x 64, columns swizzled by the row's low bits (fewer bank conflicts) */
 #pragma unroll
     for (int e = 0; e < 16; e++) {
@@ -1246,28 +1269,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_wg_rows<32, 2>(a6, S, KT + wg * 32 * 32, 2048);
         rec_wg_rows<32, 2>(a7, S + 4096, KT + wg * 32 * 32, 2048);
         rec_wg_commit();
-        /* K, dka and dk at the sums' places load while the products run */
-        float2 kv[8], ka[8];
-#pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-            const int t = r0 + 8 * (e >> 1 & 1), k = kt * 64 + wg * 32 + c0 + 8 * (e >> 2);
-            const long long o = (rk + (long long)t * H) * K + k;
-            kv[e / 2] = ka[e / 2] = make_float2(0.f, 0.f);
-            if (t >= nval || k >= K) continue;
-            if (p.vec) {
-                kv[e / 2] = *reinterpret_cast<const float2 *>(p.k + o);
-                ka[e / 2] = *reinterpret_cast<const float2 *>(x.dka + o);
-                if (d.dk) {
-                    const float2 q = *reinterpret_cast<const float2 *>(d.dk + o);
-                    ka[e / 2].x += q.x, ka[e / 2].y += q.y;
-                }
-            } else {
-                const bool two = k + 1 < K;
-                kv[e / 2] = make_float2(p.k[o], two ? p.k[o + 1] : 0.f);
-                ka[e / 2] = make_float2(x.dka[o] + (d.dk ? d.dk[o] : 0.f),
-                                        two ? x.dka[o + 1] + (d.dk ? d.dk[o + 1] : 0.f) : 0.f);
-            }
-        }
         rec_wg_wait();
         wyw_settle(a6);
         wyw_settle(a7);
@@ -1285,7 +1286,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             }
             if (t >= nval || k >= K || !d.dk) continue;
             float *q = d.dk + (rk + (long long)t * H) * K + k;
-            const float2 s = make_float2(ka[e / 2].x + out[0], ka[e / 2].y + out[1]);
+            const float2 s = make_float2(kd[e / 2].x + out[0], kd[e / 2].y + out[1]);
             if (p.vec) *reinterpret_cast<float2 *>(q) = s;
             else {
                 q[0] = s.x;
@@ -1293,6 +1294,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             }
         }
         if (kt + 1 < nkt) {
+            ld_kd(kt + 1);
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             rec_cpt_own<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, nullptr, 1.f);
             rec_fence_async();
@@ -1308,6 +1310,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         }
         if ((lane & 3) == 0) dGw[wg * 64 + r0 + 8 * hh] = sg[hh], dBw[wg * 64 + r0 + 8 * hh] = sb[hh];
     }
+    if (threadIdx.x < C) dG[threadIdx.x] = g0, dB[threadIdx.x] = b0;
     __syncthreads();
     if (threadIdx.x < 32 && p.has_g && d.dg) {
         float g[C / 32];
@@ -1744,7 +1747,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     const size_t n_v = (size_t)(rowsH * p.V), n_vx = n_v * p.L, n_k = (size_t)(rowsH * p.K), n_kx = n_k * p.L;
     const size_t n_h = (size_t)p.nchunks * p.H * p.K * p.V;
     float *dU = rec_scratch(n_v), *dVX = p.L ? rec_scratch(n_vx) : nullptr, *dhs = rec_scratch(n_h);
-    float *dka = p.delta ? rec_scratch(n_k) : d.dk, *dkxa = p.L ? rec_scratch(n_kx) : nullptr;
+    float *dkxa = p.L ? rec_scratch(n_kx) : nullptr; /* grad adds its part of dk into d.dk, wy the rest */
     float *dW = p.delta ? rec_scratch(n_k) : nullptr, *dbA = p.delta ? rec_scratch((size_t)rowsH) : nullptr;
     float *dGp = p.has_g ? rec_scratch((size_t)(nkt * rowsH)) : nullptr;
 
@@ -1759,12 +1762,12 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad);
         chunk_smem_attr(kernel, sm);
         const dim3 grid(nkt, p.nchunks, p.H);
-        kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, dka, dkxa, dW,
+        kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, d.dk, dkxa, dW,
                                                  dGp, dbA, rowsH);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (p.delta && pl.wg_wy) {
-        const wy_scratch x = {dU, dVX, dka, dkxa, dW, dGp, dbA, nkt, rowsH};
+        const wy_scratch x = {dU, dVX, dkxa, dW, dGp, dbA, nkt, rowsH};
         const size_t sm = wy_wg_smem((p.K + 63) / 64);
         const auto kernel = chunk_wy_wg_kernel<C>;
         chunk_smem_attr(kernel, sm);
@@ -1774,7 +1777,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
         chunk_smem_attr(kernel, sm);
-        const wy_scratch x = {dU, dVX, dka, dkxa, dW, dGp, dbA, nkt, rowsH};
+        const wy_scratch x = {dU, dVX, dkxa, dW, dGp, dbA, nkt, rowsH};
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bk_wy, pl.bv_wy, pl.xg_wy, sv.Tinv, sv.W, sv.R0,
                                                                    x, d);
         PR_CUDA_LAUNCH_CHECK();
@@ -1786,7 +1789,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     rec_scratch_free(dU, n_v);
     if (dVX) rec_scratch_free(dVX, n_vx);
     rec_scratch_free(dhs, n_h);
-    if (p.delta) rec_scratch_free(dka, n_k), rec_scratch_free(dW, n_k), rec_scratch_free(dbA, (size_t)rowsH);
+    if (p.delta) rec_scratch_free(dW, n_k), rec_scratch_free(dbA, (size_t)rowsH);
     if (dkxa) rec_scratch_free(dkxa, n_kx);
     if (dGp) rec_scratch_free(dGp, (size_t)(nkt * rowsH));
 }
