@@ -683,6 +683,34 @@ static void test_wy_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* prep's wgmma form (chunked_fwd.cu, NOTES.md v37): the plan takes it for
+ * TF32 delta rules without extra writes at both benchmark sizes; forced at
+ * both chunk sizes (C = 32 leaves T''s rows and columns 32..63 zero), K in
+ * two pieces of 32 (32, 38: odd, no vector loads; 64) and four (96, 128),
+ * partial chunks (T = 100), V of one partial tile (40, 72, 96); V > 128
+ * keeps mma.sync, and insisting stops, naming V. */
+static void test_prep_wg(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
+    const char *wg = "prep(bv 128, wgmma)";
+    const char *const sizes[2] = {wg, wg};
+    const wg_case fc[] = {{PR_RULE_GDN, 96, 40},  {PR_RULE_DELTA, 64, 40}, {PR_RULE_GDN, 128, 96},
+                          {PR_RULE_DELTA, 38, 72}, {PR_RULE_GDN, 32, 40}};
+    int fails = check_wg_knob("PRISM_REC_PREP_WG", sizes, wg, NULL, 0, fc, 5, 2101);
+    pr_rec_plan plan;
+    char why[256];
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 130, 0, &plan, why, sizeof why) ||
+        strstr(plan.kernels, wg))
+        fprintf(stderr, "  FAIL gdn K=64 V=130: prep's wgmma form planned: %s\n", plan.kernels), fails++;
+    setenv("PRISM_REC_PREP_WG", "1", 1);
+    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 130, 0, &plan, why, sizeof why), "V = 130");
+    unsetenv("PRISM_REC_PREP_WG");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -774,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_dstate_wg),
         cmocka_unit_test(test_scores_wg),
         cmocka_unit_test(test_wy_wg),
+        cmocka_unit_test(test_prep_wg),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

@@ -1575,6 +1575,24 @@ static void plan_wy_wg(const rec_prob &p, size_t mx, bool bk_forced, rec_chunk_p
     if (on) pl->wg_wy = 1, pl->bk_wy = 64, pl->bv_wy = 64;
 }
 
+/* prep's wgmma form (NOTES.md v37) where it runs: TF32, no extras, K and V
+ * <= 128; PRISM_REC_PREP_WG=0 keeps mma.sync, 1 insists */
+static void plan_prep_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
+{
+    pl->wg_prep = 0;
+    long want = -1;
+    rec_env_knob("PRISM_REC_PREP_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
+                 &want);
+    if (!p.delta) return;
+    const bool on = rec_wgmma_runs() && p.tf32 && p.L == 0 && p.K <= 128 && p.V <= 128 &&
+                    pr_rec_smem_prep_wg(p) <= mx && want != 0;
+    if (want == 1 && !on)
+        pr_fatal("PRISM_REC_PREP_WG=1 forces prep's wgmma form, which needs TF32 products (matmul_tf32 on), a build "
+                 "for sm_90a on an sm_90 GPU, K and V <= 128 and no extra writes (K = %d, V = %d, L = %d here)",
+                 p.K, p.V, p.L);
+    if (on) pl->wg_prep = 1, pl->bv_prep = 128;
+}
+
 static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
 {
     pl->wg_scores = 0;
@@ -1615,7 +1633,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * least product work (the reloads of P_c per tile cost less), and the
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
-    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0;
+    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0, pl->wg_prep = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1628,6 +1646,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
         plan_state_wg(p, smem_sm, n_sm, mx, fs, pl);
         plan_dstate_wg(p, smem_sm, n_sm, mx, fd, pl);
         plan_scores_wg(p, mx, pl);
+        plan_prep_wg(p, mx, pl);
     }
     /* grad: wgmma where its TF32 products apply (TF32 on, a build for sm_90a
      * on an sm_90 GPU: NOTES.md v29), else mma.sync or fp32. PRISM_REC_GRAD_BPW forces

@@ -163,7 +163,7 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
         return;
     }
     int k = snprintf(buf, n, "fwd ");
-    if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d) ", pl.bv_prep);
+    if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d%s) ", pl.bv_prep, pl.wg_prep ? ", wgmma" : "");
     /* segmented: the serial state passes the forward runs (rec_segs) */
     char seg[40] = "", fwd_seg[80] = "", fix[24] = "";
     if (pl.segments > 1) {

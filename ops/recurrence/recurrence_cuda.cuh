@@ -1045,12 +1045,13 @@ struct rec_chunk_saved {
  * bpw_grad counts its 64 x 32 pieces a warpgroup instead of warp blocks;
  * wg_state, wg_dstate: the state (dstate) pass runs its wgmma form (bv_state,
  * bv_dstate its V tile); wg_scores: the output and dlocal do (V tiles of
- * bv_out = 64 and bv_dloc = 128); wg_wy: wy does (K and V tiles of 64) */
+ * bv_out = 64 and bv_dloc = 128); wg_wy: wy does (K and V tiles of 64);
+ * wg_prep: prep does (bv_prep = 128) */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy;
+    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -1111,6 +1112,7 @@ size_t pr_rec_smem_state(const rec_prob &p, int bv);
 size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is not 32 or 64 */
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode); /* SIZE_MAX where K > 128 */
+size_t pr_rec_smem_prep_wg(const rec_prob &p); /* prep's wgmma form (K <= 128) */
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
 size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
