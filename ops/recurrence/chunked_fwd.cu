@@ -182,10 +182,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_cpt_own<64, KB * 32>(KT, KB * 32, eG, 1.f);
     __syncthreads(); /* Bs complete; the K tile's room takes V^T */
     rec_cpt<64, 128>(KS, 128, p.v + rk * V, HV, nval, V);
-    /* T' column j by thread j, stored transposed into Bs's upper triangle
-     * (the solve reads only the strictly lower one) */
+    /* T' column j by thread j, its rows t >= j stored transposed into Bs's
+     * upper triangle (the solve reads only the strictly lower one) */
     if (threadIdx.x < C)
-        prep_solve<C>(Bs, 65, threadIdx.x, [&](int t, float x) { Bs[threadIdx.x * 65 + t] = x; });
+        prep_solve<C>(Bs, 65, threadIdx.x, [&](int t, float x) {
+            if (t >= (int)threadIdx.x) Bs[threadIdx.x * 65 + t] = x;
+        });
     __syncthreads();
     {
         float *tinv = Tinv ? Tinv + ((long long)c * H + h) * C * C : nullptr; /* backward only */
