@@ -211,17 +211,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_wg_wait();
 #pragma unroll
         for (int e = 0; e < NW / 2; e++) asm volatile("" : "+f"(wz[e])::"memory");
-#pragma unroll
-        for (int e = 0; e < NW / 2; e += 2) {
-            const int t = r0 + 8 * (e >> 1 & 1), j = wg * NW + c0 + 8 * (e >> 2);
-            if (t >= nval || j >= K) continue;
-            float *q = Wp + (rk + (long long)t * H) * K + j;
-            if (p.vec) *reinterpret_cast<float2 *>(q) = make_float2(wz[e], wz[e + 1]);
-            else {
-                q[0] = wz[e];
-                if (j + 1 < K) q[1] = wz[e + 1];
-            }
-        }
+        rec_wg_sums_st(Wp + rk * K, HK, wz, r0, wg * NW + c0, nval, K, p.vec);
     }
     /* R0 = T' V, V <= 128: one tile */
     asm volatile("cp.async.wait_all;\n" ::: "memory");
@@ -237,17 +227,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_wg_wait();
 #pragma unroll
     for (int e = 0; e < 32; e++) asm volatile("" : "+f"(rz[e])::"memory");
-#pragma unroll
-    for (int e = 0; e < 32; e += 2) {
-        const int t = r0 + 8 * (e >> 1 & 1), j = wg * 64 + c0 + 8 * (e >> 2);
-        if (t >= nval || j >= V) continue;
-        float *q = R0 + (rk + (long long)t * H) * V + j;
-        if (p.vec) *reinterpret_cast<float2 *>(q) = make_float2(rz[e], rz[e + 1]);
-        else {
-            q[0] = rz[e];
-            if (j + 1 < V) q[1] = rz[e + 1];
-        }
-    }
+    rec_wg_sums_st(R0 + rk * V, HV, rz, r0, wg * 64 + c0, nval, V, p.vec);
 }
 
 /* ---- state ----------------------------------------------------------------------- */

@@ -529,6 +529,28 @@ __device__ __forceinline__ void rec_wg_sums_ld(float (&d)[MP][NR], rec_wg_pos q,
         }
 }
 
+/* a warpgroup's 64 x N sums (N / 2 of them a thread, rec_wg_mma's order)
+ * stored to dst[r * rs + c0 + j] for rows r < nr and columns c0 + j < nc,
+ * with r0 and c0 of this thread (rec_wg_sums_of(N), c0 offset by the
+ * tile's first column); vec: float2 stores (even nc and rs, dst 8-byte
+ * aligned) */
+template <int NR>
+__device__ __forceinline__ void rec_wg_sums_st(float *dst, long long rs, const float (&d)[NR], int r0, int c0, int nr,
+                                               int nc, bool vec)
+{
+#pragma unroll
+    for (int e = 0; e < NR; e += 2) {
+        const int r = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2);
+        if (r >= nr || j >= nc) continue;
+        float *q = dst + r * rs + j;
+        if (vec) *reinterpret_cast<float2 *>(q) = make_float2(d[e], d[e + 1]);
+        else {
+            q[0] = d[e];
+            if (j + 1 < nc) q[1] = d[e + 1];
+        }
+    }
+}
+
 /* Tiles for wgmma operands: K-major (k along the rows), in sub-tiles of
  * OR rows x 32 floats, 128-byte-swizzled (rec_sw128), each element rounded
  * to TF32 by the thread that stores it.
