@@ -230,12 +230,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
             rec_load_gates<C>(p, row0 - C, C, h, g, g + C, g + 2 * C, g + 3 * C);
         }
         rec_wg_wait();
+        rec_wg_settle(rz);
 #pragma unroll
-        for (int e = 0; e < NR; e++) asm volatile("" : "+f"(rz[e])::"memory");
-#pragma unroll
-        for (int m = 0; m < MP; m++)
-#pragma unroll
-            for (int e = 0; e < NR; e++) asm volatile("" : "+f"(hz[m][e])::"memory");
+        for (int m = 0; m < MP; m++) rec_wg_settle(hz[m]);
         /* dU (delta rules) or dv stored; -(beta o dU)^T into this warpgroup's rows of HK */
         float *dst = DELTA ? io.dU : io.dv;
 #pragma unroll
@@ -264,9 +261,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
         if (DELTA) {
             rec_wg_wait();
 #pragma unroll
-            for (int m = 0; m < MP; m++)
-#pragma unroll
-                for (int e = 0; e < NR; e++) asm volatile("" : "+f"(hz[m][e])::"memory");
+            for (int m = 0; m < MP; m++) rec_wg_settle(hz[m]);
         }
     }
     if (io.dh_out)
@@ -676,12 +671,8 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
             }
             rec_wg_commit();
             rec_wg_wait();
-            /* the sums are final only after the wait: keep the compiler from
-             * touching them before it */
 #pragma unroll
-            for (int j = 0; j < R; j++)
-#pragma unroll
-                for (int e = 0; e < 16; e++) asm volatile("" : "+f"(d[j][e])::"memory");
+            for (int j = 0; j < R; j++) rec_wg_settle(d[j]);
         }
         /* every read of the buffers is done before the sums (over them with
          * one pass) are stored */
@@ -1048,8 +1039,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
  *     sums meet once, in shared memory, before the mask;
  *   per K tile, (dM o D)^T K and dKK K from one transposed K tile, and the
  *     row steps of wy_rows on the sums in registers, with K and dK (grad's
- *     part already in it) read from global memory at the sums' places: dK = e^G o dY2 + beta o
- *     (dM o D)^T K + dKK K, dbeta and dG their row dots.
+ *     part already in it) read from global memory at the sums' places:
+ *     dK += e^G o dY2 + beta o (dM o D)^T K + dKK K, dbeta and dG their
+ *     row dots.
  * The loops over tiles stay loops (the kernel's code then fits the
  * instruction cache), so dY2 waits in shared memory, each thread's sums in
  * its own column of Y; the next tile's rows are prefetched into L2 while
@@ -1077,18 +1069,6 @@ __device__ __forceinline__ void wyw_store_sums(float *sub, const float (&d)[16],
     for (int e = 0; e < 16; e++)
         sub[rec_sw128(base, r0 + 8 * (e >> 1 & 1), c0 + 8 * (e >> 2) + (e & 1))] = __uint_as_float(rec_tf32(d[e]));
 }
-/* sums set to zero each from an instruction of its own (sums sharing one
- * zero register make ptxas serialize the wgmma that follow, C7520) */
-template <int N> __device__ __forceinline__ void wyw_zero(float (&d)[N])
-{
-#pragma unroll
-    for (int e = 0; e < N; e++) asm volatile("mov.b32 %0, 0;\n" : "=f"(d[e]));
-}
-template <int N> __device__ __forceinline__ void wyw_settle(float (&d)[N])
-{
-#pragma unroll
-    for (int e = 0; e < N; e++) asm volatile("" : "+f"(d[e])::"memory");
-}
 /* one tile of dY = T'^T X (X^T transposed into S1 from src, scaled by f
  * per source row; f NULL: 1) with its dM += dY B^T (B's rows swizzled into
  * S2 from b): the loads, the two products. y: this warpgroup's 32 columns
@@ -1112,7 +1092,7 @@ __device__ __forceinline__ void wyw_tile(const rec_prob &p, float *S, const floa
     rec_wg_rows<32, 2>(y, S, S + 4096 + wg * 32 * 32, 2048);
     rec_wg_commit();
     rec_wg_wait();
-    wyw_settle(y);
+    rec_wg_settle(y);
     wyw_store_sums(S + 3 * 4096 + wg * 2048, y, r0, c0);
     rec_fence_async();
     wyw_bar(wg);
@@ -1177,7 +1157,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
         }
         rec_wg_wait();
-        wyw_settle(dm);
+        rec_wg_settle(dm);
         if (!vt) {
 #pragma unroll
             for (int e = 0; e < 16; e++) Y[((st - nvt) * 16 + e) * PR_REC_THREADS] = y[e];
@@ -1263,15 +1243,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         if (kt + 1 < nkt) rec_cpt<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, p.k + rk * K + (kt + 1) * 64, HK, nval,
                                           K - (kt + 1) * 64);
         float a6[16], a7[16];
-        wyw_zero(a6);
-        wyw_zero(a7);
+        rec_wg_zero(a6);
+        rec_wg_zero(a7);
         rec_wg_fence();
         rec_wg_rows<32, 2>(a6, S, KT + wg * 32 * 32, 2048);
         rec_wg_rows<32, 2>(a7, S + 4096, KT + wg * 32 * 32, 2048);
         rec_wg_commit();
         rec_wg_wait();
-        wyw_settle(a6);
-        wyw_settle(a7);
+        rec_wg_settle(a6);
+        rec_wg_settle(a7);
 #pragma unroll
         for (int e = 0; e < 16; e += 2) {
             const int hh = e >> 1 & 1, t = r0 + 8 * hh, k = kt * 64 + wg * 32 + c0 + 8 * (e >> 2);
@@ -1488,6 +1468,14 @@ template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int sme
     return best >= 0;
 }
 
+/* a wgmma form's knob: 0 (the mma.sync form), 1 (wgmma), -1 where unset */
+static long wg_knob(const char *name)
+{
+    long want = -1;
+    rec_env_knob(name, "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; }, &want);
+    return want;
+}
+
 /* The state pass's wgmma form (NOTES.md v30) where it runs: TF32 on, a
  * build for sm_90a on an sm_90 GPU, K <= 128, no extra writes and no
  * segments (the segmented passes keep mma.sync), and no more waves than
@@ -1498,9 +1486,7 @@ template <class F> static bool pick_serial(const rec_prob &p, size_t mx, int sme
 static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
 {
     pl->wg_state = 0;
-    long want = -1;
-    rec_env_knob("PRISM_REC_STATE_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
-                 &want);
+    const long want = wg_knob("PRISM_REC_STATE_WG");
     const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && pl->segments == 1;
     const auto bytes = [&](int b) { return pr_rec_smem_state_wg(p, b); };
     int bv = 0;
@@ -1528,9 +1514,7 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
 static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
 {
     pl->wg_dstate = 0;
-    long want = -1;
-    rec_env_knob("PRISM_REC_DSTATE_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
-                 &want);
+    const long want = wg_knob("PRISM_REC_DSTATE_WG");
     const size_t bytes = smem_dstate_wg(p);
     bool on = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && p.L == 0 && pl->segments == 1 && bytes <= mx &&
               want != 0 && (!forced || pl->bv_dstate == 128);
@@ -1549,19 +1533,13 @@ static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, 
     if (on) pl->wg_dstate = 1, pl->bv_dstate = 128;
 }
 
-/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32) where it
- * runs: TF32 on, a build for sm_90a on an sm_90 GPU, K <= 128 and no extra
- * writes; it has its own V tiles (64 for the output, 128 for dlocal).
- * PRISM_REC_SCORES_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
 /* wy's wgmma form (NOTES.md v36) where it runs: TF32, no extras, K <= 128;
  * PRISM_REC_WY_WG=0 keeps mma.sync, 1 insists. A K tile forced by
  * PRISM_REC_BK_WY is mma.sync's (the wgmma form's tiles are 64). */
 static void plan_wy_wg(const rec_prob &p, size_t mx, bool bk_forced, rec_chunk_plan *pl)
 {
     pl->wg_wy = 0;
-    long want = -1;
-    rec_env_knob("PRISM_REC_WY_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
-                 &want);
+    const long want = wg_knob("PRISM_REC_WY_WG");
     if (!p.delta) return;
     if (want == 1 && bk_forced)
         pr_fatal("PRISM_REC_WY_WG=1 (wy's wgmma form, K tiles of 64) and PRISM_REC_BK_WY (mma.sync's K tile) force "
@@ -1580,9 +1558,7 @@ static void plan_wy_wg(const rec_prob &p, size_t mx, bool bk_forced, rec_chunk_p
 static void plan_prep_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
 {
     pl->wg_prep = 0;
-    long want = -1;
-    rec_env_knob("PRISM_REC_PREP_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
-                 &want);
+    const long want = wg_knob("PRISM_REC_PREP_WG");
     if (!p.delta) return;
     const bool on = rec_wgmma_runs() && p.tf32 && p.L == 0 && p.K <= 128 && p.V <= 128 &&
                     pr_rec_smem_prep_wg(p) <= mx && want != 0;
@@ -1593,12 +1569,14 @@ static void plan_prep_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
     if (on) pl->wg_prep = 1, pl->bv_prep = 128;
 }
 
+/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32) where it
+ * runs: TF32 on, a build for sm_90a on an sm_90 GPU, K <= 128 and no extra
+ * writes; it has its own V tiles (64 for the output, 128 for dlocal).
+ * PRISM_REC_SCORES_WG=0 keeps mma.sync, 1 insists on wgmma (tests, A/Bs). */
 static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
 {
     pl->wg_scores = 0;
-    long want = -1;
-    rec_env_knob("PRISM_REC_SCORES_WG", "0 (the mma.sync form) or 1 (wgmma)", [](long v) { return v == 0 || v == 1; },
-                 &want);
+    const long want = wg_knob("PRISM_REC_SCORES_WG");
     const bool on = rec_wgmma_runs() && p.tf32 && p.L == 0 && pr_rec_smem_scores_wg(p, 0) <= mx &&
                     pr_rec_smem_scores_wg(p, 1) <= mx && want != 0;
     if (want == 1 && !on)
@@ -1633,7 +1611,8 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * least product work (the reloads of P_c per tile cost less), and the
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
-    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0, pl->wg_prep = 0;
+    pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0;
+    pl->wg_prep = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);

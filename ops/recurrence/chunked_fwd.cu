@@ -171,8 +171,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_wg_rows<32, KB>(bz, KS, KS + wg * 32 * 32, 2048);
         rec_wg_commit();
         rec_wg_wait();
-#pragma unroll
-        for (int e = 0; e < 16; e++) asm volatile("" : "+f"(bz[e])::"memory");
+        rec_wg_settle(bz);
 #pragma unroll
         for (int e = 0; e < 16; e++) {
             const int t = r0 + 8 * (e >> 1 & 1), i = 32 * wg + c0 + 8 * (e >> 2) + (e & 1);
@@ -209,8 +208,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_wg_rows<NW, 2>(wz, Tw, KT + wg * NW * 32, KB * 32 * 32);
         rec_wg_commit();
         rec_wg_wait();
-#pragma unroll
-        for (int e = 0; e < NW / 2; e++) asm volatile("" : "+f"(wz[e])::"memory");
+        rec_wg_settle(wz);
         rec_wg_sums_st(Wp + rk * K, HK, wz, r0, wg * NW + c0, nval, K, p.vec);
     }
     /* R0 = T' V, V <= 128: one tile */
@@ -225,8 +223,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_wg_rows<64, 2>(rz, Tw, KS + wg * 64 * 32, 128 * 32);
     rec_wg_commit();
     rec_wg_wait();
-#pragma unroll
-    for (int e = 0; e < 32; e++) asm volatile("" : "+f"(rz[e])::"memory");
+    rec_wg_settle(rz);
     rec_wg_sums_st(R0 + rk * V, HV, rz, r0, wg * 64 + c0, nval, V, p.vec);
 }
 
@@ -464,8 +461,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             rec_wg_rows<NW, 2 * MP>(rz, W, HK + wg * NW * 32, BV * 32); /* K padded to 64 MP */
             rec_wg_commit();
             rec_wg_wait();
-#pragma unroll
-            for (int e = 0; e < NR; e++) asm volatile("" : "+f"(rz[e])::"memory");
+            rec_wg_settle(rz);
 #pragma unroll
             for (int e = 0; e < NR; e++) {
                 const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
@@ -496,8 +492,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             rec_wg_wait();
 #pragma unroll
             for (int m = 0; m < MP; m++)
-#pragma unroll
-                for (int e = 0; e < NR; e++) asm volatile("" : "+f"(hz[m][e])::"memory");
+                rec_wg_settle(hz[m]);
         }
     }
     if (io.ht) store_h(io.ht + hoff);
@@ -679,11 +674,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     rec_wg_commit();
     rec_wg_wait();
-#pragma unroll
-    for (int e = 0; e < 16; e++) asm volatile("" : "+f"(sz[e])::"memory");
+    rec_wg_settle(sz);
     if constexpr (MODE == 0)
-#pragma unroll
-        for (int e = 0; e < 16; e++) asm volatile("" : "+f"(pz[e])::"memory");
+        rec_wg_settle(pz);
     __syncthreads(); /* both warpgroups are done with the keys: S takes their room */
     {
         float *sub = SS + wg * 2048; /* the 32 columns of this warpgroup are one sub-tile of k */
@@ -703,8 +696,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_wg_rows<NW, 2>(oz, SS, VT + wg * NW * 32, BV * 32);
     rec_wg_commit();
     rec_wg_wait();
-#pragma unroll
-    for (int e = 0; e < NR; e++) asm volatile("" : "+f"(oz[e])::"memory");
+    rec_wg_settle(oz);
     /* sums e and e + 1 are adjacent columns of one row */
 #pragma unroll
     for (int e = 0; e < NR; e += 2) {

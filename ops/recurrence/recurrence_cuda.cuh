@@ -429,6 +429,20 @@ __device__ __forceinline__ void rec_fence_async()
 __device__ __forceinline__ void rec_wg_fence() { REC_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void rec_wg_commit() { REC_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void rec_wg_wait() { REC_WG_ASM("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* after rec_wg_wait: the sums are final only now, so keep the compiler from
+ * touching them before it */
+template <int N> __device__ __forceinline__ void rec_wg_settle(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++) asm volatile("" : "+f"(d[e])::"memory");
+}
+/* sums set to zero each by an instruction of its own (sums sharing one zero
+ * register can make ptxas serialize the wgmma that follow, C7520) */
+template <int N> __device__ __forceinline__ void rec_wg_zero(float (&d)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++) asm volatile("mov.b32 %0, 0;\n" : "=f"(d[e]));
+}
 /* d += A B^T, A 64 rows (da), B N rows (db), one k-step of 8 TF32. d: the
  * warpgroup's 64 x N f32 sums, warp w's rows 16 w + g and + 8 as in
  * rec_frags_store (d[4 j + e] is mma.sync's d[j][e]); rec_wg_mma<N> picks
