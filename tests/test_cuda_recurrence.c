@@ -453,6 +453,18 @@ static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const
     return check_forced_v(rule, K, 40, L, seed, env, val, shows, prods);
 }
 
+/* check_forced with prism_core's extras in the core kernels (PRISM_REC_XA=0):
+ * the checks of those kernels' extra-key paths, which TF32 runs would
+ * otherwise route around (test_extras_apart) */
+static int check_forced_native(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
+                               const char *shows, forced_products prods)
+{
+    setenv("PRISM_REC_XA", "0", 1);
+    const int fails = check_forced(rule, K, L, seed, env, val, shows, prods);
+    unsetenv("PRISM_REC_XA");
+    return fails;
+}
+
 /* gdn's plan (C = 32, K = 96, TF32) with env = val stops, naming env */
 static void expect_knob_refused(const char *env, const char *val)
 {
@@ -476,8 +488,10 @@ static void test_wy_ktiles(void **state)
     int fails = 0;
     for (int r = 0; r < PR_NRULES; r++)
         if (pr_rule_has_beta((pr_rule)r))
-            fails += check_forced((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,", FORCED_FP32_AND_TF32);
-    fails += check_forced(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,", FORCED_FP32_AND_TF32);
+            fails += check_forced_native((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,",
+                                         FORCED_FP32_AND_TF32);
+    fails += check_forced_native(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,",
+                                 FORCED_FP32_AND_TF32);
     /* a tile that does not divide K's padded width is refused naming the variable */
     expect_knob_refused("PRISM_REC_BK_WY", "64");
     assert_int_equal(fails, 0);
@@ -497,14 +511,14 @@ static void test_grad_passes(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    int fails = check_forced(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp",
-                             FORCED_FP32_AND_TF32);
+    int fails = check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp",
+                                    FORCED_FP32_AND_TF32);
     fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "PRISM_REC_GRAD_BPW", "8", "8 blocks a warp)",
                           FORCED_FP32_AND_TF32);
     /* and K tiles of 32 (three at K = 96, each with its own partial dG) */
     fails += check_forced(PR_RULE_GDN, 96, 0, 1603, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,", FORCED_FP32_AND_TF32);
-    fails += check_forced(PR_RULE_PRISM_CORE, 96, 1, 1604, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,",
-                          FORCED_FP32_AND_TF32);
+    fails += check_forced_native(PR_RULE_PRISM_CORE, 96, 1, 1604, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,",
+                                 FORCED_FP32_AND_TF32);
     pr_rec_plan plan;
     char why[256];
     setenv("PRISM_REC_GRAD_BPW", "4", 1);
@@ -523,7 +537,8 @@ static void test_grad_passes(void **state)
     else {
         const char *two = "wgmma, 2 pieces a warpgroup, "; /* and more than one pass */
         fails += check_forced(PR_RULE_GDN, 96, 0, 1605, "PRISM_REC_GRAD_PIECES", "2", two, FORCED_TF32_ONLY);
-        fails += check_forced(PR_RULE_PRISM_CORE, 32, 2, 1606, "PRISM_REC_GRAD_PIECES", "2", two, FORCED_TF32_ONLY);
+        fails += check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1606, "PRISM_REC_GRAD_PIECES", "2", two,
+                                     FORCED_TF32_ONLY);
         expect_knob_refused("PRISM_REC_GRAD_PIECES", "5");
     }
     /* the two knobs force different forms: both set is refused */
@@ -565,8 +580,8 @@ static void test_state_wg(void **state)
     const char *mma = "state(bv 32) scores";
     int fails = check_forced(PR_RULE_GDN, 96, 0, 1701, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
     /* prism_core keeps mma.sync unless forced (its extras' rows load unhidden) */
-    fails += check_forced(PR_RULE_PRISM_CORE, 32, 2, 1702, "PRISM_REC_STATE_WG", "1", "state(bv 32, wgmma)",
-                          FORCED_TF32_ONLY);
+    fails += check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1702, "PRISM_REC_STATE_WG", "1", "state(bv 32, wgmma)",
+                                 FORCED_TF32_ONLY);
     fails += check_forced(PR_RULE_SSD, 128, 0, 1703, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
     fails += check_forced(PR_RULE_DELTA, 64, 0, 1704, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
     expect_knob_refused("PRISM_REC_STATE_WG", "2");
@@ -610,9 +625,11 @@ static int check_wg_knob(const char *env, const char *const sizes[2], const char
     }
     expect_knob_refused(env, "2");
     setenv(env, "1", 1);
+    setenv("PRISM_REC_XA", "0", 1); /* apart, the extras leave the core's kernels at L = 0 */
     const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
     PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
     PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), env);
+    unsetenv("PRISM_REC_XA");
     unsetenv(env);
     return fails;
 }
@@ -711,6 +728,52 @@ static void test_prep_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* prism_core's extras apart (chunked_extras.cu, NOTES.md v38): the plan
+ * takes them for TF32 runs at both benchmark sizes and both chunk sizes;
+ * forced on (PRISM_REC_XA=1) and off (0) at both chunk sizes, L = 1 and 2,
+ * K in one tile of 32 and several (96: the core's wgmma pieces padded; 128),
+ * odd K and V without vector loads (38, 130: three V tiles of the extras'
+ * forward), partial chunks (T = 100), each against the CPU in f64, the
+ * plan's own choice and a rerun. 2 is refused; 1 stops, naming the variable,
+ * where the core has no wgmma forms (K = 160) or the extras' backward no
+ * room (C = 64 at L = 3). */
+static void test_extras_apart(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
+    pr_rec_plan plan;
+    char why[256];
+    int fails = 0;
+    const int64_t NT[2][2] = {{8, 2048}, {2, 8192}};
+    for (int chunk = 32; chunk <= 64; chunk += 32)
+        for (int i = 0; i < 2; i++) {
+            const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk, .tf32 = 1};
+            const bool ok = pr_recurrence_plan(&po, PR_CUDA, NT[i][0], NT[i][1], 16, 128, 128, 2, &plan, why, sizeof why);
+            if (!ok || !strstr(plan.kernels, "extras(apart)"))
+                fprintf(stderr, "  FAIL prism_core C=%d N=%lld T=%lld H=16 K=V=128 L=2: extras not apart: %s\n", chunk,
+                        (long long)NT[i][0], (long long)NT[i][1], ok ? plan.kernels : why), fails++;
+        }
+    const struct {
+        int64_t K, V, L;
+    } xc[] = {{32, 40, 2}, {38, 130, 1}, {96, 40, 2}, {128, 96, 2}, {64, 72, 1}};
+    for (int i = 0; i < 5; i++) {
+        fails += check_forced_v(PR_RULE_PRISM_CORE, xc[i].K, xc[i].V, xc[i].L, 2201 + i, "PRISM_REC_XA", "1",
+                                "extras(apart)", FORCED_TF32_ONLY);
+        fails += check_forced_v(PR_RULE_PRISM_CORE, xc[i].K, xc[i].V, xc[i].L, 2211 + i, "PRISM_REC_XA", "0", "wy(",
+                                FORCED_TF32_ONLY);
+    }
+    const pr_recurrence_opts p32 = {.rule = PR_RULE_PRISM_CORE, .chunk = 32, .tf32 = 1};
+    const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
+    setenv("PRISM_REC_XA", "2", 1);
+    PR_EXPECT_FATAL(pr_recurrence_plan(&p32, PR_CUDA, 1, 100, 2, 96, 40, 2, &plan, why, sizeof why), "PRISM_REC_XA");
+    setenv("PRISM_REC_XA", "1", 1);
+    PR_EXPECT_FATAL(pr_recurrence_plan(&p32, PR_CUDA, 1, 100, 2, 160, 40, 2, &plan, why, sizeof why), "PRISM_REC_XA");
+    PR_EXPECT_FATAL(pr_recurrence_plan(&p64, PR_CUDA, 1, 100, 2, 96, 40, 3, &plan, why, sizeof why), "L = 3");
+    unsetenv("PRISM_REC_XA");
+    assert_int_equal(fails, 0);
+}
+
 /* The plan: chunk is a size (the chunked form runs chunks of exactly the
  * chunk asked for), and what the kernels cannot run is an error naming the
  * limit, never a silent fallback to another form or size. */
@@ -803,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_scores_wg),
         cmocka_unit_test(test_wy_wg),
         cmocka_unit_test(test_prep_wg),
+        cmocka_unit_test(test_extras_apart),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */

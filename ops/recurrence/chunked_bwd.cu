@@ -1586,8 +1586,34 @@ static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
     if (on) pl->wg_scores = 1, pl->bv_out = 64, pl->bv_dloc = 128;
 }
 
+/* Extras apart (chunked_extras.cu, NOTES.md v38) where it runs: extra
+ * writes (L > 0) beside a core (L = 0) whose state pass and output kernel
+ * take their wgmma forms (TF32 on, a build for sm_90a on an sm_90 GPU, K <=
+ * 128, no segments), with the extras kernels' shared memory fitting. Then
+ * *pl is the core's plan. PRISM_REC_XA=0 keeps the extras in the core
+ * kernels, 1 insists on apart. */
+static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
+{
+    long want = -1;
+    rec_env_knob("PRISM_REC_XA", "0 (the extras in the core kernels) or 1 (apart)", [](long v) { return v == 0 || v == 1; },
+                 &want);
+    if (want == 0) return false;
+    const size_t mx = (size_t)smem_max;
+    const bool on = p.delta && pr_rec_smem_xfwd(p) <= mx && pr_rec_smem_xbwd(p) <= mx &&
+                    pr_rec_chunk_plan(rec_core_prob(p), smem_max, smem_sm, n_sm, pl) && pl->wg_state &&
+                    pl->wg_scores && pl->segments == 1;
+    if (want == 1 && !on)
+        pr_fatal("PRISM_REC_XA=1 runs the extra writes apart, which needs a core whose state pass and output take "
+                 "their wgmma forms (TF32 products on, a build for sm_90a on an sm_90 GPU, K <= 128, no segments) and "
+                 "%zu + %zu bytes of shared memory a block for the extras' kernels (K = %d, V = %d, L = %d, C = %d here)",
+                 pr_rec_smem_xfwd(p), pr_rec_smem_xbwd(p), p.K, p.V, p.L, p.C);
+    pl->xa = on;
+    return on;
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
+    if (p.L > 0 && plan_xa(p, smem_max, smem_sm, n_sm, pl)) return true;
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
     const int bvs[2] = {p.Vp >= 64 ? 64 : 32, 32};
     /* the chunk-parallel kernels: the widest V tile that lets two blocks share
@@ -1612,7 +1638,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
     pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0;
-    pl->wg_prep = 0;
+    pl->wg_prep = 0, pl->xa = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1737,9 +1763,13 @@ static auto grad_kernel_for(bool bf, bool wg, int r) -> decltype(&chunk_grad_ker
 }
 
 template <int C>
-static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
-                             const rec_grads &d)
+static void chunk_backward_c(cudaStream_t st, const rec_prob &px, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+                             const rec_grads &dx)
 {
+    /* extras apart: the core (L = 0) with its dv into dvp (dV'), then the extras' backward */
+    const rec_prob p = pl.xa ? rec_core_prob(px) : px;
+    rec_grads d = dx;
+    float *dvp = nullptr;
     const long long rows = p.seq ? (long long)p.T : (long long)p.N * p.T, rowsH = rows * p.H;
     const int nkt = (p.K + pl.bk_grad - 1) / pl.bk_grad;
     const size_t n_v = (size_t)(rowsH * p.V), n_vx = n_v * p.L, n_k = (size_t)(rowsH * p.K), n_kx = n_k * p.L;
@@ -1748,6 +1778,12 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
     float *dkxa = p.L ? rec_scratch(n_kx) : nullptr; /* grad adds its part of dk into d.dk, wy the rest */
     float *dW = p.delta ? rec_scratch(n_k) : nullptr, *dbA = p.delta ? rec_scratch((size_t)rowsH) : nullptr;
     float *dGp = p.has_g ? rec_scratch((size_t)(nkt * rowsH)) : nullptr;
+    if (pl.xa) {
+        PR_ASSERT(px.L > 0 && p.delta && !sv.sg.n);
+        dvp = rec_scratch(n_v);
+        PR_CUDA_CHECK(cudaMemsetAsync(dvp, 0, n_v * sizeof(float), st));
+        d.dv = dvp, d.dkx = d.dvx = nullptr;
+    }
 
     pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv, pl.wg_scores);
     {
@@ -1783,6 +1819,10 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &p, const rec_chunk
         chunk_dg_kernel<C><<<pr_cuda_blocks((long long)p.nchunks * p.H * 32, 128), 128, 0, st>>>(p, dGp, nkt, rowsH,
                                                                                                  d.dg);
         PR_CUDA_LAUNCH_CHECK();
+    }
+    if (pl.xa) {
+        pr_rec_chunk_xbwd(st, px, dhs, dvp, dx);
+        rec_scratch_free(dvp, n_v);
     }
     rec_scratch_free(dU, n_v);
     if (dVX) rec_scratch_free(dVX, n_vx);

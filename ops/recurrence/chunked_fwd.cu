@@ -450,6 +450,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             rec_wgt_store(x, RAT, BV, 0, eL);
         }
         if (io.hs) store_h(io.hs + ((long long)c * H + h) * K * V + v0);
+        /* this chunk's E (extras apart) into L2 for the update */
+        const float *E = !io.elast ? nullptr : next ? io.hs + ((long long)(c + 1) * H + h) * K * V + v0 : io.elast + hoff;
+        if (E)
+#pragma unroll
+            for (int m = 0; m < MP; m++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int k = 64 * m + r0 + 8 * half;
+                    if (k < K && c0 < nv) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(E + (long long)k * V + c0));
+                }
         if (next) {
             float *nb = sm + s.gates + ((ci + 1) & 1) * 2 * C;
             state_wg_gates<C>(p, row0 + C, min(C, sq.len - (ci + 1) * C), h, nb, nb + C);
@@ -482,7 +492,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 #pragma unroll
         for (int m = 0; m < MP; m++)
 #pragma unroll
-            for (int e = 0; e < NR; e++) hz[m][e] *= dec;
+            for (int e = 0; e < NR; e++) {
+                const int k = 64 * m + r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
+                hz[m][e] = fmaf(hz[m][e], dec, E && k < K && j < nv ? E[(long long)k * V + j] : 0.f);
+            }
         /* a stage for each C rows of Ka */
         for (int l = 0; l <= L; l++) {
             rec_wg_fence();
@@ -709,10 +722,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             y = make_float2(p.scale * fmaf(f, pz[e], oz[e]), p.scale * fmaf(f, pz[e + 1], oz[e + 1]));
         } else {
             y = make_float2(oz[e], oz[e + 1]);
-            if (dv0) {
-                y.x += dv0[at];
-                if (j + 1 < nv) y.y += dv0[at + 1];
-            }
+        }
+        if (dv0) { /* MODE 1: dv so far (no beta); MODE 0: the extras' output (extras apart) */
+            y.x += dv0[at];
+            if (j + 1 < nv) y.y += dv0[at + 1];
         }
         float *dst = MODE == 0 ? o + at : dU + at;
         if (p.vec) *reinterpret_cast<float2 *>(dst) = y;
@@ -746,7 +759,7 @@ template <int C, int NW> static auto state_wg_for(int mp, bool delta) -> decltyp
 }
 template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
 {
-    PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64));
+    PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64) && (!io.elast || (io.hs && p.L == 0)));
     const int mp = (p.Kp + 63) / 64;
     const auto kernel = bv == 32 ? state_wg_for<C, 16>(mp, p.delta) : state_wg_for<C, 32>(mp, p.delta);
     const size_t sm = pr_rec_smem_state_wg(p, bv);
@@ -821,9 +834,22 @@ static void chunk_state_segmented(cudaStream_t st, const rec_prob &p, const rec_
 }
 
 template <int C>
-static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
+static void chunk_forward_c(cudaStream_t st, const rec_prob &px, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                             float *o, float *ht)
 {
+    /* extras apart: their terms first (V', their output, each chunk's E),
+     * then the core (L = 0) on V' */
+    rec_prob p = px;
+    float *vp = nullptr, *elast = nullptr;
+    const size_t n_v = (size_t)(px.seq ? px.T : (long long)px.N * px.T) * px.H * px.V;
+    const size_t n_e = (size_t)px.N * px.H * px.K * px.V;
+    if (pl.xa) {
+        PR_ASSERT(px.L > 0 && pl.wg_state && pl.wg_scores && !sv.sg.n);
+        vp = rec_scratch(n_v), elast = rec_scratch(n_e);
+        pr_rec_chunk_xfwd(st, px, vp, o, sv.hs, elast);
+        p = rec_core_prob(px);
+        p.v = vp;
+    }
     if (p.delta && pl.wg_prep) {
         const int kb = p.Kp <= 64 ? 2 : 4;
         const size_t sm = prep_wg_smem(kb);
@@ -839,13 +865,13 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
         PR_CUDA_LAUNCH_CHECK();
     }
     if (!sv.sg.n) {
-        const rec_state_io io = {sv.hs, sv.R, ht, sv.W, sv.R0, p.h0, 0};
+        const rec_state_io io = {sv.hs, sv.R, ht, sv.W, sv.R0, p.h0, 0, elast};
         pr_rec_chunk_state(st, p, pl.bv_state, io, pl.wg_state);
     } else {
         chunk_state_segmented(st, p, pl, sv, ht);
     }
     if (pl.wg_scores) {
-        scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, nullptr);
+        scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, pl.xa ? o : nullptr);
     } else {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
         const auto kernel = rec_bf_products(p) ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>;
@@ -853,6 +879,7 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &p, const rec_chunk_
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o, nullptr, nullptr, nullptr);
         PR_CUDA_LAUNCH_CHECK();
     }
+    if (vp) rec_scratch_free(vp, n_v), rec_scratch_free(elast, n_e);
 }
 
 void pr_rec_chunk_forward(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,

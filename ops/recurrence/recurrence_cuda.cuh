@@ -1082,12 +1082,14 @@ struct rec_chunk_saved {
  * wg_state, wg_dstate: the state (dstate) pass runs its wgmma form (bv_state,
  * bv_dstate its V tile); wg_scores: the output and dlocal do (V tiles of
  * bv_out = 64 and bv_dloc = 128); wg_wy: wy does (K and V tiles of 64);
- * wg_prep: prep does (bv_prep = 128) */
+ * wg_prep: prep does (bv_prep = 128); xa: prism_core's extras run apart
+ * (chunked_extras.cu) and every other field is the plan of the core, the
+ * same problem with L = 0 */
 struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep;
+    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep, xa;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -1101,6 +1103,10 @@ struct rec_state_io {
     float *hs, *R, *ht;
     const float *W, *R0, *h0;
     int ident;
+    /* extras apart (chunked_extras.cu): each chunk's end state adds its E,
+     * found in hs's next slot, the sequence's last chunk's in elast [N,H,K,V]
+     * (the wgmma form only) */
+    const float *elast;
 };
 /* wg: the wgmma form (the plan's wg_state; not for io.ident) */
 void pr_rec_chunk_state(cudaStream_t s, const rec_prob &p, int bv, const rec_state_io &io, bool wg = false);
@@ -1152,6 +1158,23 @@ size_t pr_rec_smem_prep_wg(const rec_prob &p); /* prep's wgmma form (K <= 128) *
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
 size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
+
+/* chunked_extras.cu: the extras apart (pl.xa). The core is p with L = 0
+ * (rec_core_prob); xfwd runs first: vp = V' [rows,H,V] (the core's values),
+ * o = the extras' share of the output (the core's output kernel adds its
+ * own), and each chunk's E into hs's next slot or elast [N,H,K,V]. xbwd runs
+ * after the core's backward, whose dv went to dvp (dV'), and dhs the
+ * gradients of the chunks' end states. */
+void pr_rec_chunk_xfwd(cudaStream_t s, const rec_prob &p, float *vp, float *o, float *hs, float *elast);
+void pr_rec_chunk_xbwd(cudaStream_t s, const rec_prob &p, const float *dhs, const float *dvp, const rec_grads &d);
+size_t pr_rec_smem_xfwd(const rec_prob &p);
+size_t pr_rec_smem_xbwd(const rec_prob &p);
+static inline rec_prob rec_core_prob(const rec_prob &p)
+{
+    rec_prob c = p;
+    c.L = 0, c.kx = c.vx = nullptr;
+    return c;
+}
 
 /* a scratch buffer of n floats from the caching allocator (freed by rec_scratch_free) */
 static inline float *rec_scratch(size_t n) { return (float *)pr_cuda_malloc((n ? n : 1) * sizeof(float)); }
