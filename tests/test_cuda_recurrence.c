@@ -728,9 +728,9 @@ static void test_prep_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* prism_core's extras apart (chunked_extras.cu, NOTES.md v38): the plan
- * takes them for TF32 runs at both benchmark sizes and both chunk sizes;
- * forced on (PRISM_REC_XA=1) and off (0) at both chunk sizes, L = 1 and 2,
+/* prism_core's extras apart (chunked_extras.cu, NOTES.md v38, opt-in):
+ * PRISM_REC_XA=1 takes them for TF32 runs at both benchmark sizes and both
+ * chunk sizes; forced at both chunk sizes, L = 1 and 2,
  * K in one tile of 32 and several (96: the core's wgmma pieces padded; 128),
  * odd K and V without vector loads (38, 130: three V tiles of the extras'
  * forward), partial chunks (T = 100), each against the CPU in f64, the
@@ -746,6 +746,7 @@ static void test_extras_apart(void **state)
     char why[256];
     int fails = 0;
     const int64_t NT[2][2] = {{8, 2048}, {2, 8192}};
+    setenv("PRISM_REC_XA", "1", 1);
     for (int chunk = 32; chunk <= 64; chunk += 32)
         for (int i = 0; i < 2; i++) {
             const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk, .tf32 = 1};
@@ -754,14 +755,13 @@ static void test_extras_apart(void **state)
                 fprintf(stderr, "  FAIL prism_core C=%d N=%lld T=%lld H=16 K=V=128 L=2: extras not apart: %s\n", chunk,
                         (long long)NT[i][0], (long long)NT[i][1], ok ? plan.kernels : why), fails++;
         }
+    unsetenv("PRISM_REC_XA");
     const struct {
         int64_t K, V, L;
     } xc[] = {{32, 40, 2}, {38, 130, 1}, {96, 40, 2}, {128, 96, 2}, {64, 72, 1}};
     for (int i = 0; i < 5; i++) {
         fails += check_forced_v(PR_RULE_PRISM_CORE, xc[i].K, xc[i].V, xc[i].L, 2201 + i, "PRISM_REC_XA", "1",
                                 "extras(apart)", FORCED_TF32_ONLY);
-        fails += check_forced_v(PR_RULE_PRISM_CORE, xc[i].K, xc[i].V, xc[i].L, 2211 + i, "PRISM_REC_XA", "0", "wy(",
-                                FORCED_TF32_ONLY);
     }
     const pr_recurrence_opts p32 = {.rule = PR_RULE_PRISM_CORE, .chunk = 32, .tf32 = 1};
     const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};

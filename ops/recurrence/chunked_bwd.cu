@@ -1590,14 +1590,15 @@ static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
  * writes (L > 0) beside a core (L = 0) whose state pass and output kernel
  * take their wgmma forms (TF32 on, a build for sm_90a on an sm_90 GPU, K <=
  * 128, no segments), with the extras kernels' shared memory fitting. Then
- * *pl is the core's plan. PRISM_REC_XA=0 keeps the extras in the core
- * kernels, 1 insists on apart. */
+ * *pl is the core's plan. Opt-in until measured on the device (NOTES.md
+ * v38): PRISM_REC_XA=1 insists on apart, 0 or unset keeps the extras in the
+ * core kernels. */
 static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     long want = -1;
     rec_env_knob("PRISM_REC_XA", "0 (the extras in the core kernels) or 1 (apart)", [](long v) { return v == 0 || v == 1; },
                  &want);
-    if (want == 0) return false;
+    if (want != 1) return false;
     const size_t mx = (size_t)smem_max;
     const bool on = p.delta && pr_rec_smem_xfwd(p) <= mx && pr_rec_smem_xbwd(p) <= mx &&
                     pr_rec_chunk_plan(rec_core_prob(p), smem_max, smem_sm, n_sm, pl) && pl->wg_state &&
