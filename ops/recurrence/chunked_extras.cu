@@ -65,6 +65,32 @@ __device__ __forceinline__ float *xa_eslot(const rec_prob &p, int c, int h, floa
     return last ? elast + ((long long)n * p.H + h) * kv : hs + ((long long)(c + 1) * p.H + h) * kv;
 }
 
+/* K tile k0 of [K; Q] (2C rows) into KQ and of KX (CL rows) into KX, rows of XA_LD */
+__device__ __forceinline__ void xa_ld_keys(const rec_prob &p, float *KQ, float *KX, int C, long long rk, int nval,
+                                           int k0, int nk)
+{
+    const long long rs = (long long)p.H * p.K;
+    rec_ld_tile(KQ, XA_LD, C, XA_T, p.k + rk * p.K + k0, rs, nval, nk, p.vec);
+    rec_ld_tile(KQ + C * XA_LD, XA_LD, C, XA_T, p.q + rk * p.K + k0, rs, nval, nk, p.vec);
+    xa_ld_extras(p, KX, XA_LD, C, XA_T, p.kx, p.K, rk, nval, k0, nk);
+}
+/* S = [S1; S2] (2C x CL, rows of CL + 4): [K; Q] KX^T, K tile by K tile
+ * through KQ and KX, times xa_mask; both directions start from it */
+template <int C, bool BF>
+__device__ __forceinline__ void xa_scores(const rec_prob &p, const float *G, float *S, float *KQ, float *KX,
+                                          long long rk, int nval)
+{
+    const int CL = C * p.L, LDS = CL + 4;
+    for (int k0 = 0; k0 < p.Kp; k0 += XA_T) {
+        rec_sync();
+        xa_ld_keys(p, KQ, KX, C, rk, nval, k0, min(XA_T, p.K - k0));
+        rec_sync();
+        rec_mm<false, true, BF>(p, S, LDS, KQ, XA_LD, KX, XA_LD, 2 * C, CL, XA_T, 1.f, k0 > 0);
+    }
+    rec_sync();
+    REC_FOR2D(2 * C, CL, r, a) S[r * LDS + a] *= xa_mask(p, G, C, r, a);
+}
+
 /* ---- forward ---------------------------------------------------------------------- */
 struct xfwd_lay {
     int G, bt, eG, eL, S, VX, U, total;
@@ -98,19 +124,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     float *G = sm + s.G, *eL = sm + s.eL, *S = sm + s.S, *VX = sm + s.VX, *U = sm + s.U;
     float *eslot = xa_eslot(p, c, h, hs, elast);
     rec_load_gates<C>(p, cp.row0, nval, h, G, sm + s.bt, sm + s.eG, eL);
-    /* S = [K; Q] KX^T, K tile by K tile */
-    for (int k0 = 0; k0 < p.Kp; k0 += XA_T) {
-        const int nk = min(XA_T, K - k0);
-        float *KQ = U, *KX = U + 2 * C * XA_LD;
-        rec_sync();
-        rec_ld_tile(KQ, XA_LD, C, XA_T, p.k + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-        rec_ld_tile(KQ + C * XA_LD, XA_LD, C, XA_T, p.q + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-        xa_ld_extras(p, KX, XA_LD, C, XA_T, p.kx, K, rk, nval, k0, nk);
-        rec_sync();
-        rec_mm<false, true, BF>(p, S, LDS, KQ, XA_LD, KX, XA_LD, 2 * C, CL, XA_T, 1.f, k0 > 0);
-    }
-    rec_sync();
-    REC_FOR2D(2 * C, CL, r, a) S[r * LDS + a] *= xa_mask(p, G, C, r, a);
+    xa_scores<C, BF>(p, G, S, U, U + 2 * C * XA_LD, rk, nval);
     for (int v0 = 0; v0 < V; v0 += XA_BV) {
         const int nv = min(XA_BV, V - v0);
         rec_sync();
@@ -173,18 +187,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const float *dE = dhs + ((long long)c * H + h) * K * V;
     rec_load_gates<C>(p, cp.row0, nval, h, G, sm + s.bt, sm + s.eG, eL);
     for (int a = threadIdx.x; a < CL; a += PR_REC_THREADS) ed[a] = 0.f;
-    /* S as the forward made it */
-    for (int k0 = 0; k0 < p.Kp; k0 += XA_T) {
-        const int nk = min(XA_T, K - k0);
-        rec_sync();
-        rec_ld_tile(DX, XA_LD, C, XA_T, p.k + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-        rec_ld_tile(DX + C * XA_LD, XA_LD, C, XA_T, p.q + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-        xa_ld_extras(p, KX, XA_LD, C, XA_T, p.kx, K, rk, nval, k0, nk);
-        rec_sync();
-        rec_mm<false, true, BF>(p, S, LDS, DX, XA_LD, KX, XA_LD, 2 * C, CL, XA_T, 1.f, k0 > 0);
-    }
-    rec_sync();
-    REC_FOR2D(2 * C, CL, r, a) S[r * LDS + a] *= xa_mask(p, G, C, r, a);
+    xa_scores<C, BF>(p, G, S, DX, KX, rk, nval); /* S as the forward made it */
     /* V tile by V tile: dS += [dV'; dO] VX^T, and dVX = eL o (KX dE) + S^T [dV'; dO] */
     for (int v0 = 0; v0 < V; v0 += XA_T) {
         const int nv = min(XA_T, V - v0);
@@ -257,9 +260,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
         const int nk = min(XA_T, K - k0);
         float *Out = S; /* S is read no more */
         rec_sync();
-        rec_ld_tile(DX, XA_LD, C, XA_T, p.k + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-        rec_ld_tile(DX + C * XA_LD, XA_LD, C, XA_T, p.q + rk * K + k0, (long long)H * K, nval, nk, p.vec);
-        xa_ld_extras(p, KX, XA_LD, C, XA_T, p.kx, K, rk, nval, k0, nk);
+        xa_ld_keys(p, DX, KX, C, rk, nval, k0, nk);
         rec_sync();
         rec_mm<false, false, BF>(p, Out, XA_LD, dS, LDS, KX, XA_LD, 2 * C, XA_T, CL, 1.f, false);
         for (int v0 = 0; v0 < V; v0 += XA_T) {
