@@ -52,13 +52,20 @@ rc=$?
 if [ $rc -ne 0 ]; then
     echo "kernel_times.sh: ncu exited with $rc:" >&2; tail -20 "$csv.err" >&2; rm -f "$csv.err"; exit 1
 fi
-rm -f "$csv.err"
+# ncu can exit 0 having profiled nothing (e.g. no permission for the
+# counters): then its own words, kept here, say why
+trap 'rm -f "$csv" "$csv.err"' EXIT
 python3 - "$csv" "$pattern" "$stalls" <<'PY'
 import csv, re, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows or "Kernel Name" not in rows[0]:
+# prism's own output shares the stream: the table starts at ncu's header row
+# and its rows are those with the header's width
+rows = list(csv.reader(open(sys.argv[1])))
+start = next((i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Value" in r), None)
+if start is None:
+    sys.stderr.write(open(sys.argv[1] + ".err").read()[-3000:] + "".join(open(sys.argv[1]).readlines()[-20:]))
     sys.exit("kernel_times.sh: no kernel rows in ncu's output (did the command launch any?)")
-head = rows[0]
+head = rows[start]
+rows = [head] + [r for r in rows[start + 1:] if len(r) == len(head)]
 name_i, value_i, unit_i = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 metric_i, id_i = head.index("Metric Name"), head.index("ID")
 scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
