@@ -108,7 +108,8 @@ __host__ __device__ static xfwd_lay xfwd_layout(const rec_prob &p)
     s.total = m.off;
     return s;
 }
-size_t pr_rec_smem_xfwd(const rec_prob &p) { return (size_t)xfwd_layout(p).total * 4; }
+static size_t xw_smem();
+size_t pr_rec_smem_xfwd(const rec_prob &p) { return pr_rec_xa_wg(p) ? xw_smem() : (size_t)xfwd_layout(p).total * 4; }
 
 template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
@@ -168,7 +169,7 @@ __host__ __device__ static xbwd_lay xbwd_layout(const rec_prob &p)
     s.total = m.off;
     return s;
 }
-size_t pr_rec_smem_xbwd(const rec_prob &p) { return (size_t)xbwd_layout(p).total * 4; }
+size_t pr_rec_smem_xbwd(const rec_prob &p) { return pr_rec_xa_wg(p) ? xw_smem() : (size_t)xbwd_layout(p).total * 4; }
 
 template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
@@ -282,6 +283,494 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     }
 }
 
+/* ---- wgmma forms (sm_90a, NOTES.md v39) ----------------------------------------------
+ * At C = 64 with CL <= 128 and K, V <= 128 every product above is one shape:
+ * 128 x 128 sums over k = 128 (2C = 128 rows of [K; Q], CL padded to 128 with
+ * zero rows, K and V padded with zero columns). Each operand is a tile of 4
+ * sub-tiles of 128 rows x 32 k (64 KB, 128-byte-swizzled, rec_wg_desc's
+ * layout), D = A B^T with warpgroup w taking A's rows 64 w.. and all 128
+ * columns (two n64 pieces). A tile is natural (row = the source's row, k
+ * along it: rec_ld_tile<true>) or transposed (row = the source's column, k
+ * = its row: rec_cpt); sums stored back as operands go through xw_put. Three
+ * tiles fit a block (one an SM); the backward splits its seven products
+ * over three kernels so that each block holds only what its products read. */
+#define XW_T (128 * 128) /* one operand tile, floats */
+#define XW_GATES (3 * XW_T)
+
+bool pr_rec_xa_wg(const rec_prob &p)
+{
+    return p.C == 64 && p.L * 64 <= 128 && p.K <= 128 && p.V <= 128 && rec_wgmma_runs();
+}
+
+__device__ __forceinline__ void xw_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void xw_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+/* element (row, k) of an operand tile (1024-byte aligned) */
+__device__ __forceinline__ int xw_at(int row, int k)
+{
+    return (k >> 5) * 4096 + row * 32 + ((((k >> 2) ^ row) & 7) << 2) + (k & 3);
+}
+/* this thread's sum e of piece n: row xw_r(e) of the 128 (warpgroup w's
+ * 64 w..), column 64 n + xw_c(e) */
+__device__ __forceinline__ int xw_r(int e)
+{
+    const int t = threadIdx.x;
+    return 64 * (t >> 7) + 16 * ((t >> 5) & 3) + ((t & 31) >> 2) + 8 * (e >> 1 & 1);
+}
+__device__ __forceinline__ int xw_c(int n, int e) { return 64 * n + 2 * (threadIdx.x & 3) + 8 * (e >> 2) + (e & 1); }
+#define XW_EACH(n, e) _Pragma("unroll") for (int n = 0; n < 2; n++) _Pragma("unroll") for (int e = 0; e < 32; e++)
+
+/* d (+)= A B^T: this warpgroup's 64 rows of A, all 128 rows of B */
+__device__ __forceinline__ void xw_mm(float (&d)[2][32], const float *A, const float *B)
+{
+    const int w = threadIdx.x >> 7;
+    rec_wg_fence();
+#pragma unroll
+    for (int kt = 0; kt < 4; kt++) {
+        const unsigned long long da = rec_wg_desc(A + kt * 4096 + w * 64 * 32);
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const unsigned long long db = rec_wg_desc(B + kt * 4096 + n * 64 * 32);
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) rec_wg_mma<64>(d[n], da + 2 * ks, db + 2 * ks);
+        }
+    }
+    rec_wg_commit();
+    rec_wg_wait();
+    rec_wg_settle(d[0]);
+    rec_wg_settle(d[1]);
+}
+__device__ __forceinline__ void xw_zero(float (&d)[2][32])
+{
+    rec_wg_zero(d[0]);
+    rec_wg_zero(d[1]);
+}
+/* the sums into tile T as an operand, rounded to TF32: natural (row r, k a)
+ * or transposed (row a, k r) */
+__device__ __forceinline__ void xw_put(float *T, const float (&d)[2][32], bool tr, bool round = true)
+{
+    XW_EACH(n, e)
+    {
+        const int r = xw_r(e), a = xw_c(n, e);
+        T[tr ? xw_at(a, r) : xw_at(r, a)] = round ? __uint_as_float(rec_tf32(d[n][e])) : d[n][e];
+    }
+}
+
+/* Loads in two steps: own = false issues the copies (cp.async; the caller
+ * commits and waits), own = true then rounds this thread's copies in place
+ * (scaled by the source rows' factors f where given).
+ * xw_nat: R source rows (stride rs, nr valid) x 128 columns (nc valid) as
+ * tile rows r0.. with k along them */
+template <int R>
+__device__ __forceinline__ void xw_nat(bool own, float *T, int r0, const float *src, long long rs, int nr, int nc,
+                                       bool vec, const float *f = nullptr)
+{
+#pragma unroll 1
+    for (int kt = 0; kt < 4; kt++) {
+        float *dst = T + kt * 4096 + r0 * 32;
+        if (own) rec_tf32_own(dst, R, f);
+        else rec_ld_tile<true>(dst, 32, R, 32, kt * 32 < nc ? src + kt * 32 : src, rs, nr, nc - kt * 32, vec);
+    }
+}
+/* xw_tr: R source rows x 128 columns as tile rows (one a column) with k =
+ * k0 + the source row */
+template <int R>
+__device__ __forceinline__ void xw_tr(bool own, float *T, int k0, const float *src, long long rs, int nr, int nc,
+                                      const float *f = nullptr)
+{
+    float *dst = T + (k0 >> 5) * 4096;
+    if (own) rec_cpt_own<R, 128>(dst, 128, f, 1.f);
+    else rec_cpt<R, 128>(dst, 128, src, rs, nr, nc);
+}
+/* a chunk's two 64-row halves (k and q, dV' and dO) of [rows, H, D] arrays,
+ * natural or transposed; and its extras (kx, vx: [rows, H, L, D], row a = l
+ * 64 + i, zero rows from CL on) */
+__device__ __forceinline__ void xw_pair(bool own, bool tr, float *T, const rec_prob &p, const float *a, const float *b,
+                                        int D, long long rk, int nval)
+{
+    const long long rs = (long long)p.H * D;
+    if (tr) xw_tr<64>(own, T, 0, a + rk * D, rs, nval, D), xw_tr<64>(own, T, 64, b + rk * D, rs, nval, D);
+    else xw_nat<64>(own, T, 0, a + rk * D, rs, nval, D, p.vec), xw_nat<64>(own, T, 64, b + rk * D, rs, nval, D, p.vec);
+}
+__device__ __forceinline__ void xw_extras(bool own, bool tr, float *T, const rec_prob &p, const float *x, int D,
+                                          long long rk, int nval, const float *f = nullptr)
+{
+    const long long rs = (long long)p.H * p.L * D;
+#pragma unroll 1
+    for (int l = 0; l < 2; l++) {
+        const float *src = x + rk * p.L * D + (l < p.L ? l * D : 0);
+        const int nr = l < p.L ? nval : 0;
+        if (tr) xw_tr<64>(own, T, 64 * l, src, rs, nr, D, f);
+        else xw_nat<64>(own, T, 64 * l, src, rs, nr, D, p.vec, f);
+    }
+}
+/* S's decays Dt[t][i] = e^{G_t - G_i} (i <= t, else 0; rows of 65 floats),
+ * computed once a block so that the masks below are a load each */
+#define XW_DEC (XW_GATES + 256 + 256 + 8 * 128)
+__device__ __forceinline__ void xw_decays(const float *G, float *Dt)
+{
+#pragma unroll 1
+    for (int j = threadIdx.x; j < 64 * 64; j += PR_REC_THREADS) {
+        const int t = j >> 6, i = j & 63;
+        Dt[t * 65 + i] = i <= t ? expf(G[t] - G[i]) : 0.f;
+    }
+}
+/* S's mask and decay factors (xa_mask) on the sums: rows 64.. (warpgroup 1)
+ * are S2's, zero on the padding */
+__device__ __forceinline__ void xw_mask(const rec_prob &p, const float *Dt, float (&d)[2][32])
+{
+    const int CL = 64 * p.L;
+    const bool s2 = threadIdx.x >= 128;
+    const float f = s2 ? p.scale : -1.f;
+    XW_EACH(n, e)
+    {
+        const int t = xw_r(e) & 63, a = xw_c(n, e), i = a & 63;
+        const bool in = a < CL && (s2 ? i <= t : i < t);
+        d[n][e] *= in ? f * Dt[t * 65 + i] : 0.f;
+    }
+}
+/* a warpgroup's sums to global memory through shared memory, so that the
+ * stores are whole rows (and the code a loop, not 64 unrolled stores): the
+ * sums go natural into rows 64 w.. of T (tile rows only this warpgroup's
+ * products read), then its 128 threads store row r to dst + off(r) (rows
+ * with off(r) < 0 skipped), columns < nc, dst (+)= (+ extra at the same
+ * place) */
+template <class OFF>
+__device__ __forceinline__ void xw_store(float *T, float *dst, const float (&d)[2][32], OFF off, int nc, bool acc,
+                                         bool vec, const float *extra = nullptr)
+{
+    const int w = threadIdx.x >> 7;
+    xw_put(T, d, false, false);
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory"); /* this warpgroup's rows are in */
+#pragma unroll 1
+    for (int i = threadIdx.x & 127; i < 64 * 32; i += 128) {
+        const int r = 64 * w + i / 32, c = i % 32 * 4;
+        const long long o = off(r);
+        if (o < 0 || c >= nc) continue;
+        const float4 x = *reinterpret_cast<const float4 *>(T + xw_at(r, c));
+        float *q = dst + o + c;
+        const float *xe = extra ? extra + o + c : nullptr;
+        if (vec) {
+            float4 y = acc ? *reinterpret_cast<const float4 *>(q) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 z = xe ? *reinterpret_cast<const float4 *>(xe) : make_float4(0.f, 0.f, 0.f, 0.f);
+            y.x += x.x + z.x, y.y += x.y + z.y, y.z += x.z + z.z, y.w += x.w + z.w;
+            *reinterpret_cast<float4 *>(q) = y;
+            continue;
+        }
+        const float v[4] = {x.x, x.y, x.z, x.w};
+        for (int j = 0; j < 4 && c + j < nc; j++) q[j] = (acc ? q[j] : 0.f) + v[j] + (xe ? xe[j] : 0.f);
+    }
+}
+
+struct xw_chunk {
+    int nval;
+    long long rk;
+};
+__device__ __forceinline__ xw_chunk xw_chunk_of(const rec_prob &p)
+{
+    const rec_chunk_pos cp = rec_chunk_of(p, blockIdx.x);
+    return {cp.nval, (long long)cp.row0 * p.H + blockIdx.y};
+}
+
+__global__ void __launch_bounds__(PR_REC_THREADS, 1)
+    chunk_xfwd_wg_kernel(rec_prob p, float *vp, float *o, float *hs, float *elast)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const int h = blockIdx.y, H = p.H, K = p.K, V = p.V;
+    const xw_chunk ch = xw_chunk_of(p);
+    const int nval = ch.nval;
+    const long long rk = ch.rk;
+    float *eslot = xa_eslot(p, blockIdx.x, h, hs, elast);
+
+    xw_pair(false, false, T0, p, p.k, p.q, K, rk, nval);
+    xw_extras(false, false, T1, p, p.kx, K, rk, nval);
+    rec_gates_issue<64>(p, (int)(rk / H), nval, h, G, bt);
+    xw_commit();
+    xw_extras(false, true, T2, p, p.vx, V, rk, nval);
+    xw_commit();
+    xw_wait<1>();
+    rec_gates_scan<64>(G, nval, eG, eL);
+    xw_pair(true, false, T0, p, p.k, p.q, K, rk, nval);
+    xw_extras(true, false, T1, p, p.kx, K, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+    xw_decays(G, sm + XW_DEC);
+    __syncthreads();
+
+    float d[2][32];
+    xw_zero(d);
+    xw_mm(d, T0, T1); /* S = [K; Q] KX^T */
+    xw_mask(p, sm + XW_DEC, d);
+    __syncthreads(); /* T1 read by both warpgroups */
+    xw_put(T0, d, false);
+    xw_extras(false, true, T1, p, p.kx, K, rk, nval); /* KX^T for E */
+    xw_commit();
+    xw_wait<1>();
+    xw_extras(true, true, T2, p, p.vx, V, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+
+    xw_zero(d);
+    xw_mm(d, T0, T2); /* [V' - V; O] = S VX */
+    const auto tok = [&](int lo) { return [=](int r) { return r - lo >= 0 && r - lo < 64 && r - lo < nval ? (rk + (long long)(r - lo) * H) * V : -1LL; }; };
+    if (threadIdx.x < 128) xw_store(T0, vp, d, tok(0), V, false, p.vec, p.v);
+    else xw_store(T0, o, d, tok(64), V, false, p.vec);
+    xw_wait<0>();
+    xw_extras(true, true, T1, p, p.kx, K, rk, nval, eL);
+    rec_fence_async();
+    __syncthreads();
+
+    xw_zero(d);
+    xw_mm(d, T1, T2); /* E = (eL o KX)^T VX */
+    xw_store(T1, eslot, d, [=](int r) { return r < K ? (long long)r * V : -1LL; }, V, false, p.vec);
+}
+
+/* the backward's three kernels (Z): 0 dVX and E's share of dG; 1 dS, dK, dQ
+ * and S's share of dG; 2 dKX (apart, each gets its own registers). The shares of dG go to dgx [2, nchunks, H,
+ * 64], which chunk_xdg_kernel adds into dg (with dv += dV'). */
+__device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *dE, const float *dvp, float *dgx,
+                           float *sm, xw_chunk ch)
+{
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    float *ed = G + 256;
+    const int H = p.H, K = p.K, V = p.V, L = p.L, nval = ch.nval;
+    const long long rk = ch.rk;
+    const bool want_dg = p.has_g && g.dg;
+    xw_pair(false, false, T0, p, p.k, p.q, K, rk, nval);
+    xw_extras(false, false, T1, p, p.kx, K, rk, nval);
+    xw_tr<128>(false, T2, 0, dE, V, K, V); /* dE^T: rows v, k the state's rows */
+    rec_gates_issue<64>(p, (int)(rk / H), nval, blockIdx.y, G, bt);
+    xw_commit();
+    xw_wait<0>();
+    rec_gates_scan<64>(G, nval, eG, eL);
+    xw_pair(true, false, T0, p, p.k, p.q, K, rk, nval);
+    xw_extras(true, false, T1, p, p.kx, K, rk, nval);
+    xw_tr<128>(true, T2, 0, dE, V, K, V);
+    rec_fence_async();
+    __syncthreads();
+    xw_decays(G, sm + XW_DEC);
+    __syncthreads();
+
+    float s[2][32], y[2][32];
+    xw_zero(s);
+    xw_mm(s, T0, T1); /* S */
+    xw_mask(p, sm + XW_DEC, s);
+    xw_zero(y);
+    xw_mm(y, T1, T2); /* Y1 = KX dE: rows a, columns v */
+    __syncthreads(); /* T0, T1, T2 read by both warpgroups */
+    xw_put(T0, s, true); /* S^T */
+    xw_pair(false, true, T1, p, dvp, p.dout, V, rk, nval); /* [dV'; dO]^T */
+    if (want_dg) xw_extras(false, false, T2, p, p.vx, V, rk, nval); /* VX for ed, read as it is */
+    xw_commit();
+    xw_wait<0>();
+    xw_pair(true, true, T1, p, dvp, p.dout, V, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+    /* ed_a = Y1_a . vx_a (E's share of dG), then Y1's rows scaled by eL */
+    if (want_dg) {
+        float rs[2] = {0.f, 0.f};
+        XW_EACH(n, e) rs[e >> 1 & 1] += y[n][e] * T2[xw_at(xw_r(e), xw_c(n, e))];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            rs[u] += __shfl_xor_sync(PR_FULL_MASK, rs[u], 1);
+            rs[u] += __shfl_xor_sync(PR_FULL_MASK, rs[u], 2);
+            if ((threadIdx.x & 3) == 0) ed[xw_r(2 * u)] = rs[u];
+        }
+    }
+    XW_EACH(n, e) y[n][e] *= eL[xw_r(e) & 63];
+    xw_mm(y, T0, T1); /* dVX = eL o Y1 + S^T [dV'; dO] */
+    if (g.dvx)
+        xw_store(T0, g.dvx, y, [=](int a) {
+            const int l = a >> 6, i = a & 63;
+            return l < L && i < nval ? (rk + (long long)i * H) * L * V + l * V : -1LL;
+        }, V, true, p.vec);
+    if (!want_dg) return;
+    __syncthreads(); /* ed complete */
+    /* E's share: -eL_t ed_t summed over l from token t, all of it to the last
+     * token (the two warps' sums in wsum, added in order) */
+    float *wsum = ed + 128, v = 0.f;
+    if (threadIdx.x < 64) {
+        const int t = threadIdx.x;
+        for (int l = 0; l < L; l++) v += eL[t] * ed[l * 64 + t];
+        float all = v;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) all += __shfl_xor_sync(PR_FULL_MASK, all, o);
+        if ((t & 31) == 0) wsum[t >> 5] = all;
+    }
+    __syncthreads();
+    if (threadIdx.x < 64) {
+        const int t = threadIdx.x;
+        dgx[((long long)blockIdx.x * H + blockIdx.y) * 64 + t] = t == nval - 1 ? wsum[0] + wsum[1] - v : -v;
+    }
+}
+
+__device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *dvp, float *dgx, float *sm, xw_chunk ch)
+{
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    float *rd = G + 256, *cd = rd + 128, *red = cd + 128; /* red: [8 warps][128] */
+    const int H = p.H, K = p.K, V = p.V, nval = ch.nval, L = p.L;
+    const long long rk = ch.rk;
+    const bool want_dg = p.has_g && g.dg;
+    xw_pair(false, false, T0, p, p.k, p.q, K, rk, nval);
+    xw_extras(false, false, T1, p, p.kx, K, rk, nval);
+    xw_pair(false, false, T2, p, dvp, p.dout, V, rk, nval);
+    rec_gates_issue<64>(p, (int)(rk / H), nval, blockIdx.y, G, bt);
+    xw_commit();
+    xw_wait<0>();
+    rec_gates_scan<64>(G, nval, eG, eL);
+    xw_pair(true, false, T0, p, p.k, p.q, K, rk, nval);
+    xw_extras(true, false, T1, p, p.kx, K, rk, nval);
+    xw_pair(true, false, T2, p, dvp, p.dout, V, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+    xw_decays(G, sm + XW_DEC);
+    __syncthreads();
+
+    float s[2][32], ds[2][32];
+    xw_zero(s);
+    xw_mm(s, T0, T1); /* S */
+    xw_mask(p, sm + XW_DEC, s);
+    __syncthreads(); /* T0 read by both warpgroups */
+    xw_extras(false, false, T0, p, p.vx, V, rk, nval);
+    xw_commit();
+    xw_wait<0>();
+    xw_extras(true, false, T0, p, p.vx, V, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+    xw_zero(ds);
+    xw_mm(ds, T2, T0); /* dS = [dV'; dO] VX^T */
+    if (want_dg) {
+        /* rd: row sums of dS o S (quads), cd: column sums (warps, then the 8 warps in order) */
+        float rsum[2] = {0.f, 0.f};
+        XW_EACH(n, e) rsum[e >> 1 & 1] += ds[n][e] * s[n][e];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            rsum[u] += __shfl_xor_sync(PR_FULL_MASK, rsum[u], 1);
+            rsum[u] += __shfl_xor_sync(PR_FULL_MASK, rsum[u], 2);
+            if ((threadIdx.x & 3) == 0) rd[xw_r(2 * u)] = rsum[u];
+        }
+        /* sums e and e + 2 share a column (rows 8 apart) */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 32; e += (e & 1) ? 3 : 1) {
+                float x = ds[n][e] * s[n][e] + ds[n][e + 2] * s[n][e + 2];
+                x += __shfl_xor_sync(PR_FULL_MASK, x, 4);
+                x += __shfl_xor_sync(PR_FULL_MASK, x, 8);
+                x += __shfl_xor_sync(PR_FULL_MASK, x, 16);
+                if ((threadIdx.x & 31) < 4) red[(threadIdx.x >> 5) * 128 + xw_c(n, e)] = x;
+            }
+    }
+    xw_mask(p, sm + XW_DEC, ds); /* dR */
+    __syncthreads(); /* T0, T2 read by both warpgroups; rd, red complete */
+    xw_put(T2, ds, false);
+    xw_extras(false, true, T0, p, p.kx, K, rk, nval); /* KX^T */
+    xw_commit();
+    if (want_dg && threadIdx.x < 128) {
+        float x = 0.f;
+        for (int w = 0; w < PR_REC_WARPS; w++) x += red[w * 128 + threadIdx.x];
+        cd[threadIdx.x] = x;
+    }
+    xw_wait<0>();
+    xw_extras(true, true, T0, p, p.kx, K, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+    xw_zero(s);
+    xw_mm(s, T2, T0); /* [dK; dQ] += dR KX */
+    const auto tok = [&](int lo) {
+        return [=](int r) { return r - lo >= 0 && r - lo < 64 && r - lo < nval ? (rk + (long long)(r - lo) * H) * K : -1LL; };
+    };
+    if (threadIdx.x < 128) {
+        if (g.dk) xw_store(T2, g.dk, s, tok(0), K, true, p.vec);
+    } else if (g.dq) xw_store(T2, g.dq, s, tok(64), K, true, p.vec);
+    if (want_dg && threadIdx.x < 64) {
+        const int t = threadIdx.x;
+        float v = rd[t] + rd[64 + t];
+        for (int l = 0; l < L; l++) v -= cd[l * 64 + t];
+        dgx[((long long)(p.nchunks + blockIdx.x) * H + blockIdx.y) * 64 + t] = v;
+    }
+}
+
+__device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *dE, const float *dvp, float *sm,
+                           xw_chunk ch)
+{
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    const int H = p.H, K = p.K, V = p.V, L = p.L, nval = ch.nval;
+    const long long rk = ch.rk;
+    xw_pair(false, false, T0, p, dvp, p.dout, V, rk, nval);
+    xw_extras(false, false, T1, p, p.vx, V, rk, nval);
+    xw_nat<128>(false, T2, 0, dE, V, K, V, p.vec); /* dE: rows the state's, k v */
+    rec_gates_issue<64>(p, (int)(rk / H), nval, blockIdx.y, G, bt);
+    xw_commit();
+    xw_wait<0>();
+    rec_gates_scan<64>(G, nval, eG, eL);
+    xw_pair(true, false, T0, p, dvp, p.dout, V, rk, nval);
+    xw_extras(true, false, T1, p, p.vx, V, rk, nval);
+    xw_nat<128>(true, T2, 0, dE, V, K, V, p.vec);
+    rec_fence_async();
+    __syncthreads();
+    xw_decays(G, sm + XW_DEC);
+    __syncthreads();
+
+    float y[2][32];
+    {
+        float ds[2][32];
+        xw_zero(ds);
+        xw_mm(ds, T0, T1); /* dS */
+        xw_mask(p, sm + XW_DEC, ds); /* dR */
+        __syncthreads(); /* T0 read by both warpgroups */
+        xw_put(T0, ds, true); /* dR^T */
+    }
+    xw_zero(y);
+    xw_mm(y, T1, T2); /* Y2 = VX dE^T: rows a, columns the state's rows */
+    XW_EACH(n, e) y[n][e] *= eL[xw_r(e) & 63];
+    __syncthreads(); /* T1 read by both warpgroups */
+    xw_pair(false, true, T1, p, p.k, p.q, K, rk, nval); /* [K; Q]^T */
+    xw_commit();
+    xw_wait<0>();
+    xw_pair(true, true, T1, p, p.k, p.q, K, rk, nval);
+    rec_fence_async();
+    __syncthreads();
+    xw_mm(y, T0, T1); /* dKX = eL o Y2 + dR^T [K; Q] */
+    if (g.dkx)
+        xw_store(T0, g.dkx, y, [=](int a) {
+            const int l = a >> 6, i = a & 63;
+            return l < L && i < nval ? (rk + (long long)i * H) * L * K + l * K : -1LL;
+        }, K, true, p.vec);
+}
+
+template <int Z>
+__global__ void __launch_bounds__(PR_REC_THREADS, 1)
+    chunk_xbwd_wg_kernel(rec_prob p, const float *dhs, const float *dvp, rec_grads g, float *dgx)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const xw_chunk ch = xw_chunk_of(p);
+    const float *dE = dhs + ((long long)blockIdx.x * p.H + blockIdx.y) * p.K * p.V;
+    if constexpr (Z == 0) xw_bwd_dvx(p, g, dE, dvp, dgx, sm, ch);
+    else if constexpr (Z == 1) xw_bwd_dkq(p, g, dvp, dgx, sm, ch);
+    else xw_bwd_dkx(p, g, dE, dvp, sm, ch);
+}
+
+/* dg += the reverse cumulative sums of the two shares of dG; dv += dV' */
+__global__ void __launch_bounds__(PR_REC_THREADS) chunk_xdg_kernel(rec_prob p, const float *dgx, const float *dvp, rec_grads g)
+{
+    const xw_chunk ch = xw_chunk_of(p);
+    const long long j = ((long long)blockIdx.x * p.H + blockIdx.y) * 64, sh = (long long)p.nchunks * p.H * 64;
+    if (p.has_g && g.dg && threadIdx.x < 32) {
+        float x[2];
+        for (int e = 0; e < 2; e++) x[e] = dgx[j + threadIdx.x * 2 + e] + dgx[sh + j + threadIdx.x * 2 + e];
+        rec_chunk_dg_warp<64>(x, ch.nval, g.dg, ch.rk, p.H);
+    }
+    if (!g.dv) return;
+    for (int i = threadIdx.x; i < ch.nval * p.V; i += PR_REC_THREADS) {
+        const long long o = (ch.rk + (long long)(i / p.V) * p.H) * p.V + i % p.V;
+        g.dv[o] += dvp[o];
+    }
+}
+static size_t xw_smem() { return (size_t)(XW_DEC + 64 * 65) * 4; }
+
 /* ---- launchers --------------------------------------------------------------------- */
 template <class F> static void xa_smem_attr(F kernel, size_t smem)
 {
@@ -290,6 +779,12 @@ template <class F> static void xa_smem_attr(F kernel, size_t smem)
 
 void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, float *vp, float *o, float *hs, float *elast)
 {
+    if (pr_rec_xa_wg(p)) {
+        xa_smem_attr(chunk_xfwd_wg_kernel, xw_smem());
+        chunk_xfwd_wg_kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, vp, o, hs, elast);
+        PR_CUDA_LAUNCH_CHECK();
+        return;
+    }
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_xfwd_kernel<64, true> : chunk_xfwd_kernel<64, false>)
                                   : (bf ? chunk_xfwd_kernel<32, true> : chunk_xfwd_kernel<32, false>);
@@ -301,6 +796,21 @@ void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, float *vp, float *o, 
 
 void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, const float *dhs, const float *dvp, const rec_grads &d)
 {
+    if (pr_rec_xa_wg(p)) {
+        const size_t n_g = (size_t)2 * p.nchunks * p.H * 64;
+        float *dgx = rec_scratch(n_g);
+        const decltype(&chunk_xbwd_wg_kernel<0>) roles[3] = {chunk_xbwd_wg_kernel<0>, chunk_xbwd_wg_kernel<1>,
+                                                             chunk_xbwd_wg_kernel<2>};
+        for (int z = 0; z < 3; z++) {
+            xa_smem_attr(roles[z], xw_smem());
+            roles[z]<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, dhs, dvp, d, dgx);
+            PR_CUDA_LAUNCH_CHECK();
+        }
+        chunk_xdg_kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, 0, st>>>(p, dgx, dvp, d);
+        PR_CUDA_LAUNCH_CHECK();
+        rec_scratch_free(dgx, n_g);
+        return;
+    }
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_xbwd_kernel<64, true> : chunk_xbwd_kernel<64, false>)
                                   : (bf ? chunk_xbwd_kernel<32, true> : chunk_xbwd_kernel<32, false>);

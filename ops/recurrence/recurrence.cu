@@ -163,7 +163,8 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
         return;
     }
     /* extras apart: their kernels before the core's forward, after its backward */
-    int k = snprintf(buf, n, "fwd %s", pl.xa ? "extras(apart) " : "");
+    const char *xa = !pl.xa ? "" : pr_rec_xa_wg(p) ? "extras(apart, wgmma)" : "extras(apart)";
+    int k = snprintf(buf, n, "fwd %s%s", xa, pl.xa ? " " : "");
     if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d%s) ", pl.bv_prep, pl.wg_prep ? ", wgmma" : "");
     /* segmented: the serial state passes the forward runs (rec_segs) */
     char seg[40] = "", fwd_seg[80] = "", fix[24] = "";
@@ -183,8 +184,8 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
                   pl.bk_grad, pl.bv_grad, pl.wg_grad ? "wgmma, " : "", pl.bpw_grad,
                   pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);
     if (p.delta)
-        snprintf(buf + k, n - k, "wy(bk %d, bv %d%s%s)%s", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "",
-                 pl.wg_wy ? ", wgmma" : "", pl.xa ? " extras(apart)" : "");
+        snprintf(buf + k, n - k, "wy(bk %d, bv %d%s%s)%s%s", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "",
+                 pl.wg_wy ? ", wgmma" : "", pl.xa ? " " : "", xa);
     else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
 }
 

@@ -1168,6 +1168,8 @@ size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
 void pr_rec_chunk_xfwd(cudaStream_t s, const rec_prob &p, float *vp, float *o, float *hs, float *elast);
 void pr_rec_chunk_xbwd(cudaStream_t s, const rec_prob &p, const float *dhs, const float *dvp, const rec_grads &d);
 size_t pr_rec_smem_xfwd(const rec_prob &p);
+/* whether the extras take their wgmma forms (C = 64, C L <= 128, K, V <= 128, sm_90a) */
+bool pr_rec_xa_wg(const rec_prob &p);
 size_t pr_rec_smem_xbwd(const rec_prob &p);
 static inline rec_prob rec_core_prob(const rec_prob &p)
 {
