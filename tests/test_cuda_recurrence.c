@@ -728,16 +728,17 @@ static void test_prep_wg(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* prism_core's extras apart (chunked_extras.cu, NOTES.md v38, opt-in):
- * PRISM_REC_XA=1 takes them for TF32 runs at both benchmark sizes and both
- * chunk sizes; forced at both chunk sizes, L = 1 and 2,
- * K in one tile of 32 and several (96: the core's wgmma pieces padded; 128),
- * odd K and V without vector loads (38, 130: three V tiles of the extras'
- * forward; V = 130 keeps the mma.sync forms at C = 64, every other case
- * takes the wgmma ones there), partial chunks (T = 100), each against the CPU in f64, the
- * plan's own choice and a rerun. 2 is refused; 1 stops, naming the variable,
- * where the core has no wgmma forms (K = 160) or the extras' backward no
- * room (C = 64 at L = 3). */
+/* prism_core's extras apart (chunked_extras.cu, NOTES.md v38, v39): by
+ * default at C = 64 (their wgmma forms), not at 32; PRISM_REC_XA=1 takes
+ * them for TF32 runs at both benchmark sizes and both chunk sizes; forced
+ * at both chunk sizes, L = 1 and 2, K in one tile of 32 and several (96:
+ * the core's wgmma pieces padded; 128), odd K and V without vector loads
+ * (38, 130: three V tiles of the extras' forward; V = 130 keeps the
+ * mma.sync forms at C = 64, every other case takes the wgmma ones there),
+ * partial chunks (T = 100), each against the CPU in f64, the plan's own
+ * choice and a rerun. 2 is refused; 1 stops, naming the variable, where the
+ * core has no wgmma forms (K = 160) or the extras' backward no room (C = 64
+ * at L = 3). */
 static void test_extras_apart(void **state)
 {
     (void)state;
@@ -759,6 +760,15 @@ static void test_extras_apart(void **state)
                         (long long)NT[i][0], (long long)NT[i][1], want, ok ? plan.kernels : why), fails++;
         }
     unsetenv("PRISM_REC_XA");
+    /* unset: apart exactly where the wgmma extras run (C = 64) */
+    for (int chunk = 32; chunk <= 64; chunk += 32) {
+        const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk, .tf32 = 1};
+        const bool ok = pr_recurrence_plan(&po, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why);
+        const bool apart = ok && strstr(plan.kernels, "extras(apart");
+        if (!ok || apart != (chunk == 64))
+            fprintf(stderr, "  FAIL prism_core C=%d by default: extras %s: %s\n", chunk, apart ? "apart" : "not apart",
+                    ok ? plan.kernels : why), fails++;
+    }
     const struct {
         int64_t K, V, L;
     } xc[] = {{32, 40, 2}, {38, 130, 1}, {96, 40, 2}, {128, 96, 2}, {64, 72, 1}};

@@ -1586,19 +1586,21 @@ static void plan_scores_wg(const rec_prob &p, size_t mx, rec_chunk_plan *pl)
     if (on) pl->wg_scores = 1, pl->bv_out = 64, pl->bv_dloc = 128;
 }
 
-/* Extras apart (chunked_extras.cu, NOTES.md v38) where it runs: extra
+/* Extras apart (chunked_extras.cu, NOTES.md v38, v39) where it runs: extra
  * writes (L > 0) beside a core (L = 0) whose state pass and output kernel
  * take their wgmma forms (TF32 on, a build for sm_90a on an sm_90 GPU, K <=
  * 128, no segments), with the extras kernels' shared memory fitting. Then
- * *pl is the core's plan. Opt-in until measured on the device (NOTES.md
- * v38): PRISM_REC_XA=1 insists on apart, 0 or unset keeps the extras in the
- * core kernels. */
+ * *pl is the core's plan. By default apart wherever the extras take their
+ * wgmma forms too (C = 64, C L <= 128, K, V <= 128: measured 2x faster than
+ * the extras in the core kernels there, v39); PRISM_REC_XA=1 insists on
+ * apart (the mma.sync extras where the wgmma ones do not fit), 0 keeps the
+ * extras in the core kernels. */
 static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     long want = -1;
     rec_env_knob("PRISM_REC_XA", "0 (the extras in the core kernels) or 1 (apart)", [](long v) { return v == 0 || v == 1; },
                  &want);
-    if (want != 1) return false;
+    if (want == 0 || (want == -1 && !pr_rec_xa_wg(p))) return false;
     const size_t mx = (size_t)smem_max;
     const bool on = p.delta && pr_rec_smem_xfwd(p) <= mx && pr_rec_smem_xbwd(p) <= mx &&
                     pr_rec_chunk_plan(rec_core_prob(p), smem_max, smem_sm, n_sm, pl) && pl->wg_state &&
@@ -1608,6 +1610,7 @@ static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_
                  "their wgmma forms (TF32 products on, a build for sm_90a on an sm_90 GPU, K <= 128, no segments) and "
                  "%zu + %zu bytes of shared memory a block for the extras' kernels (K = %d, V = %d, L = %d, C = %d here)",
                  pr_rec_smem_xfwd(p), pr_rec_smem_xbwd(p), p.K, p.V, p.L, p.C);
+    if (!on) *pl = rec_chunk_plan{}; /* the native plan starts from nothing */
     pl->xa = on;
     return on;
 }
