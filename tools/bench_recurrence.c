@@ -19,8 +19,9 @@
  * the step memory of one forward not recorded (no-grad) and recorded: the
  * bytes the step arena keeps after it (a layer's share until the step ends)
  * and, on the GPU, the allocator's peak during it (scratch included).
- * The chunked form runs chunks of 64 tokens, 32 for prism_core (L = 2:
- * faster, NOTES.md), unless --chunks says otherwise.
+ * The chunked form runs chunks of 64 tokens (prism_core too since its
+ * extras run apart as wgmma there: NOTES.md v39), unless --chunks says
+ * otherwise.
  * bf16 (on the GPU by default beside f32; --dtype picks one): q, k, v,
  * beta, kx, vx, o and do in bf16 (g, h0, ht, dht f32), tensor cores on (the
  * chunked and mini-batch products then run as bf16 mma), one row under each
@@ -68,8 +69,8 @@ static void usage(FILE *f)
             "  --shape B,T,H,K,V  GPU only: this size instead (prism_core L=2; no fla figure), e.g.\n"
             "               1,16384,8,96,96 for one long sequence (PRISM_REC_SEGMENTS=1 turns segments off)\n"
             "  --rules L    comma-separated rules to run; on the GPU also ttt_linear, ttt_mlp, titans (default all)\n"
-            "  --chunks L   comma-separated chunk sizes of the chunked form (default 64, prism_core 32;\n"
-            "               the CUDA kernels run 32 and 64)\n"
+            "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; the CUDA\n"
+            "               kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       GPU only: also time the chunked form with fp32 (non-tensor-core) products\n"
             "Reference (flash-linear-attention Triton, bf16, H200, fwd+bwd; size 1 / size 2): gated\n"
@@ -504,7 +505,6 @@ static void print_row(pr_rule r, const char *form, bench_times t, double tokens,
 }
 
 /* the chunk the bench runs by default: 32 for two or more extra writes (faster, NOTES.md), else 64 */
-static int default_chunk(pr_rule r, const bench_size *s) { return pr_rule_has_extra(r) && s->L >= 2 ? 32 : 64; }
 
 static int bench_gpu(const rb_opts *o)
 {
@@ -549,7 +549,7 @@ static int bench_gpu(const rb_opts *o)
             }
             const int nforms = nch ? nch : 1;
             for (int f = 0; f < nforms * (1 + o->fp32); f++) {
-                const int C = nch ? (int)o->chunks[f % nch] : default_chunk(rule, s);
+                const int C = nch ? (int)o->chunks[f % nch] : 64;
                 if (!print_plan(rule, C, f < nforms, s)) continue;
                 double mf, mb;
                 chunk_macs(rule, s, C, &mf, &mb);
@@ -617,7 +617,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     }
     if (a.failed) return PR_EXIT_USAGE;
     o->cuda = dev == 1;
-    if (o->cuda) {   /* no --chunks: each rule's default chunk (default_chunk) */
+    if (o->cuda) {   /* no --chunks: chunks of 64 */
         if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32 and bf16");
         o->gpu_dtypes = dtype == 1 ? 1 : dtype == 2 ? 2 : 3;
         if (!o->rules) o->rules = (1u << (PR_NRULES + 3)) - 1;
