@@ -504,8 +504,6 @@ static void print_row(pr_rule r, const char *form, bench_times t, double tokens,
            tokens / (t.fb * 1e-3) / 1e6, tf, pc, bytes / (t.fb * 1e-3) / 1e9, xf, sp, er);
 }
 
-/* the chunk the bench runs by default: 32 for two or more extra writes (faster, NOTES.md), else 64 */
-
 static int bench_gpu(const rb_opts *o)
 {
     const int reps = o->reps, warm = o->warm, nch = o->nch, token = !o->no_token;

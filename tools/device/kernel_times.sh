@@ -43,18 +43,17 @@ command -v ncu >/dev/null || { echo "kernel_times.sh: ncu not found (it comes wi
 . tools/device/deps.sh
 prism_deps kernel_times.sh || exit 2
 csv=$(mktemp)
-trap 'rm -f "$csv"' EXIT
+trap 'rm -f "$csv" "$csv.err"' EXIT
 metrics=gpu__time_duration.sum
 [ $stalls = 1 ] && metrics="$metrics,smsp__inst_executed.sum,sm__warps_launched.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 ncu --clock-control none --metrics "$metrics" --csv "$prism" "$@" >"$csv" 2>"$csv.err"
 rc=$?
 [ -n "$keep" ] && cp "$csv" "$keep"
 if [ $rc -ne 0 ]; then
-    echo "kernel_times.sh: ncu exited with $rc:" >&2; tail -20 "$csv.err" >&2; rm -f "$csv.err"; exit 1
+    echo "kernel_times.sh: ncu exited with $rc:" >&2; tail -20 "$csv.err" >&2; exit 1
 fi
 # ncu can exit 0 having profiled nothing (e.g. no permission for the
-# counters): then its own words, kept here, say why
-trap 'rm -f "$csv" "$csv.err"' EXIT
+# counters): then its own words in $csv.err say why
 python3 - "$csv" "$pattern" "$stalls" <<'PY'
 import csv, re, sys
 # prism's own output shares the stream: the table starts at ncu's header row
