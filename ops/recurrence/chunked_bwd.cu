@@ -1600,18 +1600,19 @@ static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_
     long want = -1;
     rec_env_knob("PRISM_REC_XA", "0 (the extras in the core kernels) or 1 (apart)", [](long v) { return v == 0 || v == 1; },
                  &want);
-    if (want == 0 || (want == -1 && !pr_rec_xa_wg(p))) return false;
+    const bool wg = pr_rec_xa_wg_fits(p);
+    if (want == 0 || (want == -1 && !wg)) return false;
     const size_t mx = (size_t)smem_max;
-    const bool on = p.delta && pr_rec_smem_xfwd(p) <= mx && pr_rec_smem_xbwd(p) <= mx &&
+    const bool on = p.delta && pr_rec_smem_xfwd(p, wg) <= mx && pr_rec_smem_xbwd(p, wg) <= mx &&
                     pr_rec_chunk_plan(rec_core_prob(p), smem_max, smem_sm, n_sm, pl) && pl->wg_state &&
                     pl->wg_scores && pl->segments == 1;
     if (want == 1 && !on)
         pr_fatal("PRISM_REC_XA=1 runs the extra writes apart, which needs a core whose state pass and output take "
                  "their wgmma forms (TF32 products on, a build for sm_90a on an sm_90 GPU, K <= 128, no segments) and "
                  "%zu + %zu bytes of shared memory a block for the extras' kernels (K = %d, V = %d, L = %d, C = %d here)",
-                 pr_rec_smem_xfwd(p), pr_rec_smem_xbwd(p), p.K, p.V, p.L, p.C);
+                 pr_rec_smem_xfwd(p, wg), pr_rec_smem_xbwd(p, wg), p.K, p.V, p.L, p.C);
     if (!on) *pl = rec_chunk_plan{}; /* the native plan starts from nothing */
-    pl->xa = on;
+    pl->xa = on, pl->wg_xa = on && wg;
     return on;
 }
 
@@ -1642,7 +1643,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
      * most blocks an SM */
     pl->bv_fix = pr_rec_smem_segfix(p, 32) <= mx ? 32 : 0;
     pl->segments = 1, pl->seg_fix = 0, pl->wg_state = 0, pl->wg_dstate = 0, pl->wg_scores = 0, pl->wg_wy = 0;
-    pl->wg_prep = 0, pl->xa = 0;
+    pl->wg_prep = 0, pl->xa = 0, pl->wg_xa = 0;
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
@@ -1825,7 +1826,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &px, const rec_chun
         PR_CUDA_LAUNCH_CHECK();
     }
     if (pl.xa) {
-        pr_rec_chunk_xbwd(st, px, dhs, dvp, dx);
+        pr_rec_chunk_xbwd(st, px, pl.wg_xa, dhs, dvp, dx);
         rec_scratch_free(dvp, n_v);
     }
     rec_scratch_free(dU, n_v);

@@ -109,7 +109,7 @@ __host__ __device__ static xfwd_lay xfwd_layout(const rec_prob &p)
     return s;
 }
 static size_t xw_smem();
-size_t pr_rec_smem_xfwd(const rec_prob &p) { return pr_rec_xa_wg(p) ? xw_smem() : (size_t)xfwd_layout(p).total * 4; }
+size_t pr_rec_smem_xfwd(const rec_prob &p, bool wg) { return wg ? xw_smem() : (size_t)xfwd_layout(p).total * 4; }
 
 template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
@@ -169,7 +169,7 @@ __host__ __device__ static xbwd_lay xbwd_layout(const rec_prob &p)
     s.total = m.off;
     return s;
 }
-size_t pr_rec_smem_xbwd(const rec_prob &p) { return pr_rec_xa_wg(p) ? xw_smem() : (size_t)xbwd_layout(p).total * 4; }
+size_t pr_rec_smem_xbwd(const rec_prob &p, bool wg) { return wg ? xw_smem() : (size_t)xbwd_layout(p).total * 4; }
 
 template <int C, bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 #define XW_T (128 * 128) /* one operand tile, floats */
 #define XW_GATES (3 * XW_T)
 
-bool pr_rec_xa_wg(const rec_prob &p)
+bool pr_rec_xa_wg_fits(const rec_prob &p)
 {
     return p.C == 64 && p.L * 64 <= 128 && p.K <= 128 && p.V <= 128 && rec_wgmma_runs();
 }
@@ -471,11 +471,55 @@ __device__ __forceinline__ xw_chunk xw_chunk_of(const rec_prob &p)
     return {cp.nval, (long long)cp.row0 * p.H + blockIdx.y};
 }
 
+/* A kernel's first loads and the gates: issue(false) and ahead() issue
+ * copies (two commit groups, so that ahead's may still be in flight),
+ * issue(true) then rounds this thread's copies of the first group once it
+ * has landed; then S's decays table. */
+template <class ISSUE, class AHEAD>
+__device__ __forceinline__ void xw_begin(const rec_prob &p, xw_chunk ch, float *sm, ISSUE issue, AHEAD ahead)
+{
+    float *G = sm + XW_GATES;
+    issue(false);
+    rec_gates_issue<64>(p, (int)(ch.rk / p.H), ch.nval, blockIdx.y, G, G + 64);
+    xw_commit();
+    ahead();
+    xw_commit();
+    xw_wait<1>();
+    rec_gates_scan<64>(G, ch.nval, G + 128, G + 192);
+    issue(true);
+    rec_fence_async();
+    __syncthreads();
+    xw_decays(G, sm + XW_DEC);
+    __syncthreads();
+}
+template <class ISSUE>
+__device__ __forceinline__ void xw_begin(const rec_prob &p, xw_chunk ch, float *sm, ISSUE issue)
+{
+    xw_begin(p, ch, sm, issue, [] {});
+}
+/* loads mid-kernel: issue(false), then (once landed) issue(true); between
+ * the two, work() runs under the copies */
+template <class ISSUE, class WORK>
+__device__ __forceinline__ void xw_load(ISSUE issue, WORK work)
+{
+    issue(false);
+    xw_commit();
+    work();
+    xw_wait<0>();
+    issue(true);
+    rec_fence_async();
+    __syncthreads();
+}
+template <class ISSUE> __device__ __forceinline__ void xw_load(ISSUE issue)
+{
+    xw_load(issue, [] {});
+}
+
 __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     chunk_xfwd_wg_kernel(rec_prob p, float *vp, float *o, float *hs, float *elast)
 {
     extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
-    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *eL = G + 192;
     if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
     const int h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     const xw_chunk ch = xw_chunk_of(p);
@@ -483,20 +527,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     const long long rk = ch.rk;
     float *eslot = xa_eslot(p, blockIdx.x, h, hs, elast);
 
-    xw_pair(false, false, T0, p, p.k, p.q, K, rk, nval);
-    xw_extras(false, false, T1, p, p.kx, K, rk, nval);
-    rec_gates_issue<64>(p, (int)(rk / H), nval, h, G, bt);
-    xw_commit();
-    xw_extras(false, true, T2, p, p.vx, V, rk, nval);
-    xw_commit();
-    xw_wait<1>();
-    rec_gates_scan<64>(G, nval, eG, eL);
-    xw_pair(true, false, T0, p, p.k, p.q, K, rk, nval);
-    xw_extras(true, false, T1, p, p.kx, K, rk, nval);
-    rec_fence_async();
-    __syncthreads();
-    xw_decays(G, sm + XW_DEC);
-    __syncthreads();
+    xw_begin(p, ch, sm, [&](bool own) {
+        xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
+        xw_extras(own, false, T1, p, p.kx, K, rk, nval);
+    }, [&] { xw_extras(false, true, T2, p, p.vx, V, rk, nval); });
 
     float d[2][32];
     xw_zero(d);
@@ -532,25 +566,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
 __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *dE, const float *dvp, float *dgx,
                            float *sm, xw_chunk ch)
 {
-    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *eL = G + 192;
     float *ed = G + 256;
     const int H = p.H, K = p.K, V = p.V, L = p.L, nval = ch.nval;
     const long long rk = ch.rk;
     const bool want_dg = p.has_g && g.dg;
-    xw_pair(false, false, T0, p, p.k, p.q, K, rk, nval);
-    xw_extras(false, false, T1, p, p.kx, K, rk, nval);
-    xw_tr<128>(false, T2, 0, dE, V, K, V); /* dE^T: rows v, k the state's rows */
-    rec_gates_issue<64>(p, (int)(rk / H), nval, blockIdx.y, G, bt);
-    xw_commit();
-    xw_wait<0>();
-    rec_gates_scan<64>(G, nval, eG, eL);
-    xw_pair(true, false, T0, p, p.k, p.q, K, rk, nval);
-    xw_extras(true, false, T1, p, p.kx, K, rk, nval);
-    xw_tr<128>(true, T2, 0, dE, V, K, V);
-    rec_fence_async();
-    __syncthreads();
-    xw_decays(G, sm + XW_DEC);
-    __syncthreads();
+    xw_begin(p, ch, sm, [&](bool own) {
+        xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
+        xw_extras(own, false, T1, p, p.kx, K, rk, nval);
+        xw_tr<128>(own, T2, 0, dE, V, K, V); /* dE^T: rows v, k the state's rows */
+    });
 
     float s[2][32], y[2][32];
     xw_zero(s);
@@ -560,13 +585,10 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     xw_mm(y, T1, T2); /* Y1 = KX dE: rows a, columns v */
     __syncthreads(); /* T0, T1, T2 read by both warpgroups */
     xw_put(T0, s, true); /* S^T */
-    xw_pair(false, true, T1, p, dvp, p.dout, V, rk, nval); /* [dV'; dO]^T */
-    if (want_dg) xw_extras(false, false, T2, p, p.vx, V, rk, nval); /* VX for ed, read as it is */
-    xw_commit();
-    xw_wait<0>();
-    xw_pair(true, true, T1, p, dvp, p.dout, V, rk, nval);
-    rec_fence_async();
-    __syncthreads();
+    xw_load([&](bool own) {
+        xw_pair(own, true, T1, p, dvp, p.dout, V, rk, nval); /* [dV'; dO]^T */
+        if (want_dg && !own) xw_extras(false, false, T2, p, p.vx, V, rk, nval); /* VX for ed, read as it is */
+    });
     /* ed_a = Y1_a . vx_a (E's share of dG), then Y1's rows scaled by eL */
     if (want_dg) {
         float rs[2] = {0.f, 0.f};
@@ -607,37 +629,23 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
 
 __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *dvp, float *dgx, float *sm, xw_chunk ch)
 {
-    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES;
     float *rd = G + 256, *cd = rd + 128, *red = cd + 128; /* red: [8 warps][128] */
     const int H = p.H, K = p.K, V = p.V, nval = ch.nval, L = p.L;
     const long long rk = ch.rk;
     const bool want_dg = p.has_g && g.dg;
-    xw_pair(false, false, T0, p, p.k, p.q, K, rk, nval);
-    xw_extras(false, false, T1, p, p.kx, K, rk, nval);
-    xw_pair(false, false, T2, p, dvp, p.dout, V, rk, nval);
-    rec_gates_issue<64>(p, (int)(rk / H), nval, blockIdx.y, G, bt);
-    xw_commit();
-    xw_wait<0>();
-    rec_gates_scan<64>(G, nval, eG, eL);
-    xw_pair(true, false, T0, p, p.k, p.q, K, rk, nval);
-    xw_extras(true, false, T1, p, p.kx, K, rk, nval);
-    xw_pair(true, false, T2, p, dvp, p.dout, V, rk, nval);
-    rec_fence_async();
-    __syncthreads();
-    xw_decays(G, sm + XW_DEC);
-    __syncthreads();
+    xw_begin(p, ch, sm, [&](bool own) {
+        xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
+        xw_extras(own, false, T1, p, p.kx, K, rk, nval);
+        xw_pair(own, false, T2, p, dvp, p.dout, V, rk, nval);
+    });
 
     float s[2][32], ds[2][32];
     xw_zero(s);
     xw_mm(s, T0, T1); /* S */
     xw_mask(p, sm + XW_DEC, s);
     __syncthreads(); /* T0 read by both warpgroups */
-    xw_extras(false, false, T0, p, p.vx, V, rk, nval);
-    xw_commit();
-    xw_wait<0>();
-    xw_extras(true, false, T0, p, p.vx, V, rk, nval);
-    rec_fence_async();
-    __syncthreads();
+    xw_load([&](bool own) { xw_extras(own, false, T0, p, p.vx, V, rk, nval); });
     xw_zero(ds);
     xw_mm(ds, T2, T0); /* dS = [dV'; dO] VX^T */
     if (want_dg) {
@@ -665,17 +673,14 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
     xw_mask(p, sm + XW_DEC, ds); /* dR */
     __syncthreads(); /* T0, T2 read by both warpgroups; rd, red complete */
     xw_put(T2, ds, false);
-    xw_extras(false, true, T0, p, p.kx, K, rk, nval); /* KX^T */
-    xw_commit();
-    if (want_dg && threadIdx.x < 128) {
-        float x = 0.f;
-        for (int w = 0; w < PR_REC_WARPS; w++) x += red[w * 128 + threadIdx.x];
-        cd[threadIdx.x] = x;
-    }
-    xw_wait<0>();
-    xw_extras(true, true, T0, p, p.kx, K, rk, nval);
-    rec_fence_async();
-    __syncthreads();
+    xw_load([&](bool own) { xw_extras(own, true, T0, p, p.kx, K, rk, nval); }, /* KX^T */
+            [&] {
+                if (want_dg && threadIdx.x < 128) {
+                    float x = 0.f;
+                    for (int w = 0; w < PR_REC_WARPS; w++) x += red[w * 128 + threadIdx.x];
+                    cd[threadIdx.x] = x;
+                }
+            });
     xw_zero(s);
     xw_mm(s, T2, T0); /* [dK; dQ] += dR KX */
     const auto tok = [&](int lo) {
@@ -695,23 +700,14 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
 __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *dE, const float *dvp, float *sm,
                            xw_chunk ch)
 {
-    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES, *bt = G + 64, *eG = G + 128, *eL = G + 192;
+    float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *eL = sm + XW_GATES + 192;
     const int H = p.H, K = p.K, V = p.V, L = p.L, nval = ch.nval;
     const long long rk = ch.rk;
-    xw_pair(false, false, T0, p, dvp, p.dout, V, rk, nval);
-    xw_extras(false, false, T1, p, p.vx, V, rk, nval);
-    xw_nat<128>(false, T2, 0, dE, V, K, V, p.vec); /* dE: rows the state's, k v */
-    rec_gates_issue<64>(p, (int)(rk / H), nval, blockIdx.y, G, bt);
-    xw_commit();
-    xw_wait<0>();
-    rec_gates_scan<64>(G, nval, eG, eL);
-    xw_pair(true, false, T0, p, dvp, p.dout, V, rk, nval);
-    xw_extras(true, false, T1, p, p.vx, V, rk, nval);
-    xw_nat<128>(true, T2, 0, dE, V, K, V, p.vec);
-    rec_fence_async();
-    __syncthreads();
-    xw_decays(G, sm + XW_DEC);
-    __syncthreads();
+    xw_begin(p, ch, sm, [&](bool own) {
+        xw_pair(own, false, T0, p, dvp, p.dout, V, rk, nval);
+        xw_extras(own, false, T1, p, p.vx, V, rk, nval);
+        xw_nat<128>(own, T2, 0, dE, V, K, V, p.vec); /* dE: rows the state's, k v */
+    });
 
     float y[2][32];
     {
@@ -726,12 +722,7 @@ __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *d
     xw_mm(y, T1, T2); /* Y2 = VX dE^T: rows a, columns the state's rows */
     XW_EACH(n, e) y[n][e] *= eL[xw_r(e) & 63];
     __syncthreads(); /* T1 read by both warpgroups */
-    xw_pair(false, true, T1, p, p.k, p.q, K, rk, nval); /* [K; Q]^T */
-    xw_commit();
-    xw_wait<0>();
-    xw_pair(true, true, T1, p, p.k, p.q, K, rk, nval);
-    rec_fence_async();
-    __syncthreads();
+    xw_load([&](bool own) { xw_pair(own, true, T1, p, p.k, p.q, K, rk, nval); }); /* [K; Q]^T */
     xw_mm(y, T0, T1); /* dKX = eL o Y2 + dR^T [K; Q] */
     if (g.dkx)
         xw_store(T0, g.dkx, y, [=](int a) {
@@ -777,9 +768,9 @@ template <class F> static void xa_smem_attr(F kernel, size_t smem)
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
-void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, float *vp, float *o, float *hs, float *elast)
+void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, bool wg, float *vp, float *o, float *hs, float *elast)
 {
-    if (pr_rec_xa_wg(p)) {
+    if (wg) {
         xa_smem_attr(chunk_xfwd_wg_kernel, xw_smem());
         chunk_xfwd_wg_kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, vp, o, hs, elast);
         PR_CUDA_LAUNCH_CHECK();
@@ -788,15 +779,16 @@ void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, float *vp, float *o, 
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_xfwd_kernel<64, true> : chunk_xfwd_kernel<64, false>)
                                   : (bf ? chunk_xfwd_kernel<32, true> : chunk_xfwd_kernel<32, false>);
-    const size_t sm = pr_rec_smem_xfwd(p);
+    const size_t sm = pr_rec_smem_xfwd(p, false);
     xa_smem_attr(kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, vp, o, hs, elast);
     PR_CUDA_LAUNCH_CHECK();
 }
 
-void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, const float *dhs, const float *dvp, const rec_grads &d)
+void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float *dhs, const float *dvp,
+                       const rec_grads &d)
 {
-    if (pr_rec_xa_wg(p)) {
+    if (wg) {
         const size_t n_g = (size_t)2 * p.nchunks * p.H * 64;
         float *dgx = rec_scratch(n_g);
         const decltype(&chunk_xbwd_wg_kernel<0>) roles[3] = {chunk_xbwd_wg_kernel<0>, chunk_xbwd_wg_kernel<1>,
@@ -814,7 +806,7 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, const float *dhs, con
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_xbwd_kernel<64, true> : chunk_xbwd_kernel<64, false>)
                                   : (bf ? chunk_xbwd_kernel<32, true> : chunk_xbwd_kernel<32, false>);
-    const size_t sm = pr_rec_smem_xbwd(p);
+    const size_t sm = pr_rec_smem_xbwd(p, false);
     xa_smem_attr(kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, dhs, dvp, d);
     PR_CUDA_LAUNCH_CHECK();

@@ -846,7 +846,7 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &px, const rec_chunk
     if (pl.xa) {
         PR_ASSERT(px.L > 0 && pl.wg_state && pl.wg_scores && !sv.sg.n);
         vp = rec_scratch(n_v), elast = rec_scratch(n_e);
-        pr_rec_chunk_xfwd(st, px, vp, o, sv.hs, elast);
+        pr_rec_chunk_xfwd(st, px, pl.wg_xa, vp, o, sv.hs, elast);
         p = rec_core_prob(px);
         p.v = vp;
     }

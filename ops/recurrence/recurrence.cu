@@ -163,7 +163,7 @@ static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan 
         return;
     }
     /* extras apart: their kernels before the core's forward, after its backward */
-    const char *xa = !pl.xa ? "" : pr_rec_xa_wg(p) ? "extras(apart, wgmma)" : "extras(apart)";
+    const char *xa = !pl.xa ? "" : pl.wg_xa ? "extras(apart, wgmma)" : "extras(apart)";
     int k = snprintf(buf, n, "fwd %s%s", xa, pl.xa ? " " : "");
     if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d%s) ", pl.bv_prep, pl.wg_prep ? ", wgmma" : "");
     /* segmented: the serial state passes the forward runs (rec_segs) */

@@ -1089,7 +1089,7 @@ struct rec_chunk_plan {
     int C;
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
-    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep, xa;
+    int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep, xa, wg_xa;
 };
 /* p.C set; smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
  * n_sm: the device's multiprocessors */
@@ -1165,12 +1165,14 @@ size_t pr_rec_smem_wy(const rec_prob &p, int bk, int bv);
  * own), and each chunk's E into hs's next slot or elast [N,H,K,V]. xbwd runs
  * after the core's backward, whose dv went to dvp (dV'), and dhs the
  * gradients of the chunks' end states. */
-void pr_rec_chunk_xfwd(cudaStream_t s, const rec_prob &p, float *vp, float *o, float *hs, float *elast);
-void pr_rec_chunk_xbwd(cudaStream_t s, const rec_prob &p, const float *dhs, const float *dvp, const rec_grads &d);
-size_t pr_rec_smem_xfwd(const rec_prob &p);
-/* whether the extras take their wgmma forms (C = 64, C L <= 128, K, V <= 128, sm_90a) */
-bool pr_rec_xa_wg(const rec_prob &p);
-size_t pr_rec_smem_xbwd(const rec_prob &p);
+void pr_rec_chunk_xfwd(cudaStream_t s, const rec_prob &p, bool wg, float *vp, float *o, float *hs, float *elast);
+void pr_rec_chunk_xbwd(cudaStream_t s, const rec_prob &p, bool wg, const float *dhs, const float *dvp,
+                       const rec_grads &d);
+/* wg: the extras' wgmma forms (the plan's wg_xa), which fit where
+ * pr_rec_xa_wg_fits (C = 64, C L <= 128, K, V <= 128, sm_90a) */
+size_t pr_rec_smem_xfwd(const rec_prob &p, bool wg);
+size_t pr_rec_smem_xbwd(const rec_prob &p, bool wg);
+bool pr_rec_xa_wg_fits(const rec_prob &p);
 static inline rec_prob rec_core_prob(const rec_prob &p)
 {
     rec_prob c = p;
