@@ -12,14 +12,6 @@
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
-/* f32 -> bf16 bits, round to nearest even (tensor/tensor.c's f32_to_bf16) */
-__device__ __forceinline__ unsigned short bf16_bits(float f)
-{
-    const unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 __device__ __forceinline__ float cast_ld(const void *p, int dt, long long i)
 {
     if (dt == PR_BF16) return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
@@ -33,7 +25,7 @@ __device__ __forceinline__ unsigned short cast_bf16_of(double v)
     const unsigned u = __float_as_uint(f);
     const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
     if (!nan && (u & 0xffffu) == 0x8000u && (double)f != v) f = __uint_as_float(fabs(v) > fabs((double)f) ? u + 1 : u - 1);
-    return bf16_bits(f);
+    return pr_bf16_bits(f);
 }
 __device__ __forceinline__ void cast_st(void *p, int dt, long long i, double v)
 {
@@ -49,8 +41,6 @@ __global__ static void cast_kernel(void *dst, int ddt, const void *src, int sdt,
 
 /* eight elements a thread: one 16-byte access on the bf16 side, two on the
  * f32 side; ACC: dst = round(dst + src), the sum in double as in cast_kernel */
-__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 template <bool ACC>
 __global__ static void bf16_to_f32_x8(float4 *dst, const uint4 *src, long long n8)
 {
@@ -59,7 +49,8 @@ __global__ static void bf16_to_f32_x8(float4 *dst, const uint4 *src, long long n
         const unsigned w[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            float4 y = make_float4(bf16_lo(w[2 * h]), bf16_hi(w[2 * h]), bf16_lo(w[2 * h + 1]), bf16_hi(w[2 * h + 1]));
+            float4 y = make_float4(pr_bf16_lo(w[2 * h]), pr_bf16_hi(w[2 * h]), pr_bf16_lo(w[2 * h + 1]),
+                                   pr_bf16_hi(w[2 * h + 1]));
             if (ACC) {
                 const float4 d = dst[2 * i + h];
                 y = make_float4(__double2float_rn((double)d.x + y.x), __double2float_rn((double)d.y + y.y),
@@ -73,8 +64,9 @@ __global__ static void bf16_to_f32_x8(float4 *dst, const uint4 *src, long long n
 template <bool ACC>
 __device__ __forceinline__ unsigned bf16_pair(unsigned old, float lo, float hi)
 {
-    if (!ACC) return (unsigned)bf16_bits(lo) | (unsigned)bf16_bits(hi) << 16;
-    return (unsigned)cast_bf16_of((double)bf16_lo(old) + lo) | (unsigned)cast_bf16_of((double)bf16_hi(old) + hi) << 16;
+    if (!ACC) return (unsigned)pr_bf16_bits(lo) | (unsigned)pr_bf16_bits(hi) << 16;
+    return (unsigned)cast_bf16_of((double)pr_bf16_lo(old) + lo) |
+           (unsigned)cast_bf16_of((double)pr_bf16_hi(old) + hi) << 16;
 }
 template <bool ACC>
 __global__ static void f32_to_bf16_x8(uint4 *dst, const float4 *src, long long n8)

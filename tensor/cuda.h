@@ -126,6 +126,17 @@ template <int G, class T, class Op> __device__ __forceinline__ T pr_group_reduce
     return v;
 }
 
+/* bf16 as bits: f32 -> bf16 rounded to nearest even, NaNs kept quiet
+ * (tensor/tensor.c's f32_to_bf16, so CPU and CUDA round alike); bf16 -> f32 exact */
+__device__ __forceinline__ unsigned short pr_bf16_bits(float f)
+{
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ float pr_bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float pr_bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
 /* four consecutive floats of a row of n (float4 when vec: n % 4 == 0 and aligned) */
 struct pr_f4 {
     float v[4];

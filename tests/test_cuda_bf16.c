@@ -12,7 +12,7 @@
  * rounded to bf16, 2^-9 each, f32 sums); their worst error over every case
  * here measured 4.2e-3 on the H200, inside the 8e-3. Every rule, the
  * per-token form and chunks of 32 and 64 (each in fp32 and TF32), T not
- * a multiple of the chunk, K != V, V not a multiple of 4, L = 0, 1, 3,
+ * a multiple of the chunk, K != V, V not a multiple of 4, L = 0, 1, 2, 3,
  * packed sequences with a state each; each chunked case is run twice and
  * must agree bit for bit. Every test skips without a GPU.
  */
@@ -141,6 +141,11 @@ static const bf_case cases[] = {
     {"T100-L0", 2, 100, 2, 32, 64, 0, NULL, 0},
     {"odd-dims", 1, 130, 2, 20, 13, 3, NULL, 0},
     {"packed", 1, 200, 2, 32, 48, 1, cu_a, 5},
+    /* prism_core's wgmma extras apart (chunk 64, TF32): kx, vx and their
+     * grads read and accumulated as bf16 in place (K, V multiples of 8),
+     * and staged (K = 36) */
+    {"T100-L2", 1, 100, 2, 64, 40, 2, NULL, 0},
+    {"T70-L2-K36", 1, 70, 2, 36, 24, 2, NULL, 0},
 };
 
 /* the dtype an input has on bf16 data */
@@ -238,11 +243,54 @@ static void test_recurrence_every_rule(void **state)
     int fails = 0;
     for (int rule = 0; rule < PR_NRULES; rule++)
         for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
-            if (!pr_rule_has_extra((pr_rule)rule) && cases[ci].L == 3) continue;   /* as L = 1 for these */
+            if (!pr_rule_has_extra((pr_rule)rule) && cases[ci].L >= 2) continue;   /* as L = 1 for these */
             fails += check_case(ctx, (pr_rule)rule, &cases[ci], 200 + ci);
         }
     pr_ctx_free(ctx);
     assert_int_equal(fails, 0);
+}
+
+/* prism_core's bf16 kx and vx read and their grads accumulated in place by
+ * the wgmma extras give the same bits as staged through f32 (PRISM_REC_X16=0):
+ * bf16 values are exact in f32 and TF32, and both round each grad once */
+static void test_extras_in_place(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
+    pr_rec_plan plan;
+    char why[256];
+    const bool ok = pr_recurrence_plan(&po, PR_CUDA, 2, 100, 2, 64, 40, 2, &plan, why, sizeof why);
+    if (!ok) fail_msg("prism_core K=64 V=40 L=2 C=64 tf32: no plan: %s", why);
+    if (!strstr(plan.kernels, "extras(apart, wgmma)")) {
+        fprintf(stderr, "  skipped: this build has no wgmma extras (%s)\n", plan.kernels);
+        pr_ctx_free(ctx);
+        skip();
+    }
+    pr_rng r = pr_rng_init(77, 3);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &r, PR_F64, PR_RULE_PRISM_CORE, 2, 100, 2, 64, 40, 2, false);
+    pr_tensor *x[REC_NIN], *in[REC_NIN];
+    rec_in_array(&ri, x);
+    for (int i = 0; i < REC_NIN; i++) {
+        in[i] = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CUDA) : NULL;
+        if (in[i]) pr_requires_grad_(in[i], true);
+    }
+    double *dout_raw = rec_randn(78, 2 * 100 * 2 * 40), *dht = rec_randn(79, 2 * 2 * 64 * 40);
+    double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * 40, PR_BF16);
+    ctx->matmul_tf32 = 1;
+    rec_out a = run(ctx, PR_RULE_PRISM_CORE, 64, in, NULL, dout, dht);
+    setenv("PRISM_REC_X16", "0", 1);
+    rec_out b = run(ctx, PR_RULE_PRISM_CORE, 64, in, NULL, dout, dht);
+    unsetenv("PRISM_REC_X16");
+    ctx->matmul_tf32 = 0;
+    const bool same = rec_same_bits(&a, &b);
+    if (!same) fprintf(stderr, "  FAIL prism_core bf16 extras in place vs staged: the bits differ\n");
+    rec_report("prism_core bf16 in place vs staged", &a, &b);
+    rec_out_free(&a), rec_out_free(&b);
+    free(dout_raw), free(dout), free(dht);
+    pr_ctx_free(ctx);
+    assert_true(same);
 }
 
 /* bf16 g or f32 v next to bf16 q: refused on CUDA as on the CPU */
@@ -271,6 +319,9 @@ int main(void)
         cmocka_unit_test(test_cast_acc_paths),
         cmocka_unit_test(test_recurrence_every_rule),
         cmocka_unit_test(test_recurrence_dtype_checks),
+        cmocka_unit_test(test_extras_in_place),
     };
+    /* PR_TEST_FILTER=test_extras_in_place (a glob) runs a part, e.g. under compute-sanitizer */
+    if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -1787,7 +1787,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &px, const rec_chun
         PR_ASSERT(px.L > 0 && p.delta && !sv.sg.n);
         dvp = rec_scratch(n_v);
         PR_CUDA_CHECK(cudaMemsetAsync(dvp, 0, n_v * sizeof(float), st));
-        d.dv = dvp, d.dkx = d.dvx = nullptr;
+        d.dv = dvp, d.dkx = d.dvx = nullptr, d.dkx16 = d.dvx16 = nullptr;
     }
 
     pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv, pl.wg_scores);

@@ -382,8 +382,7 @@ __device__ __forceinline__ void xw_tr(bool own, float *T, int k0, const float *s
     else rec_cpt<R, 128>(dst, 128, src, rs, nr, nc);
 }
 /* a chunk's two 64-row halves (k and q, dV' and dO) of [rows, H, D] arrays,
- * natural or transposed; and its extras (kx, vx: [rows, H, L, D], row a = l
- * 64 + i, zero rows from CL on) */
+ * natural or transposed */
 __device__ __forceinline__ void xw_pair(bool own, bool tr, float *T, const rec_prob &p, const float *a, const float *b,
                                         int D, long long rk, int nval)
 {
@@ -391,16 +390,74 @@ __device__ __forceinline__ void xw_pair(bool own, bool tr, float *T, const rec_p
     if (tr) xw_tr<64>(own, T, 0, a + rk * D, rs, nval, D), xw_tr<64>(own, T, 64, b + rk * D, rs, nval, D);
     else xw_nat<64>(own, T, 0, a + rk * D, rs, nval, D, p.vec), xw_nat<64>(own, T, 64, b + rk * D, rs, nval, D, p.vec);
 }
-__device__ __forceinline__ void xw_extras(bool own, bool tr, float *T, const rec_prob &p, const float *x, int D,
-                                          long long rk, int nval, const float *f = nullptr)
+/* bf16 rows of kx16 or vx16 into a tile of 64 source rows, loaded, widened,
+ * scaled by f[source row] and rounded in one step (synchronous: cp.async
+ * cannot widen, so this is the own step); zero where r >= nr or c >= nc
+ * (nc % 8 == 0). Natural (TR false): source rows as tile rows o.., k along
+ * them, four lanes a row's 32 k of a sub-tile (float4 stores that fill
+ * distinct banks); transposed: tile row = source column, k = o + source row,
+ * a lane a source row (scalar stores to 32 banks). A unit is 8 columns of a
+ * row, one 16-byte load; all of a thread's loads are in flight before its
+ * first store. */
+template <bool TR>
+__device__ __forceinline__ void xw_bf16(float *T, int o, const unsigned short *src, long long rs, int nr, int nc,
+                                        const float *f)
 {
+    constexpr int R = 64, NU = R * 16 / PR_REC_THREADS;
+    uint4 w[NU];
+    int rr[NU], cc[NU];
+#pragma unroll
+    for (int u = 0; u < NU; u++) {
+        const int e = threadIdx.x + PR_REC_THREADS * u, g = e >> 5;
+        const int r = TR ? g % (R / 32) * 32 + (e & 31) : (e >> 2) % R;
+        const int c = TR ? g / (R / 32) * 8 : (e >> 2) / R * 32 + (e & 3) * 8;
+        rr[u] = r, cc[u] = c;
+        w[u] = r < nr && c < nc ? *reinterpret_cast<const uint4 *>(src + r * rs + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < NU; u++) {
+        const float fr = f ? f[rr[u]] : 1.f;
+        const unsigned ws[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+        float x[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            x[2 * j] = __uint_as_float(rec_tf32(pr_bf16_lo(ws[j]) * fr));
+            x[2 * j + 1] = __uint_as_float(rec_tf32(pr_bf16_hi(ws[j]) * fr));
+        }
+        if (TR) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) T[xw_at(cc[u] + j, o + rr[u])] = x[j];
+        } else {
+            *reinterpret_cast<float4 *>(T + xw_at(o + rr[u], cc[u])) = make_float4(x[0], x[1], x[2], x[3]);
+            *reinterpret_cast<float4 *>(T + xw_at(o + rr[u], cc[u] + 4)) = make_float4(x[4], x[5], x[6], x[7]);
+        }
+    }
+}
+/* a chunk's extras (kx or vx: [rows, H, L, D], row a = l 64 + i, zero rows
+ * from CL on), natural or transposed. X16: bf16 ones (p.kx16, p.vx16), loaded
+ * in the own step; a template so that the f32 kernels keep their code size
+ * (NOTES.md v39: these kernels are near the instruction cache's size) */
+enum { XW_KX, XW_VX };
+template <bool X16>
+__device__ __forceinline__ void xw_extras(bool own, bool tr, float *T, const rec_prob &p, int which, long long rk,
+                                          int nval, const float *f = nullptr)
+{
+    const int D = which == XW_KX ? p.K : p.V;
     const long long rs = (long long)p.H * p.L * D;
 #pragma unroll 1
     for (int l = 0; l < 2; l++) {
-        const float *src = x + rk * p.L * D + (l < p.L ? l * D : 0);
+        const long long at = rk * p.L * D + (l < p.L ? l * D : 0);
         const int nr = l < p.L ? nval : 0;
-        if (tr) xw_tr<64>(own, T, 64 * l, src, rs, nr, D, f);
-        else xw_nat<64>(own, T, 64 * l, src, rs, nr, D, p.vec, f);
+        if constexpr (X16) {
+            const unsigned short *x = (which == XW_KX ? p.kx16 : p.vx16) + at;
+            if (!own) continue;
+            if (tr) xw_bf16<true>(T, 64 * l, x, rs, nr, D, f);
+            else xw_bf16<false>(T, 64 * l, x, rs, nr, D, f);
+        } else {
+            const float *x = (which == XW_KX ? p.kx : p.vx) + at;
+            if (tr) xw_tr<64>(own, T, 64 * l, x, rs, nr, D, f);
+            else xw_nat<64>(own, T, 64 * l, x, rs, nr, D, p.vec, f);
+        }
     }
 }
 /* S's decays Dt[t][i] = e^{G_t - G_i} (i <= t, else 0; rows of 65 floats),
@@ -433,10 +490,10 @@ __device__ __forceinline__ void xw_mask(const rec_prob &p, const float *Dt, floa
  * sums go natural into rows 64 w.. of T (tile rows only this warpgroup's
  * products read), then its 128 threads store row r to dst + off(r) (rows
  * with off(r) < 0 skipped), columns < nc, dst (+)= (+ extra at the same
- * place) */
+ * place). dst16: bf16 bits instead (nc % 4 == 0), the sum rounded once. */
 template <class OFF>
 __device__ __forceinline__ void xw_store(float *T, float *dst, const float (&d)[2][32], OFF off, int nc, bool acc,
-                                         bool vec, const float *extra = nullptr)
+                                         bool vec, const float *extra = nullptr, unsigned short *dst16 = nullptr)
 {
     const int w = threadIdx.x >> 7;
     xw_put(T, d, false, false);
@@ -447,6 +504,13 @@ __device__ __forceinline__ void xw_store(float *T, float *dst, const float (&d)[
         const long long o = off(r);
         if (o < 0 || c >= nc) continue;
         const float4 x = *reinterpret_cast<const float4 *>(T + xw_at(r, c));
+        if (dst16) {
+            uint2 *q = reinterpret_cast<uint2 *>(dst16 + o + c);
+            const uint2 y = acc ? *q : make_uint2(0u, 0u);
+            *q = make_uint2(pr_bf16_bits(pr_bf16_lo(y.x) + x.x) | (unsigned)pr_bf16_bits(pr_bf16_hi(y.x) + x.y) << 16,
+                            pr_bf16_bits(pr_bf16_lo(y.y) + x.z) | (unsigned)pr_bf16_bits(pr_bf16_hi(y.y) + x.w) << 16);
+            continue;
+        }
         float *q = dst + o + c;
         const float *xe = extra ? extra + o + c : nullptr;
         if (vec) {
@@ -515,6 +579,7 @@ template <class ISSUE> __device__ __forceinline__ void xw_load(ISSUE issue)
     xw_load(issue, [] {});
 }
 
+template <bool X16>
 __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     chunk_xfwd_wg_kernel(rec_prob p, float *vp, float *o, float *hs, float *elast)
 {
@@ -529,8 +594,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
 
     xw_begin(p, ch, sm, [&](bool own) {
         xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
-        xw_extras(own, false, T1, p, p.kx, K, rk, nval);
-    }, [&] { xw_extras(false, true, T2, p, p.vx, V, rk, nval); });
+        xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
+    }, [&] { xw_extras<X16>(false, true, T2, p, XW_VX, rk, nval); });
 
     float d[2][32];
     xw_zero(d);
@@ -538,10 +603,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     xw_mask(p, sm + XW_DEC, d);
     __syncthreads(); /* T1 read by both warpgroups */
     xw_put(T0, d, false);
-    xw_extras(false, true, T1, p, p.kx, K, rk, nval); /* KX^T for E */
+    xw_extras<X16>(false, true, T1, p, XW_KX, rk, nval); /* KX^T for E */
     xw_commit();
     xw_wait<1>();
-    xw_extras(true, true, T2, p, p.vx, V, rk, nval);
+    xw_extras<X16>(true, true, T2, p, XW_VX, rk, nval);
     rec_fence_async();
     __syncthreads();
 
@@ -551,7 +616,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     if (threadIdx.x < 128) xw_store(T0, vp, d, tok(0), V, false, p.vec, p.v);
     else xw_store(T0, o, d, tok(64), V, false, p.vec);
     xw_wait<0>();
-    xw_extras(true, true, T1, p, p.kx, K, rk, nval, eL);
+    xw_extras<X16>(true, true, T1, p, XW_KX, rk, nval, eL);
     rec_fence_async();
     __syncthreads();
 
@@ -563,6 +628,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
 /* the backward's three kernels (Z): 0 dVX and E's share of dG; 1 dS, dK, dQ
  * and S's share of dG; 2 dKX (apart, each gets its own registers). The shares of dG go to dgx [2, nchunks, H,
  * 64], which chunk_xdg_kernel adds into dg (with dv += dV'). */
+template <bool X16>
 __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *dE, const float *dvp, float *dgx,
                            float *sm, xw_chunk ch)
 {
@@ -573,7 +639,7 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     const bool want_dg = p.has_g && g.dg;
     xw_begin(p, ch, sm, [&](bool own) {
         xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
-        xw_extras(own, false, T1, p, p.kx, K, rk, nval);
+        xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
         xw_tr<128>(own, T2, 0, dE, V, K, V); /* dE^T: rows v, k the state's rows */
     });
 
@@ -587,7 +653,8 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     xw_put(T0, s, true); /* S^T */
     xw_load([&](bool own) {
         xw_pair(own, true, T1, p, dvp, p.dout, V, rk, nval); /* [dV'; dO]^T */
-        if (want_dg && !own) xw_extras(false, false, T2, p, p.vx, V, rk, nval); /* VX for ed, read as it is */
+        if (want_dg && (!own || X16)) /* VX for ed, read as it is (bf16: exact in TF32) */
+            xw_extras<X16>(own, false, T2, p, XW_VX, rk, nval);
     });
     /* ed_a = Y1_a . vx_a (E's share of dG), then Y1's rows scaled by eL */
     if (want_dg) {
@@ -602,11 +669,11 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     }
     XW_EACH(n, e) y[n][e] *= eL[xw_r(e) & 63];
     xw_mm(y, T0, T1); /* dVX = eL o Y1 + S^T [dV'; dO] */
-    if (g.dvx)
+    if (g.dvx || g.dvx16)
         xw_store(T0, g.dvx, y, [=](int a) {
             const int l = a >> 6, i = a & 63;
             return l < L && i < nval ? (rk + (long long)i * H) * L * V + l * V : -1LL;
-        }, V, true, p.vec);
+        }, V, true, p.vec, nullptr, g.dvx16);
     if (!want_dg) return;
     __syncthreads(); /* ed complete */
     /* E's share: -eL_t ed_t summed over l from token t, all of it to the last
@@ -627,6 +694,7 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     }
 }
 
+template <bool X16>
 __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *dvp, float *dgx, float *sm, xw_chunk ch)
 {
     float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES;
@@ -636,7 +704,7 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
     const bool want_dg = p.has_g && g.dg;
     xw_begin(p, ch, sm, [&](bool own) {
         xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
-        xw_extras(own, false, T1, p, p.kx, K, rk, nval);
+        xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
         xw_pair(own, false, T2, p, dvp, p.dout, V, rk, nval);
     });
 
@@ -645,7 +713,7 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
     xw_mm(s, T0, T1); /* S */
     xw_mask(p, sm + XW_DEC, s);
     __syncthreads(); /* T0 read by both warpgroups */
-    xw_load([&](bool own) { xw_extras(own, false, T0, p, p.vx, V, rk, nval); });
+    xw_load([&](bool own) { xw_extras<X16>(own, false, T0, p, XW_VX, rk, nval); });
     xw_zero(ds);
     xw_mm(ds, T2, T0); /* dS = [dV'; dO] VX^T */
     if (want_dg) {
@@ -673,7 +741,7 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
     xw_mask(p, sm + XW_DEC, ds); /* dR */
     __syncthreads(); /* T0, T2 read by both warpgroups; rd, red complete */
     xw_put(T2, ds, false);
-    xw_load([&](bool own) { xw_extras(own, true, T0, p, p.kx, K, rk, nval); }, /* KX^T */
+    xw_load([&](bool own) { xw_extras<X16>(own, true, T0, p, XW_KX, rk, nval); }, /* KX^T */
             [&] {
                 if (want_dg && threadIdx.x < 128) {
                     float x = 0.f;
@@ -697,6 +765,7 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
     }
 }
 
+template <bool X16>
 __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *dE, const float *dvp, float *sm,
                            xw_chunk ch)
 {
@@ -705,7 +774,7 @@ __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *d
     const long long rk = ch.rk;
     xw_begin(p, ch, sm, [&](bool own) {
         xw_pair(own, false, T0, p, dvp, p.dout, V, rk, nval);
-        xw_extras(own, false, T1, p, p.vx, V, rk, nval);
+        xw_extras<X16>(own, false, T1, p, XW_VX, rk, nval);
         xw_nat<128>(own, T2, 0, dE, V, K, V, p.vec); /* dE: rows the state's, k v */
     });
 
@@ -724,14 +793,14 @@ __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *d
     __syncthreads(); /* T1 read by both warpgroups */
     xw_load([&](bool own) { xw_pair(own, true, T1, p, p.k, p.q, K, rk, nval); }); /* [K; Q]^T */
     xw_mm(y, T0, T1); /* dKX = eL o Y2 + dR^T [K; Q] */
-    if (g.dkx)
+    if (g.dkx || g.dkx16)
         xw_store(T0, g.dkx, y, [=](int a) {
             const int l = a >> 6, i = a & 63;
             return l < L && i < nval ? (rk + (long long)i * H) * L * K + l * K : -1LL;
-        }, K, true, p.vec);
+        }, K, true, p.vec, nullptr, g.dkx16);
 }
 
-template <int Z>
+template <int Z, bool X16>
 __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     chunk_xbwd_wg_kernel(rec_prob p, const float *dhs, const float *dvp, rec_grads g, float *dgx)
 {
@@ -739,9 +808,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
     const xw_chunk ch = xw_chunk_of(p);
     const float *dE = dhs + ((long long)blockIdx.x * p.H + blockIdx.y) * p.K * p.V;
-    if constexpr (Z == 0) xw_bwd_dvx(p, g, dE, dvp, dgx, sm, ch);
-    else if constexpr (Z == 1) xw_bwd_dkq(p, g, dvp, dgx, sm, ch);
-    else xw_bwd_dkx(p, g, dE, dvp, sm, ch);
+    if constexpr (Z == 0) xw_bwd_dvx<X16>(p, g, dE, dvp, dgx, sm, ch);
+    else if constexpr (Z == 1) xw_bwd_dkq<X16>(p, g, dvp, dgx, sm, ch);
+    else xw_bwd_dkx<X16>(p, g, dE, dvp, sm, ch);
 }
 
 /* dg += the reverse cumulative sums of the two shares of dG; dv += dV' */
@@ -770,12 +839,15 @@ template <class F> static void xa_smem_attr(F kernel, size_t smem)
 
 void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, bool wg, float *vp, float *o, float *hs, float *elast)
 {
+    PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_in_place) */
     if (wg) {
-        xa_smem_attr(chunk_xfwd_wg_kernel, xw_smem());
-        chunk_xfwd_wg_kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, vp, o, hs, elast);
+        const auto kernel = p.kx16 ? chunk_xfwd_wg_kernel<true> : chunk_xfwd_wg_kernel<false>;
+        xa_smem_attr(kernel, xw_smem());
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, vp, o, hs, elast);
         PR_CUDA_LAUNCH_CHECK();
         return;
     }
+    PR_ASSERT(!p.kx16 && !p.vx16); /* bf16 in place is the wgmma form's only */
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_xfwd_kernel<64, true> : chunk_xfwd_kernel<64, false>)
                                   : (bf ? chunk_xfwd_kernel<32, true> : chunk_xfwd_kernel<32, false>);
@@ -791,11 +863,14 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float 
     if (wg) {
         const size_t n_g = (size_t)2 * p.nchunks * p.H * 64;
         float *dgx = rec_scratch(n_g);
-        const decltype(&chunk_xbwd_wg_kernel<0>) roles[3] = {chunk_xbwd_wg_kernel<0>, chunk_xbwd_wg_kernel<1>,
-                                                             chunk_xbwd_wg_kernel<2>};
+        PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_in_place) */
+        const decltype(&chunk_xbwd_wg_kernel<0, false>) roles[2][3] = {
+            {chunk_xbwd_wg_kernel<0, false>, chunk_xbwd_wg_kernel<1, false>, chunk_xbwd_wg_kernel<2, false>},
+            {chunk_xbwd_wg_kernel<0, true>, chunk_xbwd_wg_kernel<1, true>, chunk_xbwd_wg_kernel<2, true>}};
+        const int x16 = p.kx16 ? 1 : 0;
         for (int z = 0; z < 3; z++) {
-            xa_smem_attr(roles[z], xw_smem());
-            roles[z]<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, dhs, dvp, d, dgx);
+            xa_smem_attr(roles[x16][z], xw_smem());
+            roles[x16][z]<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, dhs, dvp, d, dgx);
             PR_CUDA_LAUNCH_CHECK();
         }
         chunk_xdg_kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, 0, st>>>(p, dgx, dvp, d);
@@ -803,6 +878,7 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float 
         rec_scratch_free(dgx, n_g);
         return;
     }
+    PR_ASSERT(!p.kx16 && !p.vx16 && !d.dkx16 && !d.dvx16); /* bf16 in place is the wgmma form's only */
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_xbwd_kernel<64, true> : chunk_xbwd_kernel<64, false>)
                                   : (bf ? chunk_xbwd_kernel<32, true> : chunk_xbwd_kernel<32, false>);

@@ -4,7 +4,10 @@
  * The kernels keep f32 in memory. bf16 data (q, k, v, beta, kx, vx, o and
  * their grads; g, h0, ht stay f32) is staged: each bf16 tensor is converted
  * to an f32 scratch copy, the kernels run, and o and the grads of bf16 inputs
- * are rounded back to bf16 once (rec_stage). With TF32 on, bf16 data also
+ * are rounded back to bf16 once (rec_stage); except kx, vx and their grads
+ * where the wgmma extras run apart, which read and accumulate them as bf16
+ * in place (rec_in_place: they are the only kernels to touch them then, and
+ * kx, vx are the largest inputs: L times q's size). With TF32 on, bf16 data also
  * picks the chunked kernels' bf16 instance (rec_bf_products), whose products
  * are bf16 mma.sync with f32 accumulators. The f32 path does not touch any
  * of it.
@@ -98,7 +101,7 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
     const pr_tensor *q = n->in[IN_Q], *v = n->in[IN_V], *kx = n->in[IN_KX];
     p.q = st.f32(q, "q"), p.k = st.f32(n->in[IN_K], "k"), p.v = st.f32(v, "v");
     p.g = st.f32(n->in[IN_G], "g"), p.beta = st.f32(n->in[IN_BETA], "beta");
-    p.kx = st.f32(kx, "kx"), p.vx = st.f32(n->in[IN_VX], "vx"), p.h0 = st.f32(n->in[IN_H0], "h0");
+    p.h0 = st.f32(n->in[IN_H0], "h0"); /* kx and vx once the plan is known: rec_extras_of */
     p.T = (int)q->shape[1], p.H = (int)q->shape[2], p.K = (int)q->shape[3], p.V = (int)v->shape[3];
     p.L = kx ? (int)kx->shape[3] : 0;
     p.N = n->in[IN_CU] ? (int)n->in[IN_CU]->numel - 1 : (int)q->shape[0];
@@ -108,9 +111,35 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
     p.tf32 = ctx->matmul_tf32 ? 1 : 0;
     p.bf16 = q->dtype == PR_BF16; /* pr_recurrence: then k, v, kx and vx are bf16 too */
     p.scale = (float)n->farg[0];
-    p.vec = p.K % 4 == 0 && p.V % 4 == 0 && al16(p.q) && al16(p.k) && al16(p.v) && al16(p.kx) && al16(p.vx) &&
-            al16(p.h0) && al16(o) && al16(n->out[1]->data);
+    /* bf16 kx and vx are either staged (aligned scratch) or read in place only when aligned */
+    auto f32_al16 = [](const pr_tensor *t) { return !t || t->dtype != PR_F32 || al16(t->data); };
+    p.vec = p.K % 4 == 0 && p.V % 4 == 0 && al16(p.q) && al16(p.k) && al16(p.v) && f32_al16(kx) &&
+            f32_al16(n->in[IN_VX]) && al16(p.h0) && al16(o) && al16(n->out[1]->data);
     return p;
+}
+
+/* bf16 data that the wgmma extras read (kx, vx) or accumulate (their grads)
+ * in place, unstaged: where the plan runs the extras apart in that form,
+ * the only kernels that touch them then, and the rows allow 16-byte
+ * accesses (K, V multiples of 8, aligned). kx and vx go together (the
+ * kernels' X16 instance), each grad on its own. */
+static bool rec_in_place(const pr_tensor *t, const rec_prob &p, bool chunked, const rec_chunk_plan &pl)
+{
+    long want = 1; /* PRISM_REC_X16=0 stages them too (for comparisons: the same bits either way) */
+    rec_env_knob("PRISM_REC_X16", "0 (kx, vx staged as f32) or 1 (in place where the wgmma extras run)",
+                 [](long v) { return v == 0 || v == 1; }, &want);
+    return want && t && t->dtype == PR_BF16 && chunked && pl.xa && pl.wg_xa && p.K % 8 == 0 && p.V % 8 == 0 &&
+           pr_aligned16(t->data);
+}
+/* kx and vx into p: in place (p->kx16, p->vx16) or as f32 (staged when bf16) */
+static void rec_extras_of(const pr_node *n, rec_stage &st, bool chunked, const rec_chunk_plan &pl, rec_prob *p)
+{
+    const pr_tensor *kx = n->in[IN_KX], *vx = n->in[IN_VX];
+    if (rec_in_place(kx, *p, chunked, pl) && rec_in_place(vx, *p, chunked, pl)) {
+        p->kx16 = (const unsigned short *)kx->data, p->vx16 = (const unsigned short *)vx->data;
+        return;
+    }
+    p->kx = st.f32(kx, "kx"), p->vx = st.f32(vx, "vx");
 }
 
 /* The form a node runs with, the same in forward and backward: *chunked and
@@ -310,6 +339,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     rec_prob p = rec_prob_of(ctx, n, st, out0->dtype == PR_F32 ? (const float *)out0->data : nullptr);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
+    rec_extras_of(n, st, chunked, pl, &p);
     double *off = nullptr;
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
     const int64_t one[1] = {1};
@@ -384,14 +414,20 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     rec_prob p = rec_prob_of(ctx, n, st, bf16_o ? nullptr : (const float *)n->out[0]->data);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
+    rec_extras_of(n, st, chunked, pl, &p);
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
     p.dout = st.f32(n->out[0]->grad, "do");
     p.dht = st.f32(n->out[1]->grad, "dht");
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
-    rec_grads d = {grad_of(n, IN_Q, st),    grad_of(n, IN_K, st),  grad_of(n, IN_V, st),  grad_of(n, IN_G, st),
-                   grad_of(n, IN_BETA, st), grad_of(n, IN_KX, st), grad_of(n, IN_VX, st), grad_of(n, IN_H0, st)};
+    pr_tensor *gkx = pr_in_grad(n, IN_KX), *gvx = pr_in_grad(n, IN_VX);
+    const bool kx16 = rec_in_place(gkx, p, chunked, pl), vx16 = rec_in_place(gvx, p, chunked, pl);
+    rec_grads d = {grad_of(n, IN_Q, st),    grad_of(n, IN_K, st),
+                   grad_of(n, IN_V, st),    grad_of(n, IN_G, st),
+                   grad_of(n, IN_BETA, st), kx16 ? nullptr : grad_of(n, IN_KX, st),
+                   vx16 ? nullptr : grad_of(n, IN_VX, st), grad_of(n, IN_H0, st),
+                   kx16 ? (unsigned short *)gkx->data : nullptr, vx16 ? (unsigned short *)gvx->data : nullptr};
     float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
     for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
@@ -412,5 +448,6 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
         }
         pr_rec_chunk_backward(s, p, pl, sv, d);
     }
-    for (int i = 0; i < IN_CU; i++) st.put(pr_in_grad(n, i), dptr[i]);
+    for (int i = 0; i < IN_CU; i++)
+        if (dptr[i]) st.put(pr_in_grad(n, i), dptr[i]); /* none for the grads accumulated in place */
 }

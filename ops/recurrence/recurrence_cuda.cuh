@@ -33,6 +33,9 @@ struct rec_prob {
     int Kp, Vp;                     /* K, V rounded up to 32 */
     int has_g, delta, tf32, vec;    /* vec: K, V multiples of 4 (float4 rows) */
     int bf16;                       /* q, k, v, kx, vx are bf16 data (staged as f32) */
+    /* kx, vx as bf16 bits, read in place (kx, vx then NULL): only the wgmma
+     * extras do, the only kernels that read them when the extras run apart */
+    const unsigned short *kx16, *vx16;
     float scale;
     const int *seq;                 /* device [3N]: bos, len, cbase; or NULL */
     const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
@@ -1039,6 +1042,7 @@ static inline bool rec_bf_products(const rec_prob &p) { return p.bf16 && p.tf32;
 
 struct rec_grads {
     float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
+    unsigned short *dkx16, *dvx16; /* bf16 in place (dkx, dvx then NULL): the wgmma extras' only */
 };
 
 /* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules)
