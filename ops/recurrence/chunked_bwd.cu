@@ -700,6 +700,14 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
     return hd;
 }
 
+/* grad's stores of its sums: one copy of rec_st_tile's code for the four
+ * (the kernel is near the instruction cache's size) */
+__device__ __noinline__ void grad_st_tile(float *dst, long long rs, int nr, int nc, const float *src, int ld,
+                                          float alpha, bool acc, bool vec)
+{
+    rec_st_tile(dst, rs, nr, nc, src, ld, alpha, acc, vec);
+}
+
 template <int C, bool BF, int R, bool WG>
 __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
@@ -758,8 +766,13 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
         }
     }
     rec_sync();
-    rec_mm<false, false, BF, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
-    rec_mm<true, false, BF, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
+    if constexpr (WG) { /* TF32 on: no fp32 fallback in the code (the kernel is near the instruction cache's size) */
+        rec_mm_tc<false, false, BF, false>(Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
+        rec_mm_tc<true, false, BF, false>(Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
+    } else {
+        rec_mm<false, false, BF, false>(p, Xq, LDB, P, LDA, KA, LDB, C, BK, NA, 1.f, true);
+        rec_mm<true, false, BF, false>(p, Xk, LDB, P, LDA, Qs, LDB, NA, BK, C, 1.f, true);
+    }
     rec_sync();
     if (p.has_g) {
         rec_row_dots(dG, Qs, LDB, Xq, LDB, C, BK, 1.f, false);
@@ -777,12 +790,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
             if (t < cp.nval) dGp[kt * rowsH + rk + (long long)t * H] = v;
         }
     }
-    if (dq) rec_st_tile(dq + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB, 1.f, true, p.vec);
-    if (dk) rec_st_tile(dk + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, true, p.vec);
+    if (dq) grad_st_tile(dq + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB, 1.f, true, p.vec);
+    if (dk) grad_st_tile(dk + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, true, p.vec);
     for (int l = 0; l < L; l++)
-        rec_st_tile(dkxa + rk * L * K + l * K + k0, (long long)H * L * K, cp.nval, nk, Xk + (C + l * C) * LDB, LDB, 1.f,
-                    false, p.vec);
-    if (p.delta) rec_st_tile(dW + rk * K + k0, (long long)H * K, cp.nval, nk, Xw, LDB, -1.f, false, p.vec);
+        grad_st_tile(dkxa + rk * L * K + l * K + k0, (long long)H * L * K, cp.nval, nk, Xk + (C + l * C) * LDB, LDB,
+                     1.f, false, p.vec);
+    if (p.delta) grad_st_tile(dW + rk * K + k0, (long long)H * K, cp.nval, nk, Xw, LDB, -1.f, false, p.vec);
 }
 
 /* ---- wy: the WY form's backward (delta rules), and the final sums ------------------------ */
