@@ -247,6 +247,23 @@ extern "C" void pr_cuda_check_last(const char *what)
     if (e != cudaSuccess) pr_fatal("%s: CUDA error: %s", what, cudaGetErrorString(e));
 }
 
+/* every SM's shared memory filled with NaN: kernels that read shared memory
+ * they never wrote then give NaN instead of whatever the last kernel left
+ * (often finite, so the bug hides until timing or a sanitizer changes it).
+ * For tests; one block of the largest size per SM, on the legacy stream. */
+__global__ static void poison_shared_kernel(int n)
+{
+    extern __shared__ unsigned poison_smem[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) poison_smem[i] = 0x7fc00000u; /* a quiet NaN */
+}
+extern "C" void pr_cuda_poison_shared(void)
+{
+    const int bytes = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    PR_CUDA_CHECK(cudaFuncSetAttribute(poison_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    poison_shared_kernel<<<pr_cuda_attr(cudaDevAttrMultiProcessorCount), 1024, bytes>>>(bytes / 4);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
 /* ---- per-context state -------------------------------------------------------- */
 
 typedef struct {

@@ -63,6 +63,9 @@ typedef struct {
 } pr_cuda_alloc_stats;
 void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out);
 void pr_cuda_alloc_peak_reset(void);   /* peak = current: the next peak is of what runs from here */
+/* for tests: every SM's shared memory set to NaN, so that a kernel reading
+ * shared memory it never wrote fails loudly (tensor/cuda.cu) */
+void pr_cuda_poison_shared(void);
 
 static inline unsigned pr_cuda_blocks(long long n, int threads)
 {

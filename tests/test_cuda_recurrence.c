@@ -17,6 +17,10 @@
  *    few times: 4e-3.
  * Every case prints its worst error per tensor (the device log shows where a
  * bug is), and the chunked backward is run twice and must agree bit for bit.
+ * Every kernel launch is preceded by NaN in every SM's shared memory
+ * (PRISM_REC_POISON=1, set here unless the environment says otherwise), so
+ * that a kernel reading shared memory it never wrote fails here, not only
+ * under compute-sanitizer (which changes what the last kernel left there).
  * Every test skips without a GPU.
  */
 #include "tests/test_recurrence_util.h"
@@ -104,9 +108,13 @@ static int check_rule(pr_rule rule, int *n_runs)
 {
     pr_ctx *ctx = g_ctx;
     int fails = 0;
+    /* PR_TEST_CASE=wide-grid and PR_TEST_FORM=chunk32/tf32 (exact names) narrow
+     * a rule's runs to one case and one form, e.g. under compute-sanitizer */
+    const char *only_case = getenv("PR_TEST_CASE"), *only_form = getenv("PR_TEST_FORM");
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const rec_case *c = &cases[ci];
         if (!pr_rule_has_extra(rule) && (c->L == 3)) continue; /* same as L=1 for these rules */
+        if (only_case && strcmp(only_case, c->name)) continue;
         rec_inputs x = make_inputs(ctx, rule, c, 100 + ci);
         rec_out ref = rec_run_seeded(ctx, rule, 0, x.in, x.cu, x.dout, x.dht);
         pr_tensor *xc[REC_NIN], *cu;
@@ -116,6 +124,7 @@ static int check_rule(pr_rule rule, int *n_runs)
             {32, 0, 2e-4, "chunk32/fp32"}, {32, 1, 4e-3, "chunk32/tf32"},
         };
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+            if (only_form && strcmp(only_form, forms[f].form)) continue;
             char what[96];
             snprintf(what, sizeof what, "%s %s L=%lld %s", pr_rule_name(rule), c->name,
                      (long long)(pr_rule_has_extra(rule) ? c->L : 0), forms[f].form);
@@ -135,7 +144,8 @@ static int check_rule(pr_rule rule, int *n_runs)
             const double e = rec_report(what, &got, &ref);
             (*n_runs)++;
             if (!(e <= forms[f].tol)) {
-                fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol);
+                fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n    plan: %s\n", what, e, forms[f].tol,
+                        plan.kernels);
                 fails++;
             }
             if (forms[f].chunk && f <= 2) { /* determinism of the chunked backward */
@@ -167,6 +177,7 @@ static int check_rule(pr_rule rule, int *n_runs)
         const int fails = check_rule(PR_RULE_##NAME, &runs);                         \
         fprintf(stderr, "  %s: %d runs, %d failures\n", #name, runs, fails);        \
         assert_int_equal(fails, 0);                                                  \
+        assert_true(runs > 0); /* a filter that matched nothing is no pass */        \
     }
 #include PR_RULES_DEF
 #undef PR_RULE
@@ -882,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_extras_apart),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
+    setenv("PRISM_REC_POISON", "1", 0);
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));
     return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));

@@ -460,6 +460,14 @@ __device__ __forceinline__ void xw_extras(bool own, bool tr, float *T, const rec
         }
     }
 }
+/* the operands of S = [K; Q] KX^T, which the forward, dVX and dK/dQ kernels
+ * all start from: [K; Q] into T0, KX into T1 (both natural) */
+template <bool X16>
+__device__ __forceinline__ void xw_keys(bool own, float *T0, float *T1, const rec_prob &p, long long rk, int nval)
+{
+    xw_pair(own, false, T0, p, p.k, p.q, p.K, rk, nval);
+    xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
+}
 /* S's decays Dt[t][i] = e^{G_t - G_i} (i <= t, else 0; rows of 65 floats),
  * computed once a block so that the masks below are a load each */
 #define XW_DEC (XW_GATES + 256 + 256 + 8 * 128)
@@ -593,8 +601,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     float *eslot = xa_eslot(p, blockIdx.x, h, hs, elast);
 
     xw_begin(p, ch, sm, [&](bool own) {
-        xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
-        xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
+        xw_keys<X16>(own, T0, T1, p, rk, nval);
     }, [&] { xw_extras<X16>(false, true, T2, p, XW_VX, rk, nval); });
 
     float d[2][32];
@@ -638,8 +645,7 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     const long long rk = ch.rk;
     const bool want_dg = p.has_g && g.dg;
     xw_begin(p, ch, sm, [&](bool own) {
-        xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
-        xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
+        xw_keys<X16>(own, T0, T1, p, rk, nval);
         xw_tr<128>(own, T2, 0, dE, V, K, V); /* dE^T: rows v, k the state's rows */
     });
 
@@ -703,8 +709,7 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
     const long long rk = ch.rk;
     const bool want_dg = p.has_g && g.dg;
     xw_begin(p, ch, sm, [&](bool own) {
-        xw_pair(own, false, T0, p, p.k, p.q, K, rk, nval);
-        xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
+        xw_keys<X16>(own, T0, T1, p, rk, nval);
         xw_pair(own, false, T2, p, dvp, p.dout, V, rk, nval);
     });
 
@@ -832,17 +837,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_xdg_kernel(rec_prob p, c
 static size_t xw_smem() { return (size_t)(XW_DEC + 64 * 65) * 4; }
 
 /* ---- launchers --------------------------------------------------------------------- */
-template <class F> static void xa_smem_attr(F kernel, size_t smem)
-{
-    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-}
-
 void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, bool wg, float *vp, float *o, float *hs, float *elast)
 {
-    PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_in_place) */
+    PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_extras_of) */
     if (wg) {
         const auto kernel = p.kx16 ? chunk_xfwd_wg_kernel<true> : chunk_xfwd_wg_kernel<false>;
-        xa_smem_attr(kernel, xw_smem());
+        rec_before_launch(kernel, xw_smem());
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, vp, o, hs, elast);
         PR_CUDA_LAUNCH_CHECK();
         return;
@@ -852,7 +852,7 @@ void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, bool wg, float *vp, f
     const auto kernel = p.C == 64 ? (bf ? chunk_xfwd_kernel<64, true> : chunk_xfwd_kernel<64, false>)
                                   : (bf ? chunk_xfwd_kernel<32, true> : chunk_xfwd_kernel<32, false>);
     const size_t sm = pr_rec_smem_xfwd(p, false);
-    xa_smem_attr(kernel, sm);
+    rec_before_launch(kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, vp, o, hs, elast);
     PR_CUDA_LAUNCH_CHECK();
 }
@@ -863,13 +863,13 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float 
     if (wg) {
         const size_t n_g = (size_t)2 * p.nchunks * p.H * 64;
         float *dgx = rec_scratch(n_g);
-        PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_in_place) */
+        PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_extras_of) */
         const decltype(&chunk_xbwd_wg_kernel<0, false>) roles[2][3] = {
             {chunk_xbwd_wg_kernel<0, false>, chunk_xbwd_wg_kernel<1, false>, chunk_xbwd_wg_kernel<2, false>},
             {chunk_xbwd_wg_kernel<0, true>, chunk_xbwd_wg_kernel<1, true>, chunk_xbwd_wg_kernel<2, true>}};
         const int x16 = p.kx16 ? 1 : 0;
         for (int z = 0; z < 3; z++) {
-            xa_smem_attr(roles[x16][z], xw_smem());
+            rec_before_launch(roles[x16][z], xw_smem());
             roles[x16][z]<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, dhs, dvp, d, dgx);
             PR_CUDA_LAUNCH_CHECK();
         }
@@ -883,7 +883,7 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float 
     const auto kernel = p.C == 64 ? (bf ? chunk_xbwd_kernel<64, true> : chunk_xbwd_kernel<64, false>)
                                   : (bf ? chunk_xbwd_kernel<32, true> : chunk_xbwd_kernel<32, false>);
     const size_t sm = pr_rec_smem_xbwd(p, false);
-    xa_smem_attr(kernel, sm);
+    rec_before_launch(kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, dhs, dvp, d);
     PR_CUDA_LAUNCH_CHECK();
 }

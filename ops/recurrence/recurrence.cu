@@ -6,7 +6,7 @@
  * to an f32 scratch copy, the kernels run, and o and the grads of bf16 inputs
  * are rounded back to bf16 once (rec_stage); except kx, vx and their grads
  * where the wgmma extras run apart, which read and accumulate them as bf16
- * in place (rec_in_place: they are the only kernels to touch them then, and
+ * in place (rec_x16_allowed: they are the only kernels to touch them then, and
  * kx, vx are the largest inputs: L times q's size). With TF32 on, bf16 data also
  * picks the chunked kernels' bf16 instance (rec_bf_products), whose products
  * are bf16 mma.sync with f32 accumulators. The f32 path does not touch any
@@ -123,19 +123,24 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
  * the only kernels that touch them then, and the rows allow 16-byte
  * accesses (K, V multiples of 8, aligned). kx and vx go together (the
  * kernels' X16 instance), each grad on its own. */
-static bool rec_in_place(const pr_tensor *t, const rec_prob &p, bool chunked, const rec_chunk_plan &pl)
+/* whether the wgmma extras of this call may read and accumulate bf16 kx, vx,
+ * dkx, dvx in place (decided once a call; rec_bf16_in_place then asks each tensor) */
+static bool rec_x16_allowed(const rec_prob &p, bool chunked, const rec_chunk_plan &pl)
 {
     long want = 1; /* PRISM_REC_X16=0 stages them too (for comparisons: the same bits either way) */
     rec_env_knob("PRISM_REC_X16", "0 (kx, vx staged as f32) or 1 (in place where the wgmma extras run)",
                  [](long v) { return v == 0 || v == 1; }, &want);
-    return want && t && t->dtype == PR_BF16 && chunked && pl.xa && pl.wg_xa && p.K % 8 == 0 && p.V % 8 == 0 &&
-           pr_aligned16(t->data);
+    return want && chunked && pl.xa && pl.wg_xa && p.K % 8 == 0 && p.V % 8 == 0;
+}
+static bool rec_bf16_in_place(const pr_tensor *t, bool x16)
+{
+    return x16 && t && t->dtype == PR_BF16 && pr_aligned16(t->data);
 }
 /* kx and vx into p: in place (p->kx16, p->vx16) or as f32 (staged when bf16) */
-static void rec_extras_of(const pr_node *n, rec_stage &st, bool chunked, const rec_chunk_plan &pl, rec_prob *p)
+static void rec_extras_of(const pr_node *n, rec_stage &st, bool x16, rec_prob *p)
 {
     const pr_tensor *kx = n->in[IN_KX], *vx = n->in[IN_VX];
-    if (rec_in_place(kx, *p, chunked, pl) && rec_in_place(vx, *p, chunked, pl)) {
+    if (rec_bf16_in_place(kx, x16) && rec_bf16_in_place(vx, x16)) {
         p->kx16 = (const unsigned short *)kx->data, p->vx16 = (const unsigned short *)vx->data;
         return;
     }
@@ -339,7 +344,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     rec_prob p = rec_prob_of(ctx, n, st, out0->dtype == PR_F32 ? (const float *)out0->data : nullptr);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
-    rec_extras_of(n, st, chunked, pl, &p);
+    rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl), &p);
     double *off = nullptr;
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
     const int64_t one[1] = {1};
@@ -414,7 +419,8 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     rec_prob p = rec_prob_of(ctx, n, st, bf16_o ? nullptr : (const float *)n->out[0]->data);
     rec_chunk_plan pl;
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
-    rec_extras_of(n, st, chunked, pl, &p);
+    const bool x16 = rec_x16_allowed(p, chunked, pl);
+    rec_extras_of(n, st, x16, &p);
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
@@ -422,7 +428,7 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     p.dht = st.f32(n->out[1]->grad, "dht");
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
     pr_tensor *gkx = pr_in_grad(n, IN_KX), *gvx = pr_in_grad(n, IN_VX);
-    const bool kx16 = rec_in_place(gkx, p, chunked, pl), vx16 = rec_in_place(gvx, p, chunked, pl);
+    const bool kx16 = rec_bf16_in_place(gkx, x16), vx16 = rec_bf16_in_place(gvx, x16);
     rec_grads d = {grad_of(n, IN_Q, st),    grad_of(n, IN_K, st),
                    grad_of(n, IN_V, st),    grad_of(n, IN_G, st),
                    grad_of(n, IN_BETA, st), kx16 ? nullptr : grad_of(n, IN_KX, st),

@@ -980,6 +980,20 @@ __device__ __forceinline__ void rec_gates_scan(float *G, int nval, float *eG = n
     }
 }
 
+/* The wgmma kernels' tiles have 64 rows, and their G, bt, eG lie 64 apart.
+ * At C = 32, rows 32..63 must be zero too: they scale (or multiply) tile
+ * rows that are zero, and whatever the last kernel left in shared memory
+ * there can be inf or NaN (0 * inf poisons a whole product; the sanitizers
+ * showed it). Warp 1 writes them while warp 0 scans; the caller's next
+ * barrier makes them visible. */
+template <int C> __device__ __forceinline__ void rec_gates_pad64(float *G)
+{
+    if constexpr (C < 64) {
+        const int t = (int)threadIdx.x - 32;
+        if (t >= 0 && t < 64 - C) G[C + t] = G[64 + C + t] = G[128 + C + t] = 0.f;
+    }
+}
+
 /* dg[o0 + t*stride] += sum_{s=t}^{nval-1} x_s for t < nval: the reverse
  * cumulative sum of one chunk's dG, by one warp (lane holds x_t for
  * t = lane*E + e, E = C/32). A suffix scan across lanes, then every lane's
@@ -1200,6 +1214,20 @@ template <class OK> static bool rec_env_knob(const char *name, const char *must_
     if (*end || !ok(v)) pr_fatal("%s must be %s, got '%s'", name, must_be, env);
     *out = v;
     return true;
+}
+
+/* Before every launch of the recurrence kernels: the kernel's dynamic shared
+ * memory allowed up to smem, and with PRISM_REC_POISON=1 (test_cuda_recurrence
+ * sets it) every SM's shared memory set to NaN first, so that a kernel reading
+ * shared memory it never wrote gives NaN rather than what the kernel before
+ * it left there (which can look right until timing or a sanitizer changes it). */
+template <class F> static void rec_before_launch(F kernel, size_t smem)
+{
+    static long poison = -1;
+    if (poison < 0 && !rec_env_knob("PRISM_REC_POISON", "0 or 1", [](long v) { return v == 0 || v == 1; }, &poison))
+        poison = 0;
+    if (poison) pr_cuda_poison_shared();
+    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
 #endif

@@ -489,7 +489,7 @@ static int tok_kpt(int K)
 
 template <class F, class... A> static void tok_launch(F kernel, dim3 grid, size_t smem, cudaStream_t s, int TT, A... args)
 {
-    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    rec_before_launch(kernel, smem);
     kernel<<<grid, PR_REC_THREADS, smem, s>>>(args..., TT);
     PR_CUDA_LAUNCH_CHECK();
 }
