@@ -364,7 +364,7 @@ static void att_smem(const void *kernel, int floats)
     const int limit = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     PR_CHECK(bytes <= (size_t)limit, "attention: needs %zu bytes of shared memory per block; the device has %d",
              bytes, limit);
-    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    pr_cuda_smem_prep(kernel, bytes);
 }
 
 extern "C" void pr_attention_forward_cuda(pr_ctx *ctx, pr_node *n)

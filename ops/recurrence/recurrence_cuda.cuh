@@ -1216,18 +1216,4 @@ template <class OK> static bool rec_env_knob(const char *name, const char *must_
     return true;
 }
 
-/* Before every launch of the recurrence kernels: the kernel's dynamic shared
- * memory allowed up to smem, and with PRISM_REC_POISON=1 (test_cuda_recurrence
- * sets it) every SM's shared memory set to NaN first, so that a kernel reading
- * shared memory it never wrote gives NaN rather than what the kernel before
- * it left there (which can look right until timing or a sanitizer changes it). */
-template <class F> static void rec_before_launch(F kernel, size_t smem)
-{
-    static long poison = -1;
-    if (poison < 0 && !rec_env_knob("PRISM_REC_POISON", "0 or 1", [](long v) { return v == 0 || v == 1; }, &poison))
-        poison = 0;
-    if (poison) pr_cuda_poison_shared();
-    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-}
-
 #endif

@@ -489,7 +489,7 @@ static int tok_kpt(int K)
 
 template <class F, class... A> static void tok_launch(F kernel, dim3 grid, size_t smem, cudaStream_t s, int TT, A... args)
 {
-    rec_before_launch(kernel, smem);
+    pr_cuda_smem_prep((const void *)kernel, smem);
     kernel<<<grid, PR_REC_THREADS, smem, s>>>(args..., TT);
     PR_CUDA_LAUNCH_CHECK();
 }
