@@ -875,48 +875,28 @@ __device__ __forceinline__ float rec_block_sum(float v, float *red)
     return red[8];
 }
 
-/* warp 0's scan of a chunk's gates (rec_load_gates): bt stored as there;
- * x[e] = G_t - excl for t = lane * E + e (E = C/32), excl the sum of the
- * lanes before; returns the inclusive sum */
-template <int C>
-__device__ __forceinline__ float rec_gate_scan(const rec_prob &p, int row0, int nval, int h, float *bt,
-                                               float (&x)[C / 32], float &excl)
+/* warp 0's gate scans. Lane l holds the gates of tokens l * E .. l * E + E - 1
+ * (E = C/32) as its own running sums x[e]; rec_lane_incl returns the sum up
+ * to its lane's end, so with excl = incl - x[E - 1] G_t = excl + x[e]. */
+template <int E> __device__ __forceinline__ float rec_lane_incl(const float (&x)[E])
 {
-    constexpr int E = C / 32;
-    const int lane = threadIdx.x;
-    float run = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        const int t = lane * E + e;
-        const long long o = (long long)(row0 + t) * p.H + h;
-        const float gt = p.has_g && t < nval ? p.g[o] : 0.f;
-        if (p.delta) bt[t] = t < nval ? p.beta[o] : 0.f;
-        run += gt;
-        x[e] = run;
-    }
-    float incl = run;
+    float incl = x[E - 1];
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
         const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
-        if (lane >= o) incl += y;
+        if ((int)threadIdx.x >= o) incl += y;
     }
-    excl = incl - run;
     return incl;
 }
-/* chunk-local gates of a chunk of C tokens from token row row0 (nval valid):
- * G[t] = sum_{s<=t} g_s (g = 0 past nval or without g), bt[t] = beta_t (0 past
- * nval or without beta), and when eG is given the row factors eG[t] = e^{G_t},
- * eL[t] = e^{G_last - G_t} (last = nval - 1). Warp 0 scans; the caller
- * synchronizes after. */
-template <int C>
-__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt,
-                                               float *eG = nullptr, float *eL = nullptr)
+/* G[t] = excl + x[e], and where eG is given the row factors eG[t] = e^{G_t}
+ * and where eL is given eL[t] = e^{G_last - G_t}, last = nval - 1. EL_GIVEN
+ * says eL is given without a null test (rec_load_gates' callers pass it). */
+template <int C, bool EL_GIVEN>
+__device__ __forceinline__ void rec_gates_store(float *G, const float (&x)[C / 32], float excl, int nval, float *eG,
+                                                float *eL)
 {
-    if (threadIdx.x >= 32) return;
     constexpr int E = C / 32;
     const int lane = threadIdx.x;
-    float x[E], excl;
-    rec_gate_scan<C>(p, row0, nval, h, bt, x, excl);
 #pragma unroll
     for (int e = 0; e < E; e++) G[lane * E + e] = excl + x[e];
     if (!eG) return;
@@ -926,8 +906,42 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
     for (int e = 0; e < E; e++) {
         const float gt = excl + x[e];
         eG[lane * E + e] = expf(gt);
-        eL[lane * E + e] = expf(gl - gt);
+        if (EL_GIVEN || eL) eL[lane * E + e] = expf(gl - gt);
     }
+}
+/* warp 0 reads a chunk's gates from global memory (zero past nval or without
+ * g) into x as above and stores bt[t] = beta_t (zero past nval or without
+ * beta); excl as above, returns the chunk's total */
+template <int C>
+__device__ __forceinline__ float rec_gate_scan(const rec_prob &p, int row0, int nval, int h, float *bt,
+                                               float (&x)[C / 32], float &excl)
+{
+    constexpr int E = C / 32;
+    float run = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int t = threadIdx.x * E + e;
+        const long long o = (long long)(row0 + t) * p.H + h;
+        const float gt = p.has_g && t < nval ? p.g[o] : 0.f;
+        if (p.delta) bt[t] = t < nval ? p.beta[o] : 0.f;
+        run += gt;
+        x[e] = run;
+    }
+    const float incl = rec_lane_incl<E>(x);
+    excl = incl - run;
+    return incl;
+}
+/* chunk-local gates of a chunk of C tokens from token row row0 (nval valid):
+ * G[t] = sum_{s<=t} g_s, bt[t] = beta_t and the row factors of
+ * rec_gates_store. Warp 0 works; the caller synchronizes after. */
+template <int C>
+__device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int nval, int h, float *G, float *bt,
+                                               float *eG = nullptr, float *eL = nullptr)
+{
+    if (threadIdx.x >= 32) return;
+    float x[C / 32], excl;
+    rec_gate_scan<C>(p, row0, nval, h, bt, x, excl);
+    rec_gates_store<C, true>(G, x, excl, nval, eG, eL);
 }
 
 /* rec_load_gates in two steps, so that warp 0's loads fly with the tiles'
@@ -957,27 +971,11 @@ __device__ __forceinline__ void rec_gates_scan(float *G, int nval, float *eG = n
 {
     if (threadIdx.x >= 32) return;
     constexpr int E = C / 32;
-    const int lane = threadIdx.x;
     float x[E], run = 0.f;
 #pragma unroll
-    for (int e = 0; e < E; e++) run += G[lane * E + e], x[e] = run;
-    float incl = run;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const float y = __shfl_up_sync(PR_FULL_MASK, incl, o);
-        if (lane >= o) incl += y;
-    }
-#pragma unroll
-    for (int e = 0; e < E; e++) G[lane * E + e] = incl - run + x[e];
-    if (!eG) return;
-    __syncwarp();
-    const float gl = G[nval - 1];
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        const float gt = incl - run + x[e];
-        eG[lane * E + e] = expf(gt);
-        if (eL) eL[lane * E + e] = expf(gl - gt);
-    }
+    for (int e = 0; e < E; e++) run += G[threadIdx.x * E + e], x[e] = run;
+    const float excl = rec_lane_incl<E>(x) - run;
+    rec_gates_store<C, false>(G, x, excl, nval, eG, eL);
 }
 
 /* The wgmma kernels' tiles have 64 rows, and their G, bt, eG lie 64 apart.
