@@ -645,23 +645,34 @@ static int check_wg_knob(const char *env, const char *const sizes[2], const char
     return fails;
 }
 
-/* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31): the plan
- * takes it where it keeps as many SMs at work as mma.sync (the benchmark's
- * size 1, not its size 2); each form forced at padded K (96 in two pieces
- * of 64; 32 and 64 in one), with and without beta, at partial chunks (T =
- * 100) and partial V tiles (V = 40: the second warpgroup's columns all past
- * V; V = 96: both partial). */
+/* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31, v45): the
+ * plan takes it where it keeps as many SMs at work as mma.sync, with V
+ * tiles of 128 at the benchmark's size 1 and of 32 at its size 2 (32 heads:
+ * 128 blocks); each form forced at padded K (96 in two pieces of 64; 32
+ * and 64 in one), with and without beta, at partial chunks (T = 100) and
+ * partial V tiles (V = 40 in tiles of 32: the second tile's second
+ * warpgroup all past V; V = 96), and each V tile forced: 64 (V = 40: the
+ * second warpgroup's columns partly past V) and 128 (V = 130: a second
+ * tile of two columns, odd widths without vector loads). */
 static void test_dstate_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    const char *const sizes[2] = {"dstate(bv 128, wgmma)", "dstate(bv 32)"};
+    const char *const sizes[2] = {"dstate(bv 128, wgmma)", "dstate(bv 32, wgmma)"};
     const wg_case fc[] = {{PR_RULE_GDN, 96, 40}, {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40},
                           {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}};
-    assert_int_equal(check_wg_knob("PRISM_REC_DSTATE_WG", sizes, "dstate(bv 128, wgmma)", "dstate(bv 32) grad",
-                                   INT64_MAX, fc, 5, 1801),
-                     0);
+    int fails = check_wg_knob("PRISM_REC_DSTATE_WG", sizes, "dstate(bv 32, wgmma)", "dstate(bv 32) grad", INT64_MAX,
+                              fc, 5, 1801);
+    fails += check_forced_v(PR_RULE_GDN, 96, 40, 0, 1821, "PRISM_REC_BV_DSTATE", "64", "dstate(bv 64, wgmma)",
+                            FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_SSD, 64, 40, 0, 1822, "PRISM_REC_BV_DSTATE", "64", "dstate(bv 64, wgmma)",
+                            FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_DELTA, 128, 130, 0, 1823, "PRISM_REC_BV_DSTATE", "128", "dstate(bv 128, wgmma)",
+                            FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_LINATTN, 38, 130, 0, 1824, "PRISM_REC_BV_DSTATE", "128", "dstate(bv 128, wgmma)",
+                            FORCED_TF32_ONLY);
+    assert_int_equal(fails, 0);
 }
 
 /* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32, v34): the

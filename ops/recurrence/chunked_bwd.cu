@@ -118,10 +118,12 @@ template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, 
     PR_CUDA_LAUNCH_CHECK();
 }
 
-/* ---- dstate, the wgmma form (sm_90a, TF32 products: NOTES.md v31) -----------------
- * The pass above with dh in registers, one block per sequence, head and 128
- * V columns: warpgroup wg holds columns 64 wg .. 64 wg + 63 as wgmma sums,
- * the K rows in MP pieces of 64. Per chunk, in reverse:
+/* ---- dstate, the wgmma form (sm_90a, TF32 products: NOTES.md v31, v45) ----------
+ * The pass above with dh in registers, one block per sequence, head and V
+ * tile of BV = 2 NW columns (32, 64 or 128: every product is column-wise in
+ * V, so narrower tiles only split the work where few heads leave SMs idle):
+ * warpgroup wg holds columns NW wg .. NW wg + NW - 1 as wgmma sums, the K
+ * rows in MP pieces of 64. Per chunk, in reverse:
  *   P1  dUa = dUa + (eL o K) dh                     A: the keys as copied, B: dh^T from the sums
  *   P2q dh  = e^{G_last} dh + (scale e^G o Q)^T dO  A: Q^T, B: dO^T, both copied transposed
  *   P2w dh -= W^T (beta o dU)                       (delta rules) A: W^T copied, B: from P1's sums
@@ -135,25 +137,31 @@ template <int C> static void chunk_dstate_c(cudaStream_t st, const rec_prob &p, 
 struct dstate_wg_lay {
     int KD, HK, QT, WT, DOT, gates, total;
 };
-__host__ __device__ static dstate_wg_lay dstate_wg_layout(const rec_prob &p)
+__host__ __device__ static dstate_wg_lay dstate_wg_layout(const rec_prob &p, int BV)
 {
     rec_bump m; /* every tile a multiple of 1024 floats: each starts on a 1024-byte boundary */
     dstate_wg_lay s;
-    const int C = p.C, KW = (p.Kp + 63) / 64 * 64, BV = 128;
+    const int C = p.C, KW = (p.Kp + 63) / 64 * 64;
     s.KD = m.take(64 * KW), s.HK = m.take(BV * KW), s.QT = m.take(KW * C);
     s.WT = p.delta ? m.take(KW * C) : -1;
     s.DOT = m.take(BV * C), s.gates = m.take(8 * C); /* two chunks' G, bt, eG, eL */
     s.total = m.off;
     return s;
 }
-static size_t smem_dstate_wg(const rec_prob &p) { return (size_t)dstate_wg_layout(p).total * 4; }
+/* the form's shared memory at V tile bv (-1: no such form) */
+static size_t smem_dstate_wg(const rec_prob &p, int bv)
+{
+    return bv == 32 || bv == 64 || bv == 128 ? (size_t)dstate_wg_layout(p, bv).total * 4 : (size_t)-1;
+}
 
-template <int C, int MP, bool DELTA>
-__global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_prob p, rec_dstate_io io)
+/* two blocks an SM only where their shared memory allows it (no beta, V
+ * tiles of 32); elsewhere the 128-register cap would only spill */
+template <int C, int NW, int MP, bool DELTA>
+__global__ void __launch_bounds__(PR_REC_THREADS, !DELTA && NW == 16 ? 2 : 1) chunk_dstate_wg_kernel(rec_prob p, rec_dstate_io io)
 {
     extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
-    constexpr int NW = 64, BV = 2 * NW, NR = NW / 2, KW = 64 * MP;
-    const dstate_wg_lay s = dstate_wg_layout(p);
+    constexpr int BV = 2 * NW, NR = NW / 2, KW = 64 * MP;
+    const dstate_wg_lay s = dstate_wg_layout(p, BV);
     const int n = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * BV, H = p.H, K = p.K, V = p.V;
     const int nv = min(BV, V - v0), wg = threadIdx.x >> 7;
     const rec_wg_pos q = rec_wg_sums_of(NW); /* where a thread's sums sit (rec_wg_sums_ld) */
@@ -269,23 +277,29 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1) chunk_dstate_wg_kernel(rec_
                 if (k < K && j < nv) *d = (io.dh_acc ? *d : 0.f) + hz[m][e];
             }
 }
-template <int C> static void chunk_dstate_wg(cudaStream_t st, const rec_prob &p, const rec_dstate_io &io)
+template <int C, int NW> static void chunk_dstate_wg_nw(cudaStream_t st, const rec_prob &p, const rec_dstate_io &io)
+{
+    const bool mp1 = p.Kp <= 64;
+    const auto kernel = p.delta ? (mp1 ? chunk_dstate_wg_kernel<C, NW, 1, true> : chunk_dstate_wg_kernel<C, NW, 2, true>)
+                                : (mp1 ? chunk_dstate_wg_kernel<C, NW, 1, false> : chunk_dstate_wg_kernel<C, NW, 2, false>);
+    const size_t sm = smem_dstate_wg(p, 2 * NW);
+    pr_cuda_smem_prep((const void *)kernel, sm);
+    kernel<<<dim3((p.V + 2 * NW - 1) / (2 * NW), p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
+    PR_CUDA_LAUNCH_CHECK();
+}
+template <int C> static void chunk_dstate_wg(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io)
 {
     PR_ASSERT(io.dhs && p.Kp <= 128 && p.L == 0);
-    const bool mp1 = p.Kp <= 64;
-    const auto kernel = p.delta ? (mp1 ? chunk_dstate_wg_kernel<C, 1, true> : chunk_dstate_wg_kernel<C, 2, true>)
-                                : (mp1 ? chunk_dstate_wg_kernel<C, 1, false> : chunk_dstate_wg_kernel<C, 2, false>);
-    const size_t sm = smem_dstate_wg(p);
-    pr_cuda_smem_prep((const void *)kernel, sm);
-    kernel<<<dim3((p.V + 127) / 128, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
-    PR_CUDA_LAUNCH_CHECK();
+    if (bv == 32) chunk_dstate_wg_nw<C, 16>(st, p, io);
+    else if (bv == 64) chunk_dstate_wg_nw<C, 32>(st, p, io);
+    else chunk_dstate_wg_nw<C, 64>(st, p, io);
 }
 void pr_rec_chunk_dstate(cudaStream_t st, const rec_prob &p, int bv, const rec_dstate_io &io, bool wg)
 {
     if (wg) {
-        PR_ASSERT(bv == 128);
-        if (p.C == 64) chunk_dstate_wg<64>(st, p, io);
-        else chunk_dstate_wg<32>(st, p, io);
+        PR_ASSERT(bv == 32 || bv == 64 || bv == 128);
+        if (p.C == 64) chunk_dstate_wg<64>(st, p, bv, io);
+        else chunk_dstate_wg<32>(st, p, bv, io);
         return;
     }
     if (p.C == 64) chunk_dstate_c<64>(st, p, bv, io);
@@ -1516,30 +1530,34 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
     if (bv) pl->wg_state = 1, pl->bv_state = bv;
 }
 
-/* The dstate pass's wgmma form (NOTES.md v31) where it runs: as the state
- * pass's above (and no fewer SMs at work), with its one V tile of 128 (a forced PRISM_REC_BV_DSTATE
- * other than 128 keeps mma.sync). PRISM_REC_DSTATE_WG=0 keeps mma.sync, 1
- * insists on wgmma (tests, A/Bs). */
+/* The dstate pass's wgmma form (NOTES.md v31, v45) where it runs: as the
+ * state pass's above, with its tile (32, 64 or 128) by the same rule, and
+ * no fewer SMs at work than mma.sync keeps (where its blocks fit one an SM
+ * and mma.sync's two). A forced PRISM_REC_BV_DSTATE (forced) stays where
+ * the form takes it, else mma.sync runs it. PRISM_REC_DSTATE_WG=0 keeps
+ * mma.sync, 1 insists on wgmma (tests, A/Bs). */
 static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
 {
     pl->wg_dstate = 0;
     const long want = wg_knob("PRISM_REC_DSTATE_WG");
-    const size_t bytes = smem_dstate_wg(p);
-    bool on = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && p.L == 0 && pl->segments == 1 && bytes <= mx &&
-              want != 0 && (!forced || pl->bv_dstate == 128);
-    /* no more waves, and no fewer SMs at work: its one block an SM of 128
-     * columns leaves most SMs idle where there are few heads (size 2: 32
-     * blocks against mma.sync's 128 on 64 SMs, 0.4 ms slower: NOTES.md v31) */
-    const size_t bm = pr_rec_smem_dstate(p, pl->bv_dstate);
-    if (on && want != 1 && !forced)
-        on = serial_waves(p, 128, bytes, smem_sm, n_sm) <= serial_waves(p, pl->bv_dstate, bm, smem_sm, n_sm) &&
-             serial_sms(p, 128, bytes, smem_sm, n_sm) >= serial_sms(p, pl->bv_dstate, bm, smem_sm, n_sm);
-    if (want == 1 && !on)
+    const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && p.L == 0 && pl->segments == 1;
+    const auto bytes = [&](int b) { return smem_dstate_wg(p, b); };
+    int bv = 0;
+    if (able && want != 0) {
+        if (forced) bv = bytes(pl->bv_dstate) <= mx ? pl->bv_dstate : 0;
+        else pick_serial(p, mx, smem_sm, n_sm, bytes, &bv);
+        const size_t bm = pr_rec_smem_dstate(p, pl->bv_dstate);
+        if (bv && !forced && want != 1 &&
+            (serial_waves(p, bv, bytes(bv), smem_sm, n_sm) > serial_waves(p, pl->bv_dstate, bm, smem_sm, n_sm) ||
+             serial_sms(p, bv, bytes(bv), smem_sm, n_sm) < serial_sms(p, pl->bv_dstate, bm, smem_sm, n_sm)))
+            bv = 0;
+    }
+    if (want == 1 && !bv)
         pr_fatal("PRISM_REC_DSTATE_WG=1 forces the dstate pass's wgmma form, which needs TF32 products (matmul_tf32 "
-                 "on), a build for sm_90a on an sm_90 GPU, K <= 128, no extra writes (L = %d here), no segments, "
-                 "a V tile of 128 and %zu bytes of shared memory a block (K = %d, V = %d here)",
-                 p.L, bytes, p.K, p.V);
-    if (on) pl->wg_dstate = 1, pl->bv_dstate = 128;
+                 "on), a build for sm_90a on an sm_90 GPU, K <= 128, no extra writes (L = %d here), no segments and "
+                 "a V tile of 32, 64 or 128 whose shared memory fits (K = %d, V = %d here)",
+                 p.L, p.K, p.V);
+    if (bv) pl->wg_dstate = 1, pl->bv_dstate = bv;
 }
 
 /* wy's wgmma form (NOTES.md v36) where it runs: TF32, no extras, K <= 128;

@@ -1135,7 +1135,7 @@ struct rec_dstate_io {
     float *dhs, *dU, *dVX, *dv, *dh_out;
     int dh_acc;
 };
-/* wg: the wgmma form (the plan's wg_dstate; needs dhs, V tile 128) */
+/* wg: the wgmma form (the plan's wg_dstate; needs dhs, V tile 32, 64 or 128) */
 void pr_rec_chunk_dstate(cudaStream_t s, const rec_prob &p, int bv, const rec_dstate_io &io, bool wg = false);
 /* chunked_seg.cu: p with the segments as its sequences (for the serial passes) */
 rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg);
