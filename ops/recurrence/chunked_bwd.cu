@@ -1499,6 +1499,25 @@ static long wg_knob(const char *name)
     return want;
 }
 
+/* A serial pass's wgmma tile, 0 where mma.sync's form runs: the tile
+ * forced (forced: bv_mma is PRISM_REC_BV_*'s) where it fits, else
+ * pick_serial's by the form's shared memory bytes(p, b); unless insisted on
+ * (want 1) or forced, not where it makes more waves than mma.sync's tile
+ * bv_mma (smem_mma bytes), nor, with sms, where it keeps fewer SMs at work */
+static int serial_wg_tile(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, long want, int bv_mma,
+                          size_t smem_mma, size_t (*bytes)(const rec_prob &, int), bool sms)
+{
+    const auto b_of = [&](int b) { return bytes(p, b); };
+    int bv = 0;
+    if (forced) bv = b_of(bv_mma) <= mx ? bv_mma : 0;
+    else pick_serial(p, mx, smem_sm, n_sm, b_of, &bv); /* bv stays 0 where none fits */
+    if (bv && !forced && want != 1 &&
+        (serial_waves(p, bv, b_of(bv), smem_sm, n_sm) > serial_waves(p, bv_mma, smem_mma, smem_sm, n_sm) ||
+         (sms && serial_sms(p, bv, b_of(bv), smem_sm, n_sm) < serial_sms(p, bv_mma, smem_mma, smem_sm, n_sm))))
+        bv = 0;
+    return bv;
+}
+
 /* The state pass's wgmma form (NOTES.md v30) where it runs: TF32 on, a
  * build for sm_90a on an sm_90 GPU, K <= 128, no extra writes and no
  * segments (the segmented passes keep mma.sync), and no more waves than
@@ -1511,18 +1530,11 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
     pl->wg_state = 0;
     const long want = wg_knob("PRISM_REC_STATE_WG");
     const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && pl->segments == 1;
-    const auto bytes = [&](int b) { return pr_rec_smem_state_wg(p, b); };
     int bv = 0;
-    if (able && want != 0) {
-        if (forced) bv = bytes(pl->bv_state) <= mx ? pl->bv_state : 0;
-        else pick_serial(p, mx, smem_sm, n_sm, bytes, &bv); /* bv stays 0 where none fits */
-        /* not where it makes more waves than the other form, nor with extras
-         * (prism_core), whose rows it loads where they are used, unhidden */
-        if (bv && !forced && want != 1 &&
-            (p.L > 0 || serial_waves(p, bv, bytes(bv), smem_sm, n_sm) >
-                            serial_waves(p, pl->bv_state, pr_rec_smem_state(p, pl->bv_state), smem_sm, n_sm)))
-            bv = 0;
-    }
+    /* not with extras (prism_core) unless asked for: it loads their rows where they are used, unhidden */
+    if (able && want != 0 && (p.L == 0 || forced || want == 1))
+        bv = serial_wg_tile(p, smem_sm, n_sm, mx, forced, want, pl->bv_state, pr_rec_smem_state(p, pl->bv_state),
+                            pr_rec_smem_state_wg, false);
     if (want == 1 && !bv)
         pr_fatal("PRISM_REC_STATE_WG=1 forces the state pass's wgmma form, which needs TF32 products (matmul_tf32 "
                  "on), a build for sm_90a on an sm_90 GPU, K <= 128, no segments and a V tile of 32 or 64 "
@@ -1531,27 +1543,19 @@ static void plan_state_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, b
 }
 
 /* The dstate pass's wgmma form (NOTES.md v31, v45) where it runs: as the
- * state pass's above, with its tile (32, 64 or 128) by the same rule, and
- * no fewer SMs at work than mma.sync keeps (where its blocks fit one an SM
- * and mma.sync's two). A forced PRISM_REC_BV_DSTATE (forced) stays where
- * the form takes it, else mma.sync runs it. PRISM_REC_DSTATE_WG=0 keeps
+ * state pass's above, with its tile (32, 64 or 128) by the same rule, at L
+ * = 0 only, and with no fewer SMs at work than mma.sync keeps (where its
+ * blocks fit one an SM and mma.sync's two). PRISM_REC_DSTATE_WG=0 keeps
  * mma.sync, 1 insists on wgmma (tests, A/Bs). */
 static void plan_dstate_wg(const rec_prob &p, int smem_sm, int n_sm, size_t mx, bool forced, rec_chunk_plan *pl)
 {
     pl->wg_dstate = 0;
     const long want = wg_knob("PRISM_REC_DSTATE_WG");
     const bool able = rec_wgmma_runs() && p.tf32 && p.Kp <= 128 && p.L == 0 && pl->segments == 1;
-    const auto bytes = [&](int b) { return smem_dstate_wg(p, b); };
     int bv = 0;
-    if (able && want != 0) {
-        if (forced) bv = bytes(pl->bv_dstate) <= mx ? pl->bv_dstate : 0;
-        else pick_serial(p, mx, smem_sm, n_sm, bytes, &bv);
-        const size_t bm = pr_rec_smem_dstate(p, pl->bv_dstate);
-        if (bv && !forced && want != 1 &&
-            (serial_waves(p, bv, bytes(bv), smem_sm, n_sm) > serial_waves(p, pl->bv_dstate, bm, smem_sm, n_sm) ||
-             serial_sms(p, bv, bytes(bv), smem_sm, n_sm) < serial_sms(p, pl->bv_dstate, bm, smem_sm, n_sm)))
-            bv = 0;
-    }
+    if (able && want != 0)
+        bv = serial_wg_tile(p, smem_sm, n_sm, mx, forced, want, pl->bv_dstate, pr_rec_smem_dstate(p, pl->bv_dstate),
+                            smem_dstate_wg, true);
     if (want == 1 && !bv)
         pr_fatal("PRISM_REC_DSTATE_WG=1 forces the dstate pass's wgmma form, which needs TF32 products (matmul_tf32 "
                  "on), a build for sm_90a on an sm_90 GPU, K <= 128, no extra writes (L = %d here), no segments and "
