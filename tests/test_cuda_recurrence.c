@@ -857,6 +857,25 @@ static void test_plan(void **state)
         assert_non_null(strstr(plan.kernels, "segments"));
         assert_null(strstr(plan.kernels, "state(bv 32"));
     }
+    /* where the unsegmented passes' wgmma forms run, they win over segments
+     * that save less than their steps do (NOTES.md v46): linattn at B=2
+     * T=8192 H=16 K=V=128 (32 heads) stays whole with TF32, segments in fp32;
+     * at B=1 (16 heads) the segments save more and stay */
+    for (int tf32 = 0; tf32 <= 1; tf32++)
+        for (int n = 1; n <= 2; n++) {
+            const pr_recurrence_opts o = {.rule = PR_RULE_LINATTN, .chunk = 64, .tf32 = tf32};
+            if (!pr_recurrence_plan(&o, PR_CUDA, n, 8192, 16, 128, 128, 0, &plan, why, sizeof why))
+                fail_msg("linattn at B=%d T=8192 H=16 K=V=128: %s", n, why);
+            pr_rec_plan_format(&plan, line, sizeof line);
+            fprintf(stderr, "  linattn B=%d T=8192 H=16 K=V=128 %s: %s\n", n, tf32 ? "tf32" : "fp32", line);
+            const bool wg = tf32 && strstr(plan.kernels, "scores(bv 64, wgmma)"); /* an sm_90a build on sm_90 */
+            if (wg && n == 2) {
+                assert_null(strstr(plan.kernels, "segments"));
+                assert_non_null(strstr(plan.kernels, "dstate(bv 32, wgmma)"));
+            } else {
+                assert_non_null(strstr(plan.kernels, "segments"));
+            }
+        }
     /* the call itself stops with the same message */
     pr_ctx *ctx = g_ctx;
     pr_rng r = pr_rng_init(5, 0);

@@ -1360,6 +1360,25 @@ static int plan_per_sm(size_t bytes, int smem_sm)
     return n < 1 ? 1 : n > 2 ? 2 : n;
 }
 
+/* chunks of a sequence (packed: of their mean length) */
+static long long seq_chunks(const rec_prob &p)
+{
+    const long long len = p.packed ? p.T / (p.N > 0 ? p.N : 1) : p.T;
+    return (len + p.C - 1) / p.C;
+}
+/* A serial pass's chunk step, in steps of mma.sync's form at a V tile of 32:
+ * half of such a step is latency, half its 32 columns' products, so each 32
+ * columns more add a half; the wgmma forms' steps take 0.6 of that. Fitted
+ * (H200, NOTES.md v46) to 11 shapes, f+b, where segments and the wgmma
+ * passes were both measured: B=2 T=8192 H=16 K=V=128 linattn (segments 4
+ * at tiles 96 and 64) 1.21x faster whole in wgmma, gdn at B=1 T=4096..16384
+ * H=16 1.07-1.12x; linattn at B=1 T=8192 H=16 (segments 8) 0.86x, B=1
+ * T=2048 H=2 K=V=32 (segments 8, tiles of 32) 0.65x, fewer heads over
+ * longer sequences 0.3-0.6x. A flat weight got the last two wrong. */
+static double serial_step_weight(int bv, bool wgmma)
+{
+    return (1.0 + 0.5 * (bv / 32 - 1)) * (wgmma ? 0.6 : 1.0);
+}
 /* Segments per sequence for the serial passes (rec_segs), by their cost in
  * chunk steps: a pass of B blocks over sequences of n chunks takes
  * waves(B) x n steps; unsegmented, fwd + bwd is two passes (state, dstate).
@@ -1377,16 +1396,17 @@ static int plan_per_sm(size_t bytes, int smem_sm)
  * cheapest P (ties: fewer) win, with segments of >= 4 chunks and none for
  * a sequence of < 8 chunks. So segments pay only where the unsegmented
  * passes leave SMs idle: at B=1 T=16384 H=8 K=V=96 (24 blocks, 264 slots)
- * P = 11, while B=8 T=2048 H=16 K=V=128 (128 blocks, 132 slots) stays at 1.
+ * P = 16, while B=8 T=2048 H=16 K=V=128 (128 blocks, 132 slots) stays at 1.
  * PRISM_REC_SEGMENTS=P forces P (1: off; at most one segment per chunk),
  * for tests at small sizes and for comparisons; the fix-up is then chosen
  * the same way, and PRISM_REC_SEG_FIX=0/1 forces it off / on (where it can
  * run). Packed sequences: P from their mean length, each split into at most
- * P. A grid's z (sequences x segments) stays <= 65535. */
-static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_plan *pl)
+ * P. A grid's z (sequences x segments) stays <= 65535. Returns the chosen
+ * plan's cost with its steps weighed by their tiles (serial_step_weight),
+ * -1 where P is 1 or PRISM_REC_SEGMENTS forced it. */
+static double plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
-    const long long len = p.packed ? p.T / (p.N > 0 ? p.N : 1) : p.T;
-    const long long ncs = (len + p.C - 1) / p.C, zmax = 65535 / (p.N > 0 ? p.N : 1);
+    const long long ncs = seq_chunks(p), zmax = 65535 / (p.N > 0 ? p.N : 1);
     /* waves of a pass over `segs` pieces per sequence, V tile bv, values width
      * wide, per_sm blocks an SM at most */
     auto waves = [&](size_t smem, int bv, int width, long long segs, int per_sm = 2) {
@@ -1412,9 +1432,20 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
         *fix = fix_ok && (fix_force == 1 || fix_steps <= last);
         return w * steps + 2 * q + (*fix ? fix_steps : last);
     };
+    /* the same with each step weighed by its tile (serial_step_weight) */
+    auto seg_weighed = [&](long long q) {
+        const long long steps = (ncs + q - 1) / q;
+        const double ws = serial_step_weight(pl->bv_state, false), wd = serial_step_weight(pl->bv_dstate, false);
+        const long long st = waves(ss, pl->bv_state, p.V, q) + (p.delta ? waves(ss, pl->bv_state, p.K, q) : 0);
+        const double last = pl->seg_fix ? (double)fix_steps : ws * (double)(waves(ss, pl->bv_state, p.V, q) * steps);
+        return ws * (double)(st * steps) + wd * (double)(2 * waves(sd, pl->bv_dstate, p.V, q) * steps) +
+               (double)(2 * q) + last;
+    };
     long long P = 1;
     long forced;
-    if (rec_env_knob("PRISM_REC_SEGMENTS", "a whole number >= 1 (1: off)", [](long v) { return v >= 1; }, &forced)) {
+    const bool forced_p =
+        rec_env_knob("PRISM_REC_SEGMENTS", "a whole number >= 1 (1: off)", [](long v) { return v >= 1; }, &forced);
+    if (forced_p) {
         P = forced;
     } else if (ncs >= 8) {
         long long best = (waves(ss, pl->bv_state, p.V, 1) + waves(sd, pl->bv_dstate, p.V, 1)) * ncs;
@@ -1429,6 +1460,7 @@ static void plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_pl
     pl->segments = P < 1 ? 1 : (int)P;
     pl->seg_fix = 0;
     if (pl->segments > 1) seg_cost(pl->segments, &pl->seg_fix);
+    return forced_p || pl->segments == 1 ? -1 : seg_weighed(pl->segments);
 }
 
 /* PRISM_REC_BV_STATE / PRISM_REC_BV_DSTATE = b: the serial passes' V tile,
@@ -1647,6 +1679,25 @@ static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_
     return on;
 }
 
+/* The segmented passes keep mma.sync's form; unsegmented, the state and
+ * dstate passes take their wgmma forms where both run. Whole wins where its
+ * weighed steps (serial_step_weight) cost less than the segments planned
+ * (seg_cost, weighed the same way). */
+static bool wg_unsegmented_wins(const rec_prob &p, int smem_sm, int n_sm, size_t mx, double seg_cost)
+{
+    if (seg_cost < 0 || !rec_wgmma_runs() || !p.tf32 || p.Kp > 128 || p.L > 0 || wg_knob("PRISM_REC_STATE_WG") == 0 ||
+        wg_knob("PRISM_REC_DSTATE_WG") == 0)
+        return false;
+    int bs = 0, bd = 0;
+    if (!pick_serial(p, mx, smem_sm, n_sm, [&](int b) { return pr_rec_smem_state_wg(p, b); }, &bs) ||
+        !pick_serial(p, mx, smem_sm, n_sm, [&](int b) { return smem_dstate_wg(p, b); }, &bd))
+        return false;
+    const double steps = (double)serial_waves(p, bs, pr_rec_smem_state_wg(p, bs), smem_sm, n_sm) *
+                             serial_step_weight(bs, true) +
+                         (double)serial_waves(p, bd, smem_dstate_wg(p, bd), smem_sm, n_sm) * serial_step_weight(bd, true);
+    return steps * (double)seq_chunks(p) < seg_cost;
+}
+
 bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_chunk_plan *pl)
 {
     if (p.L > 0 && plan_xa(p, smem_max, smem_sm, n_sm, pl)) return true;
@@ -1678,12 +1729,15 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
-        plan_segments(p, smem_sm, n_sm, pl);
+        const int bs = pl->bv_state, bd = pl->bv_dstate;
+        double seg_cost = plan_segments(p, smem_sm, n_sm, pl);
         if (pl->segments > 1 && !(fs && fd)) {
             if (!fs) widen_tile(p, smem_sm, mx, pr_rec_smem_state, &pl->bv_state);
             if (!fd) widen_tile(p, smem_sm, mx, pr_rec_smem_dstate, &pl->bv_dstate);
-            plan_segments(p, smem_sm, n_sm, pl);
+            seg_cost = plan_segments(p, smem_sm, n_sm, pl);
         }
+        if (pl->segments > 1 && !fs && !fd && wg_unsegmented_wins(p, smem_sm, n_sm, mx, seg_cost))
+            pl->segments = 1, pl->seg_fix = 0, pl->bv_state = bs, pl->bv_dstate = bd;
         plan_state_wg(p, smem_sm, n_sm, mx, fs, pl);
         plan_dstate_wg(p, smem_sm, n_sm, mx, fd, pl);
         plan_scores_wg(p, mx, pl);
