@@ -1424,22 +1424,15 @@ static double plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_
     if (rec_env_knob("PRISM_REC_SEG_FIX", "0 (a last serial pass) or 1 (the fix-up)",
                  [](long v) { return v == 0 || v == 1; }, &fix_force))
         fix_ok = fix_ok && fix_force;
-    /* the segmented cost at q segments; *fix: the fix-up beats the last pass */
-    auto seg_cost = [&](long long q, int *fix) {
+    /* the segmented cost at q segments, the state and dstate passes' steps
+     * weighing ws and wd (1: the plain count); *fix: the fix-up beats the
+     * last pass */
+    auto seg_cost = [&](long long q, int *fix, double ws = 1, double wd = 1) {
         const long long steps = (ncs + q - 1) / q, last = waves(ss, pl->bv_state, p.V, q) * steps;
-        const long long w = waves(ss, pl->bv_state, p.V, q) + (p.delta ? waves(ss, pl->bv_state, p.K, q) : 0) +
-                            2 * waves(sd, pl->bv_dstate, p.V, q);
-        *fix = fix_ok && (fix_force == 1 || fix_steps <= last);
-        return w * steps + 2 * q + (*fix ? fix_steps : last);
-    };
-    /* the same with each step weighed by its tile (serial_step_weight) */
-    auto seg_weighed = [&](long long q) {
-        const long long steps = (ncs + q - 1) / q;
-        const double ws = serial_step_weight(pl->bv_state, false), wd = serial_step_weight(pl->bv_dstate, false);
         const long long st = waves(ss, pl->bv_state, p.V, q) + (p.delta ? waves(ss, pl->bv_state, p.K, q) : 0);
-        const double last = pl->seg_fix ? (double)fix_steps : ws * (double)(waves(ss, pl->bv_state, p.V, q) * steps);
+        *fix = fix_ok && (fix_force == 1 || fix_steps <= last);
         return ws * (double)(st * steps) + wd * (double)(2 * waves(sd, pl->bv_dstate, p.V, q) * steps) +
-               (double)(2 * q) + last;
+               (double)(2 * q) + (*fix ? (double)fix_steps : ws * (double)last);
     };
     long long P = 1;
     long forced;
@@ -1448,10 +1441,10 @@ static double plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_
     if (forced_p) {
         P = forced;
     } else if (ncs >= 8) {
-        long long best = (waves(ss, pl->bv_state, p.V, 1) + waves(sd, pl->bv_dstate, p.V, 1)) * ncs;
+        double best = (double)((waves(ss, pl->bv_state, p.V, 1) + waves(sd, pl->bv_dstate, p.V, 1)) * ncs);
         for (long long q = 2; q <= ncs / 4 && q <= zmax; q++) {
             int fix;
-            const long long cost = seg_cost(q, &fix);
+            const double cost = seg_cost(q, &fix);
             if (cost < best) best = cost, P = q;
         }
     }
@@ -1459,8 +1452,10 @@ static double plan_segments(const rec_prob &p, int smem_sm, int n_sm, rec_chunk_
     if (P > zmax) P = zmax;
     pl->segments = P < 1 ? 1 : (int)P;
     pl->seg_fix = 0;
-    if (pl->segments > 1) seg_cost(pl->segments, &pl->seg_fix);
-    return forced_p || pl->segments == 1 ? -1 : seg_weighed(pl->segments);
+    if (pl->segments == 1) return -1;
+    const double weighed = seg_cost(pl->segments, &pl->seg_fix, serial_step_weight(pl->bv_state, false),
+                                    serial_step_weight(pl->bv_dstate, false));
+    return forced_p ? -1 : weighed;
 }
 
 /* PRISM_REC_BV_STATE / PRISM_REC_BV_DSTATE = b: the serial passes' V tile,
@@ -1679,22 +1674,22 @@ static bool plan_xa(const rec_prob &p, int smem_max, int smem_sm, int n_sm, rec_
     return on;
 }
 
-/* The segmented passes keep mma.sync's form; unsegmented, the state and
- * dstate passes take their wgmma forms where both run. Whole wins where its
- * weighed steps (serial_step_weight) cost less than the segments planned
- * (seg_cost, weighed the same way). */
-static bool wg_unsegmented_wins(const rec_prob &p, int smem_sm, int n_sm, size_t mx, double seg_cost)
+/* The segmented passes keep mma.sync's form. Where the plan segments, the
+ * whole sequence is planned too (whole: segments 1, the unwidened tiles),
+ * with the state and dstate passes' wgmma forms as plan_state_wg and
+ * plan_dstate_wg pick them; where both take it and its steps, weighed by
+ * serial_step_weight, cost less than the segments (seg_cost, weighed the
+ * same way), the whole plan wins. */
+static bool whole_wins(const rec_prob &p, int smem_sm, int n_sm, size_t mx, double seg_cost, rec_chunk_plan *whole)
 {
-    if (seg_cost < 0 || !rec_wgmma_runs() || !p.tf32 || p.Kp > 128 || p.L > 0 || wg_knob("PRISM_REC_STATE_WG") == 0 ||
-        wg_knob("PRISM_REC_DSTATE_WG") == 0)
-        return false;
-    int bs = 0, bd = 0;
-    if (!pick_serial(p, mx, smem_sm, n_sm, [&](int b) { return pr_rec_smem_state_wg(p, b); }, &bs) ||
-        !pick_serial(p, mx, smem_sm, n_sm, [&](int b) { return smem_dstate_wg(p, b); }, &bd))
-        return false;
-    const double steps = (double)serial_waves(p, bs, pr_rec_smem_state_wg(p, bs), smem_sm, n_sm) *
-                             serial_step_weight(bs, true) +
-                         (double)serial_waves(p, bd, smem_dstate_wg(p, bd), smem_sm, n_sm) * serial_step_weight(bd, true);
+    if (seg_cost < 0) return false;
+    plan_state_wg(p, smem_sm, n_sm, mx, false, whole);
+    plan_dstate_wg(p, smem_sm, n_sm, mx, false, whole);
+    if (!whole->wg_state || !whole->wg_dstate) return false;
+    const int bs = whole->bv_state, bd = whole->bv_dstate;
+    const double steps =
+        (double)serial_waves(p, bs, pr_rec_smem_state_wg(p, bs), smem_sm, n_sm) * serial_step_weight(bs, true) +
+        (double)serial_waves(p, bd, smem_dstate_wg(p, bd), smem_sm, n_sm) * serial_step_weight(bd, true);
     return steps * (double)seq_chunks(p) < seg_cost;
 }
 
@@ -1729,15 +1724,14 @@ bool pr_rec_chunk_plan(const rec_prob &p, int smem_max, int smem_sm, int n_sm, r
     if (ok) {
         const bool fs = env_tile("PRISM_REC_BV_STATE", p, mx, pr_rec_smem_state, &pl->bv_state);
         const bool fd = env_tile("PRISM_REC_BV_DSTATE", p, mx, pr_rec_smem_dstate, &pl->bv_dstate);
-        const int bs = pl->bv_state, bd = pl->bv_dstate;
+        rec_chunk_plan whole = *pl; /* segments 1, the tiles before widening */
         double seg_cost = plan_segments(p, smem_sm, n_sm, pl);
         if (pl->segments > 1 && !(fs && fd)) {
             if (!fs) widen_tile(p, smem_sm, mx, pr_rec_smem_state, &pl->bv_state);
             if (!fd) widen_tile(p, smem_sm, mx, pr_rec_smem_dstate, &pl->bv_dstate);
             seg_cost = plan_segments(p, smem_sm, n_sm, pl);
         }
-        if (pl->segments > 1 && !fs && !fd && wg_unsegmented_wins(p, smem_sm, n_sm, mx, seg_cost))
-            pl->segments = 1, pl->seg_fix = 0, pl->bv_state = bs, pl->bv_dstate = bd;
+        if (pl->segments > 1 && !fs && !fd && whole_wins(p, smem_sm, n_sm, mx, seg_cost, &whole)) *pl = whole;
         plan_state_wg(p, smem_sm, n_sm, mx, fs, pl);
         plan_dstate_wg(p, smem_sm, n_sm, mx, fd, pl);
         plan_scores_wg(p, mx, pl);
