@@ -22,6 +22,10 @@
 #endif
 
 #define PR_ST_META "__metadata__"
+/* A header larger than this is refused before it is read: ours are a few KB,
+ * 100k tensor names take about 8 MB, and a corrupt length must not make us
+ * allocate gigabytes. */
+#define PR_ST_MAX_HEADER ((uint64_t)100 << 20)
 
 /* ---- dtype names ----------------------------------------------------------- */
 
@@ -93,14 +97,16 @@ static int st_parse_entry(const char *path, const cJSON *e, uint64_t data_len, s
     if (ndim > PR_MAX_DIMS)
         return pr_errf(err, "%s: tensor \"%s\": too many dims (%d > PR_MAX_DIMS %d)", path, name, ndim,
                        PR_MAX_DIMS);
-    uint64_t bytes = pr_dtype_size(out->dt);
+    uint64_t bytes = pr_dtype_size(out->dt), numel = 1;
     const cJSON *d;
     int i = 0;
     cJSON_ArrayForEach(d, jsh) {
         uint64_t v;
         if (st_json_count(d, &v) != 0)
             return pr_errf(err, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, name, i);
-        if (__builtin_mul_overflow(bytes, v, &bytes))
+        /* zero dims left out: any partial product of the dims must fit an int64 */
+        if (__builtin_mul_overflow(bytes, v, &bytes) || __builtin_mul_overflow(numel, v ? v : 1, &numel) ||
+            numel > (uint64_t)INT64_MAX)
             return pr_errf(err, "%s: tensor \"%s\": shape overflows 64 bits", path, name);
         out->shape[i++] = (int64_t)v;
     }
@@ -123,8 +129,28 @@ static int st_parse_entry(const char *path, const cJSON *e, uint64_t data_len, s
     return 0;
 }
 
+static int st_cmp_names(const void *pa, const void *pb) {
+    return strcmp(*(const char *const *)pa, *(const char *const *)pb);
+}
+
+/* A name that occurs twice among names[0..n), or NULL: a sorted copy makes
+ * this O(n log n), where comparing every pair took seconds at 100k names. */
+static const char *st_first_duplicate(const char *const *names, int n) {
+    if (n < 2) return NULL;
+    const char **sorted = malloc((size_t)n * sizeof *sorted);
+    PR_CHECK(sorted, "safetensors: out of host memory for %d names", n);
+    memcpy(sorted, names, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, st_cmp_names);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) dup = sorted[i];
+    free(sorted);
+    return dup;
+}
+
 static int st_parse_meta(const char *path, const cJSON *m, pr_arena *a, pr_safetensors *out, pr_err *err) {
     if (!cJSON_IsObject(m)) return pr_errf(err, "%s: \"%s\" is not a JSON object", path, PR_ST_META);
+    if (out->meta_keys) return pr_errf(err, "%s: duplicate \"%s\" object", path, PR_ST_META);
     int n = cJSON_GetArraySize(m);
     out->meta_keys = pr_arena_alloc(a, (size_t)(n ? n : 1) * sizeof(char *));
     out->meta_values = pr_arena_alloc(a, (size_t)(n ? n : 1) * sizeof(char *));
@@ -136,6 +162,8 @@ static int st_parse_meta(const char *path, const cJSON *m, pr_arena *a, pr_safet
         out->meta_values[out->n_meta] = st_strdup(a, kv->valuestring);
         out->n_meta++;
     }
+    const char *dup = st_first_duplicate((const char *const *)out->meta_keys, out->n_meta);
+    if (dup) return pr_errf(err, "%s: duplicate %s key \"%s\"", path, PR_ST_META, dup);
     return 0;
 }
 
@@ -173,19 +201,25 @@ static int st_read_body(const char *path, FILE *f, const char *hdr, uint64_t hle
     int cap = rc ? 0 : cJSON_GetArraySize(root);
     out->names = pr_arena_alloc(a, (size_t)(cap ? cap : 1) * sizeof(char *));
     out->tensors = pr_arena_alloc(a, (size_t)(cap ? cap : 1) * sizeof(pr_tensor *));
-    const uint64_t data_start = 8 + hlen;
+    st_entry *entries = malloc((size_t)(cap ? cap : 1) * sizeof *entries);
+    PR_CHECK(entries, "%s: out of host memory for %d header entries", path, cap);
+    int n = 0;   /* every entry is checked before any data is read */
     for (const cJSON *e = rc ? NULL : root->child; e && rc == 0; e = e->next) {
         if (strcmp(e->string, PR_ST_META) == 0) { rc = st_parse_meta(path, e, a, out, err); continue; }
-        for (int i = 0; i < out->n && rc == 0; i++)
-            if (strcmp(out->names[i], e->string) == 0)
-                rc = pr_errf(err, "%s: duplicate tensor name \"%s\"", path, e->string);
-        st_entry en;
-        if (rc || (rc = st_parse_entry(path, e, data_len, &en, err)) != 0) break;
-        pr_tensor *t = pr_empty(a, en.dt, PR_CPU, en.ndim, en.shape);
-        t->name = out->names[out->n] = st_strdup(a, e->string);
-        out->tensors[out->n++] = t;
-        rc = st_read_data(path, f, data_start, &en, t, err);
+        rc = st_parse_entry(path, e, data_len, &entries[n], err);
+        if (rc == 0) out->names[n++] = st_strdup(a, e->string);
     }
+    const char *dup = rc ? NULL : st_first_duplicate((const char *const *)out->names, n);
+    if (dup) rc = pr_errf(err, "%s: duplicate tensor name \"%s\"", path, dup);
+    const uint64_t data_start = 8 + hlen;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const st_entry *en = &entries[i];
+        pr_tensor *t = pr_empty(a, en->dt, PR_CPU, en->ndim, en->shape);
+        t->name = out->names[i];
+        out->tensors[out->n++] = t;
+        rc = st_read_data(path, f, data_start, en, t, err);
+    }
+    free(entries);
     cJSON_Delete(root);
     return rc;
 }
@@ -215,6 +249,9 @@ int pr_safetensors_read(const char *path, pr_arena *a, pr_safetensors *out, pr_e
     if (rc == 0 && hlen > fsize - 8)
         rc = pr_errf(err, "%s: header length %llu larger than the file (%llu bytes after the length)", path,
                      (unsigned long long)hlen, (unsigned long long)(fsize - 8));
+    if (rc == 0 && hlen > PR_ST_MAX_HEADER)
+        rc = pr_errf(err, "%s: header length %llu is over the limit of %llu bytes", path, (unsigned long long)hlen,
+                     (unsigned long long)PR_ST_MAX_HEADER);
     if (rc == 0) {
         hdr = malloc((size_t)hlen + 1);
         if (!hdr) rc = pr_errf(err, "%s: out of memory for a %llu-byte header", path, (unsigned long long)hlen);
@@ -261,14 +298,18 @@ static char *st_build_header(const char *path, int n, const char *const *names,
         }
     }
     uint64_t off = 0;
+    for (int i = 0; i < n && !bad; i++)
+        if (!names[i] || !tensors[i]) bad = "tensor or name is NULL";
+    const char *clash = bad ? NULL : st_first_duplicate(names, n);
+    for (int i = 0; i < n && !bad && !clash; i++)
+        if (strcmp(names[i], PR_ST_META) == 0) clash = names[i];
+    if (clash) {
+        cJSON_Delete(root);
+        pr_errf(err, "%s: tensor name \"%s\" is duplicate or reserved", path, clash);
+        return NULL;
+    }
     for (int i = 0; i < n && !bad; i++) {
         const pr_tensor *t = tensors[i];
-        if (!names[i] || !t) { bad = "tensor or name is NULL"; break; }
-        if (strcmp(names[i], PR_ST_META) == 0 || cJSON_GetObjectItemCaseSensitive(root, names[i])) {
-            cJSON_Delete(root);
-            pr_errf(err, "%s: tensor name \"%s\" is duplicate or reserved", path, names[i]);
-            return NULL;
-        }
         const char *dt = st_dtype_to_name(t->dtype);
         if (!dt) { bad = "tensor of a dtype safetensors.c cannot write"; break; }
         cJSON *e = cJSON_AddObjectToObject(root, names[i]);

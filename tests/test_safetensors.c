@@ -314,6 +314,77 @@ static void test_bad_entries(void **state) {
                     "duplicate tensor name \"a\"");
     expect_bad_json(f, "{\"__metadata__\": {\"k\": 1}}", 0, "value of \"k\" is not a JSON string");
     expect_bad_json(f, "{\"__metadata__\": [1]}", 0, "\"__metadata__\" is not a JSON object");
+    expect_bad_entry(f, "\"F64\"", "[0, 9007199254740992, 9007199254740992]", "[0, 0]", 0, "overflows");
+}
+
+/* Issue 45: a second "__metadata__" object once grew n_meta past the new key
+ * array (SIGSEGV); duplicate metadata keys are as ambiguous as duplicate
+ * tensor names. */
+static void test_duplicate_metadata(void **state) {
+    st_fix *f = *state;
+    expect_bad_json(f, "{\"__metadata__\": {\"a\": \"1\", \"b\": \"2\", \"c\": \"3\"}, "
+                       "\"__metadata__\": {\"d\": \"4\"}}", 0, "duplicate \"__metadata__\" object");
+    char many[4096] = "{\"__metadata__\": {";
+    for (int i = 0; i < 40; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"k%d\": \"v\"", i ? ", " : "", i);
+    strcat(many, "}, \"__metadata__\": {");
+    for (int i = 0; i < 40; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"j%d\": \"v\"", i ? ", " : "", i);
+    strcat(many, "}}");
+    expect_bad_json(f, many, 0, "duplicate \"__metadata__\" object");
+    expect_bad_json(f, "{\"__metadata__\": {\"k\": \"1\", \"k\": \"2\"}}", 0, "duplicate __metadata__ key \"k\"");
+}
+
+/* A header longer than the limit is refused before it is allocated. */
+static void test_header_limit(void **state) {
+    st_fix *f = *state;
+    char p[512];
+    fpath(f, "big.safetensors", p, sizeof p);
+    FILE *fp = fopen(p, "wb");
+    assert_non_null(fp);
+    uint64_t n = (uint64_t)200 << 20;
+    for (int i = 0; i < 8; i++) fputc((int)(n >> (8 * i) & 0xff), fp);
+    assert_int_equal(ftruncate(fileno(fp), (off_t)(n + 8)), 0);   /* sparse: no 200 MB written */
+    fclose(fp);
+    expect_fail(f, p, "over the limit");
+}
+
+/* A header of n scalar F32 tensors sharing 4 data bytes, named t<k> in a
+ * scrambled order; with dup_last the last one repeats the first name. */
+static char *many_names_json(int n, bool dup_last) {
+    size_t cap = (size_t)n * 64 + 64, len = 0;
+    char *json = malloc(cap);
+    assert_non_null(json);
+    len += (size_t)snprintf(json, cap, "{");
+    for (int i = 0; i < n; i++) {
+        int k = dup_last && i == n - 1 ? 0 : (int)((int64_t)i * 7919 % n);
+        len += (size_t)snprintf(json + len, cap - len,
+                                "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}", i ? "," : "", k);
+    }
+    snprintf(json + len, cap - len, "}");
+    return json;
+}
+
+/* Issue 45: 100k tensor names took 21-39 s (every name compared with every
+ * other); sorted, they read in well under a second. The test has no clock:
+ * a quadratic parser makes it time out. A late duplicate is still found. */
+static void test_many_names(void **state) {
+    st_fix *f = *state;
+    enum { N = 100000 };
+    char p[512];
+    fpath(f, "many.safetensors", p, sizeof p);
+    char *json = many_names_json(N, false);
+    write_raw(p, json, -1, 4);
+    free(json);
+    pr_safetensors st;
+    pr_err err = {{0}};
+    assert_int_equal(pr_safetensors_read(p, f->a, &st, &err), 0);
+    assert_int_equal(st.n, N);
+    assert_non_null(pr_safetensors_get(&st, "t99999"));
+    json = many_names_json(N, true);
+    write_raw(p, json, -1, 4);
+    free(json);
+    expect_fail(f, p, "duplicate tensor name \"t0\"");
 }
 
 /* Two tensors may share bytes; a hand-written file with padding spaces reads. */
@@ -427,6 +498,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_file_level, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_bad_json, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_bad_entries, fix_setup, fix_teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_metadata, fix_setup, fix_teardown),
+        cmocka_unit_test_setup_teardown(test_header_limit, fix_setup, fix_teardown),
+        cmocka_unit_test_setup_teardown(test_many_names, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_overlap_allowed, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_atomic_write, fix_setup, fix_teardown),
         cmocka_unit_test_setup_teardown(test_unwritable_dir, fix_setup, fix_teardown),
