@@ -168,11 +168,27 @@ static double num(json_in *j, const char *key, double def)
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
-static int whole(json_in *j, const char *key, double def)
+/* A whole number in [lo, hi], checked before the cast; on an error, lo (the
+ * caller goes on with a value that divides safely, and j->rc reports). */
+static int whole(json_in *j, const char *key, double def, int lo, int hi)
 {
     double x = num(j, key, def);
-    if (x != floor(x) && !j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be an integer, got %g", j->file, key, x);
-    return (int)x;
+    if (x == floor(x) && x >= lo && x <= hi) return (int)x;
+    if (!j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be an integer from %d to %d, got %g", j->file, key, lo, hi, x);
+    return lo;
+}
+
+/* fla's expand_k: the key width d_model * expand_k, split evenly over the heads */
+static int key_head_dim(json_in *j, const pr_config *c, double ek)
+{
+    double width = c->d_model * ek;
+    if (!(ek > 0) || width != floor(width) || width > 65536 || (int)width % c->n_heads) {
+        if (!j->rc)
+            j->rc = pr_errf(j->err, "%s: 'expand_k' %g times 'hidden_size' %d must be a whole width up to 65536 "
+                                    "that 'num_heads' %d divides", j->file, ek, c->d_model, c->n_heads);
+        return 1;
+    }
+    return (int)width / c->n_heads;
 }
 
 static bool flag(json_in *j, const char *key, bool def)
@@ -205,9 +221,9 @@ static void read_mlp(json_in *j, pr_config *c)
 {
     const char *act = text(j, "hidden_act", "swish");
     require(j, strcmp(act, "swish") == 0 || strcmp(act, "silu") == 0, "hidden_act", "swish (SwiGLU)");
-    int I = whole(j, "intermediate_size", 0);
+    int I = whole(j, "intermediate_size", 0, 0, 1 << 22);
     if (!I) {
-        int ratio = whole(j, "hidden_ratio", 4);
+        int ratio = whole(j, "hidden_ratio", 4, 1, 64);
         I = (int)((double)c->d_model * ratio * 2 / 3);
         I = 256 * ((I + 255) / 256);
     }
@@ -219,20 +235,20 @@ static void read_arch(json_in *j, int arch, pr_config *c)
 {
     switch (arch) {
     case GDN:
-        c->n_heads = whole(j, "num_heads", 6);
-        c->head_dim = whole(j, "head_dim", 256);
-        c->conv_width = whole(j, "conv_size", 4);
+        c->n_heads = whole(j, "num_heads", 6, 1, 1024);
+        c->head_dim = whole(j, "head_dim", 256, 1, 65536);
+        c->conv_width = whole(j, "conv_size", 4, 1, 64);
         c->gdn_gate = flag(j, "use_gate", true);
-        c->gdn_expand_v = whole(j, "expand_v", 2);
-        require(j, whole(j, "num_v_heads", c->n_heads) == c->n_heads, "num_v_heads", "num_v_heads = num_heads");
+        c->gdn_expand_v = whole(j, "expand_v", 2, 1, 8);
+        require(j, whole(j, "num_v_heads", c->n_heads, 1, 1024) == c->n_heads, "num_v_heads", "num_v_heads = num_heads");
         require(j, flag(j, "use_short_conv", true), "use_short_conv", "the ShortConv (true)");
         require(j, !flag(j, "allow_neg_eigval", false), "allow_neg_eigval", "beta in (0, 1) (false)");
         break;
     case DELTANET: {
-        c->n_heads = whole(j, "num_heads", 16);
+        c->n_heads = whole(j, "num_heads", 16, 1, 1024);
         double ek = num(j, "expand_k", 1);
-        c->head_dim = (int)(c->d_model * ek) / c->n_heads;
-        c->conv_width = whole(j, "conv_size", 4);
+        c->head_dim = key_head_dim(j, c, ek);
+        c->conv_width = whole(j, "conv_size", 4, 1, 64);
         c->deltanet_gate = flag(j, "use_gate", false);
         require(j, num(j, "expand_v", 1) == ek, "expand_v", "expand_v = expand_k (V = K)");
         require(j, flag(j, "use_short_conv", true), "use_short_conv", "the ShortConv (true)");
@@ -244,13 +260,13 @@ static void read_arch(json_in *j, int arch, pr_config *c)
         break;
     }
     case LINATTN: {
-        c->n_heads = whole(j, "num_heads", 4);
+        c->n_heads = whole(j, "num_heads", 4, 1, 1024);
         double ek = num(j, "expand_k", 1);
-        c->head_dim = (int)(c->d_model * ek) / c->n_heads;
+        c->head_dim = key_head_dim(j, c, ek);
         set_choice(c->linattn_feature_map, sizeof c->linattn_feature_map,
                    text(j, "feature_map", "elementwise_product"));
         require(j, num(j, "expand_v", 1) == ek, "expand_v", "expand_v = expand_k (V = K)");
-        require(j, whole(j, "num_kv_heads", c->n_heads) == c->n_heads, "num_kv_heads", "num_kv_heads = num_heads");
+        require(j, whole(j, "num_kv_heads", c->n_heads, 1, 1024) == c->n_heads, "num_kv_heads", "num_kv_heads = num_heads");
         require(j, !flag(j, "tie_feature_map_qk", false), "tie_feature_map_qk", "separate q and k maps (false)");
         require(j, !flag(j, "norm_q", false) && !flag(j, "norm_k", false), "norm_q/norm_k", "false");
         require(j, !flag(j, "norm_feature_map", false), "norm_feature_map", "false");
@@ -258,19 +274,19 @@ static void read_arch(json_in *j, int arch, pr_config *c)
         break;
     }
     case ATTN:
-        c->n_heads = whole(j, "num_heads", 32);
-        c->attn_kv_heads = whole(j, "num_kv_heads", 0);
+        c->n_heads = whole(j, "num_heads", 32, 1, 1024);
+        c->attn_kv_heads = whole(j, "num_kv_heads", 0, 0, 1024);
         c->attn_rope_theta = num(j, "rope_theta", 10000);
         require(j, !flag(j, "qkv_bias", false), "qkv_bias", "q, k, v without biases (false)");
         require(j, !flag(j, "qk_norm", false), "qk_norm", "no q/k norm (false)");
         require(j, !item(j, "window_size"), "window_size", "full causal attention (null)");
         break;
     case MAMBA2:
-        c->mamba2_head_dim = whole(j, "head_dim", 64);
-        c->mamba2_d_state = whole(j, "state_size", 128);
-        c->mamba2_expand = whole(j, "expand", 2);
-        c->mamba2_n_groups = whole(j, "n_groups", 1);
-        c->conv_width = whole(j, "conv_kernel", 4);
+        c->mamba2_head_dim = whole(j, "head_dim", 64, 1, 4096);
+        c->mamba2_d_state = whole(j, "state_size", 128, 1, 4096);
+        c->mamba2_expand = whole(j, "expand", 2, 1, 16);
+        c->mamba2_n_groups = whole(j, "n_groups", 1, 1, 1024);
+        c->conv_width = whole(j, "conv_kernel", 4, 1, 64);
         set_choice(c->mlp, sizeof c->mlp, "none");
         require(j, !flag(j, "use_bias", false), "use_bias", "projections without biases (false)");
         require(j, flag(j, "use_conv_bias", true), "use_conv_bias", "a conv bias (true)");
@@ -303,9 +319,9 @@ static int read_fla_config(const char *file, pr_config *c, int *arch_index, pr_e
         *c = pr_config_default();
         set_choice(c->mixer, sizeof c->mixer, archs[a].mixer);
         set_choice(c->norm, sizeof c->norm, "rmsnorm");
-        c->d_model = whole(&j, "hidden_size", 2048);
-        c->n_layers = whole(&j, "num_hidden_layers", 24);
-        c->vocab = whole(&j, "vocab_size", 32000);
+        c->d_model = whole(&j, "hidden_size", 2048, 1, 65536);
+        c->n_layers = whole(&j, "num_hidden_layers", 24, 1, 1024);
+        c->vocab = whole(&j, "vocab_size", 32000, 2, 16777216);
         c->norm_eps = num(&j, "norm_eps", 1e-6);
         c->tie_embeddings = flag(&j, "tie_word_embeddings", false);
         c->init_std = num(&j, "initializer_range", 0.02);
@@ -440,6 +456,9 @@ static int map_tensors(const pr_model *m, const pr_safetensors *src, const char 
         const char *from = to_fla ? r->p[i].path : fla;
         const pr_tensor *t = pr_safetensors_get(src, from);
         if (!t) return pr_errf(err, "%s: no tensor '%s'", file, from);
+        if (t->dtype != PR_F32 && t->dtype != PR_F64 && t->dtype != PR_BF16)   /* `model` would refuse it later */
+            return pr_errf(err, "%s: tensor '%s' is %s: weights must be f32, f64 or bf16", file, from,
+                           pr_dtype_name(t->dtype));
         int64_t want[PR_MAX_DIMS];
         int nd;
         if (to_fla) nd = p->ndim, memcpy(want, p->shape, sizeof(int64_t) * (size_t)nd);

@@ -58,8 +58,8 @@ static void write_file(const char *file, const char *text)
 
 typedef struct { const char *name; int ndim; int64_t shape[3]; } fla_tensor;
 
-/* an fla checkpoint of bf16 tensors with arbitrary bytes */
-static void write_fla(const char *config_json, const fla_tensor *ts, int n)
+/* an fla checkpoint of tensors of one dtype with arbitrary bytes */
+static void write_fla_as(const char *config_json, const fla_tensor *ts, int n, pr_dtype dt)
 {
     mkdir(path_in("fla"), 0777);
     write_file(path_in("fla/config.json"), config_json);
@@ -68,7 +68,7 @@ static void write_fla(const char *config_json, const fla_tensor *ts, int n)
     const pr_tensor *tensors[64];
     uint64_t state = 5;
     for (int i = 0; i < n; i++) {
-        pr_tensor *t = pr_empty(a, PR_BF16, PR_CPU, ts[i].ndim, ts[i].shape);
+        pr_tensor *t = pr_empty(a, dt, PR_CPU, ts[i].ndim, ts[i].shape);
         unsigned char *b = t->data;
         for (size_t j = 0; j < pr_nbytes(t); j++) b[j] = (unsigned char)((state = state * 6364136223846793005u + 1442695040888963407u) >> 56);
         names[i] = ts[i].name, tensors[i] = t;
@@ -76,6 +76,11 @@ static void write_fla(const char *config_json, const fla_tensor *ts, int n)
     pr_err err;
     assert_int_equal(pr_safetensors_write(path_in("fla/model.safetensors"), n, names, tensors, 0, NULL, NULL, &err), 0);
     pr_arena_free(a);
+}
+
+static void write_fla(const char *config_json, const fla_tensor *ts, int n)
+{
+    write_fla_as(config_json, ts, n, PR_BF16);
 }
 
 /* the two files hold the same names, each with the same dtype, shape and bytes */
@@ -242,10 +247,67 @@ static void test_import_errors(void **state)
     /* a Transformer missing its layers, and one with a stray tensor */
     const char *cfg = "{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_hidden_layers\":0,\"num_heads\":2,"
                       "\"vocab_size\":11,\"intermediate_size\":12,\"tie_word_embeddings\":true}";
-    expect_import_error(cfg, ts, 1, "'n_layers'");
+    expect_import_error(cfg, ts, 1, "'num_hidden_layers' must be an integer from 1 to 1024, got 0");
     const char *cfg1 = "{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_heads\":2,"
                        "\"vocab_size\":11,\"intermediate_size\":12,\"tie_word_embeddings\":true}";
     expect_import_error(cfg1, ts, 1, "no tensor 'model.layers.0.attn_norm.weight'");
+}
+
+/* Issue 45: "num_heads": 0 divided by zero (SIGFPE) in deltanet and linear
+ * attention; every size fla's config gives is range-checked before use, the
+ * message naming fla's key. */
+static void test_import_bad_sizes(void **state)
+{
+    (void)state;
+    const fla_tensor ts[] = {{"model.embeddings.weight", 2, {11, 8}}};
+    static const char *const types[] = {"delta_net", "linear_attn", "gated_deltanet", "transformer"};
+    char cfg[256];
+    for (int i = 0; i < 4; i++) {
+        snprintf(cfg, sizeof cfg, "{\"model_type\":\"%s\",\"hidden_size\":8,\"num_heads\":0}", types[i]);
+        expect_import_error(cfg, ts, 1, "'num_heads' must be an integer from 1 to 1024, got 0");
+        snprintf(cfg, sizeof cfg, "{\"model_type\":\"%s\",\"hidden_size\":8,\"num_heads\":-3}", types[i]);
+        expect_import_error(cfg, ts, 1, "'num_heads'");
+        snprintf(cfg, sizeof cfg, "{\"model_type\":\"%s\",\"hidden_size\":1e30,\"num_heads\":2}", types[i]);
+        expect_import_error(cfg, ts, 1, "'hidden_size' must be an integer from 1 to 65536, got 1e+30");
+    }
+    expect_import_error("{\"model_type\":\"delta_net\",\"hidden_size\":8,\"num_heads\":3}", ts, 1,
+                        "'num_heads' 3 divides");
+    expect_import_error("{\"model_type\":\"linear_attn\",\"hidden_size\":8,\"num_heads\":2,\"expand_k\":0.3,"
+                        "\"expand_v\":0.3}", ts, 1, "'expand_k' 0.3");
+    expect_import_error("{\"model_type\":\"delta_net\",\"hidden_size\":8,\"num_heads\":2,\"expand_k\":-1,"
+                        "\"expand_v\":-1}", ts, 1, "'expand_k' -1");
+    expect_import_error("{\"model_type\":\"mamba2\",\"hidden_size\":8,\"head_dim\":0}", ts, 1, "'head_dim'");
+    expect_import_error("{\"model_type\":\"mamba2\",\"hidden_size\":8,\"n_groups\":2.5}", ts, 1, "'n_groups'");
+    expect_import_error("{\"model_type\":\"gated_deltanet\",\"hidden_size\":8,\"num_heads\":2,"
+                        "\"intermediate_size\":-5}", ts, 1, "'intermediate_size'");
+    expect_import_error("{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_heads\":2,\"vocab_size\":1}",
+                        ts, 1, "'vocab_size'");
+}
+
+/* Issue 45: an I32 weight converted into a checkpoint `model` then refused */
+static void test_import_integer_weights(void **state)
+{
+    (void)state;
+    const fla_tensor ts[] = {
+        {"model.embeddings.weight", 2, {11, 8}},
+        {"model.layers.0.attn_norm.weight", 1, {8}},
+        {"model.layers.0.attn.q_proj.weight", 2, {8, 8}},
+        {"model.layers.0.attn.k_proj.weight", 2, {8, 8}},
+        {"model.layers.0.attn.v_proj.weight", 2, {8, 8}},
+        {"model.layers.0.attn.o_proj.weight", 2, {8, 8}},
+        {"model.layers.0.mlp_norm.weight", 1, {8}},
+        {"model.layers.0.mlp.gate_proj.weight", 2, {12, 8}},
+        {"model.layers.0.mlp.up_proj.weight", 2, {12, 8}},
+        {"model.layers.0.mlp.down_proj.weight", 2, {8, 12}},
+        {"model.norm.weight", 1, {8}},
+    };
+    const char *cfg = "{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_heads\":2,"
+                      "\"vocab_size\":11,\"intermediate_size\":12,\"tie_word_embeddings\":true}";
+    write_fla_as(cfg, ts, (int)(sizeof ts / sizeof ts[0]), PR_I32);
+    pr_err err;
+    assert_int_equal(pr_fla_import(path_in("fla"), path_in("prism.safetensors"), path_in("prism.json"), &err), -1);
+    if (!strstr(err.msg, "tensor 'model.embeddings.weight' is i32: weights must be f32, f64 or bf16"))
+        fail_msg("error '%s' does not name the integer tensor", err.msg);
 }
 
 int main(void)
@@ -255,6 +317,8 @@ int main(void)
         cmocka_unit_test(test_fla_transformer_round_trip),
         cmocka_unit_test(test_prism_round_trip),
         cmocka_unit_test(test_import_errors),
+        cmocka_unit_test(test_import_bad_sizes),
+        cmocka_unit_test(test_import_integer_weights),
     };
     return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
