@@ -2,6 +2,7 @@
  * allowed values, meaning) drives the defaults, JSON files, `key=value`
  * overrides, presets, the --help text and the JSON dump. Nested JSON objects
  * name dotted keys: {"prism": {"L": 2}} sets `prism.L`. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -128,6 +129,26 @@ static void range_of(const char *allowed, double *lo, double *hi)
     *hi = strtod(dots + 2, NULL);
 }
 
+bool pr_config_number(const char *s, double *out)
+{
+    const char *p = s + (*s == '-');
+    if (!isdigit((unsigned char)*p) || (p[0] == '0' && isdigit((unsigned char)p[1]))) return false;
+    while (isdigit((unsigned char)*p)) p++;
+    if (*p == '.' && !isdigit((unsigned char)*++p)) return false;
+    while (isdigit((unsigned char)*p)) p++;
+    if (*p == 'e' || *p == 'E') {
+        p += p[1] == '+' || p[1] == '-' ? 2 : 1;
+        if (!isdigit((unsigned char)*p)) return false;
+        while (isdigit((unsigned char)*p)) p++;
+    }
+    if (*p) return false;
+    errno = 0;
+    double x = strtod(s, NULL);
+    if (errno == ERANGE || !isfinite(x)) return false;   /* 1e999; underflow to 0 is refused too */
+    *out = x;
+    return true;
+}
+
 static int bad_value(const key_info *k, const char *v, const char *why, pr_err *err)
 {
     return pr_errf(err, "config: bad value '%s' for '%s' (%s; allowed: %s)", v, k->key, why, k->allowed);
@@ -136,21 +157,20 @@ static int bad_value(const key_info *k, const char *v, const char *why, pr_err *
 /* set key k from its text form */
 static int set_text(pr_config *c, const key_info *k, const char *v, pr_err *err)
 {
-    char *field = (char *)c + k->offset, *end;
+    char *field = (char *)c + k->offset;
     double lo = 0, hi = 0;
     if (k->type == KEY_INT || k->type == KEY_FLOAT) range_of(k->allowed, &lo, &hi);
-    errno = 0;
     switch (k->type) {
     case KEY_INT: {
-        long x = strtol(v, &end, 10);
-        if (!*v || *end || errno) return bad_value(k, v, "not an integer", err);
+        double x;   /* range-checked before the cast */
+        if (!pr_config_number(v, &x) || x != floor(x)) return bad_value(k, v, "not an integer", err);
         if (x < lo || x > hi) return bad_value(k, v, "out of range", err);
         *(int *)field = (int)x;
         return 0;
     }
     case KEY_FLOAT: {
-        double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x)) return bad_value(k, v, "not a number", err);
+        double x;
+        if (!pr_config_number(v, &x)) return bad_value(k, v, "not a number", err);
         if (x < lo || x > hi) return bad_value(k, v, "out of range", err);
         *(double *)field = x;
         return 0;
@@ -226,10 +246,16 @@ static int apply_item(pr_config *c, const cJSON *it, const char *prefix, const c
 
 int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_err *err)
 {
-    cJSON *root = cJSON_Parse(json);
-    if (!root) return pr_errf(err, "%s: malformed JSON near '%.20s'", what, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, false);
+    if (!root)
+        return pr_errf(err, "%s: malformed JSON at byte %lld near '%.20s'", what, end ? (long long)(end - json) : -1LL,
+                       end ? end : "");
     int rc = 0;
-    if (!cJSON_IsObject(root)) rc = pr_errf(err, "%s: the config must be a JSON object", what);
+    end += strspn(end, " \t\r\n");
+    if (*end) rc = pr_errf(err, "%s: malformed JSON: text after the object at byte %lld ('%.20s')", what,
+                           (long long)(end - json), end);
+    else if (!cJSON_IsObject(root)) rc = pr_errf(err, "%s: the config must be a JSON object", what);
     for (const cJSON *it = root->child; rc == 0 && it; it = it->next) rc = apply_item(c, it, "", what, err);
     cJSON_Delete(root);
     return rc;

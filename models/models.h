@@ -64,6 +64,10 @@ int pr_config_load(pr_config *c, const char *path, pr_err *err);
 char *pr_read_text(const char *path, pr_err *err);
 /* apply one `key=value`; -1 with err naming the key and the allowed values */
 int pr_config_set(pr_config *c, const char *key_value, pr_err *err);
+/* the one number grammar of every config and training key, in JSON files and
+ * key=value alike: JSON's (-?digits[.digits][e[+-]digits], no hex, no inf or
+ * nan, no spaces), finite; true with *out set */
+bool pr_config_number(const char *s, double *out);
 /* cross-field checks (divisibility, ranges); -1 with err naming the key */
 int pr_config_check(const pr_config *c, pr_err *err);
 /* the table of keys: `key  type  default  allowed  meaning`, one a line */

@@ -8,12 +8,16 @@
  * SGD with momentum mu (torch's form; coupled decay):
  *   g += wd * p;  m = mu m + g;  p -= lr * m
  * The CPU works in double and rounds once on store. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "optim/optim.h"
+
+/* the most updates a state file may claim (2^53: still exact as a double) */
+#define PR_OPTIM_MAX_T ((int64_t)1 << 53)
 
 pr_optim_opts pr_optim_adamw_defaults(void)
 {
@@ -157,6 +161,13 @@ int pr_optim_restore(pr_optim *o, const pr_safetensors *st, const char *file, pr
 {
     const char *t = pr_safetensors_meta(st, "optim.t");
     if (!t) return pr_errf(err, "%s: no optim.t in the metadata (not an optimizer state file)", file);
+    /* the bias corrections take t + 1 steps on: a count far below INT64_MAX */
+    char *end;
+    errno = 0;
+    long long step = strtoll(t, &end, 10);
+    if (t[0] < '0' || t[0] > '9' || *end || errno || step > PR_OPTIM_MAX_T)
+        return pr_errf(err, "%s: optim.t '%s' is not an update count from 0 to %lld", file, t,
+                       (long long)PR_OPTIM_MAX_T);
     for (int i = 0; i < o->params->n; i++)
         for (int s = 0; s < n_slots(o) && o->m[i]; s++) {   /* a ZeRO-1 shard takes its own part */
             char name[600];
@@ -170,7 +181,7 @@ int pr_optim_restore(pr_optim *o, const pr_safetensors *st, const char *file, pr
                                pr_dtype_name(dst->dtype));
             pr_copy_(dst, src);
         }
-    o->t = atoll(t);
+    o->t = step;
     return 0;
 }
 

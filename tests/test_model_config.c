@@ -13,6 +13,7 @@
 
 #include "tests/pr_test.h"
 #include "models/models.h"
+#include "train/train.h"
 
 static void expect_error(int rc, const pr_err *err, const char *needle)
 {
@@ -54,6 +55,44 @@ static void test_config_sources(void **state)
     assert_int_equal(pr_config_apply_json(&back, json, "dump", &err), 0);
     free(json);
     assert_memory_equal(&back, &c, sizeof c);
+}
+
+/* Issue 45: one number grammar (JSON's) for the model keys and train.*, in a
+ * JSON file and after --set alike; a JSON config with text after the object
+ * is refused, naming the byte. */
+static void test_number_grammar(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"0", "-0", "16", "1e3", "1E+3", "2.5", "-1.25e-2", "1000.0"};
+    static const char *const bad[] = {"0x10", "1e999", "inf", "nan", "", " 1", "1 ", "+1", "01", "1.", ".5", "1e",
+                                      "1e+", "--1", "1,0", "0x1p3"};
+    double x;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (!pr_config_number(good[i], &x)) fail_msg("'%s' refused", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (pr_config_number(bad[i], &x)) fail_msg("'%s' accepted", bad[i]);
+    pr_config c = pr_config_default();
+    pr_train_opts o = pr_train_defaults();
+    pr_err err;
+    assert_int_equal(pr_config_set(&c, "d_model=1e3", &err), 0);
+    assert_int_equal(c.d_model, 1000);
+    assert_int_equal(pr_train_set(&o, "train.steps=1e3", &err), 0);
+    assert_int_equal(o.steps, 1000);
+    expect_error(pr_config_set(&c, "d_model=0x10", &err), &err, "'d_model' (not an integer");
+    expect_error(pr_train_set(&o, "train.steps=0x10", &err), &err, "train.steps: '0x10'");
+    expect_error(pr_train_set(&o, "train.lr=0x1p-3", &err), &err, "train.lr: '0x1p-3'");
+    expect_error(pr_config_set(&c, "norm_eps=0x1p-3", &err), &err, "'norm_eps' (not a number");
+    expect_error(pr_config_set(&c, "d_model=1e30", &err), &err, "'d_model' (out of range");
+    expect_error(pr_train_set(&o, "train.steps=1e30", &err), &err, "train.steps: '1e30'");
+    expect_error(pr_config_apply_json(&c, "{\"d_model\":16}garbage", "f.json", &err), &err,
+                 "f.json: malformed JSON: text after the object at byte 14 ('garbage')");
+    expect_error(pr_config_apply_json(&c, "{\"d_model\": 1e30}", "f.json", &err), &err, "'d_model' (out of range");
+    expect_error(pr_run_config_apply(&c, &o, "{\"model\":{}} x", "run.json", &err), &err,
+                 "run.json: malformed JSON: text after the object at byte 13");
+    expect_error(pr_run_config_apply(&c, &o, "{\"train\":{\"steps\":1e30}}", "run.json", &err), &err,
+                 "run.json: train.steps: '1e+30' is not an integer");
+    assert_int_equal(pr_config_apply_json(&c, "{\"d_model\":16} \n", "f.json", &err), 0);
+    assert_int_equal(c.d_model, 16);
 }
 
 static void test_config_errors(void **state)
@@ -248,6 +287,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_sources),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_number_grammar),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_keyed_init_independence),
         cmocka_unit_test(test_keyed_init_models),

@@ -201,6 +201,19 @@ static void test_state_roundtrip(void **state)
     pr_optim *os = pr_optim_new(b, &sgd);
     assert_int_equal(pr_optim_restore(os, &st, path, &err), -1);
     assert_non_null(strstr(err.msg, "w.momentum missing"));
+    /* Issue 45: a huge optim.t overflowed t++ (UBSan); a bad one is named */
+    static const char *const bad_t[] = {"9223372036854775807", "9007199254740993", "-1", "12abc", "1e3", "", " 5"};
+    for (int i = 0; i < st.n_meta; i++) {
+        if (strcmp(st.meta_keys[i], "optim.t") != 0) continue;
+        for (size_t j = 0; j < sizeof bad_t / sizeof bad_t[0]; j++) {
+            st.meta_values[i] = (char *)bad_t[j];
+            assert_int_equal(pr_optim_restore(ob, &st, path, &err), -1);
+            if (!strstr(err.msg, "optim.t") || !strstr(err.msg, bad_t[j])) fail_msg("message: %s", err.msg);
+        }
+        st.meta_values[i] = (char *)"9007199254740992";
+        assert_int_equal(pr_optim_restore(ob, &st, path, &err), 0);
+        assert_true(ob->t == (int64_t)1 << 53);
+    }
     unlink(path);
     pr_arena_free(ar);
     pr_optim_free(os);

@@ -94,7 +94,7 @@ static bool rec_data_ok(const char *v)
 
 static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err *err)
 {
-    char *field = (char *)o + k->offset, *end = NULL;
+    char *field = (char *)o + k->offset;
     if (k->type == OPT_TEXT) {
         if (k->allowed && !choice_ok(k->allowed, v))
             return pr_errf(err, "train.%s: '%s' is not allowed (allowed: %s)", k->key, v, k->allowed);
@@ -111,9 +111,8 @@ static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err 
         *(bool *)field = on;
         return 0;
     }
-    errno = 0;
-    double d = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(d) || d < k->lo || d > k->hi || (k->type == OPT_INT && d != floor(d)))
+    double d;   /* range-checked before any cast */
+    if (!pr_config_number(v, &d) || d < k->lo || d > k->hi || (k->type == OPT_INT && d != floor(d)))
         return pr_errf(err, "train.%s: '%s' is not %s in [%g, %g]", k->key, v,
                        k->type == OPT_INT ? "an integer" : "a number", k->lo, k->hi);
     if (k->type == OPT_FLOAT) *(double *)field = d;
@@ -143,7 +142,11 @@ int pr_train_apply_json_obj(pr_train_opts *o, const void *obj, const char *what,
         else if (cJSON_IsString(it) && k->type == OPT_TEXT) snprintf(text, sizeof text, "%s", it->valuestring);
         else if (cJSON_IsNumber(it) && k->type != OPT_TEXT) snprintf(text, sizeof text, "%.17g", it->valuedouble);
         else return pr_errf(err, "%s: 'train.%s' has the wrong JSON type", what, it->string);
-        if (set_value(o, k, text, err)) return pr_errf(err, "%s: %s", what, err->msg);
+        if (set_value(o, k, text, err)) {
+            char inner[sizeof err->msg];   /* err->msg is also the output: copy it first */
+            snprintf(inner, sizeof inner, "%s", err->msg);
+            return pr_errf(err, "%s: %s", what, inner);
+        }
     }
     return 0;
 }
@@ -194,10 +197,14 @@ char *pr_run_config_json(const pr_config *c, const pr_train_opts *o)
 
 int pr_run_config_apply(pr_config *c, pr_train_opts *o, const char *json, const char *what, pr_err *err)
 {
-    cJSON *root = cJSON_Parse(json);
-    if (!root) return pr_errf(err, "%s: malformed JSON", what);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, false);
+    if (!root) return pr_errf(err, "%s: malformed JSON at byte %lld", what, end ? (long long)(end - json) : -1LL);
     int rc = 0;
-    if (!cJSON_IsObject(root)) rc = pr_errf(err, "%s: the config must be a JSON object", what);
+    end += strspn(end, " \t\r\n");
+    if (*end) rc = pr_errf(err, "%s: malformed JSON: text after the object at byte %lld ('%.20s')", what,
+                           (long long)(end - json), end);
+    else if (!cJSON_IsObject(root)) rc = pr_errf(err, "%s: the config must be a JSON object", what);
     cJSON *train = rc ? NULL : cJSON_DetachItemFromObject(root, "train");
     cJSON *model = rc ? NULL : cJSON_DetachItemFromObject(root, "model");
     if (train && !cJSON_IsObject(train)) rc = pr_errf(err, "%s: 'train' must be an object", what);
