@@ -25,6 +25,8 @@
 
 /* the recurrence family's reference file */
 static inline const char *pr_test_golden_path(void) { return PR_TEST_DATA_DIR "/recurrences.safetensors"; }
+/* the per-key-decay rule's (gla) reference file */
+static inline const char *pr_test_gla_golden_path(void) { return PR_TEST_DATA_DIR "/gla.safetensors"; }
 
 /* |got - ref| <= atol + rtol * |ref| elementwise; returns the max abs error */
 static inline double pr_check_allclose(const char *name, const double *got, const double *ref, int64_t n,

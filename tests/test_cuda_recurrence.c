@@ -168,7 +168,7 @@ static int check_rule(pr_rule rule, int *n_runs)
 }
 
 /* one cmocka test per rule of the table (rules.def) */
-#define PR_RULE(name, NAME, has_g, has_beta, has_extra)                             \
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra, g_per_key)                             \
     static void test_##name(void **state)                                            \
     {                                                                                \
         (void)state;                                                                 \
@@ -911,7 +911,7 @@ int main(void)
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
-#define PR_RULE(name, NAME, has_g, has_beta, has_extra) cmocka_unit_test(test_##name),
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra, g_per_key) cmocka_unit_test(test_##name),
 #include PR_RULES_DEF
 #undef PR_RULE
         cmocka_unit_test(test_long),        cmocka_unit_test(test_segments), cmocka_unit_test(test_wy_ktiles),

@@ -83,7 +83,7 @@ static void test_broken_files_fail(void **state)
         for (int i = 0; i < PR_REC_NIN; i++) {
             if (!pr_rule_takes((pr_rule)r, (pr_rec_input)i)) continue;
             char dn[64], line[64];
-            snprintf(dn, sizeof dn, "%s.d%s", pr_rule_name((pr_rule)r), pr_rec_input_name((pr_rec_input)i));
+            snprintf(dn, sizeof dn, "%s.d%s", pr_rule_name((pr_rule)r), pr_rule_input_name((pr_rule)r, (pr_rec_input)i));
             snprintf(line, sizeof line, "%s FAIL", pr_rule_name((pr_rule)r));
             const char *drop[] = {dn};
             write_variant(&st, bad, drop, 1, NULL, a);

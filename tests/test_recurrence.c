@@ -14,28 +14,32 @@
 
 /* ---- golden vectors ------------------------------------------------------------------ */
 
+/* every rule of the table against its reference file: gla's is its own */
 static void golden_case(pr_dtype dt, int chunk)
 {
     const double tol = dt == PR_F64 ? 1e-10 : 1e-4;
     pr_arena *a = pr_arena_new("golden", 0);
-    pr_safetensors st;
+    pr_safetensors files[2];
+    const char *paths[2] = {pr_test_golden_path(), pr_test_gla_golden_path()};
     pr_err err;
-    if (pr_safetensors_read(pr_test_golden_path(), a, &st, &err) != 0) fail_msg("%s", err.msg);
+    for (int f = 0; f < 2; f++)
+        if (pr_safetensors_read(paths[f], a, &files[f], &err) != 0) fail_msg("%s", err.msg);
     pr_ctx *ctx = pr_ctx_new(0);
     int rules = 0;
     for (int r = 0; r < PR_NRULES; r++) {
         const char *rn = pr_rule_name((pr_rule)r);
+        const pr_safetensors *st = &files[pr_rule_g_per_key((pr_rule)r) ? 1 : 0];
         char name[64];
         pr_tensor *in[REC_NIN];
         for (int i = 0; i < REC_NIN; i++) {
-            snprintf(name, sizeof name, "%s.%s", rn, rec_in_names(i));
-            pr_tensor *t = pr_safetensors_get(&st, name);
+            snprintf(name, sizeof name, "%s.%s", rn, pr_rule_input_name((pr_rule)r, (pr_rec_input)i));
+            pr_tensor *t = pr_safetensors_get(st, name);
             in[i] = t ? pr_to(ctx->step, t, dt, PR_CPU) : NULL;
             if (in[i]) pr_requires_grad_(in[i], true);
         }
         assert_non_null(in[0]);
         rules++;
-#define REF(x) (snprintf(name, sizeof name, "%s.%s", rn, x), pr_safetensors_get(&st, name))
+#define REF(x) (snprintf(name, sizeof name, "%s.%s", rn, x), pr_safetensors_get(st, name))
         double *dout = rec_host(REF("do"), NULL), *dht = rec_host(REF("dht"), NULL);
         const pr_recurrence_opts opt = {.rule = (pr_rule)r, .chunk = chunk, .scale = pr_item(REF("scale"))};
         rec_out got = rec_run_opts(ctx, &opt, in, NULL, dout, dht), ref = {0};
@@ -43,7 +47,7 @@ static void golden_case(pr_dtype dt, int chunk)
         ref.ht = rec_host(REF("ht"), &ref.n_ht);
         for (int i = 0; i < REC_NIN; i++) {
             char dn[16];
-            snprintf(dn, sizeof dn, "d%s", rec_in_names(i));
+            snprintf(dn, sizeof dn, "d%s", pr_rule_input_name((pr_rule)r, (pr_rec_input)i));
             if (in[i]) ref.d[i] = rec_host(REF(dn), &ref.n[i]);
         }
 #undef REF
@@ -191,6 +195,82 @@ static void test_gradcheck_rules(void **s)
     }
 }
 
+/* gla under strong decays: log-decays of -20 to -60 a token would overflow
+ * exp(-G) of a factored chunk after a few tokens; the chunked form takes
+ * every decay relative within the chunk, so both forms stay finite and agree.
+ * Then the gradients at milder but still strong decays (-1 to -4). */
+static void set_uniform(pr_tensor *t, uint64_t seed, double lo, double hi)
+{
+    double *x = t->data;
+    for (int64_t i = 0; i < t->numel; i++) x[i] = lo + (hi - lo) * (0.5 + 0.5 * tanh(pr_philox_normal(seed, 3, (uint64_t)i)));
+}
+
+static void test_gla_strong_decay(void **s)
+{
+    (void)s;
+    const int64_t B = 2, T = 150, H = 2, K = 6, V = 5;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(77, 1);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, B, T, H, K, V, 0, true);
+    set_uniform(ri.g, 11, -60, -20);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(8, B * T * H * V), *dht = rec_randn(9, B * H * K * V);
+    rec_out ref = rec_run(ctx, PR_RULE_GLA, 0, in, NULL, dout, dht);
+    for (int64_t i = 0; i < ref.n[PR_REC_G]; i++) assert_true(isfinite(ref.d[PR_REC_G][i]));
+    const int chunks[] = {64, 16, 150};
+    for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+        rec_out got = rec_run(ctx, PR_RULE_GLA, chunks[c], in, NULL, dout, dht);
+        for (int64_t i = 0; i < got.n_o; i++) assert_true(isfinite(got.o[i]));
+        for (int i = 0; i < REC_NIN; i++)
+            for (int64_t j = 0; got.d[i] && j < got.n[i]; j++) assert_true(isfinite(got.d[i][j]));
+        char what[64];
+        snprintf(what, sizeof what, "gla gk in [-60,-20] chunk %d vs per-token", chunks[c]);
+        rec_assert_same(what, &got, &ref, 1e-12);
+        rec_out_free(&got);
+    }
+    rec_out_free(&ref);
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
+static void test_gla_gradcheck_strong(void **s)
+{
+    (void)s;
+    const int64_t B = 1, T = 9, H = 1, K = 3, V = 2;
+    const double eps = 1e-6;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(78, 1);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, B, T, H, K, V, 0, true);
+    set_uniform(ri.g, 12, -4, -1);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(10, B * T * H * V), *dht = rec_randn(11, B * H * K * V);
+    for (int chunk = 0; chunk <= 4; chunk += 4) {
+        rec_out an = rec_run(ctx, PR_RULE_GLA, chunk, in, NULL, dout, dht);
+        for (int i = 0; i < REC_NIN; i++) {
+            double *x = in[i] ? in[i]->data : NULL;
+            for (int64_t j = 0; x && j < in[i]->numel; j++) {
+                const double x0 = x[j];
+                x[j] = x0 + eps;
+                const double fp = fd_loss(ctx, PR_RULE_GLA, chunk, in, dout, dht);
+                x[j] = x0 - eps;
+                const double fm = fd_loss(ctx, PR_RULE_GLA, chunk, in, dout, dht);
+                x[j] = x0;
+                const double num = (fp - fm) / (2 * eps);
+                if (!(fabs(num - an.d[i][j]) <= 1e-8 + 1e-6 * fabs(num)))
+                    fail_msg("gla strong decay chunk %d: d%s[%lld] analytic %.12g, numeric %.12g", chunk,
+                             rec_in_names(i), (long long)j, an.d[i][j], num);
+            }
+        }
+        rec_out_free(&an);
+    }
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
 static void test_gradcheck_prism_core_L(void **s)
 {
     (void)s;
@@ -273,6 +353,10 @@ static void test_input_checks(void **s)
     o.chunk = -1;
     PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, a.beta, a.kx, a.vx, NULL, NULL, NULL),
                     "chunk must be >= 0");
+    /* gla's decay is per key channel: a per-head g [B,T,H] names the shape it wants */
+    const pr_recurrence_opts gla = {.rule = PR_RULE_GLA};
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &gla, a.q, a.k, a.v, a.g, NULL, NULL, NULL, NULL, NULL, NULL),
+                    "g (a log-decay per key channel) has shape [1,4,2], expected [1,4,2,3]");
     pr_ctx_free(ctx);
 }
 
@@ -312,7 +396,8 @@ int main(void)
         cmocka_unit_test(test_chunked_equals_recurrent), cmocka_unit_test(test_f32_close_to_f64),
         cmocka_unit_test(test_plan_cpu),          cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
         cmocka_unit_test(test_example_gradcheck),  cmocka_unit_test(test_prism_core_L0_is_gdn),
-        cmocka_unit_test(test_input_checks),
+        cmocka_unit_test(test_input_checks),       cmocka_unit_test(test_gla_strong_decay),
+        cmocka_unit_test(test_gla_gradcheck_strong),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,7 +63,7 @@ static void usage(FILE *f)
             "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32, 6 x 2^-11 = 2.9e-3 with\n"
             "                        --tf32; bf16: 4 x 2^-8 = 1.6e-2, 6 x 2^-8 with --tf32)\n"
             "  --verbose             print every tensor's error\n"
-            "  --make OUT            write a reference file of the five linear rules, computed by\n"
+            "  --make OUT            write a reference file of the linear rules (gla's decay as gk), computed by\n"
             "                        the CPU per-token form in f64 (for other sizes; no ttt_linear)\n"
             "  --size B,T,H,K,V,L    its sizes (default 2,131,2,12,7,3)\n"
             "  -h, --help            this text\n");
@@ -82,9 +82,10 @@ static void run_linear(pr_golden_run *g, int chunk)
     static const char *outs[] = {"o", "ht"};
     const char *names[PR_REC_NIN];
     pr_tensor *in[PR_REC_NIN], *out[2];
-    for (int i = 0; i < PR_REC_NIN; i++) names[i] = pr_rec_input_name((pr_rec_input)i);
+    const pr_rule rule = (pr_rule)pr_rule_from_name(g->op);
+    for (int i = 0; i < PR_REC_NIN; i++) names[i] = pr_rule_input_name(rule, (pr_rec_input)i);   /* gla: gk */
     pr_golden_inputs(g, names, PR_REC_NIN, in);
-    pr_recurrence_opts opt = {.rule = (pr_rule)pr_rule_from_name(g->op), .chunk = chunk,
+    pr_recurrence_opts opt = {.rule = rule, .chunk = chunk,
                               .scale = scalar(g, "scale", 0)};
     out[0] = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &out[1]);
     pr_golden_compare_all(g, out, outs, 2, in, names, PR_REC_NIN);
@@ -221,12 +222,12 @@ static int make_reference(const char *path, const int64_t *sz)
         pr_backward(ctx, pr_add(ctx, pr_sum_all(ctx, pr_mul(ctx, o, dout)), pr_sum_all(ctx, pr_mul(ctx, ht, dht))));
         pr_tensor *scale = pr_full(ctx->step, PR_F64, PR_CPU, PR_DIMS(1), 1.0 / sqrt((double)K));
         for (int i = 0; i < PR_REC_NIN; i++)
-            if (in[i]) ADD(rn, pr_rec_input_name((pr_rec_input)i), in[i]);
+            if (in[i]) ADD(rn, pr_rule_input_name((pr_rule)r, (pr_rec_input)i), in[i]);
         ADD(rn, "o", o), ADD(rn, "ht", ht), ADD(rn, "do", dout), ADD(rn, "dht", dht), ADD(rn, "scale", scale);
         for (int i = 0; i < PR_REC_NIN; i++) {
             if (!in[i]) continue;
             char dn[16];
-            snprintf(dn, sizeof dn, "d%s", pr_rec_input_name((pr_rec_input)i));
+            snprintf(dn, sizeof dn, "d%s", pr_rule_input_name((pr_rule)r, (pr_rec_input)i));
             ADD(rn, dn, in[i]->grad);
         }
     }

@@ -70,10 +70,10 @@ static const char *grad_name(const char *name, char *buf, size_t n)
 }
 
 /* the run's dtype, except that bf16 data keeps the linear rules' log-decay g
- * and initial state h0 in f32 (as the recurrence op wants them) */
+ * (gk when per key) and initial state h0 in f32 (as the recurrence op wants them) */
 static pr_dtype input_dtype(const pr_golden_run *g, const char *name)
 {
-    const bool state = !strcmp(name, "g") || !strcmp(name, "h0");
+    const bool state = !strcmp(name, "g") || !strcmp(name, "gk") || !strcmp(name, "h0");
     return g->dt == PR_BF16 && state ? PR_F32 : g->dt;
 }
 

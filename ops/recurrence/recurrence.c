@@ -26,15 +26,17 @@
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
 
 /* the rule table; a row the kernels cannot run stops the build here */
-#define PR_RULE(name, NAME, g, beta, extra)                                                                 \
+#define PR_RULE(name, NAME, g, beta, extra, per_key)                                                        \
     _Static_assert(!(extra) || (beta), "rule " #name ": extra writes without the delta erase (has_extra "   \
                                        "without has_beta) are not supported: the CUDA chunked backward "   \
-                                       "writes dkx and dvx only in the delta rules' wy kernel");
+                                       "writes dkx and dvx only in the delta rules' wy kernel");          \
+    _Static_assert(!(per_key) || ((g) && !(beta) && !(extra)), "rule " #name ": a per-key decay needs "    \
+                                       "has_g and runs without the delta erase and extra writes");
 #include PR_RULES_DEF
 #undef PR_RULE
 
 static const pr_rule_info rule_table[PR_NRULES] = {
-#define PR_RULE(name, NAME, g, beta, extra) [PR_RULE_##NAME] = {#name, g, beta, extra},
+#define PR_RULE(name, NAME, g, beta, extra, per_key) [PR_RULE_##NAME] = {#name, g, beta, extra, per_key},
 #include PR_RULES_DEF
 #undef PR_RULE
 };
@@ -76,6 +78,12 @@ bool pr_rule_takes(pr_rule r, pr_rec_input i)
 bool pr_rule_has_g(pr_rule r) { return pr_rule_info_of(r)->has_g; }
 bool pr_rule_has_beta(pr_rule r) { return pr_rule_info_of(r)->has_beta; }
 bool pr_rule_has_extra(pr_rule r) { return pr_rule_info_of(r)->has_extra; }
+bool pr_rule_g_per_key(pr_rule r) { return pr_rule_info_of(r)->g_per_key; }
+
+const char *pr_rule_input_name(pr_rule r, pr_rec_input i)
+{
+    return i == PR_REC_G && pr_rule_g_per_key(r) ? "gk" : pr_rec_input_name(i);
+}
 
 /* ---- sizes and sequences ---------------------------------------------------- */
 
@@ -83,6 +91,7 @@ typedef struct {
     int64_t B, T, H, K, V, L, N;
     int ck;            /* tokens between saved states */
     int chunk;         /* 0: per-token form */
+    bool g_per_key;    /* gla: g [B,T,H,K] */
     double scale;
     int64_t *seq;      /* [N+1] flat token offsets (over B*T) of the sequences */
     int64_t *ckoff;    /* [N+1] offsets of the sequences' saved states, in units of H*K*V */
@@ -128,6 +137,7 @@ static rec_dims dims_of(const pr_node *n)
     d.L = kx ? kx->shape[3] : 0;
     d.chunk = (int)n->iarg[1];
     d.ck = d.chunk ? d.chunk : PR_REC_CKPT;
+    d.g_per_key = pr_rule_g_per_key((pr_rule)n->iarg[0]);
     d.scale = n->farg[0];
     if (n->in[IN_CU]) {
         d.N = read_cu_seqlens(n->in[IN_CU], d.T, &d.seq);
@@ -187,12 +197,13 @@ static pr_rec_seq seq_of(const rec_dims *d, double *const *x, int64_t s, int64_t
 {
     const pair_off o = pair_off_of(d, s, h);
     const int64_t H = d->H, K = d->K, V = d->V, L = x[IN_KX] ? d->L : 0;
+    const bool pk = d->g_per_key;
     return (pr_rec_seq){
         .T = d->seq[s + 1] - d->seq[s], .K = (int)K, .V = (int)V, .L = (int)L, .scale = d->scale,
         .q = x[IN_Q] + o.qk, .k = x[IN_K] + o.qk, .v = x[IN_V] + o.v,
-        .g = at(x[IN_G], o.g), .beta = at(x[IN_BETA], o.g), .kx = at(x[IN_KX], o.kx), .vx = at(x[IN_VX], o.vx),
+        .g = at(x[IN_G], pk ? o.qk : o.g), .beta = at(x[IN_BETA], o.g), .kx = at(x[IN_KX], o.kx), .vx = at(x[IN_VX], o.vx),
         .h0 = at(x[IN_H0], o.h0),
-        .sk = H * K, .sv = H * V, .sg = H, .skx = H * L * K, .svx = H * L * V,
+        .sk = H * K, .sv = H * V, .sg = pk ? H * K : H, .skx = H * L * K, .svx = H * L * V, .g_per_key = pk,
     };
 }
 
@@ -215,7 +226,9 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
     pr_tensor *ckpt = n->recording ? pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(nck ? nck : 1, d.K, d.V)) : NULL;
     n->saved[0] = ckpt;
     n->n_saved = ckpt ? 1 : 0;
-    const int64_t work_n = d.chunk ? pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L) : 2 * d.V;
+    const int64_t work_n = !d.chunk ? 2 * d.V
+                           : d.g_per_key ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
+                                         : pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L);
 
 #ifdef PRISM_HAVE_OPENMP
 #pragma omp parallel for schedule(dynamic) if (worth_threads(&d))
@@ -227,7 +240,8 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
         PR_CHECK(work, "recurrence: out of host memory");
         const pair_off off = pair_off_of(&d, s, h);
         double *ck = ckpt ? (double *)ckpt->data + off.ckpt : NULL, *o_p = o + off.v;
-        if (d.chunk) pr_rec_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
+        if (d.chunk && d.g_per_key) pr_rec_gla_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
+        else if (d.chunk) pr_rec_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
         else pr_rec_forward_recurrent(o_p, ht + p * KV, ck, &sq, d.ck, work);
         free(work);
     }
@@ -258,8 +272,9 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     }
     double *dout = as_f64(n->out[0]->grad, false, &own_do), *dht = as_f64(n->out[1]->grad, false, &own_dht);
     const int64_t KV = d.K * d.V;
-    const int64_t work_n = d.chunk ? pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L)
-                                   : pr_rec_backward_work(d.ck, (int)d.K, (int)d.V, (int)d.L);
+    const int64_t work_n = !d.chunk ? pr_rec_backward_work(d.ck, (int)d.K, (int)d.V, (int)d.L)
+                           : d.g_per_key ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
+                                         : pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L);
     const double *ckpt = (const double *)n->saved[0]->data;
 
 #ifdef PRISM_HAVE_OPENMP
@@ -271,12 +286,15 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
         const pair_off off = pair_off_of(&d, s, h);
         const pr_rec_grads gr = {
             .dq = at(dx[IN_Q], off.qk), .dk = at(dx[IN_K], off.qk), .dv = at(dx[IN_V], off.v),
-            .dg = at(dx[IN_G], off.g), .dbeta = at(dx[IN_BETA], off.g), .dkx = at(dx[IN_KX], off.kx),
+            .dg = at(dx[IN_G], d.g_per_key ? off.qk : off.g), .dbeta = at(dx[IN_BETA], off.g), .dkx = at(dx[IN_KX], off.kx),
             .dvx = at(dx[IN_VX], off.vx), .dh0 = at(dx[IN_H0], off.h0),
         };
         double *work = malloc((size_t)work_n * sizeof *work);
         PR_CHECK(work, "recurrence: out of host memory");
-        if (d.chunk) pr_rec_backward_chunked(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.chunk, work);
+        if (d.chunk && d.g_per_key)
+            pr_rec_gla_backward_chunked(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.chunk, work);
+        else if (d.chunk)
+            pr_rec_backward_chunked(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.chunk, work);
         else pr_rec_backward(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.ck, work);
         free(work);
     }
@@ -318,7 +336,11 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     }
     plan->device = PR_CPU;
     plan->chunk = opt->chunk;
-    if (opt->chunk)
+    if (opt->chunk && pr_rule_g_per_key(opt->rule))
+        snprintf(plan->kernels, sizeof plan->kernels,
+                 "fwd pr_rec_gla_forward_chunked (decays relative within the chunk; saves chunk-start states when "
+                 "recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) per call");
+    else if (opt->chunk)
         snprintf(plan->kernels, sizeof plan->kernels,
                  "fwd pr_rec_forward_chunked (saves chunk-start states when recorded); bwd pr_rec_backward_chunked; "
                  "f64, a (sequence, head) per call");
@@ -388,7 +410,8 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     const int64_t V = v->shape[3];
     check_dims("v", v, 4, (int64_t[]){B, T, H, V});
     check_input(rn, "g", g, pr_rule_has_g(r), q, st);
-    if (g) check_dims("g", g, 3, (int64_t[]){B, T, H});
+    if (g && pr_rule_g_per_key(r)) check_dims("g (a log-decay per key channel)", g, 4, (int64_t[]){B, T, H, K});
+    else if (g) check_dims("g", g, 3, (int64_t[]){B, T, H});
     check_input(rn, "beta", beta, pr_rule_has_beta(r), q, dt);
     if (beta) check_dims("beta", beta, 3, (int64_t[]){B, T, H});
     /* prism_core: kx and vx together, or neither (L = 0) */
@@ -464,7 +487,8 @@ pr_recurrence_inputs pr_recurrence_random(pr_ctx *ctx, pr_rng *r, pr_dtype dt, p
     in.q = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, K), true, 0, 1, K);
     in.k = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, K), true, 0, 1, K);
     in.v = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, V), true, 0, 1, 0);
-    if (pr_rule_has_g(rule)) in.g = rand_leaf(ctx, r, st, PR_DIMS(B, T, H), false, -0.3, -0.01, 0);
+    if (pr_rule_g_per_key(rule)) in.g = rand_leaf(ctx, r, st, PR_DIMS(B, T, H, K), false, -0.3, -0.01, 0);
+    else if (pr_rule_has_g(rule)) in.g = rand_leaf(ctx, r, st, PR_DIMS(B, T, H), false, -0.3, -0.01, 0);
     if (pr_rule_has_beta(rule)) in.beta = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H), false, 0.1, 0.9, 0);
     if (pr_rule_has_extra(rule)) {
         in.kx = rand_leaf(ctx, r, dt, PR_DIMS(B, T, H, L, K), true, 0, 1, K);

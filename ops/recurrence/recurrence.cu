@@ -230,6 +230,11 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
         snprintf(why, why_n, "recurrence: no CUDA device to plan for");
         return false;
     }
+    if (pr_rule_g_per_key(opt->rule)) {
+        snprintf(why, why_n, "recurrence: rule %s (a per-key decay) has no CUDA kernels yet; run it on the CPU",
+                 pr_rule_name(opt->rule));
+        return false;
+    }
     rec_prob p = {};
     p.N = (int)N, p.T = (int)T, p.H = (int)H, p.K = (int)K, p.V = (int)V;
     p.L = pr_rule_has_extra(opt->rule) ? (int)L : 0;

@@ -1,7 +1,7 @@
 /* ops/recurrence/recurrence.h: the linear-recurrence family S_t = S_{t-1} A_t + B_t.
  *
  * Layouts (flash-linear-attention's): q, k [B,T,H,K]; v [B,T,H,V];
- * g, beta [B,T,H]; kx [B,T,H,L,K]; vx [B,T,H,L,V]; h0, ht [N,H,K,V] where
+ * g, beta [B,T,H] (g [B,T,H,K] for gla, a decay per key channel); kx [B,T,H,L,K]; vx [B,T,H,L,V]; h0, ht [N,H,K,V] where
  * N = B, or the number of packed sequences when cu_seqlens is given (then
  * B = 1 and cu_seqlens [N+1] int64/int32 holds the sequence offsets along T).
  * g is a log-decay (decay = exp(g)). o [B,T,H,V] uses the state after the
@@ -13,6 +13,7 @@
  *   delta       I - beta k k^T              beta k v^T
  *   gdn         exp(g)(I - beta k k^T)      beta k v^T
  *   prism_core  exp(g)(I - beta k k^T)      beta k v^T + sum_l kx_l vx_l^T
+ *   gla         diag(exp(g))                k v^T              (g [B,T,H,K])
  */
 #ifndef PR_RECURRENCE_H
 #define PR_RECURRENCE_H
@@ -29,7 +30,7 @@ extern "C" {
 #define PR_RULES_DEF "ops/recurrence/rules.def"
 #endif
 typedef enum {
-#define PR_RULE(name, NAME, has_g, has_beta, has_extra) PR_RULE_##NAME,
+#define PR_RULE(name, NAME, has_g, has_beta, has_extra, g_per_key) PR_RULE_##NAME,
 #include PR_RULES_DEF
 #undef PR_RULE
     PR_NRULES
@@ -37,6 +38,7 @@ typedef enum {
 typedef struct {
     const char *name;                  /* "linattn", ... */
     bool has_g, has_beta, has_extra;   /* the inputs it takes (rules.def) */
+    bool g_per_key;                    /* g is [B,T,H,K], one log-decay per key channel */
 } pr_rule_info;
 const pr_rule_info *pr_rule_info_of(pr_rule r);   /* fatal for an unknown rule */
 /* the inputs of pr_recurrence, in its argument order */
@@ -50,6 +52,10 @@ int pr_rule_from_name(const char *name);      /* -1 if unknown */
 bool pr_rule_has_g(pr_rule r);
 bool pr_rule_has_beta(pr_rule r);
 bool pr_rule_has_extra(pr_rule r);
+bool pr_rule_g_per_key(pr_rule r);
+/* input i's name in reference files: pr_rec_input_name, except that a
+ * per-key decay is called "gk" (as flash-linear-attention names it) */
+const char *pr_rule_input_name(pr_rule r, pr_rec_input i);
 
 /* chunk means the same on both devices: 0 runs the per-token form, C > 0 the
  * chunked form with chunks of exactly C tokens. The CPU takes any C; the CUDA
@@ -110,7 +116,8 @@ typedef struct {
 } pr_recurrence_inputs;
 /* Random leaves (requiring grad) of dtype dt on the CPU (g and h0 in f32 when
  * dt is bf16), in a well-conditioned
- * range: q, k, kx rows l2-normalized, g in [-0.3, -0.01), beta in [0.1, 0.9),
+ * range: q, k, kx rows l2-normalized, g in [-0.3, -0.01) ([B,T,H,K] for a
+ * per-key decay), beta in [0.1, 0.9),
  * v, vx, h0 normal. kx, vx have L (maybe 0) rows for prism_core; h0 only when
  * with_h0. Deterministic in r. */
 pr_recurrence_inputs pr_recurrence_random(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_rule rule, int64_t B, int64_t T,

@@ -5,7 +5,8 @@
  * by the glue: the CPU is the reference, so it always computes in float64.
  *
  * A token's step, for every rule (A, B of recurrence.h):
- *   h  = a h                  a = exp(g_t), or 1 without g
+ *   h  = a h                  a = exp(g_t), or 1 without g; with a per-key
+ *                             decay (gla) row i of h scales by exp(g_t[i])
  *   u  = beta (v - h^T k)     delta rules (beta given); u = v otherwise
  *   h += k u^T
  *   h += sum_l kx_l vx_l^T    prism_core only (L may be 0)
@@ -31,10 +32,11 @@ typedef struct {
     int K, V, L;
     double scale;
     const double *q, *k, *v;   /* [T][K], [T][K], [T][V] (strided) */
-    const double *g, *beta;    /* [T] (strided) or NULL */
+    const double *g, *beta;    /* [T] (strided) or NULL; g [T][K] when g_per_key */
     const double *kx, *vx;     /* [T][L][K], [T][L][V] (strided) or NULL */
     const double *h0;          /* [K][V] or NULL */
-    int64_t sk, sv, sg, skx, svx;
+    int64_t sk, sv, sg, skx, svx;   /* sg: g's and beta's token stride (H*K for a per-key g, no beta then) */
+    bool g_per_key;                 /* gla: g holds K log-decays a token */
 } pr_rec_seq;
 
 /* Gradient destinations, same layouts and strides as the inputs; each is
@@ -95,5 +97,14 @@ void pr_rec_backward_chunked(const pr_rec_grads *d, const double *dout, const do
 int64_t pr_rec_backward_work(int c, int K, int V, int L);
 void pr_rec_backward(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
                      const pr_rec_seq *s, int ckpt_every, double *work);
+
+/* The chunked form of a per-key decay (gla; chunked_gla.c), no delta erase
+ * and no extra writes. Decays inside a chunk are always taken relative to a
+ * later token of the same chunk (exp(G_t - G_i), i <= t), so none overflows
+ * however strong the decay. work: pr_rec_gla_chunk_work(C, K, V) doubles. */
+int64_t pr_rec_gla_chunk_work(int C, int K, int V);
+void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work);
+void pr_rec_gla_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
+                                 const pr_rec_seq *s, int C, double *work);
 
 #endif

@@ -11,7 +11,26 @@
 #include <math.h>
 #include <string.h>
 
-static double decay_of(const pr_rec_seq *s, int64_t t) { return s->g ? exp(s->g[t * s->sg]) : 1.0; }
+static double decay_of(const pr_rec_seq *s, int64_t t) { return s->g ? exp(s->g[t * s->sg]) : 1.0; }   /* scalar g */
+
+/* the decay of token t on row i of the state: exp(g_t), or exp(g_t[i]) per key */
+static double row_decay(const pr_rec_seq *s, int64_t t, int i)
+{
+    if (!s->g) return 1.0;
+    return exp(s->g[t * s->sg + (s->g_per_key ? i : 0)]);
+}
+
+/* h = A_t's decay applied to h [K][V] */
+static void decay_state(double *h, const pr_rec_seq *s, int64_t t)
+{
+    if (!s->g) return;
+    const double a0 = decay_of(s, t);   /* per-key: row_decay below */
+    for (int i = 0; i < s->K; i++) {
+        const double a = s->g_per_key ? row_decay(s, t, i) : a0;
+        double *hi = h + (int64_t)i * s->V;
+        for (int j = 0; j < s->V; j++) hi[j] *= a;
+    }
+}
 
 /* One token: h (the state after token t-1) becomes the state after token t.
  * u receives the write's value (the pseudo-value beta (v - h^T k) for the
@@ -20,9 +39,7 @@ static void step(double *h, double *u, double *w, const pr_rec_seq *s, int64_t t
 {
     const int K = s->K, V = s->V;
     const double *k = s->k + t * s->sk, *v = s->v + t * s->sv;
-    const double a = decay_of(s, t);
-    if (a != 1.0)
-        for (int64_t i = 0; i < (int64_t)K * V; i++) h[i] *= a;
+    decay_state(h, s, t);
     if (s->beta) {
         const double beta = s->beta[t * s->sg];
         pr_rec_mtv(w, h, k, K, V);
@@ -74,6 +91,8 @@ int64_t pr_rec_backward_work(int c, int K, int V, int L)
  *   dbeta = du.(v - w);  dv = beta du;  dw = -beta du      (u = v: dv = du)
  *   dk += ha dw;                      dHa  = dH + k dw^T
  *   dg  = sum(dHa o ha) = a sum(dHa o h_{t-1});  dh_{t-1} = a dHa
+ *   (per-key decay a_i on row i: dg[i] = a_i <dHa row i, h_{t-1} row i>, row i of dh_{t-1} = a_i dHa row i;
+ *   no delta erase then, so a only enters through the decay)
  * hprev = h_{t-1}, hcur = h_t. Vectors u, w, du, dw [V] and dk [K] are scratch. */
 static void step_backward(const pr_rec_grads *d, double *dH, const double *dout, const double *hprev,
                           const double *hcur, const pr_rec_seq *s, int64_t t, double *u, double *w, double *du,
@@ -83,7 +102,7 @@ static void step_backward(const pr_rec_grads *d, double *dH, const double *dout,
     const int64_t KV = (int64_t)K * V;
     const double *q = s->q + t * s->sk, *k = s->k + t * s->sk, *v = s->v + t * s->sv;
     const double *dot_ = dout + t * s->sv;
-    const double a = decay_of(s, t);
+    const double a = s->g_per_key ? 1.0 : decay_of(s, t);   /* only the delta rules read it: scalar g */
 
     /* output o_t = scale h_t^T q */
     if (d->dq) {
@@ -139,7 +158,14 @@ static void step_backward(const pr_rec_grads *d, double *dH, const double *dout,
     if (d->dk)
         for (int i = 0; i < K; i++) d->dk[t * s->sk + i] += dk[i];
     /* decay ha = a h_{t-1} */
-    if (s->g) {
+    if (s->g_per_key) {
+        for (int i = 0; i < K; i++) {
+            const double ai = row_decay(s, t, i);
+            double *dHi = dH + (int64_t)i * V;
+            if (d->dg) d->dg[t * s->sg + i] += ai * pr_rec_dot(dHi, hprev + (int64_t)i * V, V);
+            for (int j = 0; j < V; j++) dHi[j] *= ai;
+        }
+    } else if (s->g) {
         if (d->dg) d->dg[t * s->sg] += a * pr_rec_dot(dH, hprev, (int)KV);
         for (int64_t i = 0; i < KV; i++) dH[i] *= a;
     }

@@ -1,0 +1,224 @@
+/* ops/recurrence/chunked_gla.c: the chunked form of the per-key-decay rule
+ * (gla: h = diag(exp(g_t)) h + k_t v_t^T, o_t = scale h^T q_t), forward and
+ * backward, one (sequence, head) pair per call (recurrence_cpu.h).
+ *
+ * Inside a chunk starting from state S, with G_t = sum_{s<=t} g_s per key
+ * channel (chunk-local) and E_ti = exp(G_t - G_i) elementwise (i <= t):
+ *   o_t = scale (S^T (exp(G_t) o q_t) + sum_{i<=t} A_ti v_i),
+ *         A_ti = sum_c q_t[c] k_i[c] E_ti[c]
+ *   S'  = diag(exp(G_last)) S + sum_i (exp(G_last - G_i) o k_i) v_i^T
+ * Every exponent is a decay from an earlier token to a later one of the same
+ * chunk (or from the chunk start), so with log-decays <= 0 every factor lies
+ * in (0, 1]: strong decays underflow to 0 as they should, nothing overflows.
+ * (The factored form exp(G_t) exp(-G_i) that matrix products want would
+ * overflow at G_i of a few hundred; the CUDA kernels must factor per
+ * sub-chunk for that reason.) The pair loops compute each E_ti[c] once per
+ * pass and do every product of that pass with it.
+ *
+ * Backward, given dS' (the end state's gradient) and dO (do of the chunk):
+ *   dS     = diag(exp(G_last)) dS' + scale sum_t (exp(G_t) o q_t) dO_t^T
+ *   dq_t  += scale exp(G_t) o (S dO_t) + sum_{i<=t} dA_ti E_ti o k_i,
+ *            dA_ti = scale <dO_t, v_i>
+ *   dk_i  += sum_{t>=i} dA_ti E_ti o q_t + exp(G_last - G_i) o (dS' v_i)
+ *   dv_i  += scale sum_{t>=i} A_ti dO_t + dS'^T (exp(G_last - G_i) o k_i)
+ *   dG_t  += each term's derivative: +x for a factor exp(G_t ...), -x for
+ *            exp(... - G_i), x the term itself per channel. A token's own
+ *            write (i = t, and i = last in S') has E = 1 exactly and gives
+ *            nothing: it is left out, not added and subtracted, since under
+ *            strong decays dg is tiny and the rounding of x - x would swamp it
+ *   dg_s   = sum_{t>=s} dG_t (G is the cumulative sum of g).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ops/recurrence/recurrence_cpu.h"
+
+typedef struct {
+    int n;        /* tokens in this chunk */
+    int64_t t0;   /* its first token */
+    double *G;    /* [C][K] chunk-local cumulative log-decays */
+} gla_chunk;
+
+static const double *row(const double *x, int64_t stride, const gla_chunk *c, int t)
+{
+    return x + (c->t0 + t) * stride;
+}
+
+static void cumulative_decays(gla_chunk *c, const pr_rec_seq *s)
+{
+    const int K = s->K;
+    for (int t = 0; t < c->n; t++) {
+        const double *g = row(s->g, s->sg, c, t);
+        double *G = c->G + (int64_t)t * K;
+        for (int i = 0; i < K; i++) G[i] = (t ? G[i - K] : 0.0) + g[i];
+    }
+}
+
+int64_t pr_rec_gla_chunk_work(int C, int K, int V)
+{
+    return 2 * (int64_t)C * K      /* G, dG */
+           + 2 * (int64_t)K * V    /* dS (end of the chunk), dS0 (its start) */
+           + 2 * (int64_t)K + V;   /* b, f [K]; e [V] */
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work)
+{
+    const int K = s->K, V = s->V;
+    const int64_t KV = (int64_t)K * V;
+    gla_chunk c = {.G = work};
+    double *b = work + (int64_t)C * K;   /* [K] a decayed query or key */
+    double *S = ht;                      /* the running state lives in ht */
+    if (s->h0) memcpy(S, s->h0, (size_t)KV * sizeof *S);
+    else memset(S, 0, (size_t)KV * sizeof *S);
+    for (c.t0 = 0; c.t0 < s->T; c.t0 += C) {
+        c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
+        if (ckpt) memcpy(ckpt + (c.t0 / C) * KV, S, (size_t)KV * sizeof *S);
+        cumulative_decays(&c, s);
+        for (int t = 0; t < c.n; t++) {
+            const double *q = row(s->q, s->sk, &c, t), *Gt = c.G + (int64_t)t * K;
+            double *ot = o + (c.t0 + t) * s->sv;
+            for (int i = 0; i < K; i++) b[i] = q[i] * exp(Gt[i]);
+            pr_rec_mtv(ot, S, b, K, V);                      /* the state before the chunk */
+            for (int i = 0; i <= t; i++) {                   /* the chunk's own writes */
+                const double *k = row(s->k, s->sk, &c, i), *Gi = c.G + (int64_t)i * K;
+                const double *v = row(s->v, s->sv, &c, i);
+                double A = 0;
+                for (int ch = 0; ch < K; ch++) A += q[ch] * k[ch] * exp(Gt[ch] - Gi[ch]);
+                for (int j = 0; j < V; j++) ot[j] += A * v[j];
+            }
+            for (int j = 0; j < V; j++) ot[j] *= s->scale;
+        }
+        const double *GL = c.G + (int64_t)(c.n - 1) * K;
+        for (int i = 0; i < K; i++) {
+            const double a = exp(GL[i]);
+            for (int j = 0; j < V; j++) S[(int64_t)i * V + j] *= a;
+        }
+        for (int i = 0; i < c.n; i++) {
+            const double *k = row(s->k, s->sk, &c, i), *Gi = c.G + (int64_t)i * K;
+            for (int ch = 0; ch < K; ch++) b[ch] = k[ch] * exp(GL[ch] - Gi[ch]);
+            pr_rec_outer(S, 1.0, b, row(s->v, s->sv, &c, i), K, V);
+        }
+    }
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+typedef struct {
+    double *dG;    /* [C][K] */
+    double *dS0;   /* [K][V] the chunk start state's gradient */
+    double *b, *f, *e;
+} gla_scratch;
+
+/* the terms through the chunk's start state S: o_t's inter-chunk part and S' = diag(exp(G_last)) S + ... */
+static void start_state_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
+                                 const double *S, const double *dS, const double *dout)
+{
+    const int K = s->K, V = s->V;
+    const double *GL = c->G + (int64_t)(c->n - 1) * K;
+    double *dGL = w->dG + (int64_t)(c->n - 1) * K;
+    for (int i = 0; i < K; i++) {
+        const double a = exp(GL[i]);
+        const double *Si = S + (int64_t)i * V, *dSi = dS + (int64_t)i * V;
+        double *dS0i = w->dS0 + (int64_t)i * V;
+        for (int j = 0; j < V; j++) dS0i[j] = a * dSi[j];
+        dGL[i] += a * pr_rec_dot(Si, dSi, V);
+    }
+    for (int t = 0; t < c->n; t++) {
+        const double *q = row(s->q, s->sk, c, t), *Gt = c->G + (int64_t)t * K;
+        const double *dot_ = dout + (c->t0 + t) * s->sv;
+        double *dG = w->dG + (int64_t)t * K;
+        for (int i = 0; i < K; i++) {
+            const double a = s->scale * exp(Gt[i]);
+            const double sd = a * pr_rec_dot(S + (int64_t)i * V, dot_, V);   /* scale exp(G_t) (S dO_t) */
+            if (d->dq) d->dq[(c->t0 + t) * s->sk + i] += sd;
+            dG[i] += q[i] * sd;
+            double *dS0i = w->dS0 + (int64_t)i * V;
+            for (int j = 0; j < V; j++) dS0i[j] += a * q[i] * dot_[j];
+        }
+    }
+}
+
+/* the chunk's writes read by its own outputs: the pairs i <= t */
+static void intra_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
+                           const double *dout)
+{
+    const int K = s->K, V = s->V;
+    for (int t = 0; t < c->n; t++) {
+        const double *q = row(s->q, s->sk, c, t), *Gt = c->G + (int64_t)t * K;
+        const double *dot_ = dout + (c->t0 + t) * s->sv;
+        for (int i = 0; i <= t; i++) {
+            const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i), *Gi = c->G + (int64_t)i * K;
+            const double dA = s->scale * pr_rec_dot(dot_, v, V);
+            double A = 0;
+            for (int ch = 0; ch < K; ch++) {
+                const double E = exp(Gt[ch] - Gi[ch]), x = dA * q[ch] * k[ch] * E;
+                A += q[ch] * k[ch] * E;
+                if (d->dq) d->dq[(c->t0 + t) * s->sk + ch] += dA * k[ch] * E;
+                if (d->dk) d->dk[(c->t0 + i) * s->sk + ch] += dA * q[ch] * E;
+                if (i < t) w->dG[(int64_t)t * K + ch] += x, w->dG[(int64_t)i * K + ch] -= x;   /* E_tt = 1 */
+            }
+            if (d->dv)
+                for (int j = 0; j < V; j++) d->dv[(c->t0 + i) * s->sv + j] += s->scale * A * dot_[j];
+        }
+    }
+}
+
+/* the chunk's writes into its end state: S' += (exp(G_last - G_i) o k_i) v_i^T */
+static void end_state_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
+                               const double *dS)
+{
+    const int K = s->K, V = s->V, last = c->n - 1;
+    const double *GL = c->G + (int64_t)last * K;
+    for (int i = 0; i < c->n; i++) {
+        const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i), *Gi = c->G + (int64_t)i * K;
+        for (int ch = 0; ch < K; ch++) {
+            w->b[ch] = exp(GL[ch] - Gi[ch]);
+            w->f[ch] = pr_rec_dot(dS + (int64_t)ch * V, v, V);   /* dS' v_i */
+            const double x = w->b[ch] * k[ch] * w->f[ch];
+            if (d->dk) d->dk[(c->t0 + i) * s->sk + ch] += w->b[ch] * w->f[ch];
+            if (i < last) w->dG[(int64_t)last * K + ch] += x, w->dG[(int64_t)i * K + ch] -= x;
+            w->b[ch] *= k[ch];
+        }
+        if (d->dv) {
+            pr_rec_mtv(w->e, dS, w->b, K, V);
+            for (int j = 0; j < V; j++) d->dv[(c->t0 + i) * s->sv + j] += w->e[j];
+        }
+    }
+}
+
+void pr_rec_gla_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
+                                 const pr_rec_seq *s, int C, double *work)
+{
+    const int K = s->K, V = s->V;
+    const int64_t KV = (int64_t)K * V;
+    gla_chunk c = {.G = work};
+    gla_scratch w;
+    w.dG = c.G + (int64_t)C * K;
+    double *dS = w.dG + (int64_t)C * K;   /* gradient of the current chunk's end state */
+    w.dS0 = dS + KV;
+    w.b = w.dS0 + KV;
+    w.f = w.b + K;
+    w.e = w.f + K;
+    if (dht) memcpy(dS, dht, (size_t)KV * sizeof *dS);
+    else memset(dS, 0, (size_t)KV * sizeof *dS);
+    for (int64_t ci = pr_rec_nckpt(s->T, C) - 1; ci >= 0; ci--) {
+        c.t0 = ci * C;
+        c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
+        cumulative_decays(&c, s);
+        memset(w.dG, 0, sizeof(double) * (size_t)C * K);
+        start_state_backward(d, &w, s, &c, ckpt + ci * KV, dS, dout);
+        intra_backward(d, &w, s, &c, dout);
+        end_state_backward(d, &w, s, &c, dS);
+        if (d->dg)   /* G_t = sum_{s<=t} g_s, per channel */
+            for (int ch = 0; ch < K; ch++) {
+                double acc = 0;
+                for (int t = c.n - 1; t >= 0; t--)
+                    acc += w.dG[(int64_t)t * K + ch], d->dg[(c.t0 + t) * s->sg + ch] += acc;
+            }
+        memcpy(dS, w.dS0, (size_t)KV * sizeof *dS);
+    }
+    if (d->dh0)
+        for (int64_t i = 0; i < KV; i++) d->dh0[i] += dS[i];
+}
