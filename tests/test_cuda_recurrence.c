@@ -1,6 +1,7 @@
 /* tests/test_cuda_recurrence.c: the CUDA recurrence kernels against the CPU.
  *
- * Every rule, both forms (per-token, chunked with C = 32 and 64), fp32 and
+ * Every rule, both forms (per-token, chunked with C = 32 and 64; gla, the
+ * per-key decay, the per-token form only, its chunks refused by name), fp32 and
  * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
  * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
@@ -134,7 +135,9 @@ static int check_rule(pr_rule rule, int *n_runs)
             char why[256];
             if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c->T, c->H, c->K, c->V, pr_rule_has_extra(rule) ? c->L : 0,
                                     &plan, why, sizeof why)) {
-                const bool expected = c->K > 128 && strstr(why, "shared memory");
+                /* K = 256 at C = 64; and a per-key decay (gla) has no chunked CUDA form yet */
+                const bool expected = (c->K > 128 && strstr(why, "shared memory")) ||
+                                      (pr_rule_g_per_key(rule) && forms[f].chunk && strstr(why, "per-token form"));
                 fprintf(stderr, "  %s %s: %s\n", expected ? "refused" : "FAIL", what, why);
                 fails += !expected;
                 continue;
@@ -397,7 +400,7 @@ static void test_segments(void **state)
     PR_SKIP_WITHOUT_CUDA();
     int fails = 0;
     for (int r = 0; r < PR_NRULES; r++)
-        for (size_t ci = 0; ci < sizeof seg_cases / sizeof *seg_cases; ci++) {
+        for (size_t ci = 0; ci < sizeof seg_cases / sizeof *seg_cases && !pr_rule_g_per_key((pr_rule)r); ci++) {
             fails += check_segments((pr_rule)r, &seg_cases[ci], 1300 + 10 * r + ci);
         }
     /* prism_core at L = 1 on the packed case too */
@@ -819,6 +822,13 @@ static void test_plan(void **state)
     char why[256], line[320];
     pr_rec_plan plan;
     for (int r = 0; r < PR_NRULES; r++) {
+        if (pr_rule_g_per_key((pr_rule)r)) {   /* gla: the per-token form, chunks refused naming it */
+            const pr_recurrence_opts tok = {.rule = (pr_rule)r}, chk = {.rule = (pr_rule)r, .chunk = 64};
+            assert_true(pr_recurrence_plan(&tok, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
+            assert_false(pr_recurrence_plan(&chk, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
+            assert_non_null(strstr(why, "per-token form"));
+            continue;
+        }
         for (int chunk = 0; chunk <= 64; chunk += 32) {
             const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = chunk};
             if (!pr_recurrence_plan(&o, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why))
@@ -849,6 +859,7 @@ static void test_plan(void **state)
      * with the fix-up and with a last serial pass) */
     unsetenv("PRISM_REC_SEGMENTS");
     for (int r = 0; r < PR_NRULES; r++) {
+        if (pr_rule_g_per_key((pr_rule)r)) continue;   /* no chunked CUDA form */
         const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = 32};
         if (!pr_recurrence_plan(&o, PR_CUDA, 1, 16384, 8, 96, 96, 2, &plan, why, sizeof why))
             fail_msg("%s at B=1 T=16384 H=8 K=V=96: %s", pr_rule_name((pr_rule)r), why);
