@@ -173,6 +173,20 @@ int pr_params_save(const pr_params *r, const char *file, pr_err *err)
     return rc;
 }
 
+/* a file holding more than the model (another depth, an untied head): the
+ * first tensor no parameter takes is named, so a checkpoint never half loads */
+static int name_unused(const pr_params *r, const pr_safetensors *st, const char *file, pr_err *err)
+{
+    for (int k = 0; k < st->n; k++) {
+        int i = 0;
+        while (i < r->n && strcmp(r->p[i].path, st->names[k]) != 0) i++;
+        if (i == r->n)
+            return pr_errf(err, "%s: tensor '%s' is not a parameter of this model (%d tensors in the file, %d "
+                                "parameters): a checkpoint of another config", file, st->names[k], st->n, r->n);
+    }
+    return pr_errf(err, "%s: %d tensors for %d parameters (a name repeated)", file, st->n, r->n);
+}
+
 int pr_params_load(pr_params *r, const char *file, pr_err *err)
 {
     pr_arena *tmp = pr_arena_new("params-load", 0);
@@ -190,6 +204,7 @@ int pr_params_load(pr_params *r, const char *file, pr_err *err)
             rc = pr_errf(err, "%s: tensor '%s' has dtype %s, not a float", file, p->path, pr_dtype_name(t->dtype));
         else pr_copy_(p->t, t);
     }
+    if (rc == 0 && st.n != r->n) rc = name_unused(r, &st, file, err);
     pr_arena_free(tmp);
     return rc;
 }

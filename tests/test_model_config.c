@@ -275,6 +275,16 @@ static void test_checkpoint_roundtrip(void **state)
     w.d_model = 32;
     pr_model *wide = pr_model_new(&w, PR_F32, PR_CPU);
     expect_error(pr_params_load(wide->params, path, &err), &err, "tensor 'embed' is [64,16], the model needs [64,32]");
+    /* a deeper model's checkpoint into a shallower one: the first tensor it leaves unused is named */
+    pr_config deep = c;
+    deep.n_layers = c.n_layers + 1;
+    pr_model *d = pr_model_new(&deep, PR_F32, PR_CPU);
+    assert_int_equal(pr_params_save(d->params, path, &err), 0);
+    char extra[64];
+    snprintf(extra, sizeof extra, "tensor 'layers.%d.", c.n_layers);
+    expect_error(pr_params_load(b->params, path, &err), &err, extra);
+    expect_error(pr_params_load(b->params, path, &err), &err, "is not a parameter of this model");
+    pr_model_free(d);
     unlink(path);
     pr_model_free(a);
     pr_model_free(b);
