@@ -9,6 +9,7 @@
 cuda=0
 if [ "$1" = "--cuda" ]; then cuda=1; shift; fi
 prism=${1:?usage: test_cli.sh [--cuda] PRISM}
+case $prism in /*) ;; *) prism=$PWD/$prism ;; esac   # some cases run in another folder
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 failed=0
@@ -309,6 +310,51 @@ case $out in '{"model":"prism","task":"parity","seed":3,"steps":4,"metrics":{"ac
 expect 0 '"steps":6' train --out "$run" --resume --steps 6
 expect 2 "prism train: --resume takes the run's own config" train --out "$run" --resume --model gdn
 expect 2 "prism train: --resume needs --out DIR" train --resume
+# a run is never replaced by accident: a folder holding one needs --resume or --overwrite
+# shellcheck disable=SC2086
+expect 2 "prism train: --out $run holds a run: give --resume to continue it, --overwrite to replace it" train \
+    --model prism --task parity --steps 1 $tiny --out "$run"
+expect 2 "prism train: --resume continues the run in --out, --overwrite replaces it: give one" train --out "$run" \
+    --resume --overwrite
+expect 2 "prism train: --steps 2: the run in $run is at step 6 already; give a larger total" train --out "$run" \
+    --resume --steps 2
+expect 0 "the run in $run is at step 6, its total: nothing to train" train --out "$run" --resume
+# shellcheck disable=SC2086
+expect 0 '"steps":1' train --model prism --task parity --steps 1 $tiny --out "$run" --overwrite
+if [ -e "$run/ckpt-00000006.weights.safetensors" ]; then
+    echo "FAIL  --overwrite left the old run's checkpoint"; failed=$((failed + 1))
+fi
+# one train at a time in a folder; a lock left by a dead process is taken over
+if command -v flock >/dev/null; then
+    sh -c 'flock -n 9 && echo $$ >&9 && exec sleep 60' 9>"$run/.train.lock" &
+    holder=$!
+    until grep -q "$holder" "$run/.train.lock" 2>/dev/null; do sleep 0.1; done
+    expect 1 "prism train: $run is in use by another prism train (pid $holder)" train --out "$run" --resume --steps 2
+    kill "$holder"
+    wait "$holder" 2>/dev/null || true
+    sh -c 'exit 0' &
+    dead=$!
+    wait "$dead"
+    echo "$dead" >"$run/.train.lock"
+    expect 0 "taking over the lock of pid $dead, which is no longer running" train --out "$run" --resume --steps 2
+fi
+# the default folder is named after the model given, and a taken one is never reused
+mkdir -p "$tmp/home"
+cd "$tmp/home" || exit 1
+# shellcheck disable=SC2086
+expect 0 '"run_dir":"runs/sasrec-rec-s1"' train --model sasrec --task rec --steps 1 $tiny --set rec.negatives=4
+# shellcheck disable=SC2086
+expect 0 "runs/sasrec-rec-s1 holds a run; this one goes to runs/sasrec-rec-s1-2" train --model sasrec --task rec \
+    --steps 1 $tiny --set rec.negatives=4
+# shellcheck disable=SC2086
+expect 0 '"run_dir":"runs/attn-rec-s1"' train --model attn --task rec --steps 1 $tiny --set rec.negatives=4
+cd - >/dev/null || exit 1
+# exit codes: a file that cannot be read 1, a bad command line (option or value) 2
+expect 1 "prism train: $tmp/none.json: cannot open" train --config "$tmp/none.json"
+expect 2 "prism train: config: d_model 15 is not a multiple of n_heads 2" train --task parity --set d_model=15
+expect 2 "prism train: --out wants a folder, not ''" train --task parity --out ""
+expect 2 "prism train: --data is the lm task's text file; task parity does not read it" train --task parity \
+    --data "$tmp/none.txt"
 # shellcheck disable=SC2086
 expect 0 '"steps":1' train --model gdn --task parity --steps 1 $tiny --device cpu --out "$tmp/nested/runs/gdn"
 expect 2 "prism train: unknown task 'nosuch'" train --task nosuch
@@ -419,10 +465,19 @@ expect 0 "ablate grid: 4/4 cells done, 0 running  (0 run, 4 reused, 0 failed)" a
 expect 2 "prism ablate: --jobs wants an integer from 1 to 64, not '0'" ablate --grid "$g" --jobs 0
 # two ablates in one folder: the second is refused, naming the first's pid
 if command -v flock >/dev/null; then
-    (flock -n 9 && echo 4242 >&9 && exec sleep 60) 9>"$tmp/abl2/.ablate.lock" &
+    sh -c 'flock -n 9 && echo $$ >&9 && exec sleep 60' 9>"$tmp/abl2/.ablate.lock" &
     holder=$!
-    until grep -q 4242 "$tmp/abl2/.ablate.lock" 2>/dev/null; do sleep 0.1; done
-    expect 1 "prism ablate: $tmp/abl2 is in use by another prism ablate (pid 4242)" ablate --grid "$g" --out "$tmp/abl2"
+    until grep -q "$holder" "$tmp/abl2/.ablate.lock" 2>/dev/null; do sleep 0.1; done
+    expect 1 "prism ablate: $tmp/abl2 is in use by another prism ablate (pid $holder)" ablate --grid "$g" \
+        --out "$tmp/abl2"
+    kill "$holder"
+    wait "$holder" 2>/dev/null || true
+    # held by processes whose parent is gone: said
+    sh -c 'flock -n 9 && echo 4194304 >&9 && exec sleep 60' 9>"$tmp/abl2/.ablate.lock" &
+    holder=$!
+    until grep -q 4194304 "$tmp/abl2/.ablate.lock" 2>/dev/null; do sleep 0.1; done
+    expect 1 "(pid 4194304, no longer running: processes it started still hold the lock)" ablate --grid "$g" \
+        --out "$tmp/abl2"
     kill "$holder"
     wait "$holder" 2>/dev/null || true
 fi
@@ -445,13 +500,43 @@ expect 2 "the variants 'prism L=1' and 'prism-L-1' would share the run folder 'p
 expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --steps 6 --seeds 2 --out "$tmp/abl"
 file_has '"steps":	6' "$tmp/abl/prism/parity/s1/result.json"
 file_has '{"step":4,"loss"' "$tmp/abl/prism/parity/s1/metrics.jsonl"
-expect 1 "its checkpoint is at step 6, past --steps 5" ablate --grid "$g" --steps 5 --out "$tmp/abl"
+expect 1 "its checkpoint is at step 6, past the run's 5 steps" ablate --grid "$g" --steps 5 --out "$tmp/abl"
+# killing ablate ends its workers: no cell trains on without a table, and the folder is free again
+if command -v pgrep >/dev/null && [ "$(uname)" = Linux ]; then
+    "$prism" ablate --grid "$g" --steps 100000 --jobs 2 --out "$tmp/abl-kill" >/dev/null 2>&1 &
+    parent=$!
+    i=0; until [ "$(pgrep -P "$parent" | wc -l)" -ge 2 ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+    workers=$(pgrep -P "$parent")
+    kill -9 "$parent"
+    wait "$parent" 2>/dev/null
+    i=0; while [ $i -lt 50 ]; do
+        alive=0
+        for w in $workers; do kill -0 "$w" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        sleep 0.1; i=$((i + 1))
+    done
+    if [ -n "$workers" ] && [ $alive = 0 ]; then echo "ok    ablate's workers end with it"
+    else echo "FAIL  ablate's workers ($workers) outlived it"; failed=$((failed + 1)); fi
+fi
 expect 0 "usage: prism compare" compare --help
 expect 2 "prism compare: --models: 'nosuch' is not a mixer" compare --models prism,nosuch --task parity
 expect 2 "prism compare: --models a,b,... and --task TASK are required" compare --models prism
 # shellcheck disable=SC2086
 expect 0 "| gdn | " compare --models prism,gdn --task parity --steps 3 $tiny --device cpu --out "$tmp/cmp"
 file_has "model,acc,tokens_per_s,params,step arena peak MiB" "$tmp/cmp/compare.csv"
+# lm is judged by bits per byte in compare and ablate, as --help says (it reports acc too)
+# shellcheck disable=SC2086
+expect 0 "| model | bpb |" compare --models gdn --task lm --data "$tmp/text.txt" --steps 2 $tiny --out "$tmp/cmp-lm"
+printf '{"models":["gdn"],"tasks":["lm"],"seeds":1,"steps":2,"set":{"d_model":8,"seq_len":16,"train.batch":4,"train.eval_batches":1,"train.data":"%s"}}' \
+    "$tmp/text.txt" >"$tmp/lmgrid.json"
+expect 0 "| model | lm (bpb) |" ablate --grid "$tmp/lmgrid.json" --jobs 1 --out "$tmp/abl-lm"
+# sasrec: compare takes it as train does (on rec only)
+expect 2 "prism compare: --models sasrec: a rec model; give --task rec" compare --models sasrec --task parity
+# shellcheck disable=SC2086
+expect 0 "| sasrec | " compare --models sasrec,attn --task rec --steps 1 $tiny --set rec.negatives=4 --out "$tmp/cmp-rec"
+file_has "model,test_ndcg@10," "$tmp/cmp-rec/compare.csv"
+expect 2 "prism compare: --data is the lm task's text file; task parity does not read it" compare --models gdn \
+    --task parity --data "$tmp/text.txt"
 expect 0 "usage: prism bench throughput" bench throughput --help
 expect 0 "| gdn |" bench throughput --models prism,gdn --seq-lens 8,16 --tokens-per-batch 32 --preset probe \
     --set d_model=8 --steps 1 --warmup 0 --device cpu --out "$tmp/tp"

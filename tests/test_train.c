@@ -9,10 +9,20 @@
  * - the NaN trap: a NaN planted in one weight stops training at the next
  *   step, naming the first op that produced it, its layer and the step; no
  *   checkpoint is written after it.
+ * - metrics.jsonl stays whole JSON lines: a NaN evaluation is written as
+ *   null; a full disk stops the run naming the file and keeping the last
+ *   checkpoint; resume cuts it to whole lines and never pads it, whatever the
+ *   state's recorded length says;
+ * - a state whose step or counts are damaged is refused, not resumed;
+ * - one trainer at a time in a folder, and a fresh run refuses a folder that
+ *   holds a run unless told to replace it.
  */
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "tests/pr_test.h"
 #include "train/train.h"
@@ -167,6 +177,196 @@ static void test_nan_trap_names_the_op(void **state)
     assert_int_equal(step, 3);
 }
 
+/* every line of a metrics file is a JSON object; returns the last one (caller frees) */
+static cJSON *check_jsonl(const char *path)
+{
+    long n;
+    unsigned char *b = slurp(path, &n);
+    b[n] = 0;
+    assert_true(n > 0);
+    assert_int_equal(b[n - 1], '\n');
+    assert_null(memchr(b, 0, (size_t)n));   /* never padded */
+    cJSON *last = NULL;
+    for (char *line = (char *)b, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        *end = 0;
+        cJSON_Delete(last);
+        last = cJSON_Parse(line);
+        if (!cJSON_IsObject(last)) fail_msg("%s: not a JSON line: %s", path, line);
+    }
+    free(b);
+    return last;
+}
+
+static void plant_nan(const pr_config *c, const char *dir, int step)
+{
+    pr_err err;
+    char path[300];
+    pr_model *m = pr_model_new(c, PR_F32, PR_CPU);
+    snprintf(path, sizeof path, "%s/ckpt-%08d.weights.safetensors", dir, step);
+    assert_int_equal(pr_params_load(m->params, path, &err), 0);
+    pr_set(pr_params_find(m->params, "layers.1.mlp.w_up")->t, 5, NAN);
+    assert_int_equal(pr_params_save(m->params, path, &err), 0);
+    pr_model_free(m);
+}
+
+static void test_nan_evaluation_is_json_null(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    o.steps = 3;
+    pr_train_result res;
+    pr_err err;
+    char dir[256], path[300];
+    assert_int_equal(pr_train(&c, &o, run_dir(dir, sizeof dir, "naneval"), false, PR_CPU, &res, &err), 0);
+    plant_nan(&c, dir, 3);
+    /* at its total: nothing to train, the evaluation of the NaN weights is logged */
+    if (pr_train(&c, &o, dir, true, PR_CPU, &res, &err)) fail_msg("%s", err.msg);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    cJSON *last = check_jsonl(path);
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(last, "eval"), "loss");
+    assert_true(cJSON_IsNull(loss));
+    cJSON_Delete(last);
+}
+
+static void test_full_disk_stops_the_run(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    o.ckpt_every = 1;
+    o.log_every = 2;
+    pr_train_result res;
+    pr_err err;
+    char dir[256];
+    setenv("PRISM_TEST_METRICS_FILE", "/dev/full", 1);
+    int rc = pr_train(&c, &o, run_dir(dir, sizeof dir, "full"), false, PR_CPU, &res, &err);
+    unsetenv("PRISM_TEST_METRICS_FILE");
+    assert_int_equal(rc, -1);
+    if (!strstr(err.msg, "metrics.jsonl: cannot write: No space left on device; the run stops at step 2 (the last "
+                         "checkpoint, step 1, is kept)"))
+        fail_msg("message: %s", err.msg);
+    int64_t step = -1;
+    assert_int_equal(pr_checkpoint_latest(dir, &step, &err), 0);
+    assert_int_equal(step, 1);
+}
+
+/* rewrites the state of checkpoint `step` with s (weights and moments as they are) */
+static void rewrite_state(const pr_config *c, const pr_train_opts *o, const char *dir, int64_t step,
+                          void (*edit)(pr_train_state *))
+{
+    pr_err err;
+    pr_model *m = pr_model_new(c, PR_F32, PR_CPU);
+    pr_optim_opts oo = pr_train_optim_opts(o);
+    pr_optim *opt = pr_optim_new(m->params, &oo);
+    pr_train_state s;
+    if (pr_checkpoint_load(dir, step, m->params, opt, &s, &err)) fail_msg("%s", err.msg);
+    edit(&s);
+    assert_int_equal(pr_checkpoint_save(dir, m->params, opt, &s, &err), 0);
+    pr_optim_free(opt);
+    pr_model_free(m);
+}
+
+static void huge_metrics_bytes(pr_train_state *s) { s->metrics_bytes = (int64_t)1 << 40; }
+static void negative_data_pos(pr_train_state *s) { s->data_pos = -5; }
+
+static void test_resume_trims_metrics_whole_lines(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    o.log_every = 1;
+    pr_train_result res;
+    pr_err err;
+    char dir[256], path[300];
+    assert_int_equal(pr_train(&c, &o, run_dir(dir, sizeof dir, "trim"), false, PR_CPU, &res, &err), 0);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    /* shorter than the checkpoint says, cut inside a line: resumed after its last whole line */
+    assert_int_equal(truncate(path, st.st_size - 60), 0);
+    if (pr_train(&c, &o, dir, true, PR_CPU, &res, &err)) fail_msg("%s", err.msg);
+    cJSON_Delete(check_jsonl(path));
+    /* a damaged length: the file is never extended to it */
+    rewrite_state(&c, &o, dir, 6, huge_metrics_bytes);
+    if (pr_train(&c, &o, dir, true, PR_CPU, &res, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size < 4096);
+    cJSON_Delete(check_jsonl(path));
+}
+
+static void test_damaged_state_is_refused(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    pr_train_result res;
+    pr_err err;
+    char dir[256], a[300], b[300];
+    assert_int_equal(pr_train(&c, &o, run_dir(dir, sizeof dir, "damaged"), false, PR_CPU, &res, &err), 0);
+    /* a total below the checkpoint's step */
+    o.steps = 3;
+    assert_int_equal(pr_train(&c, &o, dir, true, PR_CPU, &res, &err), -1);
+    assert_non_null(strstr(err.msg, "its checkpoint is at step 6, past the run's 3 steps"));
+    o.steps = 6;
+    /* `latest` naming a step the state does not hold */
+    const char *what[] = {"weights", "state"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "%s/ckpt-00000006.%s.safetensors", dir, what[i]);
+        snprintf(b, sizeof b, "%s/ckpt-00000004.%s.safetensors", dir, what[i]);
+        assert_int_equal(link(a, b), 0);
+    }
+    snprintf(a, sizeof a, "%s/latest", dir);
+    assert_int_equal(pr_write_file_atomic(a, "4\n", &err), 0);
+    assert_int_equal(pr_train(&c, &o, dir, true, PR_CPU, &res, &err), -1);
+    assert_non_null(strstr(err.msg, "metadata train.step 6 and train.data_pos 6, but `latest` names step 4"));
+    assert_int_equal(pr_write_file_atomic(a, "6\n", &err), 0);
+    /* a negative count */
+    rewrite_state(&c, &o, dir, 6, negative_data_pos);
+    assert_int_equal(pr_train(&c, &o, dir, true, PR_CPU, &res, &err), -1);
+    assert_non_null(strstr(err.msg, "metadata train.data_pos: '-5' is not a count"));
+}
+
+static void test_one_trainer_per_folder(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    setup_config(&c, &o);
+    o.steps = 2;
+    pr_train_result res;
+    pr_err err;
+    char dir[256], path[300], who[64];
+    run_dir(dir, sizeof dir, "locked");
+    assert_int_equal(pr_train(&c, &o, dir, false, PR_CPU, &res, &err), 0);
+    /* a fresh run into it: refused, then replaced when asked */
+    assert_int_equal(pr_train(&c, &o, dir, false, PR_CPU, &res, &err), -1);
+    assert_non_null(strstr(err.msg, "holds a run: give --resume to continue it, --overwrite to replace it"));
+    o.overwrite = true;
+    assert_int_equal(pr_train(&c, &o, dir, false, PR_CPU, &res, &err), 0);
+    /* while another holds the folder, no trainer starts in it */
+    int fd = -1;
+    assert_int_equal(pr_dir_lock(dir, ".train.lock", "prism train", &fd, &err), 0);
+    assert_int_equal(pr_train(&c, &o, dir, false, PR_CPU, &res, &err), -1);
+    snprintf(who, sizeof who, "is in use by another prism train (pid %d)", (int)getpid());
+    if (!strstr(err.msg, who)) fail_msg("message: %s", err.msg);
+    pr_dir_unlock(fd, dir, ".train.lock");
+    /* a lock file left by a process that died: taken over */
+    snprintf(path, sizeof path, "%s/.train.lock", dir);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "%d\n", (int)dead);
+    fclose(f);
+    assert_int_equal(pr_train(&c, &o, dir, false, PR_CPU, &res, &err), 0);
+}
+
 static int make_root(void **state)
 {
     (void)state;
@@ -187,6 +387,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_then_resume_is_bit_identical),
         cmocka_unit_test(test_nan_trap_names_the_op),
+        cmocka_unit_test(test_nan_evaluation_is_json_null),
+        cmocka_unit_test(test_full_disk_stops_the_run),
+        cmocka_unit_test(test_resume_trims_metrics_whole_lines),
+        cmocka_unit_test(test_damaged_state_is_refused),
+        cmocka_unit_test(test_one_trainer_per_folder),
     };
     return cmocka_run_group_tests(tests, make_root, remove_root);
 }

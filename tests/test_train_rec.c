@@ -61,6 +61,7 @@ static void train_tiny(pr_config *c, const char *name)
 {
     pr_train_opts o;
     rec_opts(&o, 3);
+    o.overwrite = true;   /* test_mixers names some mixers twice (variants) */
     pr_train_result res;
     pr_err err;
     char dir[256];

@@ -20,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <cjson/cJSON.h>
 #ifdef PRISM_HAVE_OPENMP
@@ -193,19 +195,12 @@ static bool file_exists(const char *dir, const char *name)
     return access(path, F_OK) == 0;
 }
 
-/* the quality metric of a finished cell: the first of these it reports */
-static const char *quality_metric(const cJSON *metrics)
-{
-    const char *const *prefer = pr_grid_quality_metrics;
-    for (int i = 0; prefer[i]; i++)
-        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(metrics, prefer[i]))) return prefer[i];
-    return NULL;
-}
-
-/* a finished cell's result.json for `steps`; false when absent or for another
- * budget. *value is the metric `want` (NAN when the cell does not report it),
- * or with want NULL the cell's quality metric, named in *metric. */
-static bool read_result(const char *dir, int64_t steps, const char *want, const char **metric, double *value)
+/* a finished cell's result.json for `steps`; false when absent, for another
+ * budget or without the task's quality metric. *value is the metric `want`
+ * (NAN when the cell does not report it), or with want NULL the task's
+ * quality metric, named in *metric. */
+static bool read_result(const char *dir, int64_t steps, const char *task, const char *want, const char **metric,
+                        double *value)
 {
     char path[1200];
     pr_err err;
@@ -216,13 +211,12 @@ static bool read_result(const char *dir, int64_t steps, const char *want, const 
     free(text);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "steps");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "metrics");
-    const char *name = m ? quality_metric(m) : NULL;
-    bool ok = cJSON_IsNumber(st) && (int64_t)st->valuedouble == steps && name;
-    if (ok && want) {
-        const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, want);
-        *metric = want, *value = cJSON_IsNumber(w) ? w->valuedouble : NAN;
-    } else if (ok) {
-        *metric = name, *value = cJSON_GetObjectItemCaseSensitive(m, name)->valuedouble;
+    const char *quality = pr_grid_quality_metric(task);
+    bool ok = cJSON_IsNumber(st) && (int64_t)st->valuedouble == steps &&
+              cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(m, quality));
+    if (ok) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, want ? want : quality);
+        *metric = want ? want : quality, *value = cJSON_IsNumber(w) ? w->valuedouble : NAN;
     }
     cJSON_Delete(j);
     return ok;
@@ -266,6 +260,7 @@ typedef struct {
     bool draws;                      /* this process draws the progress line */
     bool tty;
     double t0, last_draw;
+    pid_t parent;                    /* with worker processes: the ablate that started them */
 } grid_run;
 
 static double now_s(void)
@@ -339,6 +334,7 @@ typedef struct {
 static void on_step(void *user, int64_t step, int64_t total)
 {
     step_watch *w = user;
+    if (w->r->parent && getppid() != w->r->parent) _exit(1);   /* where there is no PR_SET_PDEATHSIG */
     w->slot->total = total;
     w->slot->step = step;
     if (w->r->draws) draw(w->r, false);
@@ -357,7 +353,7 @@ static void run_cell(grid_run *r, int j, int i)
     const char *metric;
     double value;
     if (cell_open(r, i, dir, sizeof dir, &c, &o, &err)) goto failed;
-    if (read_result(dir, o.steps, NULL, &metric, &value)) {
+    if (read_result(dir, o.steps, o.task, NULL, &metric, &value)) {
         slot->cell = -1;
         r->board->reused++;
         if (r->draws) draw(r, true);
@@ -367,13 +363,11 @@ static void run_cell(grid_run *r, int j, int i)
     step_watch watch = {r, slot};
     o.on_step = on_step, o.on_step_user = &watch;
     pr_train_result res;
+    /* a cell with a checkpoint continues (the trainer refuses one past this
+     * budget: a table mixes no budgets); one without starts again */
     bool resume = file_exists(dir, "latest");
+    o.overwrite = !resume;
     if (pr_train(&c, &o, dir, resume, r->dev, &res, &err)) goto failed;
-    if (res.steps != o.steps) {  /* its checkpoint is past this budget: a table mixes no budgets */
-        pr_errf(&err, "its checkpoint is at step %lld, past --steps %lld (give another --out)", (long long)res.steps,
-                (long long)o.steps);
-        goto failed;
-    }
     if (write_result(dir, &res, &err)) goto failed;
     slot->cell = -1;
     r->board->ran++;
@@ -476,29 +470,13 @@ static int write_chart(const pr_grid_results *r, const char *root, const char *s
 
 /* One ablate at a time in a grid folder: two would train the same cells into
  * the same run directories. The lock lasts as long as this process or any
- * of its workers holds the file open; the file says who holds it. */
-static int lock_grid_folder(const char *root)
+ * of its workers (which die with it) holds the file open. */
+static int lock_grid_folder(const char *root, int *fd)
 {
     pr_err err;
-    if (pr_make_dirs(root, &err)) return fprintf(stderr, "prism ablate: %s\n", err.msg), -1;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/.ablate.lock", root);
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0) return fprintf(stderr, "prism ablate: %s: cannot open: %s\n", path, strerror(errno)), -1;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        char who[32] = {0};
-        ssize_t n = pread(fd, who, sizeof who - 1, 0);
-        who[n > 0 ? strcspn(who, "\n") : 0] = 0;
-        fprintf(stderr, "prism ablate: %s is in use by another prism ablate%s%s%s; wait for it to end or "
-                        "give another --out\n", root, who[0] ? " (pid " : "", who, who[0] ? ")" : "");
-        close(fd);
-        return -1;
-    }
-    char pid[32];
-    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    bool noted = ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)len, 0) == len;
-    (void)noted;   /* the pid only serves the message above */
-    return 0;      /* fd stays open until exit */
+    if (pr_make_dirs(root, &err) || pr_dir_lock(root, ".ablate.lock", "prism ablate", fd, &err))
+        return fprintf(stderr, "prism ablate: %s\n", err.msg), -1;
+    return 0;
 }
 
 /* ---- workers ----------------------------------------------------------------------- */
@@ -590,10 +568,22 @@ static void wait_for_workers(grid_run *r, const pid_t *pid)
     }
 }
 
+/* a worker has no use once the parent that draws the table is gone: it ends
+ * with it (SIGTERM, which a checkpoint's atomic writes survive), so a killed
+ * ablate leaves no workers training and no lock held */
+static void die_with_parent(pid_t parent)
+{
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+    if (getppid() != parent) _exit(1);   /* it died before the line above */
+}
+
 /* runs the grid's cells in r->jobs worker processes */
 static int run_parallel(grid_run *r, int ngpus)
 {
     pid_t pid[MAX_JOBS];
+    r->parent = getpid();
     fflush(NULL);  /* or each child would print the parent's buffered output again */
     for (int j = 0; j < r->jobs; j++) {
         pid[j] = fork();
@@ -604,6 +594,7 @@ static int run_parallel(grid_run *r, int ngpus)
             return -1;
         }
         if (pid[j] == 0) {
+            die_with_parent(r->parent);
             r->draws = false;
             if (r->dev == PR_CUDA) pick_gpu(j, ngpus);
             else share_cores(r->jobs);
@@ -630,7 +621,7 @@ static int dry_run(const grid_run *r)
         cell_label(r->g, i, label, sizeof label);
         if (cell_open(r, i, dir, sizeof dir, &c, &o, &err)) {
             snprintf(state, sizeof state, "bad config: %s", err.msg), bad++;
-        } else if (read_result(dir, o.steps, NULL, &metric, &value)) {
+        } else if (read_result(dir, o.steps, o.task, NULL, &metric, &value)) {
             snprintf(state, sizeof state, "done, %s %.4g", metric, value), done++;
         } else if (file_exists(dir, "latest")) {
             char path[1200], *text;
@@ -664,7 +655,7 @@ static int collect(const grid_run *r, double *value, pr_grid_results *res)
         const char *metric = NULL;
         value[i] = NAN;
         if (cell_open(r, i, dir, sizeof dir, &c, &o, &err) ||
-            !read_result(dir, o.steps, r->t->metric, &metric, &value[i]))
+            !read_result(dir, o.steps, o.task, r->t->metric, &metric, &value[i]))
             continue;
         int v, k, s;
         cell_axes(g, i, &v, &k, &s);
@@ -711,7 +702,8 @@ int pr_cmd_ablate(int argc, char **argv)
         grid_run dr = {.g = &g, .t = &t, .root = root, .n_cells = g.n_variants * g.n_tasks * g.seeds};
         return dry_run(&dr) ? 1 : 0;
     }
-    if (lock_grid_folder(root)) return 1;
+    int lock = -1;
+    if (lock_grid_folder(root, &lock)) return 1;
 
     int n_cells = g.n_variants * g.n_tasks * g.seeds;
     grid_board *board = mmap(NULL, sizeof *board, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -740,5 +732,6 @@ int pr_cmd_ablate(int argc, char **argv)
     printf("%d cells: %d run, %d reused, %d failed\n", n_cells, ran, reused, failed);
     free(value);
     munmap(board, sizeof *board);
+    pr_dir_unlock(lock, root, ".ablate.lock");
     return rc || failed ? 1 : 0;
 }

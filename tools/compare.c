@@ -37,7 +37,8 @@ static int split_models(pr_args *a, const char *list, char *buf, size_t n, const
     snprintf(buf, n, "%s", list);
     *count = 0;
     for (char *save = NULL, *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
-        if (!pr_mixer_by_name(s)) return pr_args_error(a, "--models: '%s' is not a mixer (prism model --help)", s), -1;
+        if (!pr_mixer_by_name(s) && strcmp(s, "sasrec"))
+            return pr_args_error(a, "--models: '%s' is not a mixer or sasrec (prism model --help)", s), -1;
         if (*count == MAX_MODELS) return pr_args_error(a, "--models: more than %d models", MAX_MODELS), -1;
         names[(*count)++] = s;
     }
@@ -64,9 +65,10 @@ static void compare_usage(FILE *f)
 {
     fprintf(f, "usage: prism compare --models a,b,... --task TASK [--steps N] [--seed S] [--set key=value]...\n"
                "                     [--data FILE] [--device auto|cpu|cuda] [--out DIR]\n\n"
-               "Trains each model on the task with the same config, data order, step budget and\n"
-               "seed (a run each in DIR/<model>, DIR defaulting to runs/compare-<task>), then prints\n"
-               "one table: the task's quality metric (probes: acc; rec: test_ndcg@10; lm: bpb), tokens/s,\n"
+               "Trains each model (a mixer, or sasrec on rec) on the task with the same config,\n"
+               "data order, step budget and seed (a run each in DIR/<model>, DIR defaulting to\n"
+               "runs/compare-<task>; a compare run again replaces them), then prints one table: the\n"
+               "task's quality metric (probes: acc; rec: test_ndcg@10; lm: bpb), tokens/s,\n"
                "parameters and peak memory (on the GPU the device allocator's peak; on the CPU the\n"
                "step arena's: activations, saved tensors and the tape). The table is also written to\n"
                "DIR/compare.md and DIR/compare.csv.\n");
@@ -79,34 +81,58 @@ typedef struct {
     bool ok;
 } compare_row;
 
-static const char *quality_name(const pr_metrics *m, double *value)
+/* the task's quality metric among a run's final metrics */
+static const char *quality_name(const pr_metrics *m, const char *task, double *value)
 {
-    const char *const *prefer = pr_grid_quality_metrics;
-    for (int k = 0; prefer[k]; k++)
-        for (int i = 0; i < m->n; i++)
-            if (strcmp(m->name[i], prefer[k]) == 0) return *value = m->value[i], prefer[k];
+    const char *want = pr_grid_quality_metric(task);
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->name[i], want) == 0) return *value = m->value[i], want;
     return *value = NAN, "-";
 }
 
-static void compare_row_run(compare_row *row, const pr_config *base, const pr_train_opts *o, const char *root,
-                            pr_device dev)
+/* what compare gives every model: the task's preset, the model, each --set, then the budget */
+typedef struct {
+    const char *task, *data, *const *sets;
+    int n_sets, steps;
+    uint64_t seed;
+} compare_setup;
+
+/* one model's config, in prism train's order; -1 with err */
+static int row_config(const compare_setup *s, const char *model, pr_config *c, pr_train_opts *o, pr_err *err)
 {
-    pr_config c = *base;
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    snprintf(o->task, sizeof o->task, "%s", s->task);
+    if (pr_task_preset(c, o, s->task, err) || pr_train_set_model(c, s->task, model, err) ||
+        apply_sets(c, o, s->sets, s->n_sets, err))
+        return -1;
+    if (s->steps) o->steps = s->steps;
+    if (s->data && strcmp(s->task, "lm"))
+        return pr_errf(err, "--data is the lm task's text file; task %s does not read it", s->task);
+    if (s->data) snprintf(o->data, sizeof o->data, "%s", s->data);
+    o->seed = (int64_t)s->seed, c->seed = (int)s->seed;
+    return pr_config_check(c, err);
+}
+
+static void compare_row_run(compare_row *row, const compare_setup *s, const char *root, pr_device dev)
+{
+    pr_config c;
+    pr_train_opts ro;
     pr_err err;
-    char kv[64], dir[1100];
-    snprintf(kv, sizeof kv, "mixer=%s", row->name);
+    char dir[1100];
     snprintf(dir, sizeof dir, "%s/%s", root, row->name);
+    ro.overwrite = true;   /* DIR/<model> holds this compare's run of the model: a new compare replaces it */
     pr_train_result res;
 #ifdef PRISM_HAVE_CUDA
     if (dev == PR_CUDA) pr_cuda_alloc_peak_reset();
 #endif
-    if (pr_config_set(&c, kv, &err) || pr_train(&c, o, dir, false, dev, &res, &err)) {
+    if (row_config(s, row->name, &c, &ro, &err) || pr_train(&c, &ro, dir, false, dev, &res, &err)) {
         fprintf(stderr, "prism compare: %s: %s\n", row->name, err.msg);
         return;
     }
     size_t cur, peak = res.step_peak_bytes;
     if (dev == PR_CUDA) pr_device_mem_stats(PR_CUDA, &cur, &peak);
-    row->metric = quality_name(&res.metrics, &row->quality);
+    row->metric = quality_name(&res.metrics, s->task, &row->quality);
     row->tokens_per_s = res.tokens_per_s;
     row->params = res.params;
     row->peak_mib = (double)peak / 1048576.0;
@@ -167,16 +193,17 @@ int pr_cmd_compare(int argc, char **argv)
     int n = 0;
     pr_device dev = PR_CPU;
     if (split_models(&a, models, buf, sizeof buf, names, &n)) return PR_EXIT_USAGE;
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], "sasrec") == 0 && strcmp(task, "rec"))
+            return pr_args_error(&a, "--models sasrec: a rec model; give --task rec");
     if (pick_device(&a, device, &dev)) return PR_EXIT_NO_GPU;
-    pr_config c = pr_config_default();
-    pr_train_opts o = pr_train_defaults();
-    pr_err err;
-    snprintf(o.task, sizeof o.task, "%s", task);
-    if (pr_task_preset(&c, &o, task, &err) || apply_sets(&c, &o, sets, n_sets, &err))
-        return pr_args_error(&a, "%s", err.msg);
-    if (steps) o.steps = steps;
-    if (data) snprintf(o.data, sizeof o.data, "%s", data);
-    o.seed = (int64_t)seed, c.seed = (int)seed;
+    compare_setup setup = {.task = task, .data = data, .sets = sets, .n_sets = n_sets, .steps = steps, .seed = seed};
+    for (int i = 0; i < n; i++) {   /* a bad --set fails before any model trains */
+        pr_config c;
+        pr_train_opts o;
+        pr_err err;
+        if (row_config(&setup, names[i], &c, &o, &err)) return pr_args_error(&a, "%s", err.msg);
+    }
     char root[1024];
     snprintf(root, sizeof root, "%s", out ? out : "runs/compare-");
     if (!out) snprintf(root + strlen(root), sizeof root - strlen(root), "%s", task);
@@ -186,7 +213,7 @@ int pr_cmd_compare(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         rows[i].name = names[i];
         fprintf(stderr, "prism compare: %s (%d of %d)\n", names[i], i + 1, n);
-        compare_row_run(&rows[i], &c, &o, root, dev);
+        compare_row_run(&rows[i], &setup, root, dev);
         failed += !rows[i].ok;
     }
     compare_table(stdout, rows, n, false, dev);

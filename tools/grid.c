@@ -62,7 +62,10 @@ static int scalar_text(const cJSON *it, char *out, size_t n)
     return 0;
 }
 
-const char *const pr_grid_quality_metrics[] = {"acc", "test_ndcg@10", "test_hit@10", "bpb", "loss", NULL};
+const char *pr_grid_quality_metric(const char *task)
+{
+    return strcmp(task, "lm") == 0 ? "bpb" : strcmp(task, "rec") == 0 ? "test_ndcg@10" : "acc";
+}
 
 int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err)
 {

@@ -46,9 +46,9 @@ typedef struct {
  * rec.negatives into the training options, any other key into the model's
  * config; -1 with err naming the key */
 int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err);
-/* the quality metric among a run's final metrics, by the first of: acc,
- * test_ndcg@10, test_hit@10, bpb, loss; NULL when it reports none of them */
-extern const char *const pr_grid_quality_metrics[];
+/* the metric a task's runs are judged by, as --help and the README promise:
+ * lm bpb (bits per byte), rec test_ndcg@10, a probe acc */
+const char *pr_grid_quality_metric(const char *task);
 
 /* names of the built-in grids, NULL-terminated */
 extern const char *const pr_grid_builtins[];

@@ -34,7 +34,8 @@ static void train_usage(FILE *f)
 {
     fprintf(f,
             "usage: prism train --model NAME --task TASK [--config F] [--set key=value]... [--steps N]\n"
-            "                   [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR] [--resume]\n"
+            "                   [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR]\n"
+            "                   [--resume | --overwrite]\n"
             "                   [--gpus N | --procs N] [--dist-file PATH] [--dist-timeout S] [--zero 0|1]\n"
             "                   [--bucket-mb MB]\n\n"
             "Trains a model on a task in a run directory (config.json, manifest.json, metrics.jsonl,\n"
@@ -45,14 +46,22 @@ static void train_usage(FILE *f)
             "--set seq_len=128 --steps 10000 for the others); lm sets vocab 256. Keys named\n"
             "train.<key> set the training options below;\n"
             "the others are the model's keys (prism model --help). --seed sets both the data seed\n"
-            "and the model's init seed. --out defaults to runs/<model>-<task>-s<seed>.\n"
+            "and the model's init seed. --data is the lm task's text file (rec reads rec.data).\n"
+            "--out defaults to runs/<model>-<task>-s<seed> with the --model given (sasrec runs are\n"
+            "runs/sasrec-rec-s1); when that folder holds a run already, the next free name\n"
+            "(runs/prism-parity-s1-2, -3, ...) is taken and said. A folder given with --out that\n"
+            "holds a run is refused: --resume continues it, --overwrite replaces it (its\n"
+            "checkpoints, metrics and config are removed first). One train at a time in a folder:\n"
+            "a second one is refused, naming the first one's pid.\n"
             "rec starts from the rec-small preset, 600 steps, on rec.data=synthetic (1000 users\n"
             "and items); rec.n_items comes from the data; --model sasrec is the sasrec preset at\n"
             "the task's seq_len. Its metrics are Hit@10/200/500, NDCG@10/200/500 and AUC over\n"
             "all items, on the validation (val_) and test (test_) item of every user.\n"
             "--resume continues the run in --out from its latest checkpoint with the run's own\n"
             "config (only --steps, the new total, and --device may be given with it); the result\n"
-            "is bit for bit the uninterrupted run's on the same device.\n\n"
+            "is bit for bit the uninterrupted run's on the same device. A total below the\n"
+            "checkpoint's step is refused; a run already at its total trains nothing, says so and\n"
+            "evaluates it.\n\n"
             "tasks: %s %s %s %s %s %s %s %s %s (probes), lm (--data FILE), rec\n\n"
             "training keys:\n",
             pr_probe_names[0], pr_probe_names[1], pr_probe_names[2], pr_probe_names[3], pr_probe_names[4],
@@ -82,7 +91,7 @@ typedef struct {
     int n_sets, device, steps_set, seed_set;
     int64_t steps;
     uint64_t seed;
-    bool resume;
+    bool resume, overwrite;
     /* data parallel */
     int gpus, procs, zero;       /* zero: -1 unset */
     double bucket_mb, dist_timeout;
@@ -97,6 +106,7 @@ static int parse_train(pr_args *a, train_args *t)
         if (pr_args_string(a, "--model", &t->model) || pr_args_string(a, "--task", &t->task) ||
             pr_args_string(a, "--config", &t->config) || pr_args_string(a, "--out", &t->out) ||
             pr_args_string(a, "--data", &t->data) || pr_args_flag(a, "--resume", &t->resume) ||
+            pr_args_flag(a, "--overwrite", &t->overwrite) ||
             pr_args_choice(a, "--device", devices, &t->device))
             continue;
         if (pr_args_string(a, "--set", &set)) {
@@ -123,6 +133,9 @@ static int parse_train(pr_args *a, train_args *t)
         return pr_args_unknown(a);
     }
     if (a->failed) return PR_EXIT_USAGE;
+    if (t->out && !t->out[0]) return pr_args_error(a, "--out wants a folder, not ''");
+    if (t->resume && t->overwrite)
+        return pr_args_error(a, "--resume continues the run in --out, --overwrite replaces it: give one");
     if (t->gpus && t->procs) return pr_args_error(a, "--gpus and --procs: give one (--gpus on CUDA, --procs on the CPU)");
     if (t->gpus && t->device == 1) return pr_args_error(a, "--gpus N runs on CUDA; --procs N trains on the CPU");
     if (t->procs && t->device == 2) return pr_args_error(a, "--procs N trains on the CPU; --gpus N runs on CUDA");
@@ -141,16 +154,9 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
     if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
     if (pr_task_preset(c, o, o->task, err) || (t->config && pr_run_config_load(c, o, t->config, err))) return -1;
     if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
-    if (t->model && strcmp(t->model, "sasrec") == 0) {
-        int seq_len = c->seq_len;   /* the task's length, not the preset's 200 */
-        if (strcmp(o->task, "rec")) return pr_errf(err, "--model sasrec: a rec model; give --task rec");
-        if (pr_config_preset(c, "sasrec", err)) return -1;
-        c->seq_len = seq_len;
-    } else {
-        char kv[96];
-        snprintf(kv, sizeof kv, "mixer=%s", t->model ? t->model : c->mixer);
-        if (pr_config_set(c, kv, err)) return -1;
-    }
+    char mixer[32];
+    snprintf(mixer, sizeof mixer, "%s", c->mixer);
+    if (pr_train_set_model(c, o->task, t->model ? t->model : mixer, err)) return -1;
     for (int i = 0; i < t->n_sets; i++) {
         /* rec.data and rec.negatives are training keys; rec.n_items is the model's */
         bool train_key = strncmp(t->sets[i], "train.", 6) == 0 || strncmp(t->sets[i], "rec.data=", 9) == 0 ||
@@ -159,8 +165,59 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
     }
     if (t->steps_set) o->steps = t->steps;
     if (t->seed_set) o->seed = (int64_t)t->seed, c->seed = (int)t->seed;
+    if (t->data && strcmp(o->task, "lm"))
+        return pr_errf(err, "--data is the lm task's text file; task %s does not read it%s", o->task,
+                       strcmp(o->task, "rec") ? "" : " (rec reads --set rec.data=amazon:FILE or yelp:FILE)");
     if (t->data) snprintf(o->data, sizeof o->data, "%s", t->data);
+    return pr_config_check(c, err);
+}
+
+/* the model as the user named it: sasrec is attention in SASRec's blocks */
+static const char *model_name(const train_args *t, const pr_config *c)
+{
+    if (t->model) return t->model;
+    return strcmp(c->block, "sasrec") == 0 ? "sasrec" : c->mixer;
+}
+
+/* the run folder: --out, refused when it holds a run and neither --resume nor
+ * --overwrite was given (2); else runs/<model>-<task>-s<seed>, or the next
+ * free name after it, said */
+static int pick_out(pr_args *a, const train_args *t, const pr_config *c, const pr_train_opts *o, char *out, size_t n)
+{
+    if (t->out) {
+        snprintf(out, n, "%s", t->out);
+        if (!t->resume && !t->overwrite && pr_run_exists(out))
+            return pr_args_error(a, "--out %s holds a run: give --resume to continue it, --overwrite to replace it, "
+                                    "or another --out", out);
+        return 0;
+    }
+    char base[1024];
+    mkdir("runs", 0755);
+    snprintf(base, sizeof base, "runs/%s-%s-s%lld", model_name(t, c), o->task, (long long)o->seed);
+    if (pr_run_free_name(out, n, base)) return pr_args_error(a, "every name from %s to %s-99999 holds a run", base, base);
+    if (strcmp(out, base)) fprintf(stderr, "%s: %s holds a run; this one goes to %s\n", a->cmd, base, out);
     return 0;
+}
+
+/* --resume: the run's config, the new total checked against its checkpoint */
+static int resume_config(pr_args *a, const train_args *t, pr_config *c, pr_train_opts *o)
+{
+    char path[1100];
+    pr_err err;
+    int64_t at = 0;
+    snprintf(path, sizeof path, "%s/config.json", t->out);
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    if (pr_run_config_load(c, o, path, &err)) return fail(a->cmd, err.msg);
+    if (t->steps_set) o->steps = t->steps;
+    if (pr_checkpoint_latest(t->out, &at, &err)) return fail(a->cmd, err.msg);
+    if (at > o->steps)
+        return pr_args_error(a, "--steps %lld: the run in %s is at step %lld already; give a larger total",
+                             (long long)o->steps, t->out, (long long)at);
+    if (at == o->steps)
+        fprintf(stderr, "%s: the run in %s is at step %lld, its total: nothing to train (give --steps N for a "
+                        "larger total); evaluating it\n", a->cmd, t->out, (long long)at);
+    return -1;
 }
 
 /* ---- several processes ------------------------------------------------------------ */
@@ -225,23 +282,25 @@ int pr_cmd_train(int argc, char **argv)
         if (t.model || t.task || t.config || t.n_sets || t.seed_set || t.data)
             return pr_args_error(&a, "--resume takes the run's own config: give only --out, --steps, --device "
                                      "and the data-parallel options");
-        char path[1100];
-        snprintf(path, sizeof path, "%s/config.json", t.out);
-        c = pr_config_default();
-        o = pr_train_defaults();
-        if (pr_run_config_load(&c, &o, path, &err)) return fail(cmd, err.msg);
-        if (t.steps_set) o.steps = t.steps;
-    } else if (resolve_config(&t, &c, &o, &err)) {
-        fprintf(stderr, "%s: %s\n", cmd, err.msg);
-        return PR_EXIT_USAGE;
+        if ((rc = resume_config(&a, &t, &c, &o)) >= 0) return rc;
+    } else {
+        char *text = t.config ? pr_read_text(t.config, &err) : NULL;   /* a file that cannot be read: 1 */
+        if (t.config && !text) return fail(cmd, err.msg);
+        free(text);
+        if (resolve_config(&t, &c, &o, &err)) {
+            fprintf(stderr, "%s: %s\n", cmd, err.msg);
+            return PR_EXIT_USAGE;
+        }
     }
     if (t.zero >= 0) o.zero = t.zero;
     if (t.bucket_mb > 0) o.bucket_mb = t.bucket_mb;
-    if (t.out) snprintf(out, sizeof out, "%s", t.out);
-    else {
-        mkdir("runs", 0755);
-        snprintf(out, sizeof out, "runs/%s-%s-s%lld", c.mixer, o.task, (long long)o.seed);
-    }
+    o.overwrite = t.overwrite;
+    /* the launcher picks the folder and hands it to its ranks; ranks started by
+     * mpirun or srun leave a folder that holds a run to the trainer, which refuses it */
+    const char *handed = getenv("PRISM_TRAIN_OUT");
+    if (env.world > 1) snprintf(out, sizeof out, "%s", t.out ? t.out : handed ? handed : "runs/unnamed");
+    else if (pick_out(&a, &t, &c, &o, out, sizeof out)) return PR_EXIT_USAGE;
+    if (launcher) setenv("PRISM_TRAIN_OUT", out, 1);
     if (launcher) return launch(&a, &t, &o, asked);
     if (asked && env.world > 1 && asked != env.world)
         return pr_args_error(&a, "--%s %d, but the launcher started %d ranks", t.gpus ? "gpus" : "procs", asked,

@@ -109,11 +109,17 @@ int pr_checkpoint_latest(const char *dir, int64_t *step, pr_err *err)
     return 0;
 }
 
+/* a count in the state's metadata: a whole decimal number >= 0 */
 static int meta_i64(const pr_safetensors *st, const char *file, const char *key, int64_t *out, pr_err *err)
 {
     const char *v = pr_safetensors_meta(st, key);
     if (!v) return pr_errf(err, "%s: metadata %s missing", file, key);
-    *out = atoll(v);
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno || x < 0)
+        return pr_errf(err, "%s: metadata %s: '%.40s' is not a count (the file is damaged)", file, key, v);
+    *out = x;
     return 0;
 }
 
@@ -139,6 +145,9 @@ int pr_checkpoint_load(const char *dir, int64_t step, pr_params *p, pr_optim *o,
     if (!rc && (!rng || sscanf(rng, "%llu %u", &sd, &sm) != 2))
         rc = pr_errf(err, "%s: metadata train.rng missing or malformed", state);
     if (!rc) s->rng = (pr_rng){.seed = sd, .stream = sm, .offset = (uint64_t)offset};
+    if (!rc && (s->step != step || s->data_pos != step))   /* the trainer's data position is its step */
+        rc = pr_errf(err, "%s: metadata train.step %lld and train.data_pos %lld, but `latest` names step %lld (the "
+                          "file is damaged)", state, (long long)s->step, (long long)s->data_pos, (long long)step);
     pr_arena_free(a);
     return rc ? -1 : 0;
 }

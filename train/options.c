@@ -271,3 +271,17 @@ int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err
     o->lr = 3e-3;
     return 0;
 }
+
+int pr_train_set_model(pr_config *c, const char *task, const char *model, pr_err *err)
+{
+    if (strcmp(model, "sasrec")) {
+        char kv[96];
+        snprintf(kv, sizeof kv, "mixer=%s", model);
+        return pr_config_set(c, kv, err);
+    }
+    int seq_len = c->seq_len;   /* the task's length, not the preset's 200 */
+    if (strcmp(task, "rec")) return pr_errf(err, "--model sasrec: a rec model; give --task rec");
+    if (pr_config_preset(c, "sasrec", err)) return -1;
+    c->seq_len = seq_len;
+    return 0;
+}

@@ -8,6 +8,7 @@
  * and the layer it belongs to. No checkpoint is written after that, so the
  * last good one stays. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,85 @@ static int write_config(const run *r, pr_err *err)
     return write_json_text(r, "config.json", pr_run_config_json(&r->cfg, &r->o), err);
 }
 
+/* ---- metrics.jsonl ------------------------------------------------------------------
+ * Every line is flushed as it is written and every write checked: a full disk
+ * or an I/O error stops the run with the reason, keeping the last checkpoint.
+ * Non-finite numbers are written as null, so every line stays valid JSON. */
+static const char *json_num(char buf[40], double v)
+{
+    if (!isfinite(v)) return "null";
+    snprintf(buf, 40, "%.9g", v);
+    return buf;
+}
+
+static int metrics_failed(const run *r, int e, pr_err *err)
+{
+    char kept[1200];
+    if (r->last_ckpt >= 0) snprintf(kept, sizeof kept, "the last checkpoint, step %lld, is kept", (long long)r->last_ckpt);
+    else snprintf(kept, sizeof kept, "no checkpoint was written before it");
+    return pr_errf(err, "%s/metrics.jsonl: cannot write: %s; the run stops at step %lld (%s)", r->dir,
+                   e ? strerror(e) : "write error", (long long)r->step, kept);
+}
+
+/* flushes what was written; -1 with err when any of it failed */
+static int metrics_flush(run *r, pr_err *err)
+{
+    bool bad = ferror(r->metrics);
+    errno = 0;
+    if (fflush(r->metrics) == 0 && !bad) return 0;
+    return metrics_failed(r, errno, err);
+}
+
+/* flushed and on the disk (before a checkpoint records its length) */
+static int metrics_sync(run *r, pr_err *err)
+{
+    if (metrics_flush(r, err)) return -1;
+    if (fsync(fileno(r->metrics)) == 0 || errno == EINVAL || errno == EROFS) return 0;  /* a device: nothing to sync */
+    return metrics_failed(r, errno, err);
+}
+
+/* metrics.jsonl as the checkpoint left it: cut to the bytes it had written
+ * and back to the end of its last whole line. A file shorter than that lost
+ * lines (a crash before they reached the disk): said, and never padded. */
+static int trim_metrics(const char *path, int64_t want, int64_t step, pr_err *err)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return pr_errf(err, "%s: cannot open: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) return close(fd), pr_errf(err, "%s: not a regular file", path);
+    off_t end = (off_t)want;
+    if (st.st_size < end) {
+        fprintf(stderr, "prism train: %s has %lld bytes, but the checkpoint of step %lld had written %lld: the "
+                        "lines after byte %lld are lost; resuming after its last whole line\n",
+                path, (long long)st.st_size, (long long)step, (long long)want, (long long)st.st_size);
+        end = st.st_size;
+    }
+    off_t cut = end;
+    char buf[4096];
+    while (cut > 0) {   /* back to just after the last newline before `end` */
+        size_t n = cut < (off_t)sizeof buf ? (size_t)cut : sizeof buf;
+        if (pread(fd, buf, n, cut - (off_t)n) != (ssize_t)n) {
+            int e = errno;
+            close(fd);
+            return pr_errf(err, "%s: cannot read: %s", path, strerror(e));
+        }
+        size_t i = n;
+        while (i > 0 && buf[i - 1] != '\n') i--;
+        cut -= (off_t)(n - i);
+        if (i > 0) break;
+    }
+    if (cut < end)
+        fprintf(stderr, "prism train: %s: dropped a partial line (bytes %lld to %lld)\n", path, (long long)cut,
+                (long long)end);
+    int rc = ftruncate(fd, cut) == 0 ? 0 : pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
 /* ---- setup and teardown ---------------------------------------------------------- */
 static void run_free(run *r)
 {
@@ -177,6 +257,8 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     char path[4200];
     path_in(path, sizeof path, r->dir, "metrics.jsonl");
     if (!r->root) snprintf(path, sizeof path, "/dev/null");   /* rank 0 alone writes the run directory */
+    /* tests only: PRISM_TEST_METRICS_FILE=/dev/full shows what a full disk does */
+    if (r->root && !resume && getenv("PRISM_TEST_METRICS_FILE")) snprintf(path, sizeof path, "%s", getenv("PRISM_TEST_METRICS_FILE"));
     if (!resume) {
         r->metrics = fopen(path, "w");
         if (!r->metrics) return pr_errf(err, "%s: cannot create: %s", path, strerror(errno));
@@ -186,11 +268,13 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     if (pr_checkpoint_latest(r->dir, &r->last_ckpt, err) ||
         pr_checkpoint_load(r->dir, r->last_ckpt, r->m->params, r->opt, &s, err))
         return -1;
+    if (s.step > r->o.steps)
+        return pr_errf(err, "%s: its checkpoint is at step %lld, past the run's %lld steps (train.steps); give a "
+                            "larger total or another --out", r->dir, (long long)s.step, (long long)r->o.steps);
     r->step = s.step;
     r->ctx->rng = s.rng;
     /* lines logged after the checkpoint are logged again by the resumed steps */
-    if (r->root && truncate(path, (off_t)s.metrics_bytes) != 0)
-        return pr_errf(err, "%s: cannot truncate: %s", path, strerror(errno));
+    if (r->root && trim_metrics(path, s.metrics_bytes, s.step, err)) return -1;
     r->metrics = fopen(path, "a");
     if (!r->metrics) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
     return 0;
@@ -227,8 +311,8 @@ static int save_checkpoint(run *r, pr_err *err)
     pr_optim *full = r->opt;
     if (r->owner && gather_optim(r, &full, err)) return -1;
     int rc = 0;
-    if (r->root) {
-        fflush(r->metrics);
+    if (r->root && metrics_sync(r, err)) rc = -1;
+    if (r->root && !rc) {
         pr_train_state s = {.step = r->step, .data_pos = r->step, .metrics_bytes = ftell(r->metrics),
                             .rng = r->ctx->rng};
         rc = pr_checkpoint_save(r->dir, r->m->params, full, &s, err);
@@ -327,12 +411,13 @@ static void evaluate(run *r, pr_metrics *out)
     pr_set_grad_enabled(r->ctx, grad);
 }
 
-static void log_eval(run *r, const pr_metrics *m)
+static int log_eval(run *r, const pr_metrics *m, pr_err *err)
 {
+    char num[40];
     fprintf(r->metrics, "{\"step\":%lld,\"eval\":{", (long long)r->step);
-    for (int i = 0; i < m->n; i++) fprintf(r->metrics, "%s\"%s\":%.9g", i ? "," : "", m->name[i], m->value[i]);
+    for (int i = 0; i < m->n; i++) fprintf(r->metrics, "%s\"%s\":%s", i ? "," : "", m->name[i], json_num(num, m->value[i]));
     fprintf(r->metrics, "}}\n");
-    fflush(r->metrics);
+    return metrics_flush(r, err);
 }
 
 /* ---- the progress line ------------------------------------------------------------ */
@@ -357,7 +442,7 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
             if (!bad[0]) return -1;
             if (tty) fputc('\n', stderr);
             fprintf(r->metrics, "{\"step\":%lld,\"nonfinite\":\"%s\"}\n", (long long)r->step + 1, bad);
-            fflush(r->metrics);
+            if (metrics_flush(r, err)) return -1;
             /* steps count from 1 in messages, as in the progress line */
             snprintf(res->nonfinite, sizeof res->nonfinite, "step %lld: %s", (long long)r->step + 1, bad);
             if (r->last_ckpt >= 0)
@@ -371,9 +456,11 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         double el = now_s() - t0, per = el / (double)(r->step - first);
         res->tokens_per_s = (double)r->task->tokens_per_batch / per;
         bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;
-        if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f}\n",
-                         (long long)r->step, st.loss, st.lr, st.grad_norm, res->tokens_per_s);
-        if (log) fflush(r->metrics);  /* a reader (or a crash) sees every logged step */
+        char n1[40], n2[40], n3[40];
+        if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f}\n",
+                         (long long)r->step, json_num(n1, st.loss), json_num(n2, st.lr), json_num(n3, st.grad_norm),
+                         res->tokens_per_s);
+        if (log && metrics_flush(r, err)) return -1;  /* a reader (or a crash) sees every logged step */
         if (!r->root) {
             /* the progress line is rank 0's */
         } else if (r->o.on_step) {
@@ -385,7 +472,7 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         if (r->o.eval_every && r->step % r->o.eval_every == 0 && r->step < r->o.steps) {
             pr_metrics m;
             evaluate(r, &m);
-            log_eval(r, &m);
+            if (log_eval(r, &m, err)) return -1;
         }
         if (r->o.ckpt_every && r->step % r->o.ckpt_every == 0 && r->step < r->o.steps && save_checkpoint(r, err))
             return -1;
@@ -409,12 +496,30 @@ int pr_make_dirs(const char *dir, pr_err *err)
     return pr_errf(err, "%s: cannot create the folder: %s", dir, strerror(errno));
 }
 
+#define RUN_LOCK ".train.lock"
+
+/* the folder, locked for this run; a fresh run refuses one that holds a run
+ * unless told to replace it */
+static int claim_run_dir(const char *dir, bool resume, bool overwrite, int *lock, pr_err *err)
+{
+    if (pr_make_dirs(dir, err) || pr_dir_lock(dir, RUN_LOCK, "prism train", lock, err)) return -1;
+    int rc = 0;
+    if (!resume && pr_run_exists(dir)) {
+        rc = overwrite ? pr_run_clear(dir, err)
+                       : pr_errf(err, "%s holds a run: give --resume to continue it, --overwrite to replace it, or "
+                                      "another --out", dir);
+    }
+    if (rc) pr_dir_unlock(*lock, dir, RUN_LOCK), *lock = -1;
+    return rc;
+}
+
 int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
              pr_train_result *res, pr_err *err)
 {
     memset(res, 0, sizeof *res);
     run r = {.cfg = *c, .o = *o, .dir = run_dir, .comm = o->comm, .root = !o->comm || o->comm->rank == 0};
-    if (r.root && pr_make_dirs(run_dir, err)) return -1;
+    int lock = -1;
+    if (r.root && claim_run_dir(run_dir, resume, o->overwrite, &lock, err)) return -1;
     int rc = open_task(&r, err);
     /* a resumed run keeps its manifest; its config records the new total of steps */
     if (!rc && r.root) rc = write_config(&r, err) || (!resume && write_manifest(&r, dev, err)) ? -1 : 0;
@@ -423,12 +528,13 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
     if (!rc) {
         evaluate(&r, &res->metrics);
-        log_eval(&r, &res->metrics);
+        rc = log_eval(&r, &res->metrics, err);
     }
     res->steps = r.step;
     res->params = r.m ? pr_params_count(r.m->params) : 0;
     res->step_peak_bytes = r.ctx ? pr_arena_peak(r.ctx->step) : 0;
     run_free(&r);
+    pr_dir_unlock(lock, run_dir, RUN_LOCK);
     return rc;
 }
 

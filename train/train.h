@@ -58,6 +58,9 @@ typedef struct {
      * the trainer's progress line (prism ablate draws one line for a grid) */
     void (*on_step)(void *user, int64_t step, int64_t total);
     void *on_step_user;
+    /* no key, not in config.json: a fresh run (resume false) may replace a
+     * run already in its folder (pr_run_clear); without it pr_train refuses */
+    bool overwrite;
 } pr_train_opts;
 /* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
@@ -78,6 +81,9 @@ int pr_run_config_load(pr_config *c, pr_train_opts *o, const char *path, pr_err 
  * (probes: the `probe` preset sized for a quick CPU run; lm: vocab 256); -1
  * with err naming the allowed tasks when the name is unknown */
 int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err);
+/* the model a command names: a mixer (mixer=NAME), or sasrec (the sasrec
+ * preset at the task's seq_len; rec only); -1 with err */
+int pr_train_set_model(pr_config *c, const char *task, const char *model, pr_err *err);
 /* whether a task name is known */
 bool pr_task_known(const char *task);
 
@@ -123,6 +129,23 @@ int pr_checkpoint_latest(const char *dir, int64_t *step, pr_err *err);
 int pr_checkpoint_load(const char *dir, int64_t step, pr_params *p, pr_optim *o, pr_train_state *s, pr_err *err);
 /* text written atomically (temp, fsync, rename, fsync the directory) */
 int pr_write_file_atomic(const char *path, const char *text, pr_err *err);
+
+/* ---- run directories (train/rundir.c) ------------------------------------------
+ * One writer per folder: pr_dir_lock takes an flock on DIR/name and writes
+ * its pid there; a second process is refused (-1, err naming the folder, the
+ * holder `holder` ("prism train") and its pid); a lock file left by a dead
+ * pid is taken over with a note on stderr. The lock lasts until
+ * pr_dir_unlock (which removes the file) or until every process holding fd
+ * ends. */
+int pr_dir_lock(const char *dir, const char *name, const char *holder, int *fd, pr_err *err);
+void pr_dir_unlock(int fd, const char *dir, const char *name);
+/* whether dir holds a run (config.json, latest or metrics.jsonl) */
+bool pr_run_exists(const char *dir);
+/* removes a run's files from dir: latest first, then metrics, result,
+ * config, manifest and checkpoints; other files stay */
+int pr_run_clear(const char *dir, pr_err *err);
+/* base, or base-2, base-3, ... : the first that holds no run; -1 when none is free */
+int pr_run_free_name(char *out, size_t n, const char *base);
 
 /* ---- the loop (train/train.c) --------------------------------------------------- */
 typedef struct {
