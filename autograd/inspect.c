@@ -1,4 +1,6 @@
 /* autograd/inspect.c: the tape as text and as Graphviz DOT. */
+#include <stdlib.h>
+
 #include "autograd/autograd.h"
 
 static void tensor_label(const pr_tensor *t, char *buf, size_t n)
@@ -28,8 +30,30 @@ void pr_tape_dump(const pr_ctx *ctx, FILE *f)
     }
 }
 
+/* a leaf's DOT id: its rank among the leaves in tape order, so two runs of the
+ * same graph give the same file (an address would differ every run) */
+typedef struct {
+    const pr_tensor **t;
+    int n, cap;
+} leaf_ids;
+
+static int leaf_id(leaf_ids *ids, const pr_tensor *t, bool *first)
+{
+    for (int i = 0; i < ids->n; i++)
+        if (ids->t[i] == t) return *first = false, i;
+    if (ids->n == ids->cap) {
+        ids->cap = ids->cap ? 2 * ids->cap : 64;
+        ids->t = realloc(ids->t, sizeof *ids->t * (size_t)ids->cap);
+        PR_CHECK(ids->t, "tape dot: out of host memory");
+    }
+    ids->t[ids->n] = t;
+    *first = true;
+    return ids->n++;
+}
+
 void pr_tape_dot(const pr_ctx *ctx, FILE *f)
 {
+    leaf_ids ids = {0};
     fprintf(f, "digraph tape {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n");
     for (int p = 0; p < ctx->n_tape; p++) {
         const pr_node *n = &ctx->tape[p];
@@ -39,12 +63,16 @@ void pr_tape_dot(const pr_ctx *ctx, FILE *f)
             if (!t) continue;
             char buf[160];
             tensor_label(t, buf, sizeof buf);
-            if (t->tape_pos >= 0 && t->tape_pos < p)
+            if (t->tape_pos >= 0 && t->tape_pos < p) {
                 fprintf(f, "  op%d -> op%d [label=\"%s\"];\n", t->tape_pos, p, buf);
-            else
-                fprintf(f, "  t%p [shape=ellipse, label=\"%s\"];\n  t%p -> op%d;\n", (const void *)t, buf,
-                        (const void *)t, p);
+                continue;
+            }
+            bool first;
+            int id = leaf_id(&ids, t, &first);
+            if (first) fprintf(f, "  leaf%d [shape=ellipse, label=\"%s\"];\n", id, buf);
+            fprintf(f, "  leaf%d -> op%d;\n", id, p);
         }
     }
     fprintf(f, "}\n");
+    free(ids.t);
 }

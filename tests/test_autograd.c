@@ -205,6 +205,36 @@ static void test_inspection(void **state)
     pr_ctx_free(ctx);
 }
 
+/* the same graph built twice, at other addresses, gives the same DOT: node
+ * ids are tape positions, not pointers; a leaf used twice is one node */
+static void dot_of_graph(char *buf, size_t n, pr_arena *keep)
+{
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *x = leaf(keep, (double[]){1, 2, 3}, 3);
+    x->name = "x";
+    pr_backward(ctx, pr_sum_all(ctx, pr_mul(ctx, pr_silu(ctx, x), x)));
+    memset(buf, 0, n);
+    FILE *f = fmemopen(buf, n, "w");
+    pr_tape_dot(ctx, f);
+    fclose(f);
+    pr_ctx_free(ctx);
+}
+
+static void test_dot_is_stable(void **state)
+{
+    (void)state;
+    pr_arena *a = pr_arena_new("a", 0), *b = pr_arena_new("b", 0);
+    char one[2048], two[2048];
+    dot_of_graph(one, sizeof one, a);
+    dot_of_graph(two, sizeof two, b);
+    assert_string_equal(one, two);
+    assert_non_null(strstr(one, "leaf0 [shape=ellipse, label=\"x:[3]\"];\n  leaf0 -> op0;"));
+    assert_non_null(strstr(one, "leaf0 -> op1;"));
+    assert_null(strstr(one, "leaf1"));
+    pr_arena_free(a);
+    pr_arena_free(b);
+}
+
 /* the op profiler counts each op once per pass, by scope without the layer number */
 static void test_profile(void **state)
 {
@@ -351,7 +381,8 @@ int main(void)
         cmocka_unit_test(test_second_backward_same_tape),
         cmocka_unit_test(test_reshape_shares_grad), cmocka_unit_test(test_passes_share_an_intermediate),
         cmocka_unit_test(test_no_grad), cmocka_unit_test(test_gradcheck_fails_on_nan),
-        cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection), cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_step_arena_release), cmocka_unit_test(test_inspection), cmocka_unit_test(test_dot_is_stable),
+        cmocka_unit_test(test_profile),
         cmocka_unit_test(test_gradcheck_catches_errors), cmocka_unit_test(test_mixed_devices_and_dtypes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -221,6 +221,9 @@ expect 0 "layers.1.mixer.w_k.1" inspect --model prism --steps 3 --csv "$tmp/g.cs
 file_has "</svg>" "$tmp/g.svg"
 file_has "step,loss,embed," "$tmp/g.csv"
 expect 0 "recurrence" inspect --model gdn --tape - --dot "$tmp/t.dot"
+# the same tape, the same file: node ids are tape positions, not addresses
+expect 0 "recurrence" inspect --model gdn --tape - --dot "$tmp/t2.dot"
+same_file "$tmp/t.dot" "$tmp/t2.dot"
 file_has "digraph tape" "$tmp/t.dot"
 expect 0 "dumped " inspect --model linattn --steps 2 --dump 1 --dump-file "$tmp/d.safetensors"
 printf 'the quick brown fox jumps over the lazy dog, again and again and again.\n' >"$tmp/text"
