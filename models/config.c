@@ -49,12 +49,22 @@ static const key_info keys[] = {
     {"ignore_index", KEY_INT, F(ignore_index), "-100", "-2147483647..2147483647", "target id left out of the loss"},
     {"seed", KEY_INT, F(seed), "1", "0..2147483647", "init seed (with each parameter's path)"},
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "0..10", "std of weights and embeddings at init"},
-    {"prism.L", KEY_INT, F(prism_L), "2", "0..8", "PRISM refinement writes; 0 is Gated DeltaNet"},
+    {"prism.form", KEY_CHOICE, F(prism_form), "paper", "paper|augmented",
+     "PRISM layer: paper (Algorithm 1: every projection from the anchor U, write = first refinement) or "
+     "augmented (Gated DeltaNet plus L extra refinement writes); docs/PRISM.md"},
+    {"prism.L", KEY_INT, F(prism_L), "2", "0..8", "PRISM refinement steps; 0 is Gated DeltaNet (both forms)"},
     {"prism.chunk", KEY_INT, F(prism_chunk), "32", "0..4096",
      "recurrence chunk size of PRISM with L >= 1 (L = 0 runs gdn with `chunk`); 0: per-token form"},
     {"prism.gelu", KEY_BOOL, F(prism_gelu), "true", "true|false", "GELU on each refinement (off: p * r)"},
     {"prism.shortconv", KEY_BOOL, F(prism_shortconv), "true", "true|false", "ShortConv on the anchor u"},
     {"prism.gain", KEY_BOOL, F(prism_gain), "true", "true|false", "gain predictor p (off: p = 1)"},
+    {"prism.knorm", KEY_BOOL, F(prism_knorm), "true", "true|false",
+     "L2-normalize each refinement key k_l (and q in form paper); off: the paper read literally"},
+    {"prism.proj_rank", KEY_INT, F(prism_proj_rank), "0", "0..65536",
+     "rank of the refinement projections W_k, W_p: 0 full, r > 0 factorised in -> r -> out"},
+    {"prism.conv_width", KEY_INT, F(prism_conv_width), "0", "0..64", "width of the anchor's ShortConv; 0: conv_width"},
+    {"prism.a_bias", KEY_FLOAT, F(prism_a_bias), "3", "-20..20",
+     "form paper: init of the decay's bias b_a (a = sigmoid(b_a) at init: 0.95 for 3)"},
     {"prism.beta_bias", KEY_FLOAT, F(prism_beta_bias), "0", "-20..20",
      "init of each refinement strength's bias: strength sigmoid(b) at init"},
     {"gdn.gate", KEY_BOOL, F(gdn_gate), "true", "true|false", "gated output norm in gdn and prism"},
@@ -301,6 +311,12 @@ int pr_config_check(const pr_config *c, pr_err *err)
     if (!c->head_dim && c->d_model % c->n_heads)
         return pr_errf(err, "config: d_model %d is not a multiple of n_heads %d (or set head_dim)", c->d_model,
                        c->n_heads);
+    if (strcmp(c->mixer, "prism") == 0 && strcmp(c->prism_form, "paper") == 0 && c->prism_L > 0 &&
+        (int64_t)c->n_heads * pr_config_value_dim(c) != c->d_model)
+        return pr_errf(err, "config: prism.form=paper needs n_heads * V = d_model (its residual v - U subtracts the "
+                            "anchor U [D] from v [H*V]); got n_heads %d * V %lld != d_model %d (set head_dim=0 and "
+                            "gdn.expand_v=1, or prism.form=augmented)",
+                       c->n_heads, (long long)pr_config_value_dim(c), c->d_model);
     int64_t di = (int64_t)c->mamba2_expand * c->d_model;
     if (strcmp(c->mixer, "mamba2") == 0 && di % c->mamba2_head_dim)
         return pr_errf(err, "config: mamba2.head_dim %d does not divide mamba2.expand * d_model = %lld",

@@ -34,8 +34,12 @@ typedef struct pr_config {
     int seed;
     double init_std;
     int prism_L, prism_chunk;   /* prism_chunk: prism_core's chunk (L >= 1) */
-    bool prism_gelu, prism_shortconv, prism_gain;
-    double prism_beta_bias;   /* init of b_beta (the refinement strengths' bias) */
+    char prism_form[16];        /* "paper" (Algorithm 1) or "augmented" (gdn plus refinement writes) */
+    bool prism_gelu, prism_shortconv, prism_gain, prism_knorm;
+    int prism_proj_rank;        /* 0: full W_k, W_p; r > 0: factorised through r */
+    int prism_conv_width;       /* the anchor's ShortConv width; 0: conv_width */
+    double prism_beta_bias;     /* init of b_beta (the refinement strengths' bias) */
+    double prism_a_bias;        /* form paper: init of the decay's bias b_a (a = sigmoid(b_a) at init) */
     bool gdn_gate, deltanet_gate;
     int gdn_expand_v;
     int mamba2_expand, mamba2_head_dim, mamba2_d_state, mamba2_n_groups;

@@ -211,10 +211,14 @@ expect 2 "prism data rec: unknown option '--bogus' (prism data rec --help lists 
 expect 0 "usage: prism inspect" inspect --help
 expect 2 "prism inspect: --model NAME or --run DIR is required" inspect
 expect 0 '"rank_layers":2,"rank_max_possible":1,"rank_hist":[0,512]}' inspect --model gdn --rank
-expect 0 '"rank_max_possible":3,"rank_hist":[0,0,0,512]}' inspect --model prism --set prism.L=2 --rank
-# without gain and GELU the second refinement is r - r = 0: rank 2, not 3
-expect 0 '"rank_hist":[0,0,512,0]}' inspect --model prism --set prism.gain=false --set prism.gelu=false --rank
-expect 0 '"rank_max_possible":2,"rank_hist":[0,0,512]}' inspect --model prism --set prism.L=1 --rank
+# form paper: the write is the L refinement steps (rank L); form augmented adds them to gdn's write (L + 1)
+expect 0 '"rank_max_possible":2,"rank_hist":[0,0,512]}' inspect --model prism --set prism.L=2 --rank
+expect 0 '"rank_max_possible":1,"rank_hist":[0,512]}' inspect --model prism --set prism.L=1 --rank
+expect 0 '"rank_max_possible":3,"rank_hist":[0,0,0,512]}' inspect --model prism --set prism.form=augmented --set prism.L=2 --rank
+# without gain and GELU the second refinement is r - r = 0: one rank less in either form
+expect 0 '"rank_hist":[0,512,0]}' inspect --model prism --set prism.gain=false --set prism.gelu=false --rank
+expect 0 '"rank_hist":[0,0,512,0]}' inspect --model prism --set prism.form=augmented --set prism.gain=false --set prism.gelu=false --rank
+expect 0 '"rank_max_possible":2,"rank_hist":[0,0,512]}' inspect --model prism --set prism.form=augmented --set prism.L=1 --rank
 expect 0 '"rank_hist":[0,256]}' inspect --model mamba2 --rank
 expect 0 "ttt_linear has no linear recurrence" inspect --model ttt_linear --rank
 expect 0 "layers.1.mixer.w_k.1" inspect --model prism --steps 3 --csv "$tmp/g.csv" --plot "$tmp/g.svg"
@@ -250,7 +254,7 @@ expect 0 "run $tmp/ra: prism on parity, from the checkpoint of step 3" inspect -
     --csv "$tmp/ra.csv"
 loss=$(sed -n 3p "$tmp/ra.csv" | cut -d, -f2)   # step 4 (0-based): the run's line "step":5
 file_has "{\"step\":5,\"loss\":$loss," "$tmp/rb/metrics.jsonl"
-expect 0 '"rank_max_possible":3,' inspect --run "$tmp/ra" --rank
+expect 0 '"rank_max_possible":2,' inspect --run "$tmp/ra" --rank
 expect 2 "prism inspect: --run DIR takes the run's model, data and optimizer" inspect --run "$tmp/ra" --model gdn
 expect 2 "prism inspect: --run DIR takes the run's model, data and optimizer" inspect --run "$tmp/ra" --lr 1
 expect 1 "prism inspect: $tmp/nowhere/config.json: cannot open" inspect --run "$tmp/nowhere"

@@ -9,7 +9,10 @@
  * kernels alone land near 2e-4, a layer stacks a few of them). The CUDA
  * decoding (prefix, then token by token) must equal the CUDA whole sequence,
  * and the LM's loss and gradients must match the CPU's, as must SASRec's
- * sampled-negative loss and gradients (dropout off). Skips without a GPU.
+ * sampled-negative loss and gradients (dropout off). PRISM's paper form has
+ * cases of its own at odd sizes: D = 15 with 3 heads of 5, or one head of 7, T = 37
+ * against chunks of 8 and 32, L = 1..3, factorised projections, knorm off,
+ * the anchor without its conv. Skips without a GPU.
  */
 #include "tests/test_models_util.h"
 
@@ -52,12 +55,8 @@ static int check_noise(const char *what, const char *name, const pr_tensor *got,
     return !(worst <= atol);
 }
 
-static int layer_case(int i)
+static int layer_case_of(pr_config c)
 {
-    pr_config c = test_config(i, 20, 3, 8, 32);
-    c.init_std = 0.2;
-    if (strcmp(c.mixer, "mamba2") == 0) c.mamba2_head_dim = 10, c.mamba2_d_state = 12;
-    if (strcmp(c.mixer, "ttt_linear") == 0) c.ttt_mini_batch = 16;
     pr_err err;
     if (pr_config_check(&c, &err)) fail_msg("%s", err.msg);
     const int64_t B = 3, T = 37;
@@ -86,6 +85,38 @@ static int layer_case(int i)
     test_layer_free(&dev);
     pr_ctx_free(ctx);
     return fails;
+}
+
+static int layer_case(int i)
+{
+    pr_config c = test_config(i, 20, 3, 8, 32);
+    c.init_std = 0.2;
+    if (strcmp(c.mixer, "mamba2") == 0) c.mamba2_head_dim = 10, c.mamba2_d_state = 12;
+    if (strcmp(c.mixer, "ttt_linear") == 0) c.ttt_mini_batch = 16;
+    return layer_case_of(c);
+}
+
+/* PRISM form paper at awkward sizes: D = 15 in 3 heads of 5 (the paper form needs
+ * V = D / H), and one head of 7; T = 37 is no multiple of the chunks 8 and 32 */
+static void test_cuda_prism_paper(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    static const struct { int D, H, chunk; const char *sets[4]; } cases[] = {
+        {15, 3, 8, {"prism.L=2"}},
+        {15, 3, 32, {"prism.L=3", "prism.proj_rank=4", "prism.conv_width=5"}},
+        {15, 3, 8, {"prism.L=1", "prism.knorm=off"}},
+        {7, 1, 8, {"prism.L=2", "prism.shortconv=off", "prism.gain=off", "prism.gelu=off"}},
+    };
+    int fails = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pr_config c = test_config(TEST_PRISM_PAPER, cases[i].D, cases[i].H, 0, cases[i].chunk);
+        c.init_std = 0.2, c.prism_chunk = cases[i].chunk;
+        pr_err err;
+        for (int j = 0; j < 4 && cases[i].sets[j]; j++) assert_int_equal(pr_config_set(&c, cases[i].sets[j], &err), 0);
+        fails += layer_case_of(c);
+    }
+    assert_int_equal(fails, 0);
 }
 
 static void test_cuda_layers(void **state)
@@ -176,6 +207,7 @@ int main(void)
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_layers),
+        cmocka_unit_test(test_cuda_prism_paper),
         cmocka_unit_test(test_cuda_lm),
         cmocka_unit_test(test_cuda_sasrec),
     };

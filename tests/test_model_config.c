@@ -192,6 +192,7 @@ static void test_keyed_init_models(void **state)
     pr_config c2 = pr_config_default(), c1;
     pr_err err;
     assert_int_equal(pr_config_preset(&c2, "probe", &err), 0);
+    assert_int_equal(pr_config_set(&c2, "prism.form=augmented", &err), 0);
     c1 = c2;
     c1.prism_L = 1;
     pr_model *m2 = pr_model_new(&c2, PR_F32, PR_CPU), *m1 = pr_model_new(&c1, PR_F32, PR_CPU);
@@ -227,6 +228,47 @@ static void test_keyed_init_models(void **state)
     pr_model_free(m3);
     pr_model_free(m1);
     pr_model_free(m2);
+}
+
+/* form paper: the decay's bias is prism.a_bias, the gains' bias 1, the anchor's conv
+ * U(-1/sqrt(W), 1/sqrt(W)) with W = prism.conv_width; factorised W_k, W_p with proj_rank */
+static void test_paper_form_init(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_preset(&c, "probe", &err), 0);
+    assert_string_equal(c.prism_form, "paper");
+    assert_int_equal(pr_config_set(&c, "prism.a_bias=2.5", &err), 0);
+    assert_int_equal(pr_config_set(&c, "prism.conv_width=5", &err), 0);
+    assert_int_equal(pr_config_set(&c, "prism.proj_rank=3", &err), 0);
+    pr_model *m = pr_model_new(&c, PR_F32, PR_CPU);
+    pr_model_init(m);
+    const pr_tensor *a = pr_params_find(m->params, "layers.0.mixer.a_bias")->t;
+    for (int64_t i = 0; i < a->numel; i++) assert_true(pr_get(a, i) == 2.5);
+    const pr_tensor *bp = pr_params_find(m->params, "layers.1.mixer.b_p.1")->t;
+    for (int64_t i = 0; i < bp->numel; i++) assert_true(pr_get(bp, i) == 1.0);
+    const pr_tensor *u = pr_params_find(m->params, "layers.0.mixer.u_conv")->t;
+    assert_int_equal(u->shape[0], 16);
+    assert_int_equal(u->shape[1], 5);
+    for (int64_t i = 0; i < u->numel; i++) assert_true(fabs(pr_get(u, i)) <= 1 / sqrt(5.0));
+    assert_int_equal(pr_params_find(m->params, "layers.0.mixer.w_k.1.down")->t->shape[1], 3);
+    assert_int_equal(pr_params_find(m->params, "layers.0.mixer.w_p.0.up")->t->shape[0], 3);
+    assert_null(pr_params_find(m->params, "layers.0.mixer.w_k.0"));
+    assert_null(pr_params_find(m->params, "layers.0.mixer.k_proj"));   /* no gdn path in form paper */
+    pr_model_free(m);
+
+    /* the residual v - U needs n_heads * V = d_model */
+    c = pr_config_default();
+    assert_int_equal(pr_config_set(&c, "head_dim=8", &err), 0);
+    assert_int_equal(pr_config_check(&c, &err), -1);
+    assert_non_null(strstr(err.msg, "prism.form=paper needs n_heads * V = d_model"));
+    assert_int_equal(pr_config_set(&c, "prism.form=augmented", &err), 0);
+    assert_int_equal(pr_config_check(&c, &err), 0);
+    assert_int_equal(pr_config_set(&c, "prism.form=paper", &err), 0);
+    assert_int_equal(pr_config_set(&c, "prism.L=0", &err), 0);   /* L = 0 is gdn: any sizes */
+    assert_int_equal(pr_config_check(&c, &err), 0);
+    expect_error(pr_config_set(&c, "prism.form=Paper", &err), &err, "'prism.form' (not one of the choices; allowed: paper|augmented)");
 }
 
 /* the recurrence's chunk: `chunk` for every rule but PRISM's, which takes prism.chunk */
@@ -270,7 +312,7 @@ static void test_checkpoint_roundtrip(void **state)
     snprintf(g.mixer, sizeof g.mixer, "gdn");
     pr_model *m = pr_model_new(&g, PR_F32, PR_CPU);
     assert_int_equal(pr_params_save(m->params, path, &err), 0);
-    expect_error(pr_params_load(b->params, path, &err), &err, "no tensor 'layers.0.mixer.u_proj'");
+    expect_error(pr_params_load(b->params, path, &err), &err, "no tensor 'layers.0.mixer.u_conv'");
     pr_config w = c;
     w.d_model = 32;
     pr_model *wide = pr_model_new(&w, PR_F32, PR_CPU);
@@ -301,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_keyed_init_independence),
         cmocka_unit_test(test_keyed_init_models),
+        cmocka_unit_test(test_paper_form_init),
         cmocka_unit_test(test_recurrence_chunk),
         cmocka_unit_test(test_checkpoint_roundtrip),
     };

@@ -1,10 +1,11 @@
 /* tests/test_models.c: the layers and models on the CPU.
  *
  * - float64 gradcheck of every layer (its input and every parameter), of
- *   the PRISM switches (gelu, shortconv, gain off; L = 1), and of the LM
- *   around a layer (LayerNorm + GELU MLP + untied head; RMSNorm + SwiGLU + tied);
- * - the prism layer with L = 0 and the gdn layer: the same paths, and
- *   bit-identical outputs and gradients in f32 from the same seed;
+ *   the PRISM switches (gelu, shortconv, gain, knorm off; L = 1) in both
+ *   forms, and of the LM around a layer (LayerNorm + GELU MLP + untied head;
+ *   RMSNorm + SwiGLU + tied; prism in both forms);
+ * - the prism layer with L = 0 in both forms and the gdn layer: the same
+ *   paths, and bit-identical outputs and gradients in f32 from the same seed;
  * - every layer: the whole sequence equals a prefix then token-by-token
  *   decoding with the carried state; the LM does too, with its state kept
  *   across step resets;
@@ -49,13 +50,14 @@ static void test_gradcheck_layers(void **state)
 static void test_gradcheck_prism_switches(void **state)
 {
     (void)state;
-    const char *sets[] = {"prism.gelu=off", "prism.shortconv=off", "prism.gain=off", "prism.L=1"};
-    for (int i = 0; i < 4; i++) {
-        pr_config c = test_config(0, 6, 2, 4, 4);
-        pr_err err;
-        assert_int_equal(pr_config_set(&c, sets[i], &err), 0);
-        gradcheck_layer(&c);
-    }
+    const char *sets[] = {"prism.gelu=off", "prism.shortconv=off", "prism.gain=off", "prism.L=1", "prism.knorm=off"};
+    for (int form = 0; form < 2; form++)
+        for (int i = 0; i < 5; i++) {
+            pr_config c = test_config(form ? TEST_PRISM_PAPER : 0, 6, 2, 4, 4);
+            pr_err err;
+            assert_int_equal(pr_config_set(&c, sets[i], &err), 0);
+            gradcheck_layer(&c);
+        }
     pr_config c = test_config(4, 6, 2, 4, 4);  /* linear attention's other feature maps */
     snprintf(c.linattn_feature_map, sizeof c.linattn_feature_map, "elu");
     gradcheck_layer(&c);
@@ -75,9 +77,12 @@ static void test_gradcheck_lm(void **state)
 {
     (void)state;
     const char *variants[][3] = {{"norm=layernorm", "mlp=gelu", "tie_embeddings=false"},
-                                 {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"}};
-    for (int v = 0; v < 2; v++) {
-        pr_config c = test_config(1, 6, 2, 4, 4);
+                                 {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"},
+                                 {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"},
+                                 {"norm=layernorm", "mlp=gelu", "tie_embeddings=false"}};
+    const int mixer[] = {1, 1, 0, TEST_PRISM_PAPER};   /* gdn twice, prism augmented, prism paper */
+    for (int v = 0; v < 4; v++) {
+        pr_config c = test_config(mixer[v], 6, 2, 4, 4);
         c.vocab = 7;
         pr_err err;
         for (int j = 0; j < 3; j++) assert_int_equal(pr_config_set(&c, variants[v][j], &err), 0);
@@ -87,19 +92,21 @@ static void test_gradcheck_lm(void **state)
         gc_ids = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(2, 5), ((const int64_t[]){1, 4, 6, 0, 2, 3, 3, 5, 1, 0}));
         gc_model = m;
         pr_ctx *ctx = pr_ctx_new(1);
-        gradcheck_params(ctx, variants[v][0], m->params, &(pr_example){.apply = apply_lm}, 10);
+        char what[96];
+        snprintf(what, sizeof what, "%s lm, %s", test_mixers[mixer[v]].name, variants[v][0]);
+        gradcheck_params(ctx, what, m->params, &(pr_example){.apply = apply_lm}, 10);
         pr_ctx_free(ctx);
         pr_arena_free(a);
         pr_model_free(m);
     }
 }
 
-/* ---- prism L = 0 is gdn ------------------------------------------------------------ */
-static void test_prism_l0_is_gdn(void **state)
+/* ---- prism L = 0 is gdn, in both forms ---------------------------------------------------- */
+static void prism_l0_is_gdn(const char *form)
 {
-    (void)state;
     pr_config cp = test_config(0, 16, 2, 8, 8), cg = cp;
     cp.prism_L = 0;
+    snprintf(cp.prism_form, sizeof cp.prism_form, "%s", form);
     snprintf(cg.mixer, sizeof cg.mixer, "gdn");
     test_layer lp = test_layer_new(&cp, PR_F32, PR_CPU), lg = test_layer_new(&cg, PR_F32, PR_CPU);
     assert_int_equal(lp.params->n, lg.params->n);
@@ -124,6 +131,13 @@ static void test_prism_l0_is_gdn(void **state)
     pr_ctx_free(ctx);
     test_layer_free(&lp);
     test_layer_free(&lg);
+}
+
+static void test_prism_l0_is_gdn(void **state)
+{
+    (void)state;
+    prism_l0_is_gdn("augmented");
+    prism_l0_is_gdn("paper");
 }
 
 /* ---- whole sequence == prefix + token-by-token decoding ------------------------------- */
@@ -159,10 +173,9 @@ static void test_decode_equals_whole(void **state)
 }
 
 /* the LM: logits of a whole sequence == prefill + decoding, the state kept across resets */
-static void test_lm_decode_with_resets(void **state)
+static void lm_decode_with_resets(int mixer)
 {
-    (void)state;
-    pr_config c = test_config(0, 8, 2, 4, 4);
+    pr_config c = test_config(mixer, 8, 2, 4, 4);
     c.n_layers = 2;
     pr_model *m = pr_model_new(&c, PR_F64, PR_CPU);
     pr_model_init(m);
@@ -206,6 +219,13 @@ static void test_lm_decode_with_resets(void **state)
     pr_arena_free(keep);
     pr_ctx_free(ctx);
     pr_model_free(m);
+}
+
+static void test_lm_decode_with_resets(void **state)
+{
+    (void)state;
+    lm_decode_with_resets(0);                  /* prism, form augmented */
+    lm_decode_with_resets(TEST_PRISM_PAPER);   /* prism, form paper */
 }
 
 /* ---- training: a few SGD steps lower the loss ------------------------------------------ */

@@ -7,12 +7,13 @@
 #include "tests/pr_test.h"
 #include "models/models.h"
 
-/* every mixer the registry knows, with its test-size overrides */
+/* every mixer the registry knows, with its test-size overrides; prism in both
+ * forms (entry 0 is form augmented, the paper form's entries come last) */
 static const struct {
     const char *name;
     const char *sets[6];
 } test_mixers[] = {
-    {"prism", {"prism.L=2"}},
+    {"prism", {"prism.form=augmented", "prism.L=2"}},
     {"gdn", {NULL}},
     {"mamba2", {"mamba2.expand=2", "mamba2.head_dim=3", "mamba2.d_state=5", "mamba2.n_groups=2"}},
     {"deltanet", {"deltanet.gate=true"}},
@@ -23,8 +24,12 @@ static const struct {
     {"attn", {"attn.kv_heads=1"}},
     {"mamba", {"mamba.expand=2", "mamba.d_state=3", "mamba.dt_rank=2"}},
     {"gdn", {"gdn.expand_v=2"}},
-    {"prism", {"prism.L=1", "gdn.expand_v=2"}},
+    {"prism", {"prism.form=augmented", "prism.L=1", "gdn.expand_v=2"}},
+    {"prism", {"prism.form=paper", "prism.L=2"}},
+    {"prism", {"prism.form=paper", "prism.L=1", "prism.knorm=off"}},
+    {"prism", {"prism.form=paper", "prism.L=3", "prism.proj_rank=2", "prism.conv_width=2"}},
 };
+#define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))
 
 /* a tiny config for mixer i: D 6, 2 heads of 4, conv 3, chunk 4, weights N(0, 0.5)
@@ -42,6 +47,12 @@ static inline pr_config test_config(int i, int d_model, int n_heads, int head_di
         int rc = pr_config_set(&c, test_mixers[i].sets[j], &err);
         if (rc) fprintf(stderr, "  %s\n", err.msg);
         assert_int_equal(rc, 0);
+    }
+    /* the paper form subtracts the anchor U [D] from v [H*V]: V = D / H, and one
+     * head where H does not divide D */
+    if (strcmp(c.mixer, "prism") == 0 && strcmp(c.prism_form, "paper") == 0) {
+        c.head_dim = 0, c.gdn_expand_v = 1;
+        if (c.d_model % c.n_heads) c.n_heads = 1;
     }
     return c;   /* checked where it is built: callers may change sizes first */
 }
