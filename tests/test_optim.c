@@ -94,14 +94,14 @@ static void test_decay_mask_of_a_model(void **state)
     int decayed = 0;
     for (int i = 0; i < m->params->n; i++) {
         const char *path = m->params->p[i].path;
-        /* in this model: the matrices decay, vectors (norms, biases, A_log, dt_bias) and the embedding not */
+        /* in this model: the matrices decay, vectors (norms, biases, the decay's bias a_bias) and the embedding not */
         bool want = m->params->p[i].t->ndim >= 2 && strcmp(path, "embed") != 0;
         if (want != pr_optim_decays(o, i)) fail_msg("%s: decay %d, want %d", path, pr_optim_decays(o, i), want);
         decayed += pr_optim_decays(o, i);
     }
     assert_true(decayed > 0);
     assert_false(pr_optim_decays(o, (int)(pr_params_find(m->params, "embed") - m->params->p)));
-    assert_false(pr_optim_decays(o, (int)(pr_params_find(m->params, "layers.0.mixer.A_log") - m->params->p)));
+    assert_false(pr_optim_decays(o, (int)(pr_params_find(m->params, "layers.0.mixer.a_bias") - m->params->p)));
     assert_true(pr_optim_decays(o, (int)(pr_params_find(m->params, "layers.0.mixer.q_proj") - m->params->p)));
     pr_optim_free(o);
     pr_model_free(m);
