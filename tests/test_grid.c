@@ -87,7 +87,7 @@ static void test_builtins(void **state)
     assert_int_equal(grid.n_variants, 10);
     assert_int_equal(grid.n_tasks, 9);
     assert_int_equal(pr_grid_load(&grid, "prism-ablation", &err), 0);
-    assert_int_equal(grid.n_variants, 6);
+    assert_int_equal(grid.n_variants, 7);
     assert_int_equal(pr_grid_load(&grid, "nosuch", &err), -1);
     assert_non_null(strstr(err.msg, "unknown grid 'nosuch'"));
     assert_int_equal(pr_grid_load(&grid, "/nonexistent/g.json", &err), -1);
@@ -126,10 +126,20 @@ static void test_keep(void **state)
     assert_int_equal(grid.n_variants, 2);
     assert_string_equal(grid.variant[0].name, "prism");
     assert_string_equal(grid.variant[1].name, "prism L=1");
-    assert_string_equal(grid.variant[1].set[1], "prism.L=1");
+    assert_string_equal(grid.variant[0].set[1], "prism.form=paper");
+    assert_string_equal(grid.variant[1].set[2], "prism.L=1");
     assert_int_equal(grid.n_tasks, 2);
     assert_string_equal(grid.task[0], "parity");
     assert_string_equal(grid.task[1], "rec");
+    /* table3: the same variants on rec alone, every one in form paper but the last */
+    assert_int_equal(pr_grid_load(&grid, "table3", &err), 0);
+    assert_int_equal(grid.n_variants, 7);
+    assert_int_equal(grid.n_tasks, 1);
+    assert_string_equal(grid.task[0], "rec");
+    assert_int_equal(grid.seeds, 3);
+    for (int v = 0; v < 6; v++) assert_string_equal(grid.variant[v].set[1], "prism.form=paper");
+    assert_string_equal(grid.variant[5].set[2], "prism.L=0");
+    assert_string_equal(grid.variant[6].set[1], "prism.form=augmented");
     assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
     assert_int_equal(pr_grid_keep(&grid, NULL, "mux", &err), 0);
     assert_int_equal(grid.n_variants, 10);

@@ -18,6 +18,18 @@
 #define ALL_PROBES "\"mqar\",\"poly_recall\",\"var_tracking\",\"local_xor\",\"parity\",\"mod_add\",\"palindrome\"," \
                    "\"silence_gate\",\"mux\""
 
+/* the paper's ablations (its Table 3), all in form paper, named by the switch
+ * that makes them; L=0 (the Gated DeltaNet layer) and form augmented beside */
+#define PRISM_VARIANT(name, sets) "{\"name\":\"" name "\",\"set\":{\"mixer\":\"prism\"" sets "}}"
+#define PRISM_ABLATIONS                                                                  \
+    PRISM_VARIANT("prism", ",\"prism.form\":\"paper\"") ","                              \
+    PRISM_VARIANT("prism L=1", ",\"prism.form\":\"paper\",\"prism.L\":1") ","             \
+    PRISM_VARIANT("prism gelu=off", ",\"prism.form\":\"paper\",\"prism.gelu\":false") ","  \
+    PRISM_VARIANT("prism shortconv=off", ",\"prism.form\":\"paper\",\"prism.shortconv\":false") "," \
+    PRISM_VARIANT("prism gain=off", ",\"prism.form\":\"paper\",\"prism.gain\":false") ","  \
+    PRISM_VARIANT("prism L=0", ",\"prism.form\":\"paper\",\"prism.L\":0") ","             \
+    PRISM_VARIANT("prism form=augmented", ",\"prism.form\":\"augmented\"")
+
 /* a built-in grid: its axes in the grid file format, and a line for --help on
  * what it is for (the axes themselves are described from the parsed grid) */
 typedef struct { const char *name, *json, *purpose; } builtin_grid;
@@ -27,16 +39,13 @@ typedef struct { const char *name, *json, *purpose; } builtin_grid;
 static const builtin_grid builtins[] = {
     {"probe", "{\"models\":[" ALL_MIXERS "],\"tasks\":[" ALL_PROBES "],\"seeds\":3}",
      "the paper's Table 4, extended to every mixer"},
-    {"prism-ablation",
-     "{\"variants\":["
-     "{\"name\":\"prism\",\"set\":{\"mixer\":\"prism\"}},"
-     "{\"name\":\"prism L=0\",\"set\":{\"mixer\":\"prism\",\"prism.L\":0}},"
-     "{\"name\":\"prism L=1\",\"set\":{\"mixer\":\"prism\",\"prism.L\":1}},"
-     "{\"name\":\"prism gelu off\",\"set\":{\"mixer\":\"prism\",\"prism.gelu\":false}},"
-     "{\"name\":\"prism shortconv off\",\"set\":{\"mixer\":\"prism\",\"prism.shortconv\":false}},"
-     "{\"name\":\"prism gain off\",\"set\":{\"mixer\":\"prism\",\"prism.gain\":false}}],"
-     "\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}",
-     "the paper's Table 3: what each part of PRISM is worth"},
+    {"prism-ablation", "{\"variants\":[" PRISM_ABLATIONS "],\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}",
+     "the paper's ablations (Table 3) in form paper: full (L=2), L=1 (w/o iterative refinement), gelu=off "
+     "(w/o non-linearity), shortconv=off (w/o ShortConv anchor), gain=off (w/o gain predictor); L=0 (Gated "
+     "DeltaNet) and form=augmented beside them"},
+    {"table3", "{\"variants\":[" PRISM_ABLATIONS "],\"tasks\":[\"rec\"],\"seeds\":3}",
+     "the paper's Table 3 (rec): the prism-ablation variants on the rec task; tabulate test_hit@200, "
+     "test_hit@500 and test_auc with --metric"},
     /* every mixer in the rec model, and SASRec (the `sasrec` preset, at the task's length) */
     {"rec", "{\"models\":[" ALL_MIXERS "],\"variants\":[{\"name\":\"sasrec\",\"set\":{\"mixer\":\"attn\","
             "\"block\":\"sasrec\",\"d_model\":50,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\","
@@ -50,7 +59,7 @@ static const builtin_grid builtins[] = {
      "the paper's claim in one table, in minutes on two CPU cores"},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
-const char *const pr_grid_builtins[] = {"probe", "prism-ablation", "rec", "quick", NULL};
+const char *const pr_grid_builtins[] = {"probe", "prism-ablation", "table3", "rec", "quick", NULL};
 
 /* a JSON scalar as the text `key=value` wants */
 static int scalar_text(const cJSON *it, char *out, size_t n)
