@@ -4,8 +4,8 @@
  * 1..n_items (0 is padding and never an item). The split is leave-one-out:
  * a user's last item is the test target, the second-to-last the validation
  * target, the rest is training. Data comes from a seeded synthetic generator
- * (the default) or from the Amazon 2014 ratings CSV and Yelp review.json
- * loaders, which apply the paper's filter. Metrics rank the held-out item
+ * (the default) or from the Amazon ratings CSVs and review JSON lines and
+ * Yelp review.json, loaded with the paper's filter. Metrics rank the held-out item
  * against every item. Nothing here depends on models/ or the trainer. */
 #ifndef PR_TASKS_REC_H
 #define PR_TASKS_REC_H
@@ -71,29 +71,60 @@ pr_rec_synth_opts pr_rec_synth_default(uint64_t seed);
 pr_rec_data pr_rec_synth(pr_rec_synth_opts o);
 
 /* ---- the loaders ------------------------------------------------------------
- * Amazon 2014 ratings CSV: lines `user,item,rating,timestamp` (string ids,
- * numeric rating, integer unix time), no header. Yelp review.json: one JSON
- * object per line with user_id, business_id and date "YYYY-MM-DD HH:MM:SS".
- * Each user's items are sorted by time, ties kept in file order; users are
- * numbered in order of first appearance, then the filter runs. Blank lines
- * are ignored. A malformed line is an error (-1, err = "FILE:LINE: field
- * ...: what is wrong") unless skip_bad, which skips it, counts it in
- * n_bad and keeps the first one's message in first_bad: a real dump with
- * a damaged line should not lose hours of loading, but it must not pass
- * unnoticed either. */
+ * The formats, by the name rec.data and `prism data rec --file` give them
+ * (NAME:FILE):
+ *   amazon2014   Amazon 2014 ratings CSV: user,item,rating,timestamp
+ *   amazon2018   Amazon 2018 ratings CSV: item,user,rating,timestamp
+ *   amazon-json  Amazon 5-core review JSON lines: reviewerID, asin, unixReviewTime
+ *   yelp         Yelp review.json lines: user_id, business_id, date "YYYY-MM-DD HH:MM:SS"
+ *   amazon       detected from the first lines: JSON lines by their keys, a
+ *                CSV by a header naming its columns (user/reviewerID,
+ *                item/asin, rating, ...) or by reviewer ids ('A' + 11 or
+ *                more of [0-9A-Z]) in one column and ASINs (10 of them) in
+ *                the other on every sampled line; anything else is refused
+ *                with a message naming the formats (the two CSVs differ only
+ *                in the order of their columns).
+ * Ids are strings, times integers (the date's YYYYMMDDHHMMSS for Yelp). A
+ * CSV's first line naming the fields is a header (refused when it names
+ * them in the other format's order). Each user's items are sorted by time,
+ * ties kept in file order; users are numbered in order of first appearance,
+ * then the filter runs. Blank lines are ignored. A malformed line is an
+ * error (-1, err = "FILE:LINE: field ...: what is wrong") unless skip_bad,
+ * which skips it, counts it in n_bad and keeps the first one's message in
+ * first_bad: a real dump with a damaged line should not lose hours of
+ * loading, but it must not pass unnoticed either. A line longer than
+ * max_line or a file longer than max_bytes is an error (0: the defaults),
+ * so a device or a binary file cannot make the loader read forever. */
+typedef enum { PR_REC_DETECT, PR_REC_AMAZON2014, PR_REC_AMAZON2018, PR_REC_AMAZON_JSON, PR_REC_YELP } pr_rec_format;
+extern const char *const pr_rec_format_names[];   /* by pr_rec_format, NULL-terminated */
+#define PR_REC_MAX_LINE ((size_t)1 << 20)
+#define PR_REC_MAX_BYTES ((int64_t)16 << 30)
 typedef struct {
     pr_rec_filter_opts filter;
     bool skip_bad;
+    size_t max_line;
+    int64_t max_bytes;
 } pr_rec_load_opts;
 typedef struct {
     int64_t n_lines, n_bad;         /* lines read (blank ones included), malformed lines skipped */
     int64_t n_raw_users, n_raw_items, n_raw_interactions;   /* before the filter */
+    pr_rec_format format;           /* the one read (detected for PR_REC_DETECT) */
     char first_bad[512];
 } pr_rec_load_report;
+/* "NAME:FILE" with NAME one of pr_rec_format_names: 0, else -1 */
+#define PR_REC_DATA_CHOICES "synthetic, synthetic:full, amazon:FILE (detected), amazon2014:FILE, amazon2018:FILE, " \
+                            "amazon-json:FILE or yelp:FILE"
+int pr_rec_format_of(const char *spec, pr_rec_format *fmt, const char **file);
+int pr_rec_load(const char *path, pr_rec_format fmt, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep,
+                pr_err *err);
+/* the amazon2014 and yelp formats */
 int pr_rec_load_amazon(const char *path, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep,
                        pr_err *err);
 int pr_rec_load_yelp(const char *path, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep,
                      pr_err *err);
+/* what training and leave-one-out evaluation need: a user, 2 items, and 3
+ * interactions for every user; -1 with err naming the counts (what: the source) */
+int pr_rec_check_trainable(const pr_rec_data *d, const char *what, pr_err *err);
 
 /* ---- batches ----------------------------------------------------------------
  * pr_rec_order: a permutation of 0..n-1 from (seed, epoch), the training order.

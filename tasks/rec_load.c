@@ -1,7 +1,11 @@
-/* tasks/rec_load.c: the Amazon 2014 ratings CSV and Yelp review.json
- * loaders. Both read a line at a time into (user, item, time) records with
- * string ids numbered by first appearance, sort each user's records by time
- * (file order breaks ties), build the dataset and apply the filter. */
+/* tasks/rec_load.c: the recommendation data loaders: Amazon ratings CSVs
+ * (2014: user,item,rating,timestamp; 2018: item,user,rating,timestamp), the
+ * Amazon 5-core review JSON lines and Yelp review.json. Each reads a line at
+ * a time (lines and the file bounded, so a device or a damaged file cannot
+ * make it read forever) into (user, item, time) records with string ids
+ * numbered by first appearance, sorts each user's records by time (file order
+ * breaks ties), builds the dataset and applies the filter. The format is
+ * named, or detected from the content and refused when it cannot be told. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -92,7 +96,7 @@ static int by_user_time_seq(const void *pa, const void *pb)
 
 static pr_rec_data build(record_list *l, int n_users, int n_items)
 {
-    qsort(l->r, (size_t)l->n, sizeof *l->r, by_user_time_seq);
+    if (l->n) qsort(l->r, (size_t)l->n, sizeof *l->r, by_user_time_seq);   /* an empty file has no array */
     pr_rec_data d = {.n_users = n_users, .n_items = n_items, .n_interactions = l->n};
     d.start = calloc((size_t)n_users + 1, sizeof *d.start);
     d.items = calloc((size_t)(l->n ? l->n : 1), sizeof *d.items);
@@ -126,9 +130,21 @@ static bool parse_i64(const char *s, int64_t *out)
     return true;
 }
 
-/* `user,item,rating,timestamp`; a first line naming the fields is a header */
-static int parse_amazon(char *line, parsed *p, char *why, size_t n)
+static bool one_of(const char *s, const char *const *names)
 {
+    for (; *names; names++)
+        if (strcmp(s, *names) == 0) return true;
+    return false;
+}
+static const char *const user_fields[] = {"user", "user_id", "reviewerID", NULL};
+static const char *const item_fields[] = {"item", "item_id", "asin", "parent_asin", NULL};
+
+/* A ratings CSV whose user id is field user_col (0 or 1) and whose item id is
+ * the other of the first two; a first line naming the fields is a header,
+ * refused when it names them the other way round. */
+static int parse_ratings_csv(char *line, parsed *p, char *why, size_t n, int user_col)
+{
+    const char *layout = user_col == 0 ? "user,item,rating,timestamp" : "item,user,rating,timestamp";
     char *field[4];
     int count = 0;
     for (char *s = line;; s++) {
@@ -138,11 +154,14 @@ static int parse_amazon(char *line, parsed *p, char *why, size_t n)
         if (!s) break;
         *s = 0;
     }
-    if (count != 4)
-        return snprintf(why, n, "expected 4 comma-separated fields (user,item,rating,timestamp), found %d", count),
-               -1;
-    if (p->line == 1 && strcmp(field[2], "rating") == 0) return 1;
-    static const char *const names[4] = {"user", "item", "rating", "timestamp"};
+    if (count != 4) return snprintf(why, n, "expected 4 comma-separated fields (%s), found %d", layout, count), -1;
+    if (p->line == 1 && strcmp(field[2], "rating") == 0) {
+        if (one_of(field[user_col], item_fields) || one_of(field[1 - user_col], user_fields))
+            return snprintf(why, n, "the header names %s,%s: that is the %s layout, not %s", field[0], field[1],
+                            user_col == 0 ? "amazon2018 (item,user,...)" : "amazon2014 (user,item,...)", layout), -1;
+        return 1;
+    }
+    const char *names[4] = {user_col == 0 ? "user" : "item", user_col == 0 ? "item" : "user", "rating", "timestamp"};
     for (int i = 0; i < 4; i++)
         if (!*field[i]) return snprintf(why, n, "field %s is empty", names[i]), -1;
     char *end;
@@ -150,8 +169,18 @@ static int parse_amazon(char *line, parsed *p, char *why, size_t n)
     if (*end || !isfinite(rating)) return snprintf(why, n, "field rating: not a number ('%.40s')", field[2]), -1;
     if (!parse_i64(field[3], &p->time))
         return snprintf(why, n, "field timestamp: not an integer ('%.40s')", field[3]), -1;
-    p->user = field[0], p->item = field[1];
+    p->user = field[user_col], p->item = field[1 - user_col];
     return 0;
+}
+
+static int parse_amazon2014(char *line, parsed *p, char *why, size_t n)
+{
+    return parse_ratings_csv(line, p, why, n, 0);
+}
+
+static int parse_amazon2018(char *line, parsed *p, char *why, size_t n)
+{
+    return parse_ratings_csv(line, p, why, n, 1);
 }
 
 /* "YYYY-MM-DD HH:MM:SS" (or just the date) as the number YYYYMMDDHHMMSS, which sorts as time does */
@@ -191,7 +220,23 @@ static int parse_yelp(char *line, parsed *p, char *why, size_t n)
     return 0;
 }
 
-/* ---- the loader ------------------------------------------------------------------- */
+/* the 5-core review JSON lines: reviewerID, asin, unixReviewTime (seconds) */
+static int parse_amazon_json(char *line, parsed *p, char *why, size_t n)
+{
+    p->json = cJSON_ParseWithOpts(line, NULL, true);
+    if (!cJSON_IsObject(p->json)) return snprintf(why, n, "not a JSON object"), -1;
+    if (!(p->user = json_string(p->json, "reviewerID")))
+        return snprintf(why, n, "field reviewerID: missing, empty or not a string"), -1;
+    if (!(p->item = json_string(p->json, "asin"))) return snprintf(why, n, "field asin: missing, empty or not a string"), -1;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(p->json, "unixReviewTime");
+    double x = cJSON_IsNumber(t) ? t->valuedouble : NAN;
+    if (!(fabs(x) <= 9007199254740992.0) || x != floor(x))   /* checked before the cast */
+        return snprintf(why, n, "field unixReviewTime: missing or not a whole number"), -1;
+    p->time = (int64_t)x;
+    return 0;
+}
+
+/* ---- formats ---------------------------------------------------------------------- */
 
 static bool is_blank(const char *s)
 {
@@ -199,28 +244,154 @@ static bool is_blank(const char *s)
     return !*s;
 }
 
+
+const char *const pr_rec_format_names[] = {"amazon", "amazon2014", "amazon2018", "amazon-json", "yelp", NULL};
+static const line_parser parsers[] = {NULL, parse_amazon2014, parse_amazon2018, parse_amazon_json, parse_yelp};
+
+int pr_rec_format_of(const char *spec, pr_rec_format *fmt, const char **file)
+{
+    for (int i = 0; pr_rec_format_names[i]; i++) {
+        size_t len = strlen(pr_rec_format_names[i]);
+        if (strncmp(spec, pr_rec_format_names[i], len) == 0 && spec[len] == ':' && spec[len + 1]) {
+            *fmt = (pr_rec_format)i;
+            *file = spec + len + 1;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One line of at most max_line bytes (the newline dropped) into *buf; 1 a
+ * line, 0 the end of the file, -1 a line too long. *total counts the bytes. */
+static int read_line(FILE *f, char **buf, size_t *cap, size_t *len, size_t max_line, int64_t *total)
+{
+    *len = 0;
+    int c = EOF;
+    while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+        if (*len == max_line) return -1;
+        if (*len + 1 >= *cap) {
+            *cap = *cap ? 2 * *cap : 256;
+            *buf = realloc(*buf, *cap);
+            PR_CHECK(*buf, "rec load: out of host memory for a %zu-byte line", *cap);
+        }
+        (*buf)[(*len)++] = (char)c;
+    }
+    *total += (int64_t)*len + (c == '\n');
+    if (c == EOF && *len == 0) return 0;
+    if (!*buf) {
+        *buf = malloc(*cap = 256);
+        PR_CHECK(*buf, "rec load: out of host memory");
+    }
+    (*buf)[*len] = 0;
+    return 1;
+}
+
+/* an Amazon ASIN: ten of [0-9A-Z]; a reviewer id: 'A' and 11 or more of them */
+static bool id_chars(const char *s, size_t from)
+{
+    for (s += from; *s; s++)
+        if (!isdigit((unsigned char)*s) && !isupper((unsigned char)*s)) return false;
+    return true;
+}
+static bool asin_like(const char *s) { return strlen(s) == 10 && id_chars(s, 0); }
+static bool reviewer_like(const char *s) { return s[0] == 'A' && strlen(s) >= 12 && id_chars(s, 1); }
+
+enum { DETECT_LINES = 20 };
+
+/* which column of a ratings CSV line holds the user: 0, 1, or -1 unknown;
+ * *header: the line is a header naming the columns */
+static int csv_user_column(char *line, bool first, bool *header)
+{
+    char *f[4];
+    int count = 0;
+    for (char *s = line; s && count < 4; count++) {
+        f[count] = s;
+        if ((s = strchr(s, ','))) *s++ = 0;
+    }
+    if (count < 2) return -1;
+    if (first && count == 4 && strcmp(f[2], "rating") == 0) {   /* a header naming the columns */
+        *header = true;
+        if (one_of(f[0], user_fields) && one_of(f[1], item_fields)) return 0;
+        if (one_of(f[0], item_fields) && one_of(f[1], user_fields)) return 1;
+        return -1;
+    }
+    if (reviewer_like(f[0]) && asin_like(f[1])) return 0;
+    if (asin_like(f[0]) && reviewer_like(f[1])) return 1;
+    return -1;
+}
+
+/* The format of an Amazon or Yelp file from its first lines: JSON lines by
+ * their keys; a CSV by a header naming its columns, or when every sampled
+ * line has a reviewer id in one column and an ASIN in the other. */
+static int detect(const char *path, pr_rec_load_opts o, pr_rec_format *fmt, pr_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0, len;
+    int64_t total = 0, lineno = 0, seen = 0;
+    int vote = -2, r;   /* -2: no line yet; -1: undecided */
+    pr_rec_format found = PR_REC_DETECT;
+    while (seen < DETECT_LINES && (r = read_line(f, &line, &cap, &len, o.max_line, &total)) > 0) {
+        lineno++;
+        if (is_blank(line)) continue;
+        seen++;
+        const char *s = line + strspn(line, " \t");
+        if (*s == '{') {
+            cJSON *j = cJSON_Parse(s);
+            if (json_string(j, "reviewerID") && json_string(j, "asin")) found = PR_REC_AMAZON_JSON;
+            else if (json_string(j, "user_id") && json_string(j, "business_id")) found = PR_REC_YELP;
+            cJSON_Delete(j);
+            break;
+        }
+        bool header = false;
+        int col = csv_user_column(line, lineno == 1, &header);
+        if (header) { vote = col; break; }   /* a header decides, or leaves it unknown */
+        vote = vote == -2 || vote == col ? col : -1;
+        if (vote < 0) break;
+    }
+    fclose(f);
+    free(line);
+    if (found == PR_REC_DETECT && vote >= 0) found = vote == 0 ? PR_REC_AMAZON2014 : PR_REC_AMAZON2018;
+    if (found == PR_REC_DETECT)
+        return pr_errf(err, "%s: cannot tell the format from the first lines (which column holds the users?); "
+                            "name it: amazon2014:FILE (CSV user,item,rating,timestamp), amazon2018:FILE (CSV "
+                            "item,user,rating,timestamp), amazon-json:FILE (5-core reviews: reviewerID, asin, "
+                            "unixReviewTime) or yelp:FILE (review.json)", path);
+    *fmt = found;
+    return 0;
+}
+
+/* ---- the loader ------------------------------------------------------------------- */
+
 static int load(const char *path, line_parser parse, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep,
                 pr_err *err)
 {
-    pr_rec_load_report local;
-    if (!rep) rep = &local;
-    *rep = (pr_rec_load_report){0};
-    *out = (pr_rec_data){0};
     FILE *f = fopen(path, "r");
     if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
     id_map users = {0}, items = {0};
     record_list list = {0};
     char *line = NULL, why[400];
-    size_t cap = 0;
-    ssize_t len;
-    int rc = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
+    size_t cap = 0, len;
+    int64_t total = 0;
+    int rc = 0, got;
+    while ((got = read_line(f, &line, &cap, &len, o.max_line, &total)) != 0) {
         rep->n_lines++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (got < 0) {   /* a device such as /dev/zero, or not a text file */
+            rc = pr_errf(err, "%s:%lld: a line longer than %zu bytes: not a ratings or review file?", path,
+                         (long long)rep->n_lines, o.max_line);
+            break;
+        }
+        if (total > o.max_bytes) {
+            rc = pr_errf(err, "%s: more than %lld bytes (the limit; pr_rec_load_opts.max_bytes)", path,
+                         (long long)o.max_bytes);
+            break;
+        }
+        while (len > 0 && line[len - 1] == '\r') line[--len] = 0;
         if (is_blank(line)) continue;
         parsed p = {.line = rep->n_lines};
-        int r = strlen(line) != (size_t)len ? (snprintf(why, sizeof why, "a NUL byte in the line"), -1)
-                                            : parse(line, &p, why, sizeof why);
+        int r = strlen(line) != len ? (snprintf(why, sizeof why, "a NUL byte in the line"), -1)
+                                    : parse(line, &p, why, sizeof why);
         if (r == 0) {
             int32_t u = map_id(&users, p.user), it = map_id(&items, p.item);
             records_push(&list, (record){.user = u, .item = it, .time = p.time, .seq = list.n});
@@ -248,12 +419,37 @@ static int load(const char *path, line_parser parse, pr_rec_load_opts o, pr_rec_
     return rc;
 }
 
+int pr_rec_load(const char *path, pr_rec_format fmt, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep,
+                pr_err *err)
+{
+    pr_rec_load_report local;
+    if (!rep) rep = &local;
+    *rep = (pr_rec_load_report){0};
+    *out = (pr_rec_data){0};
+    if (!o.max_line) o.max_line = PR_REC_MAX_LINE;
+    if (!o.max_bytes) o.max_bytes = PR_REC_MAX_BYTES;
+    if ((int)fmt < 0 || fmt > PR_REC_YELP) return pr_errf(err, "%s: unknown rec data format %d", path, (int)fmt);
+    if (fmt == PR_REC_DETECT && detect(path, o, &fmt, err)) return -1;
+    rep->format = fmt;
+    return load(path, parsers[fmt], o, out, rep, err);
+}
+
 int pr_rec_load_amazon(const char *path, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep, pr_err *err)
 {
-    return load(path, parse_amazon, o, out, rep, err);
+    return pr_rec_load(path, PR_REC_AMAZON2014, o, out, rep, err);
 }
 
 int pr_rec_load_yelp(const char *path, pr_rec_load_opts o, pr_rec_data *out, pr_rec_load_report *rep, pr_err *err)
 {
-    return load(path, parse_yelp, o, out, rep, err);
+    return pr_rec_load(path, PR_REC_YELP, o, out, rep, err);
+}
+
+int pr_rec_check_trainable(const pr_rec_data *d, const char *what, pr_err *err)
+{
+    int short_users = 0;
+    for (int u = 0; u < d->n_users; u++) short_users += pr_rec_len(d, u) < 3;
+    if (d->n_users >= 1 && d->n_items >= 2 && short_users == 0) return 0;
+    return pr_errf(err, "%s: %d users, %d items and %lld interactions remain, %d users with fewer than 3; "
+                        "training needs at least 1 user, 2 items and 3 interactions a user (train, validate, test)",
+                   what, d->n_users, d->n_items, (long long)d->n_interactions, short_users);
 }

@@ -187,20 +187,39 @@ expect 0 '{"dataset":"synthetic","seed":18446744073709551615,"users":20,"items":
     data rec --synthetic --users 20 --items 300 --seed 18446744073709551615
 csv=$tmp/ratings.csv
 printf 'u1,a,5.0,3\nu1,b,4.0,1\nu1,c,3.0,2\nu2,a,5.0,1\nu2,b,1.0,2\nu2,c,2.0,3\nu3,a,1.0,1\n' >"$csv"
-expect 0 '"users":2,"items":3,"interactions":6,"avg_len":3,' data rec --amazon "$csv" --min-item 1 --min-user 3
-expect 0 "items >= 3, users >= 3, repeated until both hold" data rec --amazon "$csv" --min-item 3 --min-user 3 --iterate
+expect 0 '"users":2,"items":3,"interactions":6,"avg_len":3,' data rec --file "amazon2014:$csv" --min-item 1 --min-user 3
+expect 0 "items >= 3, users >= 3, repeated until both hold" data rec --file "amazon2014:$csv" --min-item 3 \
+    --min-user 3 --iterate
+# ids that do not say which column holds the users: refused unless the format is named
+expect 1 "prism data rec: $csv: cannot tell the format from the first lines" data rec --amazon "$csv"
+expect 1 "amazon2014:FILE (CSV user,item,rating,timestamp), amazon2018:FILE (CSV item,user,rating,timestamp)" \
+    data rec --file "amazon:$csv"
+# the 2018 CSV (item first) detected by its ids, and by a header; swapped, it is the 2014 one
+printf '0132793040,AKM1MP6P0OYPR,5.0,1365811200\n0132793040,A2CX7LUOHB2NDG,5.0,1341100800\nB00004ZCJE,AKM1MP6P0OYPR,4.0,1365811300\n' \
+    >"$tmp/r2018.csv"
+expect 0 '"format":"amazon2018","file":' data rec --amazon "$tmp/r2018.csv" --min-item 1 --min-user 1
+expect 0 '"users":2,"items":2,"interactions":3' data rec --amazon "$tmp/r2018.csv" --min-item 1 --min-user 1
+expect 0 "amazon2018 (detected)" data rec --amazon "$tmp/r2018.csv" --min-item 1 --min-user 1
+awk -F, '{ print $2 "," $1 "," $3 "," $4 }' "$tmp/r2018.csv" >"$tmp/r2014.csv"
+expect 0 '"format":"amazon2014","file":' data rec --amazon "$tmp/r2014.csv" --min-item 1 --min-user 1
+{ echo "item,user,rating,timestamp"; cat "$csv"; } >"$tmp/h2018.csv"
+expect 0 '"format":"amazon2018"' data rec --amazon "$tmp/h2018.csv" --min-item 1 --min-user 1
+expect 1 "$tmp/h2018.csv:1: the header names item,user: that is the amazon2018 (item,user,...) layout" \
+    data rec --file "amazon2014:$tmp/h2018.csv"
 printf 'u1,a,5.0,3\nu1,b,4.0,x\nu1,c,3.0,2\n' >"$tmp/bad.csv"
-expect 1 "prism data rec: $tmp/bad.csv:2: field timestamp: not an integer ('x')" data rec --amazon "$tmp/bad.csv"
-expect 0 '"bad_lines":1,"users":1,"items":2' data rec --amazon "$tmp/bad.csv" --skip-bad --min-item 1 --min-user 1
+expect 1 "prism data rec: $tmp/bad.csv:2: field timestamp: not an integer ('x')" data rec --file "amazon2014:$tmp/bad.csv"
+expect 0 '"bad_lines":1,"users":1,"items":2' data rec --file "amazon2014:$tmp/bad.csv" --skip-bad --min-item 1 \
+    --min-user 1
 json=$tmp/review.json
 printf '{"user_id":"U1","business_id":"B1","date":"2018-01-02 10:00:00"}\n{"user_id":"U1","business_id":"B2","date":"2018-01-01 10:00:00"}\n' >"$json"
 expect 0 '"users":1,"items":2,"interactions":2' data rec --yelp "$json" --min-item 1 --min-user 2
 printf '{"user_id":"U1","business_id":"B1","date":"2018-01-02 10:00:00"}\n{"user_id":"U1",\n' >"$tmp/bad.json"
 expect 1 "prism data rec: $tmp/bad.json:2: not a JSON object" data rec --yelp "$tmp/bad.json"
 expect 1 "prism data rec: $tmp/nothing.csv: cannot open" data rec --amazon "$tmp/nothing.csv"
-expect 2 "prism data rec: --synthetic, --amazon and --yelp exclude each other" data rec --synthetic --amazon "$csv"
+expect 2 "prism data rec: --synthetic, --file, --amazon and --yelp exclude each other" data rec --synthetic --amazon "$csv"
+expect 2 "prism data rec: --file 'movielens:x' is not FORMAT:FILE" data rec --file movielens:x
 expect 2 "prism data rec: --seed, --users and --items apply to --synthetic only" data rec --yelp "$json" --seed 2
-expect 2 "prism data rec: --min-item, --min-user, --iterate and --skip-bad apply to --amazon and --yelp only" \
+expect 2 "prism data rec: --min-item, --min-user, --iterate and --skip-bad apply to files only" \
     data rec --min-user 3
 expect 2 "prism data rec: --users wants an integer from 1 to 10000000, not '0'" data rec --users 0
 expect 2 "prism data rec: --seed wants a non-negative integer, not 'x'" data rec --seed x
@@ -405,13 +424,13 @@ expect 2 "prism generate: --temperature wants a number >= 0, not '-1'" generate 
 # rec: 12 users of 45 items over 30, so the paper's filter keeps them all
 rcsv=$tmp/rec.csv
 awk 'BEGIN { for (u = 0; u < 12; u++) for (t = 0; t < 45; t++) printf "u%d,i%d,5.0,%d\n", u, (u * 7 + t) % 30, t }' >"$rcsv"
-rec="--task rec --set rec.data=amazon:$rcsv $tiny"
+rec="--task rec --set rec.data=amazon2014:$rcsv $tiny"
 # shellcheck disable=SC2086
 expect 0 '"task":"rec","seed":1,"steps":3,"metrics":{"val_hit@10":' train --model gdn $rec --steps 3 \
     --set train.ckpt_every=2 --out "$tmp/rec"
 expect 0 '"steps":4' train --out "$tmp/rec" --resume --steps 4
 expect 0 '"test_auc"' eval --run "$tmp/rec"
-printf '{"models":["gdn"],"tasks":["rec"],"steps":2,"set":{"rec.data":"amazon:%s","d_model":8,"seq_len":16}}' \
+printf '{"models":["gdn"],"tasks":["rec"],"steps":2,"set":{"rec.data":"amazon2014:%s","d_model":8,"seq_len":16}}' \
     "$rcsv" >"$tmp/recgrid.json"
 expect 0 "| gdn | 0." ablate --grid "$tmp/recgrid.json" --out "$tmp/recabl"
 file_has "gdn,rec,test_ndcg@10," "$tmp/recabl/results.csv"
@@ -426,7 +445,7 @@ expect 1 "prism ablate: --metric test_bogus: no finished cell reports it" ablate
 # shellcheck disable=SC2086
 expect 0 '"model":"sasrec","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
 expect 2 "prism train: --model sasrec: a rec model; give --task rec" train --model sasrec --task parity
-expect 2 "prism train: train.rec.data: 'movielens' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE" \
+expect 2 "prism train: train.rec.data: 'movielens' is not synthetic, synthetic:full, amazon:FILE (detected), amazon2014:FILE" \
     train --task rec --set rec.data=movielens
 expect 1 "prism train: $tmp/none.csv: cannot open" train --task rec --set "rec.data=amazon:$tmp/none.csv" \
     --out "$tmp/norec"

@@ -203,6 +203,140 @@ static void test_yelp_malformed(void **state)
     unlink(path);
 }
 
+/* ---- issue 42 item 6, issue 45: the formats as the sources ship them -------------- */
+
+/* loads text as fmt with no filter; returns 0 or -1 (err set) */
+static int load_as(const char *text, pr_rec_format fmt, pr_rec_data *d, pr_rec_load_report *rep, pr_err *err,
+                   char *path)
+{
+    write_temp(path, text);
+    pr_rec_load_opts o = {.filter = {.min_item = 1, .min_user = 1}};
+    int rc = pr_rec_load(path, fmt, o, d, rep, err);
+    unlink(path);
+    return rc;
+}
+
+/* The same three ratings as a 2014 CSV, a 2018 CSV and 5-core JSON lines:
+ * AKM1MP6P0OYPR rated 0132793040 then B00004ZCJE; A2CX7LUOHB2NDG rated 0132793040. */
+static const char *r2014 = "AKM1MP6P0OYPR,0132793040,5.0,100\nA2CX7LUOHB2NDG,0132793040,5.0,50\n"
+                           "AKM1MP6P0OYPR,B00004ZCJE,4.0,200\n";
+static const char *r2018 = "0132793040,AKM1MP6P0OYPR,5.0,100\n0132793040,A2CX7LUOHB2NDG,5.0,50\n"
+                           "B00004ZCJE,AKM1MP6P0OYPR,4.0,200\n";
+static const char *r5core =
+    "{\"reviewerID\": \"AKM1MP6P0OYPR\", \"asin\": \"0132793040\", \"overall\": 5.0, \"unixReviewTime\": 100, "
+    "\"reviewTime\": \"01 1, 1970\"}\n"
+    "{\"reviewerID\": \"A2CX7LUOHB2NDG\", \"asin\": \"0132793040\", \"unixReviewTime\": 50}\n"
+    "\n{\"reviewerID\": \"AKM1MP6P0OYPR\", \"asin\": \"B00004ZCJE\", \"unixReviewTime\": 200}\n";
+
+static void expect_three_ratings(const char *text, pr_rec_format fmt, pr_rec_format want)
+{
+    char path[64];
+    pr_rec_data d;
+    pr_rec_load_report rep;
+    pr_err err = {{0}};
+    if (load_as(text, fmt, &d, &rep, &err, path)) fail_msg("%s as %s: %s", text, pr_rec_format_names[fmt], err.msg);
+    assert_int_equal(rep.format, want);
+    assert_int_equal(d.n_users, 2);   /* users and items not swapped */
+    assert_int_equal(d.n_items, 2);
+    assert_user(&d, 0, (const int32_t[]){1, 2}, 2);
+    assert_user(&d, 1, (const int32_t[]){1}, 1);
+    pr_rec_data_free(&d);
+}
+
+static void test_formats_named_and_detected(void **state)
+{
+    (void)state;
+    expect_three_ratings(r2014, PR_REC_AMAZON2014, PR_REC_AMAZON2014);
+    expect_three_ratings(r2018, PR_REC_AMAZON2018, PR_REC_AMAZON2018);
+    expect_three_ratings(r5core, PR_REC_AMAZON_JSON, PR_REC_AMAZON_JSON);
+    expect_three_ratings(r2014, PR_REC_DETECT, PR_REC_AMAZON2014);
+    expect_three_ratings(r2018, PR_REC_DETECT, PR_REC_AMAZON2018);
+    expect_three_ratings(r5core, PR_REC_DETECT, PR_REC_AMAZON_JSON);
+    /* a header naming the columns decides, whatever the ids look like */
+    expect_three_ratings("item,user,rating,timestamp\ni1,u1,5,100\ni1,u2,5,50\ni2,u1,4,200\n", PR_REC_DETECT,
+                         PR_REC_AMAZON2018);
+    expect_three_ratings("user,item,rating,timestamp\nu1,i1,5,100\nu2,i1,5,50\nu1,i2,4,200\n", PR_REC_DETECT,
+                         PR_REC_AMAZON2014);
+    /* names: the spec grammar of rec.data */
+    pr_rec_format fmt;
+    const char *file;
+    assert_int_equal(pr_rec_format_of("amazon2018:/x.csv", &fmt, &file), 0);
+    assert_int_equal(fmt, PR_REC_AMAZON2018);
+    assert_string_equal(file, "/x.csv");
+    assert_int_equal(pr_rec_format_of("amazon-json:a:b", &fmt, &file), 0);
+    assert_int_equal(fmt, PR_REC_AMAZON_JSON);
+    assert_string_equal(file, "a:b");
+    assert_int_equal(pr_rec_format_of("amazon:", &fmt, &file), -1);
+    assert_int_equal(pr_rec_format_of("amazon2019:x", &fmt, &file), -1);
+    assert_int_equal(pr_rec_format_of("synthetic", &fmt, &file), -1);
+}
+
+static void test_undecidable_csv_refused(void **state)
+{
+    (void)state;
+    char path[64];
+    pr_rec_data d;
+    pr_err err = {{0}};
+    /* ids of one shape in both columns, a mixed sample, an unknown header: the format must be named */
+    static const char *const texts[] = {
+        "u1,a,5,1\nu2,b,5,2\n",
+        "0132793040,AKM1MP6P0OYPR,5.0,100\nAKM1MP6P0OYPR,0132793040,5.0,100\n",
+        "a,b,rating,timestamp\nAKM1MP6P0OYPR,0132793040,5.0,100\n",
+        "{\"user\": \"u\", \"item\": \"i\"}\n",
+        "",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        assert_int_equal(load_as(texts[i], PR_REC_DETECT, &d, NULL, &err, path), -1);
+        if (!strstr(err.msg, "cannot tell the format") || !strstr(err.msg, "amazon2018:FILE (CSV item,user") ||
+            !strstr(err.msg, "amazon-json:FILE") || !strstr(err.msg, path))
+            fail_msg("text %zu: %s", i, err.msg);
+    }
+    /* named, the CSV loads; a header in the other order is refused */
+    assert_int_equal(load_as(texts[0], PR_REC_AMAZON2018, &d, NULL, &err, path), 0);
+    pr_rec_data_free(&d);
+    assert_int_equal(load_as("item,user,rating,timestamp\ni,u,5,1\n", PR_REC_AMAZON2014, &d, NULL, &err, path), -1);
+    assert_non_null(strstr(err.msg, ":1: the header names item,user: that is the amazon2018 (item,user,...) layout"));
+    assert_int_equal(load_as("{\"reviewerID\":\"A\",\"asin\":\"B\",\"unixReviewTime\":1.5}\n", PR_REC_AMAZON_JSON, &d,
+                             NULL, &err, path), -1);
+    assert_non_null(strstr(err.msg, ":1: field unixReviewTime: missing or not a whole number"));
+    assert_int_equal(load_as("{\"reviewerID\":\"A\",\"unixReviewTime\":1}\n", PR_REC_AMAZON_JSON, &d, NULL, &err,
+                             path), -1);
+    assert_non_null(strstr(err.msg, ":1: field asin: missing"));
+}
+
+/* Issue 45: an empty file sorted NULL (UBSan); /dev/zero was read forever;
+ * a line or a file over the limits is an error naming them */
+static void test_empty_and_unbounded_input(void **state)
+{
+    (void)state;
+    char path[64];
+    pr_rec_data d;
+    pr_err err = {{0}};
+    for (int f = PR_REC_AMAZON2014; f <= PR_REC_YELP; f++) {
+        assert_int_equal(load_as("", (pr_rec_format)f, &d, NULL, &err, path), 0);
+        assert_int_equal(d.n_users, 0);
+        assert_int_equal(d.n_interactions, 0);
+        assert_int_equal(pr_rec_check_trainable(&d, "empty", &err), -1);
+        assert_non_null(strstr(err.msg, "empty: 0 users, 0 items and 0 interactions remain"));
+        pr_rec_data_free(&d);
+    }
+    pr_rec_load_opts o = {.filter = {.min_item = 1, .min_user = 1}, .max_line = 4096};
+    assert_int_equal(pr_rec_load("/dev/zero", PR_REC_AMAZON2014, o, &d, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "/dev/zero:1: a line longer than 4096 bytes"));
+    assert_int_equal(pr_rec_load("/dev/zero", PR_REC_DETECT, o, &d, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "/dev/zero: cannot tell the format"));
+    write_temp(path, r2014);
+    o.max_bytes = 40;
+    assert_int_equal(pr_rec_load(path, PR_REC_AMAZON2014, o, &d, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "more than 40 bytes"));
+    unlink(path);
+    /* users with fewer than 3 items cannot be split into train, validation and test */
+    assert_int_equal(load_as(r2014, PR_REC_AMAZON2014, &d, NULL, &err, path), 0);
+    assert_int_equal(pr_rec_check_trainable(&d, "tiny", &err), -1);
+    assert_non_null(strstr(err.msg, "tiny: 2 users, 2 items and 3 interactions remain, 2 users with fewer than 3"));
+    pr_rec_data_free(&d);
+}
+
 /* user 0: 5 6 7 8 | 9 (valid) | 10 (test); user 1: 1 | 2 | 3 */
 static pr_rec_data small_data(void)
 {
@@ -435,6 +569,9 @@ int main(void)
         cmocka_unit_test(test_amazon_malformed),
         cmocka_unit_test(test_yelp),
         cmocka_unit_test(test_yelp_malformed),
+        cmocka_unit_test(test_formats_named_and_detected),
+        cmocka_unit_test(test_undecidable_csv_refused),
+        cmocka_unit_test(test_empty_and_unbounded_input),
         cmocka_unit_test(test_split_and_batches),
         cmocka_unit_test(test_order),
         cmocka_unit_test(test_synth_shape_and_determinism),

@@ -31,7 +31,7 @@ static void rec_opts(pr_train_opts *o, int64_t steps)
 {
     *o = pr_train_defaults();
     snprintf(o->task, sizeof o->task, "rec");
-    snprintf(o->rec_data, sizeof o->rec_data, "amazon:%s", csv);
+    snprintf(o->rec_data, sizeof o->rec_data, "amazon2014:%s", csv);
     o->steps = steps;
     o->batch = 4;
     o->lr = 1e-2;
@@ -175,6 +175,28 @@ static void test_rec_errors_name_the_key_or_file(void **state)
     assert_int_equal(pr_train(&c, &o, run_dir(dir, sizeof dir, "same"), false, PR_CPU, &res, &err), 0);
 }
 
+/* Issue 45: a set of one item trained the whole budget, then evaluation had
+ * nothing to rank it against; refused when the data is loaded, with counts */
+static void test_rec_too_few_items_refused_up_front(void **state)
+{
+    (void)state;
+    char one[256];
+    snprintf(one, sizeof one, "%s/one_item.csv", root);
+    FILE *f = fopen(one, "w");
+    assert_non_null(f);
+    for (int u = 0; u < 2; u++)
+        for (int t = 0; t < 45; t++) fprintf(f, "u%d,i0,5.0,%d\n", u, t);
+    fclose(f);
+    pr_config c = test_config(1, 6, 2, 4, 4);
+    snprintf(c.task, sizeof c.task, "rec");
+    c.seq_len = 8, c.rec_n_items = 0;
+    pr_train_opts o;
+    rec_opts(&o, 1000000);
+    snprintf(o.rec_data, sizeof o.rec_data, "amazon2014:%s", one);
+    expect_refused(&c, &o, "one", "2 users, 1 items and 90 interactions remain");
+    expect_refused(&c, &o, "one", "training needs at least 1 user, 2 items");
+}
+
 static int make_root(void **state)
 {
     (void)state;
@@ -199,6 +221,7 @@ int main(void)
         cmocka_unit_test(test_every_mixer_trains_rec),
         cmocka_unit_test(test_rec_resume_is_bit_identical),
         cmocka_unit_test(test_rec_errors_name_the_key_or_file),
+        cmocka_unit_test(test_rec_too_few_items_refused_up_front),
     };
     return cmocka_run_group_tests(tests, make_root, remove_root);
 }

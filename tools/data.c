@@ -1,5 +1,5 @@
 /* tools/data.c: `prism data rec`: builds the recommendation dataset the
- * trainer would use (synthetic, Amazon ratings CSV or Yelp review.json) and
+ * trainer would use (synthetic, an Amazon or Yelp file: tasks/rec.h) and
  * prints its statistics as a table, then as one JSON line. */
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 static void rec_usage(FILE *f)
 {
     pr_rec_synth_opts s = pr_rec_synth_default(1);
-    fprintf(f, "usage: prism data rec [--synthetic | --amazon FILE | --yelp FILE] [options]\n\n"
+    fprintf(f, "usage: prism data rec [--synthetic | --file FORMAT:FILE | --amazon FILE | --yelp FILE] [options]\n\n"
                "Builds the sequential-recommendation dataset and prints users, items,\n"
                "interactions and sequence lengths; the last line is one JSON object.\n\n"
                "  --synthetic       seeded multi-interest users (the default), sized like\n"
@@ -22,9 +22,18 @@ static void rec_usage(FILE *f)
                "  --seed S          the generator's seed (default 1)\n"
                "  --users N         the generator's number of users\n"
                "  --items N         the generator's number of items\n"
-               "  --amazon FILE     Amazon 2014 ratings CSV: user,item,rating,timestamp\n"
-               "  --yelp FILE       Yelp review.json: one object per line with user_id,\n"
-               "                    business_id, date \"YYYY-MM-DD HH:MM:SS\"\n"
+               "  --file FORMAT:FILE  a file of a named format (train's rec.data names them):\n"
+               "                    amazon2014  ratings CSV user,item,rating,timestamp\n"
+               "                    amazon2018  ratings CSV item,user,rating,timestamp\n"
+               "                    amazon-json 5-core review JSON lines: reviewerID, asin,\n"
+               "                                unixReviewTime\n"
+               "                    yelp        review.json lines: user_id, business_id,\n"
+               "                                date \"YYYY-MM-DD HH:MM:SS\"\n"
+               "                    amazon      one of the Amazon three, detected from the\n"
+               "                                first lines (a header naming the columns, or\n"
+               "                                reviewer ids and ASINs); refused when unsure\n"
+               "  --amazon FILE     the same as --file amazon:FILE\n"
+               "  --yelp FILE       the same as --file yelp:FILE\n"
                "  --min-item N      the filter's item bound (default 5)\n"
                "  --min-user N      the filter's user bound (default 40)\n"
                "  --iterate         repeat the filter until both bounds hold (the paper's\n"
@@ -36,7 +45,7 @@ static void rec_usage(FILE *f)
 
 typedef struct {
     bool synthetic, iterate, skip_bad;
-    const char *amazon, *yelp;
+    const char *amazon, *yelp, *file;
     uint64_t seed;
     int users, items, min_item, min_user;
     bool seed_set;
@@ -49,7 +58,9 @@ static int parse_options(pr_args *a, rec_options *o)
         if (pr_args_flag(a, "--synthetic", &o->synthetic) || pr_args_flag(a, "--iterate", &o->iterate) ||
             pr_args_flag(a, "--skip-bad", &o->skip_bad))
             continue;
-        if (pr_args_string(a, "--amazon", &o->amazon) || pr_args_string(a, "--yelp", &o->yelp)) continue;
+        if (pr_args_string(a, "--amazon", &o->amazon) || pr_args_string(a, "--yelp", &o->yelp) ||
+            pr_args_string(a, "--file", &o->file))
+            continue;
         if (pr_args_u64(a, "--seed", &o->seed)) {
             o->seed_set = true;
             continue;
@@ -61,13 +72,18 @@ static int parse_options(pr_args *a, rec_options *o)
         return pr_args_unknown(a);
     }
     if (a->failed) return PR_EXIT_USAGE;
-    if (o->synthetic + !!o->amazon + !!o->yelp > 1)
-        return pr_args_error(a, "--synthetic, --amazon and --yelp exclude each other");
-    bool from_file = o->amazon || o->yelp;
+    if (o->synthetic + !!o->amazon + !!o->yelp + !!o->file > 1)
+        return pr_args_error(a, "--synthetic, --file, --amazon and --yelp exclude each other");
+    pr_rec_format fmt;
+    const char *path;
+    if (o->file && pr_rec_format_of(o->file, &fmt, &path) != 0)
+        return pr_args_error(a, "--file '%s' is not FORMAT:FILE with FORMAT amazon, amazon2014, amazon2018, "
+                                "amazon-json or yelp", o->file);
+    bool from_file = o->amazon || o->yelp || o->file;
     if (from_file && (o->seed_set || o->users || o->items))
         return pr_args_error(a, "--seed, --users and --items apply to --synthetic only");
     if (!from_file && (o->min_item || o->min_user || o->iterate || o->skip_bad))
-        return pr_args_error(a, "--min-item, --min-user, --iterate and --skip-bad apply to --amazon and --yelp only");
+        return pr_args_error(a, "--min-item, --min-user, --iterate and --skip-bad apply to files only");
     return 0;
 }
 
@@ -117,7 +133,9 @@ static int data_rec(int argc, char **argv)
     if (rc) return rc < 0 ? 0 : rc;
     cJSON *json = cJSON_CreateObject();
     pr_rec_data d;
+    pr_rec_format fmt = o.yelp ? PR_REC_YELP : PR_REC_DETECT;
     const char *file = o.amazon ? o.amazon : o.yelp;
+    if (o.file) pr_rec_format_of(o.file, &fmt, &file);   /* checked by parse_options */
     if (!file) {
         d = make_synthetic(&o);
         cJSON_AddStringToObject(json, "dataset", "synthetic");
@@ -133,14 +151,15 @@ static int data_rec(int argc, char **argv)
         lo.filter.iterate = o.iterate;
         pr_rec_load_report rep;
         pr_err err;
-        int (*load)(const char *, pr_rec_load_opts, pr_rec_data *, pr_rec_load_report *, pr_err *) =
-            o.amazon ? pr_rec_load_amazon : pr_rec_load_yelp;
-        if (load(file, lo, &d, &rep, &err)) {
+        if (pr_rec_load(file, fmt, lo, &d, &rep, &err)) {
             fprintf(stderr, "prism data rec: %s\n", err.msg);
             cJSON_Delete(json);
             return 1;
         }
-        cJSON_AddStringToObject(json, "dataset", o.amazon ? "amazon" : "yelp");
+        const char *name = pr_rec_format_names[rep.format];
+        printf("%-14s %s%s\n", "format", name, fmt == PR_REC_DETECT ? " (detected)" : "");
+        cJSON_AddStringToObject(json, "dataset", strncmp(name, "amazon", 6) == 0 ? "amazon" : "yelp");
+        cJSON_AddStringToObject(json, "format", name);
         cJSON_AddStringToObject(json, "file", file);
         print_report(&rep, &lo.filter, json);
         print_stats(file, &d, json);

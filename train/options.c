@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "tasks/rec.h"
 #include "tasks/tasks.h"
 #include "train/train.h"
 
@@ -29,7 +30,11 @@ static const opt_info opts_table[] = {
                              "silence_gate, mux, lm (needs data) or rec"),
     TEXT("data", data, NULL, "lm: the text file to model"),
     TEXT("rec.data", rec_data, NULL, "rec: synthetic (1000 users and items), synthetic:full (sized like Amazon "
-                                     "Electronics), amazon:FILE (ratings CSV) or yelp:FILE (review.json)"),
+                                     "Electronics), amazon2014:FILE (CSV user,item,rating,timestamp), "
+                                     "amazon2018:FILE (CSV item,user,rating,timestamp), amazon-json:FILE (5-core "
+                                     "reviews: reviewerID, asin, unixReviewTime), yelp:FILE (review.json) or "
+                                     "amazon:FILE (one of the Amazon three, detected from the content; refused "
+                                     "when it cannot be told)"),
     NUM("rec.negatives", OPT_INT, rec_negatives, 0, 1 << 20,
         "rec: 0 softmax over all items at every position; N: BCE against N sampled items at the last"),
     NUM("steps", OPT_INT, steps, 0, 1e12, "total optimizer steps (a resumed run stops here too)"),
@@ -88,8 +93,9 @@ static bool choice_ok(const char *allowed, const char *v)
 
 static bool rec_data_ok(const char *v)
 {
-    return strcmp(v, "synthetic") == 0 || strcmp(v, "synthetic:full") == 0 ||
-           (strncmp(v, "amazon:", 7) == 0 && v[7]) || (strncmp(v, "yelp:", 5) == 0 && v[5]);
+    pr_rec_format fmt;
+    const char *file;
+    return strcmp(v, "synthetic") == 0 || strcmp(v, "synthetic:full") == 0 || pr_rec_format_of(v, &fmt, &file) == 0;
 }
 
 static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err *err)
@@ -100,7 +106,7 @@ static int set_value(pr_train_opts *o, const opt_info *k, const char *v, pr_err 
             return pr_errf(err, "train.%s: '%s' is not allowed (allowed: %s)", k->key, v, k->allowed);
         if (strlen(v) >= k->size) return pr_errf(err, "train.%s: '%s' is too long", k->key, v);
         if (k->offset == offsetof(pr_train_opts, rec_data) && !rec_data_ok(v))
-            return pr_errf(err, "train.rec.data: '%s' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE", v);
+            return pr_errf(err, "train.rec.data: '%s' is not %s", v, PR_REC_DATA_CHOICES);
         snprintf(field, k->size, "%s", v);
         return 0;
     }

@@ -34,20 +34,31 @@ typedef struct {
 } rec_task;
 
 /* rec.data: synthetic (small), synthetic:full (sized like Amazon Electronics),
- * amazon:FILE, yelp:FILE */
+ * or FORMAT:FILE (tasks/rec.h: amazon, amazon2014, amazon2018, amazon-json,
+ * yelp); checked up front for what training and evaluation need */
 static int load_data(const char *spec, pr_rec_data *d, pr_err *err)
 {
     pr_rec_load_opts lo = {.filter = PR_REC_FILTER_PAPER, .skip_bad = false};
     pr_rec_load_report rep;
+    pr_rec_format fmt;
+    const char *file;
     if (strcmp(spec, "synthetic") == 0 || strcmp(spec, "synthetic:full") == 0) {
         pr_rec_synth_opts so = pr_rec_synth_default(1);
         if (strcmp(spec, "synthetic") == 0) so.n_users = SYNTH_SMALL_USERS, so.n_items = SYNTH_SMALL_ITEMS;
         *d = pr_rec_synth(so);
-        return 0;
+    } else if (pr_rec_format_of(spec, &fmt, &file) == 0) {
+        if (pr_rec_load(file, fmt, lo, d, &rep, err)) return -1;
+    } else {
+        return pr_errf(err, "train.rec.data: '%s' is not %s", spec, PR_REC_DATA_CHOICES);
     }
-    if (strncmp(spec, "amazon:", 7) == 0 && spec[7]) return pr_rec_load_amazon(spec + 7, lo, d, &rep, err);
-    if (strncmp(spec, "yelp:", 5) == 0 && spec[5]) return pr_rec_load_yelp(spec + 5, lo, d, &rep, err);
-    return pr_errf(err, "train.rec.data: '%s' is not synthetic, synthetic:full, amazon:FILE or yelp:FILE", spec);
+    char what[1100];
+    snprintf(what, sizeof what, "train.rec.data %s (after the filter: items >= %d, then users >= %d)", spec,
+             lo.filter.min_item, lo.filter.min_user);
+    if (pr_rec_check_trainable(d, what, err)) {
+        pr_rec_data_free(d);
+        return -1;
+    }
+    return 0;
 }
 
 /* the users of training batch `index`: consecutive slots of the epochs' orders */
@@ -201,11 +212,6 @@ int pr_task_open_rec(pr_task **out, const pr_train_opts *o, const pr_config *c, 
     if (load_data(o->rec_data, &k->data, err)) {
         free(k);
         return -1;
-    }
-    if (k->data.n_users < 1) {
-        pr_rec_data_free(&k->data);
-        free(k);
-        return pr_errf(err, "train.rec.data: %s holds no user after the filter", o->rec_data);
     }
     size_t bt = (size_t)k->B * (size_t)k->T;
     k->order = malloc(sizeof(int64_t) * (size_t)k->data.n_users);
