@@ -67,8 +67,12 @@ typedef struct {
     uint64_t seed;
 } pr_text;
 
-/* read a file (at least 2 * (seq_len + 1) bytes); -1 with err naming it */
+/* read a file (at least 2 * (seq_len + 1) bytes, at most max_bytes:
+ * PR_TEXT_MAX_BYTES for pr_text_load, so a device such as /dev/zero stops);
+ * -1 with err naming it */
+#define PR_TEXT_MAX_BYTES ((int64_t)1 << 30)
 int pr_text_load(pr_text *t, const char *path, int seq_len, uint64_t seed, pr_err *err);
+int pr_text_load_max(pr_text *t, const char *path, int seq_len, uint64_t seed, int64_t max_bytes, pr_err *err);
 void pr_text_free(pr_text *t);
 /* window `index` of a split: ids[seq_len] and their next bytes targets[seq_len];
  * split 0 draws the start, split 1 takes window index mod the number of

@@ -3,25 +3,45 @@
  * offsets (Philox stream 0, counter = window index), so window j is the same
  * whatever came before it. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tasks/tasks.h"
 
 int pr_text_load(pr_text *t, const char *path, int seq_len, uint64_t seed, pr_err *err)
 {
+    return pr_text_load_max(t, path, seq_len, seed, PR_TEXT_MAX_BYTES, err);
+}
+
+int pr_text_load_max(pr_text *t, const char *path, int seq_len, uint64_t seed, int64_t max_bytes, pr_err *err)
+{
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "rb");
     if (!f) return pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > max_bytes) {   /* known before reading */
+        fclose(f);
+        return pr_errf(err, "%s: %lld bytes, over the limit of %lld for lm data", path, (long long)sb.st_size,
+                       (long long)max_bytes);
+    }
     size_t cap = 1 << 16, n = 0;
     uint8_t *b = malloc(cap);
-    for (size_t got; b && (got = fread(b + n, 1, cap - n, f)) > 0;) {
+    bool over = false;   /* a device or a pipe (/dev/zero) stops at the limit */
+    for (size_t got; b && !over && (got = fread(b + n, 1, cap - n, f)) > 0;) {
         n += got;
-        if (n == cap) {
+        over = (int64_t)n > max_bytes;
+        if (n == cap && !over) {
             uint8_t *nb = realloc(b, cap *= 2);
             if (!nb) free(b);
             b = nb;
         }
+    }
+    if (over) {
+        fclose(f);
+        free(b);
+        return pr_errf(err, "%s: more than %lld bytes, the limit for lm data", path, (long long)max_bytes);
     }
     int bad = ferror(f);
     fclose(f);

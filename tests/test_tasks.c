@@ -188,6 +188,13 @@ static void test_text_windows(void **state)
     pr_text_free(&t);
     assert_int_equal(pr_text_load(&t, path, 200, 3, &err), -1);
     assert_non_null(strstr(err.msg, "too short for seq_len 200"));
+    /* Issue 45: --data /dev/zero read forever; files and devices stop at the limit */
+    assert_int_equal(pr_text_load_max(&t, path, 16, 3, 999, &err), -1);
+    assert_non_null(strstr(err.msg, "1000 bytes, over the limit of 999 for lm data"));
+    assert_int_equal(pr_text_load_max(&t, path, 16, 3, 1000, &err), 0);
+    pr_text_free(&t);
+    assert_int_equal(pr_text_load_max(&t, "/dev/zero", 16, 3, 1 << 20, &err), -1);
+    assert_non_null(strstr(err.msg, "/dev/zero: more than 1048576 bytes, the limit for lm data"));
     unlink(path);
     assert_int_equal(pr_text_load(&t, path, 16, 3, &err), -1);
     assert_non_null(strstr(err.msg, "cannot open"));
