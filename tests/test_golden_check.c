@@ -93,6 +93,25 @@ static void test_broken_files_fail(void **state)
     const char *no_dht[] = {"gdn.dht"};
     write_variant(&st, bad, no_dht, 1, NULL, a);
     expect_fail(bad, "gdn FAIL", "gdn.dht is missing");
+    /* Issue 45: every linattn tensor empty (batch 0) passed with nothing compared */
+    {
+        const char **names = malloc(sizeof *names * (size_t)st.n);
+        const pr_tensor **ts = malloc(sizeof *ts * (size_t)st.n);
+        int n = 0;
+        for (int i = 0; i < st.n; i++) {
+            if (strncmp(st.names[i], "linattn.", 8) != 0) continue;
+            const pr_tensor *t = st.tensors[i];
+            int64_t shape[PR_MAX_DIMS];
+            memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+            if (strcmp(st.names[i], "linattn.scale") != 0) shape[0] = 0;
+            names[n] = st.names[i];
+            ts[n++] = pr_zeros(a, PR_F64, PR_CPU, t->ndim, shape);
+        }
+        if (pr_safetensors_write(bad, n, names, ts, 0, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+        free(names);
+        free(ts);
+        expect_fail(bad, "linattn FAIL", "nothing compared: every reference tensor of linattn is empty");
+    }
     /* a tensor stored as f32 */
     write_variant(&st, bad, NULL, 0, "ssd.k", a);
     expect_fail(bad, "ssd FAIL", "ssd.k has dtype f32; golden files store float64");

@@ -56,7 +56,9 @@ static double rel_err(const pr_tensor *got, const pr_tensor *r)
 /* max|got - ref| / max|ref| against the file's `name`, kept in g->worst */
 static void compare(pr_golden_run *g, const char *name, const pr_tensor *got)
 {
-    const double e = rel_err(got, expect(g, name));
+    const pr_tensor *ref = expect(g, name);
+    const double e = rel_err(got, ref);
+    g->compared += ref->numel;
     if (g->verbose && g->form) printf("  %s %-8s %-6s rel_err=%.3g\n", g->op, g->form, name, e);
     else if (g->verbose) printf("  %s %-10s rel_err=%.3g\n", g->op, name, e);
     g->worst = isnan(e) ? INFINITY : fmax(g->worst, e);

@@ -23,6 +23,7 @@ typedef struct {
     const char *form;   /* the form run, for --verbose; NULL for an op of one form */
     int forms, chunk;   /* the recurrences: bit 0 per-token, bit 1 chunked form; its chunk */
     double worst;
+    int64_t compared;   /* reference elements compared: a check of none has checked nothing */
 } pr_golden_run;
 
 typedef struct {
