@@ -91,6 +91,10 @@ struct pr_ctx {
      * the last node that adds to its grad is done: dist/ddp.c) */
     void (*on_node_backward)(void *user, pr_ctx *ctx, int tape_pos);
     void *on_node_backward_user;
+    /* where layers leave what a training loss adds beyond the task's own term
+     * (models/: MoM's router statistics, pr_router_stats); set by the model's
+     * loss functions while they run the model, NULL otherwise */
+    void *loss_aux;
 };
 
 pr_ctx *pr_ctx_new(uint64_t seed);

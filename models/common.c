@@ -7,7 +7,7 @@
 
 const pr_mixer_def *const pr_mixers[] = {&pr_mixer_prism, &pr_mixer_gdn, &pr_mixer_mamba2, &pr_mixer_deltanet,
                                          &pr_mixer_linattn, &pr_mixer_ttt_linear, &pr_mixer_ttt_mlp, &pr_mixer_titans,
-                                         &pr_mixer_attn, &pr_mixer_mamba, NULL};
+                                         &pr_mixer_attn, &pr_mixer_mamba, &pr_mixer_mom, &pr_mixer_hstu, NULL};
 
 const pr_mixer_def *pr_mixer_by_name(const char *name)
 {
@@ -85,7 +85,7 @@ int64_t pr_config_head_dim(const pr_config *c)
 
 int64_t pr_config_value_dim(const pr_config *c)
 {
-    bool gdn_like = strcmp(c->mixer, "gdn") == 0 || strcmp(c->mixer, "prism") == 0;
+    bool gdn_like = strcmp(c->mixer, "gdn") == 0 || strcmp(c->mixer, "prism") == 0 || strcmp(c->mixer, "mom") == 0;
     return pr_config_head_dim(c) * (gdn_like ? c->gdn_expand_v : 1);
 }
 

@@ -26,7 +26,7 @@ typedef struct {
 
 #define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
 static const key_info keys[] = {
-    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|ttt_mlp|titans|attn|mamba",
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|ttt_mlp|titans|attn|mamba|mom|hstu",
      "the sequence mixer of every block"},
     {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
@@ -69,7 +69,7 @@ static const key_info keys[] = {
      "init of each refinement strength's bias: strength sigmoid(b) at init"},
     {"gdn.gate", KEY_BOOL, F(gdn_gate), "true", "true|false", "gated output norm in gdn and prism"},
     {"gdn.expand_v", KEY_INT, F(gdn_expand_v), "1", "1..8",
-     "value head dim V = expand_v * K in gdn and prism (fla GatedDeltaNet's expand_v)"},
+     "value head dim V = expand_v * K in gdn, prism and mom (fla GatedDeltaNet's expand_v)"},
     {"deltanet.gate", KEY_BOOL, F(deltanet_gate), "false", "true|false", "gated output norm in deltanet"},
     {"mamba2.expand", KEY_INT, F(mamba2_expand), "2", "1..16", "inner width Di = expand * d_model"},
     {"mamba2.head_dim", KEY_INT, F(mamba2_head_dim), "64", "1..4096", "head dim P (heads = Di / P)"},
@@ -89,6 +89,15 @@ static const key_info keys[] = {
     {"mamba.d_state", KEY_INT, F(mamba_d_state), "16", "1..4096", "mamba: state size N per channel"},
     {"mamba.dt_rank", KEY_INT, F(mamba_dt_rank), "0", "0..65536", "mamba: rank R of the Delta projection; 0: ceil(d_model / 16)"},
     {"rec.n_items", KEY_INT, F(rec_n_items), "1000", "1..16777216", "recommendation: items (id 0 pads)"},
+    {"mom.memories", KEY_INT, F(mom_memories), "4", "1..64", "mom: routed memories E (fla num_memories)"},
+    {"mom.topk", KEY_INT, F(mom_topk), "2", "1..64", "mom: memories each token is routed to (at most mom.memories)"},
+    {"mom.shared", KEY_BOOL, F(mom_shared), "true", "true|false", "mom: a shared memory that sees every token (fla shared_mem)"},
+    {"mom.backend", KEY_CHOICE, F(mom_backend), "gdn", "gdn|gla",
+     "mom: the rule of each memory: gated delta rule, or GLA (needs the gla recurrence rule)"},
+    {"mom.aux_loss_scale", KEY_FLOAT, F(mom_aux_loss_scale), "0.01", "0..100",
+     "mom: weight of the router's load-balancing loss added to the training loss (fla aux_loss_scale)"},
+    {"hstu.buckets", KEY_INT, F(hstu_buckets), "32", "1..4096",
+     "hstu: relative position buckets of the attention bias (logarithmic in the distance)"},
 };
 #undef F
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -333,6 +342,11 @@ int pr_config_check(const pr_config *c, pr_err *err)
         (strcmp(c->task, "rec") || strcmp(c->mixer, "attn") || strcmp(c->norm, "layernorm")))
         return pr_errf(err, "config: block sasrec needs task rec, mixer attn and norm layernorm (got %s, %s, %s)",
                        c->task, c->mixer, c->norm);
+    if (strcmp(c->mixer, "mom") == 0 && c->mom_topk > c->mom_memories)
+        return pr_errf(err, "config: mom.topk %d is more than mom.memories %d", c->mom_topk, c->mom_memories);
+    if (strcmp(c->mixer, "mom") == 0 && strcmp(c->mom_backend, "gla") == 0)
+        return pr_errf(err, "config: mom.backend gla is not built yet (GLA memories wait for the gla recurrence "
+                            "rule); use mom.backend=gdn");
     if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;

@@ -171,28 +171,58 @@ pr_tensor *pr_model_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_mo
     return pr_model_norm(ctx, m, &m->norm_f, h);
 }
 
+static pr_tensor *lm_head(pr_ctx *ctx, const pr_model *m, pr_tensor *h)
+{
+    return m->lm_head ? pr_matmul(ctx, h, m->lm_head, false, false) : pr_matmul(ctx, h, m->embed, false, true);
+}
+
 pr_tensor *pr_lm_logits(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_model_state *st)
 {
-    pr_tensor *h = pr_model_hidden(ctx, m, ids, st);
-    return m->lm_head ? pr_matmul(ctx, h, m->lm_head, false, false) : pr_matmul(ctx, h, m->embed, false, true);
+    return lm_head(ctx, m, pr_model_hidden(ctx, m, ids, st));
+}
+
+/* the hidden states for a loss, with the layers' auxiliary terms (MoM's router
+ * balance) gathered into *rs */
+static pr_tensor *hidden_for_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_router_stats *rs)
+{
+    void *outer = ctx->loss_aux;
+    ctx->loss_aux = rs;
+    pr_tensor *h = pr_model_hidden(ctx, m, ids, NULL);
+    ctx->loss_aux = outer;
+    return h;
+}
+
+/* loss + the auxiliary terms the layers left in rs (none: loss itself) */
+static pr_tensor *plus_aux(pr_ctx *ctx, pr_tensor *loss, const pr_router_stats *rs)
+{
+    return rs->prob_sum ? pr_add(ctx, loss, pr_router_aux_loss(ctx, rs)) : loss;
 }
 
 pr_tensor *pr_lm_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_tensor *targets)
 {
-    return pr_cross_entropy(ctx, pr_lm_logits(ctx, m, ids, NULL), targets, m->cfg.ignore_index);
+    pr_router_stats rs = {0};
+    pr_tensor *logits = lm_head(ctx, m, hidden_for_loss(ctx, m, ids, &rs));
+    return plus_aux(ctx, pr_cross_entropy(ctx, logits, targets, m->cfg.ignore_index), &rs);
 }
 
-pr_tensor *pr_rec_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *items)
+/* the last position's hidden state against every item */
+static pr_tensor *last_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *h)
 {
-    pr_tensor *h = pr_model_hidden(ctx, m, items, NULL);
     int64_t B = h->shape[0], T = h->shape[1], D = h->shape[2];
     pr_tensor *last = pr_reshape(ctx, pr_slice(ctx, h, 1, T - 1, 1), PR_DIMS(B, D));
     return pr_matmul(ctx, last, m->embed, false, true);
 }
 
+pr_tensor *pr_rec_scores(pr_ctx *ctx, const pr_model *m, pr_tensor *items)
+{
+    return last_scores(ctx, m, pr_model_hidden(ctx, m, items, NULL));
+}
+
 pr_tensor *pr_rec_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target)
 {
-    return pr_cross_entropy(ctx, pr_rec_scores(ctx, m, items), target, m->cfg.ignore_index);
+    pr_router_stats rs = {0};
+    pr_tensor *scores = last_scores(ctx, m, hidden_for_loss(ctx, m, items, &rs));
+    return plus_aux(ctx, pr_cross_entropy(ctx, scores, target, m->cfg.ignore_index), &rs);
 }
 
 pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items, pr_tensor *target,
@@ -200,7 +230,8 @@ pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items,
 {
     PR_CHECK(negatives->ndim == 2 && negatives->shape[0] == items->shape[0],
              "rec: negatives must be [B, N] with B = %lld, got %d dims", (long long)items->shape[0], negatives->ndim);
-    pr_tensor *h = pr_model_hidden(ctx, m, items, NULL);
+    pr_router_stats rs = {0};
+    pr_tensor *h = hidden_for_loss(ctx, m, items, &rs);
     int64_t B = h->shape[0], T = h->shape[1], D = h->shape[2];
     pr_tensor *last = pr_reshape(ctx, pr_slice(ctx, h, 1, T - 1, 1), PR_DIMS(B, 1, D));
     pr_tensor *pos = pr_embedding(ctx, m->embed, pr_view(ctx->step, target, PR_DIMS(B, 1)));   /* [B,1,D] */
@@ -208,7 +239,7 @@ pr_tensor *pr_rec_loss_sampled(pr_ctx *ctx, const pr_model *m, pr_tensor *items,
     pr_tensor *s_pos = pr_matmul(ctx, last, pos, false, true), *s_neg = pr_matmul(ctx, last, neg, false, true);
     pr_tensor *ones = pr_ones(ctx->step, s_pos->dtype, s_pos->device, s_pos->ndim, s_pos->shape);
     pr_tensor *zeros = pr_zeros(ctx->step, s_neg->dtype, s_neg->device, s_neg->ndim, s_neg->shape);
-    return pr_add(ctx, pr_bce_logits(ctx, s_pos, ones), pr_bce_logits(ctx, s_neg, zeros));
+    return plus_aux(ctx, pr_add(ctx, pr_bce_logits(ctx, s_pos, ones), pr_bce_logits(ctx, s_neg, zeros)), &rs);
 }
 
 pr_model_state *pr_model_state_new(const pr_model *m)

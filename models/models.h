@@ -54,6 +54,11 @@ typedef struct pr_config {
     double dropout;
     int mamba_expand, mamba_d_state, mamba_dt_rank;
     int rec_n_items;
+    int mom_memories, mom_topk;
+    bool mom_shared;
+    char mom_backend[8];
+    double mom_aux_loss_scale;
+    int hstu_buckets;
 } pr_config;
 
 /* the defaults of every key */
@@ -157,7 +162,8 @@ typedef struct {
 } pr_mixer_def;
 
 extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
-    pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba, pr_mixer_ttt_mlp, pr_mixer_titans;
+    pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba, pr_mixer_ttt_mlp, pr_mixer_titans,
+    pr_mixer_mom, pr_mixer_hstu;
 const pr_mixer_def *pr_mixer_by_name(const char *name);  /* NULL if unknown */
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 
@@ -206,6 +212,21 @@ pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_con
                                  pr_layer_state *st);
 /* y = concat_heads(norm(o) [* silu(x W_g)]) W_o */
 pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x, pr_tensor *o);
+
+/* ---- MoM's router balance (models/mom.c) ----------------------------------------
+ * The model's loss functions point ctx->loss_aux at one of these while they run
+ * the model; every MoM layer adds its router's probabilities and picks. As fla
+ * (Switch Transformer's loss over every layer's tokens at once):
+ *   aux = mom.aux_loss_scale * E * sum_e f_e P_e,  f_e = picks of memory e / tokens,
+ *   P_e = mean router probability of e; only P carries gradient. */
+typedef struct {
+    int E;
+    pr_tensor *prob_sum;   /* [E] sum of the router probabilities over every layer's tokens; NULL: no MoM layer ran */
+    double count[64];      /* picks of each memory, over every layer */
+    double tokens;         /* tokens routed, over every layer */
+    double scale;          /* mom.aux_loss_scale */
+} pr_router_stats;
+pr_tensor *pr_router_aux_loss(pr_ctx *ctx, const pr_router_stats *rs);
 
 /* ---- blocks and models (models/model.c) ---------------------------------------- */
 typedef struct { pr_tensor *w, *b; } pr_norm_params;

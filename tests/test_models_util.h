@@ -8,7 +8,8 @@
 #include "models/models.h"
 
 /* every mixer the registry knows, with its test-size overrides; prism in both
- * forms (entry 0 is form augmented, the paper form's entries come last) */
+ * forms (entry 0 is form augmented, the paper form's entries start at
+ * TEST_PRISM_PAPER) */
 static const struct {
     const char *name;
     const char *sets[6];
@@ -28,6 +29,9 @@ static const struct {
     {"prism", {"prism.form=paper", "prism.L=2"}},
     {"prism", {"prism.form=paper", "prism.L=1", "prism.knorm=off"}},
     {"prism", {"prism.form=paper", "prism.L=3", "prism.proj_rank=2", "prism.conv_width=2"}},
+    {"mom", {"mom.memories=3"}},
+    {"mom", {"mom.memories=4", "mom.topk=1", "mom.shared=false", "gdn.expand_v=2"}},
+    {"hstu", {"hstu.buckets=5"}},
 };
 #define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))
