@@ -378,7 +378,7 @@ cd - >/dev/null || exit 1
 # exit codes: a file that cannot be read 1, a bad command line (option or value) 2
 expect 1 "prism train: $tmp/none.json: cannot open" train --config "$tmp/none.json"
 expect 2 "prism train: config: d_model 15 is not a multiple of n_heads 2" train --task parity --set d_model=15
-expect 2 "prism train: --out wants a folder, not ''" train --task parity --out ""
+expect 2 "prism train: --out wants a value, not ''" train --task parity --out ""
 expect 2 "prism train: --data is the lm task's text file; task parity does not read it" train --task parity \
     --data "$tmp/none.txt"
 # shellcheck disable=SC2086
@@ -585,6 +585,32 @@ expect 2 "prism bench throughput: --seq-lens 16: a batch of 2 sequences does not
     throughput --models gdn --seq-lens 16 --tokens-per-batch 32 --procs 4
 expect 2 "prism bench throughput: --gpus N runs on CUDA" bench throughput --models gdn --seq-lens 16 --gpus 2 \
     --device cpu
+
+# the README's exit codes across subcommands: 1 a file that cannot be read, 2 a bad command line
+# (an option, or a value, a --set included, that no run can take); an empty value is a bad one
+none=$tmp/no-such-file
+expect 1 "prism model: $none.json: cannot open" model --model prism --config "$none.json"
+expect 1 "prism model: $none.safetensors: cannot open" model --model prism --checkpoint "$none.safetensors"
+expect 1 "prism inspect: $none.json: cannot open" inspect --model prism --config "$none.json"
+expect 1 "prism ablate: $none.json: cannot open" ablate --grid "$none.json"
+expect 1 "prism golden-check: $none.safetensors: cannot open" golden-check "$none.safetensors"
+expect 1 "prism eval: $none/config.json: cannot open" eval --run "$none"
+expect 1 "prism generate: $none/config.json: cannot open" generate --run "$none" --prompt a
+expect 1 "prism data rec: $none.csv: cannot open" data rec --amazon "$none.csv"
+expect 2 "prism model: config: d_model 15 is not a multiple" model --model prism --set d_model=15
+expect 2 "prism inspect: config: d_model 15 is not a multiple" inspect --model prism --set d_model=15
+expect 2 "prism ablate: config: d_model 15 is not a multiple" ablate --grid quick --set d_model=15
+expect 2 "prism compare: config: d_model 15 is not a multiple" compare --models prism --task parity \
+    --set d_model=15
+expect 2 "prism bench throughput: prism: config: d_model 15 is not a multiple" bench throughput --models prism \
+    --seq-lens 16 --set d_model=15 --device cpu
+expect 2 "prism bench block: config: d_model 15 is not a multiple" bench block --mixer prism --set d_model=15 \
+    --device cpu
+expect 2 "prism compare: --out wants a value, not ''" compare --models prism --task parity --out ""
+expect 2 "prism ablate: --out wants a value, not ''" ablate --grid quick --out ""
+expect 2 "prism bench throughput: --out wants a value, not ''" bench throughput --models prism --seq-lens 16 --out ""
+expect 2 "prism inspect: --plot wants a value, not ''" inspect --model prism --plot ""
+expect 2 "prism golden-check: --make wants a value, not ''" golden-check --make ""
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

@@ -680,6 +680,7 @@ int pr_cmd_ablate(int argc, char **argv)
     if (rc >= 0) return rc;
     static pr_grid g;
     pr_err err;
+    if (strpbrk(t.grid, "/.") && pr_args_readable(a.cmd, t.grid)) return 1;   /* a grid file, not a built-in name */
     if (pr_grid_load(&g, t.grid, &err) || pr_grid_keep(&g, t.only, t.tasks, &err))
         return fprintf(stderr, "prism ablate: %s\n", err.msg), PR_EXIT_USAGE;
     if (t.seeds) g.seeds = t.seeds;

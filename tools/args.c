@@ -85,8 +85,17 @@ bool pr_args_string(pr_args *a, const char *name, const char **out)
 {
     const char *v;
     if (!option_value(a, name, &v)) return false;
-    if (v) *out = v;
+    if (v && !v[0]) pr_args_error(a, "%s wants a value, not ''", name);   /* a path, a name, a list: never empty */
+    else if (v) *out = v;
     return true;
+}
+
+int pr_args_readable(const char *cmd, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f) return fclose(f), 0;
+    fprintf(stderr, "%s: %s: cannot open: %s\n", cmd, path, strerror(errno));
+    return 1;
 }
 
 /* the whole of s as a base-10 integer within [lo, hi] */

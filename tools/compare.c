@@ -503,6 +503,13 @@ int pr_bench_throughput(int argc, char **argv)
     pr_err err;
     if (pr_config_preset(&c, t.preset, &err) || apply_sets(&c, &unused, t.sets, t.n_sets, &err))
         return pr_args_error(&a, "%s", err.msg);
+    for (int m = 0; m < t.n_models; m++) {   /* a config no model can take is a bad --set: said before any run */
+        pr_config mc = c;
+        char kv[64];
+        snprintf(kv, sizeof kv, "mixer=%s", t.names[m]);
+        if (pr_config_set(&mc, kv, &err) || pr_config_check(&mc, &err))
+            return pr_args_error(&a, "%s: %s", t.names[m], err.msg);
+    }
     int world = t.gpus ? t.gpus : t.procs ? t.procs : 1;
     pr_dist_env env;
     if (pr_dist_env_read(&env, NULL, &err)) return fprintf(stderr, "%s: %s\n", a.cmd, err.msg), 1;

@@ -116,9 +116,10 @@ static int parse_options(int argc, char **argv, inspect_opts *o)
     return 0;
 }
 
-/* defaults, preset, file, mixer, the --set options, --seed; 0 or a usage error */
+/* defaults, preset, file, mixer, the --set options, --seed; 0, 1 (the file cannot be read) or a usage error */
 static int build_config(const inspect_opts *o, pr_config *c)
 {
+    if (o->config_file && pr_args_readable("prism inspect", o->config_file)) return 1;
     *c = pr_config_default();
     pr_err err;
     char kv[64];

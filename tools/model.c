@@ -94,6 +94,7 @@ int pr_cmd_model(int argc, char **argv)
     if (a.failed) return PR_EXIT_USAGE;
     if (keys_markdown) return pr_config_print_markdown(stdout), 0;
     if (!model && !file) return fail("--model NAME or --config FILE is required (prism model --help lists the mixers)");
+    if (file && pr_args_readable("prism model", file)) return 1;
     pr_config c = pr_config_default();
     pr_err err;
     char mixer[64];

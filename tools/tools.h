@@ -79,5 +79,8 @@ bool pr_args_int_list(pr_args *a, const char *name, long long lo, long long hi, 
 int pr_args_unknown(pr_args *a);            /* "unknown option '<arg>'"; returns PR_EXIT_USAGE */
 int pr_args_error(pr_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));  /* "<cmd>: <msg>" */
 int pr_args_no_cuda(const char *cmd);       /* says so; returns PR_EXIT_NO_GPU */
+/* 0 when the file an option names can be opened; else says why and returns 1
+ * (a file that cannot be read is exit 1, what is in it a usage error, 2) */
+int pr_args_readable(const char *cmd, const char *path);
 
 #endif

@@ -133,7 +133,6 @@ static int parse_train(pr_args *a, train_args *t)
         return pr_args_unknown(a);
     }
     if (a->failed) return PR_EXIT_USAGE;
-    if (t->out && !t->out[0]) return pr_args_error(a, "--out wants a folder, not ''");
     if (t->resume && t->overwrite)
         return pr_args_error(a, "--resume continues the run in --out, --overwrite replaces it: give one");
     if (t->gpus && t->procs) return pr_args_error(a, "--gpus and --procs: give one (--gpus on CUDA, --procs on the CPU)");
@@ -284,9 +283,7 @@ int pr_cmd_train(int argc, char **argv)
                                      "and the data-parallel options");
         if ((rc = resume_config(&a, &t, &c, &o)) >= 0) return rc;
     } else {
-        char *text = t.config ? pr_read_text(t.config, &err) : NULL;   /* a file that cannot be read: 1 */
-        if (t.config && !text) return fail(cmd, err.msg);
-        free(text);
+        if (t.config && pr_args_readable(cmd, t.config)) return 1;
         if (resolve_config(&t, &c, &o, &err)) {
             fprintf(stderr, "%s: %s\n", cmd, err.msg);
             return PR_EXIT_USAGE;
