@@ -6,6 +6,27 @@
 
 #include "tensor/tensor.h"
 
+/* Under AddressSanitizer the unused space of every block is poisoned, and so
+ * is the padding after each allocation up to the next 64-byte boundary: a
+ * write past an allocation stops the program, where it would otherwise land
+ * silently in the neighbour's bytes (malloc's redzones sit around the whole
+ * block, not around our allocations inside it). */
+#if defined(__SANITIZE_ADDRESS__)
+#define PR_ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PR_ARENA_ASAN 1
+#endif
+#endif
+#ifdef PR_ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define PR_ARENA_ALIGN 64
 #define PR_ARENA_BLOCK (1u << 20) /* smallest host block */
 
@@ -39,6 +60,13 @@ pr_arena *pr_arena_new(const char *name, size_t capacity)
     return a;
 }
 
+static void free_block(pr_block *b)
+{
+    UNPOISON(b->mem, b->size);   /* the allocator's own bookkeeping takes over */
+    free(b->mem);
+    free(b);
+}
+
 static void release_device(pr_arena *a)
 {
     for (pr_devalloc *d = a->devallocs; d;) {
@@ -55,8 +83,7 @@ void pr_arena_free(pr_arena *a)
     release_device(a);
     for (pr_block *b = a->blocks; b;) {
         pr_block *next = b->next;
-        free(b->mem);
-        free(b);
+        free_block(b);
         b = next;
     }
     free(a);
@@ -69,10 +96,12 @@ void pr_arena_reset(pr_arena *a)
     while (keep && keep->next) {   /* free all but the oldest block */
         pr_block *b = keep;
         keep = keep->next;
-        free(b->mem);
-        free(b);
+        free_block(b);
     }
-    if (keep) keep->used = 0;
+    if (keep) {
+        keep->used = 0;
+        POISON(keep->mem, keep->size);
+    }
     a->blocks = keep;
     a->used = 0;
 }
@@ -106,10 +135,12 @@ void *pr_arena_alloc(pr_arena *a, size_t bytes)
         b->size = size;
         b->next = a->blocks;
         a->blocks = b;
+        POISON(b->mem, size);
     }
     void *p = b->mem + b->used;
     b->used += need;
-    memset(p, 0, need);
+    UNPOISON(p, bytes);
+    memset(p, 0, bytes);
     return p;
 }
 

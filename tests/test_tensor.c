@@ -1,6 +1,12 @@
 /* tests/test_tensor.c: creation, copies, views, printing, Philox, arenas. */
 #include "tests/pr_test.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 static void test_create_and_fill(void **state)
 {
     (void)state;
@@ -117,6 +123,48 @@ static void test_arena(void **state)
     pr_arena_free(big);
 }
 
+/* Issue 45: under ASan, the bytes after an arena allocation (its padding and
+ * the block's unused space) are poisoned, so a write past it is caught; a
+ * reset poisons everything again. A child process writing one byte past an
+ * allocation must die with ASan's report. */
+static void test_arena_poisoned_under_asan(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    pr_arena *a = pr_arena_new("poison", 0);
+    char *p = pr_arena_alloc(a, 10), *q = pr_arena_alloc(a, 64);
+    assert_false(__asan_address_is_poisoned(p));
+    assert_false(__asan_address_is_poisoned(p + 9));
+    assert_true(__asan_address_is_poisoned(p + 10));     /* the padding up to 64 */
+    assert_true(__asan_address_is_poisoned(p + 63));
+    assert_false(__asan_address_is_poisoned(q + 63));
+    assert_true(__asan_address_is_poisoned(q + 64));     /* the block's unused space */
+    assert_true(__asan_address_is_poisoned(q + 100000));
+    char *z = pr_arena_alloc(a, 0);
+    assert_true(__asan_address_is_poisoned(z));          /* a zero-byte allocation holds nothing */
+    pr_arena_reset(a);
+    assert_true(__asan_address_is_poisoned(p));          /* reset: nothing is handed out */
+    pr_tensor *t = pr_zeros(a, PR_F32, PR_CPU, PR_DIMS(3));
+    assert_false(__asan_address_is_poisoned((char *)t->data + 11));
+    assert_true(__asan_address_is_poisoned((char *)t->data + 12));
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {   /* the child writes past its 12 bytes */
+        freopen("/dev/null", "w", stderr);
+        volatile char *data = t->data;
+        data[12] = 1;
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    pr_arena_free(a);
+#else
+    skip();   /* a build without ASan has no poison to check */
+#endif
+}
+
 static void test_cpu_only_errors(void **state)
 {
     (void)state;
@@ -135,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_views),           cmocka_unit_test(test_print),
         cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_rng_deterministic),
         cmocka_unit_test(test_arena),           cmocka_unit_test(test_cpu_only_errors),
+        cmocka_unit_test(test_arena_poisoned_under_asan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
