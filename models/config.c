@@ -26,8 +26,8 @@ typedef struct {
 
 #define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
 static const key_info keys[] = {
-    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|ttt_linear|ttt_mlp|titans|attn|mamba|mom|hstu",
-     "the sequence mixer of every block"},
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|sla|ttt_linear|ttt_mlp|titans|attn|mamba|mom|hstu|gla|gsa",
+     "the sequence mixer of every block (sla, the PRISM paper's name, is stored as linattn)"},
     {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
     {"n_layers", KEY_INT, F(n_layers), "2", "1..1024", "number of blocks"},
@@ -77,6 +77,18 @@ static const key_info keys[] = {
     {"mamba2.n_groups", KEY_INT, F(mamba2_n_groups), "1", "1..1024", "groups G sharing B and C"},
     {"linattn.feature_map", KEY_CHOICE, F(linattn_feature_map), "elementwise_product",
      "elementwise_product|elu|relu|identity", "feature map on q and k"},
+    {"gla.expand_k", KEY_FLOAT, F(gla_expand_k), "0.5", "0.01..64",
+     "gla: key dim of all heads = expand_k * d_model (fla GatedLinearAttention)"},
+    {"gla.expand_v", KEY_FLOAT, F(gla_expand_v), "1", "0.01..64", "gla: value dim of all heads = expand_v * d_model"},
+    {"gla.gate_low_rank", KEY_INT, F(gla_gate_low_rank), "16", "1..65536", "gla: rank of the decay gate's projection"},
+    {"gla.gate_normalizer", KEY_FLOAT, F(gla_gate_normalizer), "16", "0.001..1e6",
+     "gla: the log-decay is logsigmoid(.) / gate_normalizer"},
+    {"gla.gate", KEY_BOOL, F(gla_gate), "true", "true|false", "gla: output gate rms(o) * silu(x Wg) (off: rms(o))"},
+    {"gsa.slots", KEY_INT, F(gsa_slots), "64", "1..4096", "gsa: memory slots M per head"},
+    {"gsa.expand_k", KEY_FLOAT, F(gsa_expand_k), "1", "0.01..64", "gsa: key dim of all heads = expand_k * d_model"},
+    {"gsa.expand_v", KEY_FLOAT, F(gsa_expand_v), "1", "0.01..64", "gsa: value dim of all heads = expand_v * d_model"},
+    {"gsa.gate_normalizer", KEY_FLOAT, F(gsa_gate_normalizer), "8", "0.001..1e6",
+     "gsa: the slots' log-decay is logsigmoid(.) / gate_normalizer"},
     {"ttt.mini_batch", KEY_INT, F(ttt_mini_batch), "16", "1..4096", "TTT inner mini-batch b"},
     {"ttt.base_lr", KEY_FLOAT, F(ttt_base_lr), "1", "0..1000", "TTT inner base learning rate"},
     {"titans.chunk", KEY_INT, F(titans_chunk), "16", "1..4096", "Titans: tokens whose gradients share the chunk-start memory"},
@@ -201,6 +213,7 @@ static int set_text(pr_config *c, const key_info *k, const char *v, pr_err *err)
         return 0;
     case KEY_CHOICE:
         if (!choice_ok(k->allowed, v)) return bad_value(k, v, "not one of the choices", err);
+        if (k->offset == offsetof(pr_config, mixer) && strcmp(v, "sla") == 0) v = "linattn";   /* an alias */
         snprintf(field, k->size, "%s", v);
         return 0;
     }
@@ -314,6 +327,18 @@ int pr_config_preset(pr_config *c, const char *name, pr_err *err)
     return pr_errf(err, "config: unknown preset '%s' (allowed: probe|rec-small|sasrec|lm-130m)", name);
 }
 
+/* mixer's key or value dim, expand * d_model, must be a whole number of at least one per head */
+static int check_expanded(const pr_config *c, const char *mixer, double expand, const char *key, pr_err *err)
+{
+    if (strcmp(c->mixer, mixer)) return 0;
+    const double dim = expand * c->d_model;
+    const int64_t whole = (int64_t)llround(dim);
+    if (fabs(dim - (double)whole) > 1e-9 * dim || whole < c->n_heads || whole % c->n_heads)
+        return pr_errf(err, "config: %s %g times d_model %d gives %g, not a positive multiple of n_heads %d", key,
+                       expand, c->d_model, dim, c->n_heads);
+    return 0;
+}
+
 int pr_config_check(const pr_config *c, pr_err *err)
 {
     if (!pr_mixer_by_name(c->mixer)) return pr_errf(err, "config: mixer '%s' is not built yet", c->mixer);
@@ -326,6 +351,11 @@ int pr_config_check(const pr_config *c, pr_err *err)
                             "anchor U [D] from v [H*V]); got n_heads %d * V %lld != d_model %d (set head_dim=0 and "
                             "gdn.expand_v=1, or prism.form=augmented)",
                        c->n_heads, (long long)pr_config_value_dim(c), c->d_model);
+    if (check_expanded(c, "gla", c->gla_expand_k, "gla.expand_k", err) ||
+        check_expanded(c, "gla", c->gla_expand_v, "gla.expand_v", err) ||
+        check_expanded(c, "gsa", c->gsa_expand_k, "gsa.expand_k", err) ||
+        check_expanded(c, "gsa", c->gsa_expand_v, "gsa.expand_v", err))
+        return -1;
     int64_t di = (int64_t)c->mamba2_expand * c->d_model;
     if (strcmp(c->mixer, "mamba2") == 0 && di % c->mamba2_head_dim)
         return pr_errf(err, "config: mamba2.head_dim %d does not divide mamba2.expand * d_model = %lld",

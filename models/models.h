@@ -44,6 +44,11 @@ typedef struct pr_config {
     int gdn_expand_v;
     int mamba2_expand, mamba2_head_dim, mamba2_d_state, mamba2_n_groups;
     char linattn_feature_map[24];
+    double gla_expand_k, gla_expand_v, gla_gate_normalizer;
+    int gla_gate_low_rank;
+    bool gla_gate;
+    int gsa_slots;
+    double gsa_expand_k, gsa_expand_v, gsa_gate_normalizer;
     int ttt_mini_batch;
     double ttt_base_lr;
     int titans_chunk;
@@ -163,8 +168,9 @@ typedef struct {
 
 extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
     pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba, pr_mixer_ttt_mlp, pr_mixer_titans,
-    pr_mixer_mom, pr_mixer_hstu;
-const pr_mixer_def *pr_mixer_by_name(const char *name);  /* NULL if unknown */
+    pr_mixer_mom, pr_mixer_hstu, pr_mixer_gla, pr_mixer_gsa;
+/* NULL if unknown; "sla" (the PRISM paper's name for un-gated linear attention) is linattn */
+const pr_mixer_def *pr_mixer_by_name(const char *name);
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 
 /* ---- shared pieces (models/common.c) ------------------------------------------ */

@@ -71,9 +71,9 @@ ref=$tmp/ref.safetensors
 if [ $cuda = 1 ]; then
     expect 0 "no target judged" bench ops --device cuda --quick
     expect 0 "wrote" golden-check --make "$ref" --size 1,5,1,4,3,2
-    expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --tf32
+    expect 0 "6 passed, 0 failed" golden-check "$ref" --device cuda --tf32
     expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --dtype f32 --form chunked --chunk 32
-    expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --dtype bf16 --form both
+    expect 0 "6 passed, 0 failed" golden-check "$ref" --device cuda --dtype bf16 --form both
     expect 0 "linattn" bench recurrence --device cuda --dtype f32 --size 1 --rules linattn --reps 1 --warmup 0 \
         --no-token
     expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
@@ -126,7 +126,7 @@ expect 2 "prism gradcheck: unknown option '--bogus' (prism gradcheck --help list
 expect 0 "usage: prism golden-check" golden-check --help
 expect 2 "usage: prism golden-check" golden-check
 expect 0 "wrote" golden-check --make "$ref" --size 1,5,1,4,3,2
-expect 0 "5 passed, 0 failed" golden-check "$ref" --tol 1e-8 --device cpu --dtype f64 --form both
+expect 0 "6 passed, 0 failed" golden-check "$ref" --tol 1e-8 --device cpu --dtype f64 --form both
 expect 0 "rel_err=" golden-check "$ref" --dtype f32 --form chunked --chunk 2 --verbose
 expect 0 "units of bf16 rounding" golden-check "$ref" --dtype bf16 --form both
 expect 1 "nothing.safetensors" golden-check "$tmp/nothing.safetensors"

@@ -288,6 +288,27 @@ static void test_recurrence_chunk(void **state)
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
+/* sla is the PRISM paper's name for linattn; gla and gsa check that their widths split into heads */
+static void test_aliases_and_widths(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_set(&c, "mixer=sla", &err), 0);
+    assert_string_equal(c.mixer, "linattn");
+    assert_ptr_equal(pr_mixer_by_name("sla"), &pr_mixer_linattn);
+    assert_int_equal(pr_config_set(&c, "mixer=gla", &err), 0);
+    assert_int_equal(pr_config_check(&c, &err), 0);   /* D 64, H 4: K 8, V 16 */
+    assert_int_equal(pr_config_set(&c, "gla.expand_k=0.3", &err), 0);
+    assert_int_equal(pr_config_check(&c, &err), -1);
+    assert_non_null(strstr(err.msg, "gla.expand_k 0.3 times d_model 64"));
+    assert_int_equal(pr_config_set(&c, "mixer=gsa", &err), 0);
+    assert_int_equal(pr_config_check(&c, &err), 0);   /* gla's keys do not bind gsa */
+    assert_int_equal(pr_config_set(&c, "gsa.expand_v=0.03125", &err), 0);   /* 2 channels for 4 heads */
+    assert_int_equal(pr_config_check(&c, &err), -1);
+    assert_non_null(strstr(err.msg, "not a positive multiple of n_heads 4"));
+}
+
 static void test_checkpoint_roundtrip(void **state)
 {
     (void)state;
@@ -346,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_paper_form_init),
         cmocka_unit_test(test_recurrence_chunk),
         cmocka_unit_test(test_checkpoint_roundtrip),
+        cmocka_unit_test(test_aliases_and_widths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

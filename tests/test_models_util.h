@@ -32,6 +32,10 @@ static const struct {
     {"mom", {"mom.memories=3"}},
     {"mom", {"mom.memories=4", "mom.topk=1", "mom.shared=false", "gdn.expand_v=2"}},
     {"hstu", {"hstu.buckets=5"}},
+    /* widths 3 D and 6 D split into 2 heads at D 6 and into 3 at D 20 (test_cuda_models) */
+    {"gla", {"gla.expand_k=3", "gla.expand_v=3", "gla.gate_low_rank=3"}},
+    {"gla", {"gla.expand_k=3", "gla.expand_v=6", "gla.gate=false", "gla.gate_normalizer=1"}},
+    {"gsa", {"gsa.slots=5", "gsa.expand_k=3", "gsa.expand_v=3", "gsa.gate_normalizer=1"}},
 };
 #define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))

@@ -57,7 +57,8 @@ static void usage(FILE *f)
             "  --dtype f64|f32|bf16  compute dtype (default f64 on the CPU, f32 on CUDA); bf16: the\n"
             "                        linear rules on bf16 data (g, h0, ht f32), the tolerance\n"
             "                        set by bf16 rounding (printed)\n"
-            "  --form recurrent|chunked|both   which form of the linear rules (default both)\n"
+            "  --form recurrent|chunked|both   which form of the linear rules (default both; on CUDA\n"
+            "                        gla runs the recurrent form only, and says so)\n"
             "  --chunk C             chunk size of the chunked form (default 64)\n"
             "  --tf32                CUDA: allow TF32 tensor cores (ctx->matmul_tf32 = 1)\n"
             "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32, 6 x 2^-11 = 2.9e-3 with\n"
@@ -142,6 +143,16 @@ static void check_one(pr_golden_run g, const char *name, void (*check)(pr_golden
         ++*skipped;
         return;
     }
+    const int rule = pr_rule_from_name(name);
+    if (g.dev == PR_CUDA && rule >= 0 && pr_rule_g_per_key((pr_rule)rule) && (g.forms & 2)) {
+        g.forms &= 1;   /* the per-key decay has no chunked CUDA kernels yet: say so, never pass on it */
+        printf("%s: chunked form skipped (no chunked CUDA kernels for a per-key decay)%s\n", name,
+               g.forms ? "" : "; nothing else asked");
+        if (!g.forms) {
+            ++*skipped;
+            return;
+        }
+    }
     g.op = name;
     g.compared = 0;
     double e = pr_golden_try(&g, check, why, sizeof why);
@@ -197,7 +208,8 @@ static int golden_check(const char *path, const gc_opts *o)
         check_one(g, pr_golden_ops[i].name, pr_golden_ops[i].fn, tol, &passed, &failed, &skipped);
     pr_ctx_free(ctx);
     pr_arena_free(a);
-    if (passed + failed == 0 && skipped) fprintf(stderr, "prism golden-check: nothing in %s has a bf16 path\n", path);
+    if (passed + failed == 0 && skipped)
+        fprintf(stderr, "prism golden-check: nothing in %s runs with these options (the skip lines say why)\n", path);
     else if (passed + failed == 0) fprintf(stderr, "prism golden-check: %s holds no known rule (<rule>.<tensor>)\n", path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed || passed == 0 ? 1 : 0;

@@ -21,6 +21,7 @@ static void model_usage(FILE *f)
                "per position instead, from --checkpoint's values (else the seeded init).\n"
                "--save writes those values as a checkpoint (safetensors, names = paths).\n\nmixers:\n");
     for (int i = 0; pr_mixers[i]; i++) fprintf(f, "  %-12s %s\n", pr_mixers[i]->name, pr_mixers[i]->summary);
+    fprintf(f, "  %-12s %s\n", "sla", "the PRISM paper's name for linattn (the same layer)");
     fprintf(f, "\npresets:");
     for (int i = 0; pr_config_presets[i]; i++) fprintf(f, " %s", pr_config_presets[i]);
     fprintf(f, "\n\nconfig keys (JSON nests dotted keys: {\"prism\": {\"L\": 2}}):\n");

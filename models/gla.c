@@ -1,0 +1,160 @@
+/* models/gla.c: the two layers built on the per-key-decay rule `gla`
+ * (BASELINES.md 9.1 and 9.2): Gated Linear Attention (fla
+ * GatedLinearAttention) and Gated Slot Attention (fla GatedSlotAttention).
+ *
+ * GLA, K = d_model * gla.expand_k / H, V = d_model * gla.expand_v / H:
+ *   q = x Wq  k = x Wk  v = x Wv                         (per head, no conv)
+ *   gk = logsigmoid(x W_down W_up + b) / gla.gate_normalizer   [B,T,H,K]
+ *   o = gla recurrence (scale K^-1/2)
+ *   y = concat_heads(rms(o) * silu(x Wg)) Wo      (gla.gate off: rms(o) only)
+ * State slot 0: the [B,H,K,V] state.
+ *
+ * GSA, M = gsa.slots, K = d_model * gsa.expand_k / H, V = d_model * gsa.expand_v / H:
+ *   q = silu(x Wq)  k = silu(x Wk)  v = silu(x Wv)
+ *   f = logsigmoid(x Wf) / gsa.gate_normalizer  [B,T,H,M]   s = 1 - exp(f)
+ *   pass 1, keys into slots: Kt = Kt diag(exp(f_t)) + k_t s_t^T   [K,M]
+ *           a_t = Kt^T q_t (M scores)
+ *   pass 2, values out of slots: the gla rule with keys s, decay f:
+ *           Vt = diag(exp(f_t)) Vt + s_t v_t^T   [M,V],  o_t = Vt^T softmax(a_t)
+ *   y = rms(concat_heads(silu(o))) Wo    (one RMSNorm over all H*V channels)
+ * Pass 1 decays its state along the slot axis, which is the axis it does not
+ * read with q; each slot m is then a scalar-decay recurrence of its own, so
+ * pass 1 runs the ssd rule over H*M heads (q and k repeated per slot, value
+ * s_t[m], decay f_t[m]). Both passes use scale 1, as fla's layer does.
+ * State slots 0 (pass 1, [B,H*M,K,1]) and 1 (pass 2, [B,H,M,V]).
+ *
+ * The CUDA kernels run the gla rule in its per-token form only (no chunked
+ * CUDA kernels for a per-key decay yet): on the GPU these layers ask for
+ * chunk 0 for that rule. */
+#include <math.h>
+
+#include "models/models.h"
+
+/* width * expand, the whole key or value dim of a layer (config.c checks it divides) */
+static int64_t expanded(const pr_config *c, double expand) { return (int64_t)llround(c->d_model * expand); }
+
+/* the gla rule's options: the config's chunk on the CPU, the per-token form on CUDA */
+static pr_recurrence_opts gla_opts(const pr_config *c, const pr_tensor *x, double scale)
+{
+    pr_recurrence_opts o = pr_config_recurrence(c, PR_RULE_GLA, x->shape[1], scale);
+    if (x->device == PR_CUDA) o.chunk = 0;
+    return o;
+}
+
+/* ---- GLA ------------------------------------------------------------------------------ */
+
+typedef struct {
+    pr_tensor *q_proj, *k_proj, *v_proj, *g_proj, *gk_down, *gk_up, *gk_bias, *g_norm, *o_proj;
+} gla_layer;
+
+static void *gla_build(pr_params *r, const pr_config *c)
+{
+    gla_layer *l = pr_arena_alloc(r->arena, sizeof *l);
+    const int64_t D = c->d_model, HK = expanded(c, c->gla_expand_k), HV = expanded(c, c->gla_expand_v);
+    const int64_t R = c->gla_gate_low_rank;
+    pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0}, zero = {PR_INIT_CONST, 0, 0};
+    l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
+    l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
+    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HV));
+    if (c->gla_gate) l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HV));
+    l->gk_down = pr_param_new(r, "gk_down", w, true, PR_DIMS(D, R));
+    l->gk_up = pr_param_new(r, "gk_up", w, true, PR_DIMS(R, HK));
+    l->gk_bias = pr_param_new(r, "gk_bias", zero, false, PR_DIMS(HK));
+    l->g_norm = pr_param_new(r, "g_norm", one, false, PR_DIMS(HV / c->n_heads));
+    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HV, D));
+    return l;
+}
+
+/* logsigmoid(z) / normalizer: a log-decay in (-inf, 0) */
+static pr_tensor *log_decay(pr_ctx *ctx, pr_tensor *z, double normalizer)
+{
+    return pr_scale(ctx, pr_logsigmoid(ctx, z), 1.0 / normalizer);
+}
+
+static pr_tensor *gla_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
+{
+    const gla_layer *l = layer;
+    const int64_t H = c->n_heads;
+    pr_tensor *q = pr_split_heads(ctx, pr_linear(ctx, x, l->q_proj, NULL), H);
+    pr_tensor *k = pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), H);
+    pr_tensor *v = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);
+    pr_tensor *z = pr_linear(ctx, pr_linear(ctx, x, l->gk_down, NULL), l->gk_up, l->gk_bias);
+    pr_tensor *gk = pr_split_heads(ctx, log_decay(ctx, z, c->gla_gate_normalizer), H);
+    pr_recurrence_opts opt = gla_opts(c, x, 0);
+    pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, gk, NULL, NULL, NULL, st ? st->slot[0] : NULL, NULL,
+                                 st ? &st->slot[0] : NULL);
+    pr_tensor *n;
+    if (l->g_proj) n = pr_rmsnorm_gated(ctx, o, pr_split_heads(ctx, pr_linear(ctx, x, l->g_proj, NULL), H), l->g_norm,
+                                        c->norm_eps);
+    else n = pr_rmsnorm(ctx, o, l->g_norm, c->norm_eps);
+    return pr_linear(ctx, pr_merge_heads(ctx, n), l->o_proj, NULL);
+}
+
+const pr_mixer_def pr_mixer_gla = {
+    .name = "gla",
+    .summary = "Gated Linear Attention (fla GatedLinearAttention)",
+    .mlp = true,
+    .build = gla_build,
+    .forward = gla_forward,
+};
+
+/* ---- GSA ------------------------------------------------------------------------------ */
+
+typedef struct {
+    pr_tensor *q_proj, *k_proj, *v_proj, *f_proj, *g_norm, *o_proj;
+} gsa_layer;
+
+static void *gsa_build(pr_params *r, const pr_config *c)
+{
+    gsa_layer *l = pr_arena_alloc(r->arena, sizeof *l);
+    const int64_t D = c->d_model, HK = expanded(c, c->gsa_expand_k), HV = expanded(c, c->gsa_expand_v);
+    pr_init w = pr_init_std(c), one = {PR_INIT_CONST, 1, 0};
+    l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
+    l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, HK));
+    l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, HV));
+    l->f_proj = pr_param_new(r, "f_proj", w, true, PR_DIMS(D, (int64_t)c->n_heads * c->gsa_slots));
+    l->g_norm = pr_param_new(r, "g_norm", one, false, PR_DIMS(HV));
+    l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HV, D));
+    return l;
+}
+
+/* x [B,T,H,E] -> [B,T,H*M,E], every head's row repeated for its M slots */
+static pr_tensor *per_slot(pr_ctx *ctx, pr_tensor *x, int64_t M)
+{
+    const int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], E = x->shape[3];
+    pr_tensor *r = pr_repeat_dim(ctx, pr_reshape(ctx, x, PR_DIMS(B, T, H, 1, E)), 3, M);
+    return pr_reshape(ctx, r, PR_DIMS(B, T, H * M, E));
+}
+
+static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
+{
+    const gsa_layer *l = layer;
+    const int64_t H = c->n_heads, M = c->gsa_slots, B = x->shape[0], T = x->shape[1];
+    pr_tensor *q = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->q_proj, NULL)), H);
+    pr_tensor *k = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->k_proj, NULL)), H);
+    pr_tensor *v = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->v_proj, NULL)), H);
+    pr_tensor *f = pr_split_heads(ctx, log_decay(ctx, pr_linear(ctx, x, l->f_proj, NULL), c->gsa_gate_normalizer), H);
+    pr_tensor *s = pr_sub(ctx, pr_ones(ctx->step, f->dtype, f->device, f->ndim, f->shape), pr_exp(ctx, f));
+
+    /* pass 1: slot m of head h is head h*M + m of a scalar-decay recurrence with one value channel */
+    pr_recurrence_opts o1 = pr_config_recurrence(c, PR_RULE_SSD, T, 1.0);
+    pr_tensor *a = pr_recurrence(ctx, &o1, per_slot(ctx, q, M), per_slot(ctx, k, M),
+                                 pr_reshape(ctx, s, PR_DIMS(B, T, H * M, 1)), pr_reshape(ctx, f, PR_DIMS(B, T, H * M)),
+                                 NULL, NULL, NULL, st ? st->slot[0] : NULL, NULL, st ? &st->slot[0] : NULL);
+    pr_tensor *p = pr_softmax(ctx, pr_reshape(ctx, a, PR_DIMS(B, T, H, M)));
+
+    /* pass 2: the gla rule over the slots */
+    pr_recurrence_opts o2 = gla_opts(c, x, 1.0);
+    pr_tensor *o = pr_recurrence(ctx, &o2, p, s, v, f, NULL, NULL, NULL, st ? st->slot[1] : NULL, NULL,
+                                 st ? &st->slot[1] : NULL);
+    pr_tensor *n = pr_rmsnorm(ctx, pr_merge_heads(ctx, pr_silu(ctx, o)), l->g_norm, c->norm_eps);
+    return pr_linear(ctx, n, l->o_proj, NULL);
+}
+
+const pr_mixer_def pr_mixer_gsa = {
+    .name = "gsa",
+    .summary = "Gated Slot Attention (fla GatedSlotAttention)",
+    .mlp = true,
+    .build = gsa_build,
+    .forward = gsa_forward,
+};
