@@ -79,6 +79,8 @@ if [ $cuda = 1 ]; then
     expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
         --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
+    expect 0 "a per-key decay (rule gla) has no chunked CUDA kernels yet" bench recurrence --device cuda \
+        --dtype f32 --shape 1,256,2,32,32 --rules gla --reps 1 --warmup 0
     expect 0 "segments" bench recurrence --device cuda --dtype f32 --shape 1,2048,2,32,32 --rules gdn --reps 1 \
         --warmup 0 --no-token
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
@@ -158,6 +160,8 @@ expect 2 "prism bench ops: --device wants cpu or cuda, not 'tpu'" bench ops --de
 expect 2 "prism bench ops: unknown option '--bogus' (prism bench ops --help lists the options)" bench ops --bogus
 
 expect 0 "usage: prism bench recurrence" bench recurrence --help
+expect 0 "cpu chunked C=16: fwd pr_rec_gla_forward_chunked" bench recurrence --device cpu --rules gla --reps 1 \
+    --no-token --chunks 16
 expect 0 "cpu bf16, chunk 16" bench recurrence --device cpu --dtype bf16 --rules gdn --reps 1 --no-token --chunks 16
 expect 0 "chunk 16; seconds, best of 1" bench recurrence --device cpu --dtype f32 --rules linattn --reps 1 \
     --warmup 0 --chunks 16 --no-token

@@ -50,8 +50,10 @@ static void usage(FILE *f)
             "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64|bf16] [--reps N] [--warmup N]\n"
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--help]\n\n"
-            "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2), per-token\n"
-            "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data),\n"
+            "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2, gla), per-token\n"
+            "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data;\n"
+            "gla, a log-decay per key channel, has only its per-token form on the GPU so far: its chunked\n"
+            "rows print the plan's refusal; fla's chunk_gla time is not in the reference figures below),\n"
             "TTT-Linear (mini-batch 16: TF32 and fp32 on f32 data, bf16 on bf16 data; mini-batch 1 as its\n"
             "serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1), forward and\n"
             "forward+backward, at B=8 T=2048 H=16 K=V=128 (size 1) and B=2 T=8192 H=16 K=V=128 (size 2),\n"
@@ -165,8 +167,10 @@ static int bench_cpu(const rb_opts *o)
         for (int k = 0; k < 4; k++) print_seconds(best[k / 2][k % 2]);
         printf(" %7.1f/%-7.1f %7.1f/%-7.1f\n", mb(mem[0][0]), mb(mem[0][1]), mb(mem[1][0]), mb(mem[1][1]));
     }
-    for (int f = 0; f < 2; f++) {   /* the CPU's plan does not depend on the rule */
-        const pr_recurrence_opts opt = {.rule = PR_RULE_PRISM_CORE, .chunk = f ? chunk : 0};
+    /* the CPU's plan depends on the rule only through a per-key decay's chunked form (gla) */
+    for (int f = 0; f < 3; f++) {
+        const pr_recurrence_opts opt = {.rule = f == 2 ? PR_RULE_GLA : PR_RULE_PRISM_CORE, .chunk = f ? chunk : 0};
+        if (f == 2 && !(o->rules & 1u << PR_RULE_GLA)) continue;
         pr_rec_plan plan;
         char why[256], line[320];
         if (pr_recurrence_plan(&opt, PR_CPU, B, T, H, K, V, L, &plan, why, sizeof why))
@@ -304,7 +308,7 @@ static double tf32_peak(pr_ctx *ctx, pr_arena *ar, int n)
 
 /* the inputs of every rule at one size, on the GPU, with grads ready */
 typedef struct {
-    pr_tensor *q, *k, *v, *g, *beta, *kx, *vx, *h0, *dout, *dht;
+    pr_tensor *q, *k, *v, *g, *gk, *beta, *kx, *vx, *h0, *dout, *dht;   /* gk: gla's per-key decay */
     pr_tensor *q16, *k16, *v16, *beta16, *kx16, *vx16, *dout16;   /* bf16 copies */
 } bench_inputs;
 
@@ -337,6 +341,7 @@ static bench_inputs make_inputs(pr_arena *ar, const bench_size *s)
     x.k = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->K), 1, 0, sk);
     x.v = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->V), 1, 0, 1);
     x.g = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H), 0, -0.3, -0.01);
+    x.gk = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->K), 0, -0.3, -0.01);
     x.beta = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H), 0, 0.1, 0.9);
     x.kx = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->L, s->K), 1, 0, sk);
     x.vx = leaf(ar, &r, PR_DIMS(s->B, s->T, s->H, s->L, s->V), 1, 0, 0.5);
@@ -489,7 +494,7 @@ static double fb_bytes(pr_rule r, const bench_size *s, double es)
 {
     const double tok = (double)s->B * s->T * s->H, L = pr_rule_has_extra(r) ? (double)s->L : 0;
     const double data = tok * (2.0 * s->K + s->V) + (pr_rule_has_beta(r) ? tok : 0) + tok * L * (s->K + s->V);
-    const double g = pr_rule_has_g(r) ? tok : 0, state = (double)s->B * s->H * s->K * s->V;
+    const double g = pr_rule_has_g(r) ? tok * (pr_rule_g_per_key(r) ? (double)s->K : 1) : 0, state = (double)s->B * s->H * s->K * s->V;
     return es * (3 * data + 2 * tok * s->V) + 4 * (3 * g + 5 * state);
 }
 
@@ -529,7 +534,8 @@ static int bench_gpu(const rb_opts *o)
         for (int r = 0; r < PR_NRULES; r++) {
             pr_rule rule = (pr_rule)r;
             if (!(o->rules & 1u << r)) continue;
-            pr_tensor *in[8] = {x.q, x.k, x.v, pr_rule_has_g(rule) ? x.g : NULL, pr_rule_has_beta(rule) ? x.beta : NULL,
+            pr_tensor *g = !pr_rule_has_g(rule) ? NULL : pr_rule_g_per_key(rule) ? x.gk : x.g;
+            pr_tensor *in[8] = {x.q, x.k, x.v, g, pr_rule_has_beta(rule) ? x.beta : NULL,
                                 pr_rule_has_extra(rule) ? x.kx : NULL, pr_rule_has_extra(rule) ? x.vx : NULL, x.h0};
             pr_tensor *in16[8] = {x.q16, x.k16, x.v16, in[3], in[4] ? x.beta16 : NULL, in[5] ? x.kx16 : NULL,
                                   in[6] ? x.vx16 : NULL, x.h0};
