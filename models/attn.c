@@ -4,10 +4,12 @@
  *   q, k <- RoPE-half: pairs (i, i + K/2), angle p * theta^(-2i/K) at absolute position p (attn.rope)
  *   o = causal softmax(q k^T / sqrt(K)) v, head h reading kv head h / (H/Hkv)
  *   y = concat_heads(o) Wo (+ bo)
+ * attn.shortconv = W > 0 first runs x through a depthwise causal conv of
+ * width W (pr_pre_conv: the authors' probe baselines, W = 3 for theirs).
  * SASRec's blocks call pr_attn_query_kv: queries and keys/values from different inputs.
  *
  * Decoding carries a KV cache: slot 0 the rotated keys [B,Tc,Hkv,K], slot 1 the
- * values. A call on a fresh state runs the tape's attention op (so training
+ * values, slot 2 the conv's window. A call on a fresh state runs the tape's attention op (so training
  * and prefill differentiate); a call that continues a cache appends its keys
  * and values and runs the decode op token by token (inference only: the
  * decode op records nothing on the tape). */
@@ -15,9 +17,10 @@
 
 #include "models/models.h"
 
-enum { SLOT_K, SLOT_V };
+enum { SLOT_K, SLOT_V, SLOT_CONV };
 
 typedef struct {
+    pr_tensor *pre_conv;                            /* attn.shortconv only */
     pr_tensor *q_proj, *k_proj, *v_proj, *o_proj;
     pr_tensor *q_bias, *k_bias, *v_bias, *o_bias;   /* attn.bias only */
 } attn_layer;
@@ -29,6 +32,7 @@ static void *attn_build(pr_params *r, const pr_config *c)
     attn_layer *l = pr_arena_alloc(r->arena, sizeof *l);
     int64_t D = c->d_model, K = pr_config_head_dim(c), HK = c->n_heads * K, KV = kv_heads(c) * K;
     pr_init w = pr_init_std(c);
+    l->pre_conv = pr_pre_conv_build(r, c, c->attn_shortconv);
     l->q_proj = pr_param_new(r, "q_proj", w, true, PR_DIMS(D, HK));
     l->k_proj = pr_param_new(r, "k_proj", w, true, PR_DIMS(D, KV));
     l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, KV));
@@ -116,6 +120,7 @@ static pr_tensor *attn_forward(pr_ctx *ctx, const void *layer, const pr_config *
 {
     const attn_layer *l = layer;
     pr_tensor *cache_k = st ? st->slot[SLOT_K] : NULL, *cache_v = st ? st->slot[SLOT_V] : NULL;
+    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[SLOT_CONV] : NULL);
     qkv p = project(ctx, l, c, x, x, cache_k ? cache_k->shape[1] : 0);
     pr_tensor *o;
     if (!cache_k) {

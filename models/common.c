@@ -36,6 +36,18 @@ pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias
     return y;
 }
 
+pr_tensor *pr_pre_conv_build(pr_params *r, const pr_config *c, int width)
+{
+    if (!width) return NULL;
+    double bound = 1.0 / sqrt((double)width);
+    return pr_param_new(r, "pre_conv", (pr_init){PR_INIT_UNIFORM, -bound, bound}, true, PR_DIMS(c->d_model, width));
+}
+
+pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor **win)
+{
+    return w ? pr_shortconv(ctx, x, w, NULL, win) : x;
+}
+
 pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H)
 {
     int64_t E = x->shape[x->ndim - 1] / H;

@@ -77,6 +77,8 @@ static const key_info keys[] = {
     {"mamba2.n_groups", KEY_INT, F(mamba2_n_groups), "1", "1..1024", "groups G sharing B and C"},
     {"linattn.feature_map", KEY_CHOICE, F(linattn_feature_map), "elementwise_product",
      "elementwise_product|elu|relu|identity", "feature map on q and k"},
+    {"linattn.shortconv", KEY_INT, F(linattn_shortconv), "0", "0..64",
+     "linattn: width of a depthwise causal conv on x before the layer (the authors' probes: 5); 0: none"},
     {"gla.expand_k", KEY_FLOAT, F(gla_expand_k), "0.5", "0.01..64",
      "gla: key dim of all heads = expand_k * d_model (fla GatedLinearAttention)"},
     {"gla.expand_v", KEY_FLOAT, F(gla_expand_v), "1", "0.01..64", "gla: value dim of all heads = expand_v * d_model"},
@@ -97,6 +99,8 @@ static const key_info keys[] = {
     {"attn.rope_theta", KEY_FLOAT, F(attn_rope_theta), "10000", "1..1e9", "attn: RoPE base"},
     {"attn.rope", KEY_BOOL, F(attn_rope), "true", "true|false", "attn: RoPE on q and k (off: no positions in the layer)"},
     {"attn.bias", KEY_BOOL, F(attn_bias), "false", "true|false", "attn: biases on the q, k, v and output projections"},
+    {"attn.shortconv", KEY_INT, F(attn_shortconv), "0", "0..64",
+     "attn: width of a depthwise causal conv on x before the layer (the authors' probes: 3); 0: none"},
     {"mamba.expand", KEY_INT, F(mamba_expand), "2", "1..16", "mamba: inner width Di = expand * d_model"},
     {"mamba.d_state", KEY_INT, F(mamba_d_state), "16", "1..4096", "mamba: state size N per channel"},
     {"mamba.dt_rank", KEY_INT, F(mamba_dt_rank), "0", "0..65536", "mamba: rank R of the Delta projection; 0: ceil(d_model / 16)"},
@@ -120,6 +124,12 @@ static const struct { const char *name, *json; } presets[] = {
      * heads are not stated there: 2 (ours) */
     {"probe", "{\"d_model\":16,\"n_layers\":2,\"n_heads\":2,\"mlp\":\"gelu\",\"mlp_mult\":4,"
               "\"seq_len\":128,\"vocab\":64,\"prism\":{\"L\":2},\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
+    /* EXPERIMENTS.md section 1, the authors' probe script: vocab 32, D 16 (128 for the
+     * memory tasks: the probe-authors protocol of prism train sets it per task), 1 head,
+     * LayerNorm pre-norm blocks with a 4x GELU MLP, seq_len 128 (64 for the memory tasks) */
+    {"probe-authors", "{\"d_model\":16,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\",\"mlp\":\"gelu\","
+                      "\"mlp_mult\":4,\"seq_len\":128,\"vocab\":32,\"prism\":{\"L\":2},"
+                      "\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
     {"rec-small", "{\"task\":\"rec\",\"d_model\":64,\"n_layers\":2,\"n_heads\":2,\"seq_len\":50,"
                   "\"rec\":{\"n_items\":1000},\"mamba2\":{\"head_dim\":32,\"d_state\":32}}"},
     /* BASELINES.md 6.2 (ML-1M): d 50, 2 blocks, 1 head, maxlen 200, dropout 0.2, W1, W2 [d,d], LN eps 1e-8 */
@@ -129,7 +139,7 @@ static const struct { const char *name, *json; } presets[] = {
     {"lm-130m", "{\"d_model\":768,\"n_layers\":8,\"n_heads\":8,\"vocab\":32000,\"seq_len\":1024,"
                 "\"mlp_mult\":2.6666666666666665}"},
 };
-const char *const pr_config_presets[] = {"probe", "rec-small", "sasrec", "lm-130m", NULL};
+const char *const pr_config_presets[] = {"probe", "probe-authors", "rec-small", "sasrec", "lm-130m", NULL};
 
 static const key_info *find_key(const char *key)
 {
@@ -324,7 +334,10 @@ int pr_config_preset(pr_config *c, const char *name, pr_err *err)
 {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, name) == 0) return pr_config_apply_json(c, presets[i].json, name, err);
-    return pr_errf(err, "config: unknown preset '%s' (allowed: probe|rec-small|sasrec|lm-130m)", name);
+    char names[160] = "";
+    for (int i = 0; pr_config_presets[i]; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "|" : "", pr_config_presets[i]);
+    return pr_errf(err, "config: unknown preset '%s' (allowed: %s)", name, names);
 }
 
 /* mixer's key or value dim, expand * d_model, must be a whole number of at least one per head */
@@ -368,6 +381,8 @@ int pr_config_check(const pr_config *c, pr_err *err)
     if (strcmp(c->mixer, "attn") == 0 && pr_config_head_dim(c) % 2)
         return pr_errf(err, "config: attn needs an even head dim for RoPE, got %lld",
                        (long long)pr_config_head_dim(c));
+    if (strcmp(c->block, "sasrec") == 0 && c->attn_shortconv)
+        return pr_errf(err, "config: block sasrec has no attn.shortconv (got %d; set 0)", c->attn_shortconv);
     if (strcmp(c->block, "sasrec") == 0 &&
         (strcmp(c->task, "rec") || strcmp(c->mixer, "attn") || strcmp(c->norm, "layernorm")))
         return pr_errf(err, "config: block sasrec needs task rec, mixer attn and norm layernorm (got %s, %s, %s)",

@@ -398,6 +398,9 @@ static int check_exportable(const pr_config *c, int a, pr_err *err)
     if (archs[a].arch == ATTN && (!c->attn_rope || c->attn_bias))
         return pr_errf(err, "fla export: attn.rope=%s attn.bias=%s: fla's attention has RoPE and no biases",
                        c->attn_rope ? "true" : "false", c->attn_bias ? "true" : "false");
+    if ((archs[a].arch == ATTN && c->attn_shortconv) || (archs[a].arch == LINATTN && c->linattn_shortconv))
+        return pr_errf(err, "fla export: %s.shortconv=%d: fla's %s has no conv before the layer", c->mixer,
+                       archs[a].arch == ATTN ? c->attn_shortconv : c->linattn_shortconv, archs[a].cls);
     if (archs[a].arch == ATTN && pr_config_head_dim(c) * c->n_heads != c->d_model)
         return pr_errf(err, "fla export: head_dim %lld: fla's attention uses d_model / n_heads",
                        (long long)pr_config_head_dim(c));

@@ -55,6 +55,7 @@ typedef struct pr_config {
     int attn_kv_heads;
     double attn_rope_theta;
     bool attn_rope, attn_bias;
+    int attn_shortconv, linattn_shortconv;   /* width of the conv before the layer; 0: none */
     char block[16];
     double dropout;
     int mamba_expand, mamba_d_state, mamba_dt_rank;
@@ -180,6 +181,13 @@ pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b);
  * from the window *win [B,W-1,C] (NULL: zeros) and, when win != NULL, leaving
  * the last W-1 inputs there */
 pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win);
+/* the depthwise causal conv some baselines run before their mixer (the
+ * authors' probe script): w [D,W] ~ U(+-1/sqrt(W)), the range of PyTorch's
+ * Conv1d default, which keeps x's scale at init (N(0, init_std) would shrink
+ * it fifty-fold); no bias, no activation */
+pr_tensor *pr_pre_conv_build(pr_params *r, const pr_config *c, int width);
+/* x through that conv (NULL w: x itself), its window in *win as pr_shortconv keeps it */
+pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor **win);
 /* [B,T,H*E] <-> [B,T,H,E] */
 pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H);
 pr_tensor *pr_merge_heads(pr_ctx *ctx, pr_tensor *x);

@@ -387,6 +387,16 @@ expect 2 "prism train: --data is the lm task's text file; task parity does not r
     --data "$tmp/none.txt"
 # shellcheck disable=SC2086
 expect 0 '"steps":1' train --model gdn --task parity --steps 1 $tiny --device cpu --out "$tmp/nested/runs/gdn"
+# the authors' probe protocol: its style, vocab and the memory tasks' own width
+expect 0 '"task":"mqar"' train --model linattn --task mqar --preset probe-authors --steps 1 \
+    --set train.eval_batches=1 --set train.batch=2 --set n_layers=1 --device cpu \
+    --out "$tmp/authors"
+file_has '"probe.style":	"authors"' "$tmp/authors/config.json"
+file_has '"d_model":	128' "$tmp/authors/config.json"
+file_has '"vocab":	32' "$tmp/authors/config.json"
+expect 2 "preset probe-authors: the probes' protocol; task rec is not a probe" train --task rec --preset probe-authors
+expect 2 "unknown preset 'nosuch'" train --task parity --preset nosuch
+expect 2 "train.probe.style: 'both' is not allowed (allowed: paper|authors)" train --set probe.style=both
 expect 2 "prism train: unknown task 'nosuch'" train --task nosuch
 expect 2 "mixer" train --model nosuch --task parity
 expect 2 "prism train: train.lr: 'abc' is not a number" train --set train.lr=abc

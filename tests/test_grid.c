@@ -38,6 +38,15 @@ static void test_good_file(void **state)
                              "\"rec.data\":\"synthetic\",\"rec.n_items\":50}}", "rec.json", &err))
         fail_msg("%s", err.msg);
     assert_string_equal(grid.common.set[1], "rec.data=synthetic");
+    /* a variant's preset, and probe.style as a training key */
+    if (pr_grid_parse(&grid, "{\"variants\":[{\"name\":\"a\",\"preset\":\"probe-authors\",\"set\":{\"mixer\":"
+                             "\"attn\",\"probe.style\":\"paper\"}}],\"tasks\":[\"mux\"]}", "p.json", &err))
+        fail_msg("%s", err.msg);
+    assert_string_equal(grid.variant[0].preset, "probe-authors");
+    pr_config c = pr_config_default();
+    pr_train_opts o = pr_train_defaults();
+    assert_int_equal(pr_grid_set(&c, &o, grid.variant[0].set[1], &err), 0);
+    assert_string_equal(o.probe_style, "paper");
 }
 
 /* each bad grid fails with a message holding `needle` */
@@ -71,6 +80,10 @@ static void test_bad_files(void **state)
                "the variants 'prism' and 'Prism' would share the run folder 'prism'");
     expect_bad("{\"variants\":[{\"name\":\"prism L=1\"},{\"name\":\"prism-L-1\"}],\"tasks\":[\"parity\"]}",
                "the variants 'prism L=1' and 'prism-L-1' would share the run folder 'prism-L-1'");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"preset\":\"huge\"}],\"tasks\":[\"parity\"]}",
+               "'variants[0].preset' must name a preset");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"set\":{\"probe.style\":\"both\"}}],\"tasks\":[\"parity\"]}",
+               "train.probe.style: 'both' is not allowed");
     expect_bad("{\"tasks\":[\"parity\"]}", "no 'models' and no 'variants'");
     expect_bad("{\"models\":[\"gdn\"]}", "no 'tasks'");
 }

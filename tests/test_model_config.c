@@ -114,7 +114,7 @@ static void test_config_errors(void **state)
     expect_error(pr_config_apply_json(&c, "{\"d_model\": 2.5}", "f.json", &err), &err, "'d_model' (not an integer");
     expect_error(pr_config_apply_json(&c, "{\"d_model\": 16,", "f.json", &err), &err, "f.json: malformed JSON");
     expect_error(pr_config_apply_json(&c, "[1]", "f.json", &err), &err, "must be a JSON object");
-    expect_error(pr_config_preset(&c, "huge", &err), &err, "unknown preset 'huge' (allowed: probe|rec-small|sasrec|lm-130m)");
+    expect_error(pr_config_preset(&c, "huge", &err), &err, "unknown preset 'huge' (allowed: probe|probe-authors|rec-small");
     expect_error(pr_config_load(&c, "/nonexistent/model.json", &err), &err, "/nonexistent/model.json: cannot open");
     /* nothing above changed the config */
     pr_config d = pr_config_default();

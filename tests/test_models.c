@@ -3,7 +3,8 @@
  * - float64 gradcheck of every layer (its input and every parameter), of
  *   the PRISM switches (gelu, shortconv, gain, knorm off; L = 1) in both
  *   forms, and of the LM around a layer (LayerNorm + GELU MLP + untied head;
- *   RMSNorm + SwiGLU + tied; prism in both forms);
+ *   RMSNorm + SwiGLU + tied; prism in both forms; attn and linattn with their
+ *   conv before the layer, in LayerNorm blocks);
  * - the prism layer with L = 0 in both forms and the gdn layer: the same
  *   paths, and bit-identical outputs and gradients in f32 from the same seed;
  * - every layer: the whole sequence equals a prefix then token-by-token
@@ -79,9 +80,12 @@ static void test_gradcheck_lm(void **state)
     const char *variants[][3] = {{"norm=layernorm", "mlp=gelu", "tie_embeddings=false"},
                                  {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"},
                                  {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"},
-                                 {"norm=layernorm", "mlp=gelu", "tie_embeddings=false"}};
-    const int mixer[] = {1, 1, 0, TEST_PRISM_PAPER};   /* gdn twice, prism augmented, prism paper */
-    for (int v = 0; v < 4; v++) {
+                                 {"norm=layernorm", "mlp=gelu", "tie_embeddings=false"},
+                                 {"norm=layernorm", "mixer=attn", "attn.shortconv=3"},
+                                 {"norm=layernorm", "mixer=linattn", "linattn.shortconv=5"}};
+    /* gdn twice, prism augmented, prism paper, then attn and linattn by their sets */
+    const int mixer[] = {1, 1, 0, TEST_PRISM_PAPER, 1, 1};
+    for (int v = 0; v < 6; v++) {
         pr_config c = test_config(mixer[v], 6, 2, 4, 4);
         c.vocab = 7;
         pr_err err;
@@ -93,7 +97,7 @@ static void test_gradcheck_lm(void **state)
         gc_model = m;
         pr_ctx *ctx = pr_ctx_new(1);
         char what[96];
-        snprintf(what, sizeof what, "%s lm, %s", test_mixers[mixer[v]].name, variants[v][0]);
+        snprintf(what, sizeof what, "%s lm, %s", c.mixer, variants[v][0]);
         gradcheck_params(ctx, what, m->params, &(pr_example){.apply = apply_lm}, 10);
         pr_ctx_free(ctx);
         pr_arena_free(a);

@@ -36,6 +36,8 @@ static const struct {
     {"gla", {"gla.expand_k=3", "gla.expand_v=3", "gla.gate_low_rank=3"}},
     {"gla", {"gla.expand_k=3", "gla.expand_v=6", "gla.gate=false", "gla.gate_normalizer=1"}},
     {"gsa", {"gsa.slots=5", "gsa.expand_k=3", "gsa.expand_v=3", "gsa.gate_normalizer=1"}},
+    {"attn", {"attn.shortconv=3"}},         /* the authors' probe baselines' conv before the layer */
+    {"linattn", {"linattn.shortconv=5"}},
 };
 #define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))

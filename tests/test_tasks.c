@@ -1,10 +1,13 @@
 /* tests/test_tasks.c: what the task generators put in their sequences.
  *
- * Every probe's samples are solved by an independent reader of the sequence
- * (find the items, compute the answer) and must agree with the generator's
- * label; noise tokens come only from the noise range and fill every other
- * position; a sample is a pure function of (seed, split, index); the train
- * and eval splits differ; binary answers are balanced. The byte text task:
+ * Every probe's samples, in both styles, are solved by an independent reader
+ * of the sequence (find the items, compute the answer) and must agree with
+ * the generator's label: paper-style samples as they are (their noise never
+ * equals an operand), authors-style ones with the noise left out (no_noise:
+ * their noise may repeat an operand); with noise, a sample holds the same
+ * items and its other tokens come only from the task's noise range; a
+ * sample is a pure function of (seed, split, index); the train and eval
+ * splits differ; binary answers are balanced. The byte text task:
  * windows are the file's bytes with their next bytes, training windows stay
  * in the training part, validation windows tile the last tenth.
  */
@@ -119,7 +122,7 @@ static void test_probes_hold_their_answers(void **state)
     for (int k = 0; k < PR_PROBE_COUNT; k++) {
         pr_probe p;
         pr_err err;
-        assert_int_equal(pr_probe_init(&p, (pr_probe_kind)k, V, T, 7, &err), 0);
+        assert_int_equal(pr_probe_init(&p, (pr_probe_kind)k, PR_PROBE_PAPER, V, T, 7, &err), 0);
         int answers[V] = {0};
         for (int j = 0; j < N_SAMPLES; j++) {
             int32_t t[T], again[T], other[T];
@@ -144,17 +147,223 @@ static void test_probes_hold_their_answers(void **state)
     }
 }
 
+/* ---- authors style ------------------------------------------------------------------ */
+enum { AT = 64, AV = 32, A_SAMPLES = 2000 };
+
+/* the positions of a noise-free sample that hold something */
+static int count_items(const int32_t *t, int n)
+{
+    int used = 0;
+    for (int i = 0; i < n; i++) used += t[i] >= 0;
+    return used;
+}
+
+/* the one position in [0, n) that holds tok */
+static int find_once(const int32_t *t, int n, int tok)
+{
+    int at = -1, hits = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i] == tok) at = i, hits++;
+    assert_int_equal(hits, 1);
+    return at;
+}
+
+static bool is_au_data(int tok) { return tok >= PR_AU_N_CONTROL && tok < AV; }
+
+/* the answer of a noise-free authors-style sample, read from its tokens; every
+ * other position must be empty (-1) */
+static int solve_authors(const pr_probe *p, const int32_t *t)
+{
+    const int T = AT, items = count_items(t, T);
+    switch (p->kind) {
+    case PR_PROBE_MQAR: {
+        assert_int_equal(t[T - 2], PR_AU_QUERY);
+        assert_int_equal(items, 2 * p->n_pairs + 2);   /* the pairs, then [1, k] */
+        for (int i = 0; i < T / 2; i += 2)
+            if (t[i] == t[T - 1]) return t[i + 1];
+        fail_msg("mqar: the key is not at an even position of the first half");
+    }
+    case PR_PROBE_POLY_RECALL: {
+        int c = find_once(t, T, PR_AU_CTX);
+        assert_int_equal(items, 1 + 2 * p->n_pairs + 2);
+        assert_int_equal(t[T - 2], PR_AU_QUERY);
+        for (int i = 0; i < p->n_pairs; i++)
+            if (t[c + 1 + 2 * i] == t[T - 1]) return t[c + 2 + 2 * i];
+        fail_msg("poly_recall: the key is not in the block");
+    }
+    case PR_PROBE_VAR_TRACKING: {
+        assert_int_equal(t[T - 2], PR_AU_QUERY);
+        assert_int_equal(items, 2 * p->n_updates + 2);
+        int latest = -1, updates = 0, vars[AV] = {0};
+        for (int i = 0; i < T - 2; i++) {
+            if (t[i] < 0) continue;
+            assert_true(is_au_data(t[i]) && is_au_data(t[i + 1]));
+            vars[t[i]] = 1;
+            if (t[i] == t[T - 1]) latest = t[i + 1];
+            updates++, i++;
+        }
+        int distinct = 0;
+        for (int v = 0; v < AV; v++) distinct += vars[v];
+        assert_int_equal(updates, p->n_updates);
+        assert_true(distinct <= p->n_pairs);
+        return latest;
+    }
+    case PR_PROBE_LOCAL_XOR: {
+        int x = find_once(t, T, PR_AU_XOR);
+        assert_int_equal(items, 4);
+        assert_int_equal(t[T - 1], PR_AU_QUERY);
+        assert_true(is_au_data(t[x - 2]) && is_au_data(t[x - 1]));
+        return t[x - 2] % 2 != t[x - 1] % 2 ? 1 : 0;
+    }
+    case PR_PROBE_PARITY: {
+        int x = find_once(t, T, PR_AU_NBIT), sum = 0;
+        assert_int_equal(items, p->n_bits + 2);
+        for (int i = x - p->n_bits; i < x; i++) {
+            assert_true(t[i] >= 4 && t[i] <= 7);
+            sum += t[i];
+        }
+        return sum % 2;
+    }
+    case PR_PROBE_MOD_ADD: {
+        int x = find_once(t, T - 1, AV - 2);
+        assert_int_equal(items, 4);
+        assert_int_equal(t[T - 1], AV - 1);
+        assert_true(t[x - 2] < 16 && t[x - 1] < 16);
+        return (t[x - 2] + t[x - 1]) % 16;
+    }
+    case PR_PROBE_PALINDROME: {
+        int x = find_once(t, T, PR_AU_PAL);
+        assert_int_equal(items, 6);
+        const int32_t *b = t + x - 4;
+        for (int i = 0; i < 4; i++) assert_true(is_au_data(b[i]));
+        return b[0] == b[2] || b[0] == b[3] ? 1 : 0;
+    }
+    case PR_PROBE_SILENCE_GATE: {
+        int x = -1;
+        for (int i = 0; i < T - 2; i++)
+            if (t[i] == PR_AU_ON || t[i] == PR_AU_OFF) x = i;
+        assert_true(x >= 0);
+        assert_int_equal(items, 5);
+        assert_int_equal(t[T - 2], PR_AU_QUERY);
+        assert_int_equal(t[T - 1], t[x + 1]);
+        return t[x] == PR_AU_ON ? t[x + 2] : 0;
+    }
+    case PR_PROBE_MUX: {
+        int x = find_once(t, T, PR_AU_MUX);
+        assert_int_equal(items, 5);
+        assert_true(t[x - 3] == 4 || t[x - 3] == 5);
+        assert_true(t[x - 2] >= PR_AU_N_CONTROL && t[x - 2] < AV / 2 && t[x - 1] >= AV / 2 && t[x - 1] < AV);
+        return t[x - 3] == 4 ? t[x - 2] : t[x - 1];
+    }
+    default:
+        fail_msg("no solver for task %d", p->kind);
+    }
+    return -1;
+}
+
+/* the tokens noise may take in a task (the authors' ranges) */
+static bool authors_noise_ok(const pr_probe *p, const int32_t *clean, int tok)
+{
+    if (p->kind == PR_PROBE_SILENCE_GATE) return tok >= 0 && tok < AV;
+    if (p->kind == PR_PROBE_MOD_ADD) return tok >= 0 && tok < AV - 2;
+    if (p->kind == PR_PROBE_MQAR)   /* never a key */
+        for (int i = 0; i < AT / 2; i += 2)
+            if (clean[i] == tok) return false;
+    return is_au_data(tok);
+}
+
+/* a sample with and without noise: the same label and items; noise where the clean one is empty */
+static void check_noise(const pr_probe *clean_p, int64_t j, const int32_t *clean, int label)
+{
+    pr_probe noisy = *clean_p;
+    noisy.no_noise = false;
+    int32_t t[AT];
+    assert_int_equal(pr_probe_sample(&noisy, 0, j, t), label);
+    for (int i = 0; i < AT; i++) {
+        if (clean[i] >= 0) assert_int_equal(t[i], clean[i]);
+        else if (!authors_noise_ok(clean_p, clean, t[i]))
+            fail_msg("%s sample %lld: noise token %d at %d", pr_probe_names[clean_p->kind], (long long)j, t[i], i);
+    }
+}
+
+static void test_authors_probes_hold_their_answers(void **state)
+{
+    (void)state;
+    for (int k = 0; k < PR_PROBE_COUNT; k++) {
+        pr_probe p;
+        pr_err err;
+        assert_int_equal(pr_probe_init(&p, (pr_probe_kind)k, PR_PROBE_AUTHORS, AV, AT, 5, &err), 0);
+        p.no_noise = true;
+        int answers[AV] = {0}, first[AV] = {0};
+        for (int j = 0; j < A_SAMPLES; j++) {
+            int32_t t[AT], again[AT];
+            int label = pr_probe_sample(&p, 0, j, t);
+            assert_int_equal(pr_probe_sample(&p, 0, j, again), label);
+            assert_memory_equal(t, again, sizeof t);
+            int solved = solve_authors(&p, t);
+            if (solved != label)
+                fail_msg("authors %s sample %d: generator says %d, the sequence says %d", pr_probe_names[k], j, label,
+                         solved);
+            assert_true(label >= 0 && label < AV);
+            answers[label]++;
+            int x = 0;
+            while (t[x] < 0) x++;
+            first[t[x]]++;
+            if (j < 200) check_noise(&p, j, t, label);
+        }
+        /* binary answers about half and half; mux's selectors too */
+        int yes = k == PR_PROBE_SILENCE_GATE ? A_SAMPLES - answers[0] : k == PR_PROBE_MUX ? first[5] : answers[1];
+        bool binary = k == PR_PROBE_LOCAL_XOR || k == PR_PROBE_PARITY || k == PR_PROBE_PALINDROME ||
+                      k == PR_PROBE_SILENCE_GATE || k == PR_PROBE_MUX;
+        if (binary && (yes < A_SAMPLES * 45 / 100 || yes > A_SAMPLES * 55 / 100))
+            fail_msg("authors %s: %d of %d samples positive; want about half", pr_probe_names[k], yes, A_SAMPLES);
+        if (k == PR_PROBE_LOCAL_XOR || k == PR_PROBE_PARITY || k == PR_PROBE_PALINDROME)
+            assert_int_equal(answers[0] + answers[1], A_SAMPLES);
+    }
+}
+
+/* paper style: the same sample without noise keeps its items and label */
+static void test_paper_noise_is_only_noise(void **state)
+{
+    (void)state;
+    for (int k = 0; k < PR_PROBE_COUNT; k++) {
+        pr_probe p;
+        pr_err err;
+        assert_int_equal(pr_probe_init(&p, (pr_probe_kind)k, PR_PROBE_PAPER, V, T, 7, &err), 0);
+        p.no_noise = true;
+        for (int j = 0; j < 100; j++) {
+            int32_t t[T];
+            int label = pr_probe_sample(&p, 1, j, t);
+            pr_probe noisy = p;
+            noisy.no_noise = false;
+            int32_t n[T];
+            assert_int_equal(pr_probe_sample(&noisy, 1, j, n), label);
+            for (int i = 0; i < T; i++) {
+                if (t[i] >= 0) assert_int_equal(n[i], t[i]);
+                else assert_true(is_noise(&p, n[i]));
+            }
+        }
+    }
+}
+
 static void test_probe_errors(void **state)
 {
     (void)state;
     pr_probe p;
     pr_err err;
-    assert_int_equal(pr_probe_init(&p, PR_PROBE_PARITY, 20, 64, 1, &err), -1);
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_PARITY, PR_PROBE_PAPER, 20, 64, 1, &err), -1);
     assert_non_null(strstr(err.msg, "task parity: vocab 20"));
-    assert_int_equal(pr_probe_init(&p, PR_PROBE_POLY_RECALL, 64, 12, 1, &err), -1);
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_POLY_RECALL, PR_PROBE_PAPER, 64, 12, 1, &err), -1);
     assert_non_null(strstr(err.msg, "task poly_recall: seq_len 12 is too short"));
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_MUX, PR_PROBE_AUTHORS, 20, 64, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "task mux: probe.style authors needs vocab 24 to 4096, not 20"));
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_MQAR, PR_PROBE_AUTHORS, 32, 9, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "task mqar: seq_len 9 is too short; it needs at least 10"));
     assert_int_equal(pr_probe_by_name("mux"), PR_PROBE_MUX);
     assert_int_equal(pr_probe_by_name("nope"), -1);
+    assert_int_equal(pr_probe_style_by_name("authors"), PR_PROBE_AUTHORS);
+    assert_int_equal(pr_probe_style_by_name("paper"), PR_PROBE_PAPER);
+    assert_int_equal(pr_probe_style_by_name("author"), -1);
 }
 
 static void test_text_windows(void **state)
@@ -204,6 +413,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probes_hold_their_answers),
+        cmocka_unit_test(test_authors_probes_hold_their_answers),
+        cmocka_unit_test(test_paper_noise_is_only_noise),
         cmocka_unit_test(test_probe_errors),
         cmocka_unit_test(test_text_windows),
     };

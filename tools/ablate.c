@@ -105,13 +105,15 @@ static void ablate_usage(FILE *f)
     print_builtins(f);
     fprintf(f,
             "\nA grid file is JSON: {\"name\": \"mine\", \"models\": [\"prism\", \"gdn\"],\n"
-            "\"variants\": [{\"name\": \"prism-L1\", \"set\": {\"mixer\": \"prism\", \"prism.L\": 1}}],\n"
+            "\"variants\": [{\"name\": \"prism-L1\", \"set\": {\"mixer\": \"prism\", \"prism.L\": 1}},\n"
+            "{\"name\": \"attn-authors\", \"preset\": \"probe-authors\", \"set\": {\"mixer\": \"attn\"}}],\n"
             "\"tasks\": [\"parity\"], \"seeds\": 2, \"steps\": 300, \"set\": {\"train.batch\": 16}}.\n"
-            "Keys in `set` are model keys (prism model --help), train.<key>, rec.data or\n"
-            "rec.negatives (prism train --help). Two variants may not share a run folder (their\n"
-            "names with every character but letters, digits, _ and - made -).\n"
-            "A cell's config: the task's preset, the grid's set, the variant's set, each --set,\n"
-            "then --steps (or the grid's steps) and the seed (data and init).\n");
+            "Keys in `set` are model keys (prism model --help), train.<key>, rec.data,\n"
+            "rec.negatives or probe.style (prism train --help). A variant's preset replaces the\n"
+            "task's preset in its cells, as prism train --preset does. Two variants may not share\n"
+            "a run folder (their names with every character but letters, digits, _ and - made -).\n"
+            "A cell's config: the task's preset (or the variant's), the grid's set, the variant's\n"
+            "set, each --set, then --steps (or the grid's steps) and the seed (data and init).\n");
 }
 
 typedef struct {
@@ -165,7 +167,9 @@ static int cell_config(const pr_grid *g, const ablate_args *t, int v, int task, 
     *c = pr_config_default();
     *o = pr_train_defaults();
     snprintf(o->task, sizeof o->task, "%s", g->task[task]);
-    if (pr_task_preset(c, o, o->task, err)) return -1;
+    const char *preset = g->variant[v].preset[0] ? g->variant[v].preset : NULL;
+    if (pr_task_preset_as(c, o, o->task, preset, err)) return pr_errf(err, "grid %s: variant %s: %s", g->name,
+                                                                       g->variant[v].name, err->msg);
     if (g->steps) o->steps = g->steps;
     if (t->steps_set) o->steps = t->steps;
     o->ckpt_every = o->steps / 5 > 0 ? o->steps / 5 : 1;

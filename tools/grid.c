@@ -78,10 +78,8 @@ const char *pr_grid_quality_metric(const char *task)
 
 int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err)
 {
-    /* as prism train reads them: rec.data and rec.negatives are training keys, rec.n_items the model's */
-    bool train_key = strncmp(kv, "train.", 6) == 0 || strncmp(kv, "rec.data=", 9) == 0 ||
-                     strncmp(kv, "rec.negatives=", 14) == 0;
-    return train_key ? pr_train_set(o, kv, err) : pr_config_set(c, kv, err);
+    /* as prism train reads them: rec.data, rec.negatives and probe.style are training keys */
+    return pr_train_is_key(kv) ? pr_train_set(o, kv, err) : pr_config_set(c, kv, err);
 }
 
 /* one key=value on a scratch config and options: a bad key fails at parse time */
@@ -141,6 +139,18 @@ static int parse_models(pr_grid *g, const cJSON *models, const char *what, pr_er
     return 0;
 }
 
+/* a variant's preset: a model preset's name, checked on a scratch config */
+static int parse_preset(pr_grid_variant *v, const cJSON *preset, const char *what, const char *where, pr_err *err)
+{
+    if (!preset) return 0;
+    pr_config c = pr_config_default();
+    if (!cJSON_IsString(preset) || strlen(preset->valuestring) >= sizeof v->preset ||
+        pr_config_preset(&c, preset->valuestring, err))
+        return pr_errf(err, "%s: '%s.preset' must name a preset (prism model --help lists them)", what, where);
+    snprintf(v->preset, sizeof v->preset, "%s", preset->valuestring);
+    return 0;
+}
+
 static int parse_variants(pr_grid *g, const cJSON *variants, const char *what, pr_err *err)
 {
     if (!cJSON_IsArray(variants)) return pr_errf(err, "%s: 'variants' must be an array of {name, set}", what);
@@ -154,9 +164,11 @@ static int parse_variants(pr_grid *g, const cJSON *variants, const char *what, p
             strlen(name->valuestring) >= sizeof g->variant[0].name)
             return pr_errf(err, "%s: '%s.name' must be a string of 1 to 47 characters", what, where);
         for (const cJSON *k = it->child; k; k = k->next)
-            if (strcmp(k->string, "name") && strcmp(k->string, "set"))
-                return pr_errf(err, "%s: unknown key '%s.%s' (a variant has name and set)", what, where, k->string);
+            if (strcmp(k->string, "name") && strcmp(k->string, "set") && strcmp(k->string, "preset"))
+                return pr_errf(err, "%s: unknown key '%s.%s' (a variant has name, preset and set)", what, where,
+                               k->string);
         pr_grid_variant *v = new_variant(g, name->valuestring, what, err);
+        if (v && parse_preset(v, cJSON_GetObjectItemCaseSensitive(it, "preset"), what, where, err)) return -1;
         snprintf(where + strlen(where), sizeof where - strlen(where), ".set");
         if (!v || (set && parse_sets(v, set, what, where, err))) return -1;
     }

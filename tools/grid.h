@@ -8,11 +8,15 @@
  * A grid file:
  *   {"name": "mine",
  *    "models": ["prism", "gdn"],                       a variant per mixer, named after it
- *    "variants": [{"name": "prism-L1", "set": {"mixer": "prism", "prism.L": 1}}],
+ *    "variants": [{"name": "prism-L1", "set": {"mixer": "prism", "prism.L": 1}},
+ *                 {"name": "attn-authors", "preset": "probe-authors", "set": {"mixer": "attn"}}],
  *    "tasks": ["parity", "local_xor"],
  *    "seeds": 2, "steps": 300,                          steps 0 or absent: each task's default
  *    "set": {"train.batch": 16, "seq_len": 32}}         applied to every cell, before the variant's
- * A variant's `set` keys are model keys (prism model --help) or train.<key>. */
+ * A variant's `set` keys are model keys (prism model --help) or train.<key>.
+ * A variant's `preset` replaces each task's preset in its cells, as prism
+ * train --preset does (probe-authors: the authors' probe protocol, with the
+ * sizes of each task). */
 #ifndef PR_GRID_H
 #define PR_GRID_H
 
@@ -29,6 +33,7 @@
 
 typedef struct {
     char name[48];
+    char preset[24];                  /* "": each task's preset */
     int n_sets;
     char set[PR_GRID_MAX_SETS][96];   /* key=value, in order */
 } pr_grid_variant;
@@ -42,8 +47,8 @@ typedef struct {
     pr_grid_variant common;           /* the grid-wide `set` (its name unused) */
 } pr_grid;
 
-/* one `key=value` of a grid, --set or compare: train.<key>, rec.data and
- * rec.negatives into the training options, any other key into the model's
+/* one `key=value` of a grid, --set or compare: train.<key>, rec.data,
+ * rec.negatives and probe.style into the training options, any other key into the model's
  * config; -1 with err naming the key */
 int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err);
 /* the metric a task's runs are judged by, as --help and the README promise:

@@ -33,18 +33,22 @@ static int fail(const char *cmd, const char *msg)
 static void train_usage(FILE *f)
 {
     fprintf(f,
-            "usage: prism train --model NAME --task TASK [--config F] [--set key=value]... [--steps N]\n"
-            "                   [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR]\n"
-            "                   [--resume | --overwrite]\n"
-            "                   [--gpus N | --procs N] [--dist-file PATH] [--dist-timeout S] [--zero 0|1]\n"
-            "                   [--bucket-mb MB]\n\n"
+            "usage: prism train --model NAME --task TASK [--preset P] [--config F] [--set key=value]...\n"
+            "                   [--steps N] [--seed S] [--data FILE] [--device auto|cpu|cuda] [--out DIR]\n"
+            "                   [--resume | --overwrite] [--gpus N | --procs N] [--dist-file PATH]\n"
+            "                   [--dist-timeout S] [--zero 0|1] [--bucket-mb MB]\n\n"
             "Trains a model on a task in a run directory (config.json, manifest.json, metrics.jsonl,\n"
-            "checkpoints). The config is the defaults, then the task's preset, then --config, then\n"
-            "--model, then each --set in order, then --steps, --seed and --data. Probe tasks start\n"
-            "from the `probe` preset sized for a quick CPU run: seq_len 64, init_std 0.2 (memory\n"
-            "tasks: d_model 128, init_std 0.02), 1500 steps at train.lr=3e-3 (the paper's protocol:\n"
-            "--set seq_len=128 --steps 10000 for the others); lm sets vocab 256. Keys named\n"
-            "train.<key> set the training options below;\n"
+            "checkpoints). The config is the defaults, then the task's preset (or --preset), then\n"
+            "--config, then --model, then each --set in order, then --steps, --seed and --data.\n"
+            "Probe tasks start from the `probe` preset sized for a quick CPU run: seq_len 64,\n"
+            "init_std 0.2 (memory tasks: d_model 128, init_std 0.02), 1500 steps at train.lr=3e-3;\n"
+            "lm sets vocab 256. --preset P replaces the task's preset with the model preset P\n"
+            "(prism model --help); on a probe, --preset probe is the paper's Table 4 protocol\n"
+            "(Algorithm 2: vocab 64, D 16, seq_len 128) and --preset probe-authors the authors'\n"
+            "(probe.style=authors, vocab 32, 1 head, LayerNorm, D 16 at seq_len 128, or D 128 at\n"
+            "64 for mqar, poly_recall and var_tracking), both 10000 steps of AdamW lr 1e-3 wd\n"
+            "1e-4, clip 5, batch 32, scored on 8000 samples. Keys named train.<key> set the\n"
+            "training options below (probe.style, rec.data and rec.negatives need no prefix);\n"
             "the others are the model's keys (prism model --help). --seed sets both the data seed\n"
             "and the model's init seed. --data is the lm task's text file (rec reads rec.data).\n"
             "--out defaults to runs/<model>-<task>-s<seed> with the --model given (sasrec runs are\n"
@@ -86,7 +90,7 @@ static void train_usage(FILE *f)
 }
 
 typedef struct {
-    const char *model, *task, *config, *out, *data;
+    const char *model, *task, *preset, *config, *out, *data;
     const char *sets[64];
     int n_sets, device, steps_set, seed_set;
     int64_t steps;
@@ -104,7 +108,8 @@ static int parse_train(pr_args *a, train_args *t)
         const char *set = NULL;
         if (pr_args_help(a)) return train_usage(stdout), 0;
         if (pr_args_string(a, "--model", &t->model) || pr_args_string(a, "--task", &t->task) ||
-            pr_args_string(a, "--config", &t->config) || pr_args_string(a, "--out", &t->out) ||
+            pr_args_string(a, "--preset", &t->preset) || pr_args_string(a, "--config", &t->config) ||
+            pr_args_string(a, "--out", &t->out) ||
             pr_args_string(a, "--data", &t->data) || pr_args_flag(a, "--resume", &t->resume) ||
             pr_args_flag(a, "--overwrite", &t->overwrite) ||
             pr_args_choice(a, "--device", devices, &t->device))
@@ -151,16 +156,16 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
         if (pr_run_config_load(&scratch, o, t->config, err)) return -1;
     }
     if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
-    if (pr_task_preset(c, o, o->task, err) || (t->config && pr_run_config_load(c, o, t->config, err))) return -1;
+    if (pr_task_preset_as(c, o, o->task, t->preset, err) || (t->config && pr_run_config_load(c, o, t->config, err)))
+        return -1;
     if (t->task) snprintf(o->task, sizeof o->task, "%s", t->task);
     char mixer[32];
     snprintf(mixer, sizeof mixer, "%s", c->mixer);
     if (pr_train_set_model(c, o->task, t->model ? t->model : mixer, err)) return -1;
     for (int i = 0; i < t->n_sets; i++) {
-        /* rec.data and rec.negatives are training keys; rec.n_items is the model's */
-        bool train_key = strncmp(t->sets[i], "train.", 6) == 0 || strncmp(t->sets[i], "rec.data=", 9) == 0 ||
-                         strncmp(t->sets[i], "rec.negatives=", 14) == 0;
-        if (train_key ? pr_train_set(o, t->sets[i], err) : pr_config_set(c, t->sets[i], err)) return -1;
+        /* rec.data, rec.negatives and probe.style are training keys; rec.n_items is the model's */
+        if (pr_train_is_key(t->sets[i]) ? pr_train_set(o, t->sets[i], err) : pr_config_set(c, t->sets[i], err))
+            return -1;
     }
     if (t->steps_set) o->steps = t->steps;
     if (t->seed_set) o->seed = (int64_t)t->seed, c->seed = (int)t->seed;
@@ -278,7 +283,7 @@ int pr_cmd_train(int argc, char **argv)
     char out[1024];
     if (t.resume) {
         if (!t.out) return pr_args_error(&a, "--resume needs --out DIR (the run to continue)");
-        if (t.model || t.task || t.config || t.n_sets || t.seed_set || t.data)
+        if (t.model || t.task || t.preset || t.config || t.n_sets || t.seed_set || t.data)
             return pr_args_error(&a, "--resume takes the run's own config: give only --out, --steps, --device "
                                      "and the data-parallel options");
         if ((rc = resume_config(&a, &t, &c, &o)) >= 0) return rc;

@@ -131,7 +131,10 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
                         : pr_errf(err, "task lm: no text file (--data FILE or --set train.data=FILE)");
         if (!rc && c->vocab < 256) rc = pr_errf(err, "task lm: vocab %d is under the 256 byte values", c->vocab);
     } else {
-        rc = pr_probe_init(&k->probe, (pr_probe_kind)probe, c->vocab, c->seq_len, (uint64_t)o->seed, err);
+        int style = pr_probe_style_by_name(o->probe_style);
+        rc = style < 0 ? pr_errf(err, "train.probe.style: '%s' is not paper or authors", o->probe_style)
+                       : pr_probe_init(&k->probe, (pr_probe_kind)probe, (pr_probe_style)style, c->vocab, c->seq_len,
+                                       (uint64_t)o->seed, err);
     }
     if (rc) {
         free(k);

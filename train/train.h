@@ -35,6 +35,7 @@ extern "C" {
 /* ---- training options (train/options.c): keys `train.<name>` ----------------- */
 typedef struct {
     char task[32];          /* a probe (parity, mqar, ...), lm, or rec */
+    char probe_style[8];    /* probes: paper | authors (tasks/tasks.h) */
     char data[1024];        /* lm: the text file */
     char rec_data[1024];    /* rec: synthetic | synthetic:full | amazon:FILE | yelp:FILE */
     int64_t rec_negatives;  /* rec: 0 softmax over every item, else sampled negatives */
@@ -66,6 +67,10 @@ typedef struct {
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
 
 pr_train_opts pr_train_defaults(void);
+/* whether a `key=value` of a --set or grid names a training option rather
+ * than a model key: train.<key>, and rec.data, rec.negatives and probe.style
+ * without the prefix */
+bool pr_train_is_key(const char *key_value);
 /* `train.key=value` (the `train.` prefix optional); -1 with err naming the key */
 int pr_train_set(pr_train_opts *o, const char *key_value, pr_err *err);
 /* apply a JSON object of train keys; -1 with err naming the key */
@@ -84,6 +89,14 @@ int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err
 /* the model a command names: a mixer (mixer=NAME), or sasrec (the sasrec
  * preset at the task's seq_len; rec only); -1 with err */
 int pr_train_set_model(pr_config *c, const char *task, const char *model, pr_err *err);
+/* a named preset for a task, in place of pr_task_preset's defaults (NULL:
+ * those defaults): the model preset (prism model --help lists them), and for
+ * the probe protocols `probe` (the paper's) and `probe-authors` (the
+ * authors' script) the training options of the protocol, the probe style and
+ * the task's own sizes (probe-authors: D 128 at seq_len 64 for mqar,
+ * poly_recall and var_tracking). -1 with err for an unknown preset or task,
+ * or a probe protocol asked of a task that is not a probe */
+int pr_task_preset_as(pr_config *c, pr_train_opts *o, const char *task, const char *preset, pr_err *err);
 /* whether a task name is known */
 bool pr_task_known(const char *task);
 
