@@ -489,6 +489,13 @@ svg_doc "$tmp/abl/results.svg"
 file_has "<title>gdn, parity: 0." "$tmp/abl/results.svg"
 # --dry-run: what a run would do with each cell, touching nothing
 expect 0 "4 cells: 4 done, 0 to resume, 0 new; nothing was run" ablate --grid "$g" --out "$tmp/abl" --dry-run
+# table4: both probe styles, the paper's figure beside ours
+expect 0 "324 cells: 0 done, 0 to resume, 324 new; nothing was run" ablate --grid table4 --dry-run --out "$tmp/t4"
+expect 0 "| linattn authors-style | 0." ablate --grid table4 --only "linattn authors-style" --tasks parity \
+    --seeds 1 --steps 2 --set train.eval_batches=1 --set train.batch=4 --device cpu --out "$tmp/t4"
+file_has "(paper 0.49)" "$tmp/t4/results.md"
+file_has '"probe.style":	"authors"' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
+file_has '"shortconv":	5' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
 expect 0 "resumes from step" ablate --grid "$g" --out "$tmp/abl" --dry-run --steps 1000
 expect 0 "4 cells: 0 done, 0 to resume, 4 new; nothing was run" ablate --grid "$g" --out "$tmp/abl-none" --dry-run
 if [ -e "$tmp/abl-none" ]; then echo "FAIL  ablate --dry-run created $tmp/abl-none"; failed=$((failed + 1)); fi

@@ -80,6 +80,7 @@ static void test_bad_files(void **state)
                "the variants 'prism' and 'Prism' would share the run folder 'prism'");
     expect_bad("{\"variants\":[{\"name\":\"prism L=1\"},{\"name\":\"prism-L-1\"}],\"tasks\":[\"parity\"]}",
                "the variants 'prism L=1' and 'prism-L-1' would share the run folder 'prism-L-1'");
+    expect_bad("{\"variants\":[{\"name\":\"a\",\"ref\":1}],\"tasks\":[\"parity\"]}", "'variants[0].ref' must be a string");
     expect_bad("{\"variants\":[{\"name\":\"a\",\"preset\":\"huge\"}],\"tasks\":[\"parity\"]}",
                "'variants[0].preset' must name a preset");
     expect_bad("{\"variants\":[{\"name\":\"a\",\"set\":{\"probe.style\":\"both\"}}],\"tasks\":[\"parity\"]}",
@@ -103,6 +104,30 @@ static void test_builtins(void **state)
     assert_int_equal(grid.n_variants, 7);
     assert_int_equal(pr_grid_load(&grid, "nosuch", &err), -1);
     assert_non_null(strstr(err.msg, "unknown grid 'nosuch'"));
+    /* table4: six models in two probe styles, the paper's figure for every
+     * task of every variant that names a row of its table */
+    assert_int_equal(pr_grid_load(&grid, "table4", &err), 0);
+    assert_int_equal(grid.n_variants, 12);
+    assert_int_equal(grid.n_tasks, 9);
+    assert_int_equal(grid.seeds, 3);
+    int with_ref = 0;
+    for (int v = 0; v < grid.n_variants; v++) {
+        const pr_grid_variant *x = &grid.variant[v];
+        bool authors = strstr(x->name, "authors-style") != NULL;
+        assert_string_equal(x->preset, authors ? "probe-authors" : "probe");
+        for (int t = 0; t < grid.n_tasks; t++)
+            if (x->ref[0] && !isfinite(pr_grid_ref_value(&grid, v, t)))
+                fail_msg("table4: %s has no paper figure for %s", x->name, grid.task[t]);
+        with_ref += x->ref[0] != 0;
+        if (authors && strncmp(x->name, "attn ", 5) == 0) assert_string_equal(x->set[1], "attn.shortconv=3");
+        if (authors && strncmp(x->name, "linattn ", 8) == 0) assert_string_equal(x->set[1], "linattn.shortconv=5");
+        if (!authors) assert_null(strstr(x->set[x->n_sets - 1], "shortconv"));
+    }
+    assert_int_equal(with_ref, 8);   /* Transformer, LA, MoM and PRISM in each style */
+    assert_true(pr_grid_ref_value(&grid, 6, 6) == 0.99);   /* PRISM, palindrome */
+    assert_string_equal(grid.variant[6].name, "prism paper-style");
+    assert_string_equal(grid.task[6], "palindrome");
+    assert_true(isnan(pr_grid_ref_value(&grid, 8, 0)));             /* gdn: not in the paper's table */
     assert_int_equal(pr_grid_load(&grid, "/nonexistent/g.json", &err), -1);
     assert_non_null(strstr(err.msg, "/nonexistent/g.json"));
 }
@@ -207,6 +232,45 @@ static void test_tables(void **state)
     fclose(f);
     assert_non_null(strstr(buf, "\"mean\":\t0.55"));
     assert_non_null(strstr(buf, "\"values\":\t[0.5, 0.6, null]"));
+    assert_null(strstr(buf, "reference"));
+}
+
+/* a grid with reference figures: each beside ours where the metric is theirs */
+static void test_reference_column(void **state)
+{
+    (void)state;
+    pr_err err;
+    static const pr_grid_ref values[] = {{"T", "parity", 0.25}, {"T", "mux", 0.5}};
+    assert_int_equal(pr_grid_parse(&grid, "{\"variants\":[{\"name\":\"a\",\"ref\":\"T\",\"set\":{\"mixer\":"
+                                          "\"attn\"}},{\"name\":\"b\"}],\"tasks\":[\"parity\",\"lm\"]}", "r", &err),
+                     0);
+    grid.refs = (pr_grid_refs){"paper", "a test table", "acc", 2, values};
+    double v[4] = {0.5, 2, NAN, 3};
+    pr_grid_results r = {.g = &grid, .metric = {"acc", "bpb"}, .value = v};
+    char buf[4096];
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_markdown(&r, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "| a | 0.500 ± 0.000 (paper 0.25) | 2.000 ± 0.000 |"));
+    assert_non_null(strstr(buf, "| b | - | 3.000 ± 0.000 |"));
+    assert_non_null(strstr(buf, "(paper x.xx): a test table."));
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_csv(&r, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "model,task,metric,mean,std,n,seed1,paper\n"));
+    assert_non_null(strstr(buf, "a,parity,acc,0.5,0,1,0.5,0.25\n"));
+    assert_non_null(strstr(buf, "a,lm,bpb,2,0,1,2,\n"));
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_json(&r, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "\"reference\":\t0.25"));
+    assert_non_null(strstr(buf, "\"source\":\t\"a test table\""));
+    /* another metric tabulated (--metric loss): no figure beside it */
+    r.metric[0] = "loss";
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_markdown(&r, f);
+    fclose(f);
+    assert_null(strstr(buf, "paper"));
 }
 
 int main(void)
@@ -215,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_good_file), cmocka_unit_test(test_bad_files), cmocka_unit_test(test_builtins),
         cmocka_unit_test(test_descriptions), cmocka_unit_test(test_keep), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_reference_column),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -30,36 +30,80 @@
     PRISM_VARIANT("prism L=0", ",\"prism.form\":\"paper\",\"prism.L\":0") ","             \
     PRISM_VARIANT("prism form=augmented", ",\"prism.form\":\"augmented\"")
 
-/* a built-in grid: its axes in the grid file format, and a line for --help on
- * what it is for (the axes themselves are described from the parsed grid) */
-typedef struct { const char *name, *json, *purpose; } builtin_grid;
+/* The paper's Table 4 protocol in both probe styles: each model twice, with
+ * the `probe` preset (the paper's Algorithm 2) and `probe-authors` (the
+ * authors' script, which produced the table; there every baseline has a
+ * depthwise causal conv before its mixer: width 3 for the Transformer, 5
+ * for the others, so attn and linattn run with theirs). A model is one
+ * line: T4_MODEL(name, its row of the paper's table or "", its model keys
+ * under the paper's style, under the authors'). */
+#define T4_VARIANT(label, style, preset, ref, sets) \
+    "{\"name\":\"" label " " style "\",\"preset\":\"" preset "\",\"ref\":\"" ref "\",\"set\":{" sets "}}"
+#define T4_MODEL(label, ref, paper_sets, authors_sets) \
+    T4_VARIANT(label, "paper-style", "probe", ref, paper_sets) "," \
+    T4_VARIANT(label, "authors-style", "probe-authors", ref, authors_sets)
+#define PRISM_FORM(form) "\"mixer\":\"prism\",\"prism.form\":\"" form "\""
+#define TABLE4_MODELS                                                                                    \
+    T4_MODEL("attn", "Transformer", "\"mixer\":\"attn\"", "\"mixer\":\"attn\",\"attn.shortconv\":3") ","        \
+    T4_MODEL("linattn", "LA", "\"mixer\":\"linattn\"", "\"mixer\":\"linattn\",\"linattn.shortconv\":5") ","  \
+    T4_MODEL("mom", "MoM", "\"mixer\":\"mom\"", "\"mixer\":\"mom\"") ","                                   \
+    T4_MODEL("prism", "PRISM", PRISM_FORM("paper"), PRISM_FORM("paper")) ","                           \
+    T4_MODEL("gdn", "", "\"mixer\":\"gdn\"", "\"mixer\":\"gdn\"") ","                                      \
+    T4_MODEL("prism-augmented", "", PRISM_FORM("augmented"), PRISM_FORM("augmented"))
+
+/* the paper's Table 4 (arXiv 2602.10796 v2), a row per model, in ALL_PROBES' order */
+#define T4_ROW(row, mqar, poly, var, xor, parity, mod_add, pal, gate, mux)                                 \
+    {row, "mqar", mqar}, {row, "poly_recall", poly}, {row, "var_tracking", var}, {row, "local_xor", xor},     \
+    {row, "parity", parity}, {row, "mod_add", mod_add}, {row, "palindrome", pal}, {row, "silence_gate", gate}, \
+    {row, "mux", mux}
+static const pr_grid_ref table4_values[] = {
+    T4_ROW("Transformer", .98, 1.00, .40, 1.00, 1.00, .23, .49, .82, .98),
+    T4_ROW("LA", .98, 1.00, .34, .50, .49, .07, .49, .51, .98),
+    T4_ROW("MoM", .98, 1.00, .35, .49, .50, .06, .50, .50, .97),
+    T4_ROW("PRISM", .98, 1.00, .37, 1.00, 1.00, .50, .99, .66, .98),
+};
+static const pr_grid_refs table4_refs = {"paper", "the paper's Table 4 (arXiv 2602.10796 v2), made by the authors' "
+                                                  "probe script", "acc",
+                                         (int)(sizeof table4_values / sizeof table4_values[0]), table4_values};
+
+/* a built-in grid: its axes in the grid file format, a line for --help on
+ * what it is for (the axes themselves are described from the parsed grid),
+ * and its reference figures (NULL: none) */
+typedef struct {
+    const char *name, *json, *purpose;
+    const pr_grid_refs *refs;
+} builtin_grid;
 
 /* the paper's tables at the probe protocol of `prism train`; `quick` is sized
  * to finish in minutes on two CPU cores */
 static const builtin_grid builtins[] = {
     {"probe", "{\"models\":[" ALL_MIXERS "],\"tasks\":[" ALL_PROBES "],\"seeds\":3}",
-     "the paper's Table 4, extended to every mixer"},
+     "the paper's Table 4, extended to every mixer", NULL},
     {"prism-ablation", "{\"variants\":[" PRISM_ABLATIONS "],\"tasks\":[\"parity\",\"local_xor\",\"rec\"],\"seeds\":3}",
      "the paper's ablations (Table 3) in form paper: full (L=2), L=1 (w/o iterative refinement), gelu=off "
      "(w/o non-linearity), shortconv=off (w/o ShortConv anchor), gain=off (w/o gain predictor); L=0 (Gated "
-     "DeltaNet) and form=augmented beside them"},
+     "DeltaNet) and form=augmented beside them", NULL},
     {"table3", "{\"variants\":[" PRISM_ABLATIONS "],\"tasks\":[\"rec\"],\"seeds\":3}",
      "the paper's Table 3 (rec): the prism-ablation variants on the rec task; tabulate test_hit@200, "
-     "test_hit@500 and test_auc with --metric"},
+     "test_hit@500 and test_auc with --metric", NULL},
     /* every mixer in the rec model, and SASRec (the `sasrec` preset, at the task's length) */
     {"rec", "{\"models\":[" ALL_MIXERS "],\"variants\":[{\"name\":\"sasrec\",\"set\":{\"mixer\":\"attn\","
             "\"block\":\"sasrec\",\"d_model\":50,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\","
             "\"norm_eps\":1e-8,\"mlp\":\"relu\",\"mlp_mult\":1,\"dropout\":0.2,\"attn.rope\":false,"
             "\"attn.bias\":true}}],\"tasks\":[\"rec\"],\"seeds\":3}",
-     "the paper's Table 2 columns that apply"},
+     "the paper's Table 2 columns that apply", NULL},
     /* the paper's claim in one table: rank-1 linear attention stays at chance on
      * parity, PRISM solves it (the probe defaults of `prism train`: 64 tokens, at
      * which a bag of tokens cannot count the bits; 1000 steps) */
     {"quick", "{\"models\":[\"prism\",\"linattn\"],\"tasks\":[\"parity\"],\"seeds\":2,\"steps\":1000}",
-     "the paper's claim in one table, in minutes on two CPU cores"},
+     "the paper's claim in one table, in minutes on two CPU cores", NULL},
+    {"table4", "{\"variants\":[" TABLE4_MODELS "],\"tasks\":[" ALL_PROBES "],\"seeds\":3}",
+     "the paper's Table 4 at its protocol (10k steps, 8000 test samples) in both probe styles (paper: "
+     "Algorithm 2; authors: their script, baselines with a conv before the mixer), the paper's numbers beside",
+     &table4_refs},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
-const char *const pr_grid_builtins[] = {"probe", "prism-ablation", "table3", "rec", "quick", NULL};
+const char *const pr_grid_builtins[] = {"probe", "prism-ablation", "table3", "rec", "quick", "table4", NULL};
 
 /* a JSON scalar as the text `key=value` wants */
 static int scalar_text(const cJSON *it, char *out, size_t n)
@@ -164,10 +208,15 @@ static int parse_variants(pr_grid *g, const cJSON *variants, const char *what, p
             strlen(name->valuestring) >= sizeof g->variant[0].name)
             return pr_errf(err, "%s: '%s.name' must be a string of 1 to 47 characters", what, where);
         for (const cJSON *k = it->child; k; k = k->next)
-            if (strcmp(k->string, "name") && strcmp(k->string, "set") && strcmp(k->string, "preset"))
-                return pr_errf(err, "%s: unknown key '%s.%s' (a variant has name, preset and set)", what, where,
-                               k->string);
+            if (strcmp(k->string, "name") && strcmp(k->string, "set") && strcmp(k->string, "preset") &&
+                strcmp(k->string, "ref"))
+                return pr_errf(err, "%s: unknown key '%s.%s' (a variant has name, preset, ref and set)", what,
+                               where, k->string);
         pr_grid_variant *v = new_variant(g, name->valuestring, what, err);
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(it, "ref");
+        if (v && ref && (!cJSON_IsString(ref) || strlen(ref->valuestring) >= sizeof v->ref))
+            return pr_errf(err, "%s: '%s.ref' must be a string of at most 23 characters", what, where);
+        if (v && ref) snprintf(v->ref, sizeof v->ref, "%s", ref->valuestring);
         if (v && parse_preset(v, cJSON_GetObjectItemCaseSensitive(it, "preset"), what, where, err)) return -1;
         snprintf(where + strlen(where), sizeof where - strlen(where), ".set");
         if (!v || (set && parse_sets(v, set, what, where, err))) return -1;
@@ -269,6 +318,7 @@ int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err)
             if (strcmp(builtins[i].name, name_or_path) != 0) continue;
             if (pr_grid_parse(g, builtins[i].json, builtins[i].name, err)) return -1;
             snprintf(g->name, sizeof g->name, "%s", builtins[i].name);
+            if (builtins[i].refs) g->refs = *builtins[i].refs;
             return 0;
         }
         char names[128] = "";
@@ -375,6 +425,31 @@ int pr_grid_stats(const double *x, int n, double *mean, double *std)
     return k;
 }
 
+double pr_grid_ref_value(const pr_grid *g, int v, int t)
+{
+    for (int i = 0; g->refs.label && g->variant[v].ref[0] && i < g->refs.n; i++)
+        if (strcmp(g->refs.values[i].row, g->variant[v].ref) == 0 && strcmp(g->refs.values[i].task, g->task[t]) == 0)
+            return g->refs.values[i].value;
+    return NAN;
+}
+
+/* the reference of cell (v, t) when the results tabulate the reference table's metric, else NAN */
+static double cell_ref(const pr_grid_results *r, int v, int t)
+{
+    const pr_grid *g = r->g;
+    if (!g->refs.label || !r->metric[t] || strcmp(r->metric[t], g->refs.metric)) return NAN;
+    return pr_grid_ref_value(g, v, t);
+}
+
+/* whether any cell of the results has a reference beside it */
+static bool has_refs(const pr_grid_results *r)
+{
+    for (int v = 0; v < r->g->n_variants; v++)
+        for (int t = 0; t < r->g->n_tasks; t++)
+            if (isfinite(cell_ref(r, v, t))) return true;
+    return false;
+}
+
 static const double *cell_values(const pr_grid_results *r, int v, int t)
 {
     return r->value + ((int64_t)v * r->g->n_tasks + t) * r->g->seeds;
@@ -391,14 +466,17 @@ void pr_grid_write_markdown(const pr_grid_results *r, FILE *f)
     for (int v = 0; v < g->n_variants; v++) {
         fprintf(f, "| %s |", g->variant[v].name);
         for (int t = 0; t < g->n_tasks; t++) {
-            double mean, std;
+            double mean, std, ref = cell_ref(r, v, t);
             int n = pr_grid_stats(cell_values(r, v, t), g->seeds, &mean, &std);
-            if (!n) fprintf(f, " - |");
-            else if (n < g->seeds) fprintf(f, " %.3f ± %.3f (%d of %d seeds) |", mean, std, n, g->seeds);
-            else fprintf(f, " %.3f ± %.3f |", mean, std);
+            if (!n) fprintf(f, " -");
+            else if (n < g->seeds) fprintf(f, " %.3f ± %.3f (%d of %d seeds)", mean, std, n, g->seeds);
+            else fprintf(f, " %.3f ± %.3f", mean, std);
+            if (isfinite(ref)) fprintf(f, " (%s %.2f)", g->refs.label, ref);
+            fprintf(f, " |");
         }
         fprintf(f, "\n");
     }
+    if (has_refs(r)) fprintf(f, "\n(%s x.xx): %s.\n", g->refs.label, g->refs.source);
 }
 
 /* a field quoted for CSV when it holds a comma or a quote */
@@ -419,8 +497,10 @@ static void csv_field(FILE *f, const char *s)
 void pr_grid_write_csv(const pr_grid_results *r, FILE *f)
 {
     const pr_grid *g = r->g;
+    bool refs = has_refs(r);
     fprintf(f, "model,task,metric,mean,std,n");
     for (int s = 0; s < g->seeds; s++) fprintf(f, ",seed%d", s + 1);
+    if (refs) fprintf(f, ",%s", g->refs.label);
     fprintf(f, "\n");
     for (int v = 0; v < g->n_variants; v++)
         for (int t = 0; t < g->n_tasks; t++) {
@@ -432,6 +512,8 @@ void pr_grid_write_csv(const pr_grid_results *r, FILE *f)
             if (n) fprintf(f, "%.9g,%.9g,%d", mean, std, n);
             else fprintf(f, ",,0");
             for (int s = 0; s < g->seeds; s++) isfinite(x[s]) ? fprintf(f, ",%.9g", x[s]) : fprintf(f, ",");
+            double ref = cell_ref(r, v, t);
+            if (refs) isfinite(ref) ? fprintf(f, ",%.9g", ref) : fprintf(f, ",");
             fprintf(f, "\n");
         }
 }
@@ -442,6 +524,13 @@ void pr_grid_write_json(const pr_grid_results *r, FILE *f)
     cJSON *root = cJSON_CreateObject(), *cells = cJSON_CreateArray();
     cJSON_AddStringToObject(root, "grid", g->name);
     cJSON_AddNumberToObject(root, "seeds", g->seeds);
+    bool refs = has_refs(r);
+    if (refs) {
+        cJSON *about = cJSON_AddObjectToObject(root, "reference");
+        cJSON_AddStringToObject(about, "label", g->refs.label);
+        cJSON_AddStringToObject(about, "source", g->refs.source);
+        cJSON_AddStringToObject(about, "metric", g->refs.metric);
+    }
     cJSON_AddItemToObject(root, "cells", cells);
     for (int v = 0; v < g->n_variants; v++)
         for (int t = 0; t < g->n_tasks; t++) {
@@ -458,6 +547,8 @@ void pr_grid_write_json(const pr_grid_results *r, FILE *f)
             for (int s = 0; s < g->seeds; s++)
                 cJSON_AddItemToArray(vals, isfinite(x[s]) ? cJSON_CreateNumber(x[s]) : cJSON_CreateNull());
             cJSON_AddItemToObject(c, "values", vals);
+            double ref = cell_ref(r, v, t);
+            if (refs) cJSON_AddItemToObject(c, "reference", isfinite(ref) ? cJSON_CreateNumber(ref) : cJSON_CreateNull());
             cJSON_AddItemToArray(cells, c);
         }
     char *s = cJSON_Print(root);

@@ -31,9 +31,28 @@
 #define PR_GRID_MAX_SETS 16
 #define PR_GRID_MAX_SEEDS 64
 
+/* Reference figures: a published number a grid's cell is shown beside.
+ * A grid's reference table holds one value per (row, task), a row being a
+ * model as the publication names it ("Transformer"); a variant names its row
+ * in `ref` (grid JSON: "ref": "Transformer"). ablate's results.md prints the
+ * value in the cell after ours ("0.512 ± 0.034 (paper 0.49)"), results.csv
+ * adds a column and results.json a "reference" member per cell, where the
+ * metric tabulated is the table's (`metric`); report.html reads the same
+ * through pr_grid_ref_value. Only built-in grids carry a table (table4: the
+ * paper's Table 4). */
+typedef struct { const char *row, *task; double value; } pr_grid_ref;
+typedef struct {
+    const char *label;                /* the column's name: "paper"; NULL: no table */
+    const char *source;               /* where the numbers are from, in words */
+    const char *metric;               /* what they measure: "acc" */
+    int n;
+    const pr_grid_ref *values;
+} pr_grid_refs;
+
 typedef struct {
     char name[48];
     char preset[24];                  /* "": each task's preset */
+    char ref[24];                     /* its row in the grid's reference table; "": none */
     int n_sets;
     char set[PR_GRID_MAX_SETS][96];   /* key=value, in order */
 } pr_grid_variant;
@@ -45,7 +64,11 @@ typedef struct {
     pr_grid_variant variant[PR_GRID_MAX_VARIANTS];
     char task[PR_GRID_MAX_TASKS][32];
     pr_grid_variant common;           /* the grid-wide `set` (its name unused) */
+    pr_grid_refs refs;                /* reference figures (built-in grids); refs.label NULL: none */
 } pr_grid;
+
+/* the reference value of variant v's row for task t, NAN when there is none */
+double pr_grid_ref_value(const pr_grid *g, int v, int t);
 
 /* one `key=value` of a grid, --set or compare: train.<key>, rec.data,
  * rec.negatives and probe.style into the training options, any other key into the model's
