@@ -369,6 +369,8 @@ void pr_grid_describe(const pr_grid *g, char *out, size_t n)
     at = strlen(out);
     const char *plural = g->seeds > 1 ? "s" : "";
     if (g->steps) snprintf(out + at, n - at, "; %d seed%s, %lld steps", g->seeds, plural, (long long)g->steps);
+    else if (g->n_variants && g->variant[0].preset[0])
+        snprintf(out + at, n - at, "; %d seed%s, the steps of each variant's preset", g->seeds, plural);
     else snprintf(out + at, n - at, "; %d seed%s, each task's default steps", g->seeds, plural);
 }
 
