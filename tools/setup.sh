@@ -3,11 +3,13 @@
 # On Debian/Ubuntu: installs the missing packages with apt-get (through sudo
 # when not root). Elsewhere: prints what to install. Safe to run again.
 set -euo pipefail
-pkgs=(cmake gcc make pkg-config libcmocka-dev libopenblas-dev libcjson-dev)
+# clang and libclang-rt-dev (libclang_rt.fuzzer: libFuzzer) for tools/fuzz.sh
+pkgs=(cmake gcc make pkg-config libcmocka-dev libopenblas-dev libcjson-dev clang libclang-rt-dev)
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
     echo "setup: not a Debian-like system. Install: CMake >= 3.25, a C11 compiler, make, pkg-config,"
-    echo "       cmocka (dev), OpenBLAS (dev, optional), cJSON (dev); optionally the CUDA toolkit (nvcc)."
+    echo "       cmocka (dev), OpenBLAS (dev, optional), cJSON (dev); optionally the CUDA toolkit (nvcc)"
+    echo "       and clang with its libFuzzer runtime (tools/fuzz.sh)."
     for t in cmake cc pkg-config; do command -v $t >/dev/null 2>&1 || echo "setup: missing: $t"; done
     exit 0
 fi

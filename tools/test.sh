@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # tools/test.sh: build and run every test.
 #  1. build-asan/: CPU-only, AddressSanitizer + UBSan + LeakSanitizer, every CPU test.
-#  2. build/: the default configuration (CUDA when nvcc exists), the CUDA tests
+#  2. build-fuzz/: every libFuzzer target of tests/fuzz for PRISM_FUZZ_SECONDS
+#     (default 30) each under ASan + UBSan; skipped, saying so, without clang's
+#     libFuzzer (tools/setup.sh installs it).
+#  3. build/: the default configuration (CUDA when nvcc exists), the CUDA tests
 #     (each skips, saying so, when no GPU is present) and the install test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +15,11 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 cmake -S . -B build-asan -DPRISM_CUDA=OFF -DPRISM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -L cpu
+
+fuzz_rc=0
+PRISM_FUZZ_JOBS=$jobs tools/fuzz.sh all "${PRISM_FUZZ_SECONDS:-30}" || fuzz_rc=$?
+if [ "$fuzz_rc" -eq 77 ]; then echo "test.sh: fuzzing skipped (see the line above)"
+elif [ "$fuzz_rc" -ne 0 ]; then exit "$fuzz_rc"; fi
 
 cmake -S . -B build >/dev/null
 cmake --build build -j"$jobs"
