@@ -178,6 +178,15 @@ static int whole(json_in *j, const char *key, double def, int lo, int hi)
     return lo;
 }
 
+/* a number in [lo, hi] (prism's range for the key it becomes), named by fla's key */
+static double real(json_in *j, const char *key, double def, double lo, double hi)
+{
+    double x = num(j, key, def);
+    if (x >= lo && x <= hi) return x;
+    if (!j->rc) j->rc = pr_errf(j->err, "%s: '%s' must be a number from %g to %g, got %g", j->file, key, lo, hi, x);
+    return lo;
+}
+
 /* fla's expand_k: the key width d_model * expand_k, split evenly over the heads */
 static int key_head_dim(json_in *j, const pr_config *c, double ek)
 {
@@ -276,7 +285,7 @@ static void read_arch(json_in *j, int arch, pr_config *c)
     case ATTN:
         c->n_heads = whole(j, "num_heads", 32, 1, 1024);
         c->attn_kv_heads = whole(j, "num_kv_heads", 0, 0, 1024);
-        c->attn_rope_theta = num(j, "rope_theta", 10000);
+        c->attn_rope_theta = real(j, "rope_theta", 10000, 1, 1e9);
         require(j, !flag(j, "qkv_bias", false), "qkv_bias", "q, k, v without biases (false)");
         require(j, !flag(j, "qk_norm", false), "qk_norm", "no q/k norm (false)");
         require(j, !item(j, "window_size"), "window_size", "full causal attention (null)");
@@ -322,9 +331,9 @@ static int read_fla_config(const char *file, pr_config *c, int *arch_index, pr_e
         c->d_model = whole(&j, "hidden_size", 2048, 1, 65536);
         c->n_layers = whole(&j, "num_hidden_layers", 24, 1, 1024);
         c->vocab = whole(&j, "vocab_size", 32000, 2, 16777216);
-        c->norm_eps = num(&j, "norm_eps", 1e-6);
+        c->norm_eps = real(&j, "norm_eps", 1e-6, 0, 1);
         c->tie_embeddings = flag(&j, "tie_word_embeddings", false);
-        c->init_std = num(&j, "initializer_range", 0.02);
+        c->init_std = real(&j, "initializer_range", 0.02, 0, 10);
         if (archs[a].arch != MAMBA2) read_mlp(&j, c);
         read_arch(&j, archs[a].arch, c);
         require(&j, !item(&j, "attn"), "attn", "one mixer in every layer (no hybrid attention layers)");

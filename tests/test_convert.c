@@ -282,6 +282,12 @@ static void test_import_bad_sizes(void **state)
                         "\"intermediate_size\":-5}", ts, 1, "'intermediate_size'");
     expect_import_error("{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_heads\":2,\"vocab_size\":1}",
                         ts, 1, "'vocab_size'");
+    expect_import_error("{\"model_type\":\"transformer\",\"hidden_size\":8,\"num_heads\":2,\"rope_theta\":0}",
+                        ts, 1, "'rope_theta' must be a number from 1 to 1e+09, got 0");
+    expect_import_error("{\"model_type\":\"gated_deltanet\",\"hidden_size\":8,\"num_heads\":2,\"norm_eps\":-1}",
+                        ts, 1, "'norm_eps' must be a number from 0 to 1, got -1");
+    expect_import_error("{\"model_type\":\"mamba2\",\"hidden_size\":8,\"initializer_range\":1e300}", ts, 1,
+                        "'initializer_range'");
 }
 
 /* Issue 45: an I32 weight converted into a checkpoint `model` then refused */
