@@ -8,7 +8,7 @@
 const pr_mixer_def *const pr_mixers[] = {&pr_mixer_prism, &pr_mixer_gdn, &pr_mixer_mamba2, &pr_mixer_deltanet,
                                          &pr_mixer_linattn, &pr_mixer_ttt_linear, &pr_mixer_ttt_mlp, &pr_mixer_titans,
                                          &pr_mixer_attn, &pr_mixer_mamba, &pr_mixer_mom, &pr_mixer_hstu, &pr_mixer_gla,
-                                         &pr_mixer_gsa, NULL};
+                                         &pr_mixer_gsa, &pr_mixer_atlas, NULL};
 
 const pr_mixer_def *pr_mixer_by_name(const char *name)
 {

@@ -26,7 +26,7 @@ typedef struct {
 
 #define F(name) offsetof(pr_config, name), sizeof(((pr_config *)0)->name)
 static const key_info keys[] = {
-    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|sla|ttt_linear|ttt_mlp|titans|attn|mamba|mom|hstu|gla|gsa",
+    {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|sla|ttt_linear|ttt_mlp|titans|attn|mamba|mom|hstu|gla|gsa|atlas",
      "the sequence mixer of every block (sla, the PRISM paper's name, is stored as linattn)"},
     {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
@@ -114,6 +114,12 @@ static const key_info keys[] = {
      "mom: weight of the router's load-balancing loss added to the training loss (fla aux_loss_scale)"},
     {"hstu.buckets", KEY_INT, F(hstu_buckets), "32", "1..4096",
      "hstu: relative position buckets of the attention bias (logarithmic in the distance)"},
+    {"atlas.window", KEY_INT, F(atlas_window), "4", "1..1024", "atlas: tokens c whose loss each step fits (the Omega rule's window)"},
+    {"atlas.degree", KEY_INT, F(atlas_degree), "2", "1..2", "atlas: degree of the polynomial features of q and k"},
+    {"atlas.memory", KEY_CHOICE, F(atlas_memory), "linear", "linear|mlp", "atlas: the memory: a matrix, or a 2-layer MLP"},
+    {"atlas.optimizer", KEY_CHOICE, F(atlas_optimizer), "gd", "gd|muon",
+     "atlas: the memory's inner update: gradient step, or Muon (momentum, Newton-Schulz orthogonalised)"},
+    {"atlas.ns_steps", KEY_INT, F(atlas_ns_steps), "5", "1..20", "atlas: Newton-Schulz steps of the muon update"},
 };
 #undef F
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -392,6 +398,8 @@ int pr_config_check(const pr_config *c, pr_err *err)
     if (strcmp(c->mixer, "mom") == 0 && strcmp(c->mom_backend, "gla") == 0)
         return pr_errf(err, "config: mom.backend gla is not built yet (GLA memories wait for the gla recurrence "
                             "rule); use mom.backend=gdn");
+    if (strcmp(c->mixer, "atlas") == 0 && strcmp(c->atlas_memory, "mlp") == 0)
+        return pr_errf(err, "config: atlas.memory mlp is not built yet; use atlas.memory=linear");
     if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;

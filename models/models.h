@@ -65,6 +65,8 @@ typedef struct pr_config {
     char mom_backend[8];
     double mom_aux_loss_scale;
     int hstu_buckets;
+    int atlas_window, atlas_degree, atlas_ns_steps;
+    char atlas_memory[8], atlas_optimizer[8];
 } pr_config;
 
 /* the defaults of every key */
@@ -169,7 +171,8 @@ typedef struct {
 
 extern const pr_mixer_def pr_mixer_prism, pr_mixer_gdn, pr_mixer_mamba2, pr_mixer_deltanet,
     pr_mixer_linattn, pr_mixer_ttt_linear, pr_mixer_attn, pr_mixer_mamba, pr_mixer_ttt_mlp, pr_mixer_titans,
-    pr_mixer_mom, pr_mixer_hstu, pr_mixer_gla, pr_mixer_gsa;
+    pr_mixer_mom, pr_mixer_hstu, pr_mixer_gla, pr_mixer_gsa,
+    pr_mixer_atlas;
 /* NULL if unknown; "sla" (the PRISM paper's name for un-gated linear attention) is linattn */
 const pr_mixer_def *pr_mixer_by_name(const char *name);
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */

@@ -98,7 +98,7 @@ static void test_builtins(void **state)
         assert_string_equal(grid.name, pr_grid_builtins[i]);
     }
     assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
-    assert_int_equal(grid.n_variants, 14);
+    assert_int_equal(grid.n_variants, 15);
     assert_int_equal(grid.n_tasks, 9);
     assert_int_equal(pr_grid_load(&grid, "prism-ablation", &err), 0);
     assert_int_equal(grid.n_variants, 7);
@@ -150,7 +150,7 @@ static void test_descriptions(void **state)
     assert_string_equal(text, want);
     assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
     pr_grid_describe(&grid, text, sizeof text);
-    assert_string_equal(text, "models: prism, gdn, mamba2, ... (14 in all); tasks: mqar, poly_recall, var_tracking, "
+    assert_string_equal(text, "models: prism, gdn, mamba2, ... (15 in all); tasks: mqar, poly_recall, var_tracking, "
                               "... (9 in all); 3 seeds, each task's default steps");
 }
 
@@ -180,7 +180,7 @@ static void test_keep(void **state)
     assert_string_equal(grid.variant[6].set[1], "prism.form=augmented");
     assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
     assert_int_equal(pr_grid_keep(&grid, NULL, "mux", &err), 0);
-    assert_int_equal(grid.n_variants, 14);
+    assert_int_equal(grid.n_variants, 15);
     assert_int_equal(grid.n_tasks, 1);
     assert_int_equal(pr_grid_keep(&grid, "gdn,sasrec", NULL, &err), -1);
     assert_string_equal(err.msg, "--only: 'sasrec' is not a model or variant of grid probe");

@@ -38,6 +38,9 @@ static const struct {
     {"gsa", {"gsa.slots=5", "gsa.expand_k=3", "gsa.expand_v=3", "gsa.gate_normalizer=1"}},
     {"attn", {"attn.shortconv=3"}},         /* the authors' probe baselines' conv before the layer */
     {"linattn", {"linattn.shortconv=5"}},
+    {"atlas", {"atlas.window=3"}},
+    {"atlas", {"atlas.window=2", "atlas.optimizer=muon", "atlas.ns_steps=3"}},
+    {"atlas", {"atlas.window=1", "atlas.degree=1"}},
 };
 #define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))

@@ -14,7 +14,7 @@
 #include "train/train.h"
 
 #define ALL_MIXERS "\"prism\",\"gdn\",\"mamba2\",\"deltanet\",\"linattn\",\"ttt_linear\",\"ttt_mlp\",\"titans\"," \
-                   "\"attn\",\"mamba\",\"mom\",\"hstu\",\"gla\",\"gsa\""
+                   "\"attn\",\"mamba\",\"mom\",\"hstu\",\"gla\",\"gsa\",\"atlas\""
 #define ALL_PROBES "\"mqar\",\"poly_recall\",\"var_tracking\",\"local_xor\",\"parity\",\"mod_add\",\"palindrome\"," \
                    "\"silence_gate\",\"mux\""
 
