@@ -20,7 +20,9 @@
  * Pass 1 decays its state along the slot axis, which is the axis it does not
  * read with q; each slot m is then a scalar-decay recurrence of its own, so
  * pass 1 runs the ssd rule over H*M heads (q and k repeated per slot, value
- * s_t[m], decay f_t[m]). Both passes use scale 1, as fla's layer does.
+ * s_t[m], decay f_t[m]) in its per-token form (with one value channel a
+ * chunk's products cost C times the state update they replace). Both
+ * passes use scale 1, as fla's layer does.
  * State slots 0 (pass 1, [B,H*M,K,1]) and 1 (pass 2, [B,H,M,V]).
  *
  * The CUDA kernels run the gla rule in its per-token form only (no chunked
@@ -136,8 +138,9 @@ static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_tensor *f = pr_split_heads(ctx, log_decay(ctx, pr_linear(ctx, x, l->f_proj, NULL), c->gsa_gate_normalizer), H);
     pr_tensor *s = pr_sub(ctx, pr_ones(ctx->step, f->dtype, f->device, f->ndim, f->shape), pr_exp(ctx, f));
 
-    /* pass 1: slot m of head h is head h*M + m of a scalar-decay recurrence with one value channel */
-    pr_recurrence_opts o1 = pr_config_recurrence(c, PR_RULE_SSD, T, 1.0);
+    /* pass 1: slot m of head h is head h*M + m of a scalar-decay recurrence with one value channel,
+     * in the per-token form: with V = 1 a chunk's intra products would cost C times its state update */
+    const pr_recurrence_opts o1 = {.rule = PR_RULE_SSD, .scale = 1.0, .chunk = 0};
     pr_tensor *a = pr_recurrence(ctx, &o1, per_slot(ctx, q, M), per_slot(ctx, k, M),
                                  pr_reshape(ctx, s, PR_DIMS(B, T, H * M, 1)), pr_reshape(ctx, f, PR_DIMS(B, T, H * M)),
                                  NULL, NULL, NULL, st ? st->slot[0] : NULL, NULL, st ? &st->slot[0] : NULL);
