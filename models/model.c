@@ -48,7 +48,7 @@ static void build_mlp(pr_model *m, pr_block *b)
     pr_params_pop(r);
 }
 
-pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev)
+static pr_model *model_build(const pr_config *c, pr_dtype dt, pr_device dev, bool shapes_only)
 {
     pr_err err;
     if (pr_config_check(c, &err)) pr_fatal("%s", err.msg);
@@ -57,6 +57,7 @@ pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev)
     m->cfg = *c;
     m->mixer = pr_mixer_by_name(c->mixer);
     m->params = pr_params_new(dt, dev);
+    m->params->shapes_only = shapes_only;
     pr_params *r = m->params;
     bool rec = strcmp(c->task, "rec") == 0;
     int64_t rows = rec ? (int64_t)c->rec_n_items + 1 : c->vocab;
@@ -81,6 +82,9 @@ pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev)
         m->lm_head = pr_param_new(r, "lm_head", pr_init_std(c), true, PR_DIMS(c->d_model, c->vocab));
     return m;
 }
+
+pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev) { return model_build(c, dt, dev, false); }
+pr_model *pr_model_shapes(const pr_config *c) { return model_build(c, PR_F32, PR_CPU, true); }
 
 void pr_model_free(pr_model *m)
 {

@@ -122,6 +122,7 @@ typedef struct pr_params {
     pr_param *p;
     char prefix[256];     /* the current path prefix, "layers.3.mixer." */
     int depth, mark[16];
+    bool shapes_only;     /* headers without data (pr_model_shapes): counts, no bytes */
 } pr_params;
 
 pr_params *pr_params_new(pr_dtype dt, pr_device dev);
@@ -268,6 +269,23 @@ typedef struct { int n; pr_layer_state *layer; } pr_model_state;
 
 /* builds and registers every parameter (values: zeros; call pr_model_init) */
 pr_model *pr_model_new(const pr_config *c, pr_dtype dt, pr_device dev);
+/* the same registry with shapes and no data: what a config would allocate,
+ * known before allocating it (pr_model_estimate). Not for running. */
+pr_model *pr_model_shapes(const pr_config *c);
+
+/* memory a training step of config c would hold, in bytes, estimated before
+ * anything is allocated: f32 parameters, their grads, the optimizer's state
+ * (optim_slots tensors per parameter: AdamW 2, SGD 1) and the activations,
+ * saved tensors and logits of one step of `batch` sequences of seq_len */
+typedef struct {
+    int64_t params;              /* the count */
+    double param_bytes, grad_bytes, optim_bytes, activation_bytes, data_bytes, total_bytes;
+} pr_model_estimate;
+void pr_model_estimate_step(const pr_config *c, int64_t batch, int optim_slots, pr_model_estimate *out);
+/* bytes free for a run on dev: the host's MemAvailable, or the GPU's free memory */
+double pr_device_free_bytes(pr_device dev);
+/* "37.4 KB", "2.75 TB": bytes in decimal units, 3 digits; returns buf */
+const char *pr_bytes_text(char *buf, size_t n, double bytes);
 void pr_model_free(pr_model *m);
 void pr_model_init(pr_model *m);                /* pr_params_init with cfg.seed */
 pr_tensor *pr_model_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n, pr_tensor *x);

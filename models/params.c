@@ -56,6 +56,21 @@ const pr_param *pr_params_find(const pr_params *r, const char *path)
     return NULL;
 }
 
+/* a parameter's header with no data (pr_model_shapes): its size without its bytes */
+static pr_tensor *shape_only(pr_params *r, int ndim, const int64_t *shape)
+{
+    PR_CHECK(ndim >= 0 && ndim <= PR_MAX_DIMS, "params: %d dims", ndim);
+    pr_tensor *t = pr_arena_alloc(r->arena, sizeof *t);
+    *t = (pr_tensor){.dtype = r->dtype, .device = r->device, .ndim = ndim, .numel = 1, .tape_pos = -1,
+                     .arena = r->arena};
+    for (int i = 0; i < ndim; i++) {
+        PR_CHECK(shape[i] >= 0 && (shape[i] == 0 || t->numel <= INT64_MAX / shape[i]), "params: a shape overflows");
+        t->shape[i] = shape[i];
+        t->numel *= shape[i];
+    }
+    return t;
+}
+
 pr_tensor *pr_param_new(pr_params *r, const char *name, pr_init init, bool decay, int ndim, const int64_t *shape)
 {
     char full[320];
@@ -69,7 +84,7 @@ pr_tensor *pr_param_new(pr_params *r, const char *name, pr_init init, bool decay
         r->p = realloc(r->p, sizeof *r->p * (size_t)r->cap);
         PR_CHECK(r->p, "params: out of host memory");
     }
-    pr_tensor *t = pr_zeros(r->arena, r->dtype, r->device, ndim, shape);
+    pr_tensor *t = r->shapes_only ? shape_only(r, ndim, shape) : pr_zeros(r->arena, r->dtype, r->device, ndim, shape);
     t->name = path;
     pr_requires_grad_(t, true);
     r->p[r->n++] = (pr_param){.path = path, .t = t, .init = init, .decay = decay};

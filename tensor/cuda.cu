@@ -177,6 +177,11 @@ extern "C" void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached)
     if (cached) *cached = A.st.cached;
 }
 
+extern "C" void pr_cuda_mem_info(size_t *free_bytes, size_t *total)
+{
+    PR_CUDA_CHECK(cudaMemGetInfo(free_bytes, total));
+}
+
 extern "C" void pr_cuda_alloc_stats_get(pr_cuda_alloc_stats *out)
 {
     allocator &A = the_allocator();

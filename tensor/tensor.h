@@ -160,6 +160,7 @@ void pr_cuda_memset0(void *p, size_t bytes);
 void pr_cuda_sync(void);
 int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
+void pr_cuda_mem_info(size_t *free_bytes, size_t *total);   /* the current GPU's (cudaMemGetInfo) */
 void pr_cuda_ctx_release(void *cuda_state);   /* frees a pr_ctx's stream and handles */
 void pr_cuda_check_last(const char *what);    /* fatal, naming `what`, if a launch failed */
 /* fill a CUDA f32 tensor with the Philox stream: kind 0 uniform [a,b), 1 normal (mean a, std b) */

@@ -632,6 +632,15 @@ expect 2 "prism ablate: --out wants a value, not ''" ablate --grid quick --out "
 expect 2 "prism bench throughput: --out wants a value, not ''" bench throughput --models prism --seq-lens 16 --out ""
 expect 2 "prism inspect: --plot wants a value, not ''" inspect --model prism --plot ""
 expect 2 "prism golden-check: --make wants a value, not ''" golden-check --make ""
+# a config too big for the machine stops before allocating, with the estimate and the limit
+expect 2 "prism train: this config needs about" train --task parity --set d_model=65536 --out "$tmp/big"
+out_has_line "needs about [0-9.]+ TB for a training step, more than the [0-9.]+ [KMG]?B the host has available: \
+[0-9]{12} parameters [0-9.]+ GB, their grads [0-9.]+ GB, optimizer state [0-9.]+ TB, activations [0-9.]+ GB"
+if [ -e "$tmp/big" ]; then echo "FAIL  the refused run created its folder"; failed=$((failed + 1)); fi
+expect 0 "total" model --model prism --set d_model=65536
+out_has_line "^training step \(f32, AdamW, batch 32 x seq_len 128\): parameters [0-9.]+ GB, .* total about [0-9.]+ TB$"
+expect 2 "prism model: the" model --model prism --set d_model=65536 --save "$tmp/big.safetensors"
+out_has_line "parameters need [0-9.]+ GB, more than the [0-9.]+ [KMG]?B the host has available"
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

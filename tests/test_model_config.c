@@ -287,6 +287,34 @@ static void test_recurrence_chunk(void **state)
     assert_int_equal(pr_config_recurrence(&c, PR_RULE_GDN, 1, 0).chunk, 0);
 }
 
+/* ---- the memory estimate ---------------------------------------------------------------- */
+/* the registry with shapes only counts exactly what the model allocates, for every mixer */
+static void test_shapes_count_what_the_model_allocates(void **state)
+{
+    (void)state;
+    pr_err err;
+    for (int i = 0; pr_mixers[i]; i++) {
+        pr_config c = pr_config_default();
+        assert_int_equal(pr_config_preset(&c, "probe", &err), 0);
+        snprintf(c.mixer, sizeof c.mixer, "%s", pr_mixers[i]->name);
+        pr_model *m = pr_model_new(&c, PR_F32, PR_CPU), *s = pr_model_shapes(&c);
+        assert_int_equal(pr_params_count(s->params), pr_params_count(m->params));
+        assert_int_equal(s->params->n, m->params->n);
+        pr_model_estimate e;
+        pr_model_estimate_step(&c, 8, 2, &e);
+        assert_int_equal(e.params, pr_params_count(m->params));
+        assert_true(e.optim_bytes == 2 * e.param_bytes && e.activation_bytes > 0);
+        pr_model_free(m);
+        pr_model_free(s);
+    }
+    /* a config far past any host: counted in a moment, nothing allocated */
+    pr_config big = pr_config_default();
+    big.d_model = 65536;
+    pr_model_estimate e;
+    pr_model_estimate_step(&big, 32, 2, &e);
+    assert_true(e.total_bytes > 1e12 && e.total_bytes > pr_device_free_bytes(PR_CPU));
+}
+
 /* ---- checkpoints ------------------------------------------------------------------------ */
 /* sla is the PRISM paper's name for linattn; gla and gsa check that their widths split into heads */
 static void test_aliases_and_widths(void **state)
@@ -368,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_recurrence_chunk),
         cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_aliases_and_widths),
+        cmocka_unit_test(test_shapes_count_what_the_model_allocates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

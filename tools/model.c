@@ -8,18 +8,25 @@
 #include "models/models.h"
 #include "tools/tools.h"
 
+enum { DEFAULT_BATCH = 32 };   /* train.batch's default */
+
 static void model_usage(FILE *f)
 {
     fprintf(f, "usage: prism model --model NAME [--preset P] [--config FILE] [--set key=value]...\n"
-               "                   [--checkpoint FILE] [--save FILE] [--logits T0,T1,...]\n"
+               "                   [--checkpoint FILE] [--save FILE] [--logits T0,T1,...] [--batch B]\n"
                "       prism model --keys-markdown     (the config keys as a Markdown table)\n\n"
                "Builds the model and prints each parameter's path, shape and size, then the\n"
-               "total; the last line is one JSON object {\"model\", \"preset\", \"params\", \"config\"}.\n"
+               "total, and the memory a training step would take (f32 parameters, grads, AdamW's\n"
+               "state, the activations of --batch sequences of seq_len, default batch %d), known\n"
+               "before anything is allocated; the last line is one JSON object {\"model\", \"preset\",\n"
+               "\"params\", \"config\"}. A config whose parameters do not fit in memory is refused for\n"
+               "--checkpoint, --save and --logits, which need their values.\n"
                "The config is the defaults, then the preset, then the file, then each --set in\n"
                "order; --model NAME is the same as --set mixer=NAME (--config alone may name it).\n"
                "--logits runs the LM (float64, CPU) on the tokens and prints one line of logits\n"
                "per position instead, from --checkpoint's values (else the seeded init).\n"
-               "--save writes those values as a checkpoint (safetensors, names = paths).\n\nmixers:\n");
+               "--save writes those values as a checkpoint (safetensors, names = paths).\n\nmixers:\n",
+            DEFAULT_BATCH);
     for (int i = 0; pr_mixers[i]; i++) fprintf(f, "  %-12s %s\n", pr_mixers[i]->name, pr_mixers[i]->summary);
     fprintf(f, "  %-12s %s\n", "sla", "the PRISM paper's name for linattn (the same layer)");
     fprintf(f, "\npresets:");
@@ -57,7 +64,16 @@ static int print_logits(pr_model *m, const int64_t *tokens, int n)
     return 0;
 }
 
-static void print_table(const pr_model *m, const char *preset)
+static void print_estimate(const pr_model_estimate *e, int batch, int seq_len)
+{
+    char p[32], g[32], o[32], a[32], t[32];
+    printf("training step (f32, AdamW, batch %d x seq_len %d): parameters %s, grads %s, optimizer state %s, "
+           "activations about %s; total about %s\n", batch, seq_len, pr_bytes_text(p, sizeof p, e->param_bytes),
+           pr_bytes_text(g, sizeof g, e->grad_bytes), pr_bytes_text(o, sizeof o, e->optim_bytes),
+           pr_bytes_text(a, sizeof a, e->activation_bytes), pr_bytes_text(t, sizeof t, e->total_bytes));
+}
+
+static void print_table(const pr_model *m, const char *preset, int batch)
 {
     const pr_params *r = m->params;
     char shape[64];
@@ -66,6 +82,9 @@ static void print_table(const pr_model *m, const char *preset)
                (long long)r->p[i].t->numel);
     long long total = (long long)pr_params_count(r);
     printf("total %lld parameters in %d tensors\n", total, r->n);
+    pr_model_estimate e;
+    pr_model_estimate_step(&m->cfg, batch, 2, &e);
+    print_estimate(&e, batch, m->cfg.seq_len);
     char *json = pr_config_to_json(&m->cfg);
     printf("{\"model\":\"%s\",\"preset\":\"%s\",\"params\":%lld,\"config\":%s}\n", m->cfg.mixer,
            preset ? preset : "", total, json);
@@ -76,7 +95,7 @@ int pr_cmd_model(int argc, char **argv)
 {
     const char *model = NULL, *preset = NULL, *file = NULL, *ckpt = NULL, *save = NULL;
     const char *sets[64];
-    int n_sets = 0, n_tokens = 0;
+    int n_sets = 0, n_tokens = 0, batch = DEFAULT_BATCH;
     int64_t tokens[4096];
     bool keys_markdown = false;
     pr_args a = pr_args_begin("prism model", argc, argv);
@@ -86,7 +105,8 @@ int pr_cmd_model(int argc, char **argv)
         if (pr_args_flag(&a, "--keys-markdown", &keys_markdown) || pr_args_string(&a, "--model", &model) ||
             pr_args_string(&a, "--preset", &preset) || pr_args_string(&a, "--config", &file) ||
             pr_args_string(&a, "--checkpoint", &ckpt) || pr_args_string(&a, "--save", &save) ||
-            pr_args_int_list(&a, "--logits", 0, INT32_MAX, 4096, tokens, &n_tokens))
+            pr_args_int_list(&a, "--logits", 0, INT32_MAX, 4096, tokens, &n_tokens) ||
+            pr_args_int(&a, "--batch", 1, 1 << 24, &batch))
             continue;
         if (!pr_args_string(&a, "--set", &set)) return pr_args_unknown(&a);
         if (set && n_sets == 64) return pr_args_error(&a, "at most 64 --set options");
@@ -108,6 +128,22 @@ int pr_cmd_model(int argc, char **argv)
     if (pr_config_check(&c, &err)) return fail(err.msg);
     if (n_tokens && strcmp(c.task, "lm") != 0) return fail("--logits needs task lm");
 
+    if (!ckpt && !save && !n_tokens) {   /* the table needs shapes only: nothing allocated, whatever the size */
+        pr_model *shapes = pr_model_shapes(&c);
+        print_table(shapes, preset, batch);
+        pr_model_free(shapes);
+        return 0;
+    }
+    pr_model_estimate e;
+    pr_model_estimate_step(&c, 1, 0, &e);
+    double need = e.param_bytes * (n_tokens ? 2 : 1), have = pr_device_free_bytes(PR_CPU);   /* --logits: f64 */
+    if (need > have) {
+        char x[32], y[32];
+        fprintf(stderr, "prism model: the %lld parameters need %s, more than the %s the host has available; make "
+                        "d_model or n_layers smaller\n", (long long)e.params, pr_bytes_text(x, sizeof x, need),
+                pr_bytes_text(y, sizeof y, have));
+        return PR_EXIT_USAGE;
+    }
     pr_model *m = pr_model_new(&c, n_tokens ? PR_F64 : PR_F32, PR_CPU);
     int rc = 0;
     if (!ckpt) pr_model_init(m);
@@ -117,7 +153,7 @@ int pr_cmd_model(int argc, char **argv)
     } else if (n_tokens) {
         rc = print_logits(m, tokens, n_tokens);
     } else {
-        print_table(m, preset);
+        print_table(m, preset, batch);
     }
     pr_model_free(m);
     return rc;

@@ -289,7 +289,8 @@ int pr_cmd_train(int argc, char **argv)
         if ((rc = resume_config(&a, &t, &c, &o)) >= 0) return rc;
     } else {
         if (t.config && pr_args_readable(cmd, t.config)) return 1;
-        if (resolve_config(&t, &c, &o, &err)) {
+        /* a config too big for the machine is a bad value: said before anything is allocated */
+        if (resolve_config(&t, &c, &o, &err) || (!launcher && pr_train_fits(&c, &o, dev, &err))) {
             fprintf(stderr, "%s: %s\n", cmd, err.msg);
             return PR_EXIT_USAGE;
         }

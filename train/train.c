@@ -496,6 +496,27 @@ int pr_make_dirs(const char *dir, pr_err *err)
     return pr_errf(err, "%s: cannot create the folder: %s", dir, strerror(errno));
 }
 
+int pr_train_fits(const pr_config *c, const pr_train_opts *o, pr_device dev, pr_err *err)
+{
+    pr_model_estimate e;
+    int slots = strcmp(o->optim, "sgd") == 0 ? (o->momentum != 0) : 2;
+    pr_model_estimate_step(c, o->batch, slots, &e);
+    struct stat st;
+    if (strcmp(o->task, "lm") == 0 && o->data[0] && stat(o->data, &st) == 0 && S_ISREG(st.st_mode))
+        e.data_bytes = (double)st.st_size, e.total_bytes += e.data_bytes;   /* the text is read whole */
+    double have = pr_device_free_bytes(dev);
+    if (e.total_bytes <= have) return 0;
+    char t[32], h[32], p[32], g[32], s[32], a[32], d[32];
+    return pr_errf(err, "this config needs about %s for a training step, more than the %s %s: %lld parameters %s, "
+                        "their grads %s, optimizer state %s, activations %s (train.batch %d x seq_len %d), data %s; "
+                        "make d_model, n_layers, seq_len or train.batch smaller",
+                   pr_bytes_text(t, sizeof t, e.total_bytes), pr_bytes_text(h, sizeof h, have),
+                   dev == PR_CUDA ? "free on the GPU" : "the host has available", (long long)e.params,
+                   pr_bytes_text(p, sizeof p, e.param_bytes), pr_bytes_text(g, sizeof g, e.grad_bytes),
+                   pr_bytes_text(s, sizeof s, e.optim_bytes), pr_bytes_text(a, sizeof a, e.activation_bytes),
+                   o->batch, c->seq_len, pr_bytes_text(d, sizeof d, e.data_bytes));
+}
+
 #define RUN_LOCK ".train.lock"
 
 /* the folder, locked for this run; a fresh run refuses one that holds a run
@@ -521,6 +542,7 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     int lock = -1;
     if (r.root && claim_run_dir(run_dir, resume, o->overwrite, &lock, err)) return -1;
     int rc = open_task(&r, err);
+    if (!rc) rc = pr_train_fits(&r.cfg, &r.o, dev, err);   /* before the model is allocated */
     /* a resumed run keeps its manifest; its config records the new total of steps */
     if (!rc && r.root) rc = write_config(&r, err) || (!resume && write_manifest(&r, dev, err)) ? -1 : 0;
     if (!rc) rc = run_open(&r, dev, resume, err);

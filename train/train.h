@@ -177,6 +177,10 @@ int pr_make_dirs(const char *dir, pr_err *err);
  * checkpoint). Returns 0, or -1 with err (a file, a bad config, the NaN trap) */
 int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
              pr_train_result *res, pr_err *err);
+/* 0 when a training step of (c, o) fits in what dev has free (parameters,
+ * grads, optimizer state, activations, lm's text); else -1 with err giving
+ * the estimate, its parts and the limit. Allocates nothing. */
+int pr_train_fits(const pr_config *c, const pr_train_opts *o, pr_device dev, pr_err *err);
 /* evaluate the latest checkpoint of a run */
 int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts *o, pr_train_result *res,
                 pr_err *err);
