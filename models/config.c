@@ -109,7 +109,7 @@ static const key_info keys[] = {
     {"mom.topk", KEY_INT, F(mom_topk), "2", "1..64", "mom: memories each token is routed to (at most mom.memories)"},
     {"mom.shared", KEY_BOOL, F(mom_shared), "true", "true|false", "mom: a shared memory that sees every token (fla shared_mem)"},
     {"mom.backend", KEY_CHOICE, F(mom_backend), "gdn", "gdn|gla",
-     "mom: the rule of each memory: gated delta rule, or GLA (needs the gla recurrence rule)"},
+     "mom: the rule of each memory: gated delta rule, or GLA (a decay per key channel, gla.gate_normalizer)"},
     {"mom.aux_loss_scale", KEY_FLOAT, F(mom_aux_loss_scale), "0.01", "0..100",
      "mom: weight of the router's load-balancing loss added to the training loss (fla aux_loss_scale)"},
     {"hstu.buckets", KEY_INT, F(hstu_buckets), "32", "1..4096",
@@ -395,9 +395,6 @@ int pr_config_check(const pr_config *c, pr_err *err)
                        c->task, c->mixer, c->norm);
     if (strcmp(c->mixer, "mom") == 0 && c->mom_topk > c->mom_memories)
         return pr_errf(err, "config: mom.topk %d is more than mom.memories %d", c->mom_topk, c->mom_memories);
-    if (strcmp(c->mixer, "mom") == 0 && strcmp(c->mom_backend, "gla") == 0)
-        return pr_errf(err, "config: mom.backend gla is not built yet (GLA memories wait for the gla recurrence "
-                            "rule); use mom.backend=gdn");
     if (strcmp(c->mixer, "atlas") == 0 && strcmp(c->atlas_memory, "mlp") == 0)
         return pr_errf(err, "config: atlas.memory mlp is not built yet; use atlas.memory=linear");
     if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)

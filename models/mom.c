@@ -12,6 +12,9 @@
  *   o = sum_j w_j o_{e_j}  (+ the shared memory: the same gdn path over every
  *   token with Wq, Ws_k, Ws_v, Ws_a, Ws_b; mom.shared)
  *   y = concat_heads(rms(o) * silu(x Wg)) Wo   (gdn.gate; gdn.expand_v sets V)
+ * mom.backend=gla: each memory is a GLA memory instead: no beta and no A_log,
+ *   dt_bias; gk = logsigmoid(x Wgk_e) / gla.gate_normalizer [H,K] (a decay per
+ *   key channel, Wgk_e [D,HK]: full rank, ours), rule gla (per-token form on CUDA)
  * Training adds fla's load-balancing loss: pr_router_stats below.
  *
  * The routing is read on the host (top-k of the probabilities), then every
@@ -33,12 +36,14 @@ enum { SLOT_WIN = 0, SLOT_H = 3, SLOT_SHARED_WIN = 4, SLOT_SHARED_H = 7 };
 typedef struct {
     pr_tensor *router, *q_proj;                       /* [D,E] [D,HK] */
     pr_tensor *k_proj[MOM_MAX_MEMORIES], *v_proj[MOM_MAX_MEMORIES];
-    pr_tensor *a_proj[MOM_MAX_MEMORIES], *b_proj[MOM_MAX_MEMORIES];
-    pr_tensor *shared_k, *shared_v, *shared_a, *shared_b;   /* mom.shared only */
+    pr_tensor *a_proj[MOM_MAX_MEMORIES], *b_proj[MOM_MAX_MEMORIES];   /* gla: a_proj is gk_proj [D,HK], no b_proj */
+    pr_tensor *shared_k, *shared_v, *shared_a, *shared_b;   /* mom.shared only; gla: shared_gk, no shared_b */
     pr_tensor *q_conv, *k_conv, *v_conv;              /* [HK,W] [HK,W] [HV,W] */
     pr_tensor *A_log, *dt_bias;                       /* [H] */
     pr_tensor *g_proj, *o_norm, *o_proj;
 } mom_layer;
+
+static bool is_gla(const pr_config *c) { return strcmp(c->mom_backend, "gla") == 0; }
 
 static void *mom_build(pr_params *r, const pr_config *c)
 {
@@ -54,22 +59,25 @@ static void *mom_build(pr_params *r, const pr_config *c)
         l->k_proj[e] = pr_param_new(r, name, w, true, PR_DIMS(D, HK));
         snprintf(name, sizeof name, "v_proj.%d", (int)e);
         l->v_proj[e] = pr_param_new(r, name, w, true, PR_DIMS(D, HV));
-        snprintf(name, sizeof name, "a_proj.%d", (int)e);
-        l->a_proj[e] = pr_param_new(r, name, w, true, PR_DIMS(D, H));
+        snprintf(name, sizeof name, is_gla(c) ? "gk_proj.%d" : "a_proj.%d", (int)e);
+        l->a_proj[e] = pr_param_new(r, name, w, true, PR_DIMS(D, is_gla(c) ? HK : H));
+        if (is_gla(c)) continue;
         snprintf(name, sizeof name, "b_proj.%d", (int)e);
         l->b_proj[e] = pr_param_new(r, name, w, true, PR_DIMS(D, H));
     }
     if (c->mom_shared) {
         l->shared_k = pr_param_new(r, "shared_k", w, true, PR_DIMS(D, HK));
         l->shared_v = pr_param_new(r, "shared_v", w, true, PR_DIMS(D, HV));
-        l->shared_a = pr_param_new(r, "shared_a", w, true, PR_DIMS(D, H));
-        l->shared_b = pr_param_new(r, "shared_b", w, true, PR_DIMS(D, H));
+        l->shared_a = pr_param_new(r, is_gla(c) ? "shared_gk" : "shared_a", w, true, PR_DIMS(D, is_gla(c) ? HK : H));
+        if (!is_gla(c)) l->shared_b = pr_param_new(r, "shared_b", w, true, PR_DIMS(D, H));
     }
     l->q_conv = pr_param_new(r, "q_conv", w, true, PR_DIMS(HK, W));
     l->k_conv = pr_param_new(r, "k_conv", w, true, PR_DIMS(HK, W));
     l->v_conv = pr_param_new(r, "v_conv", w, true, PR_DIMS(HV, W));
-    l->A_log = pr_param_new(r, "A_log", (pr_init){PR_INIT_LOG_UNIFORM, 0, 16}, false, PR_DIMS(H));
-    l->dt_bias = pr_param_new(r, "dt_bias", (pr_init){PR_INIT_DT_BIAS, 1e-3, 0.1}, false, PR_DIMS(H));
+    if (!is_gla(c)) {
+        l->A_log = pr_param_new(r, "A_log", (pr_init){PR_INIT_LOG_UNIFORM, 0, 16}, false, PR_DIMS(H));
+        l->dt_bias = pr_param_new(r, "dt_bias", (pr_init){PR_INIT_DT_BIAS, 1e-3, 0.1}, false, PR_DIMS(H));
+    }
     if (c->gdn_gate) l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HV));
     l->o_norm = pr_param_new(r, "o_norm", one, false, PR_DIMS(V));
     l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HV, D));
@@ -214,10 +222,32 @@ static pr_tensor *packed_heads(pr_ctx *ctx, pr_tensor *x, int64_t H)
     return pr_reshape(ctx, x, PR_DIMS(1, x->shape[0], H, x->shape[1] / H));
 }
 
-/* g = -exp(A_log) * softplus(a + dt_bias) */
-static pr_tensor *log_decay(pr_ctx *ctx, const mom_layer *l, pr_tensor *a)
+/* a memory's gates from the pre-activations a = x Wa (and b = x Wb) of n tokens
+ * laid out as `lead` [.., n]: gdn: g = -exp(A_log) softplus(a + dt_bias) and
+ * beta = sigmoid(b), [lead.., H]; gla: gk = logsigmoid(a) / normalizer [lead.., H, K] */
+static void memory_gates(pr_ctx *ctx, const mom_layer *l, const pr_config *c, pr_tensor *a, pr_tensor *b, int nlead,
+                         const int64_t *lead, pr_tensor **g, pr_tensor **beta)
 {
-    return pr_mul(ctx, pr_neg(ctx, pr_exp(ctx, l->A_log)), pr_softplus(ctx, pr_add(ctx, a, l->dt_bias)));
+    int64_t H = c->n_heads, shape[PR_MAX_DIMS];
+    memcpy(shape, lead, sizeof(int64_t) * (size_t)nlead);
+    shape[nlead] = H;
+    if (is_gla(c)) {
+        shape[nlead + 1] = a->shape[a->ndim - 1] / H;
+        *g = pr_reshape(ctx, pr_scale(ctx, pr_logsigmoid(ctx, a), 1.0 / c->gla_gate_normalizer), nlead + 2, shape);
+        *beta = NULL;
+        return;
+    }
+    pr_tensor *rate = pr_softplus(ctx, pr_add(ctx, a, l->dt_bias));
+    *g = pr_reshape(ctx, pr_mul(ctx, pr_neg(ctx, pr_exp(ctx, l->A_log)), rate), nlead + 1, shape);
+    *beta = pr_reshape(ctx, pr_sigmoid(ctx, b), nlead + 1, shape);
+}
+
+/* the recurrence's options for T tokens a sequence (gla: per-token form on CUDA, as models/gla.c) */
+static pr_recurrence_opts memory_opts(const pr_config *c, const pr_tensor *x, int64_t T)
+{
+    pr_recurrence_opts o = pr_config_recurrence(c, is_gla(c) ? PR_RULE_GLA : PR_RULE_GDN, T, 0);
+    if (is_gla(c) && x->device == PR_CUDA) o.chunk = 0;
+    return o;
 }
 
 /* the routed memories over their packed sequences: o [R, H*V] */
@@ -232,8 +262,9 @@ static pr_tensor *routed_memories(pr_ctx *ctx, const mom_layer *l, const pr_conf
     q = pr_l2norm(ctx, packed_heads(ctx, q, H), 1e-6);
     k = pr_l2norm(ctx, packed_heads(ctx, k, H), 1e-6);
     v = packed_heads(ctx, v, H);
-    pr_tensor *g = pr_reshape(ctx, log_decay(ctx, l, project_per_memory(ctx, rt, xp, l->a_proj)), PR_DIMS(1, R, H));
-    pr_tensor *beta = pr_reshape(ctx, pr_sigmoid(ctx, project_per_memory(ctx, rt, xp, l->b_proj)), PR_DIMS(1, R, H));
+    pr_tensor *g, *beta;
+    memory_gates(ctx, l, c, project_per_memory(ctx, rt, xp, l->a_proj),
+                 is_gla(c) ? NULL : project_per_memory(ctx, rt, xp, l->b_proj), 2, (const int64_t[]){1, R}, &g, &beta);
 
     /* the sequences that have tokens (cu_seqlens must grow strictly) */
     int64_t *live = pr_arena_alloc(ctx->step, sizeof(int64_t) * (size_t)S), *cu = pr_arena_alloc(ctx->step, sizeof(int64_t) * (size_t)(S + 1));
@@ -244,7 +275,7 @@ static pr_tensor *routed_memories(pr_ctx *ctx, const mom_layer *l, const pr_conf
     pr_tensor *old = st ? st->slot[SLOT_H] : NULL, *h0 = NULL, *ht = NULL;
     if (old) h0 = pr_reshape(ctx, gather_rows(ctx, pr_reshape(ctx, old, PR_DIMS(S, HKV)), N, live),
                              PR_DIMS(N, H, k->shape[3], v->shape[3]));
-    pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_GDN, rt->n_max, 0);
+    pr_recurrence_opts opt = memory_opts(c, xp, rt->n_max);
     pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, g, beta, NULL, NULL, h0, ids(ctx, xp->device, PR_DIMS(N + 1), cu),
                                  st ? &ht : NULL);
     if (st) {   /* the new states: ht where a sequence ran, the old state (or zeros) elsewhere */
@@ -267,9 +298,10 @@ static pr_tensor *shared_memory(pr_ctx *ctx, const mom_layer *l, const pr_config
     pr_tensor *v = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->shared_v, NULL), l->v_conv, NULL, win ? &win[2] : NULL));
     q = pr_l2norm(ctx, pr_split_heads(ctx, q, H), 1e-6);
     k = pr_l2norm(ctx, pr_split_heads(ctx, k, H), 1e-6);
-    pr_tensor *g = log_decay(ctx, l, pr_linear(ctx, x, l->shared_a, NULL));
-    pr_tensor *beta = pr_sigmoid(ctx, pr_linear(ctx, x, l->shared_b, NULL));
-    pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_GDN, x->shape[1], 0);
+    pr_tensor *g, *beta;
+    memory_gates(ctx, l, c, pr_linear(ctx, x, l->shared_a, NULL), l->shared_b ? pr_linear(ctx, x, l->shared_b, NULL) : NULL,
+                 2, x->shape, &g, &beta);
+    pr_recurrence_opts opt = memory_opts(c, x, x->shape[1]);
     return pr_recurrence(ctx, &opt, q, k, pr_split_heads(ctx, v, H), g, beta, NULL, NULL,
                          st ? st->slot[SLOT_SHARED_H] : NULL, NULL, st ? &st->slot[SLOT_SHARED_H] : NULL);
 }

@@ -31,6 +31,7 @@ static const struct {
     {"prism", {"prism.form=paper", "prism.L=3", "prism.proj_rank=2", "prism.conv_width=2"}},
     {"mom", {"mom.memories=3"}},
     {"mom", {"mom.memories=4", "mom.topk=1", "mom.shared=false", "gdn.expand_v=2"}},
+    {"mom", {"mom.memories=3", "mom.backend=gla", "gla.gate_normalizer=2"}},
     {"hstu", {"hstu.buckets=5"}},
     /* widths 3 D and 6 D split into 2 heads at D 6 and into 3 at D 20 (test_cuda_models) */
     {"gla", {"gla.expand_k=3", "gla.expand_v=3", "gla.gate_low_rank=3"}},
