@@ -632,6 +632,8 @@ expect 2 "prism ablate: --out wants a value, not ''" ablate --grid quick --out "
 expect 2 "prism bench throughput: --out wants a value, not ''" bench throughput --models prism --seq-lens 16 --out ""
 expect 2 "prism inspect: --plot wants a value, not ''" inspect --model prism --plot ""
 expect 2 "prism golden-check: --make wants a value, not ''" golden-check --make ""
+# a loss that went non-finite is null in the JSON line, never nan
+expect 0 '"loss_last":null}' inspect --model prism --steps 3 --lr 1e30
 # a config too big for the machine stops before allocating, with the estimate and the limit
 expect 2 "prism train: this config needs about" train --task parity --set d_model=65536 --out "$tmp/big"
 out_has_line "needs about [0-9.]+ TB for a training step, more than the [0-9.]+ [KMG]?B the host has available: \

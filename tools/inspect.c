@@ -475,12 +475,21 @@ static int run_step(const inspect_opts *o, pr_ctx *ctx, session *ses, int s, ins
     return rc;
 }
 
+/* a JSON number, or null for a loss that went non-finite (JSON has no nan) */
+static const char *json_number(char buf[40], double v)
+{
+    if (!isfinite(v)) return "null";
+    snprintf(buf, 40, "%.9g", v);
+    return buf;
+}
+
 static void print_json(const inspect_opts *o, const session *s, const inspect_result *res)
 {
-    printf("{\"model\":\"%s\",\"seed\":%d,\"first_step\":%lld,\"steps\":%d,\"params\":%lld,\"loss_first\":%.9g,"
-           "\"loss_last\":%.9g",
+    char first[40], last[40];
+    printf("{\"model\":\"%s\",\"seed\":%d,\"first_step\":%lld,\"steps\":%d,\"params\":%lld,\"loss_first\":%s,"
+           "\"loss_last\":%s",
            s->cfg.mixer, s->cfg.seed, (long long)s->first_step, o->steps, (long long)pr_params_count(s->m->params),
-           res->losses[0], res->losses[o->steps - 1]);
+           json_number(first, res->losses[0]), json_number(last, res->losses[o->steps - 1]));
     if (o->rank) {
         printf(",\"rank_layers\":%d,\"rank_max_possible\":%d,\"rank_hist\":[", res->ranks.layers,
                res->ranks.max_possible);
