@@ -198,7 +198,8 @@ static int pick_out(pr_args *a, const train_args *t, const pr_config *c, const p
     char base[1024];
     mkdir("runs", 0755);
     snprintf(base, sizeof base, "runs/%s-%s-s%lld", model_name(t, c), o->task, (long long)o->seed);
-    if (pr_run_free_name(out, n, base)) return pr_args_error(a, "every name from %s to %s-99999 holds a run", base, base);
+    if (pr_run_free_name(out, n, base))
+        return pr_args_error(a, "every name from %s to %s-99999 holds a run", base, base);
     if (strcmp(out, base)) fprintf(stderr, "%s: %s holds a run; this one goes to %s\n", a->cmd, base, out);
     return 0;
 }
@@ -289,8 +290,10 @@ int pr_cmd_train(int argc, char **argv)
         if ((rc = resume_config(&a, &t, &c, &o)) >= 0) return rc;
     } else {
         if (t.config && pr_args_readable(cmd, t.config)) return 1;
-        /* a config too big for the machine is a bad value: said before anything is allocated */
-        if (resolve_config(&t, &c, &o, &err) || (!launcher && pr_train_fits(&c, &o, dev, &err))) {
+        /* a config too big for the machine is a bad value: said before anything is allocated (ranks
+         * check in the trainer, once on their own GPU) */
+        bool check_memory = !launcher && env.world == 1;
+        if (resolve_config(&t, &c, &o, &err) || (check_memory && pr_train_fits(&c, &o, dev, &err))) {
             fprintf(stderr, "%s: %s\n", cmd, err.msg);
             return PR_EXIT_USAGE;
         }

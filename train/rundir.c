@@ -70,7 +70,8 @@ int pr_dir_lock(const char *dir, const char *name, const char *holder, int *fd_o
     }
     if (!locked) {
         close(fd);
-        if (!pid) return pr_errf(err, "%s is in use by another %s; wait for it to end or give another --out", dir, holder);
+        if (!pid)
+            return pr_errf(err, "%s is in use by another %s; wait for it to end or give another --out", dir, holder);
         if (!pid_alive(pid))   /* the pid that wrote it is gone, but a child it started still holds the file */
             return pr_errf(err, "%s is in use by another %s (pid %ld, no longer running: processes it started "
                                 "still hold the lock); wait for them to end or give another --out", dir, holder, pid);

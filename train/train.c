@@ -133,7 +133,8 @@ static const char *json_num(char buf[40], double v)
 static int metrics_failed(const run *r, int e, pr_err *err)
 {
     char kept[1200];
-    if (r->last_ckpt >= 0) snprintf(kept, sizeof kept, "the last checkpoint, step %lld, is kept", (long long)r->last_ckpt);
+    if (r->last_ckpt >= 0)
+        snprintf(kept, sizeof kept, "the last checkpoint, step %lld, is kept", (long long)r->last_ckpt);
     else snprintf(kept, sizeof kept, "no checkpoint was written before it");
     return pr_errf(err, "%s/metrics.jsonl: cannot write: %s; the run stops at step %lld (%s)", r->dir,
                    e ? strerror(e) : "write error", (long long)r->step, kept);
@@ -258,7 +259,8 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     path_in(path, sizeof path, r->dir, "metrics.jsonl");
     if (!r->root) snprintf(path, sizeof path, "/dev/null");   /* rank 0 alone writes the run directory */
     /* tests only: PRISM_TEST_METRICS_FILE=/dev/full shows what a full disk does */
-    if (r->root && !resume && getenv("PRISM_TEST_METRICS_FILE")) snprintf(path, sizeof path, "%s", getenv("PRISM_TEST_METRICS_FILE"));
+    const char *test_file = getenv("PRISM_TEST_METRICS_FILE");
+    if (r->root && !resume && test_file) snprintf(path, sizeof path, "%s", test_file);
     if (!resume) {
         r->metrics = fopen(path, "w");
         if (!r->metrics) return pr_errf(err, "%s: cannot create: %s", path, strerror(errno));
@@ -415,7 +417,8 @@ static int log_eval(run *r, const pr_metrics *m, pr_err *err)
 {
     char num[40];
     fprintf(r->metrics, "{\"step\":%lld,\"eval\":{", (long long)r->step);
-    for (int i = 0; i < m->n; i++) fprintf(r->metrics, "%s\"%s\":%s", i ? "," : "", m->name[i], json_num(num, m->value[i]));
+    for (int i = 0; i < m->n; i++)
+        fprintf(r->metrics, "%s\"%s\":%s", i ? "," : "", m->name[i], json_num(num, m->value[i]));
     fprintf(r->metrics, "}}\n");
     return metrics_flush(r, err);
 }
