@@ -197,7 +197,9 @@ static void test_gradcheck_rules(void **s)
 
 /* gla under strong decays: log-decays of -20 to -60 a token would overflow
  * exp(-G) of a factored chunk after a few tokens; the chunked form takes
- * every decay relative within the chunk, so both forms stay finite and agree.
+ * every decay as factors exp(G_later - G_earlier) <= 1 (sub-chunks of 16),
+ * so both forms stay finite and agree (chunks of 150 use the factored path
+ * across nine sub-chunks).
  * Then the gradients at milder but still strong decays (-1 to -4). */
 static void set_uniform(pr_tensor *t, uint64_t seed, double lo, double hi)
 {

@@ -10,10 +10,14 @@
  * Every exponent is a decay from an earlier token to a later one of the same
  * chunk (or from the chunk start), so with log-decays <= 0 every factor lies
  * in (0, 1]: strong decays underflow to 0 as they should, nothing overflows.
- * (The factored form exp(G_t) exp(-G_i) that matrix products want would
- * overflow at G_i of a few hundred; the CUDA kernels must factor per
- * sub-chunk for that reason.) The pair loops compute each E_ti[c] once per
- * pass and do every product of that pass with it.
+ * (The factored form exp(G_t) exp(-G_i) that matrix products want overflows
+ * once a chunk's log-decays sum past ~700.) E_ti is factored by sub-chunks
+ * of GLA_SUB tokens, as fla's chunk_gla does: with r the first token of t's
+ * sub-chunk, E_ti = exp(G_t - G_r) exp(G_r - G_i) for i < r (both factors in
+ * (0, 1]; the K-side one is shared by every row of the sub-chunk), and
+ * exp(G_t - G_i) itself for i, t in one sub-chunk. That takes about
+ * (1 + C/GLA_SUB / 2 + GLA_SUB / 2) exps per token and key channel instead
+ * of C/2.
  *
  * Backward, given dS' (the end state's gradient) and dO (do of the chunk):
  *   dS     = diag(exp(G_last)) dS' + scale sum_t (exp(G_t) o q_t) dO_t^T
@@ -33,10 +37,15 @@
 
 #include "ops/recurrence/recurrence_cpu.h"
 
+enum { GLA_SUB = 16 };   /* tokens a sub-chunk */
+
 typedef struct {
     int n;        /* tokens in this chunk */
     int64_t t0;   /* its first token */
+    int K;
     double *G;    /* [C][K] chunk-local cumulative log-decays */
+    double *Qf;   /* [C][K] exp(G_t - G_r(t)), r(t) the first token of t's sub-chunk */
+    double *Kf;   /* [nsub][C][K] exp(G_r - G_i) for sub-chunk b starting at r and tokens i < r */
 } gla_chunk;
 
 static const double *row(const double *x, int64_t stride, const gla_chunk *c, int t)
@@ -44,6 +53,9 @@ static const double *row(const double *x, int64_t stride, const gla_chunk *c, in
     return x + (c->t0 + t) * stride;
 }
 
+static int n_sub(int C) { return (C + GLA_SUB - 1) / GLA_SUB; }
+
+/* G, and the sub-chunk factors Qf, Kf of the decays E_ti (see the top) */
 static void cumulative_decays(gla_chunk *c, const pr_rec_seq *s)
 {
     const int K = s->K;
@@ -52,11 +64,40 @@ static void cumulative_decays(gla_chunk *c, const pr_rec_seq *s)
         double *G = c->G + (int64_t)t * K;
         for (int i = 0; i < K; i++) G[i] = (t ? G[i - K] : 0.0) + g[i];
     }
+    for (int t = 0; t < c->n; t++) {
+        const double *Gt = c->G + (int64_t)t * K, *Gr = c->G + (int64_t)(t / GLA_SUB * GLA_SUB) * K;
+        for (int ch = 0; ch < K; ch++) c->Qf[(int64_t)t * K + ch] = exp(Gt[ch] - Gr[ch]);
+    }
+    for (int r = GLA_SUB; r < c->n; r += GLA_SUB) {
+        const double *Gr = c->G + (int64_t)r * K;
+        double *Kf = c->Kf + (int64_t)(r / GLA_SUB) * c->n * K;
+        for (int i = 0; i < r; i++)
+            for (int ch = 0; ch < K; ch++) Kf[(int64_t)i * K + ch] = exp(Gr[ch] - c->G[(int64_t)i * K + ch]);
+    }
 }
+
+/* E_ti on channel ch (i <= t) */
+static inline double decay_ti(const gla_chunk *c, int t, int i, int ch)
+{
+    const int r = t / GLA_SUB * GLA_SUB, K = c->K;
+    if (i >= r) return exp(c->G[(int64_t)t * K + ch] - c->G[(int64_t)i * K + ch]);
+    return c->Qf[(int64_t)t * K + ch] * c->Kf[((int64_t)(r / GLA_SUB) * c->n + i) * K + ch];
+}
+
+/* the chunk's buffers at the start of work */
+static gla_chunk chunk_init(double *work, int C, int K)
+{
+    gla_chunk c = {.K = K, .G = work};
+    c.Qf = c.G + (int64_t)C * K;
+    c.Kf = c.Qf + (int64_t)C * K;
+    return c;
+}
+static int64_t chunk_doubles(int C, int K) { return (2 + (int64_t)n_sub(C)) * C * K; }
 
 int64_t pr_rec_gla_chunk_work(int C, int K, int V)
 {
-    return 2 * (int64_t)C * K      /* G, dG */
+    return chunk_doubles(C, K)     /* G, Qf, Kf */
+           + (int64_t)C * K        /* dG */
            + 2 * (int64_t)K * V    /* dS (end of the chunk), dS0 (its start) */
            + 2 * (int64_t)K + V;   /* b, f [K]; e [V] */
 }
@@ -67,8 +108,8 @@ void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_re
 {
     const int K = s->K, V = s->V;
     const int64_t KV = (int64_t)K * V;
-    gla_chunk c = {.G = work};
-    double *b = work + (int64_t)C * K;   /* [K] a decayed query or key */
+    gla_chunk c = chunk_init(work, C, K);
+    double *b = work + chunk_doubles(C, K);   /* [K] a decayed query or key */
     double *S = ht;                      /* the running state lives in ht */
     if (s->h0) memcpy(S, s->h0, (size_t)KV * sizeof *S);
     else memset(S, 0, (size_t)KV * sizeof *S);
@@ -82,10 +123,9 @@ void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_re
             for (int i = 0; i < K; i++) b[i] = q[i] * exp(Gt[i]);
             pr_rec_mtv(ot, S, b, K, V);                      /* the state before the chunk */
             for (int i = 0; i <= t; i++) {                   /* the chunk's own writes */
-                const double *k = row(s->k, s->sk, &c, i), *Gi = c.G + (int64_t)i * K;
-                const double *v = row(s->v, s->sv, &c, i);
+                const double *k = row(s->k, s->sk, &c, i), *v = row(s->v, s->sv, &c, i);
                 double A = 0;
-                for (int ch = 0; ch < K; ch++) A += q[ch] * k[ch] * exp(Gt[ch] - Gi[ch]);
+                for (int ch = 0; ch < K; ch++) A += q[ch] * k[ch] * decay_ti(&c, t, i, ch);
                 for (int j = 0; j < V; j++) ot[j] += A * v[j];
             }
             for (int j = 0; j < V; j++) ot[j] *= s->scale;
@@ -146,14 +186,14 @@ static void intra_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_s
 {
     const int K = s->K, V = s->V;
     for (int t = 0; t < c->n; t++) {
-        const double *q = row(s->q, s->sk, c, t), *Gt = c->G + (int64_t)t * K;
+        const double *q = row(s->q, s->sk, c, t);
         const double *dot_ = dout + (c->t0 + t) * s->sv;
         for (int i = 0; i <= t; i++) {
-            const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i), *Gi = c->G + (int64_t)i * K;
+            const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i);
             const double dA = s->scale * pr_rec_dot(dot_, v, V);
             double A = 0;
             for (int ch = 0; ch < K; ch++) {
-                const double E = exp(Gt[ch] - Gi[ch]), x = dA * q[ch] * k[ch] * E;
+                const double E = decay_ti(c, t, i, ch), x = dA * q[ch] * k[ch] * E;
                 A += q[ch] * k[ch] * E;
                 if (d->dq) d->dq[(c->t0 + t) * s->sk + ch] += dA * k[ch] * E;
                 if (d->dk) d->dk[(c->t0 + i) * s->sk + ch] += dA * q[ch] * E;
@@ -193,9 +233,9 @@ void pr_rec_gla_backward_chunked(const pr_rec_grads *d, const double *dout, cons
 {
     const int K = s->K, V = s->V;
     const int64_t KV = (int64_t)K * V;
-    gla_chunk c = {.G = work};
+    gla_chunk c = chunk_init(work, C, K);
     gla_scratch w;
-    w.dG = c.G + (int64_t)C * K;
+    w.dG = work + chunk_doubles(C, K);
     double *dS = w.dG + (int64_t)C * K;   /* gradient of the current chunk's end state */
     w.dS0 = dS + KV;
     w.b = w.dS0 + KV;

@@ -338,7 +338,7 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     plan->chunk = opt->chunk;
     if (opt->chunk && pr_rule_g_per_key(opt->rule))
         snprintf(plan->kernels, sizeof plan->kernels,
-                 "fwd pr_rec_gla_forward_chunked (decays relative within the chunk; saves chunk-start states when "
+                 "fwd pr_rec_gla_forward_chunked (decays factored by sub-chunks of 16; saves chunk-start states when "
                  "recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) per call");
     else if (opt->chunk)
         snprintf(plan->kernels, sizeof plan->kernels,

@@ -99,9 +99,10 @@ void pr_rec_backward(const pr_rec_grads *d, const double *dout, const double *dh
                      const pr_rec_seq *s, int ckpt_every, double *work);
 
 /* The chunked form of a per-key decay (gla; chunked_gla.c), no delta erase
- * and no extra writes. Decays inside a chunk are always taken relative to a
- * later token of the same chunk (exp(G_t - G_i), i <= t), so none overflows
- * however strong the decay. work: pr_rec_gla_chunk_work(C, K, V) doubles. */
+ * and no extra writes. Decays inside a chunk are products of factors
+ * exp(G_later - G_earlier) <= 1, factored by sub-chunks of 16 tokens as
+ * fla's chunk_gla does, so none overflows however strong the decay.
+ * work: pr_rec_gla_chunk_work(C, K, V) doubles. */
 int64_t pr_rec_gla_chunk_work(int C, int K, int V);
 void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work);
 void pr_rec_gla_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
