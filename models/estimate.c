@@ -35,13 +35,14 @@ static int floats_per_width(const char *mixer)
     return OTHER_MIXER_FLOATS;
 }
 
-void pr_model_estimate_step(const pr_config *c, int64_t batch, int optim_slots, pr_model_estimate *out)
+void pr_model_estimate_step(const pr_config *c, int64_t batch, int64_t scored, int optim_slots,
+                            pr_model_estimate *out)
 {
     pr_model *m = pr_model_shapes(c);
     int64_t n = pr_params_count(m->params);
     pr_model_free(m);
     bool rec = strcmp(c->task, "rec") == 0;
-    double rows = rec ? (double)c->rec_n_items + 1 : (double)c->vocab;
+    double rows = scored > 0 ? (double)scored : rec ? (double)c->rec_n_items + 1 : (double)c->vocab;
     double tokens = (double)batch * (double)c->seq_len, f32 = 4;
     *out = (pr_model_estimate){.params = n, .param_bytes = f32 * (double)n, .grad_bytes = f32 * (double)n,
                                .optim_bytes = f32 * (double)n * optim_slots};

@@ -276,12 +276,14 @@ pr_model *pr_model_shapes(const pr_config *c);
 /* memory a training step of config c would hold, in bytes, estimated before
  * anything is allocated: f32 parameters, their grads, the optimizer's state
  * (optim_slots tensors per parameter: AdamW 2, SGD 1) and the activations,
- * saved tensors and logits of one step of `batch` sequences of seq_len */
+ * saved tensors and logits of one step of `batch` sequences of seq_len, each
+ * position scoring `scored` output rows (0: every row, vocab or rec items) */
 typedef struct {
     int64_t params;              /* the count */
     double param_bytes, grad_bytes, optim_bytes, activation_bytes, data_bytes, total_bytes;
 } pr_model_estimate;
-void pr_model_estimate_step(const pr_config *c, int64_t batch, int optim_slots, pr_model_estimate *out);
+void pr_model_estimate_step(const pr_config *c, int64_t batch, int64_t scored, int optim_slots,
+                            pr_model_estimate *out);
 /* bytes free for a run on dev: the host's MemAvailable, or the GPU's free memory */
 double pr_device_free_bytes(pr_device dev);
 /* "37.4 KB", "2.75 TB": bytes in decimal units, 3 digits; returns buf */

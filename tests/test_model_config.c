@@ -301,7 +301,7 @@ static void test_shapes_count_what_the_model_allocates(void **state)
         assert_int_equal(pr_params_count(s->params), pr_params_count(m->params));
         assert_int_equal(s->params->n, m->params->n);
         pr_model_estimate e;
-        pr_model_estimate_step(&c, 8, 2, &e);
+        pr_model_estimate_step(&c, 8, 0, 2, &e);
         assert_int_equal(e.params, pr_params_count(m->params));
         assert_true(e.optim_bytes == 2 * e.param_bytes && e.activation_bytes > 0);
         pr_model_free(m);
@@ -311,7 +311,7 @@ static void test_shapes_count_what_the_model_allocates(void **state)
     pr_config big = pr_config_default();
     big.d_model = 65536;
     pr_model_estimate e;
-    pr_model_estimate_step(&big, 32, 2, &e);
+    pr_model_estimate_step(&big, 32, 0, 2, &e);
     assert_true(e.total_bytes > 1e12 && e.total_bytes > pr_device_free_bytes(PR_CPU));
 }
 

@@ -83,7 +83,7 @@ static void print_table(const pr_model *m, const char *preset, int batch)
     long long total = (long long)pr_params_count(r);
     printf("total %lld parameters in %d tensors\n", total, r->n);
     pr_model_estimate e;
-    pr_model_estimate_step(&m->cfg, batch, 2, &e);
+    pr_model_estimate_step(&m->cfg, batch, 0, 2, &e);
     print_estimate(&e, batch, m->cfg.seq_len);
     char *json = pr_config_to_json(&m->cfg);
     printf("{\"model\":\"%s\",\"preset\":\"%s\",\"params\":%lld,\"config\":%s}\n", m->cfg.mixer,
@@ -135,7 +135,7 @@ int pr_cmd_model(int argc, char **argv)
         return 0;
     }
     pr_model_estimate e;
-    pr_model_estimate_step(&c, 1, 0, &e);
+    pr_model_estimate_step(&c, 1, 0, 0, &e);
     double need = e.param_bytes * (n_tokens ? 2 : 1), have = pr_device_free_bytes(PR_CPU);   /* --logits: f64 */
     if (need > have) {
         char x[32], y[32];

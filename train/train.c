@@ -503,7 +503,9 @@ int pr_train_fits(const pr_config *c, const pr_train_opts *o, pr_device dev, pr_
 {
     pr_model_estimate e;
     int slots = strcmp(o->optim, "sgd") == 0 ? (o->momentum != 0) : 2;
-    pr_model_estimate_step(c, o->batch, slots, &e);
+    /* rec with sampled negatives scores 1 + negatives items a position, not every item */
+    int64_t scored = strcmp(o->task, "rec") == 0 && o->rec_negatives > 0 ? o->rec_negatives + 1 : 0;
+    pr_model_estimate_step(c, o->batch, scored, slots, &e);
     struct stat st;
     if (strcmp(o->task, "lm") == 0 && o->data[0] && stat(o->data, &st) == 0 && S_ISREG(st.st_mode))
         e.data_bytes = (double)st.st_size, e.total_bytes += e.data_bytes;   /* the text is read whole */
