@@ -496,6 +496,10 @@ expect 0 "| linattn authors-style | 0." ablate --grid table4 --only "linattn aut
 file_has "(paper 0.49)" "$tmp/t4/results.md"
 file_has '"probe.style":	"authors"' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
 file_has '"shortconv":	5' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
+file_has '"d_model":	16' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
+file_has '"seq_len":	128' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
+file_has '"norm":	"layernorm"' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
+file_has '"lr":	0.001' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
 expect 0 "resumes from step" ablate --grid "$g" --out "$tmp/abl" --dry-run --steps 1000
 expect 0 "4 cells: 0 done, 0 to resume, 4 new; nothing was run" ablate --grid "$g" --out "$tmp/abl-none" --dry-run
 if [ -e "$tmp/abl-none" ]; then echo "FAIL  ablate --dry-run created $tmp/abl-none"; failed=$((failed + 1)); fi
