@@ -4,8 +4,9 @@
 # CPU-only, so the README's first command does not spend ~20 minutes on
 # kernels it cannot run. PRISM_CUDA=ON still builds them (tools/test.sh).
 #
-#   sh tests/configure_auto.sh SOURCE_DIR
-src=${1:?usage: configure_auto.sh SOURCE_DIR}
+#   sh tests/configure_auto.sh SOURCE_DIR [CMAKE_ARG]...   (the outer build's search paths)
+src=${1:?usage: configure_auto.sh SOURCE_DIR [CMAKE_ARG]...}
+shift
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 gpu=0
@@ -13,8 +14,12 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     gpu=1
 fi
 nvcc=0
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDACXX:-}" ]; then nvcc=1; fi
-out=$(cmake -S "$src" -B "$tmp/b" -DPRISM_TESTS=OFF 2>&1) || { echo "$out" | tail -n 20; echo "FAIL  configure"; exit 1; }
+# where CMakeLists.txt looks for it
+for n in "$(command -v nvcc 2>/dev/null)" "${CUDACXX:-}" "${CUDA_PATH:+$CUDA_PATH/bin/nvcc}" \
+    "${CUDAToolkit_ROOT:+$CUDAToolkit_ROOT/bin/nvcc}" /usr/local/cuda/bin/nvcc; do
+    if [ -n "$n" ] && [ -x "$n" ]; then nvcc=1; fi
+done
+out=$(cmake -S "$src" -B "$tmp/b" -DPRISM_TESTS=OFF "$@" 2>&1) || { echo "$out" | tail -n 20; echo "FAIL  configure"; exit 1; }
 want="prism: CUDA backend OFF"
 [ $gpu = 1 ] && [ $nvcc = 1 ] && want="prism: CUDA backend ON"
 case $out in
