@@ -376,6 +376,13 @@ static void test_checkpoint_roundtrip(void **state)
     expect_error(pr_params_load(b->params, path, &err), &err, extra);
     expect_error(pr_params_load(b->params, path, &err), &err, "is not a parameter of this model");
     pr_model_free(d);
+    /* an untied head into a model that ties it */
+    pr_config untied = c;
+    untied.tie_embeddings = false;
+    pr_model *u = pr_model_new(&untied, PR_F32, PR_CPU);
+    assert_int_equal(pr_params_save(u->params, path, &err), 0);
+    expect_error(pr_params_load(b->params, path, &err), &err, "tensor 'lm_head' is not a parameter of this model");
+    pr_model_free(u);
     unlink(path);
     pr_model_free(a);
     pr_model_free(b);
