@@ -40,8 +40,8 @@ train() {   # train OUT ARGS...: a run in $tmp/OUT; its output in $tmp/OUT.log
     # shellcheck disable=SC2086
     "$prism" train $args --out "$tmp/$out" "$@" >"$tmp/$out.log" 2>&1
 }
-# the step lines of a run without the timing column
-steps() { grep '"loss"' "$tmp/$1/metrics.jsonl" 2>/dev/null | grep -v eval | sed 's/,"tokens_per_s":[0-9.e+]*//'; }
+# the step lines of a run without the timing columns (tokens_per_s, time_s)
+steps() { grep '"loss"' "$tmp/$1/metrics.jsonl" 2>/dev/null | grep -v eval | sed 's/,"tokens_per_s":.*}/}/'; }
 # two runs logged the same 6 steps, bit for bit (nothing logged is no match)
 same_steps() { [ "$(steps "$1" | wc -l)" = 6 ] && [ "$(steps "$1")" = "$(steps "$2")" ]; }
 

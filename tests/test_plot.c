@@ -39,18 +39,29 @@ static void test_log_ticks(void **state)
 }
 
 /* ---- a checker for the XML the plots use: elements, quoted attributes,
- * text with entities; records each <text>'s content and its group's class */
+ * text with entities; records each <text>'s content, place and size and its
+ * group's class, and the picture's size */
+typedef struct {
+    char cls[16], anchor[8];
+    double x, y, font;   /* NAN where the element does not say */
+    bool turned;         /* a transform (the y axis label, turned upright) */
+} tag_attrs;
+
 typedef struct {
     int n;
-    char group[64][16], text[64][48];
+    char group[256][16], text[256][96];
+    double x[256], y[256], font[256];
+    char anchor[256][8];
+    bool turned[256];
+    double width, height;
 } texts;
 
-static const char *parse_tag(const char *s, char *name, char *cls)
+static const char *parse_tag(const char *s, char *name, tag_attrs *at)
 {
     int n = 0;
     while (*s && !strchr(" />", *s)) name[n++] = *s++;
     name[n] = 0;
-    cls[0] = 0;
+    *at = (tag_attrs){.x = NAN, .y = NAN, .font = NAN};
     while (*s == ' ') {
         while (*s == ' ') s++;
         const char *attr = s;
@@ -60,7 +71,13 @@ static const char *parse_tag(const char *s, char *name, char *cls)
         const char *end = strchr(s + 2, '"');
         assert_non_null(end);
         for (const char *c = s + 2; c < end; c++) assert_true(*c != '<');
-        if (strncmp(attr, "class=", 6) == 0) snprintf(cls, 16, "%.*s", (int)(end - s - 2), s + 2);
+        int len = (int)(s - attr);
+        if (len == 5 && strncmp(attr, "class", 5) == 0) snprintf(at->cls, 16, "%.*s", (int)(end - s - 2), s + 2);
+        if (len == 11 && strncmp(attr, "text-anchor", 11) == 0) snprintf(at->anchor, 8, "%.*s", (int)(end - s - 2), s + 2);
+        if ((len == 1 && *attr == 'x') || (len == 5 && strncmp(attr, "width", 5) == 0)) at->x = atof(s + 2);
+        if ((len == 1 && *attr == 'y') || (len == 6 && strncmp(attr, "height", 6) == 0)) at->y = atof(s + 2);
+        if (len == 9 && strncmp(attr, "font-size", 9) == 0) at->font = atof(s + 2);
+        if (len == 9 && strncmp(attr, "transform", 9) == 0) at->turned = true;
         s = end + 1;
     }
     return s;
@@ -68,12 +85,14 @@ static const char *parse_tag(const char *s, char *name, char *cls)
 
 static void check_xml(const char *doc, texts *out)
 {
-    char stack[32][16], classes[32][16];
+    char stack[32][16];
+    tag_attrs attrs[32];
     int depth = 0;
-    out->n = 0;
+    memset(out, 0, sizeof *out);
     const char *s = doc;
-    assert_true(strncmp(s, "<?xml", 5) == 0);
-    s = strstr(s, "?>") + 2;
+    if (strncmp(s, "<?xml", 5) == 0) s = strstr(s, "?>") + 2;
+    while (*s == '\n') s++;
+    assert_true(strncmp(s, "<svg", 4) == 0);
     while (*s) {
         if (*s != '<') {   /* text: entities only, no raw specials */
             const char *end = strchr(s, '<');
@@ -82,33 +101,80 @@ static void check_xml(const char *doc, texts *out)
                 if (*c == '&') assert_true(strncmp(c, "&amp;", 5) == 0 || strncmp(c, "&lt;", 4) == 0 ||
                                            strncmp(c, "&gt;", 4) == 0 || strncmp(c, "&quot;", 6) == 0 ||
                                            strncmp(c, "&apos;", 6) == 0);
-            if (depth > 0 && strcmp(stack[depth - 1], "text") == 0 && out->n < 64) {
-                snprintf(out->text[out->n], 48, "%.*s", (int)(end - s), s);
-                snprintf(out->group[out->n++], 16, "%s", depth > 1 ? classes[depth - 2] : "");
+            if (depth > 0 && strcmp(stack[depth - 1], "text") == 0 && out->n < 256) {
+                const tag_attrs *t = &attrs[depth - 1], *g = depth > 1 ? &attrs[depth - 2] : NULL;
+                int i = out->n++;
+                snprintf(out->text[i], 96, "%.*s", (int)(end - s), s);
+                snprintf(out->group[i], 16, "%s", g ? g->cls : "");
+                snprintf(out->anchor[i], 8, "%s", t->anchor);
+                out->x[i] = t->x, out->y[i] = t->y, out->turned[i] = t->turned;
+                out->font[i] = isfinite(t->font) ? t->font : g && isfinite(g->font) ? g->font : 16;
             }
             s = end;
             continue;
         }
-        char name[16], cls[16];
+        char name[16];
+        tag_attrs at;
         if (s[1] == '/') {
-            s = parse_tag(s + 2, name, cls);
+            s = parse_tag(s + 2, name, &at);
             assert_true(depth > 0);
             assert_string_equal(name, stack[--depth]);   /* closes the open element */
         } else {
-            s = parse_tag(s + 1, name, cls);
+            s = parse_tag(s + 1, name, &at);
+            if (depth == 0) {
+                assert_string_equal(name, "svg");
+                out->width = at.x, out->height = at.y;
+            }
             if (*s == '/') {
                 s++;
             } else {
                 assert_true(depth < 32);
-                if (depth == 0) assert_string_equal(name, "svg");
                 strcpy(stack[depth], name);
-                strcpy(classes[depth++], cls);
+                attrs[depth++] = at;
             }
         }
         assert_true(*s == '>');
         s++;
     }
     assert_int_equal(depth, 0);
+}
+
+/* XML text back to what it shows, for measuring */
+static void unescape(const char *in, char *out, size_t n)
+{
+    static const char *const ent[][2] = {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}};
+    size_t k = 0;
+    while (*in && k + 1 < n) {
+        int e = 0;
+        while (e < 5 && strncmp(in, ent[e][0], strlen(ent[e][0])) != 0) e++;
+        if (e < 5) out[k++] = ent[e][1][0], in += strlen(ent[e][0]);
+        else out[k++] = *in++;
+    }
+    out[k] = 0;
+}
+
+/* every label inside the picture, measured as the writer measures text: no
+ * title, tick label or legend entry runs past an edge */
+static void assert_nothing_clipped(const texts *t)
+{
+    assert_true(t->width > 0 && t->height > 0);
+    for (int i = 0; i < t->n; i++) {
+        char shown[96];
+        unescape(t->text[i], shown, sizeof shown);
+        double w = pr_plot_text_width(shown, t->font[i]), x0 = t->x[i];
+        if (strcmp(t->anchor[i], "middle") == 0) x0 -= w / 2;
+        else if (strcmp(t->anchor[i], "end") == 0) x0 -= w;
+        if (!isfinite(x0)) fail_msg("text '%s' has no x", shown);
+        if (t->turned[i]) {   /* upright, centred on y: it runs from y - w/2 to y + w/2 */
+            if (t->x[i] - t->font[i] < 0 || t->y[i] - w / 2 < 0 || t->y[i] + w / 2 > t->height)
+                fail_msg("upright text '%s' at (%.1f, %.1f) is cut off", shown, t->x[i], t->y[i]);
+            continue;
+        }
+        if (x0 < 0 || x0 + w > t->width)
+            fail_msg("text '%s' spans x %.1f..%.1f, outside the picture's 0..%g", shown, x0, x0 + w, t->width);
+        if (t->y[i] - t->font[i] < 0 || t->y[i] > t->height)
+            fail_msg("text '%s' at y %.1f, outside the picture's 0..%g", shown, t->y[i], t->height);
+    }
 }
 
 static bool has_text(const texts *t, const char *group, const char *text)
@@ -168,6 +234,7 @@ static void test_svg_document(void **state)
     /* the NaN in a, and the -1 of b on a log axis, each break a line: 2 + 1 polylines */
     assert_int_equal(count(doc, "<polyline"), 3);
     free(doc);
+    pr_plot_free(&p);
 }
 
 static void test_nothing_to_draw(void **state)
@@ -183,6 +250,7 @@ static void test_nothing_to_draw(void **state)
     assert_non_null(strstr(err.msg, "plot 'empty': no point to draw"));
     assert_int_equal(pr_plot_save(&p, "/nonexistent/dir/p.svg", &err), -1);
     assert_non_null(strstr(err.msg, "/nonexistent/dir/p.svg"));
+    pr_plot_free(&p);
 }
 
 static char *write_bars_doc(const pr_bars *b)
@@ -232,7 +300,7 @@ static void test_bar_chart(void **state)
     /* every series past the ten hues keeps a look of its own */
     assert_non_null(strstr(doc = write_bars_doc(&(pr_bars){.n_groups = 1, .n_series = 11, .mean = (double[11]){
                                                                1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}),
-                           "fill=\"#1f77b4\" fill-opacity=\"0.45\""));
+                           "fill=\"#1f77b4\" fill-opacity=\"0.55\""));
     free(doc);
 }
 
@@ -255,6 +323,133 @@ static void test_bars_nothing_to_draw(void **state)
     assert_non_null(strstr(err.msg, "/nonexistent/dir/b.svg"));
 }
 
+/* an SVG written to a string */
+static void assert_no_clipping_in(const pr_plot *p)
+{
+    char *doc = write_doc(p);
+    texts t;
+    check_xml(doc, &t);
+    assert_nothing_clipped(&t);
+    free(doc);
+}
+
+/* 40 series: every one has a colour and dash pair of its own, in the document too */
+static void test_forty_series_never_share_a_look(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    double x[3] = {1, 2, 3}, y[N][3];
+    char names[N][16];
+    pr_plot p = {.title = "forty", .xint = true};
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < 3; i++) y[k][i] = k + i;
+        snprintf(names[k], sizeof names[k], "run %d", k);
+        assert_true(pr_plot_add(&p, names[k], 3, x, y[k]));
+    }
+    char *doc = write_doc(&p);
+    char seen[N][64];
+    int n = 0;
+    for (const char *at = doc; (at = strstr(at, "<g class=\"series\" stroke=\"")); at++) {
+        assert_true(n < N);
+        const char *v = at + strlen("<g class=\"series\" stroke=\"");
+        snprintf(seen[n], sizeof seen[n], "%.*s", (int)(strstr(v, " fill=") - v), v);
+        for (int j = 0; j < n; j++)
+            if (strcmp(seen[j], seen[n]) == 0) fail_msg("series %d and %d share '%s'", j, n, seen[n]);
+        n++;
+    }
+    assert_int_equal(n, N);
+    texts t;
+    check_xml(doc, &t);
+    assert_nothing_clipped(&t);
+    for (int k = 0; k < N; k++) assert_true(has_text(&t, "legend", names[k]));
+    free(doc);
+    pr_plot_free(&p);
+    /* and far past any fixed list of patterns */
+    for (int k = 0; k < 1000; k++)
+        for (int j = k + 1; j < 1000; j += 37) {
+            const char *ck, *cj;
+            char dk[32], dj[32];
+            pr_plot_style(k, &ck, dk, sizeof dk);
+            pr_plot_style(j, &cj, dj, sizeof dj);
+            if (strcmp(ck, cj) == 0 && strcmp(dk, dj) == 0) fail_msg("series %d and %d share a look", k, j);
+        }
+}
+
+/* the step axis of a short run (inspect --plot over 3 steps): ticks at whole steps only */
+static void test_step_ticks_are_whole(void **state)
+{
+    (void)state;
+    double t[PR_PLOT_MAX_TICKS], lo, hi;
+    assert_ticks(t, pr_plot_int_ticks(0, 2, t, &lo, &hi), (double[]){0, 1, 2}, 3);
+    assert_ticks(t, pr_plot_int_ticks(1, 3, t, &lo, &hi), (double[]){1, 2, 3}, 3);
+    assert_ticks(t, pr_plot_int_ticks(5, 5, t, &lo, &hi), (double[]){4, 5, 6}, 3);
+    assert_ticks(t, pr_plot_int_ticks(0, 1000, t, &lo, &hi), (double[]){0, 200, 400, 600, 800, 1000}, 6);
+    double x[3] = {0, 1, 2}, y[3] = {1, 0.1, 0.01};
+    pr_plot p = {.title = "prism: gradient norm by step", .xlabel = "step", .ylog = true, .xint = true};
+    pr_plot_add(&p, "embed", 3, x, y);
+    char *doc = write_doc(&p);
+    texts tx;
+    check_xml(doc, &tx);
+    for (int i = 0; i < tx.n; i++)
+        if (strcmp(tx.group[i], "xticks") == 0 && strchr(tx.text[i], '.')) fail_msg("x tick '%s'", tx.text[i]);
+    assert_true(has_text(&tx, "xticks", "0") && has_text(&tx, "xticks", "1") && has_text(&tx, "xticks", "2"));
+    free(doc);
+    pr_plot_free(&p);
+    char label[32];
+    pr_plot_tick_label(1500000, label, sizeof label);
+    assert_string_equal(label, "1.5M");
+    pr_plot_tick_label(20000, label, sizeof label);
+    assert_string_equal(label, "20000");
+}
+
+/* long titles, names and tick labels widen the picture rather than run off it */
+static void test_labels_fit(void **state)
+{
+    (void)state;
+    double x[2] = {0, 2.5e6}, y[2] = {123456.5, 0.000123}, y2[2] = {1, 2};
+    pr_plot p = {.title = "a title far longer than the plot area is wide, with WWWWW MMMMM in it to be sure",
+                 .xlabel = "tokens", .ylabel = "a y label", .xint = true, .plot_w = 200, .plot_h = 120};
+    pr_plot_add(&p, "runs/ablate-quick/prism/parity/s1 with a long legend name", 2, x, y);
+    pr_plot_add(&p, "b", 2, x, y2);
+    pr_plot_mark(&p, 2, x, y2);
+    assert_no_clipping_in(&p);
+    p.ylog = true;
+    assert_no_clipping_in(&p);
+    pr_plot_free(&p);
+    /* the quick grid's chart: one task, two models, a title wider than the bars */
+    double mean[2] = {0.98, 0.5}, spread[2] = {0.01, 0.02};
+    pr_bars b = {.title = "ablate quick: mean ± std over 2 seeds", .n_groups = 1, .n_series = 2,
+                 .group = {"parity"}, .unit = {"acc"}, .unit_max = {1}, .series = {"prism", "linattn"},
+                 .mean = mean, .spread = spread};
+    char *doc = write_bars_doc(&b);
+    texts t;
+    check_xml(doc, &t);
+    assert_nothing_clipped(&t);
+    assert_true(has_text(&t, "", "ablate quick: mean ± std over 2 seeds"));
+    free(doc);
+}
+
+/* a bar chart's 32 series (a grid's most) each keep a fill of their own */
+static void test_bars_32_series_distinct(void **state)
+{
+    (void)state;
+    double mean[32];
+    pr_bars b = {.n_groups = 1, .n_series = 32, .mean = mean};
+    for (int s = 0; s < 32; s++) mean[s] = 1, b.series[s] = "v";
+    char *doc = write_bars_doc(&b);
+    char fills[32][64];
+    int n = 0;
+    for (const char *at = doc; (at = strstr(at, "<rect class=\"bar\"")); at++) {
+        const char *f = strstr(at, " fill=");
+        snprintf(fills[n], sizeof fills[n], "%.*s", (int)(strstr(f, " stroke=") - f), f);
+        for (int j = 0; j < n; j++)
+            if (strcmp(fills[j], fills[n]) == 0) fail_msg("bars %d and %d share%s", j, n, fills[n]);
+        n++;
+    }
+    assert_int_equal(n, 32);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -264,6 +459,10 @@ int main(void)
         cmocka_unit_test(test_nothing_to_draw),
         cmocka_unit_test(test_bar_chart),
         cmocka_unit_test(test_bars_nothing_to_draw),
+        cmocka_unit_test(test_forty_series_never_share_a_look),
+        cmocka_unit_test(test_step_ticks_are_whole),
+        cmocka_unit_test(test_labels_fit),
+        cmocka_unit_test(test_bars_32_series_distinct),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

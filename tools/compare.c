@@ -15,6 +15,7 @@
 #include "models/models.h"
 #include "tools/grid.h"
 #include "tools/plot.h"
+#include "tools/report.h"
 #include "tools/tools.h"
 #include "train/train.h"
 #ifdef PRISM_HAVE_CUDA
@@ -71,7 +72,8 @@ static void compare_usage(FILE *f)
                "task's quality metric (probes: acc; rec: test_ndcg@10; lm: bpb), tokens/s,\n"
                "parameters and peak memory (on the GPU the device allocator's peak; on the CPU the\n"
                "step arena's: activations, saved tensors and the tape). The table is also written to\n"
-               "DIR/compare.md and DIR/compare.csv.\n");
+               "DIR/compare.md and DIR/compare.csv, and shown with the runs' training curves in\n"
+               "DIR/report.html (one page, no network or script needed; open it in a browser).\n");
 }
 
 typedef struct {
@@ -164,6 +166,63 @@ static int write_text(const char *path, const compare_row *rows, int n, bool csv
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* DIR/report.html: the table, the quality metric as bars, and every model's
+ * training loss and evaluations in one plot each */
+static int write_report(const char *root, const char *task, int64_t steps, const compare_row *rows, int n,
+                        pr_device dev)
+{
+    char path[1100], title[160], lead[200], cells[(MAX_MODELS + 1) * 5][48];
+    const char *cell[(MAX_MODELS + 1) * 5], *metric = "-";
+    snprintf(path, sizeof path, "%s/report.html", root);
+    FILE *f = fopen(path, "w");
+    if (!f) return fprintf(stderr, "prism compare: %s: cannot create: %s\n", path, strerror(errno)), -1;
+    snprintf(title, sizeof title, "prism compare on %s", task);
+    snprintf(lead, sizeof lead, "%d models, %lld steps each with the same config, data order and seed, on the %s; "
+                                "each run's directory is under %s.", n, (long long)steps, dev == PR_CUDA ? "GPU" : "CPU",
+             root);
+    pr_report_begin(f, title, lead);
+    for (int i = 0; i < n; i++)
+        if (rows[i].ok) metric = rows[i].metric;
+    const char *head[5] = {"model", metric, "tokens/s", "params", dev == PR_CUDA ? "device peak MiB" : "step arena peak MiB"};
+    for (int c = 0; c < 5; c++) cell[c] = head[c];
+    double quality[MAX_MODELS];
+    pr_bars b = {.title = title, .n_groups = 1, .n_series = n, .group = {task}, .unit = {metric},
+                 .unit_max = {strcmp(metric, "acc") == 0 ? 1 : 0}, .mean = quality};
+    for (int i = 0; i < n; i++) {
+        const compare_row *r = &rows[i];
+        char (*row)[48] = &cells[(i + 1) * 5];
+        snprintf(row[0], 48, "%s", r->name);
+        snprintf(row[1], 48, r->ok ? "%.4f" : "failed", r->quality);
+        snprintf(row[2], 48, r->ok ? "%.0f" : "", r->tokens_per_s);
+        snprintf(row[3], 48, r->ok ? "%lld" : "", (long long)r->params);
+        snprintf(row[4], 48, r->ok ? "%.1f" : "", r->peak_mib);
+        for (int c = 0; c < 5; c++) cell[(i + 1) * 5 + c] = row[c];
+        b.series[i] = r->name;
+        quality[i] = r->ok ? r->quality : NAN;
+    }
+    pr_report_heading(f, "Results");
+    pr_report_table(f, n + 1, 5, cell);
+    pr_err err;
+    if (pr_report_bars(f, &b, &err)) pr_report_paragraph(f, err.msg);
+    char dirs[MAX_MODELS][1100];
+    const char *runs[MAX_MODELS], *names[MAX_MODELS];
+    for (int i = 0; i < n; i++)
+        snprintf(dirs[i], sizeof dirs[i], "%s/%s", root, rows[i].name), runs[i] = dirs[i], names[i] = rows[i].name;
+    /* one panel each, a colour per model */
+    pr_report_panel loss = {.title = "training loss", .color = -1, .n_runs = n, .runs = runs, .labels = names};
+    pr_report_panel evals = loss;
+    evals.title = metric;
+    pr_report_heading(f, "Training curves");
+    if (!pr_report_curves(f, "loss", false, &loss, 1)) pr_report_paragraph(f, "No run logged a step.");
+    if (strcmp(metric, "-") != 0 && !pr_report_curves(f, metric, true, &evals, 1))
+        pr_report_paragraph(f, "Evaluated at the end of each run only (the table above); --set "
+                               "train.eval_every=N adds evaluations during training.");
+    pr_report_end(f);
+    if (fclose(f) != 0) return fprintf(stderr, "prism compare: %s: cannot write\n", path), -1;
+    printf("report: %s\n", path);
+    return 0;
+}
+
 int pr_cmd_compare(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism compare", argc, argv);
@@ -198,11 +257,13 @@ int pr_cmd_compare(int argc, char **argv)
             return pr_args_error(&a, "--models sasrec: a rec model; give --task rec");
     if (pick_device(&a, device, &dev)) return PR_EXIT_NO_GPU;
     compare_setup setup = {.task = task, .data = data, .sets = sets, .n_sets = n_sets, .steps = steps, .seed = seed};
+    int64_t budget = 0;   /* the steps each model trains, for the report */
     for (int i = 0; i < n; i++) {   /* a bad --set fails before any model trains */
         pr_config c;
         pr_train_opts o;
         pr_err err;
         if (row_config(&setup, names[i], &c, &o, &err)) return pr_args_error(&a, "%s", err.msg);
+        budget = o.steps;
     }
     char root[1024];
     snprintf(root, sizeof root, "%s", out ? out : "runs/compare-");
@@ -222,6 +283,7 @@ int pr_cmd_compare(int argc, char **argv)
     snprintf(csv, sizeof csv, "%s/compare.csv", root);
     if (write_text(md, rows, n, false, dev) || write_text(csv, rows, n, true, dev)) return 1;
     printf("tables: %s, %s\n", md, csv);
+    if (write_report(root, task, budget, rows, n, dev)) return 1;
     return failed ? 1 : 0;
 }
 
@@ -431,7 +493,9 @@ static int throughput_files(const throughput_args *t, const double *tps, const d
     for (int m = 0; m < t->n_models; m++) pr_plot_add(&p, t->names[m], t->n_lens, xs, tps + m * t->n_lens);
     pr_err err;
     snprintf(path, sizeof path, "%s/throughput.svg", t->out);
-    if (pr_plot_save(&p, path, &err)) return fprintf(stderr, "prism bench throughput: %s\n", err.msg), 1;
+    int rc = pr_plot_save(&p, path, &err);
+    pr_plot_free(&p);
+    if (rc) return fprintf(stderr, "prism bench throughput: %s\n", err.msg), 1;
     printf("wrote %s/throughput.csv, %s\n", t->out, path);
     return 0;
 }

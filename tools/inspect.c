@@ -306,16 +306,15 @@ static void group_name(const char *path, char *out, size_t n)
 static int write_norm_plot(const char *path, const char *model, const pr_params *r, const double *norms, int steps,
                            int64_t first)
 {
-    char names[PR_PLOT_MAX_SERIES][96];
-    int group[4096], n_groups = 0;
     if (r->n > 4096) return fprintf(stderr, "prism inspect: --plot: more than 4096 parameters\n"), 1;
+    char (*names)[96] = malloc(sizeof *names * (size_t)(r->n > 0 ? r->n : 1));
+    int group[4096], n_groups = 0;
     for (int i = 0; i < r->n; i++) {
         char g[96];
         group_name(r->p[i].path, g, sizeof g);
         int k = 0;
         while (k < n_groups && strcmp(names[k], g) != 0) k++;
-        if (k == n_groups && n_groups == PR_PLOT_MAX_SERIES) k = -1;   /* the rest are left out of the plot */
-        else if (k == n_groups) snprintf(names[n_groups++], 96, "%s", g);
+        if (k == n_groups) snprintf(names[n_groups++], 96, "%s", g);
         group[i] = k;
     }
     double *x = malloc(sizeof(double) * (size_t)steps), *y = calloc((size_t)(n_groups * steps), sizeof(double));
@@ -323,12 +322,13 @@ static int write_norm_plot(const char *path, const char *model, const pr_params 
         x[s] = (double)(first + s);
         for (int i = 0; i < r->n; i++) {
             double v = norms[(size_t)s * r->n + i];
-            if (group[i] >= 0) y[group[i] * steps + s] += v * v;
+            y[group[i] * steps + s] += v * v;
         }
     }
     char title[96];
     snprintf(title, sizeof title, "%s: gradient norm by step", model);
-    pr_plot p = {.title = title, .xlabel = "step", .ylabel = "gradient L2 norm", .ylog = true};
+    /* steps are counts: no tick between two of them */
+    pr_plot p = {.title = title, .xlabel = "step", .ylabel = "gradient L2 norm", .ylog = true, .xint = true};
     for (int k = 0; k < n_groups; k++) {
         for (int s = 0; s < steps; s++) y[k * steps + s] = sqrt(y[k * steps + s]);
         pr_plot_add(&p, names[k], steps, x, y + k * steps);
@@ -336,7 +336,8 @@ static int write_norm_plot(const char *path, const char *model, const pr_params 
     pr_err err;
     int rc = pr_plot_save(&p, path, &err);
     if (rc) fprintf(stderr, "prism inspect: %s\n", err.msg);
-    free(x), free(y);
+    pr_plot_free(&p);
+    free(names), free(x), free(y);
     return rc ? 1 : 0;
 }
 

@@ -21,6 +21,7 @@ static const pr_command commands[] = {
     {"train", pr_cmd_train, "train a model on a task in a run directory (--model NAME --task TASK)"},
     {"eval", pr_cmd_eval, "evaluate a run's latest checkpoint (--run DIR)"},
     {"ablate", pr_cmd_ablate, "a grid of models x tasks x seeds, resumable, as a mean ± std table (--grid NAME)"},
+    {"plot", pr_cmd_plot, "one metric of several runs against the step as an SVG (loss, acc, bpb, ...)"},
     {"compare", pr_cmd_compare, "models head to head on one task: quality, tokens/s, parameters, memory"},
     {"generate", pr_cmd_generate, "continue a prompt with a byte-level LM run (--run DIR --prompt TEXT)"},
 };

@@ -20,6 +20,7 @@ int pr_cmd_eval(int argc, char **argv);
 int pr_cmd_generate(int argc, char **argv);
 int pr_cmd_ablate(int argc, char **argv);       /* tools/ablate.c */
 int pr_cmd_compare(int argc, char **argv);      /* tools/compare.c */
+int pr_cmd_plot(int argc, char **argv);         /* tools/plot_runs.c */
 int pr_bench_throughput(int argc, char **argv); /* tools/compare.c */
 int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);

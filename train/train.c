@@ -460,9 +460,12 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         res->tokens_per_s = (double)r->task->tokens_per_batch / per;
         bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;
         char n1[40], n2[40], n3[40];
-        if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f}\n",
+        /* tokens and seconds so far, for curves against them (prism plot --x); time_s
+         * counts from this process's start, so a resumed run starts it again */
+        if (log) fprintf(r->metrics, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens\":%lld,"
+                                     "\"tokens_per_s\":%.1f,\"time_s\":%.3f}\n",
                          (long long)r->step, json_num(n1, st.loss), json_num(n2, st.lr), json_num(n3, st.grad_norm),
-                         res->tokens_per_s);
+                         (long long)(r->step * r->task->tokens_per_batch), res->tokens_per_s, el);
         if (log && metrics_flush(r, err)) return -1;  /* a reader (or a crash) sees every logged step */
         if (!r->root) {
             /* the progress line is rank 0's */
