@@ -71,10 +71,13 @@ for t in $list; do
     shm=/tmp
     [ -d /dev/shm ] && [ -w /dev/shm ] && shm=/dev/shm
     scratch=$(mktemp -d "$shm/prism_fuzz_$t.XXXXXX")   # the target's files (tests/fuzz/fuzz.h)
+    dict=$root/tests/fuzz/$t.dict   # the format's words, which random bytes rarely spell
+    dictopt=
+    [ -f "$dict" ] && dictopt=-dict=$dict
     set +e
     (cd "$build" && PRISM_FUZZ_TMP=$scratch UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "./fuzz_$t" -max_total_time="$seconds" \
         -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
-        -artifact_prefix="$build/crashes/$t/" "$@" "$build/corpus/$t" "$root/tests/fuzz/corpus/$t") >"$log" 2>&1
+        -artifact_prefix="$build/crashes/$t/" ${dictopt:+"$dictopt"} "$@" "$build/corpus/$t" "$root/tests/fuzz/corpus/$t") >"$log" 2>&1
     rc=$?
     set -e
     rm -rf "$scratch"
