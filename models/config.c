@@ -309,6 +309,10 @@ int pr_config_apply_json(pr_config *c, const char *json, const char *what, pr_er
     return rc;
 }
 
+/* configs, grids and fla's config.json are small: a larger "text" is a
+ * mistake (a device, a data file), refused rather than read into memory */
+#define PR_TEXT_FILE_MAX ((size_t)16 << 20)
+
 char *pr_read_text(const char *path, pr_err *err)
 {
     FILE *f = fopen(path, "rb");
@@ -316,14 +320,24 @@ char *pr_read_text(const char *path, pr_err *err)
         pr_errf(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap + 1);
     PR_CHECK(buf, "config: out of host memory");
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
+    while (n <= PR_TEXT_FILE_MAX && (got = fread(buf + n, 1, cap - n, f)) > 0)   /* pipes and devices too */
+        if ((n += got) == cap) {
+            buf = realloc(buf, (cap *= 2) + 1);
+            PR_CHECK(buf, "config: out of host memory");
+        }
+    const char *why = ferror(f) ? strerror(errno) : n > PR_TEXT_FILE_MAX ? "larger than 16 MiB: not a config" : NULL;
     fclose(f);
-    buf[got] = '\0';
+    const char *nul = why ? NULL : memchr(buf, 0, n);
+    if (why || nul) {
+        if (why) pr_errf(err, "%s: cannot read: %s", path, why);
+        else pr_errf(err, "%s: a NUL byte at byte %zu: not a text file", path, (size_t)(nul - buf));
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
     return buf;
 }
 

@@ -95,6 +95,24 @@ static void test_number_grammar(void **state)
     assert_int_equal(c.d_model, 16);
 }
 
+/* a config file is text of at most 16 MiB: a device is not read forever,
+ * and a NUL byte (which would hide what follows it from the parser) is refused */
+static void test_config_file_bounds(void **state)
+{
+    (void)state;
+    pr_config c = pr_config_default();
+    pr_err err;
+    expect_error(pr_config_load(&c, "/dev/zero", &err), &err, "/dev/zero: cannot read: larger than 16 MiB");
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/prism_cfg_nul_%d.json", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite("{\"d_model\":16}\0{\"d_model\":8}", 1, 29, f);
+    fclose(f);
+    expect_error(pr_config_load(&c, path, &err), &err, "a NUL byte at byte 14: not a text file");
+    unlink(path);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -396,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_config_sources),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_number_grammar),
+        cmocka_unit_test(test_config_file_bounds),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_keyed_init_independence),
         cmocka_unit_test(test_keyed_init_models),

@@ -1,7 +1,8 @@
 /* tests/fuzz/fuzz_data.c: the data loaders. The first byte picks the Amazon
  * or Yelp format (or detection) and whether bad lines are skipped; the rest
  * is the file. The same bytes go to the lm text loader. Whatever loads is
- * checked as training would check it, and its arrays are walked. */
+ * checked as training would check it, its arrays are walked, and what passes
+ * the check is cut into a training and the evaluation batches. */
 #include "tasks/rec.h"
 #include "tasks/tasks.h"
 #include "tests/fuzz/fuzz.h"
@@ -25,7 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sum += d.items[i];
             }
         if (d.start[d.n_users] != d.n_interactions) abort();
-        pr_rec_check_trainable(&d, "fuzz", &err);
+        if (pr_rec_check_trainable(&d, "fuzz", &err) == 0) {   /* then the batches training builds from it */
+            enum { B = 2, T = 4 };
+            int64_t users[B] = {0, d.n_users - 1}, in[B * T], out[B * T], target[B];
+            pr_rec_train_batch(&d, users, B, T, in, out);
+            pr_rec_eval_batch(&d, PR_REC_VALID, users, B, T, in, target);
+            pr_rec_eval_batch(&d, PR_REC_TEST, users, B, T, in, target);
+        }
         pr_rec_data_free(&d);
         (void)sum;
     }
