@@ -487,6 +487,7 @@ file_has "gdn,parity,acc," "$tmp/abl/results.csv"
 file_has '"grid":	"grid"' "$tmp/abl/results.json"
 svg_doc "$tmp/abl/results.svg"
 file_has "<title>gdn, parity: 0." "$tmp/abl/results.svg"
+file_has "<th>parity (acc)</th>" "$tmp/abl/report.html"   # the report page (tests/test_report.c renders one)
 # --dry-run: what a run would do with each cell, touching nothing
 expect 0 "4 cells: 4 done, 0 to resume, 0 new; nothing was run" ablate --grid "$g" --out "$tmp/abl" --dry-run
 # table4: both probe styles, the paper's figure beside ours
@@ -494,6 +495,7 @@ expect 0 "324 cells: 0 done, 0 to resume, 324 new; nothing was run" ablate --gri
 expect 0 "| linattn authors-style | 0." ablate --grid table4 --only "linattn authors-style" --tasks parity \
     --seeds 1 --steps 2 --set train.eval_batches=1 --set train.batch=4 --device cpu --out "$tmp/t4"
 file_has "(paper 0.49)" "$tmp/t4/results.md"
+file_has '<span class="ref">paper 0.49</span>' "$tmp/t4/report.html"
 file_has '"probe.style":	"authors"' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
 file_has '"shortconv":	5' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
 file_has '"d_model":	16' "$tmp/t4/linattn-authors-style/parity/s1/config.json"
@@ -575,6 +577,7 @@ expect 2 "prism compare: --models a,b,... and --task TASK are required" compare 
 # shellcheck disable=SC2086
 expect 0 "| gdn | " compare --models prism,gdn --task parity --steps 3 $tiny --device cpu --out "$tmp/cmp"
 file_has "model,acc,tokens_per_s,params,step arena peak MiB" "$tmp/cmp/compare.csv"
+file_has "<th>tokens/s</th>" "$tmp/cmp/report.html"
 # lm is judged by bits per byte in compare and ablate, as --help says (it reports acc too)
 # shellcheck disable=SC2086
 expect 0 "| model | bpb |" compare --models gdn --task lm --data "$tmp/text.txt" --steps 2 $tiny --out "$tmp/cmp-lm"

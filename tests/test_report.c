@@ -288,7 +288,7 @@ static int right_edge_pixels(const image *im)
 static int chromium(const char *file, const char *png, int w, int h, const char *dom)
 {
     const char *flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run "
-                        "--disable-extensions --allow-file-access-from-files";
+                        "--disable-extensions --disable-dev-shm-usage";
     if (dom)
         return run("cd '%s' && timeout 120 '%s' %s --user-data-dir='%s/profile' --dump-dom 'file://%s' >'%s' 2>/dev/null",
                    dir, browser, flags, dir, file, dom);
@@ -379,6 +379,10 @@ int main(void)
     if (!browser[0]) {
         printf("skipped: no chromium (tools/setup.sh installs it where Debian packages it: apt-get install chromium;\n"
                "         PRISM_CHROMIUM may name another Chromium binary)\n");
+        return 77;
+    }
+    if (run("'%s' --version >/dev/null 2>&1", browser) != 0) {
+        printf("skipped: %s is installed but does not start (%s --version failed)\n", browser, browser);
         return 77;
     }
 #ifndef PR_HAVE_ZLIB
