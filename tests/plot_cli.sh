@@ -104,6 +104,13 @@ printf '{"step":1,"loss":1}\n{"step":2,"loss":0.5}\n{"step":3,"loss":null}\n{"st
 expect 0 "wrote plot.svg: loss of 1 run" plot runs/bad
 [ "$(grep -c '<polyline' "$tmp/plot.svg")" = 2 ] && echo "ok    null breaks the line" ||
     { echo "FAIL  a null should break the line in two"; failed=$((failed + 1)); }
+# a resumed run's clock starts again at 0: the plot continues it (1, 2, then 1, 2 more: 4 s in all)
+printf '{"step":1,"loss":1,"time_s":1}\n{"step":2,"loss":0.9,"time_s":2}\n{"step":3,"loss":0.8,"time_s":1}\n{"step":4,"loss":0.7,"time_s":2}\n' \
+    >"$tmp/runs/bad/metrics.jsonl"
+expect 0 "against seconds" plot runs/bad --x time --out resumed.svg
+last=$(sed -n '/class="xticks"/,/<\/g>/s/.*>\([^<]*\)<\/text>/\1/p' "$tmp/resumed.svg" | tail -n 1)
+[ "$last" = 4 ] && echo "ok    --x time continues a resumed run's clock (axis to 4 s)" ||
+    { echo "FAIL  --x time: the axis ends at $last s, expected 4"; failed=$((failed + 1)); }
 # a run from before tokens were logged
 printf '{"step":1,"loss":1}\n' >"$tmp/runs/bad/metrics.jsonl"
 expect 1 "runs/bad: its metrics.jsonl has no tokens" plot runs/bad --x tokens
