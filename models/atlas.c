@@ -172,6 +172,15 @@ static pr_tensor *atlas_forward(pr_ctx *ctx, const void *layer, const pr_config 
     return pr_linear(ctx, pr_merge_heads(ctx, pr_rmsnorm_gated(ctx, o, z, l->o_norm, c->norm_eps)), l->o_proj, NULL);
 }
 
+double pr_atlas_step_bytes(const pr_config *c, int64_t B, int64_t T)
+{
+    if (strcmp(c->mixer, "atlas") != 0) return 0;
+    double K = (double)pr_config_head_dim(c), F = K + (c->atlas_degree == 2 ? K * K : 0);
+    /* per token: the memory, a M, eta G and G (gd); Muon adds S and each Newton-Schulz step's three products */
+    double per_token = 4 + (is_muon(c) ? 2 + 3.0 * c->atlas_ns_steps : 0);
+    return per_token * (double)B * (double)T * c->n_heads * F * K * 4.0 * c->n_layers;
+}
+
 const pr_mixer_def pr_mixer_atlas = {
     .name = "atlas",
     .summary = "ATLAS: Omega rule over a window of c tokens on polynomial features, gd or Muon (Behrouz et al. 2025)",

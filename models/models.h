@@ -231,6 +231,13 @@ pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_con
 /* y = concat_heads(norm(o) [* silu(x W_g)]) W_o */
 pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config *c, pr_tensor *x, pr_tensor *o);
 
+/* ---- ATLAS's cost (models/atlas.c) ----------------------------------------------
+ * Bytes (f32) the atlas layers of config c keep for the backward of one step on
+ * B x T tokens: the per-token form stores a [B,H,F,V] memory (and Muon's
+ * matrices) for every token, F = K + K^2 at degree 2. 0 for other mixers.
+ * The benchmarks skip a size this puts far beyond a GPU's memory. */
+double pr_atlas_step_bytes(const pr_config *c, int64_t B, int64_t T);
+
 /* ---- MoM's router balance (models/mom.c) ----------------------------------------
  * The model's loss functions point ctx->loss_aux at one of these while they run
  * the model; every MoM layer adds its router's probabilities and picks. As fla

@@ -393,6 +393,12 @@ static double throughput_one(const pr_config *base, const char *mixer, int64_t T
         return NAN;
     }
     int64_t B = tokens / T, world = comm ? comm->world : 1, rows = B / world;
+    double need = pr_atlas_step_bytes(&c, B, T);
+    if (need > PR_BENCH_MAX_STEP_BYTES) {
+        fprintf(stderr, "prism bench throughput: %s at T=%lld skipped: its per-token form keeps ~%.0f GiB for the "
+                        "backward (try --set atlas.degree=1 or shorter lengths)\n", mixer, (long long)T, need / (1 << 30));
+        return NAN;
+    }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));
     PR_CHECK(ids, "bench throughput: out of host memory");
     for (int64_t i = 0; i < B * T + 1; i++) ids[i] = (int32_t)(pr_philox_uniform(1, 0, (uint64_t)i) * c.vocab);
