@@ -244,7 +244,6 @@ static bool is_blank(const char *s)
     return !*s;
 }
 
-
 const char *const pr_rec_format_names[] = {"amazon", "amazon2014", "amazon2018", "amazon-json", "yelp", NULL};
 static const line_parser parsers[] = {NULL, parse_amazon2014, parse_amazon2018, parse_amazon_json, parse_yelp};
 

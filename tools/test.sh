@@ -2,8 +2,9 @@
 # tools/test.sh: build and run every test.
 #  1. build-asan/: CPU-only, AddressSanitizer + UBSan + LeakSanitizer, every CPU test.
 #  2. build-fuzz/: every libFuzzer target of tests/fuzz for PRISM_FUZZ_SECONDS
-#     (default 30) each under ASan + UBSan; skipped, saying so, without clang's
-#     libFuzzer (tools/setup.sh installs it).
+#     (default 24: with the clang build, about 4 minutes on 2 cores) each under
+#     ASan + UBSan; skipped, saying so, without clang's libFuzzer
+#     (tools/setup.sh installs it).
 #  3. build/: the CUDA backend wherever nvcc is (PRISM_CUDA=ON: its compile and
 #     PTX checks need no GPU, though the default configure leaves CUDA out on a
 #     machine without one), the CUDA tests (each skips, saying so, when no GPU
@@ -19,7 +20,7 @@ cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -L cpu
 
 fuzz_rc=0
-PRISM_FUZZ_JOBS=$jobs tools/fuzz.sh all "${PRISM_FUZZ_SECONDS:-30}" || fuzz_rc=$?
+PRISM_FUZZ_JOBS=$jobs tools/fuzz.sh all "${PRISM_FUZZ_SECONDS:-24}" || fuzz_rc=$?
 if [ "$fuzz_rc" -eq 77 ]; then echo "test.sh: fuzzing skipped (see the line above)"
 elif [ "$fuzz_rc" -ne 0 ]; then exit "$fuzz_rc"; fi
 
