@@ -19,9 +19,11 @@
 
 #include "models/models.h"
 
-enum { GDN = 1, DELTANET = 2, LINATTN = 4, MAMBA2 = 8, ATTN = 16, LM = GDN | DELTANET | LINATTN | ATTN };
+enum { GDN = 1, DELTANET = 2, LINATTN = 4, MAMBA2 = 8, ATTN = 16, GLA = 32, GSA = 64, MOM = 128,
+       LM = GDN | DELTANET | LINATTN | ATTN | GLA | GSA | MOM };
 typedef enum { SAME, LINEAR, CONV } layout;
 
+/* A '#' in both names stands for a memory's index (MoM's per-memory maps). */
 typedef struct {
     int archs;
     bool per_layer;       /* prism "layers.<i>.<name>"; fla "<stack>.layers.<i>.<name>" */
@@ -47,13 +49,28 @@ static const name_row names[] = {
     {LM, true, "mixer.o_proj", "attn.o_proj.weight", LINEAR},
     {GDN, true, "mixer.a_proj", "attn.a_proj.weight", LINEAR},
     {GDN | DELTANET, true, "mixer.b_proj", "attn.b_proj.weight", LINEAR},
-    {GDN | DELTANET, true, "mixer.g_proj", "attn.g_proj.weight", LINEAR},
-    {GDN | DELTANET, true, "mixer.q_conv", "attn.q_conv1d.weight", CONV},
-    {GDN | DELTANET, true, "mixer.k_conv", "attn.k_conv1d.weight", CONV},
-    {GDN | DELTANET, true, "mixer.v_conv", "attn.v_conv1d.weight", CONV},
-    {GDN, true, "mixer.A_log", "attn.A_log", SAME},
-    {GDN, true, "mixer.dt_bias", "attn.dt_bias", SAME},
-    {GDN | DELTANET, true, "mixer.o_norm", "attn.o_norm.weight", SAME},
+    {GDN | DELTANET | GLA | MOM, true, "mixer.g_proj", "attn.g_proj.weight", LINEAR},
+    {GDN | DELTANET | MOM, true, "mixer.q_conv", "attn.q_conv1d.weight", CONV},
+    {GDN | DELTANET | MOM, true, "mixer.k_conv", "attn.k_conv1d.weight", CONV},
+    {GDN | DELTANET | MOM, true, "mixer.v_conv", "attn.v_conv1d.weight", CONV},
+    {GDN | MOM, true, "mixer.A_log", "attn.A_log", SAME},
+    {GDN | MOM, true, "mixer.dt_bias", "attn.dt_bias", SAME},
+    {GDN | DELTANET | MOM, true, "mixer.o_norm", "attn.o_norm.weight", SAME},
+    {GLA, true, "mixer.gk_down", "attn.gk_proj.0.weight", LINEAR},
+    {GLA, true, "mixer.gk_up", "attn.gk_proj.1.weight", LINEAR},
+    {GLA, true, "mixer.gk_bias", "attn.gk_proj.1.bias", SAME},
+    {GLA, true, "mixer.g_norm", "attn.g_norm_swish_gate.weight", SAME},   /* gla.gate off: attn.g_norm.weight */
+    {GSA, true, "mixer.f_proj", "attn.f_proj.weight", LINEAR},
+    {GSA, true, "mixer.g_norm", "attn.g_norm.weight", SAME},
+    {MOM, true, "mixer.router", "attn.gate.weight", LINEAR},
+    {MOM, true, "mixer.k_proj.#", "attn.k_proj.#.weight", LINEAR},
+    {MOM, true, "mixer.v_proj.#", "attn.v_proj.#.weight", LINEAR},
+    {MOM, true, "mixer.a_proj.#", "attn.a_proj.#.weight", LINEAR},
+    {MOM, true, "mixer.b_proj.#", "attn.b_proj.#.weight", LINEAR},
+    {MOM, true, "mixer.shared_k", "attn.shared_k.weight", LINEAR},
+    {MOM, true, "mixer.shared_v", "attn.shared_v.weight", LINEAR},
+    {MOM, true, "mixer.shared_a", "attn.shared_a.weight", LINEAR},
+    {MOM, true, "mixer.shared_b", "attn.shared_b.weight", LINEAR},
     {LINATTN, true, "mixer.o_norm", "attn.norm.weight", SAME},
     {LINATTN, true, "mixer.feature_map_q.w1", "attn.feature_map_q.layer1.weight", LINEAR},
     {LINATTN, true, "mixer.feature_map_q.b1", "attn.feature_map_q.layer1.bias", SAME},
@@ -81,6 +98,9 @@ static const struct { int arch; const char *mixer, *model_type, *cls; } archs[] 
     {LINATTN, "linattn", "linear_attn", "LinearAttentionForCausalLM"},
     {MAMBA2, "mamba2", "mamba2", "Mamba2ForCausalLM"},
     {ATTN, "attn", "transformer", "TransformerForCausalLM"},
+    {GLA, "gla", "gla", "GLAForCausalLM"},
+    {GSA, "gsa", "gsa", "GSAForCausalLM"},
+    {MOM, "mom", "mom", "MomForCausalLM"},
 };
 #define N_ARCHS ((int)(sizeof archs / sizeof archs[0]))
 
@@ -89,6 +109,26 @@ static int arch_of_mixer(const char *mixer)
     for (int i = 0; i < N_ARCHS; i++)
         if (strcmp(archs[i].mixer, mixer) == 0) return i;
     return -1;
+}
+
+/* path matches pattern, a '#' in which stands for a whole number (left in *index) */
+static bool name_matches(const char *pattern, const char *path, int *index)
+{
+    const char *hash = strchr(pattern, '#');
+    if (!hash) return strcmp(pattern, path) == 0;
+    size_t pre = (size_t)(hash - pattern);
+    int used = 0;
+    if (strncmp(pattern, path, pre) != 0 || !(path[pre] >= '0' && path[pre] <= '9')) return false;
+    if (sscanf(path + pre, "%d%n", index, &used) != 1) return false;
+    return strcmp(hash + 1, path + pre + used) == 0;
+}
+
+/* fla's name with its '#' replaced by index */
+static void fill_index(char *out, size_t n, const char *pattern, int index)
+{
+    const char *hash = strchr(pattern, '#');
+    if (hash) snprintf(out, n, "%.*s%d%s", (int)(hash - pattern), pattern, index, hash + 1);
+    else snprintf(out, n, "%s", pattern);
 }
 
 int pr_fla_name(const char *mixer, const char *path, char *out, size_t n)
@@ -100,9 +140,12 @@ int pr_fla_name(const char *mixer, const char *path, char *out, size_t n)
     if (sscanf(path, "layers.%d.%n", &layer, &used) == 1 && used > 0) rest = path + used;
     for (int i = 0; i < N_NAMES; i++) {
         const name_row *r = &names[i];
-        if (!(r->archs & bit) || r->per_layer != (layer >= 0) || strcmp(r->prism, rest) != 0) continue;
-        if (layer < 0) snprintf(out, n, "%s", r->fla);
-        else snprintf(out, n, "%s.layers.%d.%s", bit == MAMBA2 ? "backbone" : "model", layer, r->fla);
+        int index = 0;
+        if (!(r->archs & bit) || r->per_layer != (layer >= 0) || !name_matches(r->prism, rest, &index)) continue;
+        char leaf[128];
+        fill_index(leaf, sizeof leaf, r->fla, index);
+        if (layer < 0) snprintf(out, n, "%s", leaf);
+        else snprintf(out, n, "%s.layers.%d.%s", bit == MAMBA2 ? "backbone" : "model", layer, leaf);
         return (int)r->lay;
     }
     return -1;
@@ -200,6 +243,18 @@ static int key_head_dim(json_in *j, const pr_config *c, double ek)
     return (int)width / c->n_heads;
 }
 
+/* an fla expansion ratio e of key `key`: hidden_size * e must be a whole width
+ * that the heads divide (fla truncates it with int(); prism needs it exact) */
+static double expansion(json_in *j, const pr_config *c, const char *key, double def)
+{
+    double e = num(j, key, def), width = c->d_model * e;
+    if (e >= 0.01 && e <= 64 && width == floor(width) && (int)width % c->n_heads == 0) return e;
+    if (!j->rc)
+        j->rc = pr_errf(j->err, "%s: '%s' %g times 'hidden_size' %d must be a whole width that 'num_heads' %d divides "
+                                "('%s' from 0.01 to 64)", j->file, key, e, c->d_model, c->n_heads, key);
+    return 1;
+}
+
 static bool flag(json_in *j, const char *key, bool def)
 {
     const cJSON *v = item(j, key);
@@ -290,6 +345,52 @@ static void read_arch(json_in *j, int arch, pr_config *c)
         require(j, !flag(j, "qk_norm", false), "qk_norm", "no q/k norm (false)");
         require(j, !item(j, "window_size"), "window_size", "full causal attention (null)");
         break;
+    case GLA:
+        c->n_heads = whole(j, "num_heads", 4, 1, 1024);
+        c->gla_expand_k = expansion(j, c, "expand_k", 0.5);
+        c->gla_expand_v = expansion(j, c, "expand_v", 1);
+        c->gla_gate = flag(j, "use_output_gate", true);
+        c->gla_gate_low_rank = 16, c->gla_gate_normalizer = 16;   /* fla's GLA model passes neither: the layer's defaults */
+        require(j, whole(j, "num_kv_heads", c->n_heads, 1, 1024) == c->n_heads, "num_kv_heads", "num_kv_heads = num_heads");
+        require(j, !item(j, "feature_map"), "feature_map", "no feature map on q and k (null)");
+        require(j, !flag(j, "use_short_conv", false), "use_short_conv", "no ShortConv (false)");
+        require(j, !item(j, "clamp_min"), "clamp_min", "an unclamped log-decay (null)");
+        require(j, flag(j, "elementwise_affine", true), "elementwise_affine", "a norm weight (true)");
+        require(j, !c->gla_gate || flag(j, "fuse_norm", true), "fuse_norm",
+                "the fused norm-and-gate weight g_norm_swish_gate (true) when use_output_gate is on");
+        break;
+    case GSA: {
+        c->n_heads = whole(j, "num_heads", 4, 1, 1024);
+        c->gsa_expand_k = expansion(j, c, "expand_k", 1);
+        c->gsa_expand_v = expansion(j, c, "expand_v", 1);
+        int slots_def = j->rc ? 1 : (int)llround(c->d_model * c->gsa_expand_k) / c->n_heads;   /* null: the key dim */
+        c->gsa_slots = whole(j, "num_slots", slots_def, 1, 4096);
+        c->gsa_gate_normalizer = real(j, "gate_logit_normalizer", 8, 0.001, 1e6);
+        require(j, c->gsa_expand_v == 1, "expand_v", "expand_v = 1 (fla's output norm spans hidden_size)");
+        require(j, whole(j, "num_kv_heads", c->n_heads, 1, 1024) == c->n_heads, "num_kv_heads", "num_kv_heads = num_heads");
+        require(j, strcmp(text(j, "feature_map", "swish"), "swish") == 0, "feature_map", "swish");
+        require(j, !flag(j, "use_short_conv", false), "use_short_conv", "no ShortConv (false)");
+        require(j, !flag(j, "use_output_gate", false), "use_output_gate", "no output gate (false)");
+        require(j, flag(j, "use_norm", true), "use_norm", "the output norm (true)");
+        require(j, flag(j, "elementwise_affine", true), "elementwise_affine", "a norm weight (true)");
+        break;
+    }
+    case MOM:
+        c->n_heads = whole(j, "num_heads", 4, 1, 1024);
+        c->head_dim = whole(j, "head_dim", 256, 1, 65536);
+        c->gdn_expand_v = whole(j, "expand_v", 1, 1, 8);
+        c->conv_width = whole(j, "conv_size", 4, 1, 64);
+        c->gdn_gate = flag(j, "use_output_gate", true);
+        c->mom_memories = whole(j, "num_memories", 4, 1, 64);
+        c->mom_topk = whole(j, "topk", 2, 1, c->mom_memories);
+        c->mom_shared = flag(j, "shared_mem", true);
+        c->mom_aux_loss_scale = real(j, "aux_loss_scale", 0.01, 0, 100);
+        set_choice(c->mom_backend, sizeof c->mom_backend, "gdn");
+        require(j, strcmp(text(j, "mom_backend", "gated_deltanet"), "gated_deltanet") == 0, "mom_backend",
+                "gated_deltanet memories");
+        require(j, !flag(j, "single_kv_proj", false), "single_kv_proj", "a k, v, a, b map per memory (false)");
+        require(j, flag(j, "use_short_conv", true), "use_short_conv", "the ShortConv (true)");
+        break;
     case MAMBA2:
         c->mamba2_head_dim = whole(j, "head_dim", 64, 1, 4096);
         c->mamba2_d_state = whole(j, "state_size", 128, 1, 4096);
@@ -323,7 +424,7 @@ static int read_fla_config(const char *file, pr_config *c, int *arch_index, pr_e
         if (strcmp(archs[i].model_type, type) == 0) a = i;
     if (a < 0 && !j.rc)
         j.rc = pr_errf(err, "%s: model_type '%s' is not one prism converts (allowed: gated_deltanet|delta_net|"
-                            "linear_attn|mamba2|transformer)", file, type);
+                            "linear_attn|mamba2|transformer|gla|gsa|mom)", file, type);
     if (!j.rc) {
         *c = pr_config_default();
         set_choice(c->mixer, sizeof c->mixer, archs[a].mixer);
@@ -382,6 +483,37 @@ static void write_arch(cJSON *o, const pr_config *c, int arch)
         cJSON_AddNumberToObject(o, "num_kv_heads", c->attn_kv_heads ? c->attn_kv_heads : c->n_heads);
         cJSON_AddNumberToObject(o, "rope_theta", c->attn_rope_theta);
         break;
+    case GLA:
+        cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
+        cJSON_AddNumberToObject(o, "expand_k", c->gla_expand_k);
+        cJSON_AddNumberToObject(o, "expand_v", c->gla_expand_v);
+        cJSON_AddBoolToObject(o, "use_output_gate", c->gla_gate);
+        cJSON_AddBoolToObject(o, "use_short_conv", false);
+        cJSON_AddBoolToObject(o, "fuse_norm", true);
+        break;
+    case GSA:
+        cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
+        cJSON_AddNumberToObject(o, "expand_k", c->gsa_expand_k);
+        cJSON_AddNumberToObject(o, "expand_v", c->gsa_expand_v);
+        cJSON_AddNumberToObject(o, "num_slots", c->gsa_slots);
+        cJSON_AddNumberToObject(o, "gate_logit_normalizer", c->gsa_gate_normalizer);
+        cJSON_AddStringToObject(o, "feature_map", "swish");
+        cJSON_AddBoolToObject(o, "use_short_conv", false);
+        break;
+    case MOM:
+        cJSON_AddNumberToObject(o, "num_heads", c->n_heads);
+        cJSON_AddNumberToObject(o, "head_dim", (double)pr_config_head_dim(c));
+        cJSON_AddNumberToObject(o, "expand_v", c->gdn_expand_v);
+        cJSON_AddNumberToObject(o, "conv_size", c->conv_width);
+        cJSON_AddBoolToObject(o, "use_output_gate", c->gdn_gate);
+        cJSON_AddBoolToObject(o, "use_short_conv", true);
+        cJSON_AddNumberToObject(o, "num_memories", c->mom_memories);
+        cJSON_AddNumberToObject(o, "topk", c->mom_topk);
+        cJSON_AddBoolToObject(o, "shared_mem", c->mom_shared);
+        cJSON_AddBoolToObject(o, "single_kv_proj", false);
+        cJSON_AddNumberToObject(o, "aux_loss_scale", c->mom_aux_loss_scale);
+        cJSON_AddStringToObject(o, "mom_backend", "gated_deltanet");
+        break;
     case MAMBA2:
         cJSON_AddNumberToObject(o, "head_dim", c->mamba2_head_dim);
         cJSON_AddNumberToObject(o, "state_size", c->mamba2_d_state);
@@ -396,7 +528,7 @@ static void write_arch(cJSON *o, const pr_config *c, int arch)
 static int check_exportable(const pr_config *c, int a, pr_err *err)
 {
     if (a < 0)
-        return pr_errf(err, "fla export: mixer '%s' has no fla model here (allowed: gdn|deltanet|linattn|mamba2|attn)",
+        return pr_errf(err, "fla export: mixer '%s' has no fla model here (allowed: gdn|deltanet|linattn|mamba2|attn|gla|gsa|mom)",
                        c->mixer);
     if (strcmp(c->task, "lm") != 0) return pr_errf(err, "fla export: task '%s': fla's models are causal LMs", c->task);
     if (strcmp(c->norm, "rmsnorm") != 0) return pr_errf(err, "fla export: norm '%s': fla uses rmsnorm", c->norm);
@@ -410,6 +542,14 @@ static int check_exportable(const pr_config *c, int a, pr_err *err)
     if ((archs[a].arch == ATTN && c->attn_shortconv) || (archs[a].arch == LINATTN && c->linattn_shortconv))
         return pr_errf(err, "fla export: %s.shortconv=%d: fla's %s has no conv before the layer", c->mixer,
                        archs[a].arch == ATTN ? c->attn_shortconv : c->linattn_shortconv, archs[a].cls);
+    if (archs[a].arch == GLA && (c->gla_gate_low_rank != 16 || c->gla_gate_normalizer != 16))
+        return pr_errf(err, "fla export: gla.gate_low_rank=%d gla.gate_normalizer=%g: fla's GLA model fixes both at 16",
+                       c->gla_gate_low_rank, c->gla_gate_normalizer);
+    if (archs[a].arch == GSA && c->gsa_expand_v != 1)
+        return pr_errf(err, "fla export: gsa.expand_v=%g: fla's GSA normalises its output over hidden_size (expand_v 1)",
+                       c->gsa_expand_v);
+    if (archs[a].arch == MOM && strcmp(c->mom_backend, "gdn") != 0)
+        return pr_errf(err, "fla export: mom.backend=%s: fla's MoM has gated_deltanet memories only", c->mom_backend);
     if (archs[a].arch == ATTN && pr_config_head_dim(c) * c->n_heads != c->d_model)
         return pr_errf(err, "fla export: head_dim %lld: fla's attention uses d_model / n_heads",
                        (long long)pr_config_head_dim(c));
@@ -450,6 +590,15 @@ static int write_text(const char *file, const char *s, pr_err *err)
 
 typedef struct { int n; const char **names; const pr_tensor **ts; } tensor_list;
 
+/* fla names GLA's norm weight for the output gate it is fused with; without the gate it is plain g_norm */
+static void ungated_gla_norm(const pr_config *c, char *fla, size_t n)
+{
+    const char *fused = "g_norm_swish_gate.weight";
+    size_t len = strlen(fla), flen = strlen(fused);
+    if (strcmp(c->mixer, "gla") != 0 || c->gla_gate || len < flen || strcmp(fla + len - flen, fused) != 0) return;
+    snprintf(fla + len - flen, n - (len - flen), "g_norm.weight");
+}
+
 /* move every parameter of model m between the two layouts: src holds the
  * tensors by their names on one side, the list gets them by the other's */
 static int map_tensors(const pr_model *m, const pr_safetensors *src, const char *file, bool to_fla, pr_arena *a,
@@ -464,6 +613,7 @@ static int map_tensors(const pr_model *m, const pr_safetensors *src, const char 
         const pr_tensor *p = r->p[i].t;
         char *fla = pr_arena_alloc(a, 256);
         int lay = pr_fla_name(m->cfg.mixer, r->p[i].path, fla, 256);
+        ungated_gla_norm(&m->cfg, fla, 256);
         if (lay < 0) return pr_errf(err, "fla: no fla name for parameter '%s' of mixer %s", r->p[i].path, m->cfg.mixer);
         const char *from = to_fla ? r->p[i].path : fla;
         const pr_tensor *t = pr_safetensors_get(src, from);
