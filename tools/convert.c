@@ -10,9 +10,10 @@ static void convert_usage(FILE *f)
     fprintf(f, "usage: prism convert --from-fla DIR --checkpoint OUT.safetensors --config OUT.json\n"
                "       prism convert --to-fla DIR --checkpoint IN.safetensors --config IN.json\n\n"
                "DIR holds fla's config.json and model.safetensors (GatedDeltaNet, DeltaNet,\n"
-               "linear attention, Mamba-2, Transformer). --from-fla writes prism's checkpoint\n"
-               "(tensors named by parameter path) and config; --to-fla writes DIR from them.\n"
-               "Tensors keep their dtype and bytes; models/README.md has the name table.\n");
+               "linear attention, Mamba-2, Transformer, GLA, GSA, MoM). --from-fla writes\n"
+               "prism's checkpoint (tensors named by parameter path) and config; --to-fla\n"
+               "writes DIR from them. Tensors keep their dtype and bytes; models/README.md\n"
+               "has the name table.\n");
 }
 
 int pr_cmd_convert(int argc, char **argv)
