@@ -9,14 +9,26 @@ fla source on PYTHONPATH (the `fla` package):
         --prism build/prism [--out /tmp/fla_compare] [--layers 2] [--width 128]
 
 For each of GatedDeltaNet and Transformer (--archs adds DeltaNet, linear
-attention, Mamba-2) it builds a tiny fla model (seeded; weight matrices
-redrawn with std --std, norm weights moved off 1), saves it with
+attention, Mamba-2, GLA, GSA, MoM) it builds a tiny fla model (seeded; weight
+matrices redrawn with std --std, norm weights and biases moved off their
+initial values), saves it with
 save_pretrained (config.json + model.safetensors), converts it with
 `prism convert --from-fla`, runs `prism model --logits` (float64 on the CPU)
 and fla's forward (float32 on the GPU) on one fixed token sequence, and
 prints the max abs difference of the logits. The last line is one JSON
 object {arch: {"max_abs_diff": ..., "max_abs_logit": ...}}. Exit status 1 if
 any difference is above --tol.
+
+GLA, GSA and MoM (issue 43):
+
+    PYTHONPATH=... python3 tools/device/compare_fla.py --prism build/prism --archs gla,gsa,mom
+
+fla runs these layers in their fused-recurrent form up to 64 tokens and in the
+chunked form beyond; --tokens 48 checks the first, --tokens 200 the second.
+MoM routes each token to its top-k memories, picked from float32 router
+probabilities on the GPU and float64 ones in prism: a near-tie picked
+differently shows as one position with a large difference while the others
+agree (then rerun with another --seed to tell that from a mapping error).
 """
 import argparse
 import json
@@ -59,6 +71,15 @@ def build_models(width, layers, vocab, archs):
         "linear_attn": lambda: (fm.LinearAttentionForCausalLM, fm.LinearAttentionConfig(num_heads=heads, **common)),
         "mamba2": lambda: (fm.Mamba2ForCausalLM, fm.Mamba2Config(head_dim=32, state_size=32, expand=2, n_groups=1,
                                                                   **common)),
+        # GLA: fla's model fixes the decay gate's rank (16) and normaliser (16), as prism's import assumes
+        "gla": lambda: (fm.GLAForCausalLM, fm.GLAConfig(
+            num_heads=heads, expand_k=0.5, expand_v=1, use_output_gate=True, fuse_norm=True, **common)),
+        # GSA: expand_k = expand_v = 1 (fla's defaults; its output norm spans hidden_size)
+        "gsa": lambda: (fm.GSAForCausalLM, fm.GSAConfig(
+            num_heads=heads, num_slots=16, gate_logit_normalizer=8, feature_map="swish", **common)),
+        "mom": lambda: (fm.MomForCausalLM, fm.MomConfig(
+            num_heads=heads, head_dim=32, expand_v=1, conv_size=4, use_output_gate=True, num_memories=4, topk=2,
+            shared_mem=True, mom_backend="gated_deltanet", **common)),
     }
     for arch in archs:
         if arch not in makers:
@@ -68,14 +89,18 @@ def build_models(width, layers, vocab, archs):
 
 def perturb(model, std, seed):
     """Weights of std `std` (fla's 0.02 leaves the mixers' share of the logits
-    tiny) and norm weights away from 1, so every tensor's layout shows."""
+    tiny), norm weights away from 1 and biases away from their initial values
+    (GLA's gk_proj.1.bias starts at zero), so every tensor's layout shows.
+    A_log, dt_bias and D keep fla's initial values (their ranges matter)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, std, generator=gen)
-            elif name.endswith("norm.weight"):
+            elif "norm" in name and name.endswith(".weight"):   # attn_norm, g_norm_swish_gate, o_norm, ...
                 p.add_(0.1 * torch.randn(p.shape, generator=gen, device=p.device))
+            elif name.endswith(".bias") and not name.endswith("dt_bias"):
+                p.add_(0.5 * torch.randn(p.shape, generator=gen, device=p.device))
 
 
 def fla_logits(model, tokens):
@@ -114,7 +139,8 @@ def main():
     ap.add_argument("--std", type=float, default=0.08, help="std of every weight matrix")
     ap.add_argument("--tol", type=float, default=1e-3, help="max abs difference allowed")
     ap.add_argument("--archs", default="gated_deltanet,transformer",
-                    help="comma-separated: gated_deltanet, transformer, delta_net, linear_attn, mamba2")
+                    help="comma-separated: gated_deltanet, transformer, delta_net, linear_attn, mamba2, gla, gsa, mom")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the redrawn weights")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("compare_fla: fla's kernels need a CUDA GPU")
@@ -125,7 +151,7 @@ def main():
         cls, config = make()
         torch.manual_seed(0)
         model = cls(config).float().cuda().eval()
-        perturb(model, a.std, 1)
+        perturb(model, a.std, a.seed)
         folder = os.path.join(a.out, arch)
         os.makedirs(folder, exist_ok=True)
         save_hf(model, folder)
