@@ -380,6 +380,15 @@ static void test_fla_gsa_known(void **state)
     assert_int_equal(pr_config_load(&c, path_in("prism.json"), &err), 0);
     assert_string_equal(c.mixer, "gsa");
     assert_true(c.gsa_slots == 3 && c.gsa_gate_normalizer == 4 && c.gsa_expand_k == 1);
+    /* num_slots null: fla gives each head as many slots as its key dim (4), so f_proj is [2 * 4, 8] */
+    ts[3].shape[0] = 8;
+    a = pr_arena_new("test-gsa", 0);
+    import_known("{\"model_type\":\"gsa\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_heads\":2,"
+                 "\"num_slots\":null,\"vocab_size\":11,\"intermediate_size\":16}", ts, n, a, &p);
+    expect_param(&p, "layers.0.mixer.f_proj", 3, true);
+    pr_arena_free(a);
+    assert_int_equal(pr_config_load(&c, path_in("prism.json"), &err), 0);
+    assert_true(c.gsa_slots == 4 && c.gsa_gate_normalizer == 8);
 }
 
 static void test_fla_mom_known(void **state)
