@@ -456,6 +456,10 @@ file_has "gdn,rec,test_hit@200," "$tmp/recabl/results-test_hit@200.csv"
 file_has "gdn,rec,test_ndcg@10," "$tmp/recabl/results.csv"
 expect 1 "prism ablate: --metric test_bogus: no finished cell reports it" ablate --grid "$tmp/recgrid.json" \
     --out "$tmp/recabl" --metric test_bogus
+# a result.json damaged to "steps": 1e30 is run again, not cast to an integer (UBSan stopped ablate there)
+sed -i 's/"steps":[[:space:]]*[0-9]*/"steps": 1e30/' "$tmp/recabl/gdn/rec/s1/result.json"
+file_has '"steps": 1e30' "$tmp/recabl/gdn/rec/s1/result.json"
+expect 0 "1 cells: 1 run, 0 reused, 0 failed" ablate --grid "$tmp/recgrid.json" --out "$tmp/recabl" --metric test_auc
 # shellcheck disable=SC2086
 expect 0 '"model":"sasrec","task":"rec"' train --model sasrec $rec --steps 2 --set rec.negatives=4 --out "$tmp/sasrec"
 expect 2 "prism train: --model sasrec: a rec model; give --task rec" train --model sasrec --task parity

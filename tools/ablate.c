@@ -220,7 +220,7 @@ static bool read_result(const char *dir, int64_t steps, const char *task, const 
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "steps");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "metrics");
     const char *quality = pr_grid_quality_metric(task);
-    bool ok = cJSON_IsNumber(st) && (int64_t)st->valuedouble == steps &&
+    bool ok = cJSON_IsNumber(st) && st->valuedouble == (double)steps &&   /* no cast of a damaged file's 1e30 */
               cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(m, quality));
     if (ok) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, want ? want : quality);
