@@ -10,7 +10,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    char path[128];
+    char path[512];
     fuzz_write(fuzz_path("data", path, sizeof path), data + 1, size - 1);
     pr_rec_format fmt = (pr_rec_format)(data[0] % 5);
     pr_rec_load_opts o = {.filter = {.min_item = 1 + (data[0] >> 3 & 1), .min_user = 1 + (data[0] >> 4 & 3),

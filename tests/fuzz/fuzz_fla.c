@@ -6,7 +6,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char dir[128], cfg[160], out_ckpt[160], out_cfg[160];
+    char dir[512], cfg[600], out_ckpt[512], out_cfg[512];
     fuzz_path("fla", dir, sizeof dir);
     mkdir(dir, 0700);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);

@@ -12,7 +12,7 @@
 static pr_params *params;
 static pr_optim *optim;
 static pr_ctx *ctx;
-static char dir[128], files[4][200];
+static char dir[512], files[4][600];
 static uint8_t *saved[4];
 static size_t saved_n[4];
 

@@ -5,7 +5,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[128];
+    char path[512];
     fuzz_write(fuzz_path("in.safetensors", path, sizeof path), data, size);
     static pr_arena *a;   /* one arena for every input, reset after each, as a long-lived reader's */
     if (!a) a = pr_arena_new("fuzz", 0);
