@@ -47,7 +47,8 @@ void pr_model_estimate_step(const pr_config *c, int64_t batch, int64_t scored, i
     *out = (pr_model_estimate){.params = n, .param_bytes = f32 * (double)n, .grad_bytes = f32 * (double)n,
                                .optim_bytes = f32 * (double)n * optim_slots};
     double width = (double)floats_per_width(c->mixer) * c->d_model * c->n_layers;
-    out->activation_bytes = f32 * tokens * (width + LOGIT_COPIES * rows);
+    /* atlas's per-token memories grow with K^2 (degree 2), not with d_model: its own estimate */
+    out->activation_bytes = f32 * tokens * (width + LOGIT_COPIES * rows) + pr_atlas_step_bytes(c, batch, c->seq_len);
     out->total_bytes = out->param_bytes + out->grad_bytes + out->optim_bytes + out->activation_bytes;
 }
 
