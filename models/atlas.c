@@ -14,14 +14,19 @@
  *         M_t = a_t M_{t-1} - eta_t NS(S_t), NS = Newton-Schulz orthogonalisation
  *         (atlas.ns_steps quintic steps, Muon's coefficients)
  *   o_t = M_t^T phi(q_t);  y = concat_heads(rms(o) * silu(x W_gate)) Wo
- * M_0 = 0 and S_0 = 0 for every sequence; c = atlas.window (c = 1 with gd is a
+ * atlas.memory=mlp: the memory is M(p) = silu(p W1) W2 (W1 [F,K], W2 [K,V])
+ *   starting from the learned W1_0, W2_0 of each head; G is the pair of its
+ *   gradients (by hand: dW2 = A^T R, dW1 = P^T ((R W2^T) * silu'(P W1)) with
+ *   A = silu(P W1), R = gamma (A W2 - v)), each updated as M above (Muon: one
+ *   momentum and one orthogonalisation per matrix); o_t = M_t(phi(q_t)).
+ * M_0 = 0 (mlp: the learned W1_0, W2_0) and S_0 = 0 for every sequence; c = atlas.window (c = 1 with gd is a
  * gated delta rule on phi(k)). With the 1/c in eta and |phi| <= 1 the erase
  * a_t - eta_t sum gamma |phi|^2 stays in (-1, 1).
  *
  * The recurrence runs token by token as ops on the tape (the exact form; no
  * chunked approximation), so its cost is T sequential steps of small batched
  * matmuls: a reference form for the rec task and small models, not a fast one.
- * State slots: 0 M [B,H,F,V], 1 S (muon), 2..4 the last c-1 tokens' phi(k)
+ * State slots: 0 M [B,H,F,V] (mlp: W1), 1 S (muon), 5 and 6 W2 and its S (mlp), 2..4 the last c-1 tokens' phi(k)
  * [B,H,c-1,F], v [B,H,c-1,V] and gamma [B,H,c-1,1] (zeros before the start,
  * which add nothing to G). */
 #include <math.h>
@@ -29,15 +34,24 @@
 
 #include "models/models.h"
 
-enum { SLOT_M, SLOT_S, SLOT_WPHI, SLOT_WV, SLOT_WGAMMA };
+enum { SLOT_M, SLOT_S, SLOT_WPHI, SLOT_WV, SLOT_WGAMMA, SLOT_M2, SLOT_S2 };
 
 typedef struct {
     pr_tensor *q_proj, *k_proj, *v_proj;     /* [D,HK] */
     pr_tensor *gates, *gates_bias;           /* [D,4H] [4H]: a, eta, gamma, theta */
     pr_tensor *g_proj, *o_norm, *o_proj;     /* [D,HK] [K] [HK,D] */
+    pr_tensor *w1, *w2;                      /* mlp memory's start [H,F,K], [H,K,K] */
 } atlas_layer;
 
 static bool is_muon(const pr_config *c) { return strcmp(c->atlas_optimizer, "muon") == 0; }
+static bool is_mlp(const pr_config *c) { return strcmp(c->atlas_memory, "mlp") == 0; }
+
+/* features per head: K, or K + K^2 at degree 2 */
+static int64_t feature_dim(const pr_config *c)
+{
+    int64_t K = pr_config_head_dim(c);
+    return c->atlas_degree == 2 ? K + K * K : K;
+}
 
 static void *atlas_build(pr_params *r, const pr_config *c)
 {
@@ -52,6 +66,10 @@ static void *atlas_build(pr_params *r, const pr_config *c)
     l->g_proj = pr_param_new(r, "g_proj", w, true, PR_DIMS(D, HK));
     l->o_norm = pr_param_new(r, "o_norm", one, false, PR_DIMS(K));
     l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(HK, D));
+    if (is_mlp(c)) {
+        l->w1 = pr_param_new(r, "mem_w1", w, true, PR_DIMS(H, feature_dim(c), K));
+        l->w2 = pr_param_new(r, "mem_w2", w, true, PR_DIMS(H, K, K));
+    }
     return l;
 }
 
@@ -124,6 +142,32 @@ static pr_tensor *window_start(pr_ctx *ctx, pr_layer_state *st, int slot, const 
     return pr_zeros(ctx->step, like->dtype, like->device, PR_DIMS(like->shape[0], like->shape[1], c - 1, E));
 }
 
+/* the memory read at features p [B,H,r,F]: p M, or silu(p W1) W2 */
+static pr_tensor *memory_read(pr_ctx *ctx, int n, pr_tensor *const *m, pr_tensor *p)
+{
+    pr_tensor *y = pr_matmul(ctx, p, m[0], false, false);
+    return n == 1 ? y : pr_matmul(ctx, pr_silu(ctx, y), m[1], false, false);
+}
+
+/* the gradients of sum_i gamma_i |M(p_i) - v_i|^2 / 2 over the window's rows
+ * p [B,H,c,F], v [B,H,c,V], gamma [B,H,c,1], for each of the memory's matrices */
+static void memory_grads(pr_ctx *ctx, int n, pr_tensor *const *m, pr_tensor *p, pr_tensor *v, pr_tensor *gamma,
+                         pr_tensor **grad)
+{
+    if (n == 1) {
+        pr_tensor *r = pr_mul(ctx, gamma, pr_sub(ctx, pr_matmul(ctx, p, m[0], false, false), v));
+        grad[0] = pr_matmul(ctx, p, r, true, false);
+        return;
+    }
+    pr_tensor *z = pr_matmul(ctx, p, m[0], false, false), *sg = pr_sigmoid(ctx, z), *act = pr_mul(ctx, z, sg);
+    pr_tensor *r = pr_mul(ctx, gamma, pr_sub(ctx, pr_matmul(ctx, act, m[1], false, false), v));
+    grad[1] = pr_matmul(ctx, act, r, true, false);
+    /* silu'(z) = s + z s (1 - s) */
+    pr_tensor *one = pr_full(ctx->step, z->dtype, z->device, PR_DIMS(1), 1.0);
+    pr_tensor *dsilu = pr_add(ctx, sg, pr_mul(ctx, act, pr_sub(ctx, one, sg)));
+    grad[0] = pr_matmul(ctx, p, pr_mul(ctx, pr_matmul(ctx, r, m[1], false, true), dsilu), true, false);
+}
+
 static pr_tensor *atlas_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     const atlas_layer *l = layer;
@@ -143,28 +187,38 @@ static pr_tensor *atlas_forward(pr_ctx *ctx, const void *layer, const pr_config 
         v = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, SLOT_WV, v, w, K), v}, 2);
         gamma = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, SLOT_WGAMMA, gamma, w, 1), gamma}, 2);
     }
-    pr_tensor *m = st && st->slot[SLOT_M] ? st->slot[SLOT_M] : pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, H, F, K));
-    pr_tensor *s = NULL;
-    if (is_muon(c)) s = st && st->slot[SLOT_S] ? st->slot[SLOT_S] : pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, H, F, K));
+    int n = is_mlp(c) ? 2 : 1;   /* the memory's matrices: M, or W1 and W2 */
+    const int m_slot[2] = {SLOT_M, SLOT_M2}, s_slot[2] = {SLOT_S, SLOT_S2};
+    pr_tensor *m[2], *s[2] = {NULL, NULL};
+    for (int i = 0; i < n; i++) {
+        pr_tensor *init = !is_mlp(c) ? pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, H, F, K))
+                                     : pr_repeat_dim(ctx, pr_reshape(ctx, i ? l->w2 : l->w1, 4, (const int64_t[]){1, H,
+                                                     (i ? l->w2 : l->w1)->shape[1], K}), 0, B);
+        m[i] = st && st->slot[m_slot[i]] ? st->slot[m_slot[i]] : init;
+        if (is_muon(c))
+            s[i] = st && st->slot[s_slot[i]] ? st->slot[s_slot[i]] : pr_zeros(ctx->step, x->dtype, x->device, 4, m[i]->shape);
+    }
     pr_tensor **outs = pr_arena_alloc(ctx->step, sizeof *outs * (size_t)T);
     for (int64_t t = 0; t < T; t++) {
         pr_tensor *phi = pr_slice(ctx, fk, 2, t, w), *val = pr_slice(ctx, v, 2, t, w), *gw = pr_slice(ctx, gamma, 2, t, w);
-        pr_tensor *resid = pr_mul(ctx, gw, pr_sub(ctx, pr_matmul(ctx, phi, m, false, false), val));   /* [B,H,c,V] */
-        pr_tensor *grad = pr_matmul(ctx, phi, resid, true, false);                                   /* [B,H,F,V] */
-        if (s) {
-            s = pr_add(ctx, pr_mul(ctx, pr_slice(ctx, theta, 2, t, 1), s), grad);
-            grad = newton_schulz(ctx, s, c->atlas_ns_steps);
+        pr_tensor *grad[2];
+        memory_grads(ctx, n, m, phi, val, gw, grad);
+        for (int i = 0; i < n; i++) {
+            if (s[i]) {
+                s[i] = pr_add(ctx, pr_mul(ctx, pr_slice(ctx, theta, 2, t, 1), s[i]), grad[i]);
+                grad[i] = newton_schulz(ctx, s[i], c->atlas_ns_steps);
+            }
+            m[i] = pr_sub(ctx, pr_mul(ctx, pr_slice(ctx, a, 2, t, 1), m[i]), pr_mul(ctx, pr_slice(ctx, eta, 2, t, 1), grad[i]));
         }
-        m = pr_sub(ctx, pr_mul(ctx, pr_slice(ctx, a, 2, t, 1), m), pr_mul(ctx, pr_slice(ctx, eta, 2, t, 1), grad));
-        outs[t] = pr_matmul(ctx, pr_slice(ctx, fq, 2, t, 1), m, false, false);   /* [B,H,1,V] */
+        outs[t] = memory_read(ctx, n, m, pr_slice(ctx, fq, 2, t, 1));   /* [B,H,1,V] */
     }
     if (st) {
-        st->slot[SLOT_M] = m, st->slot[SLOT_S] = s;
+        for (int i = 0; i < n; i++) st->slot[m_slot[i]] = m[i], st->slot[s_slot[i]] = s[i];
         if (w > 1) {
-            int64_t n = fk->shape[2];
-            st->slot[SLOT_WPHI] = pr_slice(ctx, fk, 2, n - (w - 1), w - 1);
-            st->slot[SLOT_WV] = pr_slice(ctx, v, 2, n - (w - 1), w - 1);
-            st->slot[SLOT_WGAMMA] = pr_slice(ctx, gamma, 2, n - (w - 1), w - 1);
+            int64_t rows = fk->shape[2];
+            st->slot[SLOT_WPHI] = pr_slice(ctx, fk, 2, rows - (w - 1), w - 1);
+            st->slot[SLOT_WV] = pr_slice(ctx, v, 2, rows - (w - 1), w - 1);
+            st->slot[SLOT_WGAMMA] = pr_slice(ctx, gamma, 2, rows - (w - 1), w - 1);
         }
     }
     pr_tensor *o = pr_transpose(ctx, concat_many(ctx, (int)T, outs, 2), 1, 2);   /* [B,T,H,V] */

@@ -116,7 +116,7 @@ static const key_info keys[] = {
      "hstu: relative position buckets of the attention bias (logarithmic in the distance)"},
     {"atlas.window", KEY_INT, F(atlas_window), "4", "1..1024", "atlas: tokens c whose loss each step fits (the Omega rule's window)"},
     {"atlas.degree", KEY_INT, F(atlas_degree), "2", "1..2", "atlas: degree of the polynomial features of q and k"},
-    {"atlas.memory", KEY_CHOICE, F(atlas_memory), "linear", "linear|mlp", "atlas: the memory: a matrix, or a 2-layer MLP"},
+    {"atlas.memory", KEY_CHOICE, F(atlas_memory), "linear", "linear|mlp", "atlas: the memory: a matrix, or a 2-layer MLP silu(p W1) W2 (hidden K) from learned weights"},
     {"atlas.optimizer", KEY_CHOICE, F(atlas_optimizer), "gd", "gd|muon",
      "atlas: the memory's inner update: gradient step, or Muon (momentum, Newton-Schulz orthogonalised)"},
     {"atlas.ns_steps", KEY_INT, F(atlas_ns_steps), "5", "1..20", "atlas: Newton-Schulz steps of the muon update"},
@@ -409,8 +409,6 @@ int pr_config_check(const pr_config *c, pr_err *err)
                        c->task, c->mixer, c->norm);
     if (strcmp(c->mixer, "mom") == 0 && c->mom_topk > c->mom_memories)
         return pr_errf(err, "config: mom.topk %d is more than mom.memories %d", c->mom_topk, c->mom_memories);
-    if (strcmp(c->mixer, "atlas") == 0 && strcmp(c->atlas_memory, "mlp") == 0)
-        return pr_errf(err, "config: atlas.memory mlp is not built yet; use atlas.memory=linear");
     if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;

@@ -75,7 +75,22 @@ static void newton_schulz(double s[FMAX][K], int F, int steps, double out[FMAX][
         for (int j = 0; j < K; j++) out[i][j] = x[j][i];
 }
 
-static void formula_case(const char *optimizer, int window, int degree)
+/* the MLP memory's read silu(p W1) W2 at features p [F], into out [K]; act [K] keeps silu(p W1), z [K] p W1 */
+static void mlp_read(const double w1[FMAX][K], const double w2[K][K], const double *p, int F, double *z, double *act,
+                     double *out)
+{
+    for (int j = 0; j < K; j++) {
+        z[j] = 0;
+        for (int f = 0; f < F; f++) z[j] += p[f] * w1[f][j];
+        act[j] = silu(z[j]);
+    }
+    for (int e = 0; e < K; e++) {
+        out[e] = 0;
+        for (int j = 0; j < K; j++) out[e] += act[j] * w2[j][e];
+    }
+}
+
+static void formula_case(const char *optimizer, int window, int degree, bool mlp)
 {
     pr_config c = pr_config_default();
     pr_err err;
@@ -85,6 +100,7 @@ static void formula_case(const char *optimizer, int window, int degree)
     snprintf(kv[2], sizeof kv[2], "atlas.degree=%d", degree);
     assert_int_equal(pr_config_set(&c, "mixer=atlas", &err), 0);
     for (int i = 0; i < 3; i++) assert_int_equal(pr_config_set(&c, kv[i], &err), 0);
+    if (mlp) assert_int_equal(pr_config_set(&c, "atlas.memory=mlp", &err), 0);
     c.d_model = D, c.n_heads = H, c.head_dim = K, c.init_std = 0.6, c.seed = 4, c.atlas_ns_steps = 4;
     test_layer t = test_layer_new(&c, PR_F64, PR_CPU);
     pr_ctx *ctx = pr_ctx_new(1);
@@ -106,30 +122,64 @@ static void formula_case(const char *optimizer, int window, int degree)
             for (int h = 0; h < H; h++) F = phi(zq + h * K, degree, fq[b][i][h]), phi(zk + h * K, degree, fk[b][i][h]);
         }
     bool muon = strcmp(optimizer, "muon") == 0;
+    const double *w1p = mlp ? param(&t, "mem_w1") : NULL, *w2p = mlp ? param(&t, "mem_w2") : NULL;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            static double m[FMAX][K], s[FMAX][K], g[FMAX][K], u[FMAX][K];
-            memset(m, 0, sizeof m), memset(s, 0, sizeof s);
-            for (int i = 0; i < T; i++) {
-                memset(g, 0, sizeof g);
-                for (int j = i - window + 1 < 0 ? 0 : i - window + 1; j <= i; j++)
-                    for (int e = 0; e < K; e++) {
-                        double r = -v[b][j][h * K + e];
-                        for (int f = 0; f < F; f++) r += m[f][e] * fk[b][j][h][f];
-                        for (int f = 0; f < F; f++) g[f][e] += gates[b][j][2 * H + h] * r * fk[b][j][h][f];
-                    }
-                if (muon) {
-                    for (int f = 0; f < F; f++)
-                        for (int e = 0; e < K; e++) s[f][e] = gates[b][i][3 * H + h] * s[f][e] + g[f][e];
-                    newton_schulz(s, F, c.atlas_ns_steps, u);
-                    memcpy(g, u, sizeof g);
-                }
-                double a = gates[b][i][h], eta = gates[b][i][H + h] / window;
+            /* linear: m [F][K]; mlp: m = W1 [F][K] and m2 = W2 [K][K]; s, s2 their momenta */
+            static double m[FMAX][K], s[FMAX][K], g[FMAX][K], u[FMAX][K], m2[FMAX][K], s2[FMAX][K], g2[FMAX][K];
+            memset(m, 0, sizeof m), memset(s, 0, sizeof s), memset(m2, 0, sizeof m2), memset(s2, 0, sizeof s2);
+            if (mlp) {
                 for (int f = 0; f < F; f++)
-                    for (int e = 0; e < K; e++) m[f][e] = a * m[f][e] - eta * g[f][e];
-                for (int e = 0; e < K; e++) {
-                    o[b][i][h * K + e] = 0;
-                    for (int f = 0; f < F; f++) o[b][i][h * K + e] += m[f][e] * fq[b][i][h][f];
+                    for (int e = 0; e < K; e++) m[f][e] = w1p[(h * F + f) * K + e];
+                for (int j = 0; j < K; j++)
+                    for (int e = 0; e < K; e++) m2[j][e] = w2p[(h * K + j) * K + e];
+            }
+            for (int i = 0; i < T; i++) {
+                memset(g, 0, sizeof g), memset(g2, 0, sizeof g2);
+                for (int j = i - window + 1 < 0 ? 0 : i - window + 1; j <= i; j++) {
+                    double gam = gates[b][j][2 * H + h], *p = fk[b][j][h];
+                    if (!mlp) {
+                        for (int e = 0; e < K; e++) {
+                            double r = -v[b][j][h * K + e];
+                            for (int f = 0; f < F; f++) r += m[f][e] * p[f];
+                            for (int f = 0; f < F; f++) g[f][e] += gam * r * p[f];
+                        }
+                        continue;
+                    }
+                    double z[K], act[K], pred[K], r[K], dz[K];
+                    mlp_read((const double (*)[K])m, (const double (*)[K])m2, p, F, z, act, pred);
+                    for (int e = 0; e < K; e++) r[e] = gam * (pred[e] - v[b][j][h * K + e]);
+                    for (int q = 0; q < K; q++) {
+                        double da = 0, sg = sigm(z[q]);
+                        for (int e = 0; e < K; e++) g2[q][e] += act[q] * r[e], da += r[e] * m2[q][e];
+                        dz[q] = da * (sg + z[q] * sg * (1 - sg));
+                    }
+                    for (int f = 0; f < F; f++)
+                        for (int q = 0; q < K; q++) g[f][q] += p[f] * dz[q];
+                }
+                double a = gates[b][i][h], eta = gates[b][i][H + h] / window, th = gates[b][i][3 * H + h];
+                for (int pass = 0; pass < (mlp ? 2 : 1); pass++) {
+                    double (*mm)[K] = pass ? m2 : m, (*ss)[K] = pass ? s2 : s, (*gg)[K] = pass ? g2 : g;
+                    int rows = pass ? K : F;
+                    if (muon) {
+                        for (int f = 0; f < rows; f++)
+                            for (int e = 0; e < K; e++) ss[f][e] = th * ss[f][e] + gg[f][e];
+                        newton_schulz(ss, rows, c.atlas_ns_steps, u);
+                        for (int f = 0; f < rows; f++)
+                            for (int e = 0; e < K; e++) gg[f][e] = u[f][e];
+                    }
+                    for (int f = 0; f < rows; f++)
+                        for (int e = 0; e < K; e++) mm[f][e] = a * mm[f][e] - eta * gg[f][e];
+                }
+                double *out = &o[b][i][h * K];
+                if (mlp) {
+                    double z[K], act[K];
+                    mlp_read((const double (*)[K])m, (const double (*)[K])m2, fq[b][i][h], F, z, act, out);
+                } else {
+                    for (int e = 0; e < K; e++) {
+                        out[e] = 0;
+                        for (int f = 0; f < F; f++) out[e] += m[f][e] * fq[b][i][h][f];
+                    }
                 }
             }
         }
@@ -151,7 +201,7 @@ static void formula_case(const char *optimizer, int window, int degree)
             }
         }
     char what[64];
-    snprintf(what, sizeof what, "atlas %s c=%d degree %d", optimizer, window, degree);
+    snprintf(what, sizeof what, "atlas %s c=%d degree %d%s", optimizer, window, degree, mlp ? " mlp" : "");
     pr_assert_allclose(what, y->data, want, B * T * D, 1e-11, 1e-9);
     pr_ctx_free(ctx);
     test_layer_free(&t);
@@ -160,28 +210,18 @@ static void formula_case(const char *optimizer, int window, int degree)
 static void test_formula(void **state)
 {
     (void)state;
-    formula_case("gd", 3, 2);
-    formula_case("gd", 1, 1);
-    formula_case("muon", 2, 2);
-    formula_case("muon", 4, 1);
-}
-
-static void test_mlp_memory_refused(void **state)
-{
-    (void)state;
-    pr_config c = pr_config_default();
-    pr_err err;
-    assert_int_equal(pr_config_set(&c, "mixer=atlas", &err), 0);
-    assert_int_equal(pr_config_set(&c, "atlas.memory=mlp", &err), 0);
-    assert_int_equal(pr_config_check(&c, &err), -1);
-    assert_non_null(strstr(err.msg, "atlas.memory"));
+    formula_case("gd", 3, 2, false);
+    formula_case("gd", 1, 1, false);
+    formula_case("muon", 2, 2, false);
+    formula_case("muon", 4, 1, false);
+    formula_case("gd", 3, 2, true);
+    formula_case("muon", 2, 1, true);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formula),
-        cmocka_unit_test(test_mlp_memory_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,6 +42,8 @@ static const struct {
     {"atlas", {"atlas.window=3"}},
     {"atlas", {"atlas.window=2", "atlas.optimizer=muon", "atlas.ns_steps=3"}},
     {"atlas", {"atlas.window=1", "atlas.degree=1"}},
+    {"atlas", {"atlas.window=2", "atlas.memory=mlp"}},
+    {"atlas", {"atlas.memory=mlp", "atlas.optimizer=muon", "atlas.ns_steps=2", "atlas.degree=1"}},
 };
 #define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))
