@@ -1,5 +1,5 @@
 /* dist/dist.h: data-parallel training: communicators, the process launcher,
- * gradient buckets and ZeRO-1 ownership.
+ * gradient buckets and ZeRO-1.
  *
  * A communicator (pr_comm) joins `world` processes; every rank calls the same
  * collectives in the same order. Two backends:
@@ -17,6 +17,7 @@
 
 #include "autograd/autograd.h"
 #include "models/models.h"
+#include "optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,11 +111,24 @@ int pr_ddp_end(pr_ddp *d, pr_ctx *ctx, pr_err *err);
 /* the buckets of the last step, for tests: bucket of each parameter, count */
 int pr_ddp_buckets(const pr_ddp *d, const int **bucket_of_param);
 
-/* ---- ZeRO stage 1 -------------------------------------------------------------------
+/* ---- ZeRO stage 1 (dist/zero.c) ------------------------------------------------------
  * owner[i] for each parameter: greedy by size, largest first, to the rank
  * with the fewest elements so far (ties: the lower rank), so ranks hold
  * nearly equal shares of the optimizer state. */
 void pr_zero_owners(const pr_params *p, int world, int *owner);
+/* The trainer's side: each rank keeps optimizer state only for the
+ * parameters it owns, updates them, then every owner broadcasts them. */
+typedef struct pr_zero pr_zero;
+/* ownership of p's parameters over c's ranks (p and c outlive it) */
+pr_zero *pr_zero_new(pr_comm *c, const pr_params *p);
+void pr_zero_free(pr_zero *z);
+/* this rank's optimizer: state for its own parameters only */
+pr_optim *pr_zero_optim_new(const pr_zero *z, const pr_optim_opts *oo);
+/* after the optimizer step: every parameter from its owner to all ranks */
+int pr_zero_share_updates(pr_zero *z, pr_err *err);
+/* the whole optimizer state on rank 0 in *full (NULL on the others), each
+ * parameter's moments sent by its owner; every rank takes part */
+int pr_zero_gather_optim(pr_zero *z, const pr_optim *mine, pr_optim **full, pr_err *err);
 
 #ifdef __cplusplus
 }

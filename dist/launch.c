@@ -202,23 +202,3 @@ int pr_dist_shard(int batch, int rank, int world, int *first, int *count, pr_err
     *first = rank * *count;
     return 0;
 }
-
-void pr_zero_owners(const pr_params *p, int world, int *owner)
-{
-    int64_t *load = calloc((size_t)world, sizeof *load);
-    bool *done = calloc((size_t)p->n + 1, sizeof *done);
-    PR_CHECK(load && done, "zero: out of host memory");
-    for (int k = 0; k < p->n; k++) {
-        int big = -1;   /* the largest parameter not yet placed; the lower index on ties */
-        for (int i = 0; i < p->n; i++)
-            if (!done[i] && (big < 0 || p->p[i].t->numel > p->p[big].t->numel)) big = i;
-        int least = 0;
-        for (int r = 1; r < world; r++)
-            if (load[r] < load[least]) least = r;
-        owner[big] = least;
-        load[least] += p->p[big].t->numel;
-        done[big] = true;
-    }
-    free(load);
-    free(done);
-}

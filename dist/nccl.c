@@ -166,13 +166,6 @@ static int load_api(nccl_state *s, pr_err *err)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int check(pr_comm *c, nccl_result r, const char *what, pr_err *err)
 {
     nccl_state *s = c->impl;
@@ -204,7 +197,7 @@ static int write_id(const char *path, const nccl_unique_id *id, pr_err *err)
 
 static int read_id(const char *path, int rank, double timeout_s, nccl_unique_id *id, pr_err *err)
 {
-    double t0 = now_s();
+    double t0 = pr_now_s();
     for (;;) {
         int fd = open(path, O_RDONLY);
         if (fd >= 0) {
@@ -212,7 +205,7 @@ static int read_id(const char *path, int rank, double timeout_s, nccl_unique_id 
             close(fd);
             if (got == (ssize_t)sizeof *id) return 0;
         }
-        if (now_s() - t0 > timeout_s)
+        if (pr_now_s() - t0 > timeout_s)
             return pr_errf(err, "rank %d: timed out after %.0f s waiting for rank 0 to write the NCCL id to %s "
                                 "(--dist-file must be on a filesystem every rank sees)", rank, timeout_s, path);
         struct timespec ts = {0, 20000000};
@@ -232,7 +225,7 @@ static void nccl_abort(pr_comm *c)
 static int wait_named(pr_comm *c, const char *what, pr_err *err)
 {
     nccl_state *s = c->impl;
-    double t0 = now_s();
+    double t0 = pr_now_s();
     for (;;) {
         cudaError_t e = cudaEventQuery(s->done);
         if (e == cudaSuccess) break;
@@ -244,7 +237,7 @@ static int wait_named(pr_comm *c, const char *what, pr_err *err)
             nccl_abort(c);
             return -1;
         }
-        if (now_s() - t0 > c->timeout_s) {
+        if (pr_now_s() - t0 > c->timeout_s) {
             pr_errf(err, "rank %d: NCCL %s: no progress for %.0f s (a rank died or hangs; --dist-timeout); "
                          "communicator aborted", c->rank, what, c->timeout_s);
             nccl_abort(c);

@@ -42,13 +42,6 @@ typedef struct {
     double *sum;                         /* SLOT_BYTES / 4 doubles of scratch */
 } shm_comm;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void nap(void)
 {
     struct timespec ts = {0, 50000};
@@ -68,12 +61,12 @@ static int shm_barrier_named(pr_comm *c, const char *what, pr_err *err)
     shm_comm *s = c->impl;
     uint64_t mine = ++s->barriers;
     atomic_store(&s->h->arrived[c->rank], mine);
-    double t0 = now_s();
+    double t0 = pr_now_s();
     for (int r = 0; r < c->world; r++) {
         while (atomic_load(&s->h->arrived[r]) < mine) {
             int by = atomic_load(&s->h->aborted_by);
             if (by) return pr_errf(err, "rank %d: shm %s: rank %d gave up", c->rank, what, by - 1);
-            if (now_s() - t0 > c->timeout_s)
+            if (pr_now_s() - t0 > c->timeout_s)
                 return pr_errf(err, "rank %d: shm %s: timed out after %.0f s waiting for rank %d (--dist-timeout)",
                                c->rank, what, c->timeout_s, r);
             nap();
@@ -202,7 +195,7 @@ static int create_segment(shm_comm *s, int world, pr_err *err)
 /* the other ranks: wait for rank 0's file, then map it */
 static int attach_segment(shm_comm *s, int rank, int world, double timeout_s, pr_err *err)
 {
-    double t0 = now_s();
+    double t0 = pr_now_s();
     for (;;) {
         int fd = open(s->path, O_RDWR);
         struct stat st;
@@ -215,7 +208,7 @@ static int attach_segment(shm_comm *s, int rank, int world, double timeout_s, pr
                            s->path, world);
         }
         if (fd >= 0) close(fd);
-        if (now_s() - t0 > timeout_s)
+        if (pr_now_s() - t0 > timeout_s)
             return pr_errf(err, "rank %d: timed out after %.0f s waiting for rank 0 to create %s", rank, timeout_s,
                            s->path);
         nap();

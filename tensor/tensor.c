@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tensor/tensor.h"
 
@@ -37,6 +38,13 @@ int pr_errf(pr_err *err, const char *fmt, ...)
     va_end(ap);
     memcpy(err->msg, msg, sizeof msg);
     return -1;
+}
+
+double pr_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- dtypes and shapes ---------------------------------------------------------- */

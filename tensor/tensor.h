@@ -60,6 +60,9 @@ void pr_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretur
 typedef struct { char msg[512]; } pr_err;
 int pr_errf(pr_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3))); /* returns -1 */
 
+/* seconds on the monotonic clock (for durations: timeouts, steps per second) */
+double pr_now_s(void);
+
 /* ---- dtype and shape helpers ----------------------------------------------- */
 size_t pr_dtype_size(pr_dtype dt);
 const char *pr_dtype_name(pr_dtype dt);       /* "f32", "f64", ... */

@@ -271,13 +271,6 @@ typedef struct {
     pid_t parent;                    /* with worker processes: the ablate that started them */
 } grid_run;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* cell i in table order: (variant, task, seed index) */
 static void cell_axes(const pr_grid *g, int i, int *v, int *k, int *s)
 {
@@ -303,7 +296,7 @@ static int cell_open(const grid_run *r, int i, char *dir, size_t n, pr_config *c
 /* on a terminal, redrawn at most every 0.2 s; piped, a line per finished cell */
 static void draw(grid_run *r, bool cell_finished)
 {
-    double now = now_s();
+    double now = pr_now_s();
     if (r->tty ? !cell_finished && now - r->last_draw < 0.2 : !cell_finished) return;
     r->last_draw = now;
     grid_board *b = r->board;
@@ -828,7 +821,7 @@ int pr_cmd_ablate(int argc, char **argv)
     for (int j = 0; j < MAX_JOBS; j++) board->slot[j].cell = -1;
     grid_run r = {.g = &g, .t = &t, .root = root, .dev = dev, .n_cells = n_cells, .board = board,
                   .jobs = t.jobs < n_cells ? t.jobs : n_cells, .draws = true, .tty = isatty(STDERR_FILENO),
-                  .t0 = now_s()};
+                  .t0 = pr_now_s()};
     if (r.jobs == 1) run_cells(&r, 0);
     else if (run_parallel(&r, ngpus)) return munmap(board, sizeof *board), 1;
     if (r.tty) fputc('\n', stderr);

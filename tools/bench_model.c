@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "models/models.h"
 #include "tools/tools.h"
@@ -17,13 +16,6 @@ static void block_usage(FILE *f)
                "on random input [B,T,D] (default B 8, T 1024): forward alone and forward + backward\n"
                "(every parameter's and the input's gradient), median of --iters runs (default 10)\n"
                "after 2 warm-up runs, in f32. Prints a line per mixer; the last line is JSON.\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -39,11 +31,11 @@ static double time_block(pr_ctx *ctx, const pr_model *m, pr_tensor *x, pr_tensor
     PR_CHECK(t, "bench block: out of host memory");
     for (int i = -2; i < iters; i++) {
         pr_device_sync(x->device);
-        double t0 = now_s();
+        double t0 = pr_now_s();
         pr_tensor *y = pr_block_forward(ctx, m, 0, x, NULL);
         if (with_backward) pr_backward_with(ctx, y, w);
         pr_device_sync(x->device);
-        if (i >= 0) t[i] = now_s() - t0;
+        if (i >= 0) t[i] = pr_now_s() - t0;
         pr_step_reset(ctx);
     }
     qsort(t, (size_t)iters, sizeof *t, cmp_double);

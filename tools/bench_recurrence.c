@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
@@ -82,13 +81,6 @@ static void usage(FILE *f)
 }
 
 /* ---- the CPU: the reference forms at B=1 T=2048 H=4 K=V=64 (prism_core L=2) ---- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* what the command line asks for (parse_options fills the device's defaults) */
 typedef struct {
@@ -152,11 +144,11 @@ static int bench_cpu(const rb_opts *o)
                     mem[f][1] = forward_step_bytes(ctx, true, &opt, &in);
                 }
                 pr_tensor *dout = pr_full(ctx->step, dt, PR_CPU, PR_DIMS(B, T, H, V), 1.0);
-                double t0 = now_s();
+                double t0 = pr_now_s();
                 pr_tensor *out = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, in.kx, in.vx, in.h0, NULL, NULL);
-                double t1 = now_s();
+                double t1 = pr_now_s();
                 pr_backward_with(ctx, out, dout);
-                double t2 = now_s();
+                double t2 = pr_now_s();
                 if (rep >= 0) {
                     best[f][0] = fmin(best[f][0], t1 - t0);
                     best[f][1] = fmin(best[f][1], t2 - t1);

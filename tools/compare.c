@@ -25,13 +25,6 @@
 #define MAX_MODELS 16
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* "a,b,c" into names (pointers into buf), each a known mixer; -1 naming the bad one */
 static int split_models(pr_args *a, const char *list, char *buf, size_t n, const char **names, int *count)
 {
@@ -332,7 +325,7 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *d
     double t[64];
     for (int i = -warmup; i < steps; i++) {
         pr_device_sync(dev);
-        double t0 = now_s();
+        double t0 = pr_now_s();
         pr_params_zero_grads(m->params);
         pr_tensor *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids);
         pr_tensor *targets = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids + 1);
@@ -346,7 +339,7 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *d
         if (ctx->profile) pr_profile_time(ctx->profile, "adamw", "optimizer", 0, pr_profile_clock(dev) - t1);
         pr_step_reset(ctx);
         pr_device_sync(dev);
-        if (i >= 0) t[i] = now_s() - t0;
+        if (i >= 0) t[i] = pr_now_s() - t0;
     }
     qsort(t, (size_t)steps, sizeof t[0], cmp_double);
     return t[steps / 2];

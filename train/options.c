@@ -1,10 +1,12 @@
 /* train/options.c: the training options, their key table (`train.<key>`),
- * the run config file ({"model": ..., "train": ...}) and the task presets. */
+ * the run config file ({"model": ..., "train": ...}), the task presets and
+ * whether a run fits the device's memory. */
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -335,4 +337,34 @@ int pr_task_preset_as(pr_config *c, pr_train_opts *o, const char *task, const ch
     if (!probe_task && pr_task_preset(c, o, task, err)) return -1;   /* lm, rec: their data's needs first */
     if (pr_config_preset(c, preset, err)) return -1;
     return protocol ? probe_protocol(c, o, task, strcmp(preset, "probe-authors") == 0, err) : 0;
+}
+
+int pr_train_fits(const pr_config *c, const pr_train_opts *o, pr_device dev, pr_err *err)
+{
+    pr_model_estimate e;
+    int slots = strcmp(o->optim, "sgd") == 0 ? (o->momentum != 0) : 2;
+    /* rec with sampled negatives scores 1 + negatives items a position, not every item */
+    int64_t scored = strcmp(o->task, "rec") == 0 && o->rec_negatives > 0 ? o->rec_negatives + 1 : 0;
+    pr_model_estimate_step(c, o->batch, scored, slots, &e);
+    struct stat st;
+    if (strcmp(o->task, "lm") == 0 && o->data[0] && stat(o->data, &st) == 0 && S_ISREG(st.st_mode))
+        e.data_bytes = (double)st.st_size, e.total_bytes += e.data_bytes;   /* the text is read whole */
+    double have = pr_device_free_bytes(dev);
+    if (e.total_bytes <= have) return 0;
+    char t[32], h[32], p[32], g[32], s[32], a[32], d[32];
+    return pr_errf(err, "this config needs about %s for a training step, more than the %s %s: %lld parameters %s, "
+                        "their grads %s, optimizer state %s, activations %s (train.batch %d x seq_len %d), data %s; "
+                        "make d_model, n_layers, seq_len or train.batch smaller",
+                   pr_bytes_text(t, sizeof t, e.total_bytes), pr_bytes_text(h, sizeof h, have),
+                   dev == PR_CUDA ? "free on the GPU" : "the host has available", (long long)e.params,
+                   pr_bytes_text(p, sizeof p, e.param_bytes), pr_bytes_text(g, sizeof g, e.grad_bytes),
+                   pr_bytes_text(s, sizeof s, e.optim_bytes), pr_bytes_text(a, sizeof a, e.activation_bytes),
+                   o->batch, c->seq_len, pr_bytes_text(d, sizeof d, e.data_bytes));
+}
+
+pr_optim_opts pr_train_optim_opts(const pr_train_opts *o)
+{
+    return (pr_optim_opts){.kind = strcmp(o->optim, "sgd") == 0 ? PR_OPTIM_SGD : PR_OPTIM_ADAMW,
+                           .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                           .momentum = o->momentum, .decay_all = o->decay_all};
 }

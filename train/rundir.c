@@ -1,23 +1,30 @@
-/* train/rundir.c: who may write a run directory.
+/* train/rundir.c: the run directory: who may write it (a lock), what starts
+ * it (config.json, manifest.json) and the summary line of a finished run.
  *
  * A folder is locked by flock(2) on a file in it that holds the holder's
  * pid. The kernel drops the lock when the last process holding the file open
  * ends, however it ends, so a lock never outlives its holders; the pid in the
  * file only serves the messages (who holds it, or whose lock was left
  * behind). A holder that ends normally removes the file; one that was
- * killed leaves it, and the next one takes it over. A new run never replaces an old one unless asked to: the trainer
- * refuses a folder that holds a run, and the caller chooses between resuming
- * it, replacing it (pr_run_clear) or another folder (pr_run_free_name). */
+ * killed leaves it, and the next one takes it over.
+ *
+ * A new run never replaces an old one unless asked to: the trainer refuses
+ * a folder that holds a run, and the caller chooses between resuming it,
+ * replacing it (pr_run_clear) or another folder (pr_run_free_name). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "train/train.h"
 
@@ -129,4 +136,132 @@ int pr_run_free_name(char *out, size_t n, const char *base)
     snprintf(out, n, "%s", base);
     for (int k = 2; pr_run_exists(out) && k < 100000; k++) snprintf(out, n, "%s-%d", base, k);
     return pr_run_exists(out) ? -1 : 0;
+}
+
+int pr_make_dirs(const char *dir, pr_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return pr_errf(err, "%s: the folder's path is too long", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return pr_errf(err, "%s: cannot create its parent %s: %s", dir, path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
+    return pr_errf(err, "%s: cannot create the folder: %s", dir, strerror(errno));
+}
+
+#define RUN_LOCK ".train.lock"
+
+/* the folder, locked for this run; a fresh run refuses one that holds a run
+ * unless told to replace it */
+int pr_run_claim(const char *dir, bool resume, bool overwrite, int *lock, pr_err *err)
+{
+    if (pr_make_dirs(dir, err) || pr_dir_lock(dir, RUN_LOCK, "prism train", lock, err)) return -1;
+    int rc = 0;
+    if (!resume && pr_run_exists(dir)) {
+        rc = overwrite ? pr_run_clear(dir, err)
+                       : pr_errf(err, "%s holds a run: give --resume to continue it, --overwrite to replace it, or "
+                                      "another --out", dir);
+    }
+    if (rc) pr_dir_unlock(*lock, dir, RUN_LOCK), *lock = -1;
+    return rc;
+}
+
+void pr_run_unlock(int lock, const char *dir)
+{
+    pr_dir_unlock(lock, dir, RUN_LOCK);
+}
+
+static void git_commit(char *out, size_t n)
+{
+    snprintf(out, n, "unknown");
+    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
+    if (!p) return;
+    char line[64] = "";
+    if (fgets(line, sizeof line, p) && strlen(line) >= 40) snprintf(out, n, "%.40s", line);
+    pclose(p);
+}
+
+/* DIR/name = text and a newline, atomically; frees text (a cJSON print) */
+static int write_json_text(const char *dir, const char *name, char *text, pr_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t n = strlen(text);
+    char *withnl = realloc(text, n + 2);
+    PR_CHECK(withnl, "%s: out of host memory", name);
+    memcpy(withnl + n, "\n", 2);
+    int rc = pr_write_file_atomic(path, withnl, err);
+    free(withnl);
+    return rc;
+}
+
+static int write_manifest(const char *dir, const pr_config *c, const pr_train_opts *o, pr_device dev, pr_err *err)
+{
+    char commit[48], when[32];
+    git_commit(commit, sizeof commit);
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "git_commit", commit);
+    cJSON_AddStringToObject(j, "device", pr_device_name(dev));
+    cJSON *flags = cJSON_AddArrayToObject(j, "build_flags");
+#ifdef PRISM_HAVE_CUDA
+    cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_CUDA"));
+#endif
+#ifdef PRISM_HAVE_BLAS
+    cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_BLAS"));
+#endif
+#ifdef PRISM_HAVE_OPENMP
+    cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_OPENMP"));
+#endif
+#ifdef __OPTIMIZE__
+    cJSON_AddItemToArray(flags, cJSON_CreateString("optimized"));
+#endif
+    cJSON_AddStringToObject(j, "compiler", __VERSION__);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "model_seed", c->seed);
+    if (o->comm) {   /* data parallel: how many ranks, over what */
+        cJSON_AddNumberToObject(j, "ranks", o->comm->world);
+        cJSON_AddStringToObject(j, "comm", o->comm->backend);
+        cJSON_AddNumberToObject(j, "zero", (double)o->zero);
+    }
+    cJSON_AddStringToObject(j, "start_time", when);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    return write_json_text(dir, "manifest.json", text, err);
+}
+
+int pr_run_write_start(const char *dir, const pr_config *c, const pr_train_opts *o, pr_device dev, bool fresh,
+                       pr_err *err)
+{
+    if (write_json_text(dir, "config.json", pr_run_config_json(c, o), err)) return -1;
+    return fresh ? write_manifest(dir, c, o, dev, err) : 0;
+}
+
+void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const pr_train_result *r,
+                      const char *run_dir)
+{
+    cJSON *j = cJSON_CreateObject();
+    /* SASRec is attention mixers in SASRec's blocks: the model is named by its blocks */
+    cJSON_AddStringToObject(j, "model", strcmp(c->block, "sasrec") == 0 ? "sasrec" : c->mixer);
+    cJSON_AddStringToObject(j, "task", o->task);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "steps", (double)r->steps);
+    cJSON *m = cJSON_AddObjectToObject(j, "metrics");
+    for (int i = 0; i < r->metrics.n; i++) cJSON_AddNumberToObject(m, r->metrics.name[i], r->metrics.value[i]);
+    cJSON_AddNumberToObject(j, "tokens_per_s", round(r->tokens_per_s));
+    cJSON_AddNumberToObject(j, "params", (double)r->params);
+    cJSON_AddStringToObject(j, "run_dir", run_dir);
+    if (r->nonfinite[0]) cJSON_AddStringToObject(j, "nonfinite", r->nonfinite);
+    char *s = cJSON_PrintUnformatted(j);
+    fprintf(f, "%s\n", s);
+    free(s);
+    cJSON_Delete(j);
 }

@@ -159,6 +159,37 @@ bool pr_run_exists(const char *dir);
 int pr_run_clear(const char *dir, pr_err *err);
 /* base, or base-2, base-3, ... : the first that holds no run; -1 when none is free */
 int pr_run_free_name(char *out, size_t n, const char *base);
+/* dir and any missing parents (mkdir -p); -1 with err naming the one that failed */
+int pr_make_dirs(const char *dir, pr_err *err);
+/* dir made and locked (pr_dir_lock) for one training run; a fresh run (resume
+ * false) refuses a folder that holds a run unless overwrite, which clears it.
+ * Release with pr_run_unlock. */
+int pr_run_claim(const char *dir, bool resume, bool overwrite, int *lock, pr_err *err);
+void pr_run_unlock(int lock, const char *dir);
+/* config.json (c and o), and for a fresh run manifest.json (git commit,
+ * device, build flags, compiler, seeds, ranks, start time) */
+int pr_run_write_start(const char *dir, const pr_config *c, const pr_train_opts *o, pr_device dev, bool fresh,
+                       pr_err *err);
+
+/* ---- metrics.jsonl (train/metrics_file.c) ----------------------------------------
+ * One object a line; non-finite numbers as null. A writer that is not rank 0
+ * writes to /dev/null. */
+/* a fresh file (resumed NULL), or the file cut back to the bytes the resumed
+ * checkpoint had written and to its last whole line (lost lines are said on
+ * stderr, never padded), opened to append */
+int pr_metrics_open(FILE **f, const char *dir, bool writer, const pr_train_state *resumed, pr_err *err);
+/* flushes f (and with sync, fsyncs it); -1 with err when any write failed,
+ * naming the file, the step the run stops at and the checkpoint kept
+ * (last_ckpt, -1 for none) */
+int pr_metrics_flush(FILE *f, const char *dir, int64_t step, int64_t last_ckpt, bool sync, pr_err *err);
+/* a logged step; tokens and seconds so far, for curves against them (prism
+ * plot --x): time_s counts from this process's start, so a resumed run
+ * starts it again */
+typedef struct { int64_t step, tokens; double loss, lr, grad_norm, tokens_per_s, time_s; } pr_step_log;
+/* {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "time_s"} */
+void pr_metrics_write_step(FILE *f, const pr_step_log *s);
+/* {"step", "eval": {name: value, ...}} */
+void pr_metrics_write_eval(FILE *f, int64_t step, const pr_metrics *m);
 
 /* ---- the loop (train/train.c) --------------------------------------------------- */
 typedef struct {
@@ -170,21 +201,19 @@ typedef struct {
     char nonfinite[320];    /* set when the NaN trap stopped the run */
 } pr_train_result;
 
-/* dir and any missing parents (mkdir -p); -1 with err naming the one that failed */
-int pr_make_dirs(const char *dir, pr_err *err);
-
 /* train in run_dir (created; with resume, continued from its latest
  * checkpoint). Returns 0, or -1 with err (a file, a bad config, the NaN trap) */
 int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bool resume, pr_device dev,
              pr_train_result *res, pr_err *err);
-/* 0 when a training step of (c, o) fits in what dev has free (parameters,
+/* (train/options.c) 0 when a training step of (c, o) fits in what dev has free (parameters,
  * grads, optimizer state, activations, lm's text); else -1 with err giving
  * the estimate, its parts and the limit. Allocates nothing. */
 int pr_train_fits(const pr_config *c, const pr_train_opts *o, pr_device dev, pr_err *err);
 /* evaluate the latest checkpoint of a run */
 int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts *o, pr_train_result *res,
                 pr_err *err);
-/* the summary line: {"model", "task", "seed", "steps", "metrics", "tokens_per_s", "params", "run_dir"} */
+/* (train/rundir.c) the summary line: {"model", "task", "seed", "steps",
+ * "metrics", "tokens_per_s", "params", "run_dir"} */
 void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const pr_train_result *r,
                       const char *run_dir);
 
