@@ -4,11 +4,14 @@
 # with and a text its output (stdout and stderr) must contain. Sizes are tiny.
 #
 #   sh tests/test_cli.sh PRISM          the CPU cases
+#   sh tests/test_cli.sh --part NAME PRISM   one part of them: commands,
+#                                       inspect, runs or grids
 #   sh tests/test_cli.sh --cuda PRISM   the GPU cases; exits 77 (ctest's skip
 #                                       code) when the first one finds no GPU
-cuda=0
+cuda=0 part=all
 if [ "$1" = "--cuda" ]; then cuda=1; shift; fi
-prism=${1:?usage: test_cli.sh [--cuda] PRISM}
+if [ "$1" = "--part" ]; then part=$2; shift 2; fi
+prism=${1:?usage: test_cli.sh [--cuda] [--part NAME] PRISM}
 case $prism in /*) ;; *) prism=$PWD/$prism ;; esac   # some cases run in another folder
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -106,6 +109,13 @@ if [ $cuda = 1 ]; then
     exit 0
 fi
 
+# shared by the parts below: the tiny training sizes and a small text for lm
+tiny="--set d_model=8 --set seq_len=16 --set train.batch=4 --set train.eval_batches=1"
+i=0; while [ $i -lt 40 ]; do echo "the quick brown fox jumps over the lazy dog"; i=$((i + 1)); done > "$tmp/text.txt"
+
+# The CPU cases come in four parts, each standing alone, so ctest can run them
+# side by side (--part NAME); without --part all four run in order.
+part_commands() {
 # the command itself
 expect 2 "usage: prism <command>"
 expect 0 "commands:" --help
@@ -181,7 +191,9 @@ expect 2 "prism bench recurrence: --chunks wants up to 4 comma-separated integer
 expect 2 "prism bench recurrence: --reps wants an integer from 1 to 100000, not 'abc'" bench recurrence --reps abc
 expect 2 "prism bench recurrence: --warmup wants an integer from 0 to 100000, not '-1'" bench recurrence --warmup -1
 expect 2 "prism bench recurrence: option --size needs a value" bench recurrence --size
+}
 
+part_inspect() {
 # data rec: the synthetic set, and small files written here
 expect 0 "usage: prism data rec" data rec --help
 expect 2 "usage: prism data rec" data
@@ -299,7 +311,9 @@ expect 2 "prism bench block: --T wants an integer from 1" bench block --T 0
 expect 2 "prism bench block: --device wants" bench block --device tpu
 expect 2 "prism bench block: unknown mixer 'rwkv'" bench block --mixer rwkv
 expect 0 '{"mamba":{' bench block --mixer mamba --preset probe --B 1 --T 3 --iters 1 --device cpu
+}
 
+part_runs() {
 # convert
 expect 0 "usage: prism convert" convert --help
 expect 2 "prism convert: give exactly one of --from-fla DIR and --to-fla DIR" convert --checkpoint a --config b
@@ -323,7 +337,6 @@ b=$("$prism" model --config "$tmp/back.json" --checkpoint "$tmp/back.safetensors
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok    logits after fla and back"; else
     echo "FAIL  logits differ after converting to fla and back"; failed=$((failed + 1)); fi
 # train, eval, generate (tiny models, a few steps)
-tiny="--set d_model=8 --set seq_len=16 --set train.batch=4 --set train.eval_batches=1"
 run=$tmp/run
 expect 0 "usage: prism train" train --help
 expect 0 "train.lr" train --help
@@ -426,7 +439,6 @@ unset PRISM_NCCL_LIB
 expect 0 '"steps":2' train --model prism --task parity $tiny --steps 2 --procs 2 --out "$tmp/dp"
 expect 1 "nothing/config.json: cannot open" eval --run "$tmp/nothing"
 expect 2 "prism eval: --run DIR is required" eval
-i=0; while [ $i -lt 40 ]; do echo "the quick brown fox jumps over the lazy dog"; i=$((i + 1)); done > "$tmp/text.txt"
 # shellcheck disable=SC2086
 expect 0 '"bpb"' train --model gdn --task lm --data "$tmp/text.txt" $tiny --steps 3 --out "$tmp/lm"
 expect 0 "the quick" generate --run "$tmp/lm" --prompt "the quick" --tokens 8 --top-k 5 --seed 2
@@ -470,7 +482,9 @@ expect 1 "prism train: $tmp/none.csv: cannot open" train --task rec --set "rec.d
 # shellcheck disable=SC2086
 expect 1 "prism train: rec.n_items: set to 5, but the data (train.rec.data) has 30 items" train $rec \
     --set rec.n_items=5 --steps 1 --out "$tmp/rec5"
+}
 
+part_grids() {
 # ablate: a tiny grid, resumed cell by cell; compare; bench throughput
 g=$tmp/grid.json
 printf '{"models":["prism","gdn"],"tasks":["parity"],"seeds":2,"steps":4,"set":{"d_model":8,"seq_len":16,"train.batch":4,"train.eval_batches":1}}' >"$g"
@@ -654,6 +668,13 @@ expect 0 "total" model --model prism --set d_model=65536
 out_has_line "^training step \(f32, AdamW, batch 32 x seq_len 128\): parameters [0-9.]+ GB, .* total about [0-9.]+ TB$"
 expect 2 "prism model: the" model --model prism --set d_model=65536 --save "$tmp/big.safetensors"
 out_has_line "parameters need [0-9.]+ GB, more than the [0-9.]+ [KMG]?B the host has available"
+}
+
+case $part in
+all) part_commands; part_inspect; part_runs; part_grids ;;
+commands | inspect | runs | grids) "part_$part" ;;
+*) echo "test_cli.sh: --part wants commands, inspect, runs or grids, not '$part'"; exit 2 ;;
+esac
 
 [ $failed = 0 ] || { echo "$failed CLI case(s) failed"; exit 1; }
 echo "every CLI case passed"

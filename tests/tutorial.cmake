@@ -58,4 +58,4 @@ if(TARGET tutorial_new_rule)
 endif()
 add_test(NAME tutorial_commands COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/tutorial.sh ${tutorial_md}
          ${CMAKE_CURRENT_BINARY_DIR})
-set_tests_properties(tutorial_commands PROPERTIES LABELS cpu)
+set_tests_properties(tutorial_commands PROPERTIES LABELS cpu TIMEOUT 600)

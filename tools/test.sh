@@ -17,7 +17,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 cmake -S . -B build-asan -DPRISM_CUDA=OFF -DPRISM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$jobs"
-ctest --test-dir build-asan --output-on-failure -L cpu
+ctest --test-dir build-asan --output-on-failure -L cpu -j"$jobs"   # the tests are sized for -j2 on two cores
 
 fuzz_rc=0
 PRISM_FUZZ_JOBS=$jobs tools/fuzz.sh all "${PRISM_FUZZ_SECONDS:-24}" || fuzz_rc=$?
