@@ -45,6 +45,9 @@ static const key_info keys[] = {
     {"block", KEY_CHOICE, F(block), "prenorm", "prenorm|sasrec",
      "prenorm: h + mixer(norm(h)), h + mlp(norm(h)); sasrec: SASRec's blocks (rec, attn, layernorm; see models/README.md)"},
     {"dropout", KEY_FLOAT, F(dropout), "0", "0..0.99", "dropout rate while training (sasrec blocks)"},
+    {"match_attn", KEY_BOOL, F(match_attn), "false", "true|false",
+     "size every block like attn's: blocks without an MLP (mamba2, mamba) come 2 * n_layers, any other mixer's "
+     "MLP width takes up the difference between its layer's parameters and attn's (models/README.md)"},
     {"tie_embeddings", KEY_BOOL, F(tie_embeddings), "true", "true|false", "the LM head is the embedding's transpose"},
     {"ignore_index", KEY_INT, F(ignore_index), "-100", "-2147483647..2147483647", "target id left out of the loss"},
     {"seed", KEY_INT, F(seed), "1", "0..2147483647", "init seed (with each parameter's path)"},
@@ -61,7 +64,7 @@ static const key_info keys[] = {
     {"prism.knorm", KEY_BOOL, F(prism_knorm), "true", "true|false",
      "L2-normalize each refinement key k_l (and q in form paper); off: the paper read literally"},
     {"prism.proj_rank", KEY_INT, F(prism_proj_rank), "0", "0..65536",
-     "rank of the refinement projections W_k, W_p: 0 full, r > 0 factorised in -> r -> out"},
+     "form paper: rank of the refinement projections W_k, W_p: 0 full, r > 0 factorised D -> r -> out"},
     {"prism.conv_width", KEY_INT, F(prism_conv_width), "0", "0..64", "width of the anchor's ShortConv; 0: conv_width"},
     {"prism.a_bias", KEY_FLOAT, F(prism_a_bias), "3", "-20..20",
      "form paper: init of the decay's bias b_a (a = sigmoid(b_a) at init: 0.95 for 3)"},
@@ -136,14 +139,17 @@ static const struct { const char *name, *json; } presets[] = {
     {"probe-authors", "{\"d_model\":16,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\",\"mlp\":\"gelu\","
                       "\"mlp_mult\":4,\"seq_len\":128,\"vocab\":32,\"prism\":{\"L\":2},"
                       "\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
+    /* rec-small and lm-130m compare mixers at one size (match_attn); PRISM's W_k, W_p
+     * factorised as the authors' code does: rank D/4 (their probe code) and 128 (their LM) */
     {"rec-small", "{\"task\":\"rec\",\"d_model\":64,\"n_layers\":2,\"n_heads\":2,\"seq_len\":50,"
+                  "\"match_attn\":true,\"prism\":{\"proj_rank\":16},"
                   "\"rec\":{\"n_items\":1000},\"mamba2\":{\"head_dim\":32,\"d_state\":32}}"},
     /* BASELINES.md 6.2 (ML-1M): d 50, 2 blocks, 1 head, maxlen 200, dropout 0.2, W1, W2 [d,d], LN eps 1e-8 */
     {"sasrec", "{\"task\":\"rec\",\"mixer\":\"attn\",\"block\":\"sasrec\",\"d_model\":50,\"n_layers\":2,"
                "\"n_heads\":1,\"seq_len\":200,\"norm\":\"layernorm\",\"norm_eps\":1e-8,\"mlp\":\"relu\","
                "\"mlp_mult\":1,\"dropout\":0.2,\"attn\":{\"rope\":false,\"bias\":true}}"},
     {"lm-130m", "{\"d_model\":768,\"n_layers\":8,\"n_heads\":8,\"vocab\":32000,\"seq_len\":1024,"
-                "\"mlp_mult\":2.6666666666666665}"},
+                "\"mlp_mult\":2.6666666666666665,\"match_attn\":true,\"prism\":{\"proj_rank\":128}}"},
 };
 const char *const pr_config_presets[] = {"probe", "probe-authors", "rec-small", "sasrec", "lm-130m", NULL};
 

@@ -13,11 +13,48 @@
 
 #include "models/models.h"
 
-static bool has_mlp(const pr_model *m)
+static bool config_has_mlp(const pr_config *c)
 {
-    const char *k = m->cfg.mlp;
+    const char *k = c->mlp;
+    const pr_mixer_def *def = pr_mixer_by_name(c->mixer);
     return strcmp(k, "swiglu") == 0 || strcmp(k, "gelu") == 0 || strcmp(k, "relu") == 0 ||
-           (strcmp(k, "auto") == 0 && m->mixer->mlp);
+           (strcmp(k, "auto") == 0 && def && def->mlp);
+}
+
+static bool has_mlp(const pr_model *m) { return config_has_mlp(&m->cfg); }
+
+int64_t pr_config_mixer_params(const pr_config *c)
+{
+    pr_params *r = pr_params_new(PR_F32, PR_CPU);
+    pr_params_push(r, "mixer");
+    pr_mixer_by_name(c->mixer)->build(r, c);
+    int64_t n = pr_params_count(r);
+    pr_params_free(r);
+    return n;
+}
+
+/* match_attn: a block without an MLP is about half a Transformer layer (the Mamba
+ * papers stack twice as many); a block with one gives back (or takes) the
+ * difference between its mixer's parameters and attn's through its MLP's hidden
+ * width F: SwiGLU holds 3D weights a unit, GELU/ReLU 2D and a bias */
+pr_config pr_config_resolve(const pr_config *c)
+{
+    pr_config r = *c;
+    r.match_attn = false;
+    if (!c->match_attn) return r;
+    if (!config_has_mlp(c)) {
+        r.n_layers = 2 * c->n_layers;
+        return r;
+    }
+    pr_config attn = *c;
+    snprintf(attn.mixer, sizeof attn.mixer, "attn");
+    int64_t diff = pr_config_mixer_params(c) - pr_config_mixer_params(&attn), D = c->d_model;
+    bool gelu = strcmp(c->mlp, "gelu") == 0 || strcmp(c->mlp, "relu") == 0;
+    int64_t unit = gelu ? 2 * D + 1 : 3 * D, F = (int64_t)llround(c->mlp_mult * D);
+    int64_t F2 = F - (int64_t)llround((double)diff / (double)unit);
+    if (F2 < 1) F2 = 1;
+    r.mlp_mult = (double)F2 / (double)D;
+    return r;
 }
 
 /* GELU and ReLU MLPs carry biases; SwiGLU carries a gate instead */
@@ -54,7 +91,8 @@ static pr_model *model_build(const pr_config *c, pr_dtype dt, pr_device dev, boo
     if (pr_config_check(c, &err)) pr_fatal("%s", err.msg);
     pr_model *m = calloc(1, sizeof *m);
     PR_CHECK(m, "model: out of host memory");
-    m->cfg = *c;
+    m->cfg = pr_config_resolve(c);
+    c = &m->cfg;
     m->mixer = pr_mixer_by_name(c->mixer);
     m->params = pr_params_new(dt, dev);
     m->params->shapes_only = shapes_only;

@@ -58,6 +58,7 @@ typedef struct pr_config {
     int attn_shortconv, linattn_shortconv;   /* width of the conv before the layer; 0: none */
     char block[16];
     double dropout;
+    bool match_attn;            /* size every block like attn's (pr_config_resolve) */
     int mamba_expand, mamba_d_state, mamba_dt_rank;
     int rec_n_items;
     int mom_memories, mom_topk;
@@ -87,6 +88,13 @@ int pr_config_set(pr_config *c, const char *key_value, pr_err *err);
 bool pr_config_number(const char *s, double *out);
 /* cross-field checks (divisibility, ranges); -1 with err naming the key */
 int pr_config_check(const pr_config *c, pr_err *err);
+/* the sizes a model is built with: with match_attn, blocks without an MLP come
+ * 2 * n_layers, and any other mixer's MLP hidden width (mlp_mult) takes up the
+ * difference between its layer's parameters and attn's (models/README.md); the
+ * result has match_attn off, so resolving twice changes nothing */
+pr_config pr_config_resolve(const pr_config *c);
+/* the parameters of one mixer layer of config c (built on the CPU and dropped) */
+int64_t pr_config_mixer_params(const pr_config *c);
 /* the table of keys: `key  type  default  allowed  meaning`, one a line */
 void pr_config_print_help(FILE *f);
 /* the same table in Markdown (models/README.md holds a copy; a test compares) */

@@ -18,8 +18,8 @@
  *   r = v - u;  k_l, p_l, beta_l, d_l from u as above;  kx_l = k_l, vx_l = beta_l d_l
  *   o = prism_core recurrence;  y as in gdn.
  *
- * knorm=off drops the l2n on k_l (and on q in form paper); proj_rank = r > 0
- * factorises W_k and W_p through r. L = 0 registers the gdn parameters only
+ * knorm=off drops the l2n on k_l (and on q in form paper); in form paper,
+ * proj_rank = r > 0 factorises W_k and W_p through r (form augmented keeps them full). L = 0 registers the gdn parameters only
  * and runs the gdn rule in both forms: it IS the gdn layer.
  * State slots: 0..2 the gdn q, k, v conv windows, 3 the recurrent state, 4 the anchor's window. */
 #include <math.h>
@@ -73,11 +73,11 @@ static pr_tensor *bias_new(pr_params *r, const char *name, int i, double value, 
     return pr_param_new(r, path, (pr_init){PR_INIT_CONST, value, 0}, false, PR_DIMS(n));
 }
 
-/* the refinement projections of step i, reading the anchor of width A */
-static void build_step(pr_params *r, const pr_config *c, prism_layer *l, int i, int64_t A)
+/* the refinement projections of step i, reading the anchor of width A; W_k and W_p
+ * factorised through `rank` when it is > 0 */
+static void build_step(pr_params *r, const pr_config *c, prism_layer *l, int i, int64_t A, int rank)
 {
     int64_t H = c->n_heads, HK = H * pr_config_head_dim(c), HV = H * pr_config_value_dim(c);
-    int rank = c->prism_proj_rank;
     l->k[i] = proj_new(r, c, "w_k", i, A, HK, rank);
     if (c->prism_gain) {
         l->p[i] = proj_new(r, c, "w_p", i, A, HV, rank);
@@ -106,7 +106,7 @@ static void build_paper(pr_params *r, const pr_config *c, prism_layer *l)
     l->v_proj = pr_param_new(r, "v_proj", w, true, PR_DIMS(D, D));
     l->a_proj = pr_param_new(r, "a_proj", w, true, PR_DIMS(D, H));
     l->a_bias = pr_param_new(r, "a_bias", (pr_init){PR_INIT_CONST, c->prism_a_bias, 0}, false, PR_DIMS(H));
-    for (int i = 0; i < c->prism_L; i++) build_step(r, c, l, i, D);
+    for (int i = 0; i < c->prism_L; i++) build_step(r, c, l, i, D, c->prism_proj_rank);
     l->o_proj = pr_param_new(r, "o_proj", w, true, PR_DIMS(D, D));
 }
 
@@ -117,7 +117,7 @@ static void build_augmented(pr_params *r, const pr_config *c, prism_layer *l)
     pr_gdn_base_build(r, c, &l->base, true, c->gdn_gate);
     l->u_proj = pr_param_new(r, "u_proj", w, true, PR_DIMS(D, HV));
     if (c->prism_shortconv) l->u_conv = pr_param_new(r, "u_conv", w, true, PR_DIMS(HV, anchor_width(c)));
-    for (int i = 0; i < c->prism_L; i++) build_step(r, c, l, i, HV);
+    for (int i = 0; i < c->prism_L; i++) build_step(r, c, l, i, HV, 0);
 }
 
 static void *prism_build(pr_params *r, const pr_config *c)

@@ -613,8 +613,8 @@ expect 0 "usage: prism bench throughput" bench throughput --help
 expect 0 "| gdn |" bench throughput --models prism,gdn --seq-lens 8,16 --tokens-per-batch 32 --preset probe \
     --set d_model=8 --steps 1 --warmup 0 --device cpu --out "$tmp/tp"
 # the flatness column: T=16's tokens/s over T=8's on each row ($out: the run above)
-out_has_line '^[|] model [|] T=8 [|] T=16 [|] T=16 / T=8 [|]$'
-out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9]{3} [|]$'
+out_has_line '^[|] model [|] params [|] T=8 [|] T=16 [|] T=16 / T=8 [|]$'
+out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9]{3} [|]$'
 file_has "prism,16,2," "$tmp/tp/throughput.csv"
 file_has "<svg" "$tmp/tp/throughput.svg"
 expect 0 "| recurrence | mixer | bwd | 2 |" bench throughput --models prism --seq-lens 16 --tokens-per-batch 32 \

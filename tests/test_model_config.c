@@ -408,6 +408,45 @@ static void test_checkpoint_roundtrip(void **state)
     pr_model_free(wide);
 }
 
+/* lm-130m and rec-small size every mixer like attn (match_attn): within 10% of its count */
+static void test_presets_match_attn(void **state)
+{
+    (void)state;
+    const char *presets[] = {"lm-130m", "rec-small"};
+    for (int p = 0; p < 2; p++) {
+        int64_t counts[16], attn = 0;
+        for (int i = 0; pr_mixers[i]; i++) {
+            pr_config c = pr_config_default();
+            pr_err err;
+            char kv[64];
+            snprintf(kv, sizeof kv, "mixer=%s", pr_mixers[i]->name);
+            assert_int_equal(pr_config_preset(&c, presets[p], &err), 0);
+            assert_int_equal(pr_config_set(&c, kv, &err), 0);
+            pr_model *m = pr_model_new(&c, PR_F32, PR_CPU);   /* not initialized: only the shapes count */
+            counts[i] = pr_params_count(m->params);
+            pr_model_free(m);
+            if (strcmp(pr_mixers[i]->name, "attn") == 0) attn = counts[i];
+        }
+        assert_true(attn > 0);
+        for (int i = 0; pr_mixers[i]; i++) {
+            double ratio = (double)counts[i] / (double)attn;
+            fprintf(stderr, "  %-9s %-10s %10lld params, %.3f x attn\n", presets[p], pr_mixers[i]->name,
+                    (long long)counts[i], ratio);
+            assert_true(ratio >= 0.9 && ratio <= 1.1);
+        }
+    }
+    /* resolving twice changes nothing; without match_attn mamba2 keeps n_layers */
+    pr_config c = pr_config_default();
+    pr_err err;
+    assert_int_equal(pr_config_preset(&c, "lm-130m", &err), 0);
+    assert_int_equal(pr_config_set(&c, "mixer=mamba2", &err), 0);
+    pr_config r = pr_config_resolve(&c), rr = pr_config_resolve(&r);
+    assert_int_equal(r.n_layers, 16);
+    assert_int_equal(rr.n_layers, 16);
+    assert_int_equal(pr_config_set(&c, "match_attn=false", &err), 0);
+    assert_int_equal(pr_config_resolve(&c).n_layers, 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_keyed_init_independence),
         cmocka_unit_test(test_keyed_init_models),
         cmocka_unit_test(test_paper_form_init),
+        cmocka_unit_test(test_presets_match_attn),
         cmocka_unit_test(test_recurrence_chunk),
         cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_aliases_and_widths),

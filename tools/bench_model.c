@@ -66,6 +66,7 @@ static int bench_one(const block_opts *o, const char *mixer, char *json, size_t 
         fprintf(stderr, "prism bench block: %s\n", err.msg);
         return 2;
     }
+    c = pr_config_resolve(&c);   /* one block as the preset sizes it (match_attn) */
     c.n_layers = 1;
     double need = pr_atlas_step_bytes(&c, o->B, o->T);
     if (need > PR_BENCH_MAX_STEP_BYTES) {   /* a size that cannot fit: a row that says so, not a crash */

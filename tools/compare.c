@@ -292,8 +292,11 @@ static void throughput_usage(FILE *f)
                "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
                "figure is the median of --steps timed steps (default 3) after --warmup (default 1).\n"
                "Writes DIR/throughput.csv and DIR/throughput.svg (tokens/s against T, log x; DIR\n"
-               "defaults to runs/throughput) and prints the table; with several lengths its last\n"
-               "column is the last length's tokens/s over the first's (1.000: flat in T).\n"
+               "defaults to runs/throughput) and prints the table; each model's parameter count\n"
+               "stands beside its figures (the table's params column, the CSV's last, the legend);\n"
+               "with several lengths the last column is the last length's tokens/s over the\n"
+               "first's (1.000: flat in T). The lm-130m and rec-small presets size every mixer\n"
+               "like attn (match_attn, models/README.md).\n"
                "--tf32: CUDA matmuls on TF32 tensor cores (default full fp32).\n"
                "--breakdown: after the timed steps, one more step\n"
                "per model and length with the device idle between ops, and a table of where its time\n"
@@ -305,8 +308,8 @@ static void throughput_usage(FILE *f)
                "grads are all-reduced in 25 MB buckets during the backward. Each figure is then the\n"
                "whole batch's tokens/s, beside the one-GPU figure measured in the same run (every\n"
                "GPU alone, the whole batch) and the scaling efficiency, N-GPU / (N x one-GPU); the\n"
-               "CSV gains the columns ranks, tokens_per_s_1, efficiency. --procs N: the same on the\n"
-               "CPU (shared memory between the processes).\n");
+               "CSV gains the columns ranks, tokens_per_s_1, efficiency (before params). --procs N:\n"
+               "the same on the CPU (shared memory between the processes).\n");
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -374,8 +377,9 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
  * counted are the whole batch's (every rank's). breakdown: the folder for one
  * profiled step's table (NULL: none; one process only) */
 static double throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                             int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown)
+                             int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown, int64_t *params)
 {
+    *params = -1;
     pr_config c = *base;
     pr_err err;
     char kv[2][64];
@@ -396,6 +400,7 @@ static double throughput_one(const pr_config *base, const char *mixer, int64_t T
     PR_CHECK(ids, "bench throughput: out of host memory");
     for (int64_t i = 0; i < B * T + 1; i++) ids[i] = (int32_t)(pr_philox_uniform(1, 0, (uint64_t)i) * c.vocab);
     pr_model *m = pr_model_new(&c, PR_F32, dev);
+    *params = pr_params_count(m->params);
     pr_model_init(m);
     pr_optim_opts oo = {.kind = PR_OPTIM_ADAMW, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
     pr_optim *opt = pr_optim_new(m->params, &oo);
@@ -466,21 +471,21 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
 
 /* the CSV and the SVG; with ranks > 1, tps1 holds the one-process figures and
  * the CSV adds them and the scaling efficiency */
-static int throughput_files(const throughput_args *t, const double *tps, const double *tps1, int ranks,
-                            const char *dev_name)
+static int throughput_files(const throughput_args *t, const double *tps, const double *tps1, const int64_t *params,
+                            int ranks, const char *dev_name)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/throughput.csv", t->out);
     FILE *f = fopen(path, "w");
     if (!f) return fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno)), 1;
-    fprintf(f, "model,seq_len,batch,tokens_per_s%s\n", ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
+    fprintf(f, "model,seq_len,batch,tokens_per_s%s,params\n", ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
     for (int m = 0; m < t->n_models; m++)
         for (int i = 0; i < t->n_lens; i++) {
             int k = m * t->n_lens + i;
             fprintf(f, "%s,%lld,%lld,%.1f", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
                     tps[k]);
             if (ranks > 1) fprintf(f, ",%d,%.1f,%.4f", ranks, tps1[k], tps[k] / (ranks * tps1[k]));
-            fprintf(f, "\n");
+            fprintf(f, ",%lld\n", (long long)params[m]);
         }
     if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
     char title[160];
@@ -489,7 +494,13 @@ static int throughput_files(const throughput_args *t, const double *tps, const d
     pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
     double xs[32];
     for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
-    for (int m = 0; m < t->n_models; m++) pr_plot_add(&p, t->names[m], t->n_lens, xs, tps + m * t->n_lens);
+    static char labels[MAX_MODELS][96];   /* the legend names each model's size */
+    for (int m = 0; m < t->n_models; m++) {
+        double n = (double)params[m];
+        if (n >= 1e6) snprintf(labels[m], sizeof labels[m], "%s (%.1fM params)", t->names[m], n / 1e6);
+        else snprintf(labels[m], sizeof labels[m], "%s (%.1fk params)", t->names[m], n / 1e3);
+        pr_plot_add(&p, labels[m], t->n_lens, xs, tps + m * t->n_lens);
+    }
     pr_err err;
     snprintf(path, sizeof path, "%s/throughput.svg", t->out);
     int rc = pr_plot_save(&p, path, &err);
@@ -541,14 +552,14 @@ static bool throughput_has_ratio(const throughput_args *t, int ranks) { return r
  * then the flatness column */
 static void throughput_header(const throughput_args *t, int ranks)
 {
-    printf("| model |");
+    printf("| model | params |");
     for (int i = 0; i < t->n_lens; i++)
         if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff |", (long long)t->lens[i], ranks);
         else printf(" T=%lld |", (long long)t->lens[i]);
     bool ratio = throughput_has_ratio(t, ranks);
     if (ratio) printf(" T=%lld / T=%lld |", (long long)t->lens[t->n_lens - 1], (long long)t->lens[0]);
     printf("\n|---|");
-    for (int i = 0; i < t->n_lens * (ranks > 1 ? 3 : 1) + ratio; i++) printf("---|");
+    for (int i = 0; i < 1 + t->n_lens * (ranks > 1 ? 3 : 1) + ratio; i++) printf("---|");
     printf("\n");
 }
 
@@ -583,6 +594,7 @@ int pr_bench_throughput(int argc, char **argv)
     /* ranks other than 0 measure alike but stay silent */
     bool talk = !comm || comm->rank == 0;
     static double tps[MAX_MODELS * 32], tps1[MAX_MODELS * 32];
+    static int64_t params[MAX_MODELS];
     if (talk) {
         pr_err err;   /* the output folder and its parents, as --out runs/x/y expects */
         if (pr_make_dirs(t.out, &err)) {   /* with other ranks waiting on this one, go on: the CSV will fail */
@@ -593,14 +605,16 @@ int pr_bench_throughput(int argc, char **argv)
     }
     int failed = 0;
     for (int m = 0; m < t.n_models; m++) {
-        if (talk) printf("| %s |", t.names[m]);
         for (int i = 0; i < t.n_lens; i++) {
             int k = m * t.n_lens + i;
+            int64_t n = -1;
             /* one rank: every rank at once on its own device, the whole batch, no messages */
             if (ranks > 1)
-                tps1[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, NULL, NULL);
+                tps1[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, NULL, NULL, &n);
             tps[k] = throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, comm,
-                                   t.breakdown && !comm ? t.out : NULL);
+                                   t.breakdown && !comm ? t.out : NULL, &n);
+            if (i == 0) params[m] = n;   /* the same at every length */
+            if (talk && i == 0) printf(n >= 0 ? "| %s | %lld |" : "| %s | - |", t.names[m], (long long)n);
             failed += !isfinite(tps[k]);
             if (talk && ranks > 1) printf(isfinite(tps[k]) ? " %.0f | %.0f | %.2f |" : " - | - | - |", tps1[k], tps[k],
                                           tps[k] / (ranks * tps1[k]));
@@ -619,5 +633,5 @@ int pr_bench_throughput(int argc, char **argv)
     }
     if (!talk) return failed ? 1 : 0;
     if (t.breakdown && ranks == 1) print_breakdowns(&t, tps);
-    return throughput_files(&t, tps, tps1, ranks, pr_device_name(dev)) || failed ? 1 : 0;
+    return throughput_files(&t, tps, tps1, params, ranks, pr_device_name(dev)) || failed ? 1 : 0;
 }

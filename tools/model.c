@@ -1,10 +1,12 @@
 /* tools/model.c: `prism model`: builds a model from a preset, a config file
  * and key=value overrides, and prints its parameter table by path. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
 #include "models/models.h"
 #include "tools/tools.h"
 
@@ -73,13 +75,28 @@ static void print_estimate(const pr_model_estimate *e, int batch, int seq_len)
            pr_bytes_text(a, sizeof a, e->activation_bytes), pr_bytes_text(t, sizeof t, e->total_bytes));
 }
 
-static void print_table(const pr_model *m, const char *preset, int batch)
+/* what the sizes came from: PRISM's form, and the blocks or MLP width match_attn chose */
+static void print_sizing(const pr_model *m, const pr_config *asked)
+{
+    const pr_config *c = &m->cfg;
+    if (strcmp(c->mixer, "prism") == 0)
+        printf("prism layer: form %s, L = %d (docs/PRISM.md)\n", c->prism_form, c->prism_L);
+    if (!asked->match_attn) return;
+    if (c->n_layers != asked->n_layers)
+        printf("match_attn: %d blocks, twice n_layers %d (no MLP in a block)\n", c->n_layers, asked->n_layers);
+    else
+        printf("match_attn: MLP width %lld (%lld unmatched) to hold attn's parameters a block\n",
+               llround(c->mlp_mult * c->d_model), llround(asked->mlp_mult * asked->d_model));
+}
+
+static void print_table(const pr_model *m, const pr_config *asked, const char *preset, int batch)
 {
     const pr_params *r = m->params;
     char shape[64];
     for (int i = 0; i < r->n; i++)
         printf("%-40s %-16s %12lld\n", r->p[i].path, pr_shape_str(r->p[i].t, shape, sizeof shape),
                (long long)r->p[i].t->numel);
+    print_sizing(m, asked);
     long long total = (long long)pr_params_count(r);
     printf("total %lld parameters in %d tensors\n", total, r->n);
     pr_model_estimate e;
@@ -153,7 +170,7 @@ int pr_cmd_model(int argc, char **argv)
     } else if (n_tokens) {
         rc = print_logits(m, tokens, n_tokens);
     } else {
-        print_table(m, preset, batch);
+        print_table(m, &c, preset, batch);
     }
     pr_model_free(m);
     return rc;
