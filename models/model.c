@@ -33,27 +33,47 @@ int64_t pr_config_mixer_params(const pr_config *c)
     return n;
 }
 
-/* match_attn: a block without an MLP is about half a Transformer layer (the Mamba
- * papers stack twice as many); a block with one gives back (or takes) the
- * difference between its mixer's parameters and attn's through its MLP's hidden
- * width F: SwiGLU holds 3D weights a unit, GELU/ReLU 2D and a bias */
+/* a block's parameters at MLP hidden width F: norm1, the mixer, and norm2 plus
+ * the MLP when it has one (SwiGLU: 3DF; GELU/ReLU: 2DF and biases F + D) */
+static int64_t block_params(const pr_config *c, int64_t mixer, int64_t F)
+{
+    int64_t D = c->d_model, norm = strcmp(c->norm, "layernorm") == 0 ? 2 * D : D;
+    if (!config_has_mlp(c)) return norm + mixer;
+    bool gelu = strcmp(c->mlp, "gelu") == 0 || strcmp(c->mlp, "relu") == 0;
+    return 2 * norm + mixer + (gelu ? 2 * D * F + F + D : 3 * D * F);
+}
+
+/* match_attn (models/README.md): the blocks hold as many parameters as attn's.
+ * A block without an MLP is about half a Transformer layer: twice the blocks,
+ * as the Mamba papers stack them, unless that misses attn's blocks by more than
+ * 10%. A block with an MLP gives back (or takes) the difference between its
+ * mixer and attn's through the MLP's hidden width, while an eighth of the width
+ * is left (less is no MLP to speak of). Where neither fits (a mixer that
+ * outweighs attn's whole block), the block count that comes closest. */
 pr_config pr_config_resolve(const pr_config *c)
 {
     pr_config r = *c;
     r.match_attn = false;
     if (!c->match_attn) return r;
-    if (!config_has_mlp(c)) {
+    pr_config attn = *c;
+    snprintf(attn.mixer, sizeof attn.mixer, "attn");
+    int64_t D = c->d_model, F = (int64_t)llround(c->mlp_mult * D), P_mixer = pr_config_mixer_params(c);
+    int64_t P_attn = pr_config_mixer_params(&attn);
+    double target = (double)c->n_layers * (double)block_params(&attn, P_attn, F);
+    if (config_has_mlp(c)) {
+        bool gelu = strcmp(c->mlp, "gelu") == 0 || strcmp(c->mlp, "relu") == 0;
+        int64_t unit = gelu ? 2 * D + 1 : 3 * D;
+        int64_t F2 = F - (int64_t)llround((double)(P_mixer - P_attn) / (double)unit);
+        if (8 * F2 >= F) {
+            r.mlp_mult = (double)F2 / (double)D;
+            return r;
+        }
+    } else if (fabs(2.0 * c->n_layers * (double)block_params(c, P_mixer, F) - target) <= 0.1 * target) {
         r.n_layers = 2 * c->n_layers;
         return r;
     }
-    pr_config attn = *c;
-    snprintf(attn.mixer, sizeof attn.mixer, "attn");
-    int64_t diff = pr_config_mixer_params(c) - pr_config_mixer_params(&attn), D = c->d_model;
-    bool gelu = strcmp(c->mlp, "gelu") == 0 || strcmp(c->mlp, "relu") == 0;
-    int64_t unit = gelu ? 2 * D + 1 : 3 * D, F = (int64_t)llround(c->mlp_mult * D);
-    int64_t F2 = F - (int64_t)llround((double)diff / (double)unit);
-    if (F2 < 1) F2 = 1;
-    r.mlp_mult = (double)F2 / (double)D;
+    long n = lround(target / (double)block_params(c, P_mixer, F));
+    r.n_layers = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
     return r;
 }
 

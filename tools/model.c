@@ -82,8 +82,10 @@ static void print_sizing(const pr_model *m, const pr_config *asked)
     if (strcmp(c->mixer, "prism") == 0)
         printf("prism layer: form %s, L = %d (docs/PRISM.md)\n", c->prism_form, c->prism_L);
     if (!asked->match_attn) return;
-    if (c->n_layers != asked->n_layers)
+    if (c->n_layers == 2 * asked->n_layers)
         printf("match_attn: %d blocks, twice n_layers %d (no MLP in a block)\n", c->n_layers, asked->n_layers);
+    else if (c->n_layers != asked->n_layers)
+        printf("match_attn: %d blocks for n_layers %d, to hold attn's parameters\n", c->n_layers, asked->n_layers);
     else
         printf("match_attn: MLP width %lld (%lld unmatched) to hold attn's parameters a block\n",
                llround(c->mlp_mult * c->d_model), llround(asked->mlp_mult * asked->d_model));
