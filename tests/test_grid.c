@@ -178,6 +178,10 @@ static void test_keep(void **state)
     for (int v = 0; v < 6; v++) assert_string_equal(grid.variant[v].set[1], "prism.form=paper");
     assert_string_equal(grid.variant[5].set[2], "prism.L=0");
     assert_string_equal(grid.variant[6].set[1], "prism.form=augmented");
+    /* the paper's Table 3 beside the variants it names, one figure per metric */
+    assert_string_equal(grid.variant[1].ref, "no refinement");
+    assert_true(pr_grid_ref_value(&grid, 0, 0) == .1409);   /* the table's metric: Hit@200 */
+    assert_true(isnan(pr_grid_ref_value(&grid, 5, 0)));      /* L=0 is not in the paper's table */
     assert_int_equal(pr_grid_load(&grid, "probe", &err), 0);
     assert_int_equal(pr_grid_keep(&grid, NULL, "mux", &err), 0);
     assert_int_equal(grid.n_variants, 15);
@@ -240,7 +244,7 @@ static void test_reference_column(void **state)
 {
     (void)state;
     pr_err err;
-    static const pr_grid_ref values[] = {{"T", "parity", 0.25}, {"T", "mux", 0.5}};
+    static const pr_grid_ref values[] = {{"T", "parity", 0.25, NULL}, {"T", "mux", 0.5, NULL}};
     assert_int_equal(pr_grid_parse(&grid, "{\"variants\":[{\"name\":\"a\",\"ref\":\"T\",\"set\":{\"mixer\":"
                                           "\"attn\"}},{\"name\":\"b\"}],\"tasks\":[\"parity\",\"lm\"]}", "r", &err),
                      0);

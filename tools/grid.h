@@ -38,9 +38,11 @@
  * value in the cell after ours ("0.512 ± 0.034 (paper 0.49)"), results.csv
  * adds a column and results.json a "reference" member per cell, where the
  * metric tabulated is the table's (`metric`); report.html reads the same
- * through pr_grid_ref_value. Only built-in grids carry a table (table4: the
- * paper's Table 4). */
-typedef struct { const char *row, *task; double value; } pr_grid_ref;
+ * through pr_grid_ref_value. A value may name a metric of its own (table3's
+ * Hit@200, Hit@500 and AUC on one task). Only built-in grids carry a table
+ * (table4: the paper's Table 4; table3: its Table 3). */
+/* metric: what this value measures when it is not the table's (NULL: the table's) */
+typedef struct { const char *row, *task; double value; const char *metric; } pr_grid_ref;
 typedef struct {
     const char *label;                /* the column's name: "paper"; NULL: no table */
     const char *source;               /* where the numbers are from, in words */
