@@ -39,14 +39,14 @@ void pr_model_estimate_step(const pr_config *c, int64_t batch, int64_t scored, i
                             pr_model_estimate *out)
 {
     pr_model *m = pr_model_shapes(c);
-    int64_t n = pr_params_count(m->params);
+    int64_t n = pr_params_count(m->params), blocks = m->cfg.n_layers;   /* as built (match_attn) */
     pr_model_free(m);
     bool rec = strcmp(c->task, "rec") == 0;
     double rows = scored > 0 ? (double)scored : rec ? (double)c->rec_n_items + 1 : (double)c->vocab;
     double tokens = (double)batch * (double)c->seq_len, f32 = 4;
     *out = (pr_model_estimate){.params = n, .param_bytes = f32 * (double)n, .grad_bytes = f32 * (double)n,
                                .optim_bytes = f32 * (double)n * optim_slots};
-    double width = (double)floats_per_width(c->mixer) * c->d_model * c->n_layers;
+    double width = (double)floats_per_width(c->mixer) * c->d_model * (double)blocks;
     /* atlas's per-token memories grow with K^2 (degree 2), not with d_model: its own estimate */
     out->activation_bytes = f32 * tokens * (width + LOGIT_COPIES * rows) + pr_atlas_step_bytes(c, batch, c->seq_len);
     out->total_bytes = out->param_bytes + out->grad_bytes + out->optim_bytes + out->activation_bytes;

@@ -26,6 +26,7 @@ static bool has_mlp(const pr_model *m) { return config_has_mlp(&m->cfg); }
 int64_t pr_config_mixer_params(const pr_config *c)
 {
     pr_params *r = pr_params_new(PR_F32, PR_CPU);
+    r->shapes_only = true;   /* the count needs no data */
     pr_params_push(r, "mixer");
     pr_mixer_by_name(c->mixer)->build(r, c);
     int64_t n = pr_params_count(r);

@@ -149,7 +149,7 @@ int pr_cmd_model(int argc, char **argv)
 
     if (!ckpt && !save && !n_tokens) {   /* the table needs shapes only: nothing allocated, whatever the size */
         pr_model *shapes = pr_model_shapes(&c);
-        print_table(shapes, preset, batch);
+        print_table(shapes, &c, preset, batch);
         pr_model_free(shapes);
         return 0;
     }
