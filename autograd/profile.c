@@ -3,14 +3,11 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 double pr_profile_clock(pr_device dev)
 {
     pr_device_sync(dev);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return pr_now_s();
 }
 
 /* "layers.3.mixer.conv" -> "mixer.conv": layers differ only by number */
