@@ -6,8 +6,9 @@
  *     training run's own task, optimizer and schedule from its checkpoint;
  *   - the tape of the first step as text and as Graphviz DOT;
  *   - --rank: the numerical rank of every token's write B_t, per layer and
- *     head (the PRISM paper's Rank-L claim: 1 for gdn, up to L+1 for prism),
- *     read off the recurrence nodes the forward recorded;
+ *     head (the PRISM paper's Rank-L claim: 1 for gdn, up to L for prism's
+ *     form paper, L + 1 for form augmented), read off the recurrence nodes
+ *     the forward recorded;
  *   - --dump STEP: every activation and gradient of one step as safetensors.
  * The last line printed is one JSON object. */
 #include <math.h>

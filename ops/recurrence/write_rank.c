@@ -2,8 +2,8 @@
  * of a recorded recurrence (the injection S_t = S_{t-1} A_t + B_t adds; the
  * forget path A_t is left out), which measures the PRISM paper's Rank-L
  * claim on real inputs: B_t = beta k v^T (rank 1) for the delta rules,
- * k v^T for linattn/ssd, beta k v^T + sum_l kx_l vx_l^T (up to L+1) for
- * prism_core.
+ * k v^T for linattn/ssd, beta k v^T + sum_l kx_l vx_l^T for prism_core (up
+ * to 1 + its extras: L in PRISM's form paper, L + 1 in form augmented).
  *
  * Singular values come from one-sided (Hestenes) Jacobi in f64: plane
  * rotations orthogonalize the columns pairwise until every pair is
