@@ -10,9 +10,10 @@
  * decoding (prefix, then token by token) must equal the CUDA whole sequence,
  * and the LM's loss and gradients must match the CPU's, as must SASRec's
  * sampled-negative loss and gradients (dropout off). PRISM's paper form has
- * cases of its own at odd sizes: D = 15 with 3 heads of 5, or one head of 7, T = 37
- * against chunks of 8 and 32, L = 1..3, factorised projections, knorm off,
- * the anchor without its conv. Skips without a GPU.
+ * cases of its own at odd sizes: D = 15 with 3 heads of 5, or one head of 7,
+ * T = 37 against chunks of 32 and 64 or the per-token form, L = 1..3,
+ * factorised projections, knorm off, the anchor without its conv. Skips
+ * without a GPU.
  */
 #include "tests/test_models_util.h"
 
