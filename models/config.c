@@ -55,7 +55,7 @@ static const key_info keys[] = {
     {"prism.form", KEY_CHOICE, F(prism_form), "paper", "paper|augmented",
      "PRISM layer: paper (Algorithm 1: every projection from the anchor U, write = first refinement) or "
      "augmented (Gated DeltaNet plus L extra refinement writes); docs/PRISM.md"},
-    {"prism.L", KEY_INT, F(prism_L), "2", "0..8", "PRISM refinement steps; 0 is Gated DeltaNet (both forms)"},
+    {"prism.L", KEY_INT, F(prism_L), "2", "0.." PR_STR(PR_PRISM_MAX_L), "PRISM refinement steps; 0 is Gated DeltaNet (both forms)"},
     {"prism.chunk", KEY_INT, F(prism_chunk), "32", "0..4096",
      "recurrence chunk size of PRISM with L >= 1 (L = 0 runs gdn with `chunk`); 0: per-token form"},
     {"prism.gelu", KEY_BOOL, F(prism_gelu), "true", "true|false", "GELU on each refinement (off: p * r)"},

@@ -17,6 +17,12 @@
 extern "C" {
 #endif
 
+/* The most PRISM refinement steps a layer takes: the layer keeps fixed arrays
+ * of this size, and the config's `prism.L` range is written from it. */
+#define PR_PRISM_MAX_L 8
+#define PR_STR_(x) #x
+#define PR_STR(x) PR_STR_(x)   /* a macro's value as a string literal */
+
 /* ---- config (models/config.c) ------------------------------------------------
  * One flat struct; its keys are dotted paths (`prism.L`). The table in
  * config.c gives every key's type, default, allowed values and meaning; the
@@ -33,7 +39,7 @@ typedef struct pr_config {
     int ignore_index;
     int seed;
     double init_std;
-    int prism_L, prism_chunk;   /* prism_chunk: prism_core's chunk (L >= 1) */
+    int prism_L, prism_chunk;   /* prism_L in 0..PR_PRISM_MAX_L; prism_chunk: prism_core's chunk (L >= 1) */
     char prism_form[16];        /* "paper" (Algorithm 1) or "augmented" (gdn plus refinement writes) */
     bool prism_gelu, prism_shortconv, prism_gain, prism_knorm;
     int prism_proj_rank;        /* 0: full W_k, W_p; r > 0: factorised through r */

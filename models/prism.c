@@ -27,7 +27,6 @@
 
 #include "models/models.h"
 
-#define PRISM_MAX_L 8
 enum { SLOT_H = 3, SLOT_U = 4 };
 
 /* x W (+ b), with W full [in,out] or factorised [in,r] [r,out] */
@@ -38,7 +37,7 @@ typedef struct {
     pr_gdn_base base;                        /* form augmented, and L = 0 in both forms */
     pr_tensor *u_proj, *u_conv;              /* the anchor: [in,out] when shortconv=off or augmented; [C,W] */
     pr_tensor *q_proj, *v_proj, *a_proj, *a_bias, *o_proj;   /* form paper: [D,HK] [D,D] [D,H] [H] [D,D] */
-    prism_proj k[PRISM_MAX_L], p[PRISM_MAX_L], beta[PRISM_MAX_L];
+    prism_proj k[PR_PRISM_MAX_L], p[PR_PRISM_MAX_L], beta[PR_PRISM_MAX_L];
 } prism_layer;
 
 static prism_proj proj_new(pr_params *r, const pr_config *c, const char *name, int i, int64_t in, int64_t out,
@@ -132,7 +131,7 @@ static void *prism_build(pr_params *r, const pr_config *c)
 
 /* the refinement steps from the anchor u [B,T,HV] and residual r: keys k [B,T,H,L,K] and
  * values [B,T,H,L,V], each step's value d_l; strengths beta [B,T,H,L,1] kept apart */
-typedef struct { pr_tensor *k[PRISM_MAX_L], *d[PRISM_MAX_L], *beta[PRISM_MAX_L]; } prism_steps;
+typedef struct { pr_tensor *k[PR_PRISM_MAX_L], *d[PR_PRISM_MAX_L], *beta[PR_PRISM_MAX_L]; } prism_steps;
 
 static prism_steps refine(pr_ctx *ctx, const prism_layer *l, const pr_config *c, pr_tensor *u, pr_tensor *r)
 {
@@ -155,7 +154,7 @@ static void extras(pr_ctx *ctx, const pr_config *c, const prism_steps *s, int fi
 {
     int n = c->prism_L - first;
     if (n <= 0) return;
-    pr_tensor *ks[PRISM_MAX_L], *vs[PRISM_MAX_L];
+    pr_tensor *ks[PR_PRISM_MAX_L], *vs[PR_PRISM_MAX_L];
     for (int i = 0; i < n; i++) {
         pr_tensor *k = s->k[first + i], *d = s->d[first + i], *b = s->beta[first + i];
         int64_t B = d->shape[0], T = d->shape[1], H = d->shape[2];

@@ -123,6 +123,12 @@ static void test_config_errors(void **state)
     expect_error(pr_config_set(&c, "mixer=rwkv", &err), &err, "allowed: prism|gdn|");
     expect_error(pr_config_set(&c, "d_model=12x", &err), &err, "'d_model' (not an integer");
     expect_error(pr_config_set(&c, "prism.L=9", &err), &err, "'prism.L' (out of range; allowed: 0..8)");
+    char at_bound[32], past_bound[32];   /* the range is PR_PRISM_MAX_L, the bound of prism.c's arrays */
+    snprintf(at_bound, sizeof at_bound, "prism.L=%d", PR_PRISM_MAX_L);
+    snprintf(past_bound, sizeof past_bound, "prism.L=%d", PR_PRISM_MAX_L + 1);
+    assert_int_equal(pr_config_set(&c, at_bound, &err), 0);
+    expect_error(pr_config_set(&c, past_bound, &err), &err, "'prism.L' (out of range");
+    assert_int_equal(pr_config_set(&c, "prism.L=2", &err), 0);
     expect_error(pr_config_set(&c, "prism.gain=maybe", &err), &err, "'prism.gain' (not a boolean; allowed: true|false)");
     expect_error(pr_config_set(&c, "norm_eps=nan", &err), &err, "'norm_eps'");
     expect_error(pr_config_set(&c, "d_model", &err), &err, "not key=value");
