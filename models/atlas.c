@@ -33,8 +33,8 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_M, SLOT_S, SLOT_WPHI, SLOT_WV, SLOT_WGAMMA, SLOT_M2, SLOT_S2 };
 
 typedef struct {
     pr_tensor *q_proj, *k_proj, *v_proj;     /* [D,HK] */
@@ -183,12 +183,12 @@ static pr_tensor *atlas_forward(pr_ctx *ctx, const void *layer, const pr_config 
     int64_t F = fk->shape[3];
     /* the window's earlier tokens go first: row c-1+t is token t */
     if (w > 1) {
-        fk = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, SLOT_WPHI, fk, w, F), fk}, 2);
-        v = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, SLOT_WV, v, w, K), v}, 2);
-        gamma = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, SLOT_WGAMMA, gamma, w, 1), gamma}, 2);
+        fk = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, PR_SLOT_ATLAS_WPHI, fk, w, F), fk}, 2);
+        v = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, PR_SLOT_ATLAS_WV, v, w, K), v}, 2);
+        gamma = pr_concat(ctx, 2, (pr_tensor *[]){window_start(ctx, st, PR_SLOT_ATLAS_WGAMMA, gamma, w, 1), gamma}, 2);
     }
     int n = is_mlp(c) ? 2 : 1;   /* the memory's matrices: M, or W1 and W2 */
-    const int m_slot[2] = {SLOT_M, SLOT_M2}, s_slot[2] = {SLOT_S, SLOT_S2};
+    const int m_slot[2] = {PR_SLOT_ATLAS_M, PR_SLOT_ATLAS_M2}, s_slot[2] = {PR_SLOT_ATLAS_S, PR_SLOT_ATLAS_S2};
     pr_tensor *m[2], *s[2] = {NULL, NULL};
     for (int i = 0; i < n; i++) {
         pr_tensor *init = !is_mlp(c) ? pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, H, F, K))
@@ -216,9 +216,9 @@ static pr_tensor *atlas_forward(pr_ctx *ctx, const void *layer, const pr_config 
         for (int i = 0; i < n; i++) st->slot[m_slot[i]] = m[i], st->slot[s_slot[i]] = s[i];
         if (w > 1) {
             int64_t rows = fk->shape[2];
-            st->slot[SLOT_WPHI] = pr_slice(ctx, fk, 2, rows - (w - 1), w - 1);
-            st->slot[SLOT_WV] = pr_slice(ctx, v, 2, rows - (w - 1), w - 1);
-            st->slot[SLOT_WGAMMA] = pr_slice(ctx, gamma, 2, rows - (w - 1), w - 1);
+            st->slot[PR_SLOT_ATLAS_WPHI] = pr_slice(ctx, fk, 2, rows - (w - 1), w - 1);
+            st->slot[PR_SLOT_ATLAS_WV] = pr_slice(ctx, v, 2, rows - (w - 1), w - 1);
+            st->slot[PR_SLOT_ATLAS_WGAMMA] = pr_slice(ctx, gamma, 2, rows - (w - 1), w - 1);
         }
     }
     pr_tensor *o = pr_transpose(ctx, concat_many(ctx, (int)T, outs, 2), 1, 2);   /* [B,T,H,V] */

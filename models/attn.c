@@ -16,8 +16,8 @@
 #include <math.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_K, SLOT_V, SLOT_CONV };
 
 typedef struct {
     pr_tensor *pre_conv;                            /* attn.shortconv only */
@@ -119,17 +119,17 @@ pr_tensor *pr_attn_query_kv(pr_ctx *ctx, const void *layer, const pr_config *c, 
 static pr_tensor *attn_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     const attn_layer *l = layer;
-    pr_tensor *cache_k = st ? st->slot[SLOT_K] : NULL, *cache_v = st ? st->slot[SLOT_V] : NULL;
-    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[SLOT_CONV] : NULL);
+    pr_tensor *cache_k = st ? st->slot[PR_SLOT_ATTN_K] : NULL, *cache_v = st ? st->slot[PR_SLOT_ATTN_V] : NULL;
+    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[PR_SLOT_ATTN_CONV] : NULL);
     qkv p = project(ctx, l, c, x, x, cache_k ? cache_k->shape[1] : 0);
     pr_tensor *o;
     if (!cache_k) {
         o = pr_attention(ctx, p.q, p.k, p.v, 0, NULL);
-        if (st) st->slot[SLOT_K] = p.k, st->slot[SLOT_V] = p.v;
+        if (st) st->slot[PR_SLOT_ATTN_K] = p.k, st->slot[PR_SLOT_ATTN_V] = p.v;
     } else {
-        st->slot[SLOT_K] = pr_concat(ctx, 2, (pr_tensor *[]){cache_k, p.k}, 1);
-        st->slot[SLOT_V] = pr_concat(ctx, 2, (pr_tensor *[]){cache_v, p.v}, 1);
-        o = attend_cached(ctx, p.q, st->slot[SLOT_K], st->slot[SLOT_V]);
+        st->slot[PR_SLOT_ATTN_K] = pr_concat(ctx, 2, (pr_tensor *[]){cache_k, p.k}, 1);
+        st->slot[PR_SLOT_ATTN_V] = pr_concat(ctx, 2, (pr_tensor *[]){cache_v, p.v}, 1);
+        o = attend_cached(ctx, p.q, st->slot[PR_SLOT_ATTN_K], st->slot[PR_SLOT_ATTN_V]);
     }
     return output(ctx, l, o);
 }

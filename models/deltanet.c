@@ -5,8 +5,8 @@
  *   o = delta recurrence (scale K^-1/2);  y = concat_heads(rms(o) [* silu(x Wg)]) Wo
  * State slots: 0..2 the q, k, v conv windows, 3 the [B,H,K,V] state. */
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_H = 3 };
 
 static void *deltanet_build(pr_params *r, const pr_config *c)
 {
@@ -22,7 +22,7 @@ static pr_tensor *deltanet_forward(pr_ctx *ctx, const void *layer, const pr_conf
     pr_gdn_inputs in = pr_gdn_base_inputs(ctx, l, c, x, st);
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_DELTA, x->shape[1], 0);
     pr_tensor *o = pr_recurrence(ctx, &opt, in.q, in.k, in.v, NULL, in.beta, NULL, NULL,
-                                 st ? st->slot[SLOT_H] : NULL, NULL, st ? &st->slot[SLOT_H] : NULL);
+                                 st ? st->slot[PR_SLOT_GDN_H] : NULL, NULL, st ? &st->slot[PR_SLOT_GDN_H] : NULL);
     return pr_gdn_base_output(ctx, l, c, x, o);
 }
 

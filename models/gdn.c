@@ -7,8 +7,8 @@
  *   o = gdn recurrence (scale K^-1/2);  y = concat_heads(rms(o) * silu(x Wg)) Wo
  * K = head_dim, V = gdn.expand_v * K (gdn, prism; else K); state slots: 0..2 the q, k, v conv windows, 3 the [B,H,K,V] state. */
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_H = 3 };
 
 void pr_gdn_base_build(pr_params *r, const pr_config *c, pr_gdn_base *l, bool decay, bool gate)
 {
@@ -45,9 +45,9 @@ pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_con
 {
     int64_t H = c->n_heads;
     pr_gdn_inputs in = {0};
-    in.q = pr_l2norm(ctx, conv_branch(ctx, x, l->q_proj, l->q_conv, H, st, 0), 1e-6);
-    in.k = pr_l2norm(ctx, conv_branch(ctx, x, l->k_proj, l->k_conv, H, st, 1), 1e-6);
-    in.v = conv_branch(ctx, x, l->v_proj, l->v_conv, H, st, 2);
+    in.q = pr_l2norm(ctx, conv_branch(ctx, x, l->q_proj, l->q_conv, H, st, PR_SLOT_GDN_Q_CONV), 1e-6);
+    in.k = pr_l2norm(ctx, conv_branch(ctx, x, l->k_proj, l->k_conv, H, st, PR_SLOT_GDN_K_CONV), 1e-6);
+    in.v = conv_branch(ctx, x, l->v_proj, l->v_conv, H, st, PR_SLOT_GDN_V_CONV);
     in.beta = pr_sigmoid(ctx, pr_linear(ctx, x, l->b_proj, NULL));
     if (l->A_log) {
         pr_tensor *rate = pr_softplus(ctx, pr_linear(ctx, x, l->a_proj, l->dt_bias));
@@ -80,8 +80,8 @@ static pr_tensor *gdn_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     const pr_gdn_base *l = layer;
     pr_gdn_inputs in = pr_gdn_base_inputs(ctx, l, c, x, st);
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_GDN, x->shape[1], 0);
-    pr_tensor *o = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, NULL, NULL, st ? st->slot[SLOT_H] : NULL,
-                                 NULL, st ? &st->slot[SLOT_H] : NULL);
+    pr_tensor *o = pr_recurrence(ctx, &opt, in.q, in.k, in.v, in.g, in.beta, NULL, NULL, st ? st->slot[PR_SLOT_GDN_H] : NULL,
+                                 NULL, st ? &st->slot[PR_SLOT_GDN_H] : NULL);
     return pr_gdn_base_output(ctx, l, c, x, o);
 }
 

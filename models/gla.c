@@ -31,6 +31,7 @@
 #include <math.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
 /* width * expand, the whole key or value dim of a layer (config.c checks it divides) */
 static int64_t expanded(const pr_config *c, double expand) { return (int64_t)llround(c->d_model * expand); }
@@ -83,8 +84,8 @@ static pr_tensor *gla_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_tensor *z = pr_linear(ctx, pr_linear(ctx, x, l->gk_down, NULL), l->gk_up, l->gk_bias);
     pr_tensor *gk = pr_split_heads(ctx, log_decay(ctx, z, c->gla_gate_normalizer), H);
     pr_recurrence_opts opt = gla_opts(c, x, 0);
-    pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, gk, NULL, NULL, NULL, st ? st->slot[0] : NULL, NULL,
-                                 st ? &st->slot[0] : NULL);
+    pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, gk, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GLA_H] : NULL, NULL,
+                                 st ? &st->slot[PR_SLOT_GLA_H] : NULL);
     pr_tensor *n;
     if (l->g_proj) n = pr_rmsnorm_gated(ctx, o, pr_split_heads(ctx, pr_linear(ctx, x, l->g_proj, NULL), H), l->g_norm,
                                         c->norm_eps);
@@ -143,13 +144,13 @@ static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     const pr_recurrence_opts o1 = {.rule = PR_RULE_SSD, .scale = 1.0, .chunk = 0};
     pr_tensor *a = pr_recurrence(ctx, &o1, per_slot(ctx, q, M), per_slot(ctx, k, M),
                                  pr_reshape(ctx, s, PR_DIMS(B, T, H * M, 1)), pr_reshape(ctx, f, PR_DIMS(B, T, H * M)),
-                                 NULL, NULL, NULL, st ? st->slot[0] : NULL, NULL, st ? &st->slot[0] : NULL);
+                                 NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_KEYS] : NULL, NULL, st ? &st->slot[PR_SLOT_GSA_KEYS] : NULL);
     pr_tensor *p = pr_softmax(ctx, pr_reshape(ctx, a, PR_DIMS(B, T, H, M)));
 
     /* pass 2: the gla rule over the slots */
     pr_recurrence_opts o2 = gla_opts(c, x, 1.0);
-    pr_tensor *o = pr_recurrence(ctx, &o2, p, s, v, f, NULL, NULL, NULL, st ? st->slot[1] : NULL, NULL,
-                                 st ? &st->slot[1] : NULL);
+    pr_tensor *o = pr_recurrence(ctx, &o2, p, s, v, f, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_VALUES] : NULL, NULL,
+                                 st ? &st->slot[PR_SLOT_GSA_VALUES] : NULL);
     pr_tensor *n = pr_rmsnorm(ctx, pr_merge_heads(ctx, pr_silu(ctx, o)), l->g_norm, c->norm_eps);
     return pr_linear(ctx, n, l->o_proj, NULL);
 }

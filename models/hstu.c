@@ -16,8 +16,8 @@
 #include <math.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_K, SLOT_V };
 
 typedef struct {
     pr_tensor *uvqk, *uvqk_bias;   /* [D, 4HK], [4HK] */
@@ -71,13 +71,13 @@ static pr_tensor *hstu_forward(pr_ctx *ctx, const void *layer, const pr_config *
     pr_tensor *parts[4];   /* u, v, q, k */
     pr_split(ctx, pr_silu(ctx, pr_linear(ctx, x, l->uvqk, l->uvqk_bias)), 2, 4, (const int64_t[]){HK, HK, HK, HK}, parts);
     pr_tensor *v = pr_split_heads(ctx, parts[1], H), *k = pr_split_heads(ctx, parts[3], H);
-    pr_tensor *cache_k = st ? st->slot[SLOT_K] : NULL;
+    pr_tensor *cache_k = st ? st->slot[PR_SLOT_HSTU_K] : NULL;
     int64_t start = cache_k ? cache_k->shape[1] : 0;
     if (cache_k) {
         k = pr_concat(ctx, 2, (pr_tensor *[]){cache_k, k}, 1);
-        v = pr_concat(ctx, 2, (pr_tensor *[]){st->slot[SLOT_V], v}, 1);
+        v = pr_concat(ctx, 2, (pr_tensor *[]){st->slot[PR_SLOT_HSTU_V], v}, 1);
     }
-    if (st) st->slot[SLOT_K] = k, st->slot[SLOT_V] = v;
+    if (st) st->slot[PR_SLOT_HSTU_K] = k, st->slot[PR_SLOT_HSTU_V] = v;
     pr_tensor *bias, *mask;
     bias_and_mask(ctx, l, c, T, k->shape[1], start, &bias, &mask);
     pr_tensor *q = heads_first(ctx, pr_split_heads(ctx, parts[2], H));

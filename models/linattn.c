@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
 typedef struct {
     pr_tensor *pre_conv;   /* linattn.shortconv only */
@@ -61,15 +62,15 @@ static pr_tensor *linattn_forward(pr_ctx *ctx, const void *layer, const pr_confi
 {
     const linattn_layer *l = layer;
     int64_t H = c->n_heads;
-    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[1] : NULL);
+    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[PR_SLOT_LINATTN_CONV] : NULL);
     pr_tensor *q = pr_split_heads(ctx, pr_linear(ctx, x, l->q_proj, NULL), H);
     pr_tensor *k = pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), H);
     pr_tensor *v = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);
     q = feature_map(ctx, c, q, l->fq_w1, l->fq_b1, l->fq_w2, l->fq_b2);
     k = feature_map(ctx, c, k, l->fk_w1, l->fk_b1, l->fk_w2, l->fk_b2);
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_LINATTN, x->shape[1], 0);
-    pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, NULL, NULL, NULL, NULL, st ? st->slot[0] : NULL, NULL,
-                                 st ? &st->slot[0] : NULL);
+    pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, NULL, NULL, NULL, NULL, st ? st->slot[PR_SLOT_LINATTN_H] : NULL, NULL,
+                                 st ? &st->slot[PR_SLOT_LINATTN_H] : NULL);
     pr_tensor *n = pr_rmsnorm(ctx, o, l->o_norm, c->norm_eps);
     return pr_linear(ctx, pr_merge_heads(ctx, n), l->o_proj, NULL);
 }

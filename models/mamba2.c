@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
 typedef struct {
     pr_tensor *in_proj, *conv_w, *conv_b, *A_log, *dt_bias, *D, *norm, *out_proj;
@@ -60,7 +61,7 @@ static pr_tensor *mamba2_forward(pr_ctx *ctx, const void *layer, const pr_config
     int64_t B = x->shape[0], T = x->shape[1], GN = d.G * d.N;
     pr_tensor *part[3], *xbc[3];
     pr_split(ctx, pr_linear(ctx, x, l->in_proj, NULL), 2, 3, (const int64_t[]){d.Di, d.Di + 2 * GN, d.Hm}, part);
-    pr_tensor *conv = pr_silu(ctx, pr_shortconv(ctx, part[1], l->conv_w, l->conv_b, st ? &st->slot[0] : NULL));
+    pr_tensor *conv = pr_silu(ctx, pr_shortconv(ctx, part[1], l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL));
     pr_split(ctx, conv, 2, 3, (const int64_t[]){d.Di, GN, GN}, xbc);
     pr_tensor *xs = pr_reshape(ctx, xbc[0], PR_DIMS(B, T, d.Hm, d.P));
     pr_tensor *delta = pr_softplus(ctx, pr_add(ctx, part[2], l->dt_bias));             /* [B,T,Hm] */
@@ -68,7 +69,7 @@ static pr_tensor *mamba2_forward(pr_ctx *ctx, const void *layer, const pr_config
     pr_tensor *g = pr_mul(ctx, delta, pr_neg(ctx, pr_exp(ctx, l->A_log)));
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_SSD, T, 1.0);
     pr_tensor *o = pr_recurrence(ctx, &opt, per_head(ctx, xbc[2], &d), per_head(ctx, xbc[1], &d), v, g, NULL, NULL,
-                                 NULL, st ? st->slot[1] : NULL, NULL, st ? &st->slot[1] : NULL);
+                                 NULL, st ? st->slot[PR_SLOT_MAMBA_H] : NULL, NULL, st ? &st->slot[PR_SLOT_MAMBA_H] : NULL);
     pr_tensor *y = pr_add(ctx, o, pr_mul(ctx, xs, pr_reshape(ctx, l->D, PR_DIMS(d.Hm, 1))));
     y = pr_mul(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d.Di)), pr_silu(ctx, part[0]));
     y = pr_rmsnorm(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d.G, d.Di / d.G)), NULL, c->norm_eps);

@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_WIN = 0, SLOT_H = 3, SLOT_SHARED_WIN = 4, SLOT_SHARED_H = 7 };
 
 #define MOM_MAX_MEMORIES 64
 
@@ -255,7 +255,7 @@ static pr_tensor *routed_memories(pr_ctx *ctx, const mom_layer *l, const pr_conf
                                   pr_tensor *xp, pr_layer_state *st)
 {
     int64_t H = c->n_heads, S = rt->S, R = rt->R;
-    pr_tensor **win = st ? &st->slot[SLOT_WIN] : NULL;
+    pr_tensor **win = st ? &st->slot[PR_SLOT_MOM_WIN] : NULL;
     pr_tensor *q = packed_conv(ctx, rt, pr_linear(ctx, xp, l->q_proj, NULL), l->q_conv, win ? &win[0] : NULL);
     pr_tensor *k = packed_conv(ctx, rt, project_per_memory(ctx, rt, xp, l->k_proj), l->k_conv, win ? &win[1] : NULL);
     pr_tensor *v = packed_conv(ctx, rt, project_per_memory(ctx, rt, xp, l->v_proj), l->v_conv, win ? &win[2] : NULL);
@@ -272,7 +272,7 @@ static pr_tensor *routed_memories(pr_ctx *ctx, const mom_layer *l, const pr_conf
     for (int64_t s = 0; s < S; s++)
         if (rt->n[s]) live[N] = s, cu[N + 1] = cu[N] + rt->n[s], N++;
     int64_t HKV = H * k->shape[3] * v->shape[3];
-    pr_tensor *old = st ? st->slot[SLOT_H] : NULL, *h0 = NULL, *ht = NULL;
+    pr_tensor *old = st ? st->slot[PR_SLOT_MOM_H] : NULL, *h0 = NULL, *ht = NULL;
     if (old) h0 = pr_reshape(ctx, gather_rows(ctx, pr_reshape(ctx, old, PR_DIMS(S, HKV)), N, live),
                              PR_DIMS(N, H, k->shape[3], v->shape[3]));
     pr_recurrence_opts opt = memory_opts(c, xp, rt->n_max);
@@ -283,7 +283,7 @@ static pr_tensor *routed_memories(pr_ctx *ctx, const mom_layer *l, const pr_conf
         pr_tensor *table = pr_concat(ctx, 2, (pr_tensor *[]){before, pr_reshape(ctx, ht, PR_DIMS(N, HKV))}, 0);
         int64_t *pick = pr_arena_alloc(ctx->step, sizeof(int64_t) * (size_t)S);
         for (int64_t s = 0, i = 0; s < S; s++) pick[s] = rt->n[s] ? S + i++ : s;
-        st->slot[SLOT_H] = pr_reshape(ctx, gather_rows(ctx, table, S, pick), PR_DIMS(S, H, k->shape[3], v->shape[3]));
+        st->slot[PR_SLOT_MOM_H] = pr_reshape(ctx, gather_rows(ctx, table, S, pick), PR_DIMS(S, H, k->shape[3], v->shape[3]));
     }
     return pr_reshape(ctx, o, PR_DIMS(R, o->shape[2] * o->shape[3]));
 }
@@ -292,7 +292,7 @@ static pr_tensor *routed_memories(pr_ctx *ctx, const mom_layer *l, const pr_conf
 static pr_tensor *shared_memory(pr_ctx *ctx, const mom_layer *l, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     int64_t H = c->n_heads;
-    pr_tensor **win = st ? &st->slot[SLOT_SHARED_WIN] : NULL;
+    pr_tensor **win = st ? &st->slot[PR_SLOT_MOM_SHARED_WIN] : NULL;
     pr_tensor *q = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->q_proj, NULL), l->q_conv, NULL, win ? &win[0] : NULL));
     pr_tensor *k = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->shared_k, NULL), l->k_conv, NULL, win ? &win[1] : NULL));
     pr_tensor *v = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->shared_v, NULL), l->v_conv, NULL, win ? &win[2] : NULL));
@@ -303,7 +303,7 @@ static pr_tensor *shared_memory(pr_ctx *ctx, const mom_layer *l, const pr_config
                  2, x->shape, &g, &beta);
     pr_recurrence_opts opt = memory_opts(c, x, x->shape[1]);
     return pr_recurrence(ctx, &opt, q, k, pr_split_heads(ctx, v, H), g, beta, NULL, NULL,
-                         st ? st->slot[SLOT_SHARED_H] : NULL, NULL, st ? &st->slot[SLOT_SHARED_H] : NULL);
+                         st ? st->slot[PR_SLOT_MOM_SHARED_H] : NULL, NULL, st ? &st->slot[PR_SLOT_MOM_SHARED_H] : NULL);
 }
 
 /* the routing weights [BT, k]: the picked probabilities over their sum */

@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_H = 3, SLOT_U = 4 };
 
 /* x W (+ b), with W full [in,out] or factorised [in,r] [r,out] */
 typedef struct { pr_tensor *w, *w_up, *b; } prism_proj;
@@ -171,15 +171,15 @@ static pr_tensor *recur(pr_ctx *ctx, const pr_config *c, pr_tensor *x, pr_tensor
 {
     pr_rule rule = kx ? PR_RULE_PRISM_CORE : PR_RULE_GDN;
     pr_recurrence_opts opt = pr_config_recurrence(c, rule, x->shape[1], 0);
-    return pr_recurrence(ctx, &opt, q, k, v, g, beta, kx, vx, st ? st->slot[SLOT_H] : NULL, NULL,
-                         st ? &st->slot[SLOT_H] : NULL);
+    return pr_recurrence(ctx, &opt, q, k, v, g, beta, kx, vx, st ? st->slot[PR_SLOT_PRISM_H] : NULL, NULL,
+                         st ? &st->slot[PR_SLOT_PRISM_H] : NULL);
 }
 
 static pr_tensor *forward_paper(pr_ctx *ctx, const prism_layer *l, const pr_config *c, pr_tensor *x,
                                 pr_layer_state *st)
 {
     int64_t H = c->n_heads;
-    pr_tensor *u = l->u_conv ? pr_shortconv(ctx, x, l->u_conv, NULL, st ? &st->slot[SLOT_U] : NULL)
+    pr_tensor *u = l->u_conv ? pr_shortconv(ctx, x, l->u_conv, NULL, st ? &st->slot[PR_SLOT_PRISM_U] : NULL)
                              : pr_linear(ctx, x, l->u_proj, NULL);
     u = pr_silu(ctx, u);                                                            /* [B,T,D] */
     pr_tensor *q = pr_split_heads(ctx, pr_linear(ctx, u, l->q_proj, NULL), H);
@@ -200,7 +200,7 @@ static pr_tensor *forward_augmented(pr_ctx *ctx, const prism_layer *l, const pr_
     pr_tensor *kx = NULL, *vx = NULL;
     if (c->prism_L > 0) {
         pr_tensor *u = pr_linear(ctx, x, l->u_proj, NULL);
-        if (l->u_conv) u = pr_shortconv(ctx, u, l->u_conv, NULL, st ? &st->slot[SLOT_U] : NULL);
+        if (l->u_conv) u = pr_shortconv(ctx, u, l->u_conv, NULL, st ? &st->slot[PR_SLOT_PRISM_U] : NULL);
         u = pr_silu(ctx, u);
         prism_steps s = refine(ctx, l, c, u, pr_sub(ctx, pr_merge_heads(ctx, in.v), u));
         extras(ctx, c, &s, 0, &kx, &vx);

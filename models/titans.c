@@ -16,8 +16,8 @@
  * alpha, eta); each call re-runs the open chunk with the new tokens, which
  * gives exactly the whole-sequence outputs. */
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_M, SLOT_S, SLOT_IN, N_IN = 6 };
 
 typedef struct {
     pr_qkvgo proj;
@@ -76,14 +76,14 @@ static pr_tensor *run(pr_ctx *ctx, const titans_layer *l, const pr_config *c, pr
     int64_t T = in[0]->shape[1], whole = T / c->titans_chunk * c->titans_chunk;
     pr_tensor *o = NULL;
     if (whole > 0) {
-        pr_tensor *part[N_IN];
-        for (int i = 0; i < N_IN; i++) part[i] = whole == T ? in[i] : pr_slice(ctx, in[i], 1, 0, whole);
+        pr_tensor *part[PR_TITANS_N_IN];
+        for (int i = 0; i < PR_TITANS_N_IN; i++) part[i] = whole == T ? in[i] : pr_slice(ctx, in[i], 1, 0, whole);
         o = op(ctx, l, c, part, M, S, &M, &S);
     }
-    st->slot[SLOT_M] = M, st->slot[SLOT_S] = S;
-    for (int i = 0; i < N_IN; i++) st->slot[SLOT_IN + i] = whole < T ? pr_slice(ctx, in[i], 1, whole, T - whole) : NULL;
+    st->slot[PR_SLOT_TITANS_M] = M, st->slot[PR_SLOT_TITANS_S] = S;
+    for (int i = 0; i < PR_TITANS_N_IN; i++) st->slot[PR_SLOT_TITANS_IN + i] = whole < T ? pr_slice(ctx, in[i], 1, whole, T - whole) : NULL;
     if (whole == T) return o;
-    pr_tensor *rest = op(ctx, l, c, &st->slot[SLOT_IN], M, S, NULL, NULL);
+    pr_tensor *rest = op(ctx, l, c, &st->slot[PR_SLOT_TITANS_IN], M, S, NULL, NULL);
     return o ? pr_concat(ctx, 2, (pr_tensor *[]){o, rest}, 1) : rest;
 }
 
@@ -92,12 +92,12 @@ static pr_tensor *titans_forward(pr_ctx *ctx, const void *layer, const pr_config
 {
     const titans_layer *l = layer;
     int64_t B = x->shape[0], T = x->shape[1], H = c->n_heads, K = l->M0->shape[1];
-    pr_tensor *in[N_IN], *M, *S;
+    pr_tensor *in[PR_TITANS_N_IN], *M, *S;
     inputs(ctx, l, c, x, in);
-    int64_t open = st && st->slot[SLOT_IN] ? st->slot[SLOT_IN]->shape[1] : 0;   /* tokens of the open chunk */
-    for (int i = 0; open && i < N_IN; i++) in[i] = pr_concat(ctx, 2, (pr_tensor *[]){st->slot[SLOT_IN + i], in[i]}, 1);
-    if (st && st->slot[SLOT_M]) {
-        M = st->slot[SLOT_M], S = st->slot[SLOT_S];
+    int64_t open = st && st->slot[PR_SLOT_TITANS_IN] ? st->slot[PR_SLOT_TITANS_IN]->shape[1] : 0;   /* tokens of the open chunk */
+    for (int i = 0; open && i < PR_TITANS_N_IN; i++) in[i] = pr_concat(ctx, 2, (pr_tensor *[]){st->slot[PR_SLOT_TITANS_IN + i], in[i]}, 1);
+    if (st && st->slot[PR_SLOT_TITANS_M]) {
+        M = st->slot[PR_SLOT_TITANS_M], S = st->slot[PR_SLOT_TITANS_S];
     } else {
         M = pr_repeat_dim(ctx, pr_reshape(ctx, l->M0, PR_DIMS(1, H, K, K)), 0, B);
         S = pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, H, K, K));

@@ -18,8 +18,8 @@
 #include <math.h>
 
 #include "models/models.h"
+#include "models/slots.h"
 
-enum { SLOT_INNER = 0, SLOT_Q = 4, SLOT_K, SLOT_V, SLOT_ETA };
 
 typedef struct {
     pr_qkvgo proj;
@@ -151,28 +151,28 @@ static pr_tensor *run_inner(pr_ctx *ctx, const ttt_layer *l, const pr_config *c,
         for (int i = 0; i < 4; i++) s[i] = whole == T ? qkve[i] : pr_slice(ctx, qkve[i], 1, 0, whole);
         o = inner_op(ctx, l, c, s, w, w);
     }
-    for (int i = 0; i < l->n_inner; i++) st->slot[SLOT_INNER + i] = w[i];
-    for (int i = 0; i < 4; i++) st->slot[SLOT_Q + i] = whole < T ? pr_slice(ctx, qkve[i], 1, whole, T - whole) : NULL;
+    for (int i = 0; i < l->n_inner; i++) st->slot[PR_SLOT_TTT_INNER + i] = w[i];
+    for (int i = 0; i < 4; i++) st->slot[PR_SLOT_TTT_Q + i] = whole < T ? pr_slice(ctx, qkve[i], 1, whole, T - whole) : NULL;
     if (whole == T) return o;
-    return cat_time(ctx, o, inner_op(ctx, l, c, &st->slot[SLOT_Q], w, NULL));
+    return cat_time(ctx, o, inner_op(ctx, l, c, &st->slot[PR_SLOT_TTT_Q], w, NULL));
 }
 
 static pr_tensor *ttt_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     const ttt_layer *l = layer;
     int64_t H = c->n_heads, T = x->shape[1], b = c->ttt_mini_batch;
-    int64_t open = st && st->slot[SLOT_Q] ? st->slot[SLOT_Q]->shape[1] : 0;   /* tokens of the open mini-batch */
+    int64_t open = st && st->slot[PR_SLOT_TTT_Q] ? st->slot[PR_SLOT_TTT_Q]->shape[1] : 0;   /* tokens of the open mini-batch */
     pr_tensor *qkve[4];
     qkve[0] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->proj.q_proj, NULL), H), open, b);
     qkve[1] = rope_pair(ctx, pr_split_heads(ctx, pr_linear(ctx, x, l->proj.k_proj, NULL), H), open, b);
     qkve[2] = pr_split_heads(ctx, pr_linear(ctx, x, l->proj.v_proj, NULL), H);
     qkve[3] = inner_lr(ctx, l, c, x, open);
     pr_tensor *w[4];
-    if (st && st->slot[SLOT_INNER])
-        for (int i = 0; i < l->n_inner; i++) w[i] = st->slot[SLOT_INNER + i];
+    if (st && st->slot[PR_SLOT_TTT_INNER])
+        for (int i = 0; i < l->n_inner; i++) w[i] = st->slot[PR_SLOT_TTT_INNER + i];
     else start_weights(ctx, l, x->shape[0], w);
     if (open)
-        for (int i = 0; i < 4; i++) qkve[i] = cat_time(ctx, st->slot[SLOT_Q + i], qkve[i]);
+        for (int i = 0; i < 4; i++) qkve[i] = cat_time(ctx, st->slot[PR_SLOT_TTT_Q + i], qkve[i]);
     pr_tensor *z = run_inner(ctx, l, c, qkve, w, st);
     if (open) z = pr_slice(ctx, z, 1, open, T);
     z = pr_layernorm(ctx, pr_merge_heads(ctx, z), l->post_w, l->post_b, 1e-6);
