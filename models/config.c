@@ -13,7 +13,9 @@
 
 #include "models/models.h"
 
-typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE } key_type;
+/* KEY_CHOICE is kept as its text; KEY_ENUM as the index of its word in `allowed`
+ * (the C enum lists the words in the same order) */
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE, KEY_ENUM } key_type;
 
 typedef struct {
     const char *key;
@@ -28,7 +30,7 @@ typedef struct {
 static const key_info keys[] = {
     {"mixer", KEY_CHOICE, F(mixer), "prism", "prism|gdn|mamba2|deltanet|linattn|sla|ttt_linear|ttt_mlp|titans|attn|mamba|mom|hstu|gla|gsa|atlas",
      "the sequence mixer of every block (sla, the PRISM paper's name, is stored as linattn)"},
-    {"task", KEY_CHOICE, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
+    {"task", KEY_ENUM, F(task), "lm", "lm|rec", "causal LM over `vocab` tokens, or next-item recommendation"},
     {"d_model", KEY_INT, F(d_model), "64", "1..65536", "model width D"},
     {"n_layers", KEY_INT, F(n_layers), "2", "1..1024", "number of blocks"},
     {"n_heads", KEY_INT, F(n_heads), "4", "1..1024", "heads H of the mixer"},
@@ -42,7 +44,7 @@ static const key_info keys[] = {
     {"mlp", KEY_CHOICE, F(mlp), "auto", "swiglu|gelu|relu|none|auto",
      "the block's MLP; auto: swiglu, or none for mixers that carry none (mamba2, mamba)"},
     {"mlp_mult", KEY_FLOAT, F(mlp_mult), "4", "0.01..64", "MLP hidden width = round(mlp_mult * d_model)"},
-    {"block", KEY_CHOICE, F(block), "prenorm", "prenorm|sasrec",
+    {"block", KEY_ENUM, F(block), "prenorm", "prenorm|sasrec",
      "prenorm: h + mixer(norm(h)), h + mlp(norm(h)); sasrec: SASRec's blocks (rec, attn, layernorm; see models/README.md)"},
     {"dropout", KEY_FLOAT, F(dropout), "0", "0..0.99", "dropout rate while training (sasrec blocks)"},
     {"match_attn", KEY_BOOL, F(match_attn), "false", "true|false",
@@ -153,6 +155,10 @@ static const struct { const char *name, *json; } presets[] = {
 };
 const char *const pr_config_presets[] = {"probe", "probe-authors", "rec-small", "sasrec", "lm-130m", NULL};
 
+const char *pr_head_name(pr_head h) { return h == PR_HEAD_REC ? "rec" : "lm"; }
+const char *pr_block_name(pr_block_form b) { return b == PR_BLOCK_SASREC ? "sasrec" : "prenorm"; }
+const char *pr_config_model_name(const pr_config *c) { return c->block == PR_BLOCK_SASREC ? "sasrec" : c->mixer; }
+
 static const key_info *find_key(const char *key)
 {
     for (int i = 0; i < NKEYS; i++)
@@ -160,16 +166,30 @@ static const key_info *find_key(const char *key)
     return NULL;
 }
 
-static bool choice_ok(const char *allowed, const char *v)
+/* the index of word v in "a|b|c", or -1 */
+static int choice_index(const char *allowed, const char *v)
 {
     size_t n = strlen(v);
-    for (const char *s = allowed; s;) {
+    int i = 0;
+    for (const char *s = allowed; s; i++) {
         const char *bar = strchr(s, '|');
         size_t len = bar ? (size_t)(bar - s) : strlen(s);
-        if (len == n && strncmp(s, v, n) == 0) return true;
+        if (len == n && strncmp(s, v, n) == 0) return i;
         s = bar ? bar + 1 : NULL;
     }
-    return false;
+    return -1;
+}
+
+static bool choice_ok(const char *allowed, const char *v) { return choice_index(allowed, v) >= 0; }
+
+/* word i of "a|b|c" into buf ("" past the last) */
+static const char *choice_at(const char *allowed, int i, char *buf, size_t size)
+{
+    const char *s = allowed;
+    for (; s && i > 0; i--) s = strchr(s, '|'), s = s ? s + 1 : NULL;
+    const char *bar = s ? strchr(s, '|') : NULL;
+    snprintf(buf, size, "%.*s", s ? (int)(bar ? (size_t)(bar - s) : strlen(s)) : 0, s ? s : "");
+    return buf;
 }
 
 /* "lo..hi" (strtod alone would read "1." as the number) */
@@ -237,6 +257,10 @@ static int set_text(pr_config *c, const key_info *k, const char *v, pr_err *err)
         if (!choice_ok(k->allowed, v)) return bad_value(k, v, "not one of the choices", err);
         if (k->offset == offsetof(pr_config, mixer) && strcmp(v, "sla") == 0) v = "linattn";   /* an alias */
         snprintf(field, k->size, "%s", v);
+        return 0;
+    case KEY_ENUM:
+        if (!choice_ok(k->allowed, v)) return bad_value(k, v, "not one of the choices", err);
+        *(int *)field = choice_index(k->allowed, v);
         return 0;
     }
     return pr_errf(err, "config: key '%s' has no type", k->key);
@@ -407,15 +431,15 @@ int pr_config_check(const pr_config *c, pr_err *err)
     if (strcmp(c->mixer, "attn") == 0 && pr_config_head_dim(c) % 2)
         return pr_errf(err, "config: attn needs an even head dim for RoPE, got %lld",
                        (long long)pr_config_head_dim(c));
-    if (strcmp(c->block, "sasrec") == 0 && c->attn_shortconv)
+    if (c->block == PR_BLOCK_SASREC && c->attn_shortconv)
         return pr_errf(err, "config: block sasrec has no attn.shortconv (got %d; set 0)", c->attn_shortconv);
-    if (strcmp(c->block, "sasrec") == 0 &&
-        (strcmp(c->task, "rec") || strcmp(c->mixer, "attn") || strcmp(c->norm, "layernorm")))
+    if (c->block == PR_BLOCK_SASREC &&
+        (c->task != PR_HEAD_REC || strcmp(c->mixer, "attn") || strcmp(c->norm, "layernorm")))
         return pr_errf(err, "config: block sasrec needs task rec, mixer attn and norm layernorm (got %s, %s, %s)",
-                       c->task, c->mixer, c->norm);
+                       pr_head_name(c->task), c->mixer, c->norm);
     if (strcmp(c->mixer, "mom") == 0 && c->mom_topk > c->mom_memories)
         return pr_errf(err, "config: mom.topk %d is more than mom.memories %d", c->mom_topk, c->mom_memories);
-    if (strcmp(c->task, "lm") == 0 && c->ignore_index >= 0 && c->ignore_index < c->vocab)
+    if (c->task == PR_HEAD_LM && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;
 }
@@ -423,7 +447,7 @@ int pr_config_check(const pr_config *c, pr_err *err)
 void pr_config_print_help(FILE *f)
 {
     fprintf(f, "  %-22s %-6s %-20s %s\n", "key", "type", "default", "meaning (allowed)");
-    static const char *const type_names[] = {"int", "float", "bool", "choice"};
+    static const char *const type_names[] = {"int", "float", "bool", "choice", "choice"};
     for (int i = 0; i < NKEYS; i++)
         fprintf(f, "  %-22s %-6s %-20s %s (%s)\n", keys[i].key, type_names[keys[i].type], keys[i].def, keys[i].doc,
                 keys[i].allowed);
@@ -431,7 +455,7 @@ void pr_config_print_help(FILE *f)
 
 void pr_config_print_markdown(FILE *f)
 {
-    static const char *const type_names[] = {"int", "float", "bool", "choice"};
+    static const char *const type_names[] = {"int", "float", "bool", "choice", "choice"};
     fprintf(f, "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
     for (int i = 0; i < NKEYS; i++) {
         fprintf(f, "| `%s` | %s | `%s` | ", keys[i].key, type_names[keys[i].type], keys[i].def);
@@ -456,11 +480,13 @@ char *pr_config_to_json(const pr_config *c)
             if (!parent) parent = cJSON_AddObjectToObject(root, name);
         }
         const char *field = (const char *)c + k->offset;
+        char word[32];
         switch (k->type) {
         case KEY_INT: cJSON_AddNumberToObject(parent, leaf, *(const int *)field); break;
         case KEY_FLOAT: cJSON_AddNumberToObject(parent, leaf, *(const double *)field); break;
         case KEY_BOOL: cJSON_AddBoolToObject(parent, leaf, *(const bool *)field); break;
         case KEY_CHOICE: cJSON_AddStringToObject(parent, leaf, field); break;
+        case KEY_ENUM: cJSON_AddStringToObject(parent, leaf, choice_at(k->allowed, *(const int *)field, word, sizeof word)); break;
         }
     }
     char *s = cJSON_PrintUnformatted(root);

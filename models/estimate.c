@@ -41,7 +41,7 @@ void pr_model_estimate_step(const pr_config *c, int64_t batch, int64_t scored, i
     pr_model *m = pr_model_shapes(c);
     int64_t n = pr_params_count(m->params), blocks = m->cfg.n_layers;   /* as built (match_attn) */
     pr_model_free(m);
-    bool rec = strcmp(c->task, "rec") == 0;
+    bool rec = c->task == PR_HEAD_REC;
     double rows = scored > 0 ? (double)scored : rec ? (double)c->rec_n_items + 1 : (double)c->vocab;
     double tokens = (double)batch * (double)c->seq_len, f32 = 4;
     *out = (pr_model_estimate){.params = n, .param_bytes = f32 * (double)n, .grad_bytes = f32 * (double)n,

@@ -530,7 +530,8 @@ static int check_exportable(const pr_config *c, int a, pr_err *err)
     if (a < 0)
         return pr_errf(err, "fla export: mixer '%s' has no fla model here (allowed: gdn|deltanet|linattn|mamba2|attn|gla|gsa|mom)",
                        c->mixer);
-    if (strcmp(c->task, "lm") != 0) return pr_errf(err, "fla export: task '%s': fla's models are causal LMs", c->task);
+    if (c->task != PR_HEAD_LM)
+        return pr_errf(err, "fla export: task '%s': fla's models are causal LMs", pr_head_name(c->task));
     if (strcmp(c->norm, "rmsnorm") != 0) return pr_errf(err, "fla export: norm '%s': fla uses rmsnorm", c->norm);
     bool mamba2 = archs[a].arch == MAMBA2;
     const char *want = mamba2 ? "none" : "swiglu";

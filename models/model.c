@@ -80,7 +80,7 @@ pr_config pr_config_resolve(const pr_config *c)
 
 /* GELU and ReLU MLPs carry biases; SwiGLU carries a gate instead */
 static bool is_gelu_mlp(const pr_model *m) { return strcmp(m->cfg.mlp, "gelu") == 0 || strcmp(m->cfg.mlp, "relu") == 0; }
-static bool is_sasrec(const pr_model *m) { return strcmp(m->cfg.block, "sasrec") == 0; }
+static bool is_sasrec(const pr_model *m) { return m->cfg.block == PR_BLOCK_SASREC; }
 
 static void build_norm(pr_params *r, const pr_config *c, const char *name, pr_norm_params *n)
 {
@@ -118,7 +118,7 @@ static pr_model *model_build(const pr_config *c, pr_dtype dt, pr_device dev, boo
     m->params = pr_params_new(dt, dev);
     m->params->shapes_only = shapes_only;
     pr_params *r = m->params;
-    bool rec = strcmp(c->task, "rec") == 0;
+    bool rec = c->task == PR_HEAD_REC;
     int64_t rows = rec ? (int64_t)c->rec_n_items + 1 : c->vocab;
     m->embed = pr_param_new(r, "embed", pr_init_std(c), false, PR_DIMS(rows, c->d_model));
     if (is_sasrec(m)) m->pos_embed = pr_param_new(r, "pos_embed", pr_init_std(c), false, PR_DIMS(c->seq_len, c->d_model));

@@ -23,13 +23,19 @@ extern "C" {
 #define PR_STR_(x) #x
 #define PR_STR(x) PR_STR_(x)   /* a macro's value as a string literal */
 
+/* The model's head and loss (config key `task`, written "lm" or "rec"):
+ * next-token logits over `vocab`, or next-item scores over the item table. */
+typedef enum { PR_HEAD_LM, PR_HEAD_REC } pr_head;
+/* The blocks' form (config key `block`, written "prenorm" or "sasrec"). */
+typedef enum { PR_BLOCK_PRENORM, PR_BLOCK_SASREC } pr_block_form;
+
 /* ---- config (models/config.c) ------------------------------------------------
  * One flat struct; its keys are dotted paths (`prism.L`). The table in
  * config.c gives every key's type, default, allowed values and meaning; the
  * --help text and models/README.md's table come from it. */
 typedef struct pr_config {
     char mixer[24];
-    char task[8];
+    pr_head task;
     int d_model, n_layers, n_heads, head_dim, conv_width, vocab, seq_len, chunk;
     char norm[16];
     double norm_eps;
@@ -62,7 +68,7 @@ typedef struct pr_config {
     double attn_rope_theta;
     bool attn_rope, attn_bias;
     int attn_shortconv, linattn_shortconv;   /* width of the conv before the layer; 0: none */
-    char block[16];
+    pr_block_form block;
     double dropout;
     bool match_attn;            /* size every block like attn's (pr_config_resolve) */
     int mamba_expand, mamba_d_state, mamba_dt_rank;
@@ -109,6 +115,11 @@ void pr_config_print_markdown(FILE *f);
 char *pr_config_to_json(const pr_config *c);
 /* names of the presets, NULL-terminated */
 extern const char *const pr_config_presets[];
+/* the config file's words for a head and a block form ("lm", "sasrec") */
+const char *pr_head_name(pr_head h);
+const char *pr_block_name(pr_block_form b);
+/* the model a run is named by: "sasrec" for SASRec's blocks, else the mixer */
+const char *pr_config_model_name(const pr_config *c);
 
 /* ---- parameter registry (models/params.c) ------------------------------------ */
 typedef enum {

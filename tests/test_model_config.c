@@ -47,7 +47,7 @@ static void test_config_sources(void **state)
     assert_int_equal(l.n_heads, 8);
     assert_int_equal(l.vocab, 32000);
     assert_int_equal(pr_config_preset(&l, "rec-small", &err), 0);
-    assert_string_equal(l.task, "rec");
+    assert_int_equal(l.task, PR_HEAD_REC);
 
     /* the JSON dump reads back to the same config */
     char *json = pr_config_to_json(&c);
@@ -55,6 +55,35 @@ static void test_config_sources(void **state)
     assert_int_equal(pr_config_apply_json(&back, json, "dump", &err), 0);
     free(json);
     assert_memory_equal(&back, &c, sizeof c);
+}
+
+/* task and block are enums parsed once; their words in files and on the
+ * command line stay "lm", "rec", "prenorm", "sasrec" */
+static void test_head_and_block_words(void **state)
+{
+    (void)state;
+    pr_err err;
+    pr_config c = pr_config_default();
+    assert_int_equal(c.task, PR_HEAD_LM);
+    assert_int_equal(c.block, PR_BLOCK_PRENORM);
+    const pr_head heads[] = {PR_HEAD_LM, PR_HEAD_REC};
+    for (int i = 0; i < 2; i++) {
+        char kv[32];
+        snprintf(kv, sizeof kv, "task=%s", pr_head_name(heads[i]));
+        assert_int_equal(pr_config_set(&c, kv, &err), 0);
+        assert_int_equal(c.task, heads[i]);
+    }
+    assert_int_equal(pr_config_preset(&c, "sasrec", &err), 0);
+    assert_int_equal(c.block, PR_BLOCK_SASREC);
+    assert_string_equal(pr_block_name(c.block), "sasrec");
+    assert_string_equal(pr_config_model_name(&c), "sasrec");
+    char *json = pr_config_to_json(&c);
+    assert_non_null(strstr(json, "\"task\":\"rec\""));
+    assert_non_null(strstr(json, "\"block\":\"sasrec\""));
+    free(json);
+    expect_error(pr_config_set(&c, "task=probe", &err), &err, "'task' (not one of the choices; allowed: lm|rec)");
+    assert_int_equal(pr_config_set(&c, "block=prenorm", &err), 0);
+    assert_string_equal(pr_config_model_name(&c), "attn");
 }
 
 /* Issue 45: one number grammar (JSON's) for the model keys and train.*, in a
@@ -458,6 +487,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_sources),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_head_and_block_words),
         cmocka_unit_test(test_number_grammar),
         cmocka_unit_test(test_config_file_bounds),
         cmocka_unit_test(test_config_file),

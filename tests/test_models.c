@@ -291,7 +291,7 @@ static void test_rec_trains(void **state)
     (void)state;
     pr_config c = test_config(0, 8, 2, 4, 4);
     c.init_std = 0.1;
-    snprintf(c.task, sizeof c.task, "rec");
+    c.task = PR_HEAD_REC;
     c.rec_n_items = 13;
     pr_model *m = pr_model_new(&c, PR_F32, PR_CPU);
     assert_int_equal(m->embed->shape[0], 14);

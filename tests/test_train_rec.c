@@ -82,7 +82,7 @@ static void test_every_mixer_trains_rec(void **state)
     (void)state;
     for (int i = 0; i < N_TEST_MIXERS; i++) {
         pr_config c = test_config(i, 6, 2, 4, 4);
-        snprintf(c.task, sizeof c.task, "rec");
+        c.task = PR_HEAD_REC;
         c.seq_len = 8, c.rec_n_items = 0, c.init_std = 0.1;
         train_tiny(&c, test_mixers[i].name);
     }
@@ -109,7 +109,7 @@ static void test_rec_resume_is_bit_identical(void **state)
 {
     (void)state;
     pr_config c = test_config(0, 6, 2, 4, 4);
-    snprintf(c.task, sizeof c.task, "rec");
+    c.task = PR_HEAD_REC;
     c.seq_len = 8, c.rec_n_items = 0, c.init_std = 0.1;
     pr_train_opts o;
     rec_opts(&o, 6);
@@ -155,7 +155,7 @@ static void test_rec_errors_name_the_key_or_file(void **state)
 {
     (void)state;
     pr_config c = test_config(1, 6, 2, 4, 4);
-    snprintf(c.task, sizeof c.task, "rec");
+    c.task = PR_HEAD_REC;
     c.seq_len = 8, c.rec_n_items = 0;
     pr_train_opts o;
     rec_opts(&o, 1);
@@ -188,7 +188,7 @@ static void test_rec_too_few_items_refused_up_front(void **state)
         for (int t = 0; t < 45; t++) fprintf(f, "u%d,i0,5.0,%d\n", u, t);
     fclose(f);
     pr_config c = test_config(1, 6, 2, 4, 4);
-    snprintf(c.task, sizeof c.task, "rec");
+    c.task = PR_HEAD_REC;
     c.seq_len = 8, c.rec_n_items = 0;
     pr_train_opts o;
     rec_opts(&o, 1000000);

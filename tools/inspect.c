@@ -141,9 +141,9 @@ typedef struct {
 
 static int read_text_tokens(const inspect_opts *o, const pr_config *c, int64_t n, int64_t *tok)
 {
-    if (c->vocab < 256 || strcmp(c->task, "lm") != 0) {
+    if (c->vocab < 256 || c->task != PR_HEAD_LM) {
         fprintf(stderr, "prism inspect: --text needs an LM with vocab >= 256 (bytes), not task %s vocab %d\n",
-                c->task, c->vocab);
+                pr_head_name(c->task), c->vocab);
         return PR_EXIT_USAGE;
     }
     FILE *f = fopen(o->text_file, "rb");
@@ -162,7 +162,7 @@ static int read_text_tokens(const inspect_opts *o, const pr_config *c, int64_t n
 static int make_batch(const inspect_opts *o, const pr_config *c, pr_arena *a, batch *b)
 {
     int64_t B = o->batch, T = o->seq_len, n = B * (T + 1);
-    bool rec = strcmp(c->task, "rec") == 0;
+    bool rec = c->task == PR_HEAD_REC;
     int64_t *tok = malloc(sizeof(int64_t) * (size_t)n);
     uint64_t seed = (uint64_t)c->seed;
     for (int64_t i = 0; i < n; i++) {   /* rec: items 1..n_items (0 pads) */
@@ -188,7 +188,7 @@ static int make_batch(const inspect_opts *o, const pr_config *c, pr_arena *a, ba
 
 static pr_tensor *model_loss(pr_ctx *ctx, const pr_model *m, const batch *b)
 {
-    if (strcmp(m->cfg.task, "rec") == 0) return pr_rec_loss(ctx, m, b->ids, b->targets);
+    if (m->cfg.task == PR_HEAD_REC) return pr_rec_loss(ctx, m, b->ids, b->targets);
     return pr_lm_loss(ctx, m, b->ids, b->targets);
 }
 

@@ -145,7 +145,7 @@ int pr_cmd_model(int argc, char **argv)
     for (int i = 0; i < n_sets; i++)
         if (pr_config_set(&c, sets[i], &err)) return fail(err.msg);
     if (pr_config_check(&c, &err)) return fail(err.msg);
-    if (n_tokens && strcmp(c.task, "lm") != 0) return fail("--logits needs task lm");
+    if (n_tokens && c.task != PR_HEAD_LM) return fail("--logits needs task lm");
 
     if (!ckpt && !save && !n_tokens) {   /* the table needs shapes only: nothing allocated, whatever the size */
         pr_model *shapes = pr_model_shapes(&c);

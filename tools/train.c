@@ -179,8 +179,7 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
 /* the model as the user named it: sasrec is attention in SASRec's blocks */
 static const char *model_name(const train_args *t, const pr_config *c)
 {
-    if (t->model) return t->model;
-    return strcmp(c->block, "sasrec") == 0 ? "sasrec" : c->mixer;
+    return t->model ? t->model : pr_config_model_name(c);
 }
 
 /* the run folder: --out, refused when it holds a run and neither --resume nor

@@ -250,7 +250,7 @@ void pr_print_summary(FILE *f, const pr_config *c, const pr_train_opts *o, const
 {
     cJSON *j = cJSON_CreateObject();
     /* SASRec is attention mixers in SASRec's blocks: the model is named by its blocks */
-    cJSON_AddStringToObject(j, "model", strcmp(c->block, "sasrec") == 0 ? "sasrec" : c->mixer);
+    cJSON_AddStringToObject(j, "model", pr_config_model_name(c));
     cJSON_AddStringToObject(j, "task", o->task);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "steps", (double)r->steps);

@@ -116,8 +116,8 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     bool text = strcmp(o->task, "lm") == 0;
     if (strcmp(o->task, "rec") == 0) return pr_task_open_rec(out, o, c, err);
     if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
-    if (strcmp(c->task, "lm") != 0)
-        return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, c->task);
+    if (c->task != PR_HEAD_LM)
+        return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, pr_head_name(c->task));
     token_task *k = calloc(1, sizeof *k);
     PR_CHECK(k, "task: out of host memory");
     *k = (token_task){.is_text = text, .B = o->batch, .T = c->seq_len, .ignore = c->ignore_index,

@@ -197,7 +197,8 @@ static void rec_free(pr_task *t)
 int pr_task_open_rec(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_err *err)
 {
     *out = NULL;
-    if (strcmp(c->task, "rec") != 0) return pr_errf(err, "task rec: needs model.task=rec, not '%s'", c->task);
+    if (c->task != PR_HEAD_REC)
+        return pr_errf(err, "task rec: needs model.task=rec, not '%s'", pr_head_name(c->task));
     rec_task *k = calloc(1, sizeof *k);
     PR_CHECK(k, "task rec: out of host memory");
     *k = (rec_task){.B = o->batch, .T = c->seq_len, .negatives = (int)o->rec_negatives, .ignore = c->ignore_index,
