@@ -24,6 +24,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "tasks/tasks.h"
 #include "tests/pr_test.h"
 #include "train/train.h"
 
@@ -92,6 +93,19 @@ static void expect_same_tensors(const char *a, const char *b)
         if (memcmp(t->data, x.tensors[i]->data, pr_nbytes(t)) != 0) fail_msg("%s differs in %s", x.names[i], b);
     }
     pr_arena_free(ar);
+}
+
+/* task names fall into one family each: every probe name is a probe, and
+ * lm and rec are their own */
+static void test_task_families(void **state)
+{
+    (void)state;
+    for (int i = 0; i < PR_PROBE_COUNT; i++) assert_int_equal(pr_task_family_of(pr_probe_names[i]), PR_TASK_PROBE);
+    assert_int_equal(pr_task_family_of("lm"), PR_TASK_LM);
+    assert_int_equal(pr_task_family_of("rec"), PR_TASK_REC);
+    assert_int_equal(pr_task_family_of("LM"), PR_TASK_UNKNOWN);
+    assert_int_equal(pr_task_family_of("sasrec"), PR_TASK_UNKNOWN);
+    assert_false(pr_task_known(""));
 }
 
 static void test_crash_then_resume_is_bit_identical(void **state)
@@ -385,6 +399,7 @@ static int remove_root(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_task_families),
         cmocka_unit_test(test_crash_then_resume_is_bit_identical),
         cmocka_unit_test(test_nan_trap_names_the_op),
         cmocka_unit_test(test_nan_evaluation_is_json_null),

@@ -102,7 +102,7 @@ static int row_config(const compare_setup *s, const char *model, pr_config *c, p
         apply_sets(c, o, s->sets, s->n_sets, err))
         return -1;
     if (s->steps) o->steps = s->steps;
-    if (s->data && strcmp(s->task, "lm"))
+    if (s->data && pr_task_family_of(s->task) != PR_TASK_LM)
         return pr_errf(err, "--data is the lm task's text file; task %s does not read it", s->task);
     if (s->data) snprintf(o->data, sizeof o->data, "%s", s->data);
     o->seed = (int64_t)s->seed, c->seed = (int)s->seed;
@@ -246,7 +246,7 @@ int pr_cmd_compare(int argc, char **argv)
     pr_device dev = PR_CPU;
     if (split_models(&a, models, buf, sizeof buf, names, &n)) return PR_EXIT_USAGE;
     for (int i = 0; i < n; i++)
-        if (strcmp(names[i], "sasrec") == 0 && strcmp(task, "rec"))
+        if (strcmp(names[i], "sasrec") == 0 && pr_task_family_of(task) != PR_TASK_REC)
             return pr_args_error(&a, "--models sasrec: a rec model; give --task rec");
     if (pick_device(&a, device, &dev)) return PR_EXIT_NO_GPU;
     compare_setup setup = {.task = task, .data = data, .sets = sets, .n_sets = n_sets, .steps = steps, .seed = seed};

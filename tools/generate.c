@@ -93,7 +93,7 @@ int pr_cmd_generate(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", cmd, err.msg);
         return 1;
     }
-    if (strcmp(o.task, "lm") != 0) {
+    if (pr_task_family_of(o.task) != PR_TASK_LM) {
         fprintf(stderr, "%s: %s was trained on task %s; generate needs a byte-level lm run\n", cmd, dir, o.task);
         return 1;
     }

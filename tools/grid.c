@@ -131,7 +131,8 @@ static int scalar_text(const cJSON *it, char *out, size_t n)
 
 const char *pr_grid_quality_metric(const char *task)
 {
-    return strcmp(task, "lm") == 0 ? "bpb" : strcmp(task, "rec") == 0 ? "test_ndcg@10" : "acc";
+    pr_task_family family = pr_task_family_of(task);
+    return family == PR_TASK_LM ? "bpb" : family == PR_TASK_REC ? "test_ndcg@10" : "acc";
 }
 
 int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err)

@@ -169,9 +169,10 @@ static int resolve_config(const train_args *t, pr_config *c, pr_train_opts *o, p
     }
     if (t->steps_set) o->steps = t->steps;
     if (t->seed_set) o->seed = (int64_t)t->seed, c->seed = (int)t->seed;
-    if (t->data && strcmp(o->task, "lm"))
+    pr_task_family family = pr_task_family_of(o->task);
+    if (t->data && family != PR_TASK_LM)
         return pr_errf(err, "--data is the lm task's text file; task %s does not read it%s", o->task,
-                       strcmp(o->task, "rec") ? "" : " (rec reads --set rec.data=amazon:FILE or yelp:FILE)");
+                       family != PR_TASK_REC ? "" : " (rec reads --set rec.data=amazon:FILE or yelp:FILE)");
     if (t->data) snprintf(o->data, sizeof o->data, "%s", t->data);
     return pr_config_check(c, err);
 }

@@ -249,10 +249,14 @@ int pr_run_config_load(pr_config *c, pr_train_opts *o, const char *path, pr_err 
     return rc;
 }
 
-bool pr_task_known(const char *task)
+pr_task_family pr_task_family_of(const char *task)
 {
-    return pr_probe_by_name(task) >= 0 || strcmp(task, "lm") == 0 || strcmp(task, "rec") == 0;
+    if (strcmp(task, "lm") == 0) return PR_TASK_LM;
+    if (strcmp(task, "rec") == 0) return PR_TASK_REC;
+    return pr_probe_by_name(task) >= 0 ? PR_TASK_PROBE : PR_TASK_UNKNOWN;
 }
+
+bool pr_task_known(const char *task) { return pr_task_family_of(task) != PR_TASK_UNKNOWN; }
 
 /* Probes: the `probe` preset (the paper's protocol: D 16, 2 blocks, GELU MLP)
  * with what makes a run finish in minutes on two CPU cores: sequences of 64
@@ -272,8 +276,9 @@ int pr_task_preset(pr_config *c, pr_train_opts *o, const char *task, pr_err *err
         return pr_errf(err, "unknown task '%s' (allowed: %s, %s, %s, %s, %s, %s, %s, %s, %s, lm, rec)", task,
                        pr_probe_names[0], pr_probe_names[1], pr_probe_names[2], pr_probe_names[3], pr_probe_names[4],
                        pr_probe_names[5], pr_probe_names[6], pr_probe_names[7], pr_probe_names[8]);
-    if (strcmp(task, "lm") == 0) return pr_config_apply_json(c, "{\"vocab\": 256}", "task lm", err);
-    if (strcmp(task, "rec") == 0) {
+    pr_task_family family = pr_task_family_of(task);
+    if (family == PR_TASK_LM) return pr_config_apply_json(c, "{\"vocab\": 256}", "task lm", err);
+    if (family == PR_TASK_REC) {
         if (pr_config_preset(c, "rec-small", err)) return -1;
         c->rec_n_items = 0;   /* from the data (pr_task_fit_config) unless set */
         o->steps = REC_STEPS;
@@ -297,7 +302,7 @@ int pr_train_set_model(pr_config *c, const char *task, const char *model, pr_err
         return pr_config_set(c, kv, err);
     }
     int seq_len = c->seq_len;   /* the task's length, not the preset's 200 */
-    if (strcmp(task, "rec")) return pr_errf(err, "--model sasrec: a rec model; give --task rec");
+    if (pr_task_family_of(task) != PR_TASK_REC) return pr_errf(err, "--model sasrec: a rec model; give --task rec");
     if (pr_config_preset(c, "sasrec", err)) return -1;
     c->seq_len = seq_len;
     return 0;
@@ -330,7 +335,7 @@ static int probe_protocol(pr_config *c, pr_train_opts *o, const char *task, bool
 int pr_task_preset_as(pr_config *c, pr_train_opts *o, const char *task, const char *preset, pr_err *err)
 {
     if (!preset || !pr_task_known(task)) return pr_task_preset(c, o, task, err);   /* its message names the tasks */
-    bool probe_task = pr_probe_by_name(task) >= 0;
+    bool probe_task = pr_task_family_of(task) == PR_TASK_PROBE;
     bool protocol = strcmp(preset, "probe") == 0 || strcmp(preset, "probe-authors") == 0;
     if (protocol && !probe_task)
         return pr_errf(err, "preset %s: the probes' protocol; task %s is not a probe", preset, task);
@@ -344,10 +349,10 @@ int pr_train_fits(const pr_config *c, const pr_train_opts *o, pr_device dev, pr_
     pr_model_estimate e;
     int slots = strcmp(o->optim, "sgd") == 0 ? (o->momentum != 0) : 2;
     /* rec with sampled negatives scores 1 + negatives items a position, not every item */
-    int64_t scored = strcmp(o->task, "rec") == 0 && o->rec_negatives > 0 ? o->rec_negatives + 1 : 0;
+    int64_t scored = pr_task_family_of(o->task) == PR_TASK_REC && o->rec_negatives > 0 ? o->rec_negatives + 1 : 0;
     pr_model_estimate_step(c, o->batch, scored, slots, &e);
     struct stat st;
-    if (strcmp(o->task, "lm") == 0 && o->data[0] && stat(o->data, &st) == 0 && S_ISREG(st.st_mode))
+    if (pr_task_family_of(o->task) == PR_TASK_LM && o->data[0] && stat(o->data, &st) == 0 && S_ISREG(st.st_mode))
         e.data_bytes = (double)st.st_size, e.total_bytes += e.data_bytes;   /* the text is read whole */
     double have = pr_device_free_bytes(dev);
     if (e.total_bytes <= have) return 0;

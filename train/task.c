@@ -113,9 +113,10 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
 {
     *out = NULL;
     int probe = pr_probe_by_name(o->task);
-    bool text = strcmp(o->task, "lm") == 0;
-    if (strcmp(o->task, "rec") == 0) return pr_task_open_rec(out, o, c, err);
-    if (probe < 0 && !text) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
+    pr_task_family family = pr_task_family_of(o->task);
+    bool text = family == PR_TASK_LM;
+    if (family == PR_TASK_REC) return pr_task_open_rec(out, o, c, err);
+    if (family == PR_TASK_UNKNOWN) return pr_errf(err, "unknown task '%s' (prism train --help lists them)", o->task);
     if (c->task != PR_HEAD_LM)
         return pr_errf(err, "task %s: needs model.task=lm, not '%s'", o->task, pr_head_name(c->task));
     token_task *k = calloc(1, sizeof *k);

@@ -99,6 +99,11 @@ int pr_train_set_model(pr_config *c, const char *task, const char *model, pr_err
 int pr_task_preset_as(pr_config *c, pr_train_opts *o, const char *task, const char *preset, pr_err *err);
 /* whether a task name is known */
 bool pr_task_known(const char *task);
+/* The family of a task name: one of the probes (parity, mqar, ...), the
+ * byte-level lm, or rec; PR_TASK_UNKNOWN for any other name. The one place
+ * task names are compared. */
+typedef enum { PR_TASK_UNKNOWN = -1, PR_TASK_PROBE, PR_TASK_LM, PR_TASK_REC } pr_task_family;
+pr_task_family pr_task_family_of(const char *task);
 
 /* ---- tasks as the trainer sees them (train/task.c) -----------------------------
  * A task makes training losses and evaluation metrics for a model. Probes and
