@@ -1,4 +1,4 @@
-/* tests/test_grid.c: experiment grids (tools/grid.h): a grid file read into
+/* tests/test_grid.c: experiment grids (lab/lab.h): a grid file read into
  * its axes, bad files refused with the key that is wrong, every built-in
  * grid valid and described from its axes, variants that would share a run
  * folder refused, slices of a grid, and the table's mean ± std against
@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "tests/pr_test.h"
-#include "tools/grid.h"
+#include "lab/lab.h"
 
 static pr_grid grid;  /* large: kept off the stack */
 

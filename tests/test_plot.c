@@ -1,9 +1,9 @@
-/* tests/test_plot.c: the SVG plots (tools/plot.h). Nice ticks on linear and
+/* tests/test_plot.c: the SVG plots (lab/lab.h). Nice ticks on linear and
  * log axes, and the documents themselves (line plots, bar charts): read back
  * with a small XML checker (balanced tags, quoted attributes, escaped text),
  * the tick labels, legend entries and bars found where they belong. */
 #include "tests/pr_test.h"
-#include "tools/plot.h"
+#include "lab/lab.h"
 
 static void assert_ticks(const double *got, int n, const double *want, int n_want)
 {

@@ -1,5 +1,5 @@
 /* tools/ablate.c: `prism ablate`: every (model or variant) x task x seed cell
- * of a grid (tools/grid.h) trained through the trainer library, each in its
+ * of a grid (lab/lab.h) trained through the trainer library, each in its
  * own run directory, then a table of mean ± std over seeds and a bar chart of it.
  *
  * Resumable: a cell whose run directory holds result.json for the same step
@@ -33,10 +33,8 @@
 #include <omp.h>
 #endif
 
+#include "lab/lab.h"
 #include "models/models.h"
-#include "tools/grid.h"
-#include "tools/plot.h"
-#include "tools/report.h"
 #include "tools/tools.h"
 #include "train/train.h"
 

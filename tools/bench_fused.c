@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "ops/ops.h"
-#include "tools/bench_util.h"
 #include "tools/tools.h"
 
 static void usage(FILE *f)

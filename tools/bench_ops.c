@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "ops/ops.h"
-#include "tools/bench_util.h"
 #include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"

@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
-#include "tools/bench_util.h"
 #include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"

@@ -12,10 +12,8 @@
 #include <time.h>
 
 #include "autograd/profile.h"
+#include "lab/lab.h"
 #include "models/models.h"
-#include "tools/grid.h"
-#include "tools/plot.h"
-#include "tools/report.h"
 #include "tools/tools.h"
 #include "train/train.h"
 #ifdef PRISM_HAVE_CUDA

@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "ops/ops.h"
 #include "ops/recurrence/recurrence.h"
 #include "ops/ttt_linear.h"
-#include "tools/golden_ops2.h"
 #include "tools/tools.h"
 
 typedef struct {
@@ -44,12 +44,12 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: prism golden-check FILE [options]\n"
-            "Runs every recurrence rule and ops2 op (tools/golden_ops2.h) of a reference file\n"
+            "Runs every recurrence rule and ops2 op (lab/golden_ops2.c) of a reference file\n"
             "(golden format: <rule>.<tensor>, float64) forward and backward, seeded with the\n"
             "file's upstream gradients (do, dht, ...), and compares the outputs,\n"
             "final states and gradients. Prints '<rule> ok|FAIL max_rel_err=<e>' per rule\n"
             "(error relative to the reference tensor's max-abs), then 'N passed, M failed'.\n"
-            "The fused ops of tools/golden_ops2.c (attention, selective_scan) in the file are\n"
+            "The fused ops of lab/golden_ops2.c (attention, selective_scan) in the file are\n"
             "checked the same way (every output and input gradient).\n"
             "Exit status 1 on any failure or an unreadable file.\n"
             "options:\n"
@@ -204,7 +204,7 @@ static int golden_check(const char *path, const gc_opts *o)
     int passed = 0, failed = 0, skipped = 0;
     for (int r = 0; r < PR_NRULES; r++) check_one(g, pr_rule_name((pr_rule)r), check_rule, tol, &passed, &failed, &skipped);
     check_one(g, "ttt_linear", check_rule, tol, &passed, &failed, &skipped);
-    for (int i = 0; i < pr_golden_n_ops; i++) /* the fused ops of tools/golden_ops2.c */
+    for (int i = 0; i < pr_golden_n_ops; i++) /* the fused ops of lab/golden_ops2.c */
         check_one(g, pr_golden_ops[i].name, pr_golden_ops[i].fn, tol, &passed, &failed, &skipped);
     pr_ctx_free(ctx);
     pr_arena_free(a);

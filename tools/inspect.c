@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "models/models.h"
-#include "tools/plot.h"
+#include "lab/lab.h"
 #include "train/train.h"
 #include "tools/tools.h"
 

@@ -1,13 +1,12 @@
 /* tools/plot_runs.c: `prism plot RUN...`: one metric of several runs in one
- * SVG (tools/plot.h), read from their metrics.jsonl (tools/runs.h): a line
+ * SVG (lab/plot.c), read from their metrics.jsonl (lab/runs.c): a line
  * per run, its evaluations marked with dots. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/plot.h"
-#include "tools/runs.h"
+#include "lab/lab.h"
 #include "tools/tools.h"
 
 static void plot_usage(FILE *f)

@@ -1,6 +1,6 @@
-/* tools/bench_util.c: the benchmarks' timing loop and node runner
- * (tools/bench_util.h). */
-#include "tools/bench_util.h"
+/* lab/bench_util.c: the benchmarks' timing loop and node runner
+ * (lab/lab.h). */
+#include "lab/lab.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* tools/golden_ops2.c: the golden checks of the fused ops in ops2.safetensors,
+/* lab/golden_ops2.c: the golden checks of the fused ops in ops2.safetensors,
  * and the helpers every golden check (golden_check.c's recurrences too) uses.
  *
  * Each checker loads "<op>.<input>" tensors onto the run's device and dtype
@@ -7,7 +7,7 @@
  * input's grad with d<input>. The error of a tensor is max|got - ref| /
  * max|ref|. To add an op: write its checker and add one row to pr_golden_ops.
  */
-#include "tools/golden_ops2.h"
+#include "lab/lab.h"
 
 #include <math.h>
 #include <setjmp.h>

@@ -1,14 +1,12 @@
-/* tools/report.c: report pages (tools/report.h). The page's style sheet is
- * inline; pictures are <svg> elements written by tools/plot.c, each allowed
+/* lab/report.c: report pages (lab/lab.h). The page's style sheet is
+ * inline; pictures are <svg> elements written by lab/plot.c, each allowed
  * to shrink to the page's width, so no window of 1280 pixels scrolls
- * sideways. Small multiples read every run's metrics.jsonl (tools/runs.h). */
-#include "tools/report.h"
+ * sideways. Small multiples read every run's metrics.jsonl (lab/lab.h). */
+#include "lab/lab.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "tools/runs.h"
 
 /* text with the XML specials escaped */
 static void put_html(FILE *f, const char *s)

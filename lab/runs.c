@@ -1,6 +1,6 @@
-/* tools/runs.c: a run's metrics.jsonl as curves (tools/runs.h). Each line is
+/* lab/runs.c: a run's metrics.jsonl as curves (lab/lab.h). Each line is
  * parsed on its own, so a bad one is named by its number. */
-#include "tools/runs.h"
+#include "lab/lab.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,9 +1,9 @@
-/* tools/plot.c: line plots written as SVG (tools/plot.h). The plot area sits
+/* lab/plot.c: line plots written as SVG (lab/lab.h). The plot area sits
  * in a fixed frame (margins for tick labels, axis labels, a legend on the
  * right); data map linearly or by log10 into it. Ticks are "nice" numbers so
  * a reader can interpolate: 1, 2 or 5 times a power of ten, or the powers of
  * ten themselves on a log axis. */
-#include "tools/plot.h"
+#include "lab/lab.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* tools/grid.c: experiment grids (tools/grid.h): the built-in grids, written
+/* lab/grid.c: experiment grids (lab/lab.h): the built-in grids, written
  * in the grid file format and read by the same parser as a user's file; the
  * checks that name the key that is wrong; mean and standard deviation over
  * seeds; the results as Markdown, CSV and JSON. */
@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "models/models.h"
-#include "tools/grid.h"
+#include "lab/lab.h"
 #include "train/train.h"
 
 #define ALL_MIXERS "\"prism\",\"gdn\",\"mamba2\",\"deltanet\",\"linattn\",\"ttt_linear\",\"ttt_mlp\",\"titans\"," \

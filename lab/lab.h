@@ -1,0 +1,405 @@
+/* lab/lab.h: the experiment machinery behind the `prism` command's
+ * experiment subcommands (ablate, compare, plot, bench, golden-check,
+ * inspect's plots), as a library of its own (libprism_lab.a) that a test can
+ * link without the command: experiment grids and their results tables, SVG
+ * plots and bar charts, runs read back from metrics.jsonl, report pages,
+ * the benchmarks' timing loop, and the golden checks of the fused ops.
+ * tools/ parses the options and calls in here; lab/ never includes tools/. */
+#ifndef PR_LAB_H
+#define PR_LAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "autograd/autograd.h"
+#include "ops/ops.h"
+#include "tensor/tensor.h"
+#include "train/train.h"
+
+/* ---- experiment grids (lab/grid.c) ----
+ * experiment grids for `prism ablate`: the axes (variants of a
+ * model, tasks, seeds, a step budget), read from a JSON file in the config
+ * format or taken from a built-in grid, and the results table (mean and
+ * sample standard deviation over seeds per variant x task) as Markdown, CSV
+ * and JSON. (ablate also draws the table as a bar chart, DIR/results.svg,
+ * through the plots below.)
+ *
+ * A grid file:
+ *   {"name": "mine",
+ *    "models": ["prism", "gdn"],                       a variant per mixer, named after it
+ *    "variants": [{"name": "prism-L1", "set": {"mixer": "prism", "prism.L": 1}},
+ *                 {"name": "attn-authors", "preset": "probe-authors", "set": {"mixer": "attn"}}],
+ *    "tasks": ["parity", "local_xor"],
+ *    "seeds": 2, "steps": 300,                          steps 0 or absent: each task's default
+ *    "set": {"train.batch": 16, "seq_len": 32}}         applied to every cell, before the variant's
+ * A variant's `set` keys are model keys (prism model --help) or train.<key>.
+ * A variant's `preset` replaces each task's preset in its cells, as prism
+ * train --preset does (probe-authors: the authors' probe protocol, with the
+ * sizes of each task). */
+
+#define PR_GRID_MAX_VARIANTS 32
+#define PR_GRID_MAX_TASKS 16
+#define PR_GRID_MAX_SETS 16
+#define PR_GRID_MAX_SEEDS 64
+
+/* Reference figures: a published number a grid's cell is shown beside.
+ * A grid's reference table holds one value per (row, task), a row being a
+ * model as the publication names it ("Transformer"); a variant names its row
+ * in `ref` (grid JSON: "ref": "Transformer"). ablate's results.md prints the
+ * value in the cell after ours ("0.512 ± 0.034 (paper 0.49)"), results.csv
+ * adds a column and results.json a "reference" member per cell, where the
+ * metric tabulated is the table's (`metric`); report.html reads the same
+ * through pr_grid_ref_value. A value may name a metric of its own (table3's
+ * Hit@200, Hit@500 and AUC on one task). Only built-in grids carry a table
+ * (table4: the paper's Table 4; table3: its Table 3). */
+/* metric: what this value measures when it is not the table's (NULL: the table's) */
+typedef struct { const char *row, *task; double value; const char *metric; } pr_grid_ref;
+typedef struct {
+    const char *label;                /* the column's name: "paper"; NULL: no table */
+    const char *source;               /* where the numbers are from, in words */
+    const char *metric;               /* what they measure: "acc" */
+    int n;
+    const pr_grid_ref *values;
+} pr_grid_refs;
+
+typedef struct {
+    char name[48];
+    char preset[24];                  /* "": each task's preset */
+    char ref[24];                     /* its row in the grid's reference table; "": none */
+    int n_sets;
+    char set[PR_GRID_MAX_SETS][96];   /* key=value, in order */
+} pr_grid_variant;
+
+typedef struct {
+    char name[48];
+    int n_variants, n_tasks, seeds;
+    int64_t steps;                    /* 0: each task's default */
+    pr_grid_variant variant[PR_GRID_MAX_VARIANTS];
+    char task[PR_GRID_MAX_TASKS][32];
+    pr_grid_variant common;           /* the grid-wide `set` (its name unused) */
+    pr_grid_refs refs;                /* reference figures (built-in grids); refs.label NULL: none */
+} pr_grid;
+
+/* the reference value of variant v's row for task t, NAN when there is none */
+double pr_grid_ref_value(const pr_grid *g, int v, int t);
+
+/* one `key=value` of a grid, --set or compare: train.<key>, rec.data,
+ * rec.negatives and probe.style into the training options, any other key into the model's
+ * config; -1 with err naming the key */
+int pr_grid_set(pr_config *c, pr_train_opts *o, const char *kv, pr_err *err);
+/* the metric a task's runs are judged by, as --help and the README promise:
+ * lm bpb (bits per byte), rec test_ndcg@10, a probe acc */
+const char *pr_grid_quality_metric(const char *task);
+
+/* names of the built-in grids, NULL-terminated */
+extern const char *const pr_grid_builtins[];
+/* a grid from JSON text; -1 with err naming `what` and the key that is wrong.
+ * Every key is checked against a scratch config, so a typo fails here, not
+ * in the middle of a grid. */
+int pr_grid_parse(pr_grid *g, const char *json, const char *what, pr_err *err);
+/* a built-in grid by name, or a grid file by path (a name with no '/' or '.'
+ * is a built-in); -1 with err */
+int pr_grid_load(pr_grid *g, const char *name_or_path, pr_err *err);
+
+/* a built-in grid's purpose, one line for --help; NULL for another name */
+const char *pr_grid_purpose(const char *name);
+/* the grid's axes in words, generated so --help cannot go stale:
+ * "prism, linattn on parity; 2 seeds, 1000 steps" */
+void pr_grid_describe(const pr_grid *g, char *out, size_t n);
+/* the run folder of a variant: its name with every character other than
+ * letters, digits, '_' and '-' made '-'. pr_grid_parse refuses two variants
+ * whose folders are the same (ignoring case), naming both. */
+void pr_grid_folder(char *out, size_t n, const char *variant);
+/* a slice of the grid: only the variants named in the comma-separated
+ * `variants` and the tasks in `tasks` (NULL: all), in the grid's order; -1
+ * with err naming the option (--only, --tasks) and a name not in the grid */
+int pr_grid_keep(pr_grid *g, const char *variants, const char *tasks, pr_err *err);
+
+/* mean and sample standard deviation (n - 1; 0 for one value) of the finite
+ * values among x[0..n); returns how many were finite */
+int pr_grid_stats(const double *x, int n, double *mean, double *std);
+
+/* results: value[(v * n_tasks + t) * seeds + s], NAN for a cell with none */
+typedef struct {
+    const pr_grid *g;
+    const char *metric[PR_GRID_MAX_TASKS];   /* each task's quality metric (acc, bpb, ...) */
+    const double *value;
+} pr_grid_results;
+void pr_grid_write_markdown(const pr_grid_results *r, FILE *f);
+void pr_grid_write_csv(const pr_grid_results *r, FILE *f);
+void pr_grid_write_json(const pr_grid_results *r, FILE *f);
+
+/* ---- SVG plots (lab/plot.c) ----
+ * line plots and grouped bar charts as standalone SVG files
+ * (axes, "nice" ticks, labels, a legend), for the commands that report
+ * curves (gradient norms, throughput against sequence length; log scale on
+ * either axis) or a table of means (ablate). No dependency: the SVG is
+ * written by hand and opens in any browser.
+ *
+ *     pr_plot p = {.title = "grad norms", .xlabel = "step", .ylabel = "norm", .ylog = true};
+ *     pr_plot_add(&p, "embed", n, xs, ys);
+ *     if (pr_plot_save(&p, "grads.svg", &err)) ...;
+ *     pr_plot_free(&p);
+ */
+
+#define PR_PLOT_MAX_TICKS 24
+
+typedef struct {
+    const char *name;      /* legend entry */
+    int n;
+    const double *x, *y;   /* n points; a non-finite y (or a value <= 0 on a log axis) breaks the line */
+    int n_marks;           /* points marked with a dot (evaluations), not joined: pr_plot_mark */
+    const double *mx, *my;
+    int look;              /* 0: the look of its index (pr_plot_style); k > 0: look k - 1 */
+} pr_plot_series;
+
+typedef struct {
+    const char *title, *xlabel, *ylabel;
+    bool xlog, ylog;
+    bool xint;             /* x counts something (steps, tokens): ticks at whole numbers only */
+    int plot_w, plot_h;    /* the plot area in pixels (0: 480 x 340); the margins are measured around it */
+    bool y_fixed;          /* the y axis spans [y_lo, y_hi] (and more to reach nice ticks) whatever the data */
+    double y_lo, y_hi;
+    int n_series, cap;
+    pr_plot_series *series;   /* grown by pr_plot_add, released by pr_plot_free */
+} pr_plot;
+
+/* append a series (the arrays are read at save time); false when out of memory */
+bool pr_plot_add(pr_plot *p, const char *name, int n, const double *x, const double *y);
+/* dots at n points of the last series added (in its colour), e.g. its evaluations */
+void pr_plot_mark(pr_plot *p, int n, const double *x, const double *y);
+void pr_plot_free(pr_plot *p);
+
+/* Series k's look: a colour and a stroke-dasharray ("none" for solid). The
+ * pair never repeats: ten hues, then each hue again with the next dash
+ * pattern, for any number of series. */
+void pr_plot_style(int k, const char **color, char *dash, size_t dash_size);
+
+/* the width in pixels of text at a font size, measured generously for a
+ * sans-serif face (wide letters wider), so a box sized by it holds the text */
+double pr_plot_text_width(const char *s, double font_size);
+
+/* a tick label: an integer in full up to 99999, then with k, M, G (1.5M);
+ * other values in %g */
+void pr_plot_tick_label(double v, char *out, size_t n);
+
+/* Ticks of an axis holding [lo, hi]. Linear: multiples of 1, 2 or 5 x 10^k,
+ * about five of them, spanning the data (*axis_lo, *axis_hi: the first and
+ * last tick). Log: the powers of ten around the data (every k-th one when
+ * there are many decades). Returns the number of ticks. */
+int pr_plot_ticks(double lo, double hi, bool log_scale, double *ticks, double *axis_lo, double *axis_hi);
+/* the same on a linear axis of counts: never a step below 1 (no tick at 2.5 steps) */
+int pr_plot_int_ticks(double lo, double hi, double *ticks, double *axis_lo, double *axis_hi);
+
+/* the <svg> element (no XML declaration: it can sit inside HTML); -1 with
+ * err when no series has a point the axes can show */
+int pr_plot_write(const pr_plot *p, FILE *f, pr_err *err);
+/* a standalone SVG file; -1 with err naming the file */
+int pr_plot_save(const pr_plot *p, const char *path, pr_err *err);
+
+/* ---- grouped bar charts: a group of bars per x label, a bar (and a colour)
+ * per series. Groups measured in different units are never drawn against
+ * one axis: each distinct unit gets its own panel, stacked vertically, with
+ * a y axis from zero. */
+#define PR_BARS_MAX_GROUPS 16
+#define PR_BARS_MAX_SERIES 32
+
+typedef struct {
+    const char *title;
+    int n_groups, n_series;
+    const char *group[PR_BARS_MAX_GROUPS];   /* x labels */
+    const char *unit[PR_BARS_MAX_GROUPS];    /* what each group's values measure ("acc") */
+    /* the largest value each group's unit can take (1 for a fraction), or 0
+     * for no bound: the axis stops there, cutting error bars that pass it */
+    double unit_max[PR_BARS_MAX_GROUPS];
+    const char *series[PR_BARS_MAX_SERIES];  /* legend entries */
+    /* [series * n_groups + group]: a non-finite mean draws no bar; an error
+     * bar of mean ± spread where spread is finite and > 0 (spread may be NULL) */
+    const double *mean, *spread;
+} pr_bars;
+
+/* the <svg> element; -1 with err when the counts are out of range or no mean is finite */
+int pr_bars_write(const pr_bars *b, FILE *f, pr_err *err);
+/* the same into a file; -1 with err naming the file */
+int pr_bars_save(const pr_bars *b, const char *path, pr_err *err);
+
+/* ---- runs read back (lab/runs.c) ----
+ * a run directory's metrics.jsonl read back as curves, for
+ * `prism plot` and the report pages of ablate and compare.
+ *
+ * The trainer writes a line per logged step,
+ *   {"step":10,"loss":0.69,"lr":0.001,"grad_norm":0.4,"tokens":5120,"tokens_per_s":812.5,"time_s":6.3}
+ * and a line per evaluation, {"step":100,"eval":{"acc":0.51,"loss":0.69}}.
+ * Each numeric key of a step line is a training curve (loss, lr, ...), each
+ * key of an eval object an evaluation curve (acc, loss, bpb, ...); a null
+ * (a non-finite value) is a NAN point, which breaks the line. tokens and
+ * time_s are the x axes (pr_run_x), not curves. */
+
+typedef struct {
+    char name[48];
+    bool eval;              /* from an "eval" object */
+    int n, cap;
+    double *step, *value;   /* n points in file order */
+} pr_curve;
+
+typedef enum { PR_X_STEP, PR_X_TOKENS, PR_X_TIME } pr_x_kind;
+
+typedef struct {
+    char dir[1024];
+    int n_curves, cap;
+    pr_curve *curves;
+    /* the clock of the step lines: step -> tokens and seconds (a resumed
+     * run's time_s starts again at 0: it is added to the time before) */
+    int n_clock, clock_cap;
+    double *clock_step, *clock_tokens, *clock_time;
+} pr_run;
+
+/* DIR/metrics.jsonl; -1 with err: "DIR: no metrics.jsonl (not a run
+ * directory?)", or "DIR/metrics.jsonl:LINE: ..." for a line that is not a
+ * JSON object with an integer "step". A last line without its newline (a
+ * run being written) is left out. *r is zeroed first; pr_run_free it. */
+int pr_run_read(pr_run *r, const char *dir, pr_err *err);
+void pr_run_free(pr_run *r);
+
+/* the curve named `name`, training (eval false) or evaluation; NULL if none */
+const pr_curve *pr_run_curve(const pr_run *r, const char *name, bool eval);
+
+/* "loss, lr, grad_norm, tokens_per_s, acc (eval), ..." appended to out: the
+ * distinct curve names of n runs, for a message */
+void pr_runs_list_metrics(const pr_run *runs, int n, char *out, size_t size);
+
+/* the x of a step in the unit asked for: the step itself, tokens (from the
+ * step lines' tokens, proportional to the step) or seconds (interpolated
+ * between step lines). false when the run's lines do not carry it. */
+bool pr_run_has_x(const pr_run *r, pr_x_kind kind);
+double pr_run_x(const pr_run *r, double step, pr_x_kind kind);
+
+/* trailing mean over `window` points of y[0..n) into out (window <= 1: a copy);
+ * non-finite points are skipped and stay as they are */
+void pr_smooth(const double *y, int n, int window, double *out);
+
+/* ---- report pages (lab/report.c) ----
+ * report pages: one self-contained HTML file per grid
+ * (ablate) or comparison (compare) that opens in any browser with no network
+ * and no script: a table, charts and training curves as inline SVG
+ * (the plots above), styled so that the page fits a 1280-pixel window (every
+ * picture scales down to the page's width).
+ *
+ *     pr_report_begin(f, "ablate quick", "models: prism, linattn; ...");
+ *     pr_report_heading(f, "Results");
+ *     pr_report_table(f, 3, 2, cells);
+ *     pr_report_bars(f, &bars, &err);
+ *     pr_report_curves(f, "loss", false, panels, n, &err);
+ *     pr_report_end(f);
+ * The page is well-formed XML as well as HTML. */
+
+void pr_report_begin(FILE *f, const char *title, const char *lead);   /* lead: a paragraph under the title, or NULL */
+void pr_report_heading(FILE *f, const char *text);
+void pr_report_paragraph(FILE *f, const char *text);
+/* n_rows rows of n_cols cells, row-major, row 0 the header; a NULL cell is
+ * empty; a cell's second line (after a '\n') is set apart under the first, as
+ * a published figure beside ours ("0.512 ± 0.034\npaper 0.49") */
+void pr_report_table(FILE *f, int n_rows, int n_cols, const char *const *cells);
+int pr_report_plot(FILE *f, const pr_plot *p, pr_err *err);
+int pr_report_bars(FILE *f, const pr_bars *b, pr_err *err);
+void pr_report_end(FILE *f);
+
+/* one small plot of the curves of several runs of one model (its seeds),
+ * all in the model's colour (look `color` of pr_plot_style), told apart by
+ * their dash pattern */
+typedef struct {
+    const char *title;          /* the model */
+    int color;                  /* -1: a look per run instead (pr_plot_style's k-th for run k) */
+    int n_runs;
+    const char *const *runs;    /* run directories; one that does not exist yet is left out */
+    const char *const *labels;  /* legend entries ("s1") */
+} pr_report_panel;
+
+/* small multiples: a panel per model, the metric (a training curve, or with
+ * eval the evaluations) against the step, every panel on the same y axis.
+ * A run that cannot be read is named in a note on the page and left out.
+ * Returns the number of curves drawn (0: nothing written, as when no run has
+ * more than one point: evaluated at the end only). */
+int pr_report_curves(FILE *f, const char *metric, bool eval, const pr_report_panel *panels, int n_panels);
+
+/* ---- benchmark timing (lab/bench_util.c) ----
+ * what the benchmarks share: the median time of a
+ * function over repetitions (CUDA events on the context's stream for a
+ * device run, the wall clock on the CPU) and a prepared op node to rerun. */
+
+typedef void (*pr_bench_fn)(void *arg);
+
+/* the median of x[0..n) (sorts x) */
+double pr_bench_median(double *x, int n);
+/* median milliseconds of fn(arg) over reps runs, after warm untimed runs and a sync */
+double pr_bench_time_ms(pr_ctx *ctx, pr_device dev, pr_bench_fn fn, void *arg, int warm, int reps);
+
+/* one op's kernel, forward or backward, on a prepared node: nothing allocated, nothing taped */
+typedef struct {
+    pr_ctx *ctx;
+    pr_node n;
+    bool backward;
+} pr_bench_node;
+
+void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
+
+#ifdef PRISM_HAVE_CUDA
+/* A fused op's forward: runs the op on arg's inputs and returns its tape node. */
+typedef pr_node *(*pr_bench_fwd_fn)(pr_ctx *ctx, void *arg);
+/* median ms of the forward, and of the forward plus the op's CUDA backward on
+ * that node seeded with dout (one per output), over reps runs after warm
+ * untimed ones; CUDA events on the context's stream, the step reset after each */
+void pr_bench_fused_ms(pr_ctx *ctx, pr_bench_fwd_fn fwd, void *arg, pr_tensor *const *dout, int warm, int reps,
+                       double *fwd_ms, double *fb_ms);
+#endif
+
+/* ---- golden checks (lab/golden_ops2.c) ----
+ * what golden-check's checks share (loading a file's
+ * inputs, comparing with its references, seeding the backward, catching a
+ * check's fatal errors) and the per-op checkers of the fused ops of
+ * ops2.safetensors (attention, selective_scan, ...). golden_check.c runs the
+ * recurrences with these helpers, then every entry of pr_golden_ops whose
+ * tensors are in the file. */
+
+/* one check: reads "<op>.<name>" tensors, keeps the worst relative error */
+typedef struct {
+    const pr_safetensors *st;
+    const char *op;
+    pr_ctx *ctx;
+    pr_device dev;
+    pr_dtype dt;
+    bool verbose;
+    const char *form;   /* the form run, for --verbose; NULL for an op of one form */
+    int forms, chunk;   /* the recurrences: bit 0 per-token, bit 1 chunked form; its chunk */
+    double worst;
+    int64_t compared;   /* reference elements compared: a check of none has checked nothing */
+} pr_golden_run;
+
+typedef struct {
+    const char *name;
+    void (*fn)(pr_golden_run *g);   /* forward, backward, compare */
+} pr_golden_op;
+
+extern const pr_golden_op pr_golden_ops[];
+extern const int pr_golden_n_ops;
+
+/* true when the file holds a tensor named "<name>.*" */
+bool pr_golden_present(const pr_safetensors *st, const char *name);
+/* the file's "<op>.<name>"; NULL if absent */
+pr_tensor *pr_golden_ref(const pr_golden_run *g, const char *name);
+/* in[i] = the file's names[i] on the run's device and dtype, requiring
+ * grad (NULL if absent), for i < n */
+void pr_golden_inputs(const pr_golden_run *g, const char *const *names, int n, pr_tensor **in);
+/* compares every out[i] with the file's outs[i] (error max|got - ref| /
+ * max|ref|, the worst kept in g->worst; a missing reference is fatal), runs the backward of
+ * sum_i(out[i] * the file's d<outs[i]>), then compares the grad of every
+ * input present with the file's d<ins[i]> */
+void pr_golden_compare_all(pr_golden_run *g, pr_tensor *const *out, const char *const *outs, int n_out,
+                           pr_tensor *const *in, const char *const *ins, int n_in);
+/* run check(g) on g->op; returns its worst error (inf after a fatal error,
+ * whose message goes to why) */
+double pr_golden_try(pr_golden_run *g, void (*check)(pr_golden_run *g), char *why, size_t why_n);
+
+#endif
