@@ -131,6 +131,16 @@ void pr_grid_write_markdown(const pr_grid_results *r, FILE *f);
 void pr_grid_write_csv(const pr_grid_results *r, FILE *f);
 void pr_grid_write_json(const pr_grid_results *r, FILE *f);
 
+/* ---- a grid's results on disk (lab/grid_report.c) */
+/* ROOT/<variant folder>/<task>/s<seed>: a cell's run directory (pr_grid_folder) */
+void pr_grid_cell_dir(char *out, size_t n, const char *root, const char *variant, const char *task, int seed);
+/* ROOT/<stem>.md, .csv, .json (the tables), ROOT/<stem>.svg (the bar chart)
+ * and ROOT/report<stem after "results">.html (the page: table, chart, every
+ * task's curves read from the cells' run directories). stem is "results" or
+ * "results-<metric>". Prints each path written; -1 after a message naming a
+ * file that could not be written. */
+int pr_grid_write_outputs(const pr_grid_results *r, const char *root, const char *stem);
+
 /* ---- SVG plots (lab/plot.c) ----
  * line plots and grouped bar charts as standalone SVG files
  * (axes, "nice" ticks, labels, a legend), for the commands that report

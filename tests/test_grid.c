@@ -4,9 +4,12 @@
  * folder refused, slices of a grid, and the table's mean ± std against
  * values worked by hand. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
-#include "tests/pr_test.h"
 #include "lab/lab.h"
+#include "tests/pr_test.h"
 
 static pr_grid grid;  /* large: kept off the stack */
 
@@ -277,13 +280,47 @@ static void test_reference_column(void **state)
     assert_null(strstr(buf, "paper"));
 }
 
+/* the files a grid's results become, written without the command, and the
+ * cell folders the page reads */
+static void test_outputs(void **state)
+{
+    (void)state;
+    pr_err err;
+    char dir[] = "/tmp/prism_test_grid_XXXXXX", path[256], cell[256];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(pr_grid_parse(&grid, "{\"name\":\"t\",\"models\":[\"prism\",\"gdn\"],"
+                                          "\"tasks\":[\"parity\",\"lm\"],\"seeds\":3}", "t", &err), 0);
+    double v[12] = {0.8, 0.9, 1.0, 2, 2, 2, 0.5, 0.6, NAN, NAN, NAN, NAN};
+    pr_grid_results r = {.g = &grid, .metric = {"acc", "bpb"}, .value = v};
+    assert_int_equal(pr_grid_write_outputs(&r, dir, "results"), 0);
+    const char *names[] = {"results.md", "results.csv", "results.json", "results.svg", "report.html"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        char buf[8192] = {0};
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        assert_true(got > 0);
+        if (i == 4) assert_non_null(strstr(buf, "0.900 ± 0.100")), assert_non_null(strstr(buf, "<svg"));
+        unlink(path);
+    }
+    assert_int_equal(rmdir(dir), 0);
+    /* a folder that is not there: an error, not a silent pass */
+    assert_int_equal(pr_grid_write_outputs(&r, "/nonexistent/prism", "results"), -1);
+    pr_grid_cell_dir(cell, sizeof cell, "R", "prism-L1", "parity", 2);
+    assert_string_equal(cell, "R/prism-L1/parity/s2");
+    pr_grid_cell_dir(cell, sizeof cell, "R", "a b/c", "lm", 1);
+    assert_string_equal(cell, "R/a-b-c/lm/s1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_file), cmocka_unit_test(test_bad_files), cmocka_unit_test(test_builtins),
         cmocka_unit_test(test_descriptions), cmocka_unit_test(test_keep), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_tables),
-        cmocka_unit_test(test_reference_column),
+        cmocka_unit_test(test_reference_column), cmocka_unit_test(test_outputs),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
