@@ -134,10 +134,22 @@ static pr_tensor *attn_forward(pr_ctx *ctx, const void *layer, const pr_config *
     return output(ctx, l, o);
 }
 
+/* whole query groups per key/value head; RoPE rotates pairs of dims */
+static int attn_check(const pr_config *c, pr_err *err)
+{
+    if (c->attn_kv_heads && c->n_heads % c->attn_kv_heads)
+        return pr_errf(err, "config: attn.kv_heads %d does not divide n_heads %d", c->attn_kv_heads, c->n_heads);
+    if (pr_config_head_dim(c) % 2)
+        return pr_errf(err, "config: attn needs an even head dim for RoPE, got %lld",
+                       (long long)pr_config_head_dim(c));
+    return 0;
+}
+
 const pr_mixer_def pr_mixer_attn = {
     .name = "attn",
     .summary = "Transformer++ attention: RoPE, causal softmax, GQA (fla Attention)",
     .mlp = true,
+    .check = attn_check,
     .build = attn_build,
     .forward = attn_forward,
 };

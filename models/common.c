@@ -99,8 +99,8 @@ int64_t pr_config_head_dim(const pr_config *c)
 
 int64_t pr_config_value_dim(const pr_config *c)
 {
-    bool gdn_like = strcmp(c->mixer, "gdn") == 0 || strcmp(c->mixer, "prism") == 0 || strcmp(c->mixer, "mom") == 0;
-    return pr_config_head_dim(c) * (gdn_like ? c->gdn_expand_v : 1);
+    const pr_mixer_def *def = pr_mixer_by_name(c->mixer);
+    return pr_config_head_dim(c) * (def && def->expands_v ? c->gdn_expand_v : 1);
 }
 
 pr_init pr_init_std(const pr_config *c)

@@ -390,55 +390,20 @@ int pr_config_preset(pr_config *c, const char *name, pr_err *err)
     return pr_errf(err, "config: unknown preset '%s' (allowed: %s)", name, names);
 }
 
-/* mixer's key or value dim, expand * d_model, must be a whole number of at least one per head */
-static int check_expanded(const pr_config *c, const char *mixer, double expand, const char *key, pr_err *err)
-{
-    if (strcmp(c->mixer, mixer)) return 0;
-    const double dim = expand * c->d_model;
-    const int64_t whole = (int64_t)llround(dim);
-    if (fabs(dim - (double)whole) > 1e-9 * dim || whole < c->n_heads || whole % c->n_heads)
-        return pr_errf(err, "config: %s %g times d_model %d gives %g, not a positive multiple of n_heads %d", key,
-                       expand, c->d_model, dim, c->n_heads);
-    return 0;
-}
-
 int pr_config_check(const pr_config *c, pr_err *err)
 {
     if (!pr_mixer_by_name(c->mixer)) return pr_errf(err, "config: mixer '%s' is not built yet", c->mixer);
     if (!c->head_dim && c->d_model % c->n_heads)
         return pr_errf(err, "config: d_model %d is not a multiple of n_heads %d (or set head_dim)", c->d_model,
                        c->n_heads);
-    if (strcmp(c->mixer, "prism") == 0 && strcmp(c->prism_form, "paper") == 0 && c->prism_L > 0 &&
-        (int64_t)c->n_heads * pr_config_value_dim(c) != c->d_model)
-        return pr_errf(err, "config: prism.form=paper needs n_heads * V = d_model (its residual v - U subtracts the "
-                            "anchor U [D] from v [H*V]); got n_heads %d * V %lld != d_model %d (set head_dim=0 and "
-                            "gdn.expand_v=1, or prism.form=augmented)",
-                       c->n_heads, (long long)pr_config_value_dim(c), c->d_model);
-    if (check_expanded(c, "gla", c->gla_expand_k, "gla.expand_k", err) ||
-        check_expanded(c, "gla", c->gla_expand_v, "gla.expand_v", err) ||
-        check_expanded(c, "gsa", c->gsa_expand_k, "gsa.expand_k", err) ||
-        check_expanded(c, "gsa", c->gsa_expand_v, "gsa.expand_v", err))
-        return -1;
-    int64_t di = (int64_t)c->mamba2_expand * c->d_model;
-    if (strcmp(c->mixer, "mamba2") == 0 && di % c->mamba2_head_dim)
-        return pr_errf(err, "config: mamba2.head_dim %d does not divide mamba2.expand * d_model = %lld",
-                       c->mamba2_head_dim, (long long)di);
-    if (strcmp(c->mixer, "mamba2") == 0 && (di / c->mamba2_head_dim) % c->mamba2_n_groups)
-        return pr_errf(err, "config: mamba2.n_groups %d does not divide the %lld heads", c->mamba2_n_groups,
-                       (long long)(di / c->mamba2_head_dim));
-    if (strcmp(c->mixer, "attn") == 0 && c->attn_kv_heads && c->n_heads % c->attn_kv_heads)
-        return pr_errf(err, "config: attn.kv_heads %d does not divide n_heads %d", c->attn_kv_heads, c->n_heads);
-    if (strcmp(c->mixer, "attn") == 0 && pr_config_head_dim(c) % 2)
-        return pr_errf(err, "config: attn needs an even head dim for RoPE, got %lld",
-                       (long long)pr_config_head_dim(c));
+    const pr_mixer_def *def = pr_mixer_by_name(c->mixer);
+    if (def->check && def->check(c, err)) return -1;
     if (c->block == PR_BLOCK_SASREC && c->attn_shortconv)
         return pr_errf(err, "config: block sasrec has no attn.shortconv (got %d; set 0)", c->attn_shortconv);
     if (c->block == PR_BLOCK_SASREC &&
         (c->task != PR_HEAD_REC || strcmp(c->mixer, "attn") || strcmp(c->norm, "layernorm")))
         return pr_errf(err, "config: block sasrec needs task rec, mixer attn and norm layernorm (got %s, %s, %s)",
                        pr_head_name(c->task), c->mixer, c->norm);
-    if (strcmp(c->mixer, "mom") == 0 && c->mom_topk > c->mom_memories)
-        return pr_errf(err, "config: mom.topk %d is more than mom.memories %d", c->mom_topk, c->mom_memories);
     if (c->task == PR_HEAD_LM && c->ignore_index >= 0 && c->ignore_index < c->vocab)
         return pr_errf(err, "config: ignore_index %d is a token id (vocab %d)", c->ignore_index, c->vocab);
     return 0;

@@ -89,6 +89,7 @@ const pr_mixer_def pr_mixer_gdn = {
     .name = "gdn",
     .summary = "Gated DeltaNet (fla GatedDeltaNet)",
     .mlp = true,
+    .expands_v = true,
     .build = gdn_build,
     .forward = gdn_forward,
 };

@@ -33,6 +33,17 @@
 #include "models/models.h"
 #include "models/slots.h"
 
+/* key or value dim, expand * d_model, must be a whole number of at least one per head */
+static int check_expanded(const pr_config *c, double expand, const char *key, pr_err *err)
+{
+    const double dim = expand * c->d_model;
+    const int64_t whole = (int64_t)llround(dim);
+    if (fabs(dim - (double)whole) > 1e-9 * dim || whole < c->n_heads || whole % c->n_heads)
+        return pr_errf(err, "config: %s %g times d_model %d gives %g, not a positive multiple of n_heads %d", key,
+                       expand, c->d_model, dim, c->n_heads);
+    return 0;
+}
+
 /* width * expand, the whole key or value dim of a layer (config.c checks it divides) */
 static int64_t expanded(const pr_config *c, double expand) { return (int64_t)llround(c->d_model * expand); }
 
@@ -93,10 +104,17 @@ static pr_tensor *gla_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     return pr_linear(ctx, pr_merge_heads(ctx, n), l->o_proj, NULL);
 }
 
+static int gla_check(const pr_config *c, pr_err *err)
+{
+    return check_expanded(c, c->gla_expand_k, "gla.expand_k", err) ||
+           check_expanded(c, c->gla_expand_v, "gla.expand_v", err) ? -1 : 0;
+}
+
 const pr_mixer_def pr_mixer_gla = {
     .name = "gla",
     .summary = "Gated Linear Attention (fla GatedLinearAttention)",
     .mlp = true,
+    .check = gla_check,
     .build = gla_build,
     .forward = gla_forward,
 };
@@ -155,10 +173,17 @@ static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     return pr_linear(ctx, n, l->o_proj, NULL);
 }
 
+static int gsa_check(const pr_config *c, pr_err *err)
+{
+    return check_expanded(c, c->gsa_expand_k, "gsa.expand_k", err) ||
+           check_expanded(c, c->gsa_expand_v, "gsa.expand_v", err) ? -1 : 0;
+}
+
 const pr_mixer_def pr_mixer_gsa = {
     .name = "gsa",
     .summary = "Gated Slot Attention (fla GatedSlotAttention)",
     .mlp = true,
+    .check = gsa_check,
     .build = gsa_build,
     .forward = gsa_forward,
 };

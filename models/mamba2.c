@@ -77,10 +77,24 @@ static pr_tensor *mamba2_forward(pr_ctx *ctx, const void *layer, const pr_config
     return pr_linear(ctx, y, l->out_proj, NULL);
 }
 
+/* the inner width splits into whole heads, and the heads into whole groups */
+static int mamba2_check(const pr_config *c, pr_err *err)
+{
+    int64_t di = (int64_t)c->mamba2_expand * c->d_model;
+    if (di % c->mamba2_head_dim)
+        return pr_errf(err, "config: mamba2.head_dim %d does not divide mamba2.expand * d_model = %lld",
+                       c->mamba2_head_dim, (long long)di);
+    if ((di / c->mamba2_head_dim) % c->mamba2_n_groups)
+        return pr_errf(err, "config: mamba2.n_groups %d does not divide the %lld heads", c->mamba2_n_groups,
+                       (long long)(di / c->mamba2_head_dim));
+    return 0;
+}
+
 const pr_mixer_def pr_mixer_mamba2 = {
     .name = "mamba2",
     .summary = "Mamba-2 (fla Mamba2, SSD)",
     .mlp = false,
+    .check = mamba2_check,
     .build = mamba2_build,
     .forward = mamba2_forward,
 };

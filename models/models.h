@@ -190,6 +190,10 @@ typedef struct {
     const char *name;
     const char *summary;
     bool mlp;             /* whether its blocks carry an MLP by default (Mamba-2: no) */
+    bool expands_v;       /* value dim V = head dim * gdn.expand_v (else V = head dim) */
+    /* the mixer's own config checks (sizes that must divide, ...); NULL: none.
+     * -1 with err naming the key and value */
+    int (*check)(const pr_config *c, pr_err *err);
     /* register the parameters under r's current prefix; the layer struct lives in r->arena */
     void *(*build)(pr_params *r, const pr_config *c);
     pr_tensor *(*forward)(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st);

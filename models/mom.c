@@ -361,10 +361,19 @@ static pr_tensor *mom_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     return pr_linear(ctx, pr_merge_heads(ctx, n), l->o_proj, NULL);
 }
 
+static int mom_check(const pr_config *c, pr_err *err)
+{
+    if (c->mom_topk > c->mom_memories)
+        return pr_errf(err, "config: mom.topk %d is more than mom.memories %d", c->mom_topk, c->mom_memories);
+    return 0;
+}
+
 const pr_mixer_def pr_mixer_mom = {
     .name = "mom",
     .summary = "Mixture-of-Memories: top-k routed gated delta rule memories (fla MomAttention)",
     .mlp = true,
+    .expands_v = true,
+    .check = mom_check,
     .build = mom_build,
     .forward = mom_forward,
 };

@@ -216,10 +216,24 @@ static pr_tensor *prism_forward(pr_ctx *ctx, const void *layer, const pr_config 
     return l->paper && c->prism_L > 0 ? forward_paper(ctx, l, c, x, st) : forward_augmented(ctx, l, c, x, st);
 }
 
+/* form paper's residual v - U subtracts the anchor U [D] from v [H*V] */
+static int prism_check(const pr_config *c, pr_err *err)
+{
+    if (strcmp(c->prism_form, "paper") == 0 && c->prism_L > 0 &&
+        (int64_t)c->n_heads * pr_config_value_dim(c) != c->d_model)
+        return pr_errf(err, "config: prism.form=paper needs n_heads * V = d_model (its residual v - U subtracts the "
+                            "anchor U [D] from v [H*V]); got n_heads %d * V %lld != d_model %d (set head_dim=0 and "
+                            "gdn.expand_v=1, or prism.form=augmented)",
+                       c->n_heads, (long long)pr_config_value_dim(c), c->d_model);
+    return 0;
+}
+
 const pr_mixer_def pr_mixer_prism = {
     .name = "prism",
     .summary = "PRISM (prism.form: paper = Algorithm 1; augmented = Gated DeltaNet plus L refinement writes)",
     .mlp = true,
+    .expands_v = true,
+    .check = prism_check,
     .build = prism_build,
     .forward = prism_forward,
 };

@@ -86,6 +86,36 @@ static void test_head_and_block_words(void **state)
     assert_string_equal(pr_config_model_name(&c), "attn");
 }
 
+/* a mixer's own checks and value-dim rule come from its pr_mixer_def: they
+ * apply to that mixer and no other */
+static void test_mixer_capabilities(void **state)
+{
+    (void)state;
+    pr_err err;
+    const char *const bad[][2] = {{"mamba2", "mamba2.head_dim=48"}, {"attn", "attn.kv_heads=3"},
+                                  {"mom", "mom.topk=5"}};
+    const char *const why[] = {"mamba2.head_dim 48 does not divide", "attn.kv_heads 3 does not divide n_heads 4",
+                               "mom.topk 5 is more than mom.memories 4"};
+    for (int i = 0; i < 3; i++) {
+        pr_config c = pr_config_default();
+        char mixer[32];
+        snprintf(mixer, sizeof mixer, "mixer=%s", bad[i][0]);
+        assert_int_equal(pr_config_set(&c, bad[i][1], &err), 0);
+        assert_int_equal(pr_config_check(&c, &err), 0);   /* prism has no such check */
+        assert_int_equal(pr_config_set(&c, mixer, &err), 0);
+        expect_error(pr_config_check(&c, &err), &err, why[i]);
+    }
+    pr_config c = pr_config_default();
+    assert_int_equal(pr_config_set(&c, "gdn.expand_v=2", &err), 0);
+    const char *const expands[] = {"gdn", "prism", "mom"}, *const plain[] = {"linattn", "deltanet", "attn"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(c.mixer, sizeof c.mixer, "%s", expands[i]);
+        assert_int_equal(pr_config_value_dim(&c), 2 * pr_config_head_dim(&c));
+        snprintf(c.mixer, sizeof c.mixer, "%s", plain[i]);
+        assert_int_equal(pr_config_value_dim(&c), pr_config_head_dim(&c));
+    }
+}
+
 /* Issue 45: one number grammar (JSON's) for the model keys and train.*, in a
  * JSON file and after --set alike; a JSON config with text after the object
  * is refused, naming the byte. */
@@ -488,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_config_sources),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_head_and_block_words),
+        cmocka_unit_test(test_mixer_capabilities),
         cmocka_unit_test(test_number_grammar),
         cmocka_unit_test(test_config_file_bounds),
         cmocka_unit_test(test_config_file),
