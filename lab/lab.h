@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "autograd/autograd.h"
+#include "dist/dist.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
 #include "train/train.h"
@@ -354,6 +355,22 @@ typedef struct {
 } pr_bench_node;
 
 void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
+
+/* the benchmarks skip a model whose step would keep more than this for the
+ * backward by a known estimate (atlas's per-token memories: pr_atlas_step_bytes) */
+#define PR_BENCH_MAX_STEP_BYTES (64.0 * (1 << 30))
+
+/* tokens/s of training `mixer` on the base config at sequence length T,
+ * tokens/T sequences a step (lab/throughput.c): the median of `steps` timed
+ * steps after `warmup` untimed ones; *params its parameter count (-1 when
+ * the config does not hold). NAN, after a message, when the config does not
+ * hold or the step would not fit (PR_BENCH_MAX_STEP_BYTES). With a
+ * communicator, this rank's share of the batch, all-reduced; the tokens
+ * counted are the whole batch's (every rank's). breakdown: the folder for one
+ * profiled step's table, breakdown-<mixer>-T<T>.md (NULL: none; one process only) */
+double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
+                               int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown,
+                               int64_t *params);
 
 #ifdef PRISM_HAVE_CUDA
 /* A fused op's forward: runs the op on arg's inputs and returns its tape node. */

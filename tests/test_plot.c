@@ -2,8 +2,8 @@
  * log axes, and the documents themselves (line plots, bar charts): read back
  * with a small XML checker (balanced tags, quoted attributes, escaped text),
  * the tick labels, legend entries and bars found where they belong. */
-#include "tests/pr_test.h"
 #include "lab/lab.h"
+#include "tests/pr_test.h"
 
 static void assert_ticks(const double *got, int n, const double *want, int n_want)
 {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "models/models.h"
 #include "tools/tools.h"
 

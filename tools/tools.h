@@ -26,9 +26,6 @@ int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
 int pr_bench_block(int argc, char **argv);
 int pr_bench_fused(int argc, char **argv);      /* attention, selective_scan */
-/* the benchmarks skip a model whose step would keep more than this for the
- * backward by a known estimate (atlas's per-token memories: pr_atlas_step_bytes) */
-#define PR_BENCH_MAX_STEP_BYTES (64.0 * (1 << 30))
 #ifdef PR_OPS_H /* tools/bench_ttt2.c: ttt_mlp and titans beside ttt_linear (CUDA builds) */
 void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp, bool titans);
 #endif

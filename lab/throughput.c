@@ -1,0 +1,119 @@
+/* lab/throughput.c: a model's training throughput (lab/lab.h), as
+ * `prism bench throughput` measures it: the median wall time of whole
+ * training steps (forward, backward, the optimizer; with a communicator the
+ * all-reduce in buckets too) on random tokens, and one profiled step's op
+ * table on request. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/profile.h"
+#include "lab/lab.h"
+#include "models/models.h"
+#include "optim/optim.h"
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* median seconds of one training step of model m on ids [B,T]; with ddp, the
+ * grads are all-reduced over the ranks in buckets during the backward */
+static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *ddp, const int32_t *host_ids,
+                              int64_t B, int64_t T, int warmup, int steps)
+{
+    PR_CHECK(steps <= 64, "bench throughput: at most 64 timed steps");
+    pr_device dev = m->params->device;
+    double t[64];
+    for (int i = -warmup; i < steps; i++) {
+        pr_device_sync(dev);
+        double t0 = pr_now_s();
+        pr_params_zero_grads(m->params);
+        pr_tensor *ids = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids);
+        pr_tensor *targets = pr_from_host(ctx->step, PR_I32, dev, PR_DIMS(B, T), host_ids + 1);
+        pr_tensor *loss = pr_lm_loss(ctx, m, ids, targets);
+        if (ddp) pr_ddp_begin(ddp, ctx);
+        pr_backward(ctx, loss);
+        pr_err err;
+        if (ddp && pr_ddp_end(ddp, ctx, &err)) pr_fatal("prism bench throughput: %s", err.msg);
+        double t1 = ctx->profile ? pr_profile_clock(dev) : 0;
+        pr_optim_step(ctx, opt, 1e-4, 1.0);
+        if (ctx->profile) pr_profile_time(ctx->profile, "adamw", "optimizer", 0, pr_profile_clock(dev) - t1);
+        pr_step_reset(ctx);
+        pr_device_sync(dev);
+        if (i >= 0) t[i] = pr_now_s() - t0;
+    }
+    qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+    return t[steps / 2];
+}
+
+/* one profiled step of m after the timed ones: its op table in DIR/breakdown-<mixer>-T<T>.md */
+static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *ids, int64_t B, int64_t T,
+                          const char *mixer, const char *out)
+{
+    pr_profile *prof = calloc(1, sizeof *prof);
+    PR_CHECK(prof, "bench throughput: out of host memory");
+    ctx->profile = prof;
+    double wall = time_train_step(ctx, m, opt, NULL, ids, B, T, 0, 1);
+    ctx->profile = NULL;
+    prof->steps = 1;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/breakdown-%s-T%lld.md", out, mixer, (long long)T);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "# %s, T=%lld, %lld sequences a step: one profiled step, %.1f ms\n\n", mixer, (long long)T,
+                (long long)B, 1e3 * wall);
+        pr_profile_print(prof, wall, f);
+        fclose(f);
+    } else {
+        fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno));
+    }
+    free(prof);
+}
+
+double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
+                                int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown,
+                                int64_t *params)
+{
+    *params = -1;
+    pr_config c = *base;
+    pr_err err;
+    char kv[2][64];
+    snprintf(kv[0], sizeof kv[0], "mixer=%s", mixer);
+    snprintf(kv[1], sizeof kv[1], "seq_len=%lld", (long long)T);
+    if (pr_config_set(&c, kv[0], &err) || pr_config_set(&c, kv[1], &err) || pr_config_check(&c, &err)) {
+        fprintf(stderr, "prism bench throughput: %s at T=%lld: %s\n", mixer, (long long)T, err.msg);
+        return NAN;
+    }
+    int64_t B = tokens / T, world = comm ? comm->world : 1, rows = B / world;
+    double need = pr_atlas_step_bytes(&c, B, T);
+    if (need > PR_BENCH_MAX_STEP_BYTES) {
+        fprintf(stderr, "prism bench throughput: %s at T=%lld skipped: its per-token form keeps ~%.0f GiB for the "
+                        "backward (try --set atlas.degree=1 or shorter lengths)\n", mixer, (long long)T, need / (1 << 30));
+        return NAN;
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));
+    PR_CHECK(ids, "bench throughput: out of host memory");
+    for (int64_t i = 0; i < B * T + 1; i++) ids[i] = (int32_t)(pr_philox_uniform(1, 0, (uint64_t)i) * c.vocab);
+    pr_model *m = pr_model_new(&c, PR_F32, dev);
+    *params = pr_params_count(m->params);
+    pr_model_init(m);
+    pr_optim_opts oo = {.kind = PR_OPTIM_ADAMW, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    pr_optim *opt = pr_optim_new(m->params, &oo);
+    pr_ctx *ctx = pr_ctx_new(1);
+    ctx->matmul_tf32 = tf32;
+    pr_ddp *ddp = comm ? pr_ddp_new(comm, m->params, (size_t)25e6) : NULL;
+    int64_t first = comm ? comm->rank * rows * T : 0;
+    double s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
+    if (breakdown && !comm) breakdown_one(ctx, m, opt, ids, rows, T, mixer, breakdown);
+    pr_ddp_free(ddp);
+    pr_params_release_grads(m->params);
+    pr_optim_free(opt);
+    pr_model_free(m);
+    pr_ctx_free(ctx);
+    free(ids);
+    return (double)(rows * world * T) / s;
+}
