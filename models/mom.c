@@ -156,6 +156,7 @@ static pr_tensor *gather_rows(pr_ctx *ctx, pr_tensor *table, int64_t n, const in
 /* concat of n >= 1 tensors along dim 0, in groups (concat takes PR_MAX_IN at most) */
 static pr_tensor *concat_rows(pr_ctx *ctx, int n, pr_tensor **xs)
 {
+    PR_CHECK(n >= 1, "mom: no token was routed to any memory");   /* every token picks top-k >= 1 */
     pr_tensor *out = xs[0];
     for (int i = 1; i < n;) {
         pr_tensor *group[PR_MAX_IN] = {out};
@@ -169,7 +170,7 @@ static pr_tensor *concat_rows(pr_ctx *ctx, int n, pr_tensor **xs)
 /* xp [R, D] through memory e's own map w[e] on memory e's rows: [R, out] */
 static pr_tensor *project_per_memory(pr_ctx *ctx, const routing *rt, pr_tensor *xp, pr_tensor *const *w)
 {
-    pr_tensor *parts[MOM_MAX_MEMORIES];
+    pr_tensor *parts[MOM_MAX_MEMORIES] = {0};
     int n = 0;
     for (int64_t e = 0; e < rt->E; e++) {
         int64_t len = 0;

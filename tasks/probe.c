@@ -318,7 +318,7 @@ static int au_poly_recall(const pr_probe *p, draws *d, int32_t *t, int T, noise_
 static int au_var_tracking(const pr_probe *p, draws *d, int32_t *t, int T, noise_range *nz)
 {
     (void)nz;
-    int n = p->n_updates, vars[8], starts[8], var_of[8], latest = -1;
+    int n = p->n_updates, vars[8], starts[8], var_of[8] = {0}, latest = -1;
     draw_distinct(d, PR_AU_N_CONTROL, p->vocab, p->n_pairs, vars);
     draw_slots(d, T - 2, 2, n, starts);
     for (int i = 0; i < n; i++) {

@@ -623,7 +623,7 @@ static int check_wg_knob(const char *env, const char *const sizes[2], const char
 {
     pr_rec_plan plan;
     char why[256];
-    int fails = 0;
+    volatile int fails = 0;   /* PR_EXPECT_FATAL longjmps back into this frame */
     const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
     const int64_t NT[2][2] = {{8, 2048}, {2, 8192}};
     for (int i = 0; i < 2; i++) {
