@@ -188,6 +188,9 @@ void pr_plot_free(pr_plot *p);
  * pattern, for any number of series. */
 void pr_plot_style(int k, const char **color, char *dash, size_t dash_size);
 
+/* s written with the five XML specials (& < > " ') escaped: SVG and HTML text */
+void pr_xml_text(FILE *f, const char *s);
+
 /* the width in pixels of text at a font size, measured generously for a
  * sans-serif face (wide letters wider), so a box sized by it holds the text */
 double pr_plot_text_width(const char *s, double font_size);

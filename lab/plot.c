@@ -180,8 +180,7 @@ static double pos(const axis *a, double v)
     return a->p0 + axis_frac(a, v) * (a->p1 - a->p0);
 }
 
-/* text with the five XML specials escaped */
-static void put_text(FILE *f, const char *s)
+void pr_xml_text(FILE *f, const char *s)
 {
     for (; s && *s; s++) {
         switch (*s) {
@@ -198,7 +197,7 @@ static void put_text(FILE *f, const char *s)
 static void text_at(FILE *f, double x, double y, const char *anchor, const char *extra, const char *s)
 {
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor, extra);
-    put_text(f, s);
+    pr_xml_text(f, s);
     fputs("</text>\n", f);
 }
 
@@ -533,9 +532,9 @@ static void draw_bar(FILE *f, const pr_bars *b, int s, int g, double x, double w
             fabs(y1 - y0));
     bar_fill(f, s);
     fputs("><title>", f);
-    put_text(f, name_or_empty(b->series[s]));
+    pr_xml_text(f, name_or_empty(b->series[s]));
     fputs(", ", f);
-    put_text(f, name_or_empty(b->group[g]));
+    pr_xml_text(f, name_or_empty(b->group[g]));
     fprintf(f, e > 0 ? ": %.4g ± %.3g</title></rect>\n" : ": %.4g</title></rect>\n", m, e);
     if (e <= 0) return;
     double cx = x + w / 2, cap = fmax(2, w / 4), lo = clamped_pos(ay, m - e), hi = clamped_pos(ay, m + e);

@@ -8,24 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* text with the XML specials escaped */
-static void put_html(FILE *f, const char *s)
-{
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
-    }
-}
-
 static void element(FILE *f, const char *tag, const char *cls, const char *text)
 {
     fprintf(f, "<%s%s%s%s>", tag, cls ? " class=\"" : "", cls ? cls : "", cls ? "\"" : "");
-    put_html(f, text);
+    pr_xml_text(f, text);
     fprintf(f, "</%s>\n", tag);
 }
 
@@ -67,10 +53,10 @@ void pr_report_table(FILE *f, int n_rows, int n_cols, const char *const *cells)
             const char *second = cell ? strchr(cell, '\n') : NULL;
             fprintf(f, "<%s>", r ? "td" : "th");
             if (!second) {
-                put_html(f, cell ? cell : "");
+                pr_xml_text(f, cell ? cell : "");
             } else {   /* a published figure under ours */
                 fprintf(f, "%.*s<br/><span class=\"ref\">", (int)(second - cell), cell);
-                put_html(f, second + 1);
+                pr_xml_text(f, second + 1);
                 fputs("</span>", f);
             }
             fprintf(f, "</%s>", r ? "td" : "th");
