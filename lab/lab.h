@@ -1,9 +1,10 @@
 /* lab/lab.h: the experiment machinery behind the `prism` command's
  * experiment subcommands (ablate, compare, plot, bench, golden-check,
- * inspect's plots), as a library of its own (libprism_lab.a) that a test can
- * link without the command: experiment grids and their results tables, SVG
- * plots and bar charts, runs read back from metrics.jsonl, report pages,
- * the benchmarks' timing loop, and the golden checks of the fused ops.
+ * inspect's gradient norms and write ranks), as a library of its own
+ * (libprism_lab.a) that a test can link without the command: experiment
+ * grids and their results tables, SVG plots and bar charts, runs read back
+ * from metrics.jsonl, report pages, the benchmarks' timing loop, the golden
+ * checks of the fused ops, and what inspect measures of a model's steps.
  * tools/ parses the options and calls in here; lab/ never includes tools/. */
 #ifndef PR_LAB_H
 #define PR_LAB_H
@@ -431,5 +432,37 @@ void pr_golden_compare_all(pr_golden_run *g, pr_tensor *const *out, const char *
 /* run check(g) on g->op; returns its worst error (inf after a fatal error,
  * whose message goes to why) */
 double pr_golden_try(pr_golden_run *g, void (*check)(pr_golden_run *g), char *why, size_t why_n);
+
+/* ---- what `prism inspect` measures (lab/inspect.c) ----
+ * Each parameter's gradient norm per step, kept as an array
+ * norms[steps][n_params] (one row per step; losses[steps] beside it), shown
+ * as a table (the first steps and the last), a CSV file (step, loss, a
+ * column per parameter) and an SVG plot (log scale, one series per
+ * parameter name over the layers: layers.*.mixer.q_proj). And the numerical
+ * rank of every token's write B_t (singular values above
+ * PR_INSPECT_RANK_TOL of the largest), read off the recurrence nodes a
+ * forward recorded on ctx's tape: per layer and head, then as a histogram
+ * (the PRISM paper's Rank-L claim: 1 for gdn, up to L for prism). */
+#define PR_INSPECT_RANK_TOL 1e-6
+#define PR_INSPECT_MAX_RANK 257
+
+typedef struct {
+    int64_t hist[PR_INSPECT_MAX_RANK];   /* tokens with each rank, over every layer and head */
+    int max_possible, layers;            /* layers 0: no recurrence on the tape */
+} pr_rank_summary;
+
+/* row[i]: the L2 norm of parameter i's grad (0 without one) */
+void pr_inspect_grad_norms(const pr_params *r, double *row);
+/* steps numbered from first */
+void pr_inspect_print_norms(FILE *out, const pr_params *r, const double *norms, const double *losses, int steps,
+                            int64_t first);
+/* 0, or -1 with err set (the file cannot be written) */
+int pr_inspect_write_norm_csv(const char *path, const pr_params *r, const double *norms, const double *losses,
+                              int steps, int64_t first, pr_err *err);
+int pr_inspect_write_norm_plot(const char *path, const char *model, const pr_params *r, const double *norms,
+                               int steps, int64_t first, pr_err *err);
+/* prints each layer's and head's counts to out and sums them into sum */
+void pr_inspect_ranks(FILE *out, const pr_ctx *ctx, pr_rank_summary *sum);
+void pr_inspect_rank_histogram(FILE *out, const char *model, const pr_rank_summary *sum);
 
 #endif

@@ -10,7 +10,9 @@
  *     form paper, L + 1 for form augmented), read off the recurrence nodes
  *     the forward recorded;
  *   - --dump STEP: every activation and gradient of one step as safetensors.
- * The last line printed is one JSON object. */
+ * The last line printed is one JSON object. This file reads the options,
+ * builds the session and runs the steps; the norms' table, CSV and plot and
+ * the write ranks are lab/inspect.c's (lab/lab.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,6 @@
 #include "tools/tools.h"
 
 #define MAX_SETS 64
-#define RANK_TOL 1e-6
 
 typedef struct {
     const char *model, *preset, *config_file, *text_file, *run_dir;
@@ -66,7 +67,7 @@ static void usage(FILE *f)
             "                  the largest) per layer and head, and their histogram\n"
             "  --dump S        every parameter, activation and gradient of the S-th step inspected\n"
             "                  (0: the first) to --dump-file (default inspect_step<S>.safetensors)\n",
-            RANK_TOL);
+            PR_INSPECT_RANK_TOL);
 }
 
 static int parse_options(int argc, char **argv, inspect_opts *o)
@@ -257,91 +258,6 @@ static int open_run(const inspect_opts *o, session *s, pr_ctx *ctx)
     return 0;
 }
 
-/* ---- gradient norms ---------------------------------------------------------------- */
-
-/* norms [steps][n_params], steps in rows */
-static void print_norm_table(const pr_params *r, const double *norms, const double *losses, int steps,
-                             int64_t first)
-{
-    int shown = steps < 6 ? steps : 6;   /* the first steps, then the last one */
-    printf("%-36s", "gradient norm by step");
-    for (int s = 0; s < shown; s++) printf(" %10lld", (long long)(first + (s == shown - 1 ? steps - 1 : s)));
-    printf("\n%-36s", "(loss)");
-    for (int s = 0; s < shown; s++) printf(" %10.4g", losses[s == shown - 1 ? steps - 1 : s]);
-    printf("\n");
-    for (int i = 0; i < r->n; i++) {
-        printf("%-36s", r->p[i].path);
-        for (int s = 0; s < shown; s++) printf(" %10.3e", norms[(size_t)(s == shown - 1 ? steps - 1 : s) * r->n + i]);
-        printf("\n");
-    }
-}
-
-static int write_norm_csv(const char *path, const pr_params *r, const double *norms, const double *losses, int steps,
-                          int64_t first)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return fprintf(stderr, "prism inspect: %s: cannot write\n", path), 1;
-    fprintf(f, "step,loss");
-    for (int i = 0; i < r->n; i++) fprintf(f, ",%s", r->p[i].path);
-    fprintf(f, "\n");
-    for (int s = 0; s < steps; s++) {
-        fprintf(f, "%lld,%.9g", (long long)(first + s), losses[s]);
-        for (int i = 0; i < r->n; i++) fprintf(f, ",%.9g", norms[(size_t)s * r->n + i]);
-        fprintf(f, "\n");
-    }
-    return fclose(f) ? fprintf(stderr, "prism inspect: %s: write failed\n", path), 1 : 0;
-}
-
-/* One series per parameter name with the layer index dropped
- * (`layers.*.mixer.q_proj`): the norm over every layer's copy, so the plot
- * stays readable for deep models. */
-static void group_name(const char *path, char *out, size_t n)
-{
-    const char *rest = NULL;
-    if (strncmp(path, "layers.", 7) == 0 && (rest = strchr(path + 7, '.')))
-        snprintf(out, n, "layers.*%s", rest);
-    else
-        snprintf(out, n, "%s", path);
-}
-
-static int write_norm_plot(const char *path, const char *model, const pr_params *r, const double *norms, int steps,
-                           int64_t first)
-{
-    if (r->n > 4096) return fprintf(stderr, "prism inspect: --plot: more than 4096 parameters\n"), 1;
-    char (*names)[96] = malloc(sizeof *names * (size_t)(r->n > 0 ? r->n : 1));
-    int group[4096], n_groups = 0;
-    for (int i = 0; i < r->n; i++) {
-        char g[96];
-        group_name(r->p[i].path, g, sizeof g);
-        int k = 0;
-        while (k < n_groups && strcmp(names[k], g) != 0) k++;
-        if (k == n_groups) snprintf(names[n_groups++], 96, "%s", g);
-        group[i] = k;
-    }
-    double *x = malloc(sizeof(double) * (size_t)steps), *y = calloc((size_t)(n_groups * steps), sizeof(double));
-    for (int s = 0; s < steps; s++) {
-        x[s] = (double)(first + s);
-        for (int i = 0; i < r->n; i++) {
-            double v = norms[(size_t)s * r->n + i];
-            y[group[i] * steps + s] += v * v;
-        }
-    }
-    char title[96];
-    snprintf(title, sizeof title, "%s: gradient norm by step", model);
-    /* steps are counts: no tick between two of them */
-    pr_plot p = {.title = title, .xlabel = "step", .ylabel = "gradient L2 norm", .ylog = true, .xint = true};
-    for (int k = 0; k < n_groups; k++) {
-        for (int s = 0; s < steps; s++) y[k * steps + s] = sqrt(y[k * steps + s]);
-        pr_plot_add(&p, names[k], steps, x, y + k * steps);
-    }
-    pr_err err;
-    int rc = pr_plot_save(&p, path, &err);
-    if (rc) fprintf(stderr, "prism inspect: %s\n", err.msg);
-    pr_plot_free(&p);
-    free(names), free(x), free(y);
-    return rc ? 1 : 0;
-}
-
 /* ---- the tape and the dump ------------------------------------------------------------ */
 static int with_file(const char *path, void (*write)(const pr_ctx *, FILE *), const pr_ctx *ctx)
 {
@@ -391,65 +307,10 @@ static int dump_step(const char *path, const pr_ctx *ctx, const pr_model *m, con
     return rc ? 1 : 0;
 }
 
-/* ---- write ranks ------------------------------------------------------------------------ */
-#define MAX_RANK 257
-
-typedef struct {
-    int64_t hist[MAX_RANK];   /* over every layer, head and token */
-    int max_possible, layers;
-} rank_summary;
-
-/* per layer and head: the histogram over tokens; the recurrence nodes come
- * in layer order, one per layer */
-static void print_ranks(const pr_ctx *ctx, rank_summary *sum)
-{
-    *sum = (rank_summary){0};
-    for (int p = 0; p < ctx->n_tape; p++) {
-        const pr_node *n = &ctx->tape[p];
-        if (strcmp(n->op->name, "recurrence") != 0) continue;
-        const pr_tensor *k = n->in[PR_REC_K];
-        int64_t BT = k->shape[0] * k->shape[1], H = k->shape[2];
-        int *ranks = malloc(sizeof(int) * (size_t)(BT * H));
-        int most = pr_recurrence_write_ranks(n, RANK_TOL, ranks);
-        if (most > sum->max_possible) sum->max_possible = most;
-        if (sum->layers == 0) printf("write rank of B_t per layer and head (tokens with each rank):\n");
-        for (int64_t h = 0; h < H; h++) {
-            int64_t count[MAX_RANK] = {0};
-            for (int64_t t = 0; t < BT; t++) count[ranks[t * H + h]]++;
-            printf("  layer %d head %lld (%s, at most %d):", sum->layers, (long long)h,
-                   pr_rule_name((pr_rule)n->iarg[0]), most);
-            for (int v = 0; v <= most; v++)
-                if (count[v]) printf(" rank %d: %lld", v, (long long)count[v]);
-            printf("\n");
-            for (int v = 0; v <= most; v++) sum->hist[v] += count[v];
-        }
-        free(ranks);
-        sum->layers++;
-    }
-}
-
-static void print_rank_histogram(const char *model, const rank_summary *sum)
-{
-    if (sum->layers == 0) {
-        printf("write rank: %s has no linear recurrence (no B_t to measure)\n", model);
-        return;
-    }
-    int64_t total = 0;
-    for (int v = 0; v <= sum->max_possible; v++) total += sum->hist[v];
-    printf("write rank histogram, %s (%d layers; singular values > %g of the largest):\n", model, sum->layers,
-           RANK_TOL);
-    for (int v = 0; v <= sum->max_possible; v++) {
-        int bar = (int)llround(40.0 * (double)sum->hist[v] / (double)total);
-        printf("  rank %d: %8lld %5.1f%% ", v, (long long)sum->hist[v], 100.0 * (double)sum->hist[v] / (double)total);
-        for (int i = 0; i < bar; i++) putchar('#');
-        putchar('\n');
-    }
-}
-
 /* ---- the command -------------------------------------------------------------------------- */
 typedef struct {
     double *norms, *losses;
-    rank_summary ranks;
+    pr_rank_summary ranks;
 } inspect_result;
 
 /* step s: loss, backward, norms; the first step's tape/dot/rank; the dump; the update */
@@ -460,11 +321,11 @@ static int run_step(const inspect_opts *o, pr_ctx *ctx, session *ses, int s, ins
     pr_tensor *loss = ses->task ? ses->task->loss(ses->task, ctx, ses->m, step) : model_loss(ctx, ses->m, &ses->b);
     pr_backward(ctx, loss);
     res->losses[s] = pr_item(loss);
-    for (int i = 0; i < r->n; i++) res->norms[(size_t)s * r->n + i] = r->p[i].t->grad ? pr_norm2(r->p[i].t->grad) : 0;
+    pr_inspect_grad_norms(r, res->norms + (size_t)s * r->n);
     int rc = 0;
     if (s == 0 && o->tape_file) rc |= with_file(o->tape_file, pr_tape_dump, ctx);
     if (s == 0 && o->dot_file) rc |= with_file(o->dot_file, pr_tape_dot, ctx);
-    if (s == 0 && o->rank) print_ranks(ctx, &res->ranks);
+    if (s == 0 && o->rank) pr_inspect_ranks(stdout, ctx, &res->ranks);
     if (s == o->dump_step) {
         char def[64];
         snprintf(def, sizeof def, "inspect_step%d.safetensors", s);
@@ -502,14 +363,25 @@ static void print_json(const inspect_opts *o, const session *s, const inspect_re
     printf("}\n");
 }
 
+/* a lab/ error, as the command reports it: 1 */
+static int failed(const pr_err *err)
+{
+    fprintf(stderr, "prism inspect: %s\n", err->msg);
+    return 1;
+}
+
 static int report(const inspect_opts *o, const session *s, const inspect_result *res)
 {
     const pr_params *r = s->m->params;
     int rc = 0;
-    print_norm_table(r, res->norms, res->losses, o->steps, s->first_step);
-    if (o->csv_file) rc |= write_norm_csv(o->csv_file, r, res->norms, res->losses, o->steps, s->first_step);
-    if (o->plot_file) rc |= write_norm_plot(o->plot_file, s->cfg.mixer, r, res->norms, o->steps, s->first_step);
-    if (o->rank) print_rank_histogram(s->cfg.mixer, &res->ranks);
+    pr_err err;
+    pr_inspect_print_norms(stdout, r, res->norms, res->losses, o->steps, s->first_step);
+    int64_t first = s->first_step;
+    if (o->csv_file && pr_inspect_write_norm_csv(o->csv_file, r, res->norms, res->losses, o->steps, first, &err))
+        rc |= failed(&err);
+    if (o->plot_file && pr_inspect_write_norm_plot(o->plot_file, s->cfg.mixer, r, res->norms, o->steps, first, &err))
+        rc |= failed(&err);
+    if (o->rank) pr_inspect_rank_histogram(stdout, s->cfg.mixer, &res->ranks);
     print_json(o, s, res);
     return rc;
 }

@@ -1,0 +1,158 @@
+/* tests/test_inspect.c: what `prism inspect` measures (lab/lab.h), run
+ * without the command on a small model: the gradient norms of one step as a
+ * table, a CSV file and a plot, and the write rank of every token (gdn: at
+ * most 1 per token), with the errors for a file that cannot be written. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lab/lab.h"
+#include "models/models.h"
+#include "tests/pr_test.h"
+
+enum { B = 2, T = 8 };
+
+typedef struct {
+    pr_config cfg;
+    pr_model *m;
+    pr_ctx *ctx;
+    pr_arena *a;
+    double loss;
+} step;
+
+/* one forward and backward of mixer on random tokens; the tape stays recorded */
+static void take_step(step *s, const char *mixer)
+{
+    s->cfg = pr_config_default();
+    pr_err err;
+    char kv[64];
+    snprintf(kv, sizeof kv, "mixer=%s", mixer);
+    assert_int_equal(pr_config_preset(&s->cfg, "probe", &err), 0);
+    assert_int_equal(pr_config_set(&s->cfg, kv, &err), 0);
+    assert_int_equal(pr_config_check(&s->cfg, &err), 0);
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    s->ctx = pr_ctx_new(1);
+    s->a = pr_arena_new("test_inspect", 0);
+    pr_tensor *ids = pr_empty(s->a, PR_I64, PR_CPU, PR_DIMS(B, T)), *tg = pr_empty(s->a, PR_I64, PR_CPU, PR_DIMS(B, T));
+    int64_t *pi = ids->data, *pt = tg->data;
+    for (int i = 0; i < B * T; i++) pi[i] = (7 * i + 3) % s->cfg.vocab, pt[i] = (5 * i + 1) % s->cfg.vocab;
+    pr_tensor *loss = pr_lm_loss(s->ctx, s->m, ids, tg);
+    pr_backward(s->ctx, loss);
+    s->loss = pr_item(loss);
+}
+
+static void drop_step(step *s)
+{
+    pr_params_release_grads(s->m->params);
+    pr_ctx_free(s->ctx);
+    pr_model_free(s->m);
+    pr_arena_free(s->a);
+}
+
+static long file_text(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    return (long)got;
+}
+
+/* every parameter has a finite norm, some nonzero; the table, CSV and plot show them */
+static void test_grad_norms(void **state)
+{
+    (void)state;
+    step s;
+    take_step(&s, "gdn");
+    const pr_params *r = s.m->params;
+    double *norms = calloc((size_t)r->n, sizeof(double));
+    pr_inspect_grad_norms(r, norms);
+    int nonzero = 0;
+    for (int i = 0; i < r->n; i++) {
+        assert_true(isfinite(norms[i]) && norms[i] >= 0);
+        nonzero += norms[i] > 0;
+    }
+    assert_true(nonzero > 0);
+
+    char dir[] = "/tmp/prism_test_inspect_XXXXXX", path[128], text[1 << 16];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/table.txt", dir);
+    FILE *f = fopen(path, "w");
+    pr_inspect_print_norms(f, r, norms, &s.loss, 1, 40);
+    fclose(f);
+    file_text(path, text, sizeof text);
+    assert_non_null(strstr(text, "gradient norm by step"));
+    assert_non_null(strstr(text, "40"));
+    assert_non_null(strstr(text, r->p[0].path));
+
+    pr_err err;
+    snprintf(path, sizeof path, "%s/norms.csv", dir);
+    assert_int_equal(pr_inspect_write_norm_csv(path, r, norms, &s.loss, 1, 40, &err), 0);
+    file_text(path, text, sizeof text);
+    assert_int_equal(strncmp(text, "step,loss,", 10), 0);
+    assert_non_null(strstr(text, "\n40,"));
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/norms.svg", dir);
+    assert_int_equal(pr_inspect_write_norm_plot(path, "gdn", r, norms, 1, 40, &err), 0);
+    file_text(path, text, sizeof text);
+    assert_non_null(strstr(text, "<svg"));
+    assert_non_null(strstr(text, "gdn: gradient norm by step"));
+    assert_non_null(strstr(text, "layers.*"));   /* the layers' copies are one series */
+    unlink(path);
+    snprintf(path, sizeof path, "%s/table.txt", dir);
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/no/dir/norms.csv", dir);
+    assert_int_not_equal(pr_inspect_write_norm_csv(path, r, norms, &s.loss, 1, 0, &err), 0);
+    assert_non_null(strstr(err.msg, "cannot write"));
+    rmdir(dir);
+    free(norms);
+    drop_step(&s);
+}
+
+/* gdn writes rank 1 (or 0) per token; every token of every layer and head is counted once */
+static void test_write_ranks(void **state)
+{
+    (void)state;
+    step s;
+    take_step(&s, "gdn");
+    pr_rank_summary sum;
+    FILE *out = tmpfile();
+    pr_inspect_ranks(out, s.ctx, &sum);
+    assert_int_equal(sum.layers, s.cfg.n_layers);
+    assert_int_equal(sum.max_possible, 1);
+    int64_t total = 0;
+    for (int v = 0; v <= sum.max_possible; v++) total += sum.hist[v];
+    assert_int_equal(total, (int64_t)sum.layers * B * T * s.cfg.n_heads);
+    assert_true(sum.hist[1] > 0);
+    pr_inspect_rank_histogram(out, "gdn", &sum);
+    char text[1 << 14];
+    rewind(out);
+    text[fread(text, 1, sizeof text - 1, out)] = 0;
+    fclose(out);
+    assert_non_null(strstr(text, "layer 0 head 0 (gdn, at most 1)"));
+    assert_non_null(strstr(text, "write rank histogram, gdn"));
+
+    pr_rank_summary none = {0};
+    out = tmpfile();
+    pr_inspect_rank_histogram(out, "attn", &none);
+    rewind(out);
+    text[fread(text, 1, sizeof text - 1, out)] = 0;
+    fclose(out);
+    assert_non_null(strstr(text, "attn has no linear recurrence"));
+    drop_step(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_norms),
+        cmocka_unit_test(test_write_ranks),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
