@@ -4,7 +4,8 @@
  * (libprism_lab.a) that a test can link without the command: experiment
  * grids and their results tables, SVG plots and bar charts, runs read back
  * from metrics.jsonl, report pages, the benchmarks' timing loop, the golden
- * checks of the fused ops, and what inspect measures of a model's steps.
+ * checks of the fused ops, what inspect measures of a model's steps, and
+ * compare's results table and report page.
  * tools/ parses the options and calls in here; lab/ never includes tools/. */
 #ifndef PR_LAB_H
 #define PR_LAB_H
@@ -464,5 +465,30 @@ int pr_inspect_write_norm_plot(const char *path, const char *model, const pr_par
 /* prints each layer's and head's counts to out and sums them into sum */
 void pr_inspect_ranks(FILE *out, const pr_ctx *ctx, pr_rank_summary *sum);
 void pr_inspect_rank_histogram(FILE *out, const char *model, const pr_rank_summary *sum);
+
+/* ---- what `prism compare` writes (lab/compare.c) ----
+ * One row per model, in the order given; ok false: its run failed (the row
+ * says so, and the report's bars leave it out). Peak memory is the device
+ * allocator's on the GPU, the step arena's on the CPU (dev says which). */
+#define PR_COMPARE_MAX_MODELS 16
+
+typedef struct {
+    const char *name, *metric;   /* the model; the quality metric's name ("-": none found) */
+    double quality, tokens_per_s, peak_mib;
+    int64_t params;
+    bool ok;
+} pr_compare_row;
+
+/* the task's quality metric (pr_grid_quality_metric) among a run's final
+ * metrics: its name, its value in *value; "-" and NAN when absent */
+const char *pr_compare_quality(const pr_metrics *m, const char *task, double *value);
+/* the table as Markdown, or as CSV */
+void pr_compare_table(FILE *f, const pr_compare_row *rows, int n, bool csv, pr_device dev);
+/* the same to a file; 0, or -1 with err set */
+int pr_compare_write_table(const char *path, const pr_compare_row *rows, int n, bool csv, pr_device dev, pr_err *err);
+/* the report page at path: the table, the bars, and the curves of the runs
+ * in root/<model> (steps: each model's budget, for the lead); 0, or -1 */
+int pr_compare_write_report(const char *path, const char *root, const char *task, int64_t steps,
+                            const pr_compare_row *rows, int n, pr_device dev, pr_err *err);
 
 #endif

@@ -2,7 +2,8 @@
  * the trainer: the same data order, budget and seed for each) and `prism bench
  * throughput` (training tokens/s of the whole step, forward, backward and
  * AdamW, per model and sequence length at a fixed number of tokens per batch:
- * a table, a CSV and an SVG plot). */
+ * a table, a CSV and an SVG plot). compare's table and report page are
+ * lab/compare.c's, the throughput measurement lab/throughput.c's. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@
 #include "tensor/cuda.h"
 #endif
 
-#define MAX_MODELS 16
+#define MAX_MODELS PR_COMPARE_MAX_MODELS
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 
 /* "a,b,c" into names (pointers into buf), each a known mixer; -1 naming the bad one */
@@ -67,22 +68,6 @@ static void compare_usage(FILE *f)
                "DIR/report.html (one page, no network or script needed; open it in a browser).\n");
 }
 
-typedef struct {
-    const char *name, *metric;
-    double quality, tokens_per_s, peak_mib;
-    int64_t params;
-    bool ok;
-} compare_row;
-
-/* the task's quality metric among a run's final metrics */
-static const char *quality_name(const pr_metrics *m, const char *task, double *value)
-{
-    const char *want = pr_grid_quality_metric(task);
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->name[i], want) == 0) return *value = m->value[i], want;
-    return *value = NAN, "-";
-}
-
 /* what compare gives every model: the task's preset, the model, each --set, then the budget */
 typedef struct {
     const char *task, *data, *const *sets;
@@ -107,7 +92,7 @@ static int row_config(const compare_setup *s, const char *model, pr_config *c, p
     return pr_config_check(c, err);
 }
 
-static void compare_row_run(compare_row *row, const compare_setup *s, const char *root, pr_device dev)
+static void pr_compare_row_run(pr_compare_row *row, const compare_setup *s, const char *root, pr_device dev)
 {
     pr_config c;
     pr_train_opts ro;
@@ -125,93 +110,11 @@ static void compare_row_run(compare_row *row, const compare_setup *s, const char
     }
     size_t cur, peak = res.step_peak_bytes;
     if (dev == PR_CUDA) pr_device_mem_stats(PR_CUDA, &cur, &peak);
-    row->metric = quality_name(&res.metrics, s->task, &row->quality);
+    row->metric = pr_compare_quality(&res.metrics, s->task, &row->quality);
     row->tokens_per_s = res.tokens_per_s;
     row->params = res.params;
     row->peak_mib = (double)peak / 1048576.0;
     row->ok = true;
-}
-
-static void compare_table(FILE *f, const compare_row *rows, int n, bool csv, pr_device dev)
-{
-    const char *metric = "-", *peak = dev == PR_CUDA ? "device peak MiB" : "step arena peak MiB";
-    for (int i = 0; i < n; i++)
-        if (rows[i].ok) metric = rows[i].metric;
-    if (csv) fprintf(f, "model,%s,tokens_per_s,params,%s\n", metric, peak);
-    else fprintf(f, "| model | %s | tokens/s | params | %s |\n|---|---|---|---|---|\n", metric, peak);
-    for (int i = 0; i < n; i++) {
-        const compare_row *r = &rows[i];
-        if (!r->ok) fprintf(f, csv ? "%s,,,,\n" : "| %s | failed | | | |\n", r->name);
-        else if (csv) fprintf(f, "%s,%.6g,%.0f,%lld,%.2f\n", r->name, r->quality, r->tokens_per_s, (long long)r->params,
-                              r->peak_mib);
-        else fprintf(f, "| %s | %.4f | %.0f | %lld | %.1f |\n", r->name, r->quality, r->tokens_per_s,
-                     (long long)r->params, r->peak_mib);
-    }
-}
-
-static int write_text(const char *path, const compare_row *rows, int n, bool csv, pr_device dev)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return fprintf(stderr, "prism compare: %s: cannot create: %s\n", path, strerror(errno)), -1;
-    compare_table(f, rows, n, csv, dev);
-    return fclose(f) == 0 ? 0 : -1;
-}
-
-/* DIR/report.html: the table, the quality metric as bars, and every model's
- * training loss and evaluations in one plot each */
-static int write_report(const char *root, const char *task, int64_t steps, const compare_row *rows, int n,
-                        pr_device dev)
-{
-    char path[1100], title[160], lead[200], cells[(MAX_MODELS + 1) * 5][48];
-    const char *cell[(MAX_MODELS + 1) * 5], *metric = "-";
-    snprintf(path, sizeof path, "%s/report.html", root);
-    FILE *f = fopen(path, "w");
-    if (!f) return fprintf(stderr, "prism compare: %s: cannot create: %s\n", path, strerror(errno)), -1;
-    snprintf(title, sizeof title, "prism compare on %s", task);
-    snprintf(lead, sizeof lead, "%d models, %lld steps each with the same config, data order and seed, on the %s; "
-                                "each run's directory is under %s.", n, (long long)steps, dev == PR_CUDA ? "GPU" : "CPU",
-             root);
-    pr_report_begin(f, title, lead);
-    for (int i = 0; i < n; i++)
-        if (rows[i].ok) metric = rows[i].metric;
-    const char *head[5] = {"model", metric, "tokens/s", "params", dev == PR_CUDA ? "device peak MiB" : "step arena peak MiB"};
-    for (int c = 0; c < 5; c++) cell[c] = head[c];
-    double quality[MAX_MODELS];
-    pr_bars b = {.title = title, .n_groups = 1, .n_series = n, .group = {task}, .unit = {metric},
-                 .unit_max = {strcmp(metric, "acc") == 0 ? 1 : 0}, .mean = quality};
-    for (int i = 0; i < n; i++) {
-        const compare_row *r = &rows[i];
-        char (*row)[48] = &cells[(i + 1) * 5];
-        snprintf(row[0], 48, "%s", r->name);
-        snprintf(row[1], 48, r->ok ? "%.4f" : "failed", r->quality);
-        snprintf(row[2], 48, r->ok ? "%.0f" : "", r->tokens_per_s);
-        snprintf(row[3], 48, r->ok ? "%lld" : "", (long long)r->params);
-        snprintf(row[4], 48, r->ok ? "%.1f" : "", r->peak_mib);
-        for (int c = 0; c < 5; c++) cell[(i + 1) * 5 + c] = row[c];
-        b.series[i] = r->name;
-        quality[i] = r->ok ? r->quality : NAN;
-    }
-    pr_report_heading(f, "Results");
-    pr_report_table(f, n + 1, 5, cell);
-    pr_err err;
-    if (pr_report_bars(f, &b, &err)) pr_report_paragraph(f, err.msg);
-    char dirs[MAX_MODELS][1100];
-    const char *runs[MAX_MODELS], *names[MAX_MODELS];
-    for (int i = 0; i < n; i++)
-        snprintf(dirs[i], sizeof dirs[i], "%s/%s", root, rows[i].name), runs[i] = dirs[i], names[i] = rows[i].name;
-    /* one panel each, a colour per model */
-    pr_report_panel loss = {.title = "training loss", .color = -1, .n_runs = n, .runs = runs, .labels = names};
-    pr_report_panel evals = loss;
-    evals.title = metric;
-    pr_report_heading(f, "Training curves");
-    if (!pr_report_curves(f, "loss", false, &loss, 1)) pr_report_paragraph(f, "No run logged a step.");
-    if (strcmp(metric, "-") != 0 && !pr_report_curves(f, metric, true, &evals, 1))
-        pr_report_paragraph(f, "Evaluated at the end of each run only (the table above); --set "
-                               "train.eval_every=N adds evaluations during training.");
-    pr_report_end(f);
-    if (fclose(f) != 0) return fprintf(stderr, "prism compare: %s: cannot write\n", path), -1;
-    printf("report: %s\n", path);
-    return 0;
 }
 
 int pr_cmd_compare(int argc, char **argv)
@@ -260,21 +163,26 @@ int pr_cmd_compare(int argc, char **argv)
     snprintf(root, sizeof root, "%s", out ? out : "runs/compare-");
     if (!out) snprintf(root + strlen(root), sizeof root - strlen(root), "%s", task);
 
-    compare_row rows[MAX_MODELS] = {0};
+    pr_compare_row rows[MAX_MODELS] = {0};
     int failed = 0;
     for (int i = 0; i < n; i++) {
         rows[i].name = names[i];
         fprintf(stderr, "prism compare: %s (%d of %d)\n", names[i], i + 1, n);
-        compare_row_run(&rows[i], &setup, root, dev);
+        pr_compare_row_run(&rows[i], &setup, root, dev);
         failed += !rows[i].ok;
     }
-    compare_table(stdout, rows, n, false, dev);
-    char md[1100], csv[1100];
+    pr_compare_table(stdout, rows, n, false, dev);
+    char md[1100], csv[1100], report[1100];
     snprintf(md, sizeof md, "%s/compare.md", root);
     snprintf(csv, sizeof csv, "%s/compare.csv", root);
-    if (write_text(md, rows, n, false, dev) || write_text(csv, rows, n, true, dev)) return 1;
+    snprintf(report, sizeof report, "%s/report.html", root);
+    pr_err err;
+    if (pr_compare_write_table(md, rows, n, false, dev, &err) || pr_compare_write_table(csv, rows, n, true, dev, &err))
+        return fprintf(stderr, "prism compare: %s\n", err.msg), 1;
     printf("tables: %s, %s\n", md, csv);
-    if (write_report(root, task, budget, rows, n, dev)) return 1;
+    if (pr_compare_write_report(report, root, task, budget, rows, n, dev, &err))
+        return fprintf(stderr, "prism compare: %s\n", err.msg), 1;
+    printf("report: %s\n", report);
     return failed ? 1 : 0;
 }
 

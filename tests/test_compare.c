@@ -1,0 +1,84 @@
+/* tests/test_compare.c: what `prism compare` writes (lab/lab.h), without the
+ * command or any training: the quality metric picked from a run's metrics,
+ * the table as Markdown and CSV (a failed model keeps its row), the report
+ * page, and the error for a file that cannot be created. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lab/lab.h"
+#include "tests/pr_test.h"
+
+static const pr_compare_row rows[2] = {
+    {.name = "gdn", .metric = "acc", .quality = 0.75, .tokens_per_s = 1234, .peak_mib = 2.5, .params = 4321, .ok = true},
+    {.name = "prism"},   /* its run failed */
+};
+
+static void read_all(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    buf[fread(buf, 1, n - 1, f)] = 0;
+    fclose(f);
+}
+
+static void test_quality(void **state)
+{
+    (void)state;
+    pr_metrics m = {.n = 2, .name = {"loss", "acc"}, .value = {0.5, 0.875}};
+    double v = 0;
+    assert_string_equal(pr_compare_quality(&m, "parity", &v), "acc");
+    assert_true(v == 0.875);
+    m.n = 1;
+    assert_string_equal(pr_compare_quality(&m, "parity", &v), "-");
+    assert_true(isnan(v));
+}
+
+static void test_tables_and_report(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/prism_test_compare_XXXXXX", path[128], text[1 << 16];
+    assert_non_null(mkdtemp(dir));
+    pr_err err;
+    snprintf(path, sizeof path, "%s/compare.md", dir);
+    assert_int_equal(pr_compare_write_table(path, rows, 2, false, PR_CPU, &err), 0);
+    read_all(path, text, sizeof text);
+    assert_non_null(strstr(text, "| model | acc | tokens/s | params | step arena peak MiB |"));
+    assert_non_null(strstr(text, "| gdn | 0.7500 | 1234 | 4321 | 2.5 |"));
+    assert_non_null(strstr(text, "| prism | failed | | | |"));
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/compare.csv", dir);
+    assert_int_equal(pr_compare_write_table(path, rows, 2, true, PR_CUDA, &err), 0);
+    read_all(path, text, sizeof text);
+    assert_non_null(strstr(text, "model,acc,tokens_per_s,params,device peak MiB\ngdn,0.75,1234,4321,2.50\nprism,,,,\n"));
+    unlink(path);
+
+    /* no run folders under dir: the page says no run logged a step */
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    assert_int_equal(pr_compare_write_report(path, dir, "parity", 30, rows, 2, PR_CPU, &err), 0);
+    read_all(path, text, sizeof text);
+    assert_non_null(strstr(text, "prism compare on parity"));
+    assert_non_null(strstr(text, "2 models, 30 steps each"));
+    assert_non_null(strstr(text, "<svg"));
+    assert_non_null(strstr(text, "No run logged a step."));
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/no/dir/compare.md", dir);
+    assert_int_not_equal(pr_compare_write_table(path, rows, 2, false, PR_CPU, &err), 0);
+    assert_non_null(strstr(err.msg, "cannot create"));
+    assert_int_not_equal(pr_compare_write_report(path, dir, "parity", 30, rows, 2, PR_CPU, &err), 0);
+    assert_non_null(strstr(err.msg, "cannot create"));
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quality),
+        cmocka_unit_test(test_tables_and_report),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
