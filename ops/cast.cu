@@ -17,19 +17,9 @@ __device__ __forceinline__ float cast_ld(const void *p, int dt, long long i)
     if (dt == PR_BF16) return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
     return ((const float *)p)[i];
 }
-/* v rounded once to bf16: when the f32 rounding of v lands on a bf16 tie, a
- * one-ulp nudge toward v breaks the tie v's way (tensor/tensor.c's rule) */
-__device__ __forceinline__ unsigned short cast_bf16_of(double v)
-{
-    float f = __double2float_rn(v);
-    const unsigned u = __float_as_uint(f);
-    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-    if (!nan && (u & 0xffffu) == 0x8000u && (double)f != v) f = __uint_as_float(fabs(v) > fabs((double)f) ? u + 1 : u - 1);
-    return pr_bf16_bits(f);
-}
 __device__ __forceinline__ void cast_st(void *p, int dt, long long i, double v)
 {
-    if (dt == PR_BF16) ((unsigned short *)p)[i] = cast_bf16_of(v);
+    if (dt == PR_BF16) ((unsigned short *)p)[i] = pr_bf16_bits_once(v);
     else ((float *)p)[i] = __double2float_rn(v);
 }
 
@@ -65,8 +55,8 @@ template <bool ACC>
 __device__ __forceinline__ unsigned bf16_pair(unsigned old, float lo, float hi)
 {
     if (!ACC) return (unsigned)pr_bf16_bits(lo) | (unsigned)pr_bf16_bits(hi) << 16;
-    return (unsigned)cast_bf16_of((double)pr_bf16_lo(old) + lo) |
-           (unsigned)cast_bf16_of((double)pr_bf16_hi(old) + hi) << 16;
+    return (unsigned)pr_bf16_bits_once((double)pr_bf16_lo(old) + lo) |
+           (unsigned)pr_bf16_bits_once((double)pr_bf16_hi(old) + hi) << 16;
 }
 template <bool ACC>
 __global__ static void f32_to_bf16_x8(uint4 *dst, const float4 *src, long long n8)

@@ -142,6 +142,40 @@ __device__ __forceinline__ unsigned short pr_bf16_bits(float f)
 }
 __device__ __forceinline__ float pr_bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float pr_bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+/* v (a double) rounded once to bf16: when the f32 rounding of v lands on a
+ * bf16 tie, a one-ulp nudge toward v breaks the tie v's way (tensor/tensor.c's
+ * rule), so no double rounding */
+__device__ __forceinline__ unsigned short pr_bf16_bits_once(double v)
+{
+    float f = __double2float_rn(v);
+    const unsigned u = __float_as_uint(f);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    if (!nan && (u & 0xffffu) == 0x8000u && (double)f != v) f = __uint_as_float(fabs(v) > fabs((double)f) ? u + 1 : u - 1);
+    return pr_bf16_bits(f);
+}
+
+/* ---- storage types ----
+ * The ops' elementwise, row and copy kernels are templates over the element
+ * type they read and write: float, or pr_bf16 (bf16 bits). Either way they
+ * compute in f32: a bf16 load is exact, a bf16 store rounds to nearest even
+ * once, and pr_acc (the backward's grad += contribution) adds in double and
+ * rounds once, as pr_cuda_cast and the CPU do. The float overloads are the
+ * plain f32 operations the kernels used before they were templates. */
+struct pr_bf16 {
+    unsigned short u;
+};
+template <class T> struct pr_dtype_of;
+template <> struct pr_dtype_of<float> { static constexpr pr_dtype value = PR_F32; };
+template <> struct pr_dtype_of<pr_bf16> { static constexpr pr_dtype value = PR_BF16; };
+__device__ __forceinline__ float pr_ld(const float *p, long long i) { return p[i]; }
+__device__ __forceinline__ float pr_ld(const pr_bf16 *p, long long i) { return __uint_as_float((unsigned)p[i].u << 16); }
+__device__ __forceinline__ void pr_st(float *p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void pr_st(pr_bf16 *p, long long i, float v) { p[i].u = pr_bf16_bits(v); }
+__device__ __forceinline__ void pr_acc(float *p, long long i, float v) { p[i] += v; }
+__device__ __forceinline__ void pr_acc(pr_bf16 *p, long long i, float v)
+{
+    p[i].u = pr_bf16_bits_once((double)pr_ld(p, i) + (double)v);
+}
 
 /* four consecutive floats of a row of n (float4 when vec: n % 4 == 0 and aligned) */
 struct pr_f4 {
@@ -167,6 +201,54 @@ __device__ __forceinline__ void pr_st4(float *p, long long j, long long n, bool 
 #pragma unroll
         for (int k = 0; k < 4; k++)
             if (j + k < n) p[j + k] = r.v[k];
+    }
+}
+/* the same for bf16 rows: vec loads and stores 8 bytes (4 bf16); vec needs
+ * only 8-byte alignment, so a caller's 16-byte test is enough */
+__device__ __forceinline__ pr_f4 pr_ld4(const pr_bf16 *p, long long j, long long n, bool vec)
+{
+    pr_f4 r;
+    if (vec) {
+        const uint2 t = *reinterpret_cast<const uint2 *>(p + j);
+        r.v[0] = pr_bf16_lo(t.x), r.v[1] = pr_bf16_hi(t.x), r.v[2] = pr_bf16_lo(t.y), r.v[3] = pr_bf16_hi(t.y);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) r.v[k] = j + k < n ? pr_ld(p, j + k) : 0.0f;
+    }
+    return r;
+}
+__device__ __forceinline__ void pr_st4(pr_bf16 *p, long long j, long long n, bool vec, const pr_f4 &r)
+{
+    if (vec) {
+        *reinterpret_cast<uint2 *>(p + j) =
+            make_uint2((unsigned)pr_bf16_bits(r.v[0]) | (unsigned)pr_bf16_bits(r.v[1]) << 16,
+                       (unsigned)pr_bf16_bits(r.v[2]) | (unsigned)pr_bf16_bits(r.v[3]) << 16);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < n) pr_st(p, j + k, r.v[k]);
+    }
+}
+/* p[j..j+3] += add (pr_acc's rounding: f32 adds; bf16 rounds old + add once) */
+__device__ __forceinline__ void pr_acc4(float *p, long long j, long long n, bool vec, const pr_f4 &add)
+{
+    pr_f4 acc = pr_ld4(p, j, n, vec);
+#pragma unroll
+    for (int k = 0; k < 4; k++) acc.v[k] += add.v[k];
+    pr_st4(p, j, n, vec, acc);
+}
+__device__ __forceinline__ void pr_acc4(pr_bf16 *p, long long j, long long n, bool vec, const pr_f4 &add)
+{
+    const pr_f4 old = pr_ld4(p, j, n, vec);
+    unsigned short b[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) b[k] = pr_bf16_bits_once((double)old.v[k] + (double)add.v[k]);
+    if (vec) {
+        *reinterpret_cast<uint2 *>(p + j) = make_uint2((unsigned)b[0] | (unsigned)b[1] << 16, (unsigned)b[2] | (unsigned)b[3] << 16);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < n) p[j + k].u = b[k];
     }
 }
 

@@ -1,0 +1,255 @@
+/* tests/test_cuda_bf16_ops.c: the native bf16 CUDA kernels of the GEMM,
+ * elementwise and row ops against the CPU on the same bf16 values.
+ *
+ * Each case draws the op's inputs in f32 and rounds them to bf16. The
+ * reference is the CPU f32 op on those rounded values (the CPU computes in
+ * double and rounds to f32 once), its backward seeded with a bf16-rounded
+ * upstream gradient and adding into grads that start at bf16 values g0 (so
+ * the accumulation is checked too). The CUDA side runs the same node in
+ * bf16: the node is taken from the tape of an f32 CUDA run of the op (its
+ * iargs, fargs and saved statistics), its float inputs, outputs and grads
+ * swapped for bf16 ones, and the op's CUDA forward and backward called on it
+ * directly. So the test reaches the bf16 kernels whatever the op's frontend
+ * does with bf16 (autocast decides that), and it checks exactly the native
+ * kernel: bf16 loads, f32 math, one rounding per stored element.
+ *
+ * Tolerance, as max|got - ref| / max|ref| per output and grad (normwise, so
+ * a sum that cancels is not held to a relative bound it cannot meet):
+ *  - TOL = 4.2e-3 for what is computed from the bf16 values alone: the one
+ *    rounding of a stored bf16 element is at most 2^-8 = 3.9e-3 of it (bf16
+ *    keeps 8 significant bits), and the f32 arithmetic and summation order
+ *    add at most ~2e-4 (tests/test_cuda_ops.c holds the f32 kernels to 1e-4
+ *    relative of the CPU; the GEMMs' bf16 products are exact in f32).
+ *  - TOL_Y = 1.2e-2 for the grads of ops whose backward reads their own
+ *    output (exp, sqrt, sigmoid, tanh, softmax): the kernel reads the stored
+ *    bf16 y, off by up to 2^-8 of y, which moves f'(y) by up to about
+ *    2 * 2^-8 of |dy| (tanh: 1 - y^2), plus the grad's own rounding:
+ *    2^-7 + 2^-8 = 1.17e-2.
+ * Every case also runs twice on CUDA and must give the same bits. Every
+ * test skips without a GPU.
+ */
+#include "tests/pr_test.h"
+
+#define TOL 4.2e-3
+#define TOL_Y 1.2e-2
+
+/* a copy of t (f32, CPU) with every element rounded to bf16 */
+static pr_tensor *bf16_rounded(pr_ctx *ctx, const pr_tensor *t)
+{
+    pr_tensor *r = pr_to(ctx->step, pr_to(ctx->step, t, PR_BF16, PR_CPU), PR_F32, PR_CPU);
+    r->requires_grad = t->requires_grad;
+    return r;
+}
+
+/* max|got - ref| / max|ref| (both any dtype and device); 0 when both are all zero */
+static double norm_err(const pr_tensor *got, const pr_tensor *ref)
+{
+    assert_int_equal(got->numel, ref->numel);
+    int64_t n = ref->numel;
+    double *g = malloc(sizeof(double) * (size_t)(n + 1)), *r = malloc(sizeof(double) * (size_t)(n + 1));
+    pr_to_host_f64(got, g);
+    pr_to_host_f64(ref, r);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(g[i] - r[i]);
+        if (!(d <= num)) num = d;   /* a NaN makes the error NaN, which fails */
+        if (fabs(r[i]) > den) den = fabs(r[i]);
+    }
+    free(g);
+    free(r);
+    return den > 0 ? num / den : num;
+}
+
+/* bytes equal, two tensors on any device */
+static bool same_bytes(const pr_tensor *a, const pr_tensor *b)
+{
+    size_t n = pr_nbytes(a);
+    char *ha = malloc(n + 1), *hb = malloc(n + 1);
+    pr_device_memcpy(ha, PR_CPU, a->data, a->device, n);
+    pr_device_memcpy(hb, PR_CPU, b->data, b->device, n);
+    bool same = memcmp(ha, hb, n) == 0;
+    free(ha);
+    free(hb);
+    return same;
+}
+
+/* one case: an example (f32 CPU inputs) and the tolerances of its output and grads */
+typedef struct {
+    const char *name;
+    pr_example ex;
+    double tol_out, tol_grad;
+    pr_dtype out_dtype;   /* of out[0] in the bf16 node: PR_BF16, or PR_F32 for the losses */
+} bf16_case;
+
+typedef struct {
+    pr_tensor *out;
+    pr_tensor *grad[PR_MAX_IN];
+} bf16_run;
+
+/* the node of ex->apply on f32 CUDA copies of `in`: the tape's last node,
+ * whose inputs must be exactly those copies */
+static pr_node f32_cuda_node(pr_ctx *ctx, const pr_example *ex, pr_tensor *const *in)
+{
+    pr_tensor *cin[PR_MAX_IN] = {0};
+    for (int i = 0; i < ex->n_in; i++) {
+        if (!in[i]) continue;
+        cin[i] = pr_to(ctx->step, in[i], in[i]->dtype, PR_CUDA);
+        cin[i]->requires_grad = in[i]->requires_grad;
+    }
+    pr_rng saved = ctx->rng;
+    ctx->rng = pr_rng_init(2024, 1);
+    ex->apply(ctx, cin, ex);
+    ctx->rng = saved;
+    assert_true(ctx->n_tape > 0);
+    pr_node n = ctx->tape[ctx->n_tape - 1];
+    for (int i = 0; i < ex->n_in; i++) assert_ptr_equal(n.in[i], cin[i]);
+    return n;
+}
+
+/* a failed launch named by its op (a CPU-only build never gets here: main skips) */
+static void check_launch(const char *op)
+{
+#ifdef PRISM_HAVE_CUDA
+    pr_cuda_check_last(op);
+#else
+    (void)op;
+#endif
+}
+
+/* the f32 node f rerun with bf16 float inputs, outputs and grads: forward,
+ * then backward with upstream gout and input grads starting at g0[i] */
+static bf16_run run_bf16(pr_ctx *ctx, const pr_node *f, pr_dtype out_dtype, const pr_tensor *gout,
+                         pr_tensor *const *g0)
+{
+    pr_node n = *f;
+    n.recording = true;
+    for (int i = 0; i < n.n_in; i++) {
+        const pr_tensor *t = f->in[i];
+        if (!t || t->dtype != PR_F32) continue;
+        n.in[i] = pr_to(ctx->step, t, PR_BF16, PR_CUDA);
+        n.in[i]->requires_grad = t->requires_grad;
+    }
+    for (int i = 0; i < n.n_out; i++) {
+        const pr_tensor *t = f->out[i];
+        pr_dtype dt = i == 0 ? out_dtype : t->dtype == PR_F32 ? PR_BF16 : t->dtype;
+        n.out[i] = pr_zeros(ctx->step, dt, PR_CUDA, t->ndim, t->shape);
+    }
+    n.op->forward_cuda(ctx, &n);
+    check_launch(n.op->name);
+    bf16_run r = {.out = n.out[0]};
+    n.out[0]->grad = pr_to(ctx->step, gout, n.out[0]->dtype, PR_CUDA);
+    for (int i = 1; i < n.n_out; i++) n.out[i]->grad = pr_zeros_like(ctx->step, n.out[i]);
+    for (int i = 0; i < n.n_in; i++)
+        if (n.in[i] && n.in[i]->requires_grad) n.in[i]->grad = r.grad[i] = pr_to(ctx->step, g0[i], PR_BF16, PR_CUDA);
+    n.op->backward_cuda(ctx, &n);
+    check_launch(n.op->name);
+    pr_device_sync(PR_CUDA);
+    return r;
+}
+
+static void check_case(const bf16_case *c)
+{
+    const pr_example *ex = &c->ex;
+    pr_ctx *ctx = pr_ctx_new(7);
+    pr_rng gr = pr_rng_init(99, 3);
+    pr_tensor *in[PR_MAX_IN] = {0}, *g0[PR_MAX_IN] = {0};
+    for (int i = 0; i < ex->n_in; i++) {
+        const pr_tensor *t = ex->in[i];
+        if (!t) continue;
+        in[i] = t->dtype == PR_F32 ? bf16_rounded(ctx, t) : pr_clone(ctx->step, t);
+        in[i]->requires_grad = t->requires_grad;
+        if (t->requires_grad)
+            g0[i] = bf16_rounded(ctx, pr_randu(ctx->step, PR_F32, PR_CPU, t->ndim, t->shape, &gr, -0.5, 0.5));
+    }
+    /* the CPU reference on the rounded values, its grads starting at g0 */
+    for (int i = 0; i < ex->n_in; i++)
+        if (g0[i]) pr_copy_(pr_grad_of(ctx, in[i]), g0[i]);
+    pr_rng saved = ctx->rng;
+    ctx->rng = pr_rng_init(2024, 1);
+    pr_tensor *ref = ex->apply(ctx, in, ex);
+    ctx->rng = saved;
+    pr_tensor *gout = bf16_rounded(ctx, pr_randu(ctx->step, PR_F32, PR_CPU, ref->ndim, ref->shape, &gr, -1, 1));
+    if (ref->requires_grad) pr_backward_with(ctx, ref, gout);
+
+    pr_node f = f32_cuda_node(ctx, ex, in);
+    bf16_run a = run_bf16(ctx, &f, c->out_dtype, gout, g0), b = run_bf16(ctx, &f, c->out_dtype, gout, g0);
+    int bad = 0;
+    double e_out = norm_err(a.out, ref), e_grad = 0;
+    if (!(e_out <= c->tol_out)) bad++;
+    if (!same_bytes(a.out, b.out)) fprintf(stderr, "  %s: output differs between two runs\n", c->name), bad++;
+    for (int i = 0; i < ex->n_in; i++) {
+        if (!g0[i]) continue;
+        double e = norm_err(a.grad[i], in[i]->grad);
+        if (!(e <= c->tol_grad)) fprintf(stderr, "  %s: grad %d error %.3e > %.1e\n", c->name, i, e, c->tol_grad), bad++;
+        if (!same_bytes(a.grad[i], b.grad[i])) fprintf(stderr, "  %s: grad %d differs between two runs\n", c->name, i), bad++;
+        e_grad = e > e_grad ? e : e_grad;
+    }
+    printf("  %-36s out %.2e  grads %.2e%s\n", c->name, e_out, e_grad, bad ? "  FAIL" : "");
+    pr_ctx_free(ctx);
+    assert_int_equal(bad, 0);
+}
+
+/* a case from an op's own example */
+static bf16_case example_case(pr_ctx *ctx, pr_op_id id, double tol_grad)
+{
+    bf16_case c = {.name = pr_op(id)->name, .tol_out = TOL, .tol_grad = tol_grad, .out_dtype = PR_BF16};
+    pr_rng r = pr_rng_init(99, 0);
+    pr_op(id)->example(ctx, &r, PR_F32, &c.ex);
+    return c;
+}
+
+/* inputs of the given shapes, uniform in [lo, hi), all requiring grad */
+static void fill_inputs(pr_ctx *ctx, pr_example *ex, int n_in, const int *nd, const int64_t (*shape)[4],
+                        const double *lo, const double *hi)
+{
+    pr_rng r = pr_rng_init(5, 0);
+    ex->n_in = n_in;
+    for (int i = 0; i < n_in; i++) ex->in[i] = pr_example_input(ctx, &r, PR_F32, nd[i], shape[i], lo[i], hi[i]);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------ */
+
+static pr_tensor *ap_matmul(pr_ctx *c, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_matmul(c, in[0], in[1], ex->iarg[0], ex->iarg[1]);
+}
+
+/* every transpose pairing, b shared (2-D) or batched, odd sizes; K = 1 and a
+ * long K (f32 sums of many bf16 products) */
+static void test_matmul(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    bf16_case c = example_case(ctx, PR_OP_matmul, TOL);
+    check_case(&c);
+    const struct { int64_t batch, M, N, K; bool shared; } sz[] = {
+        {1, 37, 29, 53, true}, {3, 5, 7, 11, true}, {3, 5, 7, 11, false}, {2, 9, 1, 1, false}, {1, 3, 65, 2049, true},
+    };
+    for (int s = 0; s < 5; s++)
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = t & 2;
+            int64_t B = sz[s].batch, M = sz[s].M, N = sz[s].N, K = sz[s].K;
+            int nd[2] = {3, sz[s].shared ? 2 : 3};
+            int64_t shape[2][4] = {{B, ta ? K : M, ta ? M : K}, {B, tb ? N : K, tb ? K : N}};
+            if (sz[s].shared) shape[1][0] = tb ? N : K, shape[1][1] = tb ? K : N;
+            char name[96];
+            snprintf(name, sizeof name, "matmul b%lld %lldx%lldx%lld%s%s%s", (long long)B, (long long)M,
+                     (long long)N, (long long)K, sz[s].shared ? " shared" : "", ta ? " ta" : "", tb ? " tb" : "");
+            bf16_case k = {.name = name, .tol_out = TOL, .tol_grad = TOL, .out_dtype = PR_BF16};
+            fill_inputs(ctx, &k.ex, 2, nd, shape, (double[]){-1, -1}, (double[]){1, 1});
+            k.ex.iarg[0] = ta, k.ex.iarg[1] = tb;
+            k.ex.apply = ap_matmul;
+            check_case(&k);
+        }
+    pr_ctx_free(ctx);
+}
+
+int main(void)
+{
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
+}
