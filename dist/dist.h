@@ -23,16 +23,36 @@
 extern "C" {
 #endif
 
-/* ---- where this process stands (dist/launch.c) ----------------------------------- */
+/* ---- where this process stands (dist/launch.c) -----------------------------------
+ * The library reads no environment: the command (tools/dist_env.c) reads
+ * the variables below and hands their values in. */
+
+/* where to look for NCCL's library (pr_nccl_load): the values of
+ * PRISM_NCCL_LIB, HOME, VIRTUAL_ENV and CONDA_PREFIX; NULL or "": unset */
+typedef struct { const char *lib, *home, *venv, *conda; } pr_nccl_search;
+
+/* the launchers whose variables say a rank: prism's own, Open MPI, PMI
+ * (MPICH, Intel MPI) and Slurm, tried in this order; per launcher the names
+ * of its rank, world size and local rank */
+#define PR_DIST_LAUNCHERS 4
+extern const char *const pr_dist_var_names[PR_DIST_LAUNCHERS][3];
+
+typedef struct {
+    const char *value[PR_DIST_LAUNCHERS][3];   /* pr_dist_var_names' values; NULL: unset */
+    const char *dist_file;                     /* PRISM_DIST_FILE's */
+    pr_nccl_search nccl;
+} pr_dist_vars;
+
 typedef struct {
     int rank, world;      /* 0 and 1 when not distributed */
     int local_rank;       /* the GPU this rank uses on its host */
     char file[1024];      /* the rendezvous file (shm segment or NCCL id) */
+    pr_nccl_search nccl;  /* where the nccl backend looks for NCCL */
 } pr_dist_env;
-/* rank and world from PRISM_RANK/PRISM_WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE,
- * PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS (the first pair set), the
- * file from PRISM_DIST_FILE or `dist_file`; -1 with err when a value is bad */
-int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err);
+/* rank and world from the first launcher whose rank and world size are both
+ * set, the file from `dist_file` (a command's --dist-file) or else
+ * v->dist_file; -1 with err naming the variable whose value is bad */
+int pr_dist_env_parse(pr_dist_env *e, const pr_dist_vars *v, const char *dist_file, pr_err *err);
 
 /* Run argv as `world` child processes (this executable, the same arguments,
  * PRISM_RANK etc. in their environment) and wait. A child that dies by a
@@ -41,11 +61,11 @@ int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err);
  * signal ..."). Returns the exit status for the launcher itself. */
 int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **argv);
 /* `prism [sub] argv...` (this command again) as `world` ranks through
- * pr_dist_launch. With gpus, NCCL must load and `world` CUDA devices be
- * visible first: -1 with err otherwise (*few_gpus says it was the devices).
- * dist_file NULL: pr_dist_default_file. */
-int pr_dist_launch_self(const char *cmd, int world, bool gpus, const char *dist_file, const char *sub, int argc,
-                        char **argv, bool *few_gpus, pr_err *err);
+ * pr_dist_launch. With gpus, NCCL must load (from where nccl says) and
+ * `world` CUDA devices be visible first: -1 with err otherwise (*few_gpus
+ * says it was the devices). dist_file NULL: pr_dist_default_file. */
+int pr_dist_launch_self(const char *cmd, int world, bool gpus, const pr_nccl_search *nccl, const char *dist_file,
+                        const char *sub, int argc, char **argv, bool *few_gpus, pr_err *err);
 /* a rendezvous file name for one launch: under /dev/shm when the host has it, else /tmp */
 void pr_dist_default_file(char *buf, size_t n);
 /* CUDA devices this process sees (0 without CUDA) */
@@ -78,12 +98,14 @@ int pr_comm_nccl_open(pr_comm **out, const pr_dist_env *e, double timeout_s, pr_
 void pr_comm_free(pr_comm *c);
 
 /* ---- NCCL's library (dist/nccl.c) ---------------------------------------------------
- * Looked for in order: $PRISM_NCCL_LIB, libnccl.so.2 on the library path,
- * then nvidia/nccl/lib/libnccl.so.2 under each Python site/dist-packages
+ * Looked for in order: where->lib ($PRISM_NCCL_LIB, the only place tried
+ * when set), libnccl.so.2 on the library path, then
+ * nvidia/nccl/lib/libnccl.so.2 under each Python site/dist-packages
  * directory that exists (/usr/local/lib/python3*, /usr/lib/python3*,
- * ~/.local/lib/python3*, $VIRTUAL_ENV, $CONDA_PREFIX). On failure err lists
- * every place tried and why. NCCL_NVLS_ENABLE is forced to 0 first. */
-int pr_nccl_load(void **handle, char *found, size_t n, pr_err *err);
+ * ~/.local/lib/python3* under where->home, where->venv, where->conda). On
+ * failure err lists every place tried and why. NCCL_NVLS_ENABLE is forced
+ * to 0 first. */
+int pr_nccl_load(const pr_nccl_search *where, void **handle, char *found, size_t n, pr_err *err);
 /* a rank's GPU: cudaSetDevice(local_rank), before anything else touches CUDA */
 int pr_dist_set_device(int local_rank, pr_err *err);
 

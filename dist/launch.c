@@ -1,4 +1,5 @@
-/* dist/launch.c: where a process stands among the ranks (its environment),
+/* dist/launch.c: where a process stands among the ranks (from the
+ * launcher's variables, which the command reads from its environment),
  * the launcher that runs one process per rank on this host, the data shard
  * of a rank and ZeRO-1's ownership of parameters.
  *
@@ -24,10 +25,17 @@
 
 #include "dist/dist.h"
 
-/* ---- the environment --------------------------------------------------------------- */
-static int env_int(const char *name, int lo, int *out, pr_err *err)
+/* ---- where this process stands -------------------------------------------------------- */
+const char *const pr_dist_var_names[PR_DIST_LAUNCHERS][3] = {
+    {"PRISM_RANK", "PRISM_WORLD_SIZE", "PRISM_LOCAL_RANK"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+/* 1 with *out when variable `name` holds the number s >= lo, 0 when unset, -1 with err */
+static int var_int(const char *name, const char *s, int lo, int *out, pr_err *err)
 {
-    const char *s = getenv(name);
     if (!s || !*s) return 0;
     char *end;
     errno = 0;
@@ -38,27 +46,20 @@ static int env_int(const char *name, int lo, int *out, pr_err *err)
     return 1;
 }
 
-int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err)
+int pr_dist_env_parse(pr_dist_env *e, const pr_dist_vars *v, const char *dist_file, pr_err *err)
 {
-    static const char *const pairs[][3] = {
-        {"PRISM_RANK", "PRISM_WORLD_SIZE", "PRISM_LOCAL_RANK"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-    };
-    *e = (pr_dist_env){.rank = 0, .world = 1, .local_rank = 0};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    *e = (pr_dist_env){.rank = 0, .world = 1, .local_rank = 0, .nccl = v->nccl};
+    for (int i = 0; i < PR_DIST_LAUNCHERS; i++) {
+        const char *const *name = pr_dist_var_names[i], *const *value = v->value[i];
         int rank = 0, world = 1, local = -1;
-        int has_rank = env_int(pairs[i][0], 0, &rank, err), has_world = env_int(pairs[i][1], 1, &world, err);
-        if (has_rank < 0 || has_world < 0 || env_int(pairs[i][2], 0, &local, err) < 0) return -1;
+        int has_rank = var_int(name[0], value[0], 0, &rank, err), has_world = var_int(name[1], value[1], 1, &world, err);
+        if (has_rank < 0 || has_world < 0 || var_int(name[2], value[2], 0, &local, err) < 0) return -1;
         if (!has_rank || !has_world) continue;
-        if (rank >= world)
-            return pr_errf(err, "environment: %s=%d is not below %s=%d", pairs[i][0], rank, pairs[i][1], world);
-        *e = (pr_dist_env){.rank = rank, .world = world, .local_rank = local >= 0 ? local : rank};
+        if (rank >= world) return pr_errf(err, "environment: %s=%d is not below %s=%d", name[0], rank, name[1], world);
+        e->rank = rank, e->world = world, e->local_rank = local >= 0 ? local : rank;
         break;
     }
-    const char *file = getenv("PRISM_DIST_FILE");
-    if (dist_file && *dist_file) file = dist_file;
+    const char *file = dist_file && *dist_file ? dist_file : v->dist_file;
     if (file) snprintf(e->file, sizeof e->file, "%s", file);
     if (e->world > 1 && !e->file[0])
         return pr_errf(err, "rank %d of %d: no rendezvous file: give --dist-file PATH (on a filesystem every "
@@ -148,14 +149,14 @@ int pr_dist_launch(const char *cmd, int world, const char *dist_file, char **arg
     return 0;
 }
 
-int pr_dist_launch_self(const char *cmd, int world, bool gpus, const char *dist_file, const char *sub, int argc,
-                        char **argv, bool *few_gpus, pr_err *err)
+int pr_dist_launch_self(const char *cmd, int world, bool gpus, const pr_nccl_search *nccl, const char *dist_file,
+                        const char *sub, int argc, char **argv, bool *few_gpus, pr_err *err)
 {
     *few_gpus = false;
     if (gpus) {
         void *lib;
         char found[1024];
-        if (pr_nccl_load(&lib, found, sizeof found, err)) return -1;
+        if (pr_nccl_load(nccl, &lib, found, sizeof found, err)) return -1;
         if (pr_dist_visible_gpus() < world) {
             *few_gpus = true;
             return pr_errf(err, "--gpus %d, but %d CUDA devices are visible", world, pr_dist_visible_gpus());

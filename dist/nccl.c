@@ -73,19 +73,19 @@ static bool dlopen_quiet_miss(const char *name, void **handle, char *tried, size
     return false;
 }
 
-int pr_nccl_load(void **handle, char *found, size_t nfound, pr_err *err)
+int pr_nccl_load(const pr_nccl_search *where, void **handle, char *found, size_t nfound, pr_err *err)
 {
     setenv("NCCL_NVLS_ENABLE", "0", 1);   /* forced, whatever was set: multicast stays off */
     *handle = NULL;
     char tried[4096] = "";
-    const char *own = getenv("PRISM_NCCL_LIB");
+    const char *own = where->lib;
     if (own && *own) {   /* the user's choice is the only one tried */
         if (try_open(own, handle, tried, sizeof tried)) return snprintf(found, nfound, "%s", own), 0;
         return pr_errf(err, "NCCL: PRISM_NCCL_LIB=%s cannot be used (no other place is tried while it is set):%s",
                        own, tried);
     }
     if (dlopen_quiet_miss("libnccl.so.2", handle, tried, sizeof tried)) return snprintf(found, nfound, "libnccl.so.2"), 0;
-    const char *home = getenv("HOME"), *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX");
+    const char *home = where->home, *venv = where->venv, *conda = where->conda;
     char dirs[8][1100];
     int nd = 0;
     snprintf(dirs[nd++], sizeof dirs[0], "/usr/local/lib/python3*/dist-packages");
@@ -145,10 +145,10 @@ typedef struct {
     char path[1024];
 } nccl_state;
 
-static int load_api(nccl_state *s, pr_err *err)
+static int load_api(nccl_state *s, const pr_nccl_search *where, pr_err *err)
 {
     char found[1024];
-    if (pr_nccl_load(&s->lib, found, sizeof found, err)) return -1;
+    if (pr_nccl_load(where, &s->lib, found, sizeof found, err)) return -1;
     struct { void **slot; const char *name; } syms[] = {
         {(void **)&s->api.get_version, "ncclGetVersion"}, {(void **)&s->api.get_unique_id, "ncclGetUniqueId"},
         {(void **)&s->api.comm_init_rank, "ncclCommInitRank"}, {(void **)&s->api.all_reduce, "ncclAllReduce"},
@@ -359,7 +359,7 @@ int pr_comm_nccl_open(pr_comm **out, const pr_dist_env *e, double timeout_s, pr_
                    .wait = nccl_wait, .barrier = nccl_barrier, .abort = nccl_abort, .free = nccl_free, .impl = s};
     snprintf(s->path, sizeof s->path, "%s", e->file);
     nccl_unique_id id;
-    int rc = load_api(s, err);
+    int rc = load_api(s, &e->nccl, err);
     if (!rc && e->rank == 0) rc = check(c, s->api.get_unique_id(&id), "get unique id", err) || write_id(s->path, &id, err);
     if (!rc && e->rank != 0) rc = read_id(s->path, e->rank, timeout_s, &id, err);
     if (!rc) rc = check(c, s->api.comm_init_rank(&s->comm, e->world, id, e->rank), "comm init", err);

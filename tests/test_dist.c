@@ -4,9 +4,11 @@
  *   tensors larger than one slot, host averages, broadcast; a missing rank
  *   times out naming itself and the rank it waited for; a rank that gives
  *   up makes the other's wait fail naming it;
- * - NCCL's search: PRISM_NCCL_LIB to a missing file and to a library that is
- *   not NCCL, and the default search, each listing where it looked;
- *   NCCL_NVLS_ENABLE is forced to 0;
+ * - NCCL's search: the library named (PRISM_NCCL_LIB's value) a missing
+ *   file and a library that is not NCCL, and the default search, each
+ *   listing where it looked; NCCL_NVLS_ENABLE is forced to 0;
+ * - where a process stands: the launchers' variables, as the command hands
+ *   their values in, in order, each bad value named;
  * - sharding of a global batch; ZeRO-1 ownership (every parameter owned
  *   once, shares balanced);
  * - rank 1 of a run trains and checkpoints without writing a file;
@@ -121,19 +123,18 @@ static void test_nccl_search_errors(void **state)
     char found[1024];
     pr_err err;
     setenv("NCCL_NVLS_ENABLE", "1", 1);
-    setenv("PRISM_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
-    assert_int_equal(pr_nccl_load(&h, found, sizeof found, &err), -1);
+    pr_nccl_search where = {.lib = "/nonexistent/libnccl.so.2"};
+    assert_int_equal(pr_nccl_load(&where, &h, found, sizeof found, &err), -1);
     assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
     assert_non_null(strstr(err.msg, "PRISM_NCCL_LIB=/nonexistent/libnccl.so.2"));
     assert_non_null(strstr(err.msg, "/nonexistent/libnccl.so.2: "));
 
-    setenv("PRISM_NCCL_LIB", "libm.so.6", 1);   /* loads, but is not NCCL */
-    assert_int_equal(pr_nccl_load(&h, found, sizeof found, &err), -1);
+    where.lib = "libm.so.6";   /* loads, but is not NCCL */
+    assert_int_equal(pr_nccl_load(&where, &h, found, sizeof found, &err), -1);
     assert_non_null(strstr(err.msg, "libm.so.6: loads, but is not NCCL"));
 
-    unsetenv("PRISM_NCCL_LIB");
-    setenv("VIRTUAL_ENV", "/nonexistent-venv", 1);
-    if (pr_nccl_load(&h, found, sizeof found, &err) == 0) {
+    where = (pr_nccl_search){.venv = "/nonexistent-venv", .home = "/nonexistent-home"};
+    if (pr_nccl_load(&where, &h, found, sizeof found, &err) == 0) {
         printf("(NCCL found at %s: the default search's failure is not checked here)\n", found);
         return;
     }
@@ -143,39 +144,54 @@ static void test_nccl_search_errors(void **state)
     assert_non_null(strstr(err.msg, "\n  /usr/local/lib/python3*/dist-packages: none"));
     assert_non_null(strstr(err.msg, "\n  /usr/local/lib/python3*/site-packages: none"));
     assert_non_null(strstr(err.msg, "\n  /usr/lib/python3*/dist-packages: none"));
+    assert_non_null(strstr(err.msg, "\n  /nonexistent-home/.local/lib/python3*/site-packages: none"));
     assert_non_null(strstr(err.msg, "\n  /nonexistent-venv/lib/python3*/site-packages: none"));
 }
 
 /* ---- where a process stands ---------------------------------------------------------- */
+/* the values of launcher `family` (its index in pr_dist_var_names): rank, world, local rank */
+static void set_launcher(pr_dist_vars *v, int family, const char *rank, const char *world, const char *local)
+{
+    v->value[family][0] = rank, v->value[family][1] = world, v->value[family][2] = local;
+}
+
 static void test_env_from_launchers(void **state)
 {
     (void)state;
     pr_dist_env e;
     pr_err err;
-    const char *vars[] = {"PRISM_RANK", "PRISM_WORLD_SIZE", "PRISM_DIST_FILE", "OMPI_COMM_WORLD_RANK",
-                          "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);   /* a test run inside a job */
-    assert_int_equal(pr_dist_env_read(&e, NULL, &err), 0);   /* nothing set: one process */
+    pr_dist_vars v = {.nccl = {.lib = "/my/libnccl.so.2"}};
+    assert_int_equal(pr_dist_env_parse(&e, &v, NULL, &err), 0);   /* nothing set: one process */
     assert_int_equal(e.world, 1);
-    setenv("OMPI_COMM_WORLD_RANK", "5", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-    assert_int_equal(pr_dist_env_read(&e, NULL, &err), -1);   /* several ranks need a rendezvous file */
+    assert_string_equal(e.nccl.lib, "/my/libnccl.so.2");   /* handed on to the nccl backend */
+    assert_string_equal(pr_dist_var_names[1][0], "OMPI_COMM_WORLD_RANK");
+    set_launcher(&v, 1, "5", "8", "1");
+    assert_int_equal(pr_dist_env_parse(&e, &v, NULL, &err), -1);   /* several ranks need a rendezvous file */
     assert_non_null(strstr(err.msg, "rank 5 of 8: no rendezvous file: give --dist-file PATH"));
-    assert_int_equal(pr_dist_env_read(&e, "/shared/id", &err), 0);
+    v.dist_file = "/from/env";
+    assert_int_equal(pr_dist_env_parse(&e, &v, NULL, &err), 0);
+    assert_string_equal(e.file, "/from/env");
+    assert_int_equal(pr_dist_env_parse(&e, &v, "/shared/id", &err), 0);   /* --dist-file wins */
     assert_int_equal(e.rank, 5);
     assert_int_equal(e.world, 8);
     assert_int_equal(e.local_rank, 1);
     assert_string_equal(e.file, "/shared/id");
-    setenv("PRISM_RANK", "2", 1);   /* prism's own launcher comes first */
-    setenv("PRISM_WORLD_SIZE", "2", 1);
-    assert_int_equal(pr_dist_env_read(&e, "/x", &err), -1);
+    set_launcher(&v, 3, "3", "4", NULL);   /* Slurm's comes after Open MPI's */
+    assert_int_equal(pr_dist_env_parse(&e, &v, "/x", &err), 0);
+    assert_int_equal(e.rank, 5);
+    set_launcher(&v, 1, NULL, NULL, NULL);
+    assert_int_equal(pr_dist_env_parse(&e, &v, "/x", &err), 0);
+    assert_int_equal(e.rank, 3);
+    assert_int_equal(e.local_rank, 3);   /* no local rank: the rank */
+    set_launcher(&v, 0, "2", "2", NULL);   /* prism's own launcher comes first */
+    assert_int_equal(pr_dist_env_parse(&e, &v, "/x", &err), -1);
     assert_non_null(strstr(err.msg, "PRISM_RANK=2 is not below PRISM_WORLD_SIZE=2"));
-    setenv("PRISM_RANK", "x", 1);
-    assert_int_equal(pr_dist_env_read(&e, "/x", &err), -1);
+    set_launcher(&v, 0, "x", "2", NULL);
+    assert_int_equal(pr_dist_env_parse(&e, &v, "/x", &err), -1);
     assert_non_null(strstr(err.msg, "PRISM_RANK=x is not a number"));
-    unsetenv("PRISM_RANK"), unsetenv("PRISM_WORLD_SIZE");
-    unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    set_launcher(&v, 0, "1", "2", "-1");
+    assert_int_equal(pr_dist_env_parse(&e, &v, "/x", &err), -1);
+    assert_non_null(strstr(err.msg, "PRISM_LOCAL_RANK=-1 is not a number >= 0"));
 }
 
 /* ---- shards and owners --------------------------------------------------------------- */

@@ -325,11 +325,12 @@ static void print_breakdowns(const throughput_args *t, const double *tps)
 }
 
 /* --gpus N / --procs N: the ranks are this command again, N times */
-static int launch_throughput(pr_args *a, const throughput_args *t, int world)
+static int launch_throughput(pr_args *a, const throughput_args *t, const pr_dist_env *env, int world)
 {
     pr_err err;
     bool few_gpus;
-    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, NULL, "bench", a->argc, a->argv, &few_gpus, &err);
+    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, &env->nccl, NULL, "bench", a->argc, a->argv, &few_gpus,
+                                 &err);
     if (rc < 0) fprintf(stderr, "%s: %s\n", a->cmd, err.msg);
     return rc >= 0 ? rc : few_gpus ? PR_EXIT_NO_GPU : 1;
 }
@@ -386,7 +387,7 @@ int pr_bench_throughput(int argc, char **argv)
     int world = t.gpus ? t.gpus : t.procs ? t.procs : 1;
     pr_dist_env env;
     if (pr_dist_env_read(&env, NULL, &err)) return fprintf(stderr, "%s: %s\n", a.cmd, err.msg), 1;
-    if (world > 1 && env.world == 1 && !getenv("PRISM_RANK")) return launch_throughput(&a, &t, world);
+    if (world > 1 && env.world == 1 && !getenv("PRISM_RANK")) return launch_throughput(&a, &t, &env, world);
     pr_comm *comm = NULL;
     if (env.world > 1 && open_rank(&env, dev, &comm)) return 1;
     int ranks = comm ? comm->world : 1;

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dist/dist.h"
+
 int pr_cmd_gradcheck(int argc, char **argv);
 int pr_cmd_golden_check(int argc, char **argv);
 int pr_cmd_bench(int argc, char **argv);
@@ -29,6 +31,11 @@ int pr_bench_fused(int argc, char **argv);      /* attention, selective_scan */
 #ifdef PR_OPS_H /* tools/bench_ttt2.c: ttt_mlp and titans beside ttt_linear (CUDA builds) */
 void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp, bool titans);
 #endif
+
+/* tools/dist_env.c: rank, world and rendezvous file from the launchers' variables in the
+ * environment (pr_dist_env_parse), and where NCCL is looked for
+ * (PRISM_NCCL_LIB, HOME, VIRTUAL_ENV, CONDA_PREFIX); -1 with err */
+int pr_dist_env_read(pr_dist_env *e, const char *dist_file, pr_err *err);
 
 static inline bool pr_is_help(const char *a)
 {

@@ -227,15 +227,33 @@ static int resume_config(pr_args *a, const train_args *t, pr_config *c, pr_train
 
 /* ---- several processes ------------------------------------------------------------ */
 /* --gpus N / --procs N: checks what would fail in every rank alike, then runs them */
-static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, int world)
+static int launch(pr_args *a, const train_args *t, const pr_train_opts *o, const pr_dist_env *env, int world)
 {
     pr_err err;
     int first, rows;
     if (pr_dist_shard(o->batch, 0, world, &first, &rows, &err)) return pr_args_error(a, "%s", err.msg);
     bool few_gpus;
-    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, t->dist_file, NULL, a->argc, a->argv, &few_gpus, &err);
+    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, &env->nccl, t->dist_file, NULL, a->argc, a->argv,
+                                 &few_gpus, &err);
     if (rc < 0 && few_gpus) return fprintf(stderr, "%s: %s\n", a->cmd, err.msg), PR_EXIT_NO_GPU;
     return rc < 0 ? fail(a->cmd, err.msg) : rc;
+}
+
+/* tests only (tests/test_dist.sh): PRISM_TEST_EXIT_AT=R:S makes rank R exit
+ * (status 3) after step S, to show that a dying rank stops the run */
+static void exit_at_step(void *user, int rank, int64_t step)
+{
+    const int *at = user;
+    if (rank != at[0] || step != at[1]) return;
+    fprintf(stderr, "rank %d: PRISM_TEST_EXIT_AT: exiting after step %d\n", rank, at[1]);
+    _exit(3);
+}
+
+static void set_test_exit(pr_train_opts *o)
+{
+    static int at[2];
+    const char *text = getenv("PRISM_TEST_EXIT_AT");
+    if (text && sscanf(text, "%d:%d", &at[0], &at[1]) == 2) o->hooks.after_step = exit_at_step, o->hooks.user = at;
 }
 
 /* one rank of a data-parallel run: its GPU, the communicator, training; rank 0 prints the summary */
@@ -251,6 +269,7 @@ static int train_rank(const train_args *t, const pr_config *c, pr_train_opts *o,
     int rc = dev == PR_CUDA ? pr_comm_nccl_open(&comm, env, timeout, &err) : pr_comm_shm_open(&comm, env, timeout, &err);
     if (rc) return fail(cmd, err.msg);
     o->comm = comm;
+    set_test_exit(o);
     pr_train_result res;
     if (pr_train(c, o, out, t->resume, dev, &res, &err) || comm->barrier(comm, &err)) {
         fprintf(stderr, "%s: %s\n", cmd, err.msg);
@@ -307,7 +326,7 @@ int pr_cmd_train(int argc, char **argv)
     if (env.world > 1) snprintf(out, sizeof out, "%s", t.out ? t.out : handed ? handed : "runs/unnamed");
     else if (pick_out(&a, &t, &c, &o, out, sizeof out)) return PR_EXIT_USAGE;
     if (launcher) setenv("PRISM_TRAIN_OUT", out, 1);
-    if (launcher) return launch(&a, &t, &o, asked);
+    if (launcher) return launch(&a, &t, &o, &env, asked);
     if (asked && env.world > 1 && asked != env.world)
         return pr_args_error(&a, "--%s %d, but the launcher started %d ranks", t.gpus ? "gpus" : "procs", asked,
                              env.world);

@@ -58,14 +58,14 @@ static int trim(const char *path, int64_t want, int64_t step, pr_err *err)
     return rc;
 }
 
-int pr_metrics_open(FILE **f, const char *dir, bool writer, const pr_train_state *resumed, pr_err *err)
+int pr_metrics_open(FILE **f, const char *dir, bool writer, const pr_train_state *resumed,
+                    const pr_train_hooks *hooks, pr_err *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (!writer) snprintf(path, sizeof path, "/dev/null");   /* rank 0 alone writes the run directory */
-    /* tests only: PRISM_TEST_METRICS_FILE=/dev/full shows what a full disk does */
-    const char *test_file = getenv("PRISM_TEST_METRICS_FILE");
-    if (writer && !resumed && test_file) snprintf(path, sizeof path, "%s", test_file);
+    /* a test's file in its place: /dev/full shows what a full disk does */
+    if (writer && !resumed && hooks && hooks->metrics_path) snprintf(path, sizeof path, "%s", hooks->metrics_path);
     if (!resumed) {
         *f = fopen(path, "w");
         if (!*f) return pr_errf(err, "%s: cannot create: %s", path, strerror(errno));

@@ -75,7 +75,7 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     r->sched = (pr_schedule){.lr = r->o.lr, .min_lr = r->o.min_lr, .warmup = r->o.warmup, .total = r->o.steps,
                              .cosine = strcmp(r->o.schedule, "cosine") == 0};
     r->last_ckpt = -1;
-    if (!resume) return pr_metrics_open(&r->metrics, r->dir, r->root, NULL, err);
+    if (!resume) return pr_metrics_open(&r->metrics, r->dir, r->root, NULL, &r->o.hooks, err);
     pr_train_state s;
     if (pr_checkpoint_latest(r->dir, &r->last_ckpt, err) ||
         pr_checkpoint_load(r->dir, r->last_ckpt, r->m->params, r->opt, &s, err))
@@ -86,7 +86,7 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     r->step = s.step;
     r->ctx->rng = s.rng;
     /* lines logged after the checkpoint are logged again by the resumed steps */
-    return pr_metrics_open(&r->metrics, r->dir, r->root, &s, err);
+    return pr_metrics_open(&r->metrics, r->dir, r->root, &s, &r->o.hooks, err);
 }
 
 static int save_checkpoint(run *r, pr_err *err)
@@ -98,7 +98,7 @@ static int save_checkpoint(run *r, pr_err *err)
     if (r->root && !rc) {
         pr_train_state s = {.step = r->step, .data_pos = r->step, .metrics_bytes = ftell(r->metrics),
                             .rng = r->ctx->rng};
-        rc = pr_checkpoint_save(r->dir, r->m->params, full, &s, err);
+        rc = pr_checkpoint_save(r->dir, r->m->params, full, &s, &r->o.hooks, err);
     }
     if (full != r->opt) pr_optim_free(full);
     if (!rc) r->last_ckpt = r->step;
@@ -155,18 +155,6 @@ static int train_step(run *r, step_stats *st, char *bad, size_t nbad, pr_err *er
     return r->zero ? pr_zero_share_updates(r->zero, err) : 0;
 }
 
-/* tests only: PRISM_TEST_EXIT_AT=R:S makes rank R exit (status 3) after step S */
-static void test_exit_hook(const run *r)
-{
-    const char *at = getenv("PRISM_TEST_EXIT_AT");
-    int rank, step;
-    if (!at || !r->comm || sscanf(at, "%d:%d", &rank, &step) != 2) return;
-    if (rank == r->comm->rank && step == r->step) {
-        fprintf(stderr, "rank %d: PRISM_TEST_EXIT_AT: exiting after step %d\n", rank, step);
-        _exit(3);
-    }
-}
-
 static void evaluate(run *r, pr_metrics *out)
 {
     bool grad = pr_set_grad_enabled(r->ctx, false), training = r->ctx->training;
@@ -215,7 +203,7 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
                            (long long)r->step + 1, bad);
         }
         r->step++;
-        test_exit_hook(r);
+        if (r->o.hooks.after_step) r->o.hooks.after_step(r->o.hooks.user, r->comm ? r->comm->rank : 0, r->step);
         double el = pr_now_s() - t0, per = el / (double)(r->step - first);
         res->tokens_per_s = (double)r->task->tokens_per_batch / per;
         bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;

@@ -32,6 +32,20 @@
 extern "C" {
 #endif
 
+/* What a test makes happen inside a run, so that the library reads no
+ * environment: a rank dying after a step, a crash in the middle of a
+ * checkpoint, a full disk under metrics.jsonl. tools/train.c sets after_step
+ * from PRISM_TEST_EXIT_AT for the command-line tests. */
+typedef struct {
+    void *user;
+    /* on every rank after each step (rank 0 without a communicator) */
+    void (*after_step)(void *user, int rank, int64_t step);
+    /* while saving a checkpoint: after its weights, before its state file (state_path) */
+    void (*mid_checkpoint)(void *user, const char *state_path, int64_t step);
+    /* a fresh run's metrics.jsonl written here instead (NULL: the run's own) */
+    const char *metrics_path;
+} pr_train_hooks;
+
 /* ---- training options (train/options.c): keys `train.<name>` ----------------- */
 typedef struct {
     char task[32];          /* a probe (parity, mqar, ...), lm, or rec */
@@ -62,6 +76,8 @@ typedef struct {
     /* no key, not in config.json: a fresh run (resume false) may replace a
      * run already in its folder (pr_run_clear); without it pr_train refuses */
     bool overwrite;
+    /* no key, not in config.json: test hooks (all off when zeroed) */
+    pr_train_hooks hooks;
 } pr_train_opts;
 /* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
@@ -140,7 +156,7 @@ typedef struct {
 } pr_train_state;
 /* writes weights and state, then moves `latest`, then removes older checkpoint files */
 int pr_checkpoint_save(const char *dir, const pr_params *p, const pr_optim *o, const pr_train_state *s,
-                       pr_err *err);
+                       const pr_train_hooks *hooks, pr_err *err);   /* hooks: NULL for none */
 /* the step in dir/latest; -1 with err when there is none */
 int pr_checkpoint_latest(const char *dir, int64_t *step, pr_err *err);
 /* weights into p; optimizer and state too when o and s are not NULL */
@@ -182,7 +198,8 @@ int pr_run_write_start(const char *dir, const pr_config *c, const pr_train_opts 
 /* a fresh file (resumed NULL), or the file cut back to the bytes the resumed
  * checkpoint had written and to its last whole line (lost lines are said on
  * stderr, never padded), opened to append */
-int pr_metrics_open(FILE **f, const char *dir, bool writer, const pr_train_state *resumed, pr_err *err);
+int pr_metrics_open(FILE **f, const char *dir, bool writer, const pr_train_state *resumed,
+                    const pr_train_hooks *hooks, pr_err *err);   /* hooks: NULL for none */
 /* flushes f (and with sync, fsyncs it); -1 with err when any write failed,
  * naming the file, the step the run stops at and the checkpoint kept
  * (last_ckpt, -1 for none) */

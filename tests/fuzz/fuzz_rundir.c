@@ -41,7 +41,7 @@ static void setup(void)
     ctx = pr_ctx_new(1);
     pr_train_state s = {.step = 1, .data_pos = 1, .metrics_bytes = 0, .rng = pr_rng_init(1, 0)};
     pr_err err;
-    if (pr_checkpoint_save(dir, params, optim, &s, &err)) {
+    if (pr_checkpoint_save(dir, params, optim, &s, NULL, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         abort();
     }
