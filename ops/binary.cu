@@ -1,4 +1,6 @@
-/* ops/binary.cu: CUDA add, sub, mul, div with numpy broadcasting (f32).
+/* ops/binary.cu: CUDA add, sub, mul, div with numpy broadcasting (f32 or
+ * bf16: the kernels are templates over the storage type T, computing in f32;
+ * a bf16 output and each bf16 grad element are rounded once).
  *
  * Each input reaches the output's index space o through a map picked on the
  * host from the shapes: FULL (same shape: o), SUFFIX (x fills the trailing
@@ -41,19 +43,19 @@ struct bmap {
         return r;
     }
     /* x at outputs j..j+3 (0 past n) */
-    __device__ __forceinline__ pr_f4 ld4(const float *p, long long j, long long n) const
+    template <class T> __device__ __forceinline__ pr_f4 ld4(const T *p, long long j, long long n) const
     {
         pr_f4 r;
         if (v4 && j + 4 <= n) {
             if (mode == MAP_PREFIX) {
-                float t = p[j / m];
+                float t = pr_ld(p, j / m);
                 r.v[0] = r.v[1] = r.v[2] = r.v[3] = t;
                 return r;
             }
             return pr_ld4(p, mode == MAP_FULL ? j : j % m, j + 4, true);
         }
 #pragma unroll
-        for (int k = 0; k < 4; k++) r.v[k] = j + k < n ? p[off(j + k)] : 0.0f;
+        for (int k = 0; k < 4; k++) r.v[k] = j + k < n ? pr_ld(p, off(j + k)) : 0.0f;
         return r;
     }
 };
@@ -108,9 +110,8 @@ template <int OP> __device__ __forceinline__ float binop(float a, float b)
     return a / b;
 }
 
-template <int OP>
-__global__ void binary_forward_kernel(const float *a, bmap ma, const float *b, bmap mb, float *out, long long n,
-                                      bool out_al)
+template <int OP, class T>
+__global__ void binary_forward_kernel(const T *a, bmap ma, const T *b, bmap mb, T *out, long long n, bool out_al)
 {
     long long n4 = (n + 3) / 4;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
@@ -134,32 +135,32 @@ template <int OP, int WHICH> __device__ __forceinline__ float contribution(float
 template <int OP, int WHICH> constexpr bool reads_a() { return (OP == MUL || OP == DIV) && WHICH == 1; }
 template <int OP, int WHICH> constexpr bool reads_b() { return (OP == MUL && WHICH == 0) || OP == DIV; }
 
-/* the grad of an input with out's shape: dx[o] += contribution */
-template <int OP, int WHICH>
-__global__ void binary_grad_full_kernel(const float *g, const float *a, bmap ma, const float *b, bmap mb, float *dx,
-                                        long long n, bool al)
+/* the grad of an input with out's shape: dx[o] += contribution (pr_acc4) */
+template <int OP, int WHICH, class T>
+__global__ void binary_grad_full_kernel(const T *g, const T *a, bmap ma, const T *b, bmap mb, T *dx, long long n,
+                                        bool al)
 {
     long long n4 = (n + 3) / 4;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
         long long j = 4 * i;
         bool v = al && j + 4 <= n;
-        pr_f4 gv = pr_ld4(g, j, n, v), acc = pr_ld4(dx, j, n, v), av = {{0, 0, 0, 0}}, bv = {{0, 0, 0, 0}};
+        pr_f4 gv = pr_ld4(g, j, n, v), add, av = {{0, 0, 0, 0}}, bv = {{0, 0, 0, 0}};
         if constexpr (reads_a<OP, WHICH>()) av = ma.ld4(a, j, n);
         if constexpr (reads_b<OP, WHICH>()) bv = mb.ld4(b, j, n);
 #pragma unroll
-        for (int k = 0; k < 4; k++) acc.v[k] += contribution<OP, WHICH>(gv.v[k], av.v[k], bv.v[k]);
-        pr_st4(dx, j, n, v, acc);
+        for (int k = 0; k < 4; k++) add.v[k] = contribution<OP, WHICH>(gv.v[k], av.v[k], bv.v[k]);
+        pr_acc4(dx, j, n, v, add);
     }
 }
 
 /* a broadcast input's contribution at output o, for the reductions */
-template <int OP, int WHICH> struct contrib_at {
-    const float *g, *a, *b;
+template <int OP, int WHICH, class T> struct contrib_at {
+    const T *g, *a, *b;
     bmap ma, mb;
     __device__ __forceinline__ double operator()(long long o) const
     {
-        float av = reads_a<OP, WHICH>() ? a[ma.off(o)] : 0.0f, bv = reads_b<OP, WHICH>() ? b[mb.off(o)] : 0.0f;
-        return contribution<OP, WHICH>(g[o], av, bv);
+        float av = reads_a<OP, WHICH>() ? pr_ld(a, ma.off(o)) : 0.0f, bv = reads_b<OP, WHICH>() ? pr_ld(b, mb.off(o)) : 0.0f;
+        return contribution<OP, WHICH>(pr_ld(g, o), av, bv);
     }
 };
 /* (r, c) of a [R, m] view of the output */
@@ -220,20 +221,19 @@ static gen_reduce make_gen_reduce(const pr_tensor *x, const pr_tensor *out)
     return gr;
 }
 
-template <int OP> static void binary_forward(pr_ctx *ctx, pr_node *n)
+template <int OP, class T> static void binary_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
     const pr_tensor *a = n->in[0], *b = n->in[1];
     pr_tensor *out = n->out[0];
     long long N = out->numel;
     if (N == 0) return;
     binary_forward_kernel<OP><<<pr_cuda_blocks((N + 3) / 4, 256), 256, 0, pr_cuda_stream(ctx)>>>(
-        (const float *)a->data, make_map(a, out), (const float *)b->data, make_map(b, out), (float *)out->data, N,
+        (const T *)a->data, make_map(a, out), (const T *)b->data, make_map(b, out), (T *)out->data, N,
         pr_aligned16(out->data));
     PR_CUDA_LAUNCH_CHECK();
 }
 
-template <int OP, int WHICH> static void binary_grad(pr_ctx *ctx, pr_node *n)
+template <int OP, int WHICH, class T> static void binary_grad(pr_ctx *ctx, pr_node *n)
 {
     pr_tensor *gx = pr_in_grad(n, WHICH);
     if (!gx) return;
@@ -241,8 +241,8 @@ template <int OP, int WHICH> static void binary_grad(pr_ctx *ctx, pr_node *n)
     long long N = out->numel;
     if (N == 0) return;
     cudaStream_t s = pr_cuda_stream(ctx);
-    const float *g = (const float *)out->grad->data, *pa = (const float *)a->data, *pb = (const float *)b->data;
-    float *dx = (float *)gx->data;
+    const T *g = (const T *)out->grad->data, *pa = (const T *)a->data, *pb = (const T *)b->data;
+    T *dx = (T *)gx->data;
     bmap ma = make_map(a, out), mb = make_map(b, out), mx = WHICH == 0 ? ma : mb;
     if (mx.mode == MAP_FULL) {
         bool al = pr_aligned16(g) && pr_aligned16(dx);
@@ -250,25 +250,34 @@ template <int OP, int WHICH> static void binary_grad(pr_ctx *ctx, pr_node *n)
         PR_CUDA_LAUNCH_CHECK();
         return;
     }
-    contrib_at<OP, WHICH> f = {g, pa, pb, ma, mb};
+    using C = contrib_at<OP, WHICH, T>;
+    C f = {g, pa, pb, ma, mb};
     if (mx.mode == MAP_SUFFIX) {
-        pr_cuda_colsum_add(s, at_rc<contrib_at<OP, WHICH>>{f, mx.m}, N / mx.m, mx.m, dx, 1.0);
+        pr_cuda_colsum_add(s, at_rc<C>{f, mx.m}, N / mx.m, mx.m, dx, 1.0);
     } else if (mx.mode == MAP_PREFIX) {
-        pr_cuda_rowsum(s, at_rc<contrib_at<OP, WHICH>>{f, mx.m}, N / mx.m, mx.m, dx, 1.0, true);
+        pr_cuda_rowsum(s, at_rc<C>{f, mx.m}, N / mx.m, mx.m, dx, 1.0, true);
     } else {
         const pr_tensor *x = WHICH == 0 ? a : b;
         const gen_reduce gr = make_gen_reduce(x, out);
-        pr_cuda_rowsum(s, gen_at<contrib_at<OP, WHICH>>{f, gr}, x->numel, gr.R, dx, 1.0, true);
+        pr_cuda_rowsum(s, gen_at<C>{f, gr}, x->numel, gr.R, dx, 1.0, true);
     }
 }
 
-#define BINARY_CUDA(name, OP)                                                                            \
-    extern "C" void pr_##name##_forward_cuda(pr_ctx *ctx, pr_node *n) { binary_forward<OP>(ctx, n); }    \
-    extern "C" void pr_##name##_backward_cuda(pr_ctx *ctx, pr_node *n)                                   \
-    {                                                                                                    \
-        binary_grad<OP, 0>(ctx, n);                                                                      \
-        binary_grad<OP, 1>(ctx, n);                                                                      \
-    }
+template <int OP> static void binary_forward_any(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { binary_forward<OP, decltype(t)>(ctx, n); });
+}
+template <int OP> static void binary_backward_any(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) {
+        binary_grad<OP, 0, decltype(t)>(ctx, n);
+        binary_grad<OP, 1, decltype(t)>(ctx, n);
+    });
+}
+
+#define BINARY_CUDA(name, OP)                                                                              \
+    extern "C" void pr_##name##_forward_cuda(pr_ctx *ctx, pr_node *n) { binary_forward_any<OP>(ctx, n); }  \
+    extern "C" void pr_##name##_backward_cuda(pr_ctx *ctx, pr_node *n) { binary_backward_any<OP>(ctx, n); }
 
 BINARY_CUDA(add, ADD)
 BINARY_CUDA(sub, SUB)

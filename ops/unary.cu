@@ -1,8 +1,10 @@
 /* ops/unary.cu: CUDA forward and backward of the elementwise ops y = f(x).
  *
  * One kernel pair serves every op: the op id is a template argument, so each
- * op compiles to its own loop. f32 in registers, accurate libm (no fast-math
- * intrinsics); float4 loads and stores where the data is 16-byte aligned,
+ * op compiles to its own loop, and the storage type T (float or pr_bf16) is
+ * another: f32 in registers, accurate libm (no fast-math intrinsics); bf16
+ * loads exact, each bf16 store (y, and dx += dy f') rounded once. Four
+ * elements a load and a store where the data is 16-byte aligned,
  * grid-stride loops. Node layout as ops/unary.c: in[0] = x, out[0] = y,
  * farg[0] = s (scale). Backward: dx += dy * f'(x), f' in terms of y where
  * that is cheaper (exp, sqrt, sigmoid, tanh), so the backward reads y, not x.
@@ -75,8 +77,8 @@ template <int OP> __device__ __forceinline__ float unary_df(float x, float y, fl
     return 0.0f;
 }
 
-/* `al`: every pointer is 16-byte aligned, so whole chunks of 4 go as float4 */
-template <int OP> __global__ void unary_forward_kernel(const float *x, float *y, long long n, float s, bool al)
+/* `al`: every pointer is 16-byte aligned, so whole chunks of 4 go as one access */
+template <int OP, class T> __global__ void unary_forward_kernel(const T *x, T *y, long long n, float s, bool al)
 {
     long long n4 = (n + 3) / 4;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
@@ -89,38 +91,35 @@ template <int OP> __global__ void unary_forward_kernel(const float *x, float *y,
     }
 }
 
-template <int OP>
-__global__ void unary_backward_kernel(const float *x, const float *y, const float *dy, float *dx, long long n, float s,
-                                      bool al)
+template <int OP, class T>
+__global__ void unary_backward_kernel(const T *x, const T *y, const T *dy, T *dx, long long n, float s, bool al)
 {
     long long n4 = (n + 3) / 4;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
         long long j = 4 * i;
         bool v = al && j + 4 <= n;
-        pr_f4 g = pr_ld4(dy, j, n, v), acc = pr_ld4(dx, j, n, v), in = {{0, 0, 0, 0}};
+        pr_f4 g = pr_ld4(dy, j, n, v), add, in = {{0, 0, 0, 0}};
         if constexpr (grad_from_y<OP>()) in = pr_ld4(y, j, n, v);
         else if constexpr (!grad_constant<OP>()) in = pr_ld4(x, j, n, v);
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            acc.v[k] += g.v[k] * unary_df<OP>(in.v[k], in.v[k], s);
-        pr_st4(dx, j, n, v, acc);
+        for (int k = 0; k < 4; k++) add.v[k] = g.v[k] * unary_df<OP>(in.v[k], in.v[k], s);
+        pr_acc4(dx, j, n, v, add);
     }
 }
 
-template <int OP> static void unary_forward(pr_ctx *ctx, pr_node *n)
+template <int OP, class T> static void unary_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0];
     pr_tensor *y = n->out[0];
     long long N = x->numel;
     if (N == 0) return;
     bool al = pr_aligned16(x->data) && pr_aligned16(y->data);
     unary_forward_kernel<OP><<<pr_cuda_blocks((N + 3) / 4, 256), 256, 0, pr_cuda_stream(ctx)>>>(
-        (const float *)x->data, (float *)y->data, N, (float)n->farg[0], al);
+        (const T *)x->data, (T *)y->data, N, (float)n->farg[0], al);
     PR_CUDA_LAUNCH_CHECK();
 }
 
-template <int OP> static void unary_backward(pr_ctx *ctx, pr_node *n)
+template <int OP, class T> static void unary_backward(pr_ctx *ctx, pr_node *n)
 {
     pr_tensor *gx = pr_in_grad(n, 0);
     if (!gx || gx->numel == 0) return;
@@ -129,14 +128,19 @@ template <int OP> static void unary_backward(pr_ctx *ctx, pr_node *n)
     bool al = pr_aligned16(x->data) && pr_aligned16(y->data) && pr_aligned16(y->grad->data) &&
               pr_aligned16(gx->data);
     unary_backward_kernel<OP><<<pr_cuda_blocks((N + 3) / 4, 256), 256, 0, pr_cuda_stream(ctx)>>>(
-        (const float *)x->data, (const float *)y->data, (const float *)y->grad->data, (float *)gx->data, N,
-        (float)n->farg[0], al);
+        (const T *)x->data, (const T *)y->data, (const T *)y->grad->data, (T *)gx->data, N, (float)n->farg[0], al);
     PR_CUDA_LAUNCH_CHECK();
 }
 
-#define UNARY_CUDA(name)                                                                                  \
-    extern "C" void pr_##name##_forward_cuda(pr_ctx *ctx, pr_node *n) { unary_forward<PR_OP_##name>(ctx, n); } \
-    extern "C" void pr_##name##_backward_cuda(pr_ctx *ctx, pr_node *n) { unary_backward<PR_OP_##name>(ctx, n); }
+#define UNARY_CUDA(name)                                                                                     \
+    extern "C" void pr_##name##_forward_cuda(pr_ctx *ctx, pr_node *n)                                        \
+    {                                                                                                        \
+        pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { unary_forward<PR_OP_##name, decltype(t)>(ctx, n); }); \
+    }                                                                                                        \
+    extern "C" void pr_##name##_backward_cuda(pr_ctx *ctx, pr_node *n)                                       \
+    {                                                                                                        \
+        pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { unary_backward<PR_OP_##name, decltype(t)>(ctx, n); }); \
+    }
 
 UNARY_CUDA(scale)
 UNARY_CUDA(neg)

@@ -84,6 +84,25 @@ static inline void pr_cuda_check_f32(const pr_node *n)
             pr_fatal("%s: CUDA kernels are f32 only (input %d is %s)", n->op->name, i, pr_dtype_name(n->in[i]->dtype));
 }
 
+/* the element type of n's float inputs, which its CUDA kernels read and
+ * write: PR_F32, or PR_BF16 when every float input is bf16; fatal for f64
+ * or a mix (the frontends cast what they mix) */
+static inline pr_dtype pr_cuda_storage(const pr_node *n)
+{
+    int first = -1;
+    for (int i = 0; i < n->n_in; i++) {
+        const pr_tensor *t = n->in[i];
+        if (!t || !pr_dtype_has_grad(t->dtype)) continue;
+        if (t->dtype != PR_F32 && t->dtype != PR_BF16)
+            pr_fatal("%s: CUDA kernels are f32 or bf16 only (input %d is %s)", n->op->name, i, pr_dtype_name(t->dtype));
+        if (first < 0) first = i;
+        else if (t->dtype != n->in[first]->dtype)
+            pr_fatal("%s: CUDA takes float inputs all f32 or all bf16 (input %d is %s, input %d %s)", n->op->name, first,
+                     pr_dtype_name(n->in[first]->dtype), i, pr_dtype_name(t->dtype));
+    }
+    return first < 0 ? PR_F32 : n->in[first]->dtype;
+}
+
 /* dst = src (acc 0) or dst = round(dst + src), n elements, f32 and bf16 in
  * any pairing, on stream s: the f32 <-> bf16 conversions of pr_cast and of
  * the ops' bf16 paths (ops/cast.cu) */
@@ -164,13 +183,13 @@ __device__ __forceinline__ unsigned short pr_bf16_bits_once(double v)
 struct pr_bf16 {
     unsigned short u;
 };
-template <class T> struct pr_dtype_of;
-template <> struct pr_dtype_of<float> { static constexpr pr_dtype value = PR_F32; };
-template <> struct pr_dtype_of<pr_bf16> { static constexpr pr_dtype value = PR_BF16; };
 __device__ __forceinline__ float pr_ld(const float *p, long long i) { return p[i]; }
 __device__ __forceinline__ float pr_ld(const pr_bf16 *p, long long i) { return __uint_as_float((unsigned)p[i].u << 16); }
 __device__ __forceinline__ void pr_st(float *p, long long i, float v) { p[i] = v; }
 __device__ __forceinline__ void pr_st(pr_bf16 *p, long long i, float v) { p[i].u = pr_bf16_bits(v); }
+/* p[i] = v given in double (a sum): rounded once to the element type */
+__device__ __forceinline__ void pr_st_d(float *p, long long i, double v) { p[i] = (float)v; }
+__device__ __forceinline__ void pr_st_d(pr_bf16 *p, long long i, double v) { p[i].u = pr_bf16_bits_once(v); }
 __device__ __forceinline__ void pr_acc(float *p, long long i, float v) { p[i] += v; }
 __device__ __forceinline__ void pr_acc(pr_bf16 *p, long long i, float v)
 {
@@ -250,6 +269,13 @@ __device__ __forceinline__ void pr_acc4(pr_bf16 *p, long long j, long long n, bo
         for (int k = 0; k < 4; k++)
             if (j + k < n) p[j + k].u = b[k];
     }
+}
+
+/* f(T()) with T the storage type of dt (float or pr_bf16): launchers instantiate their kernels per type */
+template <class F> static inline void pr_cuda_storage_switch(pr_dtype dt, F f)
+{
+    if (dt == PR_BF16) f(pr_bf16());
+    else f(0.0f);
 }
 
 /* ---- row kernels: a group of G threads per row of D elements ----
@@ -419,8 +445,8 @@ template <class F> static void pr_cuda_sum(cudaStream_t s, F f, long long n, dou
 
 /* ---- deterministic row sums: dst[r] (+)= scale * sum_{c<C} f(r, c) ---- */
 
-template <int G, class F>
-__global__ void PR_ROW_BOUNDS(G) pr_rowsum_kernel(F f, long long R, long long C, float *dst, double scale, bool accumulate)
+template <int G, class F, class D>
+__global__ void PR_ROW_BOUNDS(G) pr_rowsum_kernel(F f, long long R, long long C, D *dst, double scale, bool accumulate)
 {
     bool ok;
     int lane;
@@ -428,10 +454,11 @@ __global__ void PR_ROW_BOUNDS(G) pr_rowsum_kernel(F f, long long R, long long C,
     double acc = 0.0;
     for (long long c = lane; c < C; c += G) acc += f(r, c);
     acc = pr_group_reduce<G>(acc, pr_op_sum());
-    if (ok && lane == 0) dst[r] = (float)((accumulate ? (double)dst[r] : 0.0) + scale * acc);
+    if (ok && lane == 0) pr_st_d(dst, r, (accumulate ? (double)pr_ld(dst, r) : 0.0) + scale * acc);
 }
-template <class F>
-static void pr_cuda_rowsum(cudaStream_t s, F f, long long R, long long C, float *dst, double scale, bool accumulate)
+/* D: float or pr_bf16 (the sum is rounded to it once) */
+template <class F, class D>
+static void pr_cuda_rowsum(cudaStream_t s, F f, long long R, long long C, D *dst, double scale, bool accumulate)
 {
     if (R == 0) return;
     pr_cuda_row_dispatch(C, [&](auto g) {
@@ -465,15 +492,18 @@ __global__ void pr_colsum_partial_kernel(F f, long long R, long long C, long lon
         partial[blockIdx.y * C + c] = t;
     }
 }
-__global__ static void pr_colsum_finish_kernel(const double *partial, int P, long long C, float *dst, double scale)
+template <class D>
+__global__ void pr_colsum_finish_kernel(const double *partial, int P, long long C, D *dst, double scale)
 {
     for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < C; c += (long long)gridDim.x * blockDim.x) {
         double t = 0.0;
         for (int p = 0; p < P; p++) t += partial[p * C + c];
-        dst[c] = (float)((double)dst[c] + scale * t);
+        pr_st_d(dst, c, (double)pr_ld(dst, c) + scale * t);
     }
 }
-template <class F> static void pr_cuda_colsum_add(cudaStream_t s, F f, long long R, long long C, float *dst, double scale)
+/* D: float or pr_bf16 (dst[c] + the sum is rounded to it once) */
+template <class F, class D>
+static void pr_cuda_colsum_add(cudaStream_t s, F f, long long R, long long C, D *dst, double scale)
 {
     if (R == 0 || C == 0) return;
     long long cblocks = (C + 31) / 32;

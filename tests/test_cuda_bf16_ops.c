@@ -245,11 +245,73 @@ static void test_matmul(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+static pr_tensor *ap_add(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_add(c, in[0], in[1]); }
+static pr_tensor *ap_mul(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_mul(c, in[0], in[1]); }
+static pr_tensor *ap_div(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_div(c, in[0], in[1]); }
+static pr_tensor *ap_silu(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_silu(c, in[0]); }
+static pr_tensor *ap_tanh(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_tanh(c, in[0]); }
+
+/* a case of n_in inputs of the given shapes, uniform in [lo, hi) */
+typedef struct {
+    const char *name;
+    pr_tensor *(*apply)(pr_ctx *, pr_tensor *const *, const pr_example *);
+    int n_in;
+    int nd[3];
+    int64_t shape[3][4];
+    double lo[3], hi[3];
+    double farg, tol_grad;
+} shaped_case;
+
+static void check_shaped(pr_ctx *ctx, const shaped_case *sc)
+{
+    bf16_case c = {.name = sc->name, .tol_out = TOL, .tol_grad = sc->tol_grad, .out_dtype = PR_BF16};
+    fill_inputs(ctx, &c.ex, sc->n_in, sc->nd, (const int64_t(*)[4])sc->shape, sc->lo, sc->hi);
+    c.ex.farg[0] = sc->farg;
+    c.ex.apply = sc->apply;
+    check_case(&c);
+}
+
+/* every unary op and binary op on its example, then the kernels' paths:
+ * lengths not a multiple of 4 (the scalar tail), every broadcast map of the
+ * binary ops (same shape, suffix, prefix, general) with their grads' column
+ * and row sums */
+static void test_elementwise(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    const pr_op_id ops[] = {PR_OP_scale, PR_OP_neg, PR_OP_exp, PR_OP_log, PR_OP_sqrt, PR_OP_sigmoid,
+                            PR_OP_logsigmoid, PR_OP_tanh, PR_OP_relu, PR_OP_silu, PR_OP_gelu, PR_OP_gelu_tanh,
+                            PR_OP_softplus, PR_OP_add, PR_OP_sub, PR_OP_mul, PR_OP_div};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        pr_op_id id = ops[i];
+        bool reads_y = id == PR_OP_exp || id == PR_OP_sqrt || id == PR_OP_sigmoid || id == PR_OP_tanh;
+        bf16_case c = example_case(ctx, id, reads_y ? TOL_Y : TOL);
+        check_case(&c);
+    }
+    const shaped_case cases[] = {
+        {"silu n=1001", ap_silu, 1, {1}, {{1001}}, {-6}, {6}, 0, TOL},
+        {"tanh [7,13]", ap_tanh, 1, {2}, {{7, 13}}, {-3}, {3}, 0, TOL_Y},
+        {"add same shape [5,203]", ap_add, 2, {2, 2}, {{5, 203}, {5, 203}}, {-1, -1}, {1, 1}, 0, TOL},
+        {"add suffix [301,12]+[12]", ap_add, 2, {2, 1}, {{301, 12}, {12}}, {-1, -1}, {1, 1}, 0, TOL},
+        {"mul suffix [67,7]*[7]", ap_mul, 2, {2, 1}, {{67, 7}, {7}}, {-1, -1}, {1, 1}, 0, TOL},
+        {"mul prefix [37,64]*[37,1]", ap_mul, 2, {2, 2}, {{37, 64}, {37, 1}}, {-1, -1}, {1, 1}, 0, TOL},
+        {"div prefix [9,11]/[9,1]", ap_div, 2, {2, 2}, {{9, 11}, {9, 1}}, {-1, 0.5}, {1, 2}, 0, TOL},
+        {"mul general [2,5,3,6]*[3,1]", ap_mul, 2, {4, 2}, {{2, 5, 3, 6}, {3, 1}}, {-1, -1}, {1, 1}, 0, TOL},
+        {"add general [3,1,5]+[4,1]", ap_add, 2, {3, 2}, {{3, 1, 5}, {4, 1}}, {-1, -1}, {1, 1}, 0, TOL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_shaped(ctx, &cases[i]);
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_elementwise),
     };
     return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
 }

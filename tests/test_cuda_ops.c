@@ -276,7 +276,7 @@ static void test_f32_only(void **state)
     PR_SKIP_WITHOUT_CUDA();
     pr_ctx *ctx = pr_ctx_new(1);
     pr_tensor *x = pr_zeros(ctx->step, PR_F64, PR_CUDA, PR_DIMS(4));
-    PR_EXPECT_FATAL(pr_exp(ctx, x), "exp: CUDA kernels are f32 only");
+    PR_EXPECT_FATAL(pr_exp(ctx, x), "exp: CUDA kernels are f32 or bf16 only");
     pr_ctx_free(ctx);
 }
 
