@@ -33,14 +33,16 @@ static void param_check(const char *op, const pr_tensor *x, const pr_tensor *p, 
 }
 
 /* output of x's shape plus n_stats per-row statistics saved for the backward
- * (none when the node is not recorded: the forwards then skip the stores) */
+ * (none when the node is not recorded: the forwards then skip the stores);
+ * the statistics of bf16 data are kept in f32 (ops/norm.cu's bf16 kernels) */
 static pr_tensor *norm_apply(pr_ctx *ctx, pr_node *n, pr_tensor *x, double eps, int n_stats)
 {
     n->farg[0] = eps;
     n->n_out = 1;
     n->out[0] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);
     n->n_saved = pr_op_will_record(ctx, n) ? n_stats : 0;
-    for (int i = 0; i < n->n_saved; i++) n->saved[i] = pr_op_output(ctx, x->dtype, x->device, x->ndim - 1, x->shape);
+    pr_dtype stats = x->dtype == PR_BF16 ? PR_F32 : x->dtype;
+    for (int i = 0; i < n->n_saved; i++) n->saved[i] = pr_op_output(ctx, stats, x->device, x->ndim - 1, x->shape);
     return pr_op_apply(ctx, n);
 }
 

@@ -1,4 +1,8 @@
-/* ops/norm.cu: CUDA layernorm, rmsnorm, rmsnorm_gated and l2norm (f32).
+/* ops/norm.cu: CUDA layernorm, rmsnorm, rmsnorm_gated and l2norm (f32 or
+ * bf16: the kernels are templates over the storage type T of x, z, w, b, y
+ * and their grads; statistics, sums and the saved per-row {mean, rstd} are
+ * f32 either way, and each bf16 store, y or grad += contribution, rounds
+ * once).
  *
  * A warp (D <= 1024) or a block per row; the row stays in registers between
  * the statistics pass(es) and the write pass, so x is read once and y written
@@ -27,7 +31,7 @@ __device__ __forceinline__ float sigmoidf_(float z)
 }
 
 /* a [D] parameter's chunk j, or `dflt` when absent */
-__device__ __forceinline__ pr_f4 param4(const float *p, long long j, long long D, bool vec, float dflt)
+template <class T> __device__ __forceinline__ pr_f4 param4(const T *p, long long j, long long D, bool vec, float dflt)
 {
     if (p) return pr_ld4(p, j, D, vec);
     pr_f4 r = {{dflt, dflt, dflt, dflt}};
@@ -55,16 +59,22 @@ static bool all_aligned(std::initializer_list<const void *> ps)
 /* ---- layernorm -------------------------------------------------------------------- */
 
 /* a forward's per-row statistics, NULL when the node saves none (not recorded) */
-static float *saved_or_null(const pr_node *n, int i) { return i < n->n_saved ? (float *)n->saved[i]->data : NULL; }
+static float *saved_or_null(const pr_node *n, int i)
+{
+    if (i >= n->n_saved) return NULL;
+    PR_CHECK(n->saved[i]->dtype == PR_F32, "%s: CUDA keeps the per-row statistics in f32, not %s", n->op->name,
+             pr_dtype_name(n->saved[i]->dtype));
+    return (float *)n->saved[i]->data;
+}
 
-template <int G, int S>
-ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const float *b, float *y, float *mean_out,
-                                       float *rstd_out, long long R, long long D, float eps, bool vec)
+template <int G, int S, class T>
+ROW_KERNEL(G) layernorm_forward_kernel(const T *x, const T *w, const T *b, T *y, float *mean_out, float *rstd_out,
+                                       long long R, long long D, float eps, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D;
+    const T *xr = x + r * D;
     pr_f4 xs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
     float sum = 0.0f;
@@ -92,14 +102,14 @@ ROW_KERNEL(G) layernorm_forward_kernel(const float *x, const float *w, const flo
     if (lane == 0 && rstd_out) mean_out[r] = mean, rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
-template <int G, int S>
-ROW_KERNEL(G) layernorm_backward_kernel(const float *x, const float *w, const float *g, const float *mean_in,
-                                        const float *rstd_in, float *dx, long long R, long long D, bool vec)
+template <int G, int S, class T>
+ROW_KERNEL(G) layernorm_backward_kernel(const T *x, const T *w, const T *g, const float *mean_in, const float *rstd_in,
+                                        T *dx, long long R, long long D, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D, *gr = g + r * D;
+    const T *xr = x + r * D, *gr = g + r * D;
     float mean = mean_in[r], rstd = rstd_in[r];
     pr_f4 xs[S], gs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
@@ -119,71 +129,83 @@ ROW_KERNEL(G) layernorm_backward_kernel(const float *x, const float *w, const fl
     if (!ok) return;
     pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
-        pr_f4 acc = pr_ld4(dx + r * D, j, D, vec);
+        pr_f4 add;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             float xh = (v.v[k] - mean) * rstd;
-            acc.v[k] += rstd * (gv.v[k] * wv.v[k] - m1 - xh * m2);
+            add.v[k] = rstd * (gv.v[k] * wv.v[k] - m1 - xh * m2);
         }
-        pr_st4(dx + r * D, j, D, vec, acc);
+        pr_acc4(dx + r * D, j, D, vec, add);
     });
 }
 
 /* dw: sum over rows of g xh; db: sum of g */
-struct ln_dw {
-    const float *x, *g, *mean, *rstd;
+template <class T> struct ln_dw {
+    const T *x, *g;
+    const float *mean, *rstd;
     long long D;
     __device__ __forceinline__ double operator()(long long r, long long c) const
     {
-        return g[r * D + c] * ((x[r * D + c] - mean[r]) * rstd[r]);
+        return pr_ld(g, r * D + c) * ((pr_ld(x, r * D + c) - mean[r]) * rstd[r]);
     }
 };
-struct read_rc {
-    const float *p;
+template <class T> struct read_rc {
+    const T *p;
     long long D;
-    __device__ __forceinline__ double operator()(long long r, long long c) const { return p[r * D + c]; }
+    __device__ __forceinline__ double operator()(long long r, long long c) const { return pr_ld(p, r * D + c); }
 };
 
-extern "C" void pr_layernorm_forward_cuda(pr_ctx *ctx, pr_node *n)
+/* a float input's data as T, NULL when absent */
+template <class T> static const T *data_or_null(const pr_tensor *t) { return t ? (const T *)t->data : NULL; }
+template <class T> static T *grad_or_null(pr_tensor *g) { return g ? (T *)g->data : NULL; }
+
+template <class T> static void layernorm_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
-    const pr_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    const pr_tensor *x = n->in[0];
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
-    const float *pw = w ? (const float *)w->data : NULL, *pb = b ? (const float *)b->data : NULL;
+    const T *pw = data_or_null<T>(n->in[1]), *pb = data_or_null<T>(n->in[2]);
     bool vec = D % 4 == 0 && all_aligned({x->data, pw, pb, n->out[0]->data});
-    LAUNCH_ROWS(ctx, R, D, layernorm_forward_kernel, (const float *)x->data, pw, pb, (float *)n->out[0]->data,
+    LAUNCH_ROWS(ctx, R, D, layernorm_forward_kernel, (const T *)x->data, pw, pb, (T *)n->out[0]->data,
                 saved_or_null(n, 0), saved_or_null(n, 1), R, D, (float)n->farg[0], vec);
 }
 
-extern "C" void pr_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void layernorm_backward(pr_ctx *ctx, pr_node *n)
 {
-    const pr_tensor *x = n->in[0], *w = n->in[1];
+    const pr_tensor *x = n->in[0];
     pr_tensor *gx = pr_in_grad(n, 0), *gw = pr_in_grad(n, 1), *gb = pr_in_grad(n, 2);
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
-    const float *px = (const float *)x->data, *pg = (const float *)n->out[0]->grad->data;
-    const float *mean = (const float *)n->saved[0]->data, *rstd = (const float *)n->saved[1]->data;
-    const float *pw = w ? (const float *)w->data : NULL;
+    const T *px = (const T *)x->data, *pg = (const T *)n->out[0]->grad->data, *pw = data_or_null<T>(n->in[1]);
+    const float *mean = saved_or_null(n, 0), *rstd = saved_or_null(n, 1);
     if (gx) {
         bool vec = D % 4 == 0 && all_aligned({px, pw, pg, gx->data});
-        LAUNCH_ROWS(ctx, R, D, layernorm_backward_kernel, px, pw, pg, mean, rstd, (float *)gx->data, R, D, vec);
+        LAUNCH_ROWS(ctx, R, D, layernorm_backward_kernel, px, pw, pg, mean, rstd, (T *)gx->data, R, D, vec);
     }
     cudaStream_t s = pr_cuda_stream(ctx);
-    if (gw) pr_cuda_colsum_add(s, ln_dw{px, pg, mean, rstd, D}, R, D, (float *)gw->data, 1.0);
-    if (gb) pr_cuda_colsum_add(s, read_rc{pg, D}, R, D, (float *)gb->data, 1.0);
+    if (gw) pr_cuda_colsum_add(s, ln_dw<T>{px, pg, mean, rstd, D}, R, D, (T *)gw->data, 1.0);
+    if (gb) pr_cuda_colsum_add(s, read_rc<T>{pg, D}, R, D, (T *)gb->data, 1.0);
+}
+
+extern "C" void pr_layernorm_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { layernorm_forward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { layernorm_backward<decltype(t)>(ctx, n); });
 }
 
 /* ---- rmsnorm and rmsnorm_gated (z = NULL: no gate) ------------------------------------- */
 
-template <int G, int S>
-ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w, float *y, float *rstd_out, long long R,
-                                 long long D, float eps, bool vec)
+template <int G, int S, class T>
+ROW_KERNEL(G) rms_forward_kernel(const T *x, const T *z, const T *w, T *y, float *rstd_out, long long R, long long D,
+                                 float eps, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D;
+    const T *xr = x + r * D;
     pr_f4 xs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
     float rstd = 1.0f / sqrtf(pr_row_sumsq<G, S>(xs, xr, D, vec, lane) / (float)D + eps);
@@ -203,14 +225,14 @@ ROW_KERNEL(G) rms_forward_kernel(const float *x, const float *z, const float *w,
 
 /* x and g load first (both in flight at once); pass 1 turns g into
  * g' = g silu(z) in its registers and writes dz; pass 2 writes dx */
-template <int G, int S>
-ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w, const float *g, const float *rstd_in,
-                                  float *dx, float *dz, long long R, long long D, bool vec)
+template <int G, int S, class T>
+ROW_KERNEL(G) rms_backward_kernel(const T *x, const T *z, const T *w, const T *g, const float *rstd_in, T *dx, T *dz,
+                                  long long R, long long D, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D, *gr = g + r * D;
+    const T *xr = x + r * D, *gr = g + r * D;
     float rstd = rstd_in[r];
     pr_f4 xs[S], gs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
@@ -220,15 +242,14 @@ ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
         pr_f4 wv = param4(w, j, D, vec, 1.0f);
         if (z) {
-            pr_f4 zv = pr_ld4(z + r * D, j, D, vec);
-            pr_f4 dzv = dz && ok ? pr_ld4(dz + r * D, j, D, vec) : pr_f4{{0, 0, 0, 0}};
+            pr_f4 zv = pr_ld4(z + r * D, j, D, vec), dzv;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 float sg = sigmoidf_(zv.v[k]);
-                dzv.v[k] += gv.v[k] * v.v[k] * rstd * wv.v[k] * sg * (1.0f + zv.v[k] * (1.0f - sg));
+                dzv.v[k] = gv.v[k] * v.v[k] * rstd * wv.v[k] * sg * (1.0f + zv.v[k] * (1.0f - sg));
                 gv.v[k] *= zv.v[k] * sg;
             }
-            if (dz && ok) pr_st4(dz + r * D, j, D, vec, dzv);
+            if (dz && ok) pr_acc4(dz + r * D, j, D, vec, dzv);
         }
         if (i >= 0) gs[i] = gv;
 #pragma unroll
@@ -248,77 +269,87 @@ ROW_KERNEL(G) rms_backward_kernel(const float *x, const float *z, const float *w
                 for (int k = 0; k < 4; k++) gv.v[k] *= zv.v[k] * sigmoidf_(zv.v[k]);
             }
         }
-        pr_f4 acc = pr_ld4(dx + r * D, j, D, vec);
+        pr_f4 add;
 #pragma unroll
-        for (int k = 0; k < 4; k++) acc.v[k] += rstd * (gv.v[k] * wv.v[k] - v.v[k] * rstd * m2);
-        pr_st4(dx + r * D, j, D, vec, acc);
+        for (int k = 0; k < 4; k++) add.v[k] = rstd * (gv.v[k] * wv.v[k] - v.v[k] * rstd * m2);
+        pr_acc4(dx + r * D, j, D, vec, add);
     });
 }
 
 /* dw: sum over rows of g' xh */
-struct rms_dw {
-    const float *x, *z, *g, *rstd;
+template <class T> struct rms_dw {
+    const T *x, *z, *g;
+    const float *rstd;
     long long D;
     __device__ __forceinline__ double operator()(long long r, long long c) const
     {
         long long o = r * D + c;
-        float gp = g[o];
-        if (z) gp *= z[o] * sigmoidf_(z[o]);
-        return gp * (x[o] * rstd[r]);
+        float gp = pr_ld(g, o);
+        if (z) gp *= pr_ld(z, o) * sigmoidf_(pr_ld(z, o));
+        return gp * (pr_ld(x, o) * rstd[r]);
     }
 };
 
+template <class T>
 static void rms_forward(pr_ctx *ctx, pr_node *n, const pr_tensor *x, const pr_tensor *z, const pr_tensor *w)
 {
-    pr_cuda_check_f32(n);
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
-    const float *pz = z ? (const float *)z->data : NULL, *pw = w ? (const float *)w->data : NULL;
+    const T *pz = data_or_null<T>(z), *pw = data_or_null<T>(w);
     bool vec = D % 4 == 0 && all_aligned({x->data, pz, pw, n->out[0]->data});
-    LAUNCH_ROWS(ctx, R, D, rms_forward_kernel, (const float *)x->data, pz, pw, (float *)n->out[0]->data,
-                saved_or_null(n, 0), R, D, (float)n->farg[0], vec);
+    LAUNCH_ROWS(ctx, R, D, rms_forward_kernel, (const T *)x->data, pz, pw, (T *)n->out[0]->data, saved_or_null(n, 0),
+                R, D, (float)n->farg[0], vec);
 }
 
+template <class T>
 static void rms_backward(pr_ctx *ctx, pr_node *n, const pr_tensor *x, const pr_tensor *z, const pr_tensor *w,
                          pr_tensor *gx, pr_tensor *gz, pr_tensor *gw)
 {
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
-    const float *px = (const float *)x->data, *pz = z ? (const float *)z->data : NULL;
-    const float *pw = w ? (const float *)w->data : NULL, *pg = (const float *)n->out[0]->grad->data;
-    const float *rstd = (const float *)n->saved[0]->data;
-    float *dx = gx ? (float *)gx->data : NULL, *dz = gz ? (float *)gz->data : NULL;
+    const T *px = (const T *)x->data, *pz = data_or_null<T>(z), *pw = data_or_null<T>(w);
+    const T *pg = (const T *)n->out[0]->grad->data;
+    const float *rstd = saved_or_null(n, 0);
+    T *dx = grad_or_null<T>(gx), *dz = grad_or_null<T>(gz);
     if (dx || dz) {
         bool vec = D % 4 == 0 && all_aligned({px, pz, pw, pg, dx, dz});
         LAUNCH_ROWS(ctx, R, D, rms_backward_kernel, px, pz, pw, pg, rstd, dx, dz, R, D, vec);
     }
-    if (gw) pr_cuda_colsum_add(pr_cuda_stream(ctx), rms_dw{px, pz, pg, rstd, D}, R, D, (float *)gw->data, 1.0);
+    if (gw) pr_cuda_colsum_add(pr_cuda_stream(ctx), rms_dw<T>{px, pz, pg, rstd, D}, R, D, (T *)gw->data, 1.0);
 }
 
-extern "C" void pr_rmsnorm_forward_cuda(pr_ctx *ctx, pr_node *n) { rms_forward(ctx, n, n->in[0], NULL, n->in[1]); }
+extern "C" void pr_rmsnorm_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { rms_forward<decltype(t)>(ctx, n, n->in[0], NULL, n->in[1]); });
+}
 extern "C" void pr_rmsnorm_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    rms_backward(ctx, n, n->in[0], NULL, n->in[1], pr_in_grad(n, 0), NULL, pr_in_grad(n, 1));
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) {
+        rms_backward<decltype(t)>(ctx, n, n->in[0], NULL, n->in[1], pr_in_grad(n, 0), NULL, pr_in_grad(n, 1));
+    });
 }
 extern "C" void pr_rmsnorm_gated_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    rms_forward(ctx, n, n->in[0], n->in[1], n->in[2]);
+    pr_cuda_storage_switch(pr_cuda_storage(n),
+                           [&](auto t) { rms_forward<decltype(t)>(ctx, n, n->in[0], n->in[1], n->in[2]); });
 }
 extern "C" void pr_rmsnorm_gated_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
-    rms_backward(ctx, n, n->in[0], n->in[1], n->in[2], pr_in_grad(n, 0), pr_in_grad(n, 1), pr_in_grad(n, 2));
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) {
+        rms_backward<decltype(t)>(ctx, n, n->in[0], n->in[1], n->in[2], pr_in_grad(n, 0), pr_in_grad(n, 1),
+                                  pr_in_grad(n, 2));
+    });
 }
 
 /* ---- l2norm -------------------------------------------------------------------------- */
 
-template <int G, int S>
-ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, long long R, long long D, float eps,
-                                    bool vec)
+template <int G, int S, class T>
+ROW_KERNEL(G) l2norm_forward_kernel(const T *x, T *y, float *rstd_out, long long R, long long D, float eps, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D;
+    const T *xr = x + r * D;
     pr_f4 xs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
     float rstd = 1.0f / sqrtf(pr_row_sumsq<G, S>(xs, xr, D, vec, lane) + eps);
@@ -332,14 +363,14 @@ ROW_KERNEL(G) l2norm_forward_kernel(const float *x, float *y, float *rstd_out, l
     if (lane == 0 && rstd_out) rstd_out[r] = rstd;   /* NULL: not recorded */
 }
 
-template <int G, int S>
-ROW_KERNEL(G) l2norm_backward_kernel(const float *x, const float *g, const float *rstd_in, float *dx, long long R,
-                                     long long D, bool vec)
+template <int G, int S, class T>
+ROW_KERNEL(G) l2norm_backward_kernel(const T *x, const T *g, const float *rstd_in, T *dx, long long R, long long D,
+                                     bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D, *gr = g + r * D;
+    const T *xr = x + r * D, *gr = g + r * D;
     float rstd = rstd_in[r];
     pr_f4 xs[S], gs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
@@ -354,33 +385,41 @@ ROW_KERNEL(G) l2norm_backward_kernel(const float *x, const float *g, const float
     if (!ok) return;
     pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 v = pr_row_get(xs, xr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
-        pr_f4 acc = pr_ld4(dx + r * D, j, D, vec);
+        pr_f4 add;
 #pragma unroll
-        for (int k = 0; k < 4; k++) acc.v[k] += rstd * (gv.v[k] - v.v[k] * rstd * dot);
-        pr_st4(dx + r * D, j, D, vec, acc);
+        for (int k = 0; k < 4; k++) add.v[k] = rstd * (gv.v[k] - v.v[k] * rstd * dot);
+        pr_acc4(dx + r * D, j, D, vec, add);
     });
 }
 
-extern "C" void pr_l2norm_forward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void l2norm_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0];
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
     bool vec = D % 4 == 0 && all_aligned({x->data, n->out[0]->data});
-    LAUNCH_ROWS(ctx, R, D, l2norm_forward_kernel, (const float *)x->data, (float *)n->out[0]->data,
-                saved_or_null(n, 0), R, D, (float)n->farg[0], vec);
+    LAUNCH_ROWS(ctx, R, D, l2norm_forward_kernel, (const T *)x->data, (T *)n->out[0]->data, saved_or_null(n, 0), R, D,
+                (float)n->farg[0], vec);
 }
 
-extern "C" void pr_l2norm_backward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void l2norm_backward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0];
     pr_tensor *gx = pr_in_grad(n, 0);
     if (!gx) return;
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
-    const float *pg = (const float *)n->out[0]->grad->data;
+    const T *pg = (const T *)n->out[0]->grad->data;
     bool vec = D % 4 == 0 && all_aligned({x->data, pg, gx->data});
-    LAUNCH_ROWS(ctx, R, D, l2norm_backward_kernel, (const float *)x->data, pg, (const float *)n->saved[0]->data,
-                (float *)gx->data, R, D, vec);
+    LAUNCH_ROWS(ctx, R, D, l2norm_backward_kernel, (const T *)x->data, pg, saved_or_null(n, 0),
+                (T *)gx->data, R, D, vec);
+}
+
+extern "C" void pr_l2norm_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { l2norm_forward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_l2norm_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { l2norm_backward<decltype(t)>(ctx, n); });
 }

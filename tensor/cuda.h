@@ -334,14 +334,15 @@ template <int G, int S, class F> __device__ __forceinline__ void pr_row_chunks(l
     if constexpr (G >= 1024)
         for (long long j = ((long long)S * G + lane) * 4; j < D; j += 4LL * G) f(j, -1);
 }
-/* chunk j from its register slot, or from memory past the slots */
-__device__ __forceinline__ pr_f4 pr_row_get(const pr_f4 *slots, const float *p, long long j, long long D, bool vec,
-                                            int i)
+/* chunk j from its register slot, or from memory past the slots (T: float or pr_bf16, as below) */
+template <class T>
+__device__ __forceinline__ pr_f4 pr_row_get(const pr_f4 *slots, const T *p, long long j, long long D, bool vec, int i)
 {
     return i >= 0 ? slots[i] : pr_ld4(p, j, D, vec);
 }
 /* fill the register slots with the row */
-template <int G, int S> __device__ __forceinline__ void pr_row_load(pr_f4 *slots, const float *p, long long D, bool vec, int lane)
+template <int G, int S, class T>
+__device__ __forceinline__ void pr_row_load(pr_f4 *slots, const T *p, long long D, bool vec, int lane)
 {
     pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         if (i >= 0) slots[i] = pr_ld4(p, j, D, vec);
@@ -349,8 +350,8 @@ template <int G, int S> __device__ __forceinline__ void pr_row_load(pr_f4 *slots
 }
 
 /* the group-reduced sum of squares of a row (its slots loaded), for rms and l2 norms */
-template <int G, int S>
-__device__ __forceinline__ float pr_row_sumsq(const pr_f4 *slots, const float *p, long long D, bool vec, int lane)
+template <int G, int S, class T>
+__device__ __forceinline__ float pr_row_sumsq(const pr_f4 *slots, const T *p, long long D, bool vec, int lane)
 {
     float ss = 0.0f;
     pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
@@ -361,8 +362,8 @@ __device__ __forceinline__ float pr_row_sumsq(const pr_f4 *slots, const float *p
     return pr_group_reduce<G>(ss, pr_op_sum());
 }
 /* the group-reduced max of a row and sum of exp(x - max), for softmax and logsumexp */
-template <int G, int S>
-__device__ __forceinline__ void pr_row_max_sumexp(const pr_f4 *slots, const float *p, long long D, bool vec, int lane,
+template <int G, int S, class T>
+__device__ __forceinline__ void pr_row_max_sumexp(const pr_f4 *slots, const T *p, long long D, bool vec, int lane,
                                                   float *mx_out, float *sum_out)
 {
     float mx = -INFINITY;

@@ -306,12 +306,49 @@ static void test_elementwise(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- norms --------------------------------------------------------------------------------- */
+
+static pr_tensor *ap_layernorm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_layernorm(c, in[0], in[1], in[2], ex->farg[0]); }
+static pr_tensor *ap_rmsnorm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_rmsnorm(c, in[0], in[1], ex->farg[0]); }
+static pr_tensor *ap_rmsnorm_gated(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_rmsnorm_gated(c, in[0], in[1], in[2], ex->farg[0]); }
+static pr_tensor *ap_l2norm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_l2norm(c, in[0], ex->farg[0]); }
+
+/* each norm on its example, then rows of every kernel shape: a warp with 1
+ * and 8 register slots, D not a multiple of 4 (scalar loads), a block per
+ * row, and rows longer than a block's slots (re-read from memory); dw and db
+ * are column sums over many rows */
+static void test_norms(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    const pr_op_id ops[] = {PR_OP_layernorm, PR_OP_rmsnorm, PR_OP_rmsnorm_gated, PR_OP_l2norm};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        bf16_case c = example_case(ctx, ops[i], TOL);
+        check_case(&c);
+    }
+    const shaped_case cases[] = {
+        {"layernorm [301,13]", ap_layernorm, 3, {2, 1, 1}, {{301, 13}, {13}, {13}}, {-2, 0.5, -1}, {2, 1.5, 1}, 1e-5, TOL},
+        {"layernorm [9,1000]", ap_layernorm, 3, {2, 1, 1}, {{9, 1000}, {1000}, {1000}}, {-2, 0.5, -1}, {2, 1.5, 1}, 1e-5, TOL},
+        {"layernorm [5,3001]", ap_layernorm, 3, {2, 1, 1}, {{5, 3001}, {3001}, {3001}}, {-2, 0.5, -1}, {2, 1.5, 1}, 1e-5, TOL},
+        {"rmsnorm [777,96]", ap_rmsnorm, 2, {2, 1}, {{777, 96}, {96}}, {-2, 0.5}, {2, 1.5}, 1e-5, TOL},
+        {"rmsnorm [3,9001]", ap_rmsnorm, 2, {2, 1}, {{3, 9001}, {9001}}, {-2, 0.5}, {2, 1.5}, 1e-5, TOL},
+        {"rmsnorm_gated [4,7,61]", ap_rmsnorm_gated, 3, {3, 3, 1}, {{4, 7, 61}, {4, 7, 61}, {61}}, {-2, -3, 0.5}, {2, 3, 1.5}, 1e-5, TOL},
+        {"rmsnorm_gated [2,17001]", ap_rmsnorm_gated, 3, {2, 2, 1}, {{2, 17001}, {2, 17001}, {17001}}, {-2, -3, 0.5}, {2, 3, 1.5}, 1e-5, TOL},
+        {"l2norm [5,31,96]", ap_l2norm, 1, {3}, {{5, 31, 96}}, {-1}, {1}, 1e-6, TOL},
+        {"l2norm [7,4099]", ap_l2norm, 1, {2}, {{7, 4099}}, {-1}, {1}, 1e-6, TOL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_shaped(ctx, &cases[i]);
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_norms),
     };
     return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
 }
