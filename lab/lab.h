@@ -2,7 +2,7 @@
  * experiment subcommands (ablate, compare, plot, bench, golden-check,
  * inspect's gradient norms and write ranks), as a library of its own
  * (libprism_lab.a) that a test can link without the command: experiment
- * grids and their results tables, SVG plots and bar charts, runs read back
+ * grids, their runs (cells, resume, workers) and results tables, SVG plots and bar charts, runs read back
  * from metrics.jsonl, report pages, the benchmarks' timing loop, the golden
  * checks of the fused ops, what inspect measures of a model's steps, and
  * compare's results table and report page.
@@ -143,6 +143,95 @@ void pr_grid_cell_dir(char *out, size_t n, const char *root, const char *variant
  * "results-<metric>". Prints each path written; -1 after a message naming a
  * file that could not be written. */
 int pr_grid_write_outputs(const pr_grid_results *r, const char *root, const char *stem);
+
+/* ---- running a grid (lab/grid_run.c) ----
+ * What `prism ablate` does with a grid, without its command line: every
+ * (variant, task, seed) cell trained through the trainer in its own run
+ * directory (pr_grid_cell_dir), resumably: a cell whose result.json is for
+ * the same step budget is read, not rerun; one with a checkpoint but no
+ * result continues from it (bit for bit); any other starts afresh. Cells
+ * are numbered in table order: variant, then task, then seed.
+ *
+ *     pr_grid_plan p = {.g = &g, .root = "runs/ablate-quick"};
+ *     pr_grid_tally n;
+ *     if (pr_grid_check_cells(&p, &err)) ...;              a bad --set, before any cell runs
+ *     pr_grid_run(&p, &(pr_grid_exec){.dev = PR_CPU, .jobs = 2}, &n);
+ *     pr_grid_collect(&p, value, &res);                     then pr_grid_write_outputs
+ */
+#define PR_GRID_MAX_JOBS 64
+
+typedef struct {
+    const pr_grid *g;                 /* its steps (when set) are every cell's budget */
+    const char *root;                 /* the grid's folder */
+    const char *const *sets;          /* key=value for every cell after the grid's own (ablate's --set) */
+    int n_sets;
+    const char *metric;               /* tabulate this metric of result.json (NULL: each task's quality metric) */
+} pr_grid_plan;
+
+int pr_grid_cells(const pr_grid *g);   /* variants x tasks x seeds */
+/* cell i's variant, task and seed index (from 0; its run folder says s<seed + 1>) */
+void pr_grid_cell_axes(const pr_grid *g, int i, int *v, int *task, int *seed);
+/* "prism parity s1" */
+void pr_grid_cell_label(const pr_grid *g, int i, char *out, size_t n);
+/* cell i's run directory (dir NULL: not wanted) and its config: the task's
+ * preset (or the variant's), the grid's set, the variant's set, the plan's
+ * sets, the grid's steps and the seed (data and init); a checkpoint every
+ * fifth of the steps. -1 with err naming the grid and variant, or --set. */
+int pr_grid_cell_open(const pr_grid_plan *p, int i, char *dir, size_t n, pr_config *c, pr_train_opts *o,
+                      pr_err *err);
+/* every task's first cell's config, so a bad --set fails before any cell runs; -1 with err */
+int pr_grid_check_cells(const pr_grid_plan *p, pr_err *err);
+/* leaves out of g (the plan's grid) the tasks the trainer cannot open,
+ * saying why on stderr; returns the tasks kept */
+int pr_grid_drop_unavailable(const pr_grid_plan *p, pr_grid *g);
+
+/* a finished cell's dir/result.json: false when absent, for another step
+ * budget or without the task's quality metric. *value is the metric `want`
+ * (NAN when the cell does not report it), or with want NULL the task's
+ * quality metric, named in *metric. */
+bool pr_grid_read_result(const char *dir, int64_t steps, const char *task, const char *want, const char **metric,
+                         double *value);
+/* {"steps", "metrics": {...}, "tokens_per_s", "params"} into dir/result.json, atomically */
+int pr_grid_write_result(const char *dir, const pr_train_result *res, pr_err *err);
+
+/* what a run would do with a cell (the index into the counts of pr_grid_dry_run) */
+typedef enum { PR_CELL_BAD, PR_CELL_DONE, PR_CELL_RESUME, PR_CELL_NEW } pr_cell_state;
+/* cell i's state, its directory into dir, and in words into what: "done, acc
+ * 0.5", "resumes from step 3 of 6", "new, 6 steps", "bad config: ..." */
+pr_cell_state pr_grid_cell_state(const pr_grid_plan *p, int i, char *dir, size_t ndir, char *what, size_t nwhat);
+/* ablate --dry-run: a line per cell (label, state, folder) and the counts
+ * to f, reading the folder only; -1 when a cell's config is bad */
+int pr_grid_dry_run(const pr_grid_plan *p, FILE *f);
+
+typedef struct {
+    pr_device dev;
+    /* cells at a time: 1 in this process; more in that many forked worker
+     * processes, which claim the next unclaimed cell from a counter in shared
+     * memory, so a slow cell holds up no other (at most PR_GRID_MAX_JOBS).
+     * With several, this process must not have touched CUDA: a forked child
+     * cannot use a context its parent initialised. */
+    int jobs;
+    /* in each worker process before its first cell (NULL: nothing); prism
+     * ablate gives a worker its GPU or its share of the cores there */
+    void (*worker_setup)(void *user, int worker, int jobs);
+    void *user;
+} pr_grid_exec;
+
+typedef struct { int ran, reused, failed; } pr_grid_tally;
+
+/* trains or reads every cell, with a progress line on stderr (redrawn on a
+ * terminal, a line per finished cell otherwise); a cell that fails, or a
+ * worker that dies in one, is named on stderr and counted as failed (its
+ * checkpoints stay, so the next run resumes it). Workers die with this
+ * process. The caller holds the folder (prism ablate locks
+ * ROOT/.ablate.lock). -1 when the workers could not start. */
+int pr_grid_run(const pr_grid_plan *p, const pr_grid_exec *x, pr_grid_tally *tally);
+/* every cell's result as on disk, the same whichever process ran it:
+ * value[i] (pr_grid_cells of them) for cell i, NAN for one unfinished, and
+ * res (its g, value and each task's metric name, "-" where none) ready for
+ * the tables; -1 after a message when p->metric names a metric that no
+ * finished cell reports */
+int pr_grid_collect(const pr_grid_plan *p, double *value, pr_grid_results *res);
 
 /* ---- SVG plots (lab/plot.c) ----
  * line plots and grouped bar charts as standalone SVG files

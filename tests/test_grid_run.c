@@ -1,0 +1,205 @@
+/* tests/test_grid_run.c: running a grid (lab/grid_run.c) without the
+ * command: a tiny grid of two models x parity x two seeds.
+ *
+ * - cells in table order, their labels, folders and configs (the grid's set,
+ *   then the plan's sets; a checkpoint every fifth of the steps; the seed);
+ *   a bad set refused before any cell runs, naming it;
+ * - a run trains every cell and writes its result; the next run reuses them;
+ *   a cell whose result is lost continues from its checkpoint and gives the
+ *   same value; the dry run says which cells are done, to resume or new;
+ * - two worker processes, each set up by the caller's hook, give the table
+ *   one process gives;
+ * - a cell that cannot run is counted as failed, the others still run;
+ *   --metric naming a metric no cell reports is refused.
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lab/lab.h"
+#include "tests/pr_test.h"
+
+static pr_grid grid;  /* large: kept off the stack */
+static char root[128];
+
+static const char *const tiny_grid =
+    "{\"name\":\"tiny\",\"models\":[\"gdn\",\"linattn\"],\"tasks\":[\"parity\"],\"seeds\":2,\"steps\":4,"
+    "\"set\":{\"d_model\":8,\"seq_len\":16,\"train.batch\":4,\"train.eval_batches\":1}}";
+
+static pr_grid_plan plan_in(const char *name, char *dir, size_t n)
+{
+    pr_err err;
+    if (pr_grid_parse(&grid, tiny_grid, "tiny", &err)) fail_msg("%s", err.msg);
+    snprintf(dir, n, "%s/%s", root, name);
+    return (pr_grid_plan){.g = &grid, .root = dir};
+}
+
+static void test_cells(void **state)
+{
+    (void)state;
+    char dir[256], cell[1100], label[120];
+    pr_grid_plan p = plan_in("cells", dir, sizeof dir);
+    assert_int_equal(pr_grid_cells(&grid), 4);
+    int v, k, s;
+    pr_grid_cell_axes(&grid, 3, &v, &k, &s);
+    assert_int_equal(v, 1), assert_int_equal(k, 0), assert_int_equal(s, 1);
+    pr_grid_cell_label(&grid, 1, label, sizeof label);
+    assert_string_equal(label, "gdn parity s2");
+
+    pr_config c;
+    pr_train_opts o;
+    pr_err err;
+    const char *sets[] = {"train.batch=2"};
+    p.sets = sets, p.n_sets = 1;
+    assert_int_equal(pr_grid_cell_open(&p, 3, cell, sizeof cell, &c, &o, &err), 0);
+    char want[300];
+    snprintf(want, sizeof want, "%s/linattn/parity/s2", dir);
+    assert_string_equal(cell, want);
+    assert_string_equal(c.mixer, "linattn");
+    assert_int_equal(c.d_model, 8);    /* the grid's set */
+    assert_int_equal(o.batch, 2);      /* the plan's set comes after it */
+    assert_int_equal(o.steps, 4);
+    assert_int_equal(o.ckpt_every, 1); /* a fifth of 4 steps, at least 1 */
+    assert_int_equal(o.seed, 2), assert_int_equal(c.seed, 2);
+    assert_int_equal(pr_grid_check_cells(&p, &err), 0);
+
+    sets[0] = "bogus=1";
+    assert_int_equal(pr_grid_check_cells(&p, &err), -1);
+    assert_non_null(strstr(err.msg, "--set: config: unknown key 'bogus'"));
+    char what[640];
+    assert_int_equal(pr_grid_cell_state(&p, 0, cell, sizeof cell, what, sizeof what), PR_CELL_BAD);
+    assert_non_null(strstr(what, "bad config: --set"));
+    assert_int_equal(pr_grid_drop_unavailable(&(pr_grid_plan){.g = &grid, .root = dir}, &grid), 1);
+}
+
+/* every cell's value, read back as the tables read it */
+static void collect(const pr_grid_plan *p, double *value)
+{
+    pr_grid_results res;
+    assert_int_equal(pr_grid_collect(p, value, &res), 0);
+    assert_string_equal(res.metric[0], "acc");
+    for (int i = 0; i < pr_grid_cells(p->g); i++) assert_true(value[i] >= 0 && value[i] <= 1);
+}
+
+static void test_run_resume_and_reuse(void **state)
+{
+    (void)state;
+    char dir[256], cell[1100], what[640], path[1200];
+    pr_grid_plan p = plan_in("one", dir, sizeof dir);
+    assert_int_equal(pr_grid_cell_state(&p, 0, cell, sizeof cell, what, sizeof what), PR_CELL_NEW);
+    assert_string_equal(what, "new, 4 steps");
+
+    pr_grid_tally n;
+    pr_grid_exec one = {.dev = PR_CPU, .jobs = 1};
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.ran, 4), assert_int_equal(n.reused, 0), assert_int_equal(n.failed, 0);
+    double first[4], again[4];
+    collect(&p, first);
+    assert_int_equal(pr_grid_cell_state(&p, 2, cell, sizeof cell, what, sizeof what), PR_CELL_DONE);
+    assert_non_null(strstr(what, "done, acc "));
+
+    /* a lost result: the cell continues from its last checkpoint (step 4) */
+    snprintf(path, sizeof path, "%s/result.json", cell);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(pr_grid_cell_state(&p, 2, cell, sizeof cell, what, sizeof what), PR_CELL_RESUME);
+    assert_string_equal(what, "resumes from step 4 of 4");
+    assert_int_equal(pr_grid_dry_run(&p, stdout), 0);
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.ran, 1), assert_int_equal(n.reused, 3), assert_int_equal(n.failed, 0);
+    collect(&p, again);
+    assert_memory_equal(first, again, sizeof first);
+
+    /* a metric that no cell reports is an error, not a table of dashes */
+    p.metric = "bogus";
+    double value[4];
+    pr_grid_results res;
+    assert_int_equal(pr_grid_collect(&p, value, &res), -1);
+    p.metric = "loss";   /* one that they do */
+    assert_int_equal(pr_grid_collect(&p, value, &res), 0);
+    assert_string_equal(res.metric[0], "loss");
+    assert_true(isfinite(value[0]) && value[0] > 0);
+}
+
+/* the caller's hook, in each worker process: leaves a file naming the worker */
+static void mark_worker(void *user, int worker, int jobs)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/worker-%d-of-%d", (const char *)user, worker, jobs);
+    int fd = open(path, O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0) close(fd);
+}
+
+static void test_workers_give_the_same_table(void **state)
+{
+    (void)state;
+    char dir1[256], dir2[256], path[400];
+    pr_grid_plan p1 = plan_in("one-job", dir1, sizeof dir1), p2 = plan_in("two-jobs", dir2, sizeof dir2);
+    assert_int_equal(pr_make_dirs(dir2, &(pr_err){0}), 0);
+    pr_grid_tally n;
+    assert_int_equal(pr_grid_run(&p1, &(pr_grid_exec){.dev = PR_CPU, .jobs = 1}, &n), 0);
+    pr_grid_exec two = {.dev = PR_CPU, .jobs = 2, .worker_setup = mark_worker, .user = dir2};
+    assert_int_equal(pr_grid_run(&p2, &two, &n), 0);
+    assert_int_equal(n.ran, 4), assert_int_equal(n.failed, 0);
+    for (int j = 0; j < 2; j++) {
+        snprintf(path, sizeof path, "%s/worker-%d-of-2", dir2, j);
+        assert_int_equal(access(path, F_OK), 0);
+    }
+    double a[4], b[4];
+    collect(&p1, a);
+    collect(&p2, b);
+    assert_memory_equal(a, b, sizeof a);
+}
+
+static void test_a_failed_cell_is_counted(void **state)
+{
+    (void)state;
+    char dir[256], cell[1100], parent[1100];
+    pr_grid_plan p = plan_in("failing", dir, sizeof dir);
+    pr_config c;
+    pr_train_opts o;
+    pr_err err;
+    assert_int_equal(pr_grid_cell_open(&p, 0, cell, sizeof cell, &c, &o, &err), 0);
+    snprintf(parent, sizeof parent, "%s", cell);
+    *strrchr(parent, '/') = '\0';
+    assert_int_equal(pr_make_dirs(parent, &err), 0);
+    FILE *f = fopen(cell, "w");   /* a file where the cell's folder should be */
+    assert_non_null(f);
+    fclose(f);
+    pr_grid_tally n;
+    assert_int_equal(pr_grid_run(&p, &(pr_grid_exec){.dev = PR_CPU, .jobs = 1}, &n), 0);
+    assert_int_equal(n.ran, 3), assert_int_equal(n.failed, 1);
+    double value[4];
+    pr_grid_results res;
+    assert_int_equal(pr_grid_collect(&p, value, &res), 0);
+    assert_true(isnan(value[0]) && isfinite(value[1]));
+}
+
+static int make_root(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof root, "/tmp/prism_test_grid_run_%d", (int)getpid());
+    return mkdir(root, 0755);
+}
+
+static int remove_root(void **state)
+{
+    (void)state;
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cells),
+        cmocka_unit_test(test_run_resume_and_reuse),
+        cmocka_unit_test(test_workers_give_the_same_table),
+        cmocka_unit_test(test_a_failed_cell_is_counted),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));
+}
