@@ -1,4 +1,8 @@
-/* ops/loss.cu: CUDA cross_entropy and bce_logits (f32 logits).
+/* ops/loss.cu: CUDA cross_entropy and bce_logits (f32 or bf16 logits and
+ * float targets: the kernels are templates over their storage type T; the
+ * math, lse and the sums are f32/f64 either way, and the loss (a scalar) is
+ * stored in whatever dtype the frontend gave it, f32 or bf16, rounded once;
+ * each bf16 grad element is rounded once).
  *
  * cross_entropy: a warp or block per row computes lse = logsumexp(x_r) and
  * the row's loss lse - x_r[t_r]; the mean over kept rows is a fixed-order sum
@@ -21,17 +25,35 @@ __device__ __forceinline__ long long target_at(const void *t, bool is64, long lo
     return is64 ? ((const long long *)t)[r] : ((const int *)t)[r];
 }
 
+/* the 0-dim loss or its grad, f32 or bf16 */
+__device__ __forceinline__ float scalar_ld(const void *p, bool bf16)
+{
+    return bf16 ? pr_ld((const pr_bf16 *)p, 0) : *(const float *)p;
+}
+__device__ __forceinline__ void scalar_st(void *p, bool bf16, double v)
+{
+    if (bf16) pr_st_d((pr_bf16 *)p, 0, v);
+    else *(float *)p = (float)v;
+}
+/* the loss tensor's dtype, f32 or bf16 */
+static bool loss_is_bf16(const pr_tensor *loss)
+{
+    PR_CHECK(loss->dtype == PR_F32 || loss->dtype == PR_BF16, "loss: CUDA stores the loss in f32 or bf16, not %s",
+             pr_dtype_name(loss->dtype));
+    return loss->dtype == PR_BF16;
+}
+
 /* ---- cross_entropy ------------------------------------------------------------------- */
 
-template <int G, int S>
+template <int G, int S, class T>
 __global__ void PR_ROW_BOUNDS(G)
-    ce_rows_kernel(const float *x, const void *tgt, bool is64, long long ignore, long long R, long long C, float *lse_out,
+    ce_rows_kernel(const T *x, const void *tgt, bool is64, long long ignore, long long R, long long C, float *lse_out,
                    float *loss_out, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * C;
+    const T *xr = x + r * C;
     pr_f4 xs[S];
     pr_row_load<G, S>(xs, xr, C, vec, lane);
     float mx, sum;
@@ -40,27 +62,28 @@ __global__ void PR_ROW_BOUNDS(G)
     float lse = mx + logf(sum);
     long long t = target_at(tgt, is64, r);
     lse_out[r] = lse;
-    loss_out[r] = t == ignore || t < 0 || t >= C ? 0.0f : lse - xr[t];
+    loss_out[r] = t == ignore || t < 0 || t >= C ? 0.0f : lse - pr_ld(xr, t);
 }
 
-template <int G, int S>
+/* g: the loss's grad, bf16 when g_bf16 */
+template <int G, int S, class T>
 __global__ void PR_ROW_BOUNDS(G)
-    ce_backward_kernel(const float *x, const void *tgt, bool is64, long long ignore, const float *lse, const float *g,
-                       double inv_count, float *dx, long long R, long long C, bool vec)
+    ce_backward_kernel(const T *x, const void *tgt, bool is64, long long ignore, const float *lse, const void *g,
+                       bool g_bf16, double inv_count, T *dx, long long R, long long C, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
     long long t = target_at(tgt, is64, r);
     if (!ok || t == ignore) return;
-    float gs = (float)(*g * inv_count), l = lse[r];
-    const float *xr = x + r * C;
-    float *dxr = dx + r * C;
+    float gs = (float)(scalar_ld(g, g_bf16) * inv_count), l = lse[r];
+    const T *xr = x + r * C;
+    T *dxr = dx + r * C;
     pr_row_chunks<G, S>(C, lane, [&](long long j, int i) {
-        pr_f4 v = pr_ld4(xr, j, C, vec), acc = pr_ld4(dxr, j, C, vec);
+        pr_f4 v = pr_ld4(xr, j, C, vec), add;
 #pragma unroll
-        for (int k = 0; k < 4; k++) acc.v[k] += gs * (expf(v.v[k] - l) - (j + k == t ? 1.0f : 0.0f));
-        pr_st4(dxr, j, C, vec, acc);
+        for (int k = 0; k < 4; k++) add.v[k] = gs * (expf(v.v[k] - l) - (j + k == t ? 1.0f : 0.0f));
+        pr_acc4(dxr, j, C, vec, add);
     });
 }
 
@@ -82,7 +105,10 @@ struct count_targets {
 };
 
 /* out = sum / count, or 0 with no kept row */
-__global__ static void ce_finish_kernel(const double *tot, float *out) { *out = tot[1] > 0 ? (float)(tot[0] / tot[1]) : 0.0f; }
+__global__ static void ce_finish_kernel(const double *tot, void *out, bool bf16)
+{
+    scalar_st(out, bf16, tot[1] > 0 ? tot[0] / tot[1] : 0.0);
+}
 
 /* the message the CPU gives for the first out-of-range target */
 static void ce_report_bad_target(const pr_tensor *t, long long ignore, long long C)
@@ -102,9 +128,8 @@ static void ce_report_bad_target(const pr_tensor *t, long long ignore, long long
     free(h);
 }
 
-extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void cross_entropy_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0], *t = n->in[1];
     long long C = x->shape[x->ndim - 1], R = x->numel / C, ignore = n->iarg[0];
     bool is64 = t->dtype == PR_I64;
@@ -125,13 +150,13 @@ extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
     pr_cuda_row_dispatch(C, [&](auto g) {
         constexpr int G = decltype(g)::G, S = decltype(g)::S;
         ce_rows_kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
-            (const float *)x->data, t->data, is64, ignore, R, C, lse, loss, vec);
+            (const T *)x->data, t->data, is64, ignore, R, C, lse, loss, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_sum(s, read_f{loss}, R, tot);
     pr_cuda_sum(s, count_targets{t->data, is64, false, ignore, C}, R, tot + 1);
     pr_cuda_sum(s, count_targets{t->data, is64, true, ignore, C}, R, tot + 2);
-    ce_finish_kernel<<<1, 1, 0, s>>>(tot, (float *)n->out[0]->data);
+    ce_finish_kernel<<<1, 1, 0, s>>>(tot, n->out[0]->data, loss_is_bf16(n->out[0]));
     PR_CUDA_LAUNCH_CHECK();
     double h[3];
     PR_CUDA_CHECK(cudaMemcpyAsync(h, tot, sizeof h, cudaMemcpyDeviceToHost, s));
@@ -143,7 +168,7 @@ extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
     n->iarg[1] = (int64_t)h[1];
 }
 
-extern "C" void pr_cross_entropy_backward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void cross_entropy_backward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0], *t = n->in[1];
     pr_tensor *gx = pr_in_grad(n, 0);
@@ -154,57 +179,78 @@ extern "C" void pr_cross_entropy_backward_cuda(pr_ctx *ctx, pr_node *n)
     pr_cuda_row_dispatch(C, [&](auto g) {
         constexpr int G = decltype(g)::G, S = decltype(g)::S;
         ce_backward_kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
-            (const float *)x->data, t->data, t->dtype == PR_I64, n->iarg[0], (const float *)n->saved[0]->data,
-            (const float *)n->out[0]->grad->data, 1.0 / (double)count, (float *)gx->data, R, C, vec);
+            (const T *)x->data, t->data, t->dtype == PR_I64, n->iarg[0], (const float *)n->saved[0]->data,
+            n->out[0]->grad->data, loss_is_bf16(n->out[0]->grad), 1.0 / (double)count, (T *)gx->data, R, C, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
 }
 
+extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { cross_entropy_forward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_cross_entropy_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { cross_entropy_backward<decltype(t)>(ctx, n); });
+}
+
 /* ---- bce_logits ------------------------------------------------------------------------ */
 
-struct bce_term {
-    const float *x, *t;
+template <class T> struct bce_term {
+    const T *x, *t;
     __device__ __forceinline__ double operator()(long long i) const
     {
-        float xi = x[i];
-        return (double)(fmaxf(xi, 0.0f) - xi * t[i]) + (double)log1pf(expf(-fabsf(xi)));
+        float xi = pr_ld(x, i);
+        return (double)(fmaxf(xi, 0.0f) - xi * pr_ld(t, i)) + (double)log1pf(expf(-fabsf(xi)));
     }
 };
 
-__global__ static void bce_finish_kernel(const double *tot, double inv_n, float *out) { *out = (float)(*tot * inv_n); }
-
-__global__ static void bce_backward_kernel(const float *x, const float *t, const float *g, double inv_n, float *dx,
-                                           float *dt, long long n)
+__global__ static void bce_finish_kernel(const double *tot, double inv_n, void *out, bool bf16)
 {
-    float gs = (float)(*g * inv_n);
+    scalar_st(out, bf16, *tot * inv_n);
+}
+
+template <class T>
+__global__ void bce_backward_kernel(const T *x, const T *t, const void *g, bool g_bf16, double inv_n, T *dx, T *dt,
+                                    long long n)
+{
+    float gs = (float)(scalar_ld(g, g_bf16) * inv_n);
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        float xi = x[i], e = expf(-fabsf(xi));
+        float xi = pr_ld(x, i), e = expf(-fabsf(xi));
         float sig = xi >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-        if (dx) dx[i] += gs * (sig - t[i]);
-        if (dt) dt[i] += -gs * xi;
+        if (dx) pr_acc(dx, i, gs * (sig - pr_ld(t, i)));
+        if (dt) pr_acc(dt, i, -gs * xi);
     }
 }
 
-extern "C" void pr_bce_logits_forward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void bce_logits_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0], *t = n->in[1];
     cudaStream_t s = pr_cuda_stream(ctx);
     double *tot = (double *)pr_cuda_malloc(sizeof(double));
-    pr_cuda_sum(s, bce_term{(const float *)x->data, (const float *)t->data}, x->numel, tot);
-    bce_finish_kernel<<<1, 1, 0, s>>>(tot, 1.0 / (double)x->numel, (float *)n->out[0]->data);
+    pr_cuda_sum(s, bce_term<T>{(const T *)x->data, (const T *)t->data}, x->numel, tot);
+    bce_finish_kernel<<<1, 1, 0, s>>>(tot, 1.0 / (double)x->numel, n->out[0]->data, loss_is_bf16(n->out[0]));
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_free(tot, sizeof(double));
 }
 
-extern "C" void pr_bce_logits_backward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void bce_logits_backward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0], *t = n->in[1];
     pr_tensor *gx = pr_in_grad(n, 0), *gt = pr_in_grad(n, 1);
     if (!gx && !gt) return;
     long long N = x->numel;
     bce_backward_kernel<<<pr_cuda_blocks(N, 256), 256, 0, pr_cuda_stream(ctx)>>>(
-        (const float *)x->data, (const float *)t->data, (const float *)n->out[0]->grad->data, 1.0 / (double)N,
-        gx ? (float *)gx->data : NULL, gt ? (float *)gt->data : NULL, N);
+        (const T *)x->data, (const T *)t->data, n->out[0]->grad->data, loss_is_bf16(n->out[0]->grad), 1.0 / (double)N,
+        gx ? (T *)gx->data : (T *)NULL, gt ? (T *)gt->data : (T *)NULL, N);
     PR_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void pr_bce_logits_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { bce_logits_forward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_bce_logits_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { bce_logits_backward<decltype(t)>(ctx, n); });
 }

@@ -1,4 +1,7 @@
-/* ops/softmax.cu: CUDA softmax and log_softmax over the last dim (f32).
+/* ops/softmax.cu: CUDA softmax and log_softmax over the last dim (f32 or
+ * bf16: the kernels are templates over the storage type T of x, y and their
+ * grads; max, sum of exp and the dot of the backward in f32, each bf16 store
+ * rounded once).
  *
  * A warp (short rows) or a block (long rows) per row; the row stays in
  * registers between its passes (max, sum of exp, write), so x is read from
@@ -12,14 +15,14 @@
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
-template <int G, int S, bool LOG>
-__global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y, long long R, long long D, bool vec)
+template <int G, int S, bool LOG, class T>
+__global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const T *x, T *y, long long R, long long D, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *xr = x + r * D;
-    float *yr = y + r * D;
+    const T *xr = x + r * D;
+    T *yr = y + r * D;
     pr_f4 xs[S];
     pr_row_load<G, S>(xs, xr, D, vec, lane);
     float mx, sum;
@@ -34,14 +37,14 @@ __global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const float *x, float *y
     });
 }
 
-template <int G, int S, bool LOG>
-__global__ void PR_ROW_BOUNDS(G) softmax_backward_kernel(const float *y, const float *g, float *dx, long long R, long long D, bool vec)
+template <int G, int S, bool LOG, class T>
+__global__ void PR_ROW_BOUNDS(G) softmax_backward_kernel(const T *y, const T *g, T *dx, long long R, long long D, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const float *yr = y + r * D, *gr = g + r * D;
-    float *dxr = dx + r * D;
+    const T *yr = y + r * D, *gr = g + r * D;
+    T *dxr = dx + r * D;
     pr_f4 ys[S], gs[S];
     pr_row_load<G, S>(ys, yr, D, vec, lane);
     pr_row_load<G, S>(gs, gr, D, vec, lane);
@@ -55,17 +58,15 @@ __global__ void PR_ROW_BOUNDS(G) softmax_backward_kernel(const float *y, const f
     if (!ok) return;
     pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         pr_f4 yv = pr_row_get(ys, yr, j, D, vec, i), gv = pr_row_get(gs, gr, j, D, vec, i);
-        pr_f4 acc = pr_ld4(dxr, j, D, vec);
+        pr_f4 add;
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            acc.v[k] += LOG ? gv.v[k] - expf(yv.v[k]) * dot : yv.v[k] * (gv.v[k] - dot);
-        pr_st4(dxr, j, D, vec, acc);
+        for (int k = 0; k < 4; k++) add.v[k] = LOG ? gv.v[k] - expf(yv.v[k]) * dot : yv.v[k] * (gv.v[k] - dot);
+        pr_acc4(dxr, j, D, vec, add);
     });
 }
 
-template <bool LOG> static void softmax_forward(pr_ctx *ctx, pr_node *n)
+template <bool LOG, class T> static void softmax_forward(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_check_f32(n);
     const pr_tensor *x = n->in[0];
     pr_tensor *y = n->out[0];
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
@@ -75,12 +76,12 @@ template <bool LOG> static void softmax_forward(pr_ctx *ctx, pr_node *n)
     pr_cuda_row_dispatch(D, [&](auto g) {
         constexpr int G = decltype(g)::G, S = decltype(g)::S;
         softmax_forward_kernel<G, S, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
-            (const float *)x->data, (float *)y->data, R, D, vec);
+            (const T *)x->data, (T *)y->data, R, D, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
 }
 
-template <bool LOG> static void softmax_backward(pr_ctx *ctx, pr_node *n)
+template <bool LOG, class T> static void softmax_backward(pr_ctx *ctx, pr_node *n)
 {
     pr_tensor *gx = pr_in_grad(n, 0);
     if (!gx) return;
@@ -92,12 +93,21 @@ template <bool LOG> static void softmax_backward(pr_ctx *ctx, pr_node *n)
     pr_cuda_row_dispatch(D, [&](auto g) {
         constexpr int G = decltype(g)::G, S = decltype(g)::S;
         softmax_backward_kernel<G, S, LOG><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
-            (const float *)y->data, (const float *)y->grad->data, (float *)gx->data, R, D, vec);
+            (const T *)y->data, (const T *)y->grad->data, (T *)gx->data, R, D, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void pr_softmax_forward_cuda(pr_ctx *ctx, pr_node *n) { softmax_forward<false>(ctx, n); }
-extern "C" void pr_softmax_backward_cuda(pr_ctx *ctx, pr_node *n) { softmax_backward<false>(ctx, n); }
-extern "C" void pr_log_softmax_forward_cuda(pr_ctx *ctx, pr_node *n) { softmax_forward<true>(ctx, n); }
-extern "C" void pr_log_softmax_backward_cuda(pr_ctx *ctx, pr_node *n) { softmax_backward<true>(ctx, n); }
+template <bool LOG> static void softmax_forward_any(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { softmax_forward<LOG, decltype(t)>(ctx, n); });
+}
+template <bool LOG> static void softmax_backward_any(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { softmax_backward<LOG, decltype(t)>(ctx, n); });
+}
+
+extern "C" void pr_softmax_forward_cuda(pr_ctx *ctx, pr_node *n) { softmax_forward_any<false>(ctx, n); }
+extern "C" void pr_softmax_backward_cuda(pr_ctx *ctx, pr_node *n) { softmax_backward_any<false>(ctx, n); }
+extern "C" void pr_log_softmax_forward_cuda(pr_ctx *ctx, pr_node *n) { softmax_forward_any<true>(ctx, n); }
+extern "C" void pr_log_softmax_backward_cuda(pr_ctx *ctx, pr_node *n) { softmax_backward_any<true>(ctx, n); }

@@ -4,8 +4,9 @@
  * Each case draws the op's inputs in f32 and rounds them to bf16. The
  * reference is the CPU f32 op on those rounded values (the CPU computes in
  * double and rounds to f32 once), its backward seeded with a bf16-rounded
- * upstream gradient and adding into grads that start at bf16 values g0 (so
- * the accumulation is checked too). The CUDA side runs the same node in
+ * upstream gradient. The bf16 grads start at random bf16 values g0 of the
+ * contribution's size and must end at g0 + contribution (so the
+ * accumulation, one rounding, is checked too). The CUDA side runs the same node in
  * bf16: the node is taken from the tape of an f32 CUDA run of the op (its
  * iargs, fargs and saved statistics), its float inputs, outputs and grads
  * swapped for bf16 ones, and the op's CUDA forward and backward called on it
@@ -25,6 +26,12 @@
  *    bf16 y, off by up to 2^-8 of y, which moves f'(y) by up to about
  *    2 * 2^-8 of |dy| (tanh: 1 - y^2), plus the grad's own rounding:
  *    2^-7 + 2^-8 = 1.17e-2.
+ *  - log_softmax's grad, dx = g - e^y sum(g), reads the stored bf16 log
+ *    probabilities y, off by up to 2^-8 |y|, so e^y is off by up to
+ *    e^y |y| 2^-8 <= 2^-8 / e of the row's sum(g): TOL plus that bound over
+ *    the grad's max, computed per case from the rows of g (log-probabilities
+ *    kept in bf16 lose this much; autocast keeps log_softmax in f32 where it
+ *    matters).
  * Every case also runs twice on CUDA and must give the same bits. Every
  * test skips without a GPU.
  */
@@ -79,6 +86,7 @@ typedef struct {
     pr_example ex;
     double tol_out, tol_grad;
     pr_dtype out_dtype;   /* of out[0] in the bf16 node: PR_BF16, or PR_F32 for the losses */
+    bool lsm_bound;       /* log_softmax: tol_grad widened by the bound above */
 } bf16_case;
 
 typedef struct {
@@ -147,40 +155,71 @@ static bf16_run run_bf16(pr_ctx *ctx, const pr_node *f, pr_dtype out_dtype, cons
     return r;
 }
 
+/* 2^-8 / e max_r |sum_j g_rj| / max|ref|: the log_softmax grad's bound above */
+static double max_abs(const pr_tensor *t);
+static double lsm_extra(const pr_tensor *g, const pr_tensor *ref)
+{
+    int64_t D = g->shape[g->ndim - 1], R = g->numel / D;
+    double worst = 0, mx = max_abs(ref);
+    for (int64_t r = 0; r < R; r++) {
+        double s = 0;
+        for (int64_t j = 0; j < D; j++) s += pr_get(g, r * D + j);
+        worst = fabs(s) > worst ? fabs(s) : worst;
+    }
+    return mx > 0 ? ldexp(1, -8) / M_E * worst / mx : 0;
+}
+
+/* max |t| */
+static double max_abs(const pr_tensor *t)
+{
+    double m = 0;
+    for (int64_t i = 0; i < t->numel; i++) m = fabs(pr_get(t, i)) > m ? fabs(pr_get(t, i)) : m;
+    return m;
+}
+
 static void check_case(const bf16_case *c)
 {
     const pr_example *ex = &c->ex;
     pr_ctx *ctx = pr_ctx_new(7);
     pr_rng gr = pr_rng_init(99, 3);
-    pr_tensor *in[PR_MAX_IN] = {0}, *g0[PR_MAX_IN] = {0};
+    pr_tensor *in[PR_MAX_IN] = {0}, *g0[PR_MAX_IN] = {0}, *gref[PR_MAX_IN] = {0};
     for (int i = 0; i < ex->n_in; i++) {
         const pr_tensor *t = ex->in[i];
         if (!t) continue;
         in[i] = t->dtype == PR_F32 ? bf16_rounded(ctx, t) : pr_clone(ctx->step, t);
         in[i]->requires_grad = t->requires_grad;
-        if (t->requires_grad)
-            g0[i] = bf16_rounded(ctx, pr_randu(ctx->step, PR_F32, PR_CPU, t->ndim, t->shape, &gr, -0.5, 0.5));
     }
-    /* the CPU reference on the rounded values, its grads starting at g0 */
-    for (int i = 0; i < ex->n_in; i++)
-        if (g0[i]) pr_copy_(pr_grad_of(ctx, in[i]), g0[i]);
+    /* the CPU reference on the rounded values: the output, and each input's
+     * grad contribution (its grad starts at zero) */
     pr_rng saved = ctx->rng;
     ctx->rng = pr_rng_init(2024, 1);
     pr_tensor *ref = ex->apply(ctx, in, ex);
     ctx->rng = saved;
     pr_tensor *gout = bf16_rounded(ctx, pr_randu(ctx->step, PR_F32, PR_CPU, ref->ndim, ref->shape, &gr, -1, 1));
     if (ref->requires_grad) pr_backward_with(ctx, ref, gout);
+    /* the bf16 grads start at g0, random bf16 values of the contribution's
+     * size (so the sum checks the accumulation without drowning the
+     * contribution); their reference is g0 + contribution */
+    for (int i = 0; i < ex->n_in; i++) {
+        if (!in[i] || !in[i]->requires_grad || !in[i]->grad) continue;
+        double m = max_abs(in[i]->grad);
+        m = m > 0 ? m : 0.5;
+        g0[i] = bf16_rounded(ctx, pr_randu(ctx->step, PR_F32, PR_CPU, in[i]->ndim, in[i]->shape, &gr, -0.5 * m, 0.5 * m));
+        gref[i] = pr_clone(ctx->step, g0[i]);
+        for (int64_t j = 0; j < gref[i]->numel; j++) pr_set(gref[i], j, pr_get(g0[i], j) + pr_get(in[i]->grad, j));
+    }
 
     pr_node f = f32_cuda_node(ctx, ex, in);
     bf16_run a = run_bf16(ctx, &f, c->out_dtype, gout, g0), b = run_bf16(ctx, &f, c->out_dtype, gout, g0);
     int bad = 0;
     double e_out = norm_err(a.out, ref), e_grad = 0;
-    if (!(e_out <= c->tol_out)) bad++;
+    if (!(e_out <= c->tol_out)) fprintf(stderr, "  %s: output error %.3e > %.2e\n", c->name, e_out, c->tol_out), bad++;
     if (!same_bytes(a.out, b.out)) fprintf(stderr, "  %s: output differs between two runs\n", c->name), bad++;
     for (int i = 0; i < ex->n_in; i++) {
         if (!g0[i]) continue;
-        double e = norm_err(a.grad[i], in[i]->grad);
-        if (!(e <= c->tol_grad)) fprintf(stderr, "  %s: grad %d error %.3e > %.1e\n", c->name, i, e, c->tol_grad), bad++;
+        double e = norm_err(a.grad[i], gref[i]), tol = c->tol_grad;
+        if (c->lsm_bound) tol += lsm_extra(gout, gref[i]);
+        if (!(e <= tol)) fprintf(stderr, "  %s: grad %d error %.3e > %.2e\n", c->name, i, e, tol), bad++;
         if (!same_bytes(a.grad[i], b.grad[i])) fprintf(stderr, "  %s: grad %d differs between two runs\n", c->name, i), bad++;
         e_grad = e > e_grad ? e : e_grad;
     }
@@ -342,6 +381,79 @@ static void test_norms(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- softmax and losses -------------------------------------------------------------------- */
+
+static pr_tensor *ap_softmax(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_softmax(c, in[0]); }
+static pr_tensor *ap_log_softmax(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_log_softmax(c, in[0]); }
+static pr_tensor *ap_ce(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_cross_entropy(c, in[0], in[1], ex->iarg[0]); }
+static pr_tensor *ap_bce(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_bce_logits(c, in[0], in[1]); }
+
+static void test_softmax(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    bf16_case c = example_case(ctx, PR_OP_softmax, TOL_Y);
+    check_case(&c);
+    c = example_case(ctx, PR_OP_log_softmax, TOL);
+    c.lsm_bound = true;
+    check_case(&c);
+    const shaped_case cases[] = {
+        {"softmax [37,1000]", ap_softmax, 1, {2}, {{37, 1000}}, {-4}, {4}, 0, TOL_Y},
+        {"softmax [9,3001]", ap_softmax, 1, {2}, {{9, 3001}}, {-4}, {4}, 0, TOL_Y},
+        {"softmax [3,20001]", ap_softmax, 1, {2}, {{3, 20001}}, {-4}, {4}, 0, TOL_Y},
+        {"log_softmax [5,7,13]", ap_log_softmax, 1, {3}, {{5, 7, 13}}, {-4}, {4}, 0, TOL},
+        {"log_softmax [3,20001]", ap_log_softmax, 1, {2}, {{3, 20001}}, {-4}, {4}, 0, TOL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bf16_case k = {.name = cases[i].name, .tol_out = TOL, .tol_grad = cases[i].tol_grad, .out_dtype = PR_BF16,
+                       .lsm_bound = cases[i].apply == ap_log_softmax};
+        fill_inputs(ctx, &k.ex, 1, cases[i].nd, (const int64_t(*)[4])cases[i].shape, cases[i].lo, cases[i].hi);
+        k.ex.apply = cases[i].apply;
+        check_case(&k);
+    }
+    pr_ctx_free(ctx);
+}
+
+/* the losses read bf16 logits (and bce's bf16 targets) and give an f32 loss;
+ * cross_entropy on its example (int64 targets, ignored rows) and on rows of
+ * every kernel shape with int32 targets, one of them ignored */
+static void test_losses(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    const pr_op_id ops[] = {PR_OP_cross_entropy, PR_OP_bce_logits};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        bf16_case c = example_case(ctx, ops[i], TOL);
+        c.out_dtype = PR_F32;
+        check_case(&c);
+    }
+    const int64_t Cs[] = {7, 1000, 3001, 20001};
+    for (int k = 0; k < 4; k++) {
+        const int64_t R = 11, C = Cs[k];
+        char name[64];
+        snprintf(name, sizeof name, "cross_entropy [%lld,%lld] int32", (long long)R, (long long)C);
+        bf16_case c = {.name = name, .tol_out = TOL, .tol_grad = TOL, .out_dtype = PR_F32};
+        pr_rng r = pr_rng_init(8, 0);
+        c.ex.n_in = 2;
+        c.ex.in[0] = pr_example_input(ctx, &r, PR_F32, PR_DIMS(R, C), -4, 4);
+        int32_t t[11];
+        for (int i = 0; i < R; i++) t[i] = (int32_t)((i * 7919 + 13) % C);
+        t[3] = -1;
+        c.ex.in[1] = pr_from_host(ctx->step, PR_I32, PR_CPU, PR_DIMS(R), t);
+        c.ex.iarg[0] = -1;
+        c.ex.apply = ap_ce;
+        check_case(&c);
+    }
+    bf16_case b = {.name = "bce_logits [3,1001]", .tol_out = TOL, .tol_grad = TOL, .out_dtype = PR_F32};
+    fill_inputs(ctx, &b.ex, 2, (int[]){2, 2}, (const int64_t[][4]){{3, 1001}, {3, 1001}}, (double[]){-6, 0},
+                (double[]){6, 1});
+    b.ex.apply = ap_bce;
+    check_case(&b);
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -349,6 +461,8 @@ int main(void)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_losses),
     };
     return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
 }
