@@ -454,6 +454,82 @@ static void test_losses(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- reductions and shape ops --------------------------------------------------------------- */
+
+static pr_tensor *ap_sum(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_sum(c, in[0]); }
+static pr_tensor *ap_mean_all(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_mean_all(c, in[0]); }
+static pr_tensor *ap_transpose(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_transpose(c, in[0], (int)ex->iarg[0], (int)ex->iarg[1]); }
+static pr_tensor *ap_slice(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_slice(c, in[0], (int)ex->iarg[0], ex->iarg[1], ex->iarg[2]); }
+static pr_tensor *ap_concat3(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_concat(c, 3, in, (int)ex->iarg[0]); }
+
+/* sums in double, each output rounded once to bf16, or to f32 where the
+ * frontend makes the sum f32 (both are kernels' cases); rows of a warp, of a
+ * block, and the whole tensor; the backward spreads the grad */
+static void test_reductions(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    const pr_op_id ops[] = {PR_OP_sum, PR_OP_mean, PR_OP_sum_all, PR_OP_mean_all};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            bf16_case c = example_case(ctx, ops[i], TOL);
+            char name[64];
+            snprintf(name, sizeof name, "%s -> %s", c.name, f32 ? "f32" : "bf16");
+            c.name = name;
+            c.out_dtype = f32 ? PR_F32 : PR_BF16;
+            check_case(&c);
+        }
+    const shaped_case cases[] = {
+        {"sum [13,3001]", ap_sum, 1, {2}, {{13, 3001}}, {-1}, {1}, 0, TOL},
+        {"sum [777,5]", ap_sum, 1, {2}, {{777, 5}}, {-1}, {1}, 0, TOL},
+        {"mean_all [3,10007]", ap_mean_all, 1, {2}, {{3, 10007}}, {-1}, {1}, 0, TOL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_shaped(ctx, &cases[i]);
+    pr_ctx_free(ctx);
+}
+
+/* the forward copies bf16 elements exactly (tolerance 0); the backward adds
+ * dout into a grad that already holds g0, one rounding (TOL). Transposes by
+ * the 32x32 tile (last dim kept 1) and element by element; slices and
+ * concats with 16-byte runs (sizes multiples of 8 bf16) and without */
+static void test_shape(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    const pr_op_id ops[] = {PR_OP_reshape, PR_OP_transpose, PR_OP_slice, PR_OP_concat};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        bf16_case c = example_case(ctx, ops[i], TOL);
+        c.tol_out = 0;
+        check_case(&c);
+    }
+    const struct {
+        const char *name;
+        pr_tensor *(*apply)(pr_ctx *, pr_tensor *const *, const pr_example *);
+        int n_in, nd;
+        int64_t shape[3][4];
+        int64_t iarg[3];
+    } cases[] = {
+        {"transpose tile [3,37,45] 1,2", ap_transpose, 1, 3, {{3, 37, 45}}, {1, 2}},
+        {"transpose [5,6,7] 0,1", ap_transpose, 1, 3, {{5, 6, 7}}, {0, 1}},
+        {"slice [4,64,8] dim 1 8:+32", ap_slice, 1, 3, {{4, 64, 8}}, {1, 8, 32}},
+        {"slice [3,7,5] dim 1 1:+3", ap_slice, 1, 3, {{3, 7, 5}}, {1, 1, 3}},
+        {"concat [2,8|16|24,8] dim 1", ap_concat3, 3, 3, {{2, 8, 8}, {2, 16, 8}, {2, 24, 8}}, {1}},
+        {"concat [3,5,1|2|3] dim 2", ap_concat3, 3, 3, {{3, 5, 1}, {3, 5, 2}, {3, 5, 3}}, {2}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bf16_case c = {.name = cases[i].name, .tol_out = 0, .tol_grad = TOL, .out_dtype = PR_BF16};
+        int nd[3] = {cases[i].nd, cases[i].nd, cases[i].nd};
+        fill_inputs(ctx, &c.ex, cases[i].n_in, nd, (const int64_t(*)[4])cases[i].shape, (double[]){-1, -1, -1},
+                    (double[]){1, 1, 1});
+        for (int k = 0; k < 3; k++) c.ex.iarg[k] = cases[i].iarg[k];
+        c.ex.apply = cases[i].apply;
+        check_case(&c);
+    }
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -463,6 +539,8 @@ int main(void)
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_losses),
+        cmocka_unit_test(test_reductions),
+        cmocka_unit_test(test_shape),
     };
     return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
 }
