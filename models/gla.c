@@ -14,16 +14,16 @@
  *   f = logsigmoid(x Wf) / gsa.gate_normalizer  [B,T,H,M]   s = 1 - exp(f)
  *   pass 1, keys into slots: Kt = Kt diag(exp(f_t)) + k_t s_t^T   [K,M]
  *           a_t = Kt^T q_t (M scores)
- *   pass 2, values out of slots: the gla rule with keys s, decay f:
- *           Vt = diag(exp(f_t)) Vt + s_t v_t^T   [M,V],  o_t = Vt^T softmax(a_t)
+ *   pass 2, values out of slots: Vt = diag(exp(f_t)) Vt + s_t v_t^T   [M,V]
+ *           o_t = Vt^T softmax(a_t)
  *   y = rms(concat_heads(silu(o))) Wo    (one RMSNorm over all H*V channels)
- * Pass 1 decays its state along the slot axis, which is the axis it does not
- * read with q; each slot m is then a scalar-decay recurrence of its own, so
- * pass 1 runs the ssd rule over H*M heads (q and k repeated per slot, value
- * s_t[m], decay f_t[m]) in its per-token form (with one value channel a
- * chunk's products cost C times the state update they replace). Both
- * passes use scale 1, as fla's layer does.
- * State slots 0 (pass 1, [B,H*M,K,1]) and 1 (pass 2, [B,H,M,V]).
+ * Both passes are the gla rule. Pass 2 decays its state's rows (the slots
+ * are its key axis), the rule's usual form. Pass 1 decays the slots too, but
+ * they are its value axis (it reads with q over the key axis), so it runs the
+ * rule's per-value-decay form (opts.g_per_value, fla's gv), which exists per
+ * token only. Both passes use scale 1, as fla's layer does.
+ * State slots 0 (pass 1, [B,H,K,M]) and 1 (pass 2, [B,H,M,V]): fla's layout
+ * of its two states.
  *
  * The CUDA kernels run the gla rule in its per-token form only (no chunked
  * CUDA kernels for a per-key decay yet): on the GPU these layers ask for
@@ -139,31 +139,21 @@ static void *gsa_build(pr_params *r, const pr_config *c)
     return l;
 }
 
-/* x [B,T,H,E] -> [B,T,H*M,E], every head's row repeated for its M slots */
-static pr_tensor *per_slot(pr_ctx *ctx, pr_tensor *x, int64_t M)
-{
-    const int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], E = x->shape[3];
-    pr_tensor *r = pr_repeat_dim(ctx, pr_reshape(ctx, x, PR_DIMS(B, T, H, 1, E)), 3, M);
-    return pr_reshape(ctx, r, PR_DIMS(B, T, H * M, E));
-}
-
 static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
 {
     const gsa_layer *l = layer;
-    const int64_t H = c->n_heads, M = c->gsa_slots, B = x->shape[0], T = x->shape[1];
+    const int64_t H = c->n_heads;
     pr_tensor *q = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->q_proj, NULL)), H);
     pr_tensor *k = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->k_proj, NULL)), H);
     pr_tensor *v = pr_split_heads(ctx, pr_silu(ctx, pr_linear(ctx, x, l->v_proj, NULL)), H);
     pr_tensor *f = pr_split_heads(ctx, log_decay(ctx, pr_linear(ctx, x, l->f_proj, NULL), c->gsa_gate_normalizer), H);
     pr_tensor *s = pr_sub(ctx, pr_ones(ctx->step, f->dtype, f->device, f->ndim, f->shape), pr_exp(ctx, f));
 
-    /* pass 1: slot m of head h is head h*M + m of a scalar-decay recurrence with one value channel,
-     * in the per-token form: with V = 1 a chunk's intra products would cost C times its state update */
-    const pr_recurrence_opts o1 = {.rule = PR_RULE_SSD, .scale = 1.0, .chunk = 0};
-    pr_tensor *a = pr_recurrence(ctx, &o1, per_slot(ctx, q, M), per_slot(ctx, k, M),
-                                 pr_reshape(ctx, s, PR_DIMS(B, T, H * M, 1)), pr_reshape(ctx, f, PR_DIMS(B, T, H * M)),
-                                 NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_KEYS] : NULL, NULL, st ? &st->slot[PR_SLOT_GSA_KEYS] : NULL);
-    pr_tensor *p = pr_softmax(ctx, pr_reshape(ctx, a, PR_DIMS(B, T, H, M)));
+    /* pass 1: keys into the slots, the slots forgetting along the state's value axis */
+    const pr_recurrence_opts o1 = {.rule = PR_RULE_GLA, .scale = 1.0, .chunk = 0, .g_per_value = true};
+    pr_tensor *a = pr_recurrence(ctx, &o1, q, k, s, f, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_KEYS] : NULL, NULL,
+                                 st ? &st->slot[PR_SLOT_GSA_KEYS] : NULL);
+    pr_tensor *p = pr_softmax(ctx, a);   /* over the M slots */
 
     /* pass 2: the gla rule over the slots */
     pr_recurrence_opts o2 = gla_opts(c, x, 1.0);

@@ -949,6 +949,45 @@ static void test_gla_strong_decay(void **state)
     pr_step_reset(ctx);
 }
 
+/* gla with a per-value decay (gsa's first pass; per-token CUDA form): odd
+ * K and V, h0 and packed sequences, decays mild and strong (log-decays in
+ * [-3, -0.01]): o, ht and every gradient within 2e-4 of the CPU's f64,
+ * deterministic; its chunked form is refused naming the per-token form */
+static void test_gla_per_value(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = g_ctx;
+    static const int64_t cu_s[] = {0, 1, 70, 213};
+    const rec_case c = {"gla-gv", 1, 213, 3, 37, 21, 0, true, cu_s, 4};
+    rec_inputs x = make_inputs(ctx, PR_RULE_GLA, &c, 1903);
+    pr_tensor *g = pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(c.B, c.T, c.H, c.V));
+    for (int64_t i = 0; i < g->numel; i++)
+        ((double *)g->data)[i] = -0.01 - 3 * (0.5 + 0.5 * tanh(pr_philox_normal(6, 1, (uint64_t)i)));
+    pr_requires_grad_(g, true);
+    x.in[PR_REC_G] = g;
+    const pr_recurrence_opts opt = {.rule = PR_RULE_GLA, .g_per_value = true};
+    rec_out ref = rec_run_seeded_opts(ctx, &opt, x.in, x.cu, x.dout, x.dht);
+    pr_tensor *xc[REC_NIN], *cu;
+    to_cuda(ctx, &x, xc, &cu);
+    rec_out got = rec_run_seeded_opts(ctx, &opt, xc, cu, x.dout, x.dht);
+    rec_out again = rec_run_seeded_opts(ctx, &opt, xc, cu, x.dout, x.dht);
+    const double e = rec_report("gla gv in [-3,-0.01] token", &got, &ref);
+    assert_true(rec_same_bits(&got, &again));
+    assert_true(e <= 2e-4);
+    const pr_recurrence_opts chk = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = 64};
+    char why[256];
+    pr_rec_plan plan;
+    assert_false(pr_recurrence_plan(&chk, PR_CUDA, 3, 213, 3, 37, 21, 0, &plan, why, sizeof why));
+    assert_non_null(strstr(why, "per-token form only"));
+    rec_out_free(&got);
+    rec_out_free(&again);
+    rec_out_free(&ref);
+    free(x.dout);
+    free(x.dht);
+    pr_step_reset(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -965,7 +1004,7 @@ int main(void)
         cmocka_unit_test(test_prep_wg),
         cmocka_unit_test(test_extras_apart),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_gla_strong_decay),
+        cmocka_unit_test(test_gla_strong_decay), cmocka_unit_test(test_gla_per_value),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));

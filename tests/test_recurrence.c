@@ -273,6 +273,115 @@ static void test_gla_gradcheck_strong(void **s)
     pr_ctx_free(ctx);
 }
 
+/* ---- gla with a per-value decay (gsa's first pass) ------------------------------------------------
+ * h = h diag(exp(g_t)) + k_t v_t^T, o_t = h^T (scale q_t), g [B,T,H,V]: a plain
+ * loop here is the reference for o and ht, central differences for every
+ * gradient (decays from mild to strong, with and without h0); asking for the
+ * chunked form or another rule is refused by name. */
+static void gv_reference(pr_tensor *const *in, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V,
+                         double scale, double *o, double *ht)
+{
+    const double *q = in[PR_REC_Q]->data, *k = in[PR_REC_K]->data, *v = in[PR_REC_V]->data, *g = in[PR_REC_G]->data;
+    const double *h0 = in[PR_REC_H0] ? in[PR_REC_H0]->data : NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            double *S = ht + (b * H + h) * K * V;
+            for (int64_t e = 0; e < K * V; e++) S[e] = h0 ? h0[(b * H + h) * K * V + e] : 0;
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t r = (b * T + t) * H + h;
+                for (int64_t i = 0; i < K; i++)
+                    for (int64_t j = 0; j < V; j++)
+                        S[i * V + j] = exp(g[r * V + j]) * S[i * V + j] + k[r * K + i] * v[r * V + j];
+                for (int64_t j = 0; j < V; j++) {
+                    double acc = 0;
+                    for (int64_t i = 0; i < K; i++) acc += S[i * V + j] * q[r * K + i];
+                    o[r * V + j] = scale * acc;
+                }
+            }
+        }
+}
+
+static double gv_loss(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in, const double *dout,
+                      const double *dht)
+{
+    bool prev = pr_set_grad_enabled(ctx, false);
+    pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], NULL, NULL, NULL, in[7], NULL, &ht);
+    pr_set_grad_enabled(ctx, prev);
+    double f = 0;
+    for (int64_t i = 0; i < o->numel; i++) f += ((double *)o->data)[i] * dout[i];
+    for (int64_t i = 0; i < ht->numel; i++) f += ((double *)ht->data)[i] * dht[i];
+    return f;
+}
+
+static void gv_case(int64_t B, int64_t T, bool with_h0, double glo, double ghi, uint64_t seed)
+{
+    const int64_t H = 2, K = 3, V = 4;
+    const double eps = 1e-6;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(seed, 5);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, B, T, H, K, V, 0, with_h0);
+    /* g per value channel: [B,T,H,V] */
+    pr_recurrence_inputs rg = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, B, T, H, V, V, 0, false);
+    ri.g = rg.g;
+    set_uniform(ri.g, seed, glo, ghi);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    const pr_recurrence_opts opt = {.rule = PR_RULE_GLA, .scale = 0.7, .g_per_value = true};
+    double *dout = rec_randn(seed + 1, B * T * H * V), *dht = rec_randn(seed + 2, B * H * K * V);
+    rec_out an = rec_run_opts(ctx, &opt, in, NULL, dout, dht);
+    double *o = malloc(sizeof(double) * (size_t)(B * T * H * V)), *ht = malloc(sizeof(double) * (size_t)(B * H * K * V));
+    gv_reference(in, B, T, H, K, V, 0.7, o, ht);
+    rec_assert_close("gla per-value", "o", an.o, o, an.n_o, 1e-13);
+    rec_assert_close("gla per-value", "ht", an.ht, ht, an.n_ht, 1e-13);
+    for (int i = 0; i < REC_NIN; i++) {
+        double *x = in[i] ? in[i]->data : NULL;
+        for (int64_t j = 0; x && j < in[i]->numel; j++) {
+            const double x0 = x[j];
+            x[j] = x0 + eps;
+            const double fp = gv_loss(ctx, &opt, in, dout, dht);
+            x[j] = x0 - eps;
+            const double fm = gv_loss(ctx, &opt, in, dout, dht);
+            x[j] = x0;
+            const double num = (fp - fm) / (2 * eps);
+            if (!(fabs(num - an.d[i][j]) <= 1e-8 + 1e-6 * fabs(num)))
+                fail_msg("gla per-value g in [%g,%g]: d%s[%lld] analytic %.12g, numeric %.12g", glo, ghi,
+                         rec_in_names(i), (long long)j, an.d[i][j], num);
+        }
+    }
+    rec_out_free(&an);
+    free(o);
+    free(ht);
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
+static void test_gla_per_value(void **s)
+{
+    (void)s;
+    gv_case(2, 7, true, -0.3, -0.01, 31);
+    gv_case(1, 9, false, -4, -1, 32);
+    gv_case(1, 1, true, -0.5, -0.1, 33);
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(34, 0);
+    pr_recurrence_inputs a = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, 1, 4, 2, 3, 3, 0, false);
+    pr_recurrence_opts o = {.rule = PR_RULE_GLA, .chunk = 16, .g_per_value = true};
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, NULL, NULL, NULL, NULL, NULL, NULL),
+                    "per-value decay runs in the per-token form only");
+    char why[256];
+    pr_rec_plan plan;
+    assert_false(pr_recurrence_plan(&o, PR_CPU, 1, 4, 2, 3, 3, 0, &plan, why, sizeof why));
+    assert_non_null(strstr(why, "chunk = 16 asked"));
+    o.rule = PR_RULE_SSD, o.chunk = 0;
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, a.q, a.k, a.v, a.g, NULL, NULL, NULL, NULL, NULL, NULL),
+                    "a form of rule gla, not of ssd");
+    o.rule = PR_RULE_GLA;
+    pr_recurrence_inputs w = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, 1, 4, 2, 3, 2, 0, false);
+    PR_EXPECT_FATAL(pr_recurrence(ctx, &o, w.q, w.k, w.v, w.g, NULL, NULL, NULL, NULL, NULL, NULL),
+                    "g (a log-decay per value channel) has shape [1,4,2,3], expected [1,4,2,2]");
+    pr_ctx_free(ctx);
+}
+
 static void test_gradcheck_prism_core_L(void **s)
 {
     (void)s;
@@ -399,7 +508,7 @@ int main(void)
         cmocka_unit_test(test_plan_cpu),          cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
         cmocka_unit_test(test_example_gradcheck),  cmocka_unit_test(test_prism_core_L0_is_gdn),
         cmocka_unit_test(test_input_checks),       cmocka_unit_test(test_gla_strong_decay),
-        cmocka_unit_test(test_gla_gradcheck_strong),
+        cmocka_unit_test(test_gla_gradcheck_strong), cmocka_unit_test(test_gla_per_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

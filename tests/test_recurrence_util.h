@@ -87,13 +87,12 @@ static inline rec_out rec_run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *c
 
 /* the same, seeded through pr_backward_many (the seeds are converted to the
  * outputs' dtype and device, so it runs on any device and dtype) */
-static inline rec_out rec_run_seeded(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu,
-                                     const double *dout, const double *dht)
+static inline rec_out rec_run_seeded_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
+                                          pr_tensor *cu, const double *dout, const double *dht)
 {
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) in[i]->grad = NULL;
-    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
-    pr_tensor *ht, *o = pr_recurrence(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
+    pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
     pr_tensor *outs[2] = {o, ht};
     const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
                                  pr_from_host(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, dht)};
@@ -105,6 +104,12 @@ static inline rec_out rec_run_seeded(pr_ctx *ctx, pr_rule rule, int chunk, pr_te
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
     return r;
+}
+static inline rec_out rec_run_seeded(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu,
+                                     const double *dout, const double *dht)
+{
+    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk};
+    return rec_run_seeded_opts(ctx, &opt, in, cu, dout, dht);
 }
 
 /* max|got - ref| / max|ref| (absolute when ref is all zeros) */

@@ -22,6 +22,14 @@
  * summed into scratch first and added to the grads after dg is formed.
  * Under very strong decays the dg scan subtracts terms far larger than its
  * result; the CPU forms have no such cancellation (chunked_gla.c).
+ *
+ * With a per-value decay (p.gv, g [rows, H, V]; gated slot attention's first
+ * pass) column j scales by exp(g_t[j]): a column's decay is one scalar of the
+ * lane's warp, the kernels are otherwise the same (template GV), and dg is
+ * scanned per value channel: G_t scales o_t[j] by exp(G_t[j]) and the write
+ * of v_t[j] by exp(-G_t[j]), so dG_t[j] = o_t[j] do_t[j] - v_t[j] dv_t[j]
+ * (+ column j of ht o dht at the last token). rev writes those terms (its own
+ * dv, before it is added to the grad) into scratch.
  */
 #include "ops/recurrence/recurrence_cuda.cuh"
 
@@ -49,7 +57,7 @@ __device__ __forceinline__ void gla_reduce_rows(float *red, int K, float *part, 
 
 /* forward time. dq_part == nullptr: writes o and ht. Else (backward): reads
  * do and writes this block's column slice of dq into dq_part. */
-template <int KPT>
+template <int KPT, bool GV>
 __global__ void __launch_bounds__(PR_REC_THREADS) gla_fwd_kernel(rec_prob p, float *o, float *ht, float *dq_part,
                                                                  long long part_n)
 {
@@ -71,15 +79,16 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_fwd_kernel(rec_prob p, flo
             const int i = lane + 32 * m;
             qi[m] = i < K ? p.q[r * K + i] : 0.f;
             ki[m] = i < K ? p.k[r * K + i] : 0.f;
-            ai[m] = i < K ? expf(p.g[r * K + i]) : 0.f;
+            ai[m] = !GV && i < K ? expf(p.g[r * K + i]) : 0.f;
         }
         float dqs[KPT] = {};
         for (int c = 0; c < GLA_CPW; c++) {
             const int j = j0 + c;
             const float vj = j < V ? p.v[r * V + j] : 0.f;
+            const float aj = GV && j < V ? expf(p.g[r * V + j]) : 0.f;
             float acc = 0.f;
             for (int m = 0; m < KPT; m++) {
-                st[c][m] = ai[m] * st[c][m] + ki[m] * vj;
+                st[c][m] = (GV ? aj : ai[m]) * st[c][m] + ki[m] * vj;
                 acc += st[c][m] * qi[m];
             }
             if (!dq_part) {
@@ -104,10 +113,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_fwd_kernel(rec_prob p, flo
         }
 }
 
-/* reverse time: dk (column slices into dk_part), dv and dh0 (accumulated) */
-template <int KPT>
+/* reverse time: dk (column slices into dk_part), dv and dh0 (accumulated);
+ * GV with dgt: the per-value dG terms o_t[j] do_t[j] - v_t[j] dv_t[j] (o: the forward's) */
+template <int KPT, bool GV>
 __global__ void __launch_bounds__(PR_REC_THREADS) gla_rev_kernel(rec_prob p, rec_grads d, float *dk_part,
-                                                                 long long part_n)
+                                                                 long long part_n, const float *o, float *dgt)
 {
     extern __shared__ float red[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -127,22 +137,24 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_rev_kernel(rec_prob p, rec
             const int i = lane + 32 * m;
             qi[m] = i < K ? p.scale * p.q[r * K + i] : 0.f;
             ki[m] = i < K ? p.k[r * K + i] : 0.f;
-            ai[m] = i < K ? expf(p.g[r * K + i]) : 0.f;
+            ai[m] = !GV && i < K ? expf(p.g[r * K + i]) : 0.f;
         }
         for (int c = 0; c < GLA_CPW; c++) {
             const int j = j0 + c;
             const float doj = j < V ? p.dout[r * V + j] : 0.f, vj = j < V ? p.v[r * V + j] : 0.f;
+            const float aj = GV && j < V ? expf(p.g[r * V + j]) : 0.f;
             float dvj = 0.f;
             for (int m = 0; m < KPT; m++) {
                 dh[c][m] += qi[m] * doj;   /* the gradient of h_t, whole */
                 dks[m] += dh[c][m] * vj;
                 dvj += dh[c][m] * ki[m];
-                dh[c][m] *= ai[m];         /* now that of h_{t-1} */
+                dh[c][m] *= GV ? aj : ai[m];   /* now that of h_{t-1} */
             }
             dvj = gla_warp_sum(dvj);
             if (d.dv && lane == 0 && j < V) d.dv[r * V + j] += dvj;
+            if (GV && dgt && lane == 0 && j < V) dgt[r * V + j] = o[r * V + j] * doj - vj * dvj;
         }
-        if (d.dk || d.dg) {
+        if (d.dk || (!GV && d.dg)) {
             for (int m = 0; m < KPT; m++)
                 if (lane + 32 * m < K) red[warp * K + lane + 32 * m] = dks[m];
             gla_reduce_rows(red, K, dk_part, blockIdx.x * part_n + r * K);
@@ -185,6 +197,26 @@ __global__ void gla_dg_kernel(rec_prob p, float *dg, const float *dq, const floa
     }
 }
 
+/* one thread per (sequence, head, value channel): the reverse scan of a
+ * per-value dG, whose terms rev wrote into dgt */
+__global__ void gla_dgv_kernel(rec_prob p, float *dg, const float *dgt, const float *ht)
+{
+    const long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (e >= (long long)p.N * p.H * p.V) return;
+    const int j = (int)(e % p.V), h = (int)(e / p.V % p.H), n = (int)(e / ((long long)p.V * p.H));
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    float acc = 0.f;
+    if (p.dht) {
+        const long long s0 = ((long long)n * p.H + h) * p.K * p.V + j;
+        for (int i = 0; i < p.K; i++) acc += ht[s0 + (long long)i * p.V] * p.dht[s0 + (long long)i * p.V];
+    }
+    for (int t = sq.len - 1; t >= 0; t--) {
+        const long long x = ((long long)(sq.bos + t) * p.H + h) * p.V + j;
+        acc += dgt[x];
+        dg[x] += acc;
+    }
+}
+
 __global__ void gla_add_kernel(float *dst, const float *src, long long n)
 {
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
@@ -199,14 +231,20 @@ static int gla_kpt(int K)
     return K <= 32 ? 1 : K <= 64 ? 2 : K <= 128 ? 4 : 8;
 }
 
-#define GLA_DISPATCH(KER, grid, smem, s, ...)                                                           \
+#define GLA_DISPATCH_KPT(KER, GV, grid, smem, s, ...)                                                   \
     do {                                                                                                \
         switch (gla_kpt(p.K)) {                                                                         \
-        case 1: KER<1><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                          \
-        case 2: KER<2><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                          \
-        case 4: KER<4><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                          \
-        default: KER<8><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                         \
+        case 1: KER<1, GV><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                      \
+        case 2: KER<2, GV><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                      \
+        case 4: KER<4, GV><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                      \
+        default: KER<8, GV><<<grid, PR_REC_THREADS, smem, s>>>(__VA_ARGS__); break;                     \
         }                                                                                               \
+    } while (0)
+/* KER<KPT, GV> for p's K and decay axis */
+#define GLA_DISPATCH(KER, grid, smem, s, ...)                                                           \
+    do {                                                                                                \
+        if (p.gv) GLA_DISPATCH_KPT(KER, true, grid, smem, s, __VA_ARGS__);                              \
+        else GLA_DISPATCH_KPT(KER, false, grid, smem, s, __VA_ARGS__);                                  \
         PR_CUDA_LAUNCH_CHECK();                                                                         \
     } while (0)
 
@@ -216,28 +254,36 @@ void pr_rec_gla_token_forward(cudaStream_t s, const rec_prob &p, float *o, float
     GLA_DISPATCH(gla_fwd_kernel, grid, 0, s, p, o, ht, (float *)nullptr, 0LL);
 }
 
-void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *ht)
+void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o,
+                               const float *ht)
 {
     const int ns = (p.V + GLA_VS - 1) / GLA_VS;
-    const long long rows = p.seq ? (long long)p.T : (long long)p.N * p.T, nk = rows * p.H * p.K;
+    const long long rows = p.seq ? (long long)p.T : (long long)p.N * p.T, nk = rows * p.H * p.K, nv = rows * p.H * p.V;
     const dim3 grid(ns, p.H, p.N);
     const size_t smem = sizeof(float) * PR_REC_WARPS * (size_t)p.K;
-    const bool want_dq = d.dq || d.dg, want_dk = d.dk || d.dg;
+    /* dg of a per-key decay reads this node's dq and dk; of a per-value one, rev's dgt */
+    const bool want_dq = d.dq || (d.dg && !p.gv), want_dk = d.dk || (d.dg && !p.gv);
     float *part = rec_scratch((size_t)(ns * nk));
     float *dq = want_dq ? rec_scratch((size_t)nk) : nullptr, *dk = want_dk ? rec_scratch((size_t)nk) : nullptr;
+    float *dgt = d.dg && p.gv ? rec_scratch((size_t)nv) : nullptr;
     const unsigned nb = pr_cuda_blocks(nk, 256);
     if (want_dq) {
         GLA_DISPATCH(gla_fwd_kernel, grid, smem, s, p, (float *)nullptr, (float *)nullptr, part, nk);
         gla_sum_slices_kernel<<<nb, 256, 0, s>>>(dq, part, nk, ns);
         PR_CUDA_LAUNCH_CHECK();
     }
-    GLA_DISPATCH(gla_rev_kernel, grid, smem, s, p, d, part, nk);   /* dv and dh0 always; dk into part */
+    /* dv and dh0 always; dk into part; the per-value dG terms into dgt */
+    GLA_DISPATCH(gla_rev_kernel, grid, smem, s, p, d, part, nk, o, dgt);
     if (want_dk) {
         gla_sum_slices_kernel<<<nb, 256, 0, s>>>(dk, part, nk, ns);
         PR_CUDA_LAUNCH_CHECK();
     }
-    if (d.dg) {
+    if (d.dg && !p.gv) {
         gla_dg_kernel<<<pr_cuda_blocks((long long)p.N * p.H * p.K, 128), 128, 0, s>>>(p, d.dg, dq, dk, ht);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    if (dgt) {
+        gla_dgv_kernel<<<pr_cuda_blocks((long long)p.N * p.H * p.V, 128), 128, 0, s>>>(p, d.dg, dgt, ht);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (d.dq) {
@@ -251,4 +297,5 @@ void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grad
     rec_scratch_free(part, (size_t)(ns * nk));
     if (dq) rec_scratch_free(dq, (size_t)nk);
     if (dk) rec_scratch_free(dk, (size_t)nk);
+    if (dgt) rec_scratch_free(dgt, (size_t)nv);
 }

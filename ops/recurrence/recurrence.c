@@ -5,7 +5,7 @@
  *
  * Node (the CUDA kernels rely on it): in[0..8] = q,k,v,g,beta,kx,vx,h0,
  * cu_seqlens (NULL when absent); out[0] = o, out[1] = ht; iarg[0] = rule,
- * iarg[1] = chunk (0: per-token form); farg[0] = scale (resolved).
+ * iarg[1] = chunk (0: per-token form); iarg[2] = g_per_value (gla); farg[0] = scale (resolved).
  * CPU saved[0] (only when the node is recorded): f64 states every `ck`
  * tokens of every (sequence, head)
  * (ck = chunk, or PR_REC_CKPT for the per-token form), pair (n, h) at
@@ -92,6 +92,7 @@ typedef struct {
     int ck;            /* tokens between saved states */
     int chunk;         /* 0: per-token form */
     bool g_per_key;    /* gla: g [B,T,H,K] */
+    bool g_per_value;  /* gla with opts.g_per_value: g [B,T,H,V] */
     double scale;
     int64_t *seq;      /* [N+1] flat token offsets (over B*T) of the sequences */
     int64_t *ckoff;    /* [N+1] offsets of the sequences' saved states, in units of H*K*V */
@@ -137,7 +138,8 @@ static rec_dims dims_of(const pr_node *n)
     d.L = kx ? kx->shape[3] : 0;
     d.chunk = (int)n->iarg[1];
     d.ck = d.chunk ? d.chunk : PR_REC_CKPT;
-    d.g_per_key = pr_rule_g_per_key((pr_rule)n->iarg[0]);
+    d.g_per_value = n->iarg[2] != 0;
+    d.g_per_key = pr_rule_g_per_key((pr_rule)n->iarg[0]) && !d.g_per_value;
     d.scale = n->farg[0];
     if (n->in[IN_CU]) {
         d.N = read_cu_seqlens(n->in[IN_CU], d.T, &d.seq);
@@ -189,6 +191,9 @@ static pair_off pair_off_of(const rec_dims *d, int64_t s, int64_t h)
     };
 }
 
+/* where g of the pair starts: one log-decay a token, or one per key or value channel */
+static int64_t g_off(const rec_dims *d, const pair_off *o) { return d->g_per_key ? o->qk : d->g_per_value ? o->v : o->g; }
+
 /* p + off, NULL stays NULL */
 static double *at(double *p, int64_t off) { return p ? p + off : NULL; }
 
@@ -197,13 +202,14 @@ static pr_rec_seq seq_of(const rec_dims *d, double *const *x, int64_t s, int64_t
 {
     const pair_off o = pair_off_of(d, s, h);
     const int64_t H = d->H, K = d->K, V = d->V, L = x[IN_KX] ? d->L : 0;
-    const bool pk = d->g_per_key;
+    const bool pk = d->g_per_key, pv = d->g_per_value;
     return (pr_rec_seq){
         .T = d->seq[s + 1] - d->seq[s], .K = (int)K, .V = (int)V, .L = (int)L, .scale = d->scale,
         .q = x[IN_Q] + o.qk, .k = x[IN_K] + o.qk, .v = x[IN_V] + o.v,
-        .g = at(x[IN_G], pk ? o.qk : o.g), .beta = at(x[IN_BETA], o.g), .kx = at(x[IN_KX], o.kx), .vx = at(x[IN_VX], o.vx),
+        .g = at(x[IN_G], g_off(d, &o)), .beta = at(x[IN_BETA], o.g), .kx = at(x[IN_KX], o.kx), .vx = at(x[IN_VX], o.vx),
         .h0 = at(x[IN_H0], o.h0),
-        .sk = H * K, .sv = H * V, .sg = pk ? H * K : H, .skx = H * L * K, .svx = H * L * V, .g_per_key = pk,
+        .sk = H * K, .sv = H * V, .sg = pk ? H * K : pv ? H * V : H, .skx = H * L * K, .svx = H * L * V,
+        .g_per_key = pk, .g_per_value = pv,
     };
 }
 
@@ -286,7 +292,7 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
         const pair_off off = pair_off_of(&d, s, h);
         const pr_rec_grads gr = {
             .dq = at(dx[IN_Q], off.qk), .dk = at(dx[IN_K], off.qk), .dv = at(dx[IN_V], off.v),
-            .dg = at(dx[IN_G], d.g_per_key ? off.qk : off.g), .dbeta = at(dx[IN_BETA], off.g), .dkx = at(dx[IN_KX], off.kx),
+            .dg = at(dx[IN_G], g_off(&d, &off)), .dbeta = at(dx[IN_BETA], off.g), .dkx = at(dx[IN_KX], off.kx),
             .dvx = at(dx[IN_VX], off.vx), .dh0 = at(dx[IN_H0], off.h0),
         };
         double *work = malloc((size_t)work_n * sizeof *work);
@@ -315,6 +321,20 @@ bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T
                              int64_t L, pr_rec_plan *plan, char *why, size_t why_n);   /* recurrence.cu */
 #endif
 
+/* a per-value decay: the gla rule's per-token form only */
+static bool g_per_value_ok(const pr_recurrence_opts *opt, char *why, size_t why_n)
+{
+    if (!opt->g_per_value) return true;
+    if (opt->rule != PR_RULE_GLA)
+        snprintf(why, why_n, "recurrence: a per-value decay (g_per_value) is a form of rule gla, not of %s",
+                 pr_rule_name(opt->rule));
+    else if (opt->chunk)
+        snprintf(why, why_n, "recurrence: gla with a per-value decay runs in the per-token form only (chunk = 0), "
+                             "chunk = %d asked", opt->chunk);
+    else return true;
+    return false;
+}
+
 bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
                         int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n)
 {
@@ -325,6 +345,7 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
         snprintf(why, why_n, "recurrence: chunk must be >= 0 (0 = per-token form), got %d", opt->chunk);
         return false;
     }
+    if (!g_per_value_ok(opt, why, why_n)) return false;
     if (dev == PR_CUDA) {
 #ifdef PRISM_HAVE_CUDA
         return pr_recurrence_plan_cuda(opt, N, T, H, K, V, L, plan, why, why_n);
@@ -336,7 +357,11 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     }
     plan->device = PR_CPU;
     plan->chunk = opt->chunk;
-    if (opt->chunk && pr_rule_g_per_key(opt->rule))
+    if (opt->g_per_value)
+        snprintf(plan->kernels, sizeof plan->kernels,
+                 "fwd pr_rec_forward_recurrent (per-value decay; saves states every %d tokens when recorded); bwd "
+                 "pr_rec_backward (recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
+    else if (opt->chunk && pr_rule_g_per_key(opt->rule))
         snprintf(plan->kernels, sizeof plan->kernels,
                  "fwd pr_rec_gla_forward_chunked (decays factored by sub-chunks of 16; saves chunk-start states when "
                  "recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) per call");
@@ -395,6 +420,8 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
 {
     PR_CHECK(opt && opt->rule >= 0 && opt->rule < PR_NRULES, "recurrence: unknown rule %d", opt ? (int)opt->rule : -1);
     PR_CHECK(opt->chunk >= 0, "recurrence: chunk must be >= 0 (0 = per-token form), got %d", opt->chunk);
+    char why_pv[160];
+    if (!g_per_value_ok(opt, why_pv, sizeof why_pv)) pr_fatal("%s", why_pv);
     const pr_rule r = opt->rule;
     const char *rn = pr_rule_name(r);
     PR_CHECK(q && k && v, "recurrence: q, k and v are required");
@@ -410,7 +437,8 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     const int64_t V = v->shape[3];
     check_dims("v", v, 4, (int64_t[]){B, T, H, V});
     check_input(rn, "g", g, pr_rule_has_g(r), q, st);
-    if (g && pr_rule_g_per_key(r)) check_dims("g (a log-decay per key channel)", g, 4, (int64_t[]){B, T, H, K});
+    if (g && opt->g_per_value) check_dims("g (a log-decay per value channel)", g, 4, (int64_t[]){B, T, H, V});
+    else if (g && pr_rule_g_per_key(r)) check_dims("g (a log-decay per key channel)", g, 4, (int64_t[]){B, T, H, K});
     else if (g) check_dims("g", g, 3, (int64_t[]){B, T, H});
     check_input(rn, "beta", beta, pr_rule_has_beta(r), q, dt);
     if (beta) check_dims("beta", beta, 3, (int64_t[]){B, T, H});
@@ -453,6 +481,7 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     n.n_out = 2;
     n.iarg[0] = r;
     n.iarg[1] = opt->chunk;
+    n.iarg[2] = opt->g_per_value;
     n.farg[0] = opt->scale != 0 ? opt->scale : 1.0 / sqrt((double)K);
     pr_tensor *o = pr_op_apply(ctx, &n);
     if (ht) *ht = n.out[1];

@@ -108,7 +108,8 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
     p.packed = n->in[IN_CU] != nullptr;
     p.Kp = (p.K + 31) / 32 * 32, p.Vp = (p.V + 31) / 32 * 32;
     p.has_g = p.g != nullptr, p.delta = p.beta != nullptr;
-    p.gk = pr_rule_g_per_key((pr_rule)n->iarg[0]);
+    p.gv = n->iarg[2] != 0;
+    p.gk = pr_rule_g_per_key((pr_rule)n->iarg[0]) && !p.gv;
     p.tf32 = ctx->matmul_tf32 ? 1 : 0;
     p.bf16 = q->dtype == PR_BF16; /* pr_recurrence: then k, v, kx and vx are bf16 too */
     p.scale = (float)n->farg[0];
@@ -165,7 +166,7 @@ static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl
                              "runs its per-token form on the GPU (chunk = %d asked)", chunk);
         return false;
     }
-    if (p->gk) return true;   /* gla_token.cu: registers and 8 KB of shared memory at K <= 256 */
+    if (p->gk || p->gv) return true;   /* gla_token.cu: registers and 8 KB of shared memory at K <= 256 */
     if (chunk <= 0) {
         const size_t need = pr_rec_token_smem_min(*p);
         if (need <= (size_t)rec_dev_attr(0)) return true;
@@ -199,8 +200,9 @@ static bool rec_decide_or_die(rec_prob *p, int chunk, rec_chunk_plan *pl)
 /* "fwd ...; bwd ..." of a decided plan */
 static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, char *buf, size_t n)
 {
-    if (p.gk) {
-        snprintf(buf, n, "fwd gla_fwd; bwd gla_fwd (dq), gla_rev, gla_dg (per-key decay, per-token form)");
+    if (p.gk || p.gv) {
+        snprintf(buf, n, "fwd gla_fwd; bwd gla_fwd (dq), gla_rev, gla_dg (per-%s decay, per-token form)",
+                 p.gv ? "value" : "key");
         return;
     }
     if (!chunked) {
@@ -246,7 +248,8 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
     p.L = pr_rule_has_extra(opt->rule) ? (int)L : 0;
     p.Kp = (p.K + 31) / 32 * 32, p.Vp = (p.V + 31) / 32 * 32;
     p.has_g = pr_rule_has_g(opt->rule), p.delta = pr_rule_has_beta(opt->rule);
-    p.gk = pr_rule_g_per_key(opt->rule);
+    p.gv = opt->g_per_value ? 1 : 0;
+    p.gk = pr_rule_g_per_key(opt->rule) && !p.gv;
     p.tf32 = opt->tf32 ? 1 : 0;
     rec_chunk_plan pl = {};
     bool chunked;
@@ -389,7 +392,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     if (!chunked) {
         free(off);
         float *r = p.delta && n->recording ? saved(1, rows, p.H, p.V) : nullptr;
-        if (p.gk) pr_rec_gla_token_forward(s, p, o, ht);
+        if (p.gk || p.gv) pr_rec_gla_token_forward(s, p, o, ht);
         else pr_rec_token_forward(s, p, o, ht, r);
         if (n->saved[REC_SAVED_O32]) n->n_saved = REC_SAVED_O32 + 1;
         st.put(n->out[0], o);
@@ -450,8 +453,10 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
     for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
-    if (p.gk) {
-        pr_rec_gla_token_backward(s, p, d, (const float *)n->out[1]->data);
+    if (p.gk || p.gv) {
+        const float *o = bf16_o ? sv_(REC_SAVED_O32) : (const float *)n->out[0]->data;
+        PR_CHECK(o || !p.gv, "recurrence: CUDA backward: the per-token forward saved no f32 o for its bf16 output");
+        pr_rec_gla_token_backward(s, p, d, o, (const float *)n->out[1]->data);
     } else if (!chunked) {
         PR_CHECK(!p.delta || sv_(1), "recurrence: CUDA backward: the per-token forward saved no residuals");
         const float *o = bf16_o ? sv_(REC_SAVED_O32) : (const float *)n->out[0]->data;

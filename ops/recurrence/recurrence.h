@@ -14,6 +14,11 @@
  *   gdn         exp(g)(I - beta k k^T)      beta k v^T
  *   prism_core  exp(g)(I - beta k k^T)      beta k v^T + sum_l kx_l vx_l^T
  *   gla         diag(exp(g))                k v^T              (g [B,T,H,K])
+ *
+ * gla with opts.g_per_value decays the state's columns instead of its rows
+ * (fla's gv): h = h diag(exp(g_t)) + k v^T with g [B,T,H,V]. Gated slot
+ * attention's first pass (keys written into slots that forget one by one)
+ * is this form; it runs per token only.
  */
 #ifndef PR_RECURRENCE_H
 #define PR_RECURRENCE_H
@@ -67,6 +72,7 @@ typedef struct {
     double scale;   /* 0: K^-1/2 */
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
     int tf32;       /* pr_recurrence_plan only: plan for TF32 products (pr_recurrence reads ctx->matmul_tf32) */
+    bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv); needs chunk 0 */
 } pr_recurrence_opts;
 
 /* How a call runs: the form, the chunk size and the kernels (CUDA) or

@@ -6,7 +6,8 @@
  *
  * A token's step, for every rule (A, B of recurrence.h):
  *   h  = a h                  a = exp(g_t), or 1 without g; with a per-key
- *                             decay (gla) row i of h scales by exp(g_t[i])
+ *                             decay (gla) row i of h scales by exp(g_t[i]),
+ *                             with a per-value one column j by exp(g_t[j])
  *   u  = beta (v - h^T k)     delta rules (beta given); u = v otherwise
  *   h += k u^T
  *   h += sum_l kx_l vx_l^T    prism_core only (L may be 0)
@@ -37,6 +38,8 @@ typedef struct {
     const double *h0;          /* [K][V] or NULL */
     int64_t sk, sv, sg, skx, svx;   /* sg: g's and beta's token stride (H*K for a per-key g, no beta then) */
     bool g_per_key;                 /* gla: g holds K log-decays a token */
+    bool g_per_value;               /* gla with opts.g_per_value: g holds V log-decays a token (sg = H*V),
+                                       column j of the state scales by exp(g[j]); per-token form only */
 } pr_rec_seq;
 
 /* Gradient destinations, same layouts and strides as the inputs; each is

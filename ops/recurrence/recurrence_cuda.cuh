@@ -34,6 +34,7 @@ struct rec_prob {
     int has_g, delta, tf32, vec;    /* vec: K, V multiples of 4 (float4 rows) */
     int bf16;                       /* q, k, v, kx, vx are bf16 data (staged as f32) */
     int gk;                         /* the decay is per key channel (gla): g at (r*H + h)*K */
+    int gv;                         /* the decay is per value channel (gla, g_per_value): g at (r*H + h)*V */
     /* kx, vx as bf16 bits, read in place (kx, vx then NULL): only the wgmma
      * extras do, the only kernels that read them when the extras run apart */
     const unsigned short *kx16, *vx16;
@@ -1063,9 +1064,12 @@ struct rec_grads {
 void pr_rec_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht, float *r_save);
 void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o, const float *ht,
                            const float *r_save);
-/* gla_token.cu: the per-token form of a per-key decay (p.gk; no delta erase, no extras) */
+/* gla_token.cu: the per-token form of the gla rule, its decay per key
+ * channel (p.gk) or per value channel (p.gv); no delta erase, no extras. o
+ * (the forward's f32 output) is read by the backward of p.gv only. */
 void pr_rec_gla_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht);
-void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *ht);
+void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o,
+                               const float *ht);
 /* shared-memory bytes the per-token kernels need at one token per block step (their least) */
 size_t pr_rec_token_smem_min(const rec_prob &p);
 

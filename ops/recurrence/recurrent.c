@@ -24,6 +24,14 @@ static double row_decay(const pr_rec_seq *s, int64_t t, int i)
 static void decay_state(double *h, const pr_rec_seq *s, int64_t t)
 {
     if (!s->g) return;
+    if (s->g_per_value) {   /* column j by exp(g_t[j]) */
+        const double *g = s->g + t * s->sg;
+        for (int i = 0; i < s->K; i++) {
+            double *hi = h + (int64_t)i * s->V;
+            for (int j = 0; j < s->V; j++) hi[j] *= exp(g[j]);
+        }
+        return;
+    }
     const double a0 = decay_of(s, t);   /* per-key: row_decay below */
     for (int i = 0; i < s->K; i++) {
         const double a = s->g_per_key ? row_decay(s, t, i) : a0;
@@ -92,7 +100,7 @@ int64_t pr_rec_backward_work(int c, int K, int V, int L)
  *   dk += ha dw;                      dHa  = dH + k dw^T
  *   dg  = sum(dHa o ha) = a sum(dHa o h_{t-1});  dh_{t-1} = a dHa
  *   (per-key decay a_i on row i: dg[i] = a_i <dHa row i, h_{t-1} row i>, row i of dh_{t-1} = a_i dHa row i;
- *   no delta erase then, so a only enters through the decay)
+ *   per-value decay a_j on column j likewise by columns; no delta erase then, so a only enters through the decay)
  * hprev = h_{t-1}, hcur = h_t. Vectors u, w, du, dw [V] and dk [K] are scratch. */
 static void step_backward(const pr_rec_grads *d, double *dH, const double *dout, const double *hprev,
                           const double *hcur, const pr_rec_seq *s, int64_t t, double *u, double *w, double *du,
@@ -102,7 +110,7 @@ static void step_backward(const pr_rec_grads *d, double *dH, const double *dout,
     const int64_t KV = (int64_t)K * V;
     const double *q = s->q + t * s->sk, *k = s->k + t * s->sk, *v = s->v + t * s->sv;
     const double *dot_ = dout + t * s->sv;
-    const double a = s->g_per_key ? 1.0 : decay_of(s, t);   /* only the delta rules read it: scalar g */
+    const double a = s->g_per_key || s->g_per_value ? 1.0 : decay_of(s, t);   /* only the delta rules read it: scalar g */
 
     /* output o_t = scale h_t^T q */
     if (d->dq) {
@@ -158,7 +166,17 @@ static void step_backward(const pr_rec_grads *d, double *dH, const double *dout,
     if (d->dk)
         for (int i = 0; i < K; i++) d->dk[t * s->sk + i] += dk[i];
     /* decay ha = a h_{t-1} */
-    if (s->g_per_key) {
+    if (s->g_per_value) {
+        for (int j = 0; j < V; j++) {
+            const double aj = exp(s->g[t * s->sg + j]);
+            if (d->dg) {
+                double x = 0;
+                for (int i = 0; i < K; i++) x += dH[(int64_t)i * V + j] * hprev[(int64_t)i * V + j];
+                d->dg[t * s->sg + j] += aj * x;
+            }
+            for (int i = 0; i < K; i++) dH[(int64_t)i * V + j] *= aj;
+        }
+    } else if (s->g_per_key) {
         for (int i = 0; i < K; i++) {
             const double ai = row_decay(s, t, i);
             double *dHi = dH + (int64_t)i * V;
