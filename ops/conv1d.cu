@@ -1,4 +1,4 @@
-/* ops/conv1d.cu: CUDA causal depthwise conv1d (f32).
+/* ops/conv1d.cu: CUDA causal depthwise conv1d (f32 or bf16).
  *
  * x [B, T, C], w [C, W], bias [C] or NULL; out[b,t,c] = bias[c] +
  * sum_{i<W} w[c,i] x[b, t-W+1+i, c] (zero before t = 0). Rows r = b*T + t are
@@ -7,24 +7,26 @@
  * of rows into a partial, a second pass adds the partials in chunk order, so
  * the result is the same on every run. Widths up to 8 (the models' short
  * convolutions) take the run kernels, which read each element once; wider
- * ones the generic per-element kernels.
+ * ones the generic per-element kernels. bf16 x, w, bias, out and grads (the
+ * kernels are templates over the storage type T): loads exact, products and
+ * sums in f32 (the dw/dbias partials f32), each stored element rounded once.
  */
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
 /* The generic kernels (any W): one thread per output, W loads each. */
-__global__ void conv1d_fwd(float *out, const float *x, const float *w, const float *bias, int64_t R,
-                           int64_t T, int64_t C, int W)
+template <class E>
+__global__ void conv1d_fwd(E *out, const E *x, const E *w, const E *bias, int64_t R, int64_t T, int64_t C, int W)
 {
     int64_t total = R * C;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = e / C, c = e - r * C, t = r % T;
-        float acc = bias ? bias[c] : 0.0f;
+        float acc = bias ? pr_ld(bias, c) : 0.0f;
         for (int i = 0; i < W; i++) {
             int64_t back = W - 1 - i;   /* x[t - back] */
-            if (t >= back) acc += w[c * W + i] * x[e - back * C];
+            if (t >= back) acc += pr_ld(w, c * W + i) * pr_ld(x, e - back * C);
         }
-        out[e] = acc;
+        pr_st(out, e, acc);
     }
 }
 
@@ -40,43 +42,41 @@ static dim3 run_grid(int64_t R, int64_t C) { return dim3((unsigned)((C + 31) / 3
 /* the run kernels take W <= CV_MAXW and at most 65535 row blocks (grid.y) */
 static bool use_runs(int64_t R, int W) { return W <= CV_MAXW && (R + CV_ROWS - 1) / CV_ROWS <= 65535; }
 
-template <int W>
-__global__ void conv1d_fwd_run(float *out, const float *x, const float *w, const float *bias, int64_t R, int64_t T,
-                               int64_t C)
+template <int W, class E>
+__global__ void conv1d_fwd_run(E *out, const E *x, const E *w, const E *bias, int64_t R, int64_t T, int64_t C)
 {
     const int64_t c = blockIdx.x * 32LL + threadIdx.x, r0 = blockIdx.y * (int64_t)CV_ROWS + threadIdx.y * CV_RUN;
     if (c >= C || r0 >= R) return;
     float wc[W], win[W];   /* win[W-1] is x[t], win[0] x[t-W+1] */
-    for (int i = 0; i < W; i++) wc[i] = w[c * W + i];
+    for (int i = 0; i < W; i++) wc[i] = pr_ld(w, c * W + i);
     int64_t t = r0 % T;
     for (int i = 0; i < W - 1; i++) {
         const int64_t back = W - 1 - i;
-        win[i] = t >= back ? x[(r0 - back) * C + c] : 0.0f;
+        win[i] = t >= back ? pr_ld(x, (r0 - back) * C + c) : 0.0f;
     }
-    const float b = bias ? bias[c] : 0.0f;
+    const float b = bias ? pr_ld(bias, c) : 0.0f;
     for (int64_t r = r0; r < r0 + CV_RUN && r < R; r++, t++) {
         if (t == T) {   /* a new sequence: nothing before it */
             t = 0;
             for (int i = 0; i < W - 1; i++) win[i] = 0.0f;
         }
-        win[W - 1] = x[r * C + c];
+        win[W - 1] = pr_ld(x, r * C + c);
         float acc = b;
         for (int i = 0; i < W; i++) acc += wc[i] * win[i];
-        out[r * C + c] = acc;
+        pr_st(out, r * C + c, acc);
         for (int i = 0; i < W - 1; i++) win[i] = win[i + 1];
     }
 }
 
-extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
+template <class E> static void conv1d_forward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2];
     int W = (int)w->shape[1];
-    PR_CHECK(x->dtype == PR_F32, "conv1d: CUDA supports f32 only, not %s", pr_dtype_name(x->dtype));
     if (x->numel == 0) return;
-    float *out = (float *)n->out[0]->data;
-    const float *xp = (const float *)x->data, *wp = (const float *)w->data;
-    const float *bp = bias ? (const float *)bias->data : nullptr;
+    E *out = (E *)n->out[0]->data;
+    const E *xp = (const E *)x->data, *wp = (const E *)w->data;
+    const E *bp = bias ? (const E *)bias->data : nullptr;
     cudaStream_t s = pr_cuda_stream(ctx);
     const dim3 grid = run_grid(B * T, C), block(32, 8);
     switch (use_runs(B * T, W) ? W : 0) {
@@ -88,8 +88,14 @@ extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
     PR_CUDA_LAUNCH_CHECK();
 }
 
+extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { conv1d_forward<decltype(t)>(ctx, n); });
+}
+
 /* dx[b,s,c] += sum_i w[c,i] dout[b, s+W-1-i, c]  (terms past T dropped) */
-__global__ void conv1d_dx(float *dx, const float *g, const float *w, int64_t R, int64_t T, int64_t C, int W)
+template <class E>
+__global__ void conv1d_dx(E *dx, const E *g, const E *w, int64_t R, int64_t T, int64_t C, int W)
 {
     int64_t total = R * C;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -97,33 +103,33 @@ __global__ void conv1d_dx(float *dx, const float *g, const float *w, int64_t R, 
         float acc = 0.0f;
         for (int i = 0; i < W; i++) {
             int64_t fwd = W - 1 - i;   /* dout[s + fwd] */
-            if (s + fwd < T) acc += w[c * W + i] * g[e + fwd * C];
+            if (s + fwd < T) acc += pr_ld(w, c * W + i) * pr_ld(g, e + fwd * C);
         }
-        dx[e] += acc;
+        pr_acc(dx, e, acc);
     }
 }
 
 /* dx of a run: rows in order, the window holding dout[s .. s+W-1] of the same
  * sequence (zero past its end) */
-template <int W>
-__global__ void conv1d_dx_run(float *dx, const float *g, const float *w, int64_t R, int64_t T, int64_t C)
+template <int W, class E>
+__global__ void conv1d_dx_run(E *dx, const E *g, const E *w, int64_t R, int64_t T, int64_t C)
 {
     const int64_t c = blockIdx.x * 32LL + threadIdx.x, r0 = blockIdx.y * (int64_t)CV_ROWS + threadIdx.y * CV_RUN;
     if (c >= C || r0 >= R) return;
     float wc[W], win[W];   /* win[j] = dout[s + j] */
-    for (int i = 0; i < W; i++) wc[i] = w[c * W + i];
+    for (int i = 0; i < W; i++) wc[i] = pr_ld(w, c * W + i);
     int64_t t = r0 % T;
-    for (int j = 0; j < W - 1; j++) win[j + 1] = t + j < T ? g[(r0 + j) * C + c] : 0.0f;
+    for (int j = 0; j < W - 1; j++) win[j + 1] = t + j < T ? pr_ld(g, (r0 + j) * C + c) : 0.0f;
     for (int64_t r = r0; r < r0 + CV_RUN && r < R; r++) {
         for (int j = 0; j < W - 1; j++) win[j] = win[j + 1];
         /* dout[s + W - 1] belongs to this sequence only while t + W - 1 < T */
-        win[W - 1] = t + W - 1 < T ? g[(r + W - 1) * C + c] : 0.0f;
+        win[W - 1] = t + W - 1 < T ? pr_ld(g, (r + W - 1) * C + c) : 0.0f;
         float acc = 0.0f;
         for (int i = 0; i < W; i++) acc += wc[i] * win[W - 1 - i];
-        dx[r * C + c] += acc;
+        pr_acc(dx, r * C + c, acc);
         if (++t == T) {   /* the next row starts a sequence: reload its window */
             t = 0;
-            for (int j = 0; j < W - 1; j++) win[j + 1] = j < T && r + 1 + j < R ? g[(r + 1 + j) * C + c] : 0.0f;
+            for (int j = 0; j < W - 1; j++) win[j + 1] = j < T && r + 1 + j < R ? pr_ld(g, (r + 1 + j) * C + c) : 0.0f;
         }
     }
 }
@@ -131,8 +137,8 @@ __global__ void conv1d_dx_run(float *dx, const float *g, const float *w, int64_t
 /* dw, dbias partials of a run kernel block: thread row ty sums its run with
  * the inputs' window in registers; the 8 runs are added in order into
  * part[blockIdx.y][i][c] (i = W: the bias) */
-template <int W>
-__global__ void conv1d_dw_run(float *part, const float *g, const float *x, int64_t R, int64_t T, int64_t C)
+template <int W, class E>
+__global__ void conv1d_dw_run(float *part, const E *g, const E *x, int64_t R, int64_t T, int64_t C)
 {
     __shared__ float red[8][W + 1][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -144,15 +150,15 @@ __global__ void conv1d_dw_run(float *part, const float *g, const float *x, int64
         int64_t t = r0 % T;
         for (int i = 0; i < W - 1; i++) {
             const int64_t back = W - 1 - i;
-            win[i] = t >= back ? x[(r0 - back) * C + c] : 0.0f;
+            win[i] = t >= back ? pr_ld(x, (r0 - back) * C + c) : 0.0f;
         }
         for (int64_t r = r0; r < r0 + CV_RUN && r < R; r++, t++) {
             if (t == T) {
                 t = 0;
                 for (int i = 0; i < W - 1; i++) win[i] = 0.0f;
             }
-            win[W - 1] = x[r * C + c];
-            const float gv = g[r * C + c];
+            win[W - 1] = pr_ld(x, r * C + c);
+            const float gv = pr_ld(g, r * C + c);
             for (int i = 0; i < W; i++) acc[i] += gv * win[i];
             acc[W] += gv;
             for (int i = 0; i < W - 1; i++) win[i] = win[i + 1];
@@ -173,8 +179,9 @@ __global__ void conv1d_dw_run(float *part, const float *g, const float *x, int64
  * dout[r,c] x[r-(W-1-i),c]; tap W is the bias (sum of dout). The 8 partials
  * are added in order into part[chunk][i][c]. */
 enum { CV_X = 32, CV_Y = 8 };
-__global__ void conv1d_dw_partial(float *part, const float *g, const float *x, int64_t R, int64_t T, int64_t C,
-                                  int W, int64_t rows_per_chunk)
+template <class E>
+__global__ void conv1d_dw_partial(float *part, const E *g, const E *x, int64_t R, int64_t T, int64_t C, int W,
+                                  int64_t rows_per_chunk)
 {
     __shared__ float red[CV_Y][CV_X];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -185,9 +192,9 @@ __global__ void conv1d_dw_partial(float *part, const float *g, const float *x, i
         float acc = 0.0f;
         if (c < C)
             for (int64_t r = r0 + ty; r < r1; r += CV_Y) {
-                float gv = g[r * C + c];
+                float gv = pr_ld(g, r * C + c);
                 if (i == W) acc += gv;
-                else if (r % T >= back) acc += gv * x[(r - back) * C + c];
+                else if (r % T >= back) acc += gv * pr_ld(x, (r - back) * C + c);
             }
         red[ty][tx] = acc;
         __syncthreads();
@@ -201,7 +208,8 @@ __global__ void conv1d_dw_partial(float *part, const float *g, const float *x, i
 }
 
 /* Pass 2: for each (tap i, channel c), add the chunks' partials in order */
-__global__ void conv1d_dw_reduce(float *dw, float *dbias, const float *part, int64_t chunks, int64_t C, int W)
+template <class E>
+__global__ void conv1d_dw_reduce(E *dw, E *dbias, const float *part, int64_t chunks, int64_t C, int W)
 {
     int64_t total = (int64_t)(W + 1) * C;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -209,20 +217,20 @@ __global__ void conv1d_dw_reduce(float *dw, float *dbias, const float *part, int
         float sum = 0.0f;
         for (int64_t k = 0; k < chunks; k++) sum += part[k * total + e];
         if (i < W) {
-            if (dw) dw[c * W + i] += sum;
+            if (dw) pr_acc(dw, c * W + i, sum);
         } else if (dbias) {
-            dbias[c] += sum;
+            pr_acc(dbias, c, sum);
         }
     }
 }
 
-template <int W>
-static void conv1d_backward_w(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const float *g,
-                              const float *x, const float *w, int64_t R, int64_t T, int64_t C)
+template <int W, class E>
+static void conv1d_backward_w(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const E *g, const E *x,
+                              const E *w, int64_t R, int64_t T, int64_t C)
 {
     const dim3 grid = run_grid(R, C), block(32, 8);
     if (dx) {
-        conv1d_dx_run<W><<<grid, block, 0, s>>>((float *)dx->data, g, w, R, T, C);
+        conv1d_dx_run<W><<<grid, block, 0, s>>>((E *)dx->data, g, w, R, T, C);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (!dw && !db) return;
@@ -232,15 +240,16 @@ static void conv1d_backward_w(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_t
     conv1d_dw_run<W><<<grid, block, 0, s>>>(part, g, x, R, T, C);
     PR_CUDA_LAUNCH_CHECK();
     conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * C, 256), 256, 0, s>>>(
-        dw ? (float *)dw->data : nullptr, db ? (float *)db->data : nullptr, part, chunks, C, W);
+        dw ? (E *)dw->data : nullptr, db ? (E *)db->data : nullptr, part, chunks, C, W);
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_free(part, bytes);
 }
 
-static void conv1d_backward_run(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const float *g,
+template <class E>
+static void conv1d_backward_run(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const E *g,
                                 const pr_tensor *x, const pr_tensor *w, int64_t R, int64_t T, int64_t C, int W)
 {
-    const float *xp = (const float *)x->data, *wp = (const float *)w->data;
+    const E *xp = (const E *)x->data, *wp = (const E *)w->data;
     switch (W) {
 #define CV_BWD(w_) case w_: conv1d_backward_w<w_>(s, dx, dw, db, g, xp, wp, R, T, C); break;
         CV_BWD(1) CV_BWD(2) CV_BWD(3) CV_BWD(4) CV_BWD(5) CV_BWD(6) CV_BWD(7) CV_BWD(8)
@@ -251,13 +260,13 @@ static void conv1d_backward_run(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr
 /* out = bias + sum_i w[c,i] x[t-W+1+i]: each product feeds one output, so
  *   dx[s] += w[c,i] dout[s+W-1-i],  dw[c,i] += sum_{b,t} dout[b,t,c] x[b,t-W+1+i,c],
  *   dbias[c] += sum_{b,t} dout[b,t,c]. */
-extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)
+template <class E> static void conv1d_backward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0], *w = n->in[1];
     pr_tensor *dx = pr_in_grad(n, 0), *dw = pr_in_grad(n, 1), *db = pr_in_grad(n, 2);
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], R = B * T;
     int W = (int)w->shape[1];
-    const float *g = (const float *)n->out[0]->grad->data;
+    const E *g = (const E *)n->out[0]->grad->data;
     cudaStream_t s = pr_cuda_stream(ctx);
     if (x->numel == 0) return;
     if (use_runs(R, W)) {
@@ -265,8 +274,7 @@ extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)
         return;
     }
     if (dx) {
-        conv1d_dx<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>((float *)dx->data, g, (const float *)w->data,
-                                                                 R, T, C, W);
+        conv1d_dx<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>((E *)dx->data, g, (const E *)w->data, R, T, C, W);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (!dw && !db) return;
@@ -281,10 +289,15 @@ extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)
     size_t bytes = sizeof(float) * (size_t)(chunks * (W + 1) * C);
     float *part = (float *)pr_cuda_malloc(bytes);
     conv1d_dw_partial<<<dim3((unsigned)cblocks, (unsigned)chunks), dim3(CV_X, CV_Y), 0, s>>>(
-        part, g, (const float *)x->data, R, T, C, W, rows_per_chunk);
+        part, g, (const E *)x->data, R, T, C, W, rows_per_chunk);
     PR_CUDA_LAUNCH_CHECK();
     conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * C, 256), 256, 0, s>>>(
-        dw ? (float *)dw->data : nullptr, db ? (float *)db->data : nullptr, part, chunks, C, W);
+        dw ? (E *)dw->data : nullptr, db ? (E *)db->data : nullptr, part, chunks, C, W);
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_free(part, bytes);
+}
+
+extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { conv1d_backward<decltype(t)>(ctx, n); });
 }

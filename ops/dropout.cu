@@ -1,4 +1,4 @@
-/* ops/dropout.cu: CUDA inverted dropout (f32), the CPU's mask bit for bit.
+/* ops/dropout.cu: CUDA inverted dropout (f32 or bf16), the CPU's mask bit for bit.
  *
  * Element i is kept when uniform(seed, stream, offset + i) >= p, uniform being
  * tensor/rng.c's pr_philox_uniform: Philox4x32-10 on the counter
@@ -7,21 +7,26 @@
  * an integer below 2^53), so the double comparison with p is the CPU's
  * comparison exactly, and the kept value x * (float)(1/(1-p)) is the CPU's f32
  * product. The mask is recomputed in the backward from the node's iarg.
+ * bf16 (a template over the storage type T): the same f32 product, rounded
+ * once to bf16; the backward's dx += rounds once.
  */
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
 /* dst (=|+=) keep_i * src * scale */
-__global__ void dropout_mask(float *dst, const float *src, int64_t n, uint64_t seed, uint32_t stream,
-                             uint64_t offset, double p, float scale, bool acc)
+template <class T>
+__global__ void dropout_mask(T *dst, const T *src, int64_t n, uint64_t seed, uint32_t stream, uint64_t offset, double p,
+                             float scale, bool acc)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = pr_philox_uniform_dev(seed, stream, offset + (uint64_t)i) >= p ? __fmul_rn(src[i], scale) : 0.0f; /* no fma with the += */
-        dst[i] = acc ? dst[i] + v : v;
+        float v = pr_philox_uniform_dev(seed, stream, offset + (uint64_t)i) >= p ? __fmul_rn(pr_ld(src, i), scale) : 0.0f; /* no fma with the += */
+        if (acc) pr_acc(dst, i, v);
+        else pr_st(dst, i, v);
     }
 }
 
-static void dropout_launch(pr_ctx *ctx, const pr_node *n, float *dst, const float *src, int64_t numel, bool acc)
+template <class T>
+static void dropout_launch(pr_ctx *ctx, const pr_node *n, T *dst, const T *src, int64_t numel, bool acc)
 {
     if (numel == 0) return;
     double p = n->farg[0];
@@ -34,13 +39,19 @@ static void dropout_launch(pr_ctx *ctx, const pr_node *n, float *dst, const floa
 extern "C" void pr_dropout_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0];
-    PR_CHECK(x->dtype == PR_F32, "dropout: CUDA supports f32 only, not %s", pr_dtype_name(x->dtype));
-    dropout_launch(ctx, n, (float *)n->out[0]->data, (const float *)x->data, x->numel, false);
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) {
+        using T = decltype(t);
+        dropout_launch(ctx, n, (T *)n->out[0]->data, (const T *)x->data, x->numel, false);
+    });
 }
 
 /* y = keep * x / (1-p) is linear with a diagonal Jacobian: dx += keep * dy / (1-p) */
 extern "C" void pr_dropout_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     pr_tensor *dx = pr_in_grad(n, 0);
-    if (dx) dropout_launch(ctx, n, (float *)dx->data, (const float *)n->out[0]->grad->data, dx->numel, true);
+    if (!dx) return;
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) {
+        using T = decltype(t);
+        dropout_launch(ctx, n, (T *)dx->data, (const T *)n->out[0]->grad->data, dx->numel, true);
+    });
 }

@@ -1,4 +1,4 @@
-/* ops/embedding.cu: CUDA embedding (f32 weight, int32/int64 ids).
+/* ops/embedding.cu: CUDA embedding (f32 or bf16 weight, int32/int64 ids).
  *
  * Forward gathers rows. Backward is a deterministic scatter-add without float
  * atomics: a stable radix sort of (id, position) pairs groups the positions of
@@ -6,14 +6,16 @@
  * segment [start, end) of the sorted list; then each row sums its positions'
  * grads in that fixed order. Same ids, same sums, bit for bit, on every run.
  * The public function (embedding.c) has already checked every id is in [0, V).
+ * A bf16 table (a template over the storage type T): the gather copies bf16
+ * exactly, the sums are f32 and each dw element is rounded once.
  */
 #include <cub/cub.cuh>
 
 #include "ops/ops.h"
 #include "tensor/cuda.h"
 
-template <typename I>
-__global__ void embedding_gather(float *out, const float *w, const I *ids, int64_t N, int64_t D)
+template <typename T, typename I>
+__global__ void embedding_gather(T *out, const T *w, const I *ids, int64_t N, int64_t D)
 {
     int64_t total = N * D;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -22,22 +24,24 @@ __global__ void embedding_gather(float *out, const float *w, const I *ids, int64
     }
 }
 
-extern "C" void pr_embedding_forward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void embedding_forward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *w = n->in[0], *ids = n->in[1];
     pr_tensor *out = n->out[0];
     int64_t N = ids->numel, D = w->shape[1];
-    PR_CHECK(w->dtype == PR_F32, "embedding: CUDA supports f32 only, not %s", pr_dtype_name(w->dtype));
     if (N * D == 0) return;
     cudaStream_t s = pr_cuda_stream(ctx);
     unsigned blocks = pr_cuda_blocks(N * D, 256);
     if (ids->dtype == PR_I32)
-        embedding_gather<<<blocks, 256, 0, s>>>((float *)out->data, (const float *)w->data,
-                                                (const int32_t *)ids->data, N, D);
+        embedding_gather<<<blocks, 256, 0, s>>>((T *)out->data, (const T *)w->data, (const int32_t *)ids->data, N, D);
     else
-        embedding_gather<<<blocks, 256, 0, s>>>((float *)out->data, (const float *)w->data,
-                                                (const int64_t *)ids->data, N, D);
+        embedding_gather<<<blocks, 256, 0, s>>>((T *)out->data, (const T *)w->data, (const int64_t *)ids->data, N, D);
     PR_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void pr_embedding_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { embedding_forward<decltype(t)>(ctx, n); });
 }
 
 /* keys = ids as uint32 (V < 2^31 is checked), values = positions 0..N-1 */
@@ -64,8 +68,9 @@ __global__ void embedding_segments(int32_t *start, int32_t *end, const uint32_t 
  * position of the segment, then one row adds the 8 partials in order. Blocks
  * stride over vocabulary rows, skipping empty ones. */
 enum { EG_X = 32, EG_Y = 8 };
-__global__ void embedding_grad(float *dw, const float *g, const int32_t *pos, const int32_t *start,
-                               const int32_t *end, int64_t V, int64_t D)
+template <class T>
+__global__ void embedding_grad(T *dw, const T *g, const int32_t *pos, const int32_t *start, const int32_t *end,
+                               int64_t V, int64_t D)
 {
     __shared__ float part[EG_Y][EG_X];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -76,13 +81,13 @@ __global__ void embedding_grad(float *dw, const float *g, const int32_t *pos, co
             int64_t d = d0 + tx;
             float acc = 0.0f;
             if (d < D)
-                for (int32_t j = s + ty; j < e; j += EG_Y) acc += g[(int64_t)pos[j] * D + d];
+                for (int32_t j = s + ty; j < e; j += EG_Y) acc += pr_ld(g, (int64_t)pos[j] * D + d);
             part[ty][tx] = acc;
             __syncthreads();
             if (ty == 0 && d < D) {
                 float sum = part[0][tx];
                 for (int k = 1; k < EG_Y; k++) sum += part[k][tx];
-                dw[v * D + d] += sum;
+                pr_acc(dw, v * D + d, sum);
             }
             __syncthreads();
         }
@@ -92,7 +97,7 @@ __global__ void embedding_grad(float *dw, const float *g, const int32_t *pos, co
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* out[i, :] = w[ids[i], :]  =>  dw[v, :] += sum over {i : ids[i] = v} of dout[i, :] */
-extern "C" void pr_embedding_backward_cuda(pr_ctx *ctx, pr_node *n)
+template <class T> static void embedding_backward(pr_ctx *ctx, pr_node *n)
 {
     pr_tensor *dw = pr_in_grad(n, 0);
     const pr_tensor *ids = n->in[1];
@@ -130,8 +135,13 @@ extern "C" void pr_embedding_backward_cuda(pr_ctx *ctx, pr_node *n)
     embedding_segments<<<blocks, 256, 0, s>>>(start, end, keys_sorted, N);
     PR_CUDA_LAUNCH_CHECK();
     unsigned rows = (unsigned)(V < 4096 ? V : 4096);
-    embedding_grad<<<rows, dim3(EG_X, EG_Y), 0, s>>>((float *)dw->data, (const float *)n->out[0]->grad->data,
-                                                     pos_sorted, start, end, V, D);
+    embedding_grad<<<rows, dim3(EG_X, EG_Y), 0, s>>>((T *)dw->data, (const T *)n->out[0]->grad->data, pos_sorted, start,
+                                                     end, V, D);
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_free(base, total);
+}
+
+extern "C" void pr_embedding_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { embedding_backward<decltype(t)>(ctx, n); });
 }

@@ -530,6 +530,50 @@ static void test_shape(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- dropout, embedding, conv1d ---------------------------------------------------------------- */
+
+static pr_tensor *ap_embedding(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_embedding(c, in[0], in[1]); }
+static pr_tensor *ap_conv1d(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_conv1d(c, in[0], in[1], in[2]); }
+
+/* dropout keeps the CPU's mask (the f32 product rounded to bf16 once);
+ * embedding gathers rows of a bf16 table exactly (tolerance 0) and
+ * scatter-adds repeated ids in f32; conv1d by the run kernels (W <= 8, T
+ * not a multiple of their runs, sequences crossing run boundaries) and by
+ * the generic ones (W = 9) */
+static void test_dropout_embedding_conv1d(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(1);
+    bf16_case c = example_case(ctx, PR_OP_dropout, TOL);
+    check_case(&c);
+    c = example_case(ctx, PR_OP_embedding, TOL);
+    c.tol_out = 0;
+    check_case(&c);
+    c = example_case(ctx, PR_OP_conv1d, TOL);
+    check_case(&c);
+
+    /* 300 int32 ids into 37 rows of 45: every row repeated, D not a multiple of the 32 columns a block takes */
+    bf16_case e = {.name = "embedding [37,45] ids int32 [300]", .tol_out = 0, .tol_grad = TOL, .out_dtype = PR_BF16};
+    pr_rng r = pr_rng_init(4, 0);
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = (int32_t)((i * 13 + i / 7) % 37);
+    e.ex.n_in = 2;
+    e.ex.in[0] = pr_example_input(ctx, &r, PR_F32, PR_DIMS(37, 45), -1, 1);
+    e.ex.in[1] = pr_from_host(ctx->step, PR_I32, PR_CPU, PR_DIMS(300), ids);
+    e.ex.apply = ap_embedding;
+    check_case(&e);
+
+    const shaped_case cases[] = {
+        {"conv1d [3,50,37] W=4", ap_conv1d, 3, {3, 2, 1}, {{3, 50, 37}, {37, 4}, {37}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
+        {"conv1d [2,300,5] W=1", ap_conv1d, 3, {3, 2, 1}, {{2, 300, 5}, {5, 1}, {5}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
+        {"conv1d [2,7,33] W=8", ap_conv1d, 3, {3, 2, 1}, {{2, 7, 33}, {33, 8}, {33}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
+        {"conv1d [2,40,6] W=9", ap_conv1d, 3, {3, 2, 1}, {{2, 40, 6}, {6, 9}, {6}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_shaped(ctx, &cases[i]);
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -541,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_losses),
         cmocka_unit_test(test_reductions),
         cmocka_unit_test(test_shape),
+        cmocka_unit_test(test_dropout_embedding_conv1d),
     };
     return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
 }
