@@ -2,10 +2,11 @@
  * experiment subcommands (ablate, compare, plot, bench, golden-check,
  * inspect's gradient norms and write ranks), as a library of its own
  * (libprism_lab.a) that a test can link without the command: experiment
- * grids, their runs (cells, resume, workers) and results tables, SVG plots and bar charts, runs read back
- * from metrics.jsonl, report pages, the benchmarks' timing loop, the golden
- * checks of the fused ops, what inspect measures of a model's steps, and
- * compare's results table and report page.
+ * grids, their runs (cells, resume, workers) and results tables, SVG plots
+ * and bar charts, runs read back from metrics.jsonl, report pages, the
+ * benchmarks' timing loop, the kernel table of bench ops and one block's
+ * time of bench block, the golden checks of the fused ops, what inspect
+ * measures of a model's steps, and compare's results table and report page.
  * tools/ parses the options and calls in here; lab/ never includes tools/. */
 #ifndef PR_LAB_H
 #define PR_LAB_H
@@ -450,9 +451,47 @@ typedef struct {
 
 void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
 
+/* ---- kernel speed against the machine's ceilings (lab/bench_ops.c) ----
+ * `prism bench ops`: the copy bandwidth (and on CUDA a bare cuBLAS GEMM),
+ * then silu, add, softmax, layernorm and rmsnorm forward and backward as a
+ * fraction of the copy's bytes per second, and pr_matmul as a fraction of
+ * the bare GEMM, a row each. */
+#define PR_BENCH_OPS_MAX_ROWS 24
+typedef struct {
+    char name[48];
+    double ms;           /* median */
+    double rate;         /* GB/s (the copy, the memory-bound ops) or TFLOP/s (the products) */
+    double of_ceiling;   /* a fraction of the copy or of the bare GEMM; NAN: none to compare with */
+    bool low;            /* judged and under its target (70% of copy, 90% of cuBLAS) */
+} pr_bench_ops_row;
+typedef struct {
+    int n, low;
+    bool judged;         /* the targets apply to the GPU kernels at full size only */
+    pr_bench_ops_row row[PR_BENCH_OPS_MAX_ROWS];
+} pr_bench_ops_result;
+/* every row timed on dev and printed to out: 256 MiB tensors and 8192^3
+ * products on CUDA, 16 MiB and 1024^3 on the CPU, or with quick [64,1024]
+ * and 64^3 and one repetition (a check that each kernel runs); reps 0: the
+ * default (20 on CUDA, 5 on the CPU) */
+void pr_bench_ops_run(FILE *out, pr_device dev, bool quick, int reps, pr_bench_ops_result *res);
+
 /* the benchmarks skip a model whose step would keep more than this for the
  * backward by a known estimate (atlas's per-token memories: pr_atlas_step_bytes) */
 #define PR_BENCH_MAX_STEP_BYTES (64.0 * (1 << 30))
+
+/* ---- one block's time (lab/bench_block.c) ---- */
+typedef struct {
+    double fwd_s, fwd_bwd_s;   /* medians */
+    int64_t params;            /* the block's (the model's less its embedding and final norm) */
+    double skipped_bytes;      /* > 0: not run, its step would keep this much (PR_BENCH_MAX_STEP_BYTES) */
+} pr_bench_block_time;
+/* one pre-norm block of config (resolved as the preset sizes it, one
+ * layer) on random input [B,T,D] on dev: forward alone and forward +
+ * backward (every parameter's and the input's gradient), medians of iters
+ * runs after 2 warm-up runs, f32 (tf32: TF32 products). 0, or 1 when the
+ * size cannot fit and nothing ran (out->skipped_bytes). */
+int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device dev, bool tf32, int iters,
+                       pr_bench_block_time *out);
 
 /* tokens/s of training `mixer` on the base config at sequence length T,
  * tokens/T sequences a step (lab/throughput.c): the median of `steps` timed

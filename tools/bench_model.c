@@ -1,6 +1,7 @@
 /* tools/bench_model.c: `prism bench block`: the forward and forward+backward
  * time of one pre-norm block (norm, mixer, residual, norm, MLP, residual) per
- * mixer, at the issue's size by default (lm-130m: D 768, 8 heads; B 8, T 1024). */
+ * mixer (lab/bench_block.c measures), at the issue's size by default
+ * (lm-130m: D 768, 8 heads; B 8, T 1024). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,32 +18,6 @@ static void block_usage(FILE *f)
                "on random input [B,T,D] (default B 8, T 1024): forward alone and forward + backward\n"
                "(every parameter's and the input's gradient), median of --iters runs (default 10)\n"
                "after 2 warm-up runs, in f32. Prints a line per mixer; the last line is JSON.\n");
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* median seconds of one block's forward (backward too when with_backward) */
-static double time_block(pr_ctx *ctx, const pr_model *m, pr_tensor *x, pr_tensor *w, int iters, bool with_backward)
-{
-    double *t = malloc(sizeof(double) * (size_t)iters);
-    PR_CHECK(t, "bench block: out of host memory");
-    for (int i = -2; i < iters; i++) {
-        pr_device_sync(x->device);
-        double t0 = pr_now_s();
-        pr_tensor *y = pr_block_forward(ctx, m, 0, x, NULL);
-        if (with_backward) pr_backward_with(ctx, y, w);
-        pr_device_sync(x->device);
-        if (i >= 0) t[i] = pr_now_s() - t0;
-        pr_step_reset(ctx);
-    }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    double med = t[iters / 2];
-    free(t);
-    return med;
 }
 
 typedef struct {
@@ -67,36 +42,20 @@ static int bench_one(const block_opts *o, const char *mixer, char *json, size_t 
         fprintf(stderr, "prism bench block: %s\n", err.msg);
         return 2;
     }
-    c = pr_config_resolve(&c);   /* one block as the preset sizes it (match_attn) */
-    c.n_layers = 1;
-    double need = pr_atlas_step_bytes(&c, o->B, o->T);
-    if (need > PR_BENCH_MAX_STEP_BYTES) {   /* a size that cannot fit: a row that says so, not a crash */
+    pr_bench_block_time t;
+    if (pr_bench_block_one(&c, o->B, o->T, o->dev, o->tf32, o->iters, &t)) {   /* a row that says so, not a crash */
+        double gib = t.skipped_bytes / (1 << 30);
         printf("%-12s skipped: its per-token form keeps ~%.0f GiB for the backward at this size (try --T 128 or "
-               "--set atlas.degree=1)\n", mixer, need / (1 << 30));
+               "--set atlas.degree=1)\n", mixer, gib);
         size_t len = strlen(json);
-        snprintf(json + len, json_cap - len, "%s\"%s\":{\"skipped_gib\":%.0f}", len > 1 ? "," : "", mixer, need / (1 << 30));
+        snprintf(json + len, json_cap - len, "%s\"%s\":{\"skipped_gib\":%.0f}", len > 1 ? "," : "", mixer, gib);
         return 0;
     }
-    pr_model *m = pr_model_new(&c, PR_F32, o->dev);
-    pr_model_init(m);
-    pr_ctx *ctx = pr_ctx_new(1);
-    ctx->matmul_tf32 = o->tf32;
-    pr_arena *a = pr_arena_new("bench-input", 0);
-    pr_rng r = pr_rng_init(3, 0);
-    pr_tensor *x = pr_randn(a, PR_F32, o->dev, PR_DIMS(o->B, o->T, c.d_model), &r);
-    pr_tensor *w = pr_randn(a, PR_F32, o->dev, PR_DIMS(o->B, o->T, c.d_model), &r);
-    pr_requires_grad_(x, true);
-    double fwd = time_block(ctx, m, x, w, o->iters, false), both = time_block(ctx, m, x, w, o->iters, true);
-    int64_t block_params = pr_params_count(m->params) - m->embed->numel - c.d_model;   /* less embed, norm_f */
-    printf("%-12s %12lld %10.3f %12.3f %14.0f\n", mixer, (long long)block_params, 1e3 * fwd, 1e3 * both,
-           (double)(o->B * o->T) / both);
+    printf("%-12s %12lld %10.3f %12.3f %14.0f\n", mixer, (long long)t.params, 1e3 * t.fwd_s, 1e3 * t.fwd_bwd_s,
+           (double)(o->B * o->T) / t.fwd_bwd_s);
     size_t len = strlen(json);
     snprintf(json + len, json_cap - len, "%s\"%s\":{\"fwd_ms\":%.4f,\"fwd_bwd_ms\":%.4f}", len > 1 ? "," : "", mixer,
-             1e3 * fwd, 1e3 * both);
-    pr_params_release_grads(m->params);
-    pr_ctx_free(ctx);
-    pr_arena_free(a);
-    pr_model_free(m);
+             1e3 * t.fwd_s, 1e3 * t.fwd_bwd_s);
     return 0;
 }
 

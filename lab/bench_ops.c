@@ -1,5 +1,6 @@
-/* tools/bench_ops.c: `prism bench ops`: the speed of the basic kernels
- * against the machine's own ceilings, measured in the same run.
+/* lab/bench_ops.c: what `prism bench ops` measures (lab/lab.h): the speed
+ * of the basic kernels against the machine's own ceilings, measured in the
+ * same run.
  *
  * CUDA: the ceilings are a device-to-device cudaMemcpy of 256 MiB (bytes
  * read + written per second) and a bare cuBLAS GEMM of 8192^3 (fp32 and
@@ -11,29 +12,16 @@
  * allocation falls inside a timed region. Timing: CUDA events, warm-up,
  * median of the repetitions. CPU: the same table, smaller sizes, wall clock.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lab/lab.h"
 #include "ops/ops.h"
-#include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"
 #endif
-
-static void bench_ops_usage(FILE *f)
-{
-    fprintf(f, "usage: prism bench ops [--device cuda|cpu] [--reps N] [--quick] [--help]\n\n"
-               "Times the copy bandwidth and GEMM rate of the device, then elementwise ops,\n"
-               "softmax, layernorm and rmsnorm on 256 MiB tensors ([65536,1024] f32; 16 MiB on\n"
-               "the CPU) and pr_matmul at 8192^3 (1024^3 on the CPU), forward and backward,\n"
-               "and prints each as a fraction of the measured ceiling. Default device: cuda\n"
-               "when a GPU is present. Targets, on the GPU only: norm and elementwise >= 70%% of\n"
-               "copy bandwidth, pr_matmul >= 90%% of the bare cuBLAS call (marked LOW when missed).\n"
-               "  --reps N   timed repetitions, median (default 20 on the GPU, 5 on the CPU)\n"
-               "  --quick    tiny sizes and one repetition: checks that every kernel runs\n");
-}
 
 /* ---- the cases ------------------------------------------------------------------------ */
 
@@ -100,17 +88,29 @@ static pr_bench_node make_node(pr_ctx *ctx, pr_op_id id, int n_in, pr_tensor *co
 }
 
 typedef struct {
+    FILE *out;
     double copy_gbs;
-    bool judge; /* the targets apply to the GPU kernels at full size only */
-    int low;
+    pr_bench_ops_result *res;
 } bench_state;
+
+/* a row of the result (the last one kept when there is no room) */
+static pr_bench_ops_row *add_row(bench_state *st, const char *name, double ms, double rate, double of_ceiling,
+                                 bool low)
+{
+    pr_bench_ops_result *r = st->res;
+    pr_bench_ops_row *row = &r->row[r->n < PR_BENCH_OPS_MAX_ROWS ? r->n++ : r->n - 1];
+    *row = (pr_bench_ops_row){.ms = ms, .rate = rate, .of_ceiling = of_ceiling, .low = low};
+    snprintf(row->name, sizeof row->name, "%s", name);
+    r->low += low;
+    return row;
+}
 
 static void report_mem(bench_state *st, const char *name, double ms, double bytes, bool target)
 {
     double gbs = bytes / (ms * 1e-3) / 1e9, frac = gbs / st->copy_gbs;
-    bool low = st->judge && target && frac < 0.70;
-    st->low += low;
-    printf("%-26s %9.3f ms %9.1f GB/s %7.1f%% of copy%s\n", name, ms, gbs, 100 * frac, low ? "  LOW" : "");
+    bool low = st->res->judged && target && frac < 0.70;
+    add_row(st, name, ms, gbs, frac, low);
+    fprintf(st->out, "%-26s %9.3f ms %9.1f GB/s %7.1f%% of copy%s\n", name, ms, gbs, 100 * frac, low ? "  LOW" : "");
 }
 
 /* elementwise, softmax and norms on [R, D] f32, forward and backward */
@@ -183,8 +183,10 @@ static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device d
             ms = pr_bench_median(tl, reps);
             const double bare = pr_bench_median(tb, reps);
             ref = flop / (bare * 1e-3) / 1e12;
-            printf("%-26s %9.3f ms %9.1f TFLOP/s (bare cublasGemmEx, %s)\n", tf32 ? "cuBLAS tf32" : "cuBLAS fp32",
-                   bare, ref, tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F");
+            add_row(st, tf32 ? "cuBLAS tf32" : "cuBLAS fp32", bare, ref, NAN, false);
+            fprintf(st->out, "%-26s %9.3f ms %9.1f TFLOP/s (bare cublasGemmEx, %s)\n",
+                    tf32 ? "cuBLAS tf32" : "cuBLAS fp32", bare, ref,
+                    tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F");
             free(tb);
             free(tl);
         } else
@@ -195,89 +197,53 @@ static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device d
         char name[48];
         snprintf(name, sizeof name, "pr_matmul %lld^3 %s", (long long)n, tf32 ? "tf32" : "fp32");
         if (ref > 0) {
-            bool low = st->judge && rate < 0.9 * ref;
-            st->low += low;
-            printf("%-26s %9.3f ms %9.1f TFLOP/s %6.1f%% of cuBLAS%s\n", name, ms, rate, 100 * rate / ref,
-                   low ? "  LOW" : "");
+            bool low = st->res->judged && rate < 0.9 * ref;
+            add_row(st, name, ms, rate, rate / ref, low);
+            fprintf(st->out, "%-26s %9.3f ms %9.1f TFLOP/s %6.1f%% of cuBLAS%s\n", name, ms, rate, 100 * rate / ref,
+                    low ? "  LOW" : "");
         } else {
-            printf("%-26s %9.3f ms %9.3f TFLOP/s\n", name, ms, rate);
+            add_row(st, name, ms, rate, NAN, false);
+            fprintf(st->out, "%-26s %9.3f ms %9.3f TFLOP/s\n", name, ms, rate);
         }
     }
     ctx->matmul_tf32 = 0;
     pr_set_grad_enabled(ctx, was);
 }
 
-int pr_bench_ops(int argc, char **argv)
+void pr_bench_ops_run(FILE *out, pr_device dev, bool quick, int reps, pr_bench_ops_result *res)
 {
-    static const char *const devices[] = {"cpu", "cuda", NULL};
-    int dev_k = pr_cuda_available(), reps = 0;
-    bool quick = false;
-    pr_args a = pr_args_begin("prism bench ops", argc, argv);
-    while (pr_args_next(&a)) {
-        if (pr_args_help(&a)) return bench_ops_usage(stdout), 0;
-        if (pr_args_choice(&a, "--device", devices, &dev_k) || pr_args_int(&a, "--reps", 1, 100000, &reps)) continue;
-        if (pr_args_flag(&a, "--quick", &quick)) continue;
-        return pr_args_unknown(&a);
-    }
-    if (a.failed) return PR_EXIT_USAGE;
-    pr_device dev = dev_k ? PR_CUDA : PR_CPU;
-    if (dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda(a.cmd);
     bool cuda = dev == PR_CUDA;
     if (reps <= 0) reps = quick ? 1 : cuda ? 20 : 5;
     int64_t R = quick ? 64 : cuda ? 65536 : 4096, D = 1024, n = quick ? 64 : cuda ? 8192 : 1024;
     pr_ctx *ctx = pr_ctx_new(1);
     pr_arena *ar = pr_arena_new("bench", 0);
-    bench_state st = {0, cuda && !quick, 0};
+    *res = (pr_bench_ops_result){.judged = cuda && !quick};   /* the targets apply to the GPU kernels at full size */
+    bench_state st = {.out = out, .res = res};
 #ifdef PRISM_HAVE_CUDA
     if (cuda) {
         struct cudaDeviceProp p;
         PR_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-        printf("prism bench ops: %s, %d SMs, %.0f MiB L2 (cuda)\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1048576.0);
+        fprintf(out, "prism bench ops: %s, %d SMs, %.0f MiB L2 (cuda)\n", p.name, p.multiProcessorCount,
+                p.l2CacheSize / 1048576.0);
     }
 #endif
-    if (!cuda) printf("prism bench ops: cpu\n");
-    if (quick) printf("--quick: [64,1024] tensors and 64^3 products; the numbers mean nothing\n");
+    if (!cuda) fprintf(out, "prism bench ops: cpu\n");
+    if (quick) fprintf(out, "--quick: [64,1024] tensors and 64^3 products; the numbers mean nothing\n");
     size_t bytes = (size_t)R * D * 4;
     void *src = pr_device_alloc(dev, bytes), *dst = pr_device_alloc(dev, bytes);
     pr_device_memset0(dev, src, bytes);
     copy_arg c = {dst, src, bytes, dev};
     double ms = pr_bench_time_ms(ctx, dev, run_copy, &c, 3, reps);
     st.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
-    printf("%-26s %9.3f ms %9.1f GB/s (read + write; the ceiling below)\n", cuda ? "copy D2D" : "memcpy", ms,
-           st.copy_gbs);
+    add_row(&st, cuda ? "copy D2D" : "memcpy", ms, st.copy_gbs, 1, false);
+    fprintf(out, "%-26s %9.3f ms %9.1f GB/s (read + write; the ceiling below)\n", cuda ? "copy D2D" : "memcpy", ms,
+            st.copy_gbs);
     pr_device_free(dev, src, bytes);
     pr_device_free(dev, dst, bytes);
     bench_memory_ops(&st, ctx, ar, dev, R, D, reps);
     bench_matmul(&st, ctx, ar, dev, n, quick ? 1 : cuda ? 10 : 3);
-    if (!st.judge) printf("no target judged: they apply to the GPU kernels at full size only\n");
-    else printf("%s\n", st.low ? "some kernels are under their target (LOW)" : "every kernel meets its target");
+    if (!res->judged) fprintf(out, "no target judged: they apply to the GPU kernels at full size only\n");
+    else fprintf(out, "%s\n", res->low ? "some kernels are under their target (LOW)" : "every kernel meets its target");
     pr_arena_free(ar);
     pr_ctx_free(ctx);
-    return 0;
-}
-
-/* `prism bench <what>`: ops here, recurrence in tools/bench_recurrence.c, fused in tools/bench_fused.c */
-int pr_cmd_bench(int argc, char **argv)
-{
-    if (argc < 2 || pr_is_help(argv[1])) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: prism bench <ops|recurrence|fused|block|throughput> [options]   (--help for each)\n");
-        return argc < 2 ? 2 : 0;
-    }
-    int rc;
-    if (strcmp(argv[1], "ops") == 0) rc = pr_bench_ops(argc - 1, argv + 1);
-    else if (strcmp(argv[1], "recurrence") == 0) rc = pr_bench_recurrence(argc - 1, argv + 1);
-    else if (strcmp(argv[1], "fused") == 0) rc = pr_bench_fused(argc - 1, argv + 1);
-    else if (strcmp(argv[1], "block") == 0) rc = pr_bench_block(argc - 1, argv + 1);
-    else if (strcmp(argv[1], "throughput") == 0) rc = pr_bench_throughput(argc - 1, argv + 1);
-    else {
-        fprintf(stderr, "prism bench: unknown benchmark '%s' (ops, recurrence, fused, block, throughput)\n", argv[1]);
-        return PR_EXIT_USAGE;
-    }
-    if (pr_cuda_available() && !pr_is_help(argc > 2 ? argv[2] : "")) {
-        size_t cur, peak;
-        pr_device_mem_stats(PR_CUDA, &cur, &peak);
-        if (peak > 0)   /* a bench that ran on the CPU has nothing to report (and keeps its JSON line last) */
-            printf("device memory: %.1f MiB held by tensors now, %.1f MiB peak\n", cur / 1048576.0, peak / 1048576.0);
-    }
-    return rc;
 }

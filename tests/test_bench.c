@@ -1,0 +1,86 @@
+/* tests/test_bench.c: what `prism bench ops` and `prism bench block`
+ * measure (lab/lab.h), run without the command on the CPU at tiny sizes:
+ * every row of the kernel table timed, against the ceiling it names, and
+ * no target judged off the GPU; one block's forward and forward+backward
+ * timed; a block too large to fit reported as skipped, never run. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lab/lab.h"
+#include "tests/pr_test.h"
+
+static void test_ops_table(void **state)
+{
+    (void)state;
+    FILE *out = fopen("/dev/null", "w");
+    assert_non_null(out);
+    pr_bench_ops_result r;
+    pr_bench_ops_run(out, PR_CPU, true, 1, &r);
+    fclose(out);
+    /* the copy, then silu, add, softmax, layernorm and rmsnorm (fwd and bwd,
+     * add fwd only), then the product: fp32 alone on the CPU */
+    assert_int_equal(r.n, 11);
+    assert_false(r.judged);
+    assert_int_equal(r.low, 0);
+    assert_string_equal(r.row[0].name, "memcpy");
+    assert_true(r.row[0].of_ceiling == 1);
+    assert_string_equal(r.row[1].name, "silu fwd");
+    assert_string_equal(r.row[9].name, "rmsnorm (w) bwd (dx)");
+    assert_string_equal(r.row[10].name, "pr_matmul 64^3 fp32");
+    assert_true(isnan(r.row[10].of_ceiling));   /* no bare GEMM to compare with on the CPU */
+    for (int i = 0; i < r.n; i++) {
+        assert_true(isfinite(r.row[i].ms) && r.row[i].ms > 0);
+        assert_true(isfinite(r.row[i].rate) && r.row[i].rate > 0);
+        assert_false(r.row[i].low);
+        if (i > 0 && i < 10) assert_true(fabs(r.row[i].of_ceiling - r.row[i].rate / r.row[0].rate) < 1e-9);
+    }
+}
+
+static pr_config block_config(const char *preset, const char *mixer)
+{
+    pr_config c = pr_config_default();
+    pr_err err;
+    char kv[64];
+    snprintf(kv, sizeof kv, "mixer=%s", mixer);
+    if (pr_config_preset(&c, preset, &err) || pr_config_set(&c, kv, &err)) fail_msg("%s", err.msg);
+    return c;
+}
+
+static void test_block(void **state)
+{
+    (void)state;
+    pr_config c = block_config("probe", "gdn");
+    pr_bench_block_time t;
+    assert_int_equal(pr_bench_block_one(&c, 1, 4, PR_CPU, false, 1, &t), 0);
+    assert_true(isfinite(t.fwd_s) && t.fwd_s > 0);
+    assert_true(isfinite(t.fwd_bwd_s) && t.fwd_bwd_s > 0);
+    assert_true(t.skipped_bytes == 0);
+    /* the block alone: fewer parameters than the one-layer model holding it */
+    pr_config one = pr_config_resolve(&c);
+    one.n_layers = 1;
+    pr_model *shapes = pr_model_shapes(&one);
+    int64_t model = pr_params_count(shapes->params);
+    pr_model_free(shapes);
+    assert_true(t.params > 0 && t.params < model);
+}
+
+static void test_block_too_large(void **state)
+{
+    (void)state;
+    pr_config c = block_config("lm-130m", "atlas");
+    pr_bench_block_time t;
+    assert_int_equal(pr_bench_block_one(&c, 64, 1 << 20, PR_CPU, false, 1, &t), 1);
+    assert_true(t.skipped_bytes > PR_BENCH_MAX_STEP_BYTES);
+    assert_true(t.fwd_s == 0 && t.fwd_bwd_s == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ops_table),
+        cmocka_unit_test(test_block),
+        cmocka_unit_test(test_block_too_large),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
