@@ -9,7 +9,10 @@
  * copy bandwidth, counting the fewest bytes it must move (each input read
  * once, each output written once); pr_matmul as a fraction of the bare GEMM.
  * The ops' kernels are called through the op table on prepared nodes, so no
- * allocation falls inside a timed region. Timing: CUDA events, warm-up,
+ * allocation falls inside a timed region. On the GPU every memory-bound row
+ * is measured again in bf16 (the native bf16 kernels: the same [65536, 1024]
+ * elements, half the bytes), and the product in bf16 against a bare bf16
+ * cublasGemmEx with f32 accumulation. Timing: CUDA events, warm-up,
  * median of the repetitions. CPU: the same table, smaller sizes, wall clock.
  */
 #include <math.h>
@@ -57,9 +60,10 @@ static void run_copy(void *p)
 #ifdef PRISM_HAVE_CUDA
 typedef struct {
     pr_ctx *ctx;
-    const float *a, *b;
-    float *c;
+    const void *a, *b;
+    void *c;
     int n;
+    cudaDataType type;   /* of a, b and c: CUDA_R_32F or CUDA_R_16BF */
 } gemm_arg;
 
 /* what ops/matmul.cu issues for a row-major [n,n] @ [n,n], with no library around it */
@@ -68,9 +72,10 @@ static void run_cublas(void *p)
     gemm_arg *g = p;
     const float alpha = 1.0f, beta = 0.0f;
     cublasHandle_t h = pr_cublas(g->ctx);
-    cublasComputeType_t ct = g->ctx->matmul_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    PR_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &alpha, g->b, CUDA_R_32F, g->n, g->a,
-                                 CUDA_R_32F, g->n, &beta, g->c, CUDA_R_32F, g->n, ct, CUBLAS_GEMM_DEFAULT));
+    cublasComputeType_t ct =
+        g->ctx->matmul_tf32 && g->type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    PR_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &alpha, g->b, g->type, g->n, g->a,
+                                 g->type, g->n, &beta, g->c, g->type, g->n, ct, CUBLAS_GEMM_DEFAULT));
 }
 #endif
 
@@ -113,19 +118,29 @@ static void report_mem(bench_state *st, const char *name, double ms, double byte
     fprintf(st->out, "%-26s %9.3f ms %9.1f GB/s %7.1f%% of copy%s\n", name, ms, gbs, 100 * frac, low ? "  LOW" : "");
 }
 
-/* elementwise, softmax and norms on [R, D] f32, forward and backward */
-static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device dev, int64_t R, int64_t D, int reps)
+/* t in dtype dt (t itself when f32) */
+static pr_tensor *in_dtype(pr_arena *ar, pr_tensor *t, pr_dtype dt)
+{
+    return dt == PR_F32 ? t : pr_to(ar, t, dt, t->device);
+}
+
+/* elementwise, softmax and norms on [R, D] of dtype dt (f32, or bf16 on the
+ * GPU: the norms' statistics stay f32), forward and backward */
+static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device dev, int64_t R, int64_t D, int reps,
+                             pr_dtype dt)
 {
     pr_rng r = pr_rng_init(42, 0);
-    pr_tensor *x = pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r), *x2 = pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r);
-    pr_tensor *y = pr_zeros(ar, PR_F32, dev, PR_DIMS(R, D));
-    pr_tensor *w = pr_randu(ar, PR_F32, dev, PR_DIMS(D), &r, 0.5, 1.5), *b = pr_randn(ar, PR_F32, dev, PR_DIMS(D), &r);
+    pr_tensor *x = in_dtype(ar, pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r), dt);
+    pr_tensor *x2 = in_dtype(ar, pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r), dt);
+    pr_tensor *y = pr_zeros(ar, dt, dev, PR_DIMS(R, D));
+    pr_tensor *w = in_dtype(ar, pr_randu(ar, PR_F32, dev, PR_DIMS(D), &r, 0.5, 1.5), dt);
+    pr_tensor *b = in_dtype(ar, pr_randn(ar, PR_F32, dev, PR_DIMS(D), &r), dt);
     pr_tensor *mean = pr_zeros(ar, PR_F32, dev, PR_DIMS(R)), *rstd = pr_zeros(ar, PR_F32, dev, PR_DIMS(R));
     /* grads for the backwards: dy (read) and dx (accumulated: read and written) */
-    y->grad = pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r);
-    x->grad = pr_zeros(ar, PR_F32, dev, PR_DIMS(R, D));
+    y->grad = in_dtype(ar, pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r), dt);
+    x->grad = pr_zeros(ar, dt, dev, PR_DIMS(R, D));
     x->requires_grad = true;
-    double T = (double)R * D * 4; /* bytes of one tensor */
+    double T = (double)R * D * (double)pr_dtype_size(dt); /* bytes of one tensor */
     struct {
         const char *name;
         pr_op_id id;
@@ -145,12 +160,13 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
         pr_tensor **saved = cases[i].n_saved == 2 ? saved_ln : saved_rms;
         pr_bench_node a = make_node(ctx, cases[i].id, cases[i].n_in, cases[i].in, y, cases[i].n_saved, saved, 1e-5);
         char name[64];
-        snprintf(name, sizeof name, "%s fwd", cases[i].name);
+        const char *suffix = dt == PR_F32 ? "" : " bf16";
+        snprintf(name, sizeof name, "%s fwd%s", cases[i].name, suffix);
         report_mem(st, name, pr_bench_time_ms(ctx, dev, pr_bench_run_node, &a, 3, reps), cases[i].fwd_tensors * T,
                    true);
         if (cases[i].bwd_tensors == 0) continue;
         a.backward = true; /* dx only: w and b need no grad here */
-        snprintf(name, sizeof name, "%s bwd (dx)", cases[i].name);
+        snprintf(name, sizeof name, "%s bwd (dx)%s", cases[i].name, suffix);
         report_mem(st, name, pr_bench_time_ms(ctx, dev, pr_bench_run_node, &a, 3, reps), cases[i].bwd_tensors * T,
                    true);
     }
@@ -172,7 +188,7 @@ static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device d
              * drift over the run (a TF32 GEMM draws the card's full power)
              * falls on both alike; medians of each */
             pr_tensor *c = pr_empty(ar, PR_F32, dev, PR_DIMS(n, n));
-            gemm_arg g = {ctx, a->data, b->data, c->data, (int)n};
+            gemm_arg g = {ctx, a->data, b->data, c->data, (int)n, CUDA_R_32F};
             double *tb = malloc(sizeof(double) * (size_t)reps), *tl = malloc(sizeof(double) * (size_t)reps);
             pr_bench_time_ms(ctx, dev, run_cublas, &g, 2, 1);
             pr_bench_time_ms(ctx, dev, run_matmul, &m, 2, 1);
@@ -210,6 +226,41 @@ static void bench_matmul(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_device d
     pr_set_grad_enabled(ctx, was);
 }
 
+#ifdef PRISM_HAVE_CUDA
+/* the bf16 product: matmul's CUDA forward on a prepared bf16 node (f32
+ * accumulation) against the same bare cublasGemmEx in bf16, alternately */
+static void bench_matmul_bf16(bench_state *st, pr_ctx *ctx, pr_arena *ar, int64_t n, int reps)
+{
+    pr_rng r = pr_rng_init(43, 0);
+    pr_tensor *a = pr_to(ar, pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(n, n), &r), PR_BF16, PR_CUDA);
+    pr_tensor *b = pr_to(ar, pr_randn(ar, PR_F32, PR_CUDA, PR_DIMS(n, n), &r), PR_BF16, PR_CUDA);
+    pr_tensor *c = pr_empty(ar, PR_BF16, PR_CUDA, PR_DIMS(n, n)), *out = pr_empty(ar, PR_BF16, PR_CUDA, PR_DIMS(n, n));
+    pr_bench_node m = make_node(ctx, PR_OP_matmul, 2, (pr_tensor *[]){a, b}, out, 0, NULL, 0);
+    gemm_arg g = {ctx, a->data, b->data, c->data, (int)n, CUDA_R_16BF};
+    double flop = 2.0 * n * n * n;
+    double *tb = malloc(sizeof(double) * (size_t)reps), *tl = malloc(sizeof(double) * (size_t)reps);
+    pr_bench_time_ms(ctx, PR_CUDA, run_cublas, &g, 2, 1);
+    pr_bench_time_ms(ctx, PR_CUDA, pr_bench_run_node, &m, 2, 1);
+    for (int i = 0; i < reps; i++) {
+        tb[i] = pr_bench_time_ms(ctx, PR_CUDA, run_cublas, &g, 0, 1);
+        tl[i] = pr_bench_time_ms(ctx, PR_CUDA, pr_bench_run_node, &m, 0, 1);
+    }
+    const double bare = pr_bench_median(tb, reps), ms = pr_bench_median(tl, reps);
+    const double ref = flop / (bare * 1e-3) / 1e12, rate = flop / (ms * 1e-3) / 1e12;
+    add_row(st, "cuBLAS bf16", bare, ref, NAN, false);
+    fprintf(st->out, "%-26s %9.3f ms %9.1f TFLOP/s (bare cublasGemmEx, CUDA_R_16BF, CUBLAS_COMPUTE_32F)\n",
+            "cuBLAS bf16", bare, ref);
+    bool low = st->res->judged && rate < 0.9 * ref;
+    char name[48];
+    snprintf(name, sizeof name, "matmul %lld^3 bf16", (long long)n);
+    add_row(st, name, ms, rate, rate / ref, low);
+    fprintf(st->out, "%-26s %9.3f ms %9.1f TFLOP/s %6.1f%% of cuBLAS%s\n", name, ms, rate, 100 * rate / ref,
+            low ? "  LOW" : "");
+    free(tb);
+    free(tl);
+}
+#endif
+
 void pr_bench_ops_run(FILE *out, pr_device dev, bool quick, int reps, pr_bench_ops_result *res)
 {
     bool cuda = dev == PR_CUDA;
@@ -240,8 +291,12 @@ void pr_bench_ops_run(FILE *out, pr_device dev, bool quick, int reps, pr_bench_o
             st.copy_gbs);
     pr_device_free(dev, src, bytes);
     pr_device_free(dev, dst, bytes);
-    bench_memory_ops(&st, ctx, ar, dev, R, D, reps);
+    bench_memory_ops(&st, ctx, ar, dev, R, D, reps, PR_F32);
+    if (cuda) bench_memory_ops(&st, ctx, ar, dev, R, D, reps, PR_BF16);
     bench_matmul(&st, ctx, ar, dev, n, quick ? 1 : cuda ? 10 : 3);
+#ifdef PRISM_HAVE_CUDA
+    if (cuda) bench_matmul_bf16(&st, ctx, ar, n, quick ? 1 : 10);
+#endif
     if (!res->judged) fprintf(out, "no target judged: they apply to the GPU kernels at full size only\n");
     else fprintf(out, "%s\n", res->low ? "some kernels are under their target (LOW)" : "every kernel meets its target");
     pr_arena_free(ar);

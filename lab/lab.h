@@ -455,8 +455,8 @@ void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
  * `prism bench ops`: the copy bandwidth (and on CUDA a bare cuBLAS GEMM),
  * then silu, add, softmax, layernorm and rmsnorm forward and backward as a
  * fraction of the copy's bytes per second, and pr_matmul as a fraction of
- * the bare GEMM, a row each. */
-#define PR_BENCH_OPS_MAX_ROWS 24
+ * the bare GEMM, a row each; on CUDA each again in bf16. */
+#define PR_BENCH_OPS_MAX_ROWS 32
 typedef struct {
     char name[48];
     double ms;           /* median */

@@ -4,7 +4,9 @@
  * with a message naming the op and the problem), allocates its output in the
  * context's step arena and runs through pr_op_apply, which dispatches on the
  * inputs' device and records the op on the tape. The kernels live in
- * ops/<file>.c (CPU, f32 and f64) and ops/<file>.cu (CUDA, f32).
+ * ops/<file>.c (CPU, f32 and f64) and ops/<file>.cu (CUDA, f32; the GEMM,
+ * elementwise, norm, softmax, loss, reduce, shape, dropout, embedding and
+ * conv1d kernels also bf16: bf16 loads, f32 math, one rounding per store).
  */
 #ifndef PR_OPS_H
 #define PR_OPS_H
