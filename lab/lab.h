@@ -519,7 +519,7 @@ void pr_bench_fused_ms(pr_ctx *ctx, pr_bench_fwd_fn fwd, void *arg, pr_tensor *c
  * what golden-check's checks share (loading a file's
  * inputs, comparing with its references, seeding the backward, catching a
  * check's fatal errors) and the per-op checkers of the fused ops of
- * ops2.safetensors (attention, selective_scan, ...). golden_check.c runs the
+ * ops2.safetensors (attention, selective_scan, ...). lab/golden_check.c runs the
  * recurrences with these helpers, then every entry of pr_golden_ops whose
  * tensors are in the file. */
 
@@ -561,6 +561,32 @@ void pr_golden_compare_all(pr_golden_run *g, pr_tensor *const *out, const char *
 /* run check(g) on g->op; returns its worst error (inf after a fatal error,
  * whose message goes to why) */
 double pr_golden_try(pr_golden_run *g, void (*check)(pr_golden_run *g), char *why, size_t why_n);
+
+/* ---- golden-check (lab/golden_check.c) ----
+ * Every recurrence rule, TTT-Linear and fused op present in a reference
+ * file runs forward and backward, seeded with the file's upstream
+ * gradients, and every output, final state and gradient is compared with
+ * the file's: a line per rule, "<rule> ok|FAIL max_rel_err=<e>", then "N
+ * passed, M failed". A rule whose references are missing, empty or not
+ * float64 fails, naming the tensor; a file that holds nothing known, or
+ * nothing that runs with these options, fails. */
+typedef struct {
+    pr_device dev;
+    pr_dtype dt;     /* bf16: the linear rules on bf16 data, the tolerance in units of bf16 rounding */
+    int forms;       /* bit 0: per-token form, bit 1: chunked form */
+    int chunk;
+    double tol;      /* 0: pr_golden_default_tol */
+    bool verbose;    /* every tensor's error */
+    bool tf32;       /* CUDA: ctx->matmul_tf32 = 1 */
+} pr_golden_opts;
+/* 1e-9 in f64, 1e-4 in f32, 6 x 2^-11 with TF32; bf16: 4 x 2^-8 (6 with TF32) */
+double pr_golden_default_tol(const pr_golden_opts *o);
+/* the file checked, lines to out (a file that cannot be read: a message on
+ * stderr); the exit status: 0 all passed, 1 otherwise */
+int pr_golden_check_file(FILE *out, const char *path, const pr_golden_opts *o);
+/* a reference file of the linear rules at sizes B,T,H,K,V,L (size[6]),
+ * computed by the CPU per-token form in f64; 0, or 1 after a message */
+int pr_golden_make_reference(FILE *out, const char *path, const int64_t *size);
 
 /* ---- what `prism inspect` measures (lab/inspect.c) ----
  * Each parameter's gradient norm per step, kept as an array

@@ -1,32 +1,31 @@
-/* tests/test_golden_check.c: `prism golden-check` cannot pass a file that
- * checks nothing (issue 8, item 8). A small reference file made by
- * `golden-check --make` passes; copies of it written with the project's
+/* tests/test_golden_check.c: golden-check (lab/golden_check.c, without the
+ * command) cannot pass a file that checks nothing (issue 8, item 8). A
+ * small reference file made as `golden-check --make` makes it passes; copies of it written with the project's
  * safetensors writer, each broken one way, must fail naming the problem:
  * a rule with inputs but no outputs or gradients, one missing gradient, a
  * missing upstream gradient, a tensor of the wrong dtype. */
 #include <stdio.h>
 #include <unistd.h>
 
+#include "lab/lab.h"
 #include "ops/recurrence/recurrence.h"
 #include "tests/pr_test.h"
 
-#ifndef PRISM_CLI
-#error "PRISM_CLI (the prism command's path) is set by CMakeLists.txt"
-#endif
-
 static char g_dir[64];
 
-/* runs `prism golden-check FILE`; returns its exit status, output in out */
+/* golden-check of FILE on the CPU in f64, both forms; returns its exit status, its lines in out */
 static int golden_check(const char *file, char *out, size_t n)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' golden-check '%s' 2>&1", PRISM_CLI, file);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    const size_t got = fread(out, 1, n - 1, p);
-    out[got] = 0;
-    const int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    pr_golden_opts o = {.dev = PR_CPU, .dt = PR_F64, .forms = 3, .chunk = 64};
+    const int rc = pr_golden_check_file(f, file, &o);
+    fclose(f);
+    snprintf(out, n, "%s", text);
+    free(text);
+    return rc;
 }
 
 /* drop: tensors left out (by full name); as_f32: one tensor converted to f32 */
@@ -64,9 +63,9 @@ static void test_broken_files_fail(void **state)
     char ref[128], bad[128], out[8192];
     snprintf(ref, sizeof ref, "%s/ref.safetensors", g_dir);
     snprintf(bad, sizeof bad, "%s/bad.safetensors", g_dir);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' golden-check --make '%s' --size 1,9,2,4,3,2 >/dev/null", PRISM_CLI, ref);
-    assert_int_equal(system(cmd), 0);
+    FILE *quiet = fopen("/dev/null", "w");
+    assert_int_equal(pr_golden_make_reference(quiet, ref, (int64_t[]){1, 9, 2, 4, 3, 2}), 0);
+    fclose(quiet);
     assert_int_equal(golden_check(ref, out, sizeof out), 0);   /* the whole file passes */
 
     pr_arena *a = pr_arena_new("golden-test", 0);
