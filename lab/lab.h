@@ -505,6 +505,21 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
                                int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown,
                                int64_t *params);
 
+/* ---- the fused ops at model sizes (lab/bench_fused.c) ----
+ * Each op runs once to record its node, then the node's forward and its
+ * backward are timed (median ms of reps after one warm-up): rate is TFLOP/s
+ * for attention (forward 2 B H T^2 D, the causal half of its two products;
+ * backward 2.5 times that), GB/s of the fewest bytes moved for the scan.
+ * Lines to out, and on CUDA the allocator's peak after each. */
+typedef struct { double fwd_ms, bwd_ms, fwd_rate, bwd_rate; } pr_bench_fused_time;
+/* causal attention, q, k, v [B,T,H,D]: fp32 into t[0] and, on CUDA, TF32
+ * into t[1]; returns the rows filled */
+int pr_bench_attention(FILE *out, pr_device dev, int64_t B, int64_t T, int64_t H, int64_t D, int reps,
+                       pr_bench_fused_time t[2]);
+/* the selective scan at [B,T,D], N states, with z, delta_bias and h0 */
+void pr_bench_selective_scan(FILE *out, pr_device dev, int64_t B, int64_t T, int64_t D, int64_t N, int reps,
+                             pr_bench_fused_time *t);
+
 #ifdef PRISM_HAVE_CUDA
 /* A fused op's forward: runs the op on arg's inputs and returns its tape node. */
 typedef pr_node *(*pr_bench_fwd_fn)(pr_ctx *ctx, void *arg);
@@ -513,6 +528,12 @@ typedef pr_node *(*pr_bench_fwd_fn)(pr_ctx *ctx, void *arg);
  * untimed ones; CUDA events on the context's stream, the step reset after each */
 void pr_bench_fused_ms(pr_ctx *ctx, pr_bench_fwd_fn fwd, void *arg, pr_tensor *const *dout, int warm, int reps,
                        double *fwd_ms, double *fb_ms);
+/* bench recurrence's rows of TTT-MLP and Titans (lab/bench_ttt2.c), after
+ * TTT-Linear's: at B, T, H with d = 64 (TTT-MLP hidden 256), the dual form
+ * (mini-batch or chunk 16) and token by token, forward and forward + the
+ * CUDA backward, printed */
+void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp,
+                   bool titans);
 #endif
 
 /* ---- golden checks (lab/golden_ops2.c) ----

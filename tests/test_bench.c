@@ -1,8 +1,9 @@
-/* tests/test_bench.c: what `prism bench ops` and `prism bench block`
- * measure (lab/lab.h), run without the command on the CPU at tiny sizes:
- * every row of the kernel table timed, against the ceiling it names, and
- * no target judged off the GPU; one block's forward and forward+backward
- * timed; a block too large to fit reported as skipped, never run. */
+/* tests/test_bench.c: what `prism bench ops`, `bench block` and `bench
+ * fused` measure (lab/lab.h), run without the command on the CPU at tiny
+ * sizes: every row of the kernel table timed, against the ceiling it names,
+ * and no target judged off the GPU; one block's forward and
+ * forward+backward timed; a block too large to fit reported as skipped,
+ * never run; attention and the selective scan timed, with their rates. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,12 +76,30 @@ static void test_block_too_large(void **state)
     assert_true(t.fwd_s == 0 && t.fwd_bwd_s == 0);
 }
 
+static void test_fused(void **state)
+{
+    (void)state;
+    FILE *out = fopen("/dev/null", "w");
+    assert_non_null(out);
+    pr_bench_fused_time t[2];
+    assert_int_equal(pr_bench_attention(out, PR_CPU, 1, 16, 2, 8, 1, t), 1);   /* fp32 only off the GPU */
+    /* the rate is the forward's 2 B H T^2 D operations per second, the backward's 2.5 times as many */
+    assert_true(t[0].fwd_ms > 0 && t[0].bwd_ms > 0);
+    assert_true(fabs(t[0].fwd_rate - 2.0 * 2 * 16 * 16 * 8 / (t[0].fwd_ms * 1e-3) / 1e12) < 1e-9 * t[0].fwd_rate);
+    assert_true(fabs(t[0].bwd_rate - 5.0 * 2 * 16 * 16 * 8 / (t[0].bwd_ms * 1e-3) / 1e12) < 1e-9 * t[0].bwd_rate);
+    pr_bench_fused_time s;
+    pr_bench_selective_scan(out, PR_CPU, 1, 32, 8, 4, 1, &s);
+    assert_true(s.fwd_ms > 0 && s.bwd_ms > 0 && isfinite(s.fwd_rate) && s.fwd_rate > 0);
+    fclose(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops_table),
         cmocka_unit_test(test_block),
         cmocka_unit_test(test_block_too_large),
+        cmocka_unit_test(test_fused),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

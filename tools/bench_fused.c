@@ -1,24 +1,9 @@
-/* tools/bench_fused.c: `prism bench fused`: the fused mixer ops at model
- * sizes, forward and backward.
- *
- * attention (causal, H = Hkv = 16, D = Dv = 128) at B=8 T=2048 and B=1
- * T=16384, fp32 and TF32 math: time, achieved TFLOP/s (forward 2 B H T^2 D
- * for the causal half of the two products, backward 2.5 times that) and the
- * device memory peak. The T=16384 case runs first on a fresh allocator, so
- * the peak printed after it is its own; a T x T score buffer would be 16 GiB
- * per head-batch (printed beside it). selective_scan at B=8 T=2048 D=1536
- * N=16 with z, delta_bias and h0: time and the bytes it must move per
- * second. The kernels run on the node recorded by one call of the public
- * op, so the timed region holds only the op's own work. Median of the reps,
- * CUDA events. --device cpu runs small sizes (B=1 T=256 H=4 D=64; scan T=512
- * D=64) to exercise the path.
- */
+/* tools/bench_fused.c: `prism bench fused`: its options and the sizes it
+ * runs (the model sizes on CUDA, small ones on the CPU); the measuring is
+ * lab/bench_fused.c's. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "lab/lab.h"
-#include "ops/ops.h"
 #include "tools/tools.h"
 
 static void usage(FILE *f)
@@ -26,127 +11,33 @@ static void usage(FILE *f)
     fprintf(f, "usage: prism bench fused [--device cuda|cpu] [--reps N] [--help]\n\n"
                "Times causal attention (H=16, D=128; B=8 T=2048 and B=1 T=16384) forward and\n"
                "backward in fp32 and TF32 math with TFLOP/s and peak device memory, and the\n"
-               "selective scan at B=8 T=2048 D=1536 N=16. --device cpu: small sizes.\n");
-}
-
-/* median ms of reps runs of the node's kernel after one warm-up */
-static double time_node(pr_bench_node *a, int reps)
-{
-    return pr_bench_time_ms(a->ctx, a->n.in[0]->device, pr_bench_run_node, a, 1, reps);
-}
-
-/* the last node on the tape (the op just called), ready to rerun */
-static pr_bench_node last_node(pr_ctx *ctx)
-{
-    return (pr_bench_node){ctx, ctx->tape[ctx->n_tape - 1], false};
-}
-
-/* leaves requiring grad with a zero grad buffer, so the backward has somewhere to write */
-static pr_tensor *leaf(pr_arena *ar, pr_device dev, int ndim, const int64_t *shape, pr_rng *r, double lo, double hi)
-{
-    pr_tensor *t = pr_randu(ar, PR_F32, dev, ndim, shape, r, lo, hi);
-    t->requires_grad = true;
-    t->grad = pr_zeros(ar, PR_F32, dev, ndim, shape);
-    return t;
-}
-
-static void print_peak(pr_device dev)
-{
-    if (dev != PR_CUDA) return;
-    size_t cur, peak;
-    pr_device_mem_stats(dev, &cur, &peak);
-    printf("    device memory: %.1f MiB now, %.1f MiB peak so far\n", cur / 1048576.0, peak / 1048576.0);
-}
-
-static void bench_attention(pr_device dev, int64_t B, int64_t T, int64_t H, int64_t D, int reps)
-{
-    pr_ctx *ctx = pr_ctx_new(1);
-    pr_arena *ar = pr_arena_new("bench-attn", 0);
-    pr_rng r = pr_rng_init(7, 0);
-    pr_tensor *q = leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1), *k = leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1);
-    pr_tensor *v = leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1);
-    const double fwd_flop = 2.0 * B * H * T * T * D;
-    printf("attention B=%lld T=%lld H=%lld D=%lld (a T x T fp32 score buffer would be %.1f GiB)\n", (long long)B,
-           (long long)T, (long long)H, (long long)D, (double)B * H * T * T * 4 / 1073741824.0);
-    for (int tf32 = 0; tf32 <= (dev == PR_CUDA); tf32++) {
-        ctx->matmul_tf32 = tf32;
-        pr_tensor *o = pr_attention(ctx, q, k, v, 0, NULL);
-        o->grad = pr_randu(ctx->step, PR_F32, dev, o->ndim, o->shape, &r, -1, 1);
-        pr_bench_node a = last_node(ctx);
-        double f = time_node(&a, reps);
-        a.backward = true;
-        double b = time_node(&a, reps);
-        printf("  %s fwd %9.3f ms %7.1f TFLOP/s   bwd %9.3f ms %7.1f TFLOP/s   fwd+bwd %9.3f ms\n",
-               tf32 ? "tf32" : "fp32", f, fwd_flop / (f * 1e-3) / 1e12, b, 2.5 * fwd_flop / (b * 1e-3) / 1e12, f + b);
-        print_peak(dev);
-        pr_step_reset(ctx);
-    }
-    pr_arena_free(ar);
-    pr_ctx_free(ctx);
-}
-
-static void bench_scan(pr_device dev, int64_t B, int64_t T, int64_t D, int64_t N, int reps)
-{
-    pr_ctx *ctx = pr_ctx_new(1);
-    pr_arena *ar = pr_arena_new("bench-scan", 0);
-    pr_rng r = pr_rng_init(8, 0);
-    pr_tensor *u = leaf(ar, dev, PR_DIMS(B, T, D), &r, -1, 1), *dl = leaf(ar, dev, PR_DIMS(B, T, D), &r, -3, 0);
-    pr_tensor *A = leaf(ar, dev, PR_DIMS(D, N), &r, -2, -0.1), *Bm = leaf(ar, dev, PR_DIMS(B, T, N), &r, -1, 1);
-    pr_tensor *Cm = leaf(ar, dev, PR_DIMS(B, T, N), &r, -1, 1), *Dk = leaf(ar, dev, PR_DIMS(D), &r, -1, 1);
-    pr_tensor *z = leaf(ar, dev, PR_DIMS(B, T, D), &r, -1, 1), *bias = leaf(ar, dev, PR_DIMS(D), &r, -1, 0);
-    pr_tensor *h0 = leaf(ar, dev, PR_DIMS(B, D, N), &r, -1, 1), *ht;
-    pr_tensor *y = pr_selective_scan(ctx, u, dl, A, Bm, Cm, Dk, z, bias, h0, NULL, &ht);
-    y->grad = pr_randu(ctx->step, PR_F32, dev, y->ndim, y->shape, &r, -1, 1);
-    ht->grad = pr_zeros(ctx->step, PR_F32, dev, ht->ndim, ht->shape);
-    pr_bench_node a = last_node(ctx);
-    double f = time_node(&a, reps);
-    a.backward = true;
-    double b = time_node(&a, reps);
-    /* fewest bytes: fwd reads u, delta, z, B, C and writes y; bwd also reads dy
-     * and writes du, ddelta, dz, dB, dC */
-    const double btd = 4.0 * B * T * D, btn = 4.0 * B * T * N;
-    printf("selective_scan B=%lld T=%lld D=%lld N=%lld\n  fwd %9.3f ms %7.1f GB/s   bwd %9.3f ms %7.1f GB/s\n",
-           (long long)B, (long long)T, (long long)D, (long long)N, f, (4 * btd + 2 * btn) / (f * 1e-3) / 1e9, b,
-           (8 * btd + 4 * btn) / (b * 1e-3) / 1e9);
-    print_peak(dev);
-    pr_arena_free(ar);
-    pr_ctx_free(ctx);
+               "selective scan at B=8 T=2048 D=1536 N=16. --device cpu: small sizes.\n"
+               "  --reps N   timed repetitions, median (default 10 on the GPU, 3 on the CPU)\n");
 }
 
 int pr_bench_fused(int argc, char **argv)
 {
-    pr_device dev = pr_cuda_available() ? PR_CUDA : PR_CPU;
-    int reps = 0;
-    for (int i = 1; i < argc; i++) {
-        if (pr_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            const char *d = argv[++i];
-            if (!strcmp(d, "cuda")) dev = PR_CUDA;
-            else if (!strcmp(d, "cpu")) dev = PR_CPU;
-            else return fprintf(stderr, "prism bench fused: unknown device '%s' (cuda or cpu)\n", d), 2;
-        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "prism bench fused: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
+    static const char *const devices[] = {"cpu", "cuda", NULL};
+    int dev_k = pr_cuda_available(), reps = 0;
+    pr_args a = pr_args_begin("prism bench fused", argc, argv);
+    while (pr_args_next(&a)) {
+        if (pr_args_help(&a)) return usage(stdout), 0;
+        if (pr_args_choice(&a, "--device", devices, &dev_k) || pr_args_int(&a, "--reps", 1, 100000, &reps)) continue;
+        return pr_args_unknown(&a);
     }
-    if (dev == PR_CUDA && !pr_cuda_available()) {
-        fprintf(stderr, "prism bench fused: no CUDA device (or built without CUDA); try --device cpu\n");
-        return 1;
-    }
+    if (a.failed) return PR_EXIT_USAGE;
+    pr_device dev = dev_k ? PR_CUDA : PR_CPU;
+    if (dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda(a.cmd);
     if (reps <= 0) reps = dev == PR_CUDA ? 10 : 3;
     printf("prism bench fused (%s)\n", pr_device_name(dev));
+    pr_bench_fused_time t[2];
     if (dev == PR_CUDA) {
-        bench_attention(dev, 1, 16384, 16, 128, reps);
-        bench_attention(dev, 8, 2048, 16, 128, reps);
-        bench_scan(dev, 8, 2048, 1536, 16, reps);
+        pr_bench_attention(stdout, dev, 1, 16384, 16, 128, reps, t);
+        pr_bench_attention(stdout, dev, 8, 2048, 16, 128, reps, t);
+        pr_bench_selective_scan(stdout, dev, 8, 2048, 1536, 16, reps, t);
     } else {
-        bench_attention(dev, 1, 256, 4, 64, reps);
-        bench_scan(dev, 1, 512, 64, 16, reps);
+        pr_bench_attention(stdout, dev, 1, 256, 4, 64, reps, t);
+        pr_bench_selective_scan(stdout, dev, 1, 512, 64, 16, reps, t);
     }
     return 0;
 }

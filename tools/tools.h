@@ -28,9 +28,6 @@ int pr_bench_ops(int argc, char **argv);
 int pr_bench_recurrence(int argc, char **argv);
 int pr_bench_block(int argc, char **argv);
 int pr_bench_fused(int argc, char **argv);      /* attention, selective_scan */
-#ifdef PR_OPS_H /* tools/bench_ttt2.c: ttt_mlp and titans beside ttt_linear (CUDA builds) */
-void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp, bool titans);
-#endif
 
 /* tools/dist_env.c: rank, world and rendezvous file from the launchers' variables in the
  * environment (pr_dist_env_parse), and where NCCL is looked for

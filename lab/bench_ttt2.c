@@ -1,4 +1,4 @@
-/* tools/bench_ttt2.c: TTT-MLP and Titans in `prism bench recurrence`, after
+/* lab/bench_ttt2.c: TTT-MLP and Titans in `prism bench recurrence` (lab/lab.h), after
  * TTT-Linear: at the bench's B, T, H with d = 64 (TTT-MLP hidden 256), the
  * dual form (mini-batch / chunk 16) and the token-by-token form (1), forward
  * and forward + the CUDA backward called on the tape's node, f32, CUDA
@@ -9,7 +9,6 @@
 
 #include "lab/lab.h"
 #include "ops/ops.h"
-#include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
 #include "tensor/cuda.h"
 
