@@ -151,6 +151,7 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
     } cases[] = {
         {"silu", PR_OP_silu, 1, {x}, 0, 2, 4},
         {"add (same shape)", PR_OP_add, 2, {x, x2}, 0, 3, 0},
+        {"swiglu", PR_OP_swiglu, 2, {x, x2}, 0, 3, 5},
         {"softmax", PR_OP_softmax, 1, {x}, 0, 2, 4},
         {"layernorm (w, b)", PR_OP_layernorm, 3, {x, w, b}, 2, 2, 4},
         {"rmsnorm (w)", PR_OP_rmsnorm, 2, {x, w}, 1, 2, 4},

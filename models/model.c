@@ -163,8 +163,8 @@ pr_tensor *pr_model_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n
 static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_model *m, const pr_block *b, pr_tensor *x)
 {
     if (b->w_gate) {
-        pr_tensor *gate = pr_silu(ctx, pr_linear(ctx, x, b->w_gate, NULL));
-        return pr_linear(ctx, pr_mul(ctx, gate, pr_linear(ctx, x, b->w_up, NULL)), b->w_down, NULL);
+        pr_tensor *gate = pr_linear(ctx, x, b->w_gate, NULL);   /* silu(gate) * up in one op */
+        return pr_linear(ctx, pr_swiglu(ctx, gate, pr_linear(ctx, x, b->w_up, NULL)), b->w_down, NULL);
     }
     pr_tensor *u = pr_linear(ctx, x, b->w_up, b->b_up);
     u = strcmp(m->cfg.mlp, "relu") == 0 ? pr_relu(ctx, u) : pr_gelu(ctx, u);

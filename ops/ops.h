@@ -55,6 +55,10 @@ pr_tensor *pr_sub(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
 pr_tensor *pr_mul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
 pr_tensor *pr_div(pr_ctx *ctx, pr_tensor *a, pr_tensor *b);
 
+/* ---- swiglu.c: silu(gate) * up, gate and up of one shape, fused (one read
+ * of each, one write; the MLP's SwiGLU step) -------------------------------- */
+pr_tensor *pr_swiglu(pr_ctx *ctx, pr_tensor *gate, pr_tensor *up);
+
 /* ---- reduce.c ---------------------------------------------------------------
  * x [..., N] -> [...] (last dim removed; a 1-D x gives a 0-dim scalar)      */
 pr_tensor *pr_sum(pr_ctx *ctx, pr_tensor *x);

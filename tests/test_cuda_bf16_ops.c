@@ -290,6 +290,7 @@ static pr_tensor *ap_add(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) 
 static pr_tensor *ap_mul(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_mul(c, in[0], in[1]); }
 static pr_tensor *ap_div(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_div(c, in[0], in[1]); }
 static pr_tensor *ap_silu(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_silu(c, in[0]); }
+static pr_tensor *ap_swiglu(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_swiglu(c, in[0], in[1]); }
 static pr_tensor *ap_tanh(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_tanh(c, in[0]); }
 
 /* a case of n_in inputs of the given shapes, uniform in [lo, hi) */
@@ -312,7 +313,7 @@ static void check_shaped(pr_ctx *ctx, const shaped_case *sc)
     check_case(&c);
 }
 
-/* every unary op and binary op on its example, then the kernels' paths:
+/* every unary op, binary op and swiglu on its example, then the kernels' paths:
  * lengths not a multiple of 4 (the scalar tail), every broadcast map of the
  * binary ops (same shape, suffix, prefix, general) with their grads' column
  * and row sums */
@@ -323,7 +324,7 @@ static void test_elementwise(void **state)
     pr_ctx *ctx = pr_ctx_new(1);
     const pr_op_id ops[] = {PR_OP_scale, PR_OP_neg, PR_OP_exp, PR_OP_log, PR_OP_sqrt, PR_OP_sigmoid,
                             PR_OP_logsigmoid, PR_OP_tanh, PR_OP_relu, PR_OP_silu, PR_OP_gelu, PR_OP_gelu_tanh,
-                            PR_OP_softplus, PR_OP_add, PR_OP_sub, PR_OP_mul, PR_OP_div};
+                            PR_OP_softplus, PR_OP_add, PR_OP_sub, PR_OP_mul, PR_OP_div, PR_OP_swiglu};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         pr_op_id id = ops[i];
         bool reads_y = id == PR_OP_exp || id == PR_OP_sqrt || id == PR_OP_sigmoid || id == PR_OP_tanh;
@@ -332,6 +333,7 @@ static void test_elementwise(void **state)
     }
     const shaped_case cases[] = {
         {"silu n=1001", ap_silu, 1, {1}, {{1001}}, {-6}, {6}, 0, TOL},
+        {"swiglu [7,143]", ap_swiglu, 2, {2, 2}, {{7, 143}, {7, 143}}, {-6, -2}, {6, 2}, 0, TOL},
         {"tanh [7,13]", ap_tanh, 1, {2}, {{7, 13}}, {-3}, {3}, 0, TOL_Y},
         {"add same shape [5,203]", ap_add, 2, {2, 2}, {{5, 203}, {5, 203}}, {-1, -1}, {1, 1}, 0, TOL},
         {"add suffix [301,12]+[12]", ap_add, 2, {2, 1}, {{301, 12}, {12}}, {-1, -1}, {1, 1}, 0, TOL},

@@ -11,7 +11,7 @@
 static void bench_ops_usage(FILE *f)
 {
     fprintf(f, "usage: prism bench ops [--device cuda|cpu] [--reps N] [--quick] [--help]\n\n"
-               "Times the copy bandwidth and GEMM rate of the device, then elementwise ops,\n"
+               "Times the copy bandwidth and GEMM rate of the device, then elementwise ops (swiglu too),\n"
                "softmax, layernorm and rmsnorm on 256 MiB tensors ([65536,1024] f32; 16 MiB on\n"
                "the CPU) and pr_matmul at 8192^3 (1024^3 on the CPU), forward and backward,\n"
                "and prints each as a fraction of the measured ceiling; on the GPU each again in\n"
