@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "lab/lab.h"
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+#endif
 
 /* the task's quality metric among a run's final metrics */
 const char *pr_compare_quality(const pr_metrics *m, const char *task, double *value)
@@ -98,4 +101,47 @@ int pr_compare_write_report(const char *path, const char *root, const char *task
                                "train.eval_every=N adds evaluations during training.");
     pr_report_end(f);
     return fclose(f) != 0 ? pr_errf(err, "%s: cannot write", path) : 0;
+}
+
+/* ---- a model's run ---------------------------------------------------------------------- */
+int pr_compare_config(const pr_compare_setup *s, const char *model, pr_config *c, pr_train_opts *o, pr_err *err)
+{
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    snprintf(o->task, sizeof o->task, "%s", s->task);
+    if (pr_task_preset(c, o, s->task, err) || pr_train_set_model(c, s->task, model, err)) return -1;
+    for (int i = 0; i < s->n_sets; i++)
+        if (pr_grid_set(c, o, s->sets[i], err)) return -1;
+    if (s->steps) o->steps = s->steps;
+    if (s->data && pr_task_family_of(s->task) != PR_TASK_LM)
+        return pr_errf(err, "--data is the lm task's text file; task %s does not read it", s->task);
+    if (s->data) snprintf(o->data, sizeof o->data, "%s", s->data);
+    o->seed = (int64_t)s->seed, c->seed = (int)s->seed;
+    return pr_config_check(c, err);
+}
+
+void pr_compare_run_row(pr_compare_row *row, const pr_compare_setup *s, const char *root, pr_device dev)
+{
+    pr_config c;
+    pr_train_opts ro;
+    pr_err err;
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/%s", root, row->name);
+    pr_train_result res;
+#ifdef PRISM_HAVE_CUDA
+    if (dev == PR_CUDA) pr_cuda_alloc_peak_reset();
+#endif
+    int rc = pr_compare_config(s, row->name, &c, &ro, &err);
+    ro.overwrite = true;   /* DIR/<model> holds this compare's run of the model: a new compare replaces it */
+    if (rc || pr_train(&c, &ro, dir, false, dev, &res, &err)) {
+        fprintf(stderr, "prism compare: %s: %s\n", row->name, err.msg);
+        return;
+    }
+    size_t cur, peak = res.step_peak_bytes;
+    if (dev == PR_CUDA) pr_device_mem_stats(PR_CUDA, &cur, &peak);
+    row->metric = pr_compare_quality(&res.metrics, s->task, &row->quality);
+    row->tokens_per_s = res.tokens_per_s;
+    row->params = res.params;
+    row->peak_mib = (double)peak / 1048576.0;
+    row->ok = true;
 }

@@ -654,6 +654,20 @@ typedef struct {
     bool ok;
 } pr_compare_row;
 
+/* what compare gives every model: the task's preset, the model, each set
+ * (as a grid's), the step budget (0: the task's), lm's text file (NULL:
+ * the default) and the seed of data and init */
+typedef struct {
+    const char *task, *data, *const *sets;
+    int n_sets, steps;
+    uint64_t seed;
+} pr_compare_setup;
+/* one model's config, in prism train's order; -1 with err naming what is wrong */
+int pr_compare_config(const pr_compare_setup *s, const char *model, pr_config *c, pr_train_opts *o, pr_err *err);
+/* trains row->name in root/<name> (replacing a run there) and fills the row:
+ * quality, tokens/s, parameters, peak memory, ok; a failure is said on
+ * stderr and leaves row->ok false */
+void pr_compare_run_row(pr_compare_row *row, const pr_compare_setup *s, const char *root, pr_device dev);
 /* the task's quality metric (pr_grid_quality_metric) among a run's final
  * metrics: its name, its value in *value; "-" and NAN when absent */
 const char *pr_compare_quality(const pr_metrics *m, const char *task, double *value);

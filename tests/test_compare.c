@@ -1,7 +1,9 @@
-/* tests/test_compare.c: what `prism compare` writes (lab/lab.h), without the
- * command or any training: the quality metric picked from a run's metrics,
- * the table as Markdown and CSV (a failed model keeps its row), the report
- * page, and the error for a file that cannot be created. */
+/* tests/test_compare.c: what `prism compare` does (lab/lab.h), without the
+ * command: the quality metric picked from a run's metrics, the table as
+ * Markdown and CSV (a failed model keeps its row), the report page, and the
+ * error for a file that cannot be created; each model's config in prism
+ * train's order, a tiny model's run filling its row, the same compare run
+ * again replacing its runs, and a model that cannot run left failed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,11 +76,52 @@ static void test_tables_and_report(void **state)
     rmdir(dir);
 }
 
+static const char *const tiny[] = {"d_model=8", "seq_len=16", "train.batch=4", "train.eval_batches=1"};
+
+static void test_config(void **state)
+{
+    (void)state;
+    pr_compare_setup s = {.task = "parity", .sets = tiny, .n_sets = 4, .steps = 3, .seed = 5};
+    pr_config c;
+    pr_train_opts o;
+    pr_err err;
+    assert_int_equal(pr_compare_config(&s, "gdn", &c, &o, &err), 0);
+    assert_string_equal(c.mixer, "gdn");
+    assert_int_equal(c.d_model, 8), assert_int_equal(o.batch, 4);
+    assert_int_equal(o.steps, 3), assert_int_equal(o.seed, 5), assert_int_equal(c.seed, 5);
+    s.data = "text.txt";   /* only lm reads a text file */
+    assert_int_equal(pr_compare_config(&s, "gdn", &c, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "--data is the lm task's text file; task parity does not read it"));
+}
+
+static void test_run_rows(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/prism_test_compare_run_XXXXXX", cmd[128];
+    assert_non_null(mkdtemp(root));
+    pr_compare_setup s = {.task = "parity", .sets = tiny, .n_sets = 4, .steps = 2, .seed = 1};
+    for (int again = 0; again < 2; again++) {   /* a second compare in the same folder replaces the runs */
+        pr_compare_row row = {.name = "gdn"};
+        pr_compare_run_row(&row, &s, root, PR_CPU);
+        assert_true(row.ok);
+        assert_string_equal(row.metric, "acc");
+        assert_true(row.quality >= 0 && row.quality <= 1);
+        assert_true(row.tokens_per_s > 0 && row.params > 0 && row.peak_mib > 0);
+    }
+    pr_compare_row bad = {.name = "sasrec"};   /* a rec model on a probe */
+    pr_compare_run_row(&bad, &s, root, PR_CPU);
+    assert_false(bad.ok);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quality),
         cmocka_unit_test(test_tables_and_report),
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_run_rows),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -68,55 +68,6 @@ static void compare_usage(FILE *f)
                "DIR/report.html (one page, no network or script needed; open it in a browser).\n");
 }
 
-/* what compare gives every model: the task's preset, the model, each --set, then the budget */
-typedef struct {
-    const char *task, *data, *const *sets;
-    int n_sets, steps;
-    uint64_t seed;
-} compare_setup;
-
-/* one model's config, in prism train's order; -1 with err */
-static int row_config(const compare_setup *s, const char *model, pr_config *c, pr_train_opts *o, pr_err *err)
-{
-    *c = pr_config_default();
-    *o = pr_train_defaults();
-    snprintf(o->task, sizeof o->task, "%s", s->task);
-    if (pr_task_preset(c, o, s->task, err) || pr_train_set_model(c, s->task, model, err) ||
-        apply_sets(c, o, s->sets, s->n_sets, err))
-        return -1;
-    if (s->steps) o->steps = s->steps;
-    if (s->data && pr_task_family_of(s->task) != PR_TASK_LM)
-        return pr_errf(err, "--data is the lm task's text file; task %s does not read it", s->task);
-    if (s->data) snprintf(o->data, sizeof o->data, "%s", s->data);
-    o->seed = (int64_t)s->seed, c->seed = (int)s->seed;
-    return pr_config_check(c, err);
-}
-
-static void pr_compare_row_run(pr_compare_row *row, const compare_setup *s, const char *root, pr_device dev)
-{
-    pr_config c;
-    pr_train_opts ro;
-    pr_err err;
-    char dir[1100];
-    snprintf(dir, sizeof dir, "%s/%s", root, row->name);
-    ro.overwrite = true;   /* DIR/<model> holds this compare's run of the model: a new compare replaces it */
-    pr_train_result res;
-#ifdef PRISM_HAVE_CUDA
-    if (dev == PR_CUDA) pr_cuda_alloc_peak_reset();
-#endif
-    if (row_config(s, row->name, &c, &ro, &err) || pr_train(&c, &ro, dir, false, dev, &res, &err)) {
-        fprintf(stderr, "prism compare: %s: %s\n", row->name, err.msg);
-        return;
-    }
-    size_t cur, peak = res.step_peak_bytes;
-    if (dev == PR_CUDA) pr_device_mem_stats(PR_CUDA, &cur, &peak);
-    row->metric = pr_compare_quality(&res.metrics, s->task, &row->quality);
-    row->tokens_per_s = res.tokens_per_s;
-    row->params = res.params;
-    row->peak_mib = (double)peak / 1048576.0;
-    row->ok = true;
-}
-
 int pr_cmd_compare(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism compare", argc, argv);
@@ -150,13 +101,13 @@ int pr_cmd_compare(int argc, char **argv)
         if (strcmp(names[i], "sasrec") == 0 && pr_task_family_of(task) != PR_TASK_REC)
             return pr_args_error(&a, "--models sasrec: a rec model; give --task rec");
     if (pick_device(&a, device, &dev)) return PR_EXIT_NO_GPU;
-    compare_setup setup = {.task = task, .data = data, .sets = sets, .n_sets = n_sets, .steps = steps, .seed = seed};
+    pr_compare_setup setup = {.task = task, .data = data, .sets = sets, .n_sets = n_sets, .steps = steps, .seed = seed};
     int64_t budget = 0;   /* the steps each model trains, for the report */
     for (int i = 0; i < n; i++) {   /* a bad --set fails before any model trains */
         pr_config c;
         pr_train_opts o;
         pr_err err;
-        if (row_config(&setup, names[i], &c, &o, &err)) return pr_args_error(&a, "%s", err.msg);
+        if (pr_compare_config(&setup, names[i], &c, &o, &err)) return pr_args_error(&a, "%s", err.msg);
         budget = o.steps;
     }
     char root[1024];
@@ -168,7 +119,7 @@ int pr_cmd_compare(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         rows[i].name = names[i];
         fprintf(stderr, "prism compare: %s (%d of %d)\n", names[i], i + 1, n);
-        pr_compare_row_run(&rows[i], &setup, root, dev);
+        pr_compare_run_row(&rows[i], &setup, root, dev);
         failed += !rows[i].ok;
     }
     pr_compare_table(stdout, rows, n, false, dev);
