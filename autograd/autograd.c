@@ -6,7 +6,8 @@
  * saves residuals only then), runs it, and appends it to the tape if so. pr_backward walks the tape
  * from the loss's node down to the first, calling each node's backward for
  * the same device. Gradients accumulate, so a tensor used twice gets both
- * contributions. */
+ * contributions. An op given bf16 tensors that its kernels do not take runs
+ * on wider copies of them (autograd/staging.c) in both passes. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,6 +35,8 @@ void pr_ctx_free(pr_ctx *ctx)
     pr_arena_free(ctx->step);
     pr_arena_free(ctx->grads);
     free(ctx->tape);
+    free(ctx->cast_cache.src);
+    free(ctx->cast_cache.dst);
     pr_cuda_ctx_release(ctx->cuda);
     free(ctx);
 }
@@ -44,6 +47,32 @@ void pr_step_reset(pr_ctx *ctx)
     pr_arena_reset(ctx->step);
     ctx->n_tape = 0;
     ctx->scope = NULL;   /* it lived in the step arena */
+    pr_autocast_forget(ctx);   /* the casts lived there too */
+}
+
+void pr_autocast_forget(pr_ctx *ctx) { ctx->cast_cache.n = 0; }
+
+static const char *const precision_names[] = {"f32", "tf32", "bf16"};
+
+const char *pr_precision_name(pr_precision p)
+{
+    return (unsigned)p < sizeof precision_names / sizeof precision_names[0] ? precision_names[p] : "?";
+}
+
+int pr_precision_from_name(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof precision_names / sizeof precision_names[0]); i++)
+        if (strcmp(name, precision_names[i]) == 0) return i;
+    return -1;
+}
+
+void pr_ctx_set_precision(pr_ctx *ctx, pr_precision p)
+{
+    PR_CHECK((unsigned)p <= PR_PREC_BF16, "context: unknown precision %d", (int)p);
+    ctx->precision = p;
+    /* bf16 values are exact in TF32, so the f32 kernels that stage bf16 lose nothing to TF32 products */
+    ctx->matmul_tf32 = p != PR_PREC_F32;
+    pr_autocast_forget(ctx);
 }
 
 void pr_ctx_set_scope(pr_ctx *ctx, const char *fmt, ...)
@@ -149,8 +178,10 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n)
     PR_CHECK(fwd, "%s: no %s forward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
     n->recording = pr_op_will_record(ctx, n);   /* before the forward: it saves only when recorded */
     n->scope = ctx->scope;
+    n->staged = NULL;
     double t0 = ctx->profile ? pr_profile_clock(dev) : 0;
-    fwd(ctx, n);
+    if (pr_node_needs_staging(n, dev)) pr_staged_forward(ctx, n, fwd);
+    else fwd(ctx, n);
     if (ctx->profile) pr_profile_time(ctx->profile, n->op->name, n->scope, 0, pr_profile_clock(dev) - t0);
 #ifdef PRISM_HAVE_CUDA
     if (dev == PR_CUDA) pr_cuda_check_last(n->op->name); /* a bad launch is named by its op */
@@ -224,7 +255,8 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
         pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
         PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
         double t0 = ctx->profile ? pr_profile_clock(dev) : 0;
-        bwd(ctx, n);
+        if (n->staged) pr_staged_backward(ctx, n, bwd);
+        else bwd(ctx, n);
         if (ctx->profile) pr_profile_time(ctx->profile, n->op->name, n->scope, 1, pr_profile_clock(dev) - t0);
 #ifdef PRISM_HAVE_CUDA
         if (dev == PR_CUDA) pr_cuda_check_last(n->op->name);

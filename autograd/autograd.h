@@ -50,6 +50,13 @@ struct pr_op_info {
     const char *name;
     pr_op_fn forward_cpu, backward_cpu, forward_cuda, backward_cuda;
     pr_example_fn example;  /* NULL: not checkable in isolation */
+    /* whether the op's kernels take bf16 tensors themselves, per device
+     * (indexed by pr_device; ops/ops.def's last two columns). Where not,
+     * pr_op_apply stages bf16 through a wider dtype (autograd/staging.c)
+     * with `convert`: dst = round(src), or with acc dst = round(dst + src),
+     * on dst's device (pr_cast's kernels, the same in every row) */
+    bool bf16_native[2];
+    void (*convert)(pr_ctx *ctx, pr_tensor *dst, pr_tensor *src, bool acc);
 };
 
 struct pr_node {
@@ -64,7 +71,20 @@ struct pr_node {
     int64_t iarg[PR_MAX_IARGS];
     double farg[PR_MAX_FARGS];
     const char *scope;            /* ctx->scope when the op ran (NULL: outside any layer) */
+    /* bf16 staging (autograd/staging.c): the node the kernels really ran on,
+     * with wider copies of the bf16 tensors; NULL when the op ran as is */
+    pr_node *staged;
 };
+
+/* The numeric precision of a context, as `train.precision` names it.
+ * f32: f32 everywhere, exact fp32 products on CUDA. tf32: the same, with
+ * CUDA products on TF32 tensor cores (the CPU has none: it computes as f32).
+ * bf16: autocast (ops/autocast.c): the op frontends run products in bf16
+ * and keep norms, softmax, losses, reductions and states in f32; parameters
+ * stay f32 and are cast to bf16 once a step where an op lowers them. */
+typedef enum { PR_PREC_F32, PR_PREC_TF32, PR_PREC_BF16 } pr_precision;
+const char *pr_precision_name(pr_precision p);       /* "f32", "tf32", "bf16" */
+int pr_precision_from_name(const char *name);        /* -1 if unknown */
 
 struct pr_ctx {
     pr_arena *step;      /* activations, saved tensors: reset every step */
@@ -75,7 +95,15 @@ struct pr_ctx {
     bool training;       /* dropout active */
     pr_rng rng;          /* dropout and other in-graph randomness */
     void *cuda;          /* CUDA state (cuBLAS handle); NULL until first use */
-    int matmul_tf32;     /* CUDA matmul precision: 0 = fp32, 1 = tf32 tensor cores */
+    /* set both through pr_ctx_set_precision. matmul_tf32 is what the CUDA
+     * products read: 0 = fp32, 1 = tf32 tensor cores (1 for tf32 and bf16, where
+     * the f32 kernels that remain may round their products too) */
+    pr_precision precision;
+    int matmul_tf32;
+    /* bf16 autocast's casts of leaves (parameters), made once a step and
+     * reused by every op that lowers the same leaf; emptied by
+     * pr_step_reset and pr_autocast_forget (ops/autocast.c fills it) */
+    struct { pr_tensor **src, **dst; int n, cap; } cast_cache;
     unsigned backward_pass; /* counts pr_backward calls; marks what each one reached */
     /* the NaN/Inf trap: with check_finite on, every op's outputs (forward) and
      * its inputs' grads (backward) are checked after it runs, and the first
@@ -100,6 +128,10 @@ struct pr_ctx {
 pr_ctx *pr_ctx_new(uint64_t seed);
 void pr_ctx_free(pr_ctx *ctx);
 void pr_step_reset(pr_ctx *ctx);          /* free activations and the tape */
+/* the context's precision (and matmul_tf32, which follows from it) */
+void pr_ctx_set_precision(pr_ctx *ctx, pr_precision p);
+/* drop autocast's cached casts: their sources changed (the optimizer calls it) */
+void pr_autocast_forget(pr_ctx *ctx);
 bool pr_set_grad_enabled(pr_ctx *ctx, bool on);   /* returns the previous mode */
 /* name the part of the model that records the next ops (printf format; the
  * string is copied into the step arena; NULL clears). Models set it per layer,
@@ -114,6 +146,13 @@ pr_tensor *pr_op_apply(pr_ctx *ctx, pr_node *n);
 /* whether pr_op_apply will record n: grad mode on and some input requires
  * grad. For ops that allocate saved tensors before calling pr_op_apply. */
 bool pr_op_will_record(const pr_ctx *ctx, const pr_node *n);
+/* bf16 staging (autograd/staging.c), pr_op_apply's and backward's: whether
+ * n has a bf16 input its op's kernels on dev do not take; then the forward
+ * and backward running n's kernels on wider copies (f64 on the CPU, f32 on
+ * CUDA) and rounding what they give back to bf16 once */
+bool pr_node_needs_staging(const pr_node *n, pr_device dev);
+void pr_staged_forward(pr_ctx *ctx, pr_node *n, pr_op_fn fwd);
+void pr_staged_backward(pr_ctx *ctx, pr_node *n, pr_op_fn bwd);
 /* an output tensor for a node, in the step arena */
 pr_tensor *pr_op_output(pr_ctx *ctx, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape);
 

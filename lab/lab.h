@@ -500,9 +500,11 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
  * hold or the step would not fit (PR_BENCH_MAX_STEP_BYTES). With a
  * communicator, this rank's share of the batch, all-reduced; the tokens
  * counted are the whole batch's (every rank's). breakdown: the folder for one
- * profiled step's table, breakdown-<mixer>-T<T>.md (NULL: none; one process only) */
+ * profiled step's table, breakdown-<mixer>-T<T>.md (NULL: none; one process only).
+ * precision: the context's (f32 weights and AdamW state in every one; bf16
+ * is autocast, autograd/autograd.h) */
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                               int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown,
+                               int warmup, int steps, pr_precision precision, pr_comm *comm, const char *breakdown,
                                int64_t *params);
 
 /* ---- the fused ops at model sizes (lab/bench_fused.c) ----

@@ -75,7 +75,7 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
 }
 
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                                int warmup, int steps, bool tf32, pr_comm *comm, const char *breakdown,
+                                int warmup, int steps, pr_precision precision, pr_comm *comm, const char *breakdown,
                                 int64_t *params)
 {
     *params = -1;
@@ -104,7 +104,7 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     pr_optim_opts oo = {.kind = PR_OPTIM_ADAMW, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
     pr_optim *opt = pr_optim_new(m->params, &oo);
     pr_ctx *ctx = pr_ctx_new(1);
-    ctx->matmul_tf32 = tf32;
+    pr_ctx_set_precision(ctx, precision);
     pr_ddp *ddp = comm ? pr_ddp_new(comm, m->params, (size_t)25e6) : NULL;
     int64_t first = comm ? comm->rank * rows * T : 0;
     double s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);

@@ -154,6 +154,7 @@ static att_dims att_check(const char *op, pr_tensor *q, pr_tensor *k, pr_tensor 
 pr_tensor *pr_attention(pr_ctx *ctx, pr_tensor *q, pr_tensor *k, pr_tensor *v, double scale, pr_tensor *cu_seqlens)
 {
     PR_CHECK(q && k && v, "attention: q, k and v are required");
+    q = pr_autocast(ctx, q, PR_BF16), k = pr_autocast(ctx, k, PR_BF16), v = pr_autocast(ctx, v, PR_BF16);
     att_dims d = att_check("attention", q, k, v, scale, q->shape[1]);
     if (cu_seqlens) {
         int64_t *seq;

@@ -71,6 +71,9 @@ typedef enum { ADD, SUB, MUL, DIV } binop;
 static pr_tensor *binary(pr_ctx *ctx, pr_op_id id, const char *op, pr_tensor *a, pr_tensor *b)
 {
     PR_CHECK(a && b, "%s: NULL input", op);
+    pr_tensor *ab[2] = {a, b};
+    pr_autocast_promote(ctx, 2, ab);   /* bf16 with f32: f32 */
+    a = ab[0], b = ab[1];
     pr_check_float(op, a, "a");
     pr_check_float(op, b, "b");
     pr_check_same_kind(op, a, b);

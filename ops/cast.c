@@ -55,6 +55,23 @@ void pr_cast_backward_cpu(pr_ctx *ctx, pr_node *n)
     if (dx) cast_into(dx, n->out[0]->grad, true);
 }
 
+void pr_cast_convert(pr_ctx *ctx, pr_tensor *dst, pr_tensor *src, bool acc)
+{
+    const pr_op_info *cast = pr_op(PR_OP_cast);
+    const bool cuda = dst->device == PR_CUDA;
+    pr_node c = {.op = cast, .n_in = 1, .n_out = 1};
+    if (!acc) {
+        c.in[0] = src, c.out[0] = dst, c.iarg[0] = dst->dtype;
+        (cuda ? cast->forward_cuda : cast->forward_cpu)(ctx, &c);
+        return;
+    }
+    pr_tensor x = *dst, y = *src;   /* headers only: the backward adds y.grad into x.grad */
+    x.requires_grad = true, x.grad = dst;
+    y.grad = src;
+    c.in[0] = &x, c.out[0] = &y;
+    (cuda ? cast->backward_cuda : cast->backward_cpu)(ctx, &c);
+}
+
 static pr_tensor *example_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
     (void)ex;

@@ -9,6 +9,7 @@
 pr_tensor *pr_conv1d(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias)
 {
     char sx[64], sw[64], sb[64] = "NULL";
+    x = pr_autocast(ctx, x, PR_BF16), w = pr_autocast(ctx, w, PR_BF16), bias = pr_autocast(ctx, bias, PR_BF16);
     pr_check_float("conv1d", x, "x");
     pr_check_same_kind("conv1d", x, w);
     pr_shape_str(x, sx, sizeof sx);

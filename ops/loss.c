@@ -14,6 +14,7 @@ pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, 
 {
     const char *op = "cross_entropy";
     PR_CHECK(logits && targets, "%s: NULL input", op);
+    logits = pr_autocast(ctx, logits, PR_F32);   /* the loss is f32 */
     pr_check_float(op, logits, "logits");
     PR_CHECK(targets->dtype == PR_I32 || targets->dtype == PR_I64, "%s: targets must be int32 or int64, got %s", op,
              pr_dtype_name(targets->dtype));
@@ -105,6 +106,8 @@ pr_tensor *pr_bce_logits(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets)
 {
     const char *op = "bce_logits";
     PR_CHECK(logits && targets, "%s: NULL input", op);
+    logits = pr_autocast(ctx, logits, PR_F32);   /* the loss is f32 */
+    targets = pr_autocast(ctx, targets, PR_F32);
     pr_check_float(op, logits, "logits");
     pr_check_float(op, targets, "targets");
     pr_check_same_kind(op, logits, targets);

@@ -112,6 +112,7 @@ static mm_dims mm_dims_of(const pr_tensor *a, const pr_tensor *b, bool ta, bool 
 pr_tensor *pr_matmul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b, bool trans_a, bool trans_b)
 {
     char sa[64], sb[64];
+    a = pr_autocast(ctx, a, PR_BF16), b = pr_autocast(ctx, b, PR_BF16);   /* products in bf16 */
     pr_check_float("matmul", a, "a");
     pr_check_same_kind("matmul", a, b);
     pr_shape_str(a, sa, sizeof sa);

@@ -50,8 +50,10 @@ static double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z)
 
 /* ---- layernorm: in = {x, w, b}, saved = {mean, rstd}, farg[0] = eps ---- */
 
+/* autocast: every norm reads and writes f32 (its statistics need it) */
 pr_tensor *pr_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b, double eps)
 {
+    x = pr_autocast(ctx, x, PR_F32), w = pr_autocast(ctx, w, PR_F32), b = pr_autocast(ctx, b, PR_F32);
     norm_check("layernorm", x);
     param_check("layernorm", x, w, "w");
     param_check("layernorm", x, b, "b");
@@ -121,6 +123,7 @@ void pr_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
 
 pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps)
 {
+    x = pr_autocast(ctx, x, PR_F32), w = pr_autocast(ctx, w, PR_F32);
     norm_check("rmsnorm", x);
     param_check("rmsnorm", x, w, "w");
     pr_node n = pr_node_init(PR_OP_rmsnorm, 2, (pr_tensor *[]){x, w});
@@ -130,6 +133,7 @@ pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps)
 pr_tensor *pr_rmsnorm_gated(pr_ctx *ctx, pr_tensor *x, pr_tensor *z, pr_tensor *w, double eps)
 {
     const char *op = "rmsnorm_gated";
+    x = pr_autocast(ctx, x, PR_F32), z = pr_autocast(ctx, z, PR_F32), w = pr_autocast(ctx, w, PR_F32);
     norm_check(op, x);
     PR_CHECK(z, "%s: NULL gate z", op);
     pr_check_float(op, z, "z");
@@ -222,6 +226,7 @@ void pr_rmsnorm_gated_backward_cpu(pr_ctx *ctx, pr_node *n)
 
 pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps)
 {
+    x = pr_autocast(ctx, x, PR_F32);
     norm_check("l2norm", x);
     pr_node n = pr_node_init(PR_OP_l2norm, 1, &x);
     return norm_apply(ctx, &n, x, eps, 1);

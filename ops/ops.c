@@ -18,9 +18,10 @@
  * static libprism.a then pulls in every op's object file, and an op whose
  * file is missing fails at link time instead of at run time. */
 static const pr_op_info op_table[PR_NOPS] = {
-#define PR_OP(name, has_cuda)                                                                \
+#define PR_OP(name, has_cuda, bf16_cpu, bf16_cuda)                                           \
     [PR_OP_##name] = {#name, pr_##name##_forward_cpu, pr_##name##_backward_cpu,              \
-                      CUDA_FWD_##has_cuda(name), CUDA_BWD_##has_cuda(name), pr_##name##_example},
+                      CUDA_FWD_##has_cuda(name), CUDA_BWD_##has_cuda(name), pr_##name##_example, \
+                      {[PR_CPU] = bf16_cpu, [PR_CUDA] = bf16_cuda}, pr_cast_convert},
 #include "ops/ops.def"
 #undef PR_OP
 };
@@ -43,7 +44,7 @@ int pr_op_count(void) { return PR_NOPS; }
 void pr_check_float(const char *op, const pr_tensor *t, const char *arg)
 {
     PR_CHECK(t, "%s: %s is missing", op, arg);
-    PR_CHECK(pr_dtype_is_float(t->dtype), "%s: %s has dtype %s; expected f32 or f64", op, arg,
+    PR_CHECK(pr_dtype_has_grad(t->dtype), "%s: %s has dtype %s; expected f32, f64 or bf16", op, arg,
              pr_dtype_name(t->dtype));
 }
 

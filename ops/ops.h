@@ -7,6 +7,13 @@
  * ops/<file>.c (CPU, f32 and f64) and ops/<file>.cu (CUDA, f32; the GEMM,
  * elementwise, norm, softmax, loss, reduce, shape, dropout, embedding and
  * conv1d kernels also bf16: bf16 loads, f32 math, one rounding per store).
+ *
+ * bf16: every op accepts bf16 tensors (computed wide, rounded once, its
+ * output and input grads bf16). Which kernels pr_op_apply hands bf16 to is
+ * the last two columns of ops/ops.def, per device; the others run staged
+ * through f64 (CPU) or f32 (CUDA) copies (autograd/staging.c). With
+ * ctx->precision PR_PREC_BF16, each frontend first converts its inputs by
+ * the autocast policy (ops/autocast.c, docs/ARCHITECTURE.md "Precision").
  */
 #ifndef PR_OPS_H
 #define PR_OPS_H
@@ -19,7 +26,7 @@ extern "C" {
 
 /* op ids and table, generated from ops/ops.def */
 typedef enum {
-#define PR_OP(name, has_cuda) PR_OP_##name,
+#define PR_OP(name, has_cuda, bf16_cpu, bf16_cuda) PR_OP_##name,
 #include "ops/ops.def"
 #undef PR_OP
     PR_NOPS
@@ -47,6 +54,10 @@ pr_tensor *pr_softplus(pr_ctx *ctx, pr_tensor *x);           /* log(1+e^x), = x 
  * grad is cast back). f32 <-> bf16 on the CPU and CUDA, f32 <-> f64 on the
  * CPU; narrowing rounds to nearest even. The same dtype gives a copy. */
 pr_tensor *pr_cast(pr_ctx *ctx, pr_tensor *x, pr_dtype dtype);
+/* no node: dst = round(src), or with acc dst = round(dst + src), elementwise
+ * on dst's device (the pairs pr_cast's kernels convert; any float pair on the
+ * CPU). bf16 staging's conversions (pr_op_info.convert). */
+void pr_cast_convert(pr_ctx *ctx, pr_tensor *dst, pr_tensor *src, bool acc);
 
 /* ---- binary.c: a (op) b with numpy broadcasting: shapes aligned at the
  * trailing dims, each dim equal or 1 in one of them; out has the broadcast shape */
@@ -130,6 +141,16 @@ pr_tensor *pr_dropout(pr_ctx *ctx, pr_tensor *x, double p);
 
 /* ---- recurrence/ and ttt_linear.c: see their headers (included at the end) */
 
+/* ---- autocast.c: the bf16 policy the frontends apply (no-ops unless
+ * ctx->precision is PR_PREC_BF16; only f32 <-> bf16 is ever converted) ---- */
+/* t in dtype want (a recorded pr_cast; a parameter's cast is made once a
+ * step and reused); t itself when NULL, already want, or not f32/bf16 */
+pr_tensor *pr_autocast(pr_ctx *ctx, pr_tensor *t, pr_dtype want);
+/* ts[i] = pr_autocast(ts[i], want) for i < n (NULL entries stay NULL) */
+void pr_autocast_all(pr_ctx *ctx, int n, pr_tensor **ts, pr_dtype want);
+/* mixed bf16 and f32 among ts[0..n): every one to f32; otherwise unchanged */
+void pr_autocast_promote(pr_ctx *ctx, int n, pr_tensor **ts);
+
 /* ---- kit for op implementations --------------------------------------------- */
 /* run `body` with T typedef'd to the C type of a float dtype */
 #define PR_FLOAT_SWITCH(dt, T, ...)                                              \
@@ -138,7 +159,7 @@ pr_tensor *pr_dropout(pr_ctx *ctx, pr_tensor *x, double p);
     case PR_F64: { typedef double T; __VA_ARGS__; } break;                      \
     default: pr_fatal("%s: dtype %s not supported", __func__, pr_dtype_name(dt)); \
     }
-/* fatal unless t is a float tensor (f32/f64) */
+/* fatal unless t is a float tensor (f32, f64 or bf16) */
 void pr_check_float(const char *op, const pr_tensor *t, const char *arg);
 /* fatal unless a and b have the same dtype and device */
 void pr_check_same_kind(const char *op, const pr_tensor *a, const pr_tensor *b);
@@ -157,7 +178,7 @@ static inline pr_tensor *pr_in_grad(const pr_node *n, int i)
 pr_tensor *pr_example_input(pr_ctx *ctx, pr_rng *r, pr_dtype dt, int ndim, const int64_t *shape,
                             double lo, double hi);
 
-#define PR_OP(name, has_cuda)                                  \
+#define PR_OP(name, has_cuda, bf16_cpu, bf16_cuda)             \
     void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n);     \
     void pr_##name##_backward_cpu(pr_ctx *ctx, pr_node *n);    \
     void pr_##name##_forward_cuda(pr_ctx *ctx, pr_node *n);    \

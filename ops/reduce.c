@@ -10,6 +10,7 @@
 static pr_tensor *reduce_last(pr_ctx *ctx, pr_op_id id, const char *op, pr_tensor *x)
 {
     PR_CHECK(x, "%s: NULL input", op);
+    x = pr_autocast(ctx, x, PR_F32);   /* sums in f32 */
     pr_check_float(op, x, "x");
     PR_CHECK(x->ndim >= 1, "%s: x must have at least 1 dim, got a 0-dim tensor", op);
     PR_CHECK(x->shape[x->ndim - 1] > 0, "%s: last dim of x is empty", op);
@@ -22,6 +23,7 @@ static pr_tensor *reduce_last(pr_ctx *ctx, pr_op_id id, const char *op, pr_tenso
 static pr_tensor *reduce_all(pr_ctx *ctx, pr_op_id id, const char *op, pr_tensor *x)
 {
     PR_CHECK(x, "%s: NULL input", op);
+    x = pr_autocast(ctx, x, PR_F32);   /* sums in f32 */
     pr_check_float(op, x, "x");
     PR_CHECK(x->numel > 0, "%s: x is empty", op);
     pr_node n = pr_node_init(id, 1, &x);

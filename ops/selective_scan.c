@@ -180,6 +180,10 @@ pr_tensor *pr_selective_scan(pr_ctx *ctx, pr_tensor *u, pr_tensor *delta, pr_ten
                              pr_tensor *cu_seqlens, pr_tensor **ht)
 {
     pr_tensor *in[IN_N] = {u, delta, A, Bm, Cm, Dskip, z, delta_bias, h0, cu_seqlens};
+    /* autocast: every float input in bf16 (the kernels take one dtype) */
+    pr_autocast_all(ctx, IN_CU, in, PR_BF16);
+    u = in[IN_U], delta = in[IN_DELTA], A = in[IN_A], Bm = in[IN_B], Cm = in[IN_C];
+    Dskip = in[IN_DSKIP], z = in[IN_Z], delta_bias = in[IN_BIAS], h0 = in[IN_H0];
     kit_check_inputs("selective_scan", in, in_names, IN_CU, ~0u << IN_DSKIP);
     PR_CHECK(u->ndim == 3, "selective_scan: u must be [B,T,D], got %d dims", u->ndim);
     PR_CHECK(A->ndim == 2, "selective_scan: A must be [D,N], got %d dims", A->ndim);

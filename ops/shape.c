@@ -256,10 +256,13 @@ void pr_slice_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
 
 /* ---- concat: xs[k] [O, D_k, I] -> out [O, sum D_k, I] --------------------------- */
 
-pr_tensor *pr_concat(pr_ctx *ctx, int n_in, pr_tensor *const *xs, int dim)
+pr_tensor *pr_concat(pr_ctx *ctx, int n_in, pr_tensor *const *given, int dim)
 {
     char s0[64], sk[64];
     PR_CHECK(n_in >= 1 && n_in <= PR_MAX_IN, "concat: %d inputs (1 to %d allowed)", n_in, PR_MAX_IN);
+    pr_tensor *xs[PR_MAX_IN];
+    memcpy(xs, given, sizeof xs[0] * (size_t)n_in);
+    pr_autocast_promote(ctx, n_in, xs);   /* bf16 beside f32: all f32 */
     pr_tensor *x = xs[0];
     pr_check_float("concat", x, "xs[0]");
     int d = norm_dim("concat", x, dim);

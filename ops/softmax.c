@@ -9,6 +9,7 @@
 static pr_tensor *softmax_op(pr_ctx *ctx, pr_op_id id, const char *op, pr_tensor *x)
 {
     PR_CHECK(x, "%s: NULL input", op);
+    x = pr_autocast(ctx, x, PR_F32);
     pr_check_float(op, x, "x");
     PR_CHECK(x->ndim >= 1 && x->shape[x->ndim - 1] > 0, "%s: x needs a non-empty last dim", op);
     pr_node n = pr_node_init(id, 1, &x);

@@ -15,6 +15,9 @@
 pr_tensor *pr_swiglu(pr_ctx *ctx, pr_tensor *gate, pr_tensor *up)
 {
     PR_CHECK(gate && up, "swiglu: NULL input");
+    pr_tensor *gu[2] = {gate, up};
+    pr_autocast_promote(ctx, 2, gu);   /* bf16 with f32: f32 */
+    gate = gu[0], up = gu[1];
     pr_check_float("swiglu", gate, "gate");
     pr_check_same_kind("swiglu", gate, up);
     pr_check_same_shape("swiglu", gate, up);

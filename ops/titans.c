@@ -234,6 +234,8 @@ pr_tensor *pr_titans(pr_ctx *ctx, const pr_titans_opts *opt, pr_tensor *q, pr_te
     static const char *names[TI_NIN] = {"q", "k", "v", "w", "b", "theta", "alpha", "eta", "h0", "s0"};
     pr_tensor *in[TI_NIN] = {q, k, v, w, b, theta, alpha, eta, h0, s0};
     PR_CHECK(opt, "titans: opts is NULL");
+    pr_autocast_all(ctx, TI_NIN, in, PR_F32);   /* autocast: its kernels take no bf16 */
+    q = in[0], k = in[1], v = in[2], w = in[3], b = in[4];
     kit_check_inputs("titans", in, names, TI_NIN, 1u << 8 | 1u << 9);
     PR_CHECK(q->ndim == 4, "titans: q must be [B,T,H,d], got %d dims", q->ndim);
     int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], K = q->shape[3];

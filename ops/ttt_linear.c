@@ -322,6 +322,9 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
     static const char *names[8] = {"q", "k", "v", "w", "b", "eta", "h0", "hb0"};
     pr_tensor *in[8] = {q, k, v, w, b, eta, h0, hb0};
     PR_CHECK(opt, "ttt_linear: opts is NULL");
+    /* autocast: the data (q, k, v, eta) in bf16, the inner weights and states in f32 */
+    for (int i = 0; i < 8; i++) in[i] = pr_autocast(ctx, in[i], 0x27u >> i & 1u ? PR_BF16 : PR_F32);
+    q = in[0], k = in[1], v = in[2], w = in[3], b = in[4], eta = in[5], h0 = in[6], hb0 = in[7];
     /* bf16 data: q, k, v, eta and o; w, b and the states stay f32 */
     kit_check_inputs_bf16("ttt_linear", in, names, 8, 1u << 6 | 1u << 7, 0x27u, "w, b, h0 and hb0");
     PR_CHECK(q->ndim == 4, "ttt_linear: q must be [B,T,H,K], got %d dims", q->ndim);

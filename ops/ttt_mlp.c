@@ -323,6 +323,9 @@ pr_tensor *pr_ttt_mlp(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_tens
     static const char *names[MLP_NIN] = {"q", "k", "v", "w", "b", "eta", "w1", "b1", "w2", "b2"};
     pr_tensor *in[MLP_NIN] = {q, k, v, w, b, eta, w1, b1, w2, b2};
     PR_CHECK(opt, "ttt_mlp: opts is NULL");
+    /* autocast: the data (q, k, v, eta) in bf16, the inner model in f32 */
+    for (int i = 0; i < MLP_NIN; i++) in[i] = pr_autocast(ctx, in[i], 0x27u >> i & 1u ? PR_BF16 : PR_F32);
+    q = in[0], k = in[1], v = in[2], w = in[3], b = in[4], eta = in[5], w1 = in[6], b1 = in[7], w2 = in[8], b2 = in[9];
     /* bf16 data: q, k, v, eta and o; w, b and the inner model's states stay f32 */
     kit_check_inputs_bf16("ttt_mlp", in, names, MLP_NIN, 1u << 7 | 1u << 9, 0x27u, "w, b, w1, b1, w2 and b2");
     PR_CHECK(q->ndim == 4, "ttt_mlp: q must be [B,T,H,d], got %d dims", q->ndim);

@@ -65,8 +65,16 @@ static double unary_df(pr_op_id op, double x, double y, double s)
     }
 }
 
+/* autocast: exponentials and logarithms in f32 (bf16 would lose what the
+ * log-decays and softplus gates of the mixers need); the rest keep x's dtype */
+static bool wants_f32(pr_op_id op)
+{
+    return op == PR_OP_exp || op == PR_OP_log || op == PR_OP_logsigmoid || op == PR_OP_softplus;
+}
+
 static pr_tensor *unary(pr_ctx *ctx, pr_op_id op, pr_tensor *x, double s)
 {
+    if (wants_f32(op)) x = pr_autocast(ctx, x, PR_F32);
     pr_check_float(pr_op(op)->name, x, "x");
     pr_node n = pr_node_init(op, 1, &x);
     n.farg[0] = s;

@@ -90,6 +90,7 @@ static void update_cpu(pr_tensor *p, const pr_tensor *g, pr_tensor *m, pr_tensor
 void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
 {
     o->t++;
+    pr_autocast_forget(ctx);   /* bf16 copies of the parameters are stale from here on */
     pr_optim_update_args a = {
         .kind = o->opts.kind == PR_OPTIM_ADAMW ? 0 : 1, .lr = lr, .beta1 = o->opts.beta1,
         .beta2 = o->opts.beta2, .eps = o->opts.eps, .momentum = o->opts.momentum, .grad_scale = grad_scale,

@@ -68,8 +68,8 @@ size_t pr_dtype_size(pr_dtype dt);
 const char *pr_dtype_name(pr_dtype dt);       /* "f32", "f64", ... */
 const char *pr_device_name(pr_device dev);    /* "cpu", "cuda" */
 bool pr_dtype_is_float(pr_dtype dt);          /* f32, f64 (the dtypes every op computes in) */
-/* f32, f64 and bf16: the dtypes a tensor may require grad in (bf16 only where
- * an op takes it: pr_cast, pr_recurrence; its grad is bf16 too) */
+/* f32, f64 and bf16: the dtypes a tensor may require grad in (a bf16
+ * tensor's grad is bf16 too; ops compute bf16 wide, autograd/staging.c) */
 bool pr_dtype_has_grad(pr_dtype dt);
 size_t pr_nbytes(const pr_tensor *t);
 bool pr_same_shape(const pr_tensor *a, const pr_tensor *b);

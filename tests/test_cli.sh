@@ -88,7 +88,10 @@ if [ $cuda = 1 ]; then
         --warmup 0 --no-token
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
+    out_has_line 'precision bf16, in '   # train.precision auto: bf16 on CUDA
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
+    expect 0 "precision tf32" bench throughput --models gdn --seq-lens 64 --tokens-per-batch 128 --preset probe \
+        --steps 1 --device cuda --precision tf32 --out "$tmp/tp-tf32"
     expect 0 '"run_dir"' eval --run "$tmp/cuda-run" --device cuda
     printf '{"models":["prism","gdn"],"tasks":["parity"],"steps":4,"set":{"d_model":8,"seq_len":16,"train.batch":4}}' \
         >"$tmp/grid.json"
@@ -620,6 +623,17 @@ out_has_line '^[|] model [|] params [|] T=8 [|] T=16 [|] T=16 / T=8 [|]$'
 out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9]{3} [|]$'
 file_has "prism,16,2," "$tmp/tp/throughput.csv"
 file_has "<svg" "$tmp/tp/throughput.svg"
+expect 0 "precision bf16" bench throughput --models gdn --seq-lens 8 --tokens-per-batch 16 --preset probe \
+    --set d_model=8 --steps 1 --warmup 0 --device cpu --precision bf16 --out "$tmp/tp16"
+out_has_line '^[|] gdn [|] [0-9]+ [|] [0-9]+ [|]$'
+expect 2 "prism bench throughput: --precision wants auto, f32, tf32 or bf16, not 'fp8'" bench throughput \
+    --models gdn --seq-lens 8 --precision fp8
+# shellcheck disable=SC2086
+expect 0 "prism train: gdn on parity, cpu, precision bf16, in $tmp/bf16" train --model gdn --task parity --steps 2 \
+    $tiny --set train.precision=bf16 --device cpu --out "$tmp/bf16"
+file_has "$(printf '"precision":\t"bf16"')" "$tmp/bf16/manifest.json"
+expect 2 "train.precision: 'fp16' is not allowed (allowed: auto|f32|tf32|bf16)" train --model gdn --task parity \
+    --set train.precision=fp16
 expect 0 "| recurrence | mixer | bwd | 2 |" bench throughput --models prism --seq-lens 16 --tokens-per-batch 32 \
     --preset probe --breakdown --out "$tmp/tpb"
 file_has "| adamw | optimizer | fwd | 1 |" "$tmp/tpb/breakdown-prism-T16.md"

@@ -24,7 +24,7 @@ static void test_measures(void **state)
     (void)state;
     pr_config c = probe_config();
     int64_t params = 0;
-    double tps = pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, false, NULL, NULL, &params);
+    double tps = pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params);
     assert_true(isfinite(tps) && tps > 0);
     assert_true(params > 0);
 }
@@ -37,7 +37,7 @@ static void test_breakdown(void **state)
     char dir[] = "/tmp/prism_test_throughput_XXXXXX", path[128], line[128] = {0};
     assert_non_null(mkdtemp(dir));
     int64_t params = 0;
-    double tps = pr_bench_throughput_one(&c, "linattn", 8, 16, PR_CPU, 0, 1, false, NULL, dir, &params);
+    double tps = pr_bench_throughput_one(&c, "linattn", 8, 16, PR_CPU, 0, 1, PR_PREC_F32, NULL, dir, &params);
     assert_true(isfinite(tps) && tps > 0);
     snprintf(path, sizeof path, "%s/breakdown-linattn-T8.md", dir);
     FILE *f = fopen(path, "r");
@@ -55,7 +55,7 @@ static void test_bad_config(void **state)
     (void)state;
     pr_config c = probe_config();
     int64_t params = 0;
-    assert_true(isnan(pr_bench_throughput_one(&c, "nosuch", 8, 32, PR_CPU, 0, 1, false, NULL, NULL, &params)));
+    assert_true(isnan(pr_bench_throughput_one(&c, "nosuch", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params)));
     assert_int_equal(params, -1);
 }
 

@@ -142,8 +142,8 @@ static void throughput_usage(FILE *f)
 {
     fprintf(f, "usage: prism bench throughput --models a,b,... --seq-lens T1,T2,... [--tokens-per-batch N]\n"
                "                              [--preset P] [--set key=value]... [--steps N] [--warmup N]\n"
-               "                              [--device auto|cpu|cuda] [--tf32] [--breakdown] [--out DIR]\n"
-               "                              [--gpus N | --procs N]\n\n"
+               "                              [--device auto|cpu|cuda] [--precision auto|f32|tf32|bf16]\n"
+               "                              [--breakdown] [--out DIR] [--gpus N | --procs N]\n\n"
                "Training tokens/s of the whole step (forward, LM loss, backward, AdamW) per model and\n"
                "sequence length, at --tokens-per-batch tokens a step (default 16384; the batch is\n"
                "N / T sequences), on random tokens with the preset's model (default lm-130m). Each\n"
@@ -154,7 +154,10 @@ static void throughput_usage(FILE *f)
                "with several lengths the last column is the last length's tokens/s over the\n"
                "first's (1.000: flat in T). The lm-130m and rec-small presets size every mixer\n"
                "like attn (match_attn, models/README.md).\n"
-               "--tf32: CUDA matmuls on TF32 tensor cores (default full fp32).\n"
+               "--precision: as train.precision (prism train --help): auto (the default) is bf16 on\n"
+               "CUDA and f32 on the CPU; bf16 is mixed precision (bf16 products, f32 norms, losses and\n"
+               "weights), tf32 f32 with CUDA products on TF32 tensor cores (the CPU computes it as\n"
+               "f32). The precision heads the table and titles the plot. --tf32: --precision tf32.\n"
                "--breakdown: after the timed steps, one more step\n"
                "per model and length with the device idle between ops, and a table of where its time\n"
                "went (op, part of the model, forward or backward, ms and share of the step; the waits\n"
@@ -173,9 +176,13 @@ typedef struct {
     const char *names[MAX_MODELS], *preset, *out, *sets[32];
     int n_models, n_lens, n_sets, device, steps, warmup;
     int64_t lens[32], tokens;
-    bool tf32, breakdown;
+    int precision;      /* index into precisions: 0 auto, else pr_precision + 1 */
+    pr_precision prec;  /* resolved for the device */
+    bool breakdown;
     int gpus, procs;    /* data parallel: ranks (0: one process) */
 } throughput_args;
+
+static const char *const precisions[] = {"auto", "f32", "tf32", "bf16", NULL};
 
 static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
 {
@@ -187,11 +194,17 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
         if (pr_args_string(a, "--models", &models) || pr_args_string(a, "--preset", &t->preset) ||
             pr_args_string(a, "--out", &t->out) || pr_args_choice(a, "--device", devices, &t->device) ||
             pr_args_int(a, "--steps", 1, 64, &t->steps) || pr_args_int(a, "--warmup", 0, 100, &t->warmup) ||
-            pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) || pr_args_flag(a, "--tf32", &t->tf32) ||
+            pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) ||
+            pr_args_choice(a, "--precision", precisions, &t->precision) ||
             pr_args_flag(a, "--breakdown", &t->breakdown) ||
             pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens) ||
             pr_args_int(a, "--gpus", 1, 1024, &t->gpus) || pr_args_int(a, "--procs", 1, 1024, &t->procs))
             continue;
+        bool tf32 = false;
+        if (pr_args_flag(a, "--tf32", &tf32)) {
+            t->precision = 1 + PR_PREC_TF32;
+            continue;
+        }
         if (pr_args_string(a, "--set", &set)) {
             if (set && t->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
             if (set) t->sets[t->n_sets++] = set;
@@ -239,8 +252,8 @@ static int throughput_files(const throughput_args *t, const double *tps, const d
         }
     if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
     char title[160];
-    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s%s, %d rank%s)", t->preset,
-             (long long)t->tokens, dev_name, t->tf32 ? ", tf32" : "", ranks, ranks > 1 ? "s" : "");
+    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s, %s, %d rank%s)", t->preset,
+             (long long)t->tokens, dev_name, pr_precision_name(t->prec), ranks, ranks > 1 ? "s" : "");
     pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
     double xs[32];
     for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
@@ -303,7 +316,7 @@ static bool throughput_has_ratio(const throughput_args *t, int ranks) { return r
  * then the flatness column */
 static void throughput_header(const throughput_args *t, int ranks)
 {
-    printf("| model | params |");
+    printf("precision %s\n\n| model | params |", pr_precision_name(t->prec));
     for (int i = 0; i < t->n_lens; i++)
         if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff |", (long long)t->lens[i], ranks);
         else printf(" T=%lld |", (long long)t->lens[i]);
@@ -328,6 +341,8 @@ int pr_bench_throughput(int argc, char **argv)
     pr_err err;
     if (pr_config_preset(&c, t.preset, &err) || apply_sets(&c, &unused, t.sets, t.n_sets, &err))
         return pr_args_error(&a, "%s", err.msg);
+    if (t.precision) snprintf(unused.precision, sizeof unused.precision, "%s", precisions[t.precision]);
+    t.prec = pr_train_precision(&unused, dev);   /* --precision, else --set train.precision, else the device's */
     for (int m = 0; m < t.n_models; m++) {   /* a config no model can take is a bad --set: said before any run */
         pr_config mc = c;
         char kv[64];
@@ -361,8 +376,8 @@ int pr_bench_throughput(int argc, char **argv)
             int64_t n = -1;
             /* one rank: every rank at once on its own device, the whole batch, no messages */
             if (ranks > 1)
-                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, NULL, NULL, &n);
-            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.tf32, comm,
+                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, NULL, NULL, &n);
+            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, comm,
                                    t.breakdown && !comm ? t.out : NULL, &n);
             if (i == 0) params[m] = n;   /* the same at every length */
             if (talk && i == 0) printf(n >= 0 ? "| %s | %lld |" : "| %s | - |", t.names[m], (long long)n);

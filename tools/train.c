@@ -214,6 +214,8 @@ static int resume_config(pr_args *a, const train_args *t, pr_config *c, pr_train
     *c = pr_config_default();
     *o = pr_train_defaults();
     if (pr_run_config_load(c, o, path, &err)) return fail(a->cmd, err.msg);
+    /* a config written before train.precision existed: its run trained in f32 */
+    if (strcmp(o->precision, "auto") == 0) snprintf(o->precision, sizeof o->precision, "f32");
     if (t->steps_set) o->steps = t->steps;
     if (pr_checkpoint_latest(t->out, &at, &err)) return fail(a->cmd, err.msg);
     if (at > o->steps)
@@ -256,6 +258,15 @@ static void set_test_exit(pr_train_opts *o)
     if (text && sscanf(text, "%d:%d", &at[0], &at[1]) == 2) o->hooks.after_step = exit_at_step, o->hooks.user = at;
 }
 
+/* the header line: what trains, where, in which precision */
+static void print_header(const pr_config *c, const pr_train_opts *o, pr_device dev, const char *out)
+{
+    pr_precision p = pr_train_precision(o, dev);
+    fprintf(stderr, "prism train: %s on %s, %s, precision %s%s, in %s\n", pr_config_model_name(c), o->task,
+            pr_device_name(dev), pr_precision_name(p),
+            p == PR_PREC_TF32 && dev == PR_CPU ? " (no TF32 on the CPU: computed as f32)" : "", out);
+}
+
 /* one rank of a data-parallel run: its GPU, the communicator, training; rank 0 prints the summary */
 static int train_rank(const train_args *t, const pr_config *c, pr_train_opts *o, const char *out, pr_device dev,
                       const pr_dist_env *env)
@@ -270,6 +281,7 @@ static int train_rank(const train_args *t, const pr_config *c, pr_train_opts *o,
     if (rc) return fail(cmd, err.msg);
     o->comm = comm;
     set_test_exit(o);
+    if (env->rank == 0) print_header(c, o, dev, out);
     pr_train_result res;
     if (pr_train(c, o, out, t->resume, dev, &res, &err) || comm->barrier(comm, &err)) {
         fprintf(stderr, "%s: %s\n", cmd, err.msg);
@@ -332,6 +344,7 @@ int pr_cmd_train(int argc, char **argv)
                              env.world);
     if (env.world > 1) return train_rank(&t, &c, &o, out, dev, &env);
     pr_train_result res;
+    print_header(&c, &o, dev, out);
     rc = pr_train(&c, &o, out, t.resume, dev, &res, &err);
     if (rc) fprintf(stderr, "%s: %s\n", cmd, err.msg);
     if (!rc || res.nonfinite[0]) pr_print_summary(stdout, &c, &o, &res, out);

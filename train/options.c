@@ -62,6 +62,10 @@ static const opt_info opts_table[] = {
     NUM("log_every", OPT_INT, log_every, 1, 1e12, "steps between metrics lines"),
     NUM("zero", OPT_INT, zero, 0, 1, "data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1)"),
     NUM("bucket_mb", OPT_FLOAT, bucket_mb, 0, 1e6, "data-parallel: gradient MB per all-reduce bucket"),
+    TEXT("precision", precision, "auto|f32|tf32|bf16",
+         "auto: bf16 on CUDA, f32 on the CPU. bf16: mixed precision (products in bf16, norms, softmax, losses "
+         "and states in f32, f32 weights and optimizer state); tf32: f32 with CUDA products on TF32 tensor cores "
+         "(the CPU computes it as f32)"),
 };
 #define NOPTS ((int)(sizeof opts_table / sizeof opts_table[0]))
 
@@ -77,7 +81,15 @@ pr_train_opts pr_train_defaults(void)
     snprintf(o.rec_data, sizeof o.rec_data, "synthetic");
     snprintf(o.optim, sizeof o.optim, "adamw");
     snprintf(o.schedule, sizeof o.schedule, "constant");
+    snprintf(o.precision, sizeof o.precision, "auto");
     return o;
+}
+
+pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev)
+{
+    int p = pr_precision_from_name(o->precision);
+    if (p >= 0) return (pr_precision)p;
+    return dev == PR_CUDA ? PR_PREC_BF16 : PR_PREC_F32;
 }
 
 static const opt_info *find_opt(const char *key)

@@ -211,6 +211,7 @@ static int write_manifest(const char *dir, const pr_config *c, const pr_train_op
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "git_commit", commit);
     cJSON_AddStringToObject(j, "device", pr_device_name(dev));
+    cJSON_AddStringToObject(j, "precision", o->precision);
     cJSON *flags = cJSON_AddArrayToObject(j, "build_flags");
 #ifdef PRISM_HAVE_CUDA
     cJSON_AddItemToArray(flags, cJSON_CreateString("PRISM_HAVE_CUDA"));

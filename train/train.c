@@ -72,6 +72,7 @@ static int run_open(run *r, pr_device dev, bool resume, pr_err *err)
     r->opt = r->zero ? pr_zero_optim_new(r->zero, &oo) : pr_optim_new(r->m->params, &oo);
     if (r->comm) r->ddp = pr_ddp_new(r->comm, r->m->params, (size_t)(r->o.bucket_mb * 1e6));
     r->ctx = pr_ctx_new((uint64_t)r->o.seed);
+    pr_ctx_set_precision(r->ctx, pr_train_precision(&r->o, dev));
     r->sched = (pr_schedule){.lr = r->o.lr, .min_lr = r->o.min_lr, .warmup = r->o.warmup, .total = r->o.steps,
                              .cosine = strcmp(r->o.schedule, "cosine") == 0};
     r->last_ckpt = -1;
@@ -235,6 +236,8 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     run r = {.cfg = *c, .o = *o, .dir = run_dir, .comm = o->comm, .root = !o->comm || o->comm->rank == 0};
     int lock = -1;
     if (r.root && pr_run_claim(run_dir, resume, o->overwrite, &lock, err)) return -1;
+    /* the precision as resolved, so config.json records it and a resume keeps it */
+    snprintf(r.o.precision, sizeof r.o.precision, "%s", pr_precision_name(pr_train_precision(o, dev)));
     int rc = open_task(&r, err);
     if (!rc) rc = pr_train_fits(&r.cfg, &r.o, dev, err);   /* before the model is allocated */
     /* a resumed run keeps its manifest; its config records the new total of steps */
@@ -271,6 +274,7 @@ int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts 
     if (!rc) {
         r.m = pr_model_new(c, PR_F32, dev);
         r.ctx = pr_ctx_new((uint64_t)o->seed);
+        pr_ctx_set_precision(r.ctx, pr_train_precision(o, dev));   /* as the run trained */
         rc = pr_checkpoint_load(run_dir, step, r.m->params, NULL, NULL, err);
     }
     double t0 = pr_now_s();

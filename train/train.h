@@ -64,6 +64,7 @@ typedef struct {
     int64_t eval_every, eval_batches, ckpt_every, log_every;
     int64_t zero;           /* data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1) */
     double bucket_mb;       /* data-parallel: gradient MB per all-reduce bucket */
+    char precision[8];      /* auto | f32 | tf32 | bf16 (pr_train_precision resolves auto) */
     /* no key, not in config.json: the communicator of a data-parallel run
      * (NULL: one process). Each rank takes rows [r*b/N, (r+1)*b/N) of every
      * global batch of b rows; grads and the logged loss are averaged over
@@ -79,6 +80,10 @@ typedef struct {
     /* no key, not in config.json: test hooks (all off when zeroed) */
     pr_train_hooks hooks;
 } pr_train_opts;
+/* The precision a run trains in: train.precision, where `auto` means bf16
+ * on CUDA and f32 on the CPU. pr_train records the resolved name in
+ * config.json and manifest.json, so a resume from config.json keeps it. */
+pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev);
 /* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
 

@@ -425,6 +425,10 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     const pr_rule r = opt->rule;
     const char *rn = pr_rule_name(r);
     PR_CHECK(q && k && v, "recurrence: q, k and v are required");
+    /* autocast: the data in bf16, the log-decays and the state in f32 (what the op takes) */
+    q = pr_autocast(ctx, q, PR_BF16), k = pr_autocast(ctx, k, PR_BF16), v = pr_autocast(ctx, v, PR_BF16);
+    beta = pr_autocast(ctx, beta, PR_BF16), kx = pr_autocast(ctx, kx, PR_BF16), vx = pr_autocast(ctx, vx, PR_BF16);
+    g = pr_autocast(ctx, g, PR_F32), h0 = pr_autocast(ctx, h0, PR_F32);
     PR_CHECK(pr_dtype_has_grad(q->dtype), "recurrence: q has dtype %s; expected f32, f64 or bf16",
              pr_dtype_name(q->dtype));
     const pr_dtype dt = q->dtype, st = state_dtype(dt);
