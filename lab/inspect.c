@@ -152,3 +152,153 @@ void pr_inspect_rank_histogram(FILE *out, const char *model, const pr_rank_summa
         fputc('\n', out);
     }
 }
+
+/* ---- what the steps run on ---------------------------------------------------------- */
+/* the batch's tokens: FILE's first n bytes; -1 with err when it is shorter */
+static int read_text_tokens(const char *path, int64_t n, int64_t *tok, pr_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return pr_errf(err, "%s: cannot open", path);
+    int64_t got = 0;
+    for (int ch; got < n && (ch = fgetc(f)) != EOF;) tok[got++] = ch;
+    fclose(f);
+    if (got < n)
+        return pr_errf(err, "%s: %lld bytes, the batch needs B*(T+1) = %lld", path, (long long)got, (long long)n);
+    return 0;
+}
+
+int pr_inspect_make_batch(pr_inspect_batch *b, const pr_config *c, int64_t B, int64_t T, const char *text_file,
+                          pr_arena *a, pr_err *err)
+{
+    int64_t n = B * (T + 1);
+    bool rec = c->task == PR_HEAD_REC;
+    PR_CHECK(!text_file || (!rec && c->vocab >= 256), "inspect: a batch of text needs an LM of bytes (vocab >= 256)");
+    int64_t *tok = malloc(sizeof(int64_t) * (size_t)n);
+    PR_CHECK(tok, "inspect: out of host memory");
+    uint64_t seed = (uint64_t)c->seed;
+    for (int64_t i = 0; i < n; i++) {   /* rec: items 1..n_items (0 pads) */
+        double u = pr_philox_uniform(seed, 0xba7c4, (uint64_t)i);
+        tok[i] = rec ? 1 + (int64_t)(u * c->rec_n_items) : (int64_t)(u * c->vocab);
+    }
+    int rc = text_file ? read_text_tokens(text_file, n, tok, err) : 0;
+    if (!rc) {
+        b->ids = pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B, T));
+        b->targets = rec ? pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B)) : pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B, T));
+        int64_t *ids = b->ids->data, *tg = b->targets->data;
+        for (int64_t s = 0; s < B; s++) {
+            for (int64_t t = 0; t < T; t++) {
+                ids[s * T + t] = tok[s * (T + 1) + t];
+                if (!rec) tg[s * T + t] = tok[s * (T + 1) + t + 1];
+            }
+            if (rec) tg[s] = tok[s * (T + 1) + T];
+        }
+    }
+    free(tok);
+    return rc;
+}
+
+void pr_inspect_session_free(pr_inspect_session *s)
+{
+    if (s->m) pr_params_release_grads(s->m->params);
+    pr_task_free(s->task);
+    pr_optim_free(s->opt);
+    pr_model_free(s->m);
+    pr_arena_free(s->data);
+    memset(s, 0, sizeof *s);
+}
+
+int pr_inspect_open_fresh(pr_inspect_session *s, const pr_config *c, double lr, int steps, int64_t B, int64_t T,
+                          const char *text_file, pr_err *err)
+{
+    *s = (pr_inspect_session){.cfg = *c};
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    s->data = pr_arena_new("inspect batch", 0);
+    s->opt = pr_optim_new(s->m->params, &(pr_optim_opts){.kind = PR_OPTIM_SGD});
+    s->sched = (pr_schedule){.lr = lr, .min_lr = lr, .total = steps};
+    return pr_inspect_make_batch(&s->b, &s->cfg, B, T, text_file, s->data, err);
+}
+
+int pr_inspect_open_run(pr_inspect_session *s, const char *run_dir, pr_ctx *ctx, pr_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", run_dir);
+    *s = (pr_inspect_session){.cfg = pr_config_default(), .train = pr_train_defaults()};
+    pr_train_state st;
+    int64_t step;
+    if (pr_run_config_load(&s->cfg, &s->train, path, err) || pr_config_check(&s->cfg, err) ||
+        pr_task_open(&s->task, &s->train, &s->cfg, err))
+        return -1;
+    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
+    pr_model_init(s->m);
+    pr_optim_opts oo = pr_train_optim_opts(&s->train);
+    s->opt = pr_optim_new(s->m->params, &oo);
+    if (pr_checkpoint_latest(run_dir, &step, err) || pr_checkpoint_load(run_dir, step, s->m->params, s->opt, &st, err))
+        return -1;
+    ctx->rng = st.rng;
+    s->first_step = st.step;
+    s->sched = (pr_schedule){.lr = s->train.lr, .min_lr = s->train.min_lr, .warmup = s->train.warmup,
+                             .total = s->train.steps, .cosine = strcmp(s->train.schedule, "cosine") == 0};
+    s->clip = s->train.clip;
+    return 0;
+}
+
+double pr_inspect_forward_backward(pr_ctx *ctx, const pr_inspect_session *s, int i, double *norms_row)
+{
+    const pr_model *m = s->m;
+    int64_t step = s->first_step + i;
+    pr_tensor *loss = s->task ? s->task->loss(s->task, ctx, m, step)
+                      : m->cfg.task == PR_HEAD_REC ? pr_rec_loss(ctx, m, s->b.ids, s->b.targets)
+                                                   : pr_lm_loss(ctx, m, s->b.ids, s->b.targets);
+    pr_backward(ctx, loss);
+    pr_inspect_grad_norms(m->params, norms_row);
+    return pr_item(loss);
+}
+
+void pr_inspect_update(pr_ctx *ctx, pr_inspect_session *s, int i)
+{
+    const pr_params *r = s->m->params;
+    double scale = pr_clip_scale(pr_params_grad_norm(r), s->clip);
+    pr_optim_step(ctx, s->opt, pr_schedule_lr(&s->sched, s->first_step + i), scale);
+    pr_params_zero_grads(r);
+    pr_step_reset(ctx);
+}
+
+/* ---- one step's tensors to a file ------------------------------------------------------ */
+int pr_inspect_dump(const char *path, const pr_ctx *ctx, const pr_model *m, const pr_inspect_batch *b, int step,
+                    int *n_tensors, pr_err *err)
+{
+    const pr_params *r = m->params;
+    int cap = 2 * r->n + 2 * PR_MAX_OUT * ctx->n_tape + 2, n = 0;
+    const char **names = calloc((size_t)cap, sizeof *names);
+    const pr_tensor **ts = calloc((size_t)cap, sizeof *ts);
+    char **own = calloc((size_t)cap, sizeof *own);
+    PR_CHECK(names && ts && own, "inspect: out of host memory");
+#define ADD(t_, ...)                                                                                        \
+    do {                                                                                                    \
+        own[n] = malloc(160);                                                                               \
+        snprintf(own[n], 160, __VA_ARGS__);                                                                 \
+        names[n] = own[n], ts[n++] = (t_);                                                                  \
+    } while (0)
+    if (b && b->ids) ADD(b->ids, "batch.ids");
+    if (b && b->targets) ADD(b->targets, "batch.targets");
+    for (int i = 0; i < r->n; i++) {
+        ADD(r->p[i].t, "param.%s", r->p[i].path);
+        if (r->p[i].t->grad) ADD(r->p[i].t->grad, "grad.%s", r->p[i].path);
+    }
+    for (int p = 0; p < ctx->n_tape; p++)
+        for (int o = 0; o < ctx->tape[p].n_out; o++) {
+            const pr_tensor *t = ctx->tape[p].out[o];
+            ADD(t, "act.%04d.%s.%d", p, ctx->tape[p].op->name, o);
+            if (t->grad) ADD(t->grad, "actgrad.%04d.%s.%d", p, ctx->tape[p].op->name, o);
+        }
+#undef ADD
+    char step_s[16];
+    snprintf(step_s, sizeof step_s, "%d", step);
+    const char *keys[] = {"model", "step"}, *values[] = {m->cfg.mixer, step_s};
+    int rc = pr_safetensors_write(path, n, names, ts, 2, keys, values, err);
+    *n_tensors = n;
+    for (int i = 0; i < n; i++) free(own[i]);
+    free(own), free(names), free(ts);
+    return rc ? -1 : 0;
+}

@@ -643,6 +643,53 @@ int pr_inspect_write_norm_plot(const char *path, const char *model, const pr_par
 void pr_inspect_ranks(FILE *out, const pr_ctx *ctx, pr_rank_summary *sum);
 void pr_inspect_rank_histogram(FILE *out, const char *model, const pr_rank_summary *sum);
 
+/* What inspect's steps run on: a fresh model on the CPU taking plain SGD at
+ * a constant rate on one fixed batch, or a training run continued from its
+ * latest checkpoint with its own task, optimizer, schedule and clipping
+ * (nothing written to the run). Step i counts from the session's
+ * first_step (0, or the checkpoint's step). */
+typedef struct {
+    pr_tensor *ids, *targets;   /* LM: ids, targets [B,T] (the next token); rec: items [B,T], target [B] */
+} pr_inspect_batch;
+
+typedef struct {
+    pr_config cfg;
+    pr_train_opts train;   /* a run's options */
+    pr_model *m;
+    pr_optim *opt;
+    pr_task *task;         /* a run's batches; NULL: the one fixed batch b */
+    pr_arena *data;
+    pr_inspect_batch b;
+    pr_schedule sched;
+    double clip;           /* max global grad norm; 0: none */
+    int64_t first_step;
+} pr_inspect_session;
+
+/* B sequences of T tokens drawn from c's seed (rec: items 1..n_items), or
+ * text_file's first B*(T+1) bytes (an LM of bytes, vocab >= 256; fatal
+ * otherwise); -1 with err naming the file when it cannot be read or is too
+ * short */
+int pr_inspect_make_batch(pr_inspect_batch *b, const pr_config *c, int64_t B, int64_t T, const char *text_file,
+                          pr_arena *a, pr_err *err);
+/* a fresh model of c: SGD at lr over `steps` on one batch (pr_inspect_make_batch); -1 with err */
+int pr_inspect_open_fresh(pr_inspect_session *s, const pr_config *c, double lr, int steps, int64_t B, int64_t T,
+                          const char *text_file, pr_err *err);
+/* run_dir's config, task and latest checkpoint (weights, optimizer state
+ * and ctx's RNG); -1 with err */
+int pr_inspect_open_run(pr_inspect_session *s, const char *run_dir, pr_ctx *ctx, pr_err *err);
+void pr_inspect_session_free(pr_inspect_session *s);
+/* step i's loss recorded on ctx and its backward (the tape stays for a
+ * look); every parameter's grad norm into norms_row; returns the loss */
+double pr_inspect_forward_backward(pr_ctx *ctx, const pr_inspect_session *s, int i, double *norms_row);
+/* step i's update at the schedule's rate (clipped as the run clips), the
+ * grads zeroed and the step reset */
+void pr_inspect_update(pr_ctx *ctx, pr_inspect_session *s, int i);
+/* the batch (b may be NULL), every parameter and its grad, and every
+ * recorded op's outputs and their grads as safetensors (metadata: model,
+ * step); *n_tensors written; -1 with err */
+int pr_inspect_dump(const char *path, const pr_ctx *ctx, const pr_model *m, const pr_inspect_batch *b, int step,
+                    int *n_tensors, pr_err *err);
+
 /* ---- what `prism compare` writes (lab/compare.c) ----
  * One row per model, in the order given; ok false: its run failed (the row
  * says so, and the report's bars leave it out). Peak memory is the device

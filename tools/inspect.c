@@ -10,9 +10,10 @@
  *     form paper, L + 1 for form augmented), read off the recurrence nodes
  *     the forward recorded;
  *   - --dump STEP: every activation and gradient of one step as safetensors.
- * The last line printed is one JSON object. This file reads the options,
- * builds the session and runs the steps; the norms' table, CSV and plot and
- * the write ranks are lab/inspect.c's (lab/lab.h). */
+ * The last line printed is one JSON object. This file reads the options and
+ * says what the steps show; the session and its steps, the dump, the
+ * norms' table, CSV and plot and the write ranks are lab/inspect.c's
+ * (lab/lab.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,126 +136,30 @@ static int build_config(const inspect_opts *o, pr_config *c)
     return rc ? PR_EXIT_USAGE : 0;
 }
 
-/* ---- the batch ------------------------------------------------------------------- */
-typedef struct {
-    pr_tensor *ids, *targets;   /* LM: ids, targets [B,T] (targets: the next token); rec: items [B,T], target [B] */
-} batch;
-
-static int read_text_tokens(const inspect_opts *o, const pr_config *c, int64_t n, int64_t *tok)
+/* ---- what the steps run on ------------------------------------------------------------ */
+/* a fresh model of the options' config and batch; 0, 1 (a file cannot be read) or a usage error */
+static int open_fresh(const inspect_opts *o, pr_inspect_session *s)
 {
-    if (c->vocab < 256 || c->task != PR_HEAD_LM) {
+    pr_config c;
+    int rc = build_config(o, &c);
+    if (rc) return rc;
+    if (o->text_file && (c.vocab < 256 || c.task != PR_HEAD_LM)) {
         fprintf(stderr, "prism inspect: --text needs an LM with vocab >= 256 (bytes), not task %s vocab %d\n",
-                pr_head_name(c->task), c->vocab);
+                pr_head_name(c.task), c.vocab);
         return PR_EXIT_USAGE;
     }
-    FILE *f = fopen(o->text_file, "rb");
-    if (!f) return fprintf(stderr, "prism inspect: %s: cannot open\n", o->text_file), 1;
-    int64_t got = 0;
-    for (int ch; got < n && (ch = fgetc(f)) != EOF;) tok[got++] = ch;
-    fclose(f);
-    if (got < n) {
-        fprintf(stderr, "prism inspect: %s: %lld bytes, the batch needs B*(T+1) = %lld\n", o->text_file,
-                (long long)got, (long long)n);
-        return 1;
-    }
+    pr_err err;
+    if (pr_inspect_open_fresh(s, &c, o->lr, o->steps, o->batch, o->seq_len, o->text_file, &err))
+        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
     return 0;
 }
 
-static int make_batch(const inspect_opts *o, const pr_config *c, pr_arena *a, batch *b)
+static int open_run(const inspect_opts *o, pr_inspect_session *s, pr_ctx *ctx)
 {
-    int64_t B = o->batch, T = o->seq_len, n = B * (T + 1);
-    bool rec = c->task == PR_HEAD_REC;
-    int64_t *tok = malloc(sizeof(int64_t) * (size_t)n);
-    uint64_t seed = (uint64_t)c->seed;
-    for (int64_t i = 0; i < n; i++) {   /* rec: items 1..n_items (0 pads) */
-        double u = pr_philox_uniform(seed, 0xba7c4, (uint64_t)i);
-        tok[i] = rec ? 1 + (int64_t)(u * c->rec_n_items) : (int64_t)(u * c->vocab);
-    }
-    int rc = o->text_file ? read_text_tokens(o, c, n, tok) : 0;
-    if (!rc) {
-        b->ids = pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B, T));
-        b->targets = rec ? pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B)) : pr_empty(a, PR_I64, PR_CPU, PR_DIMS(B, T));
-        int64_t *ids = b->ids->data, *tg = b->targets->data;
-        for (int64_t s = 0; s < B; s++) {
-            for (int64_t t = 0; t < T; t++) {
-                ids[s * T + t] = tok[s * (T + 1) + t];
-                if (!rec) tg[s * T + t] = tok[s * (T + 1) + t + 1];
-            }
-            if (rec) tg[s] = tok[s * (T + 1) + T];
-        }
-    }
-    free(tok);
-    return rc;
-}
-
-static pr_tensor *model_loss(pr_ctx *ctx, const pr_model *m, const batch *b)
-{
-    if (m->cfg.task == PR_HEAD_REC) return pr_rec_loss(ctx, m, b->ids, b->targets);
-    return pr_lm_loss(ctx, m, b->ids, b->targets);
-}
-
-/* ---- what the steps run on: a fresh model and its batch, or a training run ---------------- */
-typedef struct {
-    pr_config cfg;
-    pr_train_opts train;   /* --run: the run's options (task, optimizer, schedule, clipping) */
-    pr_model *m;
-    pr_optim *opt;
-    pr_task *task;         /* --run: batches from the run's task; NULL: the one fixed batch */
-    pr_arena *data;
-    batch b;
-    pr_schedule sched;
-    double clip;           /* max global grad norm; 0: none */
-    int64_t first_step;    /* --run: the step of the checkpoint; 0 for a fresh model */
-} session;
-
-static void session_free(session *s)
-{
-    pr_task_free(s->task);
-    pr_optim_free(s->opt);
-    pr_model_free(s->m);
-    pr_arena_free(s->data);
-}
-
-/* plain SGD at a constant rate on one batch */
-static int open_fresh(const inspect_opts *o, session *s)
-{
-    int rc = build_config(o, &s->cfg);
-    if (rc) return rc;
-    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
-    pr_model_init(s->m);
-    s->data = pr_arena_new("inspect batch", 0);
-    s->opt = pr_optim_new(s->m->params, &(pr_optim_opts){.kind = PR_OPTIM_SGD});
-    s->sched = (pr_schedule){.lr = o->lr, .min_lr = o->lr, .total = o->steps};
-    return make_batch(o, &s->cfg, s->data, &s->b);
-}
-
-/* the run's config, task and latest checkpoint (weights and optimizer state) */
-static int open_run(const inspect_opts *o, session *s, pr_ctx *ctx)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", o->run_dir);
-    s->cfg = pr_config_default();
-    s->train = pr_train_defaults();
     pr_err err;
-    pr_train_state st;
-    int64_t step;
-    if (pr_run_config_load(&s->cfg, &s->train, path, &err) || pr_config_check(&s->cfg, &err) ||
-        pr_task_open(&s->task, &s->train, &s->cfg, &err))
-        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
-    s->m = pr_model_new(&s->cfg, PR_F32, PR_CPU);
-    pr_model_init(s->m);
-    pr_optim_opts oo = pr_train_optim_opts(&s->train);
-    s->opt = pr_optim_new(s->m->params, &oo);
-    if (pr_checkpoint_latest(o->run_dir, &step, &err) ||
-        pr_checkpoint_load(o->run_dir, step, s->m->params, s->opt, &st, &err))
-        return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
-    ctx->rng = st.rng;
-    s->first_step = st.step;
-    s->sched = (pr_schedule){.lr = s->train.lr, .min_lr = s->train.min_lr, .warmup = s->train.warmup,
-                             .total = s->train.steps, .cosine = strcmp(s->train.schedule, "cosine") == 0};
-    s->clip = s->train.clip;
+    if (pr_inspect_open_run(s, o->run_dir, ctx, &err)) return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
     printf("run %s: %s on %s, from the checkpoint of step %lld\n", o->run_dir, s->cfg.mixer, s->train.task,
-           (long long)step);
+           (long long)s->first_step);
     return 0;
 }
 
@@ -268,43 +173,14 @@ static int with_file(const char *path, void (*write)(const pr_ctx *, FILE *), co
     return fclose(f) ? fprintf(stderr, "prism inspect: %s: write failed\n", path), 1 : 0;
 }
 
-/* parameters, their grads, every recorded op's outputs and their grads */
-static int dump_step(const char *path, const pr_ctx *ctx, const pr_model *m, const batch *b, int step)
+/* the step's tensors (pr_inspect_dump), said */
+static int dump_step(const char *path, const pr_ctx *ctx, const pr_inspect_session *s, int step)
 {
-    const pr_params *r = m->params;
-    int cap = 2 * r->n + 2 * PR_MAX_OUT * ctx->n_tape + 2, n = 0;
-    const char **names = calloc((size_t)cap, sizeof *names);
-    const pr_tensor **ts = calloc((size_t)cap, sizeof *ts);
-    char **own = calloc((size_t)cap, sizeof *own);
-#define ADD(t_, ...)                                                                                        \
-    do {                                                                                                    \
-        own[n] = malloc(160);                                                                               \
-        snprintf(own[n], 160, __VA_ARGS__);                                                                 \
-        names[n] = own[n], ts[n++] = (t_);                                                                  \
-    } while (0)
-    if (b->ids) ADD(b->ids, "batch.ids");
-    if (b->targets) ADD(b->targets, "batch.targets");
-    for (int i = 0; i < r->n; i++) {
-        ADD(r->p[i].t, "param.%s", r->p[i].path);
-        if (r->p[i].t->grad) ADD(r->p[i].t->grad, "grad.%s", r->p[i].path);
-    }
-    for (int p = 0; p < ctx->n_tape; p++)
-        for (int o = 0; o < ctx->tape[p].n_out; o++) {
-            const pr_tensor *t = ctx->tape[p].out[o];
-            ADD(t, "act.%04d.%s.%d", p, ctx->tape[p].op->name, o);
-            if (t->grad) ADD(t->grad, "actgrad.%04d.%s.%d", p, ctx->tape[p].op->name, o);
-        }
-#undef ADD
-    char step_s[16];
-    snprintf(step_s, sizeof step_s, "%d", step);
-    const char *keys[] = {"model", "step"}, *values[] = {m->cfg.mixer, step_s};
     pr_err err;
-    int rc = pr_safetensors_write(path, n, names, ts, 2, keys, values, &err);
-    if (rc) fprintf(stderr, "prism inspect: %s\n", err.msg);
-    else printf("dumped %d tensors of step %d to %s\n", n, step, path);
-    for (int i = 0; i < n; i++) free(own[i]);
-    free(own), free(names), free(ts);
-    return rc ? 1 : 0;
+    int n;
+    if (pr_inspect_dump(path, ctx, s->m, &s->b, step, &n, &err)) return fprintf(stderr, "prism inspect: %s\n", err.msg), 1;
+    printf("dumped %d tensors of step %d to %s\n", n, step, path);
+    return 0;
 }
 
 /* ---- the command -------------------------------------------------------------------------- */
@@ -314,14 +190,9 @@ typedef struct {
 } inspect_result;
 
 /* step s: loss, backward, norms; the first step's tape/dot/rank; the dump; the update */
-static int run_step(const inspect_opts *o, pr_ctx *ctx, session *ses, int s, inspect_result *res)
+static int run_step(const inspect_opts *o, pr_ctx *ctx, pr_inspect_session *ses, int s, inspect_result *res)
 {
-    const pr_params *r = ses->m->params;
-    int64_t step = ses->first_step + s;
-    pr_tensor *loss = ses->task ? ses->task->loss(ses->task, ctx, ses->m, step) : model_loss(ctx, ses->m, &ses->b);
-    pr_backward(ctx, loss);
-    res->losses[s] = pr_item(loss);
-    pr_inspect_grad_norms(r, res->norms + (size_t)s * r->n);
+    res->losses[s] = pr_inspect_forward_backward(ctx, ses, s, res->norms + (size_t)s * ses->m->params->n);
     int rc = 0;
     if (s == 0 && o->tape_file) rc |= with_file(o->tape_file, pr_tape_dump, ctx);
     if (s == 0 && o->dot_file) rc |= with_file(o->dot_file, pr_tape_dot, ctx);
@@ -329,12 +200,9 @@ static int run_step(const inspect_opts *o, pr_ctx *ctx, session *ses, int s, ins
     if (s == o->dump_step) {
         char def[64];
         snprintf(def, sizeof def, "inspect_step%d.safetensors", s);
-        rc |= dump_step(o->dump_file ? o->dump_file : def, ctx, ses->m, &ses->b, s);
+        rc |= dump_step(o->dump_file ? o->dump_file : def, ctx, ses, s);
     }
-    double scale = pr_clip_scale(pr_params_grad_norm(r), ses->clip);
-    pr_optim_step(ctx, ses->opt, pr_schedule_lr(&ses->sched, step), scale);
-    pr_params_zero_grads(r);
-    pr_step_reset(ctx);
+    pr_inspect_update(ctx, ses, s);
     return rc;
 }
 
@@ -346,7 +214,7 @@ static const char *json_number(char buf[40], double v)
     return buf;
 }
 
-static void print_json(const inspect_opts *o, const session *s, const inspect_result *res)
+static void print_json(const inspect_opts *o, const pr_inspect_session *s, const inspect_result *res)
 {
     char first[40], last[40];
     printf("{\"model\":\"%s\",\"seed\":%d,\"first_step\":%lld,\"steps\":%d,\"params\":%lld,\"loss_first\":%s,"
@@ -370,7 +238,7 @@ static int failed(const pr_err *err)
     return 1;
 }
 
-static int report(const inspect_opts *o, const session *s, const inspect_result *res)
+static int report(const inspect_opts *o, const pr_inspect_session *s, const inspect_result *res)
 {
     const pr_params *r = s->m->params;
     int rc = 0;
@@ -391,7 +259,7 @@ int pr_cmd_inspect(int argc, char **argv)
     inspect_opts o;
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    session ses = {0};
+    pr_inspect_session ses = {0};
     pr_ctx *ctx = pr_ctx_new(1);
     rc = o.run_dir ? open_run(&o, &ses, ctx) : open_fresh(&o, &ses);
     if (rc == 0) {
@@ -401,8 +269,7 @@ int pr_cmd_inspect(int argc, char **argv)
         rc |= report(&o, &ses, &res);
         free(res.norms), free(res.losses);
     }
-    if (ses.m) pr_params_release_grads(ses.m->params);
+    pr_inspect_session_free(&ses);
     pr_ctx_free(ctx);
-    session_free(&ses);
     return rc == PR_EXIT_USAGE ? rc : rc ? 1 : 0;   /* steps and writes OR their 1s together */
 }
