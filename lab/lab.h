@@ -386,6 +386,24 @@ double pr_run_x(const pr_run *r, double step, pr_x_kind kind);
  * non-finite points are skipped and stay as they are */
 void pr_smooth(const double *y, int n, int window, double *out);
 
+/* ---- runs in one plot (lab/plot_runs.c): `prism plot` ---- */
+/* whether the run has the metric as a training curve or an evaluation */
+bool pr_run_has_metric(const pr_run *r, const char *metric);
+typedef struct {
+    const char *metric;   /* a training curve (a line, its evaluations as dots), or one only
+                           * evaluated (a line through its dots) */
+    pr_x_kind x;
+    int smooth;           /* a trailing mean over this many logged points (1: none); the dots stay as measured */
+    int y_scale;          /* 0 auto (log where the values span more than 1.5 decades, all positive), 1 log, 2 linear */
+    const char *title;    /* NULL: "<metric> by <x>" and the smoothing */
+} pr_runs_plot_opts;
+/* the metric of every run that has it (the others left out), run k named
+ * in the legend by paths[k] less the leading directories all the paths
+ * share, saved as an SVG at out; *ylog: the scale drawn. -1 with err when no
+ * run has the metric or the file cannot be written. */
+int pr_runs_plot(const pr_runs_plot_opts *o, const pr_run *runs, const char *const *paths, int n, const char *out,
+                 bool *ylog, pr_err *err);
+
 /* ---- report pages (lab/report.c) ----
  * report pages: one self-contained HTML file per grid
  * (ablate) or comparison (compare) that opens in any browser with no network

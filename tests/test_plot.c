@@ -1,7 +1,14 @@
 /* tests/test_plot.c: the SVG plots (lab/lab.h). Nice ticks on linear and
  * log axes, and the documents themselves (line plots, bar charts): read back
  * with a small XML checker (balanced tags, quoted attributes, escaped text),
- * the tick labels, legend entries and bars found where they belong. */
+ * the tick labels, legend entries and bars found where they belong; runs
+ * read from their metrics.jsonl drawn in one plot as `prism plot` draws
+ * them (named less their shared folders, log scale where they span
+ * decades, a run without the metric left out). */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "lab/lab.h"
 #include "tests/pr_test.h"
 
@@ -450,6 +457,62 @@ static void test_bars_32_series_distinct(void **state)
     free(doc);
 }
 
+/* a run folder dir/name whose metrics.jsonl holds text */
+static void write_run(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_runs_in_one_plot(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/prism_test_plot_runs_XXXXXX", paths[3][600], svg[600], cmd[600];
+    assert_non_null(mkdtemp(dir));
+    write_run(dir, "a", "{\"step\":1,\"loss\":10}\n{\"step\":2,\"loss\":0.01}\n{\"step\":2,\"eval\":{\"acc\":0.5}}\n");
+    write_run(dir, "b", "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":1}\n");
+    write_run(dir, "c", "{\"step\":1,\"lr\":0.1}\n");
+    pr_run runs[3];
+    const char *names[3];
+    pr_err err;
+    for (int k = 0; k < 3; k++) {
+        snprintf(paths[k], sizeof paths[k], "%s/%c/", dir, 'a' + k);
+        names[k] = paths[k];
+        if (pr_run_read(&runs[k], paths[k], &err)) fail_msg("%s", err.msg);
+    }
+    assert_true(pr_run_has_metric(&runs[0], "acc") && !pr_run_has_metric(&runs[1], "acc"));
+    snprintf(svg, sizeof svg, "%s/loss.svg", dir);
+    pr_runs_plot_opts o = {.metric = "loss", .x = PR_X_STEP, .smooth = 1};
+    bool ylog = false;
+    assert_int_equal(pr_runs_plot(&o, runs, names, 3, svg, &ylog, &err), 0);
+    assert_true(ylog);   /* 10 down to 0.01: three decades */
+    FILE *f = fopen(svg, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    char *doc = read_back(f);
+    texts t;
+    check_xml(doc, &t);
+    assert_true(has_text(&t, "legend", "a") && has_text(&t, "legend", "b"));
+    assert_false(has_text(&t, "legend", "c"));   /* it has no loss */
+    assert_true(has_text(&t, "", "loss by step"));
+    free(doc);
+    o.y_scale = 2;
+    assert_int_equal(pr_runs_plot(&o, runs, names, 3, svg, &ylog, &err), 0);
+    assert_false(ylog);
+    o.metric = "bpb";
+    assert_int_equal(pr_runs_plot(&o, runs, names, 3, svg, &ylog, &err), -1);
+    assert_non_null(strstr(err.msg, "no run has the metric bpb"));
+    for (int k = 0; k < 3; k++) pr_run_free(&runs[k]);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -463,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_step_ticks_are_whole),
         cmocka_unit_test(test_labels_fit),
         cmocka_unit_test(test_bars_32_series_distinct),
+        cmocka_unit_test(test_runs_in_one_plot),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -1,6 +1,6 @@
-/* tools/plot_runs.c: `prism plot RUN...`: one metric of several runs in one
- * SVG (lab/plot.c), read from their metrics.jsonl (lab/runs.c): a line
- * per run, its evaluations marked with dots. */
+/* tools/plot_runs.c: `prism plot RUN...`: its options and messages; the
+ * runs are read by lab/runs.c and drawn in one SVG by lab/plot_runs.c: a
+ * line per run, its evaluations marked with dots. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,65 +60,8 @@ static int parse_plot(pr_args *a, plot_args *t)
     return -1;
 }
 
-/* the length of the leading directories every path shares ("runs/" of runs/a, runs/b) */
-static size_t shared_dirs(const char *const *paths, int n)
-{
-    if (n < 2) return 0;
-    size_t keep = 0;
-    for (size_t i = 0;; i++) {
-        char c = paths[0][i];
-        for (int k = 1; k < n; k++)
-            if (paths[k][i] != c) return keep;
-        if (!c) return keep;
-        if (c == '/') keep = i + 1;
-    }
-}
-
-/* a run's legend name: its path less the shared directories and a trailing '/' */
-static void legend_name(const char *path, size_t skip, char *out, size_t n)
-{
-    snprintf(out, n, "%s", path + (strlen(path) > skip ? skip : 0));
-    size_t len = strlen(out);
-    while (len > 1 && out[len - 1] == '/') out[--len] = 0;
-}
-
-/* log where the values shown span more than 1.5 decades and are all positive */
-static bool spans_decades(const pr_plot *p)
-{
-    double lo = INFINITY, hi = -INFINITY;
-    for (int k = 0; k < p->n_series; k++) {
-        const pr_plot_series *s = &p->series[k];
-        for (int i = 0; i < s->n + s->n_marks; i++) {
-            double v = i < s->n ? s->y[i] : s->my[i - s->n];
-            if (!isfinite(v)) continue;
-            if (v <= 0) return false;
-            lo = fmin(lo, v), hi = fmax(hi, v);
-        }
-    }
-    return lo < hi && hi / lo > pow(10, 1.5);
-}
-
-/* one run's line and dots, in arrays the plot reads at save time (freed by the caller) */
-typedef struct {
-    char name[256];
-    double *x, *y, *mx, *my;
-} run_series;
-
-static void series_of(const pr_run *r, const plot_args *t, run_series *s, pr_plot *p)
-{
-    const pr_curve *line = pr_run_curve(r, t->metric, false), *dots = pr_run_curve(r, t->metric, true);
-    if (!line) line = dots;   /* an evaluated metric: the line goes through its dots */
-    s->x = malloc(sizeof(double) * (size_t)line->n), s->y = malloc(sizeof(double) * (size_t)line->n);
-    for (int i = 0; i < line->n; i++) s->x[i] = pr_run_x(r, line->step[i], (pr_x_kind)t->x);
-    pr_smooth(line->value, line->n, line == dots ? 1 : t->smooth, s->y);
-    pr_plot_add(p, s->name, line->n, s->x, s->y);
-    if (!dots) return;
-    s->mx = malloc(sizeof(double) * (size_t)dots->n), s->my = malloc(sizeof(double) * (size_t)dots->n);
-    for (int i = 0; i < dots->n; i++) s->mx[i] = pr_run_x(r, dots->step[i], (pr_x_kind)t->x), s->my[i] = dots->value[i];
-    pr_plot_mark(p, dots->n, s->mx, s->my);
-}
-
-static int draw(const plot_args *t, pr_run *runs, bool *has, pr_args *a)
+/* the plot of the runs that have the metric (has[k]), said; a usage error when none has it */
+static int draw(const plot_args *t, const pr_run *runs, const bool *has, pr_args *a)
 {
     static const char *const x_names[] = {"step", "tokens", "seconds"};
     int n_drawn = 0;
@@ -128,32 +71,16 @@ static int draw(const plot_args *t, pr_run *runs, bool *has, pr_args *a)
         pr_runs_list_metrics(runs, t->n_runs, list, sizeof list);
         return pr_args_error(a, "--metric %s: no run has it; the runs have: %s", t->metric, list[0] ? list : "none");
     }
-    run_series *s = calloc((size_t)t->n_runs, sizeof *s);
-    size_t skip = shared_dirs(t->runs, t->n_runs);
-    char title[256], ylabel[80];
-    snprintf(title, sizeof title, "%s by %s", t->metric, x_names[t->x]);
-    if (t->smooth > 1) snprintf(title + strlen(title), sizeof title - strlen(title), " (mean of %d points)", t->smooth);
-    bool evaluated_only = true;
-    for (int k = 0; k < t->n_runs; k++) evaluated_only &= !has[k] || !pr_run_curve(&runs[k], t->metric, false);
-    snprintf(ylabel, sizeof ylabel, "%s%s", t->metric, evaluated_only ? " (evaluation)" : "");
-    pr_plot p = {.title = t->title ? t->title : title, .xlabel = x_names[t->x], .ylabel = ylabel,
-                 .xint = t->x != PR_X_TIME};
-    for (int k = 0; k < t->n_runs; k++) {
-        if (!has[k]) continue;
-        legend_name(t->runs[k], skip, s[k].name, sizeof s[k].name);
-        series_of(&runs[k], t, &s[k], &p);
-    }
-    p.ylog = t->y_scale == 1 || (t->y_scale == 0 && spans_decades(&p));
-    pr_err err;
+    pr_runs_plot_opts o = {.metric = t->metric, .x = (pr_x_kind)t->x, .smooth = t->smooth, .y_scale = t->y_scale,
+                           .title = t->title};
     const char *out = t->out ? t->out : "plot.svg";
-    int rc = pr_plot_save(&p, out, &err);
-    if (rc) fprintf(stderr, "prism plot: %s\n", err.msg);
-    else printf("wrote %s: %s of %d run%s against %s%s\n", out, t->metric, n_drawn, n_drawn > 1 ? "s" : "",
-                x_names[t->x], p.ylog ? " (log scale)" : "");
-    for (int k = 0; k < t->n_runs; k++) free(s[k].x), free(s[k].y), free(s[k].mx), free(s[k].my);
-    free(s);
-    pr_plot_free(&p);
-    return rc ? 1 : 0;
+    bool ylog;
+    pr_err err;
+    if (pr_runs_plot(&o, runs, t->runs, t->n_runs, out, &ylog, &err))
+        return fprintf(stderr, "prism plot: %s\n", err.msg), 1;
+    printf("wrote %s: %s of %d run%s against %s%s\n", out, t->metric, n_drawn, n_drawn > 1 ? "s" : "", x_names[t->x],
+           ylog ? " (log scale)" : "");
+    return 0;
 }
 
 int pr_cmd_plot(int argc, char **argv)
@@ -174,7 +101,7 @@ int pr_cmd_plot(int argc, char **argv)
                             "use --x step\n", t.runs[k], t.x == PR_X_TOKENS ? "tokens" : "time_s");
             rc = 1;
         }
-        has[k] = rc < 0 && (pr_run_curve(&runs[k], t.metric, false) || pr_run_curve(&runs[k], t.metric, true));
+        has[k] = rc < 0 && pr_run_has_metric(&runs[k], t.metric);
     }
     int n_has = 0;
     for (int k = 0; k < t.n_runs; k++) n_has += has[k];
