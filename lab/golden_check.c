@@ -105,16 +105,6 @@ static void check_one(FILE *out, pr_golden_run g, const char *name, void (*check
         ++*skipped;
         return;
     }
-    const int rule = pr_rule_from_name(name);
-    if (g.dev == PR_CUDA && rule >= 0 && pr_rule_g_per_key((pr_rule)rule) && (g.forms & 2)) {
-        g.forms &= 1;   /* the per-key decay has no chunked CUDA kernels yet: say so, never pass on it */
-        fprintf(out, "%s: chunked form skipped (no chunked CUDA kernels for a per-key decay)%s\n", name,
-                g.forms ? "" : "; nothing else asked");
-        if (!g.forms) {
-            ++*skipped;
-            return;
-        }
-    }
     g.op = name;
     g.compared = 0;
     double e = pr_golden_try(&g, check, why, sizeof why);

@@ -82,8 +82,10 @@ if [ $cuda = 1 ]; then
     expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
         --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
-    expect 0 "a per-key decay (rule gla) has no chunked CUDA kernels yet" bench recurrence --device cuda \
-        --dtype f32 --shape 1,256,2,32,32 --rules gla --reps 1 --warmup 0
+    expect 0 "gla_state(bv 32) gla_out" bench recurrence --device cuda --dtype f32 --shape 1,256,2,32,32 \
+        --rules gla --reps 1 --warmup 0
+    expect 0 "target <= 1.00x fla (2.000 ms, this run)" bench recurrence --device cuda --size 1 --rules gla \
+        --reps 1 --warmup 0 --no-token --fla-gla 2
     expect 0 "segments" bench recurrence --device cuda --dtype f32 --shape 1,2048,2,32,32 --rules gdn --reps 1 \
         --warmup 0 --no-token
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
@@ -181,6 +183,9 @@ expect 0 "cpu chunked C=16: fwd pr_rec_gla_forward_chunked" bench recurrence --d
 expect 0 "cpu bf16, chunk 16" bench recurrence --device cpu --dtype bf16 --rules gdn --reps 1 --no-token --chunks 16
 expect 0 "chunk 16; seconds, best of 1" bench recurrence --device cpu --dtype f32 --rules linattn --reps 1 \
     --warmup 0 --chunks 16 --no-token
+expect 2 "prism bench recurrence: --fla-gla applies to --device cuda only" bench recurrence --device cpu --fla-gla 1.5
+expect 2 "prism bench recurrence: --fla-gla wants up to 2 comma-separated numbers > 0, not '1,0'" \
+    bench recurrence --device cuda --fla-gla 1,0
 # --device cuda and --dtype f32 are accepted: what stops this one is --bogus
 expect 2 "prism bench recurrence: unknown option '--bogus' (prism bench recurrence --help lists the options)" \
     bench recurrence --device cuda --dtype f32 --bogus

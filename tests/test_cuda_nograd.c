@@ -79,8 +79,7 @@ static void test_recurrence_device_memory(void **state)
     PR_SKIP_WITHOUT_CUDA();
     for (int r = 0; r < PR_NRULES; r++) {
         recurrence_case((pr_rule)r, 0);
-        if (!pr_rule_g_per_key((pr_rule)r))   /* gla: no chunked CUDA form yet */
-            recurrence_case((pr_rule)r, pr_rule_has_extra((pr_rule)r) ? 32 : 64);
+        recurrence_case((pr_rule)r, pr_rule_has_extra((pr_rule)r) ? 32 : 64);
     }
 }
 

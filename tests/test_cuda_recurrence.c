@@ -1,7 +1,7 @@
 /* tests/test_cuda_recurrence.c: the CUDA recurrence kernels against the CPU.
  *
- * Every rule, both forms (per-token, chunked with C = 32 and 64; gla, the
- * per-key decay, the per-token form only, its chunks refused by name), fp32 and
+ * Every rule, both forms (per-token, chunked with C = 32 and 64; gla's
+ * chunked form in gla_chunked.cu, its per-value form per token only), fp32 and
  * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
  * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
@@ -135,9 +135,8 @@ static int check_rule(pr_rule rule, int *n_runs)
             char why[256];
             if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c->T, c->H, c->K, c->V, pr_rule_has_extra(rule) ? c->L : 0,
                                     &plan, why, sizeof why)) {
-                /* K = 256 at C = 64; and a per-key decay (gla) has no chunked CUDA form yet */
-                const bool expected = (c->K > 128 && strstr(why, "shared memory")) ||
-                                      (pr_rule_g_per_key(rule) && forms[f].chunk && strstr(why, "per-token form"));
+                /* K = 256 at C = 64 */
+                const bool expected = c->K > 128 && strstr(why, "shared memory");
                 fprintf(stderr, "  %s %s: %s\n", expected ? "refused" : "FAIL", what, why);
                 fails += !expected;
                 continue;
@@ -822,13 +821,6 @@ static void test_plan(void **state)
     char why[256], line[320];
     pr_rec_plan plan;
     for (int r = 0; r < PR_NRULES; r++) {
-        if (pr_rule_g_per_key((pr_rule)r)) {   /* gla: the per-token form, chunks refused naming it */
-            const pr_recurrence_opts tok = {.rule = (pr_rule)r}, chk = {.rule = (pr_rule)r, .chunk = 64};
-            assert_true(pr_recurrence_plan(&tok, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
-            assert_false(pr_recurrence_plan(&chk, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
-            assert_non_null(strstr(why, "per-token form"));
-            continue;
-        }
         for (int chunk = 0; chunk <= 64; chunk += 32) {
             const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = chunk};
             if (!pr_recurrence_plan(&o, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why))
@@ -859,7 +851,7 @@ static void test_plan(void **state)
      * with the fix-up and with a last serial pass) */
     unsetenv("PRISM_REC_SEGMENTS");
     for (int r = 0; r < PR_NRULES; r++) {
-        if (pr_rule_g_per_key((pr_rule)r)) continue;   /* no chunked CUDA form */
+        if (pr_rule_g_per_key((pr_rule)r)) continue;   /* gla's chunked passes do not segment */
         const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = 32};
         if (!pr_recurrence_plan(&o, PR_CUDA, 1, 16384, 8, 96, 96, 2, &plan, why, sizeof why))
             fail_msg("%s at B=1 T=16384 H=8 K=V=96: %s", pr_rule_name((pr_rule)r), why);
@@ -887,6 +879,14 @@ static void test_plan(void **state)
                 assert_non_null(strstr(plan.kernels, "segments"));
             }
         }
+    /* gla's chunks: K <= 128 at C = 64, K <= 256 at C = 32, beyond that refused naming shared memory */
+    const pr_recurrence_opts g64 = {.rule = PR_RULE_GLA, .chunk = 64}, g32 = {.rule = PR_RULE_GLA, .chunk = 32};
+    assert_true(pr_recurrence_plan(&g64, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
+    assert_non_null(strstr(plan.kernels, "gla_state"));
+    assert_true(pr_recurrence_plan(&g32, PR_CUDA, 1, 100, 2, 256, 64, 0, &plan, why, sizeof why));
+    assert_false(pr_recurrence_plan(&g64, PR_CUDA, 1, 100, 2, 256, 64, 0, &plan, why, sizeof why));
+    assert_non_null(strstr(why, "shared memory"));
+    assert_non_null(strstr(why, "chunk = 32 needs less"));
     /* the call itself stops with the same message */
     pr_ctx *ctx = g_ctx;
     pr_rng r = pr_rng_init(5, 0);
@@ -917,12 +917,14 @@ static void test_f64_refused(void **state)
     pr_step_reset(ctx);
 }
 
-/* gla (per-token CUDA form) under strong per-key decays, log-decays in [-8, -2]
- * (logsigmoid / 16 of gates far below zero), with h0 and packed sequences:
- * o, ht and every gradient within 2e-4 of the CPU's f64, and the kernels
- * deterministic. dg comes from a reverse scan of q.dq - k.dk whose terms
- * are far larger than dg here (as in fla's chunk_gla), so this measures how
- * much that costs in f32 against the largest dg. */
+/* gla under strong per-key decays, log-decays in [-8, -2] (logsigmoid / 16
+ * of gates far below zero; a chunk of 64 sums to about -320, so an
+ * unfactored e^{-G} would overflow), with h0 and packed sequences: o, ht and
+ * every gradient within 2e-4 of the CPU's f64 (per-token and chunked fp32
+ * forms; 4e-3 with TF32 products), and the kernels deterministic. dg comes
+ * from reverse sums of q.dq - k.dk whose terms are far larger than dg here
+ * (as in fla's chunk_gla), so this measures how much that costs in f32
+ * against the largest dg. */
 static void test_gla_strong_decay(void **state)
 {
     (void)state;
@@ -936,13 +938,22 @@ static void test_gla_strong_decay(void **state)
     rec_out ref = rec_run_seeded(ctx, PR_RULE_GLA, 0, x.in, x.cu, x.dout, x.dht);
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
-    rec_out got = rec_run_seeded(ctx, PR_RULE_GLA, 0, xc, cu, x.dout, x.dht);
-    rec_out again = rec_run_seeded(ctx, PR_RULE_GLA, 0, xc, cu, x.dout, x.dht);
-    const double e = rec_report("gla gk in [-8,-2] token", &got, &ref);
-    assert_true(rec_same_bits(&got, &again));
-    assert_true(e <= 2e-4);
-    rec_out_free(&got);
-    rec_out_free(&again);
+    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 4e-3}};
+    int fails = 0;
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        ctx->matmul_tf32 = forms[f].tf32;
+        rec_out got = rec_run_seeded(ctx, PR_RULE_GLA, forms[f].chunk, xc, cu, x.dout, x.dht);
+        rec_out again = rec_run_seeded(ctx, PR_RULE_GLA, forms[f].chunk, xc, cu, x.dout, x.dht);
+        char what[64];
+        snprintf(what, sizeof what, "gla gk in [-8,-2] chunk %d%s", forms[f].chunk, forms[f].tf32 ? " tf32" : "");
+        const double e = rec_report(what, &got, &ref);
+        if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+        if (!(e <= forms[f].tol)) fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol), fails++;
+        rec_out_free(&got);
+        rec_out_free(&again);
+    }
+    ctx->matmul_tf32 = 0;
+    assert_int_equal(fails, 0);
     rec_out_free(&ref);
     free(x.dout);
     free(x.dht);

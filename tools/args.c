@@ -209,6 +209,27 @@ bool pr_args_choice_list(pr_args *a, const char *name, const char *const *choice
     return true;
 }
 
+bool pr_args_positive_list(pr_args *a, const char *name, int max_n, double *out, int *n)
+{
+    const char *v;
+    if (!option_value(a, name, &v)) return false;
+    if (!v) return true;
+    int k = 0;
+    for (const char *s = v; k < max_n;) {
+        char *end;
+        const double x = strtod(s, &end);
+        if (end == s || !isfinite(x) || x <= 0 || (*end && *end != ',')) break;
+        out[k++] = x;
+        if (!*end) {
+            *n = k;
+            return true;
+        }
+        s = end + 1;
+    }
+    pr_args_error(a, "%s wants up to %d comma-separated numbers > 0, not '%s'", name, max_n, v);
+    return true;
+}
+
 bool pr_args_int_list(pr_args *a, const char *name, long long lo, long long hi, int max_n, int64_t *out, int *n)
 {
     const char *v;

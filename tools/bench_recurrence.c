@@ -51,8 +51,8 @@ static void usage(FILE *f)
             "                              [--fp32] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2, gla), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data;\n"
-            "gla, a log-decay per key channel, has only its per-token form on the GPU so far: its chunked\n"
-            "rows print the plan's refusal; fla's chunk_gla time is not in the reference figures below),\n"
+            "gla's \"x fla\" needs fla's chunk_gla time measured in the same run: --fla-gla,\n"
+            "tools/device/bench_gla.sh),\n"
             "TTT-Linear (mini-batch 16: TF32 and fp32 on f32 data, bf16 on bf16 data; mini-batch 1 as its\n"
             "serial form), and TTT-MLP and Titans at d=64 (mini-batch/chunk 16 and 1), forward and\n"
             "forward+backward, at B=8 T=2048 H=16 K=V=128 (size 1) and B=2 T=8192 H=16 K=V=128 (size 2),\n"
@@ -74,6 +74,9 @@ static void usage(FILE *f)
             "               kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       GPU only: also time the chunked form with fp32 (non-tensor-core) products\n"
+            "  --fla-gla MS1[,MS2]  GPU only: fla's chunk_gla bf16 f+b ms at size 1 (and 2), as\n"
+            "               tools/device/time_fla_gla.py measures it on this GPU; gla's rows then show\n"
+            "               \"x fla\" and, at size 1, issue 43's target (<= 1.0x fla)\n"
             "Reference (flash-linear-attention Triton, bf16, H200, fwd+bwd; size 1 / size 2): gated\n"
             "delta 3.54 / 3.53 ms, delta 2.62 / 2.92 ms, SSD 2.61 / 2.06 ms, TTT-Linear (mini-batch 16)\n"
             "4.53 / 10.8 ms. Targets (issue 13, size 1): gdn <= 3.0 ms, delta <= 2.5, ssd <= 2.0,\n"
@@ -95,6 +98,8 @@ typedef struct {
     int gpu_dtypes;     /* GPU: bit 0 f32, bit 1 bf16 */
     int nch;
     int64_t chunks[4];
+    int nfla_gla;
+    double fla_gla[2];  /* --fla-gla: fla's chunk_gla f+b ms at sizes 1 and 2 */
 } rb_opts;
 
 static void print_seconds(double s)
@@ -467,10 +472,11 @@ static void print_memory(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x)
 /* flash-linear-attention's bf16 forward+backward in ms at size si (0 where
  * it has no such kernel) and issue 13's target at size 1 (0: none, or
  * relative to gdn as prism_core's) */
-static double fla_ms(pr_rule r, int si)
+static double fla_ms(const rb_opts *o, pr_rule r, int si)
 {
     static const double gdn[2] = {3.54, 3.53}, delta[2] = {2.62, 2.92}, ssd[2] = {2.61, 2.06};
     if (si > 1) return 0;   /* --shape */
+    if (r == PR_RULE_GLA) return si < o->nfla_gla ? o->fla_gla[si] : 0;   /* only as measured in this run */
     return r == PR_RULE_GDN ? gdn[si] : r == PR_RULE_DELTA ? delta[si] : r == PR_RULE_SSD ? ssd[si] : 0;
 }
 static double target_ms(pr_rule r)
@@ -567,8 +573,11 @@ static int bench_gpu(const rb_opts *o)
                     }
                     char form[24];
                     snprintf(form, sizeof form, "chunk%d/%s", C, bf ? "bf16" : f < nforms ? "tf32" : "fp32");
-                    print_row(rule, form, ch, tokens, tflops, peak, fb_bytes(rule, s, bf ? 2 : 4), fla_ms(rule, si), sp,
-                              er);
+                    print_row(rule, form, ch, tokens, tflops, peak, fb_bytes(rule, s, bf ? 2 : 4), fla_ms(o, rule, si),
+                              sp, er);
+                    if (f == 0 && bf && si == 0 && rule == PR_RULE_GLA && fla_ms(o, rule, si) > 0)
+                        printf("%-11s   target <= 1.00x fla (%.3f ms, this run): %.2fx, %s\n", "", fla_ms(o, rule, si),
+                               ch.fb / fla_ms(o, rule, si), ch.fb <= fla_ms(o, rule, si) ? "met" : "missed");
                     if (f < nforms) print_memory(ctx, rule, C, xin);
                     if (f == 0 && rule == PR_RULE_GDN) gdn_fb[bf] = ch.fb;
                     if (f == 0 && si == 0 && target_ms(rule) > 0)
@@ -609,6 +618,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
         if (pr_args_int_list(&a, "--chunks", 1, 1024, 4, o->chunks, &o->nch)) continue;
         if (pr_args_int_list(&a, "--shape", 1, 1 << 20, 5, o->shape, &o->nshape)) continue;
         if (pr_args_flag(&a, "--no-token", &o->no_token) || pr_args_flag(&a, "--fp32", &o->fp32)) continue;
+        if (pr_args_positive_list(&a, "--fla-gla", 2, o->fla_gla, &o->nfla_gla)) continue;
         return pr_args_unknown(&a);
     }
     if (a.failed) return PR_EXIT_USAGE;
@@ -628,6 +638,7 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     if (size >= 0) return pr_args_error(&a, "--size picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->nshape) return pr_args_error(&a, "--shape picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->fp32) return pr_args_error(&a, "--fp32 applies to --device cuda only");
+    if (o->nfla_gla) return pr_args_error(&a, "--fla-gla applies to --device cuda only");
     if (o->rules >> PR_NRULES) return pr_args_error(&a, "--rules: the TTT ops have no CPU timing here");
     if (!o->rules) o->rules = (1u << PR_NRULES) - 1;
     if (o->nch > 1) return pr_args_error(&a, "--chunks takes one chunk size with --device cpu");

@@ -81,6 +81,8 @@ bool pr_args_choice(pr_args *a, const char *name, const char *const *choices, in
 bool pr_args_choice_list(pr_args *a, const char *name, const char *const *choices, unsigned *mask);
 /* 1 to max_n comma-separated integers in [lo, hi] into out, *n of them */
 bool pr_args_int_list(pr_args *a, const char *name, long long lo, long long hi, int max_n, int64_t *out, int *n);
+/* 1 to max_n comma-separated finite numbers > 0 into out, *n of them */
+bool pr_args_positive_list(pr_args *a, const char *name, int max_n, double *out, int *n);
 int pr_args_unknown(pr_args *a);            /* "unknown option '<arg>'"; returns PR_EXIT_USAGE */
 int pr_args_error(pr_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));  /* "<cmd>: <msg>" */
 int pr_args_no_cuda(const char *cmd);       /* says so; returns PR_EXIT_NO_GPU */

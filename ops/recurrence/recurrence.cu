@@ -161,12 +161,8 @@ static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl
         snprintf(why, why_n, "recurrence: the CUDA kernels support K <= 256, got K = %d", p->K);
         return false;
     }
-    if (p->gk && chunk > 0) {
-        snprintf(why, why_n, "recurrence: a per-key decay (rule gla) has no chunked CUDA kernels yet; chunk = 0 "
-                             "runs its per-token form on the GPU (chunk = %d asked)", chunk);
-        return false;
-    }
-    if (p->gk || p->gv) return true;   /* gla_token.cu: registers and 8 KB of shared memory at K <= 256 */
+    /* gla_token.cu: registers and 8 KB of shared memory at K <= 256 */
+    if (p->gv || (p->gk && chunk <= 0)) return true;
     if (chunk <= 0) {
         const size_t need = pr_rec_token_smem_min(*p);
         if (need <= (size_t)rec_dev_attr(0)) return true;
@@ -181,6 +177,17 @@ static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl
     }
     if (p->T == 0 || p->N == 0 || p->H == 0 || p->V == 0) return true;
     p->C = chunk;
+    if (p->gk) { /* gla_chunked.cu */
+        *pl = rec_chunk_plan{};
+        pl->C = chunk;
+        const size_t need = pr_rec_gla_chunk_smem(*p);
+        if (need <= (size_t)rec_dev_attr(0)) return *chunked = true;
+        snprintf(why, why_n, "recurrence: gla's CUDA chunks of %d tokens at K = %d need %zu bytes of shared memory, "
+                             "more than a block's %d; %s", chunk, p->K, need, rec_dev_attr(0),
+                 chunk == 64 ? "chunk = 32 needs less" : "chunk = 0 runs the per-token form");
+        p->C = 0;
+        return false;
+    }
     if (pr_rec_chunk_plan(*p, rec_dev_attr(0), rec_dev_attr(1), rec_dev_attr(2), pl)) return *chunked = true;
     snprintf(why, why_n, "recurrence: CUDA chunks of %d tokens at K = %d, V = %d, L = %d need more than a block's "
                          "%d bytes of shared memory; %s", chunk, p->K, p->V, p->L, rec_dev_attr(0),
@@ -200,6 +207,11 @@ static bool rec_decide_or_die(rec_prob *p, int chunk, rec_chunk_plan *pl)
 /* "fwd ...; bwd ..." of a decided plan */
 static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, char *buf, size_t n)
 {
+    if (p.gk && chunked) {
+        snprintf(buf, n, "fwd gla_state(bv %d) gla_out; bwd gla_dstate(bv %d) gla_dv gla_dqk (per-key decay, "
+                         "sub-chunks of 16)", 32, 32);
+        return;
+    }
     if (p.gk || p.gv) {
         snprintf(buf, n, "fwd gla_fwd; bwd gla_fwd (dq), gla_rev, gla_dg (per-%s decay, per-token form)",
                  p.gv ? "value" : "key");
@@ -400,6 +412,13 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     }
     rec_chunk_saved sv = {};
     sv.hs = saved(1, (long long)p.nchunks * p.H, p.K, p.V);
+    if (p.gk) {
+        free(off);
+        pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht);
+        st.put(n->out[0], o);
+        if (scratch[1]) rec_scratch_free(scratch[1], scratch_n[1]);
+        return;
+    }
     if (p.delta) {
         sv.R = saved(2, rows, p.H, p.V);
         if (n->recording) sv.Tinv = saved(3, (long long)p.nchunks * p.H, p.C, p.C); /* only the backward reads T' */
@@ -453,7 +472,10 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
     for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
-    if (p.gk || p.gv) {
+    if (p.gk && chunked) {
+        PR_CHECK(sv_(1), "recurrence: CUDA backward: the chunked forward saved no chunk states");
+        pr_rec_gla_chunk_backward(s, p, sv_(1), (const float *)n->out[1]->data, d);
+    } else if (p.gk || p.gv) {
         const float *o = bf16_o ? sv_(REC_SAVED_O32) : (const float *)n->out[0]->data;
         PR_CHECK(o || !p.gv, "recurrence: CUDA backward: the per-token forward saved no f32 o for its bf16 output");
         pr_rec_gla_token_backward(s, p, d, o, (const float *)n->out[1]->data);

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# tools/device/bench_gla.sh: prism's gla rows of `bench recurrence` beside
+# flash-linear-attention's chunk_gla, both timed on this GPU in one run
+# (issue 43's target: gla's chunk64/bf16 f+b <= 1.0x fla).
+#   PYTHONPATH=/path/to/flash-linear-attention tools/device/bench_gla.sh PRISM [bench args...]
+# e.g. tools/device/bench_gla.sh build-device/prism --size 1 --no-token
+set -euo pipefail
+prism=${1:?usage: bench_gla.sh PRISM [prism bench recurrence args...]}
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+ms=$(python3 "$here/time_fla_gla.py" | tee /dev/stderr | tail -n 1)
+"$prism" bench recurrence --rules gla --fla-gla "$ms" "$@"
