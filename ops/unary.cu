@@ -7,7 +7,9 @@
  * elements a load and a store where the data is 16-byte aligned,
  * grid-stride loops. Node layout as ops/unary.c: in[0] = x, out[0] = y,
  * farg[0] = s (scale). Backward: dx += dy * f'(x), f' in terms of y where
- * that is cheaper (exp, sqrt, sigmoid, tanh), so the backward reads y, not x.
+ * that is cheaper (exp, sqrt, sigmoid, tanh), so the f32 backward reads y,
+ * not x. A bf16 y is rounded (f'(y) would carry that rounding), so the bf16
+ * backward reads x instead and recomputes y in f32, as the forward had it.
  */
 #include "ops/ops.h"
 #include "tensor/cuda.h"
@@ -49,6 +51,8 @@ template <int OP> constexpr bool grad_from_y()
 }
 /* and neither for these */
 template <int OP> constexpr bool grad_constant() { return OP == PR_OP_scale || OP == PR_OP_neg; }
+/* whether the backward loads y: f32 only (bf16 recomputes it from x) */
+template <int OP, class T> constexpr bool loads_y() { return grad_from_y<OP>() && std::is_same<T, float>::value; }
 
 /* dy/dx from x (or y, see grad_from_y) */
 template <int OP> __device__ __forceinline__ float unary_df(float x, float y, float s)
@@ -99,10 +103,14 @@ __global__ void unary_backward_kernel(const T *x, const T *y, const T *dy, T *dx
         long long j = 4 * i;
         bool v = al && j + 4 <= n;
         pr_f4 g = pr_ld4(dy, j, n, v), add, in = {{0, 0, 0, 0}};
-        if constexpr (grad_from_y<OP>()) in = pr_ld4(y, j, n, v);
+        if constexpr (loads_y<OP, T>()) in = pr_ld4(y, j, n, v);
         else if constexpr (!grad_constant<OP>()) in = pr_ld4(x, j, n, v);
 #pragma unroll
-        for (int k = 0; k < 4; k++) add.v[k] = g.v[k] * unary_df<OP>(in.v[k], in.v[k], s);
+        for (int k = 0; k < 4; k++) {
+            float yk = in.v[k];   /* y, or x where f' reads x alone */
+            if constexpr (grad_from_y<OP>() && !loads_y<OP, T>()) yk = unary_f<OP>(in.v[k], s);
+            add.v[k] = g.v[k] * unary_df<OP>(in.v[k], yk, s);
+        }
         pr_acc4(dx, j, n, v, add);
     }
 }
