@@ -23,8 +23,10 @@
  *  exact in f32). The kernels compute every grad from the bf16 inputs, never
  *  from a rounded output (unary.cu and softmax.cu recompute y from x in
  *  bf16), so nothing else enters.
- * Every case also runs twice on CUDA and must give the same bits. Every
- * test skips without a GPU.
+ * Every case also runs twice on CUDA and must give the same bits. A last
+ * test runs each of these ops through its public function on bf16 CUDA
+ * inputs and requires that it was not staged (autograd/staging.c).
+ * Every test skips without a GPU.
  */
 #include "tests/pr_test.h"
 
@@ -542,6 +544,60 @@ static void test_dropout_embedding_conv1d(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- dispatch ---------------------------------------------------------------------------------- */
+
+/* every op this file covers runs its own bf16 kernels through its public
+ * function (ops/ops.def marks it native on CUDA): bf16 CUDA inputs give a
+ * tape node that was not staged, and its backward runs */
+static void test_native_dispatch(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    static const pr_op_id ids[] = {
+        PR_OP_scale, PR_OP_neg, PR_OP_exp, PR_OP_log, PR_OP_sqrt, PR_OP_sigmoid, PR_OP_logsigmoid, PR_OP_tanh,
+        PR_OP_relu, PR_OP_silu, PR_OP_gelu, PR_OP_gelu_tanh, PR_OP_softplus, PR_OP_swiglu, PR_OP_add, PR_OP_sub,
+        PR_OP_mul, PR_OP_div, PR_OP_sum, PR_OP_sum_all, PR_OP_mean, PR_OP_mean_all, PR_OP_softmax,
+        PR_OP_log_softmax, PR_OP_cross_entropy, PR_OP_bce_logits, PR_OP_layernorm, PR_OP_rmsnorm,
+        PR_OP_rmsnorm_gated, PR_OP_l2norm, PR_OP_matmul, PR_OP_embedding, PR_OP_conv1d, PR_OP_reshape,
+        PR_OP_transpose, PR_OP_slice, PR_OP_concat, PR_OP_dropout,
+    };
+    pr_ctx *ctx = pr_ctx_new(1);
+    int checked = 0;
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        const pr_op_info *op = pr_op(ids[k]);
+        if (!op->bf16_native[PR_CUDA]) fprintf(stderr, "  %s: not marked native in bf16 on CUDA\n", op->name);
+        assert_true(op->bf16_native[PR_CUDA]);
+        pr_rng r = pr_rng_init(99, 0);
+        pr_example ex = {0};
+        op->example(ctx, &r, PR_F32, &ex);
+        pr_tensor *in[PR_MAX_IN] = {0};
+        for (int i = 0; i < ex.n_in; i++) {
+            pr_tensor *t = ex.in[i];
+            if (!t) continue;
+            in[i] = pr_to(ctx->step, t, t->dtype == PR_F32 ? PR_BF16 : t->dtype, PR_CUDA);
+            in[i]->requires_grad = t->requires_grad;
+        }
+        pr_tensor *y = ex.apply(ctx, in, &ex);
+        assert_true(ctx->n_tape > 0);
+        const pr_node *n = &ctx->tape[ctx->n_tape - 1];
+        if (n->op != op || n->staged) fprintf(stderr, "  %s: bf16 on CUDA did not run natively\n", op->name);
+        assert_ptr_equal(n->op, op);
+        assert_null(n->staged);
+        if (y->requires_grad) {
+            pr_rng gr = pr_rng_init(3, 0);
+            pr_tensor *g = pr_to(ctx->step, pr_randu(ctx->step, PR_F32, PR_CPU, y->ndim, y->shape, &gr, -1, 1), y->dtype,
+                                 PR_CUDA);
+            pr_backward_with(ctx, y, g);
+        }
+        pr_device_sync(PR_CUDA);
+        checked++;
+        pr_step_reset(ctx);
+    }
+    printf("  %d ops run natively in bf16 on CUDA\n", checked);
+    assert_int_equal(checked, (int)(sizeof ids / sizeof ids[0]));
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -554,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_reductions),
         cmocka_unit_test(test_shape),
         cmocka_unit_test(test_dropout_embedding_conv1d),
+        cmocka_unit_test(test_native_dispatch),
     };
     return pr_test_exit_status(cmocka_run_group_tests_name("cuda_bf16_ops", tests, NULL, NULL));
 }
