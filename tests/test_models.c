@@ -82,10 +82,12 @@ static void test_gradcheck_lm(void **state)
                                  {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"},
                                  {"norm=layernorm", "mlp=gelu", "tie_embeddings=false"},
                                  {"norm=layernorm", "mixer=attn", "attn.shortconv=3"},
-                                 {"norm=layernorm", "mixer=linattn", "linattn.shortconv=5"}};
-    /* gdn twice, prism augmented, prism paper, then attn and linattn by their sets */
-    const int mixer[] = {1, 1, 0, TEST_PRISM_PAPER, 1, 1};
-    for (int v = 0; v < 6; v++) {
+                                 {"norm=layernorm", "mixer=linattn", "linattn.shortconv=5"},
+                                 {"norm=rmsnorm", "mlp=swiglu", "tie_embeddings=true"},
+                                 {"norm=rmsnorm", "mlp=gelu", "tie_embeddings=false"}};
+    /* gdn twice, prism augmented, prism paper, then attn and linattn by their sets, then gla and gsa (issue 43) */
+    const int mixer[] = {1, 1, 0, TEST_PRISM_PAPER, 1, 1, test_mixer_index("gla"), test_mixer_index("gsa")};
+    for (int v = 0; v < 8; v++) {
         pr_config c = test_config(mixer[v], 6, 2, 4, 4);
         c.vocab = 7;
         pr_err err;

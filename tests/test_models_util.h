@@ -48,6 +48,15 @@ static const struct {
 #define TEST_PRISM_PAPER 12   /* the first paper-form entry */
 #define N_TEST_MIXERS ((int)(sizeof test_mixers / sizeof test_mixers[0]))
 
+/* the first entry of mixer name (fatal to the test when there is none) */
+static inline int test_mixer_index(const char *name)
+{
+    for (int i = 0; i < N_TEST_MIXERS; i++)
+        if (strcmp(test_mixers[i].name, name) == 0) return i;
+    fail_msg("no test mixer '%s'", name);
+    return -1;
+}
+
 /* a tiny config for mixer i: D 6, 2 heads of 4, conv 3, chunk 4, weights N(0, 0.5)
  * so that every path carries signal (0.02 would let gradients vanish) */
 static inline pr_config test_config(int i, int d_model, int n_heads, int head_dim, int chunk)
