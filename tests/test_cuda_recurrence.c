@@ -919,33 +919,34 @@ static void test_f64_refused(void **state)
 
 /* gla under strong per-key decays, log-decays in [-8, -2] (logsigmoid / 16
  * of gates far below zero; a chunk of 64 sums to about -320, so an
- * unfactored e^{-G} would overflow), with h0 and packed sequences: o, ht and
- * every gradient within 2e-4 of the CPU's f64 (per-token and chunked fp32
- * forms; 4e-3 with TF32 products), and the kernels deterministic. dg comes
- * from reverse sums of q.dq - k.dk whose terms are far larger than dg here
- * (as in fla's chunk_gla), so this measures how much that costs in f32
- * against the largest dg. */
-static void test_gla_strong_decay(void **state)
+ * unfactored e^{-G} would overflow), and at odd K, V with mild and strong
+ * decays, with h0 and packed sequences: o, ht and every gradient within
+ * 2e-4 of the CPU's f64 (per-token and chunked fp32 forms; 4e-3 with TF32
+ * products), and the kernels deterministic. dg comes from reverse sums of
+ * q.dq - k.dk whose terms are far larger than dg under strong decays (as in
+ * fla's chunk_gla), so this measures how much that costs in f32 against the
+ * largest dg. */
+/* one gla case: log-decays uniform-ish in [glo, ghi], every form against the CPU's f64 per-token run */
+static int gla_case(const rec_case *c, double glo, double ghi, uint64_t seed)
 {
-    (void)state;
-    PR_SKIP_WITHOUT_CUDA();
     pr_ctx *ctx = g_ctx;
-    static const int64_t cu_s[] = {0, 37, 300};
-    const rec_case c = {"gla-strong", 1, 300, 3, 40, 24, 0, true, cu_s, 3};
-    rec_inputs x = make_inputs(ctx, PR_RULE_GLA, &c, 1901);
+    rec_inputs x = make_inputs(ctx, PR_RULE_GLA, c, seed);
     double *g = x.in[PR_REC_G]->data;
-    for (int64_t i = 0; i < x.in[PR_REC_G]->numel; i++) g[i] = -2 - 6 * (0.5 + 0.5 * tanh(pr_philox_normal(5, 1, (uint64_t)i)));
+    for (int64_t i = 0; i < x.in[PR_REC_G]->numel; i++)
+        g[i] = ghi + (glo - ghi) * (0.5 + 0.5 * tanh(pr_philox_normal(seed, 1, (uint64_t)i)));
     rec_out ref = rec_run_seeded(ctx, PR_RULE_GLA, 0, x.in, x.cu, x.dout, x.dht);
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
-    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 4e-3}};
+    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 4e-3},
+                                                              {32, 1, 4e-3}};
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
         ctx->matmul_tf32 = forms[f].tf32;
         rec_out got = rec_run_seeded(ctx, PR_RULE_GLA, forms[f].chunk, xc, cu, x.dout, x.dht);
         rec_out again = rec_run_seeded(ctx, PR_RULE_GLA, forms[f].chunk, xc, cu, x.dout, x.dht);
-        char what[64];
-        snprintf(what, sizeof what, "gla gk in [-8,-2] chunk %d%s", forms[f].chunk, forms[f].tf32 ? " tf32" : "");
+        char what[96];
+        snprintf(what, sizeof what, "gla %s gk in [%g,%g] chunk %d%s", c->name, glo, ghi, forms[f].chunk,
+                 forms[f].tf32 ? " tf32" : "");
         const double e = rec_report(what, &got, &ref);
         if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
         if (!(e <= forms[f].tol)) fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol), fails++;
@@ -953,11 +954,25 @@ static void test_gla_strong_decay(void **state)
         rec_out_free(&again);
     }
     ctx->matmul_tf32 = 0;
-    assert_int_equal(fails, 0);
     rec_out_free(&ref);
     free(x.dout);
     free(x.dht);
     pr_step_reset(ctx);
+    return fails;
+}
+
+static void test_gla_strong_decay(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    static const int64_t cu_s[] = {0, 37, 300}, cu_o[] = {0, 1, 17, 80, 213};
+    const rec_case strong = {"packed", 1, 300, 3, 40, 24, 0, true, cu_s, 3};
+    /* odd K and V (not multiples of 4: element-wise tiles), sequences of 1, 16, 63 and 133 tokens */
+    const rec_case odd = {"odd-packed", 1, 213, 2, 37, 21, 0, true, cu_o, 5};
+    int fails = gla_case(&strong, -8, -2, 1901);
+    fails += gla_case(&odd, -0.5, -0.01, 1902);
+    fails += gla_case(&odd, -8, -2, 1903);
+    assert_int_equal(fails, 0);
 }
 
 /* gla with a per-value decay (gsa's first pass; per-token CUDA form): odd
