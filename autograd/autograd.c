@@ -52,6 +52,19 @@ void pr_step_reset(pr_ctx *ctx)
 
 void pr_autocast_forget(pr_ctx *ctx) { ctx->cast_cache.n = 0; }
 
+/* the fields alone: the cached casts stay valid for after the pause */
+pr_precision_state pr_autocast_pause(pr_ctx *ctx)
+{
+    pr_precision_state s = {ctx->precision, ctx->matmul_tf32};
+    ctx->precision = PR_PREC_F32, ctx->matmul_tf32 = 0;
+    return s;
+}
+
+void pr_autocast_resume(pr_ctx *ctx, pr_precision_state s)
+{
+    ctx->precision = s.precision, ctx->matmul_tf32 = s.matmul_tf32;
+}
+
 static const char *const precision_names[] = {"f32", "tf32", "bf16"};
 
 const char *pr_precision_name(pr_precision p)

@@ -132,6 +132,13 @@ void pr_step_reset(pr_ctx *ctx);          /* free activations and the tape */
 void pr_ctx_set_precision(pr_ctx *ctx, pr_precision p);
 /* drop autocast's cached casts: their sources changed (the optimizer calls it) */
 void pr_autocast_forget(pr_ctx *ctx);
+/* Exact f32 for a stretch of ops, as torch.autocast(enabled=False) (and no
+ * TF32 products): ops take their inputs as given, so cast them to f32 first.
+ * For the few products whose rounding changes a discrete choice (a router's
+ * top-k). pr_autocast_resume restores what pause returned. */
+typedef struct { pr_precision precision; int matmul_tf32; } pr_precision_state;
+pr_precision_state pr_autocast_pause(pr_ctx *ctx);
+void pr_autocast_resume(pr_ctx *ctx, pr_precision_state s);
 bool pr_set_grad_enabled(pr_ctx *ctx, bool on);   /* returns the previous mode */
 /* name the part of the model that records the next ops (printf format; the
  * string is copied into the step arena; NULL clears). Models set it per layer,

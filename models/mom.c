@@ -347,7 +347,12 @@ static pr_tensor *mom_forward(pr_ctx *ctx, const void *layer, const pr_config *c
 {
     const mom_layer *l = layer;
     int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2], H = c->n_heads, k = c->mom_topk;
-    pr_tensor *probs = pr_softmax(ctx, pr_linear(ctx, x, l->router, NULL));   /* [B,T,E] */
+    /* the router in exact f32 under bf16 autocast, as Switch Transformers keep
+     * theirs: a product rounded to bf16 flips close top-k choices */
+    pr_tensor *x32 = pr_autocast(ctx, x, PR_F32);
+    pr_precision_state prec = pr_autocast_pause(ctx);
+    pr_tensor *probs = pr_softmax(ctx, pr_linear(ctx, x32, l->router, NULL));   /* [B,T,E] */
+    pr_autocast_resume(ctx, prec);
     routing rt = route(ctx, probs, k);
     add_router_stats(ctx, c, probs, &rt);
     pr_tensor *xp = gather_rows(ctx, pr_reshape(ctx, x, PR_DIMS(B * T, D)), rt.R, rt.tok);
