@@ -26,7 +26,7 @@ static double time_block(pr_ctx *ctx, const pr_model *m, pr_tensor *x, pr_tensor
     return med;
 }
 
-int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device dev, bool tf32, int iters,
+int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device dev, pr_precision precision, int iters,
                        pr_bench_block_time *out)
 {
     pr_config c = pr_config_resolve(config);   /* one block as the preset sizes it (match_attn) */
@@ -37,7 +37,7 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
     pr_model *m = pr_model_new(&c, PR_F32, dev);
     pr_model_init(m);
     pr_ctx *ctx = pr_ctx_new(1);
-    ctx->matmul_tf32 = tf32;
+    pr_ctx_set_precision(ctx, precision);
     pr_arena *a = pr_arena_new("bench-input", 0);
     pr_rng r = pr_rng_init(3, 0);
     pr_tensor *x = pr_randn(a, PR_F32, dev, PR_DIMS(B, T, c.d_model), &r);

@@ -506,9 +506,9 @@ typedef struct {
 /* one pre-norm block of config (resolved as the preset sizes it, one
  * layer) on random input [B,T,D] on dev: forward alone and forward +
  * backward (every parameter's and the input's gradient), medians of iters
- * runs after 2 warm-up runs, f32 (tf32: TF32 products). 0, or 1 when the
- * size cannot fit and nothing ran (out->skipped_bytes). */
-int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device dev, bool tf32, int iters,
+ * runs after 2 warm-up runs, in the context precision given. 0, or 1 when
+ * the size cannot fit and nothing ran (out->skipped_bytes). */
+int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device dev, pr_precision precision, int iters,
                        pr_bench_block_time *out);
 
 /* tokens/s of training `mixer` on the base config at sequence length T,

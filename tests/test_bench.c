@@ -54,7 +54,7 @@ static void test_block(void **state)
     (void)state;
     pr_config c = block_config("probe", "gdn");
     pr_bench_block_time t;
-    assert_int_equal(pr_bench_block_one(&c, 1, 4, PR_CPU, false, 1, &t), 0);
+    assert_int_equal(pr_bench_block_one(&c, 1, 4, PR_CPU, PR_PREC_F32, 1, &t), 0);
     assert_true(isfinite(t.fwd_s) && t.fwd_s > 0);
     assert_true(isfinite(t.fwd_bwd_s) && t.fwd_bwd_s > 0);
     assert_true(t.skipped_bytes == 0);
@@ -72,7 +72,7 @@ static void test_block_too_large(void **state)
     (void)state;
     pr_config c = block_config("lm-130m", "atlas");
     pr_bench_block_time t;
-    assert_int_equal(pr_bench_block_one(&c, 64, 1 << 20, PR_CPU, false, 1, &t), 1);
+    assert_int_equal(pr_bench_block_one(&c, 64, 1 << 20, PR_CPU, PR_PREC_F32, 1, &t), 1);
     assert_true(t.skipped_bytes > PR_BENCH_MAX_STEP_BYTES);
     assert_true(t.fwd_s == 0 && t.fwd_bwd_s == 0);
 }

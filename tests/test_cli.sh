@@ -326,6 +326,9 @@ expect 2 "prism bench block: --T wants an integer from 1" bench block --T 0
 expect 2 "prism bench block: --device wants" bench block --device tpu
 expect 2 "prism bench block: unknown mixer 'rwkv'" bench block --mixer rwkv
 expect 0 '{"mamba":{' bench block --mixer mamba --preset probe --B 1 --T 3 --iters 1 --device cpu
+expect 0 "cpu bf16; median of 1" bench block --mixer gdn --preset probe --B 1 --T 3 --iters 1 --device cpu \
+    --precision bf16
+expect 2 "prism bench block: --precision wants f32, tf32 or bf16, not 'auto'" bench block --precision auto
 }
 
 part_runs() {

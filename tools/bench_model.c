@@ -13,17 +13,19 @@
 static void block_usage(FILE *f)
 {
     fprintf(f, "usage: prism bench block [--mixer NAME] [--preset P] [--set key=value]... [--B N] [--T N]\n"
-               "                         [--device cuda|cpu] [--iters N] [--tf32]\n\n"
+               "                         [--device cuda|cpu] [--iters N] [--precision f32|tf32|bf16]\n\n"
                "Times one block of each mixer (or of --mixer NAME) of the preset (default lm-130m)\n"
                "on random input [B,T,D] (default B 8, T 1024): forward alone and forward + backward\n"
                "(every parameter's and the input's gradient), median of --iters runs (default 10)\n"
-               "after 2 warm-up runs, in f32. Prints a line per mixer; the last line is JSON.\n");
+               "after 2 warm-up runs, in --precision (default f32; as train.precision, prism train\n"
+               "--help; --tf32 is --precision tf32). Prints a line per mixer; the last line is JSON.\n");
 }
 
 typedef struct {
     const char *mixer, *preset;
     const char *sets[32];
-    int n_sets, iters, tf32;
+    int n_sets, iters;
+    pr_precision precision;
     int64_t B, T;
     pr_device dev;
 } block_opts;
@@ -43,7 +45,7 @@ static int bench_one(const block_opts *o, const char *mixer, char *json, size_t 
         return 2;
     }
     pr_bench_block_time t;
-    if (pr_bench_block_one(&c, o->B, o->T, o->dev, o->tf32, o->iters, &t)) {   /* a row that says so, not a crash */
+    if (pr_bench_block_one(&c, o->B, o->T, o->dev, o->precision, o->iters, &t)) {   /* a row that says so, not a crash */
         double gib = t.skipped_bytes / (1 << 30);
         printf("%-12s skipped: its per-token form keeps ~%.0f GiB for the backward at this size (try --T 128 or "
                "--set atlas.degree=1)\n", mixer, gib);
@@ -66,7 +68,8 @@ int pr_bench_block(int argc, char **argv)
     pr_args a = pr_args_begin("prism bench block", argc, argv);
     while (pr_args_next(&a)) {
         const char *set = NULL;
-        int B = 0, T = 0, dev = -1;
+        int B = 0, T = 0, dev = -1, prec = -1;
+        static const char *const precisions[] = {"f32", "tf32", "bf16", NULL};   /* pr_precision's order */
         bool tf32 = false;
         if (pr_args_help(&a)) return block_usage(stdout), 0;
         if (pr_args_string(&a, "--mixer", &o.mixer) || pr_args_string(&a, "--preset", &o.preset) ||
@@ -80,7 +83,9 @@ int pr_bench_block(int argc, char **argv)
         } else if (pr_args_int(&a, "--T", 1, 1 << 24, &T)) {
             o.T = T;
         } else if (pr_args_flag(&a, "--tf32", &tf32)) {
-            o.tf32 = 1;
+            o.precision = PR_PREC_TF32;
+        } else if (pr_args_choice(&a, "--precision", precisions, &prec)) {
+            if (prec >= 0) o.precision = (pr_precision)prec;
         } else if (pr_args_choice(&a, "--device", devices, &dev)) {
             o.dev = dev == 1 ? PR_CUDA : PR_CPU;
         } else {
@@ -90,8 +95,8 @@ int pr_bench_block(int argc, char **argv)
     if (a.failed) return PR_EXIT_USAGE;
     if (o.mixer && !pr_mixer_by_name(o.mixer)) return pr_args_error(&a, "unknown mixer '%s'", o.mixer);
     if (o.dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda("prism bench block");
-    printf("one block, preset %s, B=%lld T=%lld, %s f32%s; median of %d\n", o.preset, (long long)o.B, (long long)o.T,
-           pr_device_name(o.dev), o.tf32 ? " (TF32 products)" : "", o.iters);
+    printf("one block, preset %s, B=%lld T=%lld, %s %s; median of %d\n", o.preset, (long long)o.B, (long long)o.T,
+           pr_device_name(o.dev), pr_precision_name(o.precision), o.iters);
     printf("%-12s %12s %10s %12s %14s\n", "mixer", "params", "fwd ms", "fwd+bwd ms", "tokens/s");
     char json[2048] = "{";
     for (int i = 0; pr_mixers[i]; i++) {
