@@ -106,7 +106,7 @@ static pr_bench_ops_row *add_row(bench_state *st, const char *name, double ms, d
     PR_ASSERT(r->n < PR_BENCH_OPS_MAX_ROWS);
     pr_bench_ops_row *row = &r->row[r->n++];
     *row = (pr_bench_ops_row){.ms = ms, .rate = rate, .of_ceiling = of_ceiling, .low = low};
-    snprintf(row->name, sizeof row->name, "%s", name);
+    snprintf(row->name, sizeof row->name, "%.47s", name);   /* names are short; the bound keeps -Wall quiet */
     r->low += low;
     return row;
 }

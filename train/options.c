@@ -63,7 +63,7 @@ static const opt_info opts_table[] = {
     NUM("zero", OPT_INT, zero, 0, 1, "data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1)"),
     NUM("bucket_mb", OPT_FLOAT, bucket_mb, 0, 1e6, "data-parallel: gradient MB per all-reduce bucket"),
     TEXT("precision", precision, "auto|f32|tf32|bf16",
-         "auto: bf16 on CUDA, f32 on the CPU. bf16: mixed precision (products in bf16, norms, softmax, losses "
+         "auto: tf32 on CUDA (bf16 once its kernels are verified on a GPU), f32 on the CPU. bf16: mixed precision (products in bf16, norms, softmax, losses "
          "and states in f32, f32 weights and optimizer state); tf32: f32 with CUDA products on TF32 tensor cores "
          "(the CPU computes it as f32)"),
 };
@@ -89,7 +89,9 @@ pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev)
 {
     int p = pr_precision_from_name(o->precision);
     if (p >= 0) return (pr_precision)p;
-    return dev == PR_CUDA ? PR_PREC_BF16 : PR_PREC_F32;
+    /* tf32 on CUDA until the native bf16 kernels have passed on a GPU (compiled, not yet run);
+     * then bf16, as the issue asks: one line */
+    return dev == PR_CUDA ? PR_PREC_TF32 : PR_PREC_F32;
 }
 
 static const opt_info *find_opt(const char *key)
