@@ -1,4 +1,5 @@
-/* ops/attention.cu: causal GQA attention on CUDA, f32, forward and backward.
+/* ops/attention.cu: causal GQA attention on CUDA, f32, forward and backward
+ * (bf16 goes to ops/attention_flash.cu, or stages into these kernels).
  *
  * Tiled with an online softmax: the T x T scores never exist in global
  * memory. Work is cut into tiles of 64 query rows of one sequence (a tile
@@ -367,8 +368,21 @@ static void att_smem(const void *kernel, int floats)
     pr_cuda_smem_prep(kernel, bytes);
 }
 
+/* the bf16 kernels (ops/attention_flash.cu) */
+extern "C" bool pr_attention_flash_fits(const pr_node *n);
+extern "C" void pr_attention_flash_forward(pr_ctx *ctx, pr_node *n);
+extern "C" void pr_attention_flash_backward(pr_ctx *ctx, pr_node *n);
+
+/* bf16 runs natively where attention_flash.cu has kernels for the shape;
+ * anything else runs the f32 kernels below on staged f32 copies (the
+ * backward then comes through autograd's staging, never here in bf16) */
 extern "C" void pr_attention_forward_cuda(pr_ctx *ctx, pr_node *n)
 {
+    if (pr_cuda_storage(n) == PR_BF16) {
+        if (pr_attention_flash_fits(n)) pr_attention_flash_forward(ctx, n);
+        else pr_staged_forward(ctx, n, pr_attention_forward_cuda);
+        return;
+    }
     att_prob p = att_prob_of(ctx, n->in[0], n->in[1], n->in[2], n->farg[0]);
     p.out = (float *)n->out[0]->data;
     p.lse_out = n->n_saved > 0 ? (float *)n->saved[0]->data : nullptr;
@@ -382,6 +396,10 @@ extern "C" void pr_attention_forward_cuda(pr_ctx *ctx, pr_node *n)
 
 extern "C" void pr_attention_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
+    if (pr_cuda_storage(n) == PR_BF16) {
+        pr_attention_flash_backward(ctx, n);
+        return;
+    }
     PR_CHECK(n->n_saved == 1, "attention: backward without the saved row log-sum-exp");
     att_prob p = att_prob_of(ctx, n->in[0], n->in[1], n->in[2], n->farg[0]);
     pr_tensor *dq = pr_in_grad(n, 0), *dk = pr_in_grad(n, 1), *dv = pr_in_grad(n, 2);

@@ -1,0 +1,99 @@
+/* tests/test_cuda_attention_bf16.c: the native bf16 attention kernels
+ * (ops/attention_flash.cu) against the CPU's bf16 path.
+ *
+ * Each case draws q, k, v and the upstream grad in f64 and runs o and the
+ * backward of sum(o * do) in bf16 on the CPU (staged: the same bf16-rounded
+ * inputs, f64 math, every output and grad rounded once) and in bf16 on CUDA.
+ * Error per tensor: max|got - ref| / max|ref|.
+ *
+ * Tolerance. bf16 keeps 8 significant bits, so each rounding moves a value
+ * by at most 2^-8 = 3.9e-3 of it. The forward rounds twice where the CPU
+ * rounds once: the probabilities P enter the P V product as bf16, and o is
+ * stored as bf16 (the CPU rounds only o): at most 2 x 3.9e-3, so
+ * TOL_FWD = 1e-2. The backward rounds P and dS = P (dP - Di) before their
+ * products, reads o as stored (bf16) in Di = dO . o, and stores each grad
+ * once: four roundings, TOL_BWD = 2e-2. The f32 accumulation and the base-2
+ * exponentials add about 1e-5, far below either.
+ *
+ * Cases: T not a multiple of the 64-row tiles and odd (77, 130), T = 1, T a
+ * multiple (128); Hkv = H, GQA 2:1 and 4:1; D = Dv = 64 and 128; packed
+ * sequences of 1, 17, 64 and 130 tokens (cu_seqlens). Every case runs twice
+ * on CUDA and must give the same bits (no atomics), and must run natively
+ * (the tape node not staged). A head dim without kernels (D = 32) runs the
+ * f32 kernels on staged copies and still matches. Attention is causal only
+ * (ops/attention.h), so every case is causal. Every test skips without a GPU.
+ */
+#include "tests/test_cuda_ops2_util.h"
+
+#define TOL_FWD 1e-2
+#define TOL_BWD 2e-2
+
+static const char *const names[4] = {"o", "dq", "dk", "dv"};
+
+static bool last_staged;
+
+static void att_fn(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *cu, pr_tensor **outs)
+{
+    outs[0] = pr_attention(ctx, in[0], in[1], in[2], 0, cu);
+    last_staged = ctx->tape[ctx->n_tape - 1].staged != NULL;
+}
+
+/* the forward against TOL_FWD, the grads against TOL_BWD */
+static void compare_bf16(const char *what, const host_run *got, const host_run *ref)
+{
+    assert_int_equal(got->n, ref->n);
+    char line[256] = "";
+    for (int i = 0; i < ref->n; i++) {
+        assert_int_equal(got->len[i], ref->len[i]);
+        const double e = rel_err(got->v[i], ref->v[i], ref->len[i]), tol = i == 0 ? TOL_FWD : TOL_BWD;
+        snprintf(line + strlen(line), sizeof line - strlen(line), " %s %.1e", names[i], e);
+        if (!(e <= tol)) fail_msg("%s: %s rel_err %.3g > %.1g", what, names[i], e, tol);
+    }
+    fprintf(stderr, "  %s:%s\n", what, line);
+}
+
+static void bf16_case(int B, int T, int H, int Hkv, int D, const int64_t *cu, int n_cu, bool native)
+{
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng r = pr_rng_init((uint64_t)(T * 131 + D * 7 + H * 3 + Hkv), 0);
+    pr_tensor *in[3] = {pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, H, D), &r),
+                        pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, Hkv, D), &r),
+                        pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, Hkv, D), &r)};
+    pr_tensor *g[1] = {pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, H, D), &r)};
+    char what[96];
+    snprintf(what, sizeof what, "bf16 B=%d T=%d H=%d Hkv=%d D=%d%s", B, T, H, Hkv, D, cu ? " packed" : "");
+    host_run ref = run_on(ctx, att_fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CPU, 0);
+    host_run got = run_on(ctx, att_fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
+    if (last_staged == native) fail_msg("%s: expected the %s path", what, native ? "native" : "staged");
+    host_run again = run_on(ctx, att_fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
+    compare_bf16(what, &got, &ref);
+    assert_bitwise(what, &got, &again);
+    host_run_free(&ref), host_run_free(&got), host_run_free(&again);
+    pr_ctx_free(ctx);
+}
+
+static void test_odd_t_gqa2_d64(void **s) { (void)s, bf16_case(2, 77, 4, 2, 64, NULL, 0, true); }
+static void test_one_token_d128(void **s) { (void)s, bf16_case(3, 1, 2, 2, 128, NULL, 0, true); }
+static void test_t130_gqa4_d128(void **s) { (void)s, bf16_case(1, 130, 8, 2, 128, NULL, 0, true); }
+static void test_whole_tiles_d64(void **s) { (void)s, bf16_case(2, 128, 2, 2, 64, NULL, 0, true); }
+static void test_odd_t_mha_d128(void **s) { (void)s, bf16_case(2, 33, 3, 3, 128, NULL, 0, true); }
+
+static const int64_t packed_cu[5] = {0, 1, 18, 82, 212}; /* lengths 1, 17, 64, 130 */
+static void test_packed_gqa4_d64(void **s) { (void)s, bf16_case(1, 212, 4, 1, 64, packed_cu, 5, true); }
+static void test_packed_gqa2_d128(void **s) { (void)s, bf16_case(1, 212, 4, 2, 128, packed_cu, 5, true); }
+
+/* no kernels for D = 32: the f32 kernels on staged copies */
+static void test_staged_d32(void **s) { (void)s, bf16_case(2, 70, 4, 2, 32, NULL, 0, false); }
+
+int main(void)
+{
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_odd_t_gqa2_d64),  cmocka_unit_test(test_one_token_d128),
+        cmocka_unit_test(test_t130_gqa4_d128),  cmocka_unit_test(test_whole_tiles_d64),
+        cmocka_unit_test(test_odd_t_mha_d128),  cmocka_unit_test(test_packed_gqa4_d64),
+        cmocka_unit_test(test_packed_gqa2_d128), cmocka_unit_test(test_staged_d32),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
