@@ -54,6 +54,10 @@ pr_optim *pr_optim_new_owned(const pr_params *params, const pr_optim_opts *opts,
 void pr_optim_free(pr_optim *o)
 {
     if (!o) return;
+#ifdef PRISM_HAVE_CUDA
+    pr_optim_multi_free(o->multi);
+#endif
+    free(o->multi_grads);
     pr_arena_free(o->arena);
     free(o->m);
     free(o->v);
@@ -87,15 +91,74 @@ static void update_cpu(pr_tensor *p, const pr_tensor *g, pr_tensor *m, pr_tensor
     }
 }
 
-void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
+static pr_optim_update_args update_args(const pr_optim *o, double lr, double grad_scale)
 {
-    o->t++;
-    pr_autocast_forget(ctx);   /* bf16 copies of the parameters are stale from here on */
-    pr_optim_update_args a = {
+    return (pr_optim_update_args){
         .kind = o->opts.kind == PR_OPTIM_ADAMW ? 0 : 1, .lr = lr, .beta1 = o->opts.beta1,
         .beta2 = o->opts.beta2, .eps = o->opts.eps, .momentum = o->opts.momentum, .grad_scale = grad_scale,
         .c1 = 1 - pow(o->opts.beta1, (double)o->t), .c2 = 1 - pow(o->opts.beta2, (double)o->t),
     };
+}
+
+#ifdef PRISM_HAVE_CUDA
+/* whether the parameters live on CUDA (a registry lives on one device) */
+static bool on_cuda(const pr_optim *o)
+{
+    return o->params->n > 0 && o->params->p[0].t->device == PR_CUDA;
+}
+
+/* the multi-tensor tables for the grads the parameters hold now: built again
+ * only when that set changed (the first step, or a parameter a step's loss
+ * did not reach), so a steady loop uploads nothing */
+static pr_optim_multi *multi_tables(pr_optim *o)
+{
+    int n = o->params->n;
+    bool same = o->multi && o->n_multi_grads == n;
+    for (int i = 0; same && i < n; i++) {
+        const pr_tensor *g = o->params->p[i].t->grad;
+        same = o->multi_grads[i] == (g ? g->data : NULL);
+    }
+    if (same) return o->multi;
+    pr_optim_multi_free(o->multi);
+    free(o->multi_grads);
+    o->multi_grads = calloc((size_t)n + 1, sizeof *o->multi_grads);
+    pr_optim_slice *up = calloc((size_t)n + 1, sizeof *up);
+    const float **grads = calloc((size_t)n + 1, sizeof *grads);
+    int64_t *sizes = calloc((size_t)n + 1, sizeof *sizes);
+    PR_CHECK(o->multi_grads && up && grads && sizes, "optim: out of host memory");
+    int n_up = 0, n_norm = 0;
+    for (int i = 0; i < n; i++) {
+        pr_tensor *p = o->params->p[i].t;
+        if (!p->grad) continue;
+        PR_CHECK(p->dtype == PR_F32 && p->grad->dtype == PR_F32 && p->device == PR_CUDA,
+                 "optim: CUDA parameters and grads must be f32 on CUDA (%s is %s, its grad %s)",
+                 o->params->p[i].path, pr_dtype_name(p->dtype), pr_dtype_name(p->grad->dtype));
+        o->multi_grads[i] = p->grad->data;
+        grads[n_norm] = p->grad->data, sizes[n_norm++] = p->numel;
+        if (!o->m[i]) continue;   /* another rank's to update (ZeRO-1) */
+        up[n_up++] = (pr_optim_slice){.p = p->data, .g = p->grad->data, .m = o->m[i]->data,
+                                      .v = o->v[i] ? o->v[i]->data : NULL, .n = p->numel,
+                                      .wd = pr_optim_decays(o, i) ? o->opts.weight_decay : 0.0};
+    }
+    o->n_multi_grads = n;
+    o->multi = pr_optim_multi_new(up, n_up, grads, sizes, n_norm);
+    free(up);
+    free(grads);
+    free(sizes);
+    return o->multi;
+}
+
+static void step_multi(pr_ctx *ctx, pr_optim *o, const pr_optim_update_args *a)
+{
+    pr_optim_multi *mt = multi_tables(o);
+    pr_optim_step_scalars s = {.lr = a->lr, .c1 = a->c1, .c2 = a->c2, .grad_scale = a->grad_scale};
+    pr_optim_multi_set_scalars(mt, &s);
+    pr_optim_multi_update(ctx, mt, a);
+}
+#endif
+
+static void step_per_param(pr_ctx *ctx, pr_optim *o, pr_optim_update_args a)
+{
     for (int i = 0; i < o->params->n; i++) {
         pr_tensor *p = o->params->p[i].t;
         if (!p->grad) continue;  /* not reached by this step's loss: left alone, as torch does */
@@ -115,6 +178,33 @@ void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
         pr_fatal("optim: %s is on CUDA in a build without CUDA", o->params->p[i].path);
 #endif
     }
+}
+
+void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
+{
+    o->t++;
+    pr_autocast_forget(ctx);   /* bf16 copies of the parameters are stale from here on */
+    pr_optim_update_args a = update_args(o, lr, grad_scale);
+#ifdef PRISM_HAVE_CUDA
+    if (on_cuda(o) && !o->per_param_cuda) {
+        step_multi(ctx, o, &a);
+        return;
+    }
+#endif
+    step_per_param(ctx, o, a);
+}
+
+double pr_optim_grad_norm(pr_ctx *ctx, pr_optim *o)
+{
+#ifdef PRISM_HAVE_CUDA
+    if (on_cuda(o)) {
+        pr_optim_multi *mt = multi_tables(o);
+        pr_optim_multi_grad_norm(ctx, mt);
+        return pr_optim_multi_read_norm(mt);
+    }
+#endif
+    (void)ctx;
+    return pr_params_grad_norm(o->params);
 }
 
 /* ---- state files ------------------------------------------------------------ */

@@ -1,8 +1,10 @@
 /* optim/optim.h: optimizers (SGD with momentum, AdamW), learning-rate
  * schedules and global gradient-norm clipping over a parameter registry.
  *
- * The update is elementwise and runs where the parameters live (a CPU loop
- * in double, or one CUDA kernel per parameter). Clipping is folded into the
+ * The update is elementwise and runs where the parameters live: a CPU loop
+ * in double, or on CUDA one multi-tensor launch for every parameter (the
+ * same arithmetic per element as the one-launch-per-parameter kernel, which
+ * stays for comparison: per_param_cuda). Clipping is folded into the
  * update as a scale on every gradient, so no extra pass over the grads is
  * needed. Weight decay follows each parameter's `decay` flag in the registry
  * (norms, biases, embeddings, A_log, dt_bias, D have none) unless decay_all.
@@ -37,6 +39,12 @@ typedef struct pr_optim {
     pr_arena *arena;       /* the state tensors, on the parameters' device */
     pr_tensor **m, **v;    /* per parameter: first moment (or momentum buffer), second moment (AdamW) */
     int64_t t;             /* updates taken */
+    /* CUDA: the multi-tensor tables (optim/optim.cu), built at the first step
+     * and again whenever the set of grads changes; NULL on the CPU */
+    struct pr_optim_multi *multi;
+    const float **multi_grads;  /* the grad pointers the tables were built for (host) */
+    int n_multi_grads;
+    bool per_param_cuda;   /* one launch per parameter instead (the tests compare the two) */
 } pr_optim;
 
 pr_optim *pr_optim_new(const pr_params *params, const pr_optim_opts *opts);
@@ -47,6 +55,10 @@ void pr_optim_free(pr_optim *o);
 /* one update of every parameter with a grad at learning rate lr; every grad is
  * multiplied by grad_scale first (clipping: pr_clip_scale) */
 void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale);
+/* the global L2 norm of every parameter's grad. On CUDA one multi-tensor
+ * reduction in double (a fixed order, so the same bits every run) and one
+ * 8-byte read; on the CPU pr_params_grad_norm. */
+double pr_optim_grad_norm(pr_ctx *ctx, pr_optim *o);
 /* whether parameter i is decayed under these options */
 bool pr_optim_decays(const pr_optim *o, int i);
 
@@ -82,6 +94,32 @@ typedef struct {
 } pr_optim_update_args;
 void pr_optim_update_cuda(pr_ctx *ctx, float *p, const float *g, float *m, float *v, int64_t n,
                           const pr_optim_update_args *a);
+
+/* The multi-tensor CUDA path (optim/optim.cu). A slice is one parameter's
+ * part of the update; the tables live on the device. The per-step scalars
+ * are read from device memory by the kernels, so a CUDA graph that captured
+ * the launches reads each step's values; with clip_on_device the grad scale
+ * is pr_clip_scale(norm, max_norm) of the norm pr_optim_multi_grad_norm left
+ * on the device, and a non-finite norm leaves everything untouched. */
+typedef struct {
+    float *p;
+    const float *g;
+    float *m, *v;
+    int64_t n;
+    double wd;
+} pr_optim_slice;
+typedef struct {
+    double lr, c1, c2, grad_scale, max_norm;
+    int clip_on_device;
+} pr_optim_step_scalars;
+typedef struct pr_optim_multi pr_optim_multi;
+pr_optim_multi *pr_optim_multi_new(const pr_optim_slice *update, int n_update, const float *const *grads,
+                                   const int64_t *sizes, int n_norm);
+void pr_optim_multi_free(pr_optim_multi *mt);
+void pr_optim_multi_grad_norm(pr_ctx *ctx, pr_optim_multi *mt);   /* async: the norm stays on the device */
+double pr_optim_multi_read_norm(const pr_optim_multi *mt);       /* waits for it */
+void pr_optim_multi_set_scalars(pr_optim_multi *mt, const pr_optim_step_scalars *s);
+void pr_optim_multi_update(pr_ctx *ctx, pr_optim_multi *mt, const pr_optim_update_args *a);
 
 #ifdef __cplusplus
 }

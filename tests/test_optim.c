@@ -4,7 +4,7 @@
  *   undecayed parameter, against the formula worked by hand in double;
  * - the decay mask follows the registry, and decay_all overrides it;
  * - SGD with momentum and coupled decay, two steps;
- * - clipping: the scale, and an update with it folded in;
+ * - clipping: the scale, the optimizer's grad norm, and an update with it folded in;
  * - schedules: warmup, cosine and constant values at chosen steps;
  * - state: save, restore into a fresh optimizer, the next step is identical.
  */
@@ -144,6 +144,7 @@ static void test_clipping(void **state)
     assert_true(fabs(norm - 1.3) < 1e-12);
     pr_optim_opts opts = {.kind = PR_OPTIM_SGD};
     pr_optim *o = pr_optim_new(r, &opts);
+    assert_true(pr_optim_grad_norm(ctx, o) == norm);   /* the trainer's call: the same sum on the CPU */
     pr_optim_step(ctx, o, 1.0, pr_clip_scale(norm, 0.65));
     const double wa[3] = {0.5 - 0.15, -1.0 - 0.2, 2.0}, wb[3] = {0.5, -1.0, 2.0 - 0.6};
     expect_values(r->p[0].t, wa, 1e-6);

@@ -120,7 +120,7 @@ static int forward_backward(run *r, step_stats *st, pr_err *err)
     if (r->ddp) pr_ddp_begin(r->ddp, r->ctx);
     pr_backward(r->ctx, loss);
     if (r->ddp && (pr_ddp_end(r->ddp, r->ctx, err) || r->comm->avg_host(r->comm, &st->loss, 1, err))) return -1;
-    st->grad_norm = pr_params_grad_norm(r->m->params);
+    st->grad_norm = pr_optim_grad_norm(r->ctx, r->opt);
     return 0;
 }
 
