@@ -520,10 +520,13 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
  * counted are the whole batch's (every rank's). breakdown: the folder for one
  * profiled step's table, breakdown-<mixer>-T<T>.md (NULL: none; one process only).
  * precision: the context's (f32 weights and AdamW state in every one; bf16
- * is autocast, autograd/autograd.h) */
+ * is autocast, autograd/autograd.h). *peak_bytes: the step's peak memory
+ * (CUDA: the caching allocator's high-water mark of live bytes from the
+ * model's creation on; the CPU: the arenas', parameters, grads, optimizer
+ * state and the step arena's peak; 0 when nothing ran) */
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
                                int warmup, int steps, pr_precision precision, pr_comm *comm, const char *breakdown,
-                               int64_t *params);
+                               int64_t *params, size_t *peak_bytes);
 
 /* ---- the fused ops at model sizes (lab/bench_fused.c) ----
  * Each op runs once to record its node, then the node's forward and its

@@ -50,6 +50,22 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *d
     return t[steps / 2];
 }
 
+/* the peak memory of the timed steps. CUDA: the caching allocator's
+ * high-water mark of live bytes since the model was built (every tensor and
+ * kernel scratch block; not cuBLAS's own workspace, the CUDA context, or
+ * blocks cached but free). CPU: the arenas' high-water mark, parameters,
+ * grads and optimizer state plus the step arena's peak. */
+static size_t peak_memory(pr_ctx *ctx, const pr_model *m, const pr_optim *opt, pr_device dev)
+{
+    if (dev == PR_CUDA) {
+        size_t current, peak;
+        pr_device_mem_stats(dev, &current, &peak);
+        return peak;
+    }
+    return pr_arena_used(m->params->arena) + pr_arena_used(ctx->grads) + pr_arena_used(opt->arena) +
+           pr_arena_peak(ctx->step);
+}
+
 /* one profiled step of m after the timed ones: its op table in DIR/breakdown-<mixer>-T<T>.md */
 static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *ids, int64_t B, int64_t T,
                           const char *mixer, const char *out)
@@ -76,9 +92,10 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
 
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
                                 int warmup, int steps, pr_precision precision, pr_comm *comm, const char *breakdown,
-                                int64_t *params)
+                                int64_t *params, size_t *peak_bytes)
 {
     *params = -1;
+    *peak_bytes = 0;
     pr_config c = *base;
     pr_err err;
     char kv[2][64];
@@ -98,6 +115,7 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));
     PR_CHECK(ids, "bench throughput: out of host memory");
     for (int64_t i = 0; i < B * T + 1; i++) ids[i] = (int32_t)(pr_philox_uniform(1, 0, (uint64_t)i) * c.vocab);
+    pr_device_mem_peak_reset(dev);   /* this model's peak, not an earlier one's */
     pr_model *m = pr_model_new(&c, PR_F32, dev);
     *params = pr_params_count(m->params);
     pr_model_init(m);
@@ -108,6 +126,7 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     pr_ddp *ddp = comm ? pr_ddp_new(comm, m->params, (size_t)25e6) : NULL;
     int64_t first = comm ? comm->rank * rows * T : 0;
     double s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
+    *peak_bytes = peak_memory(ctx, m, opt, dev);
     if (breakdown && !comm) breakdown_one(ctx, m, opt, ids, rows, T, mixer, breakdown);
     pr_ddp_free(ddp);
     pr_params_release_grads(m->params);

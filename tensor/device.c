@@ -71,6 +71,12 @@ void pr_device_mem_stats(pr_device dev, size_t *current, size_t *peak)
     *peak = host_peak;
 }
 
+void pr_device_mem_peak_reset(pr_device dev)
+{
+    if (dev == PR_CUDA) CUDA_OR_DIE(pr_cuda_alloc_peak_reset(); return);
+    host_peak = host_current;
+}
+
 #ifndef PRISM_HAVE_CUDA
 void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, uint64_t offset, int kind, double a,
                        double b)

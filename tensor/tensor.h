@@ -153,6 +153,8 @@ void pr_device_memset0(pr_device dev, void *p, size_t bytes);
 void pr_device_sync(pr_device dev);            /* wait for queued device work */
 /* bytes held by tensors now, and the most ever held (peak), on a device */
 void pr_device_mem_stats(pr_device dev, size_t *current, size_t *peak);
+/* peak = current on dev: the next peak is of what runs from here */
+void pr_device_mem_peak_reset(pr_device dev);
 
 /* bridges into tensor/cuda.cu (C-callable, defined only in CUDA builds;
  * tensor/device.c is their one caller from C) */
@@ -164,6 +166,7 @@ void pr_cuda_sync(void);
 int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
 void pr_cuda_mem_info(size_t *free_bytes, size_t *total);   /* the current GPU's (cudaMemGetInfo) */
+void pr_cuda_alloc_peak_reset(void);
 void pr_cuda_ctx_release(void *cuda_state);   /* frees a pr_ctx's stream and handles */
 void pr_cuda_check_last(const char *what);    /* fatal, naming `what`, if a launch failed */
 /* fill a CUDA f32 tensor with the Philox stream: kind 0 uniform [a,b), 1 normal (mean a, std b) */

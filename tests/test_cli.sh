@@ -631,13 +631,15 @@ expect 0 "usage: prism bench throughput" bench throughput --help
 expect 0 "| gdn |" bench throughput --models prism,gdn --seq-lens 8,16 --tokens-per-batch 32 --preset probe \
     --set d_model=8 --steps 1 --warmup 0 --device cpu --out "$tmp/tp"
 # the flatness column: T=16's tokens/s over T=8's on each row ($out: the run above)
-out_has_line '^[|] model [|] params [|] T=8 [|] T=16 [|] T=16 / T=8 [|]$'
-out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9]{3} [|]$'
+# and each length's peak memory in MiB beside its tokens/s
+out_has_line '^[|] model [|] params [|] T=8 [|] MiB [|] T=16 [|] MiB [|] T=16 / T=8 [|]$'
+out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9] [|] [0-9]+ [|] [0-9]+[.][0-9] [|] [0-9]+[.][0-9]{3} [|]$'
 file_has "prism,16,2," "$tmp/tp/throughput.csv"
+file_has "tokens_per_s,peak_bytes,params" "$tmp/tp/throughput.csv"
 file_has "<svg" "$tmp/tp/throughput.svg"
 expect 0 "precision bf16" bench throughput --models gdn --seq-lens 8 --tokens-per-batch 16 --preset probe \
     --set d_model=8 --steps 1 --warmup 0 --device cpu --precision bf16 --out "$tmp/tp16"
-out_has_line '^[|] gdn [|] [0-9]+ [|] [0-9]+ [|]$'
+out_has_line '^[|] gdn [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9] [|]$'
 expect 2 "prism bench throughput: --precision wants auto, f32, tf32 or bf16, not 'fp8'" bench throughput \
     --models gdn --seq-lens 8 --precision fp8
 # shellcheck disable=SC2086

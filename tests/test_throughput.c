@@ -24,9 +24,13 @@ static void test_measures(void **state)
     (void)state;
     pr_config c = probe_config();
     int64_t params = 0;
-    double tps = pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params);
+    size_t peak = 0;
+    double tps = pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params, &peak);
     assert_true(isfinite(tps) && tps > 0);
     assert_true(params > 0);
+    /* f32 weights, grads and AdamW's two moments at least; and the activations on top */
+    assert_true(peak > (size_t)(16 * params));
+    assert_true(peak < ((size_t)1 << 30));
 }
 
 /* one profiled step after the timed ones: its table in DIR/breakdown-<mixer>-T<T>.md */
@@ -37,7 +41,8 @@ static void test_breakdown(void **state)
     char dir[] = "/tmp/prism_test_throughput_XXXXXX", path[128], line[128] = {0};
     assert_non_null(mkdtemp(dir));
     int64_t params = 0;
-    double tps = pr_bench_throughput_one(&c, "linattn", 8, 16, PR_CPU, 0, 1, PR_PREC_F32, NULL, dir, &params);
+    size_t peak = 0;
+    double tps = pr_bench_throughput_one(&c, "linattn", 8, 16, PR_CPU, 0, 1, PR_PREC_F32, NULL, dir, &params, &peak);
     assert_true(isfinite(tps) && tps > 0);
     snprintf(path, sizeof path, "%s/breakdown-linattn-T8.md", dir);
     FILE *f = fopen(path, "r");
@@ -55,8 +60,10 @@ static void test_bad_config(void **state)
     (void)state;
     pr_config c = probe_config();
     int64_t params = 0;
-    assert_true(isnan(pr_bench_throughput_one(&c, "nosuch", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params)));
+    size_t peak = 1;
+    assert_true(isnan(pr_bench_throughput_one(&c, "nosuch", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params, &peak)));
     assert_int_equal(params, -1);
+    assert_int_equal(peak, 0);
 }
 
 int main(void)

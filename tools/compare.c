@@ -154,6 +154,12 @@ static void throughput_usage(FILE *f)
                "with several lengths the last column is the last length's tokens/s over the\n"
                "first's (1.000: flat in T). The lm-130m and rec-small presets size every mixer\n"
                "like attn (match_attn, models/README.md).\n"
+               "Beside each length's figure, MiB: the step's peak memory. On CUDA the caching\n"
+               "allocator's high-water mark of live bytes from the model's creation to the last timed\n"
+               "step (tensors and kernel scratch; not cuBLAS's workspace, the CUDA context or free\n"
+               "cached blocks); on the CPU the arenas' (parameters, grads, optimizer state and the\n"
+               "step arena's peak). The CSV's peak_bytes column holds it in bytes; '-' when the\n"
+               "model did not run.\n"
                "--precision: as train.precision (prism train --help): auto (the default) is bf16 on\n"
                "CUDA and f32 on the CPU; bf16 is mixed precision (bf16 products, f32 norms, losses and\n"
                "weights), tf32 f32 with CUDA products on TF32 tensor cores (the CPU computes it as\n"
@@ -235,19 +241,21 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
 /* the CSV and the SVG; with ranks > 1, tps1 holds the one-process figures and
  * the CSV adds them and the scaling efficiency */
 static int throughput_files(const throughput_args *t, const double *tps, const double *tps1, const int64_t *params,
-                            int ranks, const char *dev_name)
+                            const size_t *peak, int ranks, const char *dev_name)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/throughput.csv", t->out);
     FILE *f = fopen(path, "w");
     if (!f) return fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno)), 1;
-    fprintf(f, "model,seq_len,batch,tokens_per_s%s,params\n", ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
+    fprintf(f, "model,seq_len,batch,tokens_per_s%s,peak_bytes,params\n", ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
     for (int m = 0; m < t->n_models; m++)
         for (int i = 0; i < t->n_lens; i++) {
             int k = m * t->n_lens + i;
             fprintf(f, "%s,%lld,%lld,%.1f", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
                     tps[k]);
             if (ranks > 1) fprintf(f, ",%d,%.1f,%.4f", ranks, tps1[k], tps[k] / (ranks * tps1[k]));
+            if (peak[k]) fprintf(f, ",%zu", peak[k]);
+            else fprintf(f, ",-");
             fprintf(f, ",%lld\n", (long long)params[m]);
         }
     if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
@@ -318,12 +326,12 @@ static void throughput_header(const throughput_args *t, int ranks)
 {
     printf("precision %s\n\n| model | params |", pr_precision_name(t->prec));
     for (int i = 0; i < t->n_lens; i++)
-        if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff |", (long long)t->lens[i], ranks);
-        else printf(" T=%lld |", (long long)t->lens[i]);
+        if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff | MiB |", (long long)t->lens[i], ranks);
+        else printf(" T=%lld | MiB |", (long long)t->lens[i]);
     bool ratio = throughput_has_ratio(t, ranks);
     if (ratio) printf(" T=%lld / T=%lld |", (long long)t->lens[t->n_lens - 1], (long long)t->lens[0]);
     printf("\n|---|");
-    for (int i = 0; i < 1 + t->n_lens * (ranks > 1 ? 3 : 1) + ratio; i++) printf("---|");
+    for (int i = 0; i < 1 + t->n_lens * (ranks > 1 ? 4 : 2) + ratio; i++) printf("---|");
     printf("\n");
 }
 
@@ -361,6 +369,7 @@ int pr_bench_throughput(int argc, char **argv)
     bool talk = !comm || comm->rank == 0;
     static double tps[MAX_MODELS * 32], tps1[MAX_MODELS * 32];
     static int64_t params[MAX_MODELS];
+    static size_t peak[MAX_MODELS * 32];
     if (talk) {
         pr_err err;   /* the output folder and its parents, as --out runs/x/y expects */
         if (pr_make_dirs(t.out, &err)) {   /* with other ranks waiting on this one, go on: the CSV will fail */
@@ -376,15 +385,18 @@ int pr_bench_throughput(int argc, char **argv)
             int64_t n = -1;
             /* one rank: every rank at once on its own device, the whole batch, no messages */
             if (ranks > 1)
-                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, NULL, NULL, &n);
+                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, NULL,
+                                                  NULL, &n, &peak[k]);
             tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, comm,
-                                   t.breakdown && !comm ? t.out : NULL, &n);
+                                   t.breakdown && !comm ? t.out : NULL, &n, &peak[k]);
             if (i == 0) params[m] = n;   /* the same at every length */
             if (talk && i == 0) printf(n >= 0 ? "| %s | %lld |" : "| %s | - |", t.names[m], (long long)n);
             failed += !isfinite(tps[k]);
             if (talk && ranks > 1) printf(isfinite(tps[k]) ? " %.0f | %.0f | %.2f |" : " - | - | - |", tps1[k], tps[k],
                                           tps[k] / (ranks * tps1[k]));
             else if (talk) printf(isfinite(tps[k]) ? " %.0f |" : " - |", tps[k]);
+            if (talk && peak[k]) printf(" %.1f |", (double)peak[k] / (1 << 20));
+            else if (talk) printf(" - |");
             fflush(stdout);
         }
         if (talk && throughput_has_ratio(&t, ranks)) {
@@ -399,5 +411,5 @@ int pr_bench_throughput(int argc, char **argv)
     }
     if (!talk) return failed ? 1 : 0;
     if (t.breakdown && ranks == 1) print_breakdowns(&t, tps);
-    return throughput_files(&t, tps, tps1, params, ranks, pr_device_name(dev)) || failed ? 1 : 0;
+    return throughput_files(&t, tps, tps1, params, peak, ranks, pr_device_name(dev)) || failed ? 1 : 0;
 }
