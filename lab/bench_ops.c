@@ -23,7 +23,7 @@
 #include "lab/lab.h"
 #include "ops/ops.h"
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 #endif
 
 /* ---- the cases ------------------------------------------------------------------------ */

@@ -10,7 +10,7 @@
 #include "lab/lab.h"
 #include "ops/ops.h"
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 static pr_tensor *ttt2_leaf(pr_arena *ar, pr_rng *r, int ndim, const int64_t *shape, int normal, double a, double b)
 {

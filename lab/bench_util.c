@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 #endif
 
 static int cmp_double(const void *a, const void *b)

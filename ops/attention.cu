@@ -22,9 +22,8 @@
  */
 #include "ops/ops.h"
 #include "ops/attention.h"
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include "ops/cuda/tiles.cuh"
 #include "ops/seqlens.h"
-#include "tensor/cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -42,7 +41,7 @@ struct att_prob {
     int H, Hkv, D, Dv, Dp, Dvp, group;
     int vq, vv;                  /* q/k rows, v/o rows movable as float4 */
     float scale;
-    rec_prob mm;                 /* only mm.tf32 is read: the kit's product switch */
+    bool tf32;                   /* TF32 products (the kit's rec_mm switch) */
 };
 
 struct att_tile {
@@ -92,7 +91,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_fwd_kernel(att_prob p)
         rec_ld_tile(V, ldv, ATT_BN, p.Dvp, p.v + ((krow + j0) * p.Hkv + hk) * p.Dv, (long long)p.Hkv * p.Dv, nk,
                     p.Dv, p.vv);
         rec_sync();
-        rec_mm<false, true>(p.mm, S, lds, Q, ldq, K, ldq, ATT_BM, ATT_BN, p.Dp, p.scale, false);
+        rec_mm<false, true>(p.tf32, S, lds, Q, ldq, K, ldq, ATT_BM, ATT_BN, p.Dp, p.scale, false);
         __syncthreads();
         for (int r = warp; r < ATT_BM; r += PR_REC_WARPS) {
             const int i = tl.t0 + r;   /* the row's position in its sequence */
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_fwd_kernel(att_prob p)
         __syncthreads();
         REC_FOR2D(ATT_BM, p.Dvp, r, c) O[r * ldv + c] *= al[r];
         __syncthreads();
-        rec_mm<false, false>(p.mm, O, ldv, S, lds, V, ldv, ATT_BM, p.Dvp, ATT_BN, 1.f, true);
+        rec_mm<false, false>(p.tf32, O, ldv, S, lds, V, ldv, ATT_BM, p.Dvp, ATT_BN, 1.f, true);
         __syncthreads();
     }
     REC_FOR2D(ATT_BM, p.Dvp, r, c) O[r * ldv + c] = r < nq ? O[r * ldv + c] / l[r] : 0.f;
@@ -171,8 +170,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_dq_kernel(att_prob p)
         rec_ld_tile(V, ldv, ATT_BN, p.Dvp, p.v + ((krow + j0) * p.Hkv + hk) * p.Dv, (long long)p.Hkv * p.Dv, nk,
                     p.Dv, p.vv);
         rec_sync();
-        rec_mm<false, true>(p.mm, S, lds, Q, ldq, K, ldq, ATT_BM, ATT_BN, p.Dp, p.scale, false);
-        rec_mm<false, true>(p.mm, dP, lds, dO, ldv, V, ldv, ATT_BM, ATT_BN, p.Dvp, 1.f, false);
+        rec_mm<false, true>(p.tf32, S, lds, Q, ldq, K, ldq, ATT_BM, ATT_BN, p.Dp, p.scale, false);
+        rec_mm<false, true>(p.tf32, dP, lds, dO, ldv, V, ldv, ATT_BM, ATT_BN, p.Dvp, 1.f, false);
         __syncthreads();
         REC_FOR2D(ATT_BM, ATT_BN, r, c)
         {
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_dq_kernel(att_prob p)
             S[r * lds + c] = pr * (dP[r * lds + c] - Di[r]) * p.scale;
         }
         __syncthreads();
-        rec_mm<false, false>(p.mm, dQ, ldq, S, lds, K, ldq, ATT_BM, p.Dp, ATT_BN, 1.f, true);
+        rec_mm<false, false>(p.tf32, dQ, ldq, S, lds, K, ldq, ATT_BM, p.Dp, ATT_BN, 1.f, true);
         __syncthreads();
     }
     rec_st_tile(p.dq + (qrow * p.H + h) * p.D, (long long)p.H * p.D, nq, p.D, dQ, ldq, 1.f, true, p.vq);
@@ -230,8 +229,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_dkv_kernel(att_prob p)
                 Di[c] = c < nq ? p.Di[(qrow + c) * p.H + h] : 0.f;
             }
             rec_sync();
-            rec_mm<false, true>(p.mm, P, ldp, K, ldq, Q, ldq, ATT_BN, ATT_QS, p.Dp, p.scale, false);
-            rec_mm<false, true>(p.mm, dS, ldp, V, ldv, dO, ldv, ATT_BN, ATT_QS, p.Dvp, 1.f, false);
+            rec_mm<false, true>(p.tf32, P, ldp, K, ldq, Q, ldq, ATT_BN, ATT_QS, p.Dp, p.scale, false);
+            rec_mm<false, true>(p.tf32, dS, ldp, V, ldv, dO, ldv, ATT_BN, ATT_QS, p.Dvp, 1.f, false);
             __syncthreads();
             REC_FOR2D(ATT_BN, ATT_QS, r, c)
             {
@@ -241,8 +240,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS) att_dkv_kernel(att_prob p)
                 dS[r * ldp + c] = pr * (dS[r * ldp + c] - Di[c]) * p.scale;
             }
             __syncthreads();
-            rec_mm<false, false>(p.mm, dV, ldv, P, ldp, dO, ldv, ATT_BN, p.Dvp, ATT_QS, 1.f, true);
-            rec_mm<false, false>(p.mm, dK, ldq, dS, ldp, Q, ldq, ATT_BN, p.Dp, ATT_QS, 1.f, true);
+            rec_mm<false, false>(p.tf32, dV, ldv, P, ldp, dO, ldv, ATT_BN, p.Dvp, ATT_QS, 1.f, true);
+            rec_mm<false, false>(p.tf32, dK, ldq, dS, ldp, Q, ldq, ATT_BN, p.Dp, ATT_QS, 1.f, true);
         }
     __syncthreads();
     if (p.dk) rec_st_tile(p.dk + (krow * p.Hkv + hk) * p.D, (long long)p.Hkv * p.D, nk, p.D, dK, ldq, 1.f, true, p.vq);
@@ -313,7 +312,7 @@ static att_prob att_prob_of(pr_ctx *ctx, const pr_tensor *q, const pr_tensor *k,
     p.vq = p.D % 4 == 0 && pr_aligned16(p.q) && pr_aligned16(p.k);
     p.vv = p.Dv % 4 == 0 && pr_aligned16(p.v);
     p.scale = (float)scale;
-    p.mm.tf32 = ctx->matmul_tf32 ? 1 : 0;
+    p.tf32 = ctx->matmul_tf32;
     return p;
 }
 

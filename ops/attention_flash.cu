@@ -29,7 +29,7 @@
 #include "ops/attention.h"
 #include "ops/ops.h"
 #include "ops/seqlens.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * d(a+b) = (1, 1); d(a-b) = (1, -1); d(ab) = (b, a); d(a/b) = (1/b, -a/b^2).
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 enum { ADD, SUB, MUL, DIV };
 enum { MAP_FULL, MAP_SUFFIX, MAP_PREFIX, MAP_GENERAL };

@@ -10,7 +10,7 @@
  * allow (eight elements a thread; the scalar kernel takes the tail).
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 __device__ __forceinline__ float cast_ld(const void *p, int dt, long long i)
 {

@@ -12,7 +12,7 @@
  * sums in f32 (the dw/dbias partials f32), each stored element rounded once.
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 /* The generic kernels (any W): one thread per output, W loads each. */
 template <class E>

@@ -11,7 +11,7 @@
  * once to bf16; the backward's dx += rounds once.
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 /* dst (=|+=) keep_i * src * scale */
 template <class T>

@@ -12,7 +12,7 @@
 #include <cub/cub.cuh>
 
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 template <typename T, typename I>
 __global__ void embedding_gather(T *out, const T *w, const I *ids, int64_t N, int64_t D)

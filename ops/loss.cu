@@ -18,7 +18,7 @@
 #include <math.h>
 
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 __device__ __forceinline__ long long target_at(const void *t, bool is64, long long r)
 {

@@ -16,7 +16,7 @@
 #include <limits.h>
 
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 /* row-major operand: data, its op (transposed as stored?), batch stride in elements */
 typedef struct {

@@ -19,7 +19,7 @@
 #include <math.h>
 
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #define ROW_KERNEL(G) __global__ void PR_ROW_BOUNDS(G)
 

@@ -7,7 +7,7 @@
  * store. f32 or bf16 x and out, in any pairing (reduce_switch).
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 /* The element types: T of x and its grad, O of out and its grad, each float
  * or pr_bf16 (the frontend picks out's dtype; a bf16 x may sum into an f32

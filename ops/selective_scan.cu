@@ -22,7 +22,7 @@
 #include "ops/ops.h"
 #include "ops/selective_scan.h"
 #include "ops/seqlens.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * slice and concat copy runs of len*I contiguous elements per outer index.
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 static int64_t prod(const int64_t *shape, int from, int to)
 {

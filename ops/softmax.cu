@@ -16,7 +16,7 @@
 #include <math.h>
 
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 template <int G, int S, bool LOG, class T>
 __global__ void PR_ROW_BOUNDS(G) softmax_forward_kernel(const T *x, T *y, long long R, long long D, bool vec)

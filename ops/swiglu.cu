@@ -5,7 +5,7 @@
  * With s = sigmoid(a): d gate += g up s (1 + a (1 - s)), d up += g a s.
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 __device__ __forceinline__ float swiglu_sigmoid(float a)
 {

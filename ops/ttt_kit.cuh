@@ -10,7 +10,7 @@
 #ifndef PR_TTT_KIT_CUH
 #define PR_TTT_KIT_CUH
 
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #define TTK_THREADS 256
 #define TTK_FOR(i, n) for (int i = threadIdx.x; i < (n); i += blockDim.x)

@@ -1,7 +1,8 @@
 /* ops/ttt_linear.c: TTT-Linear, CPU forward and hand-derived backward.
  *
  * One tape node: in q,k,v,w,b,eta,h0,hb0 (h0/hb0 may be NULL = zeros),
- * out o,ht,hbt; iarg[0] = mini_batch, farg[0] = scale, farg[1] = eps.
+ * out o,ht,hbt; iarg[0] = mini_batch, iarg[1] = the CUDA backward's form
+ * (pr_ttt_bwd), farg[0] = scale, farg[1] = eps.
  * Sequential over mini-batches, dual form inside one. The forward saves the
  * inner weights at the start of every mini-batch (saved[0] W [B,H,NMB,K,K],
  * saved[1] hb [B,H,NMB,K], always f64 on the CPU) and the backward recomputes
@@ -342,6 +343,7 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
 
     pr_node n = pr_node_init(PR_OP_ttt_linear, 8, in);
     n.iarg[0] = opt->mini_batch;
+    n.iarg[1] = opt->bwd;
     n.farg[0] = opt->scale != 0 ? opt->scale : 1 / sqrt((double)K);
     n.farg[1] = opt->eps > 0 ? opt->eps : 1e-6;
     n.n_out = 3;

@@ -25,7 +25,7 @@
 #include <algorithm>
 
 #include "ops/ops.h"
-#include "ops/recurrence/recurrence_cuda.cuh" /* the block products and tile loads (rec_mm_*, rec_ld_tile) */
+#include "ops/cuda/tiles.cuh" /* the block products and tile loads (rec_mm_*, rec_ld_tile) */
 #include "ops/ttt_kit.cuh"
 #include "ops/ttt_linear.h"
 
@@ -53,7 +53,7 @@ struct ttt_args {
  * copy of its own: the compiler decides once, over all the callers of a
  * non-inlined function, whether its pointers are shared memory, and one
  * caller's generic pointer turned every kernel's products into generic
- * loads (NOTES.md v15). */
+ * loads. */
 enum { TTT_FORWARD, TTT_FUSED, TTT_LOCAL, TTT_SERIAL, TTT_FWD_SPLIT };
 /* added to a kernel's KERNEL in its BF instance (bf16 data with tensor
  * cores on: ttt_bf): its tensor-core products run as bf16 mma.sync
@@ -82,7 +82,7 @@ __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast
  * and N only: two calls with the same tc, M, N and C give each thread the
  * same elements of C, so they may follow each other without a barrier.
  * Not inlined: one body per (TA, TB) instead of a copy per call (about 17
- * a kernel), which missed the instruction cache (NOTES.md v14). */
+ * a kernel), which missed the instruction cache. */
 template <bool TA, bool TB, int KERNEL>
 __device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, int lda, const float *B, int ldb,
                                     int M, int N, int Kd, float alpha, bool acc)
@@ -307,8 +307,8 @@ __device__ void put_rows(float *g, const float *X, float alpha, bool acc, const 
 
 /* A 16-row mini-batch's 16 x 16 products over K (Attn = q k^T, and the
  * backward's D = dZb gz^T) would fall to one warp beside its share of the
- * phase's 16 x K products, and that warp would hold the phase up (NOTES.md
- * v13's profile). Where the mini-batch is 16 rows on tensor cores, every
+ * phase's 16 x K products, and that warp would hold the phase up (as a
+ * profile showed). Where the mini-batch is 16 rows on tensor cores, every
  * warp takes K / PR_REC_WARPS of the columns into a partial of its own
  * (pt: PR_REC_WARPS blocks of 16 x 16, 2,048 floats) and the next phase
  * adds the partials up (pt_sum). */
@@ -645,7 +645,7 @@ __global__ void __launch_bounds__(TTT_THREADS, 1) ttt_fwd_split_kernel(ttt_args 
  * after the other or side by side in one (ttt_bwd_overlap_kernel). The split takes
  * half the products and three of five row phases off the serial chain and
  * spreads them over every SM: it wins where the B H fused blocks would leave
- * most SMs idle, and loses where they fill the card (NOTES.md v15). */
+ * most SMs idle, and loses where they fill the card. */
 template <class P> struct bwd_bufs {
     P W, dW, hb, dhb, w, b, dwp, dbp;
     P qs, kb, yb, xz, gz, xb, dzb, dgz, tq;
@@ -657,8 +657,8 @@ typedef bwd_bufs<float *> bwd_smem;
 /* the shared memory of a backward kernel: each holds what its half needs.
  * P = float * from the kernel's base; P = size_t from 0 for the launcher's
  * sizes (a pointer that could be null would make the compiler give up on
- * the buffers being shared memory: generic loads in every product, NOTES.md
- * v15). Row buffers stay 16-byte aligned where K % 4 == 0. */
+ * the buffers being shared memory: generic loads in every product). Row
+ * buffers stay 16-byte aligned where K % 4 == 0. */
 template <class P> __host__ __device__ inline bwd_bufs<P> bwd_bufs_of(P base, const ttt_args &a, int kind)
 {
     const bool loc = kind != TTT_SERIAL, ser = kind != TTT_LOCAL;
@@ -1126,27 +1126,26 @@ static void ttt_smem(const void *kernel, size_t bytes, const ttt_args &a)
 
 /* The backward's plan (see "backward" above): split where the B H fused
  * blocks would fill under 60% of the SMs, overlapped (one cooperative
- * launch) where the device allows it. Measured on the H200 (132 SMs, K =
- * 128, mini-batch 16, NOTES.md v15): the backward's fused and split times
- * are 4.96 and 6.22 ms at B H = 128, 19.1 and 14.5 ms at B H = 32, which
- * puts the crossover near 0.6 x 132. PRISM_TTT_SPLIT=0/1/2 forces fused,
- * split or overlapped (tests, comparisons). */
+ * launch) where the device allows it: timed on the H200 (132 SMs, K = 128,
+ * mini-batch 16; ops/recurrence/NOTES.md has the times), the crossover lies
+ * near 0.6 x the SMs. pr_ttt_opts.bwd forces fused, split or overlapped
+ * (tests, comparisons). */
 enum { PLAN_FUSED, PLAN_SPLIT, PLAN_OVERLAP };
 static const char *const plan_names[3] = {"fused", "split", "split overlapped"};
 struct ttt_plan {
     int kind, n_sm;
     bool forced;
 };
-static ttt_plan plan_bwd(int B, int H)
+static ttt_plan plan_bwd(int B, int H, int bwd)
 {
     ttt_plan p = {};
     p.n_sm = pr_cuda_attr(cudaDevAttrMultiProcessorCount);
     const int coop = pr_cuda_attr(cudaDevAttrCooperativeLaunch);
-    long forced;
-    p.forced = rec_env_knob("PRISM_TTT_SPLIT", "0 (fused backward), 1 (split) or 2 (split, overlapped)",
-                            [](long v) { return v >= 0 && v <= 2; }, &forced);
+    PR_CHECK(bwd >= PR_TTT_BWD_PLANNED && bwd <= PR_TTT_BWD_OVERLAP,
+             "ttt_linear: bwd must be PR_TTT_BWD_PLANNED, _FUSED, _SPLIT or _OVERLAP, got %d", bwd);
+    p.forced = bwd != PR_TTT_BWD_PLANNED;
     const long long bh = (long long)B * H;
-    if (p.forced) p.kind = (int)forced;
+    if (p.forced) p.kind = bwd - PR_TTT_BWD_FUSED; /* PLAN_FUSED, PLAN_SPLIT, PLAN_OVERLAP in order */
     else p.kind = bh * 5 >= 3LL * p.n_sm ? PLAN_FUSED : coop ? PLAN_OVERLAP : PLAN_SPLIT;
     PR_CHECK(p.kind != PLAN_OVERLAP || (coop && bh < p.n_sm),
              "ttt_linear: the overlapped backward needs cooperative launch and B H (%lld) below the SM count (%d)",
@@ -1154,11 +1153,11 @@ static ttt_plan plan_bwd(int B, int H)
     return p;
 }
 
-extern "C" void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, char *line, size_t n)
+extern "C" void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, pr_ttt_bwd bwd, char *line, size_t n)
 {
-    const ttt_plan p = plan_bwd(B, H);
+    const ttt_plan p = plan_bwd(B, H, bwd);
     const long long bh = (long long)B * H, nmb = (T + mini_batch - 1) / mini_batch;
-    const char *why = p.forced ? "PRISM_TTT_SPLIT" : p.kind != PLAN_FUSED ? "B H < 0.6 x SMs" : "B H >= 0.6 x SMs";
+    const char *why = p.forced ? "forced" : p.kind != PLAN_FUSED ? "B H < 0.6 x SMs" : "B H >= 0.6 x SMs";
     if (p.kind == PLAN_FUSED) snprintf(line, n, "backward fused (%s, %d SMs): %lld blocks (one a (b, h))", why, p.n_sm, bh);
     else
         snprintf(line, n, "backward %s (%s, %d SMs): %lld local halves (one a mini-batch), %lld serial chains",
@@ -1236,7 +1235,7 @@ extern "C" void pr_ttt_linear_forward_cuda(pr_ctx *ctx, pr_node *n)
     a.o = ttk_f32_out(ctx, n->out[0]), a.ht = (float *)n->out[1]->data, a.hbt = (float *)n->out[2]->data;
     if (n->n_saved == 2) a.Ws = (float *)n->saved[0]->data, a.hbs = (float *)n->saved[1]->data;
     /* split where the backward overlaps, and the states are saved anyway */
-    int *flags = a.Ws && plan_bwd(a.B, a.H).kind == PLAN_OVERLAP ? coop_flags(ctx, st, a) : nullptr;
+    int *flags = a.Ws && plan_bwd(a.B, a.H, (int)n->iarg[1]).kind == PLAN_OVERLAP ? coop_flags(ctx, st, a) : nullptr;
     if (ttt_bf(a, n)) launch_fwd<8, true>(a, st, flags);
     else if (a.K <= 32) launch_fwd<2, false>(a, st, flags);
     else if (a.K <= 64) launch_fwd<4, false>(a, st, flags);
@@ -1257,7 +1256,7 @@ extern "C" void pr_ttt_linear_backward_cuda(pr_ctx *ctx, pr_node *n)
     a.deta = ttk_f32_out(ctx, geta);
     a.dh0 = ttk_grad(n, 6), a.dhb0 = ttk_grad(n, 7);
     /* the partials: the (b, h) blocks' rows, then for the split plans the local halves' */
-    const int plan = plan_bwd(a.B, a.H).kind;
+    const int plan = plan_bwd(a.B, a.H, (int)n->iarg[1]).kind;
     const int np = a.B * (plan != PLAN_FUSED ? 1 + a.nmb : 1);
     a.dwp = ttk_partials(ctx, np, a.H, a.K), a.dbp = ttk_partials(ctx, np, a.H, a.K);
     int *flags = nullptr;   /* the overlapped plan's queue head and per-mini-batch flags, zeroed */

@@ -29,10 +29,15 @@
 extern "C" {
 #endif
 
+/* the CUDA backward's form: the plan's choice (by B H against the SM
+ * count), or forced (tests, comparisons) */
+typedef enum { PR_TTT_BWD_PLANNED = 0, PR_TTT_BWD_FUSED, PR_TTT_BWD_SPLIT, PR_TTT_BWD_OVERLAP } pr_ttt_bwd;
+
 typedef struct {
     double scale;     /* 0: K^-1/2 */
     int mini_batch;   /* tokens per mini-batch (16 in fla); 1 = token by token */
     double eps;       /* LayerNorm eps; 0: 1e-6 */
+    pr_ttt_bwd bwd;   /* CUDA: force the backward fused, split or split overlapped */
 } pr_ttt_opts;
 
 /* Returns o [B,T,H,K]; *ht [B,H,K,K] and *hbt [B,H,1,K] receive the final
@@ -43,9 +48,9 @@ pr_tensor *pr_ttt_linear(pr_ctx *ctx, const pr_ttt_opts *opt, pr_tensor *q, pr_t
 
 /* CUDA builds: the backward's plan at these sizes on the current device, as
  * one line into line[n] (fused, or split into local halves and serial
- * chains, overlapped where the device has cooperative launch;
- * PRISM_TTT_SPLIT=0/1/2 forces fused, split or overlapped) */
-void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, char *line, size_t n);
+ * chains, overlapped where the device has cooperative launch; bwd forces
+ * one, as pr_ttt_opts.bwd does) */
+void pr_ttt_linear_cuda_plan(int B, int T, int H, int mini_batch, pr_ttt_bwd bwd, char *line, size_t n);
 
 #ifdef __cplusplus
 }

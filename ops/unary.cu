@@ -12,7 +12,7 @@
  * backward reads x instead and recomputes y in f32, as the forward had it.
  */
 #include "ops/ops.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define GELU_TANH_C 0.044715f

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "optim/optim.h"
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 /* one element of the update: w, m (and v) in, updated in place */
 __device__ __forceinline__ void optim_element(float *p, const float *g, float *m, float *v, long long i,

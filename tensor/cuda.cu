@@ -1,5 +1,5 @@
 /* tensor/cuda.cu: the CUDA side of tensor/: the caching allocator, copies,
- * a context's stream and cuBLAS handle, and the Philox fill.
+ * a context's CUDA state (its cuBLAS handle), and the Philox fill.
  *
  * Allocator: sizes round up to a size class (512-byte steps up to 4 KiB,
  * then 8 classes per power of two, so at most 12.5% slack); a freed block
@@ -26,7 +26,7 @@
 
 /* stream 0: the legacy default stream (nvcc's default; prism is not built
  * with --default-stream per-thread) */
-#define PR_THE_STREAM ((cudaStream_t)0)
+#define PR_THE_STREAM pr_cuda_the_stream()
 
 /* ---- size classes ------------------------------------------------------------ */
 
@@ -268,62 +268,42 @@ static void poison_shared(void)
     poison_shared_kernel<<<pr_cuda_attr(cudaDevAttrMultiProcessorCount), 1024, bytes>>>(bytes / 4);
     PR_CUDA_LAUNCH_CHECK();
 }
+static bool poison_on;
+extern "C" void pr_cuda_poison_shared(bool on) { poison_on = on; }
 extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
 {
-    static int poison = -1;
-    if (poison < 0) {
-        const char *e = getenv("PRISM_POISON_SHARED");
-        if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
-            pr_fatal("PRISM_POISON_SHARED must be 0 or 1, got '%s'", e);
-        poison = e && !strcmp(e, "1");
-    }
-    if (poison) poison_shared();
+    if (poison_on) poison_shared();
     PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-/* ---- per-context state -------------------------------------------------------- */
+/* ---- per-context state (ops/cuda/context.cu ties it to a pr_ctx) ---------------- */
 
-typedef struct {
-    cublasHandle_t cublas;   /* NULL until the first matmul */
-} cuda_state;
-
-static cuda_state *state_of(pr_ctx *ctx)
+extern "C" pr_cuda_state *pr_cuda_state_new(void)
 {
-    if (!ctx->cuda) {
-        PR_CHECK(pr_cuda_device_count() > 0, "CUDA op on a machine without a usable GPU");
-        cuda_state *s = (cuda_state *)calloc(1, sizeof(cuda_state));
-        PR_CHECK(s, "out of host memory");
-        ctx->cuda = s;
-    }
-    return (cuda_state *)ctx->cuda;
+    PR_CHECK(pr_cuda_device_count() > 0, "CUDA op on a machine without a usable GPU");
+    pr_cuda_state *s = (pr_cuda_state *)calloc(1, sizeof(pr_cuda_state));
+    PR_CHECK(s, "out of host memory");
+    return s;
 }
 
-extern "C" cudaStream_t pr_cuda_stream(pr_ctx *ctx)
+/* The math mode is set from tf32 on every call, so flipping a context's
+ * matmul_tf32 takes effect at the next matmul: CUBLAS_TF32_TENSOR_OP_MATH
+ * lets cuBLAS round fp32 inputs to tf32 (10-bit mantissa) on the tensor
+ * cores; CUBLAS_DEFAULT_MATH keeps full fp32 products. (GemmEx callers also
+ * pick a compute type, which decides for that call.) */
+extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32)
 {
-    (void)state_of(ctx); /* the GPU check */
-    return PR_THE_STREAM;
-}
-
-/* The math mode is set from ctx->matmul_tf32 on every call, so flipping the
- * flag takes effect at the next matmul: CUBLAS_TF32_TENSOR_OP_MATH lets
- * cuBLAS round fp32 inputs to tf32 (10-bit mantissa) on the tensor cores;
- * CUBLAS_DEFAULT_MATH keeps full fp32 products. (GemmEx callers also pick a
- * compute type, which decides for that call.) */
-extern "C" cublasHandle_t pr_cublas(pr_ctx *ctx)
-{
-    cuda_state *st = state_of(ctx);
     if (!st->cublas) {
         PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
         PR_CUBLAS_CHECK(cublasSetStream(st->cublas, PR_THE_STREAM));
     }
-    PR_CUBLAS_CHECK(cublasSetMathMode(st->cublas, ctx->matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                   : CUBLAS_DEFAULT_MATH));
+    PR_CUBLAS_CHECK(cublasSetMathMode(st->cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     return st->cublas;
 }
 
 extern "C" void pr_cuda_ctx_release(void *cuda_state_ptr)
 {
-    cuda_state *st = (cuda_state *)cuda_state_ptr;
+    pr_cuda_state *st = (pr_cuda_state *)cuda_state_ptr;
     if (!st) return;
     PR_CUDA_CHECK(cudaDeviceSynchronize());
     if (st->cublas) PR_CUBLAS_CHECK(cublasDestroy(st->cublas));

@@ -85,4 +85,5 @@ void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, uint64_t of
     CUDA_OR_DIE((void)0);
 }
 void pr_cuda_ctx_release(void *cuda_state) { (void)cuda_state; }
+void pr_cuda_poison_shared(bool on) { (void)on; }
 #endif

@@ -168,6 +168,10 @@ void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
 void pr_cuda_mem_info(size_t *free_bytes, size_t *total);   /* the current GPU's (cudaMemGetInfo) */
 void pr_cuda_alloc_peak_reset(void);
 void pr_cuda_ctx_release(void *cuda_state);   /* frees a pr_ctx's stream and handles */
+/* on: before each kernel with dynamic shared memory, fill every SM's shared
+ * memory with NaN (tensor/cuda.h, pr_cuda_smem_prep); the CUDA tests turn it on.
+ * No effect in a build without CUDA. */
+void pr_cuda_poison_shared(bool on);
 void pr_cuda_check_last(const char *what);    /* fatal, naming `what`, if a launch failed */
 /* fill a CUDA f32 tensor with the Philox stream: kind 0 uniform [a,b), 1 normal (mean a, std b) */
 void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, uint64_t offset, int kind,

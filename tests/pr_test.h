@@ -167,8 +167,8 @@ static inline void pr_test_op_example(pr_ctx *ctx, pr_op_id id, uint64_t seed)
 /* The first line of a CUDA test binary's main: with no usable GPU (or a
  * build without CUDA) the whole binary exits with the skip code, so it can
  * never be reported as passed on a machine that ran none of its cases.
- * Otherwise the kernels run with PRISM_POISON_SHARED=1 (unless the
- * environment says otherwise): NaN in every SM's shared memory before each
+ * Otherwise the kernels run with shared memory poisoned
+ * (pr_cuda_poison_shared): NaN in every SM's shared memory before each
  * kernel with dynamic shared memory, so that one reading what it never wrote
  * fails here (tensor/cuda.h, pr_cuda_smem_prep). */
 #define PR_EXIT_SKIPPED_WITHOUT_CUDA()                                                       \
@@ -177,7 +177,7 @@ static inline void pr_test_op_example(pr_ctx *ctx, pr_op_id id, uint64_t seed)
             fprintf(stderr, "skipped: no CUDA device (or built without CUDA)\n");             \
             return PR_TEST_SKIP_CODE;                                                        \
         }                                                                                    \
-        setenv("PRISM_POISON_SHARED", "1", 0);                                               \
+        pr_cuda_poison_shared(true);                                                         \
     } while (0)
 
 /* cmocka returns the number of failed cases; any failure exits 1, so a count

@@ -88,6 +88,10 @@ if [ $cuda = 1 ]; then
         --reps 1 --warmup 0 --no-token --fla-gla 2
     expect 0 "segments" bench recurrence --device cuda --dtype f32 --shape 1,2048,2,32,32 --rules gdn --reps 1 \
         --warmup 0 --no-token
+    expect 0 "state(bv 32) scores" bench recurrence --device cuda --dtype f32 --shape 1,2048,2,32,32 --rules gdn \
+        --reps 1 --warmup 0 --no-token --force segments=1,state=mma
+    expect 0 "backward split (forced" bench recurrence --device cuda --dtype f32 --size 1 --rules ttt_linear \
+        --reps 1 --warmup 0 --ttt-bwd split
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
     out_has_line 'precision tf32, in '   # train.precision auto: tf32 on CUDA until bf16 is verified there
@@ -194,6 +198,14 @@ expect 2 "prism bench recurrence: --size picks a GPU size" bench recurrence --de
 expect 2 "prism bench recurrence: --shape picks a GPU size" bench recurrence --device cpu --shape 1,64,2,8,8
 expect 2 "prism bench recurrence: --shape wants five sizes B,T,H,K,V" bench recurrence --device cuda --shape 1,64
 expect 2 "prism bench recurrence: --fp32 applies to --device cuda only" bench recurrence --device cpu --fp32
+expect 2 "prism bench recurrence: --force applies to --device cuda only" bench recurrence --device cpu \
+    --force segments=1
+expect 2 "prism bench recurrence: --ttt-bwd applies to --device cuda only" bench recurrence --device cpu \
+    --ttt-bwd split
+expect 2 "prism bench recurrence: --force: unknown field in 'segs=2'" bench recurrence --force segs=2
+expect 2 "prism bench recurrence: --force: state needs =mma or wgmma, got 'state=tf32'" bench recurrence \
+    --force bv_state=32,state=tf32
+expect 2 "prism bench recurrence: --ttt-bwd wants" bench recurrence --ttt-bwd sideways
 expect 2 "prism bench recurrence: --rules: the TTT ops have no CPU timing" bench recurrence --device cpu --rules ttt_linear
 expect 2 "prism bench recurrence: --rules wants a comma-separated list of linattn" bench recurrence --rules gdn,foo
 expect 2 "prism bench recurrence: --chunks takes one chunk size with --device cpu" \

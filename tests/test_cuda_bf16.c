@@ -18,7 +18,7 @@
  */
 #include "tests/test_recurrence_util.h"
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 #endif
 
 /* ---- cast ------------------------------------------------------------------------------ */
@@ -252,7 +252,7 @@ static void test_recurrence_every_rule(void **state)
 }
 
 /* prism_core's bf16 kx and vx read and their grads accumulated in place by
- * the wgmma extras give the same bits as staged through f32 (PRISM_REC_X16=0):
+ * the wgmma extras give the same bits as staged through f32 (force.x16 off):
  * bf16 values are exact in f32 and TF32, and both round each grad once */
 static void test_extras_in_place(void **state)
 {
@@ -264,8 +264,10 @@ static void test_extras_in_place(void **state)
     char why[256];
     const bool ok = pr_recurrence_plan(&po, PR_CUDA, 2, 100, 2, 64, 40, 2, &plan, why, sizeof why);
     if (!ok) fail_msg("prism_core K=64 V=40 L=2 C=64 tf32: no plan: %s", why);
-    if (!strstr(plan.kernels, "extras(apart, wgmma)")) {
-        fprintf(stderr, "  skipped: this build has no wgmma extras (%s)\n", plan.kernels);
+    if (!plan.extras_apart || plan.extras != PR_REC_WGMMA) {
+        char line[512];
+        pr_rec_plan_format(&plan, line, sizeof line);
+        fprintf(stderr, "  skipped: this build has no wgmma extras (%s)\n", line);
         pr_ctx_free(ctx);
         skip();
     }
@@ -281,9 +283,8 @@ static void test_extras_in_place(void **state)
     double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * 40, PR_BF16);
     ctx->matmul_tf32 = 1;
     rec_out a = run(ctx, PR_RULE_PRISM_CORE, 64, in, NULL, dout, dht);
-    setenv("PRISM_REC_X16", "0", 1);
-    rec_out b = run(ctx, PR_RULE_PRISM_CORE, 64, in, NULL, dout, dht);
-    unsetenv("PRISM_REC_X16");
+    const pr_recurrence_opts staged = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .force = {.x16 = PR_REC_OFF}};
+    rec_out b = rec_run_seeded_opts(ctx, &staged, in, NULL, dout, dht);
     ctx->matmul_tf32 = 0;
     const bool same = rec_same_bits(&a, &b);
     if (!same) fprintf(stderr, "  FAIL prism_core bf16 extras in place vs staged: the bits differ\n");

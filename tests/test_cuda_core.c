@@ -10,7 +10,7 @@
 #include "tests/pr_test.h"
 
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 
 static pr_cuda_alloc_stats stats(void)
 {

@@ -6,7 +6,7 @@
 #include "ops/recurrence/recurrence.h"
 #include "tests/test_nograd_util.h"
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 #endif
 
 static void test_every_op(void **state)

@@ -6,8 +6,9 @@
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
  * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
  * a grid wide enough for the serial passes' widest V tiles, and the serial
- * passes split into segments (forced by PRISM_REC_SEGMENTS; T1000 and T4096
- * segment on the plan's own choice).
+ * passes split into segments (forced by pr_rec_force.segments; T1000 and
+ * T4096 segment on the plan's own choice). Forced plans (pr_rec_force) are
+ * checked on the plan's fields (pr_rec_plan), then run.
  * Inputs are drawn in f64 on the CPU; the reference is the CPU per-token form
  * in f64 (pr_recurrence); CUDA runs on f32 copies. Each output and gradient
  * must agree to max|got - ref| / max|ref| <= tol:
@@ -19,7 +20,7 @@
  * Every case prints its worst error per tensor (the device log shows where a
  * bug is), and the chunked backward is run twice and must agree bit for bit.
  * Every kernel launch is preceded by NaN in every SM's shared memory
- * (PRISM_POISON_SHARED=1, as in every CUDA test), so that a kernel reading
+ * (pr_cuda_poison_shared, as in every CUDA test), so that a kernel reading
  * shared memory it never wrote fails here, not only under compute-sanitizer
  * (which changes what the last kernel left there).
  * Every test skips without a GPU.
@@ -146,8 +147,9 @@ static int check_rule(pr_rule rule, int *n_runs)
             const double e = rec_report(what, &got, &ref);
             (*n_runs)++;
             if (!(e <= forms[f].tol)) {
-                fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n    plan: %s\n", what, e, forms[f].tol,
-                        plan.kernels);
+                char line[512];
+                pr_rec_plan_format(&plan, line, sizeof line);
+                fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n    plan: %s\n", what, e, forms[f].tol, line);
                 fails++;
             }
             if (forms[f].chunk && f <= 2) { /* determinism of the chunked backward */
@@ -279,74 +281,64 @@ static void test_long(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* Segmented serial passes (ops/recurrence/chunked_seg.cu), forced at small
- * sizes by PRISM_REC_SEGMENTS=P: every rule (prism_core at L = 1 and 2), C =
+/* Segmented serial passes (ops/recurrence/cuda/segments.cu), forced at small
+ * sizes by force.segments = P: every rule (prism_core at L = 1 and 2), C =
  * 32 with T = 200 (7 chunks: neither C nor any segment length divides T; P =
  * 5 gives segments of 1 and 2 chunks) and C = 64 (4 chunks), K != V, V = 13,
  * K = 20 (rows not float4), h0 and dht given, packed sequences (lengths 1, 64,
  * 65, 170: the shortest gets one segment). Each segmented run (o, ht, every
  * grad incl. dh0) must match the unsegmented CUDA run (P = 1) and the CPU f64
  * reference to the fp32 tolerance (2e-4; TF32: 4e-3 against the CPU), the plan
- * must say it segments and how (seg_planned), and a rerun must be
+ * must segment and say how (seg_planned), and a rerun must be
  * bit-identical. seg-V13 (K > 2V) runs the delta rules' three-pass forward,
  * the others their two-pass one with the fix-up; one run a case forces the
- * last serial pass instead (PRISM_REC_SEG_FIX=0). */
+ * last serial pass instead (force.seg_fix off). */
 static const rec_case seg_cases[] = {
     {"seg-V13", 2, 200, 2, 32, 13, 1, true, NULL, 0},
     {"seg-K20-L2", 1, 200, 2, 20, 48, 2, true, NULL, 0},
     {"seg-packed", 1, 300, 2, 32, 48, 2, true, cu_a, 5},
 };
 
-/* PRISM_REC_SEGMENTS=P (0: unset, the plan's own choice), with nofix
- * PRISM_REC_SEG_FIX=0 (the forward's last serial pass instead of the
- * fix-up), with narrow V tiles of 32 in the serial passes (the plan widens
- * them where it segments: V = 48 runs one tile of 64 unless narrow) */
-static void seg_env(int P, bool nofix, bool narrow)
+/* force.segments = P (0: the plan's own choice), with nofix force.seg_fix
+ * off (the forward's last serial pass instead of the fix-up), with narrow V
+ * tiles of 32 in the serial passes (the plan widens them where it segments:
+ * V = 48 runs one tile of 64 unless narrow) */
+static pr_rec_force seg_force(int P, bool nofix, bool narrow)
 {
-    char v[16];
-    snprintf(v, sizeof v, "%d", P);
-    if (P) setenv("PRISM_REC_SEGMENTS", v, 1);
-    if (nofix) setenv("PRISM_REC_SEG_FIX", "0", 1);
-    if (narrow) setenv("PRISM_REC_BV_STATE", "32", 1), setenv("PRISM_REC_BV_DSTATE", "32", 1);
-}
-static void seg_env_clear(void)
-{
-    unsetenv("PRISM_REC_SEGMENTS");
-    unsetenv("PRISM_REC_SEG_FIX");
-    unsetenv("PRISM_REC_BV_STATE");
-    unsetenv("PRISM_REC_BV_DSTATE");
+    pr_rec_force f = {.segments = P, .seg_fix = nofix ? PR_REC_OFF : PR_REC_PLANNED};
+    if (narrow) f.bv_state = f.bv_dstate = 32;
+    return f;
 }
 
-/* one CUDA run under seg_env(P, nofix, narrow) */
+/* one CUDA run under seg_force(P, nofix, narrow) */
 static rec_out seg_run(pr_ctx *ctx, pr_rule rule, int chunk, int P, bool nofix, bool narrow, const rec_inputs *x,
                        pr_tensor **xc, pr_tensor *cu)
 {
-    seg_env(P, nofix, narrow);
-    rec_out r = rec_run_seeded(ctx, rule, chunk, xc, cu, x->dout, x->dht);
-    seg_env_clear();
-    return r;
+    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk, .force = seg_force(P, nofix, narrow)};
+    return rec_run_seeded_opts(ctx, &opt, xc, cu, x->dout, x->dht);
 }
 
-/* the plan at P segments says "segments" and which forward runs: with the
- * fix-up (ops/recurrence/chunked_seg.cu) the delta rules make two serial
+/* the plan at P segments segments and says which forward runs: with the
+ * fix-up (ops/recurrence/cuda/segments.cu) the delta rules make two serial
  * state passes where its per-chunk transitions fit (K <= 2V) and three
  * where not, the rules without beta one; without it one more */
 static bool seg_planned(pr_rule rule, int chunk, int P, bool nofix, const rec_case *c, int64_t N)
 {
     const bool fix = !nofix && (!pr_rule_has_beta(rule) || c->K <= 2 * c->V);
-    const int passes = (pr_rule_has_beta(rule) ? 2 : 1) + (fix ? 0 : 1);
-    char want[64], why[256];
-    snprintf(want, sizeof want, "segments %d, %d pass%s)%s", P, passes, passes > 1 ? "es" : "", fix ? " segfix" : "");
-    seg_env(P, nofix, false);
-    const pr_recurrence_opts po = {.rule = rule, .chunk = chunk};
+    char why[256], line[512];
+    const pr_recurrence_opts po = {.rule = rule, .chunk = chunk, .force = seg_force(P, nofix, false)};
     pr_rec_plan plan;
-    const bool ok = pr_recurrence_plan(&po, PR_CUDA, N, c->T, c->H, c->K, c->V, c->L, &plan, why, sizeof why);
-    seg_env_clear();
+    if (!pr_recurrence_plan(&po, PR_CUDA, N, c->T, c->H, c->K, c->V, c->L, &plan, why, sizeof why)) {
+        fprintf(stderr, "  no plan: %s\n", why);
+        return false;
+    }
+    pr_rec_plan_format(&plan, line, sizeof line);
+    const bool segs = plan.segments == P && plan.seg_fix == fix;
     /* where V has room for one (V = 48), both serial passes take a tile of 64 */
-    const bool wide = c->V <= 32 || (strstr(plan.kernels, " state(bv 64") && strstr(plan.kernels, "dstate(bv 64"));
-    if (ok && !strstr(plan.kernels, want)) fprintf(stderr, "  the plan \"%s\" lacks \"%s\"\n", plan.kernels, want);
-    if (ok && !wide) fprintf(stderr, "  the plan \"%s\" keeps V tiles of 32\n", plan.kernels);
-    return ok && strstr(plan.kernels, want) && wide;
+    const bool wide = c->V <= 32 || (plan.pass[PR_REC_PASS_STATE].bv == 64 && plan.pass[PR_REC_PASS_DSTATE].bv == 64);
+    if (!segs) fprintf(stderr, "  the plan \"%s\" has not %d segments with%s the fix-up\n", line, P, fix ? "" : "out");
+    if (!wide) fprintf(stderr, "  the plan \"%s\" keeps V tiles of 32\n", line);
+    return segs && wide;
 }
 
 static int check_segments(pr_rule rule, const rec_case *c, uint64_t seed)
@@ -409,16 +401,66 @@ static void test_segments(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* the products a forced knob applies to */
+/* the products a forced field applies to */
 typedef enum { FORCED_FP32_AND_TF32, FORCED_TF32_ONLY } forced_products;
 
-/* A plan knob forced (env = val) at T = 100, H = 2, the given K, V = 40,
+/* What a plan must show: pass `pass` with engine (PR_REC_AUTO: either), V
+ * tile bv and K tile bk (0: any); grad's blocks or pieces (0: any) and
+ * passes (0: any, 1: one, 2: more than one); segments (0: any, 1: none);
+ * apart: prism_core's extras apart, with engine apart_engine (AUTO: either). */
+typedef struct {
+    pr_rec_pass_id pass;
+    pr_rec_engine engine;
+    int bv, bk;
+    int grad_blocks, grad_passes, segments;
+    bool apart;
+    pr_rec_engine apart_engine;
+} plan_want;
+
+static bool plan_shows(const pr_rec_plan *p, const plan_want *w)
+{
+    const pr_rec_pass *ps = &p->pass[w->pass];
+    if (w->engine != PR_REC_AUTO && ps->engine != w->engine) return false;
+    if ((w->bv && ps->bv != w->bv) || (w->bk && ps->bk != w->bk)) return false;
+    if (w->grad_blocks && p->grad_blocks != w->grad_blocks) return false;
+    if ((w->grad_passes == 1 && p->grad_passes != 1) || (w->grad_passes == 2 && p->grad_passes < 2)) return false;
+    if (w->segments == 1 && p->segments != 1) return false;
+    if (w->apart && !p->extras_apart) return false;
+    return !w->apart || w->apart_engine == PR_REC_AUTO || p->extras == w->apart_engine;
+}
+
+/* the plan of opt at these sizes shows w (printed where not) */
+static bool planned(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K, int64_t V, int64_t L,
+                    const plan_want *w, const char *what)
+{
+    pr_rec_plan plan;
+    char why[256], line[512];
+    if (!pr_recurrence_plan(opt, PR_CUDA, N, T, H, K, V, L, &plan, why, sizeof why)) {
+        fprintf(stderr, "  %s: no plan: %s\n", what, why);
+        return false;
+    }
+    if (plan_shows(&plan, w)) return true;
+    pr_rec_plan_format(&plan, line, sizeof line);
+    fprintf(stderr, "  %s: the plan is not as wanted: %s\n", what, line);
+    return false;
+}
+
+/* the forcing fields of text ("name=value,...", pr_rec_force_parse) */
+static pr_rec_force force_of(const char *text)
+{
+    pr_rec_force f = {0};
+    char err[256];
+    if (!pr_rec_force_parse(text, &f, err, sizeof err)) fail_msg("%s", err);
+    return f;
+}
+
+/* Fields forced (force, as text) at T = 100, H = 2, the given K, V = 40,
  * both chunk sizes, fp32 and TF32 products (or TF32 only: grad's wgmma
  * form): against the CPU f64 reference, against the run with the plan's
- * own choice (fp32: 2e-4), bit for bit on a rerun, and the plan must name
+ * own choice (fp32: 2e-4), bit for bit on a rerun, and the plan must show
  * what was forced (shows). check_forced: V = 40. */
-static int check_forced_v(pr_rule rule, int64_t K, int64_t V, int64_t L, uint64_t seed, const char *env,
-                          const char *val, const char *shows, forced_products prods)
+static int check_forced_v(pr_rule rule, int64_t K, int64_t V, int64_t L, uint64_t seed, const char *force,
+                          const plan_want *shows, forced_products prods)
 {
     pr_ctx *ctx = g_ctx;
     const rec_case c = {"forced", 1, 100, 2, K, V, L, true, NULL, 0};
@@ -430,20 +472,16 @@ static int check_forced_v(pr_rule rule, int64_t K, int64_t V, int64_t L, uint64_
     const int64_t Lr = pr_rule_has_extra(rule) ? L : 0;
     for (int chunk = 32; chunk <= 64; chunk += 32)
         for (int tf32 = prods == FORCED_TF32_ONLY; tf32 <= 1; tf32++) {
-            char what[128], why[256];
-            snprintf(what, sizeof what, "%s K=%lld L=%lld C=%d%s %s=%s", pr_rule_name(rule), (long long)K,
-                     (long long)Lr, chunk, tf32 ? " tf32" : "", env, val);
+            char what[160];
+            snprintf(what, sizeof what, "%s K=%lld L=%lld C=%d%s %s", pr_rule_name(rule), (long long)K,
+                     (long long)Lr, chunk, tf32 ? " tf32" : "", force);
             ctx->matmul_tf32 = tf32;
             rec_out base = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
-            setenv(env, val, 1);
-            const pr_recurrence_opts po = {.rule = rule, .chunk = chunk, .tf32 = tf32};
-            pr_rec_plan plan;
-            if (!pr_recurrence_plan(&po, PR_CUDA, x.N, c.T, c.H, c.K, c.V, Lr, &plan, why, sizeof why) ||
-                !strstr(plan.kernels, shows))
-                fprintf(stderr, "  FAIL %s: the plan does not show '%s'\n", what, shows), fails++;
-            rec_out got = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
-            rec_out again = rec_run_seeded(ctx, rule, chunk, xc, cu, x.dout, x.dht);
-            unsetenv(env);
+            const pr_recurrence_opts po = {.rule = rule, .chunk = chunk, .tf32 = tf32, .force = force_of(force)};
+            if (!planned(&po, x.N, c.T, c.H, c.K, c.V, Lr, shows, what))
+                fprintf(stderr, "  FAIL %s: the plan does not show what was forced\n", what), fails++;
+            rec_out got = rec_run_seeded_opts(ctx, &po, xc, cu, x.dout, x.dht);
+            rec_out again = rec_run_seeded_opts(ctx, &po, xc, cu, x.dout, x.dht);
             const double tol = tf32 ? 4e-3 : 2e-4;
             fails += rec_fails_tol(what, NULL, &got, &ref, tol);
             fails += rec_fails_tol(what, "vs the plan's own choice", &got, &base, tol);
@@ -460,38 +498,46 @@ static int check_forced_v(pr_rule rule, int64_t K, int64_t V, int64_t L, uint64_
     return fails;
 }
 
-static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
-                        const char *shows, forced_products prods)
+static int check_forced(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *force, const plan_want *shows,
+                        forced_products prods)
 {
-    return check_forced_v(rule, K, 40, L, seed, env, val, shows, prods);
+    return check_forced_v(rule, K, 40, L, seed, force, shows, prods);
 }
 
-/* check_forced with prism_core's extras in the core kernels (PRISM_REC_XA=0):
- * the checks of those kernels' extra-key paths, which TF32 runs would
+/* check_forced with prism_core's extras in the core kernels (extras_apart
+ * off): the checks of those kernels' extra-key paths, which TF32 runs would
  * otherwise route around (test_extras_apart) */
-static int check_forced_native(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *env, const char *val,
-                               const char *shows, forced_products prods)
+static int check_forced_native(pr_rule rule, int64_t K, int64_t L, uint64_t seed, const char *force,
+                               const plan_want *shows, forced_products prods)
 {
-    setenv("PRISM_REC_XA", "0", 1);
-    const int fails = check_forced(rule, K, L, seed, env, val, shows, prods);
-    unsetenv("PRISM_REC_XA");
-    return fails;
+    char both[160];
+    snprintf(both, sizeof both, "extras_apart=off,%s", force);
+    return check_forced(rule, K, L, seed, both, shows, prods);
 }
 
-/* gdn's plan (C = 32, K = 96, TF32) with env = val stops, naming env */
-static void expect_knob_refused(const char *env, const char *val)
+/* gdn's plan (C = 32, K = 96, TF32) with forcing fields f stops, naming needle */
+static void expect_force_refused(pr_rec_force f, const char *needle)
 {
-    setenv(env, val, 1);
-    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32, .tf32 = 1};
+    const pr_recurrence_opts po = {.rule = PR_RULE_GDN, .chunk = 32, .tf32 = 1, .force = f};
     pr_rec_plan plan;
     char why[256];
-    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why), env);
-    unsetenv(env);
+    PR_EXPECT_FATAL(pr_recurrence_plan(&po, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why), needle);
 }
 
-/* wy's K tiles (chunked_bwd.cu): the plan takes several only where the
+/* the engine field of f named field (prep, state, scores, dstate or wy) */
+static pr_rec_engine *engine_field(pr_rec_force *f, const char *field)
+{
+    if (!strcmp(field, "prep")) return &f->prep;
+    if (!strcmp(field, "state")) return &f->state;
+    if (!strcmp(field, "scores")) return &f->scores;
+    if (!strcmp(field, "dstate")) return &f->dstate;
+    assert_string_equal(field, "wy");
+    return &f->wy;
+}
+
+/* wy's K tiles (ops/recurrence/cuda/wy.cu): the plan takes several only where the
  * whole K would keep a block alone on an SM (C = 64, K = 128: the K128-V96
- * case above), so PRISM_REC_BK_WY=32 forces three at K = 96, for every delta
+ * case above), so force.bk_wy = 32 forces three at K = 96, for every delta
  * rule (prism_core at L = 3: two extras a product and then one, and at L =
  * 2). */
 static void test_wy_ktiles(void **state)
@@ -499,23 +545,22 @@ static void test_wy_ktiles(void **state)
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     int fails = 0;
+    const plan_want bk32 = {.pass = PR_REC_PASS_WY, .bk = 32};
     for (int r = 0; r < PR_NRULES; r++)
         if (pr_rule_has_beta((pr_rule)r))
-            fails += check_forced_native((pr_rule)r, 96, 3, 1500 + r, "PRISM_REC_BK_WY", "32", "wy(bk 32,",
-                                         FORCED_FP32_AND_TF32);
-    fails += check_forced_native(PR_RULE_PRISM_CORE, 96, 2, 1599, "PRISM_REC_BK_WY", "32", "wy(bk 32,",
-                                 FORCED_FP32_AND_TF32);
-    /* a tile that does not divide K's padded width is refused naming the variable */
-    expect_knob_refused("PRISM_REC_BK_WY", "64");
+            fails += check_forced_native((pr_rule)r, 96, 3, 1500 + r, "bk_wy=32", &bk32, FORCED_FP32_AND_TF32);
+    fails += check_forced_native(PR_RULE_PRISM_CORE, 96, 2, 1599, "bk_wy=32", &bk32, FORCED_FP32_AND_TF32);
+    /* a tile that does not divide K's padded width is refused naming the field */
+    expect_force_refused((pr_rec_force){.bk_wy = 64}, "force.bk_wy");
     assert_int_equal(fails, 0);
 }
 
-/* grad's warp blocks in several passes (chunked_bwd.cu): the plan makes
- * more than one only past 64 blocks (large L), so PRISM_REC_GRAD_BPW=4
+/* grad's warp blocks in several passes (ops/recurrence/cuda/grad.cu): the plan makes
+ * more than one only past 64 blocks (large L), so force.grad_bpw = 4
  * forces them on prism_core at L = 2, K = 32 (C = 64: 44 blocks, two
  * passes; C = 32: 16, one), and gdn takes 8 a warp (one pass, most of the
- * registers idle); PRISM_REC_BK_GRAD forces K tiles of 32. The wgmma form
- * (TF32 on a build for sm_90a): PRISM_REC_GRAD_PIECES=2 makes several
+ * registers idle); force.bk_grad forces K tiles of 32. The wgmma form
+ * (TF32 on a build for sm_90a): force.grad_pieces = 2 makes several
  * passes of gdn at K = 96 (C = 32: 7 pieces, some padded from 32 rows to
  * 64, and rows read past the tile's data) and of prism_core at L = 2, K =
  * 32 (C = 64: 11; C = 32: 6, each product padded). BPW forces the mma.sync form, so
@@ -524,130 +569,120 @@ static void test_grad_passes(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    int fails = check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1601, "PRISM_REC_GRAD_BPW", "4", "4 blocks a warp",
-                                    FORCED_FP32_AND_TF32);
-    fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "PRISM_REC_GRAD_BPW", "8", "8 blocks a warp)",
-                          FORCED_FP32_AND_TF32);
+    const plan_want bpw4 = {.pass = PR_REC_PASS_GRAD, .engine = PR_REC_MMA, .grad_blocks = 4};
+    const plan_want bpw8 = {.pass = PR_REC_PASS_GRAD, .engine = PR_REC_MMA, .grad_blocks = 8, .grad_passes = 1};
+    const plan_want bk32 = {.pass = PR_REC_PASS_GRAD, .bk = 32};
+    int fails = check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1601, "grad_bpw=4", &bpw4, FORCED_FP32_AND_TF32);
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1602, "grad_bpw=8", &bpw8, FORCED_FP32_AND_TF32);
     /* and K tiles of 32 (three at K = 96, each with its own partial dG) */
-    fails += check_forced(PR_RULE_GDN, 96, 0, 1603, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,", FORCED_FP32_AND_TF32);
-    fails += check_forced_native(PR_RULE_PRISM_CORE, 96, 1, 1604, "PRISM_REC_BK_GRAD", "32", "grad(bk 32,",
-                                 FORCED_FP32_AND_TF32);
-    pr_rec_plan plan;
-    char why[256];
-    setenv("PRISM_REC_GRAD_BPW", "4", 1);
-    const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64};
-    if (!pr_recurrence_plan(&p64, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why))
-        fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: no plan: %s\n", why), fails++;
-    else if (!strstr(plan.kernels, "4 blocks a warp, 2 passes"))
-        fprintf(stderr, "  FAIL prism_core L=2 K=32 C=64: the plan makes one pass: %s\n", plan.kernels), fails++;
-    unsetenv("PRISM_REC_GRAD_BPW");
-    expect_knob_refused("PRISM_REC_GRAD_BPW", "5");
+    fails += check_forced(PR_RULE_GDN, 96, 0, 1603, "bk_grad=32", &bk32, FORCED_FP32_AND_TF32);
+    fails += check_forced_native(PR_RULE_PRISM_CORE, 96, 1, 1604, "bk_grad=32", &bk32, FORCED_FP32_AND_TF32);
+    const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .force = {.grad_bpw = 4}};
+    const plan_want two_passes = {.pass = PR_REC_PASS_GRAD, .engine = PR_REC_MMA, .grad_blocks = 4, .grad_passes = 2};
+    if (!planned(&p64, 1, 100, 2, 32, 40, 2, &two_passes, "prism_core L=2 K=32 C=64 grad_bpw=4 (two passes)"))
+        fails++;
+    expect_force_refused((pr_rec_force){.grad_bpw = 5}, "force.grad_bpw");
     const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
-        fprintf(stderr, "  FAIL gdn K=96 C=64 tf32: no plan: %s\n", why), fails++;
-    else if (!strstr(plan.kernels, "wgmma"))
-        fprintf(stderr, "  skipped grad's wgmma form: this build has none (%s)\n", plan.kernels);
-    else {
-        const char *two = "wgmma, 2 pieces a warpgroup, "; /* and more than one pass */
-        fails += check_forced(PR_RULE_GDN, 96, 0, 1605, "PRISM_REC_GRAD_PIECES", "2", two, FORCED_TF32_ONLY);
-        fails += check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1606, "PRISM_REC_GRAD_PIECES", "2", two,
-                                     FORCED_TF32_ONLY);
-        expect_knob_refused("PRISM_REC_GRAD_PIECES", "5");
+    const plan_want grad_wg = {.pass = PR_REC_PASS_GRAD, .engine = PR_REC_WGMMA};
+    if (!planned(&tf, 1, 100, 2, 96, 40, 0, &grad_wg, "gdn K=96 C=64 tf32")) {
+        fprintf(stderr, "  skipped grad's wgmma form: this build has none\n");
+    } else {
+        const plan_want two = {.pass = PR_REC_PASS_GRAD, .engine = PR_REC_WGMMA, .grad_blocks = 2, .grad_passes = 2};
+        fails += check_forced(PR_RULE_GDN, 96, 0, 1605, "grad_pieces=2", &two, FORCED_TF32_ONLY);
+        fails += check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1606, "grad_pieces=2", &two, FORCED_TF32_ONLY);
+        expect_force_refused((pr_rec_force){.grad_pieces = 5}, "force.grad_pieces");
     }
-    /* the two knobs force different forms: both set is refused */
-    setenv("PRISM_REC_GRAD_BPW", "4", 1);
-    expect_knob_refused("PRISM_REC_GRAD_PIECES", "2");
-    unsetenv("PRISM_REC_GRAD_BPW");
+    /* the two fields force different forms: both set is refused */
+    expect_force_refused((pr_rec_force){.grad_bpw = 4, .grad_pieces = 2}, "force.grad_pieces");
     assert_int_equal(fails, 0);
 }
 
-/* gdn's TF32 plan (C = 64, K = 96, V = 40) shows form, else the test skips:
- * this build (or GPU) has no wgmma */
-static void skip_without_form(const char *form, const char *what)
+/* gdn's TF32 plan (C = 64, K = 96, V = 40) runs the state pass's wgmma
+ * form with V tiles of 32, else the test skips: this build (or GPU) has no
+ * wgmma */
+static void skip_without_wgmma(const char *what)
 {
-    pr_rec_plan plan;
-    char why[256];
     const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 96, 40, 0, &plan, why, sizeof why))
-        fail_msg("gdn K=96 C=64 tf32: no plan: %s", why);
-    if (!strstr(plan.kernels, form)) {
-        fprintf(stderr, "  skipped %s: this build has none (%s)\n", what, plan.kernels);
+    const plan_want w = {.pass = PR_REC_PASS_STATE, .engine = PR_REC_WGMMA, .bv = 32};
+    if (!planned(&tf, 1, 100, 2, 96, 40, 0, &w, "gdn K=96 C=64 tf32")) {
+        fprintf(stderr, "  skipped %s: this build has none\n", what);
         skip();
     }
 }
 
-/* The state pass's wgmma form (chunked_fwd.cu, NOTES.md v30), which TF32
- * runs take where the build has it: PRISM_REC_STATE_WG=0 forces the
+/* The state pass's wgmma form (ops/recurrence/cuda/state.cu), which TF32
+ * runs take where the build has it: force.state = mma forces the
  * mma.sync form, compared with it (and both with the CPU in f64) at
  * padded K (96 in two pieces of 64, 32 in one), with extras (prism_core L =
- * 2, where 1 forces the form), without beta (ssd), at partial chunks and V
+ * 2, where wgmma forces the form), without beta (ssd), at partial chunks and V
  * tiles (T = 100, V = 40). */
 static void test_state_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("state(bv 32, wgmma)", "the state pass's wgmma form");
+    skip_without_wgmma("the state pass's wgmma form");
     pr_rec_plan plan;
     char why[256];
-    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    const char *mma = "state(bv 32) scores";
-    int fails = check_forced(PR_RULE_GDN, 96, 0, 1701, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
+    const plan_want mma = {.pass = PR_REC_PASS_STATE, .engine = PR_REC_MMA, .bv = 32, .segments = 1};
+    const plan_want wg = {.pass = PR_REC_PASS_STATE, .engine = PR_REC_WGMMA, .bv = 32};
+    int fails = check_forced(PR_RULE_GDN, 96, 0, 1701, "state=mma", &mma, FORCED_TF32_ONLY);
     /* prism_core keeps mma.sync unless forced (its extras' rows load unhidden) */
-    fails += check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1702, "PRISM_REC_STATE_WG", "1", "state(bv 32, wgmma)",
-                                 FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_SSD, 128, 0, 1703, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
-    fails += check_forced(PR_RULE_DELTA, 64, 0, 1704, "PRISM_REC_STATE_WG", "0", mma, FORCED_TF32_ONLY);
-    expect_knob_refused("PRISM_REC_STATE_WG", "2");
-    /* insisting on the form where it cannot run (K > 128) stops, naming the variable */
-    setenv("PRISM_REC_STATE_WG", "1", 1);
-    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 160, 40, 0, &plan, why, sizeof why),
-                    "PRISM_REC_STATE_WG");
-    unsetenv("PRISM_REC_STATE_WG");
+    fails += check_forced_native(PR_RULE_PRISM_CORE, 32, 2, 1702, "state=wgmma", &wg, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_SSD, 128, 0, 1703, "state=mma", &mma, FORCED_TF32_ONLY);
+    fails += check_forced(PR_RULE_DELTA, 64, 0, 1704, "state=mma", &mma, FORCED_TF32_ONLY);
+    expect_force_refused((pr_rec_force){.state = (pr_rec_engine)3}, "force.state");
+    /* insisting on the form where it cannot run (K > 128) stops, naming the field */
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1, .force = {.state = PR_REC_WGMMA}};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 160, 40, 0, &plan, why, sizeof why), "force.state");
     assert_int_equal(fails, 0);
 }
 
-/* A wgmma form's knob env against the plan: gdn's TF32 plan at the
- * benchmark's two sizes (K = V = 128, H = 16; N = 8 T = 2048 and N = 2
- * T = 8192) shows sizes[0] and sizes[1]; env = 1 then forces the form (the
- * plan shows on) and env = 0 the mma.sync one (off; only where V <= off_v)
- * for each case, each compared with the plan's own choice, the CPU in f64
- * and a rerun (check_forced_v, seeds from seed); env = 2 is refused, and
- * env = 1 with extra writes (prism_core, L = 2) stops, naming env and L. */
+/* A pass's engine field (prep, state, scores, dstate or wy) against the
+ * plan: gdn's TF32 plan at the benchmark's two sizes (K = V = 128, H = 16;
+ * N = 8 T = 2048 and N = 2 T = 8192) shows sizes[0] and sizes[1]; the
+ * field = wgmma then forces the form (the plan shows on) and = mma the
+ * mma.sync one (off; only where V <= off_v) for each case, each compared
+ * with the plan's own choice, the CPU in f64 and a rerun (check_forced_v,
+ * seeds from seed); a value outside the enum is refused, and wgmma with
+ * extra writes (prism_core, L = 2) stops, naming the field and L. */
 typedef struct {
     pr_rule rule;
     int64_t K, V;
 } wg_case;
-static int check_wg_knob(const char *env, const char *const sizes[2], const char *on, const char *off, int64_t off_v,
-                         const wg_case *fc, int n, uint64_t seed)
+static int check_wg_force(const char *field, const plan_want sizes[2], const plan_want *on, const plan_want *off,
+                          int64_t off_v, const wg_case *fc, int n, uint64_t seed)
 {
     pr_rec_plan plan;
-    char why[256];
+    char why[256], text[64], needle[64];
     volatile int fails = 0;   /* PR_EXPECT_FATAL longjmps back into this frame */
     const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
     const int64_t NT[2][2] = {{8, 2048}, {2, 8192}};
     for (int i = 0; i < 2; i++) {
-        const bool ok = pr_recurrence_plan(&tf, PR_CUDA, NT[i][0], NT[i][1], 16, 128, 128, 0, &plan, why, sizeof why);
-        if (!ok || !strstr(plan.kernels, sizes[i]))
-            fprintf(stderr, "  FAIL gdn N=%lld T=%lld H=16 K=V=128: the plan does not show '%s': %s\n",
-                    (long long)NT[i][0], (long long)NT[i][1], sizes[i], ok ? plan.kernels : why), fails++;
+        char what[96];
+        snprintf(what, sizeof what, "gdn N=%lld T=%lld H=16 K=V=128 (%s)", (long long)NT[i][0], (long long)NT[i][1],
+                 field);
+        if (!planned(&tf, NT[i][0], NT[i][1], 16, 128, 128, 0, &sizes[i], what)) fails++;
     }
     for (int i = 0; i < n; i++) {
-        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, seed + i, env, "1", on, FORCED_TF32_ONLY);
+        snprintf(text, sizeof text, "%s=wgmma", field);
+        fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, seed + i, text, on, FORCED_TF32_ONLY);
+        snprintf(text, sizeof text, "%s=mma", field);
         if (fc[i].V <= off_v)
-            fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, seed + 10 + i, env, "0", off, FORCED_TF32_ONLY);
+            fails += check_forced_v(fc[i].rule, fc[i].K, fc[i].V, 0, seed + 10 + i, text, off, FORCED_TF32_ONLY);
     }
-    expect_knob_refused(env, "2");
-    setenv(env, "1", 1);
-    setenv("PRISM_REC_XA", "0", 1); /* apart, the extras leave the core's kernels at L = 0 */
-    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
+    snprintf(needle, sizeof needle, "force.%s", field);
+    pr_rec_force bad = {0};
+    *engine_field(&bad, field) = (pr_rec_engine)3;
+    expect_force_refused(bad, needle);
+    /* apart, the extras leave the core's kernels at L = 0: keep them in */
+    snprintf(text, sizeof text, "extras_apart=off,%s=wgmma", field);
+    const pr_recurrence_opts pc = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1, .force = force_of(text)};
     PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), "L = 2");
-    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), env);
-    unsetenv("PRISM_REC_XA");
-    unsetenv(env);
+    PR_EXPECT_FATAL(pr_recurrence_plan(&pc, PR_CUDA, 1, 100, 2, 32, 40, 2, &plan, why, sizeof why), needle);
     return fails;
 }
 
-/* The dstate pass's wgmma form (chunked_bwd.cu, NOTES.md v31, v45): the
+/* The dstate pass's wgmma form (ops/recurrence/cuda/dstate.cu): the
  * plan takes it where it keeps as many SMs at work as mma.sync, with V
  * tiles of 128 at the benchmark's size 1 and of 32 at its size 2 (32 heads:
  * 128 blocks); each form forced at padded K (96 in two pieces of 64; 32
@@ -660,24 +695,23 @@ static void test_dstate_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    const char *const sizes[2] = {"dstate(bv 128, wgmma)", "dstate(bv 32, wgmma)"};
+    skip_without_wgmma("the wgmma forms");
+    const plan_want sizes[2] = {{.pass = PR_REC_PASS_DSTATE, .engine = PR_REC_WGMMA, .bv = 128},
+                                {.pass = PR_REC_PASS_DSTATE, .engine = PR_REC_WGMMA, .bv = 32}};
+    const plan_want off = {.pass = PR_REC_PASS_DSTATE, .engine = PR_REC_MMA, .bv = 32, .segments = 1};
     const wg_case fc[] = {{PR_RULE_GDN, 96, 40}, {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40},
                           {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}};
-    int fails = check_wg_knob("PRISM_REC_DSTATE_WG", sizes, "dstate(bv 32, wgmma)", "dstate(bv 32) grad", INT64_MAX,
-                              fc, 5, 1801);
-    fails += check_forced_v(PR_RULE_GDN, 96, 40, 0, 1821, "PRISM_REC_BV_DSTATE", "64", "dstate(bv 64, wgmma)",
-                            FORCED_TF32_ONLY);
-    fails += check_forced_v(PR_RULE_SSD, 64, 40, 0, 1822, "PRISM_REC_BV_DSTATE", "64", "dstate(bv 64, wgmma)",
-                            FORCED_TF32_ONLY);
-    fails += check_forced_v(PR_RULE_DELTA, 128, 130, 0, 1823, "PRISM_REC_BV_DSTATE", "128", "dstate(bv 128, wgmma)",
-                            FORCED_TF32_ONLY);
-    fails += check_forced_v(PR_RULE_LINATTN, 38, 130, 0, 1824, "PRISM_REC_BV_DSTATE", "128", "dstate(bv 128, wgmma)",
-                            FORCED_TF32_ONLY);
+    int fails = check_wg_force("dstate", sizes, &sizes[1], &off, INT64_MAX, fc, 5, 1801);
+    const plan_want bv64 = {.pass = PR_REC_PASS_DSTATE, .engine = PR_REC_WGMMA, .bv = 64};
+    const plan_want bv128 = {.pass = PR_REC_PASS_DSTATE, .engine = PR_REC_WGMMA, .bv = 128};
+    fails += check_forced_v(PR_RULE_GDN, 96, 40, 0, 1821, "bv_dstate=64", &bv64, FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_SSD, 64, 40, 0, 1822, "bv_dstate=64", &bv64, FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_DELTA, 128, 130, 0, 1823, "bv_dstate=128", &bv128, FORCED_TF32_ONLY);
+    fails += check_forced_v(PR_RULE_LINATTN, 38, 130, 0, 1824, "bv_dstate=128", &bv128, FORCED_TF32_ONLY);
     assert_int_equal(fails, 0);
 }
 
-/* The scores kernels' wgmma form (chunked_fwd.cu, NOTES.md v32, v34): the
+/* The scores kernels' wgmma form (ops/recurrence/cuda/scores.cu): the
  * plan takes it for TF32 runs without extra writes at both benchmark sizes;
  * each form forced at both chunk sizes (C = 32 leaves half of its 64 rows
  * empty), padded K (96 and 128 in four pieces of 32, 32 and 38 in two), with
@@ -688,15 +722,21 @@ static void test_scores_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    const char *wg = "scores(bv 64, wgmma); bwd dlocal(bv 128, wgmma)";
-    const char *const sizes[2] = {wg, wg};
+    skip_without_wgmma("the wgmma forms");
+    /* the output's V tiles of 64 (and dlocal's of 128 with it, the same engine field) */
+    const plan_want wg = {.pass = PR_REC_PASS_OUTPUT, .engine = PR_REC_WGMMA, .bv = 64};
+    const plan_want sizes[2] = {wg, wg};
+    const plan_want off = {.pass = PR_REC_PASS_DLOCAL, .engine = PR_REC_MMA, .bv = 64};
     const wg_case fc[] = {{PR_RULE_GDN, 96, 40},     {PR_RULE_SSD, 128, 40}, {PR_RULE_DELTA, 64, 40},
                           {PR_RULE_LINATTN, 32, 40}, {PR_RULE_GDN, 128, 96}, {PR_RULE_DELTA, 38, 130}};
-    assert_int_equal(check_wg_knob("PRISM_REC_SCORES_WG", sizes, wg, "dlocal(bv 64) dstate", 96, fc, 6, 1901), 0);
+    int fails = check_wg_force("scores", sizes, &wg, &off, 96, fc, 6, 1901);
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
+    const plan_want dloc = {.pass = PR_REC_PASS_DLOCAL, .engine = PR_REC_WGMMA, .bv = 128};
+    if (!planned(&tf, 8, 2048, 16, 128, 128, 0, &dloc, "gdn size 1 dlocal")) fails++;
+    assert_int_equal(fails, 0);
 }
 
-/* wy's wgmma form (chunked_bwd.cu, NOTES.md v36): the plan takes it for
+/* wy's wgmma form (ops/recurrence/cuda/wy.cu): the plan takes it for
  * TF32 delta rules without extra writes at both benchmark sizes; forced at
  * both chunk sizes, K in one tile of 64 (32, 64) and two (96: the second
  * partial; 128), odd K without vector loads (38), partial chunks (T = 100)
@@ -706,25 +746,22 @@ static void test_wy_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    const char *wg = "wy(bk 64, bv 64, wgmma)";
-    const char *const sizes[2] = {wg, wg};
+    skip_without_wgmma("the wgmma forms");
+    const plan_want wg = {.pass = PR_REC_PASS_WY, .engine = PR_REC_WGMMA, .bk = 64, .bv = 64};
+    const plan_want sizes[2] = {wg, wg};
     const wg_case fc[] = {{PR_RULE_GDN, 96, 40},  {PR_RULE_DELTA, 64, 40}, {PR_RULE_GDN, 128, 96},
                           {PR_RULE_DELTA, 38, 130}, {PR_RULE_GDN, 32, 40}};
-    int fails = check_wg_knob("PRISM_REC_WY_WG", sizes, wg, NULL, 0, fc, 5, 2001);
+    int fails = check_wg_force("wy", sizes, &wg, NULL, 0, fc, 5, 2001);
     /* a K tile forced for wy is mma.sync's: insisting on wgmma too stops, naming both */
-    setenv("PRISM_REC_BK_WY", "32", 1);
-    setenv("PRISM_REC_WY_WG", "1", 1);
     pr_rec_plan plan;
     char why[256];
-    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 40, 0, &plan, why, sizeof why), "PRISM_REC_BK_WY");
-    unsetenv("PRISM_REC_WY_WG");
-    unsetenv("PRISM_REC_BK_WY");
+    const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1,
+                                   .force = {.bk_wy = 32, .wy = PR_REC_WGMMA}};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 40, 0, &plan, why, sizeof why), "force.bk_wy");
     assert_int_equal(fails, 0);
 }
 
-/* prep's wgmma form (chunked_fwd.cu, NOTES.md v37): the plan takes it for
+/* prep's wgmma form (ops/recurrence/cuda/prep.cu): the plan takes it for
  * TF32 delta rules without extra writes at both benchmark sizes; forced at
  * both chunk sizes (C = 32 leaves T''s rows and columns 32..63 zero), K in
  * two pieces of 32 (32, 38: odd, no vector loads; 64) and four (96, 128),
@@ -734,80 +771,79 @@ static void test_prep_wg(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
-    const char *wg = "prep(bv 128, wgmma)";
-    const char *const sizes[2] = {wg, wg};
+    skip_without_wgmma("the wgmma forms");
+    const plan_want wg = {.pass = PR_REC_PASS_PREP, .engine = PR_REC_WGMMA, .bv = 128};
+    const plan_want sizes[2] = {wg, wg};
     const wg_case fc[] = {{PR_RULE_GDN, 96, 40},  {PR_RULE_DELTA, 64, 40}, {PR_RULE_GDN, 128, 96},
                           {PR_RULE_DELTA, 38, 72}, {PR_RULE_GDN, 32, 40}};
-    int fails = check_wg_knob("PRISM_REC_PREP_WG", sizes, wg, NULL, 0, fc, 5, 2101);
+    int fails = check_wg_force("prep", sizes, &wg, NULL, 0, fc, 5, 2101);
     pr_rec_plan plan;
     char why[256];
     const pr_recurrence_opts tf = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1};
-    if (!pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 130, 0, &plan, why, sizeof why) ||
-        strstr(plan.kernels, wg))
-        fprintf(stderr, "  FAIL gdn K=64 V=130: prep's wgmma form planned: %s\n", plan.kernels), fails++;
-    setenv("PRISM_REC_PREP_WG", "1", 1);
-    PR_EXPECT_FATAL(pr_recurrence_plan(&tf, PR_CUDA, 1, 100, 2, 64, 130, 0, &plan, why, sizeof why), "V = 130");
-    unsetenv("PRISM_REC_PREP_WG");
+    const plan_want mma = {.pass = PR_REC_PASS_PREP, .engine = PR_REC_MMA};
+    if (!planned(&tf, 1, 100, 2, 64, 130, 0, &mma, "gdn K=64 V=130 (prep's mma.sync form)")) fails++;
+    const pr_recurrence_opts insist = {.rule = PR_RULE_GDN, .chunk = 64, .tf32 = 1, .force = {.prep = PR_REC_WGMMA}};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&insist, PR_CUDA, 1, 100, 2, 64, 130, 0, &plan, why, sizeof why), "V = 130");
     assert_int_equal(fails, 0);
 }
 
-/* prism_core's extras apart (chunked_extras.cu, NOTES.md v38, v39): by
- * default at C = 64 (their wgmma forms), not at 32; PRISM_REC_XA=1 takes
+/* prism_core's extras apart (ops/recurrence/cuda/extras.cu): by
+ * default at C = 64 (their wgmma forms), not at 32; force.extras_apart on takes
  * them for TF32 runs at both benchmark sizes and both chunk sizes; forced
  * at both chunk sizes, L = 1 and 2, K in one tile of 32 and several (96:
  * the core's wgmma pieces padded; 128), odd K and V without vector loads
  * (38, 130: three V tiles of the extras' forward; V = 130 keeps the
  * mma.sync forms at C = 64, every other case takes the wgmma ones there),
  * partial chunks (T = 100), each against the CPU in f64, the plan's own
- * choice and a rerun. 2 is refused; 1 stops, naming the variable, where the
+ * choice and a rerun. A value outside the enum is refused; on stops, naming the field, where the
  * core has no wgmma forms (K = 160) or the extras' backward no room (C = 64
  * at L = 3). */
 static void test_extras_apart(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    skip_without_form("state(bv 32, wgmma)", "the wgmma forms");
+    skip_without_wgmma("the wgmma forms");
     pr_rec_plan plan;
     char why[256];
     int fails = 0;
     const int64_t NT[2][2] = {{8, 2048}, {2, 8192}};
-    setenv("PRISM_REC_XA", "1", 1);
     for (int chunk = 32; chunk <= 64; chunk += 32)
         for (int i = 0; i < 2; i++) {
-            const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk, .tf32 = 1};
-            const bool ok = pr_recurrence_plan(&po, PR_CUDA, NT[i][0], NT[i][1], 16, 128, 128, 2, &plan, why, sizeof why);
-            /* at C = 64 their wgmma forms (v39), at 32 the mma.sync ones */
-            const char *want = chunk == 64 ? "extras(apart, wgmma)" : "extras(apart)";
-            if (!ok || !strstr(plan.kernels, want))
-                fprintf(stderr, "  FAIL prism_core C=%d N=%lld T=%lld H=16 K=V=128 L=2: not %s: %s\n", chunk,
-                        (long long)NT[i][0], (long long)NT[i][1], want, ok ? plan.kernels : why), fails++;
+            const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk, .tf32 = 1,
+                                           .force = {.extras_apart = PR_REC_ON}};
+            /* at C = 64 their wgmma forms, at 32 the mma.sync ones */
+            const plan_want w = {.apart = true, .apart_engine = chunk == 64 ? PR_REC_WGMMA : PR_REC_MMA};
+            char what[96];
+            snprintf(what, sizeof what, "prism_core C=%d N=%lld T=%lld H=16 K=V=128 L=2 extras_apart=on", chunk,
+                     (long long)NT[i][0], (long long)NT[i][1]);
+            if (!planned(&po, NT[i][0], NT[i][1], 16, 128, 128, 2, &w, what)) fails++;
         }
-    unsetenv("PRISM_REC_XA");
-    /* unset: apart exactly where the wgmma extras run (C = 64) */
+    /* the plan's own choice: apart exactly where the wgmma extras run (C = 64) */
     for (int chunk = 32; chunk <= 64; chunk += 32) {
         const pr_recurrence_opts po = {.rule = PR_RULE_PRISM_CORE, .chunk = chunk, .tf32 = 1};
         const bool ok = pr_recurrence_plan(&po, PR_CUDA, 8, 2048, 16, 128, 128, 2, &plan, why, sizeof why);
-        const bool apart = ok && strstr(plan.kernels, "extras(apart");
+        const bool apart = ok && plan.extras_apart;
         if (!ok || apart != (chunk == 64))
-            fprintf(stderr, "  FAIL prism_core C=%d by default: extras %s: %s\n", chunk, apart ? "apart" : "not apart",
-                    ok ? plan.kernels : why), fails++;
+            fprintf(stderr, "  FAIL prism_core C=%d by default: extras %s%s\n", chunk, apart ? "apart" : "not apart",
+                    ok ? "" : why), fails++;
     }
     const struct {
         int64_t K, V, L;
     } xc[] = {{32, 40, 2}, {38, 130, 1}, {96, 40, 2}, {128, 96, 2}, {64, 72, 1}};
-    for (int i = 0; i < 5; i++) {
-        fails += check_forced_v(PR_RULE_PRISM_CORE, xc[i].K, xc[i].V, xc[i].L, 2201 + i, "PRISM_REC_XA", "1",
-                                "extras(apart", FORCED_TF32_ONLY);
-    }
-    const pr_recurrence_opts p32 = {.rule = PR_RULE_PRISM_CORE, .chunk = 32, .tf32 = 1};
-    const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1};
-    setenv("PRISM_REC_XA", "2", 1);
-    PR_EXPECT_FATAL(pr_recurrence_plan(&p32, PR_CUDA, 1, 100, 2, 96, 40, 2, &plan, why, sizeof why), "PRISM_REC_XA");
-    setenv("PRISM_REC_XA", "1", 1);
-    PR_EXPECT_FATAL(pr_recurrence_plan(&p32, PR_CUDA, 1, 100, 2, 160, 40, 2, &plan, why, sizeof why), "PRISM_REC_XA");
+    const plan_want apart = {.apart = true};
+    for (int i = 0; i < 5; i++)
+        fails += check_forced_v(PR_RULE_PRISM_CORE, xc[i].K, xc[i].V, xc[i].L, 2201 + i, "extras_apart=on", &apart,
+                                FORCED_TF32_ONLY);
+    pr_recurrence_opts p32 = {.rule = PR_RULE_PRISM_CORE, .chunk = 32, .tf32 = 1,
+                              .force = {.extras_apart = (pr_rec_switch)3}};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&p32, PR_CUDA, 1, 100, 2, 96, 40, 2, &plan, why, sizeof why),
+                    "force.extras_apart");
+    p32.force.extras_apart = PR_REC_ON;
+    const pr_recurrence_opts p64 = {.rule = PR_RULE_PRISM_CORE, .chunk = 64, .tf32 = 1,
+                                    .force = {.extras_apart = PR_REC_ON}};
+    PR_EXPECT_FATAL(pr_recurrence_plan(&p32, PR_CUDA, 1, 100, 2, 160, 40, 2, &plan, why, sizeof why),
+                    "force.extras_apart");
     PR_EXPECT_FATAL(pr_recurrence_plan(&p64, PR_CUDA, 1, 100, 2, 96, 40, 3, &plan, why, sizeof why), "L = 3");
-    unsetenv("PRISM_REC_XA");
     assert_int_equal(fails, 0);
 }
 
@@ -849,7 +885,6 @@ static void test_plan(void **state)
      * SMs idle: one sequence of 16K tokens, 8 heads of 96 (24 blocks), and
      * then take V tiles wider than 32 (test_segments runs both tile widths,
      * with the fix-up and with a last serial pass) */
-    unsetenv("PRISM_REC_SEGMENTS");
     for (int r = 0; r < PR_NRULES; r++) {
         if (pr_rule_g_per_key((pr_rule)r)) continue;   /* gla's chunked passes do not segment */
         const pr_recurrence_opts o = {.rule = (pr_rule)r, .chunk = 32};
@@ -857,11 +892,11 @@ static void test_plan(void **state)
             fail_msg("%s at B=1 T=16384 H=8 K=V=96: %s", pr_rule_name((pr_rule)r), why);
         pr_rec_plan_format(&plan, line, sizeof line);
         fprintf(stderr, "  %-10s B=1 T=16384 H=8 K=V=96: %s\n", pr_rule_name((pr_rule)r), line);
-        assert_non_null(strstr(plan.kernels, "segments"));
-        assert_null(strstr(plan.kernels, "state(bv 32"));
+        assert_true(plan.segments > 1);
+        assert_int_not_equal(plan.pass[PR_REC_PASS_STATE].bv, 32);
     }
     /* where the unsegmented passes' wgmma forms run, they win over segments
-     * that save less than their steps do (NOTES.md v46): linattn at B=2
+     * that save less than their steps do: linattn at B=2
      * T=8192 H=16 K=V=128 (32 heads) stays whole with TF32, segments in fp32;
      * at B=1 (16 heads) the segments save more and stay */
     for (int tf32 = 0; tf32 <= 1; tf32++)
@@ -871,18 +906,22 @@ static void test_plan(void **state)
                 fail_msg("linattn at B=%d T=8192 H=16 K=V=128: %s", n, why);
             pr_rec_plan_format(&plan, line, sizeof line);
             fprintf(stderr, "  linattn B=%d T=8192 H=16 K=V=128 %s: %s\n", n, tf32 ? "tf32" : "fp32", line);
-            const bool wg = tf32 && strstr(plan.kernels, "scores(bv 64, wgmma)"); /* an sm_90a build on sm_90 */
+            /* an sm_90a build on sm_90 */
+            const bool wg = tf32 && plan.pass[PR_REC_PASS_OUTPUT].engine == PR_REC_WGMMA;
             if (wg && n == 2) {
-                assert_null(strstr(plan.kernels, "segments"));
-                assert_non_null(strstr(plan.kernels, "dstate(bv 32, wgmma)"));
+                assert_int_equal(plan.segments, 1);
+                assert_int_equal(plan.pass[PR_REC_PASS_DSTATE].engine, PR_REC_WGMMA);
+                assert_int_equal(plan.pass[PR_REC_PASS_DSTATE].bv, 32);
             } else {
-                assert_non_null(strstr(plan.kernels, "segments"));
+                assert_true(plan.segments > 1);
             }
         }
     /* gla's chunks: K <= 128 at C = 64, K <= 256 at C = 32, beyond that refused naming shared memory */
     const pr_recurrence_opts g64 = {.rule = PR_RULE_GLA, .chunk = 64}, g32 = {.rule = PR_RULE_GLA, .chunk = 32};
     assert_true(pr_recurrence_plan(&g64, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
-    assert_non_null(strstr(plan.kernels, "gla_state"));
+    assert_true(plan.gla && plan.chunk == 64);
+    pr_rec_plan_format(&plan, line, sizeof line);
+    assert_non_null(strstr(line, "gla_state"));
     assert_true(pr_recurrence_plan(&g32, PR_CUDA, 1, 100, 2, 256, 64, 0, &plan, why, sizeof why));
     assert_false(pr_recurrence_plan(&g64, PR_CUDA, 1, 100, 2, 256, 64, 0, &plan, why, sizeof why));
     assert_non_null(strstr(why, "shared memory"));

@@ -20,8 +20,8 @@
  * 1e-4; with tensor cores on, plus 2e-3 for TF32 products (K=64) or 8e-3
  * for bf16 ones (K=128: operands rounded to bf16, 4x TF32's rounding).
  * Every CUDA case runs the three plans of the backward
- * (PRISM_TTT_SPLIT=0: fused; 1: a local kernel per mini-batch, then the
- * serial one; 2: both in one cooperative launch), each
+ * (pr_ttt_opts.bwd FUSED; SPLIT: a local kernel per mini-batch, then the
+ * serial one; OVERLAP: both in one cooperative launch), each
  * against the CPU and bit-identical on a rerun; an unknown plan is fatal. A last case
  * times forward and forward+backward at B=8 T=256 H=16 K=128 mini-batch 16
  * (printed, not asserted; skipped when PRISM_SKIP_BENCH is set). Every case
@@ -84,7 +84,12 @@ static void random_inputs(pr_ctx *ctx, uint64_t seed, int B, int T, int H, int K
 
 /* the backward's plan (ops/ttt_linear.cu, plan_bwd): 0 fused, 1 split, 2 split overlapped */
 #define NPLANS 3
-static void use_plan(int plan) { setenv("PRISM_TTT_SPLIT", plan == 0 ? "0" : plan == 1 ? "1" : "2", 1); }
+static pr_ttt_opts with_plan(const pr_ttt_opts *opt, int plan)
+{
+    pr_ttt_opts o = *opt;
+    o.bwd = (pr_ttt_bwd)(PR_TTT_BWD_FUSED + plan);
+    return o;
+}
 static const char *const plan_names[NPLANS] = {"fused", "split", "overlapped"};
 
 static void cuda_case_as(int B, int T, int H, int K, int mb, bool state, int tf32)
@@ -98,9 +103,9 @@ static void cuda_case_as(int B, int T, int H, int K, int mb, bool state, int tf3
     run_out c64 = run_on(ctx, &opt, in, g, PR_F64, PR_CPU, 0);
     run_out c32 = run_on(ctx, &opt, in, g, PR_F32, PR_CPU, 0);
     for (int plan = 0; plan < NPLANS; plan++) {
-        use_plan(plan);
-        run_out gpu = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA, tf32);
-        run_out gpu2 = run_on(ctx, &opt, in, g, PR_F32, PR_CUDA, tf32);
+        const pr_ttt_opts po = with_plan(&opt, plan);
+        run_out gpu = run_on(ctx, &po, in, g, PR_F32, PR_CUDA, tf32);
+        run_out gpu2 = run_on(ctx, &po, in, g, PR_F32, PR_CUDA, tf32);
         char what[112];
         const char *form = tf32 ? " tf32" : "", *h0 = state ? "" : " no h0";
         snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d%s%s %s cuda vs cpu f32", B, T, H, K, mb, h0, form,
@@ -114,7 +119,6 @@ static void cuda_case_as(int B, int T, int H, int K, int mb, bool state, int tf3
             if (gpu.d[i]) assert_memory_equal(gpu.d[i], gpu2.d[i], sizeof(double) * (size_t)gpu.n[i]);
         run_out_free(&gpu), run_out_free(&gpu2);
     }
-    unsetenv("PRISM_TTT_SPLIT");
     run_out_free(&c64), run_out_free(&c32);
     pr_ctx_free(ctx);
 }
@@ -179,8 +183,8 @@ static void bf16_case(int B, int T, int H, int K, int mb, int tf32)
     run_out want = run_as_is(ctx, &opt, ref, gref);
     ctx->matmul_tf32 = tf32;
     for (int plan = 0; plan < NPLANS; plan++) {
-        use_plan(plan);
-        run_out got = run_as_is(ctx, &opt, gpu, ggpu), again = run_as_is(ctx, &opt, gpu, ggpu);
+        const pr_ttt_opts po = with_plan(&opt, plan);
+        run_out got = run_as_is(ctx, &po, gpu, ggpu), again = run_as_is(ctx, &po, gpu, ggpu);
         char what[80];
         snprintf(what, sizeof what, "B=%d T=%d H=%d K=%d mb=%d bf16 data%s %s", B, T, H, K, mb, tf32 ? " tf32" : "",
                  plan_names[plan]);
@@ -200,7 +204,6 @@ static void bf16_case(int B, int T, int H, int K, int mb, int tf32)
         }
         run_out_free(&got), run_out_free(&again);
     }
-    unsetenv("PRISM_TTT_SPLIT");
     run_out_free(&want);
     pr_ctx_free(ctx);
 }
@@ -230,11 +233,9 @@ static void test_limits(void **s)
                     "bytes of shared memory");
     opt.mini_batch = 16;
     for (int i = 0; i < NIN; i++) pr_requires_grad_(c[i], true);
-    pr_tensor *o = pr_ttt_linear(ctx, &opt, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], NULL, NULL);
-    setenv("PRISM_TTT_SPLIT", "3", 1);
-    PR_EXPECT_FATAL(pr_backward_with(ctx, o, pr_to(ctx->step, g[0], PR_F32, PR_CUDA)),
-                    "PRISM_TTT_SPLIT must be 0 (fused backward), 1 (split) or 2 (split, overlapped), got '3'");
-    unsetenv("PRISM_TTT_SPLIT");
+    opt.bwd = (pr_ttt_bwd)4; /* a recorded forward asks the backward's plan (whether it overlaps) */
+    PR_EXPECT_FATAL(pr_ttt_linear(ctx, &opt, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], NULL, NULL),
+                    "ttt_linear: bwd must be PR_TTT_BWD_PLANNED, _FUSED, _SPLIT or _OVERLAP, got 4");
     pr_ctx_free(ctx);
 }
 

@@ -105,6 +105,7 @@ static inline rec_out rec_run_seeded_opts(pr_ctx *ctx, const pr_recurrence_opts 
         if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
     return r;
 }
+
 static inline rec_out rec_run_seeded(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu,
                                      const double *dout, const double *dht)
 {

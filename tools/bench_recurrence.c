@@ -20,7 +20,7 @@
  * bytes the step arena keeps after it (a layer's share until the step ends)
  * and, on the GPU, the allocator's peak during it (scratch included).
  * The chunked form runs chunks of 64 tokens (prism_core too since its
- * extras run apart as wgmma there: NOTES.md v39), unless --chunks says
+ * extras run apart as wgmma there, its fastest form), unless --chunks says
  * otherwise.
  * bf16 (on the GPU by default beside f32; --dtype picks one): q, k, v,
  * beta, kx, vx, o and do in bf16 (g, h0, ht, dht f32), tensor cores on (the
@@ -40,7 +40,7 @@
 #include "ops/recurrence/recurrence.h"
 #include "tools/tools.h"
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 #endif
 
 static void usage(FILE *f)
@@ -48,7 +48,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64|bf16] [--reps N] [--warmup N]\n"
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
-            "                              [--fp32] [--help]\n\n"
+            "                              [--fp32] [--force LIST] [--ttt-bwd fused|split|overlap] [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2, gla), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data;\n"
             "gla's \"x fla\" needs fla's chunk_gla time measured in the same run: --fla-gla,\n"
@@ -61,14 +61,14 @@ static void usage(FILE *f)
             "measured in the same run, GB/s (the least bytes a forward+backward moves), the ratio to fla's bf16\n"
             "time, and the chunked form's speedup over the per-token one; under each form its plan\n"
             "(pr_recurrence_plan) and the step memory of a no-grad and of a recorded forward; under\n"
-            "TTT-Linear its backward's plan (PRISM_TTT_SPLIT=0/1/2 forces fused, split or overlapped).\n"
+            "TTT-Linear its backward's plan.\n"
             "  --device D   cuda (default) or cpu: the CPU reference forms at B=1 T=2048 H=4 K=V=64,\n"
             "               seconds, best of --reps (default 3, no warm-up), one chunk size\n"
             "  --dtype T    GPU: f32 or bf16 (default both, side by side); CPU: f64 (default), f32, bf16\n"
             "  --reps N     timed repetitions (GPU: median, default 5); --warmup N untimed runs first (2)\n"
             "  --size S     GPU only: 1, 2 or all (default all)\n"
             "  --shape B,T,H,K,V  GPU only: this size instead (prism_core L=2; no fla figure), e.g.\n"
-            "               1,16384,8,96,96 for one long sequence (PRISM_REC_SEGMENTS=1 turns segments off)\n"
+            "               1,16384,8,96,96 for one long sequence (--force segments=1 turns segments off)\n"
             "  --rules L    comma-separated rules to run; on the GPU also ttt_linear, ttt_mlp, titans (default all)\n"
             "  --chunks L   comma-separated chunk sizes of the chunked form (default 64; the CUDA\n"
             "               kernels run 32 and 64)\n"
@@ -77,6 +77,12 @@ static void usage(FILE *f)
             "  --fla-gla MS1[,MS2]  GPU only: fla's chunk_gla bf16 f+b ms at size 1 (and 2), as\n"
             "               tools/device/time_fla_gla.py measures it on this GPU; gla's rows then show\n"
             "               \"x fla\" and, at size 1, issue 43's target (<= 1.0x fla)\n"
+            "  --force L    GPU only: force fields of the chunked plan (pr_rec_force), comma-separated\n"
+            "               name=value: segments, bv_state, bv_dstate, bk_grad, bk_wy, grad_bpw, grad_pieces\n"
+            "               (numbers); prep, state, scores, dstate, wy (mma|wgmma); seg_fix, extras_apart,\n"
+            "               x16 (on|off); e.g. --force state=mma,bv_state=32. A field the kernels cannot run\n"
+            "               at a size stops the run, naming it\n"
+            "  --ttt-bwd F  GPU only: TTT-Linear's backward fused, split or overlap (default: its plan's)\n"
             "Reference (flash-linear-attention Triton, bf16, H200, fwd+bwd; size 1 / size 2): gated\n"
             "delta 3.54 / 3.53 ms, delta 2.62 / 2.92 ms, SSD 2.61 / 2.06 ms, TTT-Linear (mini-batch 16)\n"
             "4.53 / 10.8 ms. Targets (issue 13, size 1): gdn <= 3.0 ms, delta <= 2.5, ssd <= 2.0,\n"
@@ -100,7 +106,10 @@ typedef struct {
     int64_t chunks[4];
     int nfla_gla;
     double fla_gla[2];  /* --fla-gla: fla's chunk_gla f+b ms at sizes 1 and 2 */
+    pr_rec_force force; /* --force */
+    pr_ttt_bwd ttt_bwd; /* --ttt-bwd */
 } rb_opts;
+
 
 static void print_seconds(double s)
 {
@@ -180,6 +189,10 @@ static int bench_cpu(const rb_opts *o)
 }
 
 #ifdef PRISM_HAVE_CUDA
+/* the run's forcing fields (--force, --ttt-bwd), set once by bench_gpu and
+ * read by every form's options */
+static pr_rec_force bench_force;
+static pr_ttt_bwd bench_ttt_bwd;
 
 typedef struct {
     int64_t B, T, H, K, V, L;
@@ -225,7 +238,7 @@ static pr_node *rule_apply(pr_ctx *ctx, void *arg)
 static bench_times time_rule(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x, pr_tensor *dout, pr_tensor *dht,
                              int warm, int reps)
 {
-    rule_run run = {{.rule = r, .chunk = chunk}, x};
+    rule_run run = {{.rule = r, .chunk = chunk, .force = bench_force}, x};
     pr_tensor *const seeds[2] = {dout, dht};
     bench_times t;
     pr_bench_fused_ms(ctx, rule_apply, &run, seeds, warm, reps, &t.fwd, &t.fb);
@@ -239,7 +252,7 @@ static void run_host(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x, pr_
 {
     for (int i = 0; i < 8; i++)
         if (x[i]) pr_zero_(x[i]->grad);
-    pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .force = bench_force};
     pr_tensor *ht, *o = pr_recurrence(ctx, &opt, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL, &ht);
     pr_node *nd = &ctx->tape[ctx->n_tape - 1];
     nd->out[0]->grad = dout;
@@ -368,7 +381,7 @@ typedef struct {
 static pr_node *ttt_apply(pr_ctx *ctx, void *arg)
 {
     const ttt_run *r = arg;
-    const pr_ttt_opts opt = {.mini_batch = r->mb};
+    const pr_ttt_opts opt = {.mini_batch = r->mb, .bwd = bench_ttt_bwd};
     pr_tensor *const *in = r->in;
     pr_ttt_linear(ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, NULL);
     return &ctx->tape[ctx->n_tape - 1];
@@ -424,7 +437,7 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, do
                runs[k].mb == 1 ? "(ref)" : "-", "-");
         if (k == 0) {
             char plan[160];
-            pr_ttt_linear_cuda_plan(s->B, s->T, s->H, 16, plan, sizeof plan);
+            pr_ttt_linear_cuda_plan(s->B, s->T, s->H, 16, bench_ttt_bwd, plan, sizeof plan);
             printf("%-11s   plan: %s\n", "", plan);
         }
         if (runs[k].mb == 1) printf("%-11s   mb16/tf32 is %.1fx faster than token by token\n", "", t.fb / t16);
@@ -435,7 +448,7 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, do
 /* the plan of a form at size s, printed under its row; false (printed) when the GPU cannot run it */
 static bool print_plan(pr_rule r, int chunk, bool tf32, const bench_size *s)
 {
-    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .tf32 = tf32};
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .tf32 = tf32, .force = bench_force};
     pr_rec_plan plan;
     char why[256], line[320];
     const bool ok = pr_recurrence_plan(&opt, PR_CUDA, s->B, s->T, s->H, s->K, s->V, s->L, &plan, why, sizeof why);
@@ -448,7 +461,7 @@ static bool print_plan(pr_rule r, int chunk, bool tf32, const bench_size *s)
  * it, and the device allocator's peak during it above what was live before */
 static void print_memory(pr_ctx *ctx, pr_rule r, int chunk, pr_tensor *const *x)
 {
-    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk};
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .force = bench_force};
     size_t kept[2], peak[2];
     for (int rec = 0; rec < 2; rec++) {
         const bool prev = pr_set_grad_enabled(ctx, rec);
@@ -510,6 +523,7 @@ static void print_row(pr_rule r, const char *form, bench_times t, double tokens,
 static int bench_gpu(const rb_opts *o)
 {
     const int reps = o->reps, warm = o->warm, nch = o->nch, token = !o->no_token;
+    bench_force = o->force, bench_ttt_bwd = o->ttt_bwd;
     pr_ctx *ctx = pr_ctx_new(0);
     pr_arena *ar = pr_arena_new("bench-recurrence", 0);
     ctx->matmul_tf32 = 1;
@@ -603,11 +617,13 @@ static int parse_options(int argc, char **argv, rb_opts *o)
 {
     static const char *const devices[] = {"cpu", "cuda", NULL}, *const dtypes[] = {"f64", "f32", "bf16", NULL};
     static const char *const sizes[] = {"1", "2", "all", NULL};
+    static const char *const ttt_bwds[] = {"fused", "split", "overlap", NULL};
     const char *rules[PR_NRULES + 4];   /* bits: the rules, then ttt_linear, ttt_mlp, titans */
     for (int r = 0; r < PR_NRULES; r++) rules[r] = pr_rule_name((pr_rule)r);
     rules[PR_NRULES] = "ttt_linear", rules[PR_NRULES + 1] = "ttt_mlp", rules[PR_NRULES + 2] = "titans";
     rules[PR_NRULES + 3] = NULL;
-    int dev = 1, dtype = -1, size = -1;
+    int dev = 1, dtype = -1, size = -1, ttt_bwd = -1;
+    const char *force = NULL;
     *o = (rb_opts){.reps = -1, .warm = -1, .chunks = {64}};   /* chunks[0]: the CPU default */
     pr_args a = pr_args_begin("prism bench recurrence", argc, argv);
     while (pr_args_next(&a)) {
@@ -619,9 +635,13 @@ static int parse_options(int argc, char **argv, rb_opts *o)
         if (pr_args_int_list(&a, "--shape", 1, 1 << 20, 5, o->shape, &o->nshape)) continue;
         if (pr_args_flag(&a, "--no-token", &o->no_token) || pr_args_flag(&a, "--fp32", &o->fp32)) continue;
         if (pr_args_positive_list(&a, "--fla-gla", 2, o->fla_gla, &o->nfla_gla)) continue;
+        if (pr_args_string(&a, "--force", &force) || pr_args_choice(&a, "--ttt-bwd", ttt_bwds, &ttt_bwd)) continue;
         return pr_args_unknown(&a);
     }
     if (a.failed) return PR_EXIT_USAGE;
+    char err[256];
+    if (force && !pr_rec_force_parse(force, &o->force, err, sizeof err)) return pr_args_error(&a, "--%s", err);
+    o->ttt_bwd = ttt_bwd < 0 ? PR_TTT_BWD_PLANNED : (pr_ttt_bwd)(PR_TTT_BWD_FUSED + ttt_bwd);
     o->cuda = dev == 1;
     if (o->cuda) {   /* no --chunks: chunks of 64 */
         if (dtype == 0) return pr_args_error(&a, "--dtype f64 needs --device cpu: the GPU runs f32 and bf16");
@@ -639,6 +659,8 @@ static int parse_options(int argc, char **argv, rb_opts *o)
     if (o->nshape) return pr_args_error(&a, "--shape picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->fp32) return pr_args_error(&a, "--fp32 applies to --device cuda only");
     if (o->nfla_gla) return pr_args_error(&a, "--fla-gla applies to --device cuda only");
+    if (force) return pr_args_error(&a, "--force applies to --device cuda only (the CUDA chunked plan)");
+    if (ttt_bwd >= 0) return pr_args_error(&a, "--ttt-bwd applies to --device cuda only");
     if (o->rules >> PR_NRULES) return pr_args_error(&a, "--rules: the TTT ops have no CPU timing here");
     if (!o->rules) o->rules = (1u << PR_NRULES) - 1;
     if (o->nch > 1) return pr_args_error(&a, "--chunks takes one chunk size with --device cpu");

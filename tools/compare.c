@@ -18,7 +18,7 @@
 #include "tools/tools.h"
 #include "train/train.h"
 #ifdef PRISM_HAVE_CUDA
-#include "tensor/cuda.h"
+#include "ops/cuda/ops_cuda.h"
 #endif
 
 #define MAX_MODELS PR_COMPARE_MAX_MODELS

@@ -5,7 +5,8 @@
  *
  * Node (the CUDA kernels rely on it): in[0..8] = q,k,v,g,beta,kx,vx,h0,
  * cu_seqlens (NULL when absent); out[0] = o, out[1] = ht; iarg[0] = rule,
- * iarg[1] = chunk (0: per-token form); iarg[2] = g_per_value (gla); farg[0] = scale (resolved).
+ * iarg[1] = chunk (0: per-token form); iarg[2] = g_per_value (gla); iarg[3] =
+ * the forcing fields (pr_rec_force_id); farg[0] = scale (resolved).
  * CPU saved[0] (only when the node is recorded): f64 states every `ck`
  * tokens of every (sequence, head)
  * (ck = chunk, or PR_REC_CKPT for the per-token form), pair (n, h) at
@@ -314,74 +315,6 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     dims_free(&d);
 }
 
-/* ---- the plan ------------------------------------------------------------------------ */
-
-#ifdef PRISM_HAVE_CUDA
-bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K, int64_t V,
-                             int64_t L, pr_rec_plan *plan, char *why, size_t why_n);   /* recurrence.cu */
-#endif
-
-/* a per-value decay: the gla rule's per-token form only */
-static bool g_per_value_ok(const pr_recurrence_opts *opt, char *why, size_t why_n)
-{
-    if (!opt->g_per_value) return true;
-    if (opt->rule != PR_RULE_GLA)
-        snprintf(why, why_n, "recurrence: a per-value decay (g_per_value) is a form of rule gla, not of %s",
-                 pr_rule_name(opt->rule));
-    else if (opt->chunk)
-        snprintf(why, why_n, "recurrence: gla with a per-value decay runs in the per-token form only (chunk = 0), "
-                             "chunk = %d asked", opt->chunk);
-    else return true;
-    return false;
-}
-
-bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
-                        int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n)
-{
-    PR_CHECK(opt && opt->rule >= 0 && opt->rule < PR_NRULES, "recurrence: unknown rule %d", opt ? (int)opt->rule : -1);
-    memset(plan, 0, sizeof *plan);
-    if (why_n) why[0] = 0;
-    if (opt->chunk < 0) {
-        snprintf(why, why_n, "recurrence: chunk must be >= 0 (0 = per-token form), got %d", opt->chunk);
-        return false;
-    }
-    if (!g_per_value_ok(opt, why, why_n)) return false;
-    if (dev == PR_CUDA) {
-#ifdef PRISM_HAVE_CUDA
-        return pr_recurrence_plan_cuda(opt, N, T, H, K, V, L, plan, why, why_n);
-#else
-        (void)N, (void)T, (void)H, (void)K, (void)V, (void)L;
-        snprintf(why, why_n, "recurrence: built without CUDA");
-        return false;
-#endif
-    }
-    plan->device = PR_CPU;
-    plan->chunk = opt->chunk;
-    if (opt->g_per_value)
-        snprintf(plan->kernels, sizeof plan->kernels,
-                 "fwd pr_rec_forward_recurrent (per-value decay; saves states every %d tokens when recorded); bwd "
-                 "pr_rec_backward (recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
-    else if (opt->chunk && pr_rule_g_per_key(opt->rule))
-        snprintf(plan->kernels, sizeof plan->kernels,
-                 "fwd pr_rec_gla_forward_chunked (decays factored by sub-chunks of 16; saves chunk-start states when "
-                 "recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) per call");
-    else if (opt->chunk)
-        snprintf(plan->kernels, sizeof plan->kernels,
-                 "fwd pr_rec_forward_chunked (saves chunk-start states when recorded); bwd pr_rec_backward_chunked; "
-                 "f64, a (sequence, head) per call");
-    else
-        snprintf(plan->kernels, sizeof plan->kernels,
-                 "fwd pr_rec_forward_recurrent (saves states every %d tokens when recorded); bwd pr_rec_backward "
-                 "(recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
-    return true;
-}
-
-void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n)
-{
-    if (plan->chunk) snprintf(buf, n, "%s chunked C=%d: %s", pr_device_name(plan->device), plan->chunk, plan->kernels);
-    else snprintf(buf, n, "%s per-token: %s", pr_device_name(plan->device), plan->kernels);
-}
-
 /* ---- the public function ------------------------------------------------------------ */
 
 static void check_dims(const char *what, const pr_tensor *t, int ndim, const int64_t *want)
@@ -421,7 +354,7 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     PR_CHECK(opt && opt->rule >= 0 && opt->rule < PR_NRULES, "recurrence: unknown rule %d", opt ? (int)opt->rule : -1);
     PR_CHECK(opt->chunk >= 0, "recurrence: chunk must be >= 0 (0 = per-token form), got %d", opt->chunk);
     char why_pv[160];
-    if (!g_per_value_ok(opt, why_pv, sizeof why_pv)) pr_fatal("%s", why_pv);
+    if (!pr_rec_g_per_value_ok(opt, why_pv, sizeof why_pv)) pr_fatal("%s", why_pv);
     const pr_rule r = opt->rule;
     const char *rn = pr_rule_name(r);
     PR_CHECK(q && k && v, "recurrence: q, k and v are required");
@@ -486,6 +419,7 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     n.iarg[0] = r;
     n.iarg[1] = opt->chunk;
     n.iarg[2] = opt->g_per_value;
+    n.iarg[3] = pr_rec_force_id(&opt->force);
     n.farg[0] = opt->scale != 0 ? opt->scale : 1.0 / sqrt((double)K);
     pr_tensor *o = pr_op_apply(ctx, &n);
     if (ht) *ht = n.out[1];

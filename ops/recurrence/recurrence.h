@@ -62,6 +62,39 @@ bool pr_rule_g_per_key(pr_rule r);
  * per-key decay is called "gk" (as flash-linear-attention names it) */
 const char *pr_rule_input_name(pr_rule r, pr_rec_input i);
 
+/* The CUDA chunked form's passes: forward prep (delta rules), state (serial
+ * over chunks), output; backward dlocal, dstate (serial, in reverse), grad,
+ * wy (delta rules; for the others the final sums of dg). */
+typedef enum {
+    PR_REC_PASS_PREP, PR_REC_PASS_STATE, PR_REC_PASS_OUTPUT, PR_REC_PASS_DLOCAL, PR_REC_PASS_DSTATE,
+    PR_REC_PASS_GRAD, PR_REC_PASS_WY, PR_REC_NPASS
+} pr_rec_pass_id;
+/* how a pass's products run: mma.sync (TF32 or bf16 tensor cores, or fp32
+ * FMAs with TF32 off) or wgmma (sm_90a, TF32 on); AUTO: the plan's choice */
+typedef enum { PR_REC_AUTO = 0, PR_REC_MMA, PR_REC_WGMMA } pr_rec_engine;
+/* a yes/no choice of the plan: PR_REC_PLANNED leaves it to the plan */
+typedef enum { PR_REC_PLANNED = 0, PR_REC_OFF, PR_REC_ON } pr_rec_switch;
+
+/* Forcing fields of the CUDA chunked plan, for tests, benchmarks and
+ * comparisons (`prism bench recurrence --force`); all zero (the default):
+ * the plan decides everything. A forced value the kernels cannot run at the
+ * call's sizes is fatal, with a message naming the field. */
+typedef struct {
+    int segments;             /* P >= 1 segments a sequence for the serial passes (1: none) */
+    pr_rec_switch seg_fix;    /* the segmented forward's fix-up (OFF: a last serial pass) */
+    int bv_state, bv_dstate;  /* the serial passes' V tile: a multiple of 32 whose shared memory fits */
+    int bk_grad, bk_wy;       /* grad's and wy's K tile: a multiple of 32 (wy's divides K rounded up to 32) */
+    int grad_bpw;             /* grad's mma.sync form with 3, 4 or 8 warp blocks a warp */
+    int grad_pieces;          /* grad's wgmma form with 2, 3 or 4 64 x 32 pieces a warpgroup */
+    pr_rec_engine prep, state, scores, dstate, wy; /* scores: the output and dlocal together */
+    pr_rec_switch extras_apart; /* prism_core's extra writes in kernels of their own */
+    pr_rec_switch x16;        /* OFF: bf16 kx, vx staged as f32 where the wgmma extras could read them in place */
+} pr_rec_force;
+/* Reads "name=value,..." (names as the fields above; values: numbers,
+ * mma|wgmma for the engines, on|off for the switches) into *f, over what
+ * *f holds. false, with err naming the bad item, on anything else. */
+bool pr_rec_force_parse(const char *text, pr_rec_force *f, char *err, size_t err_n);
+
 /* chunk means the same on both devices: 0 runs the per-token form, C > 0 the
  * chunked form with chunks of exactly C tokens. The CPU takes any C; the CUDA
  * kernels take C = 32 or 64 (and shared memory bounds C, K, V and L), and any
@@ -73,14 +106,34 @@ typedef struct {
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
     int tf32;       /* pr_recurrence_plan only: plan for TF32 products (pr_recurrence reads ctx->matmul_tf32) */
     bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv); needs chunk 0 */
+    pr_rec_force force; /* CUDA chunked form: fields the plan must take (zero: none) */
 } pr_recurrence_opts;
 
-/* How a call runs: the form, the chunk size and the kernels (CUDA) or
- * functions (CPU) of its forward and backward, with their tile sizes. */
+/* one pass of a CUDA chunked plan */
+typedef struct {
+    bool runs;             /* prep and wy run for the delta rules only */
+    pr_rec_engine engine;  /* PR_REC_MMA or PR_REC_WGMMA */
+    int bv, bk;            /* its V tile and K tile (0: the pass has none) */
+} pr_rec_pass;
+
+/* How a call runs: the form, the chunk size, and for the CUDA chunked form
+ * each pass's engine and tiles. pr_rec_plan_format writes it as text. */
 typedef struct {
     pr_device device;
-    int chunk;            /* 0: per-token form; C: chunked form, chunks of C tokens */
-    char kernels[240];    /* "fwd ...; bwd ..." */
+    int chunk;             /* 0: per-token form; C: chunked form, chunks of C tokens */
+    bool gla;              /* rule gla: its own kernels (CUDA: per-token only) */
+    bool g_per_value;      /* gla's decay per value channel (opts.g_per_value) */
+    bool delta, has_g;     /* the rule's erase (beta) and decay (g) */
+    /* the CUDA chunked form: */
+    pr_rec_pass pass[PR_REC_NPASS];
+    int segments;          /* of a sequence in the serial passes (1: none) */
+    bool seg_fix;          /* the segmented forward ends with the fix-up, V tile bv_fix */
+    int bv_fix;
+    int grad_blocks;       /* grad: warp blocks a warp (mma.sync) or pieces a warpgroup (wgmma) */
+    int grad_passes;       /* grad's passes over V tiles for its sums */
+    int wy_extras;         /* wy: extras a product, 1 or 2 */
+    bool extras_apart;     /* prism_core's extras in kernels of their own (the passes are then the core's) */
+    pr_rec_engine extras;  /* their engine, where apart */
 } pr_rec_plan;
 /* The plan of pr_recurrence for opt on dev with N sequences of T tokens and
  * sizes H, K, V, L (L: prism_core's extra writes). Returns false, with why
@@ -113,6 +166,14 @@ int pr_matrix_rank(const double *a, int m, int n, double rel_tol);
  * out) into ranks [B*T*H], (b, t, h) row-major. Returns the most B_t can
  * have: min(L+1, K, V), L = 0 without extra writes. */
 int pr_recurrence_write_ranks(const pr_node *n, double rel_tol, int *ranks);
+
+/* ---- internal: the forcing fields of a recorded node -------------------------------
+ * A node keeps its call's forcing fields as a small id (iarg[3]): equal
+ * fields get the same id, all-zero fields id 0. */
+int64_t pr_rec_force_id(const pr_rec_force *f);
+/* false, with why, where opt asks a per-value decay of a rule or form that has none */
+bool pr_rec_g_per_value_ok(const pr_recurrence_opts *opt, char *why, size_t why_n);
+const pr_rec_force *pr_rec_force_of(int64_t id); /* fatal for an id never handed out */
 
 /* ---- internal: for tests, the gradcheck example and benchmarks ---------------
  * The CPU forward computes f32 and bf16 in double (inputs promoted, results

@@ -1,4 +1,4 @@
-/* ops/recurrence/recurrence.cu: the CUDA entry points of the recurrence op
+/* ops/recurrence/cuda/recurrence.cu: the CUDA entry points of the recurrence op
  * (node layout in ops/recurrence/recurrence.c).
  *
  * The kernels keep f32 in memory. bf16 data (q, k, v, beta, kx, vx, o and
@@ -13,7 +13,8 @@
  * of it.
  *
  * iarg[1] = 0 runs the per-token kernels (recurrent.cu); iarg[1] = C > 0 the
- * chunked ones (chunked_*.cu) with chunks of exactly C tokens, C = 32 or 64.
+ * chunked ones (chunked.cu and its passes) with chunks of exactly C tokens,
+ * C = 32 or 64; iarg[3] the forcing fields (pr_rec_force_of).
  * Any other C, or a C whose kernels need more shared memory than a block has,
  * is an error naming the limit (rec_decide; pr_recurrence_plan reports it
  * before anything runs): never a silent switch of form or chunk size. The
@@ -27,7 +28,7 @@
  * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh), and when the plan
  * segments the serial passes saved[6] = the segment table and, for the delta
  * rules, saved[7] = the segments' transitions A (rec_segs; the backward uses
- * the forward's segments whatever PRISM_REC_SEGMENTS says by then). Only saved[0] when
+ * the forward's segments, from the saved table). Only saved[0] when
  * the node is not recorded (n->recording false). bf16 data in the per-token
  * form: saved[REC_SAVED_O32] = o in f32 (the backward reads o, and its bf16
  * rounding would cost accuracy).
@@ -35,8 +36,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include <vector>
+
+#include "ops/recurrence/cuda/recurrence_cuda.cuh"
 
 enum { IN_Q, IN_K, IN_V, IN_G, IN_BETA, IN_KX, IN_VX, IN_H0, IN_CU, IN_N };
 /* per-token form: 6 = o in f32 (bf16 data); chunked form with segments: 6 = the segment table, 7 = A */
@@ -127,11 +131,12 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
  * kernels' X16 instance), each grad on its own. */
 /* whether the wgmma extras of this call may read and accumulate bf16 kx, vx,
  * dkx, dvx in place (decided once a call; rec_bf16_in_place then asks each tensor) */
-static bool rec_x16_allowed(const rec_prob &p, bool chunked, const rec_chunk_plan &pl)
+static bool rec_x16_allowed(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, const pr_rec_force &f)
 {
-    long want = 1; /* PRISM_REC_X16=0 stages them too (for comparisons: the same bits either way) */
-    rec_env_knob("PRISM_REC_X16", "0 (kx, vx staged as f32) or 1 (in place where the wgmma extras run)",
-                 [](long v) { return v == 0 || v == 1; }, &want);
+    /* force.x16 OFF stages them too (for comparisons: the same bits either way) */
+    if (f.x16 != PR_REC_PLANNED && f.x16 != PR_REC_OFF && f.x16 != PR_REC_ON)
+        pr_fatal("recurrence: force.x16 must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d", (int)f.x16);
+    const bool want = f.x16 != PR_REC_OFF;
     return want && chunked && pl.xa && pl.wg_xa && p.K % 8 == 0 && p.V % 8 == 0;
 }
 static bool rec_bf16_in_place(const pr_tensor *t, bool x16)
@@ -153,7 +158,8 @@ static void rec_extras_of(const pr_node *n, rec_stage &st, bool x16, rec_prob *p
  * the tiles in *pl (p->C set) for chunk > 0. false, with why naming the
  * limit, when the kernels cannot run what was asked. Empty problems take the
  * per-token path, whose launchers return early. */
-static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl, char *why, size_t why_n)
+static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chunked, rec_chunk_plan *pl, char *why,
+                       size_t why_n)
 {
     *chunked = false;
     p->C = 0;
@@ -188,7 +194,7 @@ static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl
         p->C = 0;
         return false;
     }
-    if (pr_rec_chunk_plan(*p, rec_dev_attr(0), rec_dev_attr(1), rec_dev_attr(2), pl)) return *chunked = true;
+    if (pr_rec_chunk_plan(*p, f, rec_dev_attr(0), rec_dev_attr(1), rec_dev_attr(2), pl)) return *chunked = true;
     snprintf(why, why_n, "recurrence: CUDA chunks of %d tokens at K = %d, V = %d, L = %d need more than a block's "
                          "%d bytes of shared memory; %s", chunk, p->K, p->V, p->L, rec_dev_attr(0),
              chunk == 64 ? "chunk = 32 needs less" : "chunk = 0 runs the per-token form");
@@ -196,56 +202,67 @@ static bool rec_decide(rec_prob *p, int chunk, bool *chunked, rec_chunk_plan *pl
     return false;
 }
 
-static bool rec_decide_or_die(rec_prob *p, int chunk, rec_chunk_plan *pl)
+/* Plans made so far, by problem. A plan depends only on the sizes and flags
+ * of its key, the forcing fields and the device (one a process), so each is
+ * made once: pr_recurrence's check, the forward and the backward of a call
+ * look it up (each by itself: a plan dropped between them is made again,
+ * the same). Plans the kernels cannot run are not kept (they stop the call). */
+struct rec_plan_key {
+    int N, T, H, K, V, L, chunk, has_g, delta, tf32, gk, gv, packed, bf16, vec;
+    pr_rec_force force;
+};
+struct rec_plan_memo {
+    rec_plan_key key;
+    bool chunked;
+    int C;
+    rec_chunk_plan pl;
+};
+static std::vector<rec_plan_memo> rec_plans;
+
+static bool rec_decide_cached(rec_prob *p, int chunk, const pr_rec_force &f, bool *chunked, rec_chunk_plan *pl,
+                              char *why, size_t why_n)
+{
+    const rec_plan_key key = {p->N,     p->T,     p->H,  p->K,  p->V,      p->L,    chunk, p->has_g, p->delta,
+                              p->tf32,  p->gk,    p->gv, p->packed, p->bf16, p->vec, f};
+    for (const rec_plan_memo &m : rec_plans)
+        if (!memcmp(&m.key, &key, sizeof key)) {
+            p->C = m.C, *chunked = m.chunked, *pl = m.pl;
+            return true;
+        }
+    *pl = rec_chunk_plan{};
+    if (!rec_decide(p, chunk, f, chunked, pl, why, why_n)) return false;
+    if (rec_plans.size() >= 256) rec_plans.clear(); /* many shapes (packed lengths): plan them again */
+    rec_plans.push_back({key, *chunked, p->C, *pl});
+    return true;
+}
+
+static bool rec_decide_or_die(rec_prob *p, int chunk, const pr_rec_force &f, rec_chunk_plan *pl)
 {
     char why[256];
     bool chunked;
-    if (!rec_decide(p, chunk, &chunked, pl, why, sizeof why)) pr_fatal("%s", why);
+    if (!rec_decide_cached(p, chunk, f, &chunked, pl, why, sizeof why)) pr_fatal("%s", why);
     return chunked;
 }
 
-/* "fwd ...; bwd ..." of a decided plan */
-static void rec_plan_text(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, char *buf, size_t n)
+/* the plan's data (pr_rec_plan, recurrence.h) of a decided plan */
+static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, pr_rec_plan *out)
 {
-    if (p.gk && chunked) {
-        snprintf(buf, n, "fwd gla_state(bv %d) gla_out; bwd gla_dstate(bv %d) gla_dv gla_dqk (per-key decay, "
-                         "sub-chunks of 16)", 32, 32);
-        return;
-    }
-    if (p.gk || p.gv) {
-        snprintf(buf, n, "fwd gla_fwd; bwd gla_fwd (dq), gla_rev, gla_dg (per-%s decay, per-token form)",
-                 p.gv ? "value" : "key");
-        return;
-    }
-    if (!chunked) {
-        snprintf(buf, n, "fwd tok_fwd; bwd tok_rev%s, tok_sum_slices", p.delta ? ", tok_dq" : " (tok_dq for dq)");
-        return;
-    }
-    /* extras apart: their kernels before the core's forward, after its backward */
-    const char *xa = !pl.xa ? "" : pl.wg_xa ? "extras(apart, wgmma)" : "extras(apart)";
-    int k = snprintf(buf, n, "fwd %s%s", xa, pl.xa ? " " : "");
-    if (p.delta) k += snprintf(buf + k, n - k, "prep(bv %d%s) ", pl.bv_prep, pl.wg_prep ? ", wgmma" : "");
-    /* segmented: the serial state passes the forward runs (rec_segs) */
-    char seg[40] = "", fwd_seg[80] = "", fix[24] = "";
-    if (pl.segments > 1) {
-        const int passes = (p.delta ? 2 : 1) + (pl.seg_fix ? 0 : 1);
-        snprintf(seg, sizeof seg, ", segments %d", pl.segments);
-        snprintf(fwd_seg, sizeof fwd_seg, "%s, %d pass%s", seg, passes, passes > 1 ? "es" : "");
-        if (pl.seg_fix) snprintf(fix, sizeof fix, " segfix(bv %d)", pl.bv_fix);
-    }
-    char gpass[24] = "";
-    if (pl.passes_grad > 1) snprintf(gpass, sizeof gpass, ", %d passes", pl.passes_grad);
-    k += snprintf(buf + k, n - k,
-                  "state(bv %d%s%s)%s scores(bv %d%s); bwd dlocal(bv %d%s) dstate(bv %d%s%s) grad(bk %d, bv %d, %s%d %s%s) ",
-                  pl.bv_state, pl.wg_state ? ", wgmma" : "", fwd_seg, fix, pl.bv_out, pl.wg_scores ? ", wgmma" : "",
-                  pl.bv_dloc, pl.wg_scores ? ", wgmma" : "", pl.bv_dstate,
-                  pl.wg_dstate ? ", wgmma" : "", seg,
-                  pl.bk_grad, pl.bv_grad, pl.wg_grad ? "wgmma, " : "", pl.bpw_grad,
-                  pl.wg_grad ? "pieces a warpgroup" : "blocks a warp", gpass);
-    if (p.delta)
-        snprintf(buf + k, n - k, "wy(bk %d, bv %d%s%s)%s%s", pl.bk_wy, pl.bv_wy, pl.xg_wy > 1 ? ", extras in 2s" : "",
-                 pl.wg_wy ? ", wgmma" : "", pl.xa ? " " : "", xa);
-    else snprintf(buf + k, n - k, "%s", p.has_g ? "dg" : "(no dg)");
+    out->device = PR_CUDA;
+    out->chunk = chunked ? p.C : 0;
+    out->g_per_value = p.gv != 0;
+    if (!chunked || p.gk) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
+    const auto eng = [](int wg) { return wg ? PR_REC_WGMMA : PR_REC_MMA; };
+    pr_rec_pass *ps = out->pass;
+    ps[PR_REC_PASS_PREP] = {(bool)p.delta, eng(pl.wg_prep), pl.bv_prep, 0};
+    ps[PR_REC_PASS_STATE] = {true, eng(pl.wg_state), pl.bv_state, 0};
+    ps[PR_REC_PASS_OUTPUT] = {true, eng(pl.wg_scores), pl.bv_out, 0};
+    ps[PR_REC_PASS_DLOCAL] = {true, eng(pl.wg_scores), pl.bv_dloc, 0};
+    ps[PR_REC_PASS_DSTATE] = {true, eng(pl.wg_dstate), pl.bv_dstate, 0};
+    ps[PR_REC_PASS_GRAD] = {true, eng(pl.wg_grad), pl.bv_grad, pl.bk_grad};
+    ps[PR_REC_PASS_WY] = {(bool)p.delta, eng(pl.wg_wy), pl.bv_wy, pl.bk_wy};
+    out->segments = pl.segments, out->seg_fix = pl.seg_fix != 0, out->bv_fix = pl.bv_fix;
+    out->grad_blocks = pl.bpw_grad, out->grad_passes = pl.passes_grad, out->wy_extras = pl.xg_wy;
+    out->extras_apart = pl.xa != 0, out->extras = pl.xa ? eng(pl.wg_xa) : PR_REC_AUTO;
 }
 
 extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K,
@@ -265,10 +282,8 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
     p.tf32 = opt->tf32 ? 1 : 0;
     rec_chunk_plan pl = {};
     bool chunked;
-    if (!rec_decide(&p, opt->chunk, &chunked, &pl, why, why_n)) return false;
-    plan->device = PR_CUDA;
-    plan->chunk = chunked ? p.C : 0;
-    rec_plan_text(p, chunked, pl, plan->kernels, sizeof plan->kernels);
+    if (!rec_decide_cached(&p, opt->chunk, opt->force, &chunked, &pl, why, why_n)) return false;
+    rec_plan_fill(p, chunked, pl, plan);
     return true;
 }
 
@@ -370,8 +385,9 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     const pr_tensor *out0 = n->out[0];
     rec_prob p = rec_prob_of(ctx, n, st, out0->dtype == PR_F32 ? (const float *)out0->data : nullptr);
     rec_chunk_plan pl;
-    const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
-    rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl), &p);
+    const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
+    const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
+    rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl, force), &p);
     double *off = nullptr;
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
     const int64_t one[1] = {1};
@@ -453,8 +469,9 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     const bool bf16_o = n->out[0]->dtype == PR_BF16;
     rec_prob p = rec_prob_of(ctx, n, st, bf16_o ? nullptr : (const float *)n->out[0]->data);
     rec_chunk_plan pl;
-    const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], &pl);
-    const bool x16 = rec_x16_allowed(p, chunked, pl);
+    const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
+    const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
+    const bool x16 = rec_x16_allowed(p, chunked, pl, force);
     rec_extras_of(n, st, x16, &p);
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);

@@ -1,4 +1,4 @@
-/* ops/recurrence/gla_chunked.cu: the chunked form of the per-key-decay rule
+/* ops/recurrence/cuda/gla_chunked.cu: the chunked form of the per-key-decay rule
  * (gla: h = diag(exp(g_t)) h + k_t v_t^T, o_t = scale h^T q_t, g [rows,H,K])
  * on CUDA, forward and backward; the CPU blueprint is chunked_gla.c.
  *
@@ -44,7 +44,7 @@
  */
 #include <stdint.h>
 
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include "ops/recurrence/cuda/recurrence_cuda.cuh"
 
 #define GLA_SUB 16   /* tokens a sub-chunk */
 #define GLA_BV 32    /* columns of a V tile */

@@ -1,4 +1,4 @@
-/* ops/recurrence/gla_token.cu: the per-key-decay rule (gla) in the per-token
+/* ops/recurrence/cuda/gla_token.cu: the per-key-decay rule (gla) in the per-token
  * form on CUDA: h = diag(exp(g_t)) h + k_t v_t^T, o_t = scale h^T q_t, with
  * g [rows, H, K]. A correct, serial-in-time path so that the rule runs on the
  * GPU; the chunked tensor-core form is not written yet.
@@ -31,7 +31,7 @@
  * (+ column j of ht o dht at the last token). rev writes those terms (its own
  * dv, before it is added to the grad) into scratch.
  */
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include "ops/recurrence/cuda/recurrence_cuda.cuh"
 
 #define GLA_CPW 4                        /* columns per warp */
 #define GLA_VS (GLA_CPW * PR_REC_WARPS)  /* columns per block */

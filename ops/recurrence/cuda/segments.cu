@@ -1,4 +1,4 @@
-/* ops/recurrence/chunked_seg.cu: the serial passes over segments of a
+/* ops/recurrence/cuda/segments.cu: the serial passes over segments of a
  * sequence (recurrence_cuda.cuh, rec_segs): the segments as sequences of
  * their own, and the chain that joins them.
  *
@@ -17,7 +17,7 @@
  * from the start of chunk c's segment j to chunk c (the identity pass's
  * per-chunk states; the scalar e^{sum of g} without beta, and no R).
  */
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include "ops/recurrence/cuda/recurrence_cuda.cuh"
 
 rec_prob pr_rec_seg_prob(const rec_prob &p, const rec_segs &sg)
 {

@@ -1,5 +1,5 @@
-/* ops/recurrence/chunked_extras.cu: prism_core's extra writes apart from the
- * core passes (NOTES.md v38; the plan's "extras apart", pl.xa).
+/* ops/recurrence/cuda/extras.cu: prism_core's extra writes apart from the
+ * core passes (the plan's "extras apart", pl.xa).
  *
  * The extras only add to a chunk's writes, so the chunked equations of
  * docs/PRISM.md split into the Gated DeltaNet chunk with changed values and
@@ -25,7 +25,7 @@
  *   dK  += dR_1 KX, dQ += dR_2 KX, dv += dV'
  *   dG   from S's decays and E's, its reverse cumulative sum into dg.
  */
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include "ops/recurrence/cuda/recurrence_cuda.cuh"
 
 #define XA_T 32 /* the tiles' width along K, and along V in the backward */
 #define XA_BV 64 /* the forward's V tile */
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     }
 }
 
-/* ---- wgmma forms (sm_90a, NOTES.md v39) ----------------------------------------------
+/* ---- wgmma forms (sm_90a) ------------------------------------------------------------
  * At C = 64 with CL <= 128 and K, V <= 128 every product above is one shape:
  * 128 x 128 sums over k = 128 (2C = 128 rows of [K; Q], CL padded to 128 with
  * zero rows, K and V padded with zero columns). Each operand is a tile of 4
@@ -436,7 +436,7 @@ __device__ __forceinline__ void xw_bf16(float *T, int o, const unsigned short *s
 /* a chunk's extras (kx or vx: [rows, H, L, D], row a = l 64 + i, zero rows
  * from CL on), natural or transposed. X16: bf16 ones (p.kx16, p.vx16), loaded
  * in the own step; a template so that the f32 kernels keep their code size
- * (NOTES.md v39: these kernels are near the instruction cache's size) */
+ * (these kernels are near the instruction cache's size) */
 enum { XW_KX, XW_VX };
 template <bool X16>
 __device__ __forceinline__ void xw_extras(bool own, bool tr, float *T, const rec_prob &p, int which, long long rk,

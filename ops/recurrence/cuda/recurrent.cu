@@ -1,4 +1,4 @@
-/* ops/recurrence/recurrent.cu: the per-token (recurrent) form on CUDA, the
+/* ops/recurrence/cuda/recurrent.cu: the per-token (recurrent) form on CUDA, the
  * serial baseline of the chunked kernels and a second check of them.
  *
  * Given k, g, beta, the V columns of the state evolve independently:
@@ -25,7 +25,7 @@
  * shared memory in a fixed order, then per-32-column partials are added by a
  * last kernel in slice order: deterministic, no atomics.
  */
-#include "ops/recurrence/recurrence_cuda.cuh"
+#include "ops/recurrence/cuda/recurrence_cuda.cuh"
 
 #define TOK_CPW 4                        /* columns per warp */
 #define TOK_VS (TOK_CPW * PR_REC_WARPS)  /* columns per block */
