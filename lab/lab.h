@@ -1,13 +1,13 @@
 /* lab/lab.h: the experiment machinery behind the `prism` command's
  * experiment subcommands (ablate, compare, plot, bench, golden-check,
- * inspect's gradient norms and write ranks), as a library of its own
- * (libprism_lab.a) that a test can link without the command: experiment
- * grids, their runs (cells, resume, workers) and results tables, SVG plots
- * and bar charts, runs read back from metrics.jsonl, report pages, the
- * benchmarks' timing loop, the kernel table of bench ops and one block's
- * time of bench block, the golden checks of the fused ops, what inspect
- * measures of a model's steps, and compare's results table and report page.
- * tools/ parses the options and calls in here; lab/ never includes tools/. */
+ * inspect), as a library of its own (libprism_lab.a) that a test can link
+ * without the command: experiment grids, their runs (cells, resume,
+ * workers) and results tables, SVG plots and bar charts, runs read back
+ * from metrics.jsonl, report pages, the benchmarks (their timing loop, the
+ * tables of bench ops, block, fused and recurrence), golden-check, what
+ * inspect runs and measures of a model's steps, and compare's runs, table
+ * and report page. tools/ parses the options and calls in here; lab/ never
+ * includes tools/. */
 #ifndef PR_LAB_H
 #define PR_LAB_H
 
@@ -557,6 +557,50 @@ void pr_bench_fused_ms(pr_ctx *ctx, pr_bench_fwd_fn fwd, void *arg, pr_tensor *c
  * CUDA backward, printed */
 void pr_bench_ttt2(pr_ctx *ctx, pr_arena *ar, int64_t B, int64_t T, int64_t H, int warm, int reps, bool mlp,
                    bool titans);
+#endif
+
+/* ---- the recurrence kernels' speed (lab/bench_recurrence.c) ----
+ * `prism bench recurrence`: on the GPU every rule's per-token and chunked
+ * forms, forward and forward+backward, f32 and bf16 data, at the issue's
+ * sizes (B=8 T=2048 and B=2 T=8192, H=16 K=V=128, prism_core at L=2) or one
+ * --shape, with TFLOP/s against a bare TF32 GEMM, GB/s, the ratio to fla's
+ * bf16 time, the chunked form's error against the per-token one, each
+ * form's plan and step memory; TTT-Linear, TTT-MLP and Titans after them.
+ * On the CPU the reference forms at B=1 T=2048 H=4 K=V=64, seconds, best of
+ * the repetitions. The options are the command line's, with the device's
+ * defaults filled in (tools/bench_recurrence.c). */
+typedef struct {
+    bool cuda;
+    pr_dtype dt;
+    int reps, warm;
+    int sizes;          /* GPU: bit 0 size 1, bit 1 size 2, bit 2 the --shape size */
+    int nshape;
+    int64_t shape[5];   /* --shape B,T,H,K,V */
+    unsigned rules;     /* bit r: rule r; bits PR_NRULES..+2: ttt_linear, ttt_mlp, titans */
+    bool no_token, fp32;
+    int gpu_dtypes;     /* GPU: bit 0 f32, bit 1 bf16 */
+    int nch;
+    int64_t chunks[4];
+    int nfla_gla;
+    double fla_gla[2];  /* --fla-gla: fla's chunk_gla f+b ms at sizes 1 and 2 */
+    pr_rec_force force; /* --force */
+    pr_ttt_bwd ttt_bwd; /* --ttt-bwd */
+    int64_t cpu_T;      /* the CPU's T (0: 2048); no option sets it, a test does */
+} pr_bench_rec_opts;
+
+/* one rule on the CPU: best seconds of the per-token forward and backward,
+ * then the chunked form's (INFINITY: not run); the step arena's bytes after
+ * a no-grad and a recorded forward of each form, in the same order */
+typedef struct {
+    bool ran;
+    double seconds[4];
+    size_t step_bytes[4];
+} pr_bench_rec_cpu_row;
+/* the CPU table printed (and into rows[rule] where rows is not NULL, PR_NRULES of them); 0 */
+int pr_bench_recurrence_cpu(const pr_bench_rec_opts *o, pr_bench_rec_cpu_row *rows);
+#ifdef PRISM_HAVE_CUDA
+/* the GPU table printed; 0 */
+int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o);
 #endif
 
 /* ---- golden checks (lab/golden_ops2.c) ----

@@ -3,7 +3,8 @@
  * sizes: every row of the kernel table timed, against the ceiling it names,
  * and no target judged off the GPU; one block's forward and
  * forward+backward timed; a block too large to fit reported as skipped,
- * never run; attention and the selective scan timed, with their rates. */
+ * never run; attention and the selective scan timed, with their rates;
+ * bench recurrence's CPU table at a short T, for the rules asked only. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -94,6 +95,26 @@ static void test_fused(void **state)
     fclose(out);
 }
 
+static void test_recurrence_cpu(void **state)
+{
+    (void)state;
+    pr_bench_rec_opts o = {.dt = PR_F64, .reps = 1, .rules = 1u << PR_RULE_GDN | 1u << PR_RULE_GLA, .nch = 1,
+                           .chunks = {16}, .cpu_T = 48};
+    pr_bench_rec_cpu_row rows[PR_NRULES] = {0};
+    assert_int_equal(pr_bench_recurrence_cpu(&o, rows), 0);
+    for (int r = 0; r < PR_NRULES; r++) {
+        assert_int_equal(rows[r].ran, r == PR_RULE_GDN || r == PR_RULE_GLA);
+        if (!rows[r].ran) continue;
+        for (int k = 0; k < 4; k++) assert_true(isfinite(rows[r].seconds[k]) && rows[r].seconds[k] >= 0);
+        /* a recorded forward keeps what its backward reads; one under no-grad keeps less */
+        assert_true(rows[r].step_bytes[1] > rows[r].step_bytes[0]);
+        assert_true(rows[r].step_bytes[3] > rows[r].step_bytes[2]);
+    }
+    o.no_token = true;   /* the per-token form left out: its columns stay unmeasured */
+    assert_int_equal(pr_bench_recurrence_cpu(&o, rows), 0);
+    assert_true(isinf(rows[PR_RULE_GDN].seconds[0]) && isfinite(rows[PR_RULE_GDN].seconds[2]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -101,6 +122,7 @@ int main(void)
         cmocka_unit_test(test_block),
         cmocka_unit_test(test_block_too_large),
         cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_recurrence_cpu),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
