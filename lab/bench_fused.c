@@ -2,9 +2,9 @@
  * fused mixer ops at model sizes, forward and backward.
  *
  * attention (causal, H = Hkv = 16, D = Dv = 128) at B=8 T=2048 and B=1
- * T=16384, fp32 and TF32 math: time, achieved TFLOP/s (forward 2 B H T^2 D
- * for the causal half of the two products, backward 2.5 times that) and the
- * device memory peak. The T=16384 case runs first on a fresh allocator, so
+ * T=16384, fp32 and TF32 math and bf16 data (the flash kernels): time,
+ * achieved TFLOP/s (forward 2 B H T^2 D for the causal half of the two
+ * products, backward 2.5 times that) and the device memory peak. The T=16384 case runs first on a fresh allocator, so
  * the peak printed after it is its own; a T x T score buffer would be 16 GiB
  * per head-batch (printed beside it). selective_scan at B=8 T=2048 D=1536
  * N=16 with z, delta_bias and h0: time and the bytes it must move per
@@ -41,6 +41,15 @@ static pr_tensor *leaf(pr_arena *ar, pr_device dev, int ndim, const int64_t *sha
     return t;
 }
 
+/* a bf16 leaf with the values of t rounded, and its bf16 grad buffer */
+static pr_tensor *bf16_leaf(pr_arena *ar, const pr_tensor *t)
+{
+    pr_tensor *b = pr_to(ar, t, PR_BF16, t->device);
+    b->requires_grad = true;
+    b->grad = pr_zeros(ar, PR_BF16, t->device, t->ndim, t->shape);
+    return b;
+}
+
 static void print_peak(FILE *out, pr_device dev)
 {
     if (dev != PR_CUDA) return;
@@ -50,28 +59,32 @@ static void print_peak(FILE *out, pr_device dev)
 }
 
 int pr_bench_attention(FILE *out, pr_device dev, int64_t B, int64_t T, int64_t H, int64_t D, int reps,
-                       pr_bench_fused_time t[2])
+                       pr_bench_fused_time t[PR_BENCH_ATT_ROWS])
 {
+    static const char *const row_names[PR_BENCH_ATT_ROWS] = {"fp32", "tf32", "bf16"};
     pr_ctx *ctx = pr_ctx_new(1);
     pr_arena *ar = pr_arena_new("bench-attn", 0);
     pr_rng r = pr_rng_init(7, 0);
-    pr_tensor *q = leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1), *k = leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1);
-    pr_tensor *v = leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1);
+    pr_tensor *in[3] = {leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1), leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1),
+                        leaf(ar, dev, PR_DIMS(B, T, H, D), &r, -1, 1)};
     const double fwd_flop = 2.0 * B * H * T * T * D;
     fprintf(out, "attention B=%lld T=%lld H=%lld D=%lld (a T x T fp32 score buffer would be %.1f GiB)\n",
             (long long)B, (long long)T, (long long)H, (long long)D, (double)B * H * T * T * 4 / 1073741824.0);
-    int rows = 0;
-    for (int tf32 = 0; tf32 <= (dev == PR_CUDA); tf32++, rows++) {
-        ctx->matmul_tf32 = tf32;
-        pr_tensor *o = pr_attention(ctx, q, k, v, 0, NULL);
-        o->grad = pr_randu(ctx->step, PR_F32, dev, o->ndim, o->shape, &r, -1, 1);
+    const int rows = dev == PR_CUDA ? PR_BENCH_ATT_ROWS : 1; /* the CPU computes every dtype in double */
+    for (int row = 0; row < rows; row++) {
+        const bool bf16 = row == 2;
+        ctx->matmul_tf32 = row == 1;
+        pr_tensor *x[3];
+        for (int i = 0; i < 3; i++) x[i] = bf16 ? bf16_leaf(ctx->step, in[i]) : in[i];
+        pr_tensor *o = pr_attention(ctx, x[0], x[1], x[2], 0, NULL);
+        o->grad = pr_to(ctx->step, pr_randu(ctx->step, PR_F32, dev, o->ndim, o->shape, &r, -1, 1), o->dtype, dev);
         pr_bench_node a = last_node(ctx);
         double f = time_node(&a, reps);
         a.backward = true;
         double b = time_node(&a, reps);
-        t[tf32] = (pr_bench_fused_time){f, b, fwd_flop / (f * 1e-3) / 1e12, 2.5 * fwd_flop / (b * 1e-3) / 1e12};
+        t[row] = (pr_bench_fused_time){f, b, fwd_flop / (f * 1e-3) / 1e12, 2.5 * fwd_flop / (b * 1e-3) / 1e12};
         fprintf(out, "  %s fwd %9.3f ms %7.1f TFLOP/s   bwd %9.3f ms %7.1f TFLOP/s   fwd+bwd %9.3f ms\n",
-                tf32 ? "tf32" : "fp32", f, t[tf32].fwd_rate, b, t[tf32].bwd_rate, f + b);
+                row_names[row], f, t[row].fwd_rate, b, t[row].bwd_rate, f + b);
         print_peak(out, dev);
         pr_step_reset(ctx);
     }

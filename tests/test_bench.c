@@ -83,7 +83,7 @@ static void test_fused(void **state)
     (void)state;
     FILE *out = fopen("/dev/null", "w");
     assert_non_null(out);
-    pr_bench_fused_time t[2];
+    pr_bench_fused_time t[PR_BENCH_ATT_ROWS];
     assert_int_equal(pr_bench_attention(out, PR_CPU, 1, 16, 2, 8, 1, t), 1);   /* fp32 only off the GPU */
     /* the rate is the forward's 2 B H T^2 D operations per second, the backward's 2.5 times as many */
     assert_true(t[0].fwd_ms > 0 && t[0].bwd_ms > 0);
