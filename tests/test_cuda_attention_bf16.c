@@ -17,7 +17,9 @@
  *
  * Cases: T not a multiple of the 64-row tiles and odd (77, 130), T = 1, T a
  * multiple (128); Hkv = H, GQA 2:1 and 4:1; D = Dv = 64 and 128; packed
- * sequences of 1, 17, 64 and 130 tokens (cu_seqlens). Every case runs twice
+ * sequences of 1, 17, 64 and 130 tokens (cu_seqlens); two calls on the same
+ * leaves (scales D^-1/2 and 0.3) summed, so the second backward adds into
+ * bf16 grads that already hold the first's. Every case runs twice
  * on CUDA and must give the same bits (no atomics), and must run natively
  * (the tape node not staged). A head dim without kernels (D = 32) runs the
  * f32 kernels on staged copies and still matches. Attention is causal only
@@ -38,6 +40,15 @@ static void att_fn(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *cu, pr_tensor *
     last_staged = ctx->tape[ctx->n_tape - 1].staged != NULL;
 }
 
+/* two attention nodes on the same leaves: each backward adds into the grads */
+static void att_twice_fn(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *cu, pr_tensor **outs)
+{
+    pr_tensor *a = pr_attention(ctx, in[0], in[1], in[2], 0, cu);
+    pr_tensor *b = pr_attention(ctx, in[0], in[1], in[2], 0.3, cu);
+    last_staged = ctx->tape[ctx->n_tape - 1].staged != NULL;
+    outs[0] = pr_add(ctx, a, b);
+}
+
 /* the forward against TOL_FWD, the grads against TOL_BWD */
 static void compare_bf16(const char *what, const host_run *got, const host_run *ref)
 {
@@ -52,7 +63,7 @@ static void compare_bf16(const char *what, const host_run *got, const host_run *
     fprintf(stderr, "  %s:%s\n", what, line);
 }
 
-static void bf16_case(int B, int T, int H, int Hkv, int D, const int64_t *cu, int n_cu, bool native)
+static void bf16_case_fn(op_fn fn, int B, int T, int H, int Hkv, int D, const int64_t *cu, int n_cu, bool native)
 {
     PR_SKIP_WITHOUT_CUDA();
     pr_ctx *ctx = pr_ctx_new(0);
@@ -62,15 +73,21 @@ static void bf16_case(int B, int T, int H, int Hkv, int D, const int64_t *cu, in
                         pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, Hkv, D), &r)};
     pr_tensor *g[1] = {pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, H, D), &r)};
     char what[96];
-    snprintf(what, sizeof what, "bf16 B=%d T=%d H=%d Hkv=%d D=%d%s", B, T, H, Hkv, D, cu ? " packed" : "");
-    host_run ref = run_on(ctx, att_fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CPU, 0);
-    host_run got = run_on(ctx, att_fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
+    snprintf(what, sizeof what, "bf16 B=%d T=%d H=%d Hkv=%d D=%d%s%s", B, T, H, Hkv, D, cu ? " packed" : "",
+             fn == att_twice_fn ? " twice" : "");
+    host_run ref = run_on(ctx, fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CPU, 0);
+    host_run got = run_on(ctx, fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
     if (last_staged == native) fail_msg("%s: expected the %s path", what, native ? "native" : "staged");
-    host_run again = run_on(ctx, att_fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
+    host_run again = run_on(ctx, fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
     compare_bf16(what, &got, &ref);
     assert_bitwise(what, &got, &again);
     host_run_free(&ref), host_run_free(&got), host_run_free(&again);
     pr_ctx_free(ctx);
+}
+
+static void bf16_case(int B, int T, int H, int Hkv, int D, const int64_t *cu, int n_cu, bool native)
+{
+    bf16_case_fn(att_fn, B, T, H, Hkv, D, cu, n_cu, native);
 }
 
 static void test_odd_t_gqa2_d64(void **s) { (void)s, bf16_case(2, 77, 4, 2, 64, NULL, 0, true); }
@@ -83,6 +100,8 @@ static const int64_t packed_cu[5] = {0, 1, 18, 82, 212}; /* lengths 1, 17, 64, 1
 static void test_packed_gqa4_d64(void **s) { (void)s, bf16_case(1, 212, 4, 1, 64, packed_cu, 5, true); }
 static void test_packed_gqa2_d128(void **s) { (void)s, bf16_case(1, 212, 4, 2, 128, packed_cu, 5, true); }
 
+static void test_grads_accumulate(void **s) { (void)s, bf16_case_fn(att_twice_fn, 2, 100, 4, 2, 64, NULL, 0, true); }
+
 /* no kernels for D = 32: the f32 kernels on staged copies */
 static void test_staged_d32(void **s) { (void)s, bf16_case(2, 70, 4, 2, 32, NULL, 0, false); }
 
@@ -93,7 +112,8 @@ int main(void)
         cmocka_unit_test(test_odd_t_gqa2_d64),  cmocka_unit_test(test_one_token_d128),
         cmocka_unit_test(test_t130_gqa4_d128),  cmocka_unit_test(test_whole_tiles_d64),
         cmocka_unit_test(test_odd_t_mha_d128),  cmocka_unit_test(test_packed_gqa4_d64),
-        cmocka_unit_test(test_packed_gqa2_d128), cmocka_unit_test(test_staged_d32),
+        cmocka_unit_test(test_packed_gqa2_d128), cmocka_unit_test(test_grads_accumulate),
+        cmocka_unit_test(test_staged_d32),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
