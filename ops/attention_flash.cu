@@ -44,17 +44,25 @@ struct fa_prob {
     const float *lse, *Di;
     fa_bf16 *out, *dq, *dk, *dv;
     float *lse_out;
-    const int *tiles; /* [ntiles][3]: bos, len, t0 (rows over B*T) */
-    int H, Hkv, group;
+    const int *tiles; /* [ntiles][3]: bos, len, t0 (rows over B*T); NULL: B sequences of T */
+    int T, H, Hkv, group;
     float scale, scale_log2; /* scale, and scale * log2(e) for the base-2 softmax */
 };
 
 struct fa_tile {
     int bos, len, t0;
 };
-__device__ __forceinline__ fa_tile fa_tile_of(const fa_prob &p, int i)
+/* the tile of block i of gridDim.x: the tiles late in their sequences first
+ * when late_first (forward, dq: they see the most keys), else the early
+ * ones (dk/dv: they see the most queries), so the lightest blocks run last */
+__device__ __forceinline__ fa_tile fa_tile_of(const fa_prob &p, int i, bool late_first)
 {
-    return {p.tiles[3 * i], p.tiles[3 * i + 1], p.tiles[3 * i + 2]};
+    if (p.tiles) {
+        const int k = late_first ? gridDim.x - 1 - i : i;
+        return {p.tiles[3 * k], p.tiles[3 * k + 1], p.tiles[3 * k + 2]};
+    }
+    const int per_seq = (p.T + FA_ROWS - 1) / FA_ROWS, B = gridDim.x / per_seq, j = i / B;
+    return {i % B * p.T, p.T, (late_first ? per_seq - 1 - j : j) * FA_ROWS};
 }
 
 /* ---- the pieces: copies, fragments, products ------------------------------------ */
@@ -198,8 +206,7 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_
     constexpr int LD = D + 8, TILE = FA_ROWS * LD, NT = FA_ROWS / 8, DT = D / 8;
     extern __shared__ __align__(16) fa_bf16 fsm[];
     fa_bf16 *Qs = fsm, *Ks = fsm + TILE, *Vs = fsm + 3 * TILE; /* K and V: two stages each */
-    /* the late query tiles see the most keys: launched first, they leave a lighter tail */
-    const fa_tile tl = fa_tile_of(p, gridDim.x - 1 - blockIdx.x);
+    const fa_tile tl = fa_tile_of(p, blockIdx.x, true);
     const int h = blockIdx.y, hk = h / p.group, nq = min(FA_ROWS, tl.len - tl.t0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long qrow = (long long)tl.bos + tl.t0, krs = (long long)p.Hkv * D;
@@ -295,7 +302,7 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_p
     constexpr int LD = D + 8, TILE = FA_ROWS * LD, NT = FA_ROWS / 8, DT = D / 8;
     extern __shared__ __align__(16) fa_bf16 fsm[];
     fa_bf16 *Qs = fsm, *dOs = fsm + TILE, *Ks = fsm + 2 * TILE, *Vs = fsm + 4 * TILE;
-    const fa_tile tl = fa_tile_of(p, gridDim.x - 1 - blockIdx.x);
+    const fa_tile tl = fa_tile_of(p, blockIdx.x, true);
     const int h = blockIdx.y, hk = h / p.group, nq = min(FA_ROWS, tl.len - tl.t0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long qrow = (long long)tl.bos + tl.t0, krs = (long long)p.Hkv * D;
@@ -369,7 +376,7 @@ template <int D, int QS> __global__ void __launch_bounds__(FA_THREADS) fa_dkv_ke
     extern __shared__ __align__(16) fa_bf16 fsm[];
     fa_bf16 *Ks = fsm, *Vs = fsm + TILE, *Qs = fsm + 2 * TILE, *dOs = Qs + 2 * QT; /* Q, dO: two stages */
     float *lse2s = (float *)(dOs + 2 * QT), *dis = lse2s + 2 * QS;                 /* two stages each */
-    const fa_tile tl = fa_tile_of(p, blockIdx.x); /* early key tiles (the most queries) first */
+    const fa_tile tl = fa_tile_of(p, blockIdx.x, false);
     const int hk = blockIdx.y, nk = min(FA_ROWS, tl.len - tl.t0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long krow = (long long)tl.bos + tl.t0, qrs = (long long)p.H * D;
@@ -467,16 +474,25 @@ static fa_prob fa_prob_of(const pr_node *n)
     fa_prob p = {};
     p.q = (const fa_bf16 *)n->in[0]->data, p.k = (const fa_bf16 *)n->in[1]->data;
     p.v = (const fa_bf16 *)n->in[2]->data;
-    p.H = (int)n->in[0]->shape[2], p.Hkv = (int)n->in[1]->shape[2], p.group = p.H / p.Hkv;
+    p.T = (int)n->in[0]->shape[1], p.H = (int)n->in[0]->shape[2], p.Hkv = (int)n->in[1]->shape[2], p.group = p.H / p.Hkv;
     p.scale = (float)n->farg[0], p.scale_log2 = (float)(n->farg[0] * 1.4426950408889634);
     return p;
 }
 
-/* the tile table of a node (64 rows of one sequence per tile) on the device,
- * in scratch taken from the caching allocator (*bytes: its size) */
+/* the tiles of a node (64 rows of one sequence each): their count, and with
+ * cu_seqlens their table on the device in scratch from the caching allocator
+ * (*bytes its size); without, *dev = NULL and the kernels count the tiles of
+ * B sequences of T (no upload, which would wait for the device) */
 static int fa_tiles(const pr_node *n, int **dev, size_t *bytes)
 {
     const pr_tensor *q = n->in[0];
+    *dev = nullptr, *bytes = 0;
+    if (!n->in[3]) {
+        const int64_t nt = q->shape[0] * ((q->shape[1] + FA_ROWS - 1) / FA_ROWS);
+        PR_CHECK(nt < (1LL << 31) && q->shape[0] * q->shape[1] < (1LL << 31), "attention: too many rows (B*T = %lld)",
+                 (long long)(q->shape[0] * q->shape[1]));
+        return (int)nt;
+    }
     int64_t *seq, S = pr_seqlens_read("attention", n->in[3], q->shape[0], q->shape[1], &seq);
     int64_t nt = 0;
     for (int64_t s = 0; s < S; s++) nt += (seq[s + 1] - seq[s] + FA_ROWS - 1) / FA_ROWS;
@@ -514,7 +530,7 @@ extern "C" void pr_attention_flash_forward(pr_ctx *ctx, pr_node *n)
     const dim3 grid(nt, p.H);
     if (D == 64) fa_launch(fa_fwd_kernel<64>, grid, fa_fwd_smem(64), pr_cuda_stream(ctx), p);
     else fa_launch(fa_fwd_kernel<128>, grid, fa_fwd_smem(128), pr_cuda_stream(ctx), p);
-    pr_cuda_free(tiles, tb); /* stream order makes the reuse safe */
+    if (tiles) pr_cuda_free(tiles, tb); /* stream order makes the reuse safe */
 }
 
 extern "C" void pr_attention_flash_backward(pr_ctx *ctx, pr_node *n)
@@ -557,7 +573,7 @@ extern "C" void pr_attention_flash_backward(pr_ctx *ctx, pr_node *n)
         if (D == 64) fa_launch(fa_dkv_kernel<64, FA_DKV_QS(64)>, dim3(nt, p.Hkv), fa_dkv_smem(64), st, p);
         else fa_launch(fa_dkv_kernel<128, FA_DKV_QS(128)>, dim3(nt, p.Hkv), fa_dkv_smem(128), st, p);
     }
-    pr_cuda_free(tiles, tb);
+    if (tiles) pr_cuda_free(tiles, tb);
     pr_cuda_free(Di, sizeof(float) * (size_t)rows);
     if (gcopy) pr_cuda_free(gcopy, gbytes);
 }
