@@ -26,6 +26,7 @@ static void check_ids(const pr_tensor *ids, int64_t V)
         }
         return;
     }
+    if (pr_device_capturing()) return;   /* a CUDA graph's capture: the ids are the eager steps' to check */
     double *h = malloc((size_t)ids->numel * sizeof(double));
     PR_CHECK(h, "embedding: out of host memory checking %lld ids", (long long)ids->numel);
     pr_to_host_f64(ids, h);

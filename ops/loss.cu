@@ -8,7 +8,8 @@
  * the row's loss lse - x_r[t_r]; the mean over kept rows is a fixed-order sum
  * (pr_cuda_sum). The forward then reads the number of kept rows and of
  * out-of-range targets back to the host (one sync per call): a bad target is
- * fatal as on the CPU, and the count goes into iarg[1] for the backward.
+ * fatal as on the CPU, and the count goes into iarg[1] for the backward
+ * (captured into a CUDA graph: iarg[1] = -1 and saved[1] the device sums).
  * Node: in = {logits, targets}, iarg[0] = ignore_index, iarg[1] = count
  * (set here), saved[0] = lse per row (set here when recorded; the CPU saves nothing).
  *   dx_rc += g/count (softmax(x_r)_c - [c == t_r]) for kept rows.
@@ -69,13 +70,18 @@ __global__ void PR_ROW_BOUNDS(G)
 template <int G, int S, class T>
 __global__ void PR_ROW_BOUNDS(G)
     ce_backward_kernel(const T *x, const void *tgt, bool is64, long long ignore, const float *lse, const void *g,
-                       bool g_bf16, double inv_count, T *dx, long long R, long long C, bool vec)
+                       bool g_bf16, double inv_count, const double *count_dev, T *dx, long long R, long long C,
+                       bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
     long long t = target_at(tgt, is64, r);
     if (!ok || t == ignore) return;
+    if (count_dev) {   /* a captured step: the count the forward left on the device (the same division) */
+        if (count_dev[1] == 0) return;
+        inv_count = 1.0 / count_dev[1];
+    }
     float gs = (float)(scalar_ld(g, g_bf16) * inv_count), l = lse[r];
     const T *xr = x + r * C;
     T *dxr = dx + r * C;
@@ -145,7 +151,20 @@ template <class T> static void cross_entropy_forward(pr_ctx *ctx, pr_node *n)
         lse = (float *)pr_cuda_malloc(sizeof(float) * (size_t)R);
     }
     float *loss = (float *)pr_cuda_malloc(sizeof(float) * (size_t)R);
-    double *tot = (double *)pr_cuda_malloc(3 * sizeof(double)); /* loss sum, kept rows, bad targets */
+    /* loss sum, kept rows, bad targets. Captured into a CUDA graph, nothing
+     * has run yet: the count stays on the device for the backward (iarg[1] =
+     * -1) and the target check is the eager steps' before the capture. */
+    const bool captured = pr_cuda_capturing();
+    double *tot;
+    if (captured && n->recording) {
+        const int64_t three[1] = {3};
+        pr_tensor *kept = pr_op_output(ctx, PR_F64, PR_CUDA, 1, three);
+        tot = (double *)kept->data;
+        n->saved[1] = kept;
+        n->n_saved = 2;
+    } else {
+        tot = (double *)pr_cuda_malloc(3 * sizeof(double));
+    }
     bool vec = C % 4 == 0 && pr_aligned16(x->data);
     pr_cuda_row_dispatch(C, [&](auto g) {
         constexpr int G = decltype(g)::G, S = decltype(g)::S;
@@ -158,12 +177,17 @@ template <class T> static void cross_entropy_forward(pr_ctx *ctx, pr_node *n)
     pr_cuda_sum(s, count_targets{t->data, is64, true, ignore, C}, R, tot + 2);
     ce_finish_kernel<<<1, 1, 0, s>>>(tot, n->out[0]->data, loss_is_bf16(n->out[0]));
     PR_CUDA_LAUNCH_CHECK();
+    pr_cuda_free(loss, sizeof(float) * (size_t)R);
+    if (!n->recording) pr_cuda_free(lse, sizeof(float) * (size_t)R);
+    if (captured) {
+        if (!n->recording) pr_cuda_free(tot, 3 * sizeof(double));
+        n->iarg[1] = -1;
+        return;
+    }
     double h[3];
     PR_CUDA_CHECK(cudaMemcpyAsync(h, tot, sizeof h, cudaMemcpyDeviceToHost, s));
     PR_CUDA_CHECK(cudaStreamSynchronize(s));
-    pr_cuda_free(loss, sizeof(float) * (size_t)R);
     pr_cuda_free(tot, 3 * sizeof(double));
-    if (!n->recording) pr_cuda_free(lse, sizeof(float) * (size_t)R);
     if (h[2] > 0) ce_report_bad_target(t, ignore, C);
     n->iarg[1] = (int64_t)h[1];
 }
@@ -174,13 +198,15 @@ template <class T> static void cross_entropy_backward(pr_ctx *ctx, pr_node *n)
     pr_tensor *gx = pr_in_grad(n, 0);
     long long C = x->shape[x->ndim - 1], R = x->numel / C, count = n->iarg[1];
     if (!gx || count == 0) return;
+    const double *count_dev = count < 0 ? (const double *)n->saved[1]->data : NULL;   /* captured */
     bool vec = C % 4 == 0 && pr_aligned16(x->data) && pr_aligned16(gx->data);
     cudaStream_t s = pr_cuda_stream(ctx);
     pr_cuda_row_dispatch(C, [&](auto g) {
         constexpr int G = decltype(g)::G, S = decltype(g)::S;
         ce_backward_kernel<G, S><<<pr_row_blocks<G>(R), pr_row_threads<G>(), 0, s>>>(
             (const T *)x->data, t->data, t->dtype == PR_I64, n->iarg[0], (const float *)n->saved[0]->data,
-            n->out[0]->grad->data, loss_is_bf16(n->out[0]->grad), 1.0 / (double)count, (T *)gx->data, R, C, vec);
+            n->out[0]->grad->data, loss_is_bf16(n->out[0]->grad), count_dev ? 0.0 : 1.0 / (double)count, count_dev,
+            (T *)gx->data, R, C, vec);
     });
     PR_CUDA_LAUNCH_CHECK();
 }

@@ -194,6 +194,45 @@ void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale)
     step_per_param(ctx, o, a);
 }
 
+#ifdef PRISM_HAVE_CUDA
+void pr_optim_graph_prepare(pr_optim *o, double lr, double max_norm)
+{
+    PR_CHECK(on_cuda(o) && !o->per_param_cuda, "optim: a captured step needs the multi-tensor CUDA update");
+    o->t++;   /* the scalars of the update this step makes */
+    pr_optim_update_args a = update_args(o, lr, 1.0);
+    o->t--;   /* counted by pr_optim_graph_result once the replay says it ran */
+    pr_optim_step_scalars s = {.lr = a.lr, .c1 = a.c1, .c2 = a.c2, .grad_scale = 1.0, .max_norm = max_norm,
+                               .clip_on_device = 1};
+    pr_optim_multi_set_scalars(multi_tables(o), &s);
+}
+
+void pr_optim_graph_record(pr_ctx *ctx, pr_optim *o, const pr_tensor *loss)
+{
+    PR_CHECK(loss->device == PR_CUDA && (loss->dtype == PR_F32 || loss->dtype == PR_BF16) && loss->numel == 1,
+             "optim: a captured step's loss must be one f32 or bf16 value on CUDA");
+    pr_autocast_forget(ctx);
+    pr_optim_multi *mt = multi_tables(o);
+    pr_optim_multi_keep_loss(ctx, mt, loss->data, loss->dtype == PR_BF16);
+    pr_optim_multi_grad_norm(ctx, mt);
+    pr_optim_update_args a = update_args(o, 0, 1.0);   /* the constants; the per-step values are on the device */
+    pr_optim_multi_update(ctx, mt, &a);
+}
+
+void pr_optim_graph_result(pr_optim *o, double *loss, double *norm)
+{
+    pr_optim_multi_read(o->multi, loss, norm);
+    if (isfinite(*loss) && isfinite(*norm)) o->t++;
+}
+#else
+void pr_optim_graph_prepare(pr_optim *o, double lr, double max_norm)
+{
+    (void)o, (void)lr, (void)max_norm;
+    pr_fatal("optim: a captured step needs CUDA (this prism was built without it)");
+}
+void pr_optim_graph_record(pr_ctx *ctx, pr_optim *o, const pr_tensor *loss) { (void)ctx, (void)o, (void)loss; }
+void pr_optim_graph_result(pr_optim *o, double *loss, double *norm) { (void)o, *loss = *norm = NAN; }
+#endif
+
 double pr_optim_grad_norm(pr_ctx *ctx, pr_optim *o)
 {
 #ifdef PRISM_HAVE_CUDA

@@ -65,6 +65,7 @@ typedef struct {
 /* what the kernels read each step, in device memory */
 typedef struct {
     double norm;          /* the last grad norm (pr_optim_multi_grad_norm) */
+    double loss;          /* the last loss kept (pr_optim_multi_keep_loss) */
     pr_optim_step_scalars s;
 } mt_dev;
 
@@ -184,6 +185,24 @@ extern "C" double pr_optim_multi_read_norm(const pr_optim_multi *mt)
     return norm;
 }
 
+__global__ void mt_keep_loss_kernel(const void *loss, bool bf16, mt_dev *dev)
+{
+    dev->loss = bf16 ? (double)pr_ld((const pr_bf16 *)loss, 0) : (double)*(const float *)loss;
+}
+
+extern "C" void pr_optim_multi_keep_loss(pr_ctx *ctx, pr_optim_multi *mt, const void *loss, int bf16)
+{
+    mt_keep_loss_kernel<<<1, 1, 0, pr_cuda_stream(ctx)>>>(loss, bf16 != 0, mt->dev);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void pr_optim_multi_read(const pr_optim_multi *mt, double *loss, double *norm)
+{
+    double both[2];   /* norm, loss: adjacent at the head of mt_dev */
+    pr_cuda_memcpy(both, &mt->dev->norm, sizeof both, 0, 1);
+    *norm = both[0], *loss = both[1];
+}
+
 extern "C" void pr_optim_multi_set_scalars(pr_optim_multi *mt, const pr_optim_step_scalars *s)
 {
     pr_cuda_memcpy(&mt->dev->s, s, sizeof *s, 1, 0);
@@ -203,7 +222,7 @@ __global__ void mt_update_kernel(const pr_optim_slice *slices, const mt_chunk *c
 {
     /* a replayed step whose grads went non-finite leaves every weight and
      * moment as it was, as the eager loop does (it never calls the update) */
-    if (dev->s.clip_on_device && !isfinite(dev->norm)) return;
+    if (dev->s.clip_on_device && !(isfinite(dev->norm) && isfinite(dev->loss))) return;
     const double lr = dev->s.lr, c1 = dev->s.c1, c2 = dev->s.c2, scale = mt_grad_scale(dev);
     for (int c = blockIdx.x; c < n_chunks; c += gridDim.x) {
         const mt_chunk ch = chunks[c];

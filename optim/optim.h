@@ -59,6 +59,18 @@ void pr_optim_step(pr_ctx *ctx, pr_optim *o, double lr, double grad_scale);
  * reduction in double (a fixed order, so the same bits every run) and one
  * 8-byte read; on the CPU pr_params_grad_norm. */
 double pr_optim_grad_norm(pr_ctx *ctx, pr_optim *o);
+/* A step captured into a CUDA graph (train/train.c): prepare, on the host
+ * before each replay, writes the scalars of the next update (t + 1, lr, the
+ * clipping threshold); record, inside the capture, queues the loss kept on
+ * the device, the grad norm and the update with the clip scale computed on
+ * the device (a non-finite loss or norm leaves weights and state as they
+ * were); result, after the replay, reads the loss and norm and counts the
+ * update when both are finite. The same arithmetic as pr_optim_grad_norm
+ * and pr_optim_step, so the bits match an eager step's. CUDA only: prepare
+ * is fatal elsewhere. */
+void pr_optim_graph_prepare(pr_optim *o, double lr, double max_norm);
+void pr_optim_graph_record(pr_ctx *ctx, pr_optim *o, const pr_tensor *loss);
+void pr_optim_graph_result(pr_optim *o, double *loss, double *norm);
 /* whether parameter i is decayed under these options */
 bool pr_optim_decays(const pr_optim *o, int i);
 
@@ -120,6 +132,10 @@ void pr_optim_multi_grad_norm(pr_ctx *ctx, pr_optim_multi *mt);   /* async: the 
 double pr_optim_multi_read_norm(const pr_optim_multi *mt);       /* waits for it */
 void pr_optim_multi_set_scalars(pr_optim_multi *mt, const pr_optim_step_scalars *s);
 void pr_optim_multi_update(pr_ctx *ctx, pr_optim_multi *mt, const pr_optim_update_args *a);
+/* keeps the loss (a CUDA f32 or bf16 scalar) on the device beside the norm,
+ * so a replayed graph's result is read in one copy (pr_optim_multi_read) */
+void pr_optim_multi_keep_loss(pr_ctx *ctx, pr_optim_multi *mt, const void *loss, int bf16);
+void pr_optim_multi_read(const pr_optim_multi *mt, double *loss, double *norm);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,23 @@
  * handed out again at once: any later use of it is queued after every
  * earlier use. (Another stream would need the allocator to record an event
  * per freed block; one stream keeps it simple and correct.)
+ *
+ * CUDA graphs (pr_cuda_graph_*): while a step is captured, the stream is a
+ * private non-blocking one in relaxed capture mode, so the work is recorded,
+ * not run, and the captured graph is replayed on the legacy stream, in order
+ * with everything else. Inside the capture:
+ *  - a host-to-device copy is a constant of the step (RoPE tables, masks):
+ *    its bytes go at once into a device buffer the graph owns, and the graph
+ *    copies them from there at every replay. Data that changes between steps
+ *    (the batch) must be copied in before the replay (the trainer's stage);
+ *  - a device-to-host copy or a synchronization cannot be captured: the
+ *    capture is marked broken with the reason, and the caller throws the
+ *    graph away and runs the step eagerly (the host gets zeros meanwhile;
+ *    nothing ran, so no state changed);
+ *  - every block the allocator hands out belongs to the graph from then on:
+ *    freed, it goes back to the graph, never to the shared cache, so a
+ *    replay never writes over memory someone else was given. Destroying the
+ *    graph returns its blocks to the cache.
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,7 +42,10 @@
 #include "tensor/cuda.h"
 
 /* stream 0: the legacy default stream (nvcc's default; prism is not built
- * with --default-stream per-thread) */
+ * with --default-stream per-thread); while a graph is captured, its stream */
+static cudaStream_t g_capture_stream = NULL;
+static bool g_capturing = false;
+extern "C" cudaStream_t pr_cuda_the_stream(void) { return g_capturing ? g_capture_stream : (cudaStream_t)0; }
 #define PR_THE_STREAM pr_cuda_the_stream()
 
 /* ---- size classes ------------------------------------------------------------ */
@@ -59,6 +79,12 @@ struct allocator {
     std::unordered_map<void *, block_info> live;
     std::unordered_map<void *, size_t> cached_size; /* free blocks: rounded size */
     pr_cuda_alloc_stats st;
+    /* CUDA graphs: blocks handed out while capturing (during a capture), and
+     * blocks that belong to a finished graph (their owner): freed, they wait
+     * in the graph's own list until the graph is destroyed */
+    std::vector<void *> captured;
+    std::unordered_map<void *, block_info> graph_free;
+    std::unordered_map<void *, pr_cuda_graph *> graph_owned;
 };
 
 allocator &the_allocator()
@@ -129,6 +155,7 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
             }
         }
         if (e == cudaSuccess) {
+            if (g_capturing) A.captured.push_back(p);
             A.live[p] = block_info{bytes, rounded, cls};
             A.st.n_alloc++;
             A.st.current += bytes;
@@ -159,9 +186,14 @@ extern "C" void pr_cuda_free(void *p, size_t bytes)
             block_info b = it->second;
             A.live.erase(it);
             A.st.current -= b.requested;
-            A.free_list[b.cls].push_back(p);
-            A.cached_size[p] = b.rounded;
-            A.st.cached += b.rounded;
+            if (g_capturing) A.captured.push_back(p);   /* recorded work may still use it at replay */
+            if (A.graph_owned.count(p)) {   /* a graph's: only the graph may use it again */
+                A.graph_free[p] = b;
+            } else {
+                A.free_list[b.cls].push_back(p);
+                A.cached_size[p] = b.rounded;
+                A.st.cached += b.rounded;
+            }
         }
     }
     PR_CHECK(status != 1, "pr_cuda_free: %p was not allocated by pr_cuda_malloc (or was freed twice)", p);
@@ -198,11 +230,19 @@ extern "C" void pr_cuda_alloc_peak_reset(void)
 
 /* ---- copies and device queries ---------------------------------------------- */
 
+static void capture_constant(void *dst, const void *src, size_t bytes);
+static void capture_break(const char *why);
+
 extern "C" void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst_is_dev, int src_is_dev)
 {
     if (!bytes) return;
     cudaMemcpyKind kind = dst_is_dev ? (src_is_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                                      : (src_is_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    if (g_capturing && kind == cudaMemcpyHostToDevice) return capture_constant(dst, src, bytes);
+    if (g_capturing && kind == cudaMemcpyDeviceToHost) {
+        memset(dst, 0, bytes);
+        return capture_break("a read of device values on the host inside the step");
+    }
     /* a device-to-device copy is queued in order; the others return when done */
     if (kind == cudaMemcpyDeviceToDevice)
         PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, PR_THE_STREAM));
@@ -215,7 +255,11 @@ extern "C" void pr_cuda_memset0(void *p, size_t bytes)
     if (bytes) PR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, PR_THE_STREAM));
 }
 
-extern "C" void pr_cuda_sync(void) { PR_CUDA_CHECK(cudaDeviceSynchronize()); }
+extern "C" void pr_cuda_sync(void)
+{
+    if (g_capturing) return capture_break("a device synchronization inside the step");
+    PR_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 /* 0, not an error, without a driver or a GPU: a CUDA build runs on the CPU */
 extern "C" int pr_cuda_device_count(void)
@@ -278,6 +322,10 @@ extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
 
 /* ---- per-context state (ops/cuda/context.cu ties it to a pr_ctx) ---------------- */
 
+/* cuBLAS's workspace, set by us so that a captured GEMM allocates nothing
+ * (32 MiB: what cuBLAS takes by itself on Hopper, so the same kernels run) */
+#define PR_CUBLAS_WORKSPACE ((size_t)32 << 20)
+
 extern "C" pr_cuda_state *pr_cuda_state_new(void)
 {
     PR_CHECK(pr_cuda_device_count() > 0, "CUDA op on a machine without a usable GPU");
@@ -295,7 +343,14 @@ extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32)
 {
     if (!st->cublas) {
         PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
-        PR_CUBLAS_CHECK(cublasSetStream(st->cublas, PR_THE_STREAM));
+        PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
+    }
+    if (!st->stream_set || st->stream != PR_THE_STREAM) {   /* a capture's stream, or the legacy one */
+        st->stream = PR_THE_STREAM;
+        st->stream_set = true;
+        PR_CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
+        /* after the stream: setting a stream puts cuBLAS back on its own workspace */
+        PR_CUBLAS_CHECK(cublasSetWorkspace(st->cublas, st->workspace, PR_CUBLAS_WORKSPACE));
     }
     PR_CUBLAS_CHECK(cublasSetMathMode(st->cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     return st->cublas;
@@ -307,6 +362,7 @@ extern "C" void pr_cuda_ctx_release(void *cuda_state_ptr)
     if (!st) return;
     PR_CUDA_CHECK(cudaDeviceSynchronize());
     if (st->cublas) PR_CUBLAS_CHECK(cublasDestroy(st->cublas));
+    if (st->workspace) PR_CUDA_CHECK(cudaFree(st->workspace));
     free(st);
 }
 
@@ -349,4 +405,135 @@ extern "C" void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, 
     rand_fill_kernel<<<pr_cuda_blocks(t->numel, 256), 256, 0, PR_THE_STREAM>>>((float *)t->data, t->numel, seed,
                                                                                 stream, offset, kind, a, b);
     PR_CUDA_LAUNCH_CHECK();
+}
+
+/* ---- CUDA graphs: capture a step once, replay it ---------------------------------- */
+
+struct pr_cuda_graph {
+    cudaGraphExec_t exec;
+    std::vector<void *> constants;   /* cudaMalloc'd: the step's host-to-device constants */
+};
+
+static pr_cuda_graph *g_building;   /* the graph being captured */
+static char g_broken[256];          /* why the capture cannot stand ("" while it can) */
+
+extern "C" bool pr_cuda_capturing(void) { return g_capturing; }
+
+static void capture_break(const char *why)
+{
+    if (!g_broken[0]) snprintf(g_broken, sizeof g_broken, "%s", why);
+}
+
+static void capture_constant(void *dst, const void *src, size_t bytes)
+{
+    void *c = NULL;
+    cudaError_t e = cudaMalloc(&c, bytes);   /* relaxed capture mode allows it */
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return capture_break("cudaMalloc of a step constant failed");
+    }
+    g_building->constants.push_back(c);
+    /* the legacy stream does not wait for the non-blocking capture stream: this runs now */
+    PR_CUDA_CHECK(cudaMemcpy(c, src, bytes, cudaMemcpyHostToDevice));
+    PR_CUDA_CHECK(cudaMemcpyAsync(dst, c, bytes, cudaMemcpyDeviceToDevice, g_capture_stream));
+}
+
+extern "C" void pr_cuda_graph_begin(void)
+{
+    PR_CHECK(!g_capturing, "CUDA graph: a capture is already under way");
+    PR_CUDA_CHECK(cudaDeviceSynchronize());   /* what the step reads was written before it */
+    if (!g_capture_stream) PR_CUDA_CHECK(cudaStreamCreateWithFlags(&g_capture_stream, cudaStreamNonBlocking));
+    g_building = new pr_cuda_graph();
+    g_building->exec = NULL;
+    g_broken[0] = '\0';
+    {
+        allocator &A = the_allocator();
+        std::lock_guard<std::mutex> g(A.mu);
+        A.captured.clear();
+    }
+    PR_CUDA_CHECK(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed));
+    g_capturing = true;
+}
+
+/* the blocks handed out during the capture become the graph's; those free
+ * now leave the shared cache at once */
+static void adopt_captured(pr_cuda_graph *gr)
+{
+    allocator &A = the_allocator();
+    std::lock_guard<std::mutex> g(A.mu);
+    for (void *p : A.captured) {
+        if (A.graph_owned.count(p)) continue;
+        A.graph_owned[p] = gr;
+        auto c = A.cached_size.find(p);
+        if (c == A.cached_size.end()) continue;   /* live: freed later, into the graph's list */
+        size_t rounded = c->second;
+        size_t ignored;
+        int cls = size_class(rounded, &ignored);
+        auto &fl = A.free_list[cls];
+        for (size_t i = 0; i < fl.size(); i++)
+            if (fl[i] == p) {
+                fl.erase(fl.begin() + (long)i);
+                break;
+            }
+        A.cached_size.erase(c);
+        A.st.cached -= rounded;
+        A.graph_free[p] = block_info{0, rounded, cls};
+    }
+    A.captured.clear();
+}
+
+extern "C" int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n)
+{
+    PR_CHECK(g_capturing, "CUDA graph: no capture under way");
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g_capture_stream, &graph);
+    g_capturing = false;
+    pr_cuda_graph *gr = g_building;
+    g_building = NULL;
+    adopt_captured(gr);   /* even a failed capture's blocks: its recorded work may name them */
+    if (e == cudaSuccess && !g_broken[0]) e = cudaGraphInstantiate(&gr->exec, graph, 0);
+    if (graph) (void)cudaGraphDestroy(graph);
+    if (e != cudaSuccess || g_broken[0]) {
+        if (e != cudaSuccess) (void)cudaGetLastError();
+        snprintf(why, n, "%s", g_broken[0] ? g_broken : cudaGetErrorString(e));
+        gr->exec = NULL;
+        pr_cuda_graph_free(gr);
+        *out = NULL;
+        return -1;
+    }
+    *out = gr;
+    return 0;
+}
+
+extern "C" void pr_cuda_graph_replay(pr_cuda_graph *gr)
+{
+    PR_CUDA_CHECK(cudaGraphLaunch(gr->exec, (cudaStream_t)0));
+}
+
+extern "C" void pr_cuda_graph_free(pr_cuda_graph *gr)
+{
+    if (!gr) return;
+    PR_CUDA_CHECK(cudaDeviceSynchronize());   /* a replay may still run */
+    if (gr->exec) PR_CUDA_CHECK(cudaGraphExecDestroy(gr->exec));
+    for (void *c : gr->constants) PR_CUDA_CHECK(cudaFree(c));
+    allocator &A = the_allocator();
+    {
+        std::lock_guard<std::mutex> g(A.mu);
+        for (auto it = A.graph_owned.begin(); it != A.graph_owned.end();) {
+            if (it->second != gr) {
+                ++it;
+                continue;
+            }
+            void *p = it->first;
+            auto f = A.graph_free.find(p);
+            if (f != A.graph_free.end()) {   /* back to the shared cache; a live one is freed there later */
+                A.free_list[f->second.cls].push_back(p);
+                A.cached_size[p] = f->second.rounded;
+                A.st.cached += f->second.rounded;
+                A.graph_free.erase(f);
+            }
+            it = A.graph_owned.erase(it);
+        }
+    }
+    delete gr;
 }

@@ -12,7 +12,9 @@
  * queue orders them all and a block the caching allocator hands out again is
  * only touched after every earlier use of it. A caller's own stream created
  * with cudaStreamNonBlocking is NOT ordered with prism's work: synchronize
- * (pr_device_sync) before touching prism's tensors from it.
+ * (pr_device_sync) before touching prism's tensors from it. (While a CUDA
+ * graph is captured, the work is recorded on a private stream instead and
+ * replayed on the legacy one: tensor/cuda.cu.)
  */
 #ifndef PR_CUDA_H
 #define PR_CUDA_H
@@ -49,11 +51,15 @@ int pr_cuda_attr(enum cudaDeviceAttr attr);
  * owns it, ops/cuda/context.cu hands it out per context */
 typedef struct {
     cublasHandle_t cublas; /* NULL until the first matmul */
+    void *workspace;       /* cuBLAS's, ours (tensor/cuda.cu: a captured GEMM allocates nothing) */
+    cudaStream_t stream;   /* the handle's: the legacy stream, or a capture's */
+    bool stream_set;
 } pr_cuda_state;
 pr_cuda_state *pr_cuda_state_new(void);   /* fatal without a usable GPU */
 cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32);
-/* the stream every kernel, copy and cuBLAS call runs on: the legacy default stream */
-static inline cudaStream_t pr_cuda_the_stream(void) { return (cudaStream_t)0; }
+/* the stream every kernel, copy and cuBLAS call runs on: the legacy default
+ * stream, or while a CUDA graph is captured the capture's (tensor/cuda.cu) */
+cudaStream_t pr_cuda_the_stream(void);
 
 /* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h) */
 void pr_cuda_empty_cache(void);

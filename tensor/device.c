@@ -77,6 +77,15 @@ void pr_device_mem_peak_reset(pr_device dev)
     host_peak = host_current;
 }
 
+bool pr_device_capturing(void)
+{
+#ifdef PRISM_HAVE_CUDA
+    return pr_cuda_capturing();
+#else
+    return false;
+#endif
+}
+
 #ifndef PRISM_HAVE_CUDA
 void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, uint64_t offset, int kind, double a,
                        double b)

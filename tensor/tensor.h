@@ -155,6 +155,9 @@ void pr_device_sync(pr_device dev);            /* wait for queued device work */
 void pr_device_mem_stats(pr_device dev, size_t *current, size_t *peak);
 /* peak = current on dev: the next peak is of what runs from here */
 void pr_device_mem_peak_reset(pr_device dev);
+/* whether work is being captured into a CUDA graph now (never on the CPU
+ * or without CUDA): host-side checks of device values skip themselves */
+bool pr_device_capturing(void);
 
 /* bridges into tensor/cuda.cu (C-callable, defined only in CUDA builds;
  * tensor/device.c is their one caller from C) */
@@ -167,6 +170,16 @@ int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
 void pr_cuda_mem_info(size_t *free_bytes, size_t *total);   /* the current GPU's (cudaMemGetInfo) */
 void pr_cuda_alloc_peak_reset(void);
+/* CUDA graphs (tensor/cuda.cu says what a capture allows): begin recording
+ * the work queued from here; end: 0 and the graph, or -1 and why it cannot
+ * be used (nothing ran: the step is still to be done); replay on the legacy
+ * stream; free returns the graph's memory to the cache */
+typedef struct pr_cuda_graph pr_cuda_graph;
+bool pr_cuda_capturing(void);
+void pr_cuda_graph_begin(void);
+int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n);
+void pr_cuda_graph_replay(pr_cuda_graph *g);
+void pr_cuda_graph_free(pr_cuda_graph *g);
 void pr_cuda_ctx_release(void *cuda_state);   /* frees a pr_ctx's stream and handles */
 /* on: before each kernel with dynamic shared memory, fill every SM's shared
  * memory with NaN (tensor/cuda.h, pr_cuda_smem_prep); the CUDA tests turn it on.

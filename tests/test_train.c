@@ -15,7 +15,11 @@
  *   state's recorded length says;
  * - a state whose step or counts are damaged is refused, not resumed;
  * - one trainer at a time in a folder, and a fresh run refuses a folder that
- *   holds a run unless told to replace it.
+ *   holds a run unless told to replace it;
+ * - train.cuda_graph: its values, the plan's decision and reason for each case
+ *   (the CPU, off, auto, a data-parallel run, a task without staging,
+ *   dropout, mom, and a run that can be captured), and a CPU run asked for
+ *   graphs trains eagerly and says so in its result.
  */
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -106,6 +110,49 @@ static void test_task_families(void **state)
     assert_int_equal(pr_task_family_of("LM"), PR_TASK_UNKNOWN);
     assert_int_equal(pr_task_family_of("sasrec"), PR_TASK_UNKNOWN);
     assert_false(pr_task_known(""));
+}
+
+static void expect_plan(const pr_config *c, const pr_train_opts *o, pr_device dev, bool stages, bool want,
+                        const char *note)
+{
+    char got[320];
+    assert_int_equal(pr_train_graph_plan(c, o, dev, stages, got, sizeof got), want);
+    if (!strstr(got, note)) fail_msg("graph plan: '%s' does not say '%s'", got, note);
+}
+
+static void test_cuda_graph_plan(void **state)
+{
+    (void)state;
+    pr_config c;
+    pr_train_opts o;
+    pr_err err;
+    setup_config(&c, &o);
+    assert_string_equal(o.cuda_graph, "auto");
+    assert_int_equal(pr_train_set(&o, "train.cuda_graph=yes", &err), -1);
+    assert_non_null(strstr(err.msg, "train.cuda_graph: 'yes' is not allowed (allowed: auto|on|off)"));
+    expect_plan(&c, &o, PR_CUDA, true, false, "off (auto stays off until the graph tests pass on a GPU");
+    assert_int_equal(pr_train_set(&o, "cuda_graph=off", &err), 0);
+    expect_plan(&c, &o, PR_CUDA, true, false, "off (train.cuda_graph=off)");
+    assert_int_equal(pr_train_set(&o, "train.cuda_graph=on", &err), 0);
+    expect_plan(&c, &o, PR_CPU, true, false, "off (the CPU runs every step eagerly)");
+    expect_plan(&c, &o, PR_CUDA, true, true, "on (captured after 2 eager steps");
+    expect_plan(&c, &o, PR_CUDA, false, false, "off (this task builds its batch inside the step)");
+    pr_train_opts dp = o;
+    dp.comm = (pr_comm *)&dp;   /* only tested for being set */
+    expect_plan(&c, &dp, PR_CUDA, true, false, "NCCL");
+    pr_config drop = c;
+    assert_int_equal(pr_config_set(&drop, "dropout=0.1", &err), 0);
+    expect_plan(&drop, &o, PR_CUDA, true, false, "dropout draws its masks");
+    pr_config mom = c;
+    assert_int_equal(pr_config_set(&mom, "mixer=mom", &err), 0);
+    expect_plan(&mom, &o, PR_CUDA, true, false, "mom routes tokens");
+    /* asked on the CPU: the run trains eagerly and its result says why */
+    char dir[256];
+    pr_train_result res;
+    o.steps = 3;
+    if (pr_train(&c, &o, run_dir(dir, sizeof dir, "graph-cpu"), false, PR_CPU, &res, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(res.steps, 3);
+    assert_non_null(strstr(res.graph_note, "off (the CPU"));
 }
 
 /* the crash hook: at step 6, half a state file written, then the process ends
@@ -423,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_resume_trims_metrics_whole_lines),
         cmocka_unit_test(test_damaged_state_is_refused),
         cmocka_unit_test(test_one_trainer_per_folder),
+        cmocka_unit_test(test_cuda_graph_plan),
     };
     return cmocka_run_group_tests(tests, make_root, remove_root);
 }

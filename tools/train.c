@@ -265,6 +265,10 @@ static void print_header(const pr_config *c, const pr_train_opts *o, pr_device d
     fprintf(stderr, "prism train: %s on %s, %s, precision %s%s, in %s\n", pr_config_model_name(c), o->task,
             pr_device_name(dev), pr_precision_name(p),
             p == PR_PREC_TF32 && dev == PR_CPU ? " (no TF32 on the CPU: computed as f32)" : "", out);
+    if (dev != PR_CUDA) return;
+    char note[320];   /* the plan; a capture the GPU refuses is said when it happens */
+    pr_train_graph_plan(c, o, dev, pr_task_family_of(o->task) != PR_TASK_REC, note, sizeof note);
+    fprintf(stderr, "prism train: cuda graph %s\n", note);
 }
 
 /* one rank of a data-parallel run: its GPU, the communicator, training; rank 0 prints the summary */

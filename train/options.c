@@ -66,6 +66,10 @@ static const opt_info opts_table[] = {
          "auto: tf32 on CUDA (bf16 once its kernels are verified on a GPU), f32 on the CPU. bf16: mixed precision (products in bf16, norms, softmax, losses "
          "and states in f32, f32 weights and optimizer state); tf32: f32 with CUDA products on TF32 tensor cores "
          "(the CPU computes it as f32)"),
+    TEXT("cuda_graph", cuda_graph, "auto|on|off",
+         "CUDA: capture the training step into a CUDA graph after two eager steps and replay it (the same bits); "
+         "auto: off until the graph tests pass on a GPU; a run that cannot be captured goes on eagerly and says "
+         "why in its header; the CPU never captures"),
 };
 #define NOPTS ((int)(sizeof opts_table / sizeof opts_table[0]))
 
@@ -82,6 +86,7 @@ pr_train_opts pr_train_defaults(void)
     snprintf(o.optim, sizeof o.optim, "adamw");
     snprintf(o.schedule, sizeof o.schedule, "constant");
     snprintf(o.precision, sizeof o.precision, "auto");
+    snprintf(o.cuda_graph, sizeof o.cuda_graph, "auto");
     return o;
 }
 
@@ -92,6 +97,23 @@ pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev)
     /* tf32 on CUDA until the native bf16 kernels have passed on a GPU (compiled, not yet run);
      * then bf16, as the issue asks: one line */
     return dev == PR_CUDA ? PR_PREC_TF32 : PR_PREC_F32;
+}
+
+bool pr_train_graph_plan(const pr_config *c, const pr_train_opts *o, pr_device dev, bool task_stages, char *note,
+                         size_t n)
+{
+    const char *why = NULL;
+    if (dev != PR_CUDA) why = "the CPU runs every step eagerly";
+    else if (strcmp(o->cuda_graph, "off") == 0) why = "train.cuda_graph=off";
+    /* auto: on where shapes are static once the GPU tests pass; one line */
+    else if (strcmp(o->cuda_graph, "on") != 0) why = "auto stays off until the graph tests pass on a GPU (train.cuda_graph=on captures)";
+    else if (o->comm) why = "a data-parallel step all-reduces through NCCL during the backward";
+    else if (!task_stages) why = "this task builds its batch inside the step";
+    else if (c->dropout > 0) why = "dropout draws its masks from host seeds a graph would freeze";
+    else if (strcmp(c->mixer, "mom") == 0) why = "mom routes tokens with counts read on the host";
+    if (why) snprintf(n ? note : NULL, n, "off (%s)", why);
+    else snprintf(n ? note : NULL, n, "on (captured after 2 eager steps, then replayed)");
+    return why == NULL;
 }
 
 static const opt_info *find_opt(const char *key)

@@ -25,6 +25,9 @@ typedef struct {
     int row0, rows;         /* training: this rank's rows of each global batch */
     int64_t eval_batches;
     int32_t *ids, *labels;   /* host, [B,T] */
+    /* the staged batch (a CUDA graph's input): [rows,T] on the model's device */
+    pr_arena *staged;
+    pr_tensor *staged_ids, *staged_labels;
 } token_task;
 
 /* rows [row0, row0 + rows) of global batch batch_index into ids and labels */
@@ -58,6 +61,28 @@ static pr_tensor *token_loss(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t
     pr_tensor *ids, *labels;
     batch_tensors(k, ctx, m, k->rows, &ids, &labels);
     return pr_lm_loss(ctx, m, ids, labels);
+}
+
+static void token_stage(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index)
+{
+    (void)ctx;
+    token_task *k = t->data;
+    fill_batch(k, 0, index, k->row0, k->rows);
+    if (!k->staged) {
+        k->staged = pr_arena_new("staged batch", 0);
+        k->staged_ids = pr_empty(k->staged, PR_I32, m->params->device, PR_DIMS(k->rows, k->T));
+        k->staged_labels = pr_empty(k->staged, PR_I32, m->params->device, PR_DIMS(k->rows, k->T));
+    }
+    size_t bytes = sizeof(int32_t) * (size_t)k->rows * (size_t)k->T;
+    pr_device_memcpy(k->staged_ids->data, k->staged_ids->device, k->ids, PR_CPU, bytes);
+    pr_device_memcpy(k->staged_labels->data, k->staged_labels->device, k->labels, PR_CPU, bytes);
+}
+
+static pr_tensor *token_staged_loss(pr_task *t, pr_ctx *ctx, const pr_model *m)
+{
+    token_task *k = t->data;
+    PR_CHECK(k->staged, "task %s: staged_loss before any stage", t->name);
+    return pr_lm_loss(ctx, m, k->staged_ids, k->staged_labels);
 }
 
 /* cross-entropy and argmax hit of one row of logits against its label */
@@ -104,6 +129,7 @@ static void token_free(pr_task *t)
 {
     token_task *k = t->data;
     pr_text_free(&k->text);
+    pr_arena_free(k->staged);
     free(k->ids);
     free(k->labels);
     free(k);
@@ -146,7 +172,8 @@ int pr_task_open(pr_task **out, const pr_train_opts *o, const pr_config *c, pr_e
     pr_task *t = calloc(1, sizeof *t);
     PR_CHECK(k->ids && k->labels && t, "task: out of host memory");
     *t = (pr_task){.name = text ? "lm" : pr_probe_names[probe], .tokens_per_batch = (int64_t)k->B * k->T,
-                   .loss = token_loss, .evaluate = token_evaluate, .free = token_free, .data = k};
+                   .loss = token_loss, .evaluate = token_evaluate, .free = token_free, .data = k,
+                   .stage = token_stage, .staged_loss = token_staged_loss};
     *out = t;
     return 0;
 }

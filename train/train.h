@@ -65,6 +65,7 @@ typedef struct {
     int64_t zero;           /* data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1) */
     double bucket_mb;       /* data-parallel: gradient MB per all-reduce bucket */
     char precision[8];      /* auto | f32 | tf32 | bf16 (pr_train_precision resolves auto) */
+    char cuda_graph[8];     /* auto | on | off (pr_train_graph_plan decides) */
     /* no key, not in config.json: the communicator of a data-parallel run
      * (NULL: one process). Each rank takes rows [r*b/N, (r+1)*b/N) of every
      * global batch of b rows; grads and the logged loss are averaged over
@@ -84,6 +85,18 @@ typedef struct {
  * on CUDA and f32 on the CPU. pr_train records the resolved name in
  * config.json and manifest.json, so a resume from config.json keeps it. */
 pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev);
+/* Whether a run captures its training step into a CUDA graph once and
+ * replays it (train.cuda_graph): never on the CPU; `off` never; `auto` is
+ * off until the graph tests have passed on a GPU (then on where shapes are
+ * static, one line); `on` captures unless the run cannot be captured
+ * faithfully: data-parallel (NCCL in the backward), a task that builds its
+ * batch inside the step (task_stages false: rec), dropout (host seeds a
+ * graph would freeze), mom (routing counts read on the host). note says
+ * what was decided and why, for the run header. The capture itself also
+ * refuses what it finds (a host read of device values, a synchronization,
+ * a random draw inside the step): the run then goes on eagerly and says so. */
+bool pr_train_graph_plan(const pr_config *c, const pr_train_opts *o, pr_device dev, bool task_stages, char *note,
+                         size_t n);
 /* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
 
@@ -141,6 +154,13 @@ struct pr_task {
     int n_items;            /* rec: the dataset's items (model.rec.n_items); 0 otherwise */
     /* the loss of training batch `index`, recorded on ctx's tape */
     pr_tensor *(*loss)(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index);
+    /* optional, for a step captured into a CUDA graph (NULL where the batch
+     * is built inside the loss, as rec's): stage copies training batch
+     * `index` into device tensors that outlive the step, before the captured
+     * part; staged_loss records the loss of the staged batch with no copy
+     * between host and device. stage then staged_loss gives loss's bits. */
+    void (*stage)(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index);
+    pr_tensor *(*staged_loss)(pr_task *t, pr_ctx *ctx, const pr_model *m);
     /* metrics over the evaluation split (grad mode is off) */
     void (*evaluate)(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out);
     void (*free)(pr_task *t);
@@ -226,6 +246,7 @@ typedef struct {
     int64_t params;
     size_t step_peak_bytes; /* the step arena's peak: activations, saved tensors, tape */
     char nonfinite[320];    /* set when the NaN trap stopped the run */
+    char graph_note[320];   /* CUDA graphs: on, or off and why (pr_train_graph_plan, or the capture's refusal) */
 } pr_train_result;
 
 /* train in run_dir (created; with resume, continued from its latest
