@@ -523,10 +523,13 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
  * is autocast, autograd/autograd.h). *peak_bytes: the step's peak memory
  * (CUDA: the caching allocator's high-water mark of live bytes from the
  * model's creation on; the CPU: the arenas', parameters, grads, optimizer
- * state and the step arena's peak; 0 when nothing ran) */
+ * state and the step arena's peak; 0 when nothing ran). cuda_graph: the
+ * step captured into a CUDA graph after the warm-up (two eager steps at
+ * least) and replayed, as train.cuda_graph=on trains; NAN after a message
+ * where the trainer's plan or the capture refuses it (the CPU included) */
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                               int warmup, int steps, pr_precision precision, pr_comm *comm, const char *breakdown,
-                               int64_t *params, size_t *peak_bytes);
+                               int warmup, int steps, pr_precision precision, bool cuda_graph, pr_comm *comm,
+                               const char *breakdown, int64_t *params, size_t *peak_bytes);
 
 /* ---- the fused ops at model sizes (lab/bench_fused.c) ----
  * Each op runs once to record its node, then the node's forward and its

@@ -13,6 +13,7 @@
 #include "lab/lab.h"
 #include "models/models.h"
 #include "optim/optim.h"
+#include "train/train.h"
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -50,6 +51,18 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *d
     return t[steps / 2];
 }
 
+/* whether the trainer's plan refuses a graph for this model (said on stderr) */
+static bool graph_refused(const pr_config *c, pr_device dev, pr_comm *comm, const char *what)
+{
+    pr_train_opts o = pr_train_defaults();
+    snprintf(o.cuda_graph, sizeof o.cuda_graph, "on");
+    o.comm = comm;
+    char note[320];
+    if (pr_train_graph_plan(c, &o, dev, true, note, sizeof note)) return false;
+    fprintf(stderr, "prism bench throughput: %s: cuda graph %s; not timed\n", what, note);
+    return true;
+}
+
 /* the peak memory of the timed steps. CUDA: the caching allocator's
  * high-water mark of live bytes since the model was built (every tensor and
  * kernel scratch block; not cuBLAS's own workspace, the CUDA context, or
@@ -65,6 +78,59 @@ static size_t peak_memory(pr_ctx *ctx, const pr_model *m, const pr_optim *opt, p
     return pr_arena_used(m->params->arena) + pr_arena_used(ctx->grads) + pr_arena_used(opt->arena) +
            pr_arena_peak(ctx->step);
 }
+
+#ifdef PRISM_HAVE_CUDA
+/* the recorded step of the graph path: zeroed grads, the loss of the staged
+ * ids, the backward, the norm and the update (no clipping) */
+static int capture_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_tensor *ids, pr_tensor *targets,
+                        pr_cuda_graph **g, char *why, size_t n)
+{
+    pr_cuda_graph_begin();
+    pr_params_zero_grads(m->params);
+    pr_tensor *loss = pr_lm_loss(ctx, m, ids, targets);
+    pr_backward(ctx, loss);
+    pr_optim_graph_record(ctx, opt, loss);
+    int rc = pr_cuda_graph_end(g, why, n);
+    pr_step_reset(ctx);
+    return rc;
+}
+
+/* time_train_step with the step captured into a CUDA graph after the warm-up
+ * (two eager steps at least) and replayed: each timed step copies the ids
+ * in, writes the learning rate, replays and reads the loss and norm back, as
+ * the trainer does. NAN after saying why when the capture is refused. */
+static double time_graph_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *host_ids, int64_t B, int64_t T,
+                              int warmup, int steps, const char *what)
+{
+    pr_device dev = m->params->device;
+    pr_arena *a = pr_arena_new("bench graph", 0);
+    pr_tensor *ids = pr_empty(a, PR_I32, dev, PR_DIMS(B, T)), *targets = pr_empty(a, PR_I32, dev, PR_DIMS(B, T));
+    size_t bytes = sizeof(int32_t) * (size_t)(B * T);
+    time_train_step(ctx, m, opt, NULL, host_ids, B, T, 0, warmup > 2 ? warmup : 2);   /* the eager warm-up */
+    pr_cuda_graph *g = NULL;
+    char why[256];
+    double t[64], loss, norm;
+    for (int i = -1; i < steps; i++) {   /* -1: the capture and its replay, untimed */
+        pr_device_sync(dev);
+        double t0 = pr_now_s();
+        pr_device_memcpy(ids->data, dev, host_ids, PR_CPU, bytes);
+        pr_device_memcpy(targets->data, dev, host_ids + 1, PR_CPU, bytes);
+        pr_optim_graph_prepare(opt, 1e-4, 0);
+        if (!g && capture_step(ctx, m, opt, ids, targets, &g, why, sizeof why)) {
+            fprintf(stderr, "prism bench throughput: %s: cuda graph off (the capture found %s); not timed\n", what, why);
+            pr_arena_free(a);
+            return NAN;
+        }
+        pr_cuda_graph_replay(g);
+        pr_optim_graph_result(opt, &loss, &norm);
+        if (i >= 0) t[i] = pr_now_s() - t0;
+    }
+    pr_cuda_graph_free(g);
+    pr_arena_free(a);
+    qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+    return t[steps / 2];
+}
+#endif
 
 /* one profiled step of m after the timed ones: its op table in DIR/breakdown-<mixer>-T<T>.md */
 static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *ids, int64_t B, int64_t T,
@@ -91,8 +157,8 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
 }
 
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
-                                int warmup, int steps, pr_precision precision, pr_comm *comm, const char *breakdown,
-                                int64_t *params, size_t *peak_bytes)
+                                int warmup, int steps, pr_precision precision, bool cuda_graph, pr_comm *comm,
+                                const char *breakdown, int64_t *params, size_t *peak_bytes)
 {
     *params = -1;
     *peak_bytes = 0;
@@ -125,7 +191,20 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     pr_ctx_set_precision(ctx, precision);
     pr_ddp *ddp = comm ? pr_ddp_new(comm, m->params, (size_t)25e6) : NULL;
     int64_t first = comm ? comm->rank * rows * T : 0;
-    double s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
+    double s;
+    char what[96];
+    snprintf(what, sizeof what, "%s at T=%lld", mixer, (long long)T);
+    if (cuda_graph && graph_refused(&c, dev, comm, what)) {
+        s = NAN;
+    } else if (cuda_graph) {
+#ifdef PRISM_HAVE_CUDA
+        s = time_graph_step(ctx, m, opt, ids + first, rows, T, warmup, steps, what);
+#else
+        s = NAN;
+#endif
+    } else {
+        s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
+    }
     *peak_bytes = peak_memory(ctx, m, opt, dev);
     if (breakdown && !comm) breakdown_one(ctx, m, opt, ids, rows, T, mixer, breakdown);
     pr_ddp_free(ddp);

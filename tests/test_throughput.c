@@ -1,7 +1,9 @@
 /* tests/test_throughput.c: the training-throughput measurement of
- * `prism bench throughput` (lab/lab.h), run without the command: a figure
- * and a parameter count for a model that fits, the profiled step's table
- * where asked, and NAN for a config that does not hold. */
+ * `prism bench throughput` (lab/lab.h), run without the command: a figure,
+ * a parameter count and a peak memory above weights, grads and AdamW's
+ * moments for a model that fits, the profiled step's table
+ * where asked, and NAN for a config that does not hold and for a CUDA graph
+ * asked on the CPU. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +27,7 @@ static void test_measures(void **state)
     pr_config c = probe_config();
     int64_t params = 0;
     size_t peak = 0;
-    double tps = pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params, &peak);
+    double tps = pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, false, NULL, NULL, &params, &peak);
     assert_true(isfinite(tps) && tps > 0);
     assert_true(params > 0);
     /* f32 weights, grads and AdamW's two moments at least; and the activations on top */
@@ -42,7 +44,7 @@ static void test_breakdown(void **state)
     assert_non_null(mkdtemp(dir));
     int64_t params = 0;
     size_t peak = 0;
-    double tps = pr_bench_throughput_one(&c, "linattn", 8, 16, PR_CPU, 0, 1, PR_PREC_F32, NULL, dir, &params, &peak);
+    double tps = pr_bench_throughput_one(&c, "linattn", 8, 16, PR_CPU, 0, 1, PR_PREC_F32, false, NULL, dir, &params, &peak);
     assert_true(isfinite(tps) && tps > 0);
     snprintf(path, sizeof path, "%s/breakdown-linattn-T8.md", dir);
     FILE *f = fopen(path, "r");
@@ -61,9 +63,12 @@ static void test_bad_config(void **state)
     pr_config c = probe_config();
     int64_t params = 0;
     size_t peak = 1;
-    assert_true(isnan(pr_bench_throughput_one(&c, "nosuch", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, NULL, NULL, &params, &peak)));
+    assert_true(isnan(pr_bench_throughput_one(&c, "nosuch", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, false, NULL, NULL, &params, &peak)));
     assert_int_equal(params, -1);
     assert_int_equal(peak, 0);
+    /* a CUDA graph on the CPU: refused, never timed as if it ran */
+    c = probe_config();
+    assert_true(isnan(pr_bench_throughput_one(&c, "gdn", 8, 32, PR_CPU, 0, 1, PR_PREC_F32, true, NULL, NULL, &params, &peak)));
 }
 
 int main(void)

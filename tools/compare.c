@@ -160,6 +160,9 @@ static void throughput_usage(FILE *f)
                "cached blocks); on the CPU the arenas' (parameters, grads, optimizer state and the\n"
                "step arena's peak). The CSV's peak_bytes column holds it in bytes; '-' when the\n"
                "model did not run.\n"
+               "--set train.cuda_graph=on (CUDA): each step captured into a CUDA graph after the warm-up\n"
+               "(two eager steps at least) and replayed, as training with that key does; a model the\n"
+               "capture refuses is said on stderr and not timed ('-'). The header says 'cuda graph on'.\n"
                "--precision: as train.precision (prism train --help): auto (the default) is bf16 on\n"
                "CUDA and f32 on the CPU; bf16 is mixed precision (bf16 products, f32 norms, losses and\n"
                "weights), tf32 f32 with CUDA products on TF32 tensor cores (the CPU computes it as\n"
@@ -185,6 +188,7 @@ typedef struct {
     int precision;      /* index into precisions: 0 auto, else pr_precision + 1 */
     pr_precision prec;  /* resolved for the device */
     bool breakdown;
+    bool graph;         /* --set train.cuda_graph=on on CUDA: the step captured and replayed */
     int gpus, procs;    /* data parallel: ranks (0: one process) */
 } throughput_args;
 
@@ -324,7 +328,7 @@ static bool throughput_has_ratio(const throughput_args *t, int ranks) { return r
  * then the flatness column */
 static void throughput_header(const throughput_args *t, int ranks)
 {
-    printf("precision %s\n\n| model | params |", pr_precision_name(t->prec));
+    printf("precision %s%s\n\n| model | params |", pr_precision_name(t->prec), t->graph ? ", cuda graph on" : "");
     for (int i = 0; i < t->n_lens; i++)
         if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff | MiB |", (long long)t->lens[i], ranks);
         else printf(" T=%lld | MiB |", (long long)t->lens[i]);
@@ -351,6 +355,7 @@ int pr_bench_throughput(int argc, char **argv)
         return pr_args_error(&a, "%s", err.msg);
     if (t.precision) snprintf(unused.precision, sizeof unused.precision, "%s", precisions[t.precision]);
     t.prec = pr_train_precision(&unused, dev);   /* --precision, else --set train.precision, else the device's */
+    t.graph = dev == PR_CUDA && strcmp(unused.cuda_graph, "on") == 0;   /* auto stays off, as in training */
     for (int m = 0; m < t.n_models; m++) {   /* a config no model can take is a bad --set: said before any run */
         pr_config mc = c;
         char kv[64];
@@ -385,10 +390,10 @@ int pr_bench_throughput(int argc, char **argv)
             int64_t n = -1;
             /* one rank: every rank at once on its own device, the whole batch, no messages */
             if (ranks > 1)
-                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, NULL,
-                                                  NULL, &n, &peak[k]);
-            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, comm,
-                                   t.breakdown && !comm ? t.out : NULL, &n, &peak[k]);
+                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, t.graph,
+                                                  NULL, NULL, &n, &peak[k]);
+            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, t.graph,
+                                             comm, t.breakdown && !comm ? t.out : NULL, &n, &peak[k]);
             if (i == 0) params[m] = n;   /* the same at every length */
             if (talk && i == 0) printf(n >= 0 ? "| %s | %lld |" : "| %s | - |", t.names[m], (long long)n);
             failed += !isfinite(tps[k]);
