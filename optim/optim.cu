@@ -16,23 +16,27 @@
 #include "optim/optim.h"
 #include "ops/cuda/ops_cuda.h"
 
-/* one element of the update: w, m (and v) in, updated in place */
+/* one element of the update: w, m (and v) in, updated in place. Every
+ * operation is an explicit round-to-nearest one, so nvcc fuses no multiply
+ * into an add: both paths (and the CPU loop, in the same order) compute the
+ * same doubles whatever the code around them. */
 __device__ __forceinline__ void optim_element(float *p, const float *g, float *m, float *v, long long i,
                                               const pr_optim_update_args &a, double lr, double wd, double c1,
                                               double c2, double grad_scale)
 {
-    double w = p[i], gi = (double)g[i] * grad_scale, mi = m[i];
+    double w = p[i], gi = __dmul_rn((double)g[i], grad_scale), mi = m[i];
     if (a.kind == 0) {
         double vi = v[i];
-        w -= lr * wd * w;
-        mi = a.beta1 * mi + (1 - a.beta1) * gi;
-        vi = a.beta2 * vi + (1 - a.beta2) * gi * gi;
-        w -= lr * (mi / c1) / (sqrt(vi / c2) + a.eps);
+        w = __dsub_rn(w, __dmul_rn(__dmul_rn(lr, wd), w));
+        mi = __dadd_rn(__dmul_rn(a.beta1, mi), __dmul_rn(__dsub_rn(1.0, a.beta1), gi));
+        vi = __dadd_rn(__dmul_rn(a.beta2, vi), __dmul_rn(__dmul_rn(__dsub_rn(1.0, a.beta2), gi), gi));
+        double den = __dadd_rn(__dsqrt_rn(__ddiv_rn(vi, c2)), a.eps);
+        w = __dsub_rn(w, __ddiv_rn(__dmul_rn(lr, __ddiv_rn(mi, c1)), den));
         v[i] = (float)vi;
     } else {
-        gi += wd * w;
-        mi = a.momentum * mi + gi;
-        w -= lr * mi;
+        gi = __dadd_rn(gi, __dmul_rn(wd, w));
+        mi = __dadd_rn(__dmul_rn(a.momentum, mi), gi);
+        w = __dsub_rn(w, __dmul_rn(lr, mi));
     }
     m[i] = (float)mi;
     p[i] = (float)w;
@@ -148,7 +152,7 @@ __global__ void mt_sumsq_kernel(const float *const *g, const mt_chunk *chunks, i
         const mt_chunk ch = chunks[c];
         const float *x = g[ch.slice];
         for (long long i = ch.start + threadIdx.x; i < ch.end; i += MT_THREADS) {
-            double v = x[i];
+            double v = __ldg(x + i);   /* a pointer from the table: a global load, said so */
             acc += v * v;
         }
     }
