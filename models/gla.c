@@ -20,8 +20,9 @@
  * Both passes are the gla rule. Pass 2 decays its state's rows (the slots
  * are its key axis), the rule's usual form. Pass 1 decays the slots too, but
  * they are its value axis (it reads with q over the key axis), so it runs the
- * rule's per-value-decay form (opts.g_per_value, fla's gv), which exists per
- * token only. Both passes use scale 1, as fla's layer does.
+ * rule's per-value-decay form (opts.g_per_value, fla's gv). Both passes take
+ * the config's chunk on the CPU (chunked_gla.c has both decay axes) and
+ * scale 1, as fla's layer does.
  * State slots 0 (pass 1, [B,H,K,M]) and 1 (pass 2, [B,H,M,V]): fla's layout
  * of its two states.
  *
@@ -150,7 +151,8 @@ static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_tensor *s = pr_sub(ctx, pr_ones(ctx->step, f->dtype, f->device, f->ndim, f->shape), pr_exp(ctx, f));
 
     /* pass 1: keys into the slots, the slots forgetting along the state's value axis */
-    const pr_recurrence_opts o1 = {.rule = PR_RULE_GLA, .scale = 1.0, .chunk = 0, .g_per_value = true};
+    pr_recurrence_opts o1 = gla_opts(c, x, 1.0);
+    o1.g_per_value = true;
     pr_tensor *a = pr_recurrence(ctx, &o1, q, k, s, f, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_KEYS] : NULL, NULL,
                                  st ? &st->slot[PR_SLOT_GSA_KEYS] : NULL);
     pr_tensor *p = pr_softmax(ctx, a);   /* over the M slots */

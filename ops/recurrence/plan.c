@@ -20,13 +20,18 @@ bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T
 bool pr_rec_g_per_value_ok(const pr_recurrence_opts *opt, char *why, size_t why_n)
 {
     if (!opt->g_per_value) return true;
-    if (opt->rule != PR_RULE_GLA)
-        snprintf(why, why_n, "recurrence: a per-value decay (g_per_value) is a form of rule gla, not of %s",
-                 pr_rule_name(opt->rule));
-    else if (opt->chunk)
-        snprintf(why, why_n, "recurrence: gla with a per-value decay runs in the per-token form only (chunk = 0), "
-                             "chunk = %d asked", opt->chunk);
-    else return true;
+    if (opt->rule == PR_RULE_GLA) return true;
+    snprintf(why, why_n, "recurrence: a per-value decay (g_per_value) is a form of rule gla, not of %s",
+             pr_rule_name(opt->rule));
+    return false;
+}
+
+/* the CPU has the per-value decay chunked (chunked_gla.c); CUDA has it per token only */
+static bool g_per_value_cuda_ok(const pr_recurrence_opts *opt, char *why, size_t why_n)
+{
+    if (!opt->g_per_value || !opt->chunk) return true;
+    snprintf(why, why_n, "recurrence: on CUDA, gla with a per-value decay runs in the per-token form only "
+                         "(chunk = 0), chunk = %d asked (the chunked form is CPU-only so far)", opt->chunk);
     return false;
 }
 
@@ -44,6 +49,7 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     plan->gla = pr_rule_g_per_key(opt->rule), plan->g_per_value = opt->g_per_value;
     plan->delta = pr_rule_has_beta(opt->rule), plan->has_g = pr_rule_has_g(opt->rule);
     if (dev == PR_CUDA) {
+        if (!g_per_value_cuda_ok(opt, why, why_n)) return false;
 #ifdef PRISM_HAVE_CUDA
         return pr_recurrence_plan_cuda(opt, N, T, H, K, V, L, plan, why, why_n);
 #else
@@ -62,7 +68,11 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
 /* the CPU's functions */
 static void cpu_text(const pr_rec_plan *p, char *buf, size_t n)
 {
-    if (p->g_per_value)
+    if (p->g_per_value && p->chunk)
+        snprintf(buf, n, "fwd pr_rec_gla_forward_chunked (per-value decay, factored by sub-chunks of 16; saves "
+                         "chunk-start states when recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) "
+                         "per call");
+    else if (p->g_per_value)
         snprintf(buf, n, "fwd pr_rec_forward_recurrent (per-value decay; saves states every %d tokens when recorded); "
                          "bwd pr_rec_backward (recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
     else if (p->chunk && p->gla)

@@ -1,7 +1,8 @@
 /* ops/recurrence/recurrence.c: pr_recurrence (shape checks, the tape node)
- * and its CPU forward/backward glue. The math lives in recurrent.c and
- * chunked.c, one (sequence, head) pair per call; this file only splits the
- * tensors into those pairs (in parallel with OpenMP when the build has it).
+ * and its CPU forward/backward glue. The math lives in recurrent.c,
+ * chunked.c and chunked_gla.c (gla's decays per key or per value), one
+ * (sequence, head) pair per call; this file only splits the tensors into
+ * those pairs (in parallel with OpenMP when the build has it).
  *
  * Node (the CUDA kernels rely on it): in[0..8] = q,k,v,g,beta,kx,vx,h0,
  * cu_seqlens (NULL when absent); out[0] = o, out[1] = ht; iarg[0] = rule,
@@ -234,7 +235,7 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
     n->saved[0] = ckpt;
     n->n_saved = ckpt ? 1 : 0;
     const int64_t work_n = !d.chunk ? 2 * d.V
-                           : d.g_per_key ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
+                           : d.g_per_key || d.g_per_value ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
                                          : pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L);
 
 #ifdef PRISM_HAVE_OPENMP
@@ -247,7 +248,8 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
         PR_CHECK(work, "recurrence: out of host memory");
         const pair_off off = pair_off_of(&d, s, h);
         double *ck = ckpt ? (double *)ckpt->data + off.ckpt : NULL, *o_p = o + off.v;
-        if (d.chunk && d.g_per_key) pr_rec_gla_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
+        if (d.chunk && (d.g_per_key || d.g_per_value))
+            pr_rec_gla_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
         else if (d.chunk) pr_rec_forward_chunked(o_p, ht + p * KV, ck, &sq, d.chunk, work);
         else pr_rec_forward_recurrent(o_p, ht + p * KV, ck, &sq, d.ck, work);
         free(work);
@@ -280,7 +282,7 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
     double *dout = as_f64(n->out[0]->grad, false, &own_do), *dht = as_f64(n->out[1]->grad, false, &own_dht);
     const int64_t KV = d.K * d.V;
     const int64_t work_n = !d.chunk ? pr_rec_backward_work(d.ck, (int)d.K, (int)d.V, (int)d.L)
-                           : d.g_per_key ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
+                           : d.g_per_key || d.g_per_value ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
                                          : pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L);
     const double *ckpt = (const double *)n->saved[0]->data;
 
@@ -298,7 +300,7 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
         };
         double *work = malloc((size_t)work_n * sizeof *work);
         PR_CHECK(work, "recurrence: out of host memory");
-        if (d.chunk && d.g_per_key)
+        if (d.chunk && (d.g_per_key || d.g_per_value))
             pr_rec_gla_backward_chunked(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.chunk, work);
         else if (d.chunk)
             pr_rec_backward_chunked(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.chunk, work);

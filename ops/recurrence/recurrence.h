@@ -18,7 +18,7 @@
  * gla with opts.g_per_value decays the state's columns instead of its rows
  * (fla's gv): h = h diag(exp(g_t)) + k v^T with g [B,T,H,V]. Gated slot
  * attention's first pass (keys written into slots that forget one by one)
- * is this form; it runs per token only.
+ * is this form; the CPU runs it per token or chunked, CUDA per token only.
  */
 #ifndef PR_RECURRENCE_H
 #define PR_RECURRENCE_H
@@ -105,7 +105,7 @@ typedef struct {
     double scale;   /* 0: K^-1/2 */
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
     int tf32;       /* pr_recurrence_plan only: plan for TF32 products (pr_recurrence reads ctx->matmul_tf32) */
-    bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv); needs chunk 0 */
+    bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv); chunked on CPU only */
     pr_rec_force force; /* CUDA chunked form: fields the plan must take (zero: none) */
 } pr_recurrence_opts;
 
@@ -171,7 +171,7 @@ int pr_recurrence_write_ranks(const pr_node *n, double rel_tol, int *ranks);
  * A node keeps its call's forcing fields as a small id (iarg[3]): equal
  * fields get the same id, all-zero fields id 0. */
 int64_t pr_rec_force_id(const pr_rec_force *f);
-/* false, with why, where opt asks a per-value decay of a rule or form that has none */
+/* false, with why, where opt asks a per-value decay of a rule other than gla */
 bool pr_rec_g_per_value_ok(const pr_recurrence_opts *opt, char *why, size_t why_n);
 const pr_rec_force *pr_rec_force_of(int64_t id); /* fatal for an id never handed out */
 

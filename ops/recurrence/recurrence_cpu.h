@@ -39,7 +39,7 @@ typedef struct {
     int64_t sk, sv, sg, skx, svx;   /* sg: g's and beta's token stride (H*K for a per-key g, no beta then) */
     bool g_per_key;                 /* gla: g holds K log-decays a token */
     bool g_per_value;               /* gla with opts.g_per_value: g holds V log-decays a token (sg = H*V),
-                                       column j of the state scales by exp(g[j]); per-token form only */
+                                       column j of the state scales by exp(g[j]) */
 } pr_rec_seq;
 
 /* Gradient destinations, same layouts and strides as the inputs; each is
@@ -101,8 +101,8 @@ int64_t pr_rec_backward_work(int c, int K, int V, int L);
 void pr_rec_backward(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
                      const pr_rec_seq *s, int ckpt_every, double *work);
 
-/* The chunked form of a per-key decay (gla; chunked_gla.c), no delta erase
- * and no extra writes. Decays inside a chunk are products of factors
+/* The chunked form of gla (chunked_gla.c), its decay per key or, with
+ * s->g_per_value, per value channel; no delta erase, no extra writes. Decays inside a chunk are products of factors
  * exp(G_later - G_earlier) <= 1, factored by sub-chunks of 16 tokens as
  * fla's chunk_gla does, so none overflows however strong the decay.
  * work: pr_rec_gla_chunk_work(C, K, V) doubles. */
