@@ -135,7 +135,7 @@ __device__ __noinline__ void blk_mm(bool tc, float *C, int ldc, const float *A, 
 }
 
 /* dst (global, row stride K) = W (shared, row stride ldw), K x K */
-__device__ void st_state(float *dst, const float *W, int ldw, int K)
+static __device__ void st_state(float *dst, const float *W, int ldw, int K)
 {
     if ((K & 3) == 0) return rec_st_tile(dst, K, K, K, W, ldw, 1.f, false, true);
     REC_FOR2D(K, K, r, c) dst[r * K + c] = W[r * ldw + c];
@@ -144,7 +144,7 @@ __device__ void st_state(float *dst, const float *W, int ldw, int K)
 /* the mini-batch's rows [m, K] of a [B,T,H,K] input from element g0 into
  * shared memory (row stride ldr): cp.async when K % 4 == 0 (complete at the
  * next rec_sync), else a load and a store per element */
-__device__ void ld_rows(float *dst, int ldr, const float *src, long long g0, int H, int m, int K)
+static __device__ void ld_rows(float *dst, int ldr, const float *src, long long g0, int H, int m, int K)
 {
     if ((K & 3) == 0) return rec_ld_tile(dst, ldr, m, K, src + g0, (long long)H * K, m, K, true);
     for (int i = 0; i < m; i++)
@@ -153,7 +153,7 @@ __device__ void ld_rows(float *dst, int ldr, const float *src, long long g0, int
 
 /* W (row stride ldw) = a saved K x K state: cp.async when K % 4 == 0 (complete
  * at the next rec_sync), else a load and a store per element */
-__device__ void ld_state(float *W, int ldw, const float *src, int K)
+static __device__ void ld_state(float *W, int ldw, const float *src, int K)
 {
     if ((K & 3) == 0) return rec_ld_tile(W, ldw, K, K, src, K, K, K, true);
     REC_FOR2D(K, K, r, c) W[r * ldw + c] = src[r * K + c];
@@ -275,7 +275,7 @@ __device__ __forceinline__ long long grow(const ttt_args &a, int bi, int h, int 
 
 /* g[row t0 + i] = (acc ? g : 0) + alpha X[i] for the mini-batch's m rows (X:
  * row stride ldr); rec_st_tile where K % 4 == 0 (rows of X 16-byte aligned) */
-__device__ void put_rows(float *g, const float *X, float alpha, bool acc, const ttt_args &a, int bi, int h, int t0,
+static __device__ void put_rows(float *g, const float *X, float alpha, bool acc, const ttt_args &a, int bi, int h, int t0,
                          int m)
 {
     const int K = a.K;
@@ -334,7 +334,7 @@ __device__ void qk_w(bool tc, const ttt_args &a, float *xq, float *xk, const flo
  * it (release and acquire at GPU scope; the barrier carries the order to the
  * other threads), so plain loads after this see the writer's data under the
  * PTX memory model, L1 included. */
-__device__ void wait_flag(int *flag)
+static __device__ void wait_flag(int *flag)
 {
     if (threadIdx.x == 0) {
         while (atomicAdd(flag, 0) == 0) __nanosleep(256);
