@@ -79,58 +79,51 @@ static size_t peak_memory(pr_ctx *ctx, const pr_model *m, const pr_optim *opt, p
            pr_arena_peak(ctx->step);
 }
 
-#ifdef PRISM_HAVE_CUDA
-/* the recorded step of the graph path: zeroed grads, the loss of the staged
- * ids, the backward, the norm and the update (no clipping) */
-static int capture_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_tensor *ids, pr_tensor *targets,
-                        pr_cuda_graph **g, char *why, size_t n)
+/* the graph path's inputs: ids and targets that outlive the step */
+typedef struct {
+    const pr_model *m;
+    pr_tensor *ids, *targets;
+} graph_inputs;
+
+static pr_tensor *graph_loss(void *user, pr_ctx *ctx)
 {
-    pr_cuda_graph_begin();
-    pr_params_zero_grads(m->params);
-    pr_tensor *loss = pr_lm_loss(ctx, m, ids, targets);
-    pr_backward(ctx, loss);
-    pr_optim_graph_record(ctx, opt, loss);
-    int rc = pr_cuda_graph_end(g, why, n);
-    pr_step_reset(ctx);
-    return rc;
+    graph_inputs *in = user;
+    return pr_lm_loss(ctx, in->m, in->ids, in->targets);
 }
 
-/* time_train_step with the step captured into a CUDA graph after the warm-up
- * (two eager steps at least) and replayed: each timed step copies the ids
+/* time_train_step with the step as a CUDA graph (train/step_graph.c) after
+ * the warm-up (two eager steps at least): each timed step copies the ids
  * in, writes the learning rate, replays and reads the loss and norm back, as
- * the trainer does. NAN after saying why when the capture is refused. */
+ * the trainer does (no clipping). NAN after saying why when the capture is
+ * refused. */
 static double time_graph_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *host_ids, int64_t B, int64_t T,
                               int warmup, int steps, const char *what)
 {
     pr_device dev = m->params->device;
     pr_arena *a = pr_arena_new("bench graph", 0);
-    pr_tensor *ids = pr_empty(a, PR_I32, dev, PR_DIMS(B, T)), *targets = pr_empty(a, PR_I32, dev, PR_DIMS(B, T));
+    graph_inputs in = {m, pr_empty(a, PR_I32, dev, PR_DIMS(B, T)), pr_empty(a, PR_I32, dev, PR_DIMS(B, T))};
     size_t bytes = sizeof(int32_t) * (size_t)(B * T);
     time_train_step(ctx, m, opt, NULL, host_ids, B, T, 0, warmup > 2 ? warmup : 2);   /* the eager warm-up */
     pr_cuda_graph *g = NULL;
     char why[256];
-    double t[64], loss, norm;
-    for (int i = -1; i < steps; i++) {   /* -1: the capture and its replay, untimed */
+    double t[64], loss, norm, s = 0;
+    for (int i = -1; i < steps && !isnan(s); i++) {   /* -1: the capture and its replay, untimed */
         pr_device_sync(dev);
         double t0 = pr_now_s();
-        pr_device_memcpy(ids->data, dev, host_ids, PR_CPU, bytes);
-        pr_device_memcpy(targets->data, dev, host_ids + 1, PR_CPU, bytes);
-        pr_optim_graph_prepare(opt, 1e-4, 0);
-        if (!g && capture_step(ctx, m, opt, ids, targets, &g, why, sizeof why)) {
+        pr_device_memcpy(in.ids->data, dev, host_ids, PR_CPU, bytes);
+        pr_device_memcpy(in.targets->data, dev, host_ids + 1, PR_CPU, bytes);
+        if (pr_step_graph_run(&g, ctx, m->params, opt, graph_loss, &in, 1e-4, 0, &loss, &norm, why, sizeof why)) {
             fprintf(stderr, "prism bench throughput: %s: cuda graph off (the capture found %s); not timed\n", what, why);
-            pr_arena_free(a);
-            return NAN;
+            s = NAN;
         }
-        pr_cuda_graph_replay(g);
-        pr_optim_graph_result(opt, &loss, &norm);
         if (i >= 0) t[i] = pr_now_s() - t0;
     }
-    pr_cuda_graph_free(g);
+    pr_step_graph_free(g);
     pr_arena_free(a);
+    if (isnan(s)) return s;
     qsort(t, (size_t)steps, sizeof t[0], cmp_double);
     return t[steps / 2];
 }
-#endif
 
 /* one profiled step of m after the timed ones: its op table in DIR/breakdown-<mixer>-T<T>.md */
 static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *ids, int64_t B, int64_t T,
@@ -197,11 +190,7 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     if (cuda_graph && graph_refused(&c, dev, comm, what)) {
         s = NAN;
     } else if (cuda_graph) {
-#ifdef PRISM_HAVE_CUDA
         s = time_graph_step(ctx, m, opt, ids + first, rows, T, warmup, steps, what);
-#else
-        s = NAN;
-#endif
     } else {
         s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
     }

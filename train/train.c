@@ -8,16 +8,8 @@
  * outputs and grads are inspected), which names the first op that went bad
  * and the layer it belongs to. No checkpoint is written after that, so the
  * last good one stays.
- *
- * CUDA graphs (train.cuda_graph, pr_train_graph_plan): after two eager
- * steps the third is captured (zeroing the grads, the staged batch's loss,
- * the backward, the kept loss, the grad norm and the update, with clipping
- * computed on the device) and every step from then on stages its batch,
- * writes its learning rate and replays the graph; the loss and norm logged
- * are read back from the device after the replay. A capture the CUDA layer
- * refuses (a host read or a synchronization inside the step) or that drew
- * random numbers is thrown away before anything ran and the run goes on
- * eagerly, saying why. */
+ * With train.cuda_graph, steps after the second run as train/step_graph.c's
+ * CUDA graph; a refused capture leaves the run eager, saying why. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,15 +34,7 @@ typedef struct {
     pr_ddp *ddp;
     pr_zero *zero;
     bool root;
-    /* CUDA graphs: whether to capture, the graph once captured, and the steps
-     * this process ran eagerly (the capture comes after 2) */
-    bool graph_wanted;
-    int64_t eager_steps;
-#ifdef PRISM_HAVE_CUDA
-    pr_cuda_graph *graph;
-#endif
-    char *graph_note;   /* the result's note, said again when a capture fails */
-    size_t graph_note_n;
+    pr_train_graph graph;   /* CUDA graphs (train/step_graph.c) */
 } run;
 
 /* flushes metrics.jsonl (with sync: onto the disk, before a checkpoint records its length) */
@@ -62,9 +46,7 @@ static int flush_metrics(const run *r, bool sync, pr_err *err)
 /* ---- setup and teardown ---------------------------------------------------------- */
 static void run_free(run *r)
 {
-#ifdef PRISM_HAVE_CUDA
-    pr_cuda_graph_free(r->graph);
-#endif
+    pr_step_graph_free(r->graph.graph);
     if (r->metrics) fclose(r->metrics);
     if (r->m) pr_params_release_grads(r->m->params);
     pr_ddp_free(r->ddp);
@@ -162,67 +144,20 @@ static void locate_nonfinite(run *r, pr_rng rng_before, char *out, size_t n)
     pr_step_reset(r->ctx);
 }
 
-#ifdef PRISM_HAVE_CUDA
-/* the step recorded into r->graph (nothing runs); 0, or -1 after saying why
- * it cannot be used: the run goes on eagerly */
-static int capture_step(run *r)
-{
-    pr_rng rng = r->ctx->rng;
-    char why[256] = "";
-    pr_cuda_graph_begin();
-    pr_params_zero_grads(r->m->params);
-    pr_tensor *loss = r->task->staged_loss(r->task, r->ctx, r->m);
-    pr_backward(r->ctx, loss);
-    pr_optim_graph_record(r->ctx, r->opt, loss);
-    int rc = pr_cuda_graph_end(&r->graph, why, sizeof why);
-    pr_step_reset(r->ctx);
-    if (!rc && memcmp(&rng, &r->ctx->rng, sizeof rng) != 0) {   /* its seeds would be frozen into the graph */
-        pr_cuda_graph_free(r->graph);
-        r->graph = NULL;
-        snprintf(why, sizeof why, "a random draw inside the step");
-        rc = -1;
-    }
-    r->ctx->rng = rng;
-    if (!rc) return 0;
-    r->graph_wanted = false;
-    snprintf(r->graph_note, r->graph_note_n, "off from step %lld (the capture found %s)", (long long)r->step + 1, why);
-    if (r->root) fprintf(stderr, "prism train: cuda graph %s; the steps run eagerly\n", r->graph_note);
-    return -1;
-}
-
-/* one step by the graph (captured first if need be): 1 when it cannot be
- * captured (nothing ran; run the step eagerly) */
-static int graph_step(run *r, step_stats *st)
-{
-    st->lr = pr_schedule_lr(&r->sched, r->step);
-    r->task->stage(r->task, r->ctx, r->m, r->step);
-    pr_optim_graph_prepare(r->opt, st->lr, r->o.clip);
-    if (!r->graph && capture_step(r)) return 1;
-    pr_cuda_graph_replay(r->graph);
-    pr_optim_graph_result(r->opt, &st->loss, &st->grad_norm);
-    return 0;
-}
-#endif
-
 /* -1 with bad set: a non-finite value; -1 with bad empty: err (a collective failed) */
 static int train_step(run *r, step_stats *st, char *bad, size_t nbad, pr_err *err)
 {
     pr_rng rng_before = r->ctx->rng;
     bad[0] = '\0';
-#ifdef PRISM_HAVE_CUDA
-    /* the graph leaves weights and state alone on a non-finite loss or norm: the trap reruns the step as is */
-    if (r->graph_wanted && r->eager_steps >= 2 && graph_step(r, st) == 0) {
-        if (isfinite(st->loss) && isfinite(st->grad_norm)) return 0;
-        locate_nonfinite(r, rng_before, bad, nbad);
-        return -1;
-    }
-#endif
-    r->eager_steps++;
-    if (forward_backward(r, st, err)) return -1;
+    /* by the CUDA graph (which leaves weights and state alone on a non-finite loss or norm), or eagerly */
+    bool eager = pr_train_graph_step(&r->graph, r->task, r->ctx, r->m, r->opt, r->step, &r->sched, r->o.clip,
+                                     &st->loss, &st->grad_norm, &st->lr) != 0;
+    if (eager && forward_backward(r, st, err)) return -1;
     if (!isfinite(st->loss) || !isfinite(st->grad_norm)) {
         locate_nonfinite(r, rng_before, bad, nbad);
         return -1;
     }
+    if (!eager) return 0;
     st->lr = pr_schedule_lr(&r->sched, r->step);
     pr_optim_step(r->ctx, r->opt, st->lr, pr_clip_scale(st->grad_norm, r->o.clip));
     pr_step_reset(r->ctx);
@@ -315,9 +250,8 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     if (!rc) rc = pr_train_fits(&r.cfg, &r.o, dev, err);   /* before the model is allocated */
     /* a resumed run keeps its manifest; its config records the new total of steps */
     if (!rc && r.root) rc = pr_run_write_start(run_dir, &r.cfg, &r.o, dev, !resume, err);
-    r.graph_note = res->graph_note, r.graph_note_n = sizeof res->graph_note;
-    if (!rc) r.graph_wanted = pr_train_graph_plan(&r.cfg, &r.o, dev, r.task->stage != NULL, r.graph_note,
-                                                 r.graph_note_n);
+    r.graph = (pr_train_graph){.talk = r.root, .note = res->graph_note, .note_n = sizeof res->graph_note};
+    r.graph.wanted = !rc && pr_train_graph_plan(&r.cfg, &r.o, dev, r.task->stage != NULL, r.graph.note, r.graph.note_n);
     if (!rc) rc = run_open(&r, dev, resume, err);
     if (!rc) rc = train_loop(&r, res, err);
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);

@@ -97,6 +97,16 @@ pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev);
  * a random draw inside the step): the run then goes on eagerly and says so. */
 bool pr_train_graph_plan(const pr_config *c, const pr_train_opts *o, pr_device dev, bool task_stages, char *note,
                          size_t n);
+/* A training step as a CUDA graph (train/step_graph.c says what it holds):
+ * captured at the first call into *g, replayed at every call. The caller
+ * copies the step's inputs into device tensors that outlive the step first;
+ * loss_fn records the loss from them. 0 with the step's loss and grad norm;
+ * -1 with why when the capture was refused (nothing ran, *g stays NULL: run
+ * the step eagerly). Free with pr_step_graph_free (NULL ok). */
+typedef pr_tensor *(*pr_step_loss_fn)(void *user, pr_ctx *ctx);
+int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_step_loss_fn loss_fn,
+                      void *user, double lr, double max_norm, double *loss, double *norm, char *why, size_t n);
+void pr_step_graph_free(pr_cuda_graph *g);
 /* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
 
@@ -173,6 +183,23 @@ int pr_task_open_rec(pr_task **out, const pr_train_opts *o, const pr_config *c, 
 /* rec: model.rec.n_items from the data when unset (0, as the task preset
  * leaves it); -1 with err when it was set to another count */
 int pr_task_fit_config(const pr_task *t, pr_config *c, pr_err *err);
+
+/* the trainer's side (train/step_graph.c): wanted from the plan, the graph
+ * after the first capture, the steps run eagerly so far (the capture comes
+ * after 2), and the note of the result (said on stderr too when a capture
+ * is refused, by the rank that talks) */
+typedef struct {
+    bool wanted, talk;
+    int64_t eager_steps;
+    pr_cuda_graph *graph;
+    char *note;
+    size_t note_n;
+} pr_train_graph;
+/* step `index` of task by the graph: 0 with its loss, norm and lr; 1 when
+ * this step is to run eagerly (not wanted, still warming up, or the capture
+ * was just refused: then never again) */
+int pr_train_graph_step(pr_train_graph *tg, pr_task *task, pr_ctx *ctx, const pr_model *m, pr_optim *opt,
+                        int64_t index, const pr_schedule *sched, double clip, double *loss, double *norm, double *lr);
 
 /* ---- checkpoints (train/checkpoint.c) ------------------------------------------ */
 typedef struct {
