@@ -24,8 +24,8 @@
  *    (the batch) must be copied in before the replay (the trainer's stage);
  *  - a device-to-host copy or a synchronization cannot be captured: the
  *    capture is marked broken with the reason, and the caller throws the
- *    graph away and runs the step eagerly (the host gets zeros meanwhile;
- *    nothing ran, so no state changed);
+ *    graph away and runs the step eagerly (the copy returns what the memory
+ *    holds meanwhile; nothing of the step ran, so no state changed);
  *  - every block the allocator hands out belongs to the graph from then on:
  *    freed, it goes back to the graph, never to the shared cache, so a
  *    replay never writes over memory someone else was given. Destroying the
@@ -239,10 +239,12 @@ extern "C" void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst
     cudaMemcpyKind kind = dst_is_dev ? (src_is_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                                      : (src_is_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
     if (g_capturing && kind == cudaMemcpyHostToDevice) return capture_constant(dst, src, bytes);
-    if (g_capturing && kind == cudaMemcpyDeviceToHost) {
-        memset(dst, 0, bytes);
-        return capture_break("a read of device values on the host inside the step");
-    }
+    /* a read inside a capture gets what the memory holds now (an input staged
+     * before it, or an earlier step's values: the legacy stream does not wait
+     * for the capture's), so host checks see plausible data, not zeros, on the
+     * way to the refusal */
+    if (g_capturing && kind == cudaMemcpyDeviceToHost)
+        capture_break("a read of device values on the host inside the step");
     /* a device-to-device copy is queued in order; the others return when done */
     if (kind == cudaMemcpyDeviceToDevice)
         PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, PR_THE_STREAM));
