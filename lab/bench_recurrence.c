@@ -118,7 +118,7 @@ int pr_bench_recurrence_cpu(const pr_bench_rec_opts *o, pr_bench_rec_cpu_row *ro
         const pr_recurrence_opts opt = {.rule = f == 2 ? PR_RULE_GLA : PR_RULE_PRISM_CORE, .chunk = f ? chunk : 0};
         if (f == 2 && !(o->rules & 1u << PR_RULE_GLA)) continue;
         pr_rec_plan plan;
-        char why[256], line[320];
+        char why[256], line[640];
         if (pr_recurrence_plan(&opt, PR_CPU, B, T, H, K, V, L, &plan, why, sizeof why))
             pr_rec_plan_format(&plan, line, sizeof line), printf("plan: %s\n", line);
         else
@@ -386,11 +386,11 @@ static void bench_ttt(pr_ctx *ctx, pr_arena *ar, const bench_size *s, int si, do
 }
 
 /* the plan of a form at size s, printed under its row; false (printed) when the GPU cannot run it */
-static bool print_plan(pr_rule r, int chunk, bool tf32, const bench_size *s)
+static bool print_plan(pr_rule r, int chunk, bool tf32, bool bf16, const bench_size *s)
 {
-    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .tf32 = tf32, .force = bench_force};
+    const pr_recurrence_opts opt = {.rule = r, .chunk = chunk, .tf32 = tf32, .bf16 = bf16, .force = bench_force};
     pr_rec_plan plan;
-    char why[256], line[320];
+    char why[256], line[640];
     const bool ok = pr_recurrence_plan(&opt, PR_CUDA, s->B, s->T, s->H, s->K, s->V, s->L, &plan, why, sizeof why);
     if (ok) pr_rec_plan_format(&plan, line, sizeof line);
     printf("%-11s   plan: %s\n", ok ? "" : pr_rule_name(r), ok ? line : why);
@@ -494,7 +494,7 @@ int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o)
             bench_times tok = {0, 0};
             double *ref[10] = {0}, *got[10] = {0};
             int64_t nref[10], ngot[10];
-            if (token && print_plan(rule, 0, false, s)) {
+            if (token && print_plan(rule, 0, false, false, s)) {
                 ctx->matmul_tf32 = 0;
                 tok = time_rule(ctx, rule, 0, in, x.dout, x.dht, warm, reps);
                 run_host(ctx, rule, 0, in, x.dout, x.dht, ref, nref);
@@ -506,16 +506,21 @@ int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o)
             const int nforms = nch ? nch : 1;
             for (int f = 0; f < nforms * (1 + o->fp32); f++) {
                 const int C = nch ? (int)o->chunks[f % nch] : 64;
-                if (!print_plan(rule, C, f < nforms, s)) continue;
-                double mf, mb;
+                if (!print_plan(rule, C, f < nforms, false, s)) continue;
+                double mf, mb, tf32_fb = 0;   /* this form's f32-data f+b ms, for the bf16 rows */
                 chunk_macs(rule, s, C, &mf, &mb);
                 const double nck = tokens / C * (double)s->H, flops = 2.0 * (mf + mb) * nck;
-                /* f32 data (TF32 or fp32 products), then under a TF32 row the same with bf16 data */
-                for (int bf = 0; bf < 2; bf++) {
+                /* f32 data (TF32 or fp32 products), then under a TF32 row the same with bf16 data
+                 * (bf 1), and with --bf16-staged again with every bf16 tensor staged (bf 2) */
+                for (int bfk = 0; bfk < 2 + o->bf16_staged; bfk++) {
+                    const int bf = bfk > 0;
                     if (!(o->gpu_dtypes & (1 << bf)) || (bf && f >= nforms)) continue;
                     pr_tensor *const *xin = bf ? in16 : in;
                     pr_tensor *dout = bf ? x.dout16 : x.dout;
                     ctx->matmul_tf32 = f < nforms;
+                    const pr_rec_switch staged_was = bench_force.bf16_staged;
+                    if (bfk == 2) bench_force.bf16_staged = PR_REC_ON;
+                    if (bf) print_plan(rule, C, true, true, s);
                     bench_times ch = time_rule(ctx, rule, C, xin, dout, x.dht, warm, reps);
                     const double tflops = flops / (ch.fb * 1e-3) / 1e12;
                     char sp[16] = "-", er[16] = "-";
@@ -526,18 +531,22 @@ int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o)
                         snprintf(er, sizeof er, "%.1e%s", e, e <= (bf ? 3e-2 : f < nforms ? 1e-2 : 1e-4) ? "" : "!");
                     }
                     char form[24];
-                    snprintf(form, sizeof form, "chunk%d/%s", C, bf ? "bf16" : f < nforms ? "tf32" : "fp32");
+                    snprintf(form, sizeof form, "chunk%d/%s", C, bfk == 2 ? "bf16s" : bf ? "bf16" : f < nforms ? "tf32" : "fp32");
                     print_row(rule, form, ch, tokens, tflops, peak, fb_bytes(rule, s, bf ? 2 : 4), fla_ms(o, rule, si),
                               sp, er);
                     if (f == 0 && bf && si == 0 && rule == PR_RULE_GLA && fla_ms(o, rule, si) > 0)
                         printf("%-11s   target <= 1.00x fla (%.3f ms, this run): %.2fx, %s\n", "", fla_ms(o, rule, si),
                                ch.fb / fla_ms(o, rule, si), ch.fb <= fla_ms(o, rule, si) ? "met" : "missed");
                     if (f < nforms) print_memory(ctx, rule, C, xin);
-                    if (f == 0 && rule == PR_RULE_GDN) gdn_fb[bf] = ch.fb;
+                    if (f == 0 && bfk < 2 && rule == PR_RULE_GDN) gdn_fb[bf] = ch.fb;
+                    if (!bf) tf32_fb = ch.fb;
+                    else if (tf32_fb > 0) /* issue 44: bf16 data faster than f32 data with TF32 products */
+                        printf("%-11s   bf16 / tf32 f+b = %.2f (target < 1.00)\n", "", ch.fb / tf32_fb);
                     if (f == 0 && si == 0 && target_ms(rule) > 0)
                         printf("%-11s   target <= %.2f ms: %s\n", "", target_ms(rule), ch.fb <= target_ms(rule) ? "met" : "missed");
-                    if (f == 0 && rule == PR_RULE_PRISM_CORE && gdn_fb[bf] > 0)
+                    if (f == 0 && bfk < 2 && rule == PR_RULE_PRISM_CORE && gdn_fb[bf] > 0)
                         printf("%-11s   prism_core / gdn = %.2f (target <= 1.30)\n", "", ch.fb / gdn_fb[bf]);
+                    bench_force.bf16_staged = staged_was;
                 }
             }
             for (int i = 0; i < 10; i++) free(ref[i]), free(got[i]);

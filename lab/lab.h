@@ -582,6 +582,7 @@ typedef struct {
     int64_t shape[5];   /* --shape B,T,H,K,V */
     unsigned rules;     /* bit r: rule r; bits PR_NRULES..+2: ttt_linear, ttt_mlp, titans */
     bool no_token, fp32;
+    bool bf16_staged;   /* GPU: each bf16 row again with every bf16 tensor staged (force bf16_staged=on) */
     int gpu_dtypes;     /* GPU: bit 0 f32, bit 1 bf16 */
     int nch;
     int64_t chunks[4];

@@ -295,6 +295,83 @@ static void test_extras_in_place(void **state)
     assert_true(same);
 }
 
+/* the plan of rule at (K, V), C = chunk, T = 100, two heads: whether its
+ * output pass reads bf16 q and writes bf16 o in place */
+static bool output_in_place(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec_switch staged, int K, int V)
+{
+    const pr_recurrence_opts po = {.rule = rule, .chunk = chunk, .tf32 = tf32, .bf16 = bf16,
+                                   .force = {.bf16_staged = staged}};
+    pr_rec_plan plan;
+    char why[256];
+    if (!pr_recurrence_plan(&po, PR_CUDA, 2, 100, 2, K, V, 0, &plan, why, sizeof why))
+        fail_msg("%s K=%d V=%d C=%d: no plan: %s", pr_rule_name(rule), K, V, chunk, why);
+    return plan.pass[PR_REC_PASS_OUTPUT].bf16_in_place;
+}
+
+/* The output pass on bf16 data reads q and writes o in place (no staged
+ * copies): the plan says so for bf16 data only, force.bf16_staged turns it
+ * off, and both paths give the same bits in o, ht and every grad (bound 0:
+ * bf16 -> f32 is exact, and o is rounded once from the same f32 sums by the
+ * cast's rule), in both forms of the pass (wgmma with TF32 at K <= 128,
+ * mma.sync with bf16 products or in fp32), at C = 64 and 32, K a multiple
+ * of 8 or only of 4, V of 40 and 20, T = 100 (a partial last chunk) */
+static void test_output_in_place(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    assert_true(output_in_place(PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 64, 40));
+    assert_false(output_in_place(PR_RULE_GDN, 64, 1, true, PR_REC_ON, 64, 40));
+    assert_false(output_in_place(PR_RULE_GDN, 64, 1, false, PR_REC_PLANNED, 64, 40));
+    assert_true(output_in_place(PR_RULE_LINATTN, 32, 0, true, PR_REC_OFF, 36, 20));
+    assert_false(output_in_place(PR_RULE_LINATTN, 32, 0, true, PR_REC_PLANNED, 34, 20)); /* K % 4 != 0: staged */
+    pr_ctx *ctx = pr_ctx_new(1);
+    static const struct {
+        pr_rule rule;
+        int chunk, tf32, K, V;
+    } cases[] = {
+        {PR_RULE_GDN, 64, 1, 64, 40},     {PR_RULE_GDN, 32, 1, 36, 20},  {PR_RULE_LINATTN, 64, 1, 64, 40},
+        {PR_RULE_SSD, 64, 0, 36, 40},     {PR_RULE_DELTA, 32, 0, 64, 20}, {PR_RULE_GDN, 64, 1, 160, 40},
+    };
+    int fails = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const pr_rule rule = cases[ci].rule;
+        const int C = cases[ci].chunk, K = cases[ci].K, V = cases[ci].V;
+        char what[96];
+        snprintf(what, sizeof what, "%s C=%d K=%d V=%d %s", pr_rule_name(rule), C, K, V,
+                 cases[ci].tf32 ? "tf32" : "fp32");
+        if (!output_in_place(rule, C, cases[ci].tf32, true, PR_REC_PLANNED, K, V)) {
+            fprintf(stderr, "  FAIL %s: the plan stages q and o\n", what);
+            fails++;
+            continue;
+        }
+        pr_rng r = pr_rng_init(500 + ci, 3);
+        pr_recurrence_inputs ri = pr_recurrence_random(ctx, &r, PR_F64, rule, 2, 100, 2, K, V, 0, false);
+        pr_tensor *x[REC_NIN], *in[REC_NIN];
+        rec_in_array(&ri, x);
+        for (int i = 0; i < REC_NIN; i++) {
+            in[i] = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CUDA) : NULL;
+            if (in[i]) pr_requires_grad_(in[i], true);
+        }
+        double *dout_raw = rec_randn(600 + ci, 2 * 100 * 2 * V), *dht = rec_randn(700 + ci, 2 * 2 * K * V);
+        double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
+        ctx->matmul_tf32 = cases[ci].tf32;
+        rec_out a = run(ctx, rule, C, in, NULL, dout, dht);
+        const pr_recurrence_opts staged = {.rule = rule, .chunk = C, .force = {.bf16_staged = PR_REC_ON}};
+        rec_out b = rec_run_seeded_opts(ctx, &staged, in, NULL, dout, dht);
+        ctx->matmul_tf32 = 0;
+        rec_report(what, &a, &b);
+        if (!rec_same_bits(&a, &b)) {
+            fprintf(stderr, "  FAIL %s: in place and staged differ\n", what);
+            fails++;
+        }
+        rec_out_free(&a), rec_out_free(&b);
+        free(dout_raw), free(dout), free(dht);
+        pr_step_reset(ctx);
+    }
+    pr_ctx_free(ctx);
+    assert_int_equal(fails, 0);
+}
+
 /* bf16 g or f32 v next to bf16 q: refused on CUDA as on the CPU */
 static void test_recurrence_dtype_checks(void **state)
 {
@@ -322,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_recurrence_every_rule),
         cmocka_unit_test(test_recurrence_dtype_checks),
         cmocka_unit_test(test_extras_in_place),
+        cmocka_unit_test(test_output_in_place),
     };
     /* PR_TEST_FILTER=test_extras_in_place (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));

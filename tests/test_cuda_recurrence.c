@@ -854,7 +854,7 @@ static void test_plan(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    char why[256], line[320];
+    char why[256], line[640];
     pr_rec_plan plan;
     for (int r = 0; r < PR_NRULES; r++) {
         for (int chunk = 0; chunk <= 64; chunk += 32) {

@@ -56,13 +56,13 @@ static void test_cpu_plan_fields(void **state)
 static pr_rec_plan cuda_plan(void)
 {
     pr_rec_plan p = {.device = PR_CUDA, .chunk = 64, .delta = true, .has_g = true};
-    p.pass[PR_REC_PASS_PREP] = (pr_rec_pass){true, PR_REC_WGMMA, 128, 0};
-    p.pass[PR_REC_PASS_STATE] = (pr_rec_pass){true, PR_REC_WGMMA, 64, 0};
-    p.pass[PR_REC_PASS_OUTPUT] = (pr_rec_pass){true, PR_REC_WGMMA, 64, 0};
-    p.pass[PR_REC_PASS_DLOCAL] = (pr_rec_pass){true, PR_REC_WGMMA, 128, 0};
-    p.pass[PR_REC_PASS_DSTATE] = (pr_rec_pass){true, PR_REC_MMA, 32, 0};
-    p.pass[PR_REC_PASS_GRAD] = (pr_rec_pass){true, PR_REC_WGMMA, 32, 128};
-    p.pass[PR_REC_PASS_WY] = (pr_rec_pass){true, PR_REC_WGMMA, 64, 64};
+    p.pass[PR_REC_PASS_PREP] = (pr_rec_pass){.runs = true, .engine = PR_REC_WGMMA, .bv = 128, .bk = 0};
+    p.pass[PR_REC_PASS_STATE] = (pr_rec_pass){.runs = true, .engine = PR_REC_WGMMA, .bv = 64, .bk = 0};
+    p.pass[PR_REC_PASS_OUTPUT] = (pr_rec_pass){.runs = true, .engine = PR_REC_WGMMA, .bv = 64, .bk = 0};
+    p.pass[PR_REC_PASS_DLOCAL] = (pr_rec_pass){.runs = true, .engine = PR_REC_WGMMA, .bv = 128, .bk = 0};
+    p.pass[PR_REC_PASS_DSTATE] = (pr_rec_pass){.runs = true, .engine = PR_REC_MMA, .bv = 32, .bk = 0};
+    p.pass[PR_REC_PASS_GRAD] = (pr_rec_pass){.runs = true, .engine = PR_REC_WGMMA, .bv = 32, .bk = 128};
+    p.pass[PR_REC_PASS_WY] = (pr_rec_pass){.runs = true, .engine = PR_REC_WGMMA, .bv = 64, .bk = 64};
     p.segments = 1, p.grad_blocks = 4, p.grad_passes = 1, p.wy_extras = 1;
     return p;
 }
@@ -86,6 +86,20 @@ static void test_cuda_plan_text(void **state)
                               "segments 8, 2 passes) segfix(bv 32) scores(bv 64, wgmma); bwd dlocal(bv 128, wgmma) "
                               "dstate(bv 32, segments 8) grad(bk 128, bv 32, 8 blocks a warp, 2 passes) wy(bk 64, "
                               "bv 64, extras in 2s) extras(apart, wgmma)");
+    /* bf16 data: the passes in place and each pass's products, after the kernels */
+    p = cuda_plan();
+    p.bf16 = true;
+    for (int i = 0; i < PR_REC_NPASS; i++) p.pass[i].prod = PR_REC_PROD_TF32;
+    p.pass[PR_REC_PASS_DSTATE].prod = PR_REC_PROD_BF16;
+    pr_rec_plan_format(&p, line, sizeof line);
+    assert_non_null(strstr(line, "wy(bk 64, bv 64, wgmma); bf16 data: in place none, products prep tf32 state tf32 "
+                                 "output tf32 dlocal tf32 dstate bf16 grad tf32 wy tf32"));
+    p.pass[PR_REC_PASS_OUTPUT].bf16_in_place = true;
+    p.pass[PR_REC_PASS_WY].runs = false; /* a pass that does not run is named nowhere */
+    p.pass[PR_REC_PASS_WY].bf16_in_place = true;
+    pr_rec_plan_format(&p, line, sizeof line);
+    assert_non_null(strstr(line, "; bf16 data: in place output, products prep tf32"));
+    assert_null(strstr(line, "wy tf32"));
     /* no beta: no prep or wy, the final sums of dg (none without g) */
     p = cuda_plan();
     p.delta = false, p.pass[PR_REC_PASS_PREP].runs = p.pass[PR_REC_PASS_WY].runs = false;
@@ -119,7 +133,7 @@ static void test_force_parse(void **state)
     char err[256];
     assert_true(pr_rec_force_parse("segments=4,seg_fix=off,bv_state=32,bv_dstate=64,bk_grad=32,bk_wy=32,grad_bpw=8,"
                                    "grad_pieces=2,prep=mma,state=wgmma,scores=mma,dstate=wgmma,wy=mma,"
-                                   "extras_apart=on,x16=off",
+                                   "extras_apart=on,x16=off,bf16_staged=on",
                                    &f, err, sizeof err));
     assert_string_equal(err, "");
     assert_int_equal(f.segments, 4);
@@ -137,6 +151,7 @@ static void test_force_parse(void **state)
     assert_int_equal(f.wy, PR_REC_MMA);
     assert_int_equal(f.extras_apart, PR_REC_ON);
     assert_int_equal(f.x16, PR_REC_OFF);
+    assert_int_equal(f.bf16_staged, PR_REC_ON);
     /* items go over what is set; the rest stays */
     assert_true(pr_rec_force_parse("segments=1", &f, err, sizeof err));
     assert_int_equal(f.segments, 1);

@@ -12,7 +12,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64|bf16] [--reps N] [--warmup N]\n"
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
-            "                              [--fp32] [--force LIST] [--ttt-bwd fused|split|overlap] [--help]\n\n"
+            "                              [--fp32] [--bf16-staged] [--force LIST] [--ttt-bwd fused|split|overlap]\n"
+            "                              [--help]\n\n"
             "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2, gla), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data;\n"
             "gla's \"x fla\" needs fla's chunk_gla time measured in the same run: --fla-gla,\n"
@@ -38,13 +39,16 @@ static void usage(FILE *f)
             "               kernels run 32 and 64)\n"
             "  --no-token   skip the per-token form (it is slow)\n"
             "  --fp32       GPU only: also time the chunked form with fp32 (non-tensor-core) products\n"
+            "  --bf16-staged  GPU only: under each bf16 row a bf16s row, the same with every bf16 tensor\n"
+            "               staged through f32 copies (force bf16_staged=on: the path before the passes\n"
+            "               that read bf16 in place), to compare the two in one run\n"
             "  --fla-gla MS1[,MS2]  GPU only: fla's chunk_gla bf16 f+b ms at size 1 (and 2), as\n"
             "               tools/device/time_fla_gla.py measures it on this GPU; gla's rows then show\n"
             "               \"x fla\" and, at size 1, issue 43's target (<= 1.0x fla)\n"
             "  --force L    GPU only: force fields of the chunked plan (pr_rec_force), comma-separated\n"
             "               name=value: segments, bv_state, bv_dstate, bk_grad, bk_wy, grad_bpw, grad_pieces\n"
             "               (numbers); prep, state, scores, dstate, wy (mma|wgmma); seg_fix, extras_apart,\n"
-            "               x16 (on|off); e.g. --force state=mma,bv_state=32. A field the kernels cannot run\n"
+            "               x16, bf16_staged (on|off); e.g. --force state=mma,bv_state=32. A field the kernels cannot run\n"
             "               at a size stops the run, naming it\n"
             "  --ttt-bwd F  GPU only: TTT-Linear's backward fused, split or overlap (default: its plan's)\n"
             "Reference (flash-linear-attention Triton, bf16, H200, fwd+bwd; size 1 / size 2): gated\n"
@@ -75,6 +79,7 @@ static int parse_options(int argc, char **argv, pr_bench_rec_opts *o)
         if (pr_args_int_list(&a, "--chunks", 1, 1024, 4, o->chunks, &o->nch)) continue;
         if (pr_args_int_list(&a, "--shape", 1, 1 << 20, 5, o->shape, &o->nshape)) continue;
         if (pr_args_flag(&a, "--no-token", &o->no_token) || pr_args_flag(&a, "--fp32", &o->fp32)) continue;
+        if (pr_args_flag(&a, "--bf16-staged", &o->bf16_staged)) continue;
         if (pr_args_positive_list(&a, "--fla-gla", 2, o->fla_gla, &o->nfla_gla)) continue;
         if (pr_args_string(&a, "--force", &force) || pr_args_choice(&a, "--ttt-bwd", ttt_bwds, &ttt_bwd)) continue;
         return pr_args_unknown(&a);
@@ -99,6 +104,7 @@ static int parse_options(int argc, char **argv, pr_bench_rec_opts *o)
     if (size >= 0) return pr_args_error(&a, "--size picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->nshape) return pr_args_error(&a, "--shape picks a GPU size; --device cpu runs B=1 T=2048 H=4 K=V=64");
     if (o->fp32) return pr_args_error(&a, "--fp32 applies to --device cuda only");
+    if (o->bf16_staged) return pr_args_error(&a, "--bf16-staged applies to --device cuda only");
     if (o->nfla_gla) return pr_args_error(&a, "--fla-gla applies to --device cuda only");
     if (force) return pr_args_error(&a, "--force applies to --device cuda only (the CUDA chunked plan)");
     if (ttt_bwd >= 0) return pr_args_error(&a, "--ttt-bwd applies to --device cuda only");

@@ -154,6 +154,46 @@ __device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, in
         }
 }
 
+/* rec_ld_tile from bf16 rows read in place: each group of 4 columns is one
+ * 8-byte load, widened to f32 (exact) on its way into the tile, so the tile
+ * holds the values a staged f32 copy would. The caller guarantees nc % 4 == 0
+ * where nc > 0, 8-byte aligned rows and src; synchronous (the next barrier
+ * publishes it). SW as rec_ld_tile's. */
+template <bool SW = false>
+__device__ __forceinline__ void rec_ld_tile16(float *dst, int ld, int R, int W, const unsigned short *src,
+                                              long long rs, int nr, int nc)
+{
+    const rec_rowmap m = rec_rowmap_of(W);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
+    for (int r = m.r0; r < R; r += m.rstep)
+        for (int c = m.c0; c < W; c += m.cstep) {
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < nr && c < nc) {
+                const uint2 w = *reinterpret_cast<const uint2 *>(src + r * rs + c);
+                x = make_float4(pr_bf16_lo(w.x), pr_bf16_hi(w.x), pr_bf16_lo(w.y), pr_bf16_hi(w.y));
+            }
+            *reinterpret_cast<float4 *>(dst + (SW ? rec_sw128(base, r, c) : r * ld + c)) = x;
+        }
+}
+/* dst[r*rs + c] = bf16(0 + alpha * src[r][c]) for r < nr, c < nc (nc % 4 ==
+ * 0, 8-byte aligned rows): rec_st_tile's plain store with a bf16
+ * destination, rounded as pr_cuda_cast rounds (pr_bf16_bits), so the bits
+ * are those of rec_st_tile followed by the cast (its 0 + makes a -0 +0) */
+__device__ __forceinline__ void rec_st_tile16(unsigned short *dst, long long rs, int nr, int nc, const float *src,
+                                              int ld, float alpha)
+{
+    const rec_rowmap m = rec_rowmap_of(nc);
+    for (int r = m.r0; r < nr; r += m.rstep)
+        for (int c = m.c0; c < nc; c += m.cstep) {
+            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+            const unsigned lo =
+                (unsigned)pr_bf16_bits(fmaf(alpha, x.x, 0.f)) | (unsigned)pr_bf16_bits(fmaf(alpha, x.y, 0.f)) << 16;
+            const unsigned hi =
+                (unsigned)pr_bf16_bits(fmaf(alpha, x.z, 0.f)) | (unsigned)pr_bf16_bits(fmaf(alpha, x.w, 0.f)) << 16;
+            *reinterpret_cast<uint2 *>(dst + r * rs + c) = make_uint2(lo, hi);
+        }
+}
+
 /* ---- the block's matrix product ------------------------------------------------
  * C[M][N] = (acc ? C : 0) + alpha * op(A) op(B), all in shared memory.
  * op(A) [M][Kd]: A[m*lda + k], or A[k*lda + m] when TA. op(B) [Kd][N]: B[k*ldb + n],

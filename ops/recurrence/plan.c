@@ -48,6 +48,7 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     if (!pr_rec_g_per_value_ok(opt, why, why_n)) return false;
     plan->gla = pr_rule_g_per_key(opt->rule), plan->g_per_value = opt->g_per_value;
     plan->delta = pr_rule_has_beta(opt->rule), plan->has_g = pr_rule_has_g(opt->rule);
+    plan->bf16 = opt->bf16;
     if (dev == PR_CUDA) {
         if (!g_per_value_cuda_ok(opt, why, why_n)) return false;
 #ifdef PRISM_HAVE_CUDA
@@ -126,6 +127,23 @@ static void cuda_chunked_text(const pr_rec_plan *p, char *buf, size_t n)
     else snprintf(buf + k, n - k, "%s", p->has_g ? "dg" : "(no dg)");
 }
 
+/* bf16 data: which passes read their bf16 tensors in place (the rest read
+ * f32 copies staged around the kernels) and the passes' products */
+static void bf16_text(const pr_rec_plan *p, char *buf, size_t n)
+{
+    static const char *const names[PR_REC_NPASS] = {"prep", "state", "output", "dlocal", "dstate", "grad", "wy"};
+    static const char *const prods[] = {"fp32", "tf32", "bf16"};
+    size_t k = (size_t)snprintf(buf, n, "; bf16 data: in place");
+    int in_place = 0;
+    for (int i = 0; i < PR_REC_NPASS && k < n; i++)
+        if (p->pass[i].runs && p->pass[i].bf16_in_place)
+            k += (size_t)snprintf(buf + k, n - k, " %s", names[i]), in_place++;
+    if (!in_place && k < n) k += (size_t)snprintf(buf + k, n - k, " none");
+    if (k < n) k += (size_t)snprintf(buf + k, n - k, ", products");
+    for (int i = 0; i < PR_REC_NPASS && k < n; i++)
+        if (p->pass[i].runs) k += (size_t)snprintf(buf + k, n - k, " %s %s", names[i], prods[p->pass[i].prod]);
+}
+
 /* "fwd ...; bwd ..." */
 static void kernels_text(const pr_rec_plan *p, char *buf, size_t n)
 {
@@ -138,12 +156,16 @@ static void kernels_text(const pr_rec_plan *p, char *buf, size_t n)
                  p->g_per_value ? "value" : "key");
     else if (!p->chunk)
         snprintf(buf, n, "fwd tok_fwd; bwd tok_rev%s, tok_sum_slices", p->delta ? ", tok_dq" : " (tok_dq for dq)");
-    else cuda_chunked_text(p, buf, n);
+    else {
+        cuda_chunked_text(p, buf, n);
+        const size_t k = strlen(buf);
+        if (p->bf16 && k < n) bf16_text(p, buf + k, n - k);
+    }
 }
 
 void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n)
 {
-    char kernels[320];
+    char kernels[512];
     kernels_text(plan, kernels, sizeof kernels);
     if (plan->chunk) snprintf(buf, n, "%s chunked C=%d: %s", pr_device_name(plan->device), plan->chunk, kernels);
     else snprintf(buf, n, "%s per-token: %s", pr_device_name(plan->device), kernels);
@@ -164,6 +186,7 @@ static const force_field force_fields[] = {
     F(grad_bpw, FORCE_INT),     F(grad_pieces, FORCE_INT),  F(prep, FORCE_ENGINE),
     F(state, FORCE_ENGINE),     F(scores, FORCE_ENGINE),    F(dstate, FORCE_ENGINE),
     F(wy, FORCE_ENGINE),        F(extras_apart, FORCE_SWITCH), F(x16, FORCE_SWITCH),
+    F(bf16_staged, FORCE_SWITCH),
 };
 #undef F
 
@@ -203,7 +226,7 @@ static bool force_item(const char *item, pr_rec_force *fo, char *err, size_t err
         return false;
     }
     snprintf(err, err_n, "force: unknown field in '%s' (segments, seg_fix, bv_state, bv_dstate, bk_grad, bk_wy, "
-                         "grad_bpw, grad_pieces, prep, state, scores, dstate, wy, extras_apart, x16)", item);
+                         "grad_bpw, grad_pieces, prep, state, scores, dstate, wy, extras_apart, x16, bf16_staged)", item);
     return false;
 }
 

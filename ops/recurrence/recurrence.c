@@ -410,6 +410,7 @@ pr_tensor *pr_recurrence(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
         char why[256];
         pr_recurrence_opts po = *opt;
         po.tf32 = ctx->matmul_tf32;
+        po.bf16 = q->dtype == PR_BF16;
         if (!pr_recurrence_plan(&po, PR_CUDA, N, T, H, K, V, kx ? kx->shape[3] : 0, &plan, why, sizeof why))
             pr_fatal("%s", why);
     }

@@ -89,6 +89,7 @@ typedef struct {
     pr_rec_engine prep, state, scores, dstate, wy; /* scores: the output and dlocal together */
     pr_rec_switch extras_apart; /* prism_core's extra writes in kernels of their own */
     pr_rec_switch x16;        /* OFF: bf16 kx, vx staged as f32 where the wgmma extras could read them in place */
+    pr_rec_switch bf16_staged; /* ON: every bf16 tensor staged through f32 copies, as before the in-place passes */
 } pr_rec_force;
 /* Reads "name=value,..." (names as the fields above; values: numbers,
  * mma|wgmma for the engines, on|off for the switches) into *f, over what
@@ -105,15 +106,22 @@ typedef struct {
     double scale;   /* 0: K^-1/2 */
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
     int tf32;       /* pr_recurrence_plan only: plan for TF32 products (pr_recurrence reads ctx->matmul_tf32) */
+    bool bf16;      /* pr_recurrence_plan only: plan for bf16 data (pr_recurrence reads q's dtype) */
     bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv); chunked on CPU only */
     pr_rec_force force; /* CUDA chunked form: fields the plan must take (zero: none) */
 } pr_recurrence_opts;
+
+/* what a pass's products multiply: fp32 FMAs (TF32 off), TF32 or bf16
+ * operands on tensor cores; the sums are f32 in every kind */
+typedef enum { PR_REC_PROD_F32 = 0, PR_REC_PROD_TF32, PR_REC_PROD_BF16 } pr_rec_prod;
 
 /* one pass of a CUDA chunked plan */
 typedef struct {
     bool runs;             /* prep and wy run for the delta rules only */
     pr_rec_engine engine;  /* PR_REC_MMA or PR_REC_WGMMA */
     int bv, bk;            /* its V tile and K tile (0: the pass has none) */
+    pr_rec_prod prod;      /* its products' operands */
+    bool bf16_in_place;    /* bf16 data: the pass reads (and writes) its own bf16 tensors unstaged */
 } pr_rec_pass;
 
 /* How a call runs: the form, the chunk size, and for the CUDA chunked form
@@ -124,6 +132,7 @@ typedef struct {
     bool gla;              /* rule gla: its own kernels (CUDA: per-token only) */
     bool g_per_value;      /* gla's decay per value channel (opts.g_per_value) */
     bool delta, has_g;     /* the rule's erase (beta) and decay (g) */
+    bool bf16;             /* planned for bf16 data */
     /* the CUDA chunked form: */
     pr_rec_pass pass[PR_REC_NPASS];
     int segments;          /* of a sequence in the serial passes (1: none) */

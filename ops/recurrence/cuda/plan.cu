@@ -359,8 +359,8 @@ static bool whole_wins(const rec_prob &p, const pr_rec_force &f, int smem_sm, in
     return steps * (double)seq_chunks(p) < seg_cost;
 }
 
-bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
-                       rec_chunk_plan *pl)
+static bool plan_passes(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
+                        rec_chunk_plan *pl)
 {
     if (p.L > 0 && plan_xa(p, f, smem_max, smem_sm, n_sm, pl)) return true;
     const size_t mx = (size_t)smem_max, two = (size_t)(smem_sm / 2 - 1024);
@@ -496,4 +496,25 @@ bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, i
         if (two_x <= mx && plan_per_sm(two_x, smem_sm) >= plan_per_sm(one, smem_sm)) pl->xg_wy = 2;
     }
     return ok && g && w;
+}
+
+/* bf16 data: the output pass reads q and writes o in place (both its forms),
+ * unless force.bf16_staged asks for the f32 copies of every tensor. Not
+ * where the extras run apart (their forward reads q and adds into o first);
+ * rows of a multiple of 4 elements, so each 4 columns are one 8-byte access
+ * (recurrence.cu checks the tensors' alignment and stages what is not) */
+static bool plan_io16_out(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
+{
+    if (f.bf16_staged != PR_REC_PLANNED && f.bf16_staged != PR_REC_OFF && f.bf16_staged != PR_REC_ON)
+        pr_fatal("recurrence: force.bf16_staged must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d",
+                 (int)f.bf16_staged);
+    return p.bf16 && f.bf16_staged != PR_REC_ON && !pl.xa && p.K % 4 == 0 && p.V % 4 == 0;
+}
+
+bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
+                       rec_chunk_plan *pl)
+{
+    const bool ok = plan_passes(p, f, smem_max, smem_sm, n_sm, pl);
+    pl->io16_out = plan_io16_out(p, f, *pl);
+    return ok;
 }

@@ -103,7 +103,9 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
 {
     rec_prob p = {};
     const pr_tensor *q = n->in[IN_Q], *v = n->in[IN_V], *kx = n->in[IN_KX];
-    p.q = st.f32(q, "q"), p.k = st.f32(n->in[IN_K], "k"), p.v = st.f32(v, "v");
+    /* bf16 q once the plan is known (rec_q_of): the output pass may read it in place */
+    p.q = q->dtype == PR_BF16 ? nullptr : st.f32(q, "q");
+    p.k = st.f32(n->in[IN_K], "k"), p.v = st.f32(v, "v");
     p.g = st.f32(n->in[IN_G], "g"), p.beta = st.f32(n->in[IN_BETA], "beta");
     p.h0 = st.f32(n->in[IN_H0], "h0"); /* kx and vx once the plan is known: rec_extras_of */
     p.T = (int)q->shape[1], p.H = (int)q->shape[2], p.K = (int)q->shape[3], p.V = (int)v->shape[3];
@@ -122,6 +124,25 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
     p.vec = p.K % 4 == 0 && p.V % 4 == 0 && al16(p.q) && al16(p.k) && al16(p.v) && f32_al16(kx) &&
             f32_al16(n->in[IN_VX]) && al16(p.h0) && al16(o) && al16(n->out[1]->data);
     return p;
+}
+
+static bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
+
+/* whether the output pass of this forward reads bf16 q and writes bf16 o in
+ * place: the plan has it so (pl.io16_out, bf16 data) and both are 8-byte
+ * aligned (its 4-column accesses); else both are staged as before */
+static bool rec_io16_out(const pr_node *n, bool chunked, const rec_chunk_plan &pl)
+{
+    return chunked && pl.io16_out && n->in[IN_Q]->dtype == PR_BF16 && n->out[0]->dtype == PR_BF16 &&
+           al8(n->in[IN_Q]->data) && al8(n->out[0]->data);
+}
+/* q into p: bf16 q in place (p->q16) or as f32 (staged when bf16) */
+static void rec_q_of(const pr_node *n, rec_stage &st, bool in_place, rec_prob *p)
+{
+    const pr_tensor *q = n->in[IN_Q];
+    if (q->dtype != PR_BF16) return; /* rec_prob_of set it */
+    if (in_place) p->q16 = (const unsigned short *)q->data;
+    else p->q = st.f32(q, "q");
 }
 
 /* bf16 data that the wgmma extras read (kx, vx) or accumulate (their grads)
@@ -253,16 +274,23 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     if (!chunked || p.gk) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
     const auto eng = [](int wg) { return wg ? PR_REC_WGMMA : PR_REC_MMA; };
     pr_rec_pass *ps = out->pass;
-    ps[PR_REC_PASS_PREP] = {(bool)p.delta, eng(pl.wg_prep), pl.bv_prep, 0};
-    ps[PR_REC_PASS_STATE] = {true, eng(pl.wg_state), pl.bv_state, 0};
-    ps[PR_REC_PASS_OUTPUT] = {true, eng(pl.wg_scores), pl.bv_out, 0};
-    ps[PR_REC_PASS_DLOCAL] = {true, eng(pl.wg_scores), pl.bv_dloc, 0};
-    ps[PR_REC_PASS_DSTATE] = {true, eng(pl.wg_dstate), pl.bv_dstate, 0};
-    ps[PR_REC_PASS_GRAD] = {true, eng(pl.wg_grad), pl.bv_grad, pl.bk_grad};
-    ps[PR_REC_PASS_WY] = {(bool)p.delta, eng(pl.wg_wy), pl.bv_wy, pl.bk_wy};
+    ps[PR_REC_PASS_PREP] = {(bool)p.delta, eng(pl.wg_prep), pl.bv_prep, 0, PR_REC_PROD_F32, false};
+    ps[PR_REC_PASS_STATE] = {true, eng(pl.wg_state), pl.bv_state, 0, PR_REC_PROD_F32, false};
+    ps[PR_REC_PASS_OUTPUT] = {true, eng(pl.wg_scores), pl.bv_out, 0, PR_REC_PROD_F32, false};
+    ps[PR_REC_PASS_DLOCAL] = {true, eng(pl.wg_scores), pl.bv_dloc, 0, PR_REC_PROD_F32, false};
+    ps[PR_REC_PASS_DSTATE] = {true, eng(pl.wg_dstate), pl.bv_dstate, 0, PR_REC_PROD_F32, false};
+    ps[PR_REC_PASS_GRAD] = {true, eng(pl.wg_grad), pl.bv_grad, pl.bk_grad, PR_REC_PROD_F32, false};
+    ps[PR_REC_PASS_WY] = {(bool)p.delta, eng(pl.wg_wy), pl.bv_wy, pl.bk_wy, PR_REC_PROD_F32, false};
     out->segments = pl.segments, out->seg_fix = pl.seg_fix != 0, out->bv_fix = pl.bv_fix;
     out->grad_blocks = pl.bpw_grad, out->grad_passes = pl.passes_grad, out->wy_extras = pl.xg_wy;
     out->extras_apart = pl.xa != 0, out->extras = pl.xa ? eng(pl.wg_xa) : PR_REC_AUTO;
+    /* products: fp32 with TF32 off; wgmma forms TF32 (grad's wgmma form:
+     * its V loop; its other products are those of its mma.sync form);
+     * mma.sync forms bf16 on bf16 data (rec_bf_products), else TF32 */
+    for (int i = 0; i < PR_REC_NPASS; i++)
+        ps[i].prod = !p.tf32 ? PR_REC_PROD_F32
+                     : ps[i].engine == PR_REC_MMA && rec_bf_products(p) ? PR_REC_PROD_BF16 : PR_REC_PROD_TF32;
+    ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0;
 }
 
 extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K,
@@ -280,6 +308,7 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
     p.gv = opt->g_per_value ? 1 : 0;
     p.gk = pr_rule_g_per_key(opt->rule) && !p.gv;
     p.tf32 = opt->tf32 ? 1 : 0;
+    p.bf16 = opt->bf16 ? 1 : 0;
     rec_chunk_plan pl = {};
     bool chunked;
     if (!rec_decide_cached(&p, opt->chunk, opt->force, &chunked, &pl, why, why_n)) return false;
@@ -387,6 +416,8 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     rec_chunk_plan pl;
     const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
+    const bool io16 = rec_io16_out(n, chunked, pl);
+    rec_q_of(n, st, io16, &p);
     rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl, force), &p);
     double *off = nullptr;
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
@@ -398,7 +429,8 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         if (p.N && p.H && n->out[0]->numel) pr_zero_(n->out[0]);
         return;
     }
-    float *o = rec_o32(ctx, n, st, chunked), *ht = (float *)n->out[1]->data;
+    float *o = io16 ? nullptr : rec_o32(ctx, n, st, chunked), *ht = (float *)n->out[1]->data;
+    if (io16) p.o16 = (unsigned short *)n->out[0]->data;
     p.vec = p.vec && al16(o);
     const long long rows = n->in[IN_CU] ? (long long)p.T : (long long)p.N * p.T;
     /* Recorded: the residuals live in the step arena for the backward. Not
@@ -449,7 +481,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     }
     free(off);
     pr_rec_chunk_forward(s, p, pl, sv, o, ht);
-    st.put(n->out[0], o);
+    if (!io16) st.put(n->out[0], o);
     for (int i = 0; i < PR_MAX_SAVED; i++)
         if (scratch[i]) rec_scratch_free(scratch[i], scratch_n[i]);
 }
@@ -472,6 +504,7 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
     const bool x16 = rec_x16_allowed(p, chunked, pl, force);
+    rec_q_of(n, st, false, &p); /* the backward's passes read q as f32 */
     rec_extras_of(n, st, x16, &p);
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);

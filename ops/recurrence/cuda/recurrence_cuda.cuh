@@ -36,6 +36,10 @@ struct rec_prob {
     /* kx, vx as bf16 bits, read in place (kx, vx then NULL): only the wgmma
      * extras do, the only kernels that read them when the extras run apart */
     const unsigned short *kx16, *vx16;
+    /* bf16 q read and bf16 o written in place by the output pass (p.q then
+     * NULL; the plan's io16_out): the forward's only reader of q and writer of o */
+    const unsigned short *q16;
+    unsigned short *o16;
     float scale;
     const int *seq;                 /* device [3N]: bos, len, cbase; or NULL */
     const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
@@ -157,9 +161,9 @@ __device__ __forceinline__ void rec_gates_issue(const rec_prob &p, int row0, int
     for (int e = 0; e < E; e++) {
         const int t = threadIdx.x * E + e;
         const bool in = t < nval;
-        rec_cp4((unsigned)__cvta_generic_to_shared(G + t), in && p.has_g ? p.g + o0 + (long long)t * p.H : p.q,
+        rec_cp4((unsigned)__cvta_generic_to_shared(G + t), in && p.has_g ? p.g + o0 + (long long)t * p.H : p.k,
                 in && p.has_g ? 4 : 0);
-        rec_cp4((unsigned)__cvta_generic_to_shared(bt + t), in && p.delta ? p.beta + o0 + (long long)t * p.H : p.q,
+        rec_cp4((unsigned)__cvta_generic_to_shared(bt + t), in && p.delta ? p.beta + o0 + (long long)t * p.H : p.k,
                 in && p.delta ? 4 : 0);
     }
 }
@@ -316,6 +320,7 @@ struct rec_chunk_plan {
     int bv_prep, bv_state, bv_out, bv_dloc, bv_dstate, bv_grad, bk_grad, bpw_grad, passes_grad, wg_grad, bk_wy, bv_wy,
         xg_wy;
     int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep, xa, wg_xa;
+    int io16_out; /* bf16 data: the output pass reads q and writes o as bf16 (rec_prob's q16, o16) */
 };
 /* plan.cu. p.C set; f: the fields forced (fatal where the kernels cannot run
  * them); smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,

@@ -32,7 +32,9 @@ __host__ __device__ static scores_lay scores_layout(const rec_prob &p, int mode,
 }
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv) { return (size_t)scores_layout(p, mode, bv).total * 4; }
 
-template <int C, int MODE, bool BF>
+/* IO16 (MODE 0, bf16 data): q read from p.q16 and o written to p.o16 in
+ * place, the same values and bits as the f32 instance on staged copies */
+template <int C, int MODE, bool BF, bool IO16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     chunk_scores_kernel(rec_prob p, int BV, const float *hs, const float *R, float *o, float *dU, float *dVX,
                         const float *dv0)
@@ -45,9 +47,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const long long rk = (long long)cp.row0 * H + h;
     float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *Qs = sm + s.Qs, *S = sm + s.S, *KA = sm + s.KA;
 
-    rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    if constexpr (!IO16) rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
     rec_gates_issue<C>(p, cp.row0, cp.nval, h, G, bt);
+    /* bf16 q widened while the copies above fly */
+    if constexpr (IO16) rec_ld_tile16(Qs, LDK, C, Kp, p.q16 + rk * K, (long long)H * K, cp.nval, K);
     rec_sync();
     rec_mm<false, true, BF>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
     rec_gates_scan<C>(G, cp.nval, eG, sm + s.eL); /* warp 0, after its share of the product */
@@ -71,7 +75,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             rec_mm<false, false, BF>(p, Os, LDV, Qs, LDK, Hs, LDV, C, BV, Kp, 1.f, false);
             rec_mm<false, false, BF>(p, Os, LDV, S, LDA, RA, LDV, C, BV, NA, 1.f, true);
             rec_sync();
-            rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
+            if constexpr (IO16) rec_st_tile16(p.o16 + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale);
+            else rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
         } else {
             float *dOs = sm + s.dOs, *dVA = sm + s.dVA;
             rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
@@ -125,7 +130,7 @@ size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode)
     return kb ? (size_t)scores_wg_layout(mode, kb).total * 4 : (size_t)-1;
 }
 
-template <int C, int MODE, int KB>
+template <int C, int MODE, int KB, bool IO16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_scores_wg_kernel(rec_prob p, const float *hs, const float *R, float *o, float *dU, const float *dv0)
 {
@@ -143,8 +148,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const int nval = cp.nval;
 
     for (int kb = 0; kb < KB; kb++) {
-        rec_ld_tile<true>(QS + kb * 2048, 32, 64, 32, p.q + rk * K + kb * 32, (long long)H * K, nval, K - kb * 32,
-                          p.vec);
+        if constexpr (!IO16)
+            rec_ld_tile<true>(QS + kb * 2048, 32, 64, 32, p.q + rk * K + kb * 32, (long long)H * K, nval,
+                              K - kb * 32, p.vec);
         rec_ld_tile<true>(KS + kb * 2048, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval, K - kb * 32,
                           p.vec);
     }
@@ -156,6 +162,13 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
     rec_gates_pad64<C>(G);
+    /* IO16: bf16 q widened here, with the copies above in flight, in
+     * rec_ld_tile<true>'s placement: rec_tf32_own below rounds this
+     * thread's own stores */
+    if constexpr (IO16)
+        for (int kb = 0; kb < KB; kb++)
+            rec_ld_tile16<true>(QS + kb * 2048, 32, 64, 32, p.q16 + rk * K + kb * 32, (long long)H * K, nval,
+                                K - kb * 32);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     rec_gates_scan<C>(G, nval, eG);
     for (int kb = 0; kb < KB; kb++) rec_tf32_own(QS + kb * 2048, 64), rec_tf32_own(KS + kb * 2048, 64);
@@ -222,6 +235,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         } else {
             y = make_float2(oz[e], oz[e + 1]);
         }
+        if constexpr (IO16) { /* the cast's rounding of the f32 sums (pr_bf16_bits); no dv0 (no extras apart) */
+            if (j + 1 < nv)
+                *reinterpret_cast<unsigned *>(p.o16 + at) =
+                    (unsigned)pr_bf16_bits(y.x) | (unsigned)pr_bf16_bits(y.y) << 16;
+            else
+                p.o16[at] = pr_bf16_bits(y.x);
+            continue;
+        }
         if (dv0) { /* MODE 1: dv so far (no beta); MODE 0: the extras' output (extras apart) */
             y.x += dv0[at];
             if (j + 1 < nv) y.y += dv0[at + 1];
@@ -242,15 +263,20 @@ static void scores_wg_c(cudaStream_t st, const rec_prob &p, const float *hs, con
                         const float *dv0)
 {
     const int kb = scores_wg_kb(p), bv = MODE == 0 ? 64 : 128;
-    PR_ASSERT(kb && p.L == 0);
-    const auto kernel = kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2> : chunk_scores_wg_kernel<C, MODE, 4>;
+    PR_ASSERT(kb && p.L == 0 && (!p.q16 || (MODE == 0 && !dv0)));
+    const auto kernel = [&] { /* bf16 q and o in place: the output's instance only */
+        if constexpr (MODE == 0)
+            if (p.q16) return kb == 2 ? chunk_scores_wg_kernel<C, 0, 2, true> : chunk_scores_wg_kernel<C, 0, 4, true>;
+        return kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2> : chunk_scores_wg_kernel<C, MODE, 4>;
+    }();
     const size_t sm = pr_rec_smem_scores_wg(p, MODE);
     pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3(p.nchunks * ((p.V + bv - 1) / bv), p.H), PR_REC_THREADS, sm, st>>>(p, hs, R, o, dU, dv0);
     PR_CUDA_LAUNCH_CHECK();
 }
 
-/* the forward's last pass: O for every chunk (pl.wg_scores: the wgmma form) */
+/* the forward's last pass: O for every chunk (pl.wg_scores: the wgmma form);
+ * p.q16 set: q and o in bf16, in place (pl.io16_out) */
 template <int C>
 static void chunk_output_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                            float *o)
@@ -259,7 +285,9 @@ static void chunk_output_c(cudaStream_t st, const rec_prob &p, const rec_chunk_p
         scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, pl.xa ? o : nullptr);
     } else {
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
-        const auto kernel = rec_bf_products(p) ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>;
+        const bool bf = rec_bf_products(p);
+        const auto kernel = p.q16 ? (bf ? chunk_scores_kernel<C, 0, true, true> : chunk_scores_kernel<C, 0, false, true>)
+                                  : (bf ? chunk_scores_kernel<C, 0, true> : chunk_scores_kernel<C, 0, false>);
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bv_out, sv.hs, sv.R, o, nullptr, nullptr, nullptr);
         PR_CUDA_LAUNCH_CHECK();
@@ -269,6 +297,7 @@ static void chunk_output_c(cudaStream_t st, const rec_prob &p, const rec_chunk_p
 void pr_rec_chunk_output(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                          float *o)
 {
+    PR_ASSERT(!p.q16 == !p.o16 && (!p.q16 || (pl.io16_out && !pl.xa && !p.q && !o)));
     if (p.C == 64) chunk_output_c<64>(st, p, pl, sv, o);
     else chunk_output_c<32>(st, p, pl, sv, o);
 }
