@@ -43,7 +43,7 @@ static void usage(FILE *f)
             "               staged through f32 copies (force bf16_staged=on: the path before the passes\n"
             "               that read bf16 in place), to compare the two in one run\n"
             "  --fla-gla MS1[,MS2]  GPU only: fla's chunk_gla bf16 f+b ms at size 1 (and 2), as\n"
-            "               tools/device/time_fla_gla.py measures it on this GPU; gla's rows then show\n"
+            "               tools/device/time_fla.py measures it on this GPU; gla's rows then show\n"
             "               \"x fla\" and, at size 1, issue 43's target (<= 1.0x fla)\n"
             "  --force L    GPU only: force fields of the chunked plan (pr_rec_force), comma-separated\n"
             "               name=value: segments, bv_state, bv_dstate, bk_grad, bk_wy, grad_bpw, grad_pieces\n"

@@ -8,5 +8,5 @@ set -euo pipefail
 prism=${1:?usage: bench_gla.sh PRISM [prism bench recurrence args...]}
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-ms=$(python3 "$here/time_fla_gla.py" | tee /dev/stderr | tail -n 1)
+ms=$(python3 "$here/time_fla.py" --rule gla | tee /dev/stderr | tail -n 1)
 "$prism" bench recurrence --rules gla --fla-gla "$ms" "$@"
