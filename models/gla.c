@@ -26,9 +26,9 @@
  * State slots 0 (pass 1, [B,H,K,M]) and 1 (pass 2, [B,H,M,V]): fla's layout
  * of its two states.
  *
- * The CUDA kernels run the gla rule in its per-token form only (no chunked
- * CUDA kernels for a per-key decay yet): on the GPU these layers ask for
- * chunk 0 for that rule. */
+ * On the GPU these layers ask for the gla rule's per-token form (chunk 0):
+ * its chunked CUDA kernels (both decay axes, gla_chunked.cu) are compiled
+ * but not yet run on a GPU. */
 #include <math.h>
 
 #include "models/models.h"

@@ -1,7 +1,7 @@
 /* tests/test_cuda_recurrence.c: the CUDA recurrence kernels against the CPU.
  *
  * Every rule, both forms (per-token, chunked with C = 32 and 64; gla's
- * chunked form in gla_chunked.cu, its per-value form per token only), fp32 and
+ * chunked forms, per-key and per-value decay, in gla_chunked.cu), fp32 and
  * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
  * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
@@ -1014,43 +1014,66 @@ static void test_gla_strong_decay(void **state)
     assert_int_equal(fails, 0);
 }
 
-/* gla with a per-value decay (gsa's first pass; per-token CUDA form): odd
- * K and V, h0 and packed sequences, decays mild and strong (log-decays in
- * [-3, -0.01]): o, ht and every gradient within 2e-4 of the CPU's f64,
- * deterministic; its chunked form is refused naming the per-token form */
-static void test_gla_per_value(void **state)
+/* gla with a per-value decay (gsa's first pass): the per-token form and the
+ * chunked one (gv_* kernels of gla_chunked.cu, C = 64 and 32, fp32 and
+ * TF32 products) at odd K and V (one partial V tile), at V = 40 (two V
+ * tiles), with h0 and packed sequences, decays mild and strong (log-decays
+ * in [-3, -0.01] and [-8, -2]): o, ht and every gradient within 2e-4 of the
+ * CPU's f64 per-token run (4e-3 with TF32), deterministic. */
+static int gv_cuda_case(const rec_case *c, double glo, double ghi, uint64_t seed)
 {
-    (void)state;
-    PR_SKIP_WITHOUT_CUDA();
     pr_ctx *ctx = g_ctx;
-    static const int64_t cu_s[] = {0, 1, 70, 213};
-    const rec_case c = {"gla-gv", 1, 213, 3, 37, 21, 0, true, cu_s, 4};
-    rec_inputs x = make_inputs(ctx, PR_RULE_GLA, &c, 1903);
-    pr_tensor *g = pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(c.B, c.T, c.H, c.V));
+    rec_inputs x = make_inputs(ctx, PR_RULE_GLA, c, seed);
+    pr_tensor *g = pr_empty(ctx->step, PR_F64, PR_CPU, PR_DIMS(c->B, c->T, c->H, c->V));
     for (int64_t i = 0; i < g->numel; i++)
-        ((double *)g->data)[i] = -0.01 - 3 * (0.5 + 0.5 * tanh(pr_philox_normal(6, 1, (uint64_t)i)));
+        ((double *)g->data)[i] = ghi + (glo - ghi) * (0.5 + 0.5 * tanh(pr_philox_normal(seed, 1, (uint64_t)i)));
     pr_requires_grad_(g, true);
     x.in[PR_REC_G] = g;
     const pr_recurrence_opts opt = {.rule = PR_RULE_GLA, .g_per_value = true};
     rec_out ref = rec_run_seeded_opts(ctx, &opt, x.in, x.cu, x.dout, x.dht);
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
-    rec_out got = rec_run_seeded_opts(ctx, &opt, xc, cu, x.dout, x.dht);
-    rec_out again = rec_run_seeded_opts(ctx, &opt, xc, cu, x.dout, x.dht);
-    const double e = rec_report("gla gv in [-3,-0.01] token", &got, &ref);
-    assert_true(rec_same_bits(&got, &again));
-    assert_true(e <= 2e-4);
-    const pr_recurrence_opts chk = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = 64};
-    char why[256];
-    pr_rec_plan plan;
-    assert_false(pr_recurrence_plan(&chk, PR_CUDA, 3, 213, 3, 37, 21, 0, &plan, why, sizeof why));
-    assert_non_null(strstr(why, "per-token form only"));
-    rec_out_free(&got);
-    rec_out_free(&again);
+    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 4e-3},
+                                                              {32, 1, 4e-3}};
+    int fails = 0;
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        ctx->matmul_tf32 = forms[f].tf32;
+        const pr_recurrence_opts o = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = forms[f].chunk};
+        rec_out got = rec_run_seeded_opts(ctx, &o, xc, cu, x.dout, x.dht);
+        rec_out again = rec_run_seeded_opts(ctx, &o, xc, cu, x.dout, x.dht);
+        char what[96];
+        snprintf(what, sizeof what, "gla %s gv in [%g,%g] chunk %d%s", c->name, glo, ghi, forms[f].chunk,
+                 forms[f].tf32 ? " tf32" : "");
+        const double e = rec_report(what, &got, &ref);
+        if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
+        if (!(e <= forms[f].tol)) fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol), fails++;
+        rec_out_free(&got);
+        rec_out_free(&again);
+    }
+    ctx->matmul_tf32 = 0;
     rec_out_free(&ref);
     free(x.dout);
     free(x.dht);
     pr_step_reset(ctx);
+    return fails;
+}
+
+static void test_gla_per_value(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    static const int64_t cu_s[] = {0, 1, 70, 213}, cu_w[] = {0, 37, 300};
+    const rec_case odd = {"gla-gv", 1, 213, 3, 37, 21, 0, true, cu_s, 4};
+    const rec_case wide = {"gla-gv-wide", 1, 300, 2, 40, 40, 0, true, cu_w, 3};
+    int fails = gv_cuda_case(&odd, -3, -0.01, 1903);
+    fails += gv_cuda_case(&wide, -8, -2, 1904);
+    const pr_recurrence_opts chk = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = 64};
+    char why[256], line[512];
+    pr_rec_plan plan;
+    assert_true(pr_recurrence_plan(&chk, PR_CUDA, 3, 213, 3, 37, 21, 0, &plan, why, sizeof why));
+    pr_rec_plan_format(&plan, line, sizeof line);
+    assert_non_null(strstr(line, "gv_state"));
+    assert_int_equal(fails, 0);
 }
 
 int main(void)

@@ -124,6 +124,11 @@ static void test_cuda_plan_text(void **state)
     pr_rec_plan_format(&gc, line, sizeof line);
     assert_string_equal(line, "cuda chunked C=64: fwd gla_state(bv 32) gla_out; bwd gla_dstate(bv 32) gla_dv gla_dqk "
                               "(per-key decay, sub-chunks of 16)");
+    pr_rec_plan gvc = gc;
+    gvc.g_per_value = true;
+    pr_rec_plan_format(&gvc, line, sizeof line);
+    assert_string_equal(line, "cuda chunked C=64: fwd gv_state(bv 32) gv_out; bwd gv_dstate(bv 32) gv_dv gv_dqk "
+                              "(per-value decay, sub-chunks of 16)");
 }
 
 static void test_force_parse(void **state)

@@ -26,14 +26,6 @@ bool pr_rec_g_per_value_ok(const pr_recurrence_opts *opt, char *why, size_t why_
     return false;
 }
 
-/* the CPU has the per-value decay chunked (chunked_gla.c); CUDA has it per token only */
-static bool g_per_value_cuda_ok(const pr_recurrence_opts *opt, char *why, size_t why_n)
-{
-    if (!opt->g_per_value || !opt->chunk) return true;
-    snprintf(why, why_n, "recurrence: on CUDA, gla with a per-value decay runs in the per-token form only "
-                         "(chunk = 0), chunk = %d asked (the chunked form is CPU-only so far)", opt->chunk);
-    return false;
-}
 
 bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N, int64_t T, int64_t H, int64_t K,
                         int64_t V, int64_t L, pr_rec_plan *plan, char *why, size_t why_n)
@@ -50,7 +42,6 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
     plan->delta = pr_rule_has_beta(opt->rule), plan->has_g = pr_rule_has_g(opt->rule);
     plan->bf16 = opt->bf16;
     if (dev == PR_CUDA) {
-        if (!g_per_value_cuda_ok(opt, why, why_n)) return false;
 #ifdef PRISM_HAVE_CUDA
         return pr_recurrence_plan_cuda(opt, N, T, H, K, V, L, plan, why, why_n);
 #else
@@ -148,6 +139,9 @@ static void bf16_text(const pr_rec_plan *p, char *buf, size_t n)
 static void kernels_text(const pr_rec_plan *p, char *buf, size_t n)
 {
     if (p->device == PR_CPU) cpu_text(p, buf, n);
+    else if (p->gla && p->chunk && p->g_per_value)
+        snprintf(buf, n, "fwd gv_state(bv %d) gv_out; bwd gv_dstate(bv %d) gv_dv gv_dqk (per-value decay, "
+                         "sub-chunks of 16)", 32, 32);
     else if (p->gla && p->chunk)
         snprintf(buf, n, "fwd gla_state(bv %d) gla_out; bwd gla_dstate(bv %d) gla_dv gla_dqk (per-key decay, "
                          "sub-chunks of 16)", 32, 32);

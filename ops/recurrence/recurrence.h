@@ -18,7 +18,7 @@
  * gla with opts.g_per_value decays the state's columns instead of its rows
  * (fla's gv): h = h diag(exp(g_t)) + k v^T with g [B,T,H,V]. Gated slot
  * attention's first pass (keys written into slots that forget one by one)
- * is this form; the CPU runs it per token or chunked, CUDA per token only.
+ * is this form; both forms on both devices (CUDA chunked: gla_chunked.cu).
  */
 #ifndef PR_RECURRENCE_H
 #define PR_RECURRENCE_H
@@ -107,7 +107,7 @@ typedef struct {
     int chunk;      /* 0: per-token recurrent form; C > 0: chunked form with chunks of C tokens */
     int tf32;       /* pr_recurrence_plan only: plan for TF32 products (pr_recurrence reads ctx->matmul_tf32) */
     bool bf16;      /* pr_recurrence_plan only: plan for bf16 data (pr_recurrence reads q's dtype) */
-    bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv); chunked on CPU only */
+    bool g_per_value;   /* gla only: g [B,T,H,V] decays the state's columns (fla's gv) */
     pr_rec_force force; /* CUDA chunked form: fields the plan must take (zero: none) */
 } pr_recurrence_opts;
 

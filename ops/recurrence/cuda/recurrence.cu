@@ -189,7 +189,7 @@ static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chun
         return false;
     }
     /* gla_token.cu: registers and 8 KB of shared memory at K <= 256 */
-    if (p->gv || (p->gk && chunk <= 0)) return true;
+    if ((p->gv || p->gk) && chunk <= 0) return true;
     if (chunk <= 0) {
         const size_t need = pr_rec_token_smem_min(*p);
         if (need <= (size_t)rec_dev_attr(0)) return true;
@@ -204,7 +204,7 @@ static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chun
     }
     if (p->T == 0 || p->N == 0 || p->H == 0 || p->V == 0) return true;
     p->C = chunk;
-    if (p->gk) { /* gla_chunked.cu */
+    if (p->gk || p->gv) { /* gla_chunked.cu (both decay axes) */
         *pl = rec_chunk_plan{};
         pl->C = chunk;
         const size_t need = pr_rec_gla_chunk_smem(*p);
@@ -271,7 +271,7 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     out->device = PR_CUDA;
     out->chunk = chunked ? p.C : 0;
     out->g_per_value = p.gv != 0;
-    if (!chunked || p.gk) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
+    if (!chunked || p.gk || p.gv) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
     const auto eng = [](int wg) { return wg ? PR_REC_WGMMA : PR_REC_MMA; };
     pr_rec_pass *ps = out->pass;
     ps[PR_REC_PASS_PREP] = {(bool)p.delta, eng(pl.wg_prep), pl.bv_prep, 0, PR_REC_PROD_F32, false};
@@ -460,7 +460,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     }
     rec_chunk_saved sv = {};
     sv.hs = saved(1, (long long)p.nchunks * p.H, p.K, p.V);
-    if (p.gk) {
+    if (p.gk || p.gv) {
         free(off);
         pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht);
         st.put(n->out[0], o);
@@ -522,7 +522,7 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
     for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
-    if (p.gk && chunked) {
+    if ((p.gk || p.gv) && chunked) {
         PR_CHECK(sv_(1), "recurrence: CUDA backward: the chunked forward saved no chunk states");
         pr_rec_gla_chunk_backward(s, p, sv_(1), (const float *)n->out[1]->data, d);
     } else if (p.gk || p.gv) {

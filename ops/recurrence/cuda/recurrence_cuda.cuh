@@ -269,8 +269,8 @@ void pr_rec_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d
 void pr_rec_gla_token_forward(cudaStream_t s, const rec_prob &p, float *o, float *ht);
 void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grads &d, const float *o,
                                const float *ht);
-/* gla_chunked.cu: the chunked form of a per-key decay (p.gk, p.C = 32 or
- * 64). hs [nchunks,H,K,V]: the chunk-start states, written by the forward,
+/* gla_chunked.cu: the chunked form of the gla rule, its decay per key
+ * (p.gk) or per value channel (p.gv), p.C = 32 or 64. hs [nchunks,H,K,V]: the chunk-start states, written by the forward,
  * read by the backward (with ht). pr_rec_gla_chunk_smem: the most shared
  * memory one of its kernels takes (the plan compares it with the device's). */
 size_t pr_rec_gla_chunk_smem(const rec_prob &p);
