@@ -386,7 +386,8 @@ static void test_gla_per_value(void **s)
  * (T not a multiple of the chunk, chunks across sub-chunks of 16, decays mild
  * to strong, with and without h0), then against the per-token form at 1e-12:
  * several chunk sizes, packed sequences with h0, and log-decays of -60 to -20
- * a token, where a factored exp(-B) would overflow within a few tokens. */
+ * a token, where a factored exp(-B) would overflow within a few tokens;
+ * then the transposition that does not hold, and the dg identity of gv_dv. */
 static rec_out gv_run(pr_ctx *ctx, int chunk, pr_tensor *const *in, pr_tensor *cu, const double *dout,
                       const double *dht)
 {
@@ -456,6 +457,40 @@ static void gv_transpose_state_only(void)
     pr_ctx_free(ctx);
 }
 
+/* The identity the CUDA chunked backward (gv_dv) takes dg from: o and ht
+ * are linear in v and h0, so per value channel j
+ *   dg_t[j] = sum_{s>=t} (o_s[j] do_s[j] - v_s[j] dv_s[j]) + sum_i ht[i][j] dht[i][j]. */
+static void gv_dg_identity(void)
+{
+    const int64_t T = 23, H = 2, K = 3, V = 5;
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(92, 1);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, 1, T, H, K, V, 0, true);
+    ri.g = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_GLA, 1, T, H, V, V, 0, false).g;
+    set_uniform(ri.g, 93, -2, -0.05);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(94, T * H * V), *dht = rec_randn(95, H * K * V);
+    rec_out r = gv_run(ctx, 8, in, NULL, dout, dht);
+    const double *v = ri.v->data;
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t j = 0; j < V; j++) {
+            double run = 0;
+            for (int64_t i = 0; i < K; i++) run += r.ht[(h * K + i) * V + j] * dht[(h * K + i) * V + j];
+            for (int64_t t = T - 1; t >= 0; t--) {
+                const int64_t x = (t * H + h) * V + j;
+                run += r.o[x] * dout[x] - v[x] * r.d[PR_REC_V][x];
+                if (!(fabs(run - r.d[PR_REC_G][x]) <= 1e-12 * (1 + fabs(run))))
+                    fail_msg("gla per-value dg identity: t %lld h %lld j %lld: %.15g vs dg %.15g", (long long)t,
+                             (long long)h, (long long)j, run, r.d[PR_REC_G][x]);
+            }
+        }
+    rec_out_free(&r);
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+}
+
 static void test_gla_per_value_chunked(void **s)
 {
     (void)s;
@@ -467,6 +502,7 @@ static void test_gla_per_value_chunked(void **s)
     gv_chunked_vs_token(1, 70, (const int64_t[]){0, 1, 19, 70}, 3, -2, -0.1, 46);
     gv_chunked_vs_token(1, 150, NULL, 1, -60, -20, 47);
     gv_transpose_state_only();
+    gv_dg_identity();
 }
 
 static void test_gradcheck_prism_core_L(void **s)
