@@ -394,10 +394,33 @@ __device__ __noinline__ void grad_st_tile(float *dst, long long rs, int nr, int 
     rec_st_tile(dst, rs, nr, nc, src, ld, alpha, acc, vec);
 }
 
+/* dst[r*rs + c] = bf16(old + src[r][c]) for r < nr, c < nc (nc % 4 == 0,
+ * 8-byte aligned rows): grad_st_tile's accumulation (alpha 1) into a bf16
+ * grad, rounded once as the staged path's cast back rounds its f32 sum */
+__device__ __noinline__ void grad_acc_tile16(unsigned short *dst, long long rs, int nr, int nc, const float *src,
+                                             int ld)
+{
+    const rec_rowmap m = rec_rowmap_of(nc);
+    for (int r = m.r0; r < nr; r += m.rstep)
+        for (int c = m.c0; c < nc; c += m.cstep) {
+            uint2 *d = reinterpret_cast<uint2 *>(dst + r * rs + c);
+            const uint2 w = *d;
+            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+            const unsigned lo = (unsigned)pr_bf16_bits(fmaf(1.f, x.x, pr_bf16_lo(w.x))) |
+                                (unsigned)pr_bf16_bits(fmaf(1.f, x.y, pr_bf16_hi(w.x))) << 16;
+            const unsigned hi = (unsigned)pr_bf16_bits(fmaf(1.f, x.z, pr_bf16_lo(w.y))) |
+                                (unsigned)pr_bf16_bits(fmaf(1.f, x.w, pr_bf16_hi(w.y))) << 16;
+            *d = make_uint2(lo, hi);
+        }
+}
+
+/* dq16 (BF instances only: bf16 data with TF32 on): dq's bf16 bits,
+ * accumulated in place (dq then NULL) */
 template <int C, bool BF, int R, bool WG>
 __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
-                      float *dq, float *dk, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH)
+                      float *dq, float *dk, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH,
+                      unsigned short *dq16)
 {
     extern __shared__ __align__(128) float sm[];
     const grad_lay s = grad_layout(p, BK, BV, R, WG);
@@ -476,6 +499,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
             if (t < cp.nval) dGp[kt * rowsH + rk + (long long)t * H] = v;
         }
     }
+    if constexpr (BF)
+        if (dq16) grad_acc_tile16(dq16 + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB);
     if (dq) grad_st_tile(dq + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB, 1.f, true, p.vec);
     if (dk) grad_st_tile(dk + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, true, p.vec);
     for (int l = 0; l < L; l++)
@@ -504,12 +529,13 @@ static void chunk_grad_c(cudaStream_t st, const rec_prob &p, const rec_chunk_pla
                          const float *dhs, const wy_scratch &x, const rec_grads &d)
 {
     const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad, pl.wg_grad);
+    PR_ASSERT(!d.dq16 || (rec_bf_products(p) && pl.io16_dq && !d.dq));
     const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad);
     pr_cuda_smem_prep((const void *)kernel, sm);
     const dim3 grid(x.nkt, p.nchunks, p.H);
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, x.dU, d.dq, d.dk,
                                              (float *)x.dkxa, (float *)x.dW, (float *)x.dGp, (float *)x.dbA,
-                                             x.rowsH);
+                                             x.rowsH, d.dq16);
     PR_CUDA_LAUNCH_CHECK();
 }
 

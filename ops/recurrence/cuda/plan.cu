@@ -510,11 +510,19 @@ static bool plan_io16_out(const rec_prob &p, const pr_rec_force &f, const rec_ch
                  (int)f.bf16_staged);
     return p.bf16 && f.bf16_staged != PR_REC_ON && !pl.xa && p.K % 4 == 0 && p.V % 4 == 0;
 }
+/* and grad accumulates bf16 dq in place where its bf16 instances run (TF32
+ * on: rec_bf_products), the only pass that writes dq without the extras
+ * apart */
+static bool plan_io16_dq(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
+{
+    return plan_io16_out(p, f, pl) && p.tf32;
+}
 
 bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
                        rec_chunk_plan *pl)
 {
     const bool ok = plan_passes(p, f, smem_max, smem_sm, n_sm, pl);
     pl->io16_out = plan_io16_out(p, f, *pl);
+    pl->io16_dq = plan_io16_dq(p, f, *pl);
     return ok;
 }
