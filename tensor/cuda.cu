@@ -139,7 +139,11 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
             A.st.n_reuse++;
         } else {
             e = cudaMalloc(&p, rounded);
-            if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
+            /* give the cache back and try once more; not inside a capture: the
+             * cache then holds blocks the recorded work names (freed during the
+             * capture, adopted by the graph at its end), and a synchronization
+             * cannot be captured. There the failure stops the run, loudly. */
+            if (e == cudaErrorMemoryAllocation && !g_capturing) {
                 (void)cudaGetLastError();
                 if (cudaDeviceSynchronize() == cudaSuccess) {
                     empty_cache_locked(A);
