@@ -52,6 +52,10 @@ static int capture(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_o
                    void *user, char *why, size_t n)
 {
     pr_rng rng = ctx->rng;
+    /* a cast cached before the capture would be read by the graph, never refreshed: the
+     * replays would run on the weights of the step before it (train.c resets the cache
+     * after every step; this keeps it so whatever ran last) */
+    pr_autocast_forget(ctx);
     pr_cuda_graph_begin();
     pr_params_zero_grads(params);
     pr_tensor *loss = loss_fn(user, ctx);
