@@ -1,6 +1,8 @@
 /* models/model.c: pre-norm residual blocks and the two model heads.
  *
  *   block:  h = h + mixer(norm1(h));  h = h + mlp(norm2(h))   (no MLP: the first line only)
+ *           each add fused with the norm that reads its sum (ops/norm.c's add_rmsnorm,
+ *           add_layernorm): norm2, the next block's norm1, norm_f
  *   SwiGLU: (silu(x Wgate) * (x Wup)) Wdown;   GELU (ReLU): gelu(x Wup + bup) Wdown + bdown
  *   block = sasrec: SASRec's own blocks and learned positions (sasrec_hidden below)
  *   LM:     logits = norm_f(blocks(embed[ids])) (embed^T | lm_head); loss = CE, ignore_index
@@ -171,20 +173,45 @@ static pr_tensor *mlp_forward(pr_ctx *ctx, const pr_model *m, const pr_block *b,
     return pr_linear(ctx, pr_dropout(ctx, u, m->cfg.dropout), b->w_down, b->b_down);
 }
 
-pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_layer_state *st)
+/* n(h + y) in one fused op (ops/norm.c's add_rmsnorm / add_layernorm), the
+ * sum h + y (the new residual stream) into *h */
+static pr_tensor *add_norm(pr_ctx *ctx, const pr_model *m, const pr_norm_params *n, pr_tensor **h, pr_tensor *y)
+{
+    if (n->b) return pr_add_layernorm(ctx, *h, y, n->w, n->b, m->cfg.norm_eps, h);
+    return pr_add_rmsnorm(ctx, *h, y, n->w, m->cfg.norm_eps, h);
+}
+
+/* block i on h with x = norm1(h) already made: h + mixer(x), then + mlp(norm2(.)).
+ * Each residual add is fused with the norm that reads its sum: norm2, and
+ * `next` (the next block's norm1 or the final norm; its output into *x_next)
+ * when given, else a plain add. Returns the new residual stream. */
+static pr_tensor *block_body(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_tensor *x, pr_layer_state *st,
+                             const pr_norm_params *next, pr_tensor **x_next)
 {
     const pr_block *b = &m->blocks[i];
     /* scopes name the parameters' path prefix, so the NaN trap can say where */
-    pr_ctx_set_scope(ctx, "layers.%d.norm1", i);
-    pr_tensor *x = pr_model_norm(ctx, m, &b->norm1, h);
     pr_ctx_set_scope(ctx, "layers.%d.mixer", i);
-    h = pr_add(ctx, h, m->mixer->forward(ctx, b->mixer, &m->cfg, x, st));
+    pr_tensor *y = m->mixer->forward(ctx, b->mixer, &m->cfg, x, st);
     if (b->w_up) {
         pr_ctx_set_scope(ctx, "layers.%d.mlp", i);
-        h = pr_add(ctx, h, mlp_forward(ctx, m, b, pr_model_norm(ctx, m, &b->norm2, h)));
+        y = mlp_forward(ctx, m, b, add_norm(ctx, m, &b->norm2, &h, y));
+    }
+    if (next) {
+        if (i + 1 < m->cfg.n_layers) pr_ctx_set_scope(ctx, "layers.%d.norm1", i + 1);
+        else pr_ctx_set_scope(ctx, NULL);
+        *x_next = add_norm(ctx, m, next, &h, y);
+    } else {
+        h = pr_add(ctx, h, y);
     }
     pr_ctx_set_scope(ctx, NULL);
     return h;
+}
+
+pr_tensor *pr_block_forward(pr_ctx *ctx, const pr_model *m, int i, pr_tensor *h, pr_layer_state *st)
+{
+    pr_ctx_set_scope(ctx, "layers.%d.norm1", i);
+    pr_tensor *x = pr_model_norm(ctx, m, &m->blocks[i].norm1, h);
+    return block_body(ctx, m, i, h, x, st, NULL, NULL);
 }
 
 /* [B,T,1]: 0 where ids is the padding item 0, else 1 (a lookup in a constant table) */
@@ -229,9 +256,18 @@ pr_tensor *pr_model_hidden(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_mo
         PR_CHECK(!st, "sasrec: the model runs whole sequences only (no carried state)");
         return sasrec_hidden(ctx, m, ids);
     }
+    /* the blocks pass on the residual h and its norm x for the next reader,
+     * so every add meets the norm after it in one op (block_body) */
     pr_tensor *h = pr_embedding(ctx, m->embed, ids);
-    for (int i = 0; i < m->cfg.n_layers; i++) h = pr_block_forward(ctx, m, i, h, st ? &st->layer[i] : NULL);
-    return pr_model_norm(ctx, m, &m->norm_f, h);
+    const int L = m->cfg.n_layers;
+    if (L == 0) return pr_model_norm(ctx, m, &m->norm_f, h);
+    pr_ctx_set_scope(ctx, "layers.0.norm1");
+    pr_tensor *x = pr_model_norm(ctx, m, &m->blocks[0].norm1, h);
+    for (int i = 0; i < L; i++) {
+        const pr_norm_params *next = i + 1 < L ? &m->blocks[i + 1].norm1 : &m->norm_f;
+        h = block_body(ctx, m, i, h, x, st ? &st->layer[i] : NULL, next, &x);
+    }
+    return x;
 }
 
 static pr_tensor *lm_head(pr_ctx *ctx, const pr_model *m, pr_tensor *h)

@@ -8,6 +8,9 @@
  *                   mean, exp, log, logsigmoid, softplus, titans
  *   promote         add, sub, mul, div, swiglu, concat: bf16 with bf16 stays bf16,
  *                   bf16 with f32 goes to f32
+ *   add + norm      add_rmsnorm, add_layernorm: the sum promotes as add (it is
+ *                   the residual stream), the norm is f32; x and y both bf16
+ *                   run as add then the norm (ops/norm.c says why)
  *   as given        every other op (unary elementwise, shape ops, dropout,
  *                   embedding) keeps its input's dtype
  *

@@ -9,6 +9,7 @@
  */
 #include "ops/ops.h"
 #include <math.h>
+#include <string.h>
 
 /* shared input checks; returns D */
 static int64_t norm_check(const char *op, const pr_tensor *x)
@@ -38,7 +39,7 @@ static void param_check(const char *op, const pr_tensor *x, const pr_tensor *p, 
 static pr_tensor *norm_apply(pr_ctx *ctx, pr_node *n, pr_tensor *x, double eps, int n_stats)
 {
     n->farg[0] = eps;
-    n->n_out = 1;
+    n->n_out = n->out[1] ? 2 : 1;   /* add_norm's sum is out[1] */
     n->out[0] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);
     n->n_saved = pr_op_will_record(ctx, n) ? n_stats : 0;
     pr_dtype stats = x->dtype == PR_BF16 ? PR_F32 : x->dtype;
@@ -61,10 +62,9 @@ pr_tensor *pr_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b, d
     return norm_apply(ctx, &n, x, eps, 2);
 }
 
-void pr_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
+/* y = (x - mean) rstd w + b into n->out[0]; saved = {mean, rstd} */
+static void ln_forward(pr_node *n, const pr_tensor *x, const pr_tensor *w, const pr_tensor *b)
 {
-    (void)ctx;
-    pr_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
     PR_FLOAT_SWITCH(x->dtype, T, {
         const T *pw = w ? w->data : NULL, *pb = b ? b->data : NULL;
@@ -83,16 +83,20 @@ void pr_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
     });
 }
 
+void pr_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    ln_forward(n, n->in[0], n->in[1], n->in[2]);
+}
+
 /* With xh = (x - mean) rstd and dxh = g w (per row):
  *   dmean/dx_j = 1/D,  drstd/dx_j = -rstd^3 (x_j - mean)/D = -rstd^2 xh_j / D,
  * so dxh_i/dx_j = rstd (delta_ij - 1/D - xh_i xh_j / D) and
  *   dx_j = rstd (dxh_j - mean_i(dxh_i) - xh_j mean_i(dxh_i xh_i)).
  * dw_j += sum over rows of g_j xh_j;  db_j += sum over rows of g_j. */
-void pr_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
+static void ln_backward(pr_node *n, const pr_tensor *x, const pr_tensor *w, pr_tensor *gx, pr_tensor *gw,
+                        pr_tensor *gb)
 {
-    (void)ctx;
-    pr_tensor *x = n->in[0], *w = n->in[1];
-    pr_tensor *gx = pr_in_grad(n, 0), *gw = pr_in_grad(n, 1), *gb = pr_in_grad(n, 2);
     int64_t D = x->shape[x->ndim - 1], R = x->numel / D;
     PR_FLOAT_SWITCH(x->dtype, T, {
         const T *pw = w ? w->data : NULL;
@@ -117,6 +121,12 @@ void pr_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
             }
         }
     });
+}
+
+void pr_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    ln_backward(n, n->in[0], n->in[1], pr_in_grad(n, 0), pr_in_grad(n, 1), pr_in_grad(n, 2));
 }
 
 /* ---- rmsnorm and rmsnorm_gated share one pair of loops (z = NULL: no gate) ---- */
@@ -269,6 +279,108 @@ void pr_l2norm_backward_cpu(pr_ctx *ctx, pr_node *n)
     });
 }
 
+/* ---- add_rmsnorm, add_layernorm: s = x + y, n = norm(s) in one op ----
+ * in = {x, y, w} / {x, y, w, b}, out = {n, s}, saved as the norm's, farg[0] = eps.
+ * The pre-norm residual step: s is the new residual stream, n the next
+ * sublayer's input. Fused, the sum is written once and never read back for
+ * the statistics, and the backward gives x and y one gradient:
+ * ds = (the norm's backward of dn) + (s's own grad), dx = dy = ds. */
+
+/* x + y and its norm (sum: s, may be NULL); the shared frontend */
+static pr_tensor *add_norm(pr_ctx *ctx, pr_op_id id, pr_tensor *x, pr_tensor *y, pr_tensor *w, pr_tensor *b,
+                           double eps, pr_tensor **sum)
+{
+    const char *op = pr_op(id)->name;
+    const bool layer = id == PR_OP_add_layernorm;
+    /* autocast: the sum promotes as add does (the residual keeps its dtype:
+     * f32 in every model, since the embedding and the adds are f32). An f32
+     * sum is normalized in f32 as the norm policy wants, so n and s both come
+     * out f32. A bf16 residual stream (x and y both bf16) would need s in
+     * bf16 and n in f32, two dtypes one kernel does not write: it runs as the
+     * unfused pair, which gives exactly those. */
+    pr_tensor *xy[2] = {x, y};
+    pr_autocast_promote(ctx, 2, xy);
+    x = xy[0], y = xy[1];
+    PR_CHECK(x && y, "%s: NULL input", op);
+    if (ctx->precision == PR_PREC_BF16 && x->dtype == PR_BF16 && y->dtype == PR_BF16) {
+        pr_tensor *s = pr_add(ctx, x, y);
+        if (sum) *sum = s;
+        return layer ? pr_layernorm(ctx, s, w, b, eps) : pr_rmsnorm(ctx, s, w, eps);
+    }
+    w = pr_autocast(ctx, w, PR_F32), b = pr_autocast(ctx, b, PR_F32);
+    norm_check(op, x);
+    pr_check_float(op, y, "y");
+    pr_check_same_kind(op, x, y);
+    pr_check_same_shape(op, x, y);
+    param_check(op, x, w, "w");
+    if (layer) param_check(op, x, b, "b");
+    pr_node n = pr_node_init(id, layer ? 4 : 3, (pr_tensor *[]){x, y, w, b});
+    n.out[1] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);
+    pr_tensor *normed = norm_apply(ctx, &n, x, eps, layer ? 2 : 1);
+    if (sum) *sum = n.out[1];
+    return normed;
+}
+
+pr_tensor *pr_add_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *w, double eps, pr_tensor **sum)
+{
+    return add_norm(ctx, PR_OP_add_rmsnorm, x, y, w, NULL, eps, sum);
+}
+
+pr_tensor *pr_add_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *w, pr_tensor *b, double eps,
+                            pr_tensor **sum)
+{
+    return add_norm(ctx, PR_OP_add_layernorm, x, y, w, b, eps, sum);
+}
+
+/* s = x + y as add computes it, then the norm's own loops on s: in f64 the
+ * fused op gives the bits of add followed by the norm */
+static void add_norm_forward(pr_node *n)
+{
+    const pr_tensor *x = n->in[0], *y = n->in[1];
+    pr_tensor *s = n->out[1];
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        const T *px = x->data, *py = y->data;
+        T *ps = s->data;
+        for (int64_t i = 0; i < s->numel; i++) ps[i] = px[i] + py[i];
+    });
+    if (pr_node_op(n) == PR_OP_add_layernorm) ln_forward(n, s, n->in[2], n->in[3]);
+    else rms_forward(n, s, NULL, n->in[2]);
+}
+
+/* ds = s's grad plus the norm's backward of n's grad, gathered in a scratch
+ * row block (the CPU is the reference here, not the fast path); then
+ * dx += ds and dy += ds */
+static void add_norm_backward(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *s = n->out[1];
+    pr_tensor *gx = pr_in_grad(n, 0), *gy = pr_in_grad(n, 1), *gw = pr_in_grad(n, 2);
+    pr_tensor *ds = (gx || gy) ? pr_empty(ctx->step, s->dtype, s->device, s->ndim, s->shape) : NULL;
+    if (ds) memcpy(ds->data, s->grad->data, pr_nbytes(ds));
+    if (pr_node_op(n) == PR_OP_add_layernorm) ln_backward(n, s, n->in[2], ds, gw, pr_in_grad(n, 3));
+    else rms_backward(n, s, NULL, n->in[2], ds, NULL, gw);
+    if (!ds) return;
+    PR_FLOAT_SWITCH(s->dtype, T, {
+        const T *pd = ds->data;
+        for (int64_t i = 0; i < ds->numel; i++) {
+            if (gx) ((T *)gx->data)[i] += pd[i];
+            if (gy) ((T *)gy->data)[i] += pd[i];
+        }
+    });
+}
+
+void pr_add_rmsnorm_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    add_norm_forward(n);
+}
+void pr_add_rmsnorm_backward_cpu(pr_ctx *ctx, pr_node *n) { add_norm_backward(ctx, n); }
+void pr_add_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    add_norm_forward(n);
+}
+void pr_add_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n) { add_norm_backward(ctx, n); }
+
 /* ---- examples: odd D, w near 1, gate z spanning silu's bend ---- */
 
 static pr_tensor *layernorm_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
@@ -327,4 +439,44 @@ void pr_l2norm_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
     ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(4, 11), -1.0, 1.0);
     ex->farg[0] = 1e-6;
     ex->apply = l2norm_apply;
+}
+
+/* n and s flattened side by side, so every check covers both outputs */
+static pr_tensor *both_outputs(pr_ctx *ctx, pr_tensor *normed, pr_tensor *sum)
+{
+    pr_tensor *flat[2] = {pr_reshape(ctx, normed, PR_DIMS(-1)), pr_reshape(ctx, sum, PR_DIMS(-1))};
+    return pr_concat(ctx, 2, flat, 0);
+}
+static pr_tensor *add_rmsnorm_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    pr_tensor *s, *n = pr_add_rmsnorm(ctx, in[0], in[1], in[2], ex->farg[0], &s);
+    return both_outputs(ctx, n, s);
+}
+static pr_tensor *add_layernorm_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    pr_tensor *s, *n = pr_add_layernorm(ctx, in[0], in[1], in[2], in[3], ex->farg[0], &s);
+    return both_outputs(ctx, n, s);
+}
+
+/* x, y [3,5,9], w [9] */
+void pr_add_rmsnorm_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 3;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(3, 5, 9), -2.0, 2.0);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(3, 5, 9), -1.0, 1.0);
+    ex->in[2] = pr_example_input(ctx, r, dt, PR_DIMS(9), 0.5, 1.5);
+    ex->farg[0] = 1e-5;
+    ex->apply = add_rmsnorm_apply;
+}
+
+/* x, y [7,6], w [6], b [6] */
+void pr_add_layernorm_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
+{
+    ex->n_in = 4;
+    ex->in[0] = pr_example_input(ctx, r, dt, PR_DIMS(7, 6), -2.0, 2.0);
+    ex->in[1] = pr_example_input(ctx, r, dt, PR_DIMS(7, 6), -1.0, 1.0);
+    ex->in[2] = pr_example_input(ctx, r, dt, PR_DIMS(6), 0.5, 1.5);
+    ex->in[3] = pr_example_input(ctx, r, dt, PR_DIMS(6), -1.0, 1.0);
+    ex->farg[0] = 1e-5;
+    ex->apply = add_layernorm_apply;
 }

@@ -423,3 +423,179 @@ extern "C" void pr_l2norm_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { l2norm_backward<decltype(t)>(ctx, n); });
 }
+
+/* ---- add_rmsnorm, add_layernorm: s = x + y, n = norm(s) -------------------------------
+ * Node layout as ops/norm.c: in = {x, y, w[, b]}, out = {n, s}, saved = {rstd}
+ * or {mean, rstd}. The forward reads x and y once, keeps s = x + y in the
+ * row's registers for the statistics and writes s and n: one launch where
+ * add then norm take two and read s back. The statistics are of the sum in
+ * f32 before s is stored (for bf16, of the unrounded sum, as the CPU's staged
+ * path). The backward's ds = s's grad + the norm's backward of n's grad goes
+ * into x's and y's grads in the same pass. layer: layernorm (mean removed, b). */
+
+/* chunk j of x + y (of `a` alone when b is NULL) */
+template <class T>
+__device__ __forceinline__ pr_f4 sum4(const T *a, const T *b, long long j, long long D, bool vec)
+{
+    pr_f4 v = pr_ld4(a, j, D, vec);
+    if (b) {
+        pr_f4 u = pr_ld4(b, j, D, vec);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v.v[k] += u.v[k];
+    }
+    return v;
+}
+
+template <int G, int S, class T>
+ROW_KERNEL(G) add_norm_forward_kernel(const T *x, const T *y, const T *w, const T *b, T *s, T *out, float *mean_out,
+                                      float *rstd_out, long long R, long long D, float eps, bool layer, bool vec)
+{
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
+    const T *xr = x + r * D, *yr = y + r * D;
+    pr_f4 ss[S];
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+        if (i >= 0) ss[i] = sum4(xr, yr, j, D, vec);
+    });
+    auto get = [&](long long j, int i) { return i >= 0 ? ss[i] : sum4(xr, yr, j, D, vec); };
+    float mean = 0.0f, var = 0.0f;
+    if (layer) {
+        float sum = 0.0f;
+        pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+            pr_f4 v = get(j, i);
+#pragma unroll
+            for (int k = 0; k < 4; k++) sum += v.v[k]; /* padding is 0 */
+        });
+        mean = pr_group_reduce<G>(sum, pr_op_sum()) / (float)D;
+    }
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+        pr_f4 v = get(j, i);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j + k < D) var += (v.v[k] - mean) * (v.v[k] - mean);
+    });
+    var = pr_group_reduce<G>(var, pr_op_sum());
+    float rstd = 1.0f / sqrtf(var / (float)D + eps);
+    if (!ok) return;
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+        pr_f4 v = get(j, i), wv = param4(w, j, D, vec, 1.0f), bv = param4(b, j, D, vec, 0.0f), o;
+        pr_st4(s + r * D, j, D, vec, v);
+#pragma unroll
+        for (int k = 0; k < 4; k++) o.v[k] = (v.v[k] - mean) * rstd * wv.v[k] + bv.v[k];
+        pr_st4(out + r * D, j, D, vec, o);
+    });
+    if (lane == 0 && rstd_out) {   /* NULL: not recorded */
+        rstd_out[r] = rstd;
+        if (mean_out) mean_out[r] = mean;
+    }
+}
+
+/* s is sa + sb (sb NULL: sa alone); gn, gs: n's and s's grads */
+template <int G, int S, class T>
+ROW_KERNEL(G) add_norm_backward_kernel(const T *sa, const T *sb, const T *w, const T *gn, const T *gs,
+                                       const float *mean_in, const float *rstd_in, T *dx, T *dy, long long R,
+                                       long long D, bool layer, bool vec)
+{
+    bool ok;
+    int lane;
+    long long r = pr_row_index<G>(R, &ok, &lane);
+    const T *ar = sa + r * D, *br = sb ? sb + r * D : NULL, *gr = gn + r * D;
+    float mean = layer ? mean_in[r] : 0.0f, rstd = rstd_in[r];
+    pr_f4 ss[S], gns[S];
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+        if (i >= 0) ss[i] = sum4(ar, br, j, D, vec), gns[i] = pr_ld4(gr, j, D, vec);
+    });
+    auto s_at = [&](long long j, int i) { return i >= 0 ? ss[i] : sum4(ar, br, j, D, vec); };
+    float m1 = 0.0f, m2 = 0.0f; /* sums of dxh and dxh xh, dxh = gn w */
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+        pr_f4 v = s_at(j, i), gv = pr_row_get(gns, gr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float dxh = gv.v[k] * wv.v[k]; /* 0 in the padding */
+            m1 += dxh;
+            m2 += dxh * (v.v[k] - mean) * rstd;
+        }
+    });
+    m1 = layer ? pr_group_reduce<G>(m1, pr_op_sum()) / (float)D : 0.0f;
+    m2 = pr_group_reduce<G>(m2, pr_op_sum()) / (float)D;
+    if (!ok) return;
+    pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
+        pr_f4 v = s_at(j, i), gv = pr_row_get(gns, gr, j, D, vec, i), wv = param4(w, j, D, vec, 1.0f);
+        pr_f4 ds = pr_ld4(gs + r * D, j, D, vec);
+#pragma unroll
+        for (int k = 0; k < 4; k++) ds.v[k] += rstd * (gv.v[k] * wv.v[k] - m1 - (v.v[k] - mean) * rstd * m2);
+        if (dx) pr_acc4(dx + r * D, j, D, vec, ds);
+        if (dy) pr_acc4(dy + r * D, j, D, vec, ds);
+    });
+}
+
+/* dw: sum over rows of gn xh, xh = (s - mean) rstd with s = sa + sb (sb NULL: sa) */
+template <class T> struct add_norm_dw {
+    const T *sa, *sb, *g;
+    const float *mean, *rstd;
+    long long D;
+    __device__ __forceinline__ double operator()(long long r, long long c) const
+    {
+        long long o = r * D + c;
+        float s = pr_ld(sa, o);
+        if (sb) s += pr_ld(sb, o);
+        return pr_ld(g, o) * ((s - (mean ? mean[r] : 0.0f)) * rstd[r]);
+    }
+};
+
+template <class T> static void add_norm_forward(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0];
+    const bool layer = pr_node_op(n) == PR_OP_add_layernorm;
+    long long D = x->shape[x->ndim - 1], R = x->numel / D;
+    if (R == 0) return;
+    const T *px = (const T *)x->data, *py = (const T *)n->in[1]->data, *pw = data_or_null<T>(n->in[2]);
+    const T *pb = layer ? data_or_null<T>(n->in[3]) : NULL;
+    T *pn = (T *)n->out[0]->data, *ps = (T *)n->out[1]->data;
+    bool vec = D % 4 == 0 && all_aligned({px, py, pw, pb, pn, ps});
+    float *mean = layer ? saved_or_null(n, 0) : NULL, *rstd = saved_or_null(n, layer ? 1 : 0);
+    LAUNCH_ROWS(ctx, R, D, add_norm_forward_kernel, px, py, pw, pb, ps, pn, mean, rstd, R, D, (float)n->farg[0],
+                layer, vec);
+}
+
+/* f32: s is read back as stored (the exact f32 sum); bf16: s = x + y again
+ * from the inputs, the unrounded sum the statistics were taken of */
+template <class T> static void add_norm_backward(pr_ctx *ctx, pr_node *n)
+{
+    const bool layer = pr_node_op(n) == PR_OP_add_layernorm;
+    const pr_tensor *x = n->in[0];
+    long long D = x->shape[x->ndim - 1], R = x->numel / D;
+    if (R == 0) return;
+    const bool bf16 = std::is_same<T, pr_bf16>::value;
+    const T *sa = bf16 ? (const T *)x->data : (const T *)n->out[1]->data;
+    const T *sb = bf16 ? (const T *)n->in[1]->data : NULL, *pw = data_or_null<T>(n->in[2]);
+    const T *gn = (const T *)n->out[0]->grad->data, *gs = (const T *)n->out[1]->grad->data;
+    const float *mean = layer ? saved_or_null(n, 0) : NULL, *rstd = saved_or_null(n, layer ? 1 : 0);
+    T *dx = grad_or_null<T>(pr_in_grad(n, 0)), *dy = grad_or_null<T>(pr_in_grad(n, 1));
+    pr_tensor *gw = pr_in_grad(n, 2), *gb = layer ? pr_in_grad(n, 3) : NULL;
+    if (dx || dy) {
+        bool vec = D % 4 == 0 && all_aligned({sa, sb, pw, gn, gs, dx, dy});
+        LAUNCH_ROWS(ctx, R, D, add_norm_backward_kernel, sa, sb, pw, gn, gs, mean, rstd, dx, dy, R, D, layer, vec);
+    }
+    cudaStream_t s = pr_cuda_stream(ctx);
+    if (gw) pr_cuda_colsum_add(s, add_norm_dw<T>{sa, sb, gn, mean, rstd, D}, R, D, (T *)gw->data, 1.0);
+    if (gb) pr_cuda_colsum_add(s, read_rc<T>{gn, D}, R, D, (T *)gb->data, 1.0);
+}
+
+extern "C" void pr_add_rmsnorm_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_forward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_add_rmsnorm_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_backward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_add_layernorm_forward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_forward<decltype(t)>(ctx, n); });
+}
+extern "C" void pr_add_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n)
+{
+    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_backward<decltype(t)>(ctx, n); });
+}

@@ -94,11 +94,18 @@ pr_tensor *pr_bce_logits(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets);
  * layernorm: (x - mean) / sqrt(var_biased + eps) * w + b; w, b [D] or NULL
  * rmsnorm: x / sqrt(mean(x^2) + eps) * w; w [D] or NULL
  * rmsnorm_gated: rmsnorm(x; w) * silu(z); z has x's shape (fla's FusedRMSNormGated)
- * l2norm: x / sqrt(sum(x^2) + eps)   (eps inside the sqrt, as fla) */
+ * l2norm: x / sqrt(sum(x^2) + eps)   (eps inside the sqrt, as fla)
+ * add_rmsnorm, add_layernorm: the pre-norm residual step fused: n = norm(x + y)
+ *   returned, the sum s = x + y (the new residual stream) in *sum (NULL: not
+ *   wanted); x, y of one shape, one read of each and one write of s and n;
+ *   the grads of x and y are equal (ds plus the norm's backward) */
 pr_tensor *pr_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b, double eps);
 pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps);
 pr_tensor *pr_rmsnorm_gated(pr_ctx *ctx, pr_tensor *x, pr_tensor *z, pr_tensor *w, double eps);
 pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps);
+pr_tensor *pr_add_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *w, double eps, pr_tensor **sum);
+pr_tensor *pr_add_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *w, pr_tensor *b, double eps,
+                            pr_tensor **sum);
 
 /* ---- matmul.c -----------------------------------------------------------------
  * op(a) @ op(b), op = transpose of the last two dims when the flag is set.

@@ -130,6 +130,16 @@ static void test_policy_dtypes(void **state)
     assert_int_equal(pr_rmsnorm(ctx, h, NULL, 1e-6)->dtype, PR_F32);
     assert_int_equal(pr_layernorm(ctx, h, NULL, NULL, 1e-5)->dtype, PR_F32);
     assert_int_equal(pr_l2norm(ctx, h, 1e-6)->dtype, PR_F32);
+    /* the fused residual add + norm: the sum keeps the residual's dtype, the
+     * norm is f32 (an f32 residual: one fused node; a bf16 one: add, then the norm) */
+    pr_tensor *s, *nrm = pr_add_rmsnorm(ctx, x, h, NULL, 1e-6, &s);
+    assert_int_equal(s->dtype, PR_F32);
+    assert_int_equal(nrm->dtype, PR_F32);
+    assert_string_equal(ctx->tape[nrm->tape_pos].op->name, "add_rmsnorm");
+    nrm = pr_add_layernorm(ctx, h, h, NULL, NULL, 1e-5, &s);
+    assert_int_equal(s->dtype, PR_BF16);
+    assert_int_equal(nrm->dtype, PR_F32);
+    assert_string_equal(ctx->tape[s->tape_pos].op->name, "add");
     assert_int_equal(pr_sum(ctx, h)->dtype, PR_F32);
     assert_int_equal(pr_mean_all(ctx, h)->dtype, PR_F32);
     assert_int_equal(pr_exp(ctx, h)->dtype, PR_F32);

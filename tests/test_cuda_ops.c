@@ -151,6 +151,21 @@ static pr_tensor *ap_layernorm(pr_ctx *c, pr_tensor *const *in, const pr_example
 static pr_tensor *ap_rmsnorm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_rmsnorm(c, in[0], in[1], ex->farg[0]); }
 static pr_tensor *ap_rmsnorm_gated(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_rmsnorm_gated(c, in[0], in[1], in[2], ex->farg[0]); }
 static pr_tensor *ap_l2norm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { return pr_l2norm(c, in[0], ex->farg[0]); }
+/* the fused residual add + norm: n and s side by side, so both are compared and seeded */
+static pr_tensor *both(pr_ctx *c, pr_tensor *n, pr_tensor *s)
+{
+    return pr_concat(c, 2, (pr_tensor *[]){pr_reshape(c, n, PR_DIMS(-1)), pr_reshape(c, s, PR_DIMS(-1))}, 0);
+}
+static pr_tensor *ap_add_rmsnorm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex)
+{
+    pr_tensor *s, *n = pr_add_rmsnorm(c, in[0], in[1], in[2], ex->farg[0], &s);
+    return both(c, n, s);
+}
+static pr_tensor *ap_add_layernorm(pr_ctx *c, pr_tensor *const *in, const pr_example *ex)
+{
+    pr_tensor *s, *n = pr_add_layernorm(c, in[0], in[1], in[2], in[3], ex->farg[0], &s);
+    return both(c, n, s);
+}
 static pr_tensor *ap_add(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_add(c, in[0], in[1]); }
 static pr_tensor *ap_sub(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_sub(c, in[0], in[1]); }
 static pr_tensor *ap_mul(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_mul(c, in[0], in[1]); }
@@ -175,9 +190,9 @@ typedef struct {
     const char *name;
     pr_tensor *(*apply)(pr_ctx *, pr_tensor *const *, const pr_example *);
     int n_in;
-    int nd[3];
-    int64_t shape[3][4];
-    double lo[3], hi[3];
+    int nd[4];
+    int64_t shape[4][4];
+    double lo[4], hi[4];
     double eps, tol_scale;
 } path_case;
 
@@ -201,6 +216,17 @@ static const path_case cases[] = {
     {"rmsnorm_gated D=96 (1 slot)", ap_rmsnorm_gated, 3, {3, 3, 1}, {{3, 333, 96}, {3, 333, 96}, {96}}, {-2, -3, 0.5}, {2, 3, 1.5}, 1e-5, 2},
     {"rmsnorm D=201 (2 slots, scalar)", ap_rmsnorm, 2, {2, 1}, {{301, 201}, {201}}, {-2, 0.5}, {2, 1.5}, 1e-5, 4},
     {"layernorm D=509 (4 slots, scalar)", ap_layernorm, 3, {2, 1, 1}, {{65, 509}, {509}, {509}}, {-2, 0.5, -1}, {2, 1.5, 1}, 1e-5, 4},
+    /* the fused residual add + norm: odd rows, D not a multiple of 4 (scalar
+     * loads), each warp slot count, a block a row, rows past a block's slots */
+    {"add_rmsnorm [3,7,13] (1 slot, scalar)", ap_add_rmsnorm, 3, {3, 3, 1}, {{3, 7, 13}, {3, 7, 13}, {13}}, {-2, -1, 0.5}, {2, 1, 1.5}, 1e-5, 2},
+    {"add_rmsnorm [777,96] (1 slot)", ap_add_rmsnorm, 3, {2, 2, 1}, {{777, 96}, {777, 96}, {96}}, {-2, -1, 0.5}, {2, 1, 1.5}, 1e-5, 20},
+    {"add_rmsnorm [301,201] (2 slots, scalar)", ap_add_rmsnorm, 3, {2, 2, 1}, {{301, 201}, {301, 201}, {201}}, {-2, -1, 0.5}, {2, 1, 1.5}, 1e-5, 4},
+    {"add_rmsnorm [5,9000] (block)", ap_add_rmsnorm, 3, {2, 2, 1}, {{5, 9000}, {5, 9000}, {9000}}, {-2, -1, 0.5}, {2, 1, 1.5}, 1e-5, 2},
+    {"add_rmsnorm [2,17001] (past slots)", ap_add_rmsnorm, 3, {2, 2, 1}, {{2, 17001}, {2, 17001}, {17001}}, {-2, -1, 0.5}, {2, 1, 1.5}, 1e-5, 4},
+    {"add_layernorm [65,509] (4 slots, scalar)", ap_add_layernorm, 4, {2, 2, 1, 1}, {{65, 509}, {65, 509}, {509}, {509}}, {-2, -1, 0.5, -1}, {2, 1, 1.5, 1}, 1e-5, 4},
+    {"add_layernorm [9,1030] (block, scalar)", ap_add_layernorm, 4, {2, 2, 1, 1}, {{9, 1030}, {9, 1030}, {1030}, {1030}}, {-2, -1, 0.5, -1}, {2, 1, 1.5, 1}, 1e-5, 2},
+    {"add_layernorm [1001,64] (1 slot)", ap_add_layernorm, 4, {2, 2, 1, 1}, {{1001, 64}, {1001, 64}, {64}, {64}}, {-2, -1, 0.5, -1}, {2, 1, 1.5, 1}, 1e-5, 20},
+    {"add_layernorm [3,20001] (past slots)", ap_add_layernorm, 4, {2, 2, 1, 1}, {{3, 20001}, {3, 20001}, {20001}, {20001}}, {-2, -1, 0.5, -1}, {2, 1, 1.5, 1}, 1e-5, 4},
     {"softmax D=300 (4 slots)", ap_softmax, 1, {2}, {{257, 300}}, {-4}, {4}, 0, 1},
     {"log_softmax D=7 (1 slot, scalar)", ap_log_softmax, 1, {2}, {{1001, 7}}, {-4}, {4}, 0, 1},
     {"add bias [512,256]+[256]", ap_add, 2, {2, 1}, {{512, 256}, {256}}, {-1, -1}, {1, 1}, 0, 5},

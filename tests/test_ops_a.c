@@ -295,6 +295,79 @@ static void test_rmsnorm_gated_vs_composed(void **state)
     pr_assert_tensors_close("gated dw", fused[2], w->grad, 1e-14, 1e-12);
 }
 
+/* the fused residual add + norm against add then the norm: in f64 the same
+ * bits for n and s (the same loops run), and the same grads for x, y, w, b
+ * with both outputs seeded (s feeds the next residual add, n the sublayer);
+ * then x added to itself (one tensor as both inputs gets both grads) */
+static pr_tensor *add_norm_fused(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *w, pr_tensor *b, pr_tensor **s)
+{
+    return b ? pr_add_layernorm(ctx, x, y, w, b, 1e-6, s) : pr_add_rmsnorm(ctx, x, y, w, 1e-6, s);
+}
+static pr_tensor *add_norm_composed(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *w, pr_tensor *b, pr_tensor **s)
+{
+    *s = pr_add(ctx, x, y);
+    return b ? pr_layernorm(ctx, *s, w, b, 1e-6) : pr_rmsnorm(ctx, *s, w, 1e-6);
+}
+
+static void check_add_norm(pr_ctx *ctx, bool layer, bool same_input)
+{
+    pr_rng r = pr_rng_init(9, layer);
+    pr_tensor *x = pr_example_input(ctx, &r, PR_F64, PR_DIMS(2, 3, 7), -2, 2);
+    pr_tensor *y = same_input ? x : pr_example_input(ctx, &r, PR_F64, PR_DIMS(2, 3, 7), -1, 1);
+    pr_tensor *w = pr_example_input(ctx, &r, PR_F64, PR_DIMS(7), 0.5, 1.5);
+    pr_tensor *b = layer ? pr_example_input(ctx, &r, PR_F64, PR_DIMS(7), -1, 1) : NULL;
+    const pr_tensor *seeds[2] = {pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(2, 3, 7), &r),
+                                 pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(2, 3, 7), &r)};
+    pr_tensor *in[4] = {x, y, w, b}, *grads[2][4] = {{0}}, *outs[2][2];
+    for (int pass = 0; pass < 2; pass++) {
+        pr_tensor *s, *n = (pass ? add_norm_composed : add_norm_fused)(ctx, x, y, w, b, &s);
+        outs[pass][0] = n, outs[pass][1] = s;
+        pr_backward_many(ctx, 2, outs[pass], seeds);
+        for (int i = 0; i < 4; i++) {
+            if (!in[i] || (i == 1 && same_input)) continue;
+            grads[pass][i] = pr_clone(ctx->step, in[i]->grad);
+            pr_zero_(in[i]->grad);
+        }
+    }
+    pr_assert_tensors_close("add_norm n", outs[0][0], outs[1][0], 0, 0);
+    pr_assert_tensors_close("add_norm s", outs[0][1], outs[1][1], 0, 0);
+    const char *names[4] = {"add_norm dx", "add_norm dy", "add_norm dw", "add_norm db"};
+    for (int i = 0; i < 4; i++)
+        if (grads[0][i]) pr_assert_tensors_close(names[i], grads[0][i], grads[1][i], 1e-14, 1e-12);
+}
+
+static void test_add_norm_vs_composed(void **state)
+{
+    pr_ctx *ctx = *state;
+    for (int layer = 0; layer < 2; layer++) {
+        check_add_norm(ctx, layer, false);
+        check_add_norm(ctx, layer, true);
+    }
+}
+
+/* the fused op's gradcheck with w (and b) left out, and without *sum */
+static pr_tensor *add_rms_plain(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_add_rmsnorm(ctx, in[0], in[1], NULL, ex->farg[0], NULL);
+}
+static pr_tensor *add_ln_plain(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_add_layernorm(ctx, in[0], in[1], NULL, NULL, ex->farg[0], NULL);
+}
+
+static void test_add_norm_optional_gradcheck(void **state)
+{
+    pr_ctx *ctx = *state;
+    pr_rng r = pr_rng_init(4, 4);
+    pr_example ex = {.n_in = 2, .farg = {1e-5}};
+    ex.in[0] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 5), -2, 2);
+    ex.in[1] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 5), -1, 1);
+    ex.apply = add_rms_plain;
+    pr_test_gradcheck_ok(ctx, "add_rmsnorm no w", &ex);
+    ex.apply = add_ln_plain;
+    pr_test_gradcheck_ok(ctx, "add_layernorm no w,b", &ex);
+}
+
 /* ---- fatal errors -------------------------------------------------------------------- */
 
 static void test_errors(void **state)
@@ -331,6 +404,10 @@ static void test_errors(void **state)
     PR_EXPECT_FATAL(pr_rmsnorm(ctx, a, a, 1e-5), "rmsnorm: w must be [D]");
     PR_EXPECT_FATAL(pr_rmsnorm_gated(ctx, a, c, NULL, 1e-5), "rmsnorm_gated: shape mismatch");
     PR_EXPECT_FATAL(pr_l2norm(ctx, pr_zeros(ctx->step, PR_I32, PR_CPU, PR_DIMS(3)), 1e-6), "l2norm: x has dtype i32");
+    PR_EXPECT_FATAL(pr_add_rmsnorm(ctx, a, c, NULL, 1e-5, NULL), "add_rmsnorm: shape mismatch");
+    PR_EXPECT_FATAL(pr_add_rmsnorm(ctx, a, a, b, 1e-5, NULL), "add_rmsnorm: w must be [D]");
+    PR_EXPECT_FATAL(pr_add_layernorm(ctx, a, a, NULL, b, 1e-5, NULL), "add_layernorm: b must be [D]");
+    PR_EXPECT_FATAL(pr_add_layernorm(ctx, a, a32, NULL, NULL, 1e-5, NULL), "add_layernorm: dtype mismatch");
 }
 
 int main(void)
@@ -346,6 +423,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_norm_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norm_optional_gradcheck, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rmsnorm_gated_vs_composed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_norm_vs_composed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_norm_optional_gradcheck, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
     };
     return cmocka_run_group_tests_name("ops_a", tests, NULL, NULL);
