@@ -13,7 +13,8 @@
  *   and a tiny byte-level lm model, 8 steps with train.cuda_graph=on against
  *   8 eager steps: the same loss at every step and the same weights, bit for
  *   bit; the graph really ran (the result's note says on), and a graph run
- *   stopped at step 4 and resumed to 8 ends the same too;
+ *   stopped at step 4 and resumed to 8 ends the same too; the probe again
+ *   under bf16 autocast (the weights' casts are redone at every replay);
  * - a model the plan refuses (mom) trains eagerly with the note saying so.
  * Exits 77 (skipped) without a GPU.
  */
@@ -268,6 +269,28 @@ static void test_cuda_graph_matches_eager(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* the same under bf16 autocast: the graph must cast the weights again at every replay (a cast
+ * cached before the capture would be read by every replay, the weights never moving) */
+static void test_cuda_graph_bf16_matches_eager(void **state)
+{
+    (void)state;
+    char root[96];
+    snprintf(root, sizeof root, "/tmp/prism_test_cuda_graph_bf16_%d", (int)getpid());
+    mkdir(root, 0755);
+    pr_err err;
+    pr_config c = pr_config_default();
+    pr_train_opts o = pr_train_defaults();
+    assert_int_equal(pr_task_preset_as(&c, &o, "parity", "probe", &err), 0);
+    const char *probe[] = {"d_model=16", "n_layers=2", "seq_len=128"};
+    for (int i = 0; i < 3; i++) assert_int_equal(pr_config_set(&c, probe[i], &err), 0);
+    o.batch = 32;
+    snprintf(o.precision, sizeof o.precision, "bf16");
+    check_graph_against_eager(c, o, root, "probe-bf16");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -276,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_cuda_multi_tensor_update),
         cmocka_unit_test(test_cuda_resume_bit_identical),
         cmocka_unit_test(test_cuda_graph_matches_eager),
+        cmocka_unit_test(test_cuda_graph_bf16_matches_eager),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
