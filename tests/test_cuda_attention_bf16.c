@@ -19,7 +19,8 @@
  * multiple (128); Hkv = H, GQA 2:1 and 4:1; D = Dv = 64 and 128; packed
  * sequences of 1, 17, 64 and 130 tokens (cu_seqlens); two calls on the same
  * leaves (scales D^-1/2 and 0.3) summed, so the second backward adds into
- * bf16 grads that already hold the first's. Every case runs twice
+ * bf16 grads that already hold the first's; scale 1 at D = 64 (sharp rows,
+ * large rescales between key tiles, underflowing exponentials). Every case runs twice
  * on CUDA and must give the same bits (no atomics), and must run natively
  * (the tape node not staged). A head dim without kernels (D = 32) runs the
  * f32 kernels on staged copies and still matches. Attention is causal only
@@ -37,6 +38,15 @@ static bool last_staged;
 static void att_fn(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *cu, pr_tensor **outs)
 {
     outs[0] = pr_attention(ctx, in[0], in[1], in[2], 0, cu);
+    last_staged = ctx->tape[ctx->n_tape - 1].staged != NULL;
+}
+
+/* scale 1 on D = 64 (scores of std 8): nearly one-hot rows whose running
+ * max jumps between key tiles by many units, so the rescale factors are far
+ * from 1 and most exponentials underflow to 0 */
+static void att_sharp_fn(pr_ctx *ctx, pr_tensor *const *in, pr_tensor *cu, pr_tensor **outs)
+{
+    outs[0] = pr_attention(ctx, in[0], in[1], in[2], 1.0, cu);
     last_staged = ctx->tape[ctx->n_tape - 1].staged != NULL;
 }
 
@@ -74,7 +84,7 @@ static void bf16_case_fn(op_fn fn, int B, int T, int H, int Hkv, int D, const in
     pr_tensor *g[1] = {pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(B, T, H, D), &r)};
     char what[96];
     snprintf(what, sizeof what, "bf16 B=%d T=%d H=%d Hkv=%d D=%d%s%s", B, T, H, Hkv, D, cu ? " packed" : "",
-             fn == att_twice_fn ? " twice" : "");
+             fn == att_twice_fn ? " twice" : fn == att_sharp_fn ? " scale 1" : "");
     host_run ref = run_on(ctx, fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CPU, 0);
     host_run got = run_on(ctx, fn, 3, in, cu, n_cu, 1, g, PR_BF16, PR_CUDA, 0);
     if (last_staged == native) fail_msg("%s: expected the %s path", what, native ? "native" : "staged");
@@ -101,6 +111,7 @@ static void test_packed_gqa4_d64(void **s) { (void)s, bf16_case(1, 212, 4, 1, 64
 static void test_packed_gqa2_d128(void **s) { (void)s, bf16_case(1, 212, 4, 2, 128, packed_cu, 5, true); }
 
 static void test_grads_accumulate(void **s) { (void)s, bf16_case_fn(att_twice_fn, 2, 100, 4, 2, 64, NULL, 0, true); }
+static void test_sharp_scores(void **s) { (void)s, bf16_case_fn(att_sharp_fn, 2, 150, 2, 1, 64, NULL, 0, true); }
 
 /* no kernels for D = 32: the f32 kernels on staged copies */
 static void test_staged_d32(void **s) { (void)s, bf16_case(2, 70, 4, 2, 32, NULL, 0, false); }
@@ -113,7 +124,7 @@ int main(void)
         cmocka_unit_test(test_t130_gqa4_d128),  cmocka_unit_test(test_whole_tiles_d64),
         cmocka_unit_test(test_odd_t_mha_d128),  cmocka_unit_test(test_packed_gqa4_d64),
         cmocka_unit_test(test_packed_gqa2_d128), cmocka_unit_test(test_grads_accumulate),
-        cmocka_unit_test(test_staged_d32),
+        cmocka_unit_test(test_sharp_scores),     cmocka_unit_test(test_staged_d32),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
