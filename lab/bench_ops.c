@@ -141,6 +141,9 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
     y->grad = in_dtype(ar, pr_randn(ar, PR_F32, dev, PR_DIMS(R, D), &r), dt);
     x->grad = pr_zeros(ar, dt, dev, PR_DIMS(R, D));
     x->requires_grad = true;
+    /* the fused residual add + rmsnorm's sum; its upstream grad reads dy's buffer */
+    pr_tensor *sum = pr_zeros(ar, dt, dev, PR_DIMS(R, D));
+    sum->grad = y->grad;
     double T = (double)R * D * (double)pr_dtype_size(dt); /* bytes of one tensor */
     struct {
         const char *name;
@@ -149,18 +152,22 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
         pr_tensor *in[3];
         int n_saved;
         double fwd_tensors, bwd_tensors; /* tensors moved: inputs + outputs */
+        pr_tensor *sum;                  /* out[1] of the fused add + norm, else NULL */
     } cases[] = {
-        {"silu", PR_OP_silu, 1, {x}, 0, 2, 4},
-        {"add (same shape)", PR_OP_add, 2, {x, x2}, 0, 3, 0},
-        {"swiglu", PR_OP_swiglu, 2, {x, x2}, 0, 3, 5},
-        {"softmax", PR_OP_softmax, 1, {x}, 0, 2, 4},
-        {"layernorm (w, b)", PR_OP_layernorm, 3, {x, w, b}, 2, 2, 4},
-        {"rmsnorm (w)", PR_OP_rmsnorm, 2, {x, w}, 1, 2, 4},
+        {"silu", PR_OP_silu, 1, {x}, 0, 2, 4, NULL},
+        {"add (same shape)", PR_OP_add, 2, {x, x2}, 0, 3, 0, NULL},
+        {"swiglu", PR_OP_swiglu, 2, {x, x2}, 0, 3, 5, NULL},
+        {"softmax", PR_OP_softmax, 1, {x}, 0, 2, 4, NULL},
+        {"layernorm (w, b)", PR_OP_layernorm, 3, {x, w, b}, 2, 2, 4, NULL},
+        {"rmsnorm (w)", PR_OP_rmsnorm, 2, {x, w}, 1, 2, 4, NULL},
+        /* beside add + rmsnorm above: x, y in, s, n out; back: s, dn, ds in, dx read and written */
+        {"add+rmsnorm fused", PR_OP_add_rmsnorm, 3, {x, x2, w}, 1, 4, 5, sum},
     };
     pr_tensor *saved_ln[2] = {mean, rstd}, *saved_rms[1] = {rstd};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pr_tensor **saved = cases[i].n_saved == 2 ? saved_ln : saved_rms;
         pr_bench_node a = make_node(ctx, cases[i].id, cases[i].n_in, cases[i].in, y, cases[i].n_saved, saved, 1e-5);
+        if (cases[i].sum) a.n.n_out = 2, a.n.out[1] = cases[i].sum;
         char name[64];
         const char *suffix = dt == PR_F32 ? "" : " bf16";
         snprintf(name, sizeof name, "%s fwd%s", cases[i].name, suffix);

@@ -471,10 +471,11 @@ void pr_bench_run_node(void *arg);   /* arg: a pr_bench_node */
 
 /* ---- kernel speed against the machine's ceilings (lab/bench_ops.c) ----
  * `prism bench ops`: the copy bandwidth (and on CUDA a bare cuBLAS GEMM),
- * then silu, add, swiglu, softmax, layernorm and rmsnorm forward and backward as a
- * fraction of the copy's bytes per second, and pr_matmul as a fraction of
- * the bare GEMM, a row each; on CUDA each again in bf16. */
-#define PR_BENCH_OPS_MAX_ROWS 32
+ * then silu, add, swiglu, softmax, layernorm, rmsnorm and the fused residual
+ * add + rmsnorm forward and backward as a fraction of the copy's bytes per
+ * second, and pr_matmul as a fraction of the bare GEMM, a row each; on CUDA
+ * each again in bf16. */
+#define PR_BENCH_OPS_MAX_ROWS 40
 typedef struct {
     char name[48];
     double ms;           /* median */

@@ -348,13 +348,15 @@ static void add_norm_forward(pr_node *n)
 }
 
 /* ds = s's grad plus the norm's backward of n's grad, gathered in a scratch
- * row block (the CPU is the reference here, not the fast path); then
+ * tensor (the CPU is the reference here, not the fast path; its own arena,
+ * so a rerun node, as the bench's, does not grow the step arena); then
  * dx += ds and dy += ds */
-static void add_norm_backward(pr_ctx *ctx, pr_node *n)
+static void add_norm_backward(pr_node *n)
 {
     const pr_tensor *s = n->out[1];
     pr_tensor *gx = pr_in_grad(n, 0), *gy = pr_in_grad(n, 1), *gw = pr_in_grad(n, 2);
-    pr_tensor *ds = (gx || gy) ? pr_empty(ctx->step, s->dtype, s->device, s->ndim, s->shape) : NULL;
+    pr_arena *scratch = (gx || gy) ? pr_arena_new("add_norm ds", 0) : NULL;
+    pr_tensor *ds = scratch ? pr_empty(scratch, s->dtype, s->device, s->ndim, s->shape) : NULL;
     if (ds) memcpy(ds->data, s->grad->data, pr_nbytes(ds));
     if (pr_node_op(n) == PR_OP_add_layernorm) ln_backward(n, s, n->in[2], ds, gw, pr_in_grad(n, 3));
     else rms_backward(n, s, NULL, n->in[2], ds, NULL, gw);
@@ -366,6 +368,7 @@ static void add_norm_backward(pr_ctx *ctx, pr_node *n)
             if (gy) ((T *)gy->data)[i] += pd[i];
         }
     });
+    pr_arena_free(scratch);
 }
 
 void pr_add_rmsnorm_forward_cpu(pr_ctx *ctx, pr_node *n)
@@ -373,13 +376,21 @@ void pr_add_rmsnorm_forward_cpu(pr_ctx *ctx, pr_node *n)
     (void)ctx;
     add_norm_forward(n);
 }
-void pr_add_rmsnorm_backward_cpu(pr_ctx *ctx, pr_node *n) { add_norm_backward(ctx, n); }
+void pr_add_rmsnorm_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    add_norm_backward(n);
+}
 void pr_add_layernorm_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
     add_norm_forward(n);
 }
-void pr_add_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n) { add_norm_backward(ctx, n); }
+void pr_add_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
+{
+    (void)ctx;
+    add_norm_backward(n);
+}
 
 /* ---- examples: odd D, w near 1, gate z spanning silu's bend ---- */
 

@@ -20,23 +20,25 @@ static void test_ops_table(void **state)
     pr_bench_ops_result r;
     pr_bench_ops_run(out, PR_CPU, true, 1, &r);
     fclose(out);
-    /* the copy, then silu, add, swiglu, softmax, layernorm and rmsnorm (fwd
-     * and bwd, add fwd only), then the product: fp32 alone on the CPU (and
-     * no bf16 rows: those are the GPU's) */
-    assert_int_equal(r.n, 13);
+    /* the copy, then silu, add, swiglu, softmax, layernorm, rmsnorm and the
+     * fused add + rmsnorm (fwd and bwd, add fwd only), then the product: fp32
+     * alone on the CPU (and no bf16 rows: those are the GPU's) */
+    assert_int_equal(r.n, 15);
     assert_false(r.judged);
     assert_int_equal(r.low, 0);
     assert_string_equal(r.row[0].name, "memcpy");
     assert_true(r.row[0].of_ceiling == 1);
     assert_string_equal(r.row[1].name, "silu fwd");
     assert_string_equal(r.row[11].name, "rmsnorm (w) bwd (dx)");
-    assert_string_equal(r.row[12].name, "pr_matmul 64^3 fp32");
-    assert_true(isnan(r.row[12].of_ceiling));   /* no bare GEMM to compare with on the CPU */
+    assert_string_equal(r.row[12].name, "add+rmsnorm fused fwd");
+    assert_string_equal(r.row[13].name, "add+rmsnorm fused bwd (dx)");
+    assert_string_equal(r.row[14].name, "pr_matmul 64^3 fp32");
+    assert_true(isnan(r.row[14].of_ceiling));   /* no bare GEMM to compare with on the CPU */
     for (int i = 0; i < r.n; i++) {
         assert_true(isfinite(r.row[i].ms) && r.row[i].ms > 0);
         assert_true(isfinite(r.row[i].rate) && r.row[i].rate > 0);
         assert_false(r.row[i].low);
-        if (i > 0 && i < 12) assert_true(fabs(r.row[i].of_ceiling - r.row[i].rate / r.row[0].rate) < 1e-9);
+        if (i > 0 && i < 14) assert_true(fabs(r.row[i].of_ceiling - r.row[i].rate / r.row[0].rate) < 1e-9);
     }
 }
 
