@@ -314,14 +314,14 @@ static bool output_in_place(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec
 }
 
 /* On bf16 data the output pass reads q and writes o in place, and with
- * TF32 on grad accumulates dq in place (no staged copies): the plan says
- * so for bf16 data only, force.bf16_staged turns it off, and both paths
- * give the same bits in o, ht and every grad (bound 0: bf16 -> f32 is
- * exact, o and dq are rounded once from the same f32 sums by the cast's
- * rule), in both forms of each pass (output: wgmma with TF32 at K <= 128,
- * mma.sync with bf16 products or in fp32; grad: wgmma and mma.sync), at C
- * = 64 and 32, K a multiple of 8 or only of 4, V of 40 and 20, T = 100 (a
- * partial last chunk) */
+ * TF32 on grad accumulates dq and (delta rules) wy dv in place (no staged
+ * copies): the plan says so for bf16 data only, force.bf16_staged turns it
+ * off, and both paths give the same bits in o, ht and every grad (bound 0:
+ * bf16 -> f32 is exact, and o, dq and dv are rounded once from the same f32
+ * sums by the cast's rule), in both forms of each pass (output: wgmma with
+ * TF32 at K <= 128, mma.sync with bf16 products or in fp32; grad, wy: wgmma
+ * and mma.sync), at C = 64 and 32, K a multiple of 8 or only of 4, V of 40
+ * and 20, T = 100 (a partial last chunk) */
 static void test_output_in_place(void **state)
 {
     (void)state;
@@ -329,6 +329,9 @@ static void test_output_in_place(void **state)
     assert_true(pass_in_place(PR_REC_PASS_GRAD, PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 64, 40));
     assert_false(pass_in_place(PR_REC_PASS_GRAD, PR_RULE_GDN, 64, 0, true, PR_REC_PLANNED, 64, 40)); /* fp32 */
     assert_false(pass_in_place(PR_REC_PASS_GRAD, PR_RULE_GDN, 64, 1, true, PR_REC_ON, 64, 40));
+    assert_true(pass_in_place(PR_REC_PASS_WY, PR_RULE_DELTA, 64, 1, true, PR_REC_PLANNED, 64, 40));
+    assert_false(pass_in_place(PR_REC_PASS_WY, PR_RULE_DELTA, 64, 0, true, PR_REC_PLANNED, 64, 40)); /* fp32 */
+    assert_false(pass_in_place(PR_REC_PASS_WY, PR_RULE_SSD, 64, 1, true, PR_REC_PLANNED, 64, 40));   /* no wy */
     assert_true(output_in_place(PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 64, 40));
     assert_false(output_in_place(PR_RULE_GDN, 64, 1, true, PR_REC_ON, 64, 40));
     assert_false(output_in_place(PR_RULE_GDN, 64, 1, false, PR_REC_PLANNED, 64, 40));
@@ -337,11 +340,11 @@ static void test_output_in_place(void **state)
     pr_ctx *ctx = pr_ctx_new(1);
     static const struct {
         pr_rule rule;
-        int chunk, tf32, K, V, grad_bpw; /* grad_bpw: force grad's mma.sync form */
+        int chunk, tf32, K, V, mma; /* mma: force grad's and wy's mma.sync forms */
     } cases[] = {
         {PR_RULE_GDN, 64, 1, 64, 40, 0},  {PR_RULE_GDN, 32, 1, 36, 20, 0},   {PR_RULE_LINATTN, 64, 1, 64, 40, 0},
         {PR_RULE_SSD, 64, 0, 36, 40, 0},  {PR_RULE_DELTA, 32, 0, 64, 20, 0}, {PR_RULE_GDN, 64, 1, 160, 40, 0},
-        {PR_RULE_GDN, 64, 1, 64, 40, 4},
+        {PR_RULE_GDN, 64, 1, 64, 40, 1},
     };
     int fails = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
@@ -349,7 +352,7 @@ static void test_output_in_place(void **state)
         const int C = cases[ci].chunk, K = cases[ci].K, V = cases[ci].V;
         char what[96];
         snprintf(what, sizeof what, "%s C=%d K=%d V=%d %s%s", pr_rule_name(rule), C, K, V,
-                 cases[ci].tf32 ? "tf32" : "fp32", cases[ci].grad_bpw ? " grad mma.sync" : "");
+                 cases[ci].tf32 ? "tf32" : "fp32", cases[ci].mma ? " grad, wy mma.sync" : "");
         if (!output_in_place(rule, C, cases[ci].tf32, true, PR_REC_PLANNED, K, V)) {
             fprintf(stderr, "  FAIL %s: the plan stages q and o\n", what);
             fails++;
@@ -366,7 +369,8 @@ static void test_output_in_place(void **state)
         double *dout_raw = rec_randn(600 + ci, 2 * 100 * 2 * V), *dht = rec_randn(700 + ci, 2 * 2 * K * V);
         double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
         ctx->matmul_tf32 = cases[ci].tf32;
-        pr_recurrence_opts opt = {.rule = rule, .chunk = C, .force = {.grad_bpw = cases[ci].grad_bpw}};
+        pr_recurrence_opts opt = {.rule = rule, .chunk = C};
+        if (cases[ci].mma) opt.force.grad_bpw = 4, opt.force.wy = PR_REC_MMA;
         rec_out a = rec_run_seeded_opts(ctx, &opt, in, NULL, dout, dht);
         opt.force.bf16_staged = PR_REC_ON;
         rec_out b = rec_run_seeded_opts(ctx, &opt, in, NULL, dout, dht);

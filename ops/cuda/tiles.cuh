@@ -194,6 +194,27 @@ __device__ __forceinline__ void rec_st_tile16(unsigned short *dst, long long rs,
         }
 }
 
+/* dst[r*rs + c] = bf16(old + src[r][c]) for r < nr, c < nc (nc % 4 == 0,
+ * 8-byte aligned rows): rec_st_tile's accumulation (alpha 1) into a bf16
+ * tensor, old widened exactly and the sum rounded once by pr_bf16_bits: the
+ * bits of an f32 copy of dst accumulated by rec_st_tile and cast back */
+__device__ __forceinline__ void rec_acc_tile16(unsigned short *dst, long long rs, int nr, int nc, const float *src,
+                                               int ld)
+{
+    const rec_rowmap m = rec_rowmap_of(nc);
+    for (int r = m.r0; r < nr; r += m.rstep)
+        for (int c = m.c0; c < nc; c += m.cstep) {
+            uint2 *d = reinterpret_cast<uint2 *>(dst + r * rs + c);
+            const uint2 w = *d;
+            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+            const unsigned lo = (unsigned)pr_bf16_bits(fmaf(1.f, x.x, pr_bf16_lo(w.x))) |
+                                (unsigned)pr_bf16_bits(fmaf(1.f, x.y, pr_bf16_hi(w.x))) << 16;
+            const unsigned hi = (unsigned)pr_bf16_bits(fmaf(1.f, x.z, pr_bf16_lo(w.y))) |
+                                (unsigned)pr_bf16_bits(fmaf(1.f, x.w, pr_bf16_hi(w.y))) << 16;
+            *d = make_uint2(lo, hi);
+        }
+}
+
 /* ---- the block's matrix product ------------------------------------------------
  * C[M][N] = (acc ? C : 0) + alpha * op(A) op(B), all in shared memory.
  * op(A) [M][Kd]: A[m*lda + k], or A[k*lda + m] when TA. op(B) [Kd][N]: B[k*ldb + n],

@@ -394,24 +394,11 @@ __device__ __noinline__ void grad_st_tile(float *dst, long long rs, int nr, int 
     rec_st_tile(dst, rs, nr, nc, src, ld, alpha, acc, vec);
 }
 
-/* dst[r*rs + c] = bf16(old + src[r][c]) for r < nr, c < nc (nc % 4 == 0,
- * 8-byte aligned rows): grad_st_tile's accumulation (alpha 1) into a bf16
- * grad, rounded once as the staged path's cast back rounds its f32 sum */
+/* grad_st_tile's accumulation (alpha 1) into a bf16 grad: rec_acc_tile16, out of line as grad_st_tile is */
 __device__ __noinline__ void grad_acc_tile16(unsigned short *dst, long long rs, int nr, int nc, const float *src,
                                              int ld)
 {
-    const rec_rowmap m = rec_rowmap_of(nc);
-    for (int r = m.r0; r < nr; r += m.rstep)
-        for (int c = m.c0; c < nc; c += m.cstep) {
-            uint2 *d = reinterpret_cast<uint2 *>(dst + r * rs + c);
-            const uint2 w = *d;
-            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
-            const unsigned lo = (unsigned)pr_bf16_bits(fmaf(1.f, x.x, pr_bf16_lo(w.x))) |
-                                (unsigned)pr_bf16_bits(fmaf(1.f, x.y, pr_bf16_hi(w.x))) << 16;
-            const unsigned hi = (unsigned)pr_bf16_bits(fmaf(1.f, x.z, pr_bf16_lo(w.y))) |
-                                (unsigned)pr_bf16_bits(fmaf(1.f, x.w, pr_bf16_hi(w.y))) << 16;
-            *d = make_uint2(lo, hi);
-        }
+    rec_acc_tile16(dst, rs, nr, nc, src, ld);
 }
 
 /* dq16 (BF instances only: bf16 data with TF32 on): dq's bf16 bits,

@@ -517,6 +517,12 @@ static bool plan_io16_dq(const rec_prob &p, const pr_rec_force &f, const rec_chu
 {
     return plan_io16_out(p, f, pl) && p.tf32;
 }
+/* likewise wy accumulates bf16 dv in place for the delta rules, where it is
+ * dv's only writer (dlocal and dstate write dU for them), in both its forms */
+static bool plan_io16_dv(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
+{
+    return plan_io16_dq(p, f, pl) && p.delta;
+}
 
 bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
                        rec_chunk_plan *pl)
@@ -524,5 +530,6 @@ bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, i
     const bool ok = plan_passes(p, f, smem_max, smem_sm, n_sm, pl);
     pl->io16_out = plan_io16_out(p, f, *pl);
     pl->io16_dq = plan_io16_dq(p, f, *pl);
+    pl->io16_dv = plan_io16_dv(p, f, *pl);
     return ok;
 }

@@ -292,6 +292,7 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
                      : ps[i].engine == PR_REC_MMA && rec_bf_products(p) ? PR_REC_PROD_BF16 : PR_REC_PROD_TF32;
     ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0; /* q and o */
     ps[PR_REC_PASS_GRAD].bf16_in_place = pl.io16_dq != 0;    /* dq */
+    ps[PR_REC_PASS_WY].bf16_in_place = pl.io16_dv != 0;      /* dv */
 }
 
 extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K,
@@ -515,15 +516,17 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
     pr_tensor *gkx = pr_in_grad(n, IN_KX), *gvx = pr_in_grad(n, IN_VX);
     const bool kx16 = rec_bf16_in_place(gkx, x16), vx16 = rec_bf16_in_place(gvx, x16);
-    /* bf16 dq accumulated in place by grad (pl.io16_dq; 8-byte aligned), else staged */
-    pr_tensor *gq = pr_in_grad(n, IN_Q);
+    /* bf16 dq accumulated in place by grad, dv by wy (pl.io16_dq, io16_dv;
+     * 8-byte aligned), else staged */
+    pr_tensor *gq = pr_in_grad(n, IN_Q), *gv = pr_in_grad(n, IN_V);
     const bool dq16 = chunked && pl.io16_dq && gq && gq->dtype == PR_BF16 && al8(gq->data);
+    const bool dv16 = chunked && pl.io16_dv && gv && gv->dtype == PR_BF16 && al8(gv->data);
     rec_grads d = {dq16 ? nullptr : grad_of(n, IN_Q, st), grad_of(n, IN_K, st),
-                   grad_of(n, IN_V, st),    grad_of(n, IN_G, st),
+                   dv16 ? nullptr : grad_of(n, IN_V, st), grad_of(n, IN_G, st),
                    grad_of(n, IN_BETA, st), kx16 ? nullptr : grad_of(n, IN_KX, st),
                    vx16 ? nullptr : grad_of(n, IN_VX, st), grad_of(n, IN_H0, st),
                    kx16 ? (unsigned short *)gkx->data : nullptr, vx16 ? (unsigned short *)gvx->data : nullptr,
-                   dq16 ? (unsigned short *)gq->data : nullptr};
+                   dq16 ? (unsigned short *)gq->data : nullptr, dv16 ? (unsigned short *)gv->data : nullptr};
     float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
     for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };

@@ -158,6 +158,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_mm<true, false, BF, false>(p, dY1, LDV, Ts, LDC, dUs, LDV, C, BV, C, 1.f, false);
         rec_sync();
         if (d.dv) rec_st_tile(d.dv + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV, 1.f, true, p.vec);
+        if constexpr (BF) /* bf16 dv in place (bf16 data with TF32 on only) */
+            if (d.dv16) rec_acc_tile16(d.dv16 + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV);
         rec_mm<false, true, BF, false>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
         if (L) {
             rec_mm<false, true, BF, false>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
@@ -323,7 +325,8 @@ __device__ __forceinline__ void wyw_tile(const rec_prob &p, float *S, const floa
     rec_wg_commit();
 }
 
-template <int C>
+/* DV16: dv is bf16, accumulated in place (d.dv16; d.dv NULL) */
+template <int C, bool DV16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_wy_wg_kernel(rec_prob p, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
 {
@@ -350,6 +353,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         b0 = x.dbA[o];
     }
     if (d.dv) wyw_prefetch<2>(d.dv + rk * V, HV, nval, min(64, V));
+    /* bf16 rows: 64 columns are one 128-byte line (the row stride in floats: HV / 2, HV even) */
+    if (DV16) wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + rk * V), HV / 2, nval, 32);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     rec_gates_scan<C>(G, nval, eG);
     rec_cpt_own<64, 64>(S, 64, nullptr, 1.f);
@@ -375,6 +380,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             wyw_prefetch<2>((nvt1 ? x.dU : x.dW) + on, rn, nval, nn);
             wyw_prefetch<2>((nvt1 ? R0 : Wp) + on, rn, nval, nn);
             if (nvt1 && d.dv) wyw_prefetch<2>(d.dv + on, rn, nval, nn);
+            if (nvt1 && DV16) wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + on), rn / 2, nval, 32);
         } else {
             wyw_prefetch<4>(p.k + rk * K, HK, nval, K);
             if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
@@ -384,6 +390,23 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         if (!vt) {
 #pragma unroll
             for (int e = 0; e < 16; e++) Y[((st - nvt) * 16 + e) * PR_REC_THREADS] = y[e];
+        } else if (DV16) { /* bf16 dv += dY1, rounded once (the staged cast's bits); V % 4 == 0: pairs whole */
+            unsigned old[8];
+#pragma unroll
+            for (int e = 0; e < 16; e += 2) {
+                const int t = r0 + 8 * (e >> 1 & 1), j = wg * 32 + c0 + 8 * (e >> 2);
+                old[e / 2] = 0u;
+                if (t < nval && j < nc)
+                    old[e / 2] = *reinterpret_cast<const unsigned *>(d.dv16 + (rk + (long long)t * H) * V + j0 + j);
+            }
+#pragma unroll
+            for (int e = 0; e < 16; e += 2) {
+                const int t = r0 + 8 * (e >> 1 & 1), j = wg * 32 + c0 + 8 * (e >> 2);
+                if (t >= nval || j >= nc) continue;
+                const unsigned w = old[e / 2];
+                *reinterpret_cast<unsigned *>(d.dv16 + (rk + (long long)t * H) * V + j0 + j) =
+                    (unsigned)pr_bf16_bits(pr_bf16_lo(w) + y[e]) | (unsigned)pr_bf16_bits(pr_bf16_hi(w) + y[e + 1]) << 16;
+            }
         } else if (d.dv) { /* dv += dY1: every load, then every store */
             float2 old[8];
 #pragma unroll
@@ -557,12 +580,13 @@ static void chunk_wy_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan 
 {
     if (p.delta && pl.wg_wy) {
         const size_t sm = wy_wg_smem((p.K + 63) / 64);
-        const auto kernel = chunk_wy_wg_kernel<C>;
+        const auto kernel = d.dv16 ? chunk_wy_wg_kernel<C, true> : chunk_wy_wg_kernel<C>;
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0, x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.delta) {
         const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
+        PR_ASSERT(!d.dv16 || rec_bf_products(p)); /* the BF instance alone accumulates bf16 dv */
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bk_wy, pl.bv_wy, pl.xg_wy, sv.Tinv, sv.W, sv.R0,
