@@ -73,7 +73,17 @@ static void token_stage(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t inde
         k->staged_ids = pr_empty(k->staged, PR_I32, m->params->device, PR_DIMS(k->rows, k->T));
         k->staged_labels = pr_empty(k->staged, PR_I32, m->params->device, PR_DIMS(k->rows, k->T));
     }
-    size_t bytes = sizeof(int32_t) * (size_t)k->rows * (size_t)k->T;
+    /* a captured step skips the embedding's and the loss's range checks (they read the
+     * device), so the host batch is checked here, where it is on the host anyway */
+    const int64_t n = (int64_t)k->rows * k->T;
+    for (int64_t i = 0; i < n; i++) {
+        PR_CHECK(k->ids[i] >= 0 && k->ids[i] < m->cfg.vocab, "task %s: token id %d at %lld is outside the vocab [0, %d)",
+                 t->name, k->ids[i], (long long)i, m->cfg.vocab);
+        PR_CHECK(k->labels[i] == k->ignore || (k->labels[i] >= 0 && k->labels[i] < m->cfg.vocab),
+                 "task %s: label %d at %lld is outside the vocab [0, %d) and not the ignore index %d", t->name,
+                 k->labels[i], (long long)i, m->cfg.vocab, k->ignore);
+    }
+    size_t bytes = sizeof(int32_t) * (size_t)n;
     pr_device_memcpy(k->staged_ids->data, k->staged_ids->device, k->ids, PR_CPU, bytes);
     pr_device_memcpy(k->staged_labels->data, k->staged_labels->device, k->labels, PR_CPU, bytes);
 }
