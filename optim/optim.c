@@ -119,6 +119,8 @@ static pr_optim_multi *multi_tables(pr_optim *o)
         same = o->multi_grads[i] == (g ? g->data : NULL);
     }
     if (same) return o->multi;
+    PR_CHECK(!o->multi_captured, "optim: the parameters holding grads changed after the step was captured as a CUDA "
+             "graph (its replays read the old tables); run with train.cuda_graph=off");
     pr_optim_multi_free(o->multi);
     free(o->multi_grads);
     o->multi_grads = calloc((size_t)n + 1, sizeof *o->multi_grads);
@@ -211,7 +213,13 @@ void pr_optim_graph_record(pr_ctx *ctx, pr_optim *o, const pr_tensor *loss)
     PR_CHECK(loss->device == PR_CUDA && (loss->dtype == PR_F32 || loss->dtype == PR_BF16) && loss->numel == 1,
              "optim: a captured step's loss must be one f32 or bf16 value on CUDA");
     pr_autocast_forget(ctx);
+    pr_optim_multi *before = o->multi;
     pr_optim_multi *mt = multi_tables(o);
+    /* pr_optim_graph_prepare built the tables before the capture and wrote this step's
+     * scalars into them; tables built inside the capture would be re-uploaded by every
+     * replay with the capture's scalars */
+    PR_CHECK(mt == before, "optim: the parameters holding grads changed while the step was being captured");
+    o->multi_captured = true;
     pr_optim_multi_keep_loss(ctx, mt, loss->data, loss->dtype == PR_BF16);
     pr_optim_multi_grad_norm(ctx, mt);
     pr_optim_update_args a = update_args(o, 0, 1.0);   /* the constants; the per-step values are on the device */

@@ -44,6 +44,7 @@ typedef struct pr_optim {
     struct pr_optim_multi *multi;
     const float **multi_grads;  /* the grad pointers the tables were built for (host) */
     int n_multi_grads;
+    bool multi_captured;   /* a CUDA graph reads the tables: rebuilding them would leave it reading freed memory */
     bool per_param_cuda;   /* one launch per parameter instead (the tests compare the two) */
 } pr_optim;
 

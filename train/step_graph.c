@@ -70,6 +70,7 @@ static int capture(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_o
         rc = -1;
     }
     ctx->rng = rng;
+    if (rc) opt->multi_captured = false;   /* no graph reads the tables: eager steps may rebuild them */
     return rc;
 }
 
