@@ -130,7 +130,7 @@ typedef struct {
 typedef struct {
     pr_device device;
     int chunk;             /* 0: per-token form; C: chunked form, chunks of C tokens */
-    bool gla;              /* rule gla: its own kernels (CUDA: per-token only) */
+    bool gla;              /* rule gla: its own kernels (CUDA: gla_token.cu, gla_chunked.cu) */
     bool g_per_value;      /* gla's decay per value channel (opts.g_per_value) */
     bool delta, has_g;     /* the rule's erase (beta) and decay (g) */
     bool bf16;             /* planned for bf16 data */
