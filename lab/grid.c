@@ -442,6 +442,16 @@ int pr_grid_stats(const double *x, int n, double *mean, double *std)
     return k;
 }
 
+void pr_grid_cell_text(const double *x, int seeds, char *buf, size_t size)
+{
+    double mean, std;
+    int n = pr_grid_stats(x, seeds, &mean, &std);
+    int len = !n ? snprintf(buf, size, "-")
+                 : n == 1 ? snprintf(buf, size, "%.3f", mean) : snprintf(buf, size, "%.3f ± %.3f", mean, std);
+    if (n && n < seeds && len > 0 && (size_t)len < size)
+        snprintf(buf + len, size - (size_t)len, " (%d of %d seeds)", n, seeds);
+}
+
 /* the value of row `ref`, task t and metric m (NULL values' metric: the table's) */
 static double ref_lookup(const pr_grid *g, const char *ref, int t, const char *m)
 {
@@ -490,11 +500,10 @@ void pr_grid_write_markdown(const pr_grid_results *r, FILE *f)
     for (int v = 0; v < g->n_variants; v++) {
         fprintf(f, "| %s |", g->variant[v].name);
         for (int t = 0; t < g->n_tasks; t++) {
-            double mean, std, ref = cell_ref(r, v, t);
-            int n = pr_grid_stats(cell_values(r, v, t), g->seeds, &mean, &std);
-            if (!n) fprintf(f, " -");
-            else if (n < g->seeds) fprintf(f, " %.3f ± %.3f (%d of %d seeds)", mean, std, n, g->seeds);
-            else fprintf(f, " %.3f ± %.3f", mean, std);
+            double ref = cell_ref(r, v, t);
+            char cell[64];
+            pr_grid_cell_text(cell_values(r, v, t), g->seeds, cell, sizeof cell);
+            fprintf(f, " %s", cell);
             if (isfinite(ref)) fprintf(f, " (%s %.2f)", g->refs.label, ref);
             fprintf(f, " |");
         }

@@ -99,11 +99,9 @@ static void report_table(const pr_grid_results *r, const char **cells, char *tex
     for (int t = 0; t < g->n_tasks; t++) {
         CELL(0, t + 1, "%s (%s)", g->task[t], r->metric[t]);
         for (int v = 0; v < g->n_variants; v++) {
-            double mean, std, ref = reference(r, v, t);
-            int n = pr_grid_stats(r->value + ((int64_t)v * g->n_tasks + t) * g->seeds, g->seeds, &mean, &std);
-            char ours[48] = "-", theirs[32] = "";
-            if (n == g->seeds) snprintf(ours, sizeof ours, "%.3f ± %.3f", mean, std);
-            else if (n) snprintf(ours, sizeof ours, "%.3f ± %.3f (%d of %d seeds)", mean, std, n, g->seeds);
+            double ref = reference(r, v, t);
+            char ours[64], theirs[32] = "";
+            pr_grid_cell_text(r->value + ((int64_t)v * g->n_tasks + t) * g->seeds, g->seeds, ours, sizeof ours);
             if (isfinite(ref)) snprintf(theirs, sizeof theirs, "\n%s %.2f", g->refs.label, ref);
             CELL(v + 1, t + 1, "%s%s", ours, theirs);
         }

@@ -125,6 +125,11 @@ int pr_grid_keep(pr_grid *g, const char *variants, const char *tasks, pr_err *er
  * values among x[0..n); returns how many were finite */
 int pr_grid_stats(const double *x, int n, double *mean, double *std);
 
+/* a table cell for the finite values among x[0..seeds): "-" for none, the
+ * value alone for one (one seed has no spread to show), "mean ± std" for
+ * more, and "(k of n seeds)" after it when some seeds gave nothing */
+void pr_grid_cell_text(const double *x, int seeds, char *buf, size_t size);
+
 /* results: value[(v * n_tasks + t) * seeds + s], NAN for a cell with none */
 typedef struct {
     const pr_grid *g;

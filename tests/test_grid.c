@@ -258,8 +258,13 @@ static void test_reference_column(void **state)
     FILE *f = fmemopen(buf, sizeof buf, "w");
     pr_grid_write_markdown(&r, f);
     fclose(f);
-    assert_non_null(strstr(buf, "| a | 0.500 ± 0.000 (paper 0.25) | 2.000 ± 0.000 |"));
-    assert_non_null(strstr(buf, "| b | - | 3.000 ± 0.000 |"));
+    assert_non_null(strstr(buf, "| a | 0.500 (paper 0.25) | 2.000 |"));   /* one seed: no spread shown */
+    assert_non_null(strstr(buf, "| b | - | 3.000 |"));
+    char cell[64];
+    pr_grid_cell_text((double[]){NAN, 0.25, NAN}, 3, cell, sizeof cell);
+    assert_string_equal(cell, "0.250 (1 of 3 seeds)");
+    pr_grid_cell_text((double[]){NAN, NAN}, 2, cell, sizeof cell);
+    assert_string_equal(cell, "-");
     assert_non_null(strstr(buf, "(paper x.xx): a test table."));
     f = fmemopen(buf, sizeof buf, "w");
     pr_grid_write_csv(&r, f);
