@@ -314,10 +314,11 @@ static bool output_in_place(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec
 }
 
 /* On bf16 data the output pass reads q and writes o in place, and with
- * TF32 on grad accumulates dq and (delta rules) wy dv in place (no staged
- * copies): the plan says so for bf16 data only, force.bf16_staged turns it
- * off, and both paths give the same bits in o, ht and every grad (bound 0:
- * bf16 -> f32 is exact, and o, dq and dv are rounded once from the same f32
+ * TF32 on grad accumulates dq and dk, and (delta rules) wy dv and the rest
+ * of dk in place (no staged copies): the plan says so for bf16 data only,
+ * force.bf16_staged turns it off, and both paths give the same bits in o,
+ * ht and every grad (bound 0: bf16 -> f32 is exact, and o, dq, dk and dv
+ * are rounded once from the same f32
  * sums by the cast's rule), in both forms of each pass (output: wgmma with
  * TF32 at K <= 128, mma.sync with bf16 products or in fp32; grad, wy: wgmma
  * and mma.sync), at C = 64 and 32, K a multiple of 8 or only of 4, V of 40
@@ -332,6 +333,7 @@ static void test_output_in_place(void **state)
     assert_true(pass_in_place(PR_REC_PASS_WY, PR_RULE_DELTA, 64, 1, true, PR_REC_PLANNED, 64, 40));
     assert_false(pass_in_place(PR_REC_PASS_WY, PR_RULE_DELTA, 64, 0, true, PR_REC_PLANNED, 64, 40)); /* fp32 */
     assert_false(pass_in_place(PR_REC_PASS_WY, PR_RULE_SSD, 64, 1, true, PR_REC_PLANNED, 64, 40));   /* no wy */
+    assert_true(pass_in_place(PR_REC_PASS_GRAD, PR_RULE_SSD, 64, 1, true, PR_REC_PLANNED, 64, 40));  /* dq, dk */
     assert_true(output_in_place(PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 64, 40));
     assert_false(output_in_place(PR_RULE_GDN, 64, 1, true, PR_REC_ON, 64, 40));
     assert_false(output_in_place(PR_RULE_GDN, 64, 1, false, PR_REC_PLANNED, 64, 40));

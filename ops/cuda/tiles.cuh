@@ -215,6 +215,40 @@ __device__ __forceinline__ void rec_acc_tile16(unsigned short *dst, long long rs
         }
 }
 
+/* the same with the old values from an f32 tensor (same layout, rows rs
+ * apart): dst (bf16) = bf16(old + src), rec_st_tile's accumulation into old
+ * followed by the cast to bf16 */
+__device__ __forceinline__ void rec_acc_tile16_from(unsigned short *dst, const float *old, long long rs, int nr, int nc,
+                                                    const float *src, int ld)
+{
+    const rec_rowmap m = rec_rowmap_of(nc);
+    for (int r = m.r0; r < nr; r += m.rstep)
+        for (int c = m.c0; c < nc; c += m.cstep) {
+            const float4 y = *reinterpret_cast<const float4 *>(old + r * rs + c);
+            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+            const unsigned lo =
+                (unsigned)pr_bf16_bits(fmaf(1.f, x.x, y.x)) | (unsigned)pr_bf16_bits(fmaf(1.f, x.y, y.y)) << 16;
+            const unsigned hi =
+                (unsigned)pr_bf16_bits(fmaf(1.f, x.z, y.z)) | (unsigned)pr_bf16_bits(fmaf(1.f, x.w, y.w)) << 16;
+            *reinterpret_cast<uint2 *>(dst + r * rs + c) = make_uint2(lo, hi);
+        }
+}
+/* and the other way: dst (f32) = old (bf16, widened) + src, the first of
+ * two passes that add into a bf16 tensor (the second rounds) */
+__device__ __forceinline__ void rec_acc_tile_from16(float *dst, const unsigned short *old, long long rs, int nr, int nc,
+                                                    const float *src, int ld)
+{
+    const rec_rowmap m = rec_rowmap_of(nc);
+    for (int r = m.r0; r < nr; r += m.rstep)
+        for (int c = m.c0; c < nc; c += m.cstep) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(old + r * rs + c);
+            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+            *reinterpret_cast<float4 *>(dst + r * rs + c) =
+                make_float4(fmaf(1.f, x.x, pr_bf16_lo(w.x)), fmaf(1.f, x.y, pr_bf16_hi(w.x)),
+                            fmaf(1.f, x.z, pr_bf16_lo(w.y)), fmaf(1.f, x.w, pr_bf16_hi(w.y)));
+        }
+}
+
 /* ---- the block's matrix product ------------------------------------------------
  * C[M][N] = (acc ? C : 0) + alpha * op(A) op(B), all in shared memory.
  * op(A) [M][Kd]: A[m*lda + k], or A[k*lda + m] when TA. op(B) [Kd][N]: B[k*ldb + n],

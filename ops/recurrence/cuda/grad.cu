@@ -400,14 +400,21 @@ __device__ __noinline__ void grad_acc_tile16(unsigned short *dst, long long rs, 
 {
     rec_acc_tile16(dst, rs, nr, nc, src, ld);
 }
+/* the same sums into an f32 scratch from the bf16 grad's old values (wy adds the rest and rounds) */
+__device__ __noinline__ void grad_acc_tile_from16(float *dst, const unsigned short *old, long long rs, int nr, int nc,
+                                                  const float *src, int ld)
+{
+    rec_acc_tile_from16(dst, old, rs, nr, nc, src, ld);
+}
 
-/* dq16 (BF instances only: bf16 data with TF32 on): dq's bf16 bits,
- * accumulated in place (dq then NULL) */
+/* dq16, dk16 (BF instances only: bf16 data with TF32 on): the grads' bf16
+ * bits, accumulated in place (dq then NULL; dk NULL too without beta, else
+ * the f32 scratch that receives old + this part for wy to finish) */
 template <int C, bool BF, int R, bool WG>
 __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
                       float *dq, float *dk, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH,
-                      unsigned short *dq16)
+                      unsigned short *dq16, unsigned short *dk16)
 {
     extern __shared__ __align__(128) float sm[];
     const grad_lay s = grad_layout(p, BK, BV, R, WG);
@@ -489,7 +496,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     if constexpr (BF)
         if (dq16) grad_acc_tile16(dq16 + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB);
     if (dq) grad_st_tile(dq + rk * K + k0, (long long)H * K, cp.nval, nk, Xq, LDB, 1.f, true, p.vec);
-    if (dk) grad_st_tile(dk + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, true, p.vec);
+    bool dk_done = false;
+    if constexpr (BF)
+        if (dk16) {
+            if (dk) grad_acc_tile_from16(dk + rk * K + k0, dk16 + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB);
+            else grad_acc_tile16(dk16 + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB);
+            dk_done = true;
+        }
+    if (dk && !dk_done) grad_st_tile(dk + rk * K + k0, (long long)H * K, cp.nval, nk, Xk, LDB, 1.f, true, p.vec);
     for (int l = 0; l < L; l++)
         grad_st_tile(dkxa + rk * L * K + l * K + k0, (long long)H * L * K, cp.nval, nk, Xk + (C + l * C) * LDB, LDB,
                      1.f, false, p.vec);
@@ -517,12 +531,13 @@ static void chunk_grad_c(cudaStream_t st, const rec_prob &p, const rec_chunk_pla
 {
     const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad, pl.wg_grad);
     PR_ASSERT(!d.dq16 || (rec_bf_products(p) && pl.io16_dq && !d.dq));
+    PR_ASSERT(!d.dk16 || (rec_bf_products(p) && pl.io16_dk && !d.dk == !p.delta));
     const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad);
     pr_cuda_smem_prep((const void *)kernel, sm);
     const dim3 grid(x.nkt, p.nchunks, p.H);
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, x.dU, d.dq, d.dk,
                                              (float *)x.dkxa, (float *)x.dW, (float *)x.dGp, (float *)x.dbA,
-                                             x.rowsH, d.dq16);
+                                             x.rowsH, d.dq16, d.dk16);
     PR_CUDA_LAUNCH_CHECK();
 }
 

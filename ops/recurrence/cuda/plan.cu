@@ -531,5 +531,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, i
     pl->io16_out = plan_io16_out(p, f, *pl);
     pl->io16_dq = plan_io16_dq(p, f, *pl);
     pl->io16_dv = plan_io16_dv(p, f, *pl);
+    /* dk: grad's and (delta rules) wy's bf16 instances, the same conditions as dq */
+    pl->io16_dk = pl->io16_dq;
     return ok;
 }

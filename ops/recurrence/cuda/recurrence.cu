@@ -291,8 +291,8 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
         ps[i].prod = !p.tf32 ? PR_REC_PROD_F32
                      : ps[i].engine == PR_REC_MMA && rec_bf_products(p) ? PR_REC_PROD_BF16 : PR_REC_PROD_TF32;
     ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0; /* q and o */
-    ps[PR_REC_PASS_GRAD].bf16_in_place = pl.io16_dq != 0;    /* dq */
-    ps[PR_REC_PASS_WY].bf16_in_place = pl.io16_dv != 0;      /* dv */
+    ps[PR_REC_PASS_GRAD].bf16_in_place = pl.io16_dq || pl.io16_dk;       /* dq, dk */
+    ps[PR_REC_PASS_WY].bf16_in_place = pl.io16_dv || (pl.io16_dk && p.delta); /* dv, dk */
 }
 
 extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K,
@@ -521,13 +521,19 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     pr_tensor *gq = pr_in_grad(n, IN_Q), *gv = pr_in_grad(n, IN_V);
     const bool dq16 = chunked && pl.io16_dq && gq && gq->dtype == PR_BF16 && al8(gq->data);
     const bool dv16 = chunked && pl.io16_dv && gv && gv->dtype == PR_BF16 && al8(gv->data);
-    rec_grads d = {dq16 ? nullptr : grad_of(n, IN_Q, st), grad_of(n, IN_K, st),
+    pr_tensor *gk = pr_in_grad(n, IN_K);
+    const bool dk16 = chunked && pl.io16_dk && gk && gk->dtype == PR_BF16 && al8(gk->data);
+    /* with beta grad leaves old + its part of dk in f32 scratch (every element) for wy */
+    float *dk_mid = dk16 && p.delta ? st.take((size_t)gk->numel) : nullptr;
+    rec_grads d = {dq16 ? nullptr : grad_of(n, IN_Q, st), dk16 ? dk_mid : grad_of(n, IN_K, st),
                    dv16 ? nullptr : grad_of(n, IN_V, st), grad_of(n, IN_G, st),
                    grad_of(n, IN_BETA, st), kx16 ? nullptr : grad_of(n, IN_KX, st),
                    vx16 ? nullptr : grad_of(n, IN_VX, st), grad_of(n, IN_H0, st),
                    kx16 ? (unsigned short *)gkx->data : nullptr, vx16 ? (unsigned short *)gvx->data : nullptr,
-                   dq16 ? (unsigned short *)gq->data : nullptr, dv16 ? (unsigned short *)gv->data : nullptr};
-    float *const dptr[IN_CU] = {d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
+                   dq16 ? (unsigned short *)gq->data : nullptr, dv16 ? (unsigned short *)gv->data : nullptr,
+                   dk16 ? (unsigned short *)gk->data : nullptr};
+    /* the f32 copies to round back into the bf16 grads (not dk's scratch: wy rounds it) */
+    float *const dptr[IN_CU] = {d.dq, dk16 ? nullptr : d.dk, d.dv, d.dg, d.dbeta, d.dkx, d.dvx, d.dh0};
     for (int i = 0; i < IN_CU; i++) p.vec = p.vec && al16(dptr[i]);
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
     if ((p.gk || p.gv) && chunked) {

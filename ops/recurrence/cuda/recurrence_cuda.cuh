@@ -258,6 +258,10 @@ struct rec_grads {
     unsigned short *dkx16, *dvx16; /* bf16 in place (dkx, dvx then NULL): the wgmma extras' only */
     unsigned short *dq16;          /* bf16 dq accumulated in place (dq then NULL): grad's bf16 instances (io16_dq) */
     unsigned short *dv16;          /* bf16 dv accumulated in place (dv then NULL): wy, delta rules (io16_dv) */
+    /* bf16 dk in place (io16_dk): without beta grad adds into it (dk NULL);
+     * with beta grad writes old + its part into the f32 scratch dk and wy
+     * adds the rest and rounds into dk16 */
+    unsigned short *dk16;
 };
 
 /* recurrent.cu: the per-token form. Forward saves r = v - h'^T k (delta rules)
@@ -325,6 +329,7 @@ struct rec_chunk_plan {
     int io16_out; /* bf16 data: the output pass reads q and writes o as bf16 (rec_prob's q16, o16) */
     int io16_dq;  /* bf16 data, TF32 on: grad accumulates dq as bf16 (rec_grads' dq16) */
     int io16_dv;  /* and for the delta rules wy accumulates dv as bf16 (rec_grads' dv16) */
+    int io16_dk;  /* and dk as bf16: grad alone, or grad through an f32 scratch and wy (rec_grads' dk16) */
 };
 /* plan.cu. p.C set; f: the fields forced (fatal where the kernels cannot run
  * them); smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,

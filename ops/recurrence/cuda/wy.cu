@@ -236,7 +236,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 rec_sync();
             }
         }
-        if (d.dk) rec_st_tile(d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB, 1.f, true, p.vec);
+        bool dk_done = false;
+        if constexpr (BF) /* bf16 dk: grad's f32 sums (in d.dk) + this part, rounded into dk16 */
+            if (d.dk16) rec_acc_tile16_from(d.dk16 + rk * K + k0, d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB),
+                dk_done = true;
+        if (d.dk && !dk_done) rec_st_tile(d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB, 1.f, true, p.vec);
     }
     rec_sync();
     if (threadIdx.x < 32 && p.has_g && d.dg) {
@@ -325,8 +329,9 @@ __device__ __forceinline__ void wyw_tile(const rec_prob &p, float *S, const floa
     rec_wg_commit();
 }
 
-/* DV16: dv is bf16, accumulated in place (d.dv16; d.dv NULL) */
-template <int C, bool DV16 = false>
+/* G16: bf16 grads in place where given: dv (d.dv16; d.dv NULL) and dk
+ * (d.dk16: grad's f32 sums in d.dk plus this part, rounded into it) */
+template <int C, bool G16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_wy_wg_kernel(rec_prob p, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
 {
@@ -354,7 +359,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     if (d.dv) wyw_prefetch<2>(d.dv + rk * V, HV, nval, min(64, V));
     /* bf16 rows: 64 columns are one 128-byte line (the row stride in floats: HV / 2, HV even) */
-    if (DV16) wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + rk * V), HV / 2, nval, 32);
+    if (G16 && d.dv16) wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + rk * V), HV / 2, nval, 32);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     rec_gates_scan<C>(G, nval, eG);
     rec_cpt_own<64, 64>(S, 64, nullptr, 1.f);
@@ -380,7 +385,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             wyw_prefetch<2>((nvt1 ? x.dU : x.dW) + on, rn, nval, nn);
             wyw_prefetch<2>((nvt1 ? R0 : Wp) + on, rn, nval, nn);
             if (nvt1 && d.dv) wyw_prefetch<2>(d.dv + on, rn, nval, nn);
-            if (nvt1 && DV16) wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + on), rn / 2, nval, 32);
+            if (nvt1 && G16 && d.dv16)
+                wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + on), rn / 2, nval, 32);
         } else {
             wyw_prefetch<4>(p.k + rk * K, HK, nval, K);
             if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
@@ -390,7 +396,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         if (!vt) {
 #pragma unroll
             for (int e = 0; e < 16; e++) Y[((st - nvt) * 16 + e) * PR_REC_THREADS] = y[e];
-        } else if (DV16) { /* bf16 dv += dY1, rounded once (the staged cast's bits); V % 4 == 0: pairs whole */
+        } else if (G16 && d.dv16) { /* bf16 dv += dY1, rounded once (the staged cast's bits); V % 4 == 0: pairs whole */
             unsigned old[8];
 #pragma unroll
             for (int e = 0; e < 16; e += 2) {
@@ -513,6 +519,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             if (t >= nval || k >= K || !d.dk) continue;
             float *q = d.dk + (rk + (long long)t * H) * K + k;
             const float2 s = make_float2(kd[e / 2].x + out[0], kd[e / 2].y + out[1]);
+            if (G16 && d.dk16) { /* grad's f32 sums (kd) + this part, rounded once; K % 4 == 0: pairs whole */
+                *reinterpret_cast<unsigned *>(d.dk16 + (rk + (long long)t * H) * K + k) =
+                    (unsigned)pr_bf16_bits(s.x) | (unsigned)pr_bf16_bits(s.y) << 16;
+                continue;
+            }
             if (p.vec) *reinterpret_cast<float2 *>(q) = s;
             else {
                 q[0] = s.x;
@@ -580,13 +591,13 @@ static void chunk_wy_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan 
 {
     if (p.delta && pl.wg_wy) {
         const size_t sm = wy_wg_smem((p.K + 63) / 64);
-        const auto kernel = d.dv16 ? chunk_wy_wg_kernel<C, true> : chunk_wy_wg_kernel<C>;
+        const auto kernel = d.dv16 || d.dk16 ? chunk_wy_wg_kernel<C, true> : chunk_wy_wg_kernel<C>;
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0, x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.delta) {
         const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
-        PR_ASSERT(!d.dv16 || rec_bf_products(p)); /* the BF instance alone accumulates bf16 dv */
+        PR_ASSERT((!d.dv16 && !d.dk16) || rec_bf_products(p)); /* the BF instance alone adds into bf16 dv, dk */
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bk_wy, pl.bv_wy, pl.xg_wy, sv.Tinv, sv.W, sv.R0,
