@@ -348,7 +348,7 @@ void pr_rec_chunk_state_segmented(cudaStream_t st, const rec_prob &p, const rec_
     const size_t n_e = (size_t)sv.sg.n * p.H * p.K * p.V;
     const size_t n_p = fix && p.delta ? (size_t)p.nchunks * p.H * p.K * p.K : 0;
     float *E = rec_scratch(n_e), *starts = rec_scratch(n_e), *trans = n_p ? rec_scratch(n_p) : nullptr;
-    const rec_state_io ends = {fix ? sv.hs : nullptr, fix ? sv.R : nullptr, E, sv.W, sv.R0, nullptr, 0};
+    const rec_state_io ends = {fix ? sv.hs : nullptr, fix ? sv.R : nullptr, E, sv.W, sv.R0, nullptr, 0, nullptr};
     pr_rec_chunk_state(st, ps, bv, ends);
     if (p.delta) {
         /* the state has K columns; the transitions do not depend on prism_core's
@@ -356,14 +356,14 @@ void pr_rec_chunk_state_segmented(cudaStream_t st, const rec_prob &p, const rec_
          * nothing), so its chunks hold the C base keys only (L = 0) */
         rec_prob pa = ps;
         pa.V = p.K, pa.Vp = p.Kp, pa.L = 0;
-        const rec_state_io ident = {trans, nullptr, sv.sg.A, sv.W, nullptr, nullptr, 1};
+        const rec_state_io ident = {trans, nullptr, sv.sg.A, sv.W, nullptr, nullptr, 1, nullptr};
         pr_rec_chunk_state(st, pa, bv, ident);
     }
     pr_rec_seg_chain(st, p, sv.sg, false, p.h0, E, starts, ht, false);
     if (fix) {
         pr_rec_seg_fix(st, p, sv.sg, pl.bv_fix, trans, starts, sv.hs, sv.R, sv.W);
     } else {
-        const rec_state_io real = {sv.hs, sv.R, nullptr, sv.W, sv.R0, starts, 0};
+        const rec_state_io real = {sv.hs, sv.R, nullptr, sv.W, sv.R0, starts, 0, nullptr};
         pr_rec_chunk_state(st, ps, bv, real);
     }
     rec_scratch_free(E, n_e);
