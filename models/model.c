@@ -6,6 +6,7 @@
  *   SwiGLU: (silu(x Wgate) * (x Wup)) Wdown;   GELU (ReLU): gelu(x Wup + bup) Wdown + bdown
  *   block = sasrec: SASRec's own blocks and learned positions (sasrec_hidden below)
  *   LM:     logits = norm_f(blocks(embed[ids])) (embed^T | lm_head); loss = CE, ignore_index
+ *           (fused_loss: head and CE as one op in row chunks, ops/linear_ce.c; the same loss)
  *   rec:    scores = norm_f(blocks(item_embed[items]))[:, last] item_embed^T  (all items; id 0 pads)
  *           sampled: bce(s_pos, 1) + bce(s_neg, 0), each a mean, s = last . item_embed[id]
  * Paths: embed, layers.<i>.{norm1,norm2}.{w,b}, layers.<i>.mixer.*, layers.<i>.mlp.*, norm_f.*, lm_head. */
@@ -297,11 +298,20 @@ static pr_tensor *plus_aux(pr_ctx *ctx, pr_tensor *loss, const pr_router_stats *
     return rs->prob_sum ? pr_add(ctx, loss, pr_router_aux_loss(ctx, rs)) : loss;
 }
 
+/* cross-entropy of the head's logits; fused (`fused_loss`), the logits are
+ * made a chunk of rows at a time and the head's gradients with the loss */
+static pr_tensor *lm_head_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *h, pr_tensor *targets)
+{
+    const bool fused = m->cfg.fused_loss && (h->device == PR_CPU || pr_op(PR_OP_linear_cross_entropy)->forward_cuda);
+    if (!fused) return pr_cross_entropy(ctx, lm_head(ctx, m, h), targets, m->cfg.ignore_index);
+    return m->lm_head ? pr_linear_cross_entropy(ctx, h, m->lm_head, false, targets, m->cfg.ignore_index, 0)
+                      : pr_linear_cross_entropy(ctx, h, m->embed, true, targets, m->cfg.ignore_index, 0);
+}
+
 pr_tensor *pr_lm_loss(pr_ctx *ctx, const pr_model *m, pr_tensor *ids, pr_tensor *targets)
 {
     pr_router_stats rs = {0};
-    pr_tensor *logits = lm_head(ctx, m, hidden_for_loss(ctx, m, ids, &rs));
-    return plus_aux(ctx, pr_cross_entropy(ctx, logits, targets, m->cfg.ignore_index), &rs);
+    return plus_aux(ctx, lm_head_loss(ctx, m, hidden_for_loss(ctx, m, ids, &rs), targets), &rs);
 }
 
 /* the last position's hidden state against every item */

@@ -6,6 +6,8 @@
  *                   states and inner weights stay f32, as those ops take)
  *   f32             softmax, log_softmax, the losses, the norms, sum and
  *                   mean, exp, log, logsigmoid, softplus, titans
+ *   product + loss  linear_cross_entropy: x and w to bf16 (the products),
+ *                   its logits, lse and loss in f32 (the loss is f32 out)
  *   promote         add, sub, mul, div, swiglu, concat: bf16 with bf16 stays bf16,
  *                   bf16 with f32 goes to f32
  *   add + norm      add_rmsnorm, add_layernorm: the sum promotes as add (it is

@@ -90,6 +90,18 @@ pr_tensor *pr_log_softmax(pr_ctx *ctx, pr_tensor *x);
 pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, int64_t ignore_index);
 pr_tensor *pr_bce_logits(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets);
 
+/* ---- linear_ce.c: cross_entropy(x op(w), targets) without the logits: x [..., D],
+ * w [V, D] with trans_w (a tied embedding: logits = x w^T) or [D, V] without
+ * (an untied head: logits = x w), targets int32/int64 [...]; the mean over
+ * targets != ignore_index (0 if none), as pr_cross_entropy on the logits;
+ * 0-dim scalar in x's dtype (f32 under bf16 autocast). Rows run in chunks of chunk_rows
+ * (0: pr_linear_ce_chunk_rows(V)); when recorded, the gradients are computed
+ * with the loss (it is a scalar: the backward only scales them by its grad). */
+pr_tensor *pr_linear_cross_entropy(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, bool trans_w, pr_tensor *targets,
+                                   int64_t ignore_index, int64_t chunk_rows);
+/* the default rows per chunk for V classes: about 4M logits a chunk */
+int64_t pr_linear_ce_chunk_rows(int64_t V);
+
 /* ---- norm.c: over the last dim D ------------------------------------------
  * layernorm: (x - mean) / sqrt(var_biased + eps) * w + b; w, b [D] or NULL
  * rmsnorm: x / sqrt(mean(x^2) + eps) * w; w [D] or NULL

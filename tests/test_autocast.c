@@ -150,6 +150,11 @@ static void test_policy_dtypes(void **state)
     pr_tensor *logits = pr_reshape(ctx, h, PR_DIMS(10, 8));
     pr_tensor *loss = pr_cross_entropy(ctx, logits, t, -1);
     assert_int_equal(loss->dtype, PR_F32);
+    /* the fused head + loss: its products on bf16 casts, the loss f32 */
+    pr_tensor *lce = pr_linear_cross_entropy(ctx, pr_reshape(ctx, x, PR_DIMS(10, 8)), w, true, t, -1, 0);
+    assert_int_equal(lce->dtype, PR_F32);
+    assert_int_equal(ctx->tape[lce->tape_pos].in[0]->dtype, PR_BF16);
+    assert_int_equal(ctx->tape[lce->tape_pos].in[1]->dtype, PR_BF16);
     pr_tensor *cw = leaf(ctx, ctx->step, &r, PR_F32, PR_DIMS(8, 4));
     assert_int_equal(pr_conv1d(ctx, x, cw, NULL)->dtype, PR_BF16);
     pr_tensor *q = pr_reshape(ctx, x, PR_DIMS(2, 5, 2, 4));

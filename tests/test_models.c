@@ -107,6 +107,69 @@ static void test_gradcheck_lm(void **state)
     }
 }
 
+/* ---- the LM loss fused with its head (fused_loss) equals the logits + cross_entropy ------ */
+static pr_tensor *gc_targets;
+
+static pr_tensor *apply_lm_loss(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)in, (void)ex;
+    return pr_lm_loss(ctx, gc_model, gc_ids, gc_targets);
+}
+
+/* the loss, its parameters' grad norm, and copies of their grads in keep */
+static double lm_loss_and_grads(pr_model *m, bool fused, pr_arena *keep, pr_tensor **grads, double *grad_norm)
+{
+    m->cfg.fused_loss = fused;
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_tensor *loss = pr_lm_loss(ctx, m, gc_ids, gc_targets);
+    assert_string_equal(ctx->tape[loss->tape_pos].op->name, fused ? "linear_cross_entropy" : "cross_entropy");
+    double v = pr_item(loss);
+    pr_backward(ctx, loss);
+    *grad_norm = pr_params_grad_norm(m->params);
+    for (int i = 0; i < m->params->n; i++) grads[i] = pr_clone(keep, m->params->p[i].t->grad);
+    pr_params_release_grads(m->params);
+    pr_ctx_free(ctx);
+    return v;
+}
+
+static void test_lm_fused_loss(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied < 2; tied++) {
+        pr_config c = test_config(1, 6, 2, 4, 4);   /* gdn */
+        c.vocab = 9, c.tie_embeddings = tied;
+        pr_model *m = pr_model_new(&c, PR_F64, PR_CPU);
+        pr_model_init(m);
+        pr_arena *a = pr_arena_new("test-ids", 0);
+        gc_ids = pr_from_host(a, PR_I64, PR_CPU, PR_DIMS(2, 5), ((const int64_t[]){1, 4, 6, 0, 2, 3, 3, 5, 1, 0}));
+        gc_targets = pr_from_host(a, PR_I32, PR_CPU, PR_DIMS(2, 5),
+                                  ((const int32_t[]){4, 6, -100, 2, 3, 8, 5, 1, -100, 7}));
+        gc_model = m;
+        pr_tensor *want[64], *got_t[64];
+        assert_true(m->params->n <= 64);
+        double g_plain, g_fused, l_plain = lm_loss_and_grads(m, false, a, want, &g_plain);
+        double l_fused = lm_loss_and_grads(m, true, a, got_t, &g_fused);
+        print_message("lm loss (%s head): logits + cross_entropy %.17g, fused %.17g; grad norm %.17g, %.17g\n",
+                      tied ? "tied" : "untied", l_plain, l_fused, g_plain, g_fused);
+        assert_true(fabs(l_fused - l_plain) <= 1e-14 * fabs(l_plain));
+        assert_true(fabs(g_fused - g_plain) <= 1e-14 * g_plain);
+        for (int i = 0; i < m->params->n; i++) {
+            double *got = malloc(sizeof(double) * (size_t)want[i]->numel), *ref = malloc(sizeof(double) * (size_t)want[i]->numel);
+            pr_to_host_f64(got_t[i], got);
+            pr_to_host_f64(want[i], ref);
+            pr_assert_allclose(m->params->p[i].path, got, ref, want[i]->numel, 1e-12, 1e-15);
+            free(got);
+            free(ref);
+        }
+        pr_ctx *ctx = pr_ctx_new(1);   /* and the fused loss against finite differences */
+        gradcheck_params(ctx, tied ? "fused lm loss, tied" : "fused lm loss, untied", m->params,
+                         &(pr_example){.apply = apply_lm_loss}, 10);
+        pr_ctx_free(ctx);
+        pr_arena_free(a);
+        pr_model_free(m);
+    }
+}
+
 /* ---- prism L = 0 is gdn, in both forms ---------------------------------------------------- */
 static void prism_l0_is_gdn(const char *form)
 {
@@ -332,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_gradcheck_layers),
         cmocka_unit_test(test_gradcheck_prism_switches),
         cmocka_unit_test(test_gradcheck_lm),
+        cmocka_unit_test(test_lm_fused_loss),
         cmocka_unit_test(test_prism_l0_is_gdn),
         cmocka_unit_test(test_decode_equals_whole),
         cmocka_unit_test(test_lm_decode_with_resets),
