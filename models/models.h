@@ -42,7 +42,7 @@ typedef struct pr_config {
     char mlp[16];
     double mlp_mult;
     bool tie_embeddings;
-    bool fused_loss;   /* pr_lm_loss through linear_cross_entropy (where the device has it) */
+    char fused_loss[8];   /* auto|true|false: pr_lm_loss through linear_cross_entropy (models/model.c) */
     int ignore_index;
     int seed;
     double init_std;

@@ -16,6 +16,7 @@
  * reference itself sums thousands of terms in f32 (the grad of a broadcast
  * input, dw over many rows: ~sqrt(R) eps |partial sum| of its own rounding),
  * the case's tol_scale is 5 to 20.
+ * linear_cross_entropy at awkward sizes has a test of its own.
  * Every case skips without a GPU.
  */
 #include "tests/pr_test.h"
@@ -295,6 +296,54 @@ static void test_cross_entropy_paths(void **state)
     pr_ctx_free(ctx);
 }
 
+static pr_tensor *ap_lce(pr_ctx *c, pr_tensor *const *in, const pr_example *ex)
+{
+    return pr_linear_cross_entropy(c, in[0], in[1], ex->iarg[1], in[2], ex->iarg[0], ex->iarg[2]);
+}
+
+/* linear_cross_entropy at awkward sizes: D and V not multiples of 4 (scalar
+ * loads), V of each row-kernel kind (a warp, a block, rows past a block's
+ * slots), ragged last chunks, the default chunk and chunks of 37 rows, both
+ * head layouts, int32 targets with ignored rows, every row ignored, a bad target */
+static void test_linear_ce_paths(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    const struct { int64_t N, D, V, chunk; int trans_w; } cs[] = {
+        {301, 67, 509, 37, 1}, {301, 67, 509, 0, 0}, {130, 33, 5003, 37, 0}, {1000, 64, 20001, 0, 1}, {77, 16, 12, 5, 1},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        pr_ctx *ctx = pr_ctx_new(11);
+        pr_rng r = pr_rng_init(500 + k, 0);
+        const int64_t N = cs[k].N, D = cs[k].D, V = cs[k].V;
+        pr_example ex = {.n_in = 3, .apply = ap_lce, .tol_scale = 10};
+        ex.in[0] = pr_example_input(ctx, &r, PR_F32, PR_DIMS(N, D), -1, 1);
+        ex.in[1] = cs[k].trans_w ? pr_example_input(ctx, &r, PR_F32, PR_DIMS(V, D), -0.5, 0.5)
+                                 : pr_example_input(ctx, &r, PR_F32, PR_DIMS(D, V), -0.5, 0.5);
+        int32_t *t = malloc(sizeof(int32_t) * (size_t)N);
+        assert_non_null(t);
+        for (int64_t i = 0; i < N; i++) t[i] = i % 7 == 3 ? -1 : (int32_t)((i * 7919) % V);
+        ex.in[2] = pr_from_host(ctx->step, PR_I32, PR_CPU, PR_DIMS(N), t);
+        ex.iarg[0] = -1, ex.iarg[1] = cs[k].trans_w, ex.iarg[2] = cs[k].chunk;
+        char name[96];
+        snprintf(name, sizeof name, "linear_cross_entropy N=%lld D=%lld V=%lld chunk=%lld %s", (long long)N, (long long)D,
+                 (long long)V, (long long)cs[k].chunk, cs[k].trans_w ? "w [V,D]" : "w [D,V]");
+        check_against_cpu(name, &ex);
+        check_deterministic(name, &ex);
+        if (k == 0) {
+            for (int64_t i = 0; i < N; i++) t[i] = -1;   /* every row ignored: loss 0, grads 0 */
+            ex.in[2] = pr_from_host(ctx->step, PR_I32, PR_CPU, PR_DIMS(N), t);
+            check_against_cpu("linear_cross_entropy all ignored", &ex);
+            t[5] = (int32_t)V;   /* an out-of-range target: the CPU's message */
+            pr_tensor *bad = pr_from_host(ctx->step, PR_I32, PR_CUDA, PR_DIMS(N), t);
+            pr_tensor *x = pr_to(ctx->step, ex.in[0], PR_F32, PR_CUDA), *w = pr_to(ctx->step, ex.in[1], PR_F32, PR_CUDA);
+            PR_EXPECT_FATAL(pr_linear_cross_entropy(ctx, x, w, true, bad, -1, 37), "target 509 at index 5 is out of range");
+        }
+        free(t);
+        pr_ctx_free(ctx);
+    }
+}
+
 /* a CUDA op on f64 tensors is refused with the op's name */
 static void test_f32_only(void **state)
 {
@@ -309,7 +358,7 @@ static void test_f32_only(void **state)
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
-    struct CMUnitTest tests[PR_NOPS + 3];
+    struct CMUnitTest tests[PR_NOPS + 4];
     int n = 0;
     for (int i = 0; i < pr_op_count(); i++) {
         const pr_op_info *op = pr_op((pr_op_id)i);
@@ -318,6 +367,7 @@ int main(void)
     }
     tests[n++] = (struct CMUnitTest){.name = "kernel paths", .test_func = test_paths};
     tests[n++] = (struct CMUnitTest){.name = "cross_entropy paths", .test_func = test_cross_entropy_paths};
+    tests[n++] = (struct CMUnitTest){.name = "linear_cross_entropy paths", .test_func = test_linear_ce_paths};
     tests[n++] = (struct CMUnitTest){.name = "f32 only", .test_func = test_f32_only};
     return pr_test_exit_status(_cmocka_run_group_tests("cuda_ops", tests, (size_t)n, NULL, NULL));
 }

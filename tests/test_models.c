@@ -119,7 +119,7 @@ static pr_tensor *apply_lm_loss(pr_ctx *ctx, pr_tensor *const *in, const pr_exam
 /* the loss, its parameters' grad norm, and copies of their grads in keep */
 static double lm_loss_and_grads(pr_model *m, bool fused, pr_arena *keep, pr_tensor **grads, double *grad_norm)
 {
-    m->cfg.fused_loss = fused;
+    snprintf(m->cfg.fused_loss, sizeof m->cfg.fused_loss, "%s", fused ? "auto" : "false");   /* auto: fused on the CPU */
     pr_ctx *ctx = pr_ctx_new(1);
     pr_tensor *loss = pr_lm_loss(ctx, m, gc_ids, gc_targets);
     assert_string_equal(ctx->tape[loss->tape_pos].op->name, fused ? "linear_cross_entropy" : "cross_entropy");
