@@ -26,13 +26,17 @@
 void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
                  const void *B, void *C, double beta);
 
-/* Rows per chunk: 4M logits (16 MB in f32; 128 rows at vocab 32000). Fewer
- * rows make each product read all of w (V*D) for too little work: the GEMM
- * turns bound by w's bytes, not its FLOPs; many more and the chunk's logits
- * grow towards the [N, V] block this op is there to avoid. */
+/* Rows per chunk: 16M logits (64 MB in f32; 512 rows at vocab 32000), 1/32
+ * of the 2 GB that 16K tokens' logits take. Whatever its rows, a chunk reads
+ * all of w twice (its logits, its dx) and reads and writes all of dw: 4 V D
+ * elements, 390 MB in f32 at lm-130m (V = 32000, D = 768). Chunks of 4M
+ * logits (128 rows) would move 50 GB a 16K-token step that way, ~10 ms of an
+ * H200's memory time; chunks of 16M move 12.6 GB, about what the unfused
+ * path's logits, softmax and logit grads move. Smaller chunks make the head
+ * bound by those bytes; larger ones save little beside the activations. */
 int64_t pr_linear_ce_chunk_rows(int64_t V)
 {
-    enum { BUDGET = 4 << 20, ALIGN = 32 };
+    enum { BUDGET = 16 << 20, ALIGN = 32 };
     int64_t rows = BUDGET / (V > 0 ? V : 1);
     return rows >= ALIGN ? rows / ALIGN * ALIGN : ALIGN;
 }

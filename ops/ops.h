@@ -99,7 +99,7 @@ pr_tensor *pr_bce_logits(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets);
  * with the loss (it is a scalar: the backward only scales them by its grad). */
 pr_tensor *pr_linear_cross_entropy(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, bool trans_w, pr_tensor *targets,
                                    int64_t ignore_index, int64_t chunk_rows);
-/* the default rows per chunk for V classes: about 4M logits a chunk */
+/* the default rows per chunk for V classes: about 16M logits (64 MB f32) a chunk */
 int64_t pr_linear_ce_chunk_rows(int64_t V);
 
 /* ---- norm.c: over the last dim D ------------------------------------------
