@@ -18,7 +18,6 @@
  * Node: in = {x, w, targets}, iarg = {ignore_index, trans_w, chunk_rows}.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops.h"
@@ -140,7 +139,6 @@ LCE_ROWS(double)
 
 void pr_linear_cross_entropy_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
-    (void)ctx;
     pr_tensor *x = n->in[0], *w = n->in[1], *dx = n->n_saved ? n->saved[0] : NULL, *dw = n->n_saved ? n->saved[1] : NULL;
     lce_dims d = lce_dims_of(n);
     const pr_dtype dt = x->dtype;
@@ -148,9 +146,8 @@ void pr_linear_cross_entropy_forward_cpu(pr_ctx *ctx, pr_node *n)
     const size_t es = pr_dtype_size(dt);
     const bool grad = dx || dw;
     int64_t cap = d.chunk < d.N ? d.chunk : d.N;
-    void *l = malloc((size_t)(cap > 0 ? cap : 1) * (size_t)d.V * es);
-    PR_CHECK(l, "linear_cross_entropy: out of host memory for a [%lld, %lld] chunk of logits", (long long)cap,
-             (long long)d.V);
+    /* in the step arena, so the step's peak memory counts it */
+    void *l = pr_empty(ctx->step, dt, PR_CPU, PR_DIMS(cap > 0 ? cap : 1, d.V))->data;
     if (dw) memset(dw->data, 0, (size_t)dw->numel * es);
     double loss = 0.0;
     for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
@@ -165,7 +162,6 @@ void pr_linear_cross_entropy_forward_cpu(pr_ctx *ctx, pr_node *n)
         else if (dw)           /* dw [D, V] += x_c^T dl */
             pr_gemm_cpu(dt, true, false, d.D, d.V, rows, xc, l, dw->data, 1);
     }
-    free(l);
     PR_FLOAT_SWITCH(n->out[0]->dtype, T, { *(T *)n->out[0]->data = (T)(d.count ? loss / (double)d.count : 0.0); });
 }
 
