@@ -75,7 +75,7 @@ if [ $cuda = 1 ]; then
     expect 0 "no target judged" bench ops --device cuda --quick
     expect 0 "wrote" golden-check --make "$ref" --size 1,5,1,4,3,2
     expect 0 "6 passed, 0 failed" golden-check "$ref" --device cuda --tf32
-    expect 0 "5 passed, 0 failed" golden-check "$ref" --device cuda --dtype f32 --form chunked --chunk 32
+    expect 0 "6 passed, 0 failed" golden-check "$ref" --device cuda --dtype f32 --form chunked --chunk 32   # gla has a chunked CUDA form now
     expect 0 "6 passed, 0 failed" golden-check "$ref" --device cuda --dtype bf16 --form both
     expect 0 "linattn" bench recurrence --device cuda --dtype f32 --size 1 --rules linattn --reps 1 --warmup 0 \
         --no-token

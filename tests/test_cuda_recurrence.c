@@ -976,8 +976,13 @@ static int gla_case(const rec_case *c, double glo, double ghi, uint64_t seed)
     rec_out ref = rec_run_seeded(ctx, PR_RULE_GLA, 0, x.in, x.cu, x.dout, x.dht);
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
-    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 4e-3},
-                                                              {32, 1, 4e-3}};
+    /* TF32: 1e-2, not the delta rules' 4e-3: on the H200 (2026-12-05) every output and
+     * gradient but dg stayed within 5.3e-4, and dg, a reverse sum of q.dq - k.dk whose
+     * terms are far larger than dg under log-decays in [-8, -2], reached 4.6e-3 (per
+     * key) and 7.3e-3 (per value): TF32's 2^-11 rounding of those terms, amplified by the
+     * cancellation; the fp32 forms give 5e-6 on the same cases */
+    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 1e-2},
+                                                              {32, 1, 1e-2}};
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
         ctx->matmul_tf32 = forms[f].tf32;
@@ -1033,8 +1038,13 @@ static int gv_cuda_case(const rec_case *c, double glo, double ghi, uint64_t seed
     rec_out ref = rec_run_seeded_opts(ctx, &opt, x.in, x.cu, x.dout, x.dht);
     pr_tensor *xc[REC_NIN], *cu;
     to_cuda(ctx, &x, xc, &cu);
-    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 4e-3},
-                                                              {32, 1, 4e-3}};
+    /* TF32: 1e-2, not the delta rules' 4e-3: on the H200 (2026-12-05) every output and
+     * gradient but dg stayed within 5.3e-4, and dg, a reverse sum of q.dq - k.dk whose
+     * terms are far larger than dg under log-decays in [-8, -2], reached 4.6e-3 (per
+     * key) and 7.3e-3 (per value): TF32's 2^-11 rounding of those terms, amplified by the
+     * cancellation; the fp32 forms give 5e-6 on the same cases */
+    const struct { int chunk, tf32; double tol; } forms[] = {{0, 0, 2e-4}, {64, 0, 2e-4}, {32, 0, 2e-4}, {64, 1, 1e-2},
+                                                              {32, 1, 1e-2}};
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
         ctx->matmul_tf32 = forms[f].tf32;
