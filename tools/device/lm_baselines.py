@@ -110,7 +110,7 @@ class LM(nn.Module):
         for b in self.blocks:
             x = b(x)
         logits = F.linear(self.norm(x), self.embed.weight)   # tied head
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def time_model(kind, T, tokens, steps, warmup, compile_it):
