@@ -53,8 +53,8 @@ static const key_info keys[] = {
     {"tie_embeddings", KEY_BOOL, F(tie_embeddings), "true", "true|false", "the LM head is the embedding's transpose"},
     {"fused_loss", KEY_CHOICE, F(fused_loss), "auto", "auto|true|false",
      "lm loss: the head's product fused with cross-entropy in row chunks (op linear_cross_entropy; never the whole "
-     "[tokens, vocab] logits); false: the logits, then cross_entropy; auto: true on the CPU, false on CUDA until its "
-     "kernels have run on a GPU"},
+     "[tokens, vocab] logits); false: the logits, then cross_entropy; auto: true on the CPU, false on CUDA "
+     "(faster there; true holds less memory)"},
     {"ignore_index", KEY_INT, F(ignore_index), "-100", "-2147483647..2147483647", "target id left out of the loss"},
     {"seed", KEY_INT, F(seed), "1", "0..2147483647", "init seed (with each parameter's path)"},
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "0..10", "std of weights and embeddings at init"},

@@ -22,13 +22,10 @@
  * they are its value axis (it reads with q over the key axis), so it runs the
  * rule's per-value-decay form (opts.g_per_value, fla's gv). Both passes take
  * the config's chunk on the CPU (chunked_gla.c has both decay axes) and
- * scale 1, as fla's layer does.
+ * scale 1, as fla's layer does; on CUDA the chunked kernels of
+ * ops/recurrence/cuda/gla_chunked.cu take both axes too.
  * State slots 0 (pass 1, [B,H,K,M]) and 1 (pass 2, [B,H,M,V]): fla's layout
- * of its two states.
- *
- * On the GPU these layers ask for the gla rule's per-token form (chunk 0):
- * its chunked CUDA kernels (both decay axes, gla_chunked.cu) are compiled
- * but not yet run on a GPU. */
+ * of its two states. */
 #include <math.h>
 
 #include "models/models.h"
@@ -48,11 +45,24 @@ static int check_expanded(const pr_config *c, double expand, const char *key, pr
 /* width * expand, the whole key or value dim of a layer (config.c checks it divides) */
 static int64_t expanded(const pr_config *c, double expand) { return (int64_t)llround(c->d_model * expand); }
 
-/* the gla rule's options: the config's chunk on the CPU, the per-token form on CUDA */
-static pr_recurrence_opts gla_opts(const pr_config *c, const pr_tensor *x, double scale)
+/* the gla rule's options at the config's chunk; on CUDA, where chunks of that
+ * size need more shared memory than a block has (large K or V), the largest
+ * that fits: 32, else the per-token form, which always runs */
+static pr_recurrence_opts gla_opts(pr_ctx *ctx, const pr_config *c, const pr_tensor *q, const pr_tensor *v, double scale,
+                                   bool per_value)
 {
-    pr_recurrence_opts o = pr_config_recurrence(c, PR_RULE_GLA, x->shape[1], scale);
-    if (x->device == PR_CUDA) o.chunk = 0;
+    pr_recurrence_opts o = pr_config_recurrence(c, PR_RULE_GLA, q->shape[1], scale);
+    o.g_per_value = per_value;
+    if (q->device != PR_CUDA) return o;
+    pr_recurrence_opts po = o;
+    po.tf32 = ctx->matmul_tf32, po.bf16 = q->dtype == PR_BF16;
+    pr_rec_plan plan;
+    char why[256];
+    for (; po.chunk > 0; po.chunk = po.chunk > 32 ? 32 : 0)
+        if (pr_recurrence_plan(&po, PR_CUDA, q->shape[0], q->shape[1], q->shape[2], q->shape[3], v->shape[3], 0, &plan,
+                               why, sizeof why))
+            break;
+    o.chunk = po.chunk;
     return o;
 }
 
@@ -95,7 +105,7 @@ static pr_tensor *gla_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_tensor *v = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);
     pr_tensor *z = pr_linear(ctx, pr_linear(ctx, x, l->gk_down, NULL), l->gk_up, l->gk_bias);
     pr_tensor *gk = pr_split_heads(ctx, log_decay(ctx, z, c->gla_gate_normalizer), H);
-    pr_recurrence_opts opt = gla_opts(c, x, 0);
+    pr_recurrence_opts opt = gla_opts(ctx, c, q, v, 0, false);
     pr_tensor *o = pr_recurrence(ctx, &opt, q, k, v, gk, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GLA_H] : NULL, NULL,
                                  st ? &st->slot[PR_SLOT_GLA_H] : NULL);
     pr_tensor *n;
@@ -151,14 +161,13 @@ static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_tensor *s = pr_sub(ctx, pr_ones(ctx->step, f->dtype, f->device, f->ndim, f->shape), pr_exp(ctx, f));
 
     /* pass 1: keys into the slots, the slots forgetting along the state's value axis */
-    pr_recurrence_opts o1 = gla_opts(c, x, 1.0);
-    o1.g_per_value = true;
+    pr_recurrence_opts o1 = gla_opts(ctx, c, q, s, 1.0, true);
     pr_tensor *a = pr_recurrence(ctx, &o1, q, k, s, f, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_KEYS] : NULL, NULL,
                                  st ? &st->slot[PR_SLOT_GSA_KEYS] : NULL);
     pr_tensor *p = pr_softmax(ctx, a);   /* over the M slots */
 
     /* pass 2: the gla rule over the slots */
-    pr_recurrence_opts o2 = gla_opts(c, x, 1.0);
+    pr_recurrence_opts o2 = gla_opts(ctx, c, p, v, 1.0, false);
     pr_tensor *o = pr_recurrence(ctx, &o2, p, s, v, f, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_VALUES] : NULL, NULL,
                                  st ? &st->slot[PR_SLOT_GSA_VALUES] : NULL);
     pr_tensor *n = pr_rmsnorm(ctx, pr_merge_heads(ctx, pr_silu(ctx, o)), l->g_norm, c->norm_eps);

@@ -243,7 +243,8 @@ static void memory_gates(pr_ctx *ctx, const mom_layer *l, const pr_config *c, pr
     *beta = pr_reshape(ctx, pr_sigmoid(ctx, b), nlead + 1, shape);
 }
 
-/* the recurrence's options for T tokens a sequence (gla: per-token form on CUDA, as models/gla.c) */
+/* the recurrence's options for T tokens a sequence (gla: the per-token form on CUDA, where the
+ * routed memories' packed sequences have not yet been run through gla's chunked kernels) */
 static pr_recurrence_opts memory_opts(const pr_config *c, const pr_tensor *x, int64_t T)
 {
     pr_recurrence_opts o = pr_config_recurrence(c, is_gla(c) ? PR_RULE_GLA : PR_RULE_GDN, T, 0);

@@ -94,7 +94,7 @@ if [ $cuda = 1 ]; then
         --reps 1 --warmup 0 --ttt-bwd split
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
-    out_has_line 'precision tf32, in '   # train.precision auto: tf32 on CUDA until bf16 is verified there
+    out_has_line 'precision bf16, in '   # train.precision auto: bf16 autocast on CUDA
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
     # CUDA graphs: the step captured after two eager steps and replayed; the header says so, and
     # no capture was refused (that line would say 'off from step')
@@ -102,7 +102,7 @@ if [ $cuda = 1 ]; then
         --device cuda --steps 6 --set d_model=8 --set seq_len=16 --set train.batch=4 --set train.cuda_graph=on \
         --out "$tmp/cuda-graph"
     if echo "$out" | grep -q "off from step"; then echo "FAIL  the capture was refused: $out"; failed=$((failed + 1)); fi
-    expect 0 "precision tf32, cuda graph on" bench throughput --models prism,gdn --seq-lens 128 \
+    expect 0 "precision bf16, cuda graph on" bench throughput --models prism,gdn --seq-lens 128 \
         --tokens-per-batch 4096 --preset probe --steps 3 --device cuda --set train.cuda_graph=on --out "$tmp/tp-graph"
     out_has_line '^[|] prism [|] [0-9]+ [|] [0-9]+ [|] [0-9]+[.][0-9] [|]$'
     expect 0 "precision tf32" bench throughput --models gdn --seq-lens 64 --tokens-per-batch 128 --preset probe \

@@ -130,7 +130,10 @@ static void test_cuda_graph_plan(void **state)
     assert_string_equal(o.cuda_graph, "auto");
     assert_int_equal(pr_train_set(&o, "train.cuda_graph=yes", &err), -1);
     assert_non_null(strstr(err.msg, "train.cuda_graph: 'yes' is not allowed (allowed: auto|on|off)"));
-    expect_plan(&c, &o, PR_CUDA, true, false, "off (auto stays off until the graph tests pass on a GPU");
+    expect_plan(&c, &o, PR_CUDA, true, true, "on (captured after 2 eager steps");   /* auto: on where it fits */
+    pr_config automom = c;
+    assert_int_equal(pr_config_set(&automom, "mixer=mom", &err), 0);
+    expect_plan(&automom, &o, PR_CUDA, true, false, "mom routes tokens");
     assert_int_equal(pr_train_set(&o, "cuda_graph=off", &err), 0);
     expect_plan(&c, &o, PR_CUDA, true, false, "off (train.cuda_graph=off)");
     assert_int_equal(pr_train_set(&o, "train.cuda_graph=on", &err), 0);

@@ -1,6 +1,6 @@
 /* tests/test_train_precision.c: training in bf16 mixed precision on the CPU.
  *
- * - train.precision: auto resolves to f32 on the CPU and tf32 on CUDA; the
+ * - train.precision: auto resolves to f32 on the CPU and bf16 on CUDA; the
  *   resolved name is what config.json and manifest.json record;
  * - a bf16 run resumed from its checkpoint ends bit for bit where the
  *   uninterrupted bf16 run does; its checkpoints hold f32 weights (the
@@ -67,7 +67,7 @@ static void test_precision_key(void **state)
     pr_train_opts o = pr_train_defaults();
     pr_err err;
     assert_int_equal(pr_train_precision(&o, PR_CPU), PR_PREC_F32);
-    assert_int_equal(pr_train_precision(&o, PR_CUDA), PR_PREC_TF32);   /* until bf16 is verified on a GPU */
+    assert_int_equal(pr_train_precision(&o, PR_CUDA), PR_PREC_BF16);   /* auto: bf16 autocast on CUDA */
     assert_int_equal(pr_train_set(&o, "train.precision=tf32", &err), 0);
     assert_int_equal(pr_train_precision(&o, PR_CUDA), PR_PREC_TF32);
     assert_int_equal(pr_train_set(&o, "train.precision=bf16", &err), 0);

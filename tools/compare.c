@@ -160,9 +160,10 @@ static void throughput_usage(FILE *f)
                "cached blocks); on the CPU the arenas' (parameters, grads, optimizer state and the\n"
                "step arena's peak). The CSV's peak_bytes column holds it in bytes; '-' when the\n"
                "model did not run.\n"
-               "--set train.cuda_graph=on (CUDA): each step captured into a CUDA graph after the warm-up\n"
-               "(two eager steps at least) and replayed, as training with that key does; a model the\n"
-               "capture refuses is said on stderr and not timed ('-'). The header says 'cuda graph on'.\n"
+               "train.cuda_graph (CUDA; auto = on where training would capture, e.g. not mom): each step\n"
+               "captured into a CUDA graph after the warm-up (two eager steps at least) and replayed, as\n"
+               "training does; --set train.cuda_graph=off times eager steps. A model the capture refuses\n"
+               "is said on stderr and not timed ('-'). The header says 'cuda graph on'.\n"
                "--precision: as train.precision (prism train --help): auto (the default) is bf16 on\n"
                "CUDA and f32 on the CPU; bf16 is mixed precision (bf16 products, f32 norms, losses and\n"
                "weights), tf32 f32 with CUDA products on TF32 tensor cores (the CPU computes it as\n"
@@ -188,7 +189,7 @@ typedef struct {
     int precision;      /* index into precisions: 0 auto, else pr_precision + 1 */
     pr_precision prec;  /* resolved for the device */
     bool breakdown;
-    bool graph;         /* --set train.cuda_graph=on on CUDA: the step captured and replayed */
+    bool graph;         /* train.cuda_graph not off, on CUDA: steps captured and replayed where they fit */
     int gpus, procs;    /* data parallel: ranks (0: one process) */
 } throughput_args;
 
@@ -339,6 +340,19 @@ static void throughput_header(const throughput_args *t, int ranks)
     printf("\n");
 }
 
+/* whether training would capture this model's step (train.cuda_graph auto or on); says why not */
+static bool graph_fits(const pr_config *c, const pr_train_opts *o, const char *mixer, pr_device dev)
+{
+    pr_config mc = *c;
+    snprintf(mc.mixer, sizeof mc.mixer, "%s", mixer);
+    pr_train_opts on = *o;
+    snprintf(on.cuda_graph, sizeof on.cuda_graph, "on");
+    char note[200];
+    bool fits = pr_train_graph_plan(&mc, &on, dev, true, note, sizeof note);
+    if (!fits) fprintf(stderr, "prism bench throughput: %s runs eager steps: cuda graph %s\n", mixer, note);
+    return fits;
+}
+
 int pr_bench_throughput(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism bench throughput", argc, argv);
@@ -355,7 +369,7 @@ int pr_bench_throughput(int argc, char **argv)
         return pr_args_error(&a, "%s", err.msg);
     if (t.precision) snprintf(unused.precision, sizeof unused.precision, "%s", precisions[t.precision]);
     t.prec = pr_train_precision(&unused, dev);   /* --precision, else --set train.precision, else the device's */
-    t.graph = dev == PR_CUDA && strcmp(unused.cuda_graph, "on") == 0;   /* auto stays off, as in training */
+    t.graph = dev == PR_CUDA && strcmp(unused.cuda_graph, "off") != 0;   /* per model below, as training decides */
     for (int m = 0; m < t.n_models; m++) {   /* a config no model can take is a bad --set: said before any run */
         pr_config mc = c;
         char kv[64];
@@ -385,14 +399,15 @@ int pr_bench_throughput(int argc, char **argv)
     }
     int failed = 0;
     for (int m = 0; m < t.n_models; m++) {
+        bool graph = t.graph && graph_fits(&c, &unused, t.names[m], dev);
         for (int i = 0; i < t.n_lens; i++) {
             int k = m * t.n_lens + i;
             int64_t n = -1;
             /* one rank: every rank at once on its own device, the whole batch, no messages */
             if (ranks > 1)
-                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, t.graph,
+                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, graph,
                                                   NULL, NULL, &n, &peak[k]);
-            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, t.graph,
+            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, graph,
                                              comm, t.breakdown && !comm ? t.out : NULL, &n, &peak[k]);
             if (i == 0) params[m] = n;   /* the same at every length */
             if (talk && i == 0) printf(n >= 0 ? "| %s | %lld |" : "| %s | - |", t.names[m], (long long)n);

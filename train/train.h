@@ -86,9 +86,8 @@ typedef struct {
  * config.json and manifest.json, so a resume from config.json keeps it. */
 pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev);
 /* Whether a run captures its training step into a CUDA graph once and
- * replays it (train.cuda_graph): never on the CPU; `off` never; `auto` is
- * off until the graph tests have passed on a GPU (then on where shapes are
- * static, one line); `on` captures unless the run cannot be captured
+ * replays it (train.cuda_graph): never on the CPU; `off` never; `auto` and
+ * `on` capture unless the run cannot be captured
  * faithfully: data-parallel (NCCL in the backward), a task that builds its
  * batch inside the step (task_stages false: rec), dropout (host seeds a
  * graph would freeze), mom (routing counts read on the host). note says
