@@ -2,10 +2,12 @@
  * fused mixer ops at model sizes, forward and backward.
  *
  * attention (causal, H = Hkv = 16, D = Dv = 128) at B=8 T=2048 and B=1
- * T=16384, fp32 and TF32 math and bf16 data (the flash kernels): time,
- * achieved TFLOP/s (forward 2 B H T^2 D for the causal half of the two
- * products, backward 2.5 times that) and the device memory peak. The T=16384 case runs first on a fresh allocator, so
- * the peak printed after it is its own; a T x T score buffer would be 16 GiB
+ * T=16384, and at D = Dv = 96 (lm-130m's head dim) at B=8 T=2048, fp32 and
+ * TF32 math and bf16 data (the flash kernels): time, achieved TFLOP/s
+ * (forward 2 B H T^2 D for the causal half of the two products, backward
+ * 2.5 times that) and the device memory peak. The T=16384 case runs first
+ * on a fresh allocator, so the peak printed after it is its own; a T x T
+ * score buffer would be 16 GiB
  * per head-batch (printed beside it). selective_scan at B=8 T=2048 D=1536
  * N=16 with z, delta_bias and h0: time and the bytes it must move per
  * second. The kernels run on the node recorded by one call of the public

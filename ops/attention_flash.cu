@@ -22,9 +22,16 @@
  * reruns give the same bits. Grads are added into the bf16 grad buffers
  * with one rounding (sum in double, rounded once).
  *
- * Native for D = Dv in {64, 128} with 16-byte aligned tensors; any other
- * head dim (or a view that is not aligned) runs the f32 kernels of
+ * Native for D = Dv in {32, 64, 96, 128} with 16-byte aligned tensors; any
+ * other head dim (or a view that is not aligned) runs the f32 kernels of
  * ops/attention.cu on staged f32 copies (pr_attention_flash_fits says which).
+ * The kernels are templates over D: the products step along D in 16s; a
+ * tile row is D / 8 16-byte copies spread over the 128 threads, whole copies
+ * each for a 64-row tile when 16 divides D and for a 32-row tile (the dk/dv
+ * query step at D = 128) when 32 does (fa_load's static_assert); the row
+ * pad of 8 elements keeps the 8 rows of an ldmatrix in distinct bank groups
+ * for any such D (the row stride, D / 8 + 1 16-byte units, is odd). The
+ * instances are the multiples of 32 from 32 to 128 (fa_with_head_dim).
  */
 #include "ops/attention.h"
 #include "ops/ops.h"
@@ -33,6 +40,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <type_traits>
 
 #define FA_THREADS 128 /* four warps of 16 rows */
 #define FA_ROWS 64     /* query rows of a forward/dq block, key rows of a dk/dv block, rows of a streamed tile */
@@ -367,7 +375,10 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_p
 
 /* dK, dV of 64 key rows of one kv head: per step, QS queries of one head of
  * the group, from the tile's own rows to the sequence's end (QS = 32 at
- * D = 128, where 64 would spill the dK, dV accumulators). S^T and dP^T
+ * D = 128, where 64 would spill the dK, dV accumulators). At D = 96 QS = 64
+ * takes 251 registers without spills and QS = 32 takes 171, over the 168
+ * that three blocks an SM would allow: two blocks an SM either way, so 64,
+ * with half the steps and barriers. S^T and dP^T
  * [keys x queries] are computed transposed so that P^T and dS^T come out of
  * the accumulators as the A fragments of dV += P^T dO and dK += dS^T Q. */
 template <int D, int QS> __global__ void __launch_bounds__(FA_THREADS) fa_dkv_kernel(fa_prob p)
@@ -459,11 +470,26 @@ static size_t fa_dkv_smem(int D)
     return (size_t)(2 * FA_ROWS + 4 * QS) * (D + 8) * sizeof(fa_bf16) + 4 * QS * sizeof(float);
 }
 
+/* the head dims with kernels: 32, 64, 96, 128 */
+static bool fa_head_dim_ok(int64_t D) { return D % 32 == 0 && D >= 32 && D <= 128; }
+
+/* f(std::integral_constant<int, D>()): the kernels' instance for head dim D */
+template <class F> static void fa_with_head_dim(int D, F f)
+{
+    switch (D) {
+    case 32: return f(std::integral_constant<int, 32>());
+    case 64: return f(std::integral_constant<int, 64>());
+    case 96: return f(std::integral_constant<int, 96>());
+    case 128: return f(std::integral_constant<int, 128>());
+    }
+    pr_fatal("attention: no bf16 kernels for head dim %d", D);
+}
+
 extern "C" bool pr_attention_flash_fits(const pr_node *n)
 {
     const pr_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
     const int64_t D = q->shape[3];
-    if ((D != 64 && D != 128) || v->shape[3] != D) return false;
+    if (!fa_head_dim_ok(D) || v->shape[3] != D) return false;
     for (int i = 0; i < 3; i++)
         if (!pr_aligned16(n->in[i]->data)) return false;
     return pr_aligned16(n->out[0]->data) && q->dtype == PR_BF16 && k->dtype == PR_BF16;
@@ -528,8 +554,10 @@ extern "C" void pr_attention_flash_forward(pr_ctx *ctx, pr_node *n)
     const int nt = fa_tiles(n, &tiles, &tb), D = (int)n->in[0]->shape[3];
     p.tiles = tiles;
     const dim3 grid(nt, p.H);
-    if (D == 64) fa_launch(fa_fwd_kernel<64>, grid, fa_fwd_smem(64), pr_cuda_stream(ctx), p);
-    else fa_launch(fa_fwd_kernel<128>, grid, fa_fwd_smem(128), pr_cuda_stream(ctx), p);
+    fa_with_head_dim(D, [&](auto d) {
+        constexpr int Dc = decltype(d)::value;
+        fa_launch(fa_fwd_kernel<Dc>, grid, fa_fwd_smem(Dc), pr_cuda_stream(ctx), p);
+    });
     if (tiles) pr_cuda_free(tiles, tb); /* stream order makes the reuse safe */
 }
 
@@ -565,14 +593,11 @@ extern "C" void pr_attention_flash_backward(pr_ctx *ctx, pr_node *n)
     size_t tb;
     const int nt = fa_tiles(n, &tiles, &tb);
     p.tiles = tiles;
-    if (p.dq) {
-        if (D == 64) fa_launch(fa_dq_kernel<64>, dim3(nt, p.H), fa_dq_smem(64), st, p);
-        else fa_launch(fa_dq_kernel<128>, dim3(nt, p.H), fa_dq_smem(128), st, p);
-    }
-    if (p.dk || p.dv) {
-        if (D == 64) fa_launch(fa_dkv_kernel<64, FA_DKV_QS(64)>, dim3(nt, p.Hkv), fa_dkv_smem(64), st, p);
-        else fa_launch(fa_dkv_kernel<128, FA_DKV_QS(128)>, dim3(nt, p.Hkv), fa_dkv_smem(128), st, p);
-    }
+    fa_with_head_dim(D, [&](auto d) {
+        constexpr int Dc = decltype(d)::value;
+        if (p.dq) fa_launch(fa_dq_kernel<Dc>, dim3(nt, p.H), fa_dq_smem(Dc), st, p);
+        if (p.dk || p.dv) fa_launch(fa_dkv_kernel<Dc, FA_DKV_QS(Dc)>, dim3(nt, p.Hkv), fa_dkv_smem(Dc), st, p);
+    });
     if (tiles) pr_cuda_free(tiles, tb);
     pr_cuda_free(Di, sizeof(float) * (size_t)rows);
     if (gcopy) pr_cuda_free(gcopy, gbytes);

@@ -190,6 +190,7 @@ expect 0 "usage: prism bench fused" bench fused --help
 expect 2 "prism bench fused: --reps wants an integer from 1 to 100000, not '0'" bench fused --device cpu --reps 0
 expect 2 "prism bench fused: unknown option '--bogus' (prism bench fused --help lists the options)" bench fused --bogus
 expect 2 "prism bench fused: --sdpa-ms" bench fused --device cpu --sdpa-ms -1
+expect 2 "prism bench fused: --sdpa96-ms" bench fused --device cpu --sdpa96-ms 0
 
 expect 0 "usage: prism bench recurrence" bench recurrence --help
 expect 0 "cpu chunked C=16: fwd pr_rec_gla_forward_chunked" bench recurrence --device cpu --rules gla --reps 1 \

@@ -16,16 +16,20 @@
  * exponentials add about 1e-5, far below either.
  *
  * Cases: T not a multiple of the 64-row tiles and odd (77, 130), T = 1, T a
- * multiple (128); Hkv = H, GQA 2:1 and 4:1; D = Dv = 64 and 128; packed
- * sequences of 1, 17, 64 and 130 tokens (cu_seqlens); two calls on the same
- * leaves (scales D^-1/2 and 0.3) summed, so the second backward adds into
- * bf16 grads that already hold the first's; scale 1 at D = 64 (sharp rows,
- * large rescales between key tiles, underflowing exponentials). Every case runs twice
- * on CUDA and must give the same bits (no atomics), and must run natively
- * (the tape node not staged). A head dim without kernels (D = 32) runs the
- * f32 kernels on staged copies and still matches. Attention is causal only
+ * multiple (128); Hkv = H, GQA 2:1 and 4:1; D = Dv = 32, 64, 96 and 128;
+ * packed sequences of 1, 17, 64 and 130 tokens (cu_seqlens); two calls on
+ * the same leaves (scales D^-1/2 and 0.3) summed, so the second backward adds
+ * into bf16 grads that already hold the first's; scale 1 at D = 64 (sharp
+ * rows, large rescales between key tiles, underflowing exponentials). Every
+ * case runs twice on CUDA and must give the same bits (no atomics), and must
+ * run natively (the tape node not staged). A head dim without kernels
+ * (D = 48) runs the f32 kernels on staged copies and still matches. The attn
+ * LM at head dim 96 (lm-130m's: d_model 768, 8 heads) under bf16 autocast
+ * must reach its attention natively: its q, k, v come from projections and
+ * RoPE as bf16, contiguous and 16-byte aligned. Attention is causal only
  * (ops/attention.h), so every case is causal. Every test skips without a GPU.
  */
+#include "models/models.h"
 #include "tests/test_cuda_ops2_util.h"
 
 #define TOL_FWD 1e-2
@@ -113,8 +117,61 @@ static void test_packed_gqa2_d128(void **s) { (void)s, bf16_case(1, 212, 4, 2, 1
 static void test_grads_accumulate(void **s) { (void)s, bf16_case_fn(att_twice_fn, 2, 100, 4, 2, 64, NULL, 0, true); }
 static void test_sharp_scores(void **s) { (void)s, bf16_case_fn(att_sharp_fn, 2, 150, 2, 1, 64, NULL, 0, true); }
 
-/* no kernels for D = 32: the f32 kernels on staged copies */
-static void test_staged_d32(void **s) { (void)s, bf16_case(2, 70, 4, 2, 32, NULL, 0, false); }
+/* D = 96 (lm-130m's head dim) and D = 32: the same cases as at 64 and 128 */
+static void test_odd_t_gqa2_d96(void **s) { (void)s, bf16_case(2, 77, 4, 2, 96, NULL, 0, true); }
+static void test_t130_mha_d96(void **s) { (void)s, bf16_case(1, 130, 8, 8, 96, NULL, 0, true); }
+static void test_whole_tiles_gqa4_d96(void **s) { (void)s, bf16_case(2, 128, 4, 1, 96, NULL, 0, true); }
+static void test_packed_gqa2_d96(void **s) { (void)s, bf16_case(1, 212, 4, 2, 96, packed_cu, 5, true); }
+static void test_grads_accumulate_d96(void **s)
+{
+    (void)s, bf16_case_fn(att_twice_fn, 1, 100, 2, 1, 96, NULL, 0, true);
+}
+static void test_odd_t_gqa2_d32(void **s) { (void)s, bf16_case(2, 77, 4, 2, 32, NULL, 0, true); }
+static void test_packed_mha_d32(void **s) { (void)s, bf16_case(1, 212, 2, 2, 32, packed_cu, 5, true); }
+
+/* no kernels for D = 48: the f32 kernels on staged copies */
+static void test_staged_d48(void **s) { (void)s, bf16_case(2, 70, 4, 2, 48, NULL, 0, false); }
+
+/* the attn LM at head dim 96 (d_model 192, 2 heads) under bf16 autocast: its
+ * one attention node takes bf16 q, k, v and runs the flash kernels, not the
+ * staged f32 path; the loss and its backward come out finite */
+static void test_lm_head_dim96_native(void **s)
+{
+    (void)s;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_config c = pr_config_default();
+    pr_err err;
+    static const char *const sets[] = {"mixer=attn", "d_model=192", "n_heads=2", "n_layers=1", "vocab=64"};
+    for (int i = 0; i < 5; i++)
+        if (pr_config_set(&c, sets[i], &err)) fail_msg("%s", err.msg);
+    pr_model *m = pr_model_new(&c, PR_F32, PR_CUDA);
+    pr_model_init(m);
+    pr_ctx *ctx = pr_ctx_new(1);
+    pr_ctx_set_precision(ctx, PR_PREC_BF16);
+    int32_t ids[2 * 70], tg[2 * 70];
+    for (int j = 0; j < 2 * 70; j++) ids[j] = (j * 13 + 5) % 64, tg[j] = (j * 7 + 1) % 64;
+    pr_tensor *loss = pr_lm_loss(ctx, m, pr_from_host(ctx->step, PR_I32, PR_CUDA, PR_DIMS(2, 70), ids),
+                                 pr_from_host(ctx->step, PR_I32, PR_CUDA, PR_DIMS(2, 70), tg));
+    int n_att = 0;
+    for (int i = 0; i < ctx->n_tape; i++) {
+        const pr_node *n = &ctx->tape[i];
+        if (n->op != pr_op(PR_OP_attention)) continue;
+        n_att++;
+        for (int k = 0; k < 3; k++)
+            if (n->in[k]->dtype != PR_BF16 || n->in[k]->shape[3] != 96)
+                fail_msg("attention input %d: %s, head dim %lld (want bf16, 96)", k, pr_dtype_name(n->in[k]->dtype),
+                         (long long)n->in[k]->shape[3]);
+        if (n->staged) fail_msg("the attn LM's attention at head dim 96 ran staged, not the flash kernels");
+    }
+    assert_int_equal(n_att, 1);
+    pr_backward(ctx, loss);
+    const double l = pr_item(loss), gn = pr_params_grad_norm(m->params);
+    fprintf(stderr, "  attn LM d_model 192, 2 heads (D = 96), bf16: loss %.4f, grad norm %.4f\n", l, gn);
+    assert_true(isfinite(l) && isfinite(gn) && gn > 0);
+    pr_params_release_grads(m->params);
+    pr_ctx_free(ctx);
+    pr_model_free(m);
+}
 
 int main(void)
 {
@@ -124,7 +181,11 @@ int main(void)
         cmocka_unit_test(test_t130_gqa4_d128),  cmocka_unit_test(test_whole_tiles_d64),
         cmocka_unit_test(test_odd_t_mha_d128),  cmocka_unit_test(test_packed_gqa4_d64),
         cmocka_unit_test(test_packed_gqa2_d128), cmocka_unit_test(test_grads_accumulate),
-        cmocka_unit_test(test_sharp_scores),     cmocka_unit_test(test_staged_d32),
+        cmocka_unit_test(test_sharp_scores),     cmocka_unit_test(test_odd_t_gqa2_d96),
+        cmocka_unit_test(test_t130_mha_d96),     cmocka_unit_test(test_whole_tiles_gqa4_d96),
+        cmocka_unit_test(test_packed_gqa2_d96),  cmocka_unit_test(test_grads_accumulate_d96),
+        cmocka_unit_test(test_odd_t_gqa2_d32),   cmocka_unit_test(test_packed_mha_d32),
+        cmocka_unit_test(test_staged_d48),       cmocka_unit_test(test_lm_head_dim96_native),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -8,27 +8,38 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: prism bench fused [--device cuda|cpu] [--reps N] [--sdpa-ms MS] [--help]\n\n"
-               "Times causal attention (H=16, D=128; B=8 T=2048 and B=1 T=16384) forward and\n"
-               "backward in fp32 and TF32 math and in bf16 (the flash kernels) with TFLOP/s and\n"
-               "peak device memory, and the selective scan at B=8 T=2048 D=1536 N=16.\n"
+    fprintf(f, "usage: prism bench fused [--device cuda|cpu] [--reps N] [--sdpa-ms MS] [--sdpa96-ms MS] [--help]\n\n"
+               "Times causal attention (H=16, D=128; B=8 T=2048 and B=1 T=16384; and D=96,\n"
+               "lm-130m's head dim, at B=8 T=2048) forward and backward in fp32 and TF32 math\n"
+               "and in bf16 (the flash kernels) with TFLOP/s and peak device memory, and the\n"
+               "selective scan at B=8 T=2048 D=1536 N=16.\n"
                "--device cpu: small sizes, fp32 only.\n"
-               "  --reps N     timed repetitions, median (default 10 on the GPU, 3 on the CPU)\n"
-               "  --sdpa-ms MS torch SDPA's bf16 forward+backward at B=8 T=2048 H=16 D=128 causal,\n"
-               "               measured on this GPU (tools/device/bench_attention.sh does both):\n"
-               "               prints bf16 fwd+bwd over it against the target of at most 2x\n");
+               "  --reps N       timed repetitions, median (default 10 on the GPU, 3 on the CPU)\n"
+               "  --sdpa-ms MS   torch SDPA's bf16 forward+backward at B=8 T=2048 H=16 D=128 causal,\n"
+               "                 measured on this GPU (tools/device/bench_attention.sh does both):\n"
+               "                 prints bf16 fwd+bwd over it against the target of at most 2x\n"
+               "  --sdpa96-ms MS the same at D=96\n");
+}
+
+/* the bf16 row of t (just timed) over torch SDPA's time at its shape, when given */
+static void print_sdpa_ratio(const pr_bench_fused_time t[PR_BENCH_ATT_ROWS], double sdpa_ms)
+{
+    if (sdpa_ms <= 0) return;
+    const double ratio = (t[2].fwd_ms + t[2].bwd_ms) / sdpa_ms;
+    printf("  bf16 fwd+bwd %.3f ms / torch SDPA bf16 %.3f ms = %.2fx (target <= 2x: %s)\n", t[2].fwd_ms + t[2].bwd_ms,
+           sdpa_ms, ratio, ratio <= 2 ? "met" : "missed");
 }
 
 int pr_bench_fused(int argc, char **argv)
 {
     static const char *const devices[] = {"cpu", "cuda", NULL};
     int dev_k = pr_cuda_available(), reps = 0;
-    double sdpa_ms = 0;
+    double sdpa_ms = 0, sdpa96_ms = 0;
     pr_args a = pr_args_begin("prism bench fused", argc, argv);
     while (pr_args_next(&a)) {
         if (pr_args_help(&a)) return usage(stdout), 0;
         if (pr_args_choice(&a, "--device", devices, &dev_k) || pr_args_int(&a, "--reps", 1, 100000, &reps) ||
-            pr_args_positive(&a, "--sdpa-ms", &sdpa_ms))
+            pr_args_positive(&a, "--sdpa-ms", &sdpa_ms) || pr_args_positive(&a, "--sdpa96-ms", &sdpa96_ms))
             continue;
         return pr_args_unknown(&a);
     }
@@ -41,11 +52,9 @@ int pr_bench_fused(int argc, char **argv)
     if (dev == PR_CUDA) {
         pr_bench_attention(stdout, dev, 1, 16384, 16, 128, reps, t);
         pr_bench_attention(stdout, dev, 8, 2048, 16, 128, reps, t);
-        if (sdpa_ms > 0) {
-            const double ratio = (t[2].fwd_ms + t[2].bwd_ms) / sdpa_ms;
-            printf("  bf16 fwd+bwd %.3f ms / torch SDPA bf16 %.3f ms = %.2fx (target <= 2x: %s)\n",
-                   t[2].fwd_ms + t[2].bwd_ms, sdpa_ms, ratio, ratio <= 2 ? "met" : "missed");
-        }
+        print_sdpa_ratio(t, sdpa_ms);
+        pr_bench_attention(stdout, dev, 8, 2048, 16, 96, reps, t);
+        print_sdpa_ratio(t, sdpa96_ms);
         pr_bench_selective_scan(stdout, dev, 8, 2048, 1536, 16, reps, t);
     } else {
         pr_bench_attention(stdout, dev, 1, 256, 4, 64, reps, t);

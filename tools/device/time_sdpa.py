@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """tools/device/time_sdpa.py: torch's scaled_dot_product_attention forward +
 backward time in ms, bf16, causal, on this GPU, at the shape of `prism bench
-fused`'s attention row: B=8 T=2048 H=16 D=128 (q, k, v laid out [B,T,H,D] as
-prism's, handed to torch as [B,H,T,D] views).
+fused`'s attention rows: B=8 T=2048 H=16 D=128, or D=96 with --head-dim 96
+(q, k, v laid out [B,T,H,D] as prism's, handed to torch as [B,H,T,D] views).
 
-    python3 tools/device/time_sdpa.py [--reps 20]
+    python3 tools/device/time_sdpa.py [--reps 20] [--head-dim 128|96]
 
 Prints the time, then a last line with the median alone, which `prism bench
-fused --sdpa-ms MS` takes to print prism's bf16 f+b over it (issue 44's
-target: at most 2x); tools/device/bench_attention.sh does both.
+fused --sdpa-ms MS` (D=128) or `--sdpa96-ms MS` (D=96) takes to print
+prism's bf16 f+b over it (issue 44's target: at most 2x);
+tools/device/bench_attention.sh does both.
 """
 import argparse
 import statistics
@@ -51,11 +52,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--head-dim", type=int, choices=(128, 96), default=128)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("time_sdpa.py: no CUDA device visible to torch")
-    ms = time_sdpa(8, 2048, 16, 128, args.reps, args.warmup)
-    print(f"torch {torch.__version__} SDPA bf16 causal B=8 T=2048 H=16 D=128 fwd+bwd: {ms:.3f} ms "
+    D = args.head_dim
+    ms = time_sdpa(8, 2048, 16, D, args.reps, args.warmup)
+    print(f"torch {torch.__version__} SDPA bf16 causal B=8 T=2048 H=16 D={D} fwd+bwd: {ms:.3f} ms "
           f"(median of {args.reps}, {torch.cuda.get_device_name()})")
     print(f"{ms:.4f}")
 
