@@ -4,7 +4,7 @@
  * without the command: experiment grids, their runs (cells, resume,
  * workers) and results tables, SVG plots and bar charts, runs read back
  * from metrics.jsonl, report pages, the benchmarks (their timing loop, the
- * tables of bench ops, block, fused and recurrence), golden-check, what
+ * tables of bench ops, block, fused, recurrence and throughput), golden-check, what
  * inspect runs and measures of a model's steps, and compare's runs, table
  * and report page. tools/ parses the options and calls in here; lab/ never
  * includes tools/. */
@@ -536,6 +536,46 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
 double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t T, int64_t tokens, pr_device dev,
                                int warmup, int steps, pr_precision precision, bool cuda_graph, pr_comm *comm,
                                const char *breakdown, int64_t *params, size_t *peak_bytes);
+
+/* ---- bench throughput's table (lab/throughput.c) ----
+ * Every (model, length) of a `prism bench throughput` run, [model * n_lens
+ * + length]: the caller fills what to measure, pr_throughput_run the rest.
+ * With ranks > 1 a cell also holds the one-rank figure of the same run
+ * (every rank alone on the whole batch) and the table gains its columns
+ * and the scaling efficiency; with one rank and several lengths, the last
+ * length's tokens/s over the first's (1.000: flat in T). */
+#define PR_THROUGHPUT_MAX_MODELS 16
+#define PR_THROUGHPUT_MAX_LENS 32
+typedef struct {
+    const char *names[PR_THROUGHPUT_MAX_MODELS];   /* mixers, or sasrec */
+    int n_models, n_lens, warmup, steps;
+    int64_t lens[PR_THROUGHPUT_MAX_LENS], tokens;  /* tokens: a step's, every rank's together */
+    const char *preset;                            /* for the plot's title */
+    pr_precision prec;
+    bool graph;                                    /* CUDA graphs asked (train.cuda_graph not off) */
+    /* measured */
+    int ranks;
+    double tps[PR_THROUGHPUT_MAX_MODELS * PR_THROUGHPUT_MAX_LENS];    /* NAN: did not run */
+    double tps1[PR_THROUGHPUT_MAX_MODELS * PR_THROUGHPUT_MAX_LENS];   /* one rank's (ranks > 1) */
+    int64_t params[PR_THROUGHPUT_MAX_MODELS];
+    size_t peak[PR_THROUGHPUT_MAX_MODELS * PR_THROUGHPUT_MAX_LENS];   /* bytes; 0: unknown */
+} pr_throughput_table;
+/* measures every cell of t on the base config (pr_bench_throughput_one),
+ * with comm's ranks when given (NULL: one process), and prints the
+ * precision line and the Markdown table to out as it goes, a cell at a
+ * time (NULL: silent, as ranks other than 0 are). With t->graph a model's
+ * steps are captured where the trainer's plan for opts (the train options
+ * the --sets made) would capture them, else timed eagerly, saying why on
+ * stderr. breakdown: the folder of each cell's profiled step (NULL: none;
+ * one process only). The number of cells that did not run. */
+int pr_throughput_run(pr_throughput_table *t, const pr_config *base, const pr_train_opts *opts, pr_device dev,
+                      pr_comm *comm, const char *breakdown, FILE *out);
+/* DIR/throughput.csv (a row per cell; with ranks > 1 the one-rank figure
+ * and the efficiency too) and DIR/throughput.svg (tokens/s against T, a
+ * line per model, its size in the legend); 0, or -1 with err */
+int pr_throughput_write(const pr_throughput_table *t, const char *dir, const char *dev_name, pr_err *err);
+/* each cell's DIR/breakdown-<model>-T<T>.md that exists, printed to out after a blank line */
+void pr_throughput_print_breakdowns(FILE *out, const pr_throughput_table *t, const char *dir);
 
 /* ---- the fused ops at model sizes (lab/bench_fused.c) ----
  * Each op runs once to record its node, then the node's forward and its

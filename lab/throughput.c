@@ -2,7 +2,9 @@
  * `prism bench throughput` measures it: the median wall time of whole
  * training steps (forward, backward, the optimizer; with a communicator the
  * all-reduce in buckets too) on random tokens, and one profiled step's op
- * table on request. */
+ * table on request; and the run's table of every model and length, printed
+ * as it is measured, its CSV and its plot. tools/compare.c reads the
+ * options and launches the ranks. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -203,4 +205,140 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     pr_ctx_free(ctx);
     free(ids);
     return (double)(rows * world * T) / s;
+}
+
+/* ---- the table of a `prism bench throughput` run ---------------------------------------- */
+/* the flatness column (one rank, several lengths): the last length's tokens/s over the first's */
+static bool has_ratio(const pr_throughput_table *t) { return t->ranks == 1 && t->n_lens > 1; }
+
+/* the precision line, then the table's header: per T one column, or with
+ * ranks > 1 three (1 rank, N ranks, efficiency), each with its MiB; then the
+ * flatness column */
+static void print_header(FILE *out, const pr_throughput_table *t)
+{
+    fprintf(out, "precision %s%s\n\n| model | params |", pr_precision_name(t->prec), t->graph ? ", cuda graph on" : "");
+    for (int i = 0; i < t->n_lens; i++)
+        if (t->ranks > 1) fprintf(out, " T=%lld 1 rank | %d ranks | eff | MiB |", (long long)t->lens[i], t->ranks);
+        else fprintf(out, " T=%lld | MiB |", (long long)t->lens[i]);
+    bool ratio = has_ratio(t);
+    if (ratio) fprintf(out, " T=%lld / T=%lld |", (long long)t->lens[t->n_lens - 1], (long long)t->lens[0]);
+    fprintf(out, "\n|---|");
+    for (int i = 0; i < 1 + t->n_lens * (t->ranks > 1 ? 4 : 2) + ratio; i++) fprintf(out, "---|");
+    fprintf(out, "\n");
+}
+
+/* cell k's figures (and its row's start before the first length) */
+static void print_cell(FILE *out, const pr_throughput_table *t, int m, int i)
+{
+    int k = m * t->n_lens + i;
+    if (i == 0) fprintf(out, t->params[m] >= 0 ? "| %s | %lld |" : "| %s | - |", t->names[m], (long long)t->params[m]);
+    if (t->ranks > 1)
+        fprintf(out, isfinite(t->tps[k]) ? " %.0f | %.0f | %.2f |" : " - | - | - |", t->tps1[k], t->tps[k],
+                t->tps[k] / (t->ranks * t->tps1[k]));
+    else fprintf(out, isfinite(t->tps[k]) ? " %.0f |" : " - |", t->tps[k]);
+    if (t->peak[k]) fprintf(out, " %.1f |", (double)t->peak[k] / (1 << 20));
+    else fprintf(out, " - |");
+    fflush(out);
+}
+
+/* whether training would capture this model's step (train.cuda_graph auto or on); says why not */
+static bool graph_fits(const pr_config *c, const pr_train_opts *o, const char *mixer, pr_device dev)
+{
+    pr_config mc = *c;
+    snprintf(mc.mixer, sizeof mc.mixer, "%s", mixer);
+    pr_train_opts on = *o;
+    snprintf(on.cuda_graph, sizeof on.cuda_graph, "on");
+    char note[200];
+    bool fits = pr_train_graph_plan(&mc, &on, dev, true, note, sizeof note);
+    if (!fits) fprintf(stderr, "prism bench throughput: %s runs eager steps: cuda graph %s\n", mixer, note);
+    return fits;
+}
+
+int pr_throughput_run(pr_throughput_table *t, const pr_config *base, const pr_train_opts *opts, pr_device dev,
+                      pr_comm *comm, const char *breakdown, FILE *out)
+{
+    t->ranks = comm ? comm->world : 1;
+    if (out) print_header(out, t);
+    int failed = 0;
+    for (int m = 0; m < t->n_models; m++) {
+        bool graph = t->graph && graph_fits(base, opts, t->names[m], dev);
+        for (int i = 0; i < t->n_lens; i++) {
+            int k = m * t->n_lens + i;
+            int64_t n = -1;
+            /* one rank: every rank at once on its own device, the whole batch, no messages */
+            if (t->ranks > 1)
+                t->tps1[k] = pr_bench_throughput_one(base, t->names[m], t->lens[i], t->tokens, dev, t->warmup, t->steps,
+                                                     t->prec, graph, NULL, NULL, &n, &t->peak[k]);
+            t->tps[k] = pr_bench_throughput_one(base, t->names[m], t->lens[i], t->tokens, dev, t->warmup, t->steps,
+                                                t->prec, graph, comm, breakdown && !comm ? breakdown : NULL, &n,
+                                                &t->peak[k]);
+            if (i == 0) t->params[m] = n;   /* the same at every length */
+            failed += !isfinite(t->tps[k]);
+            if (out) print_cell(out, t, m, i);
+        }
+        if (out && has_ratio(t)) {
+            double r = t->tps[m * t->n_lens + t->n_lens - 1] / t->tps[m * t->n_lens];
+            fprintf(out, isfinite(r) ? " %.3f |" : " - |", r);
+        }
+        if (out) fprintf(out, "\n");
+    }
+    return failed;
+}
+
+static int write_csv(const pr_throughput_table *t, const char *path, pr_err *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return pr_errf(err, "%s: cannot create: %s", path, strerror(errno));
+    fprintf(f, "model,seq_len,batch,tokens_per_s%s,peak_bytes,params\n",
+            t->ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
+    for (int m = 0; m < t->n_models; m++)
+        for (int i = 0; i < t->n_lens; i++) {
+            int k = m * t->n_lens + i;
+            fprintf(f, "%s,%lld,%lld,%.1f", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
+                    t->tps[k]);
+            if (t->ranks > 1) fprintf(f, ",%d,%.1f,%.4f", t->ranks, t->tps1[k], t->tps[k] / (t->ranks * t->tps1[k]));
+            if (t->peak[k]) fprintf(f, ",%zu", t->peak[k]);
+            else fprintf(f, ",-");
+            fprintf(f, ",%lld\n", (long long)t->params[m]);
+        }
+    return fclose(f) != 0 ? pr_errf(err, "%s: cannot write", path) : 0;
+}
+
+int pr_throughput_write(const pr_throughput_table *t, const char *dir, const char *dev_name, pr_err *err)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/throughput.csv", dir);
+    if (write_csv(t, path, err)) return -1;
+    char title[160];
+    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s, %s, %d rank%s)", t->preset,
+             (long long)t->tokens, dev_name, pr_precision_name(t->prec), t->ranks, t->ranks > 1 ? "s" : "");
+    pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
+    double xs[PR_THROUGHPUT_MAX_LENS];
+    for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
+    char labels[PR_THROUGHPUT_MAX_MODELS][96];   /* the legend names each model's size */
+    for (int m = 0; m < t->n_models; m++) {
+        double n = (double)t->params[m];
+        if (n >= 1e6) snprintf(labels[m], sizeof labels[m], "%s (%.1fM params)", t->names[m], n / 1e6);
+        else snprintf(labels[m], sizeof labels[m], "%s (%.1fk params)", t->names[m], n / 1e3);
+        pr_plot_add(&p, labels[m], t->n_lens, xs, t->tps + m * t->n_lens);
+    }
+    snprintf(path, sizeof path, "%s/throughput.svg", dir);
+    int rc = pr_plot_save(&p, path, err);
+    pr_plot_free(&p);
+    return rc ? -1 : 0;
+}
+
+void pr_throughput_print_breakdowns(FILE *out, const pr_throughput_table *t, const char *dir)
+{
+    for (int m = 0; m < t->n_models; m++)
+        for (int i = 0; i < t->n_lens; i++) {
+            if (!isfinite(t->tps[m * t->n_lens + i])) continue;
+            char path[1200], line[512];
+            snprintf(path, sizeof path, "%s/breakdown-%s-T%lld.md", dir, t->names[m], (long long)t->lens[i]);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;   /* breakdown_one said why */
+            fprintf(out, "\n");
+            while (fgets(line, sizeof line, f)) fputs(line, out);
+            fclose(f);
+        }
 }

@@ -1,38 +1,32 @@
-/* tools/compare.c: `prism compare` (models head to head on one task through
- * the trainer: the same data order, budget and seed for each) and `prism bench
- * throughput` (training tokens/s of the whole step, forward, backward and
- * AdamW, per model and sequence length at a fixed number of tokens per batch:
- * a table, a CSV and an SVG plot). compare's table and report page are
- * lab/compare.c's, the throughput measurement lab/throughput.c's. */
-#include <errno.h>
-#include <math.h>
+/* tools/compare.c: the options of `prism compare` (models head to head on
+ * one task through the trainer: the same data order, budget and seed for
+ * each) and of `prism bench throughput` (training tokens/s of the whole
+ * step, forward, backward and AdamW, per model and sequence length at a
+ * fixed number of tokens per batch: a table, a CSV and an SVG plot), and
+ * the launch of its ranks. compare's runs, table and report page are
+ * lab/compare.c's; the throughput measurement, its table, CSV and plot
+ * lab/throughput.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
-#include "autograd/profile.h"
 #include "lab/lab.h"
 #include "models/models.h"
 #include "tools/tools.h"
 #include "train/train.h"
-#ifdef PRISM_HAVE_CUDA
-#include "ops/cuda/ops_cuda.h"
-#endif
 
 #define MAX_MODELS PR_COMPARE_MAX_MODELS
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 
-/* "a,b,c" into names (pointers into buf), each a known mixer; -1 naming the bad one */
-static int split_models(pr_args *a, const char *list, char *buf, size_t n, const char **names, int *count)
+/* "a,b,c" into names (pointers into buf, at most max), each a known mixer; -1 naming the bad one */
+static int split_models(pr_args *a, const char *list, char *buf, size_t n, const char **names, int max, int *count)
 {
     snprintf(buf, n, "%s", list);
     *count = 0;
     for (char *save = NULL, *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         if (!pr_mixer_by_name(s) && strcmp(s, "sasrec"))
             return pr_args_error(a, "--models: '%s' is not a mixer or sasrec (prism model --help)", s), -1;
-        if (*count == MAX_MODELS) return pr_args_error(a, "--models: more than %d models", MAX_MODELS), -1;
+        if (*count == max) return pr_args_error(a, "--models: more than %d models", max), -1;
         names[(*count)++] = s;
     }
     if (!*count) return pr_args_error(a, "--models wants a comma-separated list of mixers"), -1;
@@ -96,7 +90,7 @@ int pr_cmd_compare(int argc, char **argv)
     const char *names[MAX_MODELS];
     int n = 0;
     pr_device dev = PR_CPU;
-    if (split_models(&a, models, buf, sizeof buf, names, &n)) return PR_EXIT_USAGE;
+    if (split_models(&a, models, buf, sizeof buf, names, MAX_MODELS, &n)) return PR_EXIT_USAGE;
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], "sasrec") == 0 && pr_task_family_of(task) != PR_TASK_REC)
             return pr_args_error(&a, "--models sasrec: a rec model; give --task rec");
@@ -182,56 +176,56 @@ static void throughput_usage(FILE *f)
                "the same on the CPU (shared memory between the processes).\n");
 }
 
+/* the options; t holds what to measure */
 typedef struct {
-    const char *names[MAX_MODELS], *preset, *out, *sets[32];
-    int n_models, n_lens, n_sets, device, steps, warmup;
-    int64_t lens[32], tokens;
+    pr_throughput_table t;
+    const char *out, *sets[32];
+    int n_sets, device;
     int precision;      /* index into precisions: 0 auto, else pr_precision + 1 */
-    pr_precision prec;  /* resolved for the device */
     bool breakdown;
-    bool graph;         /* train.cuda_graph not off, on CUDA: steps captured and replayed where they fit */
     int gpus, procs;    /* data parallel: ranks (0: one process) */
 } throughput_args;
 
 static const char *const precisions[] = {"auto", "f32", "tf32", "bf16", NULL};
 
-static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
+static int parse_throughput(pr_args *a, throughput_args *o, char *buf, size_t n)
 {
+    pr_throughput_table *t = &o->t;
     const char *models = NULL;
     int tokens = 16384;
     while (pr_args_next(a)) {
         const char *set = NULL;
         if (pr_args_help(a)) return throughput_usage(stdout), 0;
         if (pr_args_string(a, "--models", &models) || pr_args_string(a, "--preset", &t->preset) ||
-            pr_args_string(a, "--out", &t->out) || pr_args_choice(a, "--device", devices, &t->device) ||
+            pr_args_string(a, "--out", &o->out) || pr_args_choice(a, "--device", devices, &o->device) ||
             pr_args_int(a, "--steps", 1, 64, &t->steps) || pr_args_int(a, "--warmup", 0, 100, &t->warmup) ||
             pr_args_int(a, "--tokens-per-batch", 1, 1 << 30, &tokens) ||
-            pr_args_choice(a, "--precision", precisions, &t->precision) ||
-            pr_args_flag(a, "--breakdown", &t->breakdown) ||
-            pr_args_int_list(a, "--seq-lens", 1, 1 << 24, 32, t->lens, &t->n_lens) ||
-            pr_args_int(a, "--gpus", 1, 1024, &t->gpus) || pr_args_int(a, "--procs", 1, 1024, &t->procs))
+            pr_args_choice(a, "--precision", precisions, &o->precision) ||
+            pr_args_flag(a, "--breakdown", &o->breakdown) ||
+            pr_args_int_list(a, "--seq-lens", 1, 1 << 24, PR_THROUGHPUT_MAX_LENS, t->lens, &t->n_lens) ||
+            pr_args_int(a, "--gpus", 1, 1024, &o->gpus) || pr_args_int(a, "--procs", 1, 1024, &o->procs))
             continue;
         bool tf32 = false;
         if (pr_args_flag(a, "--tf32", &tf32)) {
-            t->precision = 1 + PR_PREC_TF32;
+            o->precision = 1 + PR_PREC_TF32;
             continue;
         }
         if (pr_args_string(a, "--set", &set)) {
-            if (set && t->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
-            if (set) t->sets[t->n_sets++] = set;
+            if (set && o->n_sets == 32) return pr_args_error(a, "more than 32 --set options");
+            if (set) o->sets[o->n_sets++] = set;
             continue;
         }
         return pr_args_unknown(a);
     }
     if (a->failed) return PR_EXIT_USAGE;
     if (!models || !t->n_lens) return pr_args_error(a, "--models a,b,... and --seq-lens T1,T2,... are required");
-    if (t->gpus && t->procs) return pr_args_error(a, "--gpus and --procs: give one (--gpus on CUDA, --procs on the CPU)");
-    if (t->gpus && t->device == 1) return pr_args_error(a, "--gpus N runs on CUDA; --procs N runs on the CPU");
-    if (t->procs && t->device == 2) return pr_args_error(a, "--procs N runs on the CPU; --gpus N runs on CUDA");
-    if (t->gpus) t->device = 2;
-    if (t->procs) t->device = 1;
+    if (o->gpus && o->procs) return pr_args_error(a, "--gpus and --procs: give one (--gpus on CUDA, --procs on the CPU)");
+    if (o->gpus && o->device == 1) return pr_args_error(a, "--gpus N runs on CUDA; --procs N runs on the CPU");
+    if (o->procs && o->device == 2) return pr_args_error(a, "--procs N runs on the CPU; --gpus N runs on CUDA");
+    if (o->gpus) o->device = 2;
+    if (o->procs) o->device = 1;
     t->tokens = tokens;
-    int world = t->gpus ? t->gpus : t->procs ? t->procs : 1;
+    int world = o->gpus ? o->gpus : o->procs ? o->procs : 1;
     for (int i = 0; i < t->n_lens; i++)
         if (t->tokens / t->lens[i] % world)
             return pr_args_error(a, "--seq-lens %lld: a batch of %lld sequences does not split over %d ranks",
@@ -240,73 +234,15 @@ static int parse_throughput(pr_args *a, throughput_args *t, char *buf, size_t n)
         if (t->lens[i] > t->tokens)
             return pr_args_error(a, "--seq-lens %lld is longer than --tokens-per-batch %lld (a batch holds one "
                                     "sequence at least)", (long long)t->lens[i], (long long)t->tokens);
-    return split_models(a, models, buf, n, t->names, &t->n_models) ? PR_EXIT_USAGE : -1;
-}
-
-/* the CSV and the SVG; with ranks > 1, tps1 holds the one-process figures and
- * the CSV adds them and the scaling efficiency */
-static int throughput_files(const throughput_args *t, const double *tps, const double *tps1, const int64_t *params,
-                            const size_t *peak, int ranks, const char *dev_name)
-{
-    char path[1100];
-    snprintf(path, sizeof path, "%s/throughput.csv", t->out);
-    FILE *f = fopen(path, "w");
-    if (!f) return fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno)), 1;
-    fprintf(f, "model,seq_len,batch,tokens_per_s%s,peak_bytes,params\n", ranks > 1 ? ",ranks,tokens_per_s_1,efficiency" : "");
-    for (int m = 0; m < t->n_models; m++)
-        for (int i = 0; i < t->n_lens; i++) {
-            int k = m * t->n_lens + i;
-            fprintf(f, "%s,%lld,%lld,%.1f", t->names[m], (long long)t->lens[i], (long long)(t->tokens / t->lens[i]),
-                    tps[k]);
-            if (ranks > 1) fprintf(f, ",%d,%.1f,%.4f", ranks, tps1[k], tps[k] / (ranks * tps1[k]));
-            if (peak[k]) fprintf(f, ",%zu", peak[k]);
-            else fprintf(f, ",-");
-            fprintf(f, ",%lld\n", (long long)params[m]);
-        }
-    if (fclose(f) != 0) return fprintf(stderr, "prism bench throughput: %s: cannot write\n", path), 1;
-    char title[160];
-    snprintf(title, sizeof title, "training tokens/s, %s, %lld tokens a step (%s, %s, %d rank%s)", t->preset,
-             (long long)t->tokens, dev_name, pr_precision_name(t->prec), ranks, ranks > 1 ? "s" : "");
-    pr_plot p = {.title = title, .xlabel = "sequence length T", .ylabel = "tokens/s", .xlog = true};
-    double xs[32];
-    for (int i = 0; i < t->n_lens; i++) xs[i] = (double)t->lens[i];
-    static char labels[MAX_MODELS][96];   /* the legend names each model's size */
-    for (int m = 0; m < t->n_models; m++) {
-        double n = (double)params[m];
-        if (n >= 1e6) snprintf(labels[m], sizeof labels[m], "%s (%.1fM params)", t->names[m], n / 1e6);
-        else snprintf(labels[m], sizeof labels[m], "%s (%.1fk params)", t->names[m], n / 1e3);
-        pr_plot_add(&p, labels[m], t->n_lens, xs, tps + m * t->n_lens);
-    }
-    pr_err err;
-    snprintf(path, sizeof path, "%s/throughput.svg", t->out);
-    int rc = pr_plot_save(&p, path, &err);
-    pr_plot_free(&p);
-    if (rc) return fprintf(stderr, "prism bench throughput: %s\n", err.msg), 1;
-    printf("wrote %s/throughput.csv, %s\n", t->out, path);
-    return 0;
-}
-
-static void print_breakdowns(const throughput_args *t, const double *tps)
-{
-    for (int m = 0; m < t->n_models; m++)
-        for (int i = 0; i < t->n_lens; i++) {
-            if (!isfinite(tps[m * t->n_lens + i])) continue;
-            char path[1200], line[512];
-            snprintf(path, sizeof path, "%s/breakdown-%s-T%lld.md", t->out, t->names[m], (long long)t->lens[i]);
-            FILE *f = fopen(path, "r");
-            if (!f) continue;   /* breakdown_one said why */
-            printf("\n");
-            while (fgets(line, sizeof line, f)) fputs(line, stdout);
-            fclose(f);
-        }
+    return split_models(a, models, buf, n, t->names, PR_THROUGHPUT_MAX_MODELS, &t->n_models) ? PR_EXIT_USAGE : -1;
 }
 
 /* --gpus N / --procs N: the ranks are this command again, N times */
-static int launch_throughput(pr_args *a, const throughput_args *t, const pr_dist_env *env, int world)
+static int launch_throughput(pr_args *a, const throughput_args *o, const pr_dist_env *env, int world)
 {
     pr_err err;
     bool few_gpus;
-    int rc = pr_dist_launch_self(a->cmd, world, t->gpus, &env->nccl, NULL, "bench", a->argc, a->argv, &few_gpus,
+    int rc = pr_dist_launch_self(a->cmd, world, o->gpus, &env->nccl, NULL, "bench", a->argc, a->argv, &few_gpus,
                                  &err);
     if (rc < 0) fprintf(stderr, "%s: %s\n", a->cmd, err.msg);
     return rc >= 0 ? rc : few_gpus ? PR_EXIT_NO_GPU : 1;
@@ -322,114 +258,54 @@ static int open_rank(const pr_dist_env *env, pr_device dev, pr_comm **comm)
     return rc ? -1 : 0;
 }
 
-/* the flatness column (one rank, several lengths): the last length's tokens/s over the first's */
-static bool throughput_has_ratio(const throughput_args *t, int ranks) { return ranks == 1 && t->n_lens > 1; }
-
-/* the table's header: per T one column, or with ranks > 1 three (1 rank, N ranks, efficiency);
- * then the flatness column */
-static void throughput_header(const throughput_args *t, int ranks)
-{
-    printf("precision %s%s\n\n| model | params |", pr_precision_name(t->prec), t->graph ? ", cuda graph on" : "");
-    for (int i = 0; i < t->n_lens; i++)
-        if (ranks > 1) printf(" T=%lld 1 rank | %d ranks | eff | MiB |", (long long)t->lens[i], ranks);
-        else printf(" T=%lld | MiB |", (long long)t->lens[i]);
-    bool ratio = throughput_has_ratio(t, ranks);
-    if (ratio) printf(" T=%lld / T=%lld |", (long long)t->lens[t->n_lens - 1], (long long)t->lens[0]);
-    printf("\n|---|");
-    for (int i = 0; i < 1 + t->n_lens * (ranks > 1 ? 4 : 2) + ratio; i++) printf("---|");
-    printf("\n");
-}
-
-/* whether training would capture this model's step (train.cuda_graph auto or on); says why not */
-static bool graph_fits(const pr_config *c, const pr_train_opts *o, const char *mixer, pr_device dev)
-{
-    pr_config mc = *c;
-    snprintf(mc.mixer, sizeof mc.mixer, "%s", mixer);
-    pr_train_opts on = *o;
-    snprintf(on.cuda_graph, sizeof on.cuda_graph, "on");
-    char note[200];
-    bool fits = pr_train_graph_plan(&mc, &on, dev, true, note, sizeof note);
-    if (!fits) fprintf(stderr, "prism bench throughput: %s runs eager steps: cuda graph %s\n", mixer, note);
-    return fits;
-}
-
 int pr_bench_throughput(int argc, char **argv)
 {
     pr_args a = pr_args_begin("prism bench throughput", argc, argv);
-    throughput_args t = {.preset = "lm-130m", .out = "runs/throughput", .steps = 3, .warmup = 1};
+    static throughput_args o = {.t = {.preset = "lm-130m", .steps = 3, .warmup = 1}, .out = "runs/throughput"};
+    pr_throughput_table *t = &o.t;
     char buf[512];
-    int rc = parse_throughput(&a, &t, buf, sizeof buf);
+    int rc = parse_throughput(&a, &o, buf, sizeof buf);
     if (rc >= 0) return rc;
     pr_device dev = PR_CPU;
-    if (pick_device(&a, t.device, &dev)) return PR_EXIT_NO_GPU;
+    if (pick_device(&a, o.device, &dev)) return PR_EXIT_NO_GPU;
     pr_config c = pr_config_default();
     pr_train_opts unused = pr_train_defaults();
     pr_err err;
-    if (pr_config_preset(&c, t.preset, &err) || apply_sets(&c, &unused, t.sets, t.n_sets, &err))
+    if (pr_config_preset(&c, t->preset, &err) || apply_sets(&c, &unused, o.sets, o.n_sets, &err))
         return pr_args_error(&a, "%s", err.msg);
-    if (t.precision) snprintf(unused.precision, sizeof unused.precision, "%s", precisions[t.precision]);
-    t.prec = pr_train_precision(&unused, dev);   /* --precision, else --set train.precision, else the device's */
-    t.graph = dev == PR_CUDA && strcmp(unused.cuda_graph, "off") != 0;   /* per model below, as training decides */
-    for (int m = 0; m < t.n_models; m++) {   /* a config no model can take is a bad --set: said before any run */
+    if (o.precision) snprintf(unused.precision, sizeof unused.precision, "%s", precisions[o.precision]);
+    t->prec = pr_train_precision(&unused, dev);   /* --precision, else --set train.precision, else the device's */
+    t->graph = dev == PR_CUDA && strcmp(unused.cuda_graph, "off") != 0;   /* per model in the run, as training decides */
+    for (int m = 0; m < t->n_models; m++) {   /* a config no model can take is a bad --set: said before any run */
         pr_config mc = c;
         char kv[64];
-        snprintf(kv, sizeof kv, "mixer=%s", t.names[m]);
+        snprintf(kv, sizeof kv, "mixer=%s", t->names[m]);
         if (pr_config_set(&mc, kv, &err) || pr_config_check(&mc, &err))
-            return pr_args_error(&a, "%s: %s", t.names[m], err.msg);
+            return pr_args_error(&a, "%s: %s", t->names[m], err.msg);
     }
-    int world = t.gpus ? t.gpus : t.procs ? t.procs : 1;
+    int world = o.gpus ? o.gpus : o.procs ? o.procs : 1;
     pr_dist_env env;
     if (pr_dist_env_read(&env, NULL, &err)) return fprintf(stderr, "%s: %s\n", a.cmd, err.msg), 1;
-    if (world > 1 && env.world == 1 && !getenv("PRISM_RANK")) return launch_throughput(&a, &t, &env, world);
+    if (world > 1 && env.world == 1 && !getenv("PRISM_RANK")) return launch_throughput(&a, &o, &env, world);
     pr_comm *comm = NULL;
     if (env.world > 1 && open_rank(&env, dev, &comm)) return 1;
-    int ranks = comm ? comm->world : 1;
     /* ranks other than 0 measure alike but stay silent */
     bool talk = !comm || comm->rank == 0;
-    static double tps[MAX_MODELS * 32], tps1[MAX_MODELS * 32];
-    static int64_t params[MAX_MODELS];
-    static size_t peak[MAX_MODELS * 32];
-    if (talk) {
-        pr_err err;   /* the output folder and its parents, as --out runs/x/y expects */
-        if (pr_make_dirs(t.out, &err)) {   /* with other ranks waiting on this one, go on: the CSV will fail */
-            fprintf(stderr, "prism bench throughput: %s\n", err.msg);
-            if (!comm) return 1;
-        }
-        throughput_header(&t, ranks);
+    /* the output folder and its parents, as --out runs/x/y expects; with other ranks waiting on
+     * this one, go on: the CSV will fail */
+    if (talk && pr_make_dirs(o.out, &err)) {
+        fprintf(stderr, "prism bench throughput: %s\n", err.msg);
+        if (!comm) return 1;
     }
-    int failed = 0;
-    for (int m = 0; m < t.n_models; m++) {
-        bool graph = t.graph && graph_fits(&c, &unused, t.names[m], dev);
-        for (int i = 0; i < t.n_lens; i++) {
-            int k = m * t.n_lens + i;
-            int64_t n = -1;
-            /* one rank: every rank at once on its own device, the whole batch, no messages */
-            if (ranks > 1)
-                tps1[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, graph,
-                                                  NULL, NULL, &n, &peak[k]);
-            tps[k] = pr_bench_throughput_one(&c, t.names[m], t.lens[i], t.tokens, dev, t.warmup, t.steps, t.prec, graph,
-                                             comm, t.breakdown && !comm ? t.out : NULL, &n, &peak[k]);
-            if (i == 0) params[m] = n;   /* the same at every length */
-            if (talk && i == 0) printf(n >= 0 ? "| %s | %lld |" : "| %s | - |", t.names[m], (long long)n);
-            failed += !isfinite(tps[k]);
-            if (talk && ranks > 1) printf(isfinite(tps[k]) ? " %.0f | %.0f | %.2f |" : " - | - | - |", tps1[k], tps[k],
-                                          tps[k] / (ranks * tps1[k]));
-            else if (talk) printf(isfinite(tps[k]) ? " %.0f |" : " - |", tps[k]);
-            if (talk && peak[k]) printf(" %.1f |", (double)peak[k] / (1 << 20));
-            else if (talk) printf(" - |");
-            fflush(stdout);
-        }
-        if (talk && throughput_has_ratio(&t, ranks)) {
-            double r = tps[m * t.n_lens + t.n_lens - 1] / tps[m * t.n_lens];
-            printf(isfinite(r) ? " %.3f |" : " - |", r);
-        }
-        if (talk) printf("\n");
-    }
+    int failed = pr_throughput_run(t, &c, &unused, dev, comm, o.breakdown ? o.out : NULL, talk ? stdout : NULL);
     if (comm) {
         if (comm->barrier(comm, &err)) return fprintf(stderr, "%s: %s\n", a.cmd, err.msg), 1;
         pr_comm_free(comm);
     }
     if (!talk) return failed ? 1 : 0;
-    if (t.breakdown && ranks == 1) print_breakdowns(&t, tps);
-    return throughput_files(&t, tps, tps1, params, peak, ranks, pr_device_name(dev)) || failed ? 1 : 0;
+    if (o.breakdown && t->ranks == 1) pr_throughput_print_breakdowns(stdout, t, o.out);
+    if (pr_throughput_write(t, o.out, pr_device_name(dev), &err))
+        return fprintf(stderr, "prism bench throughput: %s\n", err.msg), 1;
+    printf("wrote %s/throughput.csv, %s/throughput.svg\n", o.out, o.out);
+    return failed ? 1 : 0;
 }
