@@ -206,15 +206,21 @@ pr_tensor *pr_attention_decode(pr_ctx *ctx, pr_tensor *q, pr_tensor *k_cache, pr
     for (int64_t b = 0; n_valid && b < d.B; b++)
         PR_CHECK(n_valid[b] >= 1 && n_valid[b] <= Tc, "attention_decode: n_valid[%lld]=%lld must be in [1, Tc=%lld]",
                  (long long)b, (long long)n_valid[b], (long long)Tc);
-    pr_tensor *out = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(d.B, 1, d.H, d.Dv));
     if (q->device == PR_CPU) {
+        pr_tensor *out = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(d.B, 1, d.H, d.Dv));
         decode_cpu(&d, q, k_cache, v_cache, n_valid, out);
         return out;
     }
 #ifdef PRISM_HAVE_CUDA
-    PR_CHECK(q->dtype == PR_F32, "attention_decode: CUDA kernels are f32 only (q is %s)", pr_dtype_name(q->dtype));
     PR_CHECK(d.D <= 128 && d.Dv <= 128, "attention_decode: CUDA supports D, Dv <= 128 (got %lld, %lld)",
              (long long)d.D, (long long)d.Dv);
+    if (q->dtype != PR_F32) {   /* bf16 (autocast's caches): the CUDA kernels are f32; decoding is not on the tape */
+        pr_tensor *o32 = pr_op_output(ctx, PR_F32, q->device, PR_DIMS(d.B, 1, d.H, d.Dv));
+        pr_attention_decode_cuda(ctx, pr_to(ctx->step, q, PR_F32, q->device), pr_to(ctx->step, k_cache, PR_F32, q->device),
+                                 pr_to(ctx->step, v_cache, PR_F32, q->device), n_valid, d.scale, o32);
+        return pr_to(ctx->step, o32, q->dtype, q->device);
+    }
+    pr_tensor *out = pr_op_output(ctx, q->dtype, q->device, PR_DIMS(d.B, 1, d.H, d.Dv));
     pr_attention_decode_cuda(ctx, q, k_cache, v_cache, n_valid, d.scale, out);
     return out;
 #else

@@ -331,6 +331,13 @@ static int teardown(void **state)
     return 0;
 }
 
+/* every mixer decodes under bf16 autocast: its carried state and caches give the whole pass */
+static void test_decode_bf16(void **state)
+{
+    (void)state;
+    assert_int_equal(test_decode_bf16_fails(PR_CPU), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +347,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_policy_only_bf16, setup, teardown),
         cmocka_unit_test_setup_teardown(test_parameter_cast_once, setup, teardown),
         cmocka_unit_test(test_every_mixer_in_bf16),
+        cmocka_unit_test(test_decode_bf16),
     };
     return cmocka_run_group_tests_name("autocast", tests, NULL, NULL);
 }

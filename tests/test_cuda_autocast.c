@@ -12,6 +12,8 @@
  *   test's criterion, tests/test_autocast.c: s > 0.1, atlas with muon and
  *   mom (its top-k choices flip) are not judged on the gradient; measured
  *   with this file run on the CPU for both devices: at most 2.1 s);
+ * - every mixer's layer decodes under bf16 autocast on CUDA (attention's
+ *   f32 decode kernels behind bf16 caches), close to its whole sequence;
  * - `train.precision=bf16` on CUDA is recorded, and PRISM learns parity there as
  *   the CPU's bf16 run does (>= 95% accuracy, final losses within 0.02).
  * Skips without a GPU.
@@ -169,6 +171,16 @@ static void test_cuda_lm_bf16(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* every mixer's layer decoding under bf16 autocast on CUDA against its whole
+ * sequence (attention's decode kernels are f32: its frontend widens the bf16
+ * caches); tests/test_models_util.h has the check */
+static void test_cuda_decode_bf16(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    assert_int_equal(test_decode_bf16_fails(PR_CUDA), 0);
+}
+
 /* ---- a training run ------------------------------------------------------------- */
 
 static double train_parity(const char *dir, pr_device dev, const char *precision, double *loss)
@@ -217,6 +229,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_ops_bf16),
         cmocka_unit_test(test_cuda_lm_bf16),
+        cmocka_unit_test(test_cuda_decode_bf16),
         cmocka_unit_test(test_cuda_bf16_learns_parity),
     };
     return cmocka_run_group_tests_name("cuda_autocast", tests, NULL, NULL);

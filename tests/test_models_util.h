@@ -139,4 +139,43 @@ static inline void gradcheck_params(pr_ctx *ctx, const char *name, const pr_para
     }
 }
 
+/* every mixer's layer under bf16 autocast on dev: a prefix of 11, then one token
+ * a call, against the whole sequence of 19 in the same precision, within a few
+ * bf16 roundings (2e-2 of the output's scale + 1/32 relative); the count of mixers
+ * that disagree */
+static inline int test_decode_bf16_fails(pr_device dev)
+{
+    int fails = 0;
+    for (int i = 0; i < N_TEST_MIXERS; i++) {
+        pr_config c = test_config(i, 20, 3, 8, 32);
+        c.init_std = 0.2;
+        if (strcmp(c.mixer, "mamba2") == 0) c.mamba2_head_dim = 10, c.mamba2_d_state = 12;
+        if (strcmp(c.mixer, "ttt_linear") == 0) c.ttt_mini_batch = 16;
+        pr_ctx *ctx = pr_ctx_new(1);
+        pr_ctx_set_precision(ctx, PR_PREC_BF16);
+        test_layer l = test_layer_new(&c, PR_F32, dev);
+        pr_tensor *x = pr_to(ctx->step, test_input(ctx->step, PR_F64, 2, 19, c.d_model, 21), PR_F32, dev);
+        pr_tensor *whole = test_layer_forward(ctx, &l, x, NULL);
+        pr_layer_state st = {0};
+        pr_tensor *joined = test_layer_forward(ctx, &l, pr_slice(ctx, x, 1, 0, 11), &st);
+        for (int64_t t = 11; t < 19; t++)
+            joined = pr_concat(ctx, 2, (pr_tensor *[]){joined, test_layer_forward(ctx, &l, pr_slice(ctx, x, 1, t, 1), &st)}, 1);
+        double *g = malloc(sizeof(double) * (size_t)whole->numel), *r = malloc(sizeof(double) * (size_t)whole->numel);
+        pr_to_host_f64(joined, g);
+        pr_to_host_f64(whole, r);
+        double scale = 0;
+        for (int64_t e = 0; e < whole->numel; e++) scale = fmax(scale, fabs(r[e]));
+        char what[64];
+        snprintf(what, sizeof what, "%s decode (bf16) vs whole", c.mixer);
+        int bad = 0;
+        pr_check_allclose(what, g, r, whole->numel, 2e-2 * scale, 1.0 / 32, &bad);
+        fails += bad > 0;
+        free(g);
+        free(r);
+        test_layer_free(&l);
+        pr_ctx_free(ctx);
+    }
+    return fails;
+}
+
 #endif
