@@ -79,9 +79,11 @@ struct pr_node {
 /* The numeric precision of a context, as `train.precision` names it.
  * f32: f32 everywhere, exact fp32 products on CUDA. tf32: the same, with
  * CUDA products on TF32 tensor cores (the CPU has none: it computes as f32).
- * bf16: autocast (ops/autocast.c): the op frontends run products in bf16
- * and keep norms, softmax, losses, reductions and states in f32; parameters
- * stay f32 and are cast to bf16 once a step where an op lowers them. */
+ * bf16: autocast (ops/autocast.c): the op frontends run products in bf16,
+ * keep bf16 activations bf16 (norms and elementwise ops included) and keep
+ * softmax, losses, reductions, states and the residual stream in f32;
+ * parameters stay f32 and are cast to bf16 once a step where an op lowers
+ * them. */
 typedef enum { PR_PREC_F32, PR_PREC_TF32, PR_PREC_BF16 } pr_precision;
 const char *pr_precision_name(pr_precision p);       /* "f32", "tf32", "bf16" */
 int pr_precision_from_name(const char *name);        /* -1 if unknown */
@@ -100,8 +102,8 @@ struct pr_ctx {
      * the f32 kernels that remain may round their products too) */
     pr_precision precision;
     int matmul_tf32;
-    /* bf16 autocast's casts of leaves (parameters), made once a step and
-     * reused by every op that lowers the same leaf; emptied by
+    /* bf16 autocast's casts of parameters and of the step's tensors, made
+     * once a step and reused by every op that converts the same tensor; emptied by
      * pr_step_reset and pr_autocast_forget (ops/autocast.c fills it) */
     struct { pr_tensor **src, **dst; int n, cap; } cast_cache;
     unsigned backward_pass; /* counts pr_backward calls; marks what each one reached */
@@ -189,6 +191,22 @@ void pr_requires_grad_(pr_tensor *t, bool on);
 void pr_tape_dump(const pr_ctx *ctx, FILE *f);   /* op, input shapes -> output shape, |grad| */
 void pr_tape_dot(const pr_ctx *ctx, FILE *f);    /* Graphviz DOT */
 double pr_norm2(const pr_tensor *t);              /* L2 norm, any device/dtype */
+
+/* ---- step memory (autograd/memory.c) -----------------------------------------
+ * The bytes of the step arena's tensors the tape reaches, after a backward,
+ * by kind and dtype; each buffer once. untracked: the arena's peak less
+ * them (kernel scratch, nodes). cuda_staged: the bf16 staging copies CUDA
+ * makes too (ops staged on both devices), at f32's size, so that
+ * pr_step_mem_cuda_bytes tells from a CPU step what the same step holds on
+ * CUDA (the CPU stages more ops, and through f64). */
+enum { PR_MEM_OUTPUT, PR_MEM_CAST, PR_MEM_PARAM_CAST, PR_MEM_SAVED, PR_MEM_STAGED, PR_MEM_GRAD, PR_MEM_NKINDS };
+typedef struct {
+    size_t bytes[PR_MEM_NKINDS][PR_NDTYPES];
+    size_t total, cuda_staged, arena_peak, untracked;
+} pr_step_mem;
+void pr_step_memory(const pr_ctx *ctx, pr_step_mem *m);
+size_t pr_step_mem_cuda_bytes(const pr_step_mem *m);   /* total, staging as CUDA does it */
+void pr_step_mem_print(const pr_step_mem *m, FILE *f); /* a Markdown table in MiB */
 
 /* ---- gradcheck --------------------------------------------------------------
  * Float64 central differences against the tape's backward for every input

@@ -524,7 +524,8 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
  * hold or the step would not fit (PR_BENCH_MAX_STEP_BYTES). With a
  * communicator, this rank's share of the batch, all-reduced; the tokens
  * counted are the whole batch's (every rank's). breakdown: the folder for one
- * profiled step's table, breakdown-<mixer>-T<T>.md (NULL: none; one process only).
+ * profiled step's table and its tensors' bytes by kind (pr_step_memory),
+ * breakdown-<mixer>-T<T>.md (NULL: none; one process only).
  * precision: the context's (f32 weights and AdamW state in every one; bf16
  * is autocast, autograd/autograd.h). *peak_bytes: the step's peak memory
  * (CUDA: the caching allocator's high-water mark of live bytes from the

@@ -24,9 +24,10 @@ static int cmp_double(const void *x, const void *y)
 }
 
 /* median seconds of one training step of model m on ids [B,T]; with ddp, the
- * grads are all-reduced over the ranks in buckets during the backward */
+ * grads are all-reduced over the ranks in buckets during the backward; mem
+ * (NULL: not wanted): what the last step's tensors held, before its reset */
 static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *ddp, const int32_t *host_ids,
-                              int64_t B, int64_t T, int warmup, int steps)
+                              int64_t B, int64_t T, int warmup, int steps, pr_step_mem *mem)
 {
     PR_CHECK(steps <= 64, "bench throughput: at most 64 timed steps");
     pr_device dev = m->params->device;
@@ -45,6 +46,7 @@ static double time_train_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, pr_ddp *d
         double t1 = ctx->profile ? pr_profile_clock(dev) : 0;
         pr_optim_step(ctx, opt, 1e-4, 1.0);
         if (ctx->profile) pr_profile_time(ctx->profile, "adamw", "optimizer", 0, pr_profile_clock(dev) - t1);
+        if (mem) pr_step_memory(ctx, mem);
         pr_step_reset(ctx);
         pr_device_sync(dev);
         if (i >= 0) t[i] = pr_now_s() - t0;
@@ -105,7 +107,7 @@ static double time_graph_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int
     pr_arena *a = pr_arena_new("bench graph", 0);
     graph_inputs in = {m, pr_empty(a, PR_I32, dev, PR_DIMS(B, T)), pr_empty(a, PR_I32, dev, PR_DIMS(B, T))};
     size_t bytes = sizeof(int32_t) * (size_t)(B * T);
-    time_train_step(ctx, m, opt, NULL, host_ids, B, T, 0, warmup > 2 ? warmup : 2);   /* the eager warm-up */
+    time_train_step(ctx, m, opt, NULL, host_ids, B, T, 0, warmup > 2 ? warmup : 2, NULL);   /* the eager warm-up */
     pr_cuda_graph *g = NULL;
     char why[256];
     double t[64], loss, norm, s = 0;
@@ -127,14 +129,16 @@ static double time_graph_step(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int
     return t[steps / 2];
 }
 
-/* one profiled step of m after the timed ones: its op table in DIR/breakdown-<mixer>-T<T>.md */
+/* one profiled step of m after the timed ones: its op table and what its
+ * tensors held (pr_step_memory) in DIR/breakdown-<mixer>-T<T>.md */
 static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t *ids, int64_t B, int64_t T,
                           const char *mixer, const char *out)
 {
     pr_profile *prof = calloc(1, sizeof *prof);
     PR_CHECK(prof, "bench throughput: out of host memory");
     ctx->profile = prof;
-    double wall = time_train_step(ctx, m, opt, NULL, ids, B, T, 0, 1);
+    pr_step_mem mem;
+    double wall = time_train_step(ctx, m, opt, NULL, ids, B, T, 0, 1, &mem);
     ctx->profile = NULL;
     prof->steps = 1;
     char path[1200];
@@ -144,6 +148,8 @@ static void breakdown_one(pr_ctx *ctx, pr_model *m, pr_optim *opt, const int32_t
         fprintf(f, "# %s, T=%lld, %lld sequences a step: one profiled step, %.1f ms\n\n", mixer, (long long)T,
                 (long long)B, 1e3 * wall);
         pr_profile_print(prof, wall, f);
+        fprintf(f, "\n## what the step's tensors held (MiB)\n\n");
+        pr_step_mem_print(&mem, f);
         fclose(f);
     } else {
         fprintf(stderr, "prism bench throughput: %s: cannot create: %s\n", path, strerror(errno));
@@ -194,7 +200,7 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     } else if (cuda_graph) {
         s = time_graph_step(ctx, m, opt, ids + first, rows, T, warmup, steps, what);
     } else {
-        s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps);
+        s = time_train_step(ctx, m, opt, ddp, ids + first, rows, T, warmup, steps, NULL);
     }
     *peak_bytes = peak_memory(ctx, m, opt, dev);
     if (breakdown && !comm) breakdown_one(ctx, m, opt, ids, rows, T, mixer, breakdown);

@@ -125,7 +125,8 @@ static void gates_of(pr_ctx *ctx, const atlas_layer *l, int64_t H, pr_tensor *x,
     double *shift = pr_arena_alloc(ctx->step, sizeof(double) * (size_t)(4 * H));
     for (int64_t i = 0; i < H; i++) shift[i] = 4;
     pr_tensor *sh = pr_to(ctx->step, pr_from_host(ctx->step, PR_F64, PR_CPU, PR_DIMS(4 * H), shift), x->dtype, x->device);
-    pr_tensor *pre = pr_add(ctx, pr_linear(ctx, x, l->gates, l->gates_bias), sh);
+    /* the gates' bias added in f32 (pr_add promotes; pr_linear would lower it) */
+    pr_tensor *pre = pr_add(ctx, pr_add(ctx, pr_linear(ctx, x, l->gates, NULL), l->gates_bias), sh);
     pr_split(ctx, pr_sigmoid(ctx, pre), 2, 4, (const int64_t[]){H, H, H, H}, gate);
 }
 

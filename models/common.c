@@ -21,7 +21,7 @@ const pr_mixer_def *pr_mixer_by_name(const char *name)
 pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b)
 {
     pr_tensor *y = pr_matmul(ctx, x, w, false, false);
-    return b ? pr_add(ctx, y, b) : y;
+    return b ? pr_add(ctx, y, pr_autocast(ctx, b, y->dtype)) : y;   /* autocast: the bias in y's dtype */
 }
 
 pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win)

@@ -209,7 +209,10 @@ const pr_mixer_def *pr_mixer_by_name(const char *name);
 extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
 
 /* ---- shared pieces (models/common.c) ------------------------------------------ */
-/* x [..., in] @ w [in, out] (+ b [out]) */
+/* x [..., in] @ w [in, out] (+ b [out]). Under bf16 autocast b is part of
+ * the product, as torch's linear takes it: lowered to the product's bf16, so
+ * y stays bf16. A bias that must stay f32 (a log-decay's, as fla adds
+ * dt_bias in f32) is added after it with pr_add, which promotes. */
 pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b);
 /* causal depthwise conv over time of x [B,T,C] with w [C,W] (+ bias), starting
  * from the window *win [B,W-1,C] (NULL: zeros) and, when win != NULL, leaving

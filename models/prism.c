@@ -60,9 +60,8 @@ static prism_proj proj_new(pr_params *r, const pr_config *c, const char *name, i
 
 static pr_tensor *proj_apply(pr_ctx *ctx, const prism_proj *p, pr_tensor *x)
 {
-    pr_tensor *y = pr_linear(ctx, x, p->w, NULL);
-    if (p->w_up) y = pr_linear(ctx, y, p->w_up, NULL);
-    return p->b ? pr_add(ctx, y, p->b) : y;
+    if (p->w_up) x = pr_linear(ctx, x, p->w, NULL);
+    return pr_linear(ctx, x, p->w_up ? p->w_up : p->w, p->b);
 }
 
 static pr_tensor *bias_new(pr_params *r, const char *name, int i, double value, int64_t n)
@@ -184,7 +183,8 @@ static pr_tensor *forward_paper(pr_ctx *ctx, const prism_layer *l, const pr_conf
     u = pr_silu(ctx, u);                                                            /* [B,T,D] */
     pr_tensor *q = pr_split_heads(ctx, pr_linear(ctx, u, l->q_proj, NULL), H);
     if (c->prism_knorm) q = pr_l2norm(ctx, q, 1e-6);
-    pr_tensor *g = pr_logsigmoid(ctx, pr_linear(ctx, u, l->a_proj, l->a_bias));    /* log a, [B,T,H] */
+    /* log a, [B,T,H]; the decay's bias added in f32 (pr_add promotes; pr_linear would lower it) */
+    pr_tensor *g = pr_logsigmoid(ctx, pr_add(ctx, pr_linear(ctx, u, l->a_proj, NULL), l->a_bias));
     pr_tensor *r = pr_sub(ctx, pr_linear(ctx, u, l->v_proj, NULL), u);              /* r_1 = v - U */
     prism_steps s = refine(ctx, l, c, u, r);
     pr_tensor *kx = NULL, *vx = NULL;

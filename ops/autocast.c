@@ -4,24 +4,30 @@
  *   lower to bf16   matmul, conv1d, attention, selective_scan; the data
  *                   inputs of recurrence and the TTT ops (their decays,
  *                   states and inner weights stay f32, as those ops take)
- *   f32             softmax, log_softmax, the losses, the norms, sum and
- *                   mean, exp, log, logsigmoid, softplus, titans
+ *   f32             softmax, log_softmax, the losses, sum and mean, exp,
+ *                   log, logsigmoid, softplus, titans
+ *   norms           layernorm, rmsnorm, rmsnorm_gated, l2norm: the data's
+ *                   dtype (statistics wide, in f32), w and b lowered with it
+ *                   (ops/norm.c says why)
  *   product + loss  linear_cross_entropy: x and w to bf16 (the products),
  *                   its logits, lse and loss in f32 (the loss is f32 out)
  *   promote         add, sub, mul, div, swiglu, concat: bf16 with bf16 stays bf16,
  *                   bf16 with f32 goes to f32
  *   add + norm      add_rmsnorm, add_layernorm: the sum promotes as add (it is
- *                   the residual stream), the norm is f32; x and y both bf16
- *                   run as add then the norm (ops/norm.c says why)
+ *                   the residual stream), the norm keeps its dtype
  *   as given        every other op (unary elementwise, shape ops, dropout,
  *                   embedding) keeps its input's dtype
  *
  * A conversion is a pr_cast node, so gradients reach f32 tensors through
- * cast's backward. A leaf that requires grad (a parameter) is cast once and
- * the copy reused by every op that lowers it until the step arena is reset
- * or the optimizer moves the parameters (pr_autocast_forget): its bf16 grad
- * then sums all uses before one cast back to f32. Outside bf16 precision,
- * and for f64 tensors, nothing is converted (gradcheck runs as before).
+ * cast's backward. A tensor is cast to a dtype once a step: a leaf that
+ * requires grad (a parameter), and anything in the step arena (an
+ * activation read by several ops that lower it, as a norm's output by
+ * every projection of a layer). The copy is reused by every later op until
+ * the step arena is reset or the optimizer moves the parameters
+ * (pr_autocast_forget); its grad sums all uses before one cast back. The
+ * step arena frees nothing before the reset, so a cast made per use would
+ * keep a copy and its grad per use. Outside bf16 precision, and for f64
+ * tensors, nothing is converted (gradcheck runs as before).
  */
 #include <stdlib.h>
 
@@ -29,12 +35,14 @@
 
 static bool autocasting(const pr_ctx *ctx) { return ctx->precision == PR_PREC_BF16; }
 
-/* the cached cast of leaf t, if it is still the one an op would record now */
-static pr_tensor *cached(const pr_ctx *ctx, const pr_tensor *t, bool recorded)
+/* the cached cast of t to `want`, if it is still the one an op would record
+ * now (newest first: an activation is usually read again soon after) */
+static pr_tensor *cached(const pr_ctx *ctx, const pr_tensor *t, pr_dtype want, bool recorded)
 {
-    for (int i = 0; i < ctx->cast_cache.n; i++)
-        if (ctx->cast_cache.src[i] == t && ctx->cast_cache.dst[i]->requires_grad == recorded)
-            return ctx->cast_cache.dst[i];
+    for (int i = ctx->cast_cache.n - 1; i >= 0; i--) {
+        pr_tensor *d = ctx->cast_cache.dst[i];
+        if (ctx->cast_cache.src[i] == t && d->dtype == want && d->requires_grad == recorded) return d;
+    }
     return NULL;
 }
 
@@ -57,11 +65,12 @@ pr_tensor *pr_autocast(pr_ctx *ctx, pr_tensor *t, pr_dtype want)
 {
     if (!t || !autocasting(ctx) || t->dtype == want) return t;
     if ((t->dtype != PR_F32 && t->dtype != PR_BF16) || (want != PR_F32 && want != PR_BF16)) return t;
-    /* leaves only: anything an op made may be rewritten by the next step's ops */
-    const bool leaf = t->tape_pos < 0 && !t->grad_base && t->requires_grad && t->arena != ctx->step;
-    if (!leaf) return pr_cast(ctx, t, want);
-    const bool recorded = ctx->grad_enabled;   /* t requires grad: the cast is recorded exactly then */
-    pr_tensor *c = cached(ctx, t, recorded);
+    /* a parameter, or a tensor of this step (gone, with the cache, at the
+     * reset); not other tensors, whose contents their owner may rewrite */
+    const bool param = t->tape_pos < 0 && !t->grad_base && t->requires_grad;
+    if (!param && t->arena != ctx->step) return pr_cast(ctx, t, want);
+    const bool recorded = ctx->grad_enabled && t->requires_grad;   /* as pr_op_apply decides */
+    pr_tensor *c = cached(ctx, t, want, recorded);
     if (c) return c;
     c = pr_cast(ctx, t, want);
     remember(ctx, t, c);

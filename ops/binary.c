@@ -68,9 +68,23 @@ static void bcast_init(const char *op, const pr_tensor *a, const pr_tensor *b, p
 
 typedef enum { ADD, SUB, MUL, DIV } binop;
 
+/* autocast of a mul: bf16 data times a broadcast f32 factor (fewer elements:
+ * a per-channel weight, a per-head step size) keeps the data's bf16, the
+ * factor lowered, as a norm lowers its w; an f32 copy of the data and of its
+ * grad would be kept for the step otherwise. Else the pair promotes as for
+ * every binary op. */
+static void autocast_mul(pr_ctx *ctx, pr_tensor **a, pr_tensor **b)
+{
+    if ((*a)->dtype == PR_BF16 && (*b)->dtype == PR_F32 && (*b)->numel < (*a)->numel)
+        *b = pr_autocast(ctx, *b, PR_BF16);
+    else if ((*b)->dtype == PR_BF16 && (*a)->dtype == PR_F32 && (*a)->numel < (*b)->numel)
+        *a = pr_autocast(ctx, *a, PR_BF16);
+}
+
 static pr_tensor *binary(pr_ctx *ctx, pr_op_id id, const char *op, pr_tensor *a, pr_tensor *b)
 {
     PR_CHECK(a && b, "%s: NULL input", op);
+    if (id == PR_OP_mul) autocast_mul(ctx, &a, &b);
     pr_tensor *ab[2] = {a, b};
     pr_autocast_promote(ctx, 2, ab);   /* bf16 with f32: f32 */
     a = ab[0], b = ab[1];

@@ -51,10 +51,15 @@ static double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z)
 
 /* ---- layernorm: in = {x, w, b}, saved = {mean, rstd}, farg[0] = eps ---- */
 
-/* autocast: every norm reads and writes f32 (its statistics need it) */
+/* autocast: a norm keeps its data's dtype and takes w, b in it. An f32
+ * residual stream is normalized in f32. bf16 data (a mixer's q, k or its
+ * output) stays bf16: the kernels compute the statistics wide, keep them in
+ * f32 and round y once, the very value the cast that lowers y for the next
+ * product would give, and an f32 copy of x, y and their grads is not kept. */
 pr_tensor *pr_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b, double eps)
 {
-    x = pr_autocast(ctx, x, PR_F32), w = pr_autocast(ctx, w, PR_F32), b = pr_autocast(ctx, b, PR_F32);
+    PR_CHECK(x, "layernorm: NULL input");
+    w = pr_autocast(ctx, w, x->dtype), b = pr_autocast(ctx, b, x->dtype);
     norm_check("layernorm", x);
     param_check("layernorm", x, w, "w");
     param_check("layernorm", x, b, "b");
@@ -133,7 +138,8 @@ void pr_layernorm_backward_cpu(pr_ctx *ctx, pr_node *n)
 
 pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps)
 {
-    x = pr_autocast(ctx, x, PR_F32), w = pr_autocast(ctx, w, PR_F32);
+    PR_CHECK(x, "rmsnorm: NULL input");
+    w = pr_autocast(ctx, w, x->dtype);   /* autocast: as layernorm */
     norm_check("rmsnorm", x);
     param_check("rmsnorm", x, w, "w");
     pr_node n = pr_node_init(PR_OP_rmsnorm, 2, (pr_tensor *[]){x, w});
@@ -143,9 +149,12 @@ pr_tensor *pr_rmsnorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, double eps)
 pr_tensor *pr_rmsnorm_gated(pr_ctx *ctx, pr_tensor *x, pr_tensor *z, pr_tensor *w, double eps)
 {
     const char *op = "rmsnorm_gated";
-    x = pr_autocast(ctx, x, PR_F32), z = pr_autocast(ctx, z, PR_F32), w = pr_autocast(ctx, w, PR_F32);
-    norm_check(op, x);
+    PR_CHECK(x, "%s: NULL input", op);
     PR_CHECK(z, "%s: NULL gate z", op);
+    pr_tensor *xz[2] = {x, z};   /* autocast: the data promotes as add does, w follows it (as layernorm) */
+    pr_autocast_promote(ctx, 2, xz);
+    x = xz[0], z = xz[1], w = pr_autocast(ctx, w, x->dtype);
+    norm_check(op, x);
     pr_check_float(op, z, "z");
     pr_check_same_kind(op, x, z);
     pr_check_same_shape(op, x, z);
@@ -236,8 +245,7 @@ void pr_rmsnorm_gated_backward_cpu(pr_ctx *ctx, pr_node *n)
 
 pr_tensor *pr_l2norm(pr_ctx *ctx, pr_tensor *x, double eps)
 {
-    x = pr_autocast(ctx, x, PR_F32);
-    norm_check("l2norm", x);
+    norm_check("l2norm", x);   /* autocast: x as given (as layernorm) */
     pr_node n = pr_node_init(PR_OP_l2norm, 1, &x);
     return norm_apply(ctx, &n, x, eps, 1);
 }
@@ -293,21 +301,14 @@ static pr_tensor *add_norm(pr_ctx *ctx, pr_op_id id, pr_tensor *x, pr_tensor *y,
     const char *op = pr_op(id)->name;
     const bool layer = id == PR_OP_add_layernorm;
     /* autocast: the sum promotes as add does (the residual keeps its dtype:
-     * f32 in every model, since the embedding and the adds are f32). An f32
-     * sum is normalized in f32 as the norm policy wants, so n and s both come
-     * out f32. A bf16 residual stream (x and y both bf16) would need s in
-     * bf16 and n in f32, two dtypes one kernel does not write: it runs as the
-     * unfused pair, which gives exactly those. */
+     * f32 in every model, since the embedding and the adds are f32), and the
+     * norm keeps the sum's dtype as every norm does (pr_layernorm), so s and
+     * n come out in one dtype and w, b are taken in it */
     pr_tensor *xy[2] = {x, y};
     pr_autocast_promote(ctx, 2, xy);
     x = xy[0], y = xy[1];
     PR_CHECK(x && y, "%s: NULL input", op);
-    if (ctx->precision == PR_PREC_BF16 && x->dtype == PR_BF16 && y->dtype == PR_BF16) {
-        pr_tensor *s = pr_add(ctx, x, y);
-        if (sum) *sum = s;
-        return layer ? pr_layernorm(ctx, s, w, b, eps) : pr_rmsnorm(ctx, s, w, eps);
-    }
-    w = pr_autocast(ctx, w, PR_F32), b = pr_autocast(ctx, b, PR_F32);
+    w = pr_autocast(ctx, w, x->dtype), b = pr_autocast(ctx, b, x->dtype);
     norm_check(op, x);
     pr_check_float(op, y, "y");
     pr_check_same_kind(op, x, y);
