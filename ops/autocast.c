@@ -13,8 +13,9 @@
  *                   its logits, lse and loss in f32 (the loss is f32 out)
  *   promote         add, sub, mul, div, swiglu, concat: bf16 with bf16 stays bf16,
  *                   bf16 with f32 goes to f32
- *   add + norm      add_rmsnorm, add_layernorm: the sum promotes as add (it is
- *                   the residual stream), the norm keeps its dtype
+ *   add + norm      add_rmsnorm, add_layernorm: as given; a bf16 sublayer
+ *                   output beside the f32 residual stream is read as it is
+ *                   (the kernels widen it), s and n keep the residual's f32
  *   as given        every other op (unary elementwise, shape ops, dropout,
  *                   embedding) keeps its input's dtype
  *

@@ -292,7 +292,11 @@ void pr_l2norm_backward_cpu(pr_ctx *ctx, pr_node *n)
  * The pre-norm residual step: s is the new residual stream, n the next
  * sublayer's input. Fused, the sum is written once and never read back for
  * the statistics, and the backward gives x and y one gradient:
- * ds = (the norm's backward of dn) + (s's own grad), dx = dy = ds. */
+ * ds = (the norm's backward of dn) + (s's own grad), dx = dy = ds.
+ * y may be bf16 beside an f32 x (a bf16 sublayer output into the f32
+ * residual stream): s, n, w, b are x's dtype, y is read as it is and its
+ * grad rounded to bf16 once, the bits an f32 copy of y (a cast) would give,
+ * without that copy and its grad held for the step. */
 
 /* x + y and its norm (sum: s, may be NULL); the shared frontend */
 static pr_tensor *add_norm(pr_ctx *ctx, pr_op_id id, pr_tensor *x, pr_tensor *y, pr_tensor *w, pr_tensor *b,
@@ -300,18 +304,23 @@ static pr_tensor *add_norm(pr_ctx *ctx, pr_op_id id, pr_tensor *x, pr_tensor *y,
 {
     const char *op = pr_op(id)->name;
     const bool layer = id == PR_OP_add_layernorm;
-    /* autocast: the sum promotes as add does (the residual keeps its dtype:
-     * f32 in every model, since the embedding and the adds are f32), and the
-     * norm keeps the sum's dtype as every norm does (pr_layernorm), so s and
-     * n come out in one dtype and w, b are taken in it */
-    pr_tensor *xy[2] = {x, y};
-    pr_autocast_promote(ctx, 2, xy);
-    x = xy[0], y = xy[1];
     PR_CHECK(x && y, "%s: NULL input", op);
+    if (x->dtype == PR_BF16 && y->dtype == PR_F32) {   /* the sum is symmetric: the f32 one is x */
+        pr_tensor *t = x;
+        x = y, y = t;
+    }
+    /* autocast: x and y of one dtype, or y bf16 beside an f32 x (above),
+     * stay as they are; the residual keeps its dtype (f32 in every model,
+     * since the embedding and the adds are f32), the norm keeps the sum's as
+     * every norm does (pr_layernorm), and w, b are taken in it */
     w = pr_autocast(ctx, w, x->dtype), b = pr_autocast(ctx, b, x->dtype);
     norm_check(op, x);
     pr_check_float(op, y, "y");
-    pr_check_same_kind(op, x, y);
+    PR_CHECK(y->dtype == x->dtype || (x->dtype == PR_F32 && y->dtype == PR_BF16),
+             "%s: dtype mismatch (x %s, y %s; y may be bf16 beside an f32 x)", op, pr_dtype_name(x->dtype),
+             pr_dtype_name(y->dtype));
+    PR_CHECK(x->device == y->device, "%s: device mismatch (%s and %s)", op, pr_device_name(x->device),
+             pr_device_name(y->device));
     pr_check_same_shape(op, x, y);
     param_check(op, x, w, "w");
     if (layer) param_check(op, x, b, "b");

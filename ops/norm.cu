@@ -431,11 +431,15 @@ extern "C" void pr_l2norm_backward_cuda(pr_ctx *ctx, pr_node *n)
  * add then norm take two and read s back. The statistics are of the sum in
  * f32 before s is stored (for bf16, of the unrounded sum, as the CPU's staged
  * path). The backward's ds = s's grad + the norm's backward of n's grad goes
- * into x's and y's grads in the same pass. layer: layernorm (mean removed, b). */
+ * into x's and y's grads in the same pass. layer: layernorm (mean removed, b).
+ * Storage: T for x, w, b, s, n and their grads; U for y and its grad, which
+ * is T or, beside an f32 x, bf16 (a bf16 sublayer output into the f32
+ * residual stream, ops/norm.c): y is widened as it is loaded and dy rounded
+ * once as it is stored, the bits of an f32 copy of y and its cast back. */
 
-/* chunk j of x + y (of `a` alone when b is NULL) */
-template <class T>
-__device__ __forceinline__ pr_f4 sum4(const T *a, const T *b, long long j, long long D, bool vec)
+/* chunk j of a + b (of `a` alone when b is NULL) */
+template <class T, class U>
+__device__ __forceinline__ pr_f4 sum4(const T *a, const U *b, long long j, long long D, bool vec)
 {
     pr_f4 v = pr_ld4(a, j, D, vec);
     if (b) {
@@ -446,14 +450,15 @@ __device__ __forceinline__ pr_f4 sum4(const T *a, const T *b, long long j, long 
     return v;
 }
 
-template <int G, int S, class T>
-ROW_KERNEL(G) add_norm_forward_kernel(const T *x, const T *y, const T *w, const T *b, T *s, T *out, float *mean_out,
+template <int G, int S, class T, class U>
+ROW_KERNEL(G) add_norm_forward_kernel(const T *x, const U *y, const T *w, const T *b, T *s, T *out, float *mean_out,
                                       float *rstd_out, long long R, long long D, float eps, bool layer, bool vec)
 {
     bool ok;
     int lane;
     long long r = pr_row_index<G>(R, &ok, &lane);
-    const T *xr = x + r * D, *yr = y + r * D;
+    const T *xr = x + r * D;
+    const U *yr = y + r * D;
     pr_f4 ss[S];
     pr_row_chunks<G, S>(D, lane, [&](long long j, int i) {
         if (i >= 0) ss[i] = sum4(xr, yr, j, D, vec);
@@ -491,10 +496,10 @@ ROW_KERNEL(G) add_norm_forward_kernel(const T *x, const T *y, const T *w, const 
     }
 }
 
-/* s is sa + sb (sb NULL: sa alone); gn, gs: n's and s's grads */
-template <int G, int S, class T>
+/* s is sa + sb (sb NULL: sa alone); gn, gs: n's and s's grads; dy in y's storage U */
+template <int G, int S, class T, class U>
 ROW_KERNEL(G) add_norm_backward_kernel(const T *sa, const T *sb, const T *w, const T *gn, const T *gs,
-                                       const float *mean_in, const float *rstd_in, T *dx, T *dy, long long R,
+                                       const float *mean_in, const float *rstd_in, T *dx, U *dy, long long R,
                                        long long D, bool layer, bool vec)
 {
     bool ok;
@@ -544,13 +549,14 @@ template <class T> struct add_norm_dw {
     }
 };
 
-template <class T> static void add_norm_forward(pr_ctx *ctx, pr_node *n)
+template <class T, class U> static void add_norm_forward(pr_ctx *ctx, pr_node *n)
 {
     const pr_tensor *x = n->in[0];
     const bool layer = pr_node_op(n) == PR_OP_add_layernorm;
     long long D = x->shape[x->ndim - 1], R = x->numel / D;
     if (R == 0) return;
-    const T *px = (const T *)x->data, *py = (const T *)n->in[1]->data, *pw = data_or_null<T>(n->in[2]);
+    const U *py = (const U *)n->in[1]->data;
+    const T *px = (const T *)x->data, *pw = data_or_null<T>(n->in[2]);
     const T *pb = layer ? data_or_null<T>(n->in[3]) : NULL;
     T *pn = (T *)n->out[0]->data, *ps = (T *)n->out[1]->data;
     bool vec = D % 4 == 0 && all_aligned({px, py, pw, pb, pn, ps});
@@ -559,9 +565,10 @@ template <class T> static void add_norm_forward(pr_ctx *ctx, pr_node *n)
                 layer, vec);
 }
 
-/* f32: s is read back as stored (the exact f32 sum); bf16: s = x + y again
- * from the inputs, the unrounded sum the statistics were taken of */
-template <class T> static void add_norm_backward(pr_ctx *ctx, pr_node *n)
+/* f32: s is read back as stored (the exact f32 sum, whatever y's storage);
+ * bf16: s = x + y again from the inputs, the unrounded sum the statistics
+ * were taken of */
+template <class T, class U> static void add_norm_backward(pr_ctx *ctx, pr_node *n)
 {
     const bool layer = pr_node_op(n) == PR_OP_add_layernorm;
     const pr_tensor *x = n->in[0];
@@ -572,7 +579,8 @@ template <class T> static void add_norm_backward(pr_ctx *ctx, pr_node *n)
     const T *sb = bf16 ? (const T *)n->in[1]->data : NULL, *pw = data_or_null<T>(n->in[2]);
     const T *gn = (const T *)n->out[0]->grad->data, *gs = (const T *)n->out[1]->grad->data;
     const float *mean = layer ? saved_or_null(n, 0) : NULL, *rstd = saved_or_null(n, layer ? 1 : 0);
-    T *dx = grad_or_null<T>(pr_in_grad(n, 0)), *dy = grad_or_null<T>(pr_in_grad(n, 1));
+    T *dx = grad_or_null<T>(pr_in_grad(n, 0));
+    U *dy = grad_or_null<U>(pr_in_grad(n, 1));
     pr_tensor *gw = pr_in_grad(n, 2), *gb = layer ? pr_in_grad(n, 3) : NULL;
     if (dx || dy) {
         bool vec = D % 4 == 0 && all_aligned({sa, sb, pw, gn, gs, dx, dy});
@@ -583,19 +591,22 @@ template <class T> static void add_norm_backward(pr_ctx *ctx, pr_node *n)
     if (gb) pr_cuda_colsum_add(s, read_rc<T>{gn, D}, R, D, (T *)gb->data, 1.0);
 }
 
-extern "C" void pr_add_rmsnorm_forward_cuda(pr_ctx *ctx, pr_node *n)
+/* x f32 and y bf16 (the one mix the frontend lets through) run the <f32,
+ * bf16> instance; else every float input is f32 or every one bf16 */
+static bool add_norm_mixed(const pr_node *n) { return n->in[0]->dtype == PR_F32 && n->in[1]->dtype == PR_BF16; }
+
+static void add_norm_forward_any(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_forward<decltype(t)>(ctx, n); });
+    if (add_norm_mixed(n)) add_norm_forward<float, pr_bf16>(ctx, n);
+    else pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_forward<decltype(t), decltype(t)>(ctx, n); });
 }
-extern "C" void pr_add_rmsnorm_backward_cuda(pr_ctx *ctx, pr_node *n)
+static void add_norm_backward_any(pr_ctx *ctx, pr_node *n)
 {
-    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_backward<decltype(t)>(ctx, n); });
+    if (add_norm_mixed(n)) add_norm_backward<float, pr_bf16>(ctx, n);
+    else pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_backward<decltype(t), decltype(t)>(ctx, n); });
 }
-extern "C" void pr_add_layernorm_forward_cuda(pr_ctx *ctx, pr_node *n)
-{
-    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_forward<decltype(t)>(ctx, n); });
-}
-extern "C" void pr_add_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n)
-{
-    pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { add_norm_backward<decltype(t)>(ctx, n); });
-}
+
+extern "C" void pr_add_rmsnorm_forward_cuda(pr_ctx *ctx, pr_node *n) { add_norm_forward_any(ctx, n); }
+extern "C" void pr_add_rmsnorm_backward_cuda(pr_ctx *ctx, pr_node *n) { add_norm_backward_any(ctx, n); }
+extern "C" void pr_add_layernorm_forward_cuda(pr_ctx *ctx, pr_node *n) { add_norm_forward_any(ctx, n); }
+extern "C" void pr_add_layernorm_backward_cuda(pr_ctx *ctx, pr_node *n) { add_norm_backward_any(ctx, n); }

@@ -142,6 +142,7 @@ static void test_policy_dtypes(void **state)
     assert_int_equal(s->dtype, PR_F32);
     assert_int_equal(nrm->dtype, PR_F32);
     assert_string_equal(ctx->tape[nrm->tape_pos].op->name, "add_rmsnorm");
+    assert_ptr_equal(ctx->tape[nrm->tape_pos].in[1], h);   /* a bf16 y beside an f32 x: read as it is */
     nrm = pr_add_layernorm(ctx, h, h, nw, nw, 1e-5, &s);
     assert_int_equal(s->dtype, PR_BF16);
     assert_int_equal(nrm->dtype, PR_BF16);
@@ -270,6 +271,52 @@ static void test_activation_cast_once(void **state)
     free(g32);
     pr_step_reset(ctx);
     pr_arena_free(params);
+}
+
+/* add_rmsnorm and add_layernorm with y bf16 beside an f32 x (either
+ * order): s and n f32, y's grad bf16, each the f64 result on the same values
+ * rounded once (the CPU stages the node through f64) */
+static void test_add_norm_mixed(void **state)
+{
+    pr_ctx *ctx = *state;
+    pr_rng r = pr_rng_init(12, 0);
+    for (int layer = 0; layer < 2; layer++) {
+        pr_tensor *x = leaf(ctx, ctx->step, &r, PR_F32, PR_DIMS(5, 7));
+        pr_tensor *y = pr_to(ctx->step, leaf(ctx, ctx->step, &r, PR_F32, PR_DIMS(5, 7)), PR_BF16, PR_CPU);
+        pr_tensor *w = leaf(ctx, ctx->step, &r, PR_F32, PR_DIMS(7)), *b = leaf(ctx, ctx->step, &r, PR_F32, PR_DIMS(7));
+        pr_requires_grad_(y, true);
+        pr_tensor *ins[4] = {x, y, w, b}, *wide[4];
+        for (int i = 0; i < 4; i++) {
+            wide[i] = pr_to(ctx->step, ins[i], PR_F64, PR_CPU);
+            pr_requires_grad_(wide[i], true);
+        }
+        pr_tensor *s, *n, *s64, *n64;
+        if (layer) {
+            n = pr_add_layernorm(ctx, y, x, w, b, 1e-5, &s);   /* y first: the f32 one becomes x */
+            n64 = pr_add_layernorm(ctx, wide[1], wide[0], wide[2], wide[3], 1e-5, &s64);
+        } else {
+            n = pr_add_rmsnorm(ctx, x, y, w, 1e-5, &s);
+            n64 = pr_add_rmsnorm(ctx, wide[0], wide[1], wide[2], 1e-5, &s64);
+        }
+        assert_int_equal(count_casts(ctx), 0);
+        assert_int_equal(n->dtype, PR_F32);
+        assert_int_equal(s->dtype, PR_F32);
+        pr_tensor *gn = pr_randn(ctx->step, PR_F32, PR_CPU, PR_DIMS(5, 7), &r);
+        pr_tensor *gs = pr_randn(ctx->step, PR_F32, PR_CPU, PR_DIMS(5, 7), &r);
+        pr_backward_many(ctx, 2, (pr_tensor *[]){n, s}, (const pr_tensor *[]){gn, gs});
+        pr_backward_many(ctx, 2, (pr_tensor *[]){n64, s64}, (const pr_tensor *[]){gn, gs});
+        const pr_tensor *got[6] = {n, s, x->grad, y->grad, w->grad, layer ? b->grad : NULL};
+        const pr_tensor *ref[6] = {n64, s64, wide[0]->grad, wide[1]->grad, wide[2]->grad, layer ? wide[3]->grad : NULL};
+        for (int k = 0; k < 6; k++) {
+            if (!ref[k]) continue;
+            assert_int_equal(got[k]->dtype, k == 3 ? PR_BF16 : PR_F32);
+            double *g = host(got[k]), *e = host(pr_to(ctx->step, ref[k], got[k]->dtype, PR_CPU));
+            pr_assert_allclose(layer ? "add_layernorm mixed" : "add_rmsnorm mixed", g, e, got[k]->numel, 0, 0);
+            free(g);
+            free(e);
+        }
+        pr_step_reset(ctx);
+    }
 }
 
 /* pr_step_memory on one bf16 product, every byte accounted: x (no grad) and
@@ -456,6 +503,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_policy_only_bf16, setup, teardown),
         cmocka_unit_test_setup_teardown(test_parameter_cast_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_activation_cast_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_norm_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_memory_counts, setup, teardown),
         cmocka_unit_test(test_bf16_step_holds_less),
         cmocka_unit_test(test_every_mixer_in_bf16),

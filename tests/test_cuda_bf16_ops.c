@@ -365,18 +365,21 @@ static void test_norms(void **state)
  * once), both outputs seeded; n, s and the grads of x, y, w, b within TOL,
  * and two CUDA runs give the same bits. Odd rows, D not a multiple of 4 or 8,
  * each kernel shape (a warp with 1, 2 and 8 slots, a block, rows past a
- * block's slots). */
+ * block's slots). Mixed: x, w, b f32 and y bf16 (autocast's bf16 sublayer
+ * output into the f32 residual stream, the <f32, bf16> kernels): n, s and
+ * the f32 grads within 1e-4 (test_cuda_ops' f32 bound), y's bf16 grad
+ * within TOL. */
 
 typedef struct {
     pr_tensor *n, *s, *grad[4];
 } add_norm_run;
 
-static add_norm_run add_norm_on(pr_ctx *ctx, bool layer, pr_tensor *const *in16, const pr_tensor *const *seeds,
-                                pr_device dev)
+static add_norm_run add_norm_on(pr_ctx *ctx, bool layer, bool mixed, pr_tensor *const *in16,
+                                const pr_tensor *const *seeds, pr_device dev)
 {
     pr_tensor *in[4] = {0};
     for (int i = 0; i < (layer ? 4 : 3); i++) {
-        in[i] = pr_to(ctx->step, in16[i], PR_BF16, dev);
+        in[i] = pr_to(ctx->step, in16[i], mixed && i != 1 ? PR_F32 : PR_BF16, dev);
         in[i]->requires_grad = true;
     }
     add_norm_run r = {0};
@@ -386,14 +389,15 @@ static add_norm_run add_norm_on(pr_ctx *ctx, bool layer, pr_tensor *const *in16,
     assert_string_equal(node->op->name, layer ? "add_layernorm" : "add_rmsnorm");
     if (dev == PR_CUDA && node->staged) fprintf(stderr, "  %s: bf16 on CUDA was staged\n", node->op->name);
     if (dev == PR_CUDA) assert_null(node->staged);
-    const pr_tensor *g[2] = {pr_to(ctx->step, seeds[0], PR_BF16, dev), pr_to(ctx->step, seeds[1], PR_BF16, dev)};
+    const pr_dtype out = mixed ? PR_F32 : PR_BF16;
+    const pr_tensor *g[2] = {pr_to(ctx->step, seeds[0], out, dev), pr_to(ctx->step, seeds[1], out, dev)};
     pr_backward_many(ctx, 2, (pr_tensor *[]){r.n, r.s}, g);
     for (int i = 0; i < 4; i++) r.grad[i] = in[i] ? in[i]->grad : NULL;
     pr_device_sync(dev);
     return r;
 }
 
-static void check_add_norm(bool layer, int64_t R, int64_t D)
+static void check_add_norm(bool layer, bool mixed, int64_t R, int64_t D)
 {
     pr_ctx *ctx = pr_ctx_new(3);
     pr_rng r = pr_rng_init((uint64_t)(R * 7 + D), layer);
@@ -406,10 +410,12 @@ static void check_add_norm(bool layer, int64_t R, int64_t D)
     }
     const pr_tensor *seeds[2] = {pr_randu(ctx->step, PR_F32, PR_CPU, PR_DIMS(R, D), &r, -1, 1),
                                  pr_randu(ctx->step, PR_F32, PR_CPU, PR_DIMS(R, D), &r, -1, 1)};
-    add_norm_run cpu = add_norm_on(ctx, layer, in16, seeds, PR_CPU);
-    add_norm_run a = add_norm_on(ctx, layer, in16, seeds, PR_CUDA), b = add_norm_on(ctx, layer, in16, seeds, PR_CUDA);
+    add_norm_run cpu = add_norm_on(ctx, layer, mixed, in16, seeds, PR_CPU);
+    add_norm_run a = add_norm_on(ctx, layer, mixed, in16, seeds, PR_CUDA);
+    add_norm_run b = add_norm_on(ctx, layer, mixed, in16, seeds, PR_CUDA);
     char name[64];
-    snprintf(name, sizeof name, "%s [%lld,%lld]", layer ? "add_layernorm" : "add_rmsnorm", (long long)R, (long long)D);
+    snprintf(name, sizeof name, "%s%s [%lld,%lld]", layer ? "add_layernorm" : "add_rmsnorm", mixed ? " mixed" : "",
+             (long long)R, (long long)D);
     const char *parts[6] = {"n", "s", "grad x", "grad y", "grad w", "grad b"};
     const pr_tensor *got[6] = {a.n, a.s, a.grad[0], a.grad[1], a.grad[2], a.grad[3]};
     const pr_tensor *again[6] = {b.n, b.s, b.grad[0], b.grad[1], b.grad[2], b.grad[3]};
@@ -418,8 +424,9 @@ static void check_add_norm(bool layer, int64_t R, int64_t D)
     double worst = 0;
     for (int k = 0; k < 6; k++) {
         if (!ref[k]) continue;
-        double e = norm_err(got[k], ref[k]);
-        if (!(e <= TOL)) fprintf(stderr, "  %s: %s error %.3e > %.2e\n", name, parts[k], e, TOL), bad++;
+        double e = norm_err(got[k], ref[k]), tol = got[k]->dtype == PR_F32 ? 1e-4 : TOL;
+        if (mixed) assert_int_equal(got[k]->dtype, k == 3 ? PR_BF16 : PR_F32);
+        if (!(e <= tol)) fprintf(stderr, "  %s: %s error %.3e > %.2e\n", name, parts[k], e, tol), bad++;
         if (!same_bytes(got[k], again[k])) fprintf(stderr, "  %s: %s differs between two runs\n", name, parts[k]), bad++;
         worst = e > worst ? e : worst;
     }
@@ -433,8 +440,9 @@ static void test_add_norm(void **state)
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     const struct { int64_t R, D; } sz[] = {{301, 13}, {777, 96}, {9, 201}, {33, 1000}, {5, 3001}, {3, 9001}, {2, 17001}};
-    for (int layer = 0; layer < 2; layer++)
-        for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) check_add_norm(layer, sz[k].R, sz[k].D);
+    for (int mixed = 0; mixed < 2; mixed++)
+        for (int layer = 0; layer < 2; layer++)
+            for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) check_add_norm(layer, mixed, sz[k].R, sz[k].D);
 }
 
 /* ---- softmax and losses -------------------------------------------------------------------- */
