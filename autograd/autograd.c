@@ -37,6 +37,7 @@ void pr_ctx_free(pr_ctx *ctx)
     free(ctx->tape);
     free(ctx->cast_cache.src);
     free(ctx->cast_cache.dst);
+    free(ctx->cast_cache.slot);
     pr_cuda_ctx_release(ctx->cuda);
     free(ctx);
 }
@@ -50,7 +51,11 @@ void pr_step_reset(pr_ctx *ctx)
     pr_autocast_forget(ctx);   /* the casts lived there too */
 }
 
-void pr_autocast_forget(pr_ctx *ctx) { ctx->cast_cache.n = 0; }
+void pr_autocast_forget(pr_ctx *ctx)
+{
+    ctx->cast_cache.n = 0;
+    if (ctx->cast_cache.slot) memset(ctx->cast_cache.slot, 0, sizeof(int) * (size_t)ctx->cast_cache.nslot);
+}
 
 /* the fields alone: the cached casts stay valid for after the pause */
 pr_precision_state pr_autocast_pause(pr_ctx *ctx)

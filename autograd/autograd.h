@@ -103,9 +103,10 @@ struct pr_ctx {
     pr_precision precision;
     int matmul_tf32;
     /* bf16 autocast's casts of parameters and of the step's tensors, made
-     * once a step and reused by every op that converts the same tensor; emptied by
-     * pr_step_reset and pr_autocast_forget (ops/autocast.c fills it) */
-    struct { pr_tensor **src, **dst; int n, cap; } cast_cache;
+     * once a step and reused by every op that converts the same tensor, with
+     * a hash index over src (slot); emptied by pr_step_reset and
+     * pr_autocast_forget (ops/autocast.c fills it) */
+    struct { pr_tensor **src, **dst; int n, cap; int *slot, nslot; } cast_cache;
     unsigned backward_pass; /* counts pr_backward calls; marks what each one reached */
     /* the NaN/Inf trap: with check_finite on, every op's outputs (forward) and
      * its inputs' grads (backward) are checked after it runs, and the first

@@ -130,5 +130,6 @@ void pr_step_mem_print(const pr_step_mem *m, FILE *f)
     }
     fprintf(f, "| untracked (kernel scratch, nodes) | | | | | %.2f |\n", m->untracked / MiB);
     fprintf(f, "| step arena peak | | | | | %.2f |\n", m->arena_peak / MiB);
-    fprintf(f, "| tracked, as a CUDA step (its staging only, at f32) | | | | | %.2f |\n", pr_step_mem_cuda_bytes(m) / MiB);
+    fprintf(f, "| tracked, as a CUDA step (its staging only, at f32) | | | | | %.2f |\n",
+            pr_step_mem_cuda_bytes(m) / MiB);
 }

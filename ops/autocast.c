@@ -30,17 +30,46 @@
  * keep a copy and its grad per use. Outside bf16 precision, and for f64
  * tensors, nothing is converted (gradcheck runs as before).
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "ops/ops.h"
 
 static bool autocasting(const pr_ctx *ctx) { return ctx->precision == PR_PREC_BF16; }
 
-/* the cached cast of t to `want`, if it is still the one an op would record
- * now (newest first: an activation is usually read again soon after) */
+/* The cache is a list (src[i] cast to dst[i]) with a hash index over the
+ * sources, so a lookup costs the same however many casts a step makes (a
+ * per-token loop makes thousands): slot[h] is an entry's position + 1, 0 an
+ * empty slot; linear probing, at most half the slots full. */
+static size_t slot_of(const pr_tensor *t, int nslot)
+{
+    return (size_t)(((uintptr_t)t >> 4) * (uintptr_t)0x9E3779B97F4A7C15ull) & (size_t)(nslot - 1);
+}
+
+static void index_entry(pr_ctx *ctx, int i)
+{
+    const int nslot = ctx->cast_cache.nslot;
+    size_t h = slot_of(ctx->cast_cache.src[i], nslot);
+    while (ctx->cast_cache.slot[h]) h = (h + 1) & (size_t)(nslot - 1);
+    ctx->cast_cache.slot[h] = i + 1;
+}
+
+static void reindex(pr_ctx *ctx, int nslot)
+{
+    int *slot = calloc((size_t)nslot, sizeof *slot);
+    PR_CHECK(slot, "autocast: out of host memory (%d cache slots)", nslot);
+    free(ctx->cast_cache.slot);
+    ctx->cast_cache.slot = slot, ctx->cast_cache.nslot = nslot;
+    for (int i = 0; i < ctx->cast_cache.n; i++) index_entry(ctx, i);
+}
+
+/* the cached cast of t to `want`, if it is still the one an op would record now */
 static pr_tensor *cached(const pr_ctx *ctx, const pr_tensor *t, pr_dtype want, bool recorded)
 {
-    for (int i = ctx->cast_cache.n - 1; i >= 0; i--) {
+    const int nslot = ctx->cast_cache.nslot;
+    if (!nslot) return NULL;
+    for (size_t h = slot_of(t, nslot); ctx->cast_cache.slot[h]; h = (h + 1) & (size_t)(nslot - 1)) {
+        int i = ctx->cast_cache.slot[h] - 1;
         pr_tensor *d = ctx->cast_cache.dst[i];
         if (ctx->cast_cache.src[i] == t && d->dtype == want && d->requires_grad == recorded) return d;
     }
@@ -60,6 +89,9 @@ static void remember(pr_ctx *ctx, pr_tensor *src, pr_tensor *dst)
     }
     ctx->cast_cache.src[ctx->cast_cache.n] = src;
     ctx->cast_cache.dst[ctx->cast_cache.n++] = dst;
+    const int nslot = ctx->cast_cache.nslot;
+    if (2 * ctx->cast_cache.n > nslot) reindex(ctx, nslot ? 2 * nslot : 256);
+    else index_entry(ctx, ctx->cast_cache.n - 1);
 }
 
 pr_tensor *pr_autocast(pr_ctx *ctx, pr_tensor *t, pr_dtype want)
