@@ -567,7 +567,8 @@ typedef struct {
  * time (NULL: silent, as ranks other than 0 are). With t->graph a model's
  * steps are captured where the trainer's plan for opts (the train options
  * the --sets made) would capture them, else timed eagerly, saying why on
- * stderr. breakdown: the folder of each cell's profiled step (NULL: none;
+ * stderr; with comm never (the plan refuses data-parallel steps), the
+ * one-rank cells included, so that the efficiency compares eager with eager. breakdown: the folder of each cell's profiled step (NULL: none;
  * one process only). The number of cells that did not run. */
 int pr_throughput_run(pr_throughput_table *t, const pr_config *base, const pr_train_opts *opts, pr_device dev,
                       pr_comm *comm, const char *breakdown, FILE *out);

@@ -222,7 +222,9 @@ static bool has_ratio(const pr_throughput_table *t) { return t->ranks == 1 && t-
  * flatness column */
 static void print_header(FILE *out, const pr_throughput_table *t)
 {
-    fprintf(out, "precision %s%s\n\n| model | params |", pr_precision_name(t->prec), t->graph ? ", cuda graph on" : "");
+    /* data-parallel steps are never captured (graph_fits) */
+    const bool graph = t->graph && t->ranks == 1;
+    fprintf(out, "precision %s%s\n\n| model | params |", pr_precision_name(t->prec), graph ? ", cuda graph on" : "");
     for (int i = 0; i < t->n_lens; i++)
         if (t->ranks > 1) fprintf(out, " T=%lld 1 rank | %d ranks | eff | MiB |", (long long)t->lens[i], t->ranks);
         else fprintf(out, " T=%lld | MiB |", (long long)t->lens[i]);
@@ -247,13 +249,17 @@ static void print_cell(FILE *out, const pr_throughput_table *t, int m, int i)
     fflush(out);
 }
 
-/* whether training would capture this model's step (train.cuda_graph auto or on); says why not */
-static bool graph_fits(const pr_config *c, const pr_train_opts *o, const char *mixer, pr_device dev)
+/* whether training would capture this model's step (train.cuda_graph auto or on); says why not.
+ * comm: the run's ranks (NULL: one process), which the plan refuses (NCCL in the backward): the
+ * N-rank cells run eager steps, and so do their one-rank cells, so that the efficiency compares
+ * like with like */
+static bool graph_fits(const pr_config *c, const pr_train_opts *o, const char *mixer, pr_device dev, pr_comm *comm)
 {
     pr_config mc = *c;
     snprintf(mc.mixer, sizeof mc.mixer, "%s", mixer);
     pr_train_opts on = *o;
     snprintf(on.cuda_graph, sizeof on.cuda_graph, "on");
+    on.comm = comm;
     char note[200];
     bool fits = pr_train_graph_plan(&mc, &on, dev, true, note, sizeof note);
     if (!fits) fprintf(stderr, "prism bench throughput: %s runs eager steps: cuda graph %s\n", mixer, note);
@@ -267,7 +273,7 @@ int pr_throughput_run(pr_throughput_table *t, const pr_config *base, const pr_tr
     if (out) print_header(out, t);
     int failed = 0;
     for (int m = 0; m < t->n_models; m++) {
-        bool graph = t->graph && graph_fits(base, opts, t->names[m], dev);
+        bool graph = t->graph && graph_fits(base, opts, t->names[m], dev, comm);
         for (int i = 0; i < t->n_lens; i++) {
             int k = m * t->n_lens + i;
             int64_t n = -1;
