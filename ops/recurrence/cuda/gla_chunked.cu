@@ -493,7 +493,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
  * (the last line: o and ht are linear in v and the start state, so scaling a column's past
  * equals scaling its values and start state, less the outputs before s). Kernels: gv_state,
  * gv_out, gv_dstate (also the dg end term per value channel), gv_dv (o again, dv, dg, dA),
- * gv_dqk. Written in session 2026-12-05, compiled only: not yet run on a GPU. */
+ * gv_dqk. Checked on the H200 by test_cuda_recurrence and the gla golden file (2026-12-05). */
 
 /* the chunk-parallel kernels' shared memory: Q, K [C x LDK], A, dA [C x LDC], DQ, DK [C x LDK]
  * (gv_dqk), then the V loop: S, dS [Kp x LDV], and up to six [C x LDV] token tiles and two
