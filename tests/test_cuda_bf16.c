@@ -296,7 +296,9 @@ static void test_extras_in_place(void **state)
 }
 
 /* the plan of rule at (K, V), C = chunk, T = 100, two heads: whether its
- * pass reads or writes bf16 in place (output: q and o; grad: dq) */
+ * pass reads or writes bf16 in place (output: q and o, and k, v with prep
+ * and state; dlocal, dstate: q, dO, k, and without beta dv; grad: dq, dk,
+ * and q, dO, k, and without beta v; wy: dv, dk, and k) */
 static bool pass_in_place(pr_rec_pass_id pass, pr_rule rule, int chunk, int tf32, bool bf16, pr_rec_switch staged,
                           int K, int V)
 {
@@ -334,7 +336,12 @@ static rec_out run_twice(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     return r;
 }
 
-/* On bf16 data the output pass reads q and writes o in place, and with
+/* On bf16 data the output pass reads q and writes o in place, where prep,
+ * state and output run their wgmma forms the forward reads k and v in place
+ * too (copied as bf16 into the f32 tiles, widened there), where dlocal,
+ * dstate, grad and wy run theirs (TF32 on) the backward reads q, dO and k,
+ * and without beta v, in place the same way (and without beta dlocal and
+ * dstate add into dv in place), and with
  * TF32 on grad accumulates dq and dk, and (delta rules) wy dv and the rest
  * of dk in place (no staged copies): the plan says so for bf16 data only,
  * force.bf16_staged turns it off, and both paths give the same bits in o,
@@ -361,6 +368,20 @@ static void test_output_in_place(void **state)
     assert_false(output_in_place(PR_RULE_GDN, 64, 1, false, PR_REC_PLANNED, 64, 40));
     assert_true(output_in_place(PR_RULE_LINATTN, 32, 0, true, PR_REC_OFF, 36, 20));
     assert_false(output_in_place(PR_RULE_LINATTN, 32, 0, true, PR_REC_PLANNED, 34, 20)); /* K % 4 != 0: staged */
+    /* k and v: where prep (delta rules), state and output run their wgmma forms */
+    assert_true(pass_in_place(PR_REC_PASS_STATE, PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 64, 40));
+    assert_true(pass_in_place(PR_REC_PASS_PREP, PR_RULE_GDN, 32, 1, true, PR_REC_PLANNED, 36, 20));
+    assert_true(pass_in_place(PR_REC_PASS_STATE, PR_RULE_LINATTN, 64, 1, true, PR_REC_PLANNED, 64, 40));
+    assert_true(pass_in_place(PR_REC_PASS_STATE, PR_RULE_SSD, 32, 1, true, PR_REC_PLANNED, 36, 40));
+    assert_false(pass_in_place(PR_REC_PASS_STATE, PR_RULE_GDN, 64, 1, true, PR_REC_ON, 64, 40));
+    assert_false(pass_in_place(PR_REC_PASS_STATE, PR_RULE_GDN, 64, 0, true, PR_REC_PLANNED, 64, 40));  /* fp32 */
+    assert_false(pass_in_place(PR_REC_PASS_STATE, PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 160, 40)); /* mma.sync */
+    /* the backward's q, dO (k, v): where dlocal, dstate and grad run their wgmma forms */
+    assert_true(pass_in_place(PR_REC_PASS_DSTATE, PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 64, 40));
+    assert_true(pass_in_place(PR_REC_PASS_DLOCAL, PR_RULE_LINATTN, 64, 1, true, PR_REC_PLANNED, 64, 40));
+    assert_false(pass_in_place(PR_REC_PASS_DSTATE, PR_RULE_GDN, 64, 1, true, PR_REC_ON, 64, 40));
+    assert_false(pass_in_place(PR_REC_PASS_DSTATE, PR_RULE_GDN, 64, 0, true, PR_REC_PLANNED, 64, 40));  /* fp32 */
+    assert_false(pass_in_place(PR_REC_PASS_DLOCAL, PR_RULE_GDN, 64, 1, true, PR_REC_PLANNED, 160, 40)); /* mma.sync */
     pr_ctx *ctx = pr_ctx_new(1);
     static const struct {
         pr_rule rule;
@@ -368,7 +389,7 @@ static void test_output_in_place(void **state)
     } cases[] = {
         {PR_RULE_GDN, 64, 1, 64, 40, 0},  {PR_RULE_GDN, 32, 1, 36, 20, 0},   {PR_RULE_LINATTN, 64, 1, 64, 40, 0},
         {PR_RULE_SSD, 64, 0, 36, 40, 0},  {PR_RULE_DELTA, 32, 0, 64, 20, 0}, {PR_RULE_GDN, 64, 1, 160, 40, 0},
-        {PR_RULE_GDN, 64, 1, 64, 40, 1},
+        {PR_RULE_GDN, 64, 1, 64, 40, 1},  {PR_RULE_SSD, 32, 1, 36, 40, 0},
     };
     int fails = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {

@@ -154,27 +154,52 @@ __device__ __forceinline__ void rec_st_tile(float *dst, long long rs, int nr, in
         }
 }
 
-/* rec_ld_tile from bf16 rows read in place: each group of 4 columns is one
- * 8-byte load, widened to f32 (exact) on its way into the tile, so the tile
- * holds the values a staged f32 copy would. The caller guarantees nc % 4 == 0
- * where nc > 0, 8-byte aligned rows and src; synchronous (the next barrier
- * publishes it). SW as rec_ld_tile's. */
+/* rec_ld_tile from bf16 rows read in place, asynchronous as rec_ld_tile's
+ * copies (v16 measured synchronous loads losing): each group of 4 bf16
+ * columns is one 8-byte cp.async into the first half of the 16-byte slot
+ * rec_ld_tile's copy fills (zero-filled outside the rows and columns), and once this
+ * thread's copies landed (its cp.async wait) rec_widen_own widens its own
+ * slots in place, before the barrier that publishes the tile: no thread
+ * reads another's raw bytes, and the tile holds the staged copy's values.
+ * The same placement (rec_rowmap_of(W), SW), nc % 4 == 0 where nc > 0,
+ * 8-byte aligned rows and src. */
+__device__ __forceinline__ void rec_cp8(unsigned d, const void *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
 template <bool SW = false>
 __device__ __forceinline__ void rec_ld_tile16(float *dst, int ld, int R, int W, const unsigned short *src,
-                                              long long rs, int nr, int nc)
+                                               long long rs, int nr, int nc)
 {
     const rec_rowmap m = rec_rowmap_of(W);
     const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
     for (int r = m.r0; r < R; r += m.rstep)
         for (int c = m.c0; c < W; c += m.cstep) {
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (r < nr && c < nc) {
-                const uint2 w = *reinterpret_cast<const uint2 *>(src + r * rs + c);
-                x = make_float4(pr_bf16_lo(w.x), pr_bf16_hi(w.x), pr_bf16_lo(w.y), pr_bf16_hi(w.y));
-            }
-            *reinterpret_cast<float4 *>(dst + (SW ? rec_sw128(base, r, c) : r * ld + c)) = x;
+            const bool in = r < nr && c < nc;
+            rec_cp8(base + 4u * (unsigned)(SW ? rec_sw128(base, r, c) : r * ld + c), in ? src + r * rs + c : src,
+                    in ? 8 : 0);
         }
 }
+/* a slot's 4 bf16 (its first 8 bytes) widened to its 4 floats */
+__device__ __forceinline__ float4 rec_widen4(const float *slot)
+{
+    const uint2 w = *reinterpret_cast<const uint2 *>(slot);
+    return make_float4(pr_bf16_lo(w.x), pr_bf16_hi(w.x), pr_bf16_lo(w.y), pr_bf16_hi(w.y));
+}
+/* (rows from r_begin, a multiple of the placement's row step: the rest of
+ * a tile whose first rows a scaling copier widened, e.g. rec_tf32_own<true>) */
+template <bool SW = false>
+__device__ __forceinline__ void rec_widen_own(float *dst, int ld, int R, int W, int r_begin = 0)
+{
+    const rec_rowmap m = rec_rowmap_of(W);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
+    for (int r = r_begin + m.r0; r < R; r += m.rstep)
+        for (int c = m.c0; c < W; c += m.cstep) {
+            float *d = dst + (SW ? rec_sw128(base, r, c) : r * ld + c);
+            *reinterpret_cast<float4 *>(d) = rec_widen4(d);
+        }
+}
+
 /* dst[r*rs + c] = bf16(0 + alpha * src[r][c]) for r < nr, c < nc (nc % 4 ==
  * 0, 8-byte aligned rows): rec_st_tile's plain store with a bf16
  * destination, rounded as pr_cuda_cast rounds (pr_bf16_bits), so the bits
@@ -626,13 +651,14 @@ __device__ __forceinline__ void rec_wg_sums_st(float *dst, long long rs, const f
  * rec_tf32_own: this thread's copies into such a tile of R rows and 32
  * floats (rec_ld_tile<true>'s placement), rounded in place once landed
  * (scaled by the row factors f[r] first, where given). */
+template <bool W16 = false> /* W16: the slots hold bf16 (rec_ld_tile16<true>), widened first */
 __device__ __forceinline__ void rec_tf32_own(float *dst, int R, const float *f = nullptr)
 {
     const rec_rowmap m = rec_rowmap_of(32);
     const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
     for (int r = m.r0; r < R; r += m.rstep) {
         float4 *q = reinterpret_cast<float4 *>(dst + rec_sw128(base, r, m.c0));
-        float4 x = *q;
+        float4 x = W16 ? rec_widen4(reinterpret_cast<const float *>(q)) : *q;
         if (f) x.x *= f[r], x.y *= f[r], x.z *= f[r], x.w *= f[r];
         x.x = __uint_as_float(rec_tf32(x.x)), x.y = __uint_as_float(rec_tf32(x.y));
         x.z = __uint_as_float(rec_tf32(x.z)), x.w = __uint_as_float(rec_tf32(x.w));
@@ -734,7 +760,8 @@ __device__ __forceinline__ void rec_cpt(float *dst, int OR, const float *src, lo
         }
     }
 }
-template <int R, int WC> __device__ __forceinline__ void rec_cpt_own(float *dst, int OR, const float *f, float alpha)
+template <int R, int WC, bool W16 = false>
+__device__ __forceinline__ void rec_cpt_own(float *dst, int OR, const float *f, float alpha)
 {
     const rec_cpt_pos q = rec_cpt_of();
     const unsigned d0 = (unsigned)__cvta_generic_to_shared(dst + q.off); /* the offsets below fold into it */
@@ -743,7 +770,37 @@ template <int R, int WC> __device__ __forceinline__ void rec_cpt_own(float *dst,
         const float fr = f ? alpha * f[q.r + 32 * rb] : alpha;
         float *d = dst + q.off + rb * OR * 32;
 #pragma unroll
-        for (int cb = 0; cb < WC / 8; cb++) d[cb * 256] = __uint_as_float(rec_tf32(d[cb * 256] * fr));
+        for (int cb = 0; cb < WC / 8; cb++) {
+            /* W16: the element is the low (even column) or high half of its copied pair */
+            const unsigned w = __float_as_uint(d[cb * 256]);
+            const float x = !W16 ? d[cb * 256] : q.c & 1 ? pr_bf16_hi(w) : pr_bf16_lo(w);
+            d[cb * 256] = __uint_as_float(rec_tf32(x * fr));
+        }
+    }
+}
+/* rec_cpt from bf16 rows (even rs, 4-byte aligned src, nc even): cp.async
+ * has no 2-byte copy, so each thread copies the 4-byte pair that holds its
+ * element (columns c & ~1 and c | 1) into its own slot, and
+ * rec_cpt_own<R, WC, true> keeps its half, widened (exact), then scales and
+ * rounds it as rec_cpt_own does: the bits of rec_cpt of a staged copy.
+ * Each pair is read by two neighbouring lanes (cached in L1). */
+template <int R, int WC>
+__device__ __forceinline__ void rec_cpt16(float *dst, int OR, const unsigned short *src, long long rs, int nr, int nc)
+{
+    static_assert(R % 32 == 0 && WC % 8 == 0 && PR_REC_WARPS == 8, "a warp step of 4 rows a warp");
+    const rec_cpt_pos q = rec_cpt_of();
+    const unsigned d0 = (unsigned)__cvta_generic_to_shared(dst + q.off);
+#pragma unroll
+    for (int rb = 0; rb < R / 32; rb++) {
+        const int r = q.r + 32 * rb;
+        const unsigned short *s = src + r * rs + (q.c & ~1);
+#pragma unroll
+        for (int cb = 0; cb < WC / 8; cb++) {
+            const bool in = r < nr && q.c + 8 * cb < nc;
+            rec_cp4(d0 + 4 * (rb * OR * 32 + cb * 256), in ? reinterpret_cast<const float *>(s + 8 * cb)
+                                                             : reinterpret_cast<const float *>(src),
+                    in ? 4 : 0);
+        }
     }
 }
 

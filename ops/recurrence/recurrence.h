@@ -122,7 +122,9 @@ typedef struct {
     int bv, bk;            /* its V tile and K tile (0: the pass has none) */
     pr_rec_prod prod;      /* its products' operands */
     bool bf16_in_place;    /* bf16 data: the pass reads or writes bf16 tensors in place, unstaged (output: q and
-                              o; grad: dq, dk; wy: dv, dk); every other bf16 tensor is staged through an f32 copy */
+                              o, and with prep and state k, v; dlocal, dstate: q, dO, k, and without beta dv; grad:
+                              dq, dk, and q, dO, k, and without beta v; wy: dv, dk and k); every other bf16 tensor
+                              is staged through an f32 copy */
 } pr_rec_pass;
 
 /* How a call runs: the form, the chunk size, and for the CUDA chunked form

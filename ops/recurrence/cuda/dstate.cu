@@ -133,7 +133,10 @@ static size_t smem_dstate_wg(const rec_prob &p, int bv)
 
 /* two blocks an SM only where their shared memory allows it (no beta, V
  * tiles of 32); elsewhere the 128-register cap would only spill */
-template <int C, int NW, int MP, bool DELTA>
+/* IN16 (bf16 data, the plan's io16_bwd): q, dO and k read in place (p.q16,
+ * p.dout16, p.k16): copied by cp.async into the f32 tiles' slots and
+ * widened by their copiers where they scale and round them */
+template <int C, int NW, int MP, bool DELTA, bool IN16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, !DELTA && NW == 16 ? 2 : 1) chunk_dstate_wg_kernel(rec_prob p, rec_dstate_io io)
 {
     extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
@@ -150,15 +153,25 @@ __global__ void __launch_bounds__(PR_REC_THREADS, !DELTA && NW == 16 ? 2 : 1) ch
     float hz[MP][NR], rz[NR];
     rec_wg_sums_ld(hz, q, io.dht ? io.dht + hoff : nullptr, V, K, nv);
     const auto gates = [&](int ci) { return sm + s.gates + (ci & 1) * 4 * C; }; /* G, bt, eG, eL */
+    constexpr bool k16 = IN16;
     /* chunk ci's copies, and its dU into P1's sums */
     const auto issue = [&](int ci) {
         const int nval = min(C, sq.len - ci * C);
         const long long rk = (long long)(sq.bos + ci * C) * H + h;
         for (int kb = 0; kb < KW / 32; kb++)
-            rec_ld_tile<true>(KD + kb * 64 * 32, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
-                              K - kb * 32, p.vec);
-        rec_cpt<C, KW>(QT, KW, p.q + rk * K, (long long)H * K, nval, K);
-        rec_cpt<C, BV>(DOT, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv);
+            if constexpr (k16)
+                rec_ld_tile16<true>(KD + kb * 64 * 32, 32, 64, 32, p.k16 + rk * K + kb * 32, (long long)H * K, nval,
+                                    K - kb * 32);
+            else
+                rec_ld_tile<true>(KD + kb * 64 * 32, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
+                                  K - kb * 32, p.vec);
+        if constexpr (IN16) {
+            rec_cpt16<C, KW>(QT, KW, p.q16 + rk * K, (long long)H * K, nval, K);
+            rec_cpt16<C, BV>(DOT, BV, p.dout16 + rk * V + v0, (long long)H * V, nval, nv);
+        } else {
+            rec_cpt<C, KW>(QT, KW, p.q + rk * K, (long long)H * K, nval, K);
+            rec_cpt<C, BV>(DOT, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv);
+        }
 #pragma unroll
         for (int e = 0; e < NR; e++) {
             const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
@@ -180,9 +193,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, !DELTA && NW == 16 ? 2 : 1) ch
         const float *bt = gates(ci) + C, *eG = bt + C, *eL = eG + C;
         /* this chunk's copies landed: scaled and rounded by their copiers */
         asm volatile("cp.async.wait_all;\n" ::: "memory");
-        for (int kb = 0; kb < KW / 32; kb++) rec_tf32_own(KD + kb * 64 * 32, C, eL);
-        rec_cpt_own<C, KW>(QT, KW, eG, p.scale);
-        rec_cpt_own<C, BV>(DOT, BV, nullptr, 1.f);
+        for (int kb = 0; kb < KW / 32; kb++)
+            if constexpr (k16) { /* and rows C..63 (zero-filled in their first halves only) widened to zero */
+                rec_tf32_own<true>(KD + kb * 64 * 32, C, eL);
+                if (C < 64) rec_widen_own<true>(KD + kb * 64 * 32, 32, 64, 32, C);
+            } else {
+                rec_tf32_own(KD + kb * 64 * 32, C, eL);
+            }
+        rec_cpt_own<C, KW, IN16>(QT, KW, eG, p.scale);
+        rec_cpt_own<C, BV, IN16>(DOT, BV, nullptr, 1.f);
         /* dh^T (this warpgroup's columns) for P1; dh stored as the chunk's */
 #pragma unroll
         for (int m = 0; m < MP; m++)
@@ -220,6 +239,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, !DELTA && NW == 16 ? 2 : 1) ch
             const int a = r0 + 8 * (e >> 1 & 1), j = c0 + 8 * (e >> 2) + (e & 1);
             if (a >= C) continue;
             if (dst && a < nval && j < nv) dst[(rk + (long long)a * H) * V + v0 + j] = rz[e];
+            if constexpr (IN16 && !DELTA) /* bf16 dv in place: the cast's rounding of the same sum */
+                if (io.dv16 && a < nval && j < nv) io.dv16[(rk + (long long)a * H) * V + v0 + j] = pr_bf16_bits(rz[e]);
             if (DELTA) {
                 float *sub = HK + (a >> 5) * BV * 32;
                 sub[rec_sw128((unsigned)__cvta_generic_to_shared(sub), j, a & 31)] =
@@ -254,11 +275,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, !DELTA && NW == 16 ? 2 : 1) ch
                 if (k < K && j < nv) *d = (io.dh_acc ? *d : 0.f) + hz[m][e];
             }
 }
-template <int C, int NW> static void chunk_dstate_wg_nw(cudaStream_t st, const rec_prob &p, const rec_dstate_io &io)
+template <int C, int NW, bool IN16>
+static auto dstate_wg_for(const rec_prob &p) -> decltype(&chunk_dstate_wg_kernel<C, NW, 1, true>)
 {
     const bool mp1 = p.Kp <= 64;
-    const auto kernel = p.delta ? (mp1 ? chunk_dstate_wg_kernel<C, NW, 1, true> : chunk_dstate_wg_kernel<C, NW, 2, true>)
-                                : (mp1 ? chunk_dstate_wg_kernel<C, NW, 1, false> : chunk_dstate_wg_kernel<C, NW, 2, false>);
+    if (p.delta) return mp1 ? chunk_dstate_wg_kernel<C, NW, 1, true, IN16> : chunk_dstate_wg_kernel<C, NW, 2, true, IN16>;
+    return mp1 ? chunk_dstate_wg_kernel<C, NW, 1, false, IN16> : chunk_dstate_wg_kernel<C, NW, 2, false, IN16>;
+}
+template <int C, int NW> static void chunk_dstate_wg_nw(cudaStream_t st, const rec_prob &p, const rec_dstate_io &io)
+{
+    PR_ASSERT(!p.q16 == !p.dout16 && !p.k16 == !p.dout16 && (!io.dv16 || (p.dout16 && !p.delta && !io.dv)));
+    const auto kernel = p.dout16 ? dstate_wg_for<C, NW, true>(p) : dstate_wg_for<C, NW, false>(p);
     const size_t sm = smem_dstate_wg(p, 2 * NW);
     pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3((p.V + 2 * NW - 1) / (2 * NW), p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);
@@ -279,6 +306,7 @@ void pr_rec_chunk_dstate(cudaStream_t st, const rec_prob &p, int bv, const rec_d
         else chunk_dstate_wg<32>(st, p, bv, io);
         return;
     }
+    PR_ASSERT(!p.dout16 && !p.q16 && !p.k16 && !io.dv16); /* the plan reads them in place in the wgmma form only */
     if (p.C == 64) chunk_dstate_c<64>(st, p, bv, io);
     else chunk_dstate_c<32>(st, p, bv, io);
 }

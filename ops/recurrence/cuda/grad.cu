@@ -149,18 +149,29 @@ __device__ __forceinline__ void grad_block_at(const grad_prods &g, int blk, int 
 }
 
 /* the V tile at v0 of dO, Ua (R for the delta rules), dU, H and dHn into one
- * buffer (SW: wgmma's swizzled rows of 32) */
-template <bool SW>
+ * buffer (SW: wgmma's swizzled rows of 32); B16 (bf16 data read in place):
+ * 1 dO copied as bf16 from p.dout16, 2 (no beta) v from p.v16 too
+ * (grad_wg_prepare widens them) */
+template <bool SW, int B16 = 0>
 __device__ __forceinline__ void grad_ld_vtile(const rec_prob &p, const grad_lay &s, float *buf, int BK, int BV,
                                               const float *hs, const float *dhs, const float *R, const float *dU,
                                               long long rk, long long hoff, int nval, int nk, int v0)
 {
     const int C = p.C, H = p.H, V = p.V, LDV = SW ? 32 : BV + 4, nv = min(BV, V - v0);
-    rec_ld_tile<SW>(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-    chunk_ld_values<SW>(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
-    if (p.delta) rec_ld_tile<SW>(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-    rec_ld_tile<SW>(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
-    rec_ld_tile<SW>(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
+    /* B16: K and V are multiples of 4 (the plan's io16), so the rows of the
+     * op's own buffers (R, dU, hs, dhs) take 16-byte copies whatever p.vec
+     * says of the caller's tensors: no synchronous fallback in the loop */
+    const bool vec = B16 ? true : p.vec;
+    if constexpr (B16) rec_ld_tile16<SW>(buf, LDV, C, BV, p.dout16 + rk * V + v0, (long long)H * V, nval, nv);
+    else rec_ld_tile<SW>(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    if constexpr (B16 == 2) /* no beta and no extras: Ua is v */
+        rec_ld_tile16<SW>(buf + s.oVA * LDV, LDV, C, BV, p.v16 + rk * V + v0, (long long)H * V, nval, nv);
+    else if constexpr (B16 == 1) /* the delta rules, no extras: Ua is R */
+        rec_ld_tile<SW>(buf + s.oVA * LDV, LDV, C, BV, R + rk * V + v0, (long long)H * V, nval, nv, true);
+    else chunk_ld_values<SW>(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
+    if (p.delta) rec_ld_tile<SW>(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, vec);
+    rec_ld_tile<SW>(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, vec);
+    rec_ld_tile<SW>(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, vec);
 }
 
 /* what both forms of the V loop take */
@@ -253,10 +264,11 @@ __device__ __forceinline__ float grad_sums_mma(const rec_prob &p, const grad_lay
  * sums hd (H . dHn) and db (dU . R, the delta rules' kt = 0 blocks, a row's
  * eight threads summed by shuffles), then every copy rounded to TF32 in
  * place (wgmma would truncate it) */
-template <int C>
+template <int C, int B16 = 0> /* B16: dO (2: and v) copied as bf16: widened here first */
 __device__ __forceinline__ void grad_wg_prepare(const rec_prob &p, const grad_lay &s, float *cur, int BK, bool first,
                                                 bool do_db, bool acc_db, float *db, float &hd)
 {
+    constexpr bool o16 = B16 >= 1, u16 = B16 == 2;
     const rec_rowmap m = rec_rowmap_of(32);
     const unsigned base = (unsigned)__cvta_generic_to_shared(cur);
     const auto at = [&](int row) { return reinterpret_cast<float4 *>(cur + rec_sw128(base, row, m.c0)); };
@@ -277,8 +289,8 @@ __device__ __forceinline__ void grad_wg_prepare(const rec_prob &p, const grad_la
     for (int i = 0; i < C / 32; i++) {
         const int r = m.r0 + 32 * i;
         float4 *o = at(r), *u = at(s.oVA + r);
-        const float4 y = *u;
-        *o = rnd(*o), *u = rnd(y);
+        const float4 y = u16 ? rec_widen4(reinterpret_cast<const float *>(u)) : *u;
+        *o = rnd(o16 ? rec_widen4(reinterpret_cast<const float *>(o)) : *o), *u = rnd(y);
         if (!p.delta) continue;
         float4 *w = at(s.odU + r);
         const float4 x = *w;
@@ -295,8 +307,8 @@ __device__ __forceinline__ void grad_wg_prepare(const rec_prob &p, const grad_la
 }
 
 /* the wgmma form (R pieces a warpgroup a pass); returns this thread's part
- * of sum(H o dHn) */
-template <int C, int R>
+ * of sum(H o dHn). B16: bf16 dO (and v) read in place (grad_ld_vtile's) */
+template <int C, int R, int B16>
 __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay &s, float *sm, const grad_src &g,
                                               bool do_db)
 {
@@ -333,7 +345,7 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
 #pragma unroll
             for (int e = 0; e < 16; e++) d[j][e] = 0.f;
         }
-        grad_ld_vtile<true>(p, s, sm + s.buf, BK, 32, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, 0);
+        grad_ld_vtile<true, B16>(p, s, sm + s.buf, BK, 32, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, 0);
         for (int v0 = 0, vi = 0; v0 < V; v0 += 32, vi++) {
             float *cur = sm + s.buf + (vi & 1) * s.bufsz;
             /* this thread's copies of tile vi landed: its sums, its rounding,
@@ -341,12 +353,12 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
              * tile vi - 1's buffer (every warpgroup waited for its products)
              * takes the next copy */
             asm volatile("cp.async.wait_all;\n" ::: "memory");
-            grad_wg_prepare<C>(p, s, cur, BK, b0 == 0, do_db, v0 > 0, sm + s.db, hd);
+            grad_wg_prepare<C, B16>(p, s, cur, BK, b0 == 0, do_db, v0 > 0, sm + s.db, hd);
             rec_fence_async();
             __syncthreads();
             if (v0 + 32 < V)
-                grad_ld_vtile<true>(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, 32, g.hs, g.dhs, g.R, g.dU,
-                                    g.rk, g.hoff, g.nval, g.nk, v0 + 32);
+                grad_ld_vtile<true, B16>(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, 32, g.hs, g.dhs, g.R,
+                                         g.dU, g.rk, g.hoff, g.nval, g.nk, v0 + 32);
             rec_wg_fence();
 #pragma unroll
             for (int j = 0; j < R; j++) {
@@ -409,8 +421,10 @@ __device__ __noinline__ void grad_acc_tile_from16(float *dst, const unsigned sho
 
 /* dq16, dk16 (BF instances only: bf16 data with TF32 on): the grads' bf16
  * bits, accumulated in place (dq then NULL; dk NULL too without beta, else
- * the f32 scratch that receives old + this part for wy to finish) */
-template <int C, bool BF, int R, bool WG>
+ * the f32 scratch that receives old + this part for wy to finish). IN16
+ * (with BF and WG: the plan's io16_bwd): 1 q, dO and k read in place from
+ * p.q16, p.dout16, p.k16 (the delta rules), 2 v too (p.v16: no beta) */
+template <int C, bool BF, int R, bool WG, int IN16 = 0>
 __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     chunk_grad_kernel(rec_prob p, int BK, int BV, const float *hs, const float *dhs, const float *R_, const float *dU,
                       float *dq, float *dk, float *dkxa, float *dW, float *dGp, float *dbA, long long rowsH,
@@ -427,7 +441,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     const bool do_db = p.delta && kt == 0;
     const grad_src src = {hs, dhs, R_, dU, rk, hoff, cp.nval, nk, BK, BV};
     float hd;
-    if constexpr (WG) hd = grad_sums_wg<C, R>(p, s, sm, src, do_db);
+    if constexpr (WG) hd = grad_sums_wg<C, R, IN16>(p, s, sm, src, do_db);
     else hd = grad_sums_mma<C, BF, R>(p, s, sm, src, do_db);
     constexpr int DBR = C / PR_REC_WARPS;
     if (do_db && lane == 0)
@@ -439,9 +453,20 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
     hd = rec_block_sum(hd, sm + s.red);
     float *Qs = sm + s.Qs, *KA = sm + s.KA, *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *eL = sm + s.eL;
     float *dG = sm + s.dG, *tq = sm + s.tq, *tk = sm + s.tk;
-    rec_ld_tile(Qs, LDB, C, BK, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
-    chunk_ld_keys(p, KA, LDB, C, BK, rk, cp.nval, k0, nk);
+    /* IN16: bf16 q and k, widened by their copiers before the barrier */
+    if constexpr (IN16) {
+        rec_ld_tile16(Qs, LDB, C, BK, p.q16 + rk * K + k0, (long long)H * K, cp.nval, nk);
+        rec_ld_tile16(KA, LDB, C, BK, p.k16 + rk * K + k0, (long long)H * K, cp.nval, nk); /* L = 0 */
+    } else {
+        rec_ld_tile(Qs, LDB, C, BK, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+        chunk_ld_keys(p, KA, LDB, C, BK, rk, cp.nval, k0, nk);
+    }
     rec_load_gates<C>(p, cp.row0, cp.nval, h, G, bt, eG, eL);
+    if constexpr (IN16) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        rec_widen_own(Qs, LDB, C, BK);
+        rec_widen_own(KA, LDB, C, BK);
+    }
     rec_sync();
     const int last = cp.nval - 1;
     const float Gl = G[last];
@@ -513,8 +538,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, R <= 4 ? 2 : 1)
 /* ---- launcher --------------------------------------------------------------------- */
 /* grad's instance for the plan: BF products, the wgmma form, R */
 template <int C>
-static auto grad_kernel_for(bool bf, bool wg, int r) -> decltype(&chunk_grad_kernel<C, false, 4, false>)
+static auto grad_kernel_for(bool bf, bool wg, int r, int in16) -> decltype(&chunk_grad_kernel<C, false, 4, false>)
 {
+    if (in16 == 2) /* bf16 q, dO, k, v in place: the wgmma form's bf16 instances */
+        return r == 2 ? chunk_grad_kernel<C, true, 2, true, 2>
+                      : r == 3 ? chunk_grad_kernel<C, true, 3, true, 2> : chunk_grad_kernel<C, true, 4, true, 2>;
+    if (in16 == 1) /* q, dO, k (the delta rules: Ua is R) */
+        return r == 2 ? chunk_grad_kernel<C, true, 2, true, 1>
+                      : r == 3 ? chunk_grad_kernel<C, true, 3, true, 1> : chunk_grad_kernel<C, true, 4, true, 1>;
     if (wg) return bf ? (r == 2 ? chunk_grad_kernel<C, true, 2, true>
                          : r == 3 ? chunk_grad_kernel<C, true, 3, true> : chunk_grad_kernel<C, true, 4, true>)
                       : (r == 2 ? chunk_grad_kernel<C, false, 2, true>
@@ -532,7 +563,11 @@ static void chunk_grad_c(cudaStream_t st, const rec_prob &p, const rec_chunk_pla
     const size_t sm = pr_rec_smem_grad(p, pl.bk_grad, pl.bv_grad, pl.bpw_grad, pl.wg_grad);
     PR_ASSERT(!d.dq16 || (rec_bf_products(p) && pl.io16_dq && !d.dq));
     PR_ASSERT(!d.dk16 || (rec_bf_products(p) && pl.io16_dk && !d.dk == !p.delta));
-    const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad);
+    /* bf16 q, dO (k, v) read in place: the wgmma form's bf16 instances only */
+    const int in16 = !p.dout16 ? 0 : p.v16 ? 2 : 1;
+    PR_ASSERT(!(p.q16 || p.dout16 || p.k16 || p.v16) || (rec_bf_products(p) && pl.wg_grad && p.q16 && p.dout16 &&
+                                                         p.k16 && p.L == 0 && !p.v16 == p.delta));
+    const auto kernel = grad_kernel_for<C>(rec_bf_products(p), pl.wg_grad, pl.bpw_grad, in16);
     pr_cuda_smem_prep((const void *)kernel, sm);
     const dim3 grid(x.nkt, p.nchunks, p.H);
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, pl.bk_grad, pl.bv_grad, sv.hs, dhs, sv.R, x.dU, d.dq, d.dk,

@@ -518,10 +518,33 @@ static bool plan_io16_dq(const rec_prob &p, const pr_rec_force &f, const rec_chu
     return plan_io16_out(p, f, pl) && p.tf32;
 }
 /* likewise wy accumulates bf16 dv in place for the delta rules, where it is
- * dv's only writer (dlocal and dstate write dU for them), in both its forms */
+ * dv's only writer (dlocal and dstate write dU for them), in both its forms;
+ * without beta dlocal reads dv's old value and dstate writes the sum, in
+ * place where the backward reads its inputs in place (io16_bwd, their
+ * wgmma forms) */
+static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl);
 static bool plan_io16_dv(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
 {
-    return plan_io16_dq(p, f, pl) && p.delta;
+    return plan_io16_dq(p, f, pl) && (p.delta || plan_io16_bwd(p, f, pl));
+}
+
+/* and the forward's passes read bf16 k and v in place too where each of
+ * them runs its wgmma form (prep for the delta rules, state, output),
+ * which copy them by cp.async into their f32 tiles and widen them there;
+ * the mma.sync forms and the segmented passes read staged copies */
+static bool plan_io16_kv(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
+{
+    return plan_io16_out(p, f, pl) && p.L == 0 && pl.wg_state && pl.wg_scores && (!p.delta || pl.wg_prep) &&
+           pl.segments == 1;
+}
+
+/* and the backward's passes read bf16 q, dO and k (and without beta v;
+ * with beta no backward pass reads v) in place where dlocal, dstate, grad
+ * and (with beta) wy run their wgmma forms (grad's bf16 instances: TF32 on) */
+static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
+{
+    return plan_io16_dq(p, f, pl) && p.L == 0 && pl.wg_scores && pl.wg_dstate && pl.wg_grad && pl.segments == 1 &&
+           (!p.delta || pl.wg_wy);
 }
 
 bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
@@ -533,5 +556,7 @@ bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, i
     pl->io16_dv = plan_io16_dv(p, f, *pl);
     /* dk: grad's and (delta rules) wy's bf16 instances, the same conditions as dq */
     pl->io16_dk = pl->io16_dq;
+    pl->io16_kv = plan_io16_kv(p, f, *pl);
+    pl->io16_bwd = plan_io16_bwd(p, f, *pl);
     return ok;
 }

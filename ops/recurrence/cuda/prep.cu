@@ -124,7 +124,9 @@ __host__ __device__ constexpr int prw_bs(int kb) { return prw_ts(kb) + 4096; }
 static size_t prep_wg_smem(int kb) { return (size_t)(prw_bs(kb) + 64 * 65) * 4; }
 size_t pr_rec_smem_prep_wg(const rec_prob &p) { return prep_wg_smem(p.Kp <= 64 ? 2 : 4); }
 
-template <int C, int KB>
+/* KV16: bf16 k and v read in place (p.k16, p.v16; the plan's io16_kv),
+ * copied into the f32 tiles' slots and widened by their copiers */
+template <int C, int KB, bool KV16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_prep_wg_kernel(rec_prob p, float *Tinv, float *Wp, float *R0)
 {
@@ -140,13 +142,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const long long rk = (long long)cp.row0 * H + h, HK = (long long)H * K, HV = (long long)H * V;
 
     for (int kb = 0; kb < KB; kb++)
-        rec_ld_tile<true>(KS + kb * 2048, 32, 64, 32, p.k + rk * K + kb * 32, HK, nval, K - kb * 32, p.vec);
-    rec_cpt<64, KB * 32>(KT, KB * 32, p.k + rk * K, HK, nval, K);
-    rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
+        if constexpr (KV16)
+            rec_ld_tile16<true>(KS + kb * 2048, 32, 64, 32, p.k16 + rk * K + kb * 32, HK, nval, K - kb * 32);
+        else
+            rec_ld_tile<true>(KS + kb * 2048, 32, 64, 32, p.k + rk * K + kb * 32, HK, nval, K - kb * 32, p.vec);
+    if constexpr (KV16) rec_cpt16<64, KB * 32>(KT, KB * 32, p.k16 + rk * K, HK, nval, K);
+    else rec_cpt<64, KB * 32>(KT, KB * 32, p.k + rk * K, HK, nval, K);
+    rec_gates_issue<C, KV16>(p, cp.row0, nval, h, G, bt);
     rec_gates_pad64<C>(G);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     rec_gates_scan<C>(G, nval, eG);
-    for (int kb = 0; kb < KB; kb++) rec_tf32_own(KS + kb * 2048, 64);
+    for (int kb = 0; kb < KB; kb++) rec_tf32_own<KV16>(KS + kb * 2048, 64);
     rec_fence_async();
     __syncthreads();
     {
@@ -164,9 +170,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             Bs[t * 65 + i] = i < t && t < C ? bz[e] * expf(G[t] - G[i]) * bt[i] : 0.f;
         }
     }
-    rec_cpt_own<64, KB * 32>(KT, KB * 32, eG, 1.f);
+    rec_cpt_own<64, KB * 32, KV16>(KT, KB * 32, eG, 1.f);
     __syncthreads(); /* Bs complete; the K tile's room takes V^T */
-    rec_cpt<64, 128>(KS, 128, p.v + rk * V, HV, nval, V);
+    if constexpr (KV16) rec_cpt16<64, 128>(KS, 128, p.v16 + rk * V, HV, nval, V);
+    else rec_cpt<64, 128>(KS, 128, p.v + rk * V, HV, nval, V);
     /* T' column j by thread j, its rows t >= j stored transposed into Bs's
      * upper triangle (the solve reads only the strictly lower one) */
     if (threadIdx.x < C)
@@ -199,7 +206,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     /* R0 = T' V, V <= 128: one tile */
     asm volatile("cp.async.wait_all;\n" ::: "memory");
-    rec_cpt_own<64, 128>(KS, 128, nullptr, 1.f);
+    rec_cpt_own<64, 128, KV16>(KS, 128, nullptr, 1.f);
     rec_fence_async();
     __syncthreads();
     float rz[32];
@@ -220,11 +227,13 @@ static void chunk_prep_c(cudaStream_t st, const rec_prob &p, const rec_chunk_pla
     if (pl.wg_prep) {
         const int kb = p.Kp <= 64 ? 2 : 4;
         const size_t sm = prep_wg_smem(kb);
-        const auto kernel = kb == 2 ? chunk_prep_wg_kernel<C, 2> : chunk_prep_wg_kernel<C, 4>;
+        const auto kernel = p.k16 ? (kb == 2 ? chunk_prep_wg_kernel<C, 2, true> : chunk_prep_wg_kernel<C, 4, true>)
+                                  : (kb == 2 ? chunk_prep_wg_kernel<C, 2> : chunk_prep_wg_kernel<C, 4>);
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0);
         PR_CUDA_LAUNCH_CHECK();
     } else {
+        PR_ASSERT(!p.k16 && !p.v16); /* the plan reads k and v in place in the wgmma form only */
         const size_t sm = pr_rec_smem_prep(p, pl.bv_prep);
         const auto kernel = rec_bf_products(p) ? chunk_prep_kernel<C, true> : chunk_prep_kernel<C, false>;
         pr_cuda_smem_prep((const void *)kernel, sm);

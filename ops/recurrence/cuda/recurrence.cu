@@ -7,7 +7,11 @@
  * are rounded back to bf16 once (rec_stage); except kx, vx and their grads
  * where the wgmma extras run apart, which read and accumulate them as bf16
  * in place (rec_x16_allowed: they are the only kernels to touch them then, and
- * kx, vx are the largest inputs: L times q's size). With TF32 on, bf16 data also
+ * kx, vx are the largest inputs: L times q's size), and except what the
+ * plan reads and writes in place (pl.io16_*: the output pass's q and o; the
+ * forward's k and v and the backward's q, dO, k and v where the passes
+ * reading them run their wgmma forms; dq, dk, dv accumulated by grad and wy).
+ * With TF32 on, bf16 data also
  * picks the chunked kernels' bf16 instance (rec_bf_products), whose products
  * are bf16 mma.sync with f32 accumulators. The f32 path does not touch any
  * of it.
@@ -103,9 +107,10 @@ static rec_prob rec_prob_of(pr_ctx *ctx, const pr_node *n, rec_stage &st, const 
 {
     rec_prob p = {};
     const pr_tensor *q = n->in[IN_Q], *v = n->in[IN_V], *kx = n->in[IN_KX];
-    /* bf16 q once the plan is known (rec_q_of): the output pass may read it in place */
+    /* bf16 q, k and v once the plan is known (rec_q_of, rec_kv_of): the forward's passes may read them in place */
     p.q = q->dtype == PR_BF16 ? nullptr : st.f32(q, "q");
-    p.k = st.f32(n->in[IN_K], "k"), p.v = st.f32(v, "v");
+    p.k = q->dtype == PR_BF16 ? nullptr : st.f32(n->in[IN_K], "k");
+    p.v = q->dtype == PR_BF16 ? nullptr : st.f32(v, "v");
     p.g = st.f32(n->in[IN_G], "g"), p.beta = st.f32(n->in[IN_BETA], "beta");
     p.h0 = st.f32(n->in[IN_H0], "h0"); /* kx and vx once the plan is known: rec_extras_of */
     p.T = (int)q->shape[1], p.H = (int)q->shape[2], p.K = (int)q->shape[3], p.V = (int)v->shape[3];
@@ -143,6 +148,42 @@ static void rec_q_of(const pr_node *n, rec_stage &st, bool in_place, rec_prob *p
     if (q->dtype != PR_BF16) return; /* rec_prob_of set it */
     if (in_place) p->q16 = (const unsigned short *)q->data;
     else p->q = st.f32(q, "q");
+}
+
+/* k and v into p: bf16 in place (p->k16, p->v16) where the plan has the
+ * forward's passes read them so (pl.io16_kv, with q in place) and both are
+ * 8-byte aligned, else as f32 (staged when bf16) */
+static void rec_kv_of(const pr_node *n, rec_stage &st, bool in_place, rec_prob *p)
+{
+    const pr_tensor *k = n->in[IN_K], *v = n->in[IN_V];
+    if (k->dtype != PR_BF16) return; /* rec_prob_of set them */
+    if (in_place && al8(k->data) && al8(v->data)) {
+        p->k16 = (const unsigned short *)k->data, p->v16 = (const unsigned short *)v->data;
+        return;
+    }
+    p->k = st.f32(k, "k"), p->v = st.f32(v, "v");
+}
+
+/* The backward's inputs q, k, v and dO into p: bf16 q, dO and k in place
+ * (p->q16, p->dout16, p->k16), and without beta v too, where the plan has
+ * the backward read them so (pl.io16_bwd) and every one of them is 8-byte
+ * aligned; with beta then no backward pass reads v (grad reads R, wy
+ * the saved R0), so v is not staged at all. Else as f32 (staged when
+ * bf16). */
+static void rec_bwd_inputs_of(const pr_node *n, rec_stage &st, bool chunked, const rec_chunk_plan &pl, rec_prob *p)
+{
+    const pr_tensor *q = n->in[IN_Q], *k = n->in[IN_K], *v = n->in[IN_V], *dout = n->out[0]->grad;
+    const bool in_place = chunked && pl.io16_bwd && q->dtype == PR_BF16 && dout && dout->dtype == PR_BF16 &&
+                          al8(q->data) && al8(dout->data) && al8(k->data) && (p->delta || al8(v->data));
+    if (!in_place) {
+        rec_q_of(n, st, false, p);
+        rec_kv_of(n, st, false, p);
+        p->dout = st.f32(dout, "do");
+        return;
+    }
+    p->q16 = (const unsigned short *)q->data, p->dout16 = (const unsigned short *)dout->data;
+    p->k16 = (const unsigned short *)k->data;
+    if (!p->delta) p->v16 = (const unsigned short *)v->data;
 }
 
 /* bf16 data that the wgmma extras read (kx, vx) or accumulate (their grads)
@@ -290,9 +331,12 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     for (int i = 0; i < PR_REC_NPASS; i++)
         ps[i].prod = !p.tf32 ? PR_REC_PROD_F32
                      : ps[i].engine == PR_REC_MMA && rec_bf_products(p) ? PR_REC_PROD_BF16 : PR_REC_PROD_TF32;
-    ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0; /* q and o */
-    ps[PR_REC_PASS_GRAD].bf16_in_place = pl.io16_dq || pl.io16_dk;       /* dq, dk */
-    ps[PR_REC_PASS_WY].bf16_in_place = pl.io16_dv || (pl.io16_dk && p.delta); /* dv, dk */
+    ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0; /* q and o (and k, v with io16_kv) */
+    ps[PR_REC_PASS_PREP].bf16_in_place = ps[PR_REC_PASS_STATE].bf16_in_place = pl.io16_kv != 0; /* k, v */
+    /* q, dO, k (and dv without beta) */
+    ps[PR_REC_PASS_DLOCAL].bf16_in_place = ps[PR_REC_PASS_DSTATE].bf16_in_place = pl.io16_bwd != 0;
+    ps[PR_REC_PASS_GRAD].bf16_in_place = pl.io16_dq || pl.io16_dk || pl.io16_bwd;             /* dq, dk; q, dO, k, v */
+    ps[PR_REC_PASS_WY].bf16_in_place = pl.io16_dv || (pl.io16_dk && p.delta) || pl.io16_bwd; /* dv, dk; k */
 }
 
 extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K,
@@ -420,6 +464,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
     const bool io16 = rec_io16_out(n, chunked, pl);
     rec_q_of(n, st, io16, &p);
+    rec_kv_of(n, st, io16 && pl.io16_kv, &p);
     rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl, force), &p);
     double *off = nullptr;
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
@@ -506,12 +551,11 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
     const bool x16 = rec_x16_allowed(p, chunked, pl, force);
-    rec_q_of(n, st, false, &p); /* the backward's passes read q as f32 */
+    rec_bwd_inputs_of(n, st, chunked, pl, &p); /* q, k, v and dO */
     rec_extras_of(n, st, x16, &p);
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
-    p.dout = st.f32(n->out[0]->grad, "do");
     p.dht = st.f32(n->out[1]->grad, "dht");
     p.vec = p.vec && al16(p.dout) && al16(p.dht);
     pr_tensor *gkx = pr_in_grad(n, IN_KX), *gvx = pr_in_grad(n, IN_VX);
@@ -520,7 +564,8 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
      * 8-byte aligned), else staged */
     pr_tensor *gq = pr_in_grad(n, IN_Q), *gv = pr_in_grad(n, IN_V);
     const bool dq16 = chunked && pl.io16_dq && gq && gq->dtype == PR_BF16 && al8(gq->data);
-    const bool dv16 = chunked && pl.io16_dv && gv && gv->dtype == PR_BF16 && al8(gv->data);
+    /* without beta only with the backward's inputs in place (dlocal's and dstate's bf16 instances) */
+    const bool dv16 = chunked && pl.io16_dv && gv && gv->dtype == PR_BF16 && al8(gv->data) && (p.delta || p.dout16);
     pr_tensor *gk = pr_in_grad(n, IN_K);
     const bool dk16 = chunked && pl.io16_dk && gk && gk->dtype == PR_BF16 && al8(gk->data);
     /* with beta grad leaves old + its part of dk in f32 scratch (every element) for wy */

@@ -40,6 +40,13 @@ struct rec_prob {
      * NULL; the plan's io16_out): the forward's only reader of q and writer of o */
     const unsigned short *q16;
     unsigned short *o16;
+    /* bf16 k and v read in place by the forward's wgmma passes (p.k, p.v
+     * then NULL; the plan's io16_kv, with q16): prep, state and output */
+    const unsigned short *k16, *v16;
+    /* the backward's in place reads (the plan's io16_bwd): q16, dout16 and
+     * k16 (p.q, p.dout, p.k NULL), v16 without beta (with beta no backward
+     * pass reads v): dlocal, dstate, grad and wy in their wgmma forms */
+    const unsigned short *dout16;
     float scale;
     const int *seq;                 /* device [3N]: bos, len, cbase; or NULL */
     const int *cseq;                /* device [nchunks]: chunk -> sequence; or NULL */
@@ -151,19 +158,25 @@ __device__ __forceinline__ void rec_load_gates(const rec_prob &p, int row0, int 
  * cp.async by warp 0, zero past nval or without them); after its wait,
  * rec_gates_scan turns G into the cumulative sums in place and fills eG and
  * eL (where given), again by warp 0. The caller synchronizes after. */
-template <int C>
+/* B16: bf16 data, where p.k may be NULL (k read in place): the copies of
+ * no bytes take k16 or q16 as their address then */
+template <int C, bool B16 = false>
 __device__ __forceinline__ void rec_gates_issue(const rec_prob &p, int row0, int nval, int h, float *G, float *bt)
 {
     if (threadIdx.x >= 32) return;
     constexpr int E = C / 32;
     const long long o0 = (long long)row0 * p.H + h;
+    const float *nil = !B16 ? p.k
+                       : p.k   ? p.k
+                       : p.k16 ? reinterpret_cast<const float *>(p.k16)
+                               : reinterpret_cast<const float *>(p.q16);
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int t = threadIdx.x * E + e;
         const bool in = t < nval;
-        rec_cp4((unsigned)__cvta_generic_to_shared(G + t), in && p.has_g ? p.g + o0 + (long long)t * p.H : p.k,
+        rec_cp4((unsigned)__cvta_generic_to_shared(G + t), in && p.has_g ? p.g + o0 + (long long)t * p.H : nil,
                 in && p.has_g ? 4 : 0);
-        rec_cp4((unsigned)__cvta_generic_to_shared(bt + t), in && p.delta ? p.beta + o0 + (long long)t * p.H : p.k,
+        rec_cp4((unsigned)__cvta_generic_to_shared(bt + t), in && p.delta ? p.beta + o0 + (long long)t * p.H : nil,
                 in && p.delta ? 4 : 0);
     }
 }
@@ -257,7 +270,10 @@ struct rec_grads {
     float *dq, *dk, *dv, *dg, *dbeta, *dkx, *dvx, *dh0;   /* accumulate (+=); NULL: not needed */
     unsigned short *dkx16, *dvx16; /* bf16 in place (dkx, dvx then NULL): the wgmma extras' only */
     unsigned short *dq16;          /* bf16 dq accumulated in place (dq then NULL): grad's bf16 instances (io16_dq) */
-    unsigned short *dv16;          /* bf16 dv accumulated in place (dv then NULL): wy, delta rules (io16_dv) */
+    /* bf16 dv accumulated in place (dv then NULL; io16_dv): by wy for the
+     * delta rules; without beta dlocal reads its old value and dstate
+     * writes the sum (with io16_bwd, in their wgmma forms) */
+    unsigned short *dv16;
     /* bf16 dk in place (io16_dk): without beta grad adds into it (dk NULL);
      * with beta grad writes old + its part into the f32 scratch dk and wy
      * adds the rest and rounds into dk16 */
@@ -328,8 +344,12 @@ struct rec_chunk_plan {
     int segments, seg_fix, bv_fix, wg_state, wg_dstate, wg_scores, wg_wy, wg_prep, xa, wg_xa;
     int io16_out; /* bf16 data: the output pass reads q and writes o as bf16 (rec_prob's q16, o16) */
     int io16_dq;  /* bf16 data, TF32 on: grad accumulates dq as bf16 (rec_grads' dq16) */
-    int io16_dv;  /* and for the delta rules wy accumulates dv as bf16 (rec_grads' dv16) */
+    int io16_dv;  /* and dv as bf16 (rec_grads' dv16): wy for the delta rules, dlocal and dstate (io16_bwd) without */
     int io16_dk;  /* and dk as bf16: grad alone, or grad through an f32 scratch and wy (rec_grads' dk16) */
+    int io16_kv;  /* bf16 data: the forward's passes read k and v in place too (rec_prob's k16, v16; with
+                     io16_out, where prep (delta rules), state and output all run their wgmma forms) */
+    int io16_bwd; /* bf16 data, TF32 on: the backward's passes read q, dO, k (and without beta v) in place
+                     (rec_prob's q16, dout16, k16, v16), where dlocal, dstate, grad and wy run their wgmma forms */
 };
 /* plan.cu. p.C set; f: the fields forced (fatal where the kernels cannot run
  * them); smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
@@ -360,6 +380,7 @@ struct rec_dstate_io {
     const float *W, *dht;
     float *dhs, *dU, *dVX, *dv, *dh_out;
     int dh_acc;
+    unsigned short *dv16; /* dv as bf16 in place (dv then NULL): the wgmma form with bf16 q, dO, no beta */
 };
 /* wg: the wgmma form (the plan's wg_dstate; needs dhs, V tile 32, 64 or 128) */
 void pr_rec_chunk_dstate(cudaStream_t s, const rec_prob &p, int bv, const rec_dstate_io &io, bool wg = false);
@@ -385,7 +406,7 @@ size_t pr_rec_smem_segfix(const rec_prob &p, int bv);
  * without beta) and dVX likewise, for every chunk */
 /* wg: the wgmma form (the plan's wg_scores; V tiles of 128) */
 void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0,
-                         bool wg = false);
+                         bool wg = false, const unsigned short *dv016 = nullptr);
 /* the forward's passes (prep.cu: delta rules only; state.cu, also over
  * segments; scores.cu: the output) */
 void pr_rec_chunk_prep(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv);

@@ -48,10 +48,13 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     float *G = sm + s.G, *bt = sm + s.bt, *eG = sm + s.eG, *Qs = sm + s.Qs, *S = sm + s.S, *KA = sm + s.KA;
 
     if constexpr (!IO16) rec_ld_tile(Qs, LDK, C, Kp, p.q + rk * K, (long long)H * K, cp.nval, K, p.vec);
+    else rec_ld_tile16(Qs, LDK, C, Kp, p.q16 + rk * K, (long long)H * K, cp.nval, K); /* bf16 q, 8-byte copies */
     chunk_ld_keys(p, KA, LDK, C, Kp, rk, cp.nval, 0, K);
     rec_gates_issue<C>(p, cp.row0, cp.nval, h, G, bt);
-    /* bf16 q widened while the copies above fly */
-    if constexpr (IO16) rec_ld_tile16(Qs, LDK, C, Kp, p.q16 + rk * K, (long long)H * K, cp.nval, K);
+    if constexpr (IO16) { /* once landed, widened in place by their copiers before the barrier */
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        rec_widen_own(Qs, LDK, C, Kp);
+    }
     rec_sync();
     rec_mm<false, true, BF>(p, S, LDA, Qs, LDK, KA, LDK, C, NA, Kp, 1.f, false);
     rec_gates_scan<C>(G, cp.nval, eG, sm + s.eL); /* warp 0, after its share of the product */
@@ -130,9 +133,15 @@ size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode)
     return kb ? (size_t)scores_wg_layout(mode, kb).total * 4 : (size_t)-1;
 }
 
+/* IO16 (bf16 data): q read in place (p.q16), and MODE 0 writes o in place
+ * (p.o16), MODE 1 reads dO and k in place (p.dout16, p.k16); MODE 0 reads
+ * k (and v without beta) in place where p.k16 (p.v16) is set. bf16 is copied by cp.async
+ * into the f32 tiles' slots and widened there by its copiers, so the tiles
+ * hold the staged copies' values. */
 template <int C, int MODE, int KB, bool IO16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
-    chunk_scores_wg_kernel(rec_prob p, const float *hs, const float *R, float *o, float *dU, const float *dv0)
+    chunk_scores_wg_kernel(rec_prob p, const float *hs, const float *R, float *o, float *dU, const float *dv0,
+                           const unsigned short *dv016)
 {
     extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
     constexpr int NW = MODE == 0 ? 32 : 64, BV = 2 * NW, NR = NW / 2;
@@ -146,37 +155,47 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * H + h;
     const int nval = cp.nval;
+    const bool k16 = IO16 && (MODE == 1 || p.k16), v16 = IO16 && MODE == 0 && p.v16 && !p.delta; /* values: v, not R */
 
     for (int kb = 0; kb < KB; kb++) {
         if constexpr (!IO16)
             rec_ld_tile<true>(QS + kb * 2048, 32, 64, 32, p.q + rk * K + kb * 32, (long long)H * K, nval,
                               K - kb * 32, p.vec);
-        rec_ld_tile<true>(KS + kb * 2048, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval, K - kb * 32,
-                          p.vec);
+        else
+            rec_ld_tile16<true>(QS + kb * 2048, 32, 64, 32, p.q16 + rk * K + kb * 32, (long long)H * K, nval,
+                                K - kb * 32);
+        if (k16)
+            rec_ld_tile16<true>(KS + kb * 2048, 32, 64, 32, p.k16 + rk * K + kb * 32, (long long)H * K, nval,
+                                K - kb * 32);
+        else
+            rec_ld_tile<true>(KS + kb * 2048, 32, 64, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
+                              K - kb * 32, p.vec);
     }
     if constexpr (MODE == 0) {
         rec_cpt<KB * 32, 64>(sm + s.BT, 64, hs + ((long long)c * H + h) * K * V + v0, V, K, nv);
-        rec_cpt<64, 64>(VT, 64, (p.delta ? R : p.v) + rk * V + v0, (long long)H * V, nval, nv);
+        if (v16) rec_cpt16<64, 64>(VT, 64, p.v16 + rk * V + v0, (long long)H * V, nval, nv);
+        else rec_cpt<64, 64>(VT, 64, (p.delta ? R : p.v) + rk * V + v0, (long long)H * V, nval, nv);
+    } else if constexpr (IO16) {
+        rec_cpt16<64, BV>(VT, BV, p.dout16 + rk * V + v0, (long long)H * V, nval, nv);
     } else {
         rec_cpt<64, BV>(VT, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv);
     }
-    rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
+    rec_gates_issue<C, IO16>(p, cp.row0, nval, h, G, bt);
     rec_gates_pad64<C>(G);
-    /* IO16: bf16 q widened here, with the copies above in flight, in
-     * rec_ld_tile<true>'s placement: rec_tf32_own below rounds this
-     * thread's own stores */
-    if constexpr (IO16)
-        for (int kb = 0; kb < KB; kb++)
-            rec_ld_tile16<true>(QS + kb * 2048, 32, 64, 32, p.q16 + rk * K + kb * 32, (long long)H * K, nval,
-                                K - kb * 32);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     rec_gates_scan<C>(G, nval, eG);
-    for (int kb = 0; kb < KB; kb++) rec_tf32_own(QS + kb * 2048, 64), rec_tf32_own(KS + kb * 2048, 64);
+    /* each thread rounds its own copies (bf16 ones widened first: exact in TF32) */
+    for (int kb = 0; kb < KB; kb++) {
+        rec_tf32_own<IO16>(QS + kb * 2048, 64);
+        if (k16) rec_tf32_own<true>(KS + kb * 2048, 64);
+        else rec_tf32_own(KS + kb * 2048, 64);
+    }
     if constexpr (MODE == 0) {
         rec_cpt_own<KB * 32, 64>(sm + s.BT, 64, nullptr, 1.f);
-        rec_cpt_own<64, 64>(VT, 64, nullptr, 1.f);
+        if (v16) rec_cpt_own<64, 64, true>(VT, 64, nullptr, 1.f);
+        else rec_cpt_own<64, 64>(VT, 64, nullptr, 1.f);
     } else {
-        rec_cpt_own<64, BV>(VT, BV, nullptr, p.scale);
+        rec_cpt_own<64, BV, IO16>(VT, BV, nullptr, p.scale);
     }
     rec_fence_async();
     __syncthreads();
@@ -235,7 +254,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         } else {
             y = make_float2(oz[e], oz[e + 1]);
         }
-        if constexpr (IO16) { /* the cast's rounding of the f32 sums (pr_bf16_bits); no dv0 (no extras apart) */
+        if constexpr (IO16 && MODE == 0) { /* the cast's rounding of the f32 sums (pr_bf16_bits); no dv0 here */
             if (j + 1 < nv)
                 *reinterpret_cast<unsigned *>(p.o16 + at) =
                     (unsigned)pr_bf16_bits(y.x) | (unsigned)pr_bf16_bits(y.y) << 16;
@@ -243,6 +262,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                 p.o16[at] = pr_bf16_bits(y.x);
             continue;
         }
+        if constexpr (IO16 && MODE == 1)
+            if (dv016) { /* dv so far as bf16, in place (no beta, the plan's io16_dv): widened, as dv0 below */
+                y.x += pr_bf16_lo(dv016[at]);
+                if (j + 1 < nv) y.y += pr_bf16_lo(dv016[at + 1]);
+            }
         if (dv0) { /* MODE 1: dv so far (no beta); MODE 0: the extras' output (extras apart) */
             y.x += dv0[at];
             if (j + 1 < nv) y.y += dv0[at + 1];
@@ -260,18 +284,20 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 /* the scores kernel's wgmma form (pl.wg_scores): MODE 0 the output, MODE 1 dlocal */
 template <int C, int MODE>
 static void scores_wg_c(cudaStream_t st, const rec_prob &p, const float *hs, const float *R, float *o, float *dU,
-                        const float *dv0)
+                        const float *dv0, const unsigned short *dv016 = nullptr)
 {
     const int kb = scores_wg_kb(p), bv = MODE == 0 ? 64 : 128;
-    PR_ASSERT(kb && p.L == 0 && (!p.q16 || (MODE == 0 && !dv0)));
-    const auto kernel = [&] { /* bf16 q and o in place: the output's instance only */
-        if constexpr (MODE == 0)
-            if (p.q16) return kb == 2 ? chunk_scores_wg_kernel<C, 0, 2, true> : chunk_scores_wg_kernel<C, 0, 4, true>;
-        return kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2> : chunk_scores_wg_kernel<C, MODE, 4>;
-    }();
+    /* in place: MODE 0 q and o (k, v where set); MODE 1 q, dO and k */
+    const bool io16 = MODE == 0 ? p.q16 != nullptr : p.dout16 != nullptr;
+    PR_ASSERT(kb && p.L == 0 && (MODE == 1 || !p.q16 || !dv0) && (!io16 || (p.q16 && (MODE == 1 || p.o16))) &&
+              (!(p.k16 || p.v16 || p.dout16) || io16) && (MODE == 0 || !io16 || p.k16));
+    const auto kernel = io16 ? (kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2, true>
+                                        : chunk_scores_wg_kernel<C, MODE, 4, true>)
+                             : (kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2> : chunk_scores_wg_kernel<C, MODE, 4>);
     const size_t sm = pr_rec_smem_scores_wg(p, MODE);
     pr_cuda_smem_prep((const void *)kernel, sm);
-    kernel<<<dim3(p.nchunks * ((p.V + bv - 1) / bv), p.H), PR_REC_THREADS, sm, st>>>(p, hs, R, o, dU, dv0);
+    PR_ASSERT(!dv016 || (MODE == 1 && io16 && !dv0));
+    kernel<<<dim3(p.nchunks * ((p.V + bv - 1) / bv), p.H), PR_REC_THREADS, sm, st>>>(p, hs, R, o, dU, dv0, dv016);
     PR_CUDA_LAUNCH_CHECK();
 }
 
@@ -284,6 +310,7 @@ static void chunk_output_c(cudaStream_t st, const rec_prob &p, const rec_chunk_p
     if (pl.wg_scores) {
         scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, pl.xa ? o : nullptr);
     } else {
+        PR_ASSERT(!p.k16 && !p.v16); /* the plan reads k and v in place in the wgmma form only */
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
         const bool bf = rec_bf_products(p);
         const auto kernel = p.q16 ? (bf ? chunk_scores_kernel<C, 0, true, true> : chunk_scores_kernel<C, 0, false, true>)
@@ -304,13 +331,14 @@ void pr_rec_chunk_output(cudaStream_t st, const rec_prob &p, const rec_chunk_pla
 
 /* the backward's first step (chunked.cu calls it): dU = scale S^T dO, dVX likewise */
 void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0,
-                         bool wg)
+                         bool wg, const unsigned short *dv016)
 {
     if (wg) {
-        if (p.C == 64) scores_wg_c<64, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0);
-        else scores_wg_c<32, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0);
+        if (p.C == 64) scores_wg_c<64, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0, dv016);
+        else scores_wg_c<32, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0, dv016);
         return;
     }
+    PR_ASSERT(!p.dout16 && !p.k16 && !dv016); /* the plan reads them in place in the wgmma form only */
     const size_t sm = pr_rec_smem_scores(p, 1, bv);
     const bool bf = rec_bf_products(p);
     const auto kernel = p.C == 64 ? (bf ? chunk_scores_kernel<64, 1, true> : chunk_scores_kernel<64, 1, false>)

@@ -130,7 +130,10 @@ __device__ __forceinline__ void state_wg_gates(const rec_prob &p, int row0, int 
     for (int e = 0; e < E; e++) eL[lane * E + e] = expf(gl - (excl + x[e]));
 }
 
-template <int C, int NW, int MP, bool DELTA> /* DELTA: p.delta, so each form holds only its registers */
+/* DELTA: p.delta, so each form holds only its registers; KV16: bf16 k (and
+ * v without beta) read in place from p.k16, p.v16 (the plan's io16_kv; no
+ * extras): 8-byte copies widened by their copiers after the wait */
+template <int C, int NW, int MP, bool DELTA, bool KV16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_state_wg_kernel(rec_prob p, rec_state_io io)
 {
@@ -164,16 +167,24 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         const int nval = min(C, sq.len - ci * C);
         const long long rk = (long long)(sq.bos + ci * C) * H + h;
         for (int kb = 0; kb < KW / 32; kb++) {
-            rec_ld_tile<true>(SK + kb * C * 32, 32, C, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
-                              K - kb * 32, p.vec);
+            if constexpr (KV16)
+                rec_ld_tile16<true>(SK + kb * C * 32, 32, C, 32, p.k16 + rk * K + kb * 32, (long long)H * K, nval,
+                                     K - kb * 32);
+            else
+                rec_ld_tile<true>(SK + kb * C * 32, 32, C, 32, p.k + rk * K + kb * 32, (long long)H * K, nval,
+                                  K - kb * 32, p.vec);
             if (DELTA)
                 rec_ld_tile<true>(W + kb * 64 * 32, 32, 64, 32, io.W + rk * K + kb * 32, (long long)H * K, nval,
                                   K - kb * 32, p.vec);
         }
         if (!DELTA)
             for (int vb = 0; vb < BV / 32; vb++)
-                rec_ld_tile<true>(SV + vb * C * 32, 32, C, 32, p.v + rk * V + v0 + vb * 32, (long long)H * V, nval,
-                                  nv - vb * 32, p.vec);
+                if constexpr (KV16)
+                    rec_ld_tile16<true>(SV + vb * C * 32, 32, C, 32, p.v16 + rk * V + v0 + vb * 32, (long long)H * V,
+                                         nval, nv - vb * 32);
+                else
+                    rec_ld_tile<true>(SV + vb * C * 32, 32, C, 32, p.v + rk * V + v0 + vb * 32, (long long)H * V,
+                                      nval, nv - vb * 32, p.vec);
         if (DELTA)
 #pragma unroll
             for (int e = 0; e < NR; e++) {
@@ -213,6 +224,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         asm volatile("cp.async.wait_all;\n" ::: "memory");
         if (DELTA)
             for (int kb = 0; kb < KW / 32; kb++) rec_tf32_own(W + kb * 64 * 32, 64);
+        if constexpr (KV16) { /* the bf16 keys (and values) widened in place by their copiers */
+            for (int kb = 0; kb < KW / 32; kb++) rec_widen_own<true>(SK + kb * C * 32, 32, C, 32);
+            if (!DELTA)
+                for (int vb = 0; vb < BV / 32; vb++) rec_widen_own<true>(SV + vb * C * 32, 32, C, 32);
+        }
         __syncthreads();
         if (DELTA) { /* -h^T (this warpgroup's columns): the product then gives R = R0 - W h */
 #pragma unroll
@@ -296,6 +312,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 
 template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
 {
+    PR_ASSERT(!p.k16 && !p.v16); /* the plan reads k and v in place in the wgmma form only */
     const size_t sm = pr_rec_smem_state(p, bv);
     const auto kernel = rec_bf_products(p) ? chunk_state_kernel<C, true> : chunk_state_kernel<C, false>;
     pr_cuda_smem_prep((const void *)kernel, sm);
@@ -303,16 +320,25 @@ template <int C> static void chunk_state_c(cudaStream_t st, const rec_prob &p, i
     kernel<<<grid, PR_REC_THREADS, sm, st>>>(p, bv, io);
     PR_CUDA_LAUNCH_CHECK();
 }
-template <int C, int NW> static auto state_wg_for(int mp, bool delta) -> decltype(&chunk_state_wg_kernel<C, NW, 1, true>)
+template <int C, int NW, bool KV16>
+static auto state_wg_kv(int mp, bool delta) -> decltype(&chunk_state_wg_kernel<C, NW, 1, true>)
 {
-    if (delta) return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, true> : chunk_state_wg_kernel<C, NW, 2, true>;
-    return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, false> : chunk_state_wg_kernel<C, NW, 2, false>;
+    if (delta)
+        return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, true, KV16> : chunk_state_wg_kernel<C, NW, 2, true, KV16>;
+    return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, false, KV16> : chunk_state_wg_kernel<C, NW, 2, false, KV16>;
+}
+/* bf16 k and v in place where p.k16 is set (then p.v16 too) */
+template <int C, int NW>
+static auto state_wg_for(const rec_prob &p, int mp) -> decltype(&chunk_state_wg_kernel<C, NW, 1, true>)
+{
+    return p.k16 ? state_wg_kv<C, NW, true>(mp, p.delta) : state_wg_kv<C, NW, false>(mp, p.delta);
 }
 template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
 {
-    PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64) && (!io.elast || (io.hs && p.L == 0)));
+    PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64) && (!io.elast || (io.hs && p.L == 0)) &&
+              (!p.k16 || (p.v16 && p.L == 0)));
     const int mp = (p.Kp + 63) / 64;
-    const auto kernel = bv == 32 ? state_wg_for<C, 16>(mp, p.delta) : state_wg_for<C, 32>(mp, p.delta);
+    const auto kernel = bv == 32 ? state_wg_for<C, 16>(p, mp) : state_wg_for<C, 32>(p, mp);
     const size_t sm = pr_rec_smem_state_wg(p, bv);
     pr_cuda_smem_prep((const void *)kernel, sm);
     kernel<<<dim3((p.V + bv - 1) / bv, p.H, p.N), PR_REC_THREADS, sm, st>>>(p, io);

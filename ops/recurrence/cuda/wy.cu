@@ -330,8 +330,10 @@ __device__ __forceinline__ void wyw_tile(const rec_prob &p, float *S, const floa
 }
 
 /* G16: bf16 grads in place where given: dv (d.dv16; d.dv NULL) and dk
- * (d.dk16: grad's f32 sums in d.dk plus this part, rounded into it) */
-template <int C, bool G16 = false>
+ * (d.dk16: grad's f32 sums in d.dk plus this part, rounded into it). K16
+ * (with G16): bf16 k read in place from p.k16 (the plan's io16_bwd; p.k
+ * NULL): K^T copied as bf16 pairs (rec_cpt16), K's own elements widened */
+template <int C, bool G16 = false, bool K16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_wy_wg_kernel(rec_prob p, const float *Tinv, const float *Wp, const float *R0, wy_scratch x, rec_grads d)
 {
@@ -345,8 +347,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const int nval = cp.nval;
     const long long rk = (long long)cp.row0 * H + h, HK = (long long)H * K, HV = (long long)H * V;
 
+    constexpr bool k16 = K16;
     rec_cpt<64, 64>(S, 64, Tinv + ((long long)c * H + h) * C * C, C, C, C);
-    rec_gates_issue<C>(p, cp.row0, nval, h, G, bt);
+    rec_gates_issue<C, K16>(p, cp.row0, nval, h, G, bt);
     rec_gates_pad64<C>(G);
     /* grad's parts of dG and dbeta (thread t < C, row t): loads in flight
      * until the end, where they join the sums here */
@@ -388,7 +391,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             if (nvt1 && G16 && d.dv16)
                 wyw_prefetch<1>(reinterpret_cast<const float *>(d.dv16 + on), rn / 2, nval, 32);
         } else {
-            wyw_prefetch<4>(p.k + rk * K, HK, nval, K);
+            if constexpr (k16) wyw_prefetch<2>(reinterpret_cast<const float *>(p.k16 + rk * K), HK / 2, nval, K / 2);
+            else wyw_prefetch<4>(p.k + rk * K, HK, nval, K);
             if (d.dk) wyw_prefetch<4>(d.dk + rk * K, HK, nval, K);
         }
         rec_wg_wait();
@@ -448,7 +452,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             const long long o = (rk + (long long)t * H) * K + k;
             kv[u] = kd[u] = make_float2(0.f, 0.f);
             if (t >= nval || k >= K) continue;
-            if (p.vec) {
+            if constexpr (k16) { /* K % 4 == 0, k even: the pair whole and 4-byte aligned */
+                const unsigned w = *reinterpret_cast<const unsigned *>(p.k16 + o);
+                kv[u] = make_float2(pr_bf16_lo(w), pr_bf16_hi(w));
+                if (d.dk) kd[u] = *reinterpret_cast<const float2 *>(d.dk + o);
+            } else if (p.vec) {
                 kv[u] = *reinterpret_cast<const float2 *>(p.k + o);
                 if (d.dk) kd[u] = *reinterpret_cast<const float2 *>(d.dk + o);
             } else {
@@ -463,7 +471,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
      * sums the other one finishes) while K^T's first tile loads into S2;
      * dM o D goes to S0 transposed, dKK to S1 */
     __syncthreads();
-    rec_cpt<64, 64>(S + 2 * 4096, 64, p.k + rk * K, HK, nval, K);
+    if constexpr (k16) rec_cpt16<64, 64>(S + 2 * 4096, 64, p.k16 + rk * K, HK, nval, K);
+    else rec_cpt<64, 64>(S + 2 * 4096, 64, p.k + rk * K, HK, nval, K);
     float *X = S + 3 * 4096; /* 64 x 64, columns swizzled by the row's low bits (fewer bank conflicts) */
 #pragma unroll
     for (int e = 0; e < 16; e++) {
@@ -484,7 +493,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
-    rec_cpt_own<64, 64>(S + 2 * 4096, 64, nullptr, 1.f);
+    if constexpr (k16) rec_cpt_own<64, 64, true>(S + 2 * 4096, 64, nullptr, 1.f);
+    else rec_cpt_own<64, 64>(S + 2 * 4096, 64, nullptr, 1.f);
     rec_fence_async();
     __syncthreads();
     /* per K tile (K^T in S2, the next in S3): A6 = (dM o D)^T K and A7 = dKK K, then the row steps */
@@ -492,8 +502,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
 #pragma unroll 1
     for (int kt = 0; kt < nkt; kt++) {
         const float *KT = S + (2 + (kt & 1)) * 4096;
-        if (kt + 1 < nkt) rec_cpt<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, p.k + rk * K + (kt + 1) * 64, HK, nval,
-                                          K - (kt + 1) * 64);
+        if constexpr (k16) {
+            if (kt + 1 < nkt)
+                rec_cpt16<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, p.k16 + rk * K + (kt + 1) * 64, HK, nval,
+                                  K - (kt + 1) * 64);
+        } else {
+            if (kt + 1 < nkt) rec_cpt<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, p.k + rk * K + (kt + 1) * 64, HK,
+                                              nval, K - (kt + 1) * 64);
+        }
         float a6[16], a7[16];
         rec_wg_zero(a6);
         rec_wg_zero(a7);
@@ -533,7 +549,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         if (kt + 1 < nkt) {
             ld_kd(kt + 1);
             asm volatile("cp.async.wait_all;\n" ::: "memory");
-            rec_cpt_own<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, nullptr, 1.f);
+            if constexpr (k16) rec_cpt_own<64, 64, true>(S + (2 + ((kt + 1) & 1)) * 4096, 64, nullptr, 1.f);
+            else rec_cpt_own<64, 64>(S + (2 + ((kt + 1) & 1)) * 4096, 64, nullptr, 1.f);
             rec_fence_async();
             __syncthreads();
         }
@@ -591,13 +608,16 @@ static void chunk_wy_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan 
 {
     if (p.delta && pl.wg_wy) {
         const size_t sm = wy_wg_smem((p.K + 63) / 64);
-        const auto kernel = d.dv16 || d.dk16 ? chunk_wy_wg_kernel<C, true> : chunk_wy_wg_kernel<C>;
+        const auto kernel = p.k16                ? chunk_wy_wg_kernel<C, true, true>
+                            : d.dv16 || d.dk16 ? chunk_wy_wg_kernel<C, true>
+                                               : chunk_wy_wg_kernel<C>;
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0, x, d);
         PR_CUDA_LAUNCH_CHECK();
     } else if (p.delta) {
         const size_t sm = wy_smem_xg(p, pl.bk_wy, pl.bv_wy, pl.xg_wy);
         PR_ASSERT((!d.dv16 && !d.dk16) || rec_bf_products(p)); /* the BF instance alone adds into bf16 dv, dk */
+        PR_ASSERT(!p.k16); /* the plan reads k in place in the wgmma form only */
         const auto kernel = rec_bf_products(p) ? chunk_wy_kernel<C, true> : chunk_wy_kernel<C, false>;
         pr_cuda_smem_prep((const void *)kernel, sm);
         kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, pl.bk_wy, pl.bv_wy, pl.xg_wy, sv.Tinv, sv.W, sv.R0,
