@@ -4,8 +4,8 @@
  *   q, k <- RoPE-half: pairs (i, i + K/2), angle p * theta^(-2i/K) at absolute position p (attn.rope)
  *   o = causal softmax(q k^T / sqrt(K)) v, head h reading kv head h / (H/Hkv)
  *   y = concat_heads(o) Wo (+ bo)
- * attn.shortconv = W > 0 first runs x through a depthwise causal conv of
- * width W (pr_pre_conv: the authors' probe baselines, W = 3 for theirs).
+ * attn.shortconv = W > 0 first runs x through silu(depthwise causal conv of
+ * width W, with bias) (pr_pre_conv: the authors' probe baselines, W = 3 for theirs).
  * SASRec's blocks call pr_attn_query_kv: queries and keys/values from different inputs.
  *
  * Decoding carries a KV cache: slot 0 the rotated keys [B,Tc,Hkv,K], slot 1 the
@@ -20,7 +20,7 @@
 
 
 typedef struct {
-    pr_tensor *pre_conv;                            /* attn.shortconv only */
+    pr_pre_conv_params pre_conv;                    /* attn.shortconv only */
     pr_tensor *q_proj, *k_proj, *v_proj, *o_proj;
     pr_tensor *q_bias, *k_bias, *v_bias, *o_bias;   /* attn.bias only */
 } attn_layer;
@@ -120,7 +120,7 @@ static pr_tensor *attn_forward(pr_ctx *ctx, const void *layer, const pr_config *
 {
     const attn_layer *l = layer;
     pr_tensor *cache_k = st ? st->slot[PR_SLOT_ATTN_K] : NULL, *cache_v = st ? st->slot[PR_SLOT_ATTN_V] : NULL;
-    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[PR_SLOT_ATTN_CONV] : NULL);
+    x = pr_pre_conv(ctx, x, &l->pre_conv, st ? &st->slot[PR_SLOT_ATTN_CONV] : NULL);
     qkv p = project(ctx, l, c, x, x, cache_k ? cache_k->shape[1] : 0);
     pr_tensor *o;
     if (!cache_k) {

@@ -36,16 +36,20 @@ pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias
     return y;
 }
 
-pr_tensor *pr_pre_conv_build(pr_params *r, const pr_config *c, int width)
+pr_pre_conv_params pr_pre_conv_build(pr_params *r, const pr_config *c, int width)
 {
-    if (!width) return NULL;
+    pr_pre_conv_params p = {NULL, NULL};
+    if (!width) return p;
     double bound = 1.0 / sqrt((double)width);
-    return pr_param_new(r, "pre_conv", (pr_init){PR_INIT_UNIFORM, -bound, bound}, true, PR_DIMS(c->d_model, width));
+    pr_init u = {PR_INIT_UNIFORM, -bound, bound};
+    p.w = pr_param_new(r, "pre_conv", u, true, PR_DIMS(c->d_model, width));
+    p.b = pr_param_new(r, "pre_conv_bias", u, false, PR_DIMS(c->d_model));
+    return p;
 }
 
-pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor **win)
+pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, const pr_pre_conv_params *p, pr_tensor **win)
 {
-    return w ? pr_shortconv(ctx, x, w, NULL, win) : x;
+    return p->w ? pr_silu(ctx, pr_shortconv(ctx, x, p->w, p->b, win)) : x;
 }
 
 pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H)

@@ -141,8 +141,10 @@ static const struct { const char *name, *json; } presets[] = {
               "\"seq_len\":128,\"vocab\":64,\"prism\":{\"L\":2},\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
     /* EXPERIMENTS.md section 1, the authors' probe script: vocab 32, D 16 (128 for the
      * memory tasks: the probe-authors protocol of prism train sets it per task), 1 head,
-     * LayerNorm pre-norm blocks with a 4x GELU MLP, seq_len 128 (64 for the memory tasks) */
+     * LayerNorm pre-norm blocks with a 4x GELU MLP, seq_len 128 (64 for the memory tasks),
+     * an output head of its own (not the embedding's transpose) */
     {"probe-authors", "{\"d_model\":16,\"n_layers\":2,\"n_heads\":1,\"norm\":\"layernorm\",\"mlp\":\"gelu\","
+                      "\"tie_embeddings\":false,"
                       "\"mlp_mult\":4,\"seq_len\":128,\"vocab\":32,\"prism\":{\"L\":2},"
                       "\"mamba2\":{\"head_dim\":8,\"d_state\":16}}"},
     /* rec-small and lm-130m compare mixers at one size (match_attn); PRISM's W_k, W_p

@@ -4,8 +4,8 @@
  *   elementwise_product: phi(z) = (z W1 + b1) * (z W2 + b2), W [K,K] per map;
  *   elu: elu(z) + 1 (= z + 1 for z > 0, e^z otherwise); relu; identity
  *   o = linattn recurrence (scale K^-1/2);  y = concat_heads(rms(o)) Wo
- * linattn.shortconv = W > 0 first runs x through a depthwise causal conv of
- * width W (pr_pre_conv: the authors' probe baselines, W = 5 for theirs).
+ * linattn.shortconv = W > 0 first runs x through silu(depthwise causal conv of
+ * width W, with bias) (pr_pre_conv: the authors' probe baselines, W = 5 for theirs).
  * State slot 0: the [B,H,K,V] state; slot 1 the conv's window. */
 #include <string.h>
 
@@ -13,7 +13,7 @@
 #include "models/slots.h"
 
 typedef struct {
-    pr_tensor *pre_conv;   /* linattn.shortconv only */
+    pr_pre_conv_params pre_conv;   /* linattn.shortconv only */
     pr_tensor *q_proj, *k_proj, *v_proj, *o_norm, *o_proj;
     pr_tensor *fq_w1, *fq_b1, *fq_w2, *fq_b2, *fk_w1, *fk_b1, *fk_w2, *fk_b2;   /* [K,K], [K] */
 } linattn_layer;
@@ -62,7 +62,7 @@ static pr_tensor *linattn_forward(pr_ctx *ctx, const void *layer, const pr_confi
 {
     const linattn_layer *l = layer;
     int64_t H = c->n_heads;
-    x = pr_pre_conv(ctx, x, l->pre_conv, st ? &st->slot[PR_SLOT_LINATTN_CONV] : NULL);
+    x = pr_pre_conv(ctx, x, &l->pre_conv, st ? &st->slot[PR_SLOT_LINATTN_CONV] : NULL);
     pr_tensor *q = pr_split_heads(ctx, pr_linear(ctx, x, l->q_proj, NULL), H);
     pr_tensor *k = pr_split_heads(ctx, pr_linear(ctx, x, l->k_proj, NULL), H);
     pr_tensor *v = pr_split_heads(ctx, pr_linear(ctx, x, l->v_proj, NULL), H);

@@ -219,12 +219,14 @@ pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b);
  * the last W-1 inputs there */
 pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win);
 /* the depthwise causal conv some baselines run before their mixer (the
- * authors' probe script): w [D,W] ~ U(+-1/sqrt(W)), the range of PyTorch's
- * Conv1d default, which keeps x's scale at init (N(0, init_std) would shrink
- * it fifty-fold); no bias, no activation */
-pr_tensor *pr_pre_conv_build(pr_params *r, const pr_config *c, int width);
-/* x through that conv (NULL w: x itself), its window in *win as pr_shortconv keeps it */
-pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor **win);
+ * authors' probe script): silu(conv(x) + b), weights w [D,W] and bias b [D]
+ * ~ U(+-1/sqrt(W)), the range of PyTorch's Conv1d default, which keeps x's
+ * scale at init (N(0, init_std) would shrink it fifty-fold) */
+typedef struct { pr_tensor *w, *b; } pr_pre_conv_params;
+/* none (both NULL) for width 0 */
+pr_pre_conv_params pr_pre_conv_build(pr_params *r, const pr_config *c, int width);
+/* x through that conv (none: x itself), its window in *win as pr_shortconv keeps it */
+pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, const pr_pre_conv_params *p, pr_tensor **win);
 /* [B,T,H*E] <-> [B,T,H,E] */
 pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H);
 pr_tensor *pr_merge_heads(pr_ctx *ctx, pr_tensor *x);

@@ -343,16 +343,18 @@ static int au_local_xor(const pr_probe *p, draws *d, int32_t *t, int T, noise_ra
     return a % 2 != b % 2 ? PR_AU_TRUE : PR_AU_FALSE;
 }
 
+/* the authors' parity has its own tokens: operator 3, query 2, and noise from
+ * the bits up, so a bit token alone does not mark the block: the operator does */
 static int au_parity(const pr_probe *p, draws *d, int32_t *t, int T, noise_range *nz)
 {
-    (void)nz;
     int n = p->n_bits, at = draw_block(d, T, n + 1, 1), sum = 0;
     for (int i = 0; i < n; i++) {
         t[at + i] = draw_token(d, PR_AU_BIT0, PR_AU_BIT0 + 4);
         sum += t[at + i];
     }
     t[at + n] = PR_AU_NBIT;
-    t[T - 1] = PR_AU_QUERY;
+    t[T - 1] = PR_AU_NBIT_QUERY;
+    nz->lo = PR_AU_BIT0;
     return sum % 2;
 }
 

@@ -29,7 +29,8 @@
  *                 at random places; then [1, k], k the variable of a drawn
  *                 update                                    -> k's latest v
  *   local_xor     [a, b, 3]; 1 at the end       -> 1 if a%2 != b%2, else 0
- *   parity        [b1, b2, b3, 8], b in 4..7; 1 at the end -> sum of b % 2
+ *   parity        [b1, b2, b3, 3], b in 4..7; 2 at the end -> sum of b % 2
+ *                 (noise over [4, V): it can repeat a bit, never the operator)
  *   mod_add       [a, b, V-2], a, b in 0..15; V-1 at the end -> (a+b) % 16
  *                 (noise over [0, V-2))
  *   palindrome    [a, b, c, d, 9]; 1 at the end -> 1 if a == c or a == d
@@ -73,8 +74,8 @@ int pr_probe_style_by_name(const char *name);       /* -1 if unknown */
 /* the authors' style's control tokens (the table above) */
 enum {
     PR_AU_FALSE = 0, PR_AU_TRUE = 1, PR_AU_QUERY = 1, PR_AU_CTX = 2, PR_AU_XOR = 3, PR_AU_BIT0 = 4,
-    PR_AU_NBIT = 8, PR_AU_PAL = 9, PR_AU_ON = 3, PR_AU_OFF = 4, PR_AU_NULL = 0, PR_AU_SEL0 = 4, PR_AU_SEL1 = 5,
-    PR_AU_MUX = 6, PR_AU_N_CONTROL = 10
+    PR_AU_NBIT = 3, PR_AU_NBIT_QUERY = 2, PR_AU_PAL = 9, PR_AU_ON = 3, PR_AU_OFF = 4, PR_AU_NULL = 0,
+    PR_AU_SEL0 = 4, PR_AU_SEL1 = 5, PR_AU_MUX = 6, PR_AU_N_CONTROL = 10
 };
 
 typedef struct {

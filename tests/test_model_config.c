@@ -41,6 +41,10 @@ static void test_config_sources(void **state)
     assert_false(c.prism_shortconv);
     assert_int_equal(pr_config_set(&c, "norm_eps=1e-6", &err), 0);
     assert_true(c.norm_eps == 1e-6);
+    pr_config a = pr_config_default();   /* the authors' probe models: 1 head, an untied head */
+    assert_int_equal(pr_config_preset(&a, "probe-authors", &err), 0);
+    assert_int_equal(a.n_heads, 1);
+    assert_false(a.tie_embeddings);
     pr_config l = pr_config_default();
     assert_int_equal(pr_config_preset(&l, "lm-130m", &err), 0);
     assert_int_equal(l.d_model, 768);

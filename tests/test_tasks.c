@@ -218,6 +218,7 @@ static int solve_authors(const pr_probe *p, const int32_t *t)
     case PR_PROBE_PARITY: {
         int x = find_once(t, T, PR_AU_NBIT), sum = 0;
         assert_int_equal(items, p->n_bits + 2);
+        assert_int_equal(t[T - 1], PR_AU_NBIT_QUERY);
         for (int i = x - p->n_bits; i < x; i++) {
             assert_true(t[i] >= 4 && t[i] <= 7);
             sum += t[i];
@@ -266,6 +267,7 @@ static bool authors_noise_ok(const pr_probe *p, const int32_t *clean, int tok)
 {
     if (p->kind == PR_PROBE_SILENCE_GATE) return tok >= 0 && tok < AV;
     if (p->kind == PR_PROBE_MOD_ADD) return tok >= 0 && tok < AV - 2;
+    if (p->kind == PR_PROBE_PARITY) return tok >= PR_AU_BIT0 && tok < AV;   /* bits too, never 2 or 3 */
     if (p->kind == PR_PROBE_MQAR)   /* never a key */
         for (int i = 0; i < AT / 2; i += 2)
             if (clean[i] == tok) return false;
@@ -320,6 +322,27 @@ static void test_authors_probes_hold_their_answers(void **state)
         if (k == PR_PROBE_LOCAL_XOR || k == PR_PROBE_PARITY || k == PR_PROBE_PALINDROME)
             assert_int_equal(answers[0] + answers[1], A_SAMPLES);
     }
+}
+
+/* the authors' parity: noise repeats the bit tokens (so only the operator
+ * marks the block), and the operator and the query appear once each */
+static void test_authors_parity_noise_repeats_bits(void **state)
+{
+    (void)state;
+    pr_probe p;
+    pr_err err;
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_PARITY, PR_PROBE_AUTHORS, AV, AT, 5, &err), 0);
+    int bit_noise = 0;
+    for (int j = 0; j < 50; j++) {
+        int32_t t[AT];
+        pr_probe_sample(&p, 0, j, t);
+        int x = find_once(t, AT, PR_AU_NBIT);
+        assert_int_equal(find_once(t, AT, PR_AU_NBIT_QUERY), AT - 1);
+        for (int i = 0; i < AT - 1; i++)
+            if (i < x - p.n_bits || i > x) bit_noise += t[i] >= PR_AU_BIT0 && t[i] < PR_AU_BIT0 + 4;
+    }
+    /* 4 of the 28 noise tokens are bits: about 1 in 7 of the ~3000 noise positions */
+    assert_true(bit_noise > 300);
 }
 
 /* paper style: the same sample without noise keeps its items and label */
@@ -414,6 +437,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probes_hold_their_answers),
         cmocka_unit_test(test_authors_probes_hold_their_answers),
+        cmocka_unit_test(test_authors_parity_noise_repeats_bits),
         cmocka_unit_test(test_paper_noise_is_only_noise),
         cmocka_unit_test(test_probe_errors),
         cmocka_unit_test(test_text_windows),
