@@ -385,11 +385,12 @@ static void test_output_in_place(void **state)
     pr_ctx *ctx = pr_ctx_new(1);
     static const struct {
         pr_rule rule;
-        int chunk, tf32, K, V, mma; /* mma: force grad's and wy's mma.sync forms */
+        int chunk, tf32, K, V, mma; /* mma: 1 force grad's and wy's mma.sync forms, 2 the state pass's (then the
+                                       output reads q in place, k and v staged) */
     } cases[] = {
         {PR_RULE_GDN, 64, 1, 64, 40, 0},  {PR_RULE_GDN, 32, 1, 36, 20, 0},   {PR_RULE_LINATTN, 64, 1, 64, 40, 0},
         {PR_RULE_SSD, 64, 0, 36, 40, 0},  {PR_RULE_DELTA, 32, 0, 64, 20, 0}, {PR_RULE_GDN, 64, 1, 160, 40, 0},
-        {PR_RULE_GDN, 64, 1, 64, 40, 1},  {PR_RULE_SSD, 32, 1, 36, 40, 0},
+        {PR_RULE_GDN, 64, 1, 64, 40, 1},  {PR_RULE_SSD, 32, 1, 36, 40, 0},  {PR_RULE_LINATTN, 64, 1, 64, 40, 2},
     };
     int fails = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
@@ -397,7 +398,8 @@ static void test_output_in_place(void **state)
         const int C = cases[ci].chunk, K = cases[ci].K, V = cases[ci].V;
         char what[96];
         snprintf(what, sizeof what, "%s C=%d K=%d V=%d %s%s", pr_rule_name(rule), C, K, V,
-                 cases[ci].tf32 ? "tf32" : "fp32", cases[ci].mma ? " grad, wy mma.sync" : "");
+                 cases[ci].tf32 ? "tf32" : "fp32",
+                 cases[ci].mma == 1 ? " grad, wy mma.sync" : cases[ci].mma == 2 ? " state mma.sync" : "");
         if (!output_in_place(rule, C, cases[ci].tf32, true, PR_REC_PLANNED, K, V)) {
             fprintf(stderr, "  FAIL %s: the plan stages q and o\n", what);
             fails++;
@@ -415,7 +417,8 @@ static void test_output_in_place(void **state)
         double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
         ctx->matmul_tf32 = cases[ci].tf32;
         pr_recurrence_opts opt = {.rule = rule, .chunk = C};
-        if (cases[ci].mma) opt.force.grad_bpw = 4, opt.force.wy = PR_REC_MMA;
+        if (cases[ci].mma == 1) opt.force.grad_bpw = 4, opt.force.wy = PR_REC_MMA;
+        if (cases[ci].mma == 2) opt.force.state = PR_REC_MMA;
         rec_out a = run_twice(ctx, &opt, in, dout, dht);
         opt.force.bf16_staged = PR_REC_ON;
         rec_out b = run_twice(ctx, &opt, in, dout, dht);
