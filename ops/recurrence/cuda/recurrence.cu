@@ -336,7 +336,8 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     /* q, dO, k (and dv without beta) */
     ps[PR_REC_PASS_DLOCAL].bf16_in_place = ps[PR_REC_PASS_DSTATE].bf16_in_place = pl.io16_bwd != 0;
     ps[PR_REC_PASS_GRAD].bf16_in_place = pl.io16_dq || pl.io16_dk || pl.io16_bwd;             /* dq, dk; q, dO, k, v */
-    ps[PR_REC_PASS_WY].bf16_in_place = pl.io16_dv || (pl.io16_dk && p.delta) || pl.io16_bwd; /* dv, dk; k */
+    /* dv, dk; k (wy runs for the delta rules only: without them io16_dv is dlocal's and dstate's) */
+    ps[PR_REC_PASS_WY].bf16_in_place = p.delta && (pl.io16_dv || pl.io16_dk || pl.io16_bwd);
 }
 
 extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N, int64_t T, int64_t H, int64_t K,
