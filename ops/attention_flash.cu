@@ -26,7 +26,7 @@
  * 3.7 times the forward at D = 128.
  * single backward (ctx->attn_bwd_fused, off by default until timed): the
  * dk/dv kernel's walk also adds dQ = dS K for its key tile into an f32
- * buffer with red.global.add.v2.f32 (fa_bwd_kernel), and a last kernel adds
+ * buffer with red.global.add.v4.f32 (fa_bwd_kernel), and a last kernel adds
  * that buffer into the bf16 dq with one rounding: five products instead of
  * seven, one pass over Q and dO instead of two, at the price of atomics
  * (dq's sums land in any order: not bitwise reproducible) and an f32
@@ -469,14 +469,16 @@ template <int D, int QS> __global__ void __launch_bounds__(FA_THREADS) fa_dkv_ke
     }
 }
 
-/* dq += x at rows [r] and [r + 8]'s f32 accumulator pairs: red.global.add.v2.f32
- * on sm_90 (one 8-byte reduction), two scalar atomics before it */
-__device__ __forceinline__ void fa_red2(float *dst, float x0, float x1)
+/* dst[0..3] += x, atomically per element: one 16-byte red.global.add.v4.f32
+ * on sm_90, four scalar atomics before it */
+__device__ __forceinline__ void fa_red4(float *dst, float x0, float x1, float x2, float x3)
 {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
+    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x0), "f"(x1),
+                 "f"(x2), "f"(x3)
+                 : "memory");
 #else
-    atomicAdd(dst, x0), atomicAdd(dst + 1, x1);
+    atomicAdd(dst, x0), atomicAdd(dst + 1, x1), atomicAdd(dst + 2, x2), atomicAdd(dst + 3, x3);
 #endif
 }
 
@@ -487,7 +489,7 @@ __device__ __forceinline__ void fa_red2(float *dst, float x0, float x1)
  * dS^T goes through shared memory (dSs, [QS queries][64 keys], padded by 8)
  * to become dS's A fragments; each warp then takes 16 queries and D / CS of
  * the columns (CS = 4 / (QS / 16) warps share a query row group) and adds
- * them with 8-byte reductions. Many key tiles add into the same dQ rows, so
+ * them with 16-byte reductions. Many key tiles add into the same dQ rows, so
  * the sums' order varies from run to run: dq is not bitwise reproducible
  * (dk, dv still have one writer each). fa_dq_acc_kernel rounds dq_acc into
  * the bf16 grad afterwards; the softmax scale is already inside dS. */
@@ -575,14 +577,18 @@ template <int D, int QS> __global__ void __launch_bounds__(FA_THREADS) fa_bwd_ke
 #pragma unroll
         for (int d = 0; d < DTW; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
         fa_gemm_rn<FA_ROWS / 16, DTW>(dq, sa, Ks + c0, LD);
-        const int nq = min(QS, tl.len - i0);
+        /* lanes t, t ^ 1 swap halves: an even t then holds columns 2t..2t+3 of
+         * row g, an odd t columns 2t-2..2t+1 of row g + 8, 16 aligned bytes each */
+        const int odd = t & 1, r = qg * 16 + g + 8 * odd;
+        const bool in_seq = r < min(QS, tl.len - i0); /* rows past the end: nothing to add, nowhere to add it */
+        float *dst = p.dq_acc + (((long long)tl.bos + i0 + r) * p.H + h) * D + c0 + 2 * (t - odd);
 #pragma unroll
-        for (int e2 = 0; e2 < 2; e2++) {
-            const int r = qg * 16 + g + 8 * e2;
-            if (r >= nq) continue;
-            float *dst = p.dq_acc + (((long long)tl.bos + i0 + r) * p.H + h) * D + c0 + 2 * t;
-#pragma unroll
-            for (int d = 0; d < DTW; d++) fa_red2(dst + 8 * d, dq[d][2 * e2], dq[d][2 * e2 + 1]);
+        for (int d = 0; d < DTW; d++) {
+            const float y0 = __shfl_xor_sync(0xffffffffu, odd ? dq[d][0] : dq[d][2], 1);
+            const float y1 = __shfl_xor_sync(0xffffffffu, odd ? dq[d][1] : dq[d][3], 1);
+            if (!in_seq) continue;
+            if (odd) fa_red4(dst + 8 * d, y0, y1, dq[d][2], dq[d][3]);
+            else fa_red4(dst + 8 * d, dq[d][0], dq[d][1], y0, y1);
         }
     }
 #pragma unroll
