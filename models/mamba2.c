@@ -6,6 +6,8 @@
  *       (head h reads group h / (Hm/G))
  *   y = o + D * xs;  y = rms(y * silu(z)) over each group's Di/G channels, * w
  *   out = y W_out
+ * x W_in is taken as three products with column slices of W_in, so the wide
+ * projection's output is never copied (prism slices are copies).
  * State slots: 0 the conv window [B,W-1,Di+2GN], 1 the [B,Hm,N,P] state. */
 #include <math.h>
 
@@ -53,27 +55,48 @@ static pr_tensor *per_head(pr_ctx *ctx, pr_tensor *x, const mamba2_dims *d)
     return pr_reshape(ctx, pr_repeat_dim(ctx, g, 3, d->Hm / d->G), PR_DIMS(B, T, d->Hm, d->N));
 }
 
+/* x times the columns [start, start + n) of in_proj: a slice (a copy) of the
+ * weight (D x n) is far smaller than one of the fused projection's output
+ * (tokens x n). Under autocast the weight is cast once (cached) and the bf16
+ * copy sliced, as the product would cast each slice anyway. */
+static pr_tensor *in_proj_part(pr_ctx *ctx, const mamba2_layer *l, pr_tensor *x, int64_t start, int64_t n)
+{
+    return pr_linear(ctx, x, pr_slice(ctx, pr_autocast(ctx, l->in_proj, PR_BF16), 1, start, n), NULL);
+}
+
+/* rms(y * silu(z)) over each group's Di/G channels, times the norm weight; one
+ * group normalizes over all of Di, so the weight folds into the norm */
+static pr_tensor *gated_norm(pr_ctx *ctx, const mamba2_layer *l, const pr_config *c, const mamba2_dims *d,
+                             pr_tensor *y, pr_tensor *z)
+{
+    int64_t B = y->shape[0], T = y->shape[1];
+    y = pr_swiglu(ctx, z, y);
+    if (d->G == 1) return pr_rmsnorm(ctx, y, l->norm, c->norm_eps);
+    y = pr_rmsnorm(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d->G, d->Di / d->G)), NULL, c->norm_eps);
+    return pr_mul(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d->Di)), l->norm);
+}
+
 static pr_tensor *mamba2_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x,
                                  pr_layer_state *st)
 {
     const mamba2_layer *l = layer;
     mamba2_dims d = dims_of(c);
-    int64_t B = x->shape[0], T = x->shape[1], GN = d.G * d.N;
-    pr_tensor *part[3], *xbc[3];
-    pr_split(ctx, pr_linear(ctx, x, l->in_proj, NULL), 2, 3, (const int64_t[]){d.Di, d.Di + 2 * GN, d.Hm}, part);
-    pr_tensor *conv = pr_silu(ctx, pr_shortconv(ctx, part[1], l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL));
+    int64_t B = x->shape[0], T = x->shape[1], GN = d.G * d.N, conv_dim = d.Di + 2 * GN;
+    pr_tensor *xbc[3];
+    pr_tensor *z = in_proj_part(ctx, l, x, 0, d.Di);
+    pr_tensor *xbc_in = in_proj_part(ctx, l, x, d.Di, conv_dim);
+    pr_tensor *dt = in_proj_part(ctx, l, x, d.Di + conv_dim, d.Hm);
+    pr_tensor *conv = pr_silu(ctx, pr_shortconv(ctx, xbc_in, l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL));
     pr_split(ctx, conv, 2, 3, (const int64_t[]){d.Di, GN, GN}, xbc);
     pr_tensor *xs = pr_reshape(ctx, xbc[0], PR_DIMS(B, T, d.Hm, d.P));
-    pr_tensor *delta = pr_softplus(ctx, pr_add(ctx, part[2], l->dt_bias));             /* [B,T,Hm] */
+    pr_tensor *delta = pr_softplus(ctx, pr_add(ctx, dt, l->dt_bias));             /* [B,T,Hm] */
     pr_tensor *v = pr_mul(ctx, xs, pr_reshape(ctx, delta, PR_DIMS(B, T, d.Hm, 1)));
     pr_tensor *g = pr_mul(ctx, delta, pr_neg(ctx, pr_exp(ctx, l->A_log)));
     pr_recurrence_opts opt = pr_config_recurrence(c, PR_RULE_SSD, T, 1.0);
     pr_tensor *o = pr_recurrence(ctx, &opt, per_head(ctx, xbc[2], &d), per_head(ctx, xbc[1], &d), v, g, NULL, NULL,
                                  NULL, st ? st->slot[PR_SLOT_MAMBA_H] : NULL, NULL, st ? &st->slot[PR_SLOT_MAMBA_H] : NULL);
     pr_tensor *y = pr_add(ctx, o, pr_mul(ctx, xs, pr_reshape(ctx, l->D, PR_DIMS(d.Hm, 1))));
-    y = pr_mul(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d.Di)), pr_silu(ctx, part[0]));
-    y = pr_rmsnorm(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d.G, d.Di / d.G)), NULL, c->norm_eps);
-    y = pr_mul(ctx, pr_reshape(ctx, y, PR_DIMS(B, T, d.Di)), l->norm);
+    y = gated_norm(ctx, l, c, &d, pr_reshape(ctx, y, PR_DIMS(B, T, d.Di)), z);
     return pr_linear(ctx, y, l->out_proj, NULL);
 }
 

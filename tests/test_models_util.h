@@ -38,6 +38,7 @@ static const struct {
     {"gla", {"gla.expand_k=3", "gla.expand_v=6", "gla.gate=false", "gla.gate_normalizer=1"}},
     {"gsa", {"gsa.slots=5", "gsa.expand_k=3", "gsa.expand_v=3", "gsa.gate_normalizer=1"}},
     {"attn", {"attn.shortconv=3"}},         /* the authors' probe baselines' conv before the layer */
+    {"mamba2", {"mamba2.expand=2", "mamba2.head_dim=3", "mamba2.d_state=5"}},  /* one group: the norm's weight fused */
     {"linattn", {"linattn.shortconv=5"}},
     {"atlas", {"atlas.window=3"}},
     {"atlas", {"atlas.window=2", "atlas.optimizer=muon", "atlas.ns_steps=3"}},
