@@ -322,18 +322,7 @@ static rec_out run_twice(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
 {
     rec_out first = rec_run_seeded_opts(ctx, opt, in, NULL, dout, dht);
     rec_out_free(&first);
-    pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &ht);
-    pr_tensor *outs[2] = {o, ht};
-    const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
-                                 pr_from_host(ctx->step, PR_F64, PR_CPU, ht->ndim, ht->shape, dht)};
-    pr_backward_many(ctx, 2, outs, seeds);
-    rec_out r = {0};
-    r.o = rec_host(o, &r.n_o);
-    r.ht = rec_host(ht, &r.n_ht);
-    r.dt_o = o->dtype, r.dt_ht = ht->dtype;
-    for (int i = 0; i < REC_NIN; i++)
-        if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
-    return r;
+    return rec_run_seeded_adding(ctx, opt, in, NULL, dout, dht);
 }
 
 /* On bf16 data the output pass reads q and writes o in place, where prep,

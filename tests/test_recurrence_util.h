@@ -86,12 +86,11 @@ static inline rec_out rec_run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *c
 }
 
 /* the same, seeded through pr_backward_many (the seeds are converted to the
- * outputs' dtype and device, so it runs on any device and dtype) */
-static inline rec_out rec_run_seeded_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
-                                          pr_tensor *cu, const double *dout, const double *dht)
+ * outputs' dtype and device, so it runs on any device and dtype), adding into
+ * the inputs' grads as they are (a second backward reads them back) */
+static inline rec_out rec_run_seeded_adding(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
+                                            pr_tensor *cu, const double *dout, const double *dht)
 {
-    for (int i = 0; i < REC_NIN; i++)
-        if (in[i]) in[i]->grad = NULL;
     pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
     pr_tensor *outs[2] = {o, ht};
     const pr_tensor *seeds[2] = {pr_from_host(ctx->step, PR_F64, PR_CPU, o->ndim, o->shape, dout),
@@ -104,6 +103,15 @@ static inline rec_out rec_run_seeded_opts(pr_ctx *ctx, const pr_recurrence_opts 
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) r.d[i] = rec_host(in[i]->grad, &r.n[i]);
     return r;
+}
+
+/* ... into fresh grads */
+static inline rec_out rec_run_seeded_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
+                                          pr_tensor *cu, const double *dout, const double *dht)
+{
+    for (int i = 0; i < REC_NIN; i++)
+        if (in[i]) in[i]->grad = NULL;
+    return rec_run_seeded_adding(ctx, opt, in, cu, dout, dht);
 }
 
 static inline rec_out rec_run_seeded(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu,

@@ -30,6 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fla_guard import lift_triton_guard
+
 
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-5):
@@ -143,16 +145,6 @@ def time_model(kind, T, tokens, steps, warmup, compile_it):
         raise SystemExit(f"{kind} T={T}: the loss is {loss.item()}")
     peak = torch.cuda.max_memory_allocated() / 2**20
     return B * T / statistics.median(times), params, peak
-
-
-def lift_triton_guard():
-    """fla refuses its gated chunk backward on Hopper under Triton 3.4-3.7.0
-    (a miscompile gives wrong values there). For timing only, tell its check
-    the Triton is newer: the kernels run as they would, their values unused."""
-    import fla.ops.common.chunk_o as chunk_o
-    if not getattr(chunk_o, "TRITON_ABOVE_3_7_1", True):
-        chunk_o.TRITON_ABOVE_3_7_1 = True
-        print("# fla's Triton guard lifted for timing: the gated backward's values are not trusted here", flush=True)
 
 
 def main():
