@@ -102,10 +102,6 @@ struct pr_ctx {
      * the f32 kernels that remain may round their products too) */
     pr_precision precision;
     int matmul_tf32;
-    /* CUDA bf16 attention's backward as one kernel (P recomputed once, dQ
-     * added with f32 atomics: not bitwise reproducible) instead of the dq
-     * and dk/dv kernels (ops/attention_flash.cu); off by default until timed */
-    bool attn_bwd_fused;
     /* bf16 autocast's casts of parameters and of the step's tensors, made
      * once a step and reused by every op that converts the same tensor, with
      * a hash index over src (slot); emptied by pr_step_reset and

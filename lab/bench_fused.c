@@ -3,8 +3,7 @@
  *
  * attention (causal, H = Hkv = 16, D = Dv = 128) at B=8 T=2048 and B=1
  * T=16384, and at D = Dv = 96 (lm-130m's head dim) at B=8 T=2048, fp32 and
- * TF32 math and bf16 data (the flash kernels, with the two-kernel backward
- * and again with the single one, ctx->attn_bwd_fused): time, achieved TFLOP/s
+ * TF32 math and bf16 data (the flash kernels): time, achieved TFLOP/s
  * (forward 2 B H T^2 D for the causal half of the two products, backward
  * 2.5 times that) and the device memory peak. The T=16384 case runs first
  * on a fresh allocator, so the peak printed after it is its own; a T x T
@@ -64,7 +63,7 @@ static void print_peak(FILE *out, pr_device dev)
 int pr_bench_attention(FILE *out, pr_device dev, int64_t B, int64_t T, int64_t H, int64_t D, int reps,
                        pr_bench_fused_time t[PR_BENCH_ATT_ROWS])
 {
-    static const char *const row_names[PR_BENCH_ATT_ROWS] = {"fp32", "tf32", "bf16", "bf16 single-kernel backward:"};
+    static const char *const row_names[PR_BENCH_ATT_ROWS] = {"fp32", "tf32", "bf16"};
     pr_ctx *ctx = pr_ctx_new(1);
     pr_arena *ar = pr_arena_new("bench-attn", 0);
     pr_rng r = pr_rng_init(7, 0);
@@ -77,7 +76,6 @@ int pr_bench_attention(FILE *out, pr_device dev, int64_t B, int64_t T, int64_t H
     for (int row = 0; row < rows; row++) {
         const bool bf16 = row >= 2;
         ctx->matmul_tf32 = row == 1;
-        ctx->attn_bwd_fused = row == 3;
         pr_tensor *x[3];
         for (int i = 0; i < 3; i++) x[i] = bf16 ? bf16_leaf(ctx->step, in[i]) : in[i];
         pr_tensor *o = pr_attention(ctx, x[0], x[1], x[2], 0, NULL);

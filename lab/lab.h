@@ -587,10 +587,8 @@ void pr_throughput_print_breakdowns(FILE *out, const pr_throughput_table *t, con
  * Lines to out, and on CUDA the allocator's peak after each. */
 typedef struct { double fwd_ms, bwd_ms, fwd_rate, bwd_rate; } pr_bench_fused_time;
 /* causal attention, q, k, v [B,T,H,D]: fp32 into t[0] and, on CUDA, TF32
- * into t[1], bf16 data into t[2] (the dq and dk/dv backward kernels) and
- * bf16 data with the single backward (ctx->attn_bwd_fused) into t[3];
- * returns the rows filled */
-#define PR_BENCH_ATT_ROWS 4
+ * into t[1], bf16 data into t[2]; returns the rows filled */
+#define PR_BENCH_ATT_ROWS 3
 int pr_bench_attention(FILE *out, pr_device dev, int64_t B, int64_t T, int64_t H, int64_t D, int reps,
                        pr_bench_fused_time t[PR_BENCH_ATT_ROWS]);
 /* the selective scan at [B,T,D], N states, with z, delta_bias and h0 */

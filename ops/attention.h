@@ -8,8 +8,7 @@
  * CUDA: f32, D and Dv up to 128; tiled with an online softmax (no T x T
  * buffer), TF32 tensor cores when ctx->matmul_tf32, exact fp32 otherwise.
  * CUDA bf16: native flash-style kernels at D = Dv = 32, 64, 96 or 128 (bf16
- * tensor-core products, f32 softmax statistics; ctx->attn_bwd_fused picks
- * the single-kernel backward with atomic dq, ops/attention_flash.cu); other
+ * tensor-core products, f32 softmax statistics, ops/attention_flash.cu); other
  * dims run the f32 kernels on staged copies. bf16 on the CPU is staged (f64 math, rounded once).
  */
 #ifndef PR_ATTENTION_H

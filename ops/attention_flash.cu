@@ -24,14 +24,6 @@
  * P and dS twice (S = Q K^T and dP = dO V^T in both kernels): four of its
  * seven D-long products are the recomputation's, and on the H200 it took
  * 3.7 times the forward at D = 128.
- * single backward (ctx->attn_bwd_fused, off by default until timed): the
- * dk/dv kernel's walk also adds dQ = dS K for its key tile into an f32
- * buffer with red.global.add.v4.f32 (fa_bwd_kernel), and a last kernel adds
- * that buffer into the bf16 dq with one rounding: five products instead of
- * seven, one pass over Q and dO instead of two, at the price of atomics
- * (dq's sums land in any order: not bitwise reproducible) and an f32
- * [rows, H, D] buffer. The softmax scale sits in dS, as in the dq kernel.
- *
  * Native for D = Dv in {32, 64, 96, 128} with 16-byte aligned tensors; any
  * other head dim (or a view that is not aligned) runs the f32 kernels of
  * ops/attention.cu on staged f32 copies (pr_attention_flash_fits says which).
@@ -61,7 +53,6 @@ struct fa_prob {
     const fa_bf16 *q, *k, *v, *o, *dout;
     const float *lse, *Di;
     fa_bf16 *out, *dq, *dk, *dv;
-    float *dq_acc; /* the single backward's f32 dQ sums [rows][H][D]; NULL: no dQ from it */
     float *lse_out;
     const int *tiles; /* [ntiles][3]: bos, len, t0 (rows over B*T); NULL: B sequences of T */
     int T, H, Hkv, group;
@@ -469,151 +460,6 @@ template <int D, int QS> __global__ void __launch_bounds__(FA_THREADS) fa_dkv_ke
     }
 }
 
-/* dst[0..3] += x, atomically per element: one 16-byte red.global.add.v4.f32
- * on sm_90, four scalar atomics before it */
-__device__ __forceinline__ void fa_red4(float *dst, float x0, float x1, float x2, float x3)
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x0), "f"(x1),
-                 "f"(x2), "f"(x3)
-                 : "memory");
-#else
-    atomicAdd(dst, x0), atomicAdd(dst + 1, x1), atomicAdd(dst + 2, x2), atomicAdd(dst + 3, x3);
-#endif
-}
-
-/* The single backward (ctx->attn_bwd_fused): fa_dkv_kernel's walk, which
- * already holds P and dS^T for its 64 keys and QS queries, also adds those
- * queries' dQ = dS K into an f32 accumulator in global memory (dq_acc,
- * [rows][H][D], zeroed first), so P is recomputed once instead of twice.
- * dS^T goes through shared memory (dSs, [QS queries][64 keys], padded by 8)
- * to become dS's A fragments; each warp then takes 16 queries and D / CS of
- * the columns (CS = 4 / (QS / 16) warps share a query row group) and adds
- * them with 16-byte reductions. Many key tiles add into the same dQ rows, so
- * the sums' order varies from run to run: dq is not bitwise reproducible
- * (dk, dv still have one writer each). fa_dq_acc_kernel rounds dq_acc into
- * the bf16 grad afterwards; the softmax scale is already inside dS. */
-template <int D, int QS> __global__ void __launch_bounds__(FA_THREADS) fa_bwd_kernel(fa_prob p)
-{
-    constexpr int LD = D + 8, TILE = FA_ROWS * LD, QT = QS * LD, NT = QS / 8, DT = D / 8;
-    constexpr int LDS = FA_ROWS + 8, CS = 4 / (QS / 16), DTW = DT / CS; /* dS row stride; column split */
-    static_assert(DTW % 2 == 0, "a warp's dQ columns in whole 16s");
-    extern __shared__ __align__(16) fa_bf16 fsm[];
-    fa_bf16 *Ks = fsm, *Vs = fsm + TILE, *Qs = fsm + 2 * TILE, *dOs = Qs + 2 * QT; /* Q, dO: two stages */
-    fa_bf16 *dSs = dOs + 2 * QT;
-    float *lse2s = (float *)(dSs + QS * LDS), *dis = lse2s + 2 * QS; /* two stages each */
-    const fa_tile tl = fa_tile_of(p, blockIdx.x, false);
-    const int hk = blockIdx.y, nk = min(FA_ROWS, tl.len - tl.t0);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const long long krow = (long long)tl.bos + tl.t0, qrs = (long long)p.H * D;
-    const int nsh = (tl.len - tl.t0 + QS - 1) / QS, nsteps = nsh * p.group;
-    fa_load<D>(Ks, p.k + (krow * p.Hkv + hk) * D, (long long)p.Hkv * D, nk);
-    fa_load<D>(Vs, p.v + (krow * p.Hkv + hk) * D, (long long)p.Hkv * D, nk);
-    auto issue = [&](int i) {
-        const int h = hk * p.group + i / nsh, i0 = tl.t0 + (i % nsh) * QS, nq = min(QS, tl.len - i0);
-        const long long qrow = (long long)tl.bos + i0;
-        fa_load<D, QS>(Qs + (i & 1) * QT, p.q + (qrow * p.H + h) * D, qrs, nq);
-        fa_load<D, QS>(dOs + (i & 1) * QT, p.dout + (qrow * p.H + h) * D, qrs, nq);
-        fa_commit();
-        for (int c = threadIdx.x; c < QS; c += FA_THREADS) {
-            lse2s[(i & 1) * QS + c] = c < nq ? p.lse[(qrow + c) * p.H + h] * 1.44269504f : INFINITY;
-            dis[(i & 1) * QS + c] = c < nq ? p.Di[(qrow + c) * p.H + h] : 0.f;
-        }
-    };
-    issue(0);
-    float dk[DT][4], dv[DT][4];
-#pragma unroll
-    for (int d = 0; d < DT; d++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.f;
-    const int key0 = tl.t0 + warp * 16 + g;
-    const int qg = warp % (QS / 16), c0 = warp / (QS / 16) * DTW * 8; /* this warp's dQ rows (16 qg..) and columns */
-    for (int i = 0; i < nsteps; i++) {
-        fa_wait_all();
-        __syncthreads(); /* step i is in; every warp is done with step i - 1's stage and dS */
-        if (i + 1 < nsteps) issue(i + 1);
-        const fa_bf16 *Qt = Qs + (i & 1) * QT, *dOt = dOs + (i & 1) * QT;
-        const float *lse2 = lse2s + (i & 1) * QS, *di = dis + (i & 1) * QS;
-        const int h = hk * p.group + i / nsh, i0 = tl.t0 + (i % nsh) * QS;
-        float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
-        fa_gemm_nt<D, NT>(s, Ks + warp * 16 * LD, LD, Qt, LD);
-        fa_gemm_nt<D, NT>(dp, Vs + warp * 16 * LD, LD, dOt, LD);
-        const bool edge = i0 < tl.t0 + FA_ROWS || i0 + QS > tl.len;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = 8 * n + 2 * t + (e & 1), qpos = i0 + c;
-                float pr = fa_exp2(s[n][e] * p.scale_log2 - lse2[c]);
-                if (edge && (qpos < key0 + 8 * (e >> 1) || qpos >= tl.len)) pr = 0.f;
-                s[n][e] = pr;
-                dp[n][e] = pr * (dp[n][e] - di[c]) * p.scale;
-            }
-        unsigned a[NT / 2][4];
-        fa_to_a<NT>(a, s);
-        fa_gemm_rn<NT / 2, DT>(dv, a, dOt, LD);
-        fa_to_a<NT>(a, dp);
-        fa_gemm_rn<NT / 2, DT>(dk, a, Qt, LD);
-        if (!p.dq_acc) continue;
-        /* dS^T (this warp's 16 keys x QS queries) into dSs as dS, the same bf16 values dK used */
-        fa_bf16 *ds = dSs + warp * 16 + g;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const unsigned w = a[n / 2][(n & 1) * 2 + (e >> 1)];
-                ds[(8 * n + 2 * t + (e & 1)) * LDS + 8 * (e >> 1)] = (fa_bf16)((e & 1) ? w >> 16 : w & 0xffffu);
-            }
-        __syncthreads();
-        unsigned sa[FA_ROWS / 16][4];
-        const fa_bf16 *pa = dSs + (qg * 16 + (lane & 15)) * LDS + (lane >> 4) * 8;
-#pragma unroll
-        for (int kk = 0; kk < FA_ROWS / 16; kk++) fa_ldsm(sa[kk], pa + kk * 16);
-        float dq[DTW][4];
-#pragma unroll
-        for (int d = 0; d < DTW; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
-        fa_gemm_rn<FA_ROWS / 16, DTW>(dq, sa, Ks + c0, LD);
-        /* lanes t, t ^ 1 swap halves: an even t then holds columns 2t..2t+3 of
-         * row g, an odd t columns 2t-2..2t+1 of row g + 8, 16 aligned bytes each */
-        const int odd = t & 1, r = qg * 16 + g + 8 * odd;
-        const bool in_seq = r < min(QS, tl.len - i0); /* rows past the end: nothing to add, nowhere to add it */
-        float *dst = p.dq_acc + (((long long)tl.bos + i0 + r) * p.H + h) * D + c0 + 2 * (t - odd);
-#pragma unroll
-        for (int d = 0; d < DTW; d++) {
-            const float y0 = __shfl_xor_sync(0xffffffffu, odd ? dq[d][0] : dq[d][2], 1);
-            const float y1 = __shfl_xor_sync(0xffffffffu, odd ? dq[d][1] : dq[d][3], 1);
-            if (!in_seq) continue;
-            if (odd) fa_red4(dst + 8 * d, y0, y1, dq[d][2], dq[d][3]);
-            else fa_red4(dst + 8 * d, dq[d][0], dq[d][1], y0, y1);
-        }
-    }
-#pragma unroll
-    for (int e2 = 0; e2 < 2; e2++) {
-        const int r = warp * 16 + g + 8 * e2;
-        if (r >= nk) continue;
-        const long long off = ((krow + r) * p.Hkv + hk) * D + 2 * t;
-#pragma unroll
-        for (int d = 0; d < DT; d++) {
-            if (p.dk) fa_acc2(p.dk + off + 8 * d, dk[d][2 * e2], dk[d][2 * e2 + 1]);
-            if (p.dv) fa_acc2(p.dv + off + 8 * d, dv[d][2 * e2], dv[d][2 * e2 + 1]);
-        }
-    }
-}
-
-/* dq += dq_acc, a bf16 pair per thread step, added in double and rounded once (as fa_acc2) */
-__global__ void fa_dq_acc_kernel(fa_bf16 *dq, const float *acc, long long pairs)
-{
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += step) {
-        const float2 x = ((const float2 *)acc)[i];
-        fa_acc2(dq + 2 * i, x.x, x.y);
-    }
-}
-
 /* ---- launchers ------------------------------------------------------------------ */
 
 /* shared memory of each kernel, bytes */
@@ -624,12 +470,6 @@ static size_t fa_dkv_smem(int D)
 {
     const int QS = FA_DKV_QS(D);
     return (size_t)(2 * FA_ROWS + 4 * QS) * (D + 8) * sizeof(fa_bf16) + 4 * QS * sizeof(float);
-}
-
-/* the single backward's: fa_dkv_kernel's and dS [QS x 64] */
-static size_t fa_bwd_smem(int D)
-{
-    return fa_dkv_smem(D) + (size_t)FA_DKV_QS(D) * (FA_ROWS + 8) * sizeof(fa_bf16);
 }
 
 /* the head dims with kernels: 32, 64, 96, 128 */
@@ -755,26 +595,11 @@ extern "C" void pr_attention_flash_backward(pr_ctx *ctx, pr_node *n)
     size_t tb;
     const int nt = fa_tiles(n, &tiles, &tb);
     p.tiles = tiles;
-    const size_t accbytes = ctx->attn_bwd_fused && dq ? sizeof(float) * (size_t)dq->numel : 0;
-    if (accbytes) {
-        p.dq_acc = (float *)pr_cuda_malloc(accbytes);
-        PR_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, accbytes, st));
-    }
     fa_with_head_dim(D, [&](auto d) {
         constexpr int Dc = decltype(d)::value;
-        if (ctx->attn_bwd_fused) {
-            fa_launch(fa_bwd_kernel<Dc, FA_DKV_QS(Dc)>, dim3(nt, p.Hkv), fa_bwd_smem(Dc), st, p);
-            return;
-        }
         if (p.dq) fa_launch(fa_dq_kernel<Dc>, dim3(nt, p.H), fa_dq_smem(Dc), st, p);
         if (p.dk || p.dv) fa_launch(fa_dkv_kernel<Dc, FA_DKV_QS(Dc)>, dim3(nt, p.Hkv), fa_dkv_smem(Dc), st, p);
     });
-    if (accbytes) {
-        const long long pairs = dq->numel / 2; /* D is even */
-        fa_dq_acc_kernel<<<pr_cuda_blocks(pairs, 256), 256, 0, st>>>(p.dq, p.dq_acc, pairs);
-        PR_CUDA_LAUNCH_CHECK();
-        pr_cuda_free(p.dq_acc, accbytes);
-    }
     if (tiles) pr_cuda_free(tiles, tb);
     pr_cuda_free(Di, sizeof(float) * (size_t)rows);
     if (gcopy) pr_cuda_free(gcopy, gbytes);

@@ -2,7 +2,7 @@
 # tools/device/bench_attention.sh: torch SDPA's bf16 causal attention (B=8
 # T=2048 H=16, D=128 and D=96) and prism's `bench fused` rows, both timed on
 # this GPU in one run; prism's output ends each of its B=8 T=2048 blocks with
-# bf16 fwd+bwd (two-kernel and single-kernel backward) over torch's time
+# bf16 fwd+bwd over torch's time
 # at that head dim and whether issue 44's target (at most 2x) is met.
 #   tools/device/bench_attention.sh PRISM [prism bench fused args...]
 # e.g. tools/device/bench_attention.sh build-device/prism --reps 20
