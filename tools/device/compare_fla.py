@@ -25,6 +25,10 @@ GLA, GSA and MoM (issue 43):
 
 fla runs these layers in their fused-recurrent form up to 64 tokens and in the
 chunked form beyond; --tokens 48 checks the first, --tokens 200 the second.
+Triton rounds a float32 dot's inputs to TF32 by default; this script asks for
+IEEE float32 (TRITON_F32_DEFAULT=ieee) unless --tf32 is given: under TF32 the
+chunked forms of a 2-layer model differ from float64 by ~1e-2 of logits of
+~4 (measured on the H200, 2026-12-05: gla 6.0e-3, gsa 1.0e-2, mom 8.5e-3).
 MoM routes each token to its top-k memories, picked from float32 router
 probabilities on the GPU and float64 ones in prism: a near-tie picked
 differently shows as one position with a large difference while the others
@@ -141,7 +145,14 @@ def main():
     ap.add_argument("--archs", default="gated_deltanet,transformer",
                     help="comma-separated: gated_deltanet, transformer, delta_net, linear_attn, mamba2, gla, gsa, mom")
     ap.add_argument("--seed", type=int, default=1, help="seed of the redrawn weights")
+    ap.add_argument("--tf32", action="store_true",
+                    help="let Triton's float32 dots round to TF32 (its default); without it they run in IEEE "
+                         "float32, so the chunked forms compare at --tol like the recurrent ones")
     a = ap.parse_args()
+    if not a.tf32:
+        # read when Triton compiles a kernel: set before fla builds any
+        os.environ["TRITON_F32_DEFAULT"] = "ieee"
+        torch.backends.cuda.matmul.allow_tf32 = False
     if not torch.cuda.is_available():
         sys.exit("compare_fla: fla's kernels need a CUDA GPU")
     gen = torch.Generator().manual_seed(7)
