@@ -11,9 +11,20 @@
  * next one; the cell a dead worker was in keeps its checkpoints and
  * resumes). The parent draws the progress line and, as with one job, reads
  * every cell's result.json for the table. The parent never touches CUDA: a
- * process that initialised it cannot pass it to forked children. */
+ * process that initialised it cannot pass it to forked children.
+ *
+ * With worker threads instead (pr_grid_exec.threads), the same claiming runs
+ * in threads of this process, each cell with its own context and, on CUDA,
+ * each thread on its own stream (pr_device_thread_begin): one process's
+ * streams run kernels side by side, where processes sharing a GPU only take
+ * turns. A fatal error in a thread (pr_fatal) jumps back to that thread's
+ * worker, which names the cell as failed and stops claiming, as a dead
+ * worker process would; what the cell held is not freed (the process ends
+ * soon after) and its folder stays locked until then. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -201,6 +212,7 @@ typedef struct {
 typedef struct {
     atomic_int next;                 /* the next cell to claim */
     atomic_int ran, reused, failed;
+    atomic_int workers_done;         /* worker threads that have returned */
     job_slot slot[PR_GRID_MAX_JOBS];
 } grid_board;
 
@@ -389,6 +401,90 @@ static int run_parallel(grid_run *r)
     return 0;
 }
 
+/* ---- worker threads ------------------------------------------------------------- */
+typedef struct {
+    grid_run *r;
+    int j;
+    jmp_buf on_fatal;
+} thread_worker;
+
+static _Thread_local thread_worker *this_worker;
+
+/* the thread's error handler: back to its worker (tensor.h's handler is per thread) */
+static void fatal_in_thread(const char *msg)
+{
+    (void)msg;
+    longjmp(this_worker->on_fatal, 1);
+}
+
+/* a thread stopped by a fatal error: its cell counts as failed, as a worker
+ * process that died in it does */
+static void thread_failed(grid_run *r, int j, const char *msg)
+{
+    int cell = r->board->slot[j].cell;
+    char where[200] = "between cells", label[120];
+    if (cell >= 0) {
+        pr_grid_cell_label(r->p->g, cell, label, sizeof label);
+        snprintf(where, sizeof where, "in cell %s; run again to resume it", label);
+        r->board->failed++;
+    }
+    if (r->tty) fputc('\n', stderr);
+    fprintf(stderr, "prism ablate: worker thread %d stopped %s: %s\n", j, where, msg);
+    r->board->slot[j].cell = -1;
+}
+
+static void *thread_main(void *arg)
+{
+    thread_worker *w = arg;
+    grid_run *r = w->r;
+    this_worker = w;
+    if (r->x->worker_setup) r->x->worker_setup(r->x->user, w->j, r->jobs);
+    pr_set_error_handler(fatal_in_thread);
+    if (setjmp(w->on_fatal) == 0) {
+        pr_device_thread_begin(r->x->dev);
+        run_cells(r, w->j);
+        pr_device_thread_end(r->x->dev);
+    } else {
+        /* the device state of this thread is unknown: its stream and pool are left as they are */
+        thread_failed(r, w->j, pr_last_error());
+    }
+    pr_set_error_handler(NULL);
+    r->board->workers_done++;
+    return NULL;
+}
+
+/* runs the grid's cells in r->jobs threads of this process, drawing the
+ * progress line here */
+static int run_threads(grid_run *r)
+{
+    static thread_worker w[PR_GRID_MAX_JOBS];   /* jmp_bufs: kept off the stack */
+    pthread_t tid[PR_GRID_MAX_JOBS];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)64 << 20);   /* a training's stack, as the main thread's */
+    r->draws = false;   /* the threads leave the line to this one */
+    int started = 0;
+    for (; started < r->jobs; started++) {
+        w[started] = (thread_worker){.r = r, .j = started};
+        int e = pthread_create(&tid[started], &attr, thread_main, &w[started]);
+        if (e) {
+            fprintf(stderr, "prism ablate: cannot start worker thread %d: %s\n", started, strerror(e));
+            break;
+        }
+    }
+    pthread_attr_destroy(&attr);
+    for (int last_done = -1; r->board->workers_done < started;) {
+        int finished = r->board->ran + r->board->reused + r->board->failed;
+        draw(r, finished != last_done);
+        last_done = finished;
+        nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+    }
+    for (int j = 0; j < started; j++) pthread_join(tid[j], NULL);
+    draw(r, true);
+    r->draws = true;
+    return started == r->jobs ? 0 : -1;
+}
+
 int pr_grid_run(const pr_grid_plan *p, const pr_grid_exec *x, pr_grid_tally *tally)
 {
     int n_cells = pr_grid_cells(p->g);
@@ -399,7 +495,8 @@ int pr_grid_run(const pr_grid_plan *p, const pr_grid_exec *x, pr_grid_tally *tal
     grid_run r = {.p = p, .x = x, .n_cells = n_cells, .board = board, .jobs = jobs < n_cells ? jobs : n_cells,
                   .draws = true, .tty = isatty(STDERR_FILENO), .t0 = pr_now_s()};
     int rc = 0;
-    if (r.jobs <= 1) run_cells(&r, 0);
+    if (x->threads && r.jobs > 1) rc = run_threads(&r);
+    else if (r.jobs <= 1) run_cells(&r, 0);
     else rc = run_parallel(&r);
     if (r.tty) fputc('\n', stderr);
     *tally = (pr_grid_tally){.ran = board->ran, .reused = board->reused, .failed = board->failed};

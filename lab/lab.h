@@ -217,8 +217,17 @@ typedef struct {
      * With several, this process must not have touched CUDA: a forked child
      * cannot use a context its parent initialised. */
     int jobs;
-    /* in each worker process before its first cell (NULL: nothing); prism
-     * ablate gives a worker its GPU or its share of the cores there */
+    /* with jobs > 1: threads of this process instead of worker processes,
+     * claiming cells the same way. On CUDA each thread has its own stream
+     * and pool of device memory (pr_device_thread_begin), so the cells'
+     * kernels overlap on one GPU (separate processes only take turns); the
+     * cells' results are the same bits either way. A fatal error stops only
+     * its thread, which counts its cell as failed. This process may have
+     * used CUDA already. */
+    bool threads;
+    /* in each worker (process or thread) before its first cell (NULL:
+     * nothing); prism ablate gives a worker its GPU or its share of the
+     * cores there */
     void (*worker_setup)(void *user, int worker, int jobs);
     void *user;
 } pr_grid_exec;

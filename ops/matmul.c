@@ -5,6 +5,7 @@
  * correct for any sizes. pr_matmul_set_blas(false) forces the loop even in a
  * BLAS build, so tests can check one against the other.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "ops/ops.h"
@@ -20,7 +21,8 @@ void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                           const void *A, const void *B, void *C, double beta);
 
-static bool use_blas = true;
+/* a test's switch; atomic, as worker threads read it while they train */
+static atomic_bool use_blas = true;
 
 void pr_blas_set_threads(int n)
 {
@@ -34,9 +36,7 @@ void pr_blas_set_threads(int n)
 /* returns the previous setting; a build without BLAS always uses the loop */
 bool pr_matmul_set_blas(bool on)
 {
-    bool old = use_blas;
-    use_blas = on;
-    return old;
+    return atomic_exchange(&use_blas, on);
 }
 
 /* C[M,N] = op(A) op(B) + beta C, all contiguous: A is [M,K] ([K,M] when ta),

@@ -14,6 +14,20 @@
  * earlier use. (Another stream would need the allocator to record an event
  * per freed block; one stream keeps it simple and correct.)
  *
+ * Threads (pr_cuda_thread_begin, for ablate's worker threads): a thread may
+ * take a stream of its own (non-blocking, so it never waits for the legacy
+ * stream or other threads) and then also a pool of its own, an allocator
+ * instance used only by that thread. The one-stream argument above then
+ * holds per pool: every block of a pool is only ever used on its thread's
+ * stream, so blocks never move between streams and no event is needed. A
+ * thread must free what it allocated (a training run's tensors never change
+ * thread); a free into the wrong pool is refused as an unknown pointer.
+ * Synchronizations and copies of such a thread wait for its stream only, so
+ * the threads' kernels run side by side. The capture state below is per
+ * thread as well; captures use relaxed mode, which leaves other threads'
+ * allocations and launches free to go on during a capture. Without begin
+ * nothing changes: the legacy stream and the shared pool, as before.
+ *
  * CUDA graphs (pr_cuda_graph_*): while a step is captured, the stream is a
  * private non-blocking one in relaxed capture mode, so the work is recorded,
  * not run, and the captured graph is replayed on the legacy stream, in order
@@ -35,18 +49,30 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "tensor/cuda.h"
 
-/* stream 0: the legacy default stream (nvcc's default; prism is not built
- * with --default-stream per-thread); while a graph is captured, its stream */
-static cudaStream_t g_capture_stream = NULL;
-static bool g_capturing = false;
-extern "C" cudaStream_t pr_cuda_the_stream(void) { return g_capturing ? g_capture_stream : (cudaStream_t)0; }
+/* this thread's own stream: NULL is stream 0, the legacy default stream
+ * (nvcc's default; prism is not built with --default-stream per-thread),
+ * unless pr_cuda_thread_begin gave the thread one */
+static thread_local cudaStream_t t_stream = NULL;
+/* while this thread captures a graph, the capture's private stream */
+static thread_local cudaStream_t g_capture_stream = NULL;
+static thread_local bool g_capturing = false;
+extern "C" cudaStream_t pr_cuda_the_stream(void) { return g_capturing ? g_capture_stream : t_stream; }
 #define PR_THE_STREAM pr_cuda_the_stream()
+
+/* waits for this thread's work: the whole device on the legacy stream (as
+ * ever), only its own stream for a thread that has one, so that other
+ * threads' kernels keep running */
+static cudaError_t sync_own(void)
+{
+    return t_stream ? cudaStreamSynchronize(t_stream) : cudaDeviceSynchronize();
+}
 
 /* ---- size classes ------------------------------------------------------------ */
 
@@ -87,11 +113,16 @@ struct allocator {
     std::unordered_map<void *, pr_cuda_graph *> graph_owned;
 };
 
-allocator &the_allocator()
+allocator &shared_allocator()
 {
     static allocator *a = new allocator(); /* never destroyed: frees may come from atexit */
     return *a;
 }
+
+thread_local allocator *t_pool = NULL;   /* this thread's own pool (pr_cuda_thread_begin) */
+
+/* the pool of this thread's stream */
+allocator &the_allocator() { return t_pool ? *t_pool : shared_allocator(); }
 } // namespace
 
 /* return every cached block to the driver; the caller holds the lock */
@@ -113,7 +144,7 @@ static void empty_cache_locked(allocator &A)
 
 extern "C" void pr_cuda_empty_cache(void)
 {
-    PR_CUDA_CHECK(cudaDeviceSynchronize()); /* queued kernels may still use cached blocks */
+    PR_CUDA_CHECK(sync_own()); /* queued kernels may still use cached blocks (only this stream's use this pool) */
     allocator &A = the_allocator();
     std::lock_guard<std::mutex> g(A.mu);
     empty_cache_locked(A);
@@ -145,7 +176,7 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
              * cannot be captured. There the failure stops the run, loudly. */
             if (e == cudaErrorMemoryAllocation && !g_capturing) {
                 (void)cudaGetLastError();
-                if (cudaDeviceSynchronize() == cudaSuccess) {
+                if (sync_own() == cudaSuccess) {
                     empty_cache_locked(A);
                     e = cudaMalloc(&p, rounded);
                 }
@@ -250,10 +281,14 @@ extern "C" void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst
     if (g_capturing && kind == cudaMemcpyDeviceToHost)
         capture_break("a read of device values on the host inside the step");
     /* a device-to-device copy is queued in order; the others return when done */
-    if (kind == cudaMemcpyDeviceToDevice)
+    if (kind == cudaMemcpyDeviceToDevice) {
         PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, PR_THE_STREAM));
-    else
+    } else if (t_stream) {   /* cudaMemcpy runs on the legacy stream, which a non-blocking stream does not wait for */
+        PR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, t_stream));
+        PR_CUDA_CHECK(cudaStreamSynchronize(t_stream));
+    } else {
         PR_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+    }
 }
 
 extern "C" void pr_cuda_memset0(void *p, size_t bytes)
@@ -264,19 +299,18 @@ extern "C" void pr_cuda_memset0(void *p, size_t bytes)
 extern "C" void pr_cuda_sync(void)
 {
     if (g_capturing) return capture_break("a device synchronization inside the step");
-    PR_CUDA_CHECK(cudaDeviceSynchronize());
+    PR_CUDA_CHECK(sync_own());
 }
 
 /* 0, not an error, without a driver or a GPU: a CUDA build runs on the CPU */
 extern "C" int pr_cuda_device_count(void)
 {
-    static int count = -1;
-    if (count < 0) {
+    static const int count = [] {   /* asked once, by whichever thread comes first */
         int n = 0;
         if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
         (void)cudaGetLastError(); /* a failed query must not poison the next check */
-        count = n;
-    }
+        return n;
+    }();
     return count;
 }
 
@@ -287,11 +321,16 @@ extern "C" int pr_cuda_attr(enum cudaDeviceAttr attr)
         int value;
     } seen[16];
     static int n_seen = 0;
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i].attr == attr) return seen[i].value;
+    static std::mutex mu;   /* threads ask at once */
+    {
+        std::lock_guard<std::mutex> g(mu);
+        for (int i = 0; i < n_seen; i++)
+            if (seen[i].attr == attr) return seen[i].value;
+    }
     int dev = 0, v = 0;
     PR_CUDA_CHECK(cudaGetDevice(&dev));
     PR_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
+    std::lock_guard<std::mutex> g(mu);
     if (n_seen < 16) seen[n_seen].attr = attr, seen[n_seen++].value = v;
     return v;
 }
@@ -315,10 +354,11 @@ static void poison_shared(void)
 {
     const int bytes = pr_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     PR_CUDA_CHECK(cudaFuncSetAttribute(poison_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    poison_shared_kernel<<<pr_cuda_attr(cudaDevAttrMultiProcessorCount), 1024, bytes>>>(bytes / 4);
+    /* on the thread's own stream, never a capture's: the poison runs now, it is not part of a step */
+    poison_shared_kernel<<<pr_cuda_attr(cudaDevAttrMultiProcessorCount), 1024, bytes, t_stream>>>(bytes / 4);
     PR_CUDA_LAUNCH_CHECK();
 }
-static bool poison_on;
+static std::atomic<bool> poison_on;   /* set by a test, read by every thread */
 extern "C" void pr_cuda_poison_shared(bool on) { poison_on = on; }
 extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
 {
@@ -349,7 +389,11 @@ extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32)
 {
     if (!st->cublas) {
         PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
-        PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
+        /* a thread with its own pool takes the workspace from it: a cudaFree
+         * at every cell's end would wait for the whole device */
+        st->workspace_pooled = t_pool != NULL;
+        if (st->workspace_pooled) st->workspace = pr_cuda_malloc(PR_CUBLAS_WORKSPACE);
+        else PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
     }
     if (!st->stream_set || st->stream != PR_THE_STREAM) {   /* a capture's stream, or the legacy one */
         st->stream = PR_THE_STREAM;
@@ -366,9 +410,10 @@ extern "C" void pr_cuda_ctx_release(void *cuda_state_ptr)
 {
     pr_cuda_state *st = (pr_cuda_state *)cuda_state_ptr;
     if (!st) return;
-    PR_CUDA_CHECK(cudaDeviceSynchronize());
+    PR_CUDA_CHECK(sync_own());
     if (st->cublas) PR_CUBLAS_CHECK(cublasDestroy(st->cublas));
-    if (st->workspace) PR_CUDA_CHECK(cudaFree(st->workspace));
+    if (st->workspace_pooled) pr_cuda_free(st->workspace, PR_CUBLAS_WORKSPACE);
+    else if (st->workspace) PR_CUDA_CHECK(cudaFree(st->workspace));
     free(st);
 }
 
@@ -420,8 +465,9 @@ struct pr_cuda_graph {
     std::vector<void *> constants;   /* cudaMalloc'd: the step's host-to-device constants */
 };
 
-static pr_cuda_graph *g_building;   /* the graph being captured */
-static char g_broken[256];          /* why the capture cannot stand ("" while it can) */
+/* this thread's capture (each thread captures its own steps) */
+static thread_local pr_cuda_graph *g_building;   /* the graph being captured */
+static thread_local char g_broken[256];          /* why the capture cannot stand ("" while it can) */
 
 extern "C" bool pr_cuda_capturing(void) { return g_capturing; }
 
@@ -439,7 +485,8 @@ static void capture_constant(void *dst, const void *src, size_t bytes)
         return capture_break("cudaMalloc of a step constant failed");
     }
     g_building->constants.push_back(c);
-    /* the legacy stream does not wait for the non-blocking capture stream: this runs now */
+    /* the legacy stream does not wait for the non-blocking capture stream: this runs now
+     * (c is new, so no other stream's work can touch it) */
     PR_CUDA_CHECK(cudaMemcpy(c, src, bytes, cudaMemcpyHostToDevice));
     PR_CUDA_CHECK(cudaMemcpyAsync(dst, c, bytes, cudaMemcpyDeviceToDevice, g_capture_stream));
 }
@@ -447,7 +494,7 @@ static void capture_constant(void *dst, const void *src, size_t bytes)
 extern "C" void pr_cuda_graph_begin(void)
 {
     PR_CHECK(!g_capturing, "CUDA graph: a capture is already under way");
-    PR_CUDA_CHECK(cudaDeviceSynchronize());   /* what the step reads was written before it */
+    PR_CUDA_CHECK(sync_own());   /* what the step reads was written before it */
     if (!g_capture_stream) PR_CUDA_CHECK(cudaStreamCreateWithFlags(&g_capture_stream, cudaStreamNonBlocking));
     g_building = new pr_cuda_graph();
     g_building->exec = NULL;
@@ -457,6 +504,9 @@ extern "C" void pr_cuda_graph_begin(void)
         std::lock_guard<std::mutex> g(A.mu);
         A.captured.clear();
     }
+    /* relaxed: the capture's own cudaMalloc of constants is allowed, and
+     * other threads' cudaMalloc and launches never invalidate it (only a
+     * capture begun in global mode restricts other threads) */
     PR_CUDA_CHECK(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed));
     g_capturing = true;
 }
@@ -513,13 +563,13 @@ extern "C" int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n)
 
 extern "C" void pr_cuda_graph_replay(pr_cuda_graph *gr)
 {
-    PR_CUDA_CHECK(cudaGraphLaunch(gr->exec, (cudaStream_t)0));
+    PR_CUDA_CHECK(cudaGraphLaunch(gr->exec, t_stream));   /* in order with the thread's other work */
 }
 
 extern "C" void pr_cuda_graph_free(pr_cuda_graph *gr)
 {
     if (!gr) return;
-    PR_CUDA_CHECK(cudaDeviceSynchronize());   /* a replay may still run */
+    PR_CUDA_CHECK(sync_own());   /* a replay may still run (on this thread's stream) */
     if (gr->exec) PR_CUDA_CHECK(cudaGraphExecDestroy(gr->exec));
     for (void *c : gr->constants) PR_CUDA_CHECK(cudaFree(c));
     allocator &A = the_allocator();
@@ -542,4 +592,59 @@ extern "C" void pr_cuda_graph_free(pr_cuda_graph *gr)
         }
     }
     delete gr;
+}
+
+/* ---- threads with their own stream and pool ------------------------------------------ */
+
+extern "C" void pr_cuda_thread_begin(void)
+{
+    PR_CHECK(!t_stream, "pr_cuda_thread_begin: this thread already has its own stream");
+    PR_CHECK(pr_cuda_device_count() > 0, "CUDA on a machine without a usable GPU");
+    PR_CUDA_CHECK(cudaStreamCreateWithFlags(&t_stream, cudaStreamNonBlocking));
+    t_pool = new allocator();
+}
+
+/* the pool's free blocks join the shared cache (the stream has finished with
+ * them, so the legacy stream may use them at once); the pool itself is kept
+ * only while blocks of it are still live, which a correct run never leaves */
+static void retire_pool(allocator *pool)
+{
+    allocator &S = shared_allocator();
+    bool empty;
+    {
+        std::lock_guard<std::mutex> g(pool->mu);
+        std::lock_guard<std::mutex> gs(S.mu);
+        for (int c = 0; c < PR_NCLASS; c++) {
+            for (void *p : pool->free_list[c]) {
+                size_t sz = pool->cached_size[p];
+                S.free_list[c].push_back(p);
+                S.cached_size[p] = sz;
+                S.st.cached += sz;
+                S.st.reserved += sz;
+            }
+            pool->free_list[c].clear();
+        }
+        pool->cached_size.clear();
+        empty = pool->live.empty() && pool->graph_owned.empty();
+    }
+    if (empty) delete pool;
+}
+
+extern "C" void pr_cuda_thread_end(void)
+{
+    if (!t_stream) return;
+    if (g_capturing) {   /* a capture left open (a failed step): drop it */
+        char why[64];
+        pr_cuda_graph *gr = NULL;
+        (void)pr_cuda_graph_end(&gr, why, sizeof why);
+        pr_cuda_graph_free(gr);
+    }
+    PR_CUDA_CHECK(cudaStreamSynchronize(t_stream));
+    allocator *pool = t_pool;
+    t_pool = NULL;
+    retire_pool(pool);
+    if (g_capture_stream) PR_CUDA_CHECK(cudaStreamDestroy(g_capture_stream));
+    g_capture_stream = NULL;
+    PR_CUDA_CHECK(cudaStreamDestroy(t_stream));
+    t_stream = NULL;
 }

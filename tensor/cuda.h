@@ -14,7 +14,9 @@
  * with cudaStreamNonBlocking is NOT ordered with prism's work: synchronize
  * (pr_device_sync) before touching prism's tensors from it. (While a CUDA
  * graph is captured, the work is recorded on a private stream instead and
- * replayed on the legacy one: tensor/cuda.cu.)
+ * replayed on the legacy one: tensor/cuda.cu.) A thread that called
+ * pr_device_thread_begin has a stream and a pool of its own instead, which
+ * keeps the same one-queue argument per thread (tensor/cuda.cu).
  */
 #ifndef PR_CUDA_H
 #define PR_CUDA_H
@@ -52,13 +54,15 @@ int pr_cuda_attr(enum cudaDeviceAttr attr);
 typedef struct {
     cublasHandle_t cublas; /* NULL until the first matmul */
     void *workspace;       /* cuBLAS's, ours (tensor/cuda.cu: a captured GEMM allocates nothing) */
-    cudaStream_t stream;   /* the handle's: the legacy stream, or a capture's */
+    cudaStream_t stream;   /* the handle's: the thread's stream (legacy or its own), or a capture's */
     bool stream_set;
+    bool workspace_pooled; /* the workspace came from the thread's own pool (pr_cuda_free it) */
 } pr_cuda_state;
 pr_cuda_state *pr_cuda_state_new(void);   /* fatal without a usable GPU */
 cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32);
-/* the stream every kernel, copy and cuBLAS call runs on: the legacy default
- * stream, or while a CUDA graph is captured the capture's (tensor/cuda.cu) */
+/* the stream every kernel, copy and cuBLAS call of this thread runs on: the
+ * legacy default stream (or the thread's own, pr_device_thread_begin), or
+ * while the thread captures a CUDA graph the capture's (tensor/cuda.cu) */
 cudaStream_t pr_cuda_the_stream(void);
 
 /* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h) */

@@ -11,7 +11,9 @@
 #define CUDA_OR_DIE(expr) pr_fatal("this prism was built without CUDA (configure with -DPRISM_CUDA=ON)")
 #endif
 
-static size_t host_current, host_peak;
+/* per thread: each of a grid's worker threads reports its own run's bytes
+ * (a thread frees what it allocated: a run's tensors never change thread) */
+static _Thread_local size_t host_current, host_peak;
 
 bool pr_cuda_available(void)
 {
@@ -60,6 +62,16 @@ void pr_device_memset0(pr_device dev, void *p, size_t bytes)
 void pr_device_sync(pr_device dev)
 {
     if (dev == PR_CUDA) CUDA_OR_DIE(pr_cuda_sync());
+}
+
+void pr_device_thread_begin(pr_device dev)
+{
+    if (dev == PR_CUDA) CUDA_OR_DIE(pr_cuda_thread_begin());
+}
+
+void pr_device_thread_end(pr_device dev)
+{
+    if (dev == PR_CUDA) CUDA_OR_DIE(pr_cuda_thread_end());
 }
 
 void pr_device_mem_stats(pr_device dev, size_t *current, size_t *peak)

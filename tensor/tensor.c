@@ -9,8 +9,10 @@
 
 /* ---- errors ---------------------------------------------------------------- */
 
-static pr_error_handler error_handler;
-static char last_error[1024];
+/* per thread: a grid's worker threads each catch their own cell's failure
+ * (lab/grid_run.c), and one thread's message never overwrites another's */
+static _Thread_local pr_error_handler error_handler;
+static _Thread_local char last_error[1024];
 
 void pr_set_error_handler(pr_error_handler h) { error_handler = h; }
 const char *pr_last_error(void) { return last_error; }

@@ -46,10 +46,12 @@ typedef struct pr_tensor {
  * Misuse (wrong shapes, wrong dtypes, unknown names) is fatal: pr_fatal prints
  * "prism: <message>" and calls the error handler (default: exit(1)). Tests
  * install a handler that longjmps so they can check the message. Recoverable
- * failures (files) return -1 and fill a pr_err instead. */
+ * failures (files) return -1 and fill a pr_err instead. The handler and the
+ * last message are the calling thread's: a thread that installs none exits
+ * the process on a fatal error. */
 typedef void (*pr_error_handler)(const char *msg);
-void pr_set_error_handler(pr_error_handler h); /* NULL restores the default */
-const char *pr_last_error(void);               /* message of the last pr_fatal */
+void pr_set_error_handler(pr_error_handler h); /* this thread's; NULL restores the default */
+const char *pr_last_error(void);               /* message of this thread's last pr_fatal */
 void pr_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #define PR_CHECK(cond, ...) \
     do { if (!(cond)) pr_fatal(__VA_ARGS__); } while (0)
@@ -151,13 +153,24 @@ void pr_device_free(pr_device dev, void *p, size_t bytes);
 void pr_device_memcpy(void *dst, pr_device dst_dev, const void *src, pr_device src_dev, size_t bytes);
 void pr_device_memset0(pr_device dev, void *p, size_t bytes);
 void pr_device_sync(pr_device dev);            /* wait for queued device work */
-/* bytes held by tensors now, and the most ever held (peak), on a device */
+/* bytes held by tensors now, and the most ever held (peak), on a device:
+ * counted per thread (host memory, and CUDA memory of a thread that has its
+ * own stream), so each of a grid's worker threads sees its own run's */
 void pr_device_mem_stats(pr_device dev, size_t *current, size_t *peak);
 /* peak = current on dev: the next peak is of what runs from here */
 void pr_device_mem_peak_reset(pr_device dev);
 /* whether work is being captured into a CUDA graph now (never on the CPU
  * or without CUDA): host-side checks of device values skip themselves */
 bool pr_device_capturing(void);
+/* A thread that runs a training of its own beside others (ablate --workers
+ * threads) brackets its work with these. On CUDA, begin gives the calling
+ * thread its own non-blocking stream and its own pool of cached blocks, so
+ * its kernels overlap other threads' and no block moves between streams;
+ * end waits for that stream and gives the pool's free blocks to the shared
+ * cache. On the CPU they do nothing. Without begin a thread uses the legacy
+ * stream and the shared pool, as a single-threaded program does. */
+void pr_device_thread_begin(pr_device dev);
+void pr_device_thread_end(pr_device dev);
 
 /* bridges into tensor/cuda.cu (C-callable, defined only in CUDA builds;
  * tensor/device.c is their one caller from C) */
@@ -166,6 +179,8 @@ void pr_cuda_free(void *p, size_t bytes);
 void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst_is_dev, int src_is_dev);
 void pr_cuda_memset0(void *p, size_t bytes);
 void pr_cuda_sync(void);
+void pr_cuda_thread_begin(void);
+void pr_cuda_thread_end(void);
 int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
 void pr_cuda_mem_info(size_t *free_bytes, size_t *total);   /* the current GPU's (cudaMemGetInfo) */

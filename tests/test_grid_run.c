@@ -8,8 +8,10 @@
  *   a cell whose result is lost continues from its checkpoint and gives the
  *   same value; the dry run says which cells are done, to resume or new;
  * - two worker processes, each set up by the caller's hook, give the table
- *   one process gives;
- * - a cell that cannot run is counted as failed, the others still run;
+ *   one process gives; two worker threads give every cell's metrics and
+ *   per-step losses bit for bit as one job does;
+ * - a cell that cannot run is counted as failed, the others still run (with
+ *   one job and with worker threads);
  *   --metric naming a metric no cell reports is refused.
  */
 #include <fcntl.h>
@@ -154,11 +156,59 @@ static void test_workers_give_the_same_table(void **state)
     assert_memory_equal(a, b, sizeof a);
 }
 
-static void test_a_failed_cell_is_counted(void **state)
+/* a run file's text without its timings (tokens_per_s, time_s), which differ between runs */
+static char *read_untimed(const char *dir, const char *name)
+{
+    char path[1300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    pr_err err;
+    char *text = pr_read_text(path, &err);
+    if (!text) fail_msg("%s", err.msg);
+    static const char *const timed[] = {"\"tokens_per_s\":", "\"time_s\":"};
+    for (int k = 0; k < 2; k++)
+        for (char *at; (at = strstr(text, timed[k]));) {
+            size_t keep = strcspn(at + strlen(timed[k]), ",}\n") + strlen(timed[k]);
+            memmove(at, at + keep, strlen(at + keep) + 1);
+        }
+    return text;
+}
+
+static void test_threads_give_the_same_bits(void **state)
 {
     (void)state;
+    char dir1[256], dir2[256], path[400], cell1[1100], cell2[1100];
+    pr_grid_plan p1 = plan_in("one-job-t", dir1, sizeof dir1), p2 = plan_in("two-threads", dir2, sizeof dir2);
+    assert_int_equal(pr_make_dirs(dir2, &(pr_err){0}), 0);
+    pr_grid_tally n;
+    assert_int_equal(pr_grid_run(&p1, &(pr_grid_exec){.dev = PR_CPU, .jobs = 1}, &n), 0);
+    pr_grid_exec two = {.dev = PR_CPU, .jobs = 2, .threads = true, .worker_setup = mark_worker, .user = dir2};
+    assert_int_equal(pr_grid_run(&p2, &two, &n), 0);
+    assert_int_equal(n.ran, 4), assert_int_equal(n.failed, 0);
+    for (int j = 0; j < 2; j++) {
+        snprintf(path, sizeof path, "%s/worker-%d-of-2", dir2, j);
+        assert_int_equal(access(path, F_OK), 0);
+    }
+    for (int i = 0; i < pr_grid_cells(&grid); i++) {
+        pr_config c;
+        pr_train_opts o;
+        pr_err err;
+        assert_int_equal(pr_grid_cell_open(&p1, i, cell1, sizeof cell1, &c, &o, &err), 0);
+        assert_int_equal(pr_grid_cell_open(&p2, i, cell2, sizeof cell2, &c, &o, &err), 0);
+        const char *files[] = {"result.json", "metrics.jsonl"};
+        for (int f = 0; f < 2; f++) {
+            char *a = read_untimed(cell1, files[f]), *b = read_untimed(cell2, files[f]);
+            assert_non_null(strstr(a, "\"loss\""));   /* what is compared holds the losses */
+            assert_string_equal(a, b);
+            free(a), free(b);
+        }
+    }
+}
+
+/* a cell that cannot run fails alone, whether one job or worker threads run the grid */
+static void failed_cell_is_counted(const char *name, pr_grid_exec x)
+{
     char dir[256], cell[1100], parent[1100];
-    pr_grid_plan p = plan_in("failing", dir, sizeof dir);
+    pr_grid_plan p = plan_in(name, dir, sizeof dir);
     pr_config c;
     pr_train_opts o;
     pr_err err;
@@ -170,12 +220,19 @@ static void test_a_failed_cell_is_counted(void **state)
     assert_non_null(f);
     fclose(f);
     pr_grid_tally n;
-    assert_int_equal(pr_grid_run(&p, &(pr_grid_exec){.dev = PR_CPU, .jobs = 1}, &n), 0);
+    assert_int_equal(pr_grid_run(&p, &x, &n), 0);
     assert_int_equal(n.ran, 3), assert_int_equal(n.failed, 1);
     double value[4];
     pr_grid_results res;
     assert_int_equal(pr_grid_collect(&p, value, &res), 0);
     assert_true(isnan(value[0]) && isfinite(value[1]));
+}
+
+static void test_a_failed_cell_is_counted(void **state)
+{
+    (void)state;
+    failed_cell_is_counted("failing", (pr_grid_exec){.dev = PR_CPU, .jobs = 1});
+    failed_cell_is_counted("failing-threads", (pr_grid_exec){.dev = PR_CPU, .jobs = 2, .threads = true});
 }
 
 static int make_root(void **state)
@@ -199,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_cells),
         cmocka_unit_test(test_run_resume_and_reuse),
         cmocka_unit_test(test_workers_give_the_same_table),
+        cmocka_unit_test(test_threads_give_the_same_bits),
         cmocka_unit_test(test_a_failed_cell_is_counted),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));

@@ -1,8 +1,9 @@
 /* tools/ablate.c: `prism ablate`: its options, then lab/'s grid run
  * (lab/grid_run.c): every (model or variant) x task x seed cell of a grid
  * trained in its own run directory, resumably, by one process or by worker
- * processes, then a table of mean ± std over seeds and a bar chart of it.
- * What stays here is the command's: the device and the number of jobs, the
+ * processes or threads, then a table of mean ± std over seeds and a bar
+ * chart of it. What stays here is the command's: the device, the number of
+ * jobs and what runs them, the
  * folder's lock, and what a worker takes from the environment (its GPU from
  * CUDA_VISIBLE_DEVICES, its threads unless OMP_NUM_THREADS or
  * OPENBLAS_NUM_THREADS are set). */
@@ -56,7 +57,8 @@ static void ablate_usage(FILE *f)
 {
     fprintf(f,
             "usage: prism ablate --grid NAME|FILE [--seeds N] [--steps N] [--device auto|cpu|cuda]\n"
-            "                    [--jobs N] [--only MODEL,...] [--tasks TASK,...] [--metric NAME]\n"
+            "                    [--jobs N] [--workers processes|threads] [--only MODEL,...]\n"
+            "                    [--tasks TASK,...] [--metric NAME]\n"
             "                    [--out DIR] [--set key=value]... [--dry-run]\n\n"
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
@@ -76,6 +78,14 @@ static void ablate_usage(FILE *f)
             "                   count, otherwise all share GPU 0 (taking turns: little faster than\n"
             "                   one job). On the CPU each worker gets cores/N OpenMP and OpenBLAS\n"
             "                   threads unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set.\n"
+            "  --workers W      what runs the N cells: processes (default, as above) or threads of\n"
+            "                   this one process, each cell with its own context and, on CUDA, each\n"
+            "                   thread on its own CUDA stream with its own memory pool, so the cells'\n"
+            "                   kernels run side by side on one GPU (processes only take turns):\n"
+            "                   the lever for grids of small models, whose steps leave most of the\n"
+            "                   GPU idle. Every thread uses the first visible GPU (default N with\n"
+            "                   threads on CUDA: 8). The table, folders and resuming are the same;\n"
+            "                   a fatal error stops only its thread, its cell counted as failed.\n"
             "  --only M,...     only these models or variants of the grid (names as in its table)\n"
             "  --tasks T,...    only these tasks of the grid\n"
             "  --dry-run        list every cell, its folder and what a run would do with it (done,\n"
@@ -101,7 +111,7 @@ static void ablate_usage(FILE *f)
 typedef struct {
     const char *grid, *out, *only, *tasks, *metric;
     const char *sets[32];
-    int n_sets, device, seeds, jobs;
+    int n_sets, device, seeds, jobs, workers;   /* workers: 0 processes, 1 threads */
     int64_t steps;
     bool steps_set, dry_run;
 } ablate_args;
@@ -109,6 +119,7 @@ typedef struct {
 static int parse_ablate(pr_args *a, ablate_args *t)
 {
     static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+    static const char *const workers[] = {"processes", "threads", NULL};
     while (pr_args_next(a)) {
         const char *set = NULL;
         int steps = 0;
@@ -117,6 +128,7 @@ static int parse_ablate(pr_args *a, ablate_args *t)
             pr_args_string(a, "--only", &t->only) || pr_args_string(a, "--tasks", &t->tasks) ||
             pr_args_string(a, "--metric", &t->metric) ||
             pr_args_choice(a, "--device", devices, &t->device) ||
+            pr_args_choice(a, "--workers", workers, &t->workers) ||
             pr_args_int(a, "--seeds", 1, PR_GRID_MAX_SEEDS, &t->seeds) ||
             pr_args_int(a, "--jobs", 1, PR_GRID_MAX_JOBS, &t->jobs) || pr_args_flag(a, "--dry-run", &t->dry_run))
             continue;
@@ -208,23 +220,28 @@ static void share_cores(int jobs)
     if (!getenv("OPENBLAS_NUM_THREADS")) pr_blas_set_threads(each);
 }
 
-typedef struct { pr_device dev; int ngpus; } worker_env;
+typedef struct { pr_device dev; int ngpus; bool threads; } worker_env;
 
-/* a worker's GPU (CUDA) or its share of the cores (CPU), before its first cell */
+/* a worker's GPU (CUDA) or its share of the cores (CPU), before its first
+ * cell; a worker thread keeps the process's GPU (CUDA_VISIBLE_DEVICES is the
+ * whole process's), and OpenMP's thread count is per thread */
 static void setup_worker(void *user, int worker, int jobs)
 {
     const worker_env *w = user;
-    if (w->dev == PR_CUDA) pick_gpu(worker, w->ngpus);
-    else share_cores(jobs);
+    if (w->dev == PR_CUDA) {
+        if (!w->threads) pick_gpu(worker, w->ngpus);
+    } else {
+        share_cores(jobs);
+    }
 }
 
 /* the cells run, the table printed and written with its chart and report page */
-static int run_grid(const pr_grid_plan *p, pr_device dev, int jobs, int ngpus)
+static int run_grid(const pr_grid_plan *p, pr_device dev, int jobs, int ngpus, bool threads)
 {
-    worker_env w = {dev, ngpus};
+    worker_env w = {dev, ngpus, threads};
     pr_grid_tally n;
-    if (pr_grid_run(p, &(pr_grid_exec){.dev = dev, .jobs = jobs, .worker_setup = setup_worker, .user = &w}, &n))
-        return 1;
+    pr_grid_exec x = {.dev = dev, .jobs = jobs, .threads = threads, .worker_setup = setup_worker, .user = &w};
+    if (pr_grid_run(p, &x, &n)) return 1;
     int n_cells = pr_grid_cells(p->g), rc;
     pr_grid_results res;
     double *value = malloc(sizeof(double) * (size_t)n_cells);
@@ -259,7 +276,8 @@ int pr_cmd_ablate(int argc, char **argv)
     int ngpus = t.device == 1 ? 0 : t.jobs != 1 ? gpu_count_from_child() : pr_cuda_available();
     if (t.device == 2 && !ngpus) return pr_args_no_cuda(a.cmd);
     pr_device dev = ngpus ? PR_CUDA : PR_CPU;
-    if (!t.jobs) t.jobs = ngpus ? ngpus : cpu_cores();
+    bool threads = t.workers == 1;
+    if (!t.jobs) t.jobs = ngpus ? (threads ? 8 : ngpus) : cpu_cores();
     char root[1024];
     if (t.out) snprintf(root, sizeof root, "%s", t.out);
     else snprintf(root, sizeof root, "runs/ablate-%s", g.name);
@@ -270,7 +288,7 @@ int pr_cmd_ablate(int argc, char **argv)
     if (t.dry_run) return pr_grid_dry_run(&p, stdout) ? 1 : 0;   /* reads the folder only: no lock, no workers */
     int lock = -1;
     if (lock_grid_folder(root, &lock)) return 1;
-    rc = run_grid(&p, dev, t.jobs, ngpus);
+    rc = run_grid(&p, dev, t.jobs, ngpus, threads);
     pr_dir_unlock(lock, root, ".ablate.lock");
     return rc;
 }

@@ -4,6 +4,7 @@
  * made in ops/recurrence/cuda/plan.cu (it needs the device's shared memory);
  * everything here can be tested without a GPU.
  */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,31 +244,53 @@ bool pr_rec_force_parse(const char *text, pr_rec_force *f, char *err, size_t err
 /* ---- the forcing fields of recorded nodes ------------------------------------------- */
 
 /* every distinct set of forcing fields seen, id = index; [0] all zero. Kept
- * for the process: nodes of any step may refer to them, and they are few. */
-static pr_rec_force *forces;
+ * for the process: nodes of any step may refer to them, and they are few.
+ * Shared by every thread that records recurrences (a grid's worker threads),
+ * hence the lock; each set is its own allocation, so a pointer handed out
+ * stays valid while another thread grows the table. */
+static pthread_mutex_t forces_lock = PTHREAD_MUTEX_INITIALIZER;
+static pr_rec_force **forces;
 static int64_t n_forces, cap_forces;
+
+/* the id of f, added when new; -1 when out of host memory (said by the caller,
+ * outside the lock: pr_fatal may longjmp) */
+static int64_t force_id_locked(const pr_rec_force *f)
+{
+    for (int64_t i = 1; i < n_forces; i++)
+        if (!memcmp(forces[i], f, sizeof *f)) return i;
+    if (n_forces == 0) n_forces = 1; /* [0]: none, never looked at */
+    if (n_forces >= cap_forces) {
+        int64_t cap = cap_forces ? 2 * cap_forces : 8;
+        pr_rec_force **grown = realloc(forces, (size_t)cap * sizeof *forces);
+        if (!grown) return -1;
+        forces = grown, cap_forces = cap;
+        forces[0] = NULL;
+    }
+    pr_rec_force *copy = malloc(sizeof *copy);
+    if (!copy) return -1;
+    *copy = *f;
+    forces[n_forces] = copy;
+    return n_forces++;
+}
 
 int64_t pr_rec_force_id(const pr_rec_force *f)
 {
     static const pr_rec_force none;
     if (!memcmp(f, &none, sizeof none)) return 0;
-    for (int64_t i = 1; i < n_forces; i++)
-        if (!memcmp(&forces[i], f, sizeof *f)) return i;
-    if (n_forces == 0) n_forces = 1; /* [0]: none */
-    if (n_forces >= cap_forces) {
-        cap_forces = cap_forces ? 2 * cap_forces : 8;
-        forces = realloc(forces, (size_t)cap_forces * sizeof *forces);
-        PR_CHECK(forces, "recurrence: out of host memory");
-        memset(&forces[0], 0, sizeof *forces);
-    }
-    forces[n_forces] = *f;
-    return n_forces++;
+    pthread_mutex_lock(&forces_lock);
+    int64_t id = force_id_locked(f);
+    pthread_mutex_unlock(&forces_lock);
+    PR_CHECK(id > 0, "recurrence: out of host memory");
+    return id;
 }
 
 const pr_rec_force *pr_rec_force_of(int64_t id)
 {
     static const pr_rec_force none;
     if (id == 0) return &none;
-    PR_CHECK(id > 0 && id < n_forces, "recurrence: no forcing fields with id %lld", (long long)id);
-    return &forces[id];
+    pthread_mutex_lock(&forces_lock);
+    const pr_rec_force *f = id > 0 && id < n_forces ? forces[id] : NULL;
+    pthread_mutex_unlock(&forces_lock);
+    PR_CHECK(f, "recurrence: no forcing fields with id %lld", (long long)id);
+    return f;
 }

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
 #include <vector>
 
 #include "ops/recurrence/cuda/recurrence_cuda.cuh"
@@ -280,19 +281,24 @@ struct rec_plan_memo {
     rec_chunk_plan pl;
 };
 static std::vector<rec_plan_memo> rec_plans;
+static std::mutex rec_plans_lock;   /* a grid's worker threads plan at once; planning itself runs unlocked */
 
 static bool rec_decide_cached(rec_prob *p, int chunk, const pr_rec_force &f, bool *chunked, rec_chunk_plan *pl,
                               char *why, size_t why_n)
 {
     const rec_plan_key key = {p->N,     p->T,     p->H,  p->K,  p->V,      p->L,    chunk, p->has_g, p->delta,
                               p->tf32,  p->gk,    p->gv, p->packed, p->bf16, p->vec, f};
-    for (const rec_plan_memo &m : rec_plans)
-        if (!memcmp(&m.key, &key, sizeof key)) {
-            p->C = m.C, *chunked = m.chunked, *pl = m.pl;
-            return true;
-        }
+    {
+        std::lock_guard<std::mutex> g(rec_plans_lock);
+        for (const rec_plan_memo &m : rec_plans)
+            if (!memcmp(&m.key, &key, sizeof key)) {
+                p->C = m.C, *chunked = m.chunked, *pl = m.pl;
+                return true;
+            }
+    }
     *pl = rec_chunk_plan{};
     if (!rec_decide(p, chunk, f, chunked, pl, why, why_n)) return false;
+    std::lock_guard<std::mutex> g(rec_plans_lock);
     if (rec_plans.size() >= 256) rec_plans.clear(); /* many shapes (packed lengths): plan them again */
     rec_plans.push_back({key, *chunked, p->C, *pl});
     return true;
