@@ -360,10 +360,27 @@ static void poison_shared(void)
 }
 static std::atomic<bool> poison_on;   /* set by a test, read by every thread */
 extern "C" void pr_cuda_poison_shared(bool on) { poison_on = on; }
+/* A kernel's dynamic shared-memory allowance is process-wide, so with
+ * threads launching one kernel at several sizes, setting it to each launch's
+ * size could shrink it under another thread's launch. It only ever grows
+ * instead: an allowance above what a launch asks for changes nothing. */
 extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
 {
     if (poison_on) poison_shared();
-    PR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    static std::mutex mu;
+    static std::unordered_map<const void *, size_t> allowed;
+    cudaError_t e = cudaSuccess;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        size_t &have = allowed[kernel];
+        if (bytes > have) {
+            e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+            if (e == cudaSuccess) have = bytes;
+        }
+    }
+    if (e != cudaSuccess)   /* after the lock: pr_fatal may longjmp */
+        pr_fatal("%s:%d: cudaFuncSetAttribute(%zu bytes of dynamic shared memory) failed: %s", __FILE__, __LINE__,
+                 bytes, cudaGetErrorString(e));
 }
 
 /* ---- per-context state (ops/cuda/context.cu ties it to a pr_ctx) ---------------- */

@@ -1,0 +1,243 @@
+/* tests/test_cuda_threads.c: trainings in threads of one process, each on
+ * its own stream and pool (pr_device_thread_begin), as ablate --workers
+ * threads runs them.
+ *
+ * - a thread that begins has a stream of its own, another thread's differs,
+ *   and the thread without one keeps the legacy stream; after end the
+ *   thread is back on the legacy stream;
+ * - two threads each train two probe-sized runs at once (D=16, 2 blocks,
+ *   B=32, T=128 on parity, 8 steps; one with train.cuda_graph=on, one off,
+ *   each thread its own seed): every run's per-step losses and final
+ *   weights are the bits of the same run trained alone on the legacy
+ *   stream, and the graph runs really captured (their note says on) while
+ *   the other thread launched; each thread's own pool holds nothing once
+ *   its runs are freed, and its peak was its own work.
+ * Exits 77 (skipped) without a GPU.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/pr_test.h"
+#include "train/train.h"
+
+#ifdef PRISM_HAVE_CUDA
+#include "tensor/cuda.h"
+
+static char root[96];
+
+/* ---- streams ------------------------------------------------------------------- */
+typedef struct {
+    cudaStream_t own, after_end;
+} stream_seen;
+
+static void *see_streams(void *arg)
+{
+    stream_seen *s = arg;
+    pr_device_thread_begin(PR_CUDA);
+    s->own = pr_cuda_the_stream();
+    pr_device_thread_end(PR_CUDA);
+    s->after_end = pr_cuda_the_stream();
+    return NULL;
+}
+
+static void test_each_thread_has_its_own_stream(void **state)
+{
+    (void)state;
+    stream_seen s[2] = {{0}};
+    pthread_t t[2];
+    pr_device_thread_begin(PR_CUDA);   /* both threads begin while this one holds a stream too */
+    cudaStream_t mine = pr_cuda_the_stream();
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, see_streams, &s[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    pr_device_thread_end(PR_CUDA);
+    assert_non_null(mine);
+    assert_non_null(s[0].own), assert_non_null(s[1].own);
+    assert_ptr_not_equal(s[0].own, s[1].own);
+    assert_ptr_not_equal(s[0].own, mine), assert_ptr_not_equal(s[1].own, mine);
+    assert_null(s[0].after_end), assert_null(s[1].after_end);
+    assert_null(pr_cuda_the_stream());   /* this thread: the legacy stream again */
+}
+
+/* ---- trainings side by side ------------------------------------------------------- */
+enum { STEPS = 8 };
+
+static void probe_config(pr_config *c, pr_train_opts *o, int seed, bool graph)
+{
+    pr_err err;
+    *c = pr_config_default();
+    *o = pr_train_defaults();
+    if (pr_task_preset_as(c, o, "parity", "probe", &err)) fail_msg("%s", err.msg);
+    const char *probe[] = {"d_model=16", "n_layers=2", "seq_len=128"};
+    for (int i = 0; i < 3; i++)
+        if (pr_config_set(c, probe[i], &err)) fail_msg("%s", err.msg);
+    o->batch = 32;
+    o->steps = STEPS;
+    o->log_every = 1;
+    o->eval_batches = 1;
+    o->seed = seed, c->seed = seed;
+    snprintf(o->cuda_graph, sizeof o->cuda_graph, "%s", graph ? "on" : "off");
+}
+
+static void run_dir(char *out, size_t n, const char *who, int seed, bool graph)
+{
+    snprintf(out, n, "%s/%s-s%d-%s", root, who, seed, graph ? "graph" : "eager");
+}
+
+/* what a thread did: no cmocka assertion runs off the main thread */
+typedef struct {
+    int seed;
+    bool failed;
+    char msg[600];
+    char note[2][320];     /* the runs' graph notes: graph on, then off */
+    size_t current, peak;  /* the thread's pool after its runs */
+    jmp_buf on_fatal;
+} trainer;
+
+static _Thread_local trainer *this_trainer;
+static void fatal_in_trainer(const char *msg)
+{
+    (void)msg;
+    longjmp(this_trainer->on_fatal, 1);
+}
+
+static void *train_two(void *arg)
+{
+    trainer *t = arg;
+    this_trainer = t;
+    pr_set_error_handler(fatal_in_trainer);
+    if (setjmp(t->on_fatal)) {
+        t->failed = true;
+        snprintf(t->msg, sizeof t->msg, "fatal: %s", pr_last_error());
+        pr_set_error_handler(NULL);
+        return NULL;
+    }
+    pr_device_thread_begin(PR_CUDA);
+    for (int g = 0; g < 2 && !t->failed; g++) {
+        pr_config c;
+        pr_train_opts o;
+        pr_train_result res;
+        pr_err err;
+        char dir[200];
+        probe_config(&c, &o, t->seed, g == 0);
+        run_dir(dir, sizeof dir, "thread", t->seed, g == 0);
+        if (pr_train(&c, &o, dir, false, PR_CUDA, &res, &err))
+            t->failed = true, snprintf(t->msg, sizeof t->msg, "%s", err.msg);
+        else snprintf(t->note[g], sizeof t->note[g], "%s", res.graph_note);
+    }
+    pr_cuda_mem_stats(&t->current, &t->peak, NULL);
+    pr_device_thread_end(PR_CUDA);
+    pr_set_error_handler(NULL);
+    return NULL;
+}
+
+/* the loss of every logged training step of a run, from its metrics.jsonl */
+static int read_losses(const char *dir, double *loss, int max)
+{
+    char path[300], line[1024];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        const char *l = strstr(line, "\"loss\":");
+        if (l && !strstr(line, "\"eval\"")) loss[n++] = strtod(l + 7, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+static void expect_same_run(const char *alone, const char *threaded)
+{
+    double a[STEPS], b[STEPS];
+    assert_int_equal(read_losses(alone, a, STEPS), STEPS);
+    assert_int_equal(read_losses(threaded, b, STEPS), STEPS);
+    for (int i = 0; i < STEPS; i++)
+        if (a[i] != b[i]) fail_msg("%s: step %d's loss %.17g, alone %.17g", threaded, i + 1, b[i], a[i]);
+    char x_path[300], y_path[300];
+    pr_err err;
+    snprintf(x_path, sizeof x_path, "%s/ckpt-%08d.weights.safetensors", alone, STEPS);
+    snprintf(y_path, sizeof y_path, "%s/ckpt-%08d.weights.safetensors", threaded, STEPS);
+    pr_arena *ar = pr_arena_new("files", 0);
+    pr_safetensors x, y;
+    if (pr_safetensors_read(x_path, ar, &x, &err) || pr_safetensors_read(y_path, ar, &y, &err))
+        fail_msg("%s", err.msg);
+    assert_true(x.n > 0);
+    for (int i = 0; i < x.n; i++)
+        if (memcmp(pr_safetensors_get(&y, x.names[i])->data, x.tensors[i]->data, pr_nbytes(x.tensors[i])))
+            fail_msg("%s: %s differs from the run alone", threaded, x.names[i]);
+    pr_arena_free(ar);
+}
+
+static void test_threads_train_as_alone(void **state)
+{
+    (void)state;
+    /* alone: one after another on the legacy stream, the default path */
+    for (int seed = 1; seed <= 2; seed++)
+        for (int g = 0; g < 2; g++) {
+            pr_config c;
+            pr_train_opts o;
+            pr_train_result res;
+            pr_err err;
+            char dir[200];
+            probe_config(&c, &o, seed, g == 0);
+            run_dir(dir, sizeof dir, "alone", seed, g == 0);
+            if (pr_train(&c, &o, dir, false, PR_CUDA, &res, &err)) fail_msg("%s", err.msg);
+        }
+    static trainer t[2];   /* jmp_bufs: off the stack */
+    pthread_t tid[2];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)64 << 20);
+    for (int i = 0; i < 2; i++) {
+        t[i] = (trainer){.seed = i + 1};
+        assert_int_equal(pthread_create(&tid[i], &attr, train_two, &t[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(tid[i], NULL);
+    pthread_attr_destroy(&attr);
+    for (int i = 0; i < 2; i++) {
+        if (t[i].failed) fail_msg("thread %d: %s", i, t[i].msg);
+        if (strncmp(t[i].note[0], "on", 2)) fail_msg("thread %d: the graph did not run: %s", i, t[i].note[0]);
+        assert_int_equal(t[i].current, 0);   /* the thread's pool: its runs freed all they took */
+        assert_true(t[i].peak > 0);
+        for (int g = 0; g < 2; g++) {
+            char alone[200], threaded[200];
+            run_dir(alone, sizeof alone, "alone", t[i].seed, g == 0);
+            run_dir(threaded, sizeof threaded, "thread", t[i].seed, g == 0);
+            expect_same_run(alone, threaded);
+        }
+    }
+}
+
+static int make_root(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof root, "/tmp/prism_test_cuda_threads_%d", (int)getpid());
+    return mkdir(root, 0755);
+}
+
+static int remove_root(void **state)
+{
+    (void)state;
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_each_thread_has_its_own_stream),
+        cmocka_unit_test(test_threads_train_as_alone),
+    };
+    return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));
+}
+#else
+int main(void)
+{
+    PR_EXIT_SKIPPED_WITHOUT_CUDA();
+    return 1;   /* not reached: a build without CUDA has no GPU to use */
+}
+#endif
