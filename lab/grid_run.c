@@ -457,7 +457,8 @@ static void *thread_main(void *arg)
  * progress line here */
 static int run_threads(grid_run *r)
 {
-    static thread_worker w[PR_GRID_MAX_JOBS];   /* jmp_bufs: kept off the stack */
+    thread_worker *w = calloc((size_t)r->jobs, sizeof *w);   /* jmp_bufs: kept off the stack */
+    PR_CHECK(w, "prism ablate: out of host memory");
     pthread_t tid[PR_GRID_MAX_JOBS];
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -473,16 +474,18 @@ static int run_threads(grid_run *r)
         }
     }
     pthread_attr_destroy(&attr);
-    for (int last_done = -1; r->board->workers_done < started;) {
+    for (int last_done = 0;;) {   /* drawn once more after the last thread is done */
+        bool all_done = r->board->workers_done == started;
         int finished = r->board->ran + r->board->reused + r->board->failed;
         draw(r, finished != last_done);
         last_done = finished;
+        if (all_done) break;
         nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
     }
     for (int j = 0; j < started; j++) pthread_join(tid[j], NULL);
-    draw(r, true);
+    free(w);
     r->draws = true;
-    return started == r->jobs ? 0 : -1;
+    return started > 0 ? 0 : -1;   /* the threads that started ran every cell */
 }
 
 int pr_grid_run(const pr_grid_plan *p, const pr_grid_exec *x, pr_grid_tally *tally)
