@@ -438,9 +438,9 @@ static void *thread_main(void *arg)
     thread_worker *w = arg;
     grid_run *r = w->r;
     this_worker = w;
-    if (r->x->worker_setup) r->x->worker_setup(r->x->user, w->j, r->jobs);
     pr_set_error_handler(fatal_in_thread);
     if (setjmp(w->on_fatal) == 0) {
+        if (r->x->worker_setup) r->x->worker_setup(r->x->user, w->j, r->jobs);
         pr_device_thread_begin(r->x->dev);
         run_cells(r, w->j);
         pr_device_thread_end(r->x->dev);

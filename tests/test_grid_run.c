@@ -11,7 +11,8 @@
  *   one process gives; two worker threads give every cell's metrics and
  *   per-step losses bit for bit as one job does;
  * - a cell that cannot run is counted as failed, the others still run (with
- *   one job and with worker threads);
+ *   one job and with worker threads); a fatal error in a worker thread
+ *   stops that thread alone;
  *   --metric naming a metric no cell reports is refused.
  */
 #include <fcntl.h>
@@ -235,6 +236,28 @@ static void test_a_failed_cell_is_counted(void **state)
     failed_cell_is_counted("failing-threads", (pr_grid_exec){.dev = PR_CPU, .jobs = 2, .threads = true});
 }
 
+/* worker 1's setup fails as a fatal error would inside a cell */
+static void fail_worker_1(void *user, int worker, int jobs)
+{
+    (void)user, (void)jobs;
+    if (worker == 1) pr_fatal("worker 1 cannot start (on purpose)");
+}
+
+/* a fatal error in a worker thread stops that thread only: the process goes
+ * on and the other thread runs every cell */
+static void test_a_fatal_error_stops_one_thread(void **state)
+{
+    (void)state;
+    char dir[256];
+    pr_grid_plan p = plan_in("fatal-thread", dir, sizeof dir);
+    pr_grid_tally n;
+    pr_grid_exec x = {.dev = PR_CPU, .jobs = 2, .threads = true, .worker_setup = fail_worker_1};
+    assert_int_equal(pr_grid_run(&p, &x, &n), 0);
+    assert_int_equal(n.ran, 4), assert_int_equal(n.failed, 0);
+    double value[4];
+    collect(&p, value);
+}
+
 static int make_root(void **state)
 {
     (void)state;
@@ -258,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_workers_give_the_same_table),
         cmocka_unit_test(test_threads_give_the_same_bits),
         cmocka_unit_test(test_a_failed_cell_is_counted),
+        cmocka_unit_test(test_a_fatal_error_stops_one_thread),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));
 }
