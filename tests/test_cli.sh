@@ -114,6 +114,10 @@ if [ $cuda = 1 ]; then
     expect 0 "2 cells: 0 run, 2 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --out "$tmp/abl"
     expect 0 "2 cells: 2 run, 0 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --jobs 2 \
         --out "$tmp/abl-jobs"
+    # worker threads, each on its own stream: the same table, bit for bit
+    expect 0 "2 cells: 2 run, 0 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --jobs 2 \
+        --workers threads --out "$tmp/abl-threads"
+    same_file "$tmp/abl/results.json" "$tmp/abl-threads/results.json"
     expect 0 "device peak MiB" compare --models prism,gdn --task parity --steps 3 --set d_model=8 --set seq_len=16 \
         --device cuda --out "$tmp/cmp"
     expect 0 "| attn |" bench throughput --models prism,gdn,mamba2,ttt_linear,attn --seq-lens 64,128 \
@@ -575,6 +579,12 @@ same_file "$tmp/abl/results.csv" "$tmp/abl2/results.csv"
 expect 0 "ablate grid: 4/4 cells done, 0 running  (0 run, 4 reused, 0 failed)" ablate --grid "$g" --jobs 2 \
     --out "$tmp/abl2"
 expect 2 "prism ablate: --jobs wants an integer from 1 to 64, not '0'" ablate --grid "$g" --jobs 0
+# --workers threads: the cells as threads of one process, the same tables
+expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --jobs 2 --workers threads --out "$tmp/abl3"
+same_file "$tmp/abl/results.csv" "$tmp/abl3/results.csv"
+same_file "$tmp/abl/results.json" "$tmp/abl3/results.json"
+expect 0 "--workers W" ablate --help
+expect 2 "prism ablate: --workers wants processes or threads, not 'fibers'" ablate --grid "$g" --workers fibers
 # two ablates in one folder: the second is refused, naming the first's pid
 if command -v flock >/dev/null; then
     sh -c 'flock -n 9 && echo $$ >&9 && exec sleep 60' 9>"$tmp/abl2/.ablate.lock" &
