@@ -316,22 +316,27 @@ extern "C" int pr_cuda_device_count(void)
 
 extern "C" int pr_cuda_attr(enum cudaDeviceAttr attr)
 {
+    /* asked at launches, by every thread: lock-free reads of entries that are
+     * published (n_seen) only once written, the lock only to add one */
     static struct {
         cudaDeviceAttr attr;
         int value;
     } seen[16];
-    static int n_seen = 0;
-    static std::mutex mu;   /* threads ask at once */
-    {
-        std::lock_guard<std::mutex> g(mu);
-        for (int i = 0; i < n_seen; i++)
-            if (seen[i].attr == attr) return seen[i].value;
-    }
+    static std::atomic<int> n_seen{0};
+    static std::mutex mu;
+    for (int i = 0, n = n_seen.load(std::memory_order_acquire); i < n; i++)
+        if (seen[i].attr == attr) return seen[i].value;
     int dev = 0, v = 0;
     PR_CUDA_CHECK(cudaGetDevice(&dev));
     PR_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
     std::lock_guard<std::mutex> g(mu);
-    if (n_seen < 16) seen[n_seen].attr = attr, seen[n_seen++].value = v;
+    int n = n_seen.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; i++)
+        if (seen[i].attr == attr) return v;   /* another thread added it meanwhile */
+    if (n < 16) {
+        seen[n].attr = attr, seen[n].value = v;
+        n_seen.store(n + 1, std::memory_order_release);
+    }
     return v;
 }
 
@@ -367,9 +372,14 @@ extern "C" void pr_cuda_poison_shared(bool on) { poison_on = on; }
 extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
 {
     if (poison_on) poison_shared();
+    /* what this thread has seen allowed stays allowed: most launches need no lock */
+    static thread_local std::unordered_map<const void *, size_t> known;
+    auto k = known.find(kernel);
+    if (k != known.end() && bytes <= k->second) return;
     static std::mutex mu;
     static std::unordered_map<const void *, size_t> allowed;
     cudaError_t e = cudaSuccess;
+    size_t now = 0;
     {
         std::lock_guard<std::mutex> g(mu);
         size_t &have = allowed[kernel];
@@ -377,7 +387,9 @@ extern "C" void pr_cuda_smem_prep(const void *kernel, size_t bytes)
             e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
             if (e == cudaSuccess) have = bytes;
         }
+        now = have;
     }
+    known[kernel] = now;
     if (e != cudaSuccess)   /* after the lock: pr_fatal may longjmp */
         pr_fatal("%s:%d: cudaFuncSetAttribute(%zu bytes of dynamic shared memory) failed: %s", __FILE__, __LINE__,
                  bytes, cudaGetErrorString(e));
