@@ -65,7 +65,9 @@ cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32);
  * while the thread captures a CUDA graph the capture's (tensor/cuda.cu) */
 cudaStream_t pr_cuda_the_stream(void);
 
-/* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h) */
+/* the caching allocator (pr_cuda_malloc / pr_cuda_free, declared in tensor.h);
+ * these act on the calling thread's pool: the shared one, or the thread's
+ * own after pr_device_thread_begin (its counts are then the thread's alone) */
 void pr_cuda_empty_cache(void);
 typedef struct {
     size_t current, peak;      /* bytes requested by live blocks, now and at most */
