@@ -49,7 +49,7 @@ static void run_linear(pr_golden_run *g, int chunk)
     for (int i = 0; i < PR_REC_NIN; i++) names[i] = pr_rule_input_name(rule, (pr_rec_input)i);   /* gla: gk */
     pr_golden_inputs(g, names, PR_REC_NIN, in);
     pr_recurrence_opts opt = {.rule = rule, .chunk = chunk,
-                              .scale = scalar(g, "scale", 0)};
+                              .scale = scalar(g, "scale", 0), .force = g->force};
     out[0] = pr_recurrence(g->ctx, &opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], NULL, &out[1]);
     pr_golden_compare_all(g, out, outs, 2, in, names, PR_REC_NIN);
 }
@@ -152,7 +152,7 @@ int pr_golden_check_file(FILE *out, const char *path, const pr_golden_opts *o)
     pr_ctx *ctx = pr_ctx_new(0);
     ctx->matmul_tf32 = o->tf32;
     const pr_golden_run g = {.st = &st, .ctx = ctx, .dev = o->dev, .dt = o->dt, .verbose = o->verbose,
-                             .forms = o->forms, .chunk = o->chunk};
+                             .forms = o->forms, .chunk = o->chunk, .force = o->force};
     int passed = 0, failed = 0, skipped = 0;
     for (int r = 0; r < PR_NRULES; r++)
         check_one(out, g, pr_rule_name((pr_rule)r), check_rule, tol, &passed, &failed, &skipped);

@@ -683,6 +683,7 @@ typedef struct {
     bool verbose;
     const char *form;   /* the form run, for --verbose; NULL for an op of one form */
     int forms, chunk;   /* the recurrences: bit 0 per-token, bit 1 chunked form; its chunk */
+    pr_rec_force force; /* the recurrences' forcing fields (pr_golden_opts.force) */
     double worst;
     int64_t compared;   /* reference elements compared: a check of none has checked nothing */
 } pr_golden_run;
@@ -728,6 +729,7 @@ typedef struct {
     double tol;      /* 0: pr_golden_default_tol */
     bool verbose;    /* every tensor's error */
     bool tf32;       /* CUDA: ctx->matmul_tf32 = 1 */
+    pr_rec_force force; /* CUDA: the chunked plan's forcing fields for the linear rules (--force) */
 } pr_golden_opts;
 /* 1e-9 in f64, 1e-4 in f32, 6 x 2^-11 with TF32; bf16: 4 x 2^-8 (6 with TF32) */
 double pr_golden_default_tol(const pr_golden_opts *o);

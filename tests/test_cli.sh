@@ -172,6 +172,7 @@ expect 2 "prism golden-check: --form wants recurrent, chunked or both, not 'x'" 
 expect 2 "prism golden-check: --device wants cpu or cuda, not 'gpu'" golden-check "$ref" --device gpu
 expect 2 "prism golden-check: --dtype wants f64, f32 or bf16, not 'f16'" golden-check "$ref" --dtype f16
 expect 2 "prism golden-check: --tf32 applies to --device cuda only" golden-check "$ref" --tf32
+expect 2 "prism golden-check: --force applies to --device cuda only" golden-check "$ref" --force gla_fast=on
 expect 2 "prism golden-check: unknown option '--bogus' (prism golden-check --help lists the options)" \
     golden-check "$ref" --bogus
 expect 2 "prism golden-check: unknown argument 'again'" golden-check "$ref" again

@@ -965,8 +965,9 @@ static void test_f64_refused(void **state)
  * q.dq - k.dk whose terms are far larger than dg under strong decays (as in
  * fla's chunk_gla), so this measures how much that costs in f32 against the
  * largest dg. */
-/* one gla case: log-decays uniform-ish in [glo, ghi], every form against the CPU's f64 per-token run */
-static int gla_case(const rec_case *c, double glo, double ghi, uint64_t seed)
+/* one gla case: log-decays uniform-ish in [glo, ghi], every form against the CPU's f64 per-token run;
+ * fast: the chunked forms in the fast kernels (force.gla_fast, its plan asserted), the per-token form left out */
+static int gla_case_forced(const rec_case *c, double glo, double ghi, uint64_t seed, bool fast)
 {
     pr_ctx *ctx = g_ctx;
     rec_inputs x = make_inputs(ctx, PR_RULE_GLA, c, seed);
@@ -985,12 +986,22 @@ static int gla_case(const rec_case *c, double glo, double ghi, uint64_t seed)
                                                               {32, 1, 1e-2}};
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        if (fast && !forms[f].chunk) continue;
         ctx->matmul_tf32 = forms[f].tf32;
-        rec_out got = rec_run_seeded(ctx, PR_RULE_GLA, forms[f].chunk, xc, cu, x.dout, x.dht);
-        rec_out again = rec_run_seeded(ctx, PR_RULE_GLA, forms[f].chunk, xc, cu, x.dout, x.dht);
-        char what[96];
-        snprintf(what, sizeof what, "gla %s gk in [%g,%g] chunk %d%s", c->name, glo, ghi, forms[f].chunk,
-                 forms[f].tf32 ? " tf32" : "");
+        const pr_recurrence_opts o = {.rule = PR_RULE_GLA, .chunk = forms[f].chunk,
+                                      .force = {.gla_fast = fast ? PR_REC_ON : PR_REC_PLANNED}};
+        if (fast) { /* the plan of this call runs the fast kernels */
+            char why[256];
+            pr_rec_plan plan;
+            assert_true(pr_recurrence_plan(&o, PR_CUDA, c->cu ? c->ncu - 1 : c->B, c->T, c->H, c->K, c->V, 0, &plan,
+                                           why, sizeof why));
+            assert_true(plan.gla_fast && plan.chunk == forms[f].chunk);
+        }
+        rec_out got = rec_run_seeded_opts(ctx, &o, xc, cu, x.dout, x.dht);
+        rec_out again = rec_run_seeded_opts(ctx, &o, xc, cu, x.dout, x.dht);
+        char what[112];
+        snprintf(what, sizeof what, "gla %s gk in [%g,%g] chunk %d%s%s", c->name, glo, ghi, forms[f].chunk,
+                 forms[f].tf32 ? " tf32" : "", fast ? " fast" : "");
         const double e = rec_report(what, &got, &ref);
         if (!rec_same_bits(&got, &again)) fprintf(stderr, "  FAIL %s: two runs differ\n", what), fails++;
         if (!(e <= forms[f].tol)) fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol), fails++;
@@ -1005,6 +1016,11 @@ static int gla_case(const rec_case *c, double glo, double ghi, uint64_t seed)
     return fails;
 }
 
+static int gla_case(const rec_case *c, double glo, double ghi, uint64_t seed)
+{
+    return gla_case_forced(c, glo, ghi, seed, false);
+}
+
 static void test_gla_strong_decay(void **state)
 {
     (void)state;
@@ -1017,6 +1033,35 @@ static void test_gla_strong_decay(void **state)
     fails += gla_case(&odd, -0.5, -0.01, 1902);
     fails += gla_case(&odd, -8, -2, 1903);
     assert_int_equal(fails, 0);
+}
+
+/* gla's fast chunked kernels (force.gla_fast on: cumulative decays summed once, the serial
+ * passes in K tiles of 64, dg summed in shared memory) on test_gla_strong_decay's cases, and at
+ * K = 100, V = 40 (two K tiles, the second of 36 real rows; two V tiles) with a sequence of
+ * 200 tokens (chunks of 64 and 32 with a partial last one) beside shorter ones: the same
+ * bounds against the CPU's f64, deterministic, the plan asserted to run them; a per-value
+ * decay refuses the field naming it. */
+static void test_gla_fast(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    static const int64_t cu_s[] = {0, 37, 300}, cu_o[] = {0, 1, 17, 80, 213}, cu_w[] = {0, 200, 263};
+    const rec_case strong = {"packed", 1, 300, 3, 40, 24, 0, true, cu_s, 3};
+    const rec_case odd = {"odd-packed", 1, 213, 2, 37, 21, 0, true, cu_o, 5};
+    const rec_case wide = {"ktiles", 1, 263, 2, 100, 40, 0, true, cu_w, 3};
+    const rec_case batch = {"batch", 2, 150, 2, 128, 36, 0, true, NULL, 0};
+    int fails = gla_case_forced(&strong, -8, -2, 1901, true);
+    fails += gla_case_forced(&odd, -0.5, -0.01, 1902, true);
+    fails += gla_case_forced(&odd, -8, -2, 1903, true);
+    fails += gla_case_forced(&wide, -8, -2, 1904, true);
+    fails += gla_case_forced(&wide, -0.3, -0.01, 1905, true);
+    fails += gla_case_forced(&batch, -3, -0.01, 1906, true);
+    assert_int_equal(fails, 0);
+    const pr_recurrence_opts gv = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = 64,
+                                   .force = {.gla_fast = PR_REC_ON}};
+    char why[256];
+    pr_rec_plan plan;
+    PR_EXPECT_FATAL(pr_recurrence_plan(&gv, PR_CUDA, 1, 64, 1, 32, 32, 0, &plan, why, sizeof why), "gla_fast");
 }
 
 /* gla with a per-value decay (gsa's first pass): the per-token form and the
@@ -1102,7 +1147,8 @@ int main(void)
         cmocka_unit_test(test_prep_wg),
         cmocka_unit_test(test_extras_apart),
         cmocka_unit_test(test_f64_refused), cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_gla_strong_decay), cmocka_unit_test(test_gla_per_value),
+        cmocka_unit_test(test_gla_strong_decay), cmocka_unit_test(test_gla_fast),
+        cmocka_unit_test(test_gla_per_value),
     };
     /* PR_TEST_FILTER=test_gdn (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));

@@ -124,6 +124,12 @@ static void test_cuda_plan_text(void **state)
     pr_rec_plan_format(&gc, line, sizeof line);
     assert_string_equal(line, "cuda chunked C=64: fwd gla_state(bv 32) gla_out; bwd gla_dstate(bv 32) gla_dv gla_dqk "
                               "(per-key decay, sub-chunks of 16)");
+    pr_rec_plan fast = gc; /* force.gla_fast on */
+    fast.gla_fast = true;
+    pr_rec_plan_format(&fast, line, sizeof line);
+    assert_string_equal(line, "cuda chunked C=64: fwd gla_cumsum gla_state(bk 64, bv 32) gla_out; bwd gla_cumsum "
+                              "gla_dstate(bk 64, bv 32) gla_dv gla_dqk (per-key decay, sub-chunks of 16; fast: decays "
+                              "summed once, dg summed in shared memory)");
     pr_rec_plan gvc = gc;
     gvc.g_per_value = true;
     pr_rec_plan_format(&gvc, line, sizeof line);
@@ -138,7 +144,7 @@ static void test_force_parse(void **state)
     char err[256];
     assert_true(pr_rec_force_parse("segments=4,seg_fix=off,bv_state=32,bv_dstate=64,bk_grad=32,bk_wy=32,grad_bpw=8,"
                                    "grad_pieces=2,prep=mma,state=wgmma,scores=mma,dstate=wgmma,wy=mma,"
-                                   "extras_apart=on,x16=off,bf16_staged=on",
+                                   "extras_apart=on,x16=off,bf16_staged=on,gla_fast=on",
                                    &f, err, sizeof err));
     assert_string_equal(err, "");
     assert_int_equal(f.segments, 4);
@@ -157,6 +163,7 @@ static void test_force_parse(void **state)
     assert_int_equal(f.extras_apart, PR_REC_ON);
     assert_int_equal(f.x16, PR_REC_OFF);
     assert_int_equal(f.bf16_staged, PR_REC_ON);
+    assert_int_equal(f.gla_fast, PR_REC_ON);
     /* items go over what is set; the rest stays */
     assert_true(pr_rec_force_parse("segments=1", &f, err, sizeof err));
     assert_int_equal(f.segments, 1);

@@ -27,6 +27,9 @@ static void usage(FILE *f)
             "  --tf32                CUDA: allow TF32 tensor cores (ctx->matmul_tf32 = 1)\n"
             "  --tol E               tolerance (default 1e-9 f64, 1e-4 f32, 6 x 2^-11 = 2.9e-3 with\n"
             "                        --tf32; bf16: 4 x 2^-8 = 1.6e-2, 6 x 2^-8 with --tf32)\n"
+            "  --force LIST          CUDA: force fields of the linear rules' chunked plan, as `prism bench\n"
+            "                        recurrence --force` takes them (e.g. gla_fast=on: gla's fast kernels;\n"
+            "                        a field a rule's kernels cannot run stops the check, naming it)\n"
             "  --verbose             print every tensor's error\n"
             "  --make OUT            write a reference file of the linear rules (gla's decay as gk), computed by\n"
             "                        the CPU per-token form in f64 (for other sizes; no ttt_linear)\n"
@@ -42,7 +45,7 @@ int pr_cmd_golden_check(int argc, char **argv)
     static const char *const forms[] = {"recurrent", "chunked", "both", NULL};
     pr_golden_opts o = {.chunk = 64};
     int dev = 0, dtype = -1, form = 2, n_size = 0;
-    const char *path = NULL, *make = NULL;
+    const char *path = NULL, *make = NULL, *force = NULL;
     int64_t size[6] = {2, 131, 2, 12, 7, 3};
     pr_args a = pr_args_begin("prism golden-check", argc, argv);
     int checking = 0; /* arguments only a check uses (FILE included): --make takes none */
@@ -54,7 +57,7 @@ int pr_cmd_golden_check(int argc, char **argv)
         if (pr_args_flag(&a, "--verbose", &o.verbose) || pr_args_flag(&a, "--tf32", &o.tf32)) continue;
         if (pr_args_choice(&a, "--device", devices, &dev) || pr_args_choice(&a, "--dtype", dtypes, &dtype)) continue;
         if (pr_args_choice(&a, "--form", forms, &form) || pr_args_int(&a, "--chunk", 1, 4096, &o.chunk)) continue;
-        if (pr_args_positive(&a, "--tol", &o.tol)) continue;
+        if (pr_args_positive(&a, "--tol", &o.tol) || pr_args_string(&a, "--force", &force)) continue;
         if (pr_args_current(&a)[0] == '-' || path) return pr_args_unknown(&a);
         path = pr_args_current(&a);
     }
@@ -73,6 +76,9 @@ int pr_cmd_golden_check(int argc, char **argv)
     o.dt = dtype == 0 ? PR_F64 : dtype == 2 ? PR_BF16 : dtype == 1 || o.dev == PR_CUDA ? PR_F32 : PR_F64; /* the GPU computes in f32 */
     o.forms = form + 1;
     if (o.tf32 && o.dev != PR_CUDA) return pr_args_error(&a, "--tf32 applies to --device cuda only");
+    char err[256];
+    if (force && o.dev != PR_CUDA) return pr_args_error(&a, "--force applies to --device cuda only (the CUDA chunked plan)");
+    if (force && !pr_rec_force_parse(force, &o.force, err, sizeof err)) return pr_args_error(&a, "--%s", err);
     if (o.dev == PR_CUDA && !pr_cuda_available()) return pr_args_no_cuda(a.cmd);
     return pr_golden_check_file(stdout, path, &o);
 }

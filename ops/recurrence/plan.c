@@ -143,6 +143,10 @@ static void kernels_text(const pr_rec_plan *p, char *buf, size_t n)
     else if (p->gla && p->chunk && p->g_per_value)
         snprintf(buf, n, "fwd gv_state(bv %d) gv_out; bwd gv_dstate(bv %d) gv_dv gv_dqk (per-value decay, "
                          "sub-chunks of 16)", 32, 32);
+    else if (p->gla && p->chunk && p->gla_fast)
+        snprintf(buf, n, "fwd gla_cumsum gla_state(bk %d, bv %d) gla_out; bwd gla_cumsum gla_dstate(bk %d, bv %d) "
+                         "gla_dv gla_dqk (per-key decay, sub-chunks of 16; fast: decays summed once, dg summed in "
+                         "shared memory)", 64, 32, 64, 32);
     else if (p->gla && p->chunk)
         snprintf(buf, n, "fwd gla_state(bv %d) gla_out; bwd gla_dstate(bv %d) gla_dv gla_dqk (per-key decay, "
                          "sub-chunks of 16)", 32, 32);
@@ -181,7 +185,7 @@ static const force_field force_fields[] = {
     F(grad_bpw, FORCE_INT),     F(grad_pieces, FORCE_INT),  F(prep, FORCE_ENGINE),
     F(state, FORCE_ENGINE),     F(scores, FORCE_ENGINE),    F(dstate, FORCE_ENGINE),
     F(wy, FORCE_ENGINE),        F(extras_apart, FORCE_SWITCH), F(x16, FORCE_SWITCH),
-    F(bf16_staged, FORCE_SWITCH),
+    F(bf16_staged, FORCE_SWITCH), F(gla_fast, FORCE_SWITCH),
 };
 #undef F
 
@@ -221,7 +225,8 @@ static bool force_item(const char *item, pr_rec_force *fo, char *err, size_t err
         return false;
     }
     snprintf(err, err_n, "force: unknown field in '%s' (segments, seg_fix, bv_state, bv_dstate, bk_grad, bk_wy, "
-                         "grad_bpw, grad_pieces, prep, state, scores, dstate, wy, extras_apart, x16, bf16_staged)", item);
+                         "grad_bpw, grad_pieces, prep, state, scores, dstate, wy, extras_apart, x16, bf16_staged, gla_fast)",
+             item);
     return false;
 }
 

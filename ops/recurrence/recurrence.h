@@ -90,6 +90,7 @@ typedef struct {
     pr_rec_switch extras_apart; /* prism_core's extra writes in kernels of their own */
     pr_rec_switch x16;        /* OFF: bf16 kx, vx staged as f32 where the wgmma extras could read them in place */
     pr_rec_switch bf16_staged; /* ON: every bf16 tensor staged through f32 copies, as before the in-place passes */
+    pr_rec_switch gla_fast;   /* ON: gla's per-key chunked form in its fast kernels (gla_chunked.cu); default off */
 } pr_rec_force;
 /* Reads "name=value,..." (names as the fields above; values: numbers,
  * mma|wgmma for the engines, on|off for the switches) into *f, over what
@@ -134,6 +135,7 @@ typedef struct {
     int chunk;             /* 0: per-token form; C: chunked form, chunks of C tokens */
     bool gla;              /* rule gla: its own kernels (CUDA: gla_token.cu, gla_chunked.cu) */
     bool g_per_value;      /* gla's decay per value channel (opts.g_per_value) */
+    bool gla_fast;         /* gla's per-key chunked form in its fast kernels (force.gla_fast) */
     bool delta, has_g;     /* the rule's erase (beta) and decay (g) */
     bool bf16;             /* planned for bf16 data */
     /* the CUDA chunked form: */

@@ -222,16 +222,29 @@ struct gla_chunk_at {
     rec_chunk_pos cp;
     long long rk;
 };
-__device__ __forceinline__ gla_chunk_at gla_chunk_load(const rec_prob &p, int c, int h, float *Q, float *Kt, float *G)
+/* rows nval.. of a C-row tile of cumulative decays (loaded as zero) take row
+ * nval - 1, as gla_cumsum leaves them: row C - 1 is G_L, and every reference
+ * row r past the valid tokens gives factors <= 1. The caller synchronizes
+ * before and after. */
+__device__ __forceinline__ void gla_fill_tail(float *G, int ld, int C, int W, int nval)
+{
+    if (nval >= C || nval < 1) return;
+    REC_FOR2D(C - nval, W, u, cc) G[(nval + u) * ld + cc] = G[(nval - 1) * ld + cc];
+}
+
+/* gc: the cumulative decays precomputed by gla_cumsum_kernel (the fast form), else NULL: g summed here */
+__device__ __forceinline__ gla_chunk_at gla_chunk_load(const rec_prob &p, int c, int h, float *Q, float *Kt, float *G,
+                                                       const float *gc = nullptr)
 {
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * p.H + h;
     if (Q) gla_ld_keys(p, Q, p.q, rk, cp.nval, p.vec);
     if (Kt) gla_ld_keys(p, Kt, p.k, rk, cp.nval, p.vec);
-    gla_ld_keys(p, G, p.g, rk, cp.nval, gla_gvec(p));
+    gla_ld_keys(p, G, gc ? gc : p.g, rk, cp.nval, gc ? (bool)p.vec : gla_gvec(p));
     rec_sync();
     const gla_ld l = gla_ld_of(p);
-    gla_cumsum(G, l.LDK, l.C, l.Kp);
+    if (gc) gla_fill_tail(G, l.LDK, l.C, l.Kp, cp.nval);
+    else gla_cumsum(G, l.LDK, l.C, l.Kp);
     __syncthreads();
     return {cp, rk};
 }
@@ -276,7 +289,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_state_kernel(rec_prob p, f
 /* ---- gla_out: the output, a block per (chunk, head) ---------------------------------------- */
 
 template <bool BF>
-__global__ void __launch_bounds__(PR_REC_THREADS) gla_out_kernel(rec_prob p, const float *hs, float *o)
+__global__ void __launch_bounds__(PR_REC_THREADS) gla_out_kernel(rec_prob p, const float *hs, float *o, const float *gc)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 0);
@@ -284,7 +297,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_out_kernel(rec_prob p, con
     const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC, LDV = l.LDV, BV = GLA_BV;
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *A = sm + s.A, *U = sm + s.U;
-    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G);
+    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
     gla_scores<BF>(p, A, Q, Kt, G, U);   /* Q is Q o e^G now */
     float *Ss = U, *Vs = Ss + Kp * LDV, *Os = Vs + C * LDV;
     for (int v0 = 0; v0 < V; v0 += BV) {
@@ -352,7 +365,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 template <bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
-    gla_dv_kernel(rec_prob p, const float *dhs, float *dA_out, float *dv)
+    gla_dv_kernel(rec_prob p, const float *dhs, float *dA_out, float *dv, const float *gc)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 1);
@@ -360,7 +373,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC, LDV = l.LDV, BV = GLA_BV;
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *A = sm + s.A, *dA = sm + s.A2, *U = sm + s.U;
-    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G);
+    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
     gla_scores<BF>(p, A, Q, Kt, G, U);
     const float *GL = G + (C - 1) * LDK;
     REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= expf(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
@@ -387,7 +400,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 template <bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     gla_dqk_kernel(rec_prob p, const float *hs, const float *dhs, const float *dA_in, const float *ep, int nvt,
-                   rec_grads d)
+                   rec_grads d, const float *gc)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 2);
@@ -396,7 +409,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, warp = threadIdx.x >> 5;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *dA = sm + s.A, *DX = sm + s.DX, *DG = sm + s.DG, *U = sm + s.U;
     rec_ld_tile(dA, LDC, C, C, dA_in + ((long long)c * H + h) * C * C, C, C, C, true);
-    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G);
+    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
     const int nval = at.cp.nval;
     float *Xs = U, *Ys = Xs + Kp * LDV;   /* the V loop's state tile and token tile */
     auto sub_first = [](int t) { return t & ~(GLA_SUB - 1); };
@@ -465,6 +478,19 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
     /* dg: the reverse sums inside the chunk, from the later tokens' share */
     if (!d.dg) return;
+    if (gc) {   /* the fast form: the sums in place in DG, then one accumulating tile store */
+        for (int cc = threadIdx.x; cc < K; cc += blockDim.x) {
+            float run = 0.f;
+            for (int vt = 0; vt < nvt; vt++) run += ep[(((long long)vt * p.nchunks + c) * H + h) * K + cc];
+            for (int t = nval - 1; t >= 0; t--) {
+                run += DG[t * LDK + cc];
+                DG[t * LDK + cc] = run;
+            }
+        }
+        __syncthreads();
+        rec_st_tile(d.dg + at.rk * K, (long long)H * K, nval, K, DG, LDK, 1.f, true, p.vec);
+        return;
+    }
     for (int cc = threadIdx.x; cc < K; cc += blockDim.x) {
         float run = 0.f;
         for (int vt = 0; vt < nvt; vt++) run += ep[(((long long)vt * p.nchunks + c) * H + h) * K + cc];
@@ -473,6 +499,159 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
             d.dg[(at.rk + (long long)t * H) * K + cc] += run;
         }
     }
+}
+
+/* ---- the fast form (the plan's gla_fast; default off until measured) -------------------------
+ * gla_cumsum writes the chunk-local cumulative decays G once (a thread per key column, the
+ * chunk's g in registers), so no kernel runs the 64-step serial scan of gla_cumsum; the
+ * serial passes run in K tiles of 64 rows as well as V tiles of 32 (the decay is diagonal in
+ * K: a state's rows are independent), twice the blocks at half the shared memory, each chunk's
+ * chain of loads, scalings and product half as long; gla_dqk sums dg in shared memory and adds
+ * it by one tile store (the default's 64 dependent global read-modify-writes a column). The
+ * chunk-parallel kernels are the default's, reading G instead of g. */
+#define GLA_BK 64   /* rows of a K tile in the fast serial passes */
+#ifndef GLA_KT_BLOCKS
+#define GLA_KT_BLOCKS 3   /* their blocks an SM (80 registers; 4 spill ~350 bytes): 53 KB (state), 62 KB (dstate) at C = 64 */
+#endif
+
+template <int C>
+__global__ void __launch_bounds__(128) gla_cumsum_kernel(rec_prob p, float *gc)
+{
+    const rec_chunk_pos cp = rec_chunk_of(p, blockIdx.x);
+    const long long base = ((long long)cp.row0 * p.H + blockIdx.y) * p.K, rs = (long long)p.H * p.K;
+    for (int cc = threadIdx.x; cc < p.K; cc += blockDim.x) {
+        float x[C];   /* every load in flight before the scan */
+#pragma unroll
+        for (int t = 0; t < C; t++) x[t] = t < cp.nval ? p.g[base + t * rs + cc] : 0.f;
+        float run = 0.f;
+#pragma unroll
+        for (int t = 0; t < C; t++) {
+            run += x[t];
+            if (t < cp.nval) gc[base + t * rs + cc] = run;
+        }
+    }
+}
+
+/* the K-tiled serial passes: the state (or its gradient) [BK x BV], a key (or query) tile and
+ * G [C x BK], a value (or dO) tile, and (dstate) the end-state tile */
+struct gla_kt_lay {
+    int H, X, G, V, E, total;
+};
+__host__ __device__ static gla_kt_lay gla_kt_layout(const rec_prob &p, bool with_end)
+{
+    const int LDB = GLA_BK + 4, LDV = GLA_BV + 4;
+    rec_bump m;
+    gla_kt_lay s;
+    s.H = m.take(GLA_BK * LDV), s.X = m.take(p.C * LDB), s.G = m.take(p.C * LDB), s.V = m.take(p.C * LDV);
+    s.E = with_end ? m.take(GLA_BK * LDV) : -1;
+    s.total = m.off;
+    return s;
+}
+
+/* a block's tiles (blockIdx.x = V tile * nkt + K tile): state rows k0.. (nk of them real, mt
+ * computed, a multiple of 32) and columns v0.. */
+struct gla_kt_at {
+    int vt, v0, k0, nk, mt;
+};
+__device__ __forceinline__ gla_kt_at gla_kt_of(const rec_prob &p, int nkt)
+{
+    const int vt = blockIdx.x / nkt, k0 = blockIdx.x % nkt * GLA_BK;
+    return {vt, vt * GLA_BV, k0, min(GLA_BK, p.K - k0), min(GLA_BK, p.Kp - k0)};
+}
+
+/* gla_state in K tiles; G's row nval - 1 is the chunk's G_L (rows past it hold zeros, and so do
+ * K's: their factors e^{G_L} <= 1 multiply zero) */
+template <bool BF>
+__global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
+    gla_state_kt_kernel(rec_prob p, const float *gc, int nkt, float *hs, float *ht)
+{
+    extern __shared__ __align__(128) float sm[];
+    const gla_kt_lay s = gla_kt_layout(p, false);
+    const int C = p.C, LDB = GLA_BK + 4, LDV = GLA_BV + 4, BV = GLA_BV;
+    const gla_kt_at kt = gla_kt_of(p, nkt);
+    const int n = blockIdx.z, h = blockIdx.y, v0 = kt.v0, H = p.H, K = p.K, V = p.V, nv = min(BV, V - v0);
+    float *Hs = sm + s.H, *Ks = sm + s.X, *G = sm + s.G, *Vs = sm + s.V;
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    const long long hoff = ((long long)n * H + h) * K * V + (long long)kt.k0 * V + v0;
+    if (p.h0) rec_ld_tile(Hs, LDV, kt.mt, BV, p.h0 + hoff, V, kt.nk, nv, p.vec);
+    else REC_FOR2D(kt.mt, LDV, i, j) Hs[i * LDV + j] = 0.f;
+    const int nck = (sq.len + C - 1) / C;
+    for (int ci = 0; ci < nck; ci++) {
+        const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
+        const long long rk = ((long long)sq.bos + ci * C) * H + h;
+        rec_sync();   /* the last product done: Hs final, Ks and Vs free */
+        rec_ld_tile(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
+        rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
+        rec_ld_tile(Vs, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        if (hs)
+            rec_st_tile(hs + ((long long)c * H + h) * K * V + (long long)kt.k0 * V + v0, V, kt.nk, nv, Hs, LDV, 1.f,
+                        false, p.vec);
+        rec_sync();
+        const float *GL = G + (nval - 1) * LDB;
+        REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= expf(GL[cc] - G[t * LDB + cc]);
+        REC_FOR2D(kt.mt, BV, i, j) Hs[i * LDV + j] *= expf(GL[i]);
+        __syncthreads();
+        rec_mm<true, false, BF>(p, Hs, LDV, Ks, LDB, Vs, LDV, kt.mt, BV, C, 1.f, true);
+    }
+    rec_sync();
+    if (ht) rec_st_tile(ht + hoff, V, kt.nk, nv, Hs, LDV, 1.f, false, p.vec);
+}
+
+/* gla_dstate in K tiles: the same outputs (ep's rows of this K tile) */
+template <bool BF>
+__global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
+    gla_dstate_kt_kernel(rec_prob p, const float *gc, int nkt, const float *hs, const float *ht, float *dhs,
+                         float *ep, float *dh0)
+{
+    extern __shared__ __align__(128) float sm[];
+    const gla_kt_lay s = gla_kt_layout(p, true);
+    const int C = p.C, LDB = GLA_BK + 4, LDV = GLA_BV + 4, BV = GLA_BV;
+    const gla_kt_at kt = gla_kt_of(p, nkt);
+    const int n = blockIdx.z, h = blockIdx.y, vt = kt.vt, v0 = kt.v0, H = p.H, K = p.K, V = p.V;
+    const int nv = min(BV, V - v0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *dH = sm + s.H, *Qs = sm + s.X, *G = sm + s.G, *dOs = sm + s.V, *Es = sm + s.E;
+    const rec_seq_pos sq = rec_seq_of(p, n);
+    const long long hoff = ((long long)n * H + h) * K * V + (long long)kt.k0 * V + v0;
+    if (p.dht) rec_ld_tile(dH, LDV, kt.mt, BV, p.dht + hoff, V, kt.nk, nv, p.vec);
+    else REC_FOR2D(kt.mt, LDV, i, j) dH[i * LDV + j] = 0.f;
+    const int nck = (sq.len + C - 1) / C;
+    for (int ci = nck - 1; ci >= 0; ci--) {
+        const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
+        const long long rk = ((long long)sq.bos + ci * C) * H + h, at = (long long)kt.k0 * V + v0;
+        rec_sync();   /* dH is dS' of chunk c */
+        rec_st_tile(dhs + ((long long)c * H + h) * K * V + at, V, kt.nk, nv, dH, LDV, 1.f, false, p.vec);
+        const float *end = ci == nck - 1 ? ht + hoff : hs + ((long long)(c + 1) * H + h) * K * V + at;
+        rec_ld_tile(Es, LDV, kt.mt, BV, end, V, kt.nk, nv, p.vec);
+        rec_ld_tile(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
+        rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
+        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        rec_sync();
+        for (int i = warp; i < kt.nk; i += PR_REC_WARPS) {   /* the dg end term's share of this tile */
+            float x = 0.f;
+            for (int j = lane; j < nv; j += 32) x = fmaf(Es[i * LDV + j], dH[i * LDV + j], x);
+            x = gla_warp_sum(x);
+            if (lane == 0) ep[(((long long)vt * p.nchunks + c) * H + h) * K + kt.k0 + i] = x;
+        }
+        __syncthreads();
+        const float *GL = G + (nval - 1) * LDB;
+        REC_FOR2D(C, kt.mt, t, cc) Qs[t * LDB + cc] *= p.scale * expf(G[t * LDB + cc]);
+        REC_FOR2D(kt.mt, BV, i, j) dH[i * LDV + j] *= expf(GL[i]);
+        __syncthreads();
+        rec_mm<true, false, BF>(p, dH, LDV, Qs, LDB, dOs, LDV, kt.mt, BV, C, 1.f, true);
+    }
+    rec_sync();
+    if (dh0) rec_st_tile(dh0 + hoff, V, kt.nk, nv, dH, LDV, 1.f, true, p.vec);
+}
+
+/* G of the fast form into scratch [rows, H, K] (the caller frees rows * H * K floats) */
+static float *gla_cumsum_run(cudaStream_t s, const rec_prob &p, size_t *n)
+{
+    *n = (size_t)(p.packed ? p.T : (long long)p.N * p.T) * p.H * p.K;
+    float *gc = rec_scratch(*n);
+    const auto k = p.C == 64 ? gla_cumsum_kernel<64> : gla_cumsum_kernel<32>;
+    k<<<dim3(p.nchunks, p.H), 128, 0, s>>>(p, gc);
+    PR_CUDA_LAUNCH_CHECK();
+    return gc;
 }
 
 /* ---- the per-value decay (p.gv, gsa's first pass) -------------------------------------------
@@ -901,13 +1080,22 @@ static void gv_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs
     rec_scratch_free(dA, n_dA);
 }
 
-void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht)
+void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast)
 {
     if (p.gv) return gv_chunk_forward(s, p, hs, o, ht);
     const bool bf = rec_bf_products(p);
-    const int nvt = (p.V + GLA_BV - 1) / GLA_BV;
-    const size_t sm_state = (size_t)gla_serial_layout(p, false).total * 4, sm_out = (size_t)gla_chunk_layout(p, 0).total * 4;
-    {
+    const int nvt = (p.V + GLA_BV - 1) / GLA_BV, nkt = (p.Kp + GLA_BK - 1) / GLA_BK;
+    size_t n_gc = 0;
+    float *gc = fast ? gla_cumsum_run(s, p, &n_gc) : nullptr;
+    const size_t sm_out = (size_t)gla_chunk_layout(p, 0).total * 4;
+    if (fast) {
+        const size_t sm_state = (size_t)gla_kt_layout(p, false).total * 4;
+        const auto k = bf ? gla_state_kt_kernel<true> : gla_state_kt_kernel<false>;
+        pr_cuda_smem_prep((const void *)k, sm_state);
+        k<<<dim3(nvt * nkt, p.H, p.N), PR_REC_THREADS, sm_state, s>>>(p, gc, nkt, hs, ht);
+        PR_CUDA_LAUNCH_CHECK();
+    } else {
+        const size_t sm_state = (size_t)gla_serial_layout(p, false).total * 4;
         const auto k = bf ? gla_state_kernel<true> : gla_state_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_state);
         k<<<dim3(nvt, p.H, p.N), PR_REC_THREADS, sm_state, s>>>(p, hs, ht);
@@ -916,22 +1104,32 @@ void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, floa
     {
         const auto k = bf ? gla_out_kernel<true> : gla_out_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_out);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o, gc);
         PR_CUDA_LAUNCH_CHECK();
     }
+    if (gc) rec_scratch_free(gc, n_gc);
 }
 
-void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs, const float *ht, const rec_grads &d)
+void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs, const float *ht, const rec_grads &d,
+                               bool fast)
 {
     if (p.gv) return gv_chunk_backward(s, p, hs, ht, d);
     const bool bf = rec_bf_products(p);
-    const int nvt = (p.V + GLA_BV - 1) / GLA_BV;
+    const int nvt = (p.V + GLA_BV - 1) / GLA_BV, nkt = (p.Kp + GLA_BK - 1) / GLA_BK;
     const size_t n_dhs = (size_t)p.nchunks * p.H * p.K * p.V, n_ep = (size_t)nvt * p.nchunks * p.H * p.K;
     const size_t n_dA = (size_t)p.nchunks * p.H * p.C * p.C;
     float *dhs = rec_scratch(n_dhs), *ep = rec_scratch(n_ep), *dA = rec_scratch(n_dA);
-    const size_t sm_ds = (size_t)gla_serial_layout(p, true).total * 4;
+    size_t n_gc = 0;
+    float *gc = fast ? gla_cumsum_run(s, p, &n_gc) : nullptr;
     const size_t sm_dv = (size_t)gla_chunk_layout(p, 1).total * 4, sm_dqk = (size_t)gla_chunk_layout(p, 2).total * 4;
-    {
+    if (fast) {
+        const size_t sm_ds = (size_t)gla_kt_layout(p, true).total * 4;
+        const auto k = bf ? gla_dstate_kt_kernel<true> : gla_dstate_kt_kernel<false>;
+        pr_cuda_smem_prep((const void *)k, sm_ds);
+        k<<<dim3(nvt * nkt, p.H, p.N), PR_REC_THREADS, sm_ds, s>>>(p, gc, nkt, hs, ht, dhs, ep, d.dh0);
+        PR_CUDA_LAUNCH_CHECK();
+    } else {
+        const size_t sm_ds = (size_t)gla_serial_layout(p, true).total * 4;
         const auto k = bf ? gla_dstate_kernel<true> : gla_dstate_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_ds);
         k<<<dim3(nvt, p.H, p.N), PR_REC_THREADS, sm_ds, s>>>(p, hs, ht, dhs, ep, d.dh0);
@@ -940,15 +1138,16 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
     {
         const auto k = bf ? gla_dv_kernel<true> : gla_dv_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_dv);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv, gc);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (d.dq || d.dk || d.dg) {
         const auto k = bf ? gla_dqk_kernel<true> : gla_dqk_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_dqk);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dqk, s>>>(p, hs, dhs, dA, ep, nvt, d);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dqk, s>>>(p, hs, dhs, dA, ep, nvt, d, gc);
         PR_CUDA_LAUNCH_CHECK();
     }
+    if (gc) rec_scratch_free(gc, n_gc);
     rec_scratch_free(dhs, n_dhs);
     rec_scratch_free(ep, n_ep);
     rec_scratch_free(dA, n_dA);

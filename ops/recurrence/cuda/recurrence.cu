@@ -246,9 +246,15 @@ static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chun
     }
     if (p->T == 0 || p->N == 0 || p->H == 0 || p->V == 0) return true;
     p->C = chunk;
+    if (f.gla_fast != PR_REC_PLANNED && f.gla_fast != PR_REC_OFF && f.gla_fast != PR_REC_ON)
+        pr_fatal("recurrence: force.gla_fast must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d", (int)f.gla_fast);
+    if (f.gla_fast == PR_REC_ON && !p->gk)
+        pr_fatal("recurrence: force.gla_fast = on runs the fast form of rule gla's per-key decay; this call is %s",
+                 p->gv ? "gla with a per-value decay (g_per_value)" : "another rule");
     if (p->gk || p->gv) { /* gla_chunked.cu (both decay axes) */
         *pl = rec_chunk_plan{};
         pl->C = chunk;
+        pl->gla_fast = f.gla_fast == PR_REC_ON;
         const size_t need = pr_rec_gla_chunk_smem(*p);
         if (need <= (size_t)rec_dev_attr(0)) return *chunked = true;
         snprintf(why, why_n, "recurrence: gla's CUDA chunks of %d tokens at K = %d need %zu bytes of shared memory, "
@@ -318,6 +324,7 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     out->device = PR_CUDA;
     out->chunk = chunked ? p.C : 0;
     out->g_per_value = p.gv != 0;
+    out->gla_fast = chunked && pl.gla_fast;
     if (!chunked || p.gk || p.gv) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
     const auto eng = [](int wg) { return wg ? PR_REC_WGMMA : PR_REC_MMA; };
     pr_rec_pass *ps = out->pass;
@@ -516,7 +523,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     sv.hs = saved(1, (long long)p.nchunks * p.H, p.K, p.V);
     if (p.gk || p.gv) {
         free(off);
-        pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht);
+        pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht, pl.gla_fast != 0);
         st.put(n->out[0], o);
         if (scratch[1]) rec_scratch_free(scratch[1], scratch_n[1]);
         return;
@@ -590,7 +597,7 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
     if ((p.gk || p.gv) && chunked) {
         PR_CHECK(sv_(1), "recurrence: CUDA backward: the chunked forward saved no chunk states");
-        pr_rec_gla_chunk_backward(s, p, sv_(1), (const float *)n->out[1]->data, d);
+        pr_rec_gla_chunk_backward(s, p, sv_(1), (const float *)n->out[1]->data, d, pl.gla_fast != 0);
     } else if (p.gk || p.gv) {
         const float *o = bf16_o ? sv_(REC_SAVED_O32) : (const float *)n->out[0]->data;
         PR_CHECK(o || !p.gv, "recurrence: CUDA backward: the per-token forward saved no f32 o for its bf16 output");

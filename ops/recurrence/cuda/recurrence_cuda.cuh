@@ -296,8 +296,11 @@ void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grad
  * read by the backward (with ht). pr_rec_gla_chunk_smem: the most shared
  * memory one of its kernels takes (the plan compares it with the device's). */
 size_t pr_rec_gla_chunk_smem(const rec_prob &p);
-void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht);
-void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs, const float *ht, const rec_grads &d);
+/* fast: the per-key decay's fast form (the plan's gla_fast): cumulative decays precomputed, the
+ * serial passes in K tiles, dg summed in shared memory */
+void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast);
+void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs, const float *ht, const rec_grads &d,
+                               bool fast);
 /* shared-memory bytes the per-token kernels need at one token per block step (their least) */
 size_t pr_rec_token_smem_min(const rec_prob &p);
 
@@ -350,6 +353,7 @@ struct rec_chunk_plan {
                      io16_out, where prep (delta rules), state and output all run their wgmma forms) */
     int io16_bwd; /* bf16 data, TF32 on: the backward's passes read q, dO, k (and without beta v) in place
                      (rec_prob's q16, dout16, k16, v16), where dlocal, dstate, grad and wy run their wgmma forms */
+    int gla_fast; /* gla (per-key decay): the fast form of gla_chunked.cu (force.gla_fast on; off by default) */
 };
 /* plan.cu. p.C set; f: the fields forced (fatal where the kernels cannot run
  * them); smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
