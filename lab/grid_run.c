@@ -462,7 +462,7 @@ static int run_threads(grid_run *r)
     pthread_t tid[PR_GRID_MAX_JOBS];
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, (size_t)64 << 20);   /* a training's stack, as the main thread's */
+    pthread_attr_setstacksize(&attr, (size_t)64 << 20);   /* a training's deep stack, with room for ASan's larger frames */
     r->draws = false;   /* the threads leave the line to this one */
     int started = 0;
     for (; started < r->jobs; started++) {
