@@ -23,8 +23,10 @@
  * thread must free what it allocated (a training run's tensors never change
  * thread); a free into the wrong pool is refused as an unknown pointer.
  * Synchronizations and copies of such a thread wait for its stream only, so
- * the threads' kernels run side by side. The capture state below is per
- * thread as well; captures use relaxed mode, which leaves other threads'
+ * the threads' kernels run side by side; its cuBLAS handle is the thread's
+ * (pr_cuda_state_cublas), and a graph's constants go back to its pool, so a
+ * thread frees nothing to the driver until it ends (a cudaFree waits for the
+ * whole device). The capture state below is per thread as well; captures use relaxed mode, which leaves other threads'
  * allocations and launches free to go on during a capture. Without begin
  * nothing changes: the legacy stream and the shared pool, as before.
  *
@@ -409,22 +411,26 @@ extern "C" pr_cuda_state *pr_cuda_state_new(void)
     return s;
 }
 
+/* A thread with its own stream keeps one cuBLAS handle (and workspace) for
+ * every context it runs, bound to its stream: a grid's cells come and go in
+ * a thread, and creating and destroying a handle per cell would allocate
+ * and free device memory (cudaFree waits for the whole device) while other
+ * threads capture graphs. Made on first use, destroyed by pr_cuda_thread_end. */
+static thread_local pr_cuda_state t_blas;
+
 /* The math mode is set from tf32 on every call, so flipping a context's
  * matmul_tf32 takes effect at the next matmul: CUBLAS_TF32_TENSOR_OP_MATH
  * lets cuBLAS round fp32 inputs to tf32 (10-bit mantissa) on the tensor
  * cores; CUBLAS_DEFAULT_MATH keeps full fp32 products. (GemmEx callers also
  * pick a compute type, which decides for that call.) */
-extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32)
+extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *ctx_state, bool tf32)
 {
+    pr_cuda_state *st = t_stream ? &t_blas : ctx_state;
     if (!st->cublas) {
         PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
-        /* a thread with its own pool takes the workspace from it: a cudaFree
-         * at every cell's end would wait for the whole device */
-        st->workspace_pooled = t_pool != NULL;
-        if (st->workspace_pooled) st->workspace = pr_cuda_malloc(PR_CUBLAS_WORKSPACE);
-        else PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
+        PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
     }
-    if (!st->stream_set || st->stream != PR_THE_STREAM) {   /* a capture's stream, or the legacy one */
+    if (!st->stream_set || st->stream != PR_THE_STREAM) {   /* a capture's stream, or the thread's own */
         st->stream = PR_THE_STREAM;
         st->stream_set = true;
         PR_CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
@@ -435,14 +441,19 @@ extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32)
     return st->cublas;
 }
 
+static void cublas_state_free(pr_cuda_state *st)
+{
+    if (st->cublas) PR_CUBLAS_CHECK(cublasDestroy(st->cublas));
+    if (st->workspace) PR_CUDA_CHECK(cudaFree(st->workspace));
+    *st = pr_cuda_state{};
+}
+
 extern "C" void pr_cuda_ctx_release(void *cuda_state_ptr)
 {
     pr_cuda_state *st = (pr_cuda_state *)cuda_state_ptr;
     if (!st) return;
     PR_CUDA_CHECK(sync_own());
-    if (st->cublas) PR_CUBLAS_CHECK(cublasDestroy(st->cublas));
-    if (st->workspace_pooled) pr_cuda_free(st->workspace, PR_CUBLAS_WORKSPACE);
-    else if (st->workspace) PR_CUDA_CHECK(cudaFree(st->workspace));
+    cublas_state_free(st);   /* nothing in a thread with its own stream: its handle is the thread's */
     free(st);
 }
 
@@ -492,6 +503,7 @@ extern "C" void pr_cuda_rand_fill(pr_tensor *t, uint64_t seed, uint32_t stream, 
 struct pr_cuda_graph {
     cudaGraphExec_t exec;
     std::vector<void *> constants;   /* cudaMalloc'd: the step's host-to-device constants */
+    std::vector<size_t> constant_sizes;   /* each one's size class, so a pool can take it back */
 };
 
 /* this thread's capture (each thread captures its own steps) */
@@ -508,12 +520,15 @@ static void capture_break(const char *why)
 static void capture_constant(void *dst, const void *src, size_t bytes)
 {
     void *c = NULL;
-    cudaError_t e = cudaMalloc(&c, bytes);   /* relaxed capture mode allows it */
+    size_t rounded;
+    (void)size_class(bytes, &rounded);   /* a class's size: a thread's pool takes it back (pr_cuda_graph_free) */
+    cudaError_t e = cudaMalloc(&c, rounded);   /* relaxed capture mode allows it */
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return capture_break("cudaMalloc of a step constant failed");
     }
     g_building->constants.push_back(c);
+    g_building->constant_sizes.push_back(rounded);
     /* the legacy stream does not wait for the non-blocking capture stream: this runs now
      * (c is new, so no other stream's work can touch it) */
     PR_CUDA_CHECK(cudaMemcpy(c, src, bytes, cudaMemcpyHostToDevice));
@@ -600,10 +615,21 @@ extern "C" void pr_cuda_graph_free(pr_cuda_graph *gr)
     if (!gr) return;
     PR_CUDA_CHECK(sync_own());   /* a replay may still run (on this thread's stream) */
     if (gr->exec) PR_CUDA_CHECK(cudaGraphExecDestroy(gr->exec));
-    for (void *c : gr->constants) PR_CUDA_CHECK(cudaFree(c));
+    /* a thread with its own pool keeps the constants as cached blocks: a
+     * cudaFree at every cell's end would wait for the whole device, other
+     * threads' captures included */
+    if (!t_pool)
+        for (void *c : gr->constants) PR_CUDA_CHECK(cudaFree(c));
     allocator &A = the_allocator();
     {
         std::lock_guard<std::mutex> g(A.mu);
+        for (size_t i = 0; t_pool && i < gr->constants.size(); i++) {
+            size_t rounded = gr->constant_sizes[i], ignored;
+            A.free_list[size_class(rounded, &ignored)].push_back(gr->constants[i]);
+            A.cached_size[gr->constants[i]] = rounded;
+            A.st.cached += rounded;
+            A.st.reserved += rounded;
+        }
         for (auto it = A.graph_owned.begin(); it != A.graph_owned.end();) {
             if (it->second != gr) {
                 ++it;
@@ -672,6 +698,7 @@ extern "C" void pr_cuda_thread_end(void)
     allocator *pool = t_pool;
     t_pool = NULL;
     retire_pool(pool);
+    cublas_state_free(&t_blas);
     if (g_capture_stream) PR_CUDA_CHECK(cudaStreamDestroy(g_capture_stream));
     g_capture_stream = NULL;
     PR_CUDA_CHECK(cudaStreamDestroy(t_stream));

@@ -54,10 +54,11 @@ int pr_cuda_attr(enum cudaDeviceAttr attr);
 typedef struct {
     cublasHandle_t cublas; /* NULL until the first matmul */
     void *workspace;       /* cuBLAS's, ours (tensor/cuda.cu: a captured GEMM allocates nothing) */
-    cudaStream_t stream;   /* the handle's: the thread's stream (legacy or its own), or a capture's */
+    cudaStream_t stream;   /* the handle's: the legacy stream, or a capture's */
     bool stream_set;
-    bool workspace_pooled; /* the workspace came from the thread's own pool (pr_cuda_free it) */
 } pr_cuda_state;
+/* in a thread with its own stream (pr_device_thread_begin) the handle is the
+ * thread's, shared by the contexts it runs one after another */
 pr_cuda_state *pr_cuda_state_new(void);   /* fatal without a usable GPU */
 cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *st, bool tf32);
 /* the stream every kernel, copy and cuBLAS call of this thread runs on: the
