@@ -1036,7 +1036,8 @@ static void test_gla_strong_decay(void **state)
 }
 
 /* gla's fast chunked kernels (force.gla_fast on: cumulative decays summed once, the serial
- * passes in K tiles of 64, dg summed in shared memory) on test_gla_strong_decay's cases, and at
+ * passes in K tiles of 64, the own sub-chunk's pairs a thread a pair, A stored by the forward
+ * and read by gla_dv_a, dg summed in shared memory) on test_gla_strong_decay's cases, and at
  * K = 100, V = 40 (two K tiles, the second of 36 real rows; two V tiles) with a sequence of
  * 200 tokens (chunks of 64 and 32 with a partial last one) beside shorter ones: the same
  * bounds against the CPU's f64, deterministic, the plan asserted to run them; a per-value

@@ -42,6 +42,10 @@
  *   gla_dqk     a block per (chunk, head): dq, dk, dg
  * Shared memory bounds K: chunks of 64 run K <= 128, chunks of 32 K <= 256
  * (pr_rec_gla_chunk_smem; the plan refuses what does not fit).
+ * The fast form (force.gla_fast, off by default until measured; see "the fast
+ * form" below): gla_cumsum, then gla_state_kt and gla_out (storing A, and its
+ * own-sub-chunk pairs a thread a pair); gla_cumsum, gla_dstate_kt, gla_dv_a
+ * (A read, not recomputed) and gla_dqk (dg summed in shared memory).
  */
 #include <stdint.h>
 
@@ -185,15 +189,42 @@ __device__ __forceinline__ void gla_blk16(const rec_prob &p, float *C, int ldc, 
  *   Q <- Q o e^{G - G_r(t)}; for each row sub-chunk a >= 1 the factors
  *   K o e^{G_r - G} of the tokens before r = 16 a, and its blocks against
  *   every earlier sub-chunk, a warp a block; Q <- Q o e^{G_r(t)} = Q o e^G. */
+/* the pairs inside each sub-chunk a thread a pair (the fast form): the 136 pairs i <= t of a
+ * 16-token sub-chunk numbered row by row, each a sum over K with no shuffles, so a thread's
+ * loads and exps pipeline where a warp a pair waits on its 5-step reduction */
+__device__ __forceinline__ void gla_pairs_by_thread(const gla_ld &l, float *A, const float *Q, const float *Kt,
+                                                    const float *G)
+{
+    constexpr int PAIRS = GLA_SUB * (GLA_SUB + 1) / 2;
+    const int LDK = l.LDK, Kp = l.Kp;
+    for (int e = threadIdx.x; e < l.C / GLA_SUB * PAIRS; e += blockDim.x) {
+        const int a = e / PAIRS, j = e % PAIRS;
+        int u = (int)((sqrtf(8.f * j + 1.f) - 1.f) * 0.5f);   /* the row u with u(u+1)/2 <= j < (u+1)(u+2)/2 */
+        if ((u + 1) * (u + 2) / 2 <= j) u++;
+        if (u * (u + 1) / 2 > j) u--;
+        const int t = a * GLA_SUB + u, i = a * GLA_SUB + j - u * (u + 1) / 2;
+        const float *qt = Q + t * LDK, *ki = Kt + i * LDK, *gt = G + t * LDK, *gi = G + i * LDK;
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll 4
+        for (int c = 0; c < Kp; c += 2) {   /* Kp: a multiple of 32 */
+            s0 = fmaf(qt[c] * ki[c], expf(gt[c] - gi[c]), s0);
+            s1 = fmaf(qt[c + 1] * ki[c + 1], expf(gt[c + 1] - gi[c + 1]), s1);
+        }
+        A[t * l.LDC + i] = s0 + s1;
+    }
+}
+
 template <bool BF>
-__device__ void gla_scores(const rec_prob &p, float *A, float *Q, const float *Kt, const float *G, float *U)
+__device__ void gla_scores(const rec_prob &p, float *A, float *Q, const float *Kt, const float *G, float *U,
+                           bool fast = false)
 {
     const gla_ld l = gla_ld_of(p);
     const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     REC_FOR2D(C, C, t, i) A[t * LDC + i] = 0.f;
     __syncthreads();
-    for (int e = warp; e < C * GLA_SUB; e += PR_REC_WARPS) {
+    if (fast) gla_pairs_by_thread(l, A, Q, Kt, G);
+    else for (int e = warp; e < C * GLA_SUB; e += PR_REC_WARPS) {
         const int t = e / GLA_SUB, i = (t & ~(GLA_SUB - 1)) + e % GLA_SUB;
         if (i > t) continue;   /* whole warps skip together */
         float s = 0.f;
@@ -289,7 +320,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_state_kernel(rec_prob p, f
 /* ---- gla_out: the output, a block per (chunk, head) ---------------------------------------- */
 
 template <bool BF>
-__global__ void __launch_bounds__(PR_REC_THREADS) gla_out_kernel(rec_prob p, const float *hs, float *o, const float *gc)
+__global__ void __launch_bounds__(PR_REC_THREADS)
+    gla_out_kernel(rec_prob p, const float *hs, float *o, const float *gc, float *A_out)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 0);
@@ -298,7 +330,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_out_kernel(rec_prob p, con
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *A = sm + s.A, *U = sm + s.U;
     const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
-    gla_scores<BF>(p, A, Q, Kt, G, U);   /* Q is Q o e^G now */
+    gla_scores<BF>(p, A, Q, Kt, G, U, gc != nullptr);   /* Q is Q o e^G now */
+    if (A_out) {   /* the fast form: A for gla_dv_a, [nchunks, H, C, C] */
+        float *dst = A_out + ((long long)c * H + h) * C * C;
+        REC_FOR2D(C, C, t, i) dst[t * C + i] = i <= t ? A[t * LDC + i] : 0.f;
+    }
     float *Ss = U, *Vs = Ss + Kp * LDV, *Os = Vs + C * LDV;
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
@@ -374,7 +410,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *A = sm + s.A, *dA = sm + s.A2, *U = sm + s.U;
     const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
-    gla_scores<BF>(p, A, Q, Kt, G, U);
+    gla_scores<BF>(p, A, Q, Kt, G, U, gc != nullptr);
     const float *GL = G + (C - 1) * LDK;
     REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= expf(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
     float *dSs = U, *dOs = dSs + Kp * LDV, *Vs = dOs + C * LDV, *DV = Vs + C * LDV;
@@ -507,8 +543,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
  * serial passes run in K tiles of 64 rows as well as V tiles of 32 (the decay is diagonal in
  * K: a state's rows are independent), twice the blocks at half the shared memory, each chunk's
  * chain of loads, scalings and product half as long; gla_dqk sums dg in shared memory and adds
- * it by one tile store (the default's 64 dependent global read-modify-writes a column). The
- * chunk-parallel kernels are the default's, reading G instead of g. */
+ * it by one tile store (the default's 64 dependent global read-modify-writes a column);
+ * gla_out takes the pairs inside a sub-chunk a thread a pair and stores A, which the backward's
+ * gla_dv_a reads instead of recomputing (112 KB of shared memory, two blocks an SM, where
+ * gla_dv takes 182 KB). gla_out and gla_dqk are otherwise the default's, reading G for g. */
 #define GLA_BK 64   /* rows of a K tile in the fast serial passes */
 #ifndef GLA_KT_BLOCKS
 #define GLA_KT_BLOCKS 3   /* their blocks an SM (80 registers; 4 spill ~350 bytes): 53 KB (state), 62 KB (dstate) at C = 64 */
@@ -641,6 +679,60 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     }
     rec_sync();
     if (dh0) rec_st_tile(dh0 + hoff, V, kt.nk, nv, dH, LDV, 1.f, true, p.vec);
+}
+
+/* gla_dv of the fast form: A read from the forward (gla_out stored it), not recomputed, so no
+ * Q, no scores, and G only until K o e^{G_L - G} is formed, its room then the V loop's:
+ * K [C x LDK], A, dA [C x LDC], then G or the V loop's dS', dO, V, dv tiles. At C = 64,
+ * K = V = 128 that is 112 KB, two blocks an SM (the default gla_dv: 182 KB, one). */
+struct gla_dva_lay {
+    int K, A, dA, U, total;
+};
+__host__ __device__ static gla_dva_lay gla_dva_layout(const rec_prob &p)
+{
+    const gla_ld l = gla_ld_of(p);
+    rec_bump m;
+    gla_dva_lay s;
+    s.K = m.take(l.C * l.LDK), s.A = m.take(l.C * l.LDC), s.dA = m.take(l.C * l.LDC);
+    s.U = m.take(gla_imax(l.C * l.LDK, l.Kp * l.LDV + 3 * l.C * l.LDV));
+    s.total = m.off;
+    return s;
+}
+
+template <bool BF>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    gla_dv_a_kernel(rec_prob p, const float *dhs, const float *A_in, float *dA_out, float *dv, const float *gc)
+{
+    extern __shared__ __align__(128) float sm[];
+    const gla_dva_lay s = gla_dva_layout(p);
+    const gla_ld l = gla_ld_of(p);
+    const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC, LDV = l.LDV, BV = GLA_BV;
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
+    float *Kt = sm + s.K, *A = sm + s.A, *dA = sm + s.dA, *G = sm + s.U;
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    gla_ld_keys(p, Kt, p.k, rk, cp.nval, p.vec);
+    gla_ld_keys(p, G, gc, rk, cp.nval, p.vec);
+    rec_ld_tile(A, LDC, C, C, A_in + ((long long)c * H + h) * C * C, C, C, C, true);
+    rec_sync();
+    const float *GL = G + (cp.nval - 1) * LDK;   /* rows past nval: K zero, G zero (factors e^{G_L} <= 1) */
+    REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= expf(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
+    __syncthreads();   /* G read: its room is the V loop's */
+    float *dSs = sm + s.U, *dOs = dSs + Kp * LDV, *Vs = dOs + C * LDV, *DV = Vs + C * LDV;
+    for (int v0 = 0; v0 < V; v0 += BV) {
+        const int nv = min(BV, V - v0);
+        rec_ld_tile(dSs, LDV, Kp, BV, dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
+        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        rec_ld_tile(Vs, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        rec_sync();
+        rec_mm<false, true, BF>(p, dA, LDC, dOs, LDV, Vs, LDV, C, C, BV, p.scale, v0 > 0);
+        rec_mm<true, false, BF>(p, DV, LDV, A, LDC, dOs, LDV, C, BV, C, p.scale, false);
+        rec_mm<false, false, BF>(p, DV, LDV, Kt, LDK, dSs, LDV, C, BV, Kp, 1.f, true);
+        rec_sync();
+        if (dv) rec_st_tile(dv + rk * V + v0, (long long)H * V, cp.nval, nv, DV, LDV, 1.f, true, p.vec);
+    }
+    float *dst = dA_out + ((long long)c * H + h) * C * C;
+    REC_FOR2D(C, C, t, i) dst[t * C + i] = i <= t ? dA[t * LDC + i] : 0.f;
 }
 
 /* G of the fast form into scratch [rows, H, K] (the caller frees rows * H * K floats) */
@@ -1080,7 +1172,7 @@ static void gv_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs
     rec_scratch_free(dA, n_dA);
 }
 
-void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast)
+void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast, float *A)
 {
     if (p.gv) return gv_chunk_forward(s, p, hs, o, ht);
     const bool bf = rec_bf_products(p);
@@ -1104,14 +1196,14 @@ void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, floa
     {
         const auto k = bf ? gla_out_kernel<true> : gla_out_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_out);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o, gc);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o, gc, fast ? A : nullptr);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (gc) rec_scratch_free(gc, n_gc);
 }
 
 void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs, const float *ht, const rec_grads &d,
-                               bool fast)
+                               bool fast, const float *A)
 {
     if (p.gv) return gv_chunk_backward(s, p, hs, ht, d);
     const bool bf = rec_bf_products(p);
@@ -1135,7 +1227,13 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
         k<<<dim3(nvt, p.H, p.N), PR_REC_THREADS, sm_ds, s>>>(p, hs, ht, dhs, ep, d.dh0);
         PR_CUDA_LAUNCH_CHECK();
     }
-    {
+    if (fast && A) {
+        const size_t sm_dva = (size_t)gla_dva_layout(p).total * 4;
+        const auto k = bf ? gla_dv_a_kernel<true> : gla_dv_a_kernel<false>;
+        pr_cuda_smem_prep((const void *)k, sm_dva);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dva, s>>>(p, dhs, A, dA, d.dv, gc);
+        PR_CUDA_LAUNCH_CHECK();
+    } else {
         const auto k = bf ? gla_dv_kernel<true> : gla_dv_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_dv);
         k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv, gc);

@@ -29,7 +29,8 @@
  * Saved (CUDA path): saved[0] the sequence table (int32, [3N + nchunks];
  * a 1-element placeholder without cu_seqlens); per-token form: saved[1] = r
  * (delta rules); chunked form: saved[1] = hs, and for the delta rules
- * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh), and when the plan
+ * saved[2..5] = R, T', W, R0 (see recurrence_cuda.cuh; gla's fast form: saved[2] = the
+ * chunks' scores A [nchunks,H,C,C]), and when the plan
  * segments the serial passes saved[6] = the segment table and, for the delta
  * rules, saved[7] = the segments' transitions A (rec_segs; the backward uses
  * the forward's segments, from the saved table). Only saved[0] when
@@ -523,7 +524,9 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     sv.hs = saved(1, (long long)p.nchunks * p.H, p.K, p.V);
     if (p.gk || p.gv) {
         free(off);
-        pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht, pl.gla_fast != 0);
+        /* the fast form, recorded: the chunks' scores A for the backward's gla_dv (saved[2]) */
+        float *A = pl.gla_fast && p.gk && n->recording ? saved(2, (long long)p.nchunks * p.H, p.C, p.C) : nullptr;
+        pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht, pl.gla_fast != 0, A);
         st.put(n->out[0], o);
         if (scratch[1]) rec_scratch_free(scratch[1], scratch_n[1]);
         return;
@@ -597,7 +600,8 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     auto sv_ = [&](int i) { return i < n->n_saved && n->saved[i] ? (float *)n->saved[i]->data : nullptr; };
     if ((p.gk || p.gv) && chunked) {
         PR_CHECK(sv_(1), "recurrence: CUDA backward: the chunked forward saved no chunk states");
-        pr_rec_gla_chunk_backward(s, p, sv_(1), (const float *)n->out[1]->data, d, pl.gla_fast != 0);
+        PR_CHECK(!pl.gla_fast || sv_(2), "recurrence: CUDA backward: gla's fast forward saved no scores A");
+        pr_rec_gla_chunk_backward(s, p, sv_(1), (const float *)n->out[1]->data, d, pl.gla_fast != 0, sv_(2));
     } else if (p.gk || p.gv) {
         const float *o = bf16_o ? sv_(REC_SAVED_O32) : (const float *)n->out[0]->data;
         PR_CHECK(o || !p.gv, "recurrence: CUDA backward: the per-token forward saved no f32 o for its bf16 output");

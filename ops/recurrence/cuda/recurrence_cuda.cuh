@@ -297,10 +297,11 @@ void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grad
  * memory one of its kernels takes (the plan compares it with the device's). */
 size_t pr_rec_gla_chunk_smem(const rec_prob &p);
 /* fast: the per-key decay's fast form (the plan's gla_fast): cumulative decays precomputed, the
- * serial passes in K tiles, dg summed in shared memory */
-void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast);
+ * serial passes in K tiles, dg summed in shared memory, and where A [nchunks,H,C,C] is given the
+ * forward stores the chunks' scores there and the backward's gla_dv reads them (NULL: recomputed) */
+void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast, float *A);
 void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *hs, const float *ht, const rec_grads &d,
-                               bool fast);
+                               bool fast, const float *A);
 /* shared-memory bytes the per-token kernels need at one token per block step (their least) */
 size_t pr_rec_token_smem_min(const rec_prob &p);
 
