@@ -43,9 +43,9 @@
  * Shared memory bounds K: chunks of 64 run K <= 128, chunks of 32 K <= 256
  * (pr_rec_gla_chunk_smem; the plan refuses what does not fit).
  * The fast form (force.gla_fast, off by default until measured; see "the fast
- * form" below): gla_cumsum, then gla_state_kt and gla_out (storing A, and its
- * own-sub-chunk pairs a thread a pair); gla_cumsum, gla_dstate_kt, gla_dv_a
- * (A read, not recomputed) and gla_dqk (dg summed in shared memory).
+ * form" below): gla_cumsum, then gla_state_kt and gla_out_kh (the scores in K
+ * tiles, storing A); gla_cumsum, gla_dstate_kt, gla_dv_a (A read, not
+ * recomputed) and gla_dqk (dg summed in shared memory).
  */
 #include <stdint.h>
 
@@ -189,42 +189,40 @@ __device__ __forceinline__ void gla_blk16(const rec_prob &p, float *C, int ldc, 
  *   Q <- Q o e^{G - G_r(t)}; for each row sub-chunk a >= 1 the factors
  *   K o e^{G_r - G} of the tokens before r = 16 a, and its blocks against
  *   every earlier sub-chunk, a warp a block; Q <- Q o e^{G_r(t)} = Q o e^G. */
-/* the pairs inside each sub-chunk a thread a pair (the fast form): the 136 pairs i <= t of a
- * 16-token sub-chunk numbered row by row, each a sum over K with no shuffles, so a thread's
- * loads and exps pipeline where a warp a pair waits on its 5-step reduction */
-__device__ __forceinline__ void gla_pairs_by_thread(const gla_ld &l, float *A, const float *Q, const float *Kt,
-                                                    const float *G)
+/* A (ldc) += the pairs i <= t inside each 16-token sub-chunk over W key columns of Q, K and
+ * G (ld), a thread a pair (the fast form): a sub-chunk's 136 pairs numbered row by row, each a
+ * sum over the columns with no shuffles, so a thread's loads and exps pipeline where the
+ * default's warp a pair waits on its 5-step reduction. The caller synchronizes around it. */
+__device__ __forceinline__ void gla_pairs_by_thread(float *A, int ldc, int C, const float *Q, const float *Kt,
+                                                    const float *G, int ld, int W)
 {
     constexpr int PAIRS = GLA_SUB * (GLA_SUB + 1) / 2;
-    const int LDK = l.LDK, Kp = l.Kp;
-    for (int e = threadIdx.x; e < l.C / GLA_SUB * PAIRS; e += blockDim.x) {
+    for (int e = threadIdx.x; e < C / GLA_SUB * PAIRS; e += blockDim.x) {
         const int a = e / PAIRS, j = e % PAIRS;
         int u = (int)((sqrtf(8.f * j + 1.f) - 1.f) * 0.5f);   /* the row u with u(u+1)/2 <= j < (u+1)(u+2)/2 */
         if ((u + 1) * (u + 2) / 2 <= j) u++;
         if (u * (u + 1) / 2 > j) u--;
         const int t = a * GLA_SUB + u, i = a * GLA_SUB + j - u * (u + 1) / 2;
-        const float *qt = Q + t * LDK, *ki = Kt + i * LDK, *gt = G + t * LDK, *gi = G + i * LDK;
+        const float *qt = Q + t * ld, *ki = Kt + i * ld, *gt = G + t * ld, *gi = G + i * ld;
         float s0 = 0.f, s1 = 0.f;
 #pragma unroll 4
-        for (int c = 0; c < Kp; c += 2) {   /* Kp: a multiple of 32 */
+        for (int c = 0; c < W; c += 2) {   /* W: a multiple of 32 */
             s0 = fmaf(qt[c] * ki[c], expf(gt[c] - gi[c]), s0);
             s1 = fmaf(qt[c + 1] * ki[c + 1], expf(gt[c + 1] - gi[c + 1]), s1);
         }
-        A[t * l.LDC + i] = s0 + s1;
+        A[t * ldc + i] += s0 + s1;
     }
 }
 
 template <bool BF>
-__device__ void gla_scores(const rec_prob &p, float *A, float *Q, const float *Kt, const float *G, float *U,
-                           bool fast = false)
+__device__ void gla_scores(const rec_prob &p, float *A, float *Q, const float *Kt, const float *G, float *U)
 {
     const gla_ld l = gla_ld_of(p);
     const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     REC_FOR2D(C, C, t, i) A[t * LDC + i] = 0.f;
     __syncthreads();
-    if (fast) gla_pairs_by_thread(l, A, Q, Kt, G);
-    else for (int e = warp; e < C * GLA_SUB; e += PR_REC_WARPS) {
+    for (int e = warp; e < C * GLA_SUB; e += PR_REC_WARPS) {
         const int t = e / GLA_SUB, i = (t & ~(GLA_SUB - 1)) + e % GLA_SUB;
         if (i > t) continue;   /* whole warps skip together */
         float s = 0.f;
@@ -320,8 +318,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS) gla_state_kernel(rec_prob p, f
 /* ---- gla_out: the output, a block per (chunk, head) ---------------------------------------- */
 
 template <bool BF>
-__global__ void __launch_bounds__(PR_REC_THREADS)
-    gla_out_kernel(rec_prob p, const float *hs, float *o, const float *gc, float *A_out)
+__global__ void __launch_bounds__(PR_REC_THREADS) gla_out_kernel(rec_prob p, const float *hs, float *o)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 0);
@@ -329,12 +326,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC, LDV = l.LDV, BV = GLA_BV;
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *A = sm + s.A, *U = sm + s.U;
-    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
-    gla_scores<BF>(p, A, Q, Kt, G, U, gc != nullptr);   /* Q is Q o e^G now */
-    if (A_out) {   /* the fast form: A for gla_dv_a, [nchunks, H, C, C] */
-        float *dst = A_out + ((long long)c * H + h) * C * C;
-        REC_FOR2D(C, C, t, i) dst[t * C + i] = i <= t ? A[t * LDC + i] : 0.f;
-    }
+    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G);
+    gla_scores<BF>(p, A, Q, Kt, G, U);   /* Q is Q o e^G now */
     float *Ss = U, *Vs = Ss + Kp * LDV, *Os = Vs + C * LDV;
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
@@ -401,7 +394,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 template <bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
-    gla_dv_kernel(rec_prob p, const float *dhs, float *dA_out, float *dv, const float *gc)
+    gla_dv_kernel(rec_prob p, const float *dhs, float *dA_out, float *dv)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 1);
@@ -409,8 +402,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC, LDV = l.LDV, BV = GLA_BV;
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *A = sm + s.A, *dA = sm + s.A2, *U = sm + s.U;
-    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
-    gla_scores<BF>(p, A, Q, Kt, G, U, gc != nullptr);
+    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G);
+    gla_scores<BF>(p, A, Q, Kt, G, U);
     const float *GL = G + (C - 1) * LDK;
     REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= expf(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
     float *dSs = U, *dOs = dSs + Kp * LDV, *Vs = dOs + C * LDV, *DV = Vs + C * LDV;
@@ -544,9 +537,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
  * K: a state's rows are independent), twice the blocks at half the shared memory, each chunk's
  * chain of loads, scalings and product half as long; gla_dqk sums dg in shared memory and adds
  * it by one tile store (the default's 64 dependent global read-modify-writes a column);
- * gla_out takes the pairs inside a sub-chunk a thread a pair and stores A, which the backward's
- * gla_dv_a reads instead of recomputing (112 KB of shared memory, two blocks an SM, where
- * gla_dv takes 182 KB). gla_out and gla_dqk are otherwise the default's, reading G for g. */
+ * gla_out_kh computes A in K tiles (two blocks an SM where gla_out runs one) and stores it,
+ * and the backward's gla_dv_a reads it instead of recomputing (112 KB of shared memory, two
+ * blocks an SM, where gla_dv takes 182 KB). gla_dqk is the default's, reading G for g. */
 #define GLA_BK 64   /* rows of a K tile in the fast serial passes */
 #ifndef GLA_KT_BLOCKS
 #define GLA_KT_BLOCKS 3   /* their blocks an SM (80 registers; 4 spill ~350 bytes): 53 KB (state), 62 KB (dstate) at C = 64 */
@@ -733,6 +726,91 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     float *dst = dA_out + ((long long)c * H + h) * C * C;
     REC_FOR2D(C, C, t, i) dst[t * C + i] = i <= t ? dA[t * LDC + i] : 0.f;
+}
+
+/* gla_out of the fast form, the scores in K tiles of 64 columns (A is a sum over key columns):
+ * per tile Q, K, G [C x 68]; the pairs inside each sub-chunk a thread a pair; Q o e^G into a
+ * full-width QE; Q <- Q o e^{G - G_r(t)}; then for each row sub-chunk a (r = 16 a) K's rows
+ * before r scaled in place to K o e^{G_r - G} (rows before r - 16 already hold
+ * K o e^{G_{r-16} - G}: one more column factor e^{G_r - G_{r-16}} <= 1) and its blocks against
+ * the earlier sub-chunks on tensor cores, added into A. No factor region: QE [C x LDK], A,
+ * and the tiles' room, later the V loop's (S, V, O): 101 KB at C = 64, K = V = 128, two blocks
+ * an SM where gla_out takes 156 KB. A is stored when A_out is given (recorded calls). */
+struct gla_okh_lay {
+    int T, QE, A, total;
+};
+__host__ __device__ static gla_okh_lay gla_okh_layout(const rec_prob &p)
+{
+    const gla_ld l = gla_ld_of(p);
+    rec_bump m;
+    gla_okh_lay s;
+    s.T = m.take(gla_imax(3 * l.C * (GLA_BK + 4), l.Kp * l.LDV + 2 * l.C * l.LDV));
+    s.QE = m.take(l.C * l.LDK), s.A = m.take(l.C * l.LDC);
+    s.total = m.off;
+    return s;
+}
+
+/* one K tile's share of A (the caller synchronizes before: the tiles loaded, G's tail filled) */
+template <bool BF>
+__device__ void gla_scores_tile(const rec_prob &p, float *A, float *QE, float *Qh, float *Kh, const float *Gh, int k0,
+                                int mt)
+{
+    const gla_ld l = gla_ld_of(p);
+    const int C = l.C, LDC = l.LDC, LDK = l.LDK, LDB = GLA_BK + 4, warp = threadIdx.x >> 5;
+    gla_pairs_by_thread(A, LDC, C, Qh, Kh, Gh, LDB, mt);
+    REC_FOR2D(C, mt, t, cc) QE[t * LDK + k0 + cc] = Qh[t * LDB + cc] * expf(Gh[t * LDB + cc]);
+    __syncthreads();   /* the pairs read Q and K as loaded */
+    REC_FOR2D(C, mt, t, cc) Qh[t * LDB + cc] *= expf(Gh[t * LDB + cc] - Gh[(t & ~(GLA_SUB - 1)) * LDB + cc]);
+    for (int r = GLA_SUB; r < C; r += GLA_SUB) {
+        REC_FOR2D(r, mt, i, cc) {
+            const float gr = Gh[r * LDB + cc];
+            Kh[i * LDB + cc] *= expf(gr - Gh[(i < r - GLA_SUB ? r - GLA_SUB : i) * LDB + cc]);
+        }
+        __syncthreads();
+        for (int b = warp; b < r / GLA_SUB; b += PR_REC_WARPS)
+            gla_blk16<false, true, BF>(p, A, LDC, Qh, LDB, Kh, LDB, r, b * GLA_SUB, mt, 1.f, true);
+        __syncthreads();   /* the blocks read K before its next scaling */
+    }
+}
+
+template <bool BF>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    gla_out_kh_kernel(rec_prob p, const float *hs, float *o, const float *gc, float *A_out)
+{
+    extern __shared__ __align__(128) float sm[];
+    const gla_okh_lay s = gla_okh_layout(p);
+    const gla_ld l = gla_ld_of(p);
+    const int C = l.C, Kp = l.Kp, LDK = l.LDK, LDC = l.LDC, LDV = l.LDV, LDB = GLA_BK + 4, BV = GLA_BV;
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
+    float *Qh = sm + s.T, *Kh = Qh + C * LDB, *Gh = Kh + C * LDB, *QE = sm + s.QE, *A = sm + s.A;
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    REC_FOR2D(C, C, t, i) A[t * LDC + i] = 0.f;
+    for (int k0 = 0; k0 < Kp; k0 += GLA_BK) {
+        const int mt = min(GLA_BK, Kp - k0), nk = min(GLA_BK, K - k0);   /* k0 < Kp: k0 < K */
+        rec_ld_tile(Qh, LDB, C, mt, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+        rec_ld_tile(Kh, LDB, C, mt, p.k + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+        rec_ld_tile(Gh, LDB, C, mt, gc + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+        rec_sync();   /* also: A zeroed, the last tile's blocks done */
+        gla_fill_tail(Gh, LDB, C, mt, cp.nval);
+        __syncthreads();
+        gla_scores_tile<BF>(p, A, QE, Qh, Kh, Gh, k0, mt);
+    }
+    if (A_out) {   /* for gla_dv_a, [nchunks, H, C, C] */
+        float *dst = A_out + ((long long)c * H + h) * C * C;
+        REC_FOR2D(C, C, t, i) dst[t * C + i] = i <= t ? A[t * LDC + i] : 0.f;
+    }
+    float *Ss = sm + s.T, *Vs = Ss + Kp * LDV, *Os = Vs + C * LDV;
+    for (int v0 = 0; v0 < V; v0 += BV) {
+        const int nv = min(BV, V - v0);
+        rec_ld_tile(Ss, LDV, Kp, BV, hs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
+        rec_ld_tile(Vs, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        rec_sync();
+        rec_mm<false, false, BF>(p, Os, LDV, QE, LDK, Ss, LDV, C, BV, Kp, 1.f, false);
+        rec_mm<false, false, BF>(p, Os, LDV, A, LDC, Vs, LDV, C, BV, C, 1.f, true);
+        rec_sync();
+        rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
+    }
 }
 
 /* G of the fast form into scratch [rows, H, K] (the caller frees rows * H * K floats) */
@@ -1179,7 +1257,7 @@ void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, floa
     const int nvt = (p.V + GLA_BV - 1) / GLA_BV, nkt = (p.Kp + GLA_BK - 1) / GLA_BK;
     size_t n_gc = 0;
     float *gc = fast ? gla_cumsum_run(s, p, &n_gc) : nullptr;
-    const size_t sm_out = (size_t)gla_chunk_layout(p, 0).total * 4;
+    const size_t sm_out = (size_t)(fast ? gla_okh_layout(p).total : gla_chunk_layout(p, 0).total) * 4;
     if (fast) {
         const size_t sm_state = (size_t)gla_kt_layout(p, false).total * 4;
         const auto k = bf ? gla_state_kt_kernel<true> : gla_state_kt_kernel<false>;
@@ -1193,10 +1271,15 @@ void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, floa
         k<<<dim3(nvt, p.H, p.N), PR_REC_THREADS, sm_state, s>>>(p, hs, ht);
         PR_CUDA_LAUNCH_CHECK();
     }
-    {
+    if (fast) {
+        const auto k = bf ? gla_out_kh_kernel<true> : gla_out_kh_kernel<false>;
+        pr_cuda_smem_prep((const void *)k, sm_out);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o, gc, A);
+        PR_CUDA_LAUNCH_CHECK();
+    } else {
         const auto k = bf ? gla_out_kernel<true> : gla_out_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_out);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o, gc, fast ? A : nullptr);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (gc) rec_scratch_free(gc, n_gc);
@@ -1236,7 +1319,7 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
     } else {
         const auto k = bf ? gla_dv_kernel<true> : gla_dv_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_dv);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv, gc);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (d.dq || d.dk || d.dg) {
