@@ -182,13 +182,6 @@ __device__ __forceinline__ void gla_blk16(const rec_prob &p, float *C, int ldc, 
     }
 }
 
-/* A [C x LDC] of a chunk from raw Q, K and the cumulative G (the caller
- * synchronizes before; Q is left as Q o e^G, the output's and dq's inter
- * factor, K as it was). U: room for the sub-chunk factors. Steps:
- *   zero A; the pairs inside each sub-chunk, a warp a pair (i <= t);
- *   Q <- Q o e^{G - G_r(t)}; for each row sub-chunk a >= 1 the factors
- *   K o e^{G_r - G} of the tokens before r = 16 a, and its blocks against
- *   every earlier sub-chunk, a warp a block; Q <- Q o e^{G_r(t)} = Q o e^G. */
 /* A (ldc) += the pairs i <= t inside each 16-token sub-chunk over W key columns of Q, K and
  * G (ld), a thread a pair (the fast form): a sub-chunk's 136 pairs numbered row by row, each a
  * sum over the columns with no shuffles, so a thread's loads and exps pipeline where the
@@ -214,6 +207,13 @@ __device__ __forceinline__ void gla_pairs_by_thread(float *A, int ldc, int C, co
     }
 }
 
+/* A [C x LDC] of a chunk from raw Q, K and the cumulative G (the caller
+ * synchronizes before; Q is left as Q o e^G, the output's and dq's inter
+ * factor, K as it was). U: room for the sub-chunk factors. Steps:
+ *   zero A; the pairs inside each sub-chunk, a warp a pair (i <= t);
+ *   Q <- Q o e^{G - G_r(t)}; for each row sub-chunk a >= 1 the factors
+ *   K o e^{G_r - G} of the tokens before r = 16 a, and its blocks against
+ *   every earlier sub-chunk, a warp a block; Q <- Q o e^{G_r(t)} = Q o e^G. */
 template <bool BF>
 __device__ void gla_scores(const rec_prob &p, float *A, float *Q, const float *Kt, const float *G, float *U)
 {
