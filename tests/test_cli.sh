@@ -82,6 +82,11 @@ if [ $cuda = 1 ]; then
     expect 0 "chunk64/bf16" bench recurrence --device cuda --dtype bf16 --size 1 --rules gdn --reps 1 --warmup 0 \
         --no-token
     expect 2 "--dtype f64 needs --device cpu" bench recurrence --device cuda --dtype f64
+    # force.bf16_mma: bf16 wgmma in the output and dlocal on bf16 data; the f32 row's plan refuses it
+    expect 0 "output bf16 dlocal bf16" bench recurrence --device cuda --dtype bf16 --shape 1,256,2,64,64 \
+        --rules gdn --reps 1 --warmup 0 --no-token --force bf16_mma=on
+    expect 0 "bf16_mma refused: f32 data" bench recurrence --device cuda --dtype f32 --shape 1,256,2,64,64 \
+        --rules gdn --reps 1 --warmup 0 --no-token --force bf16_mma=on
     expect 0 "gla_state(bv 32) gla_out" bench recurrence --device cuda --dtype f32 --shape 1,256,2,32,32 \
         --rules gla --reps 1 --warmup 0
     expect 0 "target <= 1.00x fla (2.000 ms, this run)" bench recurrence --device cuda --size 1 --rules gla \
@@ -173,6 +178,8 @@ expect 2 "prism golden-check: --device wants cpu or cuda, not 'gpu'" golden-chec
 expect 2 "prism golden-check: --dtype wants f64, f32 or bf16, not 'f16'" golden-check "$ref" --dtype f16
 expect 2 "prism golden-check: --tf32 applies to --device cuda only" golden-check "$ref" --tf32
 expect 2 "prism golden-check: --force applies to --device cuda only" golden-check "$ref" --force gla_fast=on
+expect 2 "prism golden-check: --force: bf16_mma needs =on or off, got 'bf16_mma=1'" golden-check "$ref" --device cuda \
+    --force bf16_mma=1
 expect 2 "prism golden-check: unknown option '--bogus' (prism golden-check --help lists the options)" \
     golden-check "$ref" --bogus
 expect 2 "prism golden-check: unknown argument 'again'" golden-check "$ref" again

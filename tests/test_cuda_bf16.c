@@ -14,7 +14,9 @@
  * per-token form and chunks of 32 and 64 (each in fp32 and TF32), T not
  * a multiple of the chunk, K != V, V not a multiple of 4, L = 0, 1, 2, 3,
  * packed sequences with a state each; each chunked case is run twice and
- * must agree bit for bit. Every test skips without a GPU.
+ * must agree bit for bit. test_bf16_mma: the same against the bf16 wgmma
+ * products of force.bf16_mma (its bound and why there). Every test skips
+ * without a GPU.
  */
 #include "tests/test_recurrence_util.h"
 #ifdef PRISM_HAVE_CUDA
@@ -425,6 +427,184 @@ static void test_output_in_place(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* ---- force.bf16_mma: bf16 wgmma products ------------------------------------------------------ */
+
+/* the plan of rule at (K, V, L), C = chunk, T = 100, two sequences of two
+ * heads, on bf16 data (or f32), with force fields f */
+static pr_rec_plan bf_plan(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec_force f, int K, int V, int L)
+{
+    const pr_recurrence_opts po = {.rule = rule, .chunk = chunk, .tf32 = tf32, .bf16 = bf16, .force = f};
+    pr_rec_plan plan;
+    char why[256];
+    if (!pr_recurrence_plan(&po, PR_CUDA, 2, 100, 2, K, V, L, &plan, why, sizeof why))
+        fail_msg("%s K=%d V=%d C=%d: no plan: %s", pr_rule_name(rule), K, V, chunk, why);
+    return plan;
+}
+/* bf16 wgmma ran where the plan put it and nowhere else: the output's where
+ * the forward reads k and v in place (the state pass's in-place flag), dlocal's
+ * where the backward reads q, dO and k in place (dstate's), and no other
+ * wgmma pass multiplies bf16; returns the number of passes that take it */
+static int bf_passes(const pr_rec_plan *p)
+{
+    const pr_rec_pass *ps = p->pass;
+    const bool out = ps[PR_REC_PASS_OUTPUT].prod == PR_REC_PROD_BF16;
+    const bool dloc = ps[PR_REC_PASS_DLOCAL].prod == PR_REC_PROD_BF16;
+    if (ps[PR_REC_PASS_OUTPUT].engine == PR_REC_WGMMA)
+        assert_int_equal(out, ps[PR_REC_PASS_STATE].bf16_in_place && p->pass[PR_REC_PASS_OUTPUT].bf16_in_place);
+    if (ps[PR_REC_PASS_DLOCAL].engine == PR_REC_WGMMA) assert_int_equal(dloc, ps[PR_REC_PASS_DSTATE].bf16_in_place);
+    for (int i = 0; i < PR_REC_NPASS; i++)
+        if (i != PR_REC_PASS_OUTPUT && i != PR_REC_PASS_DLOCAL && ps[i].runs) {
+            assert_false(ps[i].engine == PR_REC_WGMMA && ps[i].prod == PR_REC_PROD_BF16);
+        }
+    assert_true((out || dloc) == (p->bf16_mma_refused == NULL));
+    return out + dloc;
+}
+/* force.bf16_mma on, refused (NULL plan field: taken) with a reason containing why */
+static void assert_bf_refused(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec_force f, int K, int V, int L,
+                              const char *why)
+{
+    f.bf16_mma = PR_REC_ON;
+    const pr_rec_plan p = bf_plan(rule, chunk, tf32, bf16, f, K, V, L);
+    assert_int_equal(bf_passes(&p), 0);
+    assert_non_null(p.bf16_mma_refused);
+    if (!strstr(p.bf16_mma_refused, why)) fail_msg("refused for '%s', expected '%s'", p.bf16_mma_refused, why);
+    char line[1024];
+    pr_rec_plan_format(&p, line, sizeof line);
+    assert_non_null(strstr(line, "; bf16_mma refused: "));
+}
+
+static const int64_t cu_mma[] = {0, 1, 65, 130};
+
+/* With force.bf16_mma on, the output and dlocal (scores.cu) multiply bf16
+ * tiles with bf16 wgmma (m64nNk16, f32 sums) on bf16 data read in place;
+ * the plan takes it only there (asserted on its fields), refuses it
+ * elsewhere and says why, and leaves the default (off) as it was.
+ * Against the CPU f64 reference on the same bf16 inputs, o, ht and every
+ * grad within 8e-3 of max|ref|, test_recurrence_every_rule's bound for its
+ * TF32 forms on bf16 data: those already run the mma.sync forms' bf16
+ * products, which round every operand (states h, scores S, R, dO) to bf16
+ * as these do (2^-9 each, f32 sums), and o and the grads of bf16 inputs are
+ * rounded to bf16 once (2^-8); the new forms round no operand the bf16
+ * mma.sync forms leave unrounded, so the same bound holds. Sizes: C = 64
+ * and 32, K = 36, 64 and 128 (one and two sub-tiles of 64 keys), V = 20,
+ * 40, 64 and 68 (a last output V tile of 4 columns), T not a multiple of C,
+ * h0 and ht, packed sequences (cu_seqlens, one of a single token); each
+ * rule without beta (linattn, ssd) and with (delta, gdn). Each run is
+ * repeated (the same bits), and the switch must change o's bits (it ran). */
+static void test_bf16_mma(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    const pr_rec_force on = {.bf16_mma = PR_REC_ON}, none = {0};
+    /* taken: both passes where the forward and backward read bf16 in place */
+    const pr_rec_plan a = bf_plan(PR_RULE_GDN, 64, 1, true, on, 64, 40, 0);
+    if (a.pass[PR_REC_PASS_OUTPUT].engine != PR_REC_WGMMA) {
+        fprintf(stderr, "  skipped: this build has no wgmma forms\n");
+        skip();
+    }
+    assert_int_equal(bf_passes(&a), 2);
+    assert_int_equal(a.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_BF16);
+    assert_int_equal(a.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_BF16);
+    const pr_rec_plan a32 = bf_plan(PR_RULE_LINATTN, 32, 1, true, on, 36, 20, 0);
+    assert_int_equal(bf_passes(&a32), 2);
+    /* the default and off: TF32, nothing said */
+    for (int s = 0; s < 2; s++) {
+        const pr_rec_force f = {.bf16_mma = s ? PR_REC_OFF : PR_REC_PLANNED};
+        const pr_rec_plan d = bf_plan(PR_RULE_GDN, 64, 1, true, f, 64, 40, 0);
+        assert_int_equal(d.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_TF32);
+        assert_int_equal(d.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_TF32);
+        assert_null(d.bf16_mma_refused);
+    }
+    /* the state pass forced to mma.sync: the forward stages k, v (output TF32), the backward still reads in place */
+    const pr_rec_plan sm = bf_plan(PR_RULE_GDN, 64, 1, true, (pr_rec_force){.bf16_mma = PR_REC_ON, .state = PR_REC_MMA},
+                                   64, 40, 0);
+    assert_int_equal(bf_passes(&sm), 1);
+    assert_int_equal(sm.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_TF32);
+    assert_int_equal(sm.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_BF16);
+    /* refused, with why */
+    assert_bf_refused(PR_RULE_GDN, 64, 1, false, none, 64, 40, 0, "f32 data");
+    assert_bf_refused(PR_RULE_GDN, 64, 0, true, none, 64, 40, 0, "TF32 off");
+    assert_bf_refused(PR_RULE_GDN, 0, 1, true, none, 64, 40, 0, "per-token");
+    assert_bf_refused(PR_RULE_GDN, 64, 1, true, none, 160, 40, 0, "mma.sync");
+    assert_bf_refused(PR_RULE_GDN, 64, 1, true, (pr_rec_force){.bf16_staged = PR_REC_ON}, 64, 40, 0, "staged");
+    assert_bf_refused(PR_RULE_GDN, 64, 1, true, (pr_rec_force){.segments = 2}, 64, 40, 0, "segments");
+    assert_bf_refused(PR_RULE_PRISM_CORE, 64, 1, true, none, 64, 40, 2, "extra writes");
+    assert_bf_refused(PR_RULE_GLA, 64, 1, true, none, 64, 40, 0, "gla");
+
+    static const struct {
+        int64_t B, T, K, V;
+        int chunk;
+        const int64_t *cu;
+        int ncu;
+    } cs[] = {
+        {2, 100, 64, 40, 64, NULL, 0},
+        {2, 100, 36, 20, 32, NULL, 0},
+        {1, 130, 128, 68, 64, cu_mma, 4},
+        {2, 70, 128, 64, 32, NULL, 0},
+    };
+    static const pr_rule rules[] = {PR_RULE_LINATTN, PR_RULE_SSD, PR_RULE_DELTA, PR_RULE_GDN};
+    pr_ctx *ctx = pr_ctx_new(1);
+    int fails = 0;
+    for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++)
+        for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++) {
+            const pr_rule rule = rules[ri];
+            const int64_t B = cs[ci].B, T = cs[ci].T, H = 2, K = cs[ci].K, V = cs[ci].V;
+            const int64_t N = cs[ci].cu ? cs[ci].ncu - 1 : B;
+            char what[96];
+            snprintf(what, sizeof what, "%s C=%d K=%d V=%d T=%d%s bf16_mma", pr_rule_name(rule), cs[ci].chunk, (int)K,
+                     (int)V, (int)T, cs[ci].cu ? " packed" : "");
+            const pr_recurrence_opts po = {.rule = rule, .chunk = cs[ci].chunk, .tf32 = 1, .bf16 = true, .force = on};
+            pr_rec_plan plan;
+            char why[256];
+            if (!pr_recurrence_plan(&po, PR_CUDA, N, T, H, K, V, 0, &plan, why, sizeof why))
+                fail_msg("%s: no plan: %s", what, why);
+            const int taken = bf_passes(&plan);
+            if (taken != 2) {
+                char line[1024];
+                pr_rec_plan_format(&plan, line, sizeof line);
+                fprintf(stderr, "  FAIL %s: bf16 wgmma in %d of output and dlocal (%s)\n", what, taken, line);
+                fails++;
+            }
+            pr_rng r = pr_rng_init(900 + 10 * ci + ri, 3);
+            pr_recurrence_inputs in0 = pr_recurrence_random(ctx, &r, PR_F64, rule, B, T, H, K, V, 0, false);
+            in0.h0 = pr_randn(ctx->step, PR_F64, PR_CPU, PR_DIMS(N, H, K, V), &r);
+            pr_tensor *x[REC_NIN], *ref_in[REC_NIN], *gpu_in[REC_NIN];
+            rec_in_array(&in0, x);
+            for (int i = 0; i < REC_NIN; i++) {
+                pr_tensor *rnd = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CPU) : NULL;
+                ref_in[i] = rnd ? pr_to(ctx->step, rnd, PR_F64, PR_CPU) : NULL;
+                gpu_in[i] = rnd ? pr_to(ctx->step, rnd, rnd->dtype, PR_CUDA) : NULL;
+                if (rnd) pr_requires_grad_(ref_in[i], true), pr_requires_grad_(gpu_in[i], true);
+            }
+            pr_tensor *cu = cs[ci].cu ? pr_from_host(ctx->step, PR_I64, PR_CPU, PR_DIMS(cs[ci].ncu), cs[ci].cu) : NULL;
+            pr_tensor *cu_gpu = cu ? pr_to(ctx->step, cu, PR_I64, PR_CUDA) : NULL;
+            double *dout_raw = rec_randn(950 + ci, B * T * H * V), *dht_raw = rec_randn(960 + ci, N * H * K * V);
+            double *dout = rounded(ctx, dout_raw, B * T * H * V, PR_BF16);
+            double *dht = rounded(ctx, dht_raw, N * H * K * V, PR_F32);
+            const pr_recurrence_opts ro = {.rule = rule};
+            rec_out ref = rec_run_seeded_opts(ctx, &ro, ref_in, cu, dout, dht);
+            ctx->matmul_tf32 = 1;
+            const pr_recurrence_opts go = {.rule = rule, .chunk = cs[ci].chunk, .force = on};
+            const pr_recurrence_opts tf = {.rule = rule, .chunk = cs[ci].chunk};
+            rec_out got = rec_run_seeded_opts(ctx, &go, gpu_in, cu_gpu, dout, dht);
+            rec_out again = rec_run_seeded_opts(ctx, &go, gpu_in, cu_gpu, dout, dht);
+            rec_out off = rec_run_seeded_opts(ctx, &tf, gpu_in, cu_gpu, dout, dht);
+            ctx->matmul_tf32 = 0;
+            fails += rec_fails_tol(what, NULL, &got, &ref, 8e-3);
+            fails += rec_fails_rerun(what, &got, &again);
+            rec_report("  the default (TF32) vs CPU", &off, &ref);
+            if (!memcmp(got.o, off.o, sizeof(double) * (size_t)got.n_o)) {
+                fprintf(stderr, "  FAIL %s: o has the default's bits: the bf16 form did not run\n", what);
+                fails++;
+            }
+            rec_out_free(&ref), rec_out_free(&got), rec_out_free(&again), rec_out_free(&off);
+            free(dout_raw), free(dout), free(dht_raw), free(dht);
+            pr_step_reset(ctx);
+        }
+    pr_ctx_free(ctx);
+    assert_int_equal(fails, 0);
+}
+
 /* bf16 g or f32 v next to bf16 q: refused on CUDA as on the CPU */
 static void test_recurrence_dtype_checks(void **state)
 {
@@ -453,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_recurrence_dtype_checks),
         cmocka_unit_test(test_extras_in_place),
         cmocka_unit_test(test_output_in_place),
+        cmocka_unit_test(test_bf16_mma),
     };
     /* PR_TEST_FILTER=test_extras_in_place (a glob) runs a part, e.g. under compute-sanitizer */
     if (getenv("PR_TEST_FILTER")) cmocka_set_test_filter(getenv("PR_TEST_FILTER"));

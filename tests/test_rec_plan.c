@@ -100,6 +100,12 @@ static void test_cuda_plan_text(void **state)
     pr_rec_plan_format(&p, line, sizeof line);
     assert_non_null(strstr(line, "; bf16 data: in place output, products prep tf32"));
     assert_null(strstr(line, "wy tf32"));
+    /* force.bf16_mma refused: the line ends with why (none taken: NULL, nothing said) */
+    assert_null(strstr(line, "bf16_mma"));
+    p.bf16_mma_refused = "f32 data (bf16 data only)";
+    pr_rec_plan_format(&p, line, sizeof line);
+    assert_non_null(strstr(line, "dstate bf16 grad tf32; bf16_mma refused: f32 data (bf16 data only)"));
+    p.bf16_mma_refused = NULL;
     /* no beta: no prep or wy, the final sums of dg (none without g) */
     p = cuda_plan();
     p.delta = false, p.pass[PR_REC_PASS_PREP].runs = p.pass[PR_REC_PASS_WY].runs = false;
@@ -144,7 +150,7 @@ static void test_force_parse(void **state)
     char err[256];
     assert_true(pr_rec_force_parse("segments=4,seg_fix=off,bv_state=32,bv_dstate=64,bk_grad=32,bk_wy=32,grad_bpw=8,"
                                    "grad_pieces=2,prep=mma,state=wgmma,scores=mma,dstate=wgmma,wy=mma,"
-                                   "extras_apart=on,x16=off,bf16_staged=on,gla_fast=on",
+                                   "extras_apart=on,x16=off,bf16_staged=on,gla_fast=on,bf16_mma=on",
                                    &f, err, sizeof err));
     assert_string_equal(err, "");
     assert_int_equal(f.segments, 4);
@@ -164,6 +170,7 @@ static void test_force_parse(void **state)
     assert_int_equal(f.x16, PR_REC_OFF);
     assert_int_equal(f.bf16_staged, PR_REC_ON);
     assert_int_equal(f.gla_fast, PR_REC_ON);
+    assert_int_equal(f.bf16_mma, PR_REC_ON);
     /* items go over what is set; the rest stays */
     assert_true(pr_rec_force_parse("segments=1", &f, err, sizeof err));
     assert_int_equal(f.segments, 1);

@@ -599,6 +599,184 @@ __device__ __forceinline__ void rec_wg_cols(float (&d)[MP][NW / 2], const float 
         }
     }
 }
+/* ---- bf16 wgmma (sm_90a): m64nNk16, bf16 operands, f32 sums ----------------------
+ * bf16 operand tiles are K-major too, with rows of 64 bf16 (128 bytes, the
+ * same 128-byte swizzle: 16-byte chunk j, 8 bf16, of row r at chunk j ^ (r %
+ * 8), r counted from a 1024-byte boundary; rec_sw128h places an element), in
+ * sub-tiles of R rows x 64 k (R * 64 bf16, 1024-byte aligned). rec_wg_desc
+ * describes them unchanged: a k-step of 16 bf16 is 32 bytes, as TF32's of 8
+ * floats, so four k-steps a sub-tile at +2 each. bf16 needs no rounding in
+ * place (wgmma reads exactly the bits stored), and the sums' layout is
+ * TF32's (rec_wg_sums_of, rec_wg_sums_st). Half the shared memory and half
+ * the bytes copied of an f32 tile of the same k. */
+__device__ __forceinline__ int rec_sw128h(unsigned base, int r, int c)
+{
+    return r * 64 + ((((c >> 3) ^ ((base >> 7) + r)) & 7) << 3) + (c & 7);
+}
+__device__ __forceinline__ unsigned long long rec_wg_desc(const unsigned short *row)
+{
+    return rec_wg_desc(reinterpret_cast<const float *>(row));
+}
+/* d += A B^T, one k-step of 16 bf16 (imm-trans 0: both K-major) */
+__device__ __forceinline__ void rec_wgh_mma_n32(float (&d)[16], unsigned long long da, unsigned long long db)
+{
+    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "l"(da), "l"(db));
+}
+__device__ __forceinline__ void rec_wgh_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db)
+{
+    REC_WG_ASM("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+               "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db));
+}
+/* rec_wg_rows with bf16 tiles: d += A B^T, A 64 rows in KB sub-tiles of 64
+ * x 64 bf16 (k = KB 64), B's sub-tiles bs bf16 apart (B at this
+ * warpgroup's first row); unrolled whole, the caller fences, commits and
+ * waits */
+template <int NW, int KB>
+__device__ __forceinline__ void rec_wgh_rows(float (&d)[NW / 2], const unsigned short *A, const unsigned short *B,
+                                             int bs)
+{
+    static_assert(NW == 32 || NW == 64, "bf16 wgmma here takes N = 32 or 64");
+#pragma unroll
+    for (int kb = 0; kb < KB; kb++) {
+        const unsigned long long da = rec_wg_desc(A + kb * 64 * 64), db = rec_wg_desc(B + kb * bs);
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            if constexpr (NW == 32) rec_wgh_mma_n32(d, da + 2 * ks, db + 2 * ks);
+            else rec_wgh_mma_n64(d, da + 2 * ks, db + 2 * ks);
+        }
+    }
+}
+
+/* bf16 rows copied as they are into such a tile of R rows and KB sub-tiles:
+ * dst (r, c) = src[r rs + c] for r < nr, c < nc, zero elsewhere (c < 64
+ * KB). Asynchronous (cp.async, complete at the next cp.async wait); eight
+ * lanes copy a row's 128 bytes of a sub-tile. c16: 16-byte copies (nc % 8
+ * == 0, src and rows 16-byte aligned), else two 8-byte ones (nc % 4 == 0,
+ * 8-byte aligned). */
+__device__ __forceinline__ void rec_cp16h(unsigned d, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+template <int R, int KB>
+__device__ __forceinline__ void rec_ld_tileh(unsigned short *dst, const unsigned short *src, long long rs, int nr,
+                                             int nc, bool c16)
+{
+    static_assert(R * 8 % PR_REC_THREADS == 0, "whole rows of chunks for every thread");
+#pragma unroll
+    for (int kb = 0; kb < KB; kb++) {
+        unsigned short *sub = dst + kb * R * 64;
+        const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+#pragma unroll
+        for (int i = 0; i < R * 8 / PR_REC_THREADS; i++) {
+            const int e = (int)threadIdx.x + i * PR_REC_THREADS, r = e >> 3, c = kb * 64 + (e & 7) * 8;
+            const unsigned d = base + 2u * (unsigned)rec_sw128h(base, r, c & 63);
+            const unsigned short *s = src + r * rs + c;
+            if (c16) {
+                const bool in = r < nr && c < nc;
+                rec_cp16h(d, in ? s : src, in ? 16 : 0);
+            } else {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const bool in = r < nr && c + 4 * u < nc;
+                    rec_cp8(d + 8 * u, in ? s + 4 * u : src, in ? 8 : 0);
+                }
+            }
+        }
+    }
+}
+
+/* R source rows x WC columns transposed into a bf16 operand tile of OR rows
+ * a sub-tile: operand row c, k = r holds bf16(src[r rs + c]) (round to
+ * nearest even; exact for bf16 sources), zero where r >= nr or c >= nc; k
+ * in sub-tile r / 64. Through registers in two steps, so that every load
+ * of a thread is in flight before its first store: rec_wgth_issue (f32
+ * rows, vec: float4 loads) or rec_wgth_issue16 (bf16 rows, 8-byte loads:
+ * nc % 4 == 0, 8-byte aligned), then rec_wgth_store. A unit is two source
+ * rows (k, k + 1) x 4 columns, stored as 4 bf16 pairs (one 4-byte store a
+ * column); a warp step is 16 row pairs (lanes & 15) x 8 columns (lanes >>
+ * 4: + 4): an operand row's 64 contiguous bytes from each half-warp, in
+ * disjoint banks (the two rows' chunks differ by 4 in the swizzle). */
+template <int R, int WC> struct rec_wgth {
+    static_assert(R % 32 == 0 && WC % 8 == 0 && R * WC % 2048 == 0, "whole warp steps for every warp");
+    static constexpr int NU = R * WC / 2048;
+    float4 a[NU], b[NU]; /* rows k and k + 1 */
+};
+struct rec_wgth_pos {
+    int k, c;
+};
+template <int R> __device__ __forceinline__ rec_wgth_pos rec_wgth_of(int u)
+{
+    const int lane = threadIdx.x & 31, e = (int)(threadIdx.x >> 5) + u * PR_REC_WARPS;
+    return {e % (R / 32) * 32 + 2 * (lane & 15), e / (R / 32) * 8 + (lane >> 4) * 4};
+}
+template <int R, int WC>
+__device__ __forceinline__ void rec_wgth_issue(rec_wgth<R, WC> &t, const float *src, long long rs, int nr, int nc,
+                                               bool vec)
+{
+#pragma unroll
+    for (int u = 0; u < t.NU; u++) {
+        const rec_wgth_pos q = rec_wgth_of<R>(u);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float4 &x = h ? t.b[u] : t.a[u];
+            const int r = q.k + h;
+            x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r >= nr || q.c >= nc) continue;
+            const float *s = src + r * rs + q.c;
+            if (vec) {
+                x = *reinterpret_cast<const float4 *>(s);
+                continue;
+            }
+            x.x = s[0];
+            if (q.c + 1 < nc) x.y = s[1];
+            if (q.c + 2 < nc) x.z = s[2];
+            if (q.c + 3 < nc) x.w = s[3];
+        }
+    }
+}
+template <int R, int WC>
+__device__ __forceinline__ void rec_wgth_issue16(rec_wgth<R, WC> &t, const unsigned short *src, long long rs, int nr,
+                                                 int nc)
+{
+#pragma unroll
+    for (int u = 0; u < t.NU; u++) {
+        const rec_wgth_pos q = rec_wgth_of<R>(u);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = q.k + h;
+            uint2 w = make_uint2(0u, 0u);
+            if (r < nr && q.c < nc) w = *reinterpret_cast<const uint2 *>(src + r * rs + q.c);
+            (h ? t.b[u] : t.a[u]) = make_float4(pr_bf16_lo(w.x), pr_bf16_hi(w.x), pr_bf16_lo(w.y), pr_bf16_hi(w.y));
+        }
+    }
+}
+template <int R, int WC>
+__device__ __forceinline__ void rec_wgth_store(const rec_wgth<R, WC> &t, unsigned short *dst, int OR)
+{
+#pragma unroll
+    for (int u = 0; u < t.NU; u++) {
+        const rec_wgth_pos q = rec_wgth_of<R>(u);
+        unsigned short *sub = dst + (q.k >> 6) * OR * 64;
+        const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
+        const float a[4] = {t.a[u].x, t.a[u].y, t.a[u].z, t.a[u].w}, b[4] = {t.b[u].x, t.b[u].y, t.b[u].z, t.b[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            *reinterpret_cast<unsigned *>(sub + rec_sw128h(base, q.c + i, q.k & 63)) = rec_bf16x2(a[i], b[i]);
+    }
+}
+
 /* the sums of a K x V state in registers as the products above leave them:
  * sum e of piece m is row 64 m + r0 + 8 (e >> 1 & 1), column c0 + 8 (e >>
  * 2) + (e & 1), with r0 and c0 of rec_wg_sums_of. rec_wg_sums_ld loads them

@@ -166,8 +166,12 @@ void pr_rec_plan_format(const pr_rec_plan *plan, char *buf, size_t n)
 {
     char kernels[512];
     kernels_text(plan, kernels, sizeof kernels);
-    if (plan->chunk) snprintf(buf, n, "%s chunked C=%d: %s", pr_device_name(plan->device), plan->chunk, kernels);
-    else snprintf(buf, n, "%s per-token: %s", pr_device_name(plan->device), kernels);
+    /* force.bf16_mma asked for what no pass could take: the plan says why */
+    const char *refused = plan->bf16_mma_refused, *sep = refused ? "; bf16_mma refused: " : "";
+    if (plan->chunk)
+        snprintf(buf, n, "%s chunked C=%d: %s%s%s", pr_device_name(plan->device), plan->chunk, kernels, sep,
+                 refused ? refused : "");
+    else snprintf(buf, n, "%s per-token: %s%s%s", pr_device_name(plan->device), kernels, sep, refused ? refused : "");
 }
 
 /* ---- the forcing fields from text ----------------------------------------------------- */
@@ -186,6 +190,7 @@ static const force_field force_fields[] = {
     F(state, FORCE_ENGINE),     F(scores, FORCE_ENGINE),    F(dstate, FORCE_ENGINE),
     F(wy, FORCE_ENGINE),        F(extras_apart, FORCE_SWITCH), F(x16, FORCE_SWITCH),
     F(bf16_staged, FORCE_SWITCH), F(gla_fast, FORCE_SWITCH),
+    F(bf16_mma, FORCE_SWITCH),
 };
 #undef F
 
@@ -225,7 +230,8 @@ static bool force_item(const char *item, pr_rec_force *fo, char *err, size_t err
         return false;
     }
     snprintf(err, err_n, "force: unknown field in '%s' (segments, seg_fix, bv_state, bv_dstate, bk_grad, bk_wy, "
-                         "grad_bpw, grad_pieces, prep, state, scores, dstate, wy, extras_apart, x16, bf16_staged, gla_fast)",
+                         "grad_bpw, grad_pieces, prep, state, scores, dstate, wy, extras_apart, x16, bf16_staged, "
+                         "gla_fast, bf16_mma)",
              item);
     return false;
 }

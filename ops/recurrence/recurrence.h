@@ -91,6 +91,9 @@ typedef struct {
     pr_rec_switch x16;        /* OFF: bf16 kx, vx staged as f32 where the wgmma extras could read them in place */
     pr_rec_switch bf16_staged; /* ON: every bf16 tensor staged through f32 copies, as before the in-place passes */
     pr_rec_switch gla_fast;   /* ON: gla's per-key chunked form in its fast kernels (gla_chunked.cu); default off */
+    pr_rec_switch bf16_mma;   /* ON: bf16 data's wgmma passes multiply bf16 tiles with bf16 wgmma where they read
+                                 their inputs in place (so far the output and dlocal); the plan refuses it
+                                 elsewhere and says why (pr_rec_plan.bf16_mma_refused). OFF and the default: TF32 */
 } pr_rec_force;
 /* Reads "name=value,..." (names as the fields above; values: numbers,
  * mma|wgmma for the engines, on|off for the switches) into *f, over what
@@ -148,6 +151,9 @@ typedef struct {
     int wy_extras;         /* wy: extras a product, 1 or 2 */
     bool extras_apart;     /* prism_core's extras in kernels of their own (the passes are then the core's) */
     pr_rec_engine extras;  /* their engine, where apart */
+    /* force.bf16_mma on where no pass takes it: why (static text), else NULL. The passes that do take it
+       have engine PR_REC_WGMMA and prod PR_REC_PROD_BF16 */
+    const char *bf16_mma_refused;
 } pr_rec_plan;
 /* The plan of pr_recurrence for opt on dev with N sequences of T tokens and
  * sizes H, K, V, L (L: prism_core's extra writes). Returns false, with why

@@ -96,7 +96,8 @@ void pr_rec_chunk_backward(cudaStream_t st, const rec_prob &px, const rec_chunk_
 
     /* without beta dlocal adds dv's old value (dv0, or in place dv16) and dstate stores dv */
     unsigned short *dv16 = p.delta ? nullptr : d.dv16;
-    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv, pl.wg_scores, dv16);
+    pr_rec_chunk_dlocal(st, p, pl.bv_dloc, dU, dVX, p.delta ? nullptr : d.dv, pl.wg_scores, dv16,
+                        pl.bf_dloc && p.dout16); /* bf16 products where q, dO, k are read in place */
     {
         const rec_dstate_io io = {sv.W, p.dht, dhs, dU, dVX, d.dv, d.dh0, 1, dv16};
         if (sv.sg.n) pr_rec_chunk_dstate_segmented(st, p, pl.bv_dstate, sv.sg, io);

@@ -319,13 +319,34 @@ static bool rec_decide_or_die(rec_prob *p, int chunk, const pr_rec_force &f, rec
     return chunked;
 }
 
+/* force.bf16_mma on: why no pass takes bf16 wgmma (NULL where one does).
+ * It needs the passes' wgmma forms reading bf16 data in place: bf16 data,
+ * TF32 on (the wgmma forms' switch), the chunked form of the core rules
+ * (not gla), no extra writes, no segments, the scores kernels' wgmma form,
+ * nothing staged by force.bf16_staged */
+static const char *rec_bf16_mma_refused(const rec_prob &p, bool chunked, const rec_chunk_plan &pl)
+{
+    if (pl.bf_out || pl.bf_dloc) return nullptr;
+    if (!p.bf16) return "f32 data (bf16 data only)";
+    if (!chunked) return "the per-token form";
+    if (p.gk || p.gv) return "gla (its own kernels)";
+    if (!p.tf32) return "TF32 off (the wgmma forms need it)";
+    if (p.L > 0) return "extra writes (prism_core's extras)";
+    if (pl.segments > 1) return "segments (their passes are mma.sync)";
+    if (!pl.wg_scores) return "the scores kernels' mma.sync form";
+    if (!pl.io16_out) return "bf16 inputs staged (force.bf16_staged, or K, V not multiples of 4)";
+    return "the forward's or backward's inputs staged (a pass in its mma.sync form)";
+}
+
 /* the plan's data (pr_rec_plan, recurrence.h) of a decided plan */
-static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, pr_rec_plan *out)
+static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan &pl, const pr_rec_force &f,
+                          pr_rec_plan *out)
 {
     out->device = PR_CUDA;
     out->chunk = chunked ? p.C : 0;
     out->g_per_value = p.gv != 0;
     out->gla_fast = chunked && pl.gla_fast;
+    out->bf16_mma_refused = f.bf16_mma == PR_REC_ON ? rec_bf16_mma_refused(p, chunked, pl) : nullptr;
     if (!chunked || p.gk || p.gv) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
     const auto eng = [](int wg) { return wg ? PR_REC_WGMMA : PR_REC_MMA; };
     pr_rec_pass *ps = out->pass;
@@ -345,6 +366,9 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     for (int i = 0; i < PR_REC_NPASS; i++)
         ps[i].prod = !p.tf32 ? PR_REC_PROD_F32
                      : ps[i].engine == PR_REC_MMA && rec_bf_products(p) ? PR_REC_PROD_BF16 : PR_REC_PROD_TF32;
+    /* force.bf16_mma: bf16 wgmma where the plan took it */
+    if (pl.bf_out) ps[PR_REC_PASS_OUTPUT].prod = PR_REC_PROD_BF16;
+    if (pl.bf_dloc) ps[PR_REC_PASS_DLOCAL].prod = PR_REC_PROD_BF16;
     ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0; /* q and o (and k, v with io16_kv) */
     ps[PR_REC_PASS_PREP].bf16_in_place = ps[PR_REC_PASS_STATE].bf16_in_place = pl.io16_kv != 0; /* k, v */
     /* q, dO, k (and dv without beta) */
@@ -373,7 +397,7 @@ extern "C" bool pr_recurrence_plan_cuda(const pr_recurrence_opts *opt, int64_t N
     rec_chunk_plan pl = {};
     bool chunked;
     if (!rec_decide_cached(&p, opt->chunk, opt->force, &chunked, &pl, why, why_n)) return false;
-    rec_plan_fill(p, chunked, pl, plan);
+    rec_plan_fill(p, chunked, pl, opt->force, plan);
     return true;
 }
 

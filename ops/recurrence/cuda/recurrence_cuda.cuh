@@ -355,6 +355,9 @@ struct rec_chunk_plan {
     int io16_bwd; /* bf16 data, TF32 on: the backward's passes read q, dO, k (and without beta v) in place
                      (rec_prob's q16, dout16, k16, v16), where dlocal, dstate, grad and wy run their wgmma forms */
     int gla_fast; /* gla (per-key decay): the fast form of gla_chunked.cu (force.gla_fast on; off by default) */
+    /* force.bf16_mma on: passes whose wgmma forms multiply bf16 tiles in shared memory with bf16 wgmma
+     * (m64nNk16) where they read bf16 inputs in place: the output (with io16_kv) and dlocal (with io16_bwd) */
+    int bf_out, bf_dloc;
 };
 /* plan.cu. p.C set; f: the fields forced (fatal where the kernels cannot run
  * them); smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
@@ -409,9 +412,10 @@ void pr_rec_seg_fix(cudaStream_t s, const rec_prob &p, const rec_segs &sg, int b
 size_t pr_rec_smem_segfix(const rec_prob &p, int bv);
 /* the backward's first step: dU = scale S^T dO (+ dv0 where given: the rules
  * without beta) and dVX likewise, for every chunk */
-/* wg: the wgmma form (the plan's wg_scores; V tiles of 128) */
+/* wg: the wgmma form (the plan's wg_scores; V tiles of 128); bf: its bf16
+ * products (the plan's bf_dloc, with q, dO, k read in place) */
 void pr_rec_chunk_dlocal(cudaStream_t s, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0,
-                         bool wg = false, const unsigned short *dv016 = nullptr);
+                         bool wg = false, const unsigned short *dv016 = nullptr, bool bf = false);
 /* the forward's passes (prep.cu: delta rules only; state.cu, also over
  * segments; scores.cu: the output) */
 void pr_rec_chunk_prep(cudaStream_t s, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv);
@@ -444,6 +448,7 @@ size_t pr_rec_smem_state(const rec_prob &p, int bv);
 size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is not 32 or 64 */
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode); /* SIZE_MAX where K > 128 */
+size_t pr_rec_smem_scores_bf(const rec_prob &p, int mode); /* its bf16 form; SIZE_MAX where K > 128 */
 size_t pr_rec_smem_prep_wg(const rec_prob &p); /* prep's wgmma form (K <= 128) */
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);

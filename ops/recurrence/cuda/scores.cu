@@ -280,12 +280,177 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
 }
 
+/* The scores kernel's bf16 form (sm_90a; the plan's bf_out and bf_dloc,
+ * force.bf16_mma): the wgmma form's blocks, tiles and three products with
+ * bf16 operands (m64nNk16, f32 sums) where its inputs are bf16 data read
+ * in place (io16_kv for the output, io16_bwd for dlocal). q, k (rows as
+ * they are) are bf16 already and come by cp.async; h (f32 states), Ua (bf16
+ * v, or f32 R with beta) and dO are transposed through registers
+ * (rec_wgth), rounded to bf16 where they are f32, and S is rounded to bf16
+ * as the second product's operand: the roundings fla's kernels make. The
+ * scale multiplies the f32 sums (not dO, as the TF32 form does), so it adds
+ * no rounding. K <= 128 (KB = 1 or 2 sub-tiles of 64 keys). */
+struct scores_bf_lay {
+    int gates, QS, KS, BT, VT, total;
+};
+__host__ __device__ static scores_bf_lay scores_bf_layout(int mode, int KB)
+{
+    rec_bump m; /* the gates in 256 floats, then sub-tiles of 64 x 64 bf16 (2048 floats): 1024-byte boundaries */
+    scores_bf_lay s;
+    s.gates = m.take(4 * 64);
+    s.QS = m.take(KB * 2048), s.KS = m.take(KB * 2048); /* S (64 x 64) takes the keys' room */
+    s.BT = mode == 0 ? m.take(KB * 2048) : -1;
+    s.VT = m.take((mode == 0 ? 64 : 128) * 32);
+    s.total = m.off;
+    return s;
+}
+static int scores_bf_kb(const rec_prob &p) { return p.Kp <= 64 ? 1 : p.Kp <= 128 ? 2 : 0; }
+size_t pr_rec_smem_scores_bf(const rec_prob &p, int mode)
+{
+    const int kb = scores_bf_kb(p);
+    return kb ? (size_t)scores_bf_layout(mode, kb).total * 4 : (size_t)-1;
+}
+
+template <int C, int MODE, int KB>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    chunk_scores_bf_kernel(rec_prob p, const float *hs, const float *R, float *dU, const float *dv0,
+                           const unsigned short *dv016, bool c16)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    constexpr int NW = MODE == 0 ? 32 : 64, BV = 2 * NW, NR = NW / 2;
+    const scores_bf_lay s = scores_bf_layout(MODE, KB);
+    const int nvt = (p.V + BV - 1) / BV, c = blockIdx.x / nvt, v0 = blockIdx.x % nvt * BV, h = blockIdx.y;
+    const int H = p.H, K = p.K, V = p.V, nv = min(BV, V - v0), wg = threadIdx.x >> 7;
+    const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2), c0 = 2 * (lane & 3);
+    float *G = sm + s.gates, *bt = G + 64, *eG = G + 128;
+    unsigned short *QS = reinterpret_cast<unsigned short *>(sm + s.QS);
+    unsigned short *KS = reinterpret_cast<unsigned short *>(sm + s.KS), *SS = KS;
+    unsigned short *VT = reinterpret_cast<unsigned short *>(sm + s.VT);
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const long long rk = (long long)cp.row0 * H + h;
+    const int nval = cp.nval;
+
+    rec_ld_tileh<64, KB>(QS, p.q16 + rk * K, (long long)H * K, nval, K, c16);
+    rec_ld_tileh<64, KB>(KS, p.k16 + rk * K, (long long)H * K, nval, K, c16);
+    if constexpr (MODE == 0) {
+        unsigned short *BT = reinterpret_cast<unsigned short *>(sm + s.BT);
+        rec_wgth<KB * 64, 64> th;
+        rec_wgth<64, 64> tu;
+        rec_wgth_issue(th, hs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
+        if (p.delta) rec_wgth_issue(tu, R + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        else rec_wgth_issue16(tu, p.v16 + rk * V + v0, (long long)H * V, nval, nv);
+        rec_wgth_store(th, BT, 64);
+        rec_wgth_store(tu, VT, 64);
+    } else {
+        rec_wgth<64, BV> td;
+        rec_wgth_issue16(td, p.dout16 + rk * V + v0, (long long)H * V, nval, nv);
+        rec_wgth_store(td, VT, BV);
+    }
+    rec_gates_issue<C, true>(p, cp.row0, nval, h, G, bt);
+    rec_gates_pad64<C>(G);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    rec_gates_scan<C>(G, nval, eG);
+    rec_fence_async();
+    __syncthreads();
+
+    /* this warpgroup's 32 score columns (MODE 0: tokens i of S_ti; MODE 1:
+     * tokens t of S^T_it), with Q h's columns beside them in MODE 0 */
+    float sz[16], pz[MODE == 0 ? 16 : 1], oz[NR];
+    rec_wg_zero(sz);
+    rec_wg_zero(oz);
+    if constexpr (MODE == 0) rec_wg_zero(pz);
+    rec_wg_fence();
+    if constexpr (MODE == 0) {
+        rec_wgh_rows<32, KB>(sz, QS, KS + wg * 32 * 64, 64 * 64);
+        rec_wgh_rows<32, KB>(pz, QS, reinterpret_cast<unsigned short *>(sm + s.BT) + wg * 32 * 64, 64 * 64);
+    } else {
+        rec_wgh_rows<32, KB>(sz, KS, QS + wg * 32 * 64, 64 * 64);
+    }
+    rec_wg_commit();
+    rec_wg_wait();
+    rec_wg_settle(sz);
+    if constexpr (MODE == 0) rec_wg_settle(pz);
+    __syncthreads(); /* both warpgroups are done with the keys: S takes their room */
+    {
+        const unsigned base = (unsigned)__cvta_generic_to_shared(SS);
+#pragma unroll
+        for (int e = 0; e < 16; e += 2) { /* sums e, e + 1: columns b, b + 1 of row a */
+            const int a = r0 + 8 * (e >> 1 & 1), b = 32 * wg + c0 + 8 * (e >> 2);
+            float x[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int t = MODE == 0 ? a : b + u, i = MODE == 0 ? b + u : a; /* S_ti, or S^T_it */
+                x[u] = i <= t && t < nval ? sz[e + u] * expf(G[t] - G[i]) * (MODE == 0 && p.delta ? bt[i] : 1.f)
+                                          : 0.f;
+            }
+            *reinterpret_cast<unsigned *>(SS + rec_sw128h(base, a, b)) = rec_bf16x2(x[0], x[1]);
+        }
+    }
+    rec_fence_async();
+    __syncthreads();
+    rec_wg_fence();
+    rec_wgh_rows<NW, 1>(oz, SS, VT + wg * NW * 64, 0);
+    rec_wg_commit();
+    rec_wg_wait();
+    rec_wg_settle(oz);
+    /* sums e and e + 1 are adjacent columns of one row */
+#pragma unroll
+    for (int e = 0; e < NR; e += 2) {
+        const int a = r0 + 8 * (e >> 1 & 1), j = wg * NW + c0 + 8 * (e >> 2);
+        if (a >= nval || j >= nv) continue;
+        const long long at = (rk + (long long)a * H) * V + v0 + j;
+        if constexpr (MODE == 0) {
+            const float f = eG[a];
+            const float y0 = p.scale * fmaf(f, pz[e], oz[e]), y1 = p.scale * fmaf(f, pz[e + 1], oz[e + 1]);
+            if (j + 1 < nv)
+                *reinterpret_cast<unsigned *>(p.o16 + at) =
+                    (unsigned)pr_bf16_bits(y0) | (unsigned)pr_bf16_bits(y1) << 16;
+            else
+                p.o16[at] = pr_bf16_bits(y0);
+        } else {
+            float2 y = make_float2(p.scale * oz[e], p.scale * oz[e + 1]);
+            if (dv016) { /* dv so far as bf16, in place (no beta, the plan's io16_dv) */
+                y.x += pr_bf16_lo(dv016[at]);
+                if (j + 1 < nv) y.y += pr_bf16_lo(dv016[at + 1]);
+            }
+            if (dv0) {
+                y.x += dv0[at];
+                if (j + 1 < nv) y.y += dv0[at + 1];
+            }
+            if (p.vec) *reinterpret_cast<float2 *>(dU + at) = y;
+            else {
+                dU[at] = y.x;
+                if (j + 1 < nv) dU[at + 1] = y.y;
+            }
+        }
+    }
+}
+
 /* ---- launchers --------------------------------------------------------------------- */
+/* its bf16 form (pl.bf_out, pl.bf_dloc): the in-place inputs only */
+template <int C, int MODE>
+static void scores_bf_c(cudaStream_t st, const rec_prob &p, const float *hs, const float *R, float *dU,
+                        const float *dv0, const unsigned short *dv016)
+{
+    const int kb = scores_bf_kb(p), bv = MODE == 0 ? 64 : 128;
+    PR_ASSERT(kb && p.L == 0 && p.q16 && p.k16 && (MODE == 1 || (p.o16 && (p.delta || p.v16) && !dv0)) &&
+              (MODE == 0 || p.dout16) && (!dv016 || (MODE == 1 && !dv0)) && p.K % 4 == 0 && p.V % 4 == 0);
+    /* 16-byte copies of q and k where their rows allow them */
+    const bool c16 = p.K % 8 == 0 && !((uintptr_t)p.q16 & 15) && !((uintptr_t)p.k16 & 15);
+    const auto kernel = kb == 1 ? chunk_scores_bf_kernel<C, MODE, 1> : chunk_scores_bf_kernel<C, MODE, 2>;
+    const size_t sm = pr_rec_smem_scores_bf(p, MODE);
+    pr_cuda_smem_prep((const void *)kernel, sm);
+    kernel<<<dim3(p.nchunks * ((p.V + bv - 1) / bv), p.H), PR_REC_THREADS, sm, st>>>(p, hs, R, dU, dv0, dv016, c16);
+    PR_CUDA_LAUNCH_CHECK();
+}
+
 /* the scores kernel's wgmma form (pl.wg_scores): MODE 0 the output, MODE 1 dlocal */
 template <int C, int MODE>
 static void scores_wg_c(cudaStream_t st, const rec_prob &p, const float *hs, const float *R, float *o, float *dU,
-                        const float *dv0, const unsigned short *dv016 = nullptr)
+                        const float *dv0, const unsigned short *dv016 = nullptr, bool bf = false)
 {
+    if (bf) return scores_bf_c<C, MODE>(st, p, hs, R, dU, dv0, dv016);
     const int kb = scores_wg_kb(p), bv = MODE == 0 ? 64 : 128;
     /* in place: MODE 0 q and o (k, v where set); MODE 1 q, dO and k */
     const bool io16 = MODE == 0 ? p.q16 != nullptr : p.dout16 != nullptr;
@@ -308,9 +473,13 @@ static void chunk_output_c(cudaStream_t st, const rec_prob &p, const rec_chunk_p
                            float *o)
 {
     if (pl.wg_scores) {
-        scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, pl.xa ? o : nullptr);
+        /* bf16 products where the plan has them and q, k (v) are read in place
+         * (recurrence.cu stages tensors that are not 8-byte aligned) */
+        const bool bf = pl.bf_out && p.q16 && p.k16 && (p.delta || p.v16);
+        PR_ASSERT(!bf || pl.io16_kv);
+        scores_wg_c<C, 0>(st, p, sv.hs, sv.R, o, nullptr, pl.xa ? o : nullptr, nullptr, bf);
     } else {
-        PR_ASSERT(!p.k16 && !p.v16); /* the plan reads k and v in place in the wgmma form only */
+        PR_ASSERT(!p.k16 && !p.v16 && !pl.bf_out); /* the plan reads k and v in place in the wgmma form only */
         const size_t sm = pr_rec_smem_scores(p, 0, pl.bv_out);
         const bool bf = rec_bf_products(p);
         const auto kernel = p.q16 ? (bf ? chunk_scores_kernel<C, 0, true, true> : chunk_scores_kernel<C, 0, false, true>)
@@ -331,11 +500,12 @@ void pr_rec_chunk_output(cudaStream_t st, const rec_prob &p, const rec_chunk_pla
 
 /* the backward's first step (chunked.cu calls it): dU = scale S^T dO, dVX likewise */
 void pr_rec_chunk_dlocal(cudaStream_t st, const rec_prob &p, int bv, float *dU, float *dVX, const float *dv0,
-                         bool wg, const unsigned short *dv016)
+                         bool wg, const unsigned short *dv016, bool bf_wg)
 {
+    PR_ASSERT(!bf_wg || (wg && p.dout16)); /* bf16 products on the inputs read in place (the plan's bf_dloc) */
     if (wg) {
-        if (p.C == 64) scores_wg_c<64, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0, dv016);
-        else scores_wg_c<32, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0, dv016);
+        if (p.C == 64) scores_wg_c<64, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0, dv016, bf_wg);
+        else scores_wg_c<32, 1>(st, p, nullptr, nullptr, nullptr, dU, dv0, dv016, bf_wg);
         return;
     }
     PR_ASSERT(!p.dout16 && !p.k16 && !dv016); /* the plan reads them in place in the wgmma form only */
