@@ -440,24 +440,27 @@ static pr_rec_plan bf_plan(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec_
         fail_msg("%s K=%d V=%d C=%d: no plan: %s", pr_rule_name(rule), K, V, chunk, why);
     return plan;
 }
-/* bf16 wgmma ran where the plan put it and nowhere else: the output's where
- * the forward reads k and v in place (the state pass's in-place flag), dlocal's
- * where the backward reads q, dO and k in place (dstate's), and no other
- * wgmma pass multiplies bf16; returns the number of passes that take it */
+/* bf16 wgmma ran where the plan put it and nowhere else: prep's (delta
+ * rules) and the output's where the forward reads k and v in place (the
+ * state pass's in-place flag), dlocal's where the backward reads q, dO and
+ * k in place (dstate's), and no other wgmma pass multiplies bf16; returns
+ * the number of passes that take it */
 static int bf_passes(const pr_rec_plan *p)
 {
     const pr_rec_pass *ps = p->pass;
     const bool out = ps[PR_REC_PASS_OUTPUT].prod == PR_REC_PROD_BF16;
     const bool dloc = ps[PR_REC_PASS_DLOCAL].prod == PR_REC_PROD_BF16;
-    if (ps[PR_REC_PASS_OUTPUT].engine == PR_REC_WGMMA)
-        assert_int_equal(out, ps[PR_REC_PASS_STATE].bf16_in_place && p->pass[PR_REC_PASS_OUTPUT].bf16_in_place);
+    const bool prep = ps[PR_REC_PASS_PREP].runs && ps[PR_REC_PASS_PREP].prod == PR_REC_PROD_BF16;
+    const bool kv = ps[PR_REC_PASS_STATE].bf16_in_place && ps[PR_REC_PASS_OUTPUT].bf16_in_place;
+    if (ps[PR_REC_PASS_OUTPUT].engine == PR_REC_WGMMA) assert_int_equal(out, kv);
+    if (ps[PR_REC_PASS_PREP].runs && ps[PR_REC_PASS_PREP].engine == PR_REC_WGMMA) assert_int_equal(prep, kv);
     if (ps[PR_REC_PASS_DLOCAL].engine == PR_REC_WGMMA) assert_int_equal(dloc, ps[PR_REC_PASS_DSTATE].bf16_in_place);
     for (int i = 0; i < PR_REC_NPASS; i++)
-        if (i != PR_REC_PASS_OUTPUT && i != PR_REC_PASS_DLOCAL && ps[i].runs) {
+        if (i != PR_REC_PASS_OUTPUT && i != PR_REC_PASS_DLOCAL && i != PR_REC_PASS_PREP && ps[i].runs) {
             assert_false(ps[i].engine == PR_REC_WGMMA && ps[i].prod == PR_REC_PROD_BF16);
         }
-    assert_true((out || dloc) == (p->bf16_mma_refused == NULL));
-    return out + dloc;
+    assert_true((out || dloc || prep) == (p->bf16_mma_refused == NULL));
+    return out + dloc + prep;
 }
 /* force.bf16_mma on, refused (NULL plan field: taken) with a reason containing why */
 static void assert_bf_refused(pr_rule rule, int chunk, int tf32, bool bf16, pr_rec_force f, int K, int V, int L,
@@ -475,34 +478,37 @@ static void assert_bf_refused(pr_rule rule, int chunk, int tf32, bool bf16, pr_r
 
 static const int64_t cu_mma[] = {0, 1, 65, 130};
 
-/* With force.bf16_mma on, the output and dlocal (scores.cu) multiply bf16
- * tiles with bf16 wgmma (m64nNk16, f32 sums) on bf16 data read in place;
- * the plan takes it only there (asserted on its fields), refuses it
- * elsewhere and says why, and leaves the default (off) as it was.
- * Against the CPU f64 reference on the same bf16 inputs, o, ht and every
- * grad within 8e-3 of max|ref|, test_recurrence_every_rule's bound for its
- * TF32 forms on bf16 data: those already run the mma.sync forms' bf16
- * products, which round every operand (states h, scores S, R, dO) to bf16
- * as these do (2^-9 each, f32 sums), and o and the grads of bf16 inputs are
- * rounded to bf16 once (2^-8); the new forms round no operand the bf16
- * mma.sync forms leave unrounded, so the same bound holds. Sizes: C = 64
- * and 32, K = 36, 64 and 128 (one and two sub-tiles of 64 keys), V = 20,
- * 40, 64 and 68 (a last output V tile of 4 columns), T not a multiple of C,
- * h0 and ht, packed sequences (cu_seqlens, one of a single token); each
- * rule without beta (linattn, ssd) and with (delta, gdn). Each run is
- * repeated (the same bits), and the switch must change o's bits (it ran). */
+/* With force.bf16_mma on, prep (delta rules), the output and dlocal
+ * multiply bf16 tiles with bf16 wgmma (m64nNk16, f32 sums) on bf16 data
+ * read in place; the plan takes it only there (asserted on its fields),
+ * refuses it elsewhere and says why, and leaves the default (off) as it
+ * was. Against the CPU f64 reference on the same bf16 inputs, o, ht and
+ * every grad within 8e-3 of max|ref|: test_recurrence_every_rule's bound
+ * for the TF32 forms on bf16 data, whose mma.sync passes (rec_bf_products)
+ * already round every operand of their products to bf16 (2^-9 each, f32
+ * sums): the states h, the scores S, T', e^G o K, R, V, dO. The new forms
+ * round the same operands the same way (q, k, v, dO are bf16 already) and
+ * keep every sum, state and reduction f32, and o and the grads of bf16
+ * inputs are rounded to bf16 once (2^-8) as before, so the same bound
+ * holds. Sizes: C = 64 and 32, K = 36, 64 and 128 (one and two sub-tiles
+ * of 64 keys), V = 20, 40, 64 and 68 (a last output V tile of 4 columns),
+ * T not a multiple of C, h0 and ht, packed sequences (cu_seqlens, one of a
+ * single token); each rule without beta (linattn, ssd) and with (delta,
+ * gdn). Each run is repeated (the same bits), and the switch must change
+ * o's bits (it ran). */
 static void test_bf16_mma(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
     const pr_rec_force on = {.bf16_mma = PR_REC_ON}, none = {0};
-    /* taken: both passes where the forward and backward read bf16 in place */
+    /* taken: prep, output and dlocal where the forward and backward read bf16 in place */
     const pr_rec_plan a = bf_plan(PR_RULE_GDN, 64, 1, true, on, 64, 40, 0);
     if (a.pass[PR_REC_PASS_OUTPUT].engine != PR_REC_WGMMA) {
         fprintf(stderr, "  skipped: this build has no wgmma forms\n");
         skip();
     }
-    assert_int_equal(bf_passes(&a), 2);
+    assert_int_equal(bf_passes(&a), 3);
+    assert_int_equal(a.pass[PR_REC_PASS_PREP].prod, PR_REC_PROD_BF16);
     assert_int_equal(a.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_BF16);
     assert_int_equal(a.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_BF16);
     const pr_rec_plan a32 = bf_plan(PR_RULE_LINATTN, 32, 1, true, on, 36, 20, 0);
@@ -511,15 +517,18 @@ static void test_bf16_mma(void **state)
     for (int s = 0; s < 2; s++) {
         const pr_rec_force f = {.bf16_mma = s ? PR_REC_OFF : PR_REC_PLANNED};
         const pr_rec_plan d = bf_plan(PR_RULE_GDN, 64, 1, true, f, 64, 40, 0);
+        assert_int_equal(d.pass[PR_REC_PASS_PREP].prod, PR_REC_PROD_TF32);
         assert_int_equal(d.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_TF32);
         assert_int_equal(d.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_TF32);
         assert_null(d.bf16_mma_refused);
     }
-    /* the state pass forced to mma.sync: the forward stages k, v (output TF32), the backward still reads in place */
+    /* the state pass forced to mma.sync: the forward stages k, v (prep and output TF32), the backward still reads
+     * them in place */
     const pr_rec_plan sm = bf_plan(PR_RULE_GDN, 64, 1, true, (pr_rec_force){.bf16_mma = PR_REC_ON, .state = PR_REC_MMA},
                                    64, 40, 0);
     assert_int_equal(bf_passes(&sm), 1);
     assert_int_equal(sm.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_TF32);
+    assert_int_equal(sm.pass[PR_REC_PASS_PREP].prod, PR_REC_PROD_TF32);
     assert_int_equal(sm.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_BF16);
     /* refused, with why */
     assert_bf_refused(PR_RULE_GDN, 64, 1, false, none, 64, 40, 0, "f32 data");
@@ -558,11 +567,12 @@ static void test_bf16_mma(void **state)
             char why[256];
             if (!pr_recurrence_plan(&po, PR_CUDA, N, T, H, K, V, 0, &plan, why, sizeof why))
                 fail_msg("%s: no plan: %s", what, why);
-            const int taken = bf_passes(&plan);
-            if (taken != 2) {
+            const int taken = bf_passes(&plan), want = pr_rule_has_beta(rule) ? 3 : 2;
+            if (taken != want) {
                 char line[1024];
                 pr_rec_plan_format(&plan, line, sizeof line);
-                fprintf(stderr, "  FAIL %s: bf16 wgmma in %d of output and dlocal (%s)\n", what, taken, line);
+                fprintf(stderr, "  FAIL %s: bf16 wgmma in %d of %d passes (prep, output, dlocal: %s)\n", what, taken,
+                        want, line);
                 fails++;
             }
             pr_rng r = pr_rng_init(900 + 10 * ci + ri, 3);

@@ -762,15 +762,19 @@ __device__ __forceinline__ void rec_wgth_issue16(rec_wgth<R, WC> &t, const unsig
         }
     }
 }
+/* (f: a factor for each source row, f[r] multiplying row r before the rounding; NULL: 1) */
 template <int R, int WC>
-__device__ __forceinline__ void rec_wgth_store(const rec_wgth<R, WC> &t, unsigned short *dst, int OR)
+__device__ __forceinline__ void rec_wgth_store(const rec_wgth<R, WC> &t, unsigned short *dst, int OR,
+                                               const float *f = nullptr)
 {
 #pragma unroll
     for (int u = 0; u < t.NU; u++) {
         const rec_wgth_pos q = rec_wgth_of<R>(u);
         unsigned short *sub = dst + (q.k >> 6) * OR * 64;
         const unsigned base = (unsigned)__cvta_generic_to_shared(sub);
-        const float a[4] = {t.a[u].x, t.a[u].y, t.a[u].z, t.a[u].w}, b[4] = {t.b[u].x, t.b[u].y, t.b[u].z, t.b[u].w};
+        const float fa = f ? f[q.k] : 1.f, fb = f ? f[q.k + 1] : 1.f;
+        const float a[4] = {fa * t.a[u].x, fa * t.a[u].y, fa * t.a[u].z, fa * t.a[u].w};
+        const float b[4] = {fb * t.b[u].x, fb * t.b[u].y, fb * t.b[u].z, fb * t.b[u].w};
 #pragma unroll
         for (int i = 0; i < 4; i++)
             *reinterpret_cast<unsigned *>(sub + rec_sw128h(base, q.c + i, q.k & 63)) = rec_bf16x2(a[i], b[i]);

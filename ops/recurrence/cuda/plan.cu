@@ -551,16 +551,19 @@ static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_ch
  * passes whose wgmma forms read bf16 inputs in place multiply bf16 tiles
  * with bf16 wgmma: so far the output (where the forward reads k, v in
  * place: io16_kv) and dlocal (the backward's q, dO, k: io16_bwd), both
- * scores.cu, whose bf16 form needs less shared memory than its TF32 one.
+ * scores.cu, and prep (delta rules, with io16_kv); each bf16 form needs
+ * less shared memory than its TF32 one.
  * Elsewhere the passes keep TF32 (recurrence.cu's rec_bf16_mma_refused says why) */
 static void plan_bf16_mma(const rec_prob &p, const pr_rec_force &f, rec_chunk_plan *pl)
 {
-    pl->bf_out = pl->bf_dloc = 0;
+    pl->bf_out = pl->bf_dloc = pl->bf_prep = 0;
     if (switch_want("bf16_mma", f.bf16_mma) != 1) return;
     const bool fits = pl->wg_scores && pr_rec_smem_scores_bf(p, 0) <= pr_rec_smem_scores_wg(p, 0) &&
                       pr_rec_smem_scores_bf(p, 1) <= pr_rec_smem_scores_wg(p, 1);
     pl->bf_out = fits && pl->io16_kv;
     pl->bf_dloc = fits && pl->io16_bwd;
+    /* prep (delta rules): its bf16 form needs less shared memory than its TF32 one */
+    pl->bf_prep = p.delta && pl->wg_prep && pl->io16_kv && pr_rec_smem_prep_bf(p) <= pr_rec_smem_prep_wg(p);
 }
 
 bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,

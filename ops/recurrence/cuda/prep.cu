@@ -220,11 +220,133 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_wg_sums_st(R0 + rk * V, HV, rz, r0, wg * 64 + c0, nval, V, p.vec);
 }
 
+/* prep's bf16 form (sm_90a; the plan's bf_prep, force.bf16_mma): the
+ * wgmma form's steps with bf16 tiles and bf16 wgmma (m64nNk16, f32 sums)
+ * where the forward reads k and v in place (io16_kv). K K^T from the bf16
+ * K tile as it is; the solve in f32 (Bs) as before, and T' (Tinv, f32)
+ * saved unrounded; T' rounded to bf16 as the A operand of W = T' (e^G o
+ * K) and R0 = T' V, whose B operands (e^G o K)^T and V^T come through
+ * registers (rec_wgth; e^G o K rounded to bf16 once scaled): fla's
+ * roundings of A, w and u's operands. Layout (floats, tiles 1024-byte
+ * aligned): gates (G, bt, eG), the K tile (KB sub-tiles of 64 x 64 bf16),
+ * (e^G o K)^T (64 KB rows), V^T (128 rows), T' (64 x 64), Bs (64 x 65 f32). */
+struct prep_bf_lay {
+    int KS, KT, VT, TW, BS, total;
+};
+__host__ __device__ static prep_bf_lay prep_bf_layout(int KB)
+{
+    rec_bump m;
+    prep_bf_lay s;
+    m.take(4 * 64);
+    s.KS = m.take(KB * 2048), s.KT = m.take(KB * 2048), s.VT = m.take(4096), s.TW = m.take(2048);
+    s.BS = m.take(64 * 65);
+    s.total = m.off;
+    return s;
+}
+static int prep_bf_kb(const rec_prob &p) { return p.Kp <= 64 ? 1 : 2; }
+size_t pr_rec_smem_prep_bf(const rec_prob &p) { return (size_t)prep_bf_layout(prep_bf_kb(p)).total * 4; }
+
+template <int C, int KB>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    chunk_prep_bf_kernel(rec_prob p, float *Tinv, float *Wp, float *R0, bool c16)
+{
+    extern __shared__ __align__(128) float sm[]; /* 1024-byte aligned in fact: checked below */
+    constexpr int NW = KB * 32; /* W's columns a warpgroup */
+    const prep_bf_lay s = prep_bf_layout(KB);
+    const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, wg = threadIdx.x >> 7;
+    const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2), c0 = 2 * (lane & 3);
+    float *G = sm, *bt = G + 64, *eG = G + 128, *Bs = sm + s.BS;
+    unsigned short *KS = reinterpret_cast<unsigned short *>(sm + s.KS), *KT = reinterpret_cast<unsigned short *>(sm + s.KT);
+    unsigned short *VT = reinterpret_cast<unsigned short *>(sm + s.VT), *Tw = reinterpret_cast<unsigned short *>(sm + s.TW);
+    if ((unsigned)__cvta_generic_to_shared(sm) & 1023) __trap(); /* the swizzle needs it */
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const int nval = cp.nval;
+    const long long rk = (long long)cp.row0 * H + h, HK = (long long)H * K, HV = (long long)H * V;
+
+    rec_ld_tileh<64, KB>(KS, p.k16 + rk * K, HK, nval, K, c16);
+    {   /* (e^G o K)^T and V^T: every load in flight before the gates' scan, stored once eG is in */
+        rec_wgth<64, KB * 64> tk;
+        rec_wgth<64, 128> tv;
+        rec_wgth_issue16(tk, p.k16 + rk * K, HK, nval, K);
+        rec_wgth_issue16(tv, p.v16 + rk * V, HV, nval, V);
+        rec_gates_issue<C, true>(p, cp.row0, nval, h, G, bt);
+        rec_gates_pad64<C>(G);
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        rec_gates_scan<C>(G, nval, eG);
+        __syncthreads();
+        rec_wgth_store(tk, KT, KB * 64, eG);
+        rec_wgth_store(tv, VT, 128);
+    }
+    rec_fence_async();
+    __syncthreads();
+    {
+        float bz[16];
+        rec_wg_zero(bz);
+        rec_wg_fence();
+        rec_wgh_rows<32, KB>(bz, KS, KS + wg * 32 * 64, 64 * 64);
+        rec_wg_commit();
+        rec_wg_wait();
+        rec_wg_settle(bz);
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const int t = r0 + 8 * (e >> 1 & 1), i = 32 * wg + c0 + 8 * (e >> 2) + (e & 1);
+            Bs[t * 65 + i] = i < t && t < C ? bz[e] * expf(G[t] - G[i]) * bt[i] : 0.f;
+        }
+    }
+    __syncthreads(); /* Bs complete */
+    /* T' column j by thread j, its rows t >= j stored transposed into Bs's
+     * upper triangle (the solve reads only the strictly lower one) */
+    if (threadIdx.x < C)
+        prep_solve<C>(Bs, 65, threadIdx.x, [&](int t, float x) {
+            if (t >= (int)threadIdx.x) Bs[threadIdx.x * 65 + t] = x;
+        });
+    __syncthreads();
+    {
+        float *tinv = Tinv ? Tinv + ((long long)c * H + h) * C * C : nullptr; /* backward only */
+        const unsigned base = (unsigned)__cvta_generic_to_shared(Tw);
+        for (int i = threadIdx.x; i < 64 * 32; i += PR_REC_THREADS) { /* a bf16 pair a thread: j, j + 1 of row t */
+            const int t = i >> 5, j = 2 * (i & 31);
+            const float x0 = j <= t && t < C ? Bs[j * 65 + t] : 0.f, x1 = j + 1 <= t && t < C ? Bs[(j + 1) * 65 + t] : 0.f;
+            *reinterpret_cast<unsigned *>(Tw + rec_sw128h(base, t, j)) = rec_bf16x2(x0, x1);
+            if (tinv && t < C && j < C) tinv[t * C + j] = x0, tinv[t * C + j + 1] = x1;
+        }
+    }
+    rec_fence_async();
+    __syncthreads();
+    {
+        float wz[NW / 2]; /* W = T' (e^G o K) */
+        rec_wg_zero(wz);
+        rec_wg_fence();
+        rec_wgh_rows<NW, 1>(wz, Tw, KT + wg * NW * 64, 0);
+        rec_wg_commit();
+        rec_wg_wait();
+        rec_wg_settle(wz);
+        rec_wg_sums_st(Wp + rk * K, HK, wz, r0, wg * NW + c0, nval, K, p.vec);
+    }
+    float rz[32]; /* R0 = T' V, V <= 128: one tile */
+    rec_wg_zero(rz);
+    rec_wg_fence();
+    rec_wgh_rows<64, 1>(rz, Tw, VT + wg * 64 * 64, 0);
+    rec_wg_commit();
+    rec_wg_wait();
+    rec_wg_settle(rz);
+    rec_wg_sums_st(R0 + rk * V, HV, rz, r0, wg * 64 + c0, nval, V, p.vec);
+}
+
 /* ---- launcher --------------------------------------------------------------------- */
 template <int C>
 static void chunk_prep_c(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv)
 {
-    if (pl.wg_prep) {
+    if (pl.bf_prep && p.k16 && p.v16) { /* bf16 products where k and v are read in place */
+        PR_ASSERT(pl.wg_prep && p.L == 0 && p.K <= 128 && p.V <= 128 && p.K % 4 == 0 && p.V % 4 == 0);
+        const int kb = prep_bf_kb(p);
+        const bool c16 = p.K % 8 == 0 && !((uintptr_t)p.k16 & 15);
+        const size_t sm = pr_rec_smem_prep_bf(p);
+        const auto kernel = kb == 1 ? chunk_prep_bf_kernel<C, 1> : chunk_prep_bf_kernel<C, 2>;
+        pr_cuda_smem_prep((const void *)kernel, sm);
+        kernel<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm, st>>>(p, sv.Tinv, sv.W, sv.R0, c16);
+        PR_CUDA_LAUNCH_CHECK();
+    } else if (pl.wg_prep) {
         const int kb = p.Kp <= 64 ? 2 : 4;
         const size_t sm = prep_wg_smem(kb);
         const auto kernel = p.k16 ? (kb == 2 ? chunk_prep_wg_kernel<C, 2, true> : chunk_prep_wg_kernel<C, 4, true>)

@@ -326,7 +326,7 @@ static bool rec_decide_or_die(rec_prob *p, int chunk, const pr_rec_force &f, rec
  * nothing staged by force.bf16_staged */
 static const char *rec_bf16_mma_refused(const rec_prob &p, bool chunked, const rec_chunk_plan &pl)
 {
-    if (pl.bf_out || pl.bf_dloc) return nullptr;
+    if (pl.bf_out || pl.bf_dloc || pl.bf_prep) return nullptr;
     if (!p.bf16) return "f32 data (bf16 data only)";
     if (!chunked) return "the per-token form";
     if (p.gk || p.gv) return "gla (its own kernels)";
@@ -369,6 +369,7 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     /* force.bf16_mma: bf16 wgmma where the plan took it */
     if (pl.bf_out) ps[PR_REC_PASS_OUTPUT].prod = PR_REC_PROD_BF16;
     if (pl.bf_dloc) ps[PR_REC_PASS_DLOCAL].prod = PR_REC_PROD_BF16;
+    if (pl.bf_prep) ps[PR_REC_PASS_PREP].prod = PR_REC_PROD_BF16;
     ps[PR_REC_PASS_OUTPUT].bf16_in_place = pl.io16_out != 0; /* q and o (and k, v with io16_kv) */
     ps[PR_REC_PASS_PREP].bf16_in_place = ps[PR_REC_PASS_STATE].bf16_in_place = pl.io16_kv != 0; /* k, v */
     /* q, dO, k (and dv without beta) */

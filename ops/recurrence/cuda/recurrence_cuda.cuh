@@ -356,8 +356,8 @@ struct rec_chunk_plan {
                      (rec_prob's q16, dout16, k16, v16), where dlocal, dstate, grad and wy run their wgmma forms */
     int gla_fast; /* gla (per-key decay): the fast form of gla_chunked.cu (force.gla_fast on; off by default) */
     /* force.bf16_mma on: passes whose wgmma forms multiply bf16 tiles in shared memory with bf16 wgmma
-     * (m64nNk16) where they read bf16 inputs in place: the output (with io16_kv) and dlocal (with io16_bwd) */
-    int bf_out, bf_dloc;
+     * (m64nNk16) where they read bf16 inputs in place: prep and the output (with io16_kv), dlocal (with io16_bwd) */
+    int bf_out, bf_dloc, bf_prep;
 };
 /* plan.cu. p.C set; f: the fields forced (fatal where the kernels cannot run
  * them); smem_max: a block's opt-in limit, smem_sm: an SM's shared memory,
@@ -449,6 +449,7 @@ size_t pr_rec_smem_state_wg(const rec_prob &p, int bv); /* SIZE_MAX where bv is 
 size_t pr_rec_smem_scores(const rec_prob &p, int mode, int bv);
 size_t pr_rec_smem_scores_wg(const rec_prob &p, int mode); /* SIZE_MAX where K > 128 */
 size_t pr_rec_smem_scores_bf(const rec_prob &p, int mode); /* its bf16 form; SIZE_MAX where K > 128 */
+size_t pr_rec_smem_prep_bf(const rec_prob &p);              /* prep's bf16 form (K, V <= 128) */
 size_t pr_rec_smem_prep_wg(const rec_prob &p); /* prep's wgmma form (K <= 128) */
 size_t pr_rec_smem_dstate(const rec_prob &p, int bv);
 size_t pr_rec_smem_grad(const rec_prob &p, int bk, int bv, int r, bool wg);
