@@ -134,8 +134,9 @@ static void test_cuda_plan_text(void **state)
     fast.gla_fast = true;
     pr_rec_plan_format(&fast, line, sizeof line);
     assert_string_equal(line, "cuda chunked C=64: fwd gla_cumsum gla_state(bk 64, bv 32) gla_out(bk 64, A saved); "
-                              "bwd gla_cumsum gla_dstate(bk 64, bv 32) gla_dv(A read) gla_dqk (per-key decay, "
-                              "sub-chunks of 16; fast: decays summed once, dg summed in shared memory)");
+                              "bwd gla_cumsum gla_dstate(bk 64, bv 32) gla_dv(A read) gla_dqk(bk 64, bv 16) "
+                              "(per-key decay, sub-chunks of 16; fast: decays summed once, dg summed in shared "
+                              "memory)");
     pr_rec_plan gvc = gc;
     gvc.g_per_value = true;
     pr_rec_plan_format(&gvc, line, sizeof line);

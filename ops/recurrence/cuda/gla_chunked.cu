@@ -45,7 +45,7 @@
  * The fast form (force.gla_fast, off by default until measured; see "the fast
  * form" below): gla_cumsum, then gla_state_kt and gla_out_kh (the scores in K
  * tiles, storing A); gla_cumsum, gla_dstate_kt, gla_dv_a (A read, not
- * recomputed) and gla_dqk (dg summed in shared memory).
+ * recomputed) and gla_dqk_kt (in K tiles, dg summed in shared memory).
  */
 #include <stdint.h>
 
@@ -261,19 +261,16 @@ __device__ __forceinline__ void gla_fill_tail(float *G, int ld, int C, int W, in
     REC_FOR2D(C - nval, W, u, cc) G[(nval + u) * ld + cc] = G[(nval - 1) * ld + cc];
 }
 
-/* gc: the cumulative decays precomputed by gla_cumsum_kernel (the fast form), else NULL: g summed here */
-__device__ __forceinline__ gla_chunk_at gla_chunk_load(const rec_prob &p, int c, int h, float *Q, float *Kt, float *G,
-                                                       const float *gc = nullptr)
+__device__ __forceinline__ gla_chunk_at gla_chunk_load(const rec_prob &p, int c, int h, float *Q, float *Kt, float *G)
 {
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * p.H + h;
     if (Q) gla_ld_keys(p, Q, p.q, rk, cp.nval, p.vec);
     if (Kt) gla_ld_keys(p, Kt, p.k, rk, cp.nval, p.vec);
-    gla_ld_keys(p, G, gc ? gc : p.g, rk, cp.nval, gc ? (bool)p.vec : gla_gvec(p));
+    gla_ld_keys(p, G, p.g, rk, cp.nval, gla_gvec(p));
     rec_sync();
     const gla_ld l = gla_ld_of(p);
-    if (gc) gla_fill_tail(G, l.LDK, l.C, l.Kp, cp.nval);
-    else gla_cumsum(G, l.LDK, l.C, l.Kp);
+    gla_cumsum(G, l.LDK, l.C, l.Kp);
     __syncthreads();
     return {cp, rk};
 }
@@ -429,7 +426,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 template <bool BF>
 __global__ void __launch_bounds__(PR_REC_THREADS)
     gla_dqk_kernel(rec_prob p, const float *hs, const float *dhs, const float *dA_in, const float *ep, int nvt,
-                   rec_grads d, const float *gc)
+                   rec_grads d)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_chunk_lay s = gla_chunk_layout(p, 2);
@@ -438,7 +435,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
     const int c = blockIdx.x, h = blockIdx.y, H = p.H, K = p.K, V = p.V, warp = threadIdx.x >> 5;
     float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *dA = sm + s.A, *DX = sm + s.DX, *DG = sm + s.DG, *U = sm + s.U;
     rec_ld_tile(dA, LDC, C, C, dA_in + ((long long)c * H + h) * C * C, C, C, C, true);
-    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G, gc);
+    const gla_chunk_at at = gla_chunk_load(p, c, h, Q, Kt, G);
     const int nval = at.cp.nval;
     float *Xs = U, *Ys = Xs + Kp * LDV;   /* the V loop's state tile and token tile */
     auto sub_first = [](int t) { return t & ~(GLA_SUB - 1); };
@@ -507,19 +504,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
     /* dg: the reverse sums inside the chunk, from the later tokens' share */
     if (!d.dg) return;
-    if (gc) {   /* the fast form: the sums in place in DG, then one accumulating tile store */
-        for (int cc = threadIdx.x; cc < K; cc += blockDim.x) {
-            float run = 0.f;
-            for (int vt = 0; vt < nvt; vt++) run += ep[(((long long)vt * p.nchunks + c) * H + h) * K + cc];
-            for (int t = nval - 1; t >= 0; t--) {
-                run += DG[t * LDK + cc];
-                DG[t * LDK + cc] = run;
-            }
-        }
-        __syncthreads();
-        rec_st_tile(d.dg + at.rk * K, (long long)H * K, nval, K, DG, LDK, 1.f, true, p.vec);
-        return;
-    }
     for (int cc = threadIdx.x; cc < K; cc += blockDim.x) {
         float run = 0.f;
         for (int vt = 0; vt < nvt; vt++) run += ep[(((long long)vt * p.nchunks + c) * H + h) * K + cc];
@@ -535,11 +519,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
  * chunk's g in registers), so no kernel runs the 64-step serial scan of gla_cumsum; the
  * serial passes run in K tiles of 64 rows as well as V tiles of 32 (the decay is diagonal in
  * K: a state's rows are independent), twice the blocks at half the shared memory, each chunk's
- * chain of loads, scalings and product half as long; gla_dqk sums dg in shared memory and adds
- * it by one tile store (the default's 64 dependent global read-modify-writes a column);
- * gla_out_kh computes A in K tiles (two blocks an SM where gla_out runs one) and stores it,
- * and the backward's gla_dv_a reads it instead of recomputing (112 KB of shared memory, two
- * blocks an SM, where gla_dv takes 182 KB). gla_dqk is the default's, reading G for g. */
+ * chain of loads, scalings and product half as long; gla_out_kh computes A in K tiles (two
+ * blocks an SM where gla_out runs one) and stores it, and the backward's gla_dv_a reads it
+ * instead of recomputing (112 KB of shared memory, two blocks an SM, where gla_dv takes
+ * 182 KB); gla_dqk_kt runs in K tiles too (two blocks an SM where gla_dqk runs one) and sums
+ * dg in shared memory, adding it by one tile store (the default's 64 dependent global
+ * read-modify-writes a column). */
 #define GLA_BK 64   /* rows of a K tile in the fast serial passes */
 #ifndef GLA_KT_BLOCKS
 #define GLA_KT_BLOCKS 3   /* their blocks an SM (80 registers; 4 spill ~350 bytes): 53 KB (state), 62 KB (dstate) at C = 64 */
@@ -811,6 +796,139 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_sync();
         rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
     }
+}
+
+/* gla_dqk of the fast form in K tiles of 64 columns (dq's and dk's columns are independent: every
+ * sum runs over tokens), a block per (chunk, K tile, head), so shared memory holds Q, K, G, dA,
+ * DX, DG [C x 68] and V tiles of 16 columns: 112 KB at C = 64, two blocks an SM where gla_dqk
+ * takes 214 KB. No factor region either: the earlier sub-chunks' K factors (dq) are scaled in
+ * place from one reference row to the next as in gla_scores_tile, the later sub-chunks' Q
+ * factors (dk) likewise from the last column sub-chunk back to the first (rows past t0 + 16
+ * hold Q o e^{G - G_{e+16}}; one column factor e^{G_{e+16} - G_e} <= 1 makes them
+ * Q o e^{G - G_e}), and K, then Q, are loaded again for the own sub-chunk's pairs. dg's
+ * reverse sums in shared memory, added by one tile store. */
+#define GLA_BVN 16   /* V tile of gla_dqk_kt's loops */
+struct gla_dqkt_lay {
+    int Q, K, G, dA, DX, DG, X, Y, total;
+};
+__host__ __device__ static gla_dqkt_lay gla_dqkt_layout(const rec_prob &p)
+{
+    const gla_ld l = gla_ld_of(p);
+    const int tile = l.C * (GLA_BK + 4), LDW = GLA_BVN + 4;
+    rec_bump m;
+    gla_dqkt_lay s;
+    s.Q = m.take(tile), s.K = m.take(tile), s.G = m.take(tile), s.dA = m.take(l.C * l.LDC);
+    s.DX = m.take(tile), s.DG = m.take(tile), s.X = m.take(GLA_BK * LDW), s.Y = m.take(l.C * LDW);
+    s.total = m.off;
+    return s;
+}
+
+template <bool BF>
+__global__ void __launch_bounds__(PR_REC_THREADS, 2)
+    gla_dqk_kt_kernel(rec_prob p, const float *hs, const float *dhs, const float *dA_in, const float *ep, int nvt,
+                      int nkt, rec_grads d, const float *gc)
+{
+    extern __shared__ __align__(128) float sm[];
+    const gla_dqkt_lay s = gla_dqkt_layout(p);
+    const gla_ld l = gla_ld_of(p);
+    const int C = l.C, LDC = l.LDC, LDB = GLA_BK + 4, LDW = GLA_BVN + 4, BW = GLA_BVN;
+    const int c = blockIdx.x / nkt, k0 = blockIdx.x % nkt * GLA_BK, h = blockIdx.y, H = p.H, K = p.K, V = p.V;
+    const int mt = min(GLA_BK, p.Kp - k0), nk = min(GLA_BK, K - k0), warp = threadIdx.x >> 5;
+    float *Q = sm + s.Q, *Kt = sm + s.K, *G = sm + s.G, *dA = sm + s.dA, *DX = sm + s.DX, *DG = sm + s.DG;
+    float *Xs = sm + s.X, *Ys = sm + s.Y;   /* the V loops' state tile [mt x 16] and token tile [C x 16] */
+    const rec_chunk_pos cp = rec_chunk_of(p, c);
+    const int nval = cp.nval;
+    const long long rk = (long long)cp.row0 * H + h, rs = (long long)H * K;
+    const long long st = ((long long)c * H + h) * K * V + (long long)k0 * V;   /* this K tile's rows of hs, dhs */
+    const float *qg = p.q + rk * K + k0, *kg = p.k + rk * K + k0;
+    auto sub_first = [](int t) { return t & ~(GLA_SUB - 1); };
+    auto sub_last = [](int t) { return t | (GLA_SUB - 1); };
+    rec_ld_tile(dA, LDC, C, C, dA_in + ((long long)c * H + h) * C * C, C, C, C, true);
+    rec_ld_tile(Q, LDB, C, mt, qg, rs, nval, nk, p.vec);
+    rec_ld_tile(Kt, LDB, C, mt, kg, rs, nval, nk, p.vec);
+    rec_ld_tile(G, LDB, C, mt, gc + rk * K + k0, rs, nval, nk, p.vec);
+    rec_sync();
+    gla_fill_tail(G, LDB, C, mt, nval);   /* read after the V loop's barriers */
+
+    /* dq: DX = scale e^{G_r} o (dO S^T), + the earlier sub-chunks' pairs, then o e^{G_t - G_r}, + the own sub-chunk's */
+    for (int v0 = 0; v0 < V; v0 += BW) {
+        const int nv = min(BW, V - v0);
+        rec_ld_tile(Xs, LDW, mt, BW, hs + st + v0, V, nk, nv, p.vec);
+        rec_ld_tile(Ys, LDW, C, BW, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        rec_sync();
+        rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
+        rec_sync();
+    }
+    REC_FOR2D(C, mt, t, cc) DX[t * LDB + cc] *= p.scale * expf(G[sub_first(t) * LDB + cc]);
+    for (int r = GLA_SUB; r < C; r += GLA_SUB) {
+        REC_FOR2D(r, mt, i, cc)   /* K's rows before r -> K o e^{G_r - G} */
+        Kt[i * LDB + cc] *= expf(G[r * LDB + cc] - G[(i < r - GLA_SUB ? r - GLA_SUB : i) * LDB + cc]);
+        __syncthreads();
+        for (int cb = warp; cb < mt / 16; cb += PR_REC_WARPS)
+            gla_blk16<false, false, BF>(p, DX, LDB, dA, LDC, Kt, LDB, r, cb * 16, r, 1.f, true);
+        __syncthreads();
+    }
+    rec_ld_tile(Kt, LDB, C, mt, kg, rs, nval, nk, p.vec);   /* K as it was */
+    rec_sync();
+    REC_FOR2D(C, mt, t, cc) {
+        const float gt = G[t * LDB + cc];
+        float x = DX[t * LDB + cc] * expf(gt - G[sub_first(t) * LDB + cc]);
+        for (int i = sub_first(t); i <= t; i++) x = fmaf(dA[t * LDC + i] * Kt[i * LDB + cc], expf(gt - G[i * LDB + cc]), x);
+        DX[t * LDB + cc] = x;
+        DG[t * LDB + cc] = Q[t * LDB + cc] * x;
+    }
+    __syncthreads();
+    if (d.dq) rec_st_tile(d.dq + rk * K + k0, rs, nval, nk, DX, LDB, 1.f, true, p.vec);
+
+    /* dk: DX = e^{G_L - G_e} o (V dS'^T), + the later sub-chunks' pairs, then o e^{G_e - G_i}, + the own sub-chunk's
+     * (e: the last token of i's sub-chunk) */
+    for (int v0 = 0; v0 < V; v0 += BW) {
+        const int nv = min(BW, V - v0);
+        rec_sync();   /* the previous tile's product (or dq's store) done */
+        rec_ld_tile(Xs, LDW, mt, BW, dhs + st + v0, V, nk, nv, p.vec);
+        rec_ld_tile(Ys, LDW, C, BW, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        rec_sync();
+        rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
+    }
+    rec_sync();
+    const float *GL = G + (C - 1) * LDB;
+    REC_FOR2D(C, mt, i, cc) DX[i * LDB + cc] *= expf(GL[cc] - G[sub_last(i) * LDB + cc]);
+    for (int b = C / GLA_SUB - 2; b >= 0; b--) {
+        const int e = b * GLA_SUB + GLA_SUB - 1, t0 = e + 1;
+        REC_FOR2D(C - t0, mt, u, cc) {   /* Q's rows t0.. -> Q o e^{G - G_e} */
+            const int t = t0 + u;
+            Q[t * LDB + cc] *= expf(G[(u < GLA_SUB ? t : e + GLA_SUB) * LDB + cc] - G[e * LDB + cc]);
+        }
+        __syncthreads();
+        for (int cb = warp; cb < mt / 16; cb += PR_REC_WARPS)
+            gla_blk16<true, false, BF>(p, DX, LDB, dA + t0 * LDC, LDC, Q + t0 * LDB, LDB, b * GLA_SUB, cb * 16, C - t0,
+                                       1.f, true);
+        __syncthreads();
+    }
+    rec_ld_tile(Q, LDB, C, mt, qg, rs, nval, nk, p.vec);   /* Q as it was */
+    rec_sync();
+    REC_FOR2D(C, mt, i, cc) {
+        const float gi = G[i * LDB + cc];
+        float x = DX[i * LDB + cc] * expf(G[sub_last(i) * LDB + cc] - gi);
+        for (int t = i; t <= sub_last(i); t++) x = fmaf(dA[t * LDC + i] * Q[t * LDB + cc], expf(G[t * LDB + cc] - gi), x);
+        DX[i * LDB + cc] = x;
+        DG[i * LDB + cc] -= Kt[i * LDB + cc] * x;
+    }
+    __syncthreads();
+    if (d.dk) rec_st_tile(d.dk + rk * K + k0, rs, nval, nk, DX, LDB, 1.f, true, p.vec);
+
+    /* dg: the reverse sums inside the chunk in place, from the later tokens' share, then one tile store */
+    if (!d.dg) return;
+    for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) {
+        float run = 0.f;
+        for (int vt = 0; vt < nvt; vt++) run += ep[(((long long)vt * p.nchunks + c) * H + h) * K + k0 + cc];
+        for (int t = nval - 1; t >= 0; t--) {
+            run += DG[t * LDB + cc];
+            DG[t * LDB + cc] = run;
+        }
+    }
+    __syncthreads();
+    rec_st_tile(d.dg + rk * K + k0, rs, nval, nk, DG, LDB, 1.f, true, p.vec);
 }
 
 /* G of the fast form into scratch [rows, H, K] (the caller frees rows * H * K floats) */
@@ -1322,10 +1440,16 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
         k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv);
         PR_CUDA_LAUNCH_CHECK();
     }
-    if (d.dq || d.dk || d.dg) {
+    if ((d.dq || d.dk || d.dg) && fast) {
+        const size_t sm_kt = (size_t)gla_dqkt_layout(p).total * 4;
+        const auto k = bf ? gla_dqk_kt_kernel<true> : gla_dqk_kt_kernel<false>;
+        pr_cuda_smem_prep((const void *)k, sm_kt);
+        k<<<dim3(p.nchunks * nkt, p.H), PR_REC_THREADS, sm_kt, s>>>(p, hs, dhs, dA, ep, nvt, nkt, d, gc);
+        PR_CUDA_LAUNCH_CHECK();
+    } else if (d.dq || d.dk || d.dg) {
         const auto k = bf ? gla_dqk_kernel<true> : gla_dqk_kernel<false>;
         pr_cuda_smem_prep((const void *)k, sm_dqk);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dqk, s>>>(p, hs, dhs, dA, ep, nvt, d, gc);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dqk, s>>>(p, hs, dhs, dA, ep, nvt, d);
         PR_CUDA_LAUNCH_CHECK();
     }
     if (gc) rec_scratch_free(gc, n_gc);
