@@ -183,7 +183,7 @@ __device__ __forceinline__ void gla_blk16(const rec_prob &p, float *C, int ldc, 
 }
 
 /* A (ldc) += the pairs i <= t inside each 16-token sub-chunk over W key columns of Q, K and
- * G (ld), a thread a pair (the fast form): a sub-chunk's 136 pairs numbered row by row, each a
+ * G (ld; base 2, as gla_cumsum_kernel writes it), a thread a pair (the fast form): a sub-chunk's 136 pairs numbered row by row, each a
  * sum over the columns with no shuffles, so a thread's loads and exps pipeline where the
  * default's warp a pair waits on its 5-step reduction. The caller synchronizes around it. */
 __device__ __forceinline__ void gla_pairs_by_thread(float *A, int ldc, int C, const float *Q, const float *Kt,
@@ -200,8 +200,8 @@ __device__ __forceinline__ void gla_pairs_by_thread(float *A, int ldc, int C, co
         float s0 = 0.f, s1 = 0.f;
 #pragma unroll 4
         for (int c = 0; c < W; c += 2) {   /* W: a multiple of 32 */
-            s0 = fmaf(qt[c] * ki[c], expf(gt[c] - gi[c]), s0);
-            s1 = fmaf(qt[c + 1] * ki[c + 1], expf(gt[c + 1] - gi[c + 1]), s1);
+            s0 = fmaf(qt[c] * ki[c], exp2f(gt[c] - gi[c]), s0);
+            s1 = fmaf(qt[c + 1] * ki[c + 1], exp2f(gt[c + 1] - gi[c + 1]), s1);
         }
         A[t * ldc + i] += s0 + s1;
     }
@@ -516,8 +516,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 
 /* ---- the fast form (the plan's gla_fast; default off until measured) -------------------------
  * gla_cumsum writes the chunk-local cumulative decays G once (a thread per key column, the
- * chunk's g in registers), so no kernel runs the 64-step serial scan of gla_cumsum; the
- * serial passes run in K tiles of 64 rows as well as V tiles of 32 (the decay is diagonal in
+ * chunk's g in registers), times log2 e so that every factor is one exp2f (ex2.approx and its
+ * range fix-up, where expf adds a scaled argument's split), and no kernel runs the 64-step
+ * serial scan of gla_cumsum; the serial passes run in K tiles of 64 rows as well as V tiles
+ * of 32 (the decay is diagonal in
  * K: a state's rows are independent), twice the blocks at half the shared memory, each chunk's
  * chain of loads, scalings and product half as long; gla_out_kh computes A in K tiles (two
  * blocks an SM where gla_out runs one) and stores it, and the backward's gla_dv_a reads it
@@ -526,6 +528,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
  * dg in shared memory, adding it by one tile store (the default's 64 dependent global
  * read-modify-writes a column). */
 #define GLA_BK 64   /* rows of a K tile in the fast serial passes */
+#define GLA_LOG2E 1.4426950408889634f   /* G in the fast form is in base 2: every factor an exp2f */
 #ifndef GLA_KT_BLOCKS
 #define GLA_KT_BLOCKS 3   /* their blocks an SM (80 registers; 4 spill ~350 bytes): 53 KB (state), 62 KB (dstate) at C = 64 */
 #endif
@@ -543,7 +546,7 @@ __global__ void __launch_bounds__(128) gla_cumsum_kernel(rec_prob p, float *gc)
 #pragma unroll
         for (int t = 0; t < C; t++) {
             run += x[t];
-            if (t < cp.nval) gc[base + t * rs + cc] = run;
+            if (t < cp.nval) gc[base + t * rs + cc] = run * GLA_LOG2E;
         }
     }
 }
@@ -604,8 +607,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
                         false, p.vec);
         rec_sync();
         const float *GL = G + (nval - 1) * LDB;
-        REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= expf(GL[cc] - G[t * LDB + cc]);
-        REC_FOR2D(kt.mt, BV, i, j) Hs[i * LDV + j] *= expf(GL[i]);
+        REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= exp2f(GL[cc] - G[t * LDB + cc]);
+        REC_FOR2D(kt.mt, BV, i, j) Hs[i * LDV + j] *= exp2f(GL[i]);
         __syncthreads();
         rec_mm<true, false, BF>(p, Hs, LDV, Ks, LDB, Vs, LDV, kt.mt, BV, C, 1.f, true);
     }
@@ -650,8 +653,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         }
         __syncthreads();
         const float *GL = G + (nval - 1) * LDB;
-        REC_FOR2D(C, kt.mt, t, cc) Qs[t * LDB + cc] *= p.scale * expf(G[t * LDB + cc]);
-        REC_FOR2D(kt.mt, BV, i, j) dH[i * LDV + j] *= expf(GL[i]);
+        REC_FOR2D(C, kt.mt, t, cc) Qs[t * LDB + cc] *= p.scale * exp2f(G[t * LDB + cc]);
+        REC_FOR2D(kt.mt, BV, i, j) dH[i * LDV + j] *= exp2f(GL[i]);
         __syncthreads();
         rec_mm<true, false, BF>(p, dH, LDV, Qs, LDB, dOs, LDV, kt.mt, BV, C, 1.f, true);
     }
@@ -694,7 +697,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_ld_tile(A, LDC, C, C, A_in + ((long long)c * H + h) * C * C, C, C, C, true);
     rec_sync();
     const float *GL = G + (cp.nval - 1) * LDK;   /* rows past nval: K zero, G zero (factors e^{G_L} <= 1) */
-    REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= expf(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
+    REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= exp2f(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
     __syncthreads();   /* G read: its room is the V loop's */
     float *dSs = sm + s.U, *dOs = dSs + Kp * LDV, *Vs = dOs + C * LDV, *DV = Vs + C * LDV;
     for (int v0 = 0; v0 < V; v0 += BV) {
@@ -743,13 +746,13 @@ __device__ void gla_scores_tile(const rec_prob &p, float *A, float *QE, float *Q
     const gla_ld l = gla_ld_of(p);
     const int C = l.C, LDC = l.LDC, LDK = l.LDK, LDB = GLA_BK + 4, warp = threadIdx.x >> 5;
     gla_pairs_by_thread(A, LDC, C, Qh, Kh, Gh, LDB, mt);
-    REC_FOR2D(C, mt, t, cc) QE[t * LDK + k0 + cc] = Qh[t * LDB + cc] * expf(Gh[t * LDB + cc]);
+    REC_FOR2D(C, mt, t, cc) QE[t * LDK + k0 + cc] = Qh[t * LDB + cc] * exp2f(Gh[t * LDB + cc]);
     __syncthreads();   /* the pairs read Q and K as loaded */
-    REC_FOR2D(C, mt, t, cc) Qh[t * LDB + cc] *= expf(Gh[t * LDB + cc] - Gh[(t & ~(GLA_SUB - 1)) * LDB + cc]);
+    REC_FOR2D(C, mt, t, cc) Qh[t * LDB + cc] *= exp2f(Gh[t * LDB + cc] - Gh[(t & ~(GLA_SUB - 1)) * LDB + cc]);
     for (int r = GLA_SUB; r < C; r += GLA_SUB) {
         REC_FOR2D(r, mt, i, cc) {
             const float gr = Gh[r * LDB + cc];
-            Kh[i * LDB + cc] *= expf(gr - Gh[(i < r - GLA_SUB ? r - GLA_SUB : i) * LDB + cc]);
+            Kh[i * LDB + cc] *= exp2f(gr - Gh[(i < r - GLA_SUB ? r - GLA_SUB : i) * LDB + cc]);
         }
         __syncthreads();
         for (int b = warp; b < r / GLA_SUB; b += PR_REC_WARPS)
@@ -859,10 +862,10 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
         rec_sync();
     }
-    REC_FOR2D(C, mt, t, cc) DX[t * LDB + cc] *= p.scale * expf(G[sub_first(t) * LDB + cc]);
+    REC_FOR2D(C, mt, t, cc) DX[t * LDB + cc] *= p.scale * exp2f(G[sub_first(t) * LDB + cc]);
     for (int r = GLA_SUB; r < C; r += GLA_SUB) {
         REC_FOR2D(r, mt, i, cc)   /* K's rows before r -> K o e^{G_r - G} */
-        Kt[i * LDB + cc] *= expf(G[r * LDB + cc] - G[(i < r - GLA_SUB ? r - GLA_SUB : i) * LDB + cc]);
+        Kt[i * LDB + cc] *= exp2f(G[r * LDB + cc] - G[(i < r - GLA_SUB ? r - GLA_SUB : i) * LDB + cc]);
         __syncthreads();
         for (int cb = warp; cb < mt / 16; cb += PR_REC_WARPS)
             gla_blk16<false, false, BF>(p, DX, LDB, dA, LDC, Kt, LDB, r, cb * 16, r, 1.f, true);
@@ -872,8 +875,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_sync();
     REC_FOR2D(C, mt, t, cc) {
         const float gt = G[t * LDB + cc];
-        float x = DX[t * LDB + cc] * expf(gt - G[sub_first(t) * LDB + cc]);
-        for (int i = sub_first(t); i <= t; i++) x = fmaf(dA[t * LDC + i] * Kt[i * LDB + cc], expf(gt - G[i * LDB + cc]), x);
+        float x = DX[t * LDB + cc] * exp2f(gt - G[sub_first(t) * LDB + cc]);
+        for (int i = sub_first(t); i <= t; i++) x = fmaf(dA[t * LDC + i] * Kt[i * LDB + cc], exp2f(gt - G[i * LDB + cc]), x);
         DX[t * LDB + cc] = x;
         DG[t * LDB + cc] = Q[t * LDB + cc] * x;
     }
@@ -892,12 +895,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     rec_sync();
     const float *GL = G + (C - 1) * LDB;
-    REC_FOR2D(C, mt, i, cc) DX[i * LDB + cc] *= expf(GL[cc] - G[sub_last(i) * LDB + cc]);
+    REC_FOR2D(C, mt, i, cc) DX[i * LDB + cc] *= exp2f(GL[cc] - G[sub_last(i) * LDB + cc]);
     for (int b = C / GLA_SUB - 2; b >= 0; b--) {
         const int e = b * GLA_SUB + GLA_SUB - 1, t0 = e + 1;
         REC_FOR2D(C - t0, mt, u, cc) {   /* Q's rows t0.. -> Q o e^{G - G_e} */
             const int t = t0 + u;
-            Q[t * LDB + cc] *= expf(G[(u < GLA_SUB ? t : e + GLA_SUB) * LDB + cc] - G[e * LDB + cc]);
+            Q[t * LDB + cc] *= exp2f(G[(u < GLA_SUB ? t : e + GLA_SUB) * LDB + cc] - G[e * LDB + cc]);
         }
         __syncthreads();
         for (int cb = warp; cb < mt / 16; cb += PR_REC_WARPS)
@@ -909,8 +912,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_sync();
     REC_FOR2D(C, mt, i, cc) {
         const float gi = G[i * LDB + cc];
-        float x = DX[i * LDB + cc] * expf(G[sub_last(i) * LDB + cc] - gi);
-        for (int t = i; t <= sub_last(i); t++) x = fmaf(dA[t * LDC + i] * Q[t * LDB + cc], expf(G[t * LDB + cc] - gi), x);
+        float x = DX[i * LDB + cc] * exp2f(G[sub_last(i) * LDB + cc] - gi);
+        for (int t = i; t <= sub_last(i); t++) x = fmaf(dA[t * LDC + i] * Q[t * LDB + cc], exp2f(G[t * LDB + cc] - gi), x);
         DX[i * LDB + cc] = x;
         DG[i * LDB + cc] -= Kt[i * LDB + cc] * x;
     }
