@@ -14,7 +14,8 @@
  * per-token form and chunks of 32 and 64 (each in fp32 and TF32), T not
  * a multiple of the chunk, K != V, V not a multiple of 4, L = 0, 1, 2, 3,
  * packed sequences with a state each; each chunked case is run twice and
- * must agree bit for bit. test_bf16_mma: the same against the bf16 wgmma
+ * must agree bit for bit; gla also through its fast kernels (force.gla_fast;
+ * chunks of 64 with TF32, of 32 with fp32). test_bf16_mma: the same against the bf16 wgmma
  * products of force.bf16_mma (its bound and why there). Every test skips
  * without a GPU.
  */
@@ -164,15 +165,21 @@ static double *rounded(pr_ctx *ctx, const double *v, int64_t n, pr_dtype dt)
 
 /* forward and backward (tests/test_recurrence_util.h); o keeps the inputs'
  * dtype, ht is f32 for bf16 data, and every grad has its input's dtype */
-static rec_out run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu, const double *dout,
-                   const double *dht)
+static rec_out run_forced(pr_ctx *ctx, pr_rule rule, int chunk, pr_rec_force force, pr_tensor *const *in,
+                          pr_tensor *cu, const double *dout, const double *dht)
 {
-    rec_out r = rec_run_seeded(ctx, rule, chunk, in, cu, dout, dht);
+    const pr_recurrence_opts opt = {.rule = rule, .chunk = chunk, .force = force};
+    rec_out r = rec_run_seeded_opts(ctx, &opt, in, cu, dout, dht);
     assert_int_equal(r.dt_o, in[0]->dtype);
     assert_int_equal(r.dt_ht, in[0]->dtype == PR_BF16 ? PR_F32 : in[0]->dtype);
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) assert_int_equal(in[i]->grad->dtype, in[i]->dtype);
     return r;
+}
+static rec_out run(pr_ctx *ctx, pr_rule rule, int chunk, pr_tensor *const *in, pr_tensor *cu, const double *dout,
+                   const double *dht)
+{
+    return run_forced(ctx, rule, chunk, (pr_rec_force){0}, in, cu, dout, dht);
 }
 
 /* one rule, one case, every form; returns the number of failures */
@@ -197,18 +204,22 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
     double *dout = rounded(ctx, dout_raw, c->B * c->T * c->H * c->V, PR_BF16);
     double *dht = rounded(ctx, dht_raw, N * c->H * c->K * c->V, PR_F32);
     rec_out ref = run(ctx, rule, 0, ref_in, cu, dout, dht);
-    struct { int chunk, tf32; double tol; const char *form; } forms[] = {
-        {0, 0, 4.2e-3, "token"}, {64, 0, 4.2e-3, "chunk64/fp32"}, {64, 1, 8e-3, "chunk64/tf32"},
-        {32, 0, 4.2e-3, "chunk32/fp32"}, {32, 1, 8e-3, "chunk32/tf32"},
+    /* fast: gla's fast chunked kernels (force.gla_fast), for gla only */
+    struct { int chunk, tf32; double tol; const char *form; bool fast; } forms[] = {
+        {0, 0, 4.2e-3, "token", false}, {64, 0, 4.2e-3, "chunk64/fp32", false}, {64, 1, 8e-3, "chunk64/tf32", false},
+        {32, 0, 4.2e-3, "chunk32/fp32", false}, {32, 1, 8e-3, "chunk32/tf32", false},
+        {64, 1, 8e-3, "chunk64/tf32/gla_fast", true}, {32, 0, 4.2e-3, "chunk32/fp32/gla_fast", true},
     };
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        if (forms[f].fast && rule != PR_RULE_GLA) continue;
+        const pr_rec_force force = {.gla_fast = forms[f].fast ? PR_REC_ON : PR_REC_PLANNED};
         char what[96];
         snprintf(what, sizeof what, "%s %s %s", pr_rule_name(rule), c->name, forms[f].form);
         ctx->matmul_tf32 = forms[f].tf32;
         /* a size the CUDA kernels refuse (shared memory) is a named limit, tested in
          * test_cuda_recurrence; here it only means this form has nothing to check */
-        const pr_recurrence_opts popt = {.rule = rule, .chunk = forms[f].chunk, .tf32 = forms[f].tf32};
+        const pr_recurrence_opts popt = {.rule = rule, .chunk = forms[f].chunk, .tf32 = forms[f].tf32, .force = force};
         pr_rec_plan plan;
         char why[256];
         if (!pr_recurrence_plan(&popt, PR_CUDA, N, c->T, c->H, c->K, c->V, L, &plan, why, sizeof why)) {
@@ -217,13 +228,14 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
             if (forms[f].chunk != 64) fails++;
             continue;
         }
-        rec_out got = run(ctx, rule, forms[f].chunk, gpu_in, cu_gpu, dout, dht);
+        assert_true(plan.gla_fast == forms[f].fast);
+        rec_out got = run_forced(ctx, rule, forms[f].chunk, force, gpu_in, cu_gpu, dout, dht);
         const double e = rec_report(what, &got, &ref);
         if (!(e <= forms[f].tol)) {
             fprintf(stderr, "  FAIL %s: worst %.3g > %.1g\n", what, e, forms[f].tol);
             fails++;
         }
-        rec_out again = run(ctx, rule, forms[f].chunk, gpu_in, cu_gpu, dout, dht);
+        rec_out again = run_forced(ctx, rule, forms[f].chunk, force, gpu_in, cu_gpu, dout, dht);
         if (!rec_same_bits(&got, &again)) {
             fprintf(stderr, "  FAIL %s: two runs differ\n", what);
             fails++;
