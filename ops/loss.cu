@@ -122,7 +122,7 @@ static void ce_report_bad_target(const pr_tensor *t, long long ignore, long long
     size_t bytes = pr_nbytes(t);
     void *h = malloc(bytes ? bytes : 1);
     PR_CHECK(h, "cross_entropy: out of host memory");
-    PR_CUDA_CHECK(cudaMemcpy(h, t->data, bytes, cudaMemcpyDeviceToHost));
+    pr_cuda_memcpy(h, t->data, bytes, 0, 1);   /* on the thread's stream (tensor/cuda.cu) */
     for (long long r = 0; r < t->numel; r++) {
         long long v = t->dtype == PR_I64 ? ((const int64_t *)h)[r] : ((const int32_t *)h)[r];
         if (v != ignore && (v < 0 || v >= C)) {

@@ -529,9 +529,16 @@ static void capture_constant(void *dst, const void *src, size_t bytes)
     }
     g_building->constants.push_back(c);
     g_building->constant_sizes.push_back(rounded);
-    /* the legacy stream does not wait for the non-blocking capture stream: this runs now
-     * (c is new, so no other stream's work can touch it) */
-    PR_CUDA_CHECK(cudaMemcpy(c, src, bytes, cudaMemcpyHostToDevice));
+    /* runs now, not in the capture (c is new, so no other stream's work can
+     * touch it). A copy from pageable memory may return before its DMA is
+     * done: on the legacy stream the replay (there too) queues after it; a
+     * thread that replays on its own stream must wait for its copy itself. */
+    if (t_stream) {
+        PR_CUDA_CHECK(cudaMemcpyAsync(c, src, bytes, cudaMemcpyHostToDevice, t_stream));
+        PR_CUDA_CHECK(cudaStreamSynchronize(t_stream));
+    } else {
+        PR_CUDA_CHECK(cudaMemcpy(c, src, bytes, cudaMemcpyHostToDevice));
+    }
     PR_CUDA_CHECK(cudaMemcpyAsync(dst, c, bytes, cudaMemcpyDeviceToDevice, g_capture_stream));
 }
 

@@ -11,11 +11,20 @@
  *   weights are the bits of the same run trained alone on the legacy
  *   stream, and the graph runs really captured (their note says on) while
  *   the other thread launched; each thread's own pool holds nothing once
- *   its runs are freed, and its peak was its own work.
+ *   its runs are freed, and its peak was its own work;
+ * - while a host function holds the legacy stream, a thread with its own
+ *   stream runs eager ops (copies both ways, a cuBLAS product, kernels, a
+ *   sync) and replays a graph, and gets the values it got unheld: none of its
+ *   work went to the legacy stream (it would still be queued there, and the
+ *   reads would return what the memory held before) and none of its waits
+ *   was device-wide (it would have waited out the hold). Bit-equal results
+ *   alone cannot tell streams apart: the legacy stream runs everything too.
  * Exits 77 (skipped) without a GPU.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -210,6 +219,183 @@ static void test_threads_train_as_alone(void **state)
     }
 }
 
+/* ---- the legacy stream held ---------------------------------------------------------- */
+enum { HN = 64, HOLD_S = 20 };
+
+/* a host function on the legacy stream that blocks it until released (or HOLD_S
+ * seconds pass, so a thread that does wait for it costs the test HOLD_S, not a hang) */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool holding, released;
+} legacy_hold;
+
+static legacy_hold the_hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+
+static struct timespec seconds_from_now(int s)
+{
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);   /* the clock pthread_cond_timedwait measures by default */
+    t.tv_sec += s;
+    return t;
+}
+
+static void CUDART_CB hold_legacy(void *arg)
+{
+    legacy_hold *h = arg;
+    struct timespec until = seconds_from_now(HOLD_S);
+    pthread_mutex_lock(&h->mu);
+    h->holding = true;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->released && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT) continue;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* whether the hold has begun (the legacy stream reached it) within 10 s */
+static bool hold_begun(legacy_hold *h)
+{
+    struct timespec until = seconds_from_now(10);
+    pthread_mutex_lock(&h->mu);
+    while (!h->holding && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT) continue;
+    bool on = h->holding;
+    pthread_mutex_unlock(&h->mu);
+    return on;
+}
+
+static void hold_release(legacy_hold *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->released = true;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* eager: tanh(x x^T) and its sum, read back, the step's memory freed */
+static void held_eager(pr_ctx *ctx, const float *x_host, double *z, double *sum)
+{
+    const int64_t shape[2] = {HN, HN};
+    pr_tensor *x = pr_from_host(ctx->step, PR_F32, PR_CUDA, 2, shape, x_host);
+    pr_tensor *y = pr_tanh(ctx, pr_matmul(ctx, x, x, false, true));
+    pr_tensor *s = pr_sum_all(ctx, y);
+    pr_device_sync(PR_CUDA);
+    pr_to_host_f64(y, z);
+    *sum = pr_item(s);
+    pr_step_reset(ctx);
+}
+
+/* the same product as a graph: x staged into a tensor the graph reads, y where it writes */
+typedef struct {
+    pr_ctx *ctx;
+    pr_arena *keep;
+    pr_tensor *x, *y;
+    pr_cuda_graph *g;
+} held_graph;
+
+static void held_replay(held_graph *hg, const float *x_host, double *y)
+{
+    pr_device_memcpy(hg->x->data, PR_CUDA, x_host, PR_CPU, sizeof(float) * HN * HN);
+    pr_cuda_graph_replay(hg->g);
+    pr_to_host_f64(hg->y, y);
+}
+
+/* what the thread saw: unheld with x1 (want), unheld with x0 (other: what the
+ * memory holds before the held run), held with x1 (got) */
+typedef struct {
+    bool failed, legacy_busy;
+    char msg[600];
+    double seconds;
+    double want[HN * HN], other[HN * HN], got[HN * HN], want_g[HN * HN], other_g[HN * HN], got_g[HN * HN];
+    double want_sum, other_sum, got_sum;
+    size_t current;
+    jmp_buf on_fatal;
+} held_worker;
+
+static _Thread_local held_worker *this_held;
+static void fatal_in_held(const char *msg)
+{
+    (void)msg;
+    longjmp(this_held->on_fatal, 1);
+}
+
+static void *run_held(void *arg)
+{
+    held_worker *w = arg;
+    static float x0[HN * HN], x1[HN * HN];
+    for (int i = 0; i < HN * HN; i++) {
+        x0[i] = (float)(i * 37 % 101 - 50) / 256.0f;
+        x1[i] = (float)(i * 53 % 97 - 48) / 256.0f;
+    }
+    this_held = w;
+    pr_set_error_handler(fatal_in_held);
+    if (setjmp(w->on_fatal)) {
+        hold_release(&the_hold);
+        w->failed = true;
+        snprintf(w->msg, sizeof w->msg, "fatal: %s", pr_last_error());
+        pr_set_error_handler(NULL);
+        return NULL;
+    }
+    pr_device_thread_begin(PR_CUDA);
+    pr_ctx *ctx = pr_ctx_new(0);
+    const int64_t shape[2] = {HN, HN};
+    held_graph hg = {.ctx = pr_ctx_new(0), .keep = pr_arena_new("held", 0)};
+    hg.x = pr_zeros(hg.keep, PR_F32, PR_CUDA, 2, shape);
+    pr_cuda_graph_begin();
+    hg.y = pr_tanh(hg.ctx, pr_matmul(hg.ctx, hg.x, hg.x, false, true));
+    char why[256];
+    if (pr_cuda_graph_end(&hg.g, why, sizeof why)) pr_fatal("the graph was not captured: %s", why);
+    /* unheld: every kernel loaded and every block cached, so the held run needs no
+     * cudaMalloc or module load (either may wait for the whole device); x0 last */
+    held_eager(ctx, x1, w->want, &w->want_sum);
+    held_replay(&hg, x1, w->want_g);
+    held_eager(ctx, x0, w->other, &w->other_sum);
+    held_replay(&hg, x0, w->other_g);
+    PR_CUDA_CHECK(cudaLaunchHostFunc(cudaStreamLegacy, hold_legacy, &the_hold));
+    if (!hold_begun(&the_hold)) pr_fatal("the host function never began holding the legacy stream");
+    double t0 = pr_now_s();
+    held_eager(ctx, x1, w->got, &w->got_sum);
+    held_replay(&hg, x1, w->got_g);
+    pr_device_sync(PR_CUDA);
+    w->seconds = pr_now_s() - t0;
+    w->legacy_busy = cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady;
+    hold_release(&the_hold);
+    PR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    pr_cuda_graph_free(hg.g);
+    pr_ctx_free(hg.ctx);
+    pr_arena_free(hg.keep);
+    pr_ctx_free(ctx);
+    pr_cuda_mem_stats(&w->current, NULL, NULL);
+    pr_device_thread_end(PR_CUDA);
+    pr_set_error_handler(NULL);
+    return NULL;
+}
+
+static void test_own_stream_never_waits_for_the_legacy_one(void **state)
+{
+    (void)state;
+    static held_worker w;   /* large, and a jmp_buf: off the stack */
+    pthread_t tid;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)64 << 20);
+    assert_int_equal(pthread_create(&tid, &attr, run_held, &w), 0);
+    pthread_join(tid, NULL);
+    pthread_attr_destroy(&attr);
+    PR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));   /* the hold is over before the_hold goes */
+    if (w.failed) fail_msg("%s", w.msg);
+    /* the inputs give results the stale memory cannot pass for */
+    assert_memory_not_equal(w.want, w.other, sizeof w.want);
+    assert_memory_not_equal(w.want_g, w.other_g, sizeof w.want_g);
+    if (!w.legacy_busy || w.seconds > HOLD_S / 2)
+        fail_msg("the thread's work took %.1f s and the legacy stream was %s at its end: it waited for the legacy "
+                 "stream (a device-wide sync, or work queued there)", w.seconds, w.legacy_busy ? "held" : "free");
+    if (memcmp(w.got, w.want, sizeof w.want) || w.got_sum != w.want_sum)
+        fail_msg("eager ops under the hold read back other values (sum %.9g, unheld %.9g, stale %.9g): some of "
+                 "them ran on the legacy stream", w.got_sum, w.want_sum, w.other_sum);
+    if (memcmp(w.got_g, w.want_g, sizeof w.want_g))
+        fail_msg("the graph replayed under the hold read back other values: it ran on the legacy stream");
+    assert_int_equal(w.current, 0);
+}
+
 static int make_root(void **state)
 {
     (void)state;
@@ -231,6 +417,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_thread_has_its_own_stream),
         cmocka_unit_test(test_threads_train_as_alone),
+        cmocka_unit_test(test_own_stream_never_waits_for_the_legacy_one),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));
 }
