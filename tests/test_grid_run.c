@@ -8,8 +8,8 @@
  *   a cell whose result is lost continues from its checkpoint and gives the
  *   same value; the dry run says which cells are done, to resume or new;
  * - two worker processes, each set up by the caller's hook, give the table
- *   one process gives; two worker threads give every cell's metrics and
- *   per-step losses bit for bit as one job does;
+ *   one process gives; two worker threads, training side by side, give
+ *   every cell's metrics and per-step losses bit for bit as one job does;
  * - a cell that cannot run is counted as failed, the others still run (with
  *   one job and with worker threads); a fatal error in a worker thread
  *   stops that thread alone;
@@ -17,10 +17,12 @@
  */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lab/lab.h"
@@ -136,6 +138,25 @@ static void mark_worker(void *user, int worker, int jobs)
     if (fd >= 0) close(fd);
 }
 
+/* the hook of worker threads: marks, then waits (10 s at most) until every
+ * worker has, so the threads train their first cells at the same time */
+static pthread_mutex_t met_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t met_cv = PTHREAD_COND_INITIALIZER;
+static int met;
+
+static void meet_worker(void *user, int worker, int jobs)
+{
+    mark_worker(user, worker, jobs);
+    struct timespec until;
+    timespec_get(&until, TIME_UTC);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&met_lock);
+    met++;
+    pthread_cond_broadcast(&met_cv);
+    while (met < jobs && pthread_cond_timedwait(&met_cv, &met_lock, &until) == 0) continue;
+    pthread_mutex_unlock(&met_lock);
+}
+
 static void test_workers_give_the_same_table(void **state)
 {
     (void)state;
@@ -182,9 +203,10 @@ static void test_threads_give_the_same_bits(void **state)
     assert_int_equal(pr_make_dirs(dir2, &(pr_err){0}), 0);
     pr_grid_tally n;
     assert_int_equal(pr_grid_run(&p1, &(pr_grid_exec){.dev = PR_CPU, .jobs = 1}, &n), 0);
-    pr_grid_exec two = {.dev = PR_CPU, .jobs = 2, .threads = true, .worker_setup = mark_worker, .user = dir2};
+    pr_grid_exec two = {.dev = PR_CPU, .jobs = 2, .threads = true, .worker_setup = meet_worker, .user = dir2};
     assert_int_equal(pr_grid_run(&p2, &two, &n), 0);
     assert_int_equal(n.ran, 4), assert_int_equal(n.failed, 0);
+    assert_int_equal(met, 2);   /* both threads met, so two cells trained at once */
     for (int j = 0; j < 2; j++) {
         snprintf(path, sizeof path, "%s/worker-%d-of-2", dir2, j);
         assert_int_equal(access(path, F_OK), 0);
