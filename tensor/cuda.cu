@@ -415,8 +415,34 @@ extern "C" pr_cuda_state *pr_cuda_state_new(void)
  * every context it runs, bound to its stream: a grid's cells come and go in
  * a thread, and creating and destroying a handle per cell would allocate
  * and free device memory (cudaFree waits for the whole device) while other
- * threads capture graphs. Made on first use, destroyed by pr_cuda_thread_end. */
+ * threads capture graphs. Made on first use (or taken from a thread that
+ * ended); pr_cuda_thread_end leaves it for the next thread instead of
+ * destroying it, as cublasDestroy synchronizes the whole device (cuBLAS's
+ * documentation), which would wait for every other thread's kernels and is
+ * refused while another thread captures a graph. */
 static thread_local pr_cuda_state t_blas;
+static std::mutex idle_blas_mu;
+static std::vector<pr_cuda_state> idle_blas;   /* handles of ended threads, their streams idle */
+
+/* a handle an ended thread left, into *st (false: none left) */
+static bool take_idle_blas(pr_cuda_state *st)
+{
+    std::lock_guard<std::mutex> g(idle_blas_mu);
+    if (idle_blas.empty()) return false;
+    *st = idle_blas.back();
+    idle_blas.pop_back();
+    return true;
+}
+
+/* the thread's handle, for the next thread; the caller has waited for its stream */
+static void leave_idle_blas(pr_cuda_state *st)
+{
+    if (!st->cublas) return;
+    st->stream_set = false;   /* its stream is about to go: the next user binds its own */
+    std::lock_guard<std::mutex> g(idle_blas_mu);
+    idle_blas.push_back(*st);
+    *st = pr_cuda_state{};
+}
 
 /* The math mode is set from tf32 on every call, so flipping a context's
  * matmul_tf32 takes effect at the next matmul: CUBLAS_TF32_TENSOR_OP_MATH
@@ -426,7 +452,7 @@ static thread_local pr_cuda_state t_blas;
 extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *ctx_state, bool tf32)
 {
     pr_cuda_state *st = t_stream ? &t_blas : ctx_state;
-    if (!st->cublas) {
+    if (!st->cublas && !(st == &t_blas && take_idle_blas(st))) {
         PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
         PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
     }
@@ -705,7 +731,7 @@ extern "C" void pr_cuda_thread_end(void)
     allocator *pool = t_pool;
     t_pool = NULL;
     retire_pool(pool);
-    cublas_state_free(&t_blas);
+    leave_idle_blas(&t_blas);
     if (g_capture_stream) PR_CUDA_CHECK(cudaStreamDestroy(g_capture_stream));
     g_capture_stream = NULL;
     PR_CUDA_CHECK(cudaStreamDestroy(t_stream));

@@ -5,6 +5,8 @@
  * - a thread that begins has a stream of its own, another thread's differs,
  *   and the thread without one keeps the legacy stream; after end the
  *   thread is back on the legacy stream;
+ * - a thread's cuBLAS handle is its own while it runs (another thread's
+ *   differs) and is taken by the next thread once it ends, not destroyed;
  * - two threads each train two probe-sized runs at once (D=16, 2 blocks,
  *   B=32, T=128 on parity, 8 steps; one with train.cuda_graph=on, one off,
  *   each thread its own seed): every run's per-step losses and final
@@ -67,6 +69,39 @@ static void test_each_thread_has_its_own_stream(void **state)
     assert_ptr_not_equal(s[0].own, mine), assert_ptr_not_equal(s[1].own, mine);
     assert_null(s[0].after_end), assert_null(s[1].after_end);
     assert_null(pr_cuda_the_stream());   /* this thread: the legacy stream again */
+}
+
+/* ---- cuBLAS handles ------------------------------------------------------------------ */
+static void *take_handle(void *arg)
+{
+    cublasHandle_t *h = arg;
+    pr_device_thread_begin(PR_CUDA);
+    pr_cuda_state *st = pr_cuda_state_new();
+    *h = pr_cuda_state_cublas(st, false);
+    pr_cuda_ctx_release(st);
+    pr_device_thread_end(PR_CUDA);
+    return NULL;
+}
+
+/* a thread's handle is its own while it runs and is left to the next thread
+ * when it ends, never destroyed (cublasDestroy synchronizes the whole device) */
+static void test_blas_handles_outlive_their_threads(void **state)
+{
+    (void)state;
+    cublasHandle_t other = NULL, later = NULL;
+    pthread_t t;
+    pr_device_thread_begin(PR_CUDA);
+    pr_cuda_state *st = pr_cuda_state_new();
+    cublasHandle_t mine = pr_cuda_state_cublas(st, false);
+    assert_int_equal(pthread_create(&t, NULL, take_handle, &other), 0);
+    pthread_join(t, NULL);
+    pr_cuda_ctx_release(st);
+    pr_device_thread_end(PR_CUDA);
+    assert_int_equal(pthread_create(&t, NULL, take_handle, &later), 0);
+    pthread_join(t, NULL);
+    assert_non_null(mine), assert_non_null(other);
+    assert_ptr_not_equal(mine, other);   /* two threads at once: two handles */
+    assert_ptr_equal(later, mine);       /* the last one left, not a new one */
 }
 
 /* ---- trainings side by side ------------------------------------------------------- */
@@ -416,6 +451,7 @@ int main(void)
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_thread_has_its_own_stream),
+        cmocka_unit_test(test_blas_handles_outlive_their_threads),
         cmocka_unit_test(test_threads_train_as_alone),
         cmocka_unit_test(test_own_stream_never_waits_for_the_legacy_one),
     };
