@@ -371,6 +371,10 @@ static void *run_held(void *arg)
     }
     pr_device_thread_begin(PR_CUDA);
     pr_ctx *ctx = pr_ctx_new(0);
+    /* unheld: every kernel loaded and every block cached, so the held run needs no
+     * cudaMalloc or module load (either may wait for the whole device); eager first,
+     * as the trainer does, so the capture finds the thread's cuBLAS handle made; x0 last */
+    held_eager(ctx, x1, w->want, &w->want_sum);
     const int64_t shape[2] = {HN, HN};
     held_graph hg = {.ctx = pr_ctx_new(0), .keep = pr_arena_new("held", 0)};
     hg.x = pr_zeros(hg.keep, PR_F32, PR_CUDA, 2, shape);
@@ -378,9 +382,6 @@ static void *run_held(void *arg)
     hg.y = pr_tanh(hg.ctx, pr_matmul(hg.ctx, hg.x, hg.x, false, true));
     char why[256];
     if (pr_cuda_graph_end(&hg.g, why, sizeof why)) pr_fatal("the graph was not captured: %s", why);
-    /* unheld: every kernel loaded and every block cached, so the held run needs no
-     * cudaMalloc or module load (either may wait for the whole device); x0 last */
-    held_eager(ctx, x1, w->want, &w->want_sum);
     held_replay(&hg, x1, w->want_g);
     held_eager(ctx, x0, w->other, &w->other_sum);
     held_replay(&hg, x0, w->other_g);
