@@ -393,6 +393,7 @@ static void *run_held(void *arg)
     pr_device_sync(PR_CUDA);
     w->seconds = pr_now_s() - t0;
     w->legacy_busy = cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady;
+    (void)cudaGetLastError();   /* "not ready" is an answer, not an error for the next check to find */
     hold_release(&the_hold);
     PR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     pr_cuda_graph_free(hg.g);
