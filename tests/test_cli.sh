@@ -123,6 +123,12 @@ if [ $cuda = 1 ]; then
     expect 0 "2 cells: 2 run, 0 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --jobs 2 \
         --workers threads --out "$tmp/abl-threads"
     same_file "$tmp/abl/results.json" "$tmp/abl-threads/results.json"
+    # at 4 steps every cell's acc may be 0: the final losses are compared as well
+    expect 0 "2 cells: 0 run, 2 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --metric loss \
+        --out "$tmp/abl"
+    expect 0 "2 cells: 0 run, 2 reused, 0 failed" ablate --grid "$tmp/grid.json" --device cuda --metric loss \
+        --out "$tmp/abl-threads"
+    same_file "$tmp/abl/results-loss.json" "$tmp/abl-threads/results-loss.json"
     expect 0 "device peak MiB" compare --models prism,gdn --task parity --steps 3 --set d_model=8 --set seq_len=16 \
         --device cuda --out "$tmp/cmp"
     expect 0 "| attn |" bench throughput --models prism,gdn,mamba2,ttt_linear,attn --seq-lens 64,128 \
@@ -591,6 +597,9 @@ expect 2 "prism ablate: --jobs wants an integer from 1 to 64, not '0'" ablate --
 expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --jobs 2 --workers threads --out "$tmp/abl3"
 same_file "$tmp/abl/results.csv" "$tmp/abl3/results.csv"
 same_file "$tmp/abl/results.json" "$tmp/abl3/results.json"
+expect 0 "4 cells: 0 run, 4 reused, 0 failed" ablate --grid "$g" --metric loss --out "$tmp/abl"
+expect 0 "4 cells: 0 run, 4 reused, 0 failed" ablate --grid "$g" --metric loss --out "$tmp/abl3"
+same_file "$tmp/abl/results-loss.json" "$tmp/abl3/results-loss.json"
 expect 0 "--workers W" ablate --help
 expect 2 "prism ablate: --workers wants processes or threads, not 'fibers'" ablate --grid "$g" --workers fibers
 # two ablates in one folder: the second is refused, naming the first's pid
