@@ -222,8 +222,10 @@ typedef struct {
      * and pool of device memory (pr_device_thread_begin), so the cells'
      * kernels overlap on one GPU (separate processes only take turns); the
      * cells' results are the same bits either way. A fatal error stops only
-     * its thread, which counts its cell as failed. This process may have
-     * used CUDA already. */
+     * its thread, which counts its cell as failed (a GPU fault breaks the
+     * process's CUDA context, so every thread's next call fails too, where
+     * worker processes would lose one cell). This process may have used
+     * CUDA already. */
     bool threads;
     /* in each worker (process or thread) before its first cell (NULL:
      * nothing); prism ablate gives a worker its GPU or its share of the
