@@ -21,6 +21,7 @@
  *   reads would return what the memory held before) and none of its waits
  *   was device-wide (it would have waited out the hold). Bit-equal results
  *   alone cannot tell streams apart: the legacy stream runs everything too.
+ *   Its pool starts empty while the main thread holds a block of the shared one.
  * Exits 77 (skipped) without a GPU.
  */
 #include <errno.h>
@@ -341,7 +342,7 @@ typedef struct {
     double seconds;
     double want[HN * HN], other[HN * HN], got[HN * HN], want_g[HN * HN], other_g[HN * HN], got_g[HN * HN];
     double want_sum, other_sum, got_sum;
-    size_t current;
+    size_t current, current_at_begin;
     jmp_buf on_fatal;
 } held_worker;
 
@@ -370,6 +371,7 @@ static void *run_held(void *arg)
         return NULL;
     }
     pr_device_thread_begin(PR_CUDA);
+    pr_cuda_mem_stats(&w->current_at_begin, NULL, NULL);   /* its own pool: not the caller's block */
     pr_ctx *ctx = pr_ctx_new(0);
     /* unheld: every kernel loaded and every block cached, so the held run needs no
      * cudaMalloc or module load (either may wait for the whole device); eager first,
@@ -414,11 +416,18 @@ static void test_own_stream_never_waits_for_the_legacy_one(void **state)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)64 << 20);
+    const size_t mine = (size_t)1 << 20;
+    void *held_here = pr_cuda_malloc(mine);   /* in the shared pool, live while the thread runs */
     assert_int_equal(pthread_create(&tid, &attr, run_held, &w), 0);
     pthread_join(tid, NULL);
     pthread_attr_destroy(&attr);
     PR_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));   /* the hold is over before the_hold goes */
+    size_t here = 0;
+    pr_cuda_mem_stats(&here, NULL, NULL);
+    pr_cuda_free(held_here, mine);
     if (w.failed) fail_msg("%s", w.msg);
+    assert_true(here >= mine);
+    assert_int_equal(w.current_at_begin, 0);   /* the thread's pool is not the shared one */
     /* the inputs give results the stale memory cannot pass for */
     assert_memory_not_equal(w.want, w.other, sizeof w.want);
     assert_memory_not_equal(w.want_g, w.other_g, sizeof w.want_g);
