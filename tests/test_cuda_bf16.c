@@ -507,7 +507,8 @@ static const int64_t cu_mma[] = {0, 1, 65, 130};
  * T not a multiple of C, h0 and ht, packed sequences (cu_seqlens, one of a
  * single token); each rule without beta (linattn, ssd) and with (delta,
  * gdn). Each run is repeated (the same bits), and the switch must change
- * o's bits (it ran). */
+ * o's bits (the output's bf16 form ran) and dv's (dlocal's: without beta
+ * it is the backward's only pass that changes). */
 static void test_bf16_mma(void **state)
 {
     (void)state;
@@ -617,6 +618,10 @@ static void test_bf16_mma(void **state)
             rec_report("  the default (TF32) vs CPU", &off, &ref);
             if (!memcmp(got.o, off.o, sizeof(double) * (size_t)got.n_o)) {
                 fprintf(stderr, "  FAIL %s: o has the default's bits: the bf16 form did not run\n", what);
+                fails++;
+            }
+            if (!memcmp(got.d[2], off.d[2], sizeof(double) * (size_t)got.n[2])) { /* d[2]: dv (q k v ...) */
+                fprintf(stderr, "  FAIL %s: dv has the default's bits: dlocal's bf16 form did not run\n", what);
                 fails++;
             }
             rec_out_free(&ref), rec_out_free(&got), rec_out_free(&again), rec_out_free(&off);
