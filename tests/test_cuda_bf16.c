@@ -508,7 +508,10 @@ static const int64_t cu_mma[] = {0, 1, 65, 130};
  * single token); each rule without beta (linattn, ssd) and with (delta,
  * gdn). Each run is repeated (the same bits), and the switch must change
  * o's bits (the output's bf16 form ran) and dv's (dlocal's: without beta
- * it is the backward's only pass that changes). */
+ * it is the backward's only pass that changes); ht comes from the state
+ * pass, which the switch leaves alone, and with beta from prep's W and R0,
+ * so its bits must equal the default's without beta and differ with beta
+ * (prep's bf16 form ran). */
 static void test_bf16_mma(void **state)
 {
     (void)state;
@@ -622,6 +625,12 @@ static void test_bf16_mma(void **state)
             }
             if (!memcmp(got.d[2], off.d[2], sizeof(double) * (size_t)got.n[2])) { /* d[2]: dv (q k v ...) */
                 fprintf(stderr, "  FAIL %s: dv has the default's bits: dlocal's bf16 form did not run\n", what);
+                fails++;
+            }
+            const bool ht_same = !memcmp(got.ht, off.ht, sizeof(double) * (size_t)got.n_ht);
+            if (ht_same == pr_rule_has_beta(rule)) {
+                fprintf(stderr, "  FAIL %s: ht %s the default's bits (%s)\n", what, ht_same ? "has" : "differs from",
+                        ht_same ? "prep's bf16 form did not run" : "the switch changed the state pass");
                 fails++;
             }
             rec_out_free(&ref), rec_out_free(&got), rec_out_free(&again), rec_out_free(&off);
