@@ -49,14 +49,6 @@
  */
 #include "ops/recurrence/cuda/gla.cuh"
 
-size_t pr_rec_gla_chunk_smem(const rec_prob &p)
-{
-    if (p.gv) return pr_rec_gv_chunk_smem(p);
-    int most = gla_max(gla_serial_layout(p, false).total, gla_serial_layout(p, true).total);
-    for (int kind = 0; kind < 3; kind++) most = gla_max(most, gla_chunk_layout(p, kind).total);
-    return (size_t)most * 4;
-}
-
 /* ---- gla_state: the chunk-start states, serial over a sequence's chunks ------------------ */
 
 template <bool BF>
@@ -714,6 +706,23 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     __syncthreads();
     rec_st_tile(d.dg + rk * K + k0, rs, nval, nk, DG, LDB, 1.f, true, p.vec);
+}
+
+/* the most shared memory one of the kernels that run takes (the plan compares it with a block's
+ * limit); fast: the fast form's too. Where the default's come near the limit the fast form's are
+ * smaller (C = 64, K = 128: 112 KB against 209 KB), but not at small K (C = 64, K <= 32: 112 KB
+ * against 93 KB), and whichever kernels run must fit */
+size_t pr_rec_gla_chunk_smem(const rec_prob &p, bool fast)
+{
+    if (p.gv) return pr_rec_gv_chunk_smem(p);
+    int most = gla_max(gla_serial_layout(p, false).total, gla_serial_layout(p, true).total);
+    for (int kind = 0; kind < 3; kind++) most = gla_max(most, gla_chunk_layout(p, kind).total);
+    if (fast) {
+        most = gla_max(most, gla_max(gla_kt_layout(p, false).total, gla_kt_layout(p, true).total));
+        most = gla_max(most, gla_max(gla_dva_layout(p).total, gla_okh_layout(p).total));
+        most = gla_max(most, gla_dqkt_layout(p).total);
+    }
+    return (size_t)most * 4;
 }
 
 /* G of the fast form into scratch [rows, H, K] (the caller frees rows * H * K floats) */

@@ -256,7 +256,7 @@ static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chun
         *pl = rec_chunk_plan{};
         pl->C = chunk;
         pl->gla_fast = f.gla_fast == PR_REC_ON;
-        const size_t need = pr_rec_gla_chunk_smem(*p);
+        const size_t need = pr_rec_gla_chunk_smem(*p, pl->gla_fast != 0);
         if (need <= (size_t)rec_dev_attr(0)) return *chunked = true;
         snprintf(why, why_n, "recurrence: gla's CUDA chunks of %d tokens at K = %d need %zu bytes of shared memory, "
                              "more than a block's %d; %s", chunk, p->K, need, rec_dev_attr(0),

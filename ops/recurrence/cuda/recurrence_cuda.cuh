@@ -294,8 +294,9 @@ void pr_rec_gla_token_backward(cudaStream_t s, const rec_prob &p, const rec_grad
 /* gla_chunked.cu: the chunked form of the gla rule, its decay per key
  * (p.gk) or per value channel (p.gv), p.C = 32 or 64. hs [nchunks,H,K,V]: the chunk-start states, written by the forward,
  * read by the backward (with ht). pr_rec_gla_chunk_smem: the most shared
- * memory one of its kernels takes (the plan compares it with the device's). */
-size_t pr_rec_gla_chunk_smem(const rec_prob &p);
+ * memory one of its kernels takes, with fast those of the fast form too (the
+ * plan compares it with the device's). */
+size_t pr_rec_gla_chunk_smem(const rec_prob &p, bool fast);
 /* fast: the per-key decay's fast form (the plan's gla_fast): cumulative decays precomputed, the
  * serial passes in K tiles, dg summed in shared memory, and where A [nchunks,H,C,C] is given the
  * forward stores the chunks' scores there and the backward's gla_dv reads them (NULL: recomputed) */
