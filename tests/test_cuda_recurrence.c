@@ -1041,9 +1041,10 @@ static void test_gla_strong_decay(void **state)
  * and read by gla_dv_a, dg summed in shared memory) on test_gla_strong_decay's cases, and at
  * K = 100, V = 40 (two K tiles, the second of 36 real rows; two V tiles) with a sequence of
  * 200 tokens (chunks of 64 and 32 with a partial last one) beside shorter ones, a batch of
- * two at K = 128, and K = 200 in chunks of 32 (four K tiles, the last of 8 real rows): the same
- * bounds against the CPU's f64, deterministic, the plan asserted to run them; a per-value
- * decay refuses the field naming it. */
+ * two at K = 128, K = 200 in chunks of 32 (four K tiles, the last of 8 real rows), and K = 75,
+ * V = 21 (two K tiles, the second of 11 real rows, with rows not multiples of 4: element-wise
+ * loads and stores at a K tile's offset): the same bounds against the CPU's f64,
+ * deterministic, the plan asserted to run them; a per-value decay refuses the field naming it. */
 static void test_gla_fast(void **state)
 {
     (void)state;
@@ -1054,6 +1055,7 @@ static void test_gla_fast(void **state)
     const rec_case wide = {"ktiles", 1, 263, 2, 100, 40, 0, true, cu_w, 3};
     const rec_case batch = {"batch", 2, 150, 2, 128, 36, 0, true, NULL, 0};
     const rec_case wide_k = {"k200", 1, 100, 2, 200, 24, 0, true, NULL, 0};   /* chunks of 32: K tiles 64, 64, 64, 8 */
+    const rec_case odd_k = {"odd-ktiles", 1, 213, 2, 75, 21, 0, true, cu_o, 5};   /* K tiles 64, 11 */
     int fails = gla_case_forced(&strong, -8, -2, 1901, true);
     fails += gla_case_forced(&odd, -0.5, -0.01, 1902, true);
     fails += gla_case_forced(&odd, -8, -2, 1903, true);
@@ -1061,6 +1063,7 @@ static void test_gla_fast(void **state)
     fails += gla_case_forced(&wide, -0.3, -0.01, 1905, true);
     fails += gla_case_forced(&batch, -3, -0.01, 1906, true);
     fails += gla_case_forced(&wide_k, -8, -2, 1907, true);
+    fails += gla_case_forced(&odd_k, -8, -2, 1908, true);
     assert_int_equal(fails, 0);
     const pr_recurrence_opts gv = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = 64,
                                    .force = {.gla_fast = PR_REC_ON}};
