@@ -26,9 +26,11 @@ GLA, GSA and MoM (issue 43):
 fla runs these layers in their fused-recurrent form up to 64 tokens and in the
 chunked form beyond; --tokens 48 checks the first, --tokens 200 the second.
 Triton rounds a float32 dot's inputs to TF32 by default; this script asks for
-IEEE float32 (TRITON_F32_DEFAULT=ieee) unless --tf32 is given: under TF32 the
-chunked forms of a 2-layer model differ from float64 by ~1e-2 of logits of
-~4 (measured on the H200, 2026-12-05: gla 6.0e-3, gsa 1.0e-2, mom 8.5e-3).
+IEEE float32 (TRITON_F32_DEFAULT=ieee) unless --tf32 is given. Under TF32 the
+chunked forms of a 2-layer model differed from prism's float64 logits (~4)
+by 6.0e-3 (gla), 1.0e-2 (gsa) and 8.5e-3 (mom) on the H200 (2026-12-05):
+the size TF32 rounding would give, far below what a wrong mapping gives;
+an IEEE run is what tells the two apart.
 MoM routes each token to its top-k memories, picked from float32 router
 probabilities on the GPU and float64 ones in prism: a near-tie picked
 differently shows as one position with a large difference while the others
