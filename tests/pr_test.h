@@ -162,6 +162,23 @@ static inline void pr_test_op_example(pr_ctx *ctx, pr_op_id id, uint64_t seed)
 
 /* ctest's "skipped" exit status: CMakeLists.txt gives the CUDA tests
  * SKIP_RETURN_CODE 77, so a machine without a GPU reports them as skipped */
+/* the loss of every logged training step of a run (not eval lines), from
+ * DIR/metrics.jsonl, into loss[0..max); returns how many */
+static inline int pr_test_read_losses(const char *dir, double *loss, int max)
+{
+    char path[300], line[1024];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        const char *l = strstr(line, "\"loss\":");
+        if (l && !strstr(line, "\"eval\"")) loss[n++] = strtod(l + 7, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
 #define PR_TEST_SKIP_CODE 77
 
 /* The first line of a CUDA test binary's main: with no usable GPU (or a

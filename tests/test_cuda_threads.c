@@ -177,27 +177,11 @@ static void *train_two(void *arg)
     return NULL;
 }
 
-/* the loss of every logged training step of a run, from its metrics.jsonl */
-static int read_losses(const char *dir, double *loss, int max)
-{
-    char path[300], line[1024];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    int n = 0;
-    while (n < max && fgets(line, sizeof line, f)) {
-        const char *l = strstr(line, "\"loss\":");
-        if (l && !strstr(line, "\"eval\"")) loss[n++] = strtod(l + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 static void expect_same_run(const char *alone, const char *threaded)
 {
     double a[STEPS], b[STEPS];
-    assert_int_equal(read_losses(alone, a, STEPS), STEPS);
-    assert_int_equal(read_losses(threaded, b, STEPS), STEPS);
+    assert_int_equal(pr_test_read_losses(alone, a, STEPS), STEPS);
+    assert_int_equal(pr_test_read_losses(threaded, b, STEPS), STEPS);
     for (int i = 0; i < STEPS; i++)
         if (a[i] != b[i]) fail_msg("%s: step %d's loss %.17g, alone %.17g", threaded, i + 1, b[i], a[i]);
     char x_path[300], y_path[300];

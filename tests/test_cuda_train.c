@@ -163,22 +163,6 @@ static void test_cuda_resume_bit_identical(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-/* the loss of every logged step of a run, from its metrics.jsonl */
-static int read_losses(const char *dir, double *loss, int max)
-{
-    char path[300], line[1024];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    int n = 0;
-    while (n < max && fgets(line, sizeof line, f)) {
-        const char *l = strstr(line, "\"loss\":");
-        if (l && !strstr(line, "\"eval\"")) loss[n++] = strtod(l + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 static void expect_same_weights(const char *a_dir, const char *b_dir, int64_t step)
 {
     char a[300], b[300];
@@ -215,8 +199,8 @@ static void check_graph_against_eager(pr_config c, pr_train_opts o, const char *
     if (pr_train(&c, &o, graph, false, PR_CUDA, &res, &err)) fail_msg("%s", err.msg);
     if (strncmp(res.graph_note, "on", 2)) fail_msg("%s: the graph did not run: %s", name, res.graph_note);
     double le[8], lg[8];
-    assert_int_equal(read_losses(eager, le, 8), 8);
-    assert_int_equal(read_losses(graph, lg, 8), 8);
+    assert_int_equal(pr_test_read_losses(eager, le, 8), 8);
+    assert_int_equal(pr_test_read_losses(graph, lg, 8), 8);
     for (int i = 0; i < 8; i++)
         if (le[i] != lg[i]) fail_msg("%s: step %d's loss: eager %.17g, graph %.17g", name, i + 1, le[i], lg[i]);
     expect_same_weights(eager, graph, 8);
