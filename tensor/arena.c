@@ -46,9 +46,10 @@ typedef struct pr_devalloc {
 struct pr_arena {
     char name[32];
     size_t capacity;       /* 0 = unbounded */
-    pr_block *blocks;      /* newest first; the last one is kept on reset */
+    pr_block *blocks;      /* newest first; one block is kept on reset */
     pr_devalloc *devallocs;
     size_t used, peak;
+    size_t blocks_made;    /* host blocks allocated so far (tests: a repeated step makes none) */
 };
 
 pr_arena *pr_arena_new(const char *name, size_t capacity)
@@ -89,24 +90,49 @@ void pr_arena_free(pr_arena *a)
     free(a);
 }
 
+static pr_block *new_block(pr_arena *a, size_t size)
+{
+    pr_block *b = calloc(1, sizeof *b);
+    PR_CHECK(b, "arena %s: out of host memory", a->name);
+    b->mem = aligned_alloc(PR_ARENA_ALIGN, size);
+    PR_CHECK(b->mem, "arena %s: out of host memory (%zu bytes)", a->name, size);
+    b->size = size;
+    POISON(b->mem, size);
+    a->blocks_made++;
+    return b;
+}
+
+/* Keeps one block that holds what this round used: when the round spilled
+ * into several blocks they are replaced by one of their summed use, so the
+ * next round of the same allocations (a training step) fits in it. Freeing
+ * the extra blocks every step instead would have the C library return them
+ * to the kernel and the next step fault in fresh zeroed pages again. */
 void pr_arena_reset(pr_arena *a)
 {
     release_device(a);
-    pr_block *keep = a->blocks;
-    while (keep && keep->next) {   /* free all but the oldest block */
-        pr_block *b = keep;
-        keep = keep->next;
-        free_block(b);
+    pr_block *b = a->blocks;
+    if (b && b->next) {
+        size_t total = 0;
+        while (b) {
+            pr_block *next = b->next;
+            total += b->used;
+            free_block(b);
+            b = next;
+        }
+        size_t round = PR_ARENA_BLOCK;   /* whole MiBs, and some room to vary */
+        total += total / 16;
+        b = new_block(a, (total + round - 1) / round * round);
     }
-    if (keep) {
-        keep->used = 0;
-        POISON(keep->mem, keep->size);
+    if (b) {
+        b->used = 0;
+        POISON(b->mem, b->size);
     }
-    a->blocks = keep;
+    a->blocks = b;
     a->used = 0;
 }
 
 size_t pr_arena_used(const pr_arena *a) { return a->used; }
+size_t pr_arena_blocks_made(const pr_arena *a) { return a->blocks_made; }
 size_t pr_arena_peak(const pr_arena *a) { return a->peak; }
 const char *pr_arena_name(const pr_arena *a) { return a->name; }
 
@@ -119,7 +145,10 @@ static void account(pr_arena *a, size_t bytes)
     if (a->used > a->peak) a->peak = a->used;
 }
 
-void *pr_arena_alloc(pr_arena *a, size_t bytes)
+/* Host memory of no set content; builds without NDEBUG fill it with 0xff
+ * bytes, a NaN in every float dtype and -1 in every integer one, so that a
+ * reader that wrongly counts on zeros shows up in the tests. */
+void *pr_arena_alloc_uninit(pr_arena *a, size_t bytes)
 {
     size_t need = (bytes + PR_ARENA_ALIGN - 1) & ~(size_t)(PR_ARENA_ALIGN - 1);
     if (need == 0) need = PR_ARENA_ALIGN;
@@ -128,18 +157,22 @@ void *pr_arena_alloc(pr_arena *a, size_t bytes)
     if (!b || b->used + need > b->size) {
         size_t size = need > PR_ARENA_BLOCK ? need : PR_ARENA_BLOCK;
         if (b && b->size * 2 > size && b->size < (64u << 20)) size = b->size * 2;
-        b = calloc(1, sizeof *b);
-        PR_CHECK(b, "arena %s: out of host memory", a->name);
-        b->mem = aligned_alloc(PR_ARENA_ALIGN, size);
-        PR_CHECK(b->mem, "arena %s: out of host memory (%zu bytes)", a->name, size);
-        b->size = size;
+        b = new_block(a, size);
         b->next = a->blocks;
         a->blocks = b;
-        POISON(b->mem, size);
     }
     void *p = b->mem + b->used;
     b->used += need;
     UNPOISON(p, bytes);
+#ifndef NDEBUG
+    memset(p, 0xff, bytes);
+#endif
+    return p;
+}
+
+void *pr_arena_alloc(pr_arena *a, size_t bytes)
+{
+    void *p = pr_arena_alloc_uninit(a, bytes);
     memset(p, 0, bytes);
     return p;
 }

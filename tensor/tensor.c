@@ -111,14 +111,15 @@ pr_tensor *pr_empty(pr_arena *a, pr_dtype dt, pr_device dev, int ndim, const int
 {
     pr_tensor *t = new_header(a, dt, dev, ndim, shape);
     size_t bytes = pr_nbytes(t);
-    t->data = dev == PR_CPU ? pr_arena_alloc(a, bytes) : pr_arena_alloc_device(a, dev, bytes);
+    t->data = dev == PR_CPU ? pr_arena_alloc_uninit(a, bytes) : pr_arena_alloc_device(a, dev, bytes);
     return t;
 }
 
 pr_tensor *pr_zeros(pr_arena *a, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape)
 {
     pr_tensor *t = pr_empty(a, dt, dev, ndim, shape);
-    if (dev != PR_CPU) pr_device_memset0(dev, t->data, pr_nbytes(t)); /* host blocks come zeroed */
+    if (dev == PR_CPU) memset(t->data, 0, pr_nbytes(t));
+    else pr_device_memset0(dev, t->data, pr_nbytes(t));
     return t;
 }
 

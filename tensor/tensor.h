@@ -90,14 +90,19 @@ const char *pr_shape_str(const pr_tensor *t, char *buf, size_t n);
  * parameters and optimizer state, the step (activations, tape), gradients. */
 pr_arena *pr_arena_new(const char *name, size_t capacity);
 void pr_arena_free(pr_arena *a);              /* NULL ok */
-void pr_arena_reset(pr_arena *a);             /* drop everything, keep the first block */
+void pr_arena_reset(pr_arena *a);             /* drop everything, keep one block of the peak */
 size_t pr_arena_used(const pr_arena *a);      /* bytes handed out, host + device */
 size_t pr_arena_peak(const pr_arena *a);
 const char *pr_arena_name(const pr_arena *a);
+size_t pr_arena_blocks_made(const pr_arena *a); /* host blocks allocated since pr_arena_new */
 void *pr_arena_alloc(pr_arena *a, size_t bytes);  /* host, 64-byte aligned, zeroed */
+/* host, 64-byte aligned, contents undefined (all 0xff bytes, NaN, unless NDEBUG) */
+void *pr_arena_alloc_uninit(pr_arena *a, size_t bytes);
 void *pr_arena_alloc_device(pr_arena *a, pr_device dev, size_t bytes); /* any device, not zeroed */
 
-/* ---- creation ---------------------------------------------------------------- */
+/* ---- creation ----------------------------------------------------------------
+ * pr_empty's data is not initialised: the caller writes every element before
+ * anything reads it (debug builds fill host data with NaN to catch a reader). */
 pr_tensor *pr_empty(pr_arena *a, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape);
 pr_tensor *pr_zeros(pr_arena *a, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape);
 pr_tensor *pr_full(pr_arena *a, pr_dtype dt, pr_device dev, int ndim, const int64_t *shape, double value);

@@ -123,6 +123,42 @@ static void test_arena(void **state)
     pr_arena_free(big);
 }
 
+/* A reset keeps one block that holds the whole round: a second round of the
+ * same allocations (the next training step) makes no new block, so a step
+ * does not map and fault in fresh memory every time. */
+static void test_arena_reset_keeps_the_peak(void **state)
+{
+    (void)state;
+    pr_arena *a = pr_arena_new("steps", 0);
+    for (int step = 0; step < 3; step++) {
+        size_t before = pr_arena_blocks_made(a);
+        for (int i = 0; i < 40; i++) pr_empty(a, PR_F32, PR_CPU, PR_DIMS(1000, 100 + i));
+        if (step == 0) assert_true(pr_arena_blocks_made(a) > 1);   /* it spilled over blocks */
+        if (step > 0) assert_int_equal(pr_arena_blocks_made(a), before);
+        pr_arena_reset(a);
+    }
+    pr_arena_free(a);
+}
+
+/* pr_zeros is zeroed even in a block that held other data; pr_empty is not,
+ * and debug builds fill it with NaN so that a reader counting on zeros fails */
+static void test_empty_and_zeros_contents(void **state)
+{
+    (void)state;
+    pr_arena *a = pr_arena_new("contents", 0);
+    pr_fill_(pr_empty(a, PR_F64, PR_CPU, PR_DIMS(64)), 3.0);
+    pr_arena_reset(a);
+    pr_tensor *z = pr_zeros(a, PR_F64, PR_CPU, PR_DIMS(64));
+    for (int64_t i = 0; i < z->numel; i++) assert_true(pr_get(z, i) == 0.0);
+    pr_tensor *e = pr_empty(a, PR_F32, PR_CPU, PR_DIMS(5));
+#ifndef NDEBUG
+    for (int64_t i = 0; i < e->numel; i++) assert_true(isnan(pr_get(e, i)));
+#else
+    (void)e;
+#endif
+    pr_arena_free(a);
+}
+
 /* Issue 45: under ASan, the bytes after an arena allocation (its padding and
  * the block's unused space) are poisoned, so a write past it is caught; a
  * reset poisons everything again. A child process writing one byte past an
@@ -184,6 +220,8 @@ int main(void)
         cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_rng_deterministic),
         cmocka_unit_test(test_arena),           cmocka_unit_test(test_cpu_only_errors),
         cmocka_unit_test(test_arena_poisoned_under_asan),
+        cmocka_unit_test(test_arena_reset_keeps_the_peak),
+        cmocka_unit_test(test_empty_and_zeros_contents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
