@@ -12,7 +12,6 @@
 typedef struct {
     int nd;
     int64_t shape[PR_MAX_DIMS], sa[PR_MAX_DIMS], sb[PR_MAX_DIMS];
-    bool same;  /* a, b and out all have one shape: offsets are the flat index */
 } pr_bcast;
 
 /* strides of t (row-major) placed into nd output dims, 0 where t's dim is 1 or missing */
@@ -44,23 +43,59 @@ static void bcast_init(const char *op, const pr_tensor *a, const pr_tensor *b, p
     }
     bcast_strides(a, nd, bc->sa);
     bcast_strides(b, nd, bc->sb);
-    bc->same = pr_same_shape(a, b);
 }
 
+/* The same walk over fewer dims: dims of size 1 dropped, and a dim merged
+ * into the next inner one wherever both inputs run on contiguously across
+ * them. Same-shape inputs become one dim; a bias added to rows becomes
+ * [rows, cols]. The innermost stride of each input is then 0 or 1. */
+static void bcast_collapse(pr_bcast *bc)
+{
+    int nd = 0;
+    for (int d = 0; d < bc->nd; d++) {
+        if (bc->shape[d] == 1) continue;
+        if (nd > 0 && bc->sa[nd - 1] == bc->sa[d] * bc->shape[d] && bc->sb[nd - 1] == bc->sb[d] * bc->shape[d]) {
+            bc->shape[nd - 1] *= bc->shape[d];
+            bc->sa[nd - 1] = bc->sa[d];
+            bc->sb[nd - 1] = bc->sb[d];
+            continue;
+        }
+        bc->shape[nd] = bc->shape[d], bc->sa[nd] = bc->sa[d], bc->sb[nd] = bc->sb[d];
+        nd++;
+    }
+    if (nd == 0) bc->shape[0] = 1, bc->sa[0] = bc->sb[0] = 0, nd = 1;   /* one element */
+    bc->nd = nd;
+}
+
+/* the inner run of PR_BCAST_LOOP with a's and b's strides fixed, so that
+ * the compiler can vectorize it */
+#define PR_BCAST_RUN(n, i0, a0, b0, da, db, body)                               \
+    for (int64_t j_ = 0; j_ < (n); j_++) {                                      \
+        const int64_t i = (i0) + j_, ia = (a0) + (da) * j_, ib = (b0) + (db) * j_; \
+        (void)i, (void)ia, (void)ib; /* a grad's body uses two of the three */ \
+        body;                                                                   \
+    }
+
 /* Walks the output in row-major order keeping the offsets ia, ib into a and b:
- * `body` runs for every output element i. */
+ * `body` runs for every output element i, in that order (so a broadcast
+ * input's grad sums its terms in the same order whatever the shapes). The
+ * innermost dim is one tight loop; the outer dims advance once per run. */
 #define PR_BCAST_LOOP(bc, numel, body)                                          \
     do {                                                                        \
-        int64_t idx_[PR_MAX_DIMS] = {0}, ia = 0, ib = 0;                        \
-        for (int64_t i = 0; i < (numel); i++) {                                 \
-            if ((bc)->same) ia = ib = i;                                        \
-            body;                                                               \
-            if ((bc)->same) continue;                                           \
-            for (int d_ = (bc)->nd - 1; d_ >= 0; d_--) {                        \
-                ia += (bc)->sa[d_]; ib += (bc)->sb[d_];                         \
+        const int nd_ = (bc)->nd;                                               \
+        const int64_t n_ = (bc)->shape[nd_ - 1];                                \
+        const int64_t da_ = (bc)->sa[nd_ - 1], db_ = (bc)->sb[nd_ - 1];         \
+        int64_t idx_[PR_MAX_DIMS] = {0}, a0_ = 0, b0_ = 0;                      \
+        for (int64_t i0_ = 0; i0_ < (numel); i0_ += n_) {                       \
+            if (da_ && db_) PR_BCAST_RUN(n_, i0_, a0_, b0_, 1, 1, body)         \
+            else if (da_) PR_BCAST_RUN(n_, i0_, a0_, b0_, 1, 0, body)           \
+            else if (db_) PR_BCAST_RUN(n_, i0_, a0_, b0_, 0, 1, body)           \
+            else PR_BCAST_RUN(n_, i0_, a0_, b0_, 0, 0, body)                    \
+            for (int d_ = nd_ - 2; d_ >= 0; d_--) {                             \
+                a0_ += (bc)->sa[d_]; b0_ += (bc)->sb[d_];                       \
                 if (++idx_[d_] < (bc)->shape[d_]) break;                        \
-                ia -= (bc)->sa[d_] * (bc)->shape[d_];                           \
-                ib -= (bc)->sb[d_] * (bc)->shape[d_];                           \
+                a0_ -= (bc)->sa[d_] * (bc)->shape[d_];                          \
+                b0_ -= (bc)->sb[d_] * (bc)->shape[d_];                          \
                 idx_[d_] = 0;                                                   \
             }                                                                   \
         }                                                                       \
@@ -109,6 +144,7 @@ static void binary_forward(pr_node *n, binop op)
     pr_tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
     pr_bcast bc;
     bcast_init("binary", a, b, &bc);
+    bcast_collapse(&bc);
     PR_FLOAT_SWITCH(a->dtype, T, {
         const T *pa = a->data, *pb = b->data;
         T *po = out->data;
@@ -128,6 +164,7 @@ static void binary_backward(pr_node *n, binop op)
     pr_tensor *ga = pr_in_grad(n, 0), *gb = pr_in_grad(n, 1);
     pr_bcast bc;
     bcast_init("binary", a, b, &bc);
+    bcast_collapse(&bc);
     PR_FLOAT_SWITCH(a->dtype, T, {
         const T *pa = a->data, *pb = b->data, *g = out->grad->data;
         T *da = ga ? ga->data : NULL, *db = gb ? gb->data : NULL;

@@ -100,6 +100,59 @@ static void test_broadcast_outer_and_scalar(void **state)
     assert_values("div", q, (double[]){2.5, 5, 7.5}, 0);
 }
 
+/* offset into t (shape tshape, tnd dims) of output element i (shape oshape, ond dims) */
+static int64_t bcast_offset(int64_t i, int ond, const int64_t *oshape, int tnd, const int64_t *tshape)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = ond - 1; d >= 0; d--) {
+        int64_t c = i % oshape[d];
+        i /= oshape[d];
+        int td = d - (ond - tnd);
+        if (td < 0) continue;
+        if (tshape[td] != 1) off += c * stride;
+        stride *= tshape[td];
+    }
+    return off;
+}
+
+/* mul over shape pairs that take each path of the broadcast walk (same
+ * shape, a bias row, a column, both broadcast, size-1 dims in the middle, a
+ * 0-dim scalar) against an element-by-element reference; the grads of
+ * sum(a*b*w) too */
+static void test_broadcast_shapes(void **state)
+{
+    pr_ctx *ctx = *state;
+    static const struct { int na, nb; int64_t a[4], b[4]; } cases[] = {
+        {3, 3, {2, 3, 4}, {2, 3, 4}}, {3, 1, {2, 3, 4}, {4}},        {3, 2, {2, 3, 4}, {3, 1}},
+        {3, 3, {2, 1, 4}, {2, 3, 1}}, {1, 1, {5}, {1}},              {0, 2, {0}, {2, 3}},
+        {4, 4, {2, 1, 3, 1}, {1, 4, 3, 5}}, {3, 3, {1, 1, 6}, {2, 3, 1}}, {2, 3, {1, 7}, {3, 2, 7}},
+    };
+    pr_rng rng = pr_rng_init(7, 0), *r = &rng;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pr_tensor *a = pr_randn(ctx->step, PR_F64, PR_CPU, cases[c].na, cases[c].a, r);
+        pr_tensor *b = pr_randn(ctx->step, PR_F64, PR_CPU, cases[c].nb, cases[c].b, r);
+        a->requires_grad = b->requires_grad = true;
+        pr_tensor *y = pr_mul(ctx, a, b);
+        pr_tensor *w = pr_randn(ctx->step, PR_F64, PR_CPU, y->ndim, y->shape, r);
+        pr_backward(ctx, pr_sum_all(ctx, pr_mul(ctx, y, w)));
+        const double *av = a->data, *bv = b->data, *wv = w->data;
+        double *ref = calloc((size_t)y->numel, sizeof *ref);
+        double *ga = calloc((size_t)a->numel, sizeof *ga), *gb = calloc((size_t)b->numel, sizeof *gb);
+        for (int64_t i = 0; i < y->numel; i++) {
+            int64_t ia = bcast_offset(i, y->ndim, y->shape, a->ndim, a->shape);
+            int64_t ib = bcast_offset(i, y->ndim, y->shape, b->ndim, b->shape);
+            ref[i] = av[ia] * bv[ib];
+            ga[ia] += wv[i] * bv[ib];
+            gb[ib] += wv[i] * av[ia];
+        }
+        assert_values("mul", y, ref, 0);
+        assert_values("mul da", a->grad, ga, 1e-14);
+        assert_values("mul db", b->grad, gb, 1e-14);
+        free(ref), free(ga), free(gb);
+        pr_step_reset(ctx);
+    }
+}
+
 /* a scalar denominator's grad sums every element's: d/ds sum(x/s) = -sum(x)/s^2 */
 static void test_div_scalar_grad(void **state)
 {
@@ -415,6 +468,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_broadcast_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broadcast_outer_and_scalar, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broadcast_shapes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_div_scalar_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reduce_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_softmax_values, setup, teardown),
