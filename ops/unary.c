@@ -16,7 +16,7 @@
 
 static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
-static double unary_f(pr_op_id op, double x, double s)
+static inline double unary_f(pr_op_id op, double x, double s)
 {
     switch (op) {
     case PR_OP_scale: return s * x;
@@ -37,7 +37,7 @@ static double unary_f(pr_op_id op, double x, double s)
 }
 
 /* dy/dx given x and y = f(x) */
-static double unary_df(pr_op_id op, double x, double y, double s)
+static inline double unary_df(pr_op_id op, double x, double y, double s)
 {
     switch (op) {
     case PR_OP_scale: return s;
@@ -83,16 +83,38 @@ static pr_tensor *unary(pr_ctx *ctx, pr_op_id op, pr_tensor *x, double s)
     return pr_op_apply(ctx, &n);
 }
 
+/* One loop per op, so that f (inlined with the op a constant) is chosen once
+ * per tensor rather than once per element. */
+#define UNARY_CASES(LOOP)                                                                       \
+    switch (op) {                                                                               \
+    case PR_OP_scale: LOOP(PR_OP_scale); break;                                                 \
+    case PR_OP_neg: LOOP(PR_OP_neg); break;                                                     \
+    case PR_OP_exp: LOOP(PR_OP_exp); break;                                                     \
+    case PR_OP_log: LOOP(PR_OP_log); break;                                                     \
+    case PR_OP_sqrt: LOOP(PR_OP_sqrt); break;                                                   \
+    case PR_OP_sigmoid: LOOP(PR_OP_sigmoid); break;                                             \
+    case PR_OP_logsigmoid: LOOP(PR_OP_logsigmoid); break;                                       \
+    case PR_OP_tanh: LOOP(PR_OP_tanh); break;                                                   \
+    case PR_OP_relu: LOOP(PR_OP_relu); break;                                                   \
+    case PR_OP_silu: LOOP(PR_OP_silu); break;                                                   \
+    case PR_OP_gelu: LOOP(PR_OP_gelu); break;                                                   \
+    case PR_OP_gelu_tanh: LOOP(PR_OP_gelu_tanh); break;                                         \
+    case PR_OP_softplus: LOOP(PR_OP_softplus); break;                                           \
+    default: pr_fatal("unary: op %d is not unary", (int)op);                                    \
+    }
+
 static void unary_forward_cpu(pr_node *n)
 {
     pr_op_id op = pr_node_op(n);
     double s = n->farg[0];
     int64_t N = n->in[0]->numel;
+#define FORWARD(OP) for (int64_t i = 0; i < N; i++) y[i] = (T)unary_f(OP, x[i], s)
     PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
         const T *x = n->in[0]->data;
         T *y = n->out[0]->data;
-        for (int64_t i = 0; i < N; i++) y[i] = (T)unary_f(op, x[i], s);
+        UNARY_CASES(FORWARD);
     });
+#undef FORWARD
 }
 
 static void unary_backward_cpu(pr_node *n)
@@ -102,11 +124,13 @@ static void unary_backward_cpu(pr_node *n)
     pr_op_id op = pr_node_op(n);
     double s = n->farg[0];
     int64_t N = n->in[0]->numel;
+#define BACKWARD(OP) for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * unary_df(OP, x[i], y[i], s))
     PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
         const T *x = n->in[0]->data, *y = n->out[0]->data, *dy = n->out[0]->grad->data;
         T *g = dx->data;
-        for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * unary_df(op, x[i], y[i], s));
+        UNARY_CASES(BACKWARD);
     });
+#undef BACKWARD
 }
 
 static pr_tensor *unary_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)

@@ -226,9 +226,22 @@ void pr_set(pr_tensor *t, int64_t i, double v)
 
 /* ---- copies ----------------------------------------------------------------------------- */
 
-/* dtype conversion on the host; integers convert exactly through int64 */
+/* dtype conversion on the host; integers convert exactly through int64.
+ * f32 <-> f64 (the CPU ops' promotions to double and back) in plain loops. */
 static void convert_host(void *dst, pr_dtype ddt, const void *src, pr_dtype sdt, int64_t n)
 {
+    if (sdt == PR_F32 && ddt == PR_F64) {
+        const float *s = src;
+        double *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = s[i];
+        return;
+    }
+    if (sdt == PR_F64 && ddt == PR_F32) {
+        const double *s = src;
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];
+        return;
+    }
     pr_tensor d = {.dtype = ddt, .device = PR_CPU, .data = dst};
     pr_tensor s = {.dtype = sdt, .device = PR_CPU, .data = (void *)src};
     bool ints = (ddt == PR_I64 || ddt == PR_I32) && (sdt == PR_I64 || sdt == PR_I32);
@@ -246,7 +259,11 @@ void pr_copy_(pr_tensor *dst, const pr_tensor *src)
         pr_device_memcpy(dst->data, dst->device, src->data, src->device, pr_nbytes(src));
         return;
     }
-    /* dtype change: through the host */
+    if (dst->device == PR_CPU && src->device == PR_CPU) {
+        convert_host(dst->data, dst->dtype, src->data, src->dtype, src->numel);
+        return;
+    }
+    /* dtype change across devices: through the host */
     size_t sbytes = pr_nbytes(src), dbytes = pr_nbytes(dst);
     void *s = malloc(sbytes ? sbytes : 1), *d = malloc(dbytes ? dbytes : 1);
     PR_CHECK(s && d, "copy: out of host memory");
@@ -287,8 +304,9 @@ void pr_zero_(pr_tensor *t) { pr_device_memset0(t->device, t->data, pr_nbytes(t)
 
 void pr_to_host_f64(const pr_tensor *t, double *out)
 {
-    if (t->device == PR_CPU && t->dtype == PR_F64) {
-        memcpy(out, t->data, pr_nbytes(t));
+    if (t->device == PR_CPU) {
+        if (t->dtype == PR_F64) memcpy(out, t->data, pr_nbytes(t));
+        else convert_host(out, PR_F64, t->data, t->dtype, t->numel);
         return;
     }
     void *h = malloc(pr_nbytes(t) ? pr_nbytes(t) : 1);

@@ -173,7 +173,8 @@ static double *as_f64(const pr_tensor *t, bool zeroed, bool *owned)
     *owned = false;
     if (!t) return NULL;
     if (t->dtype == PR_F64) return (double *)t->data;
-    double *p = calloc((size_t)(t->numel ? t->numel : 1), sizeof *p);
+    size_t n = (size_t)(t->numel ? t->numel : 1);
+    double *p = zeroed ? calloc(n, sizeof *p) : malloc(n * sizeof *p);
     PR_CHECK(p, "recurrence: out of host memory");
     if (!zeroed) pr_to_host_f64(t, p);
     *owned = true;
