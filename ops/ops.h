@@ -131,6 +131,10 @@ pr_tensor *pr_add_layernorm(pr_ctx *ctx, pr_tensor *x, pr_tensor *y, pr_tensor *
 pr_tensor *pr_matmul(pr_ctx *ctx, pr_tensor *a, pr_tensor *b, bool trans_a, bool trans_b);
 /* the CPU gemm's worker threads (OpenBLAS); nothing in a build without BLAS */
 void pr_blas_set_threads(int n);
+/* one gemm thread between enter and leave, for callers inside their own
+ * parallel region (nested, counted; see matmul.c) */
+void pr_blas_serial_enter(void);
+void pr_blas_serial_leave(void);
 
 /* ---- embedding.c: weight [V, D], ids int32/int64 any shape -> [..., D]; an id
  * out of [0, V) is fatal. Backward scatter-adds into weight's grad. */

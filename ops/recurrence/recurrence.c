@@ -20,6 +20,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef PRISM_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #include "ops/cpu_kit.h"
 #include "ops/ops.h"
@@ -216,10 +219,19 @@ static pr_rec_seq seq_of(const rec_dims *d, double *const *x, int64_t s, int64_t
     };
 }
 
+/* Whether the loop over (sequence, head) pairs runs on a thread team: small
+ * problems (tests, gradcheck) run faster on one thread. While it does, the
+ * chunked forms' gemms run on one thread each (pr_blas_serial_enter), or
+ * OpenBLAS would start its threads inside every team thread. */
+static bool pairs_threaded(const rec_dims *d)
+{
 #ifdef PRISM_HAVE_OPENMP
-/* small problems (tests, gradcheck) run faster on one thread than on a team */
-static bool worth_threads(const rec_dims *d) { return d->N * d->H > 1 && d->B * d->T * d->H * d->K * d->V >= (1 << 16); }
+    return omp_get_max_threads() > 1 && d->N * d->H > 1 && d->B * d->T * d->H * d->K * d->V >= (1 << 16);
+#else
+    (void)d;
+    return false;
 #endif
+}
 
 /* ---- forward ----------------------------------------------------------------------- */
 
@@ -239,8 +251,10 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
                            : d.g_per_key || d.g_per_value ? pr_rec_gla_chunk_work(d.chunk, (int)d.K, (int)d.V)
                                          : pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L);
 
+    const bool threaded = pairs_threaded(&d);
+    if (threaded) pr_blas_serial_enter();
 #ifdef PRISM_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic) if (worth_threads(&d))
+#pragma omp parallel for schedule(dynamic) if (threaded)
 #endif
     for (int64_t p = 0; p < d.N * d.H; p++) {
         const int64_t s = p / d.H, h = p % d.H;
@@ -255,6 +269,7 @@ void pr_recurrence_forward_cpu(pr_ctx *ctx, pr_node *n)
         else pr_rec_forward_recurrent(o_p, ht + p * KV, ck, &sq, d.ck, work);
         free(work);
     }
+    if (threaded) pr_blas_serial_leave();
 
     if (own_o) kit_store(n->out[0], o, false), free(o);
     if (own_ht) kit_store(n->out[1], ht, false), free(ht);
@@ -287,8 +302,10 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
                                          : pr_rec_chunk_work(d.chunk, (int)d.K, (int)d.V, (int)d.L);
     const double *ckpt = (const double *)n->saved[0]->data;
 
+    const bool threaded = pairs_threaded(&d);
+    if (threaded) pr_blas_serial_enter();
 #ifdef PRISM_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic) if (worth_threads(&d))
+#pragma omp parallel for schedule(dynamic) if (threaded)
 #endif
     for (int64_t p = 0; p < d.N * d.H; p++) {
         const int64_t s = p / d.H, h = p % d.H;
@@ -308,6 +325,7 @@ void pr_recurrence_backward_cpu(pr_ctx *ctx, pr_node *n)
         else pr_rec_backward(&gr, dout + off.v, at(dht, p * KV), ckpt + off.ckpt, &sq, d.ck, work);
         free(work);
     }
+    if (threaded) pr_blas_serial_leave();
 
     for (int i = 0; i < IN_CU; i++) {
         if (down[i]) kit_store(pr_in_grad(n, i), dx[i], true), free(dx[i]);
