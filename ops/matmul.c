@@ -25,9 +25,45 @@ void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
 /* a test's switch; atomic, as worker threads read it while they train */
 static atomic_bool use_blas = true;
 
+/* OpenBLAS's threads for the products worth them; the rest on the calling
+ * thread. Its own cut (a few million multiply-adds) lets the products of a
+ * small model, each well under a millisecond, start its pool, whose threads
+ * then spin in sched_yield for a while after every product, taking a core
+ * from the OpenMP team and from the single-threaded ops in between: on two
+ * cores the D = 16 parity probe trained at 0.6x the speed it reaches with
+ * products on one thread. (Inside the recurrence's OpenMP team every product
+ * runs on one thread anyway: pr_blas_serial_enter below.) The cut, 2^27
+ * multiply-adds (about 2 ms on one core), leaves every product of the D = 16
+ * probes and all but the MLP's of the D = 128 ones on one thread; on the
+ * shared 2-core machine a second thread paid clearly only from 2^30 up. */
+static atomic_int blas_threads;   /* 0: not read yet; else the configured count */
+
+#ifdef PRISM_HAVE_BLAS
+static int configured_threads(void)
+{
+    int n = atomic_load(&blas_threads);
+    if (n == 0) {   /* OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, else the cores, as OpenBLAS read them */
+        int expected = 0;
+        atomic_compare_exchange_strong(&blas_threads, &expected, openblas_get_num_threads());
+        n = atomic_load(&blas_threads);
+    }
+    return n;
+}
+
+#define PR_BLAS_THREADED_MACS ((double)(1 << 27))
+
+static void pick_threads(int64_t M, int64_t N, int64_t K)
+{
+    int want = configured_threads();
+    if (want > 1 && (double)M * (double)N * (double)K < PR_BLAS_THREADED_MACS) want = 1;
+    if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
+}
+#endif
+
 void pr_blas_set_threads(int n)
 {
 #ifdef PRISM_HAVE_BLAS
+    atomic_store(&blas_threads, n);
     openblas_set_num_threads(n);
 #else
     (void)n;
@@ -47,6 +83,7 @@ static int serial_depth, serial_saved;
 void pr_blas_serial_enter(void)
 {
 #ifdef PRISM_HAVE_BLAS
+    configured_threads();   /* read before the count is lowered here */
     pthread_mutex_lock(&serial_lock);
     if (serial_depth++ == 0) {
         serial_saved = openblas_get_num_threads();
@@ -111,6 +148,7 @@ void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 #ifdef PRISM_HAVE_BLAS
     if (use_blas && M > 0 && N > 0) {
         PR_ASSERT(M < INT32_MAX && N < INT32_MAX && K < INT32_MAX);
+        pick_threads(M, N, K);
         int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
         enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
         if (dt == PR_F32)
