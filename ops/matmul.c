@@ -21,6 +21,9 @@ void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                  const void *B, void *C, double beta);
 void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                           const void *A, const void *B, void *C, double beta);
+/* pr_gemm_cpu with row strides (lda, ldb, ldc as BLAS takes them) */
+void pr_gemm_ld_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                    const void *B, int64_t ldb, void *C, int64_t ldc, double beta);
 
 /* a test's switch; atomic, as worker threads read it while they train */
 static atomic_bool use_blas = true;
@@ -108,23 +111,26 @@ bool pr_matmul_set_blas(bool on)
     return atomic_exchange(&use_blas, on);
 }
 
-/* C[M,N] = op(A) op(B) + beta C, all contiguous: A is [M,K] ([K,M] when ta),
- * B is [K,N] ([N,K] when tb). beta is 0 (overwrite, C may hold garbage) or 1. */
-void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                          const void *A, const void *B, void *C, double beta)
+/* C[M,N] = op(A) op(B) + beta C with row strides: A is stored [M,K] ([K,M]
+ * when ta) with rows lda apart, B [K,N] ([N,K] when tb) with rows ldb apart,
+ * C's rows ldc apart (the BLAS convention). beta is 0 (overwrite, C may hold
+ * garbage) or 1. The plain blocked loop. */
+static void gemm_loop(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                      const void *B, int64_t ldb, void *C, int64_t ldc, double beta)
 {
     enum { BS = 64 };
     /* op(A)[m,k] = a[m*sam + k*sak], op(B)[k,n] = b[k*sbk + n*sbn] */
-    int64_t sam = ta ? 1 : K, sak = ta ? M : 1;
-    int64_t sbk = tb ? 1 : N, sbn = tb ? K : 1;
+    int64_t sam = ta ? 1 : lda, sak = ta ? lda : 1;
+    int64_t sbk = tb ? 1 : ldb, sbn = tb ? ldb : 1;
     PR_FLOAT_SWITCH(dt, T, {
         const T *a = A;
         const T *b = B;
         T *c = C;
-        if (beta == 0)
-            memset(c, 0, (size_t)(M * N) * sizeof(T));
-        else if (beta != 1)
-            for (int64_t i = 0; i < M * N; i++) c[i] *= (T)beta;
+        for (int64_t i = 0; i < M; i++)
+            if (beta == 0)
+                memset(c + i * ldc, 0, (size_t)N * sizeof(T));
+            else if (beta != 1)
+                for (int64_t j = 0; j < N; j++) c[i * ldc + j] *= (T)beta;
         for (int64_t i0 = 0; i0 < M; i0 += BS)
             for (int64_t k0 = 0; k0 < K; k0 += BS)
                 for (int64_t j0 = 0; j0 < N; j0 += BS) {
@@ -135,34 +141,49 @@ void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
                         for (int64_t k = k0; k < k1; k++) {
                             T aik = a[i * sam + k * sak];
                             const T *bk = b + k * sbk;
-                            T *ci = c + i * N;
+                            T *ci = c + i * ldc;
                             for (int64_t j = j0; j < j1; j++) ci[j] += aik * bk[j * sbn];
                         }
                 }
     });
 }
 
-void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
-                 const void *B, void *C, double beta)
+/* the same, all contiguous */
+void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                          const void *A, const void *B, void *C, double beta)
+{
+    gemm_loop(dt, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, beta);
+}
+
+void pr_gemm_ld_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                    const void *B, int64_t ldb, void *C, int64_t ldc, double beta)
 {
 #ifdef PRISM_HAVE_BLAS
     if (use_blas && M > 0 && N > 0) {
         PR_ASSERT(M < INT32_MAX && N < INT32_MAX && K < INT32_MAX);
+        PR_ASSERT(lda < INT32_MAX && ldb < INT32_MAX && ldc < INT32_MAX);
         pick_threads(M, N, K);
-        int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
         enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+        /* BLAS checks ld >= the row length even where no row is read */
+        const int64_t ra = ta ? M : K, rb = tb ? K : N;
+        int la = (int)(lda > ra ? lda : ra > 0 ? ra : 1), lb = (int)(ldb > rb ? ldb : rb > 0 ? rb : 1);
         if (dt == PR_F32)
-            cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0f, A, lda, B, ldb, (float)beta,
-                        C, (int)N);
+            cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0f, A, la, B, lb, (float)beta, C,
+                        (int)ldc);
         else if (dt == PR_F64)
-            cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0, A, lda, B, ldb, beta, C,
-                        (int)N);
+            cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0, A, la, B, lb, beta, C, (int)ldc);
         else
             pr_fatal("matmul: dtype %s not supported", pr_dtype_name(dt));
         if (K > 0 || beta != 0) return;   /* K == 0: BLAS may leave C untouched */
     }
 #endif
-    pr_gemm_fallback_cpu(dt, ta, tb, M, N, K, A, B, C, beta);
+    gemm_loop(dt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+}
+
+void pr_gemm_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                 const void *B, void *C, double beta)
+{
+    pr_gemm_ld_cpu(dt, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, beta);
 }
 
 /* sizes of a node: batch count, M, N, K, and whether b is shared by the batch */

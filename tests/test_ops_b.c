@@ -11,6 +11,8 @@
 bool pr_matmul_set_blas(bool on);
 void pr_gemm_fallback_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
                           const void *B, void *C, double beta);
+void pr_gemm_ld_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                    const void *B, int64_t ldb, void *C, int64_t ldc, double beta);
 
 static int setup(void **state)
 {
@@ -131,6 +133,37 @@ static void test_gemm_fallback_beta(void **state)
     float af[] = {1, 4, 2, 5, 3, 6}, bf[] = {7, 9, 11, 8, 10, 12}, cf[4];
     pr_gemm_fallback_cpu(PR_F32, true, true, 2, 2, 3, af, bf, cf, 0);
     for (int i = 0; i < 4; i++) assert_true(cf[i] == (float)fresh[i]);
+}
+
+/* the gemm with row strides, on both paths and every transpose flag: a
+ * product of sub-blocks of wider matrices lands in a sub-block of C, beta 1
+ * accumulating and beta 0 overwriting, the cells outside C's block untouched */
+static void test_gemm_ld(void **state)
+{
+    (void)state;
+    enum { M = 3, N = 5, K = 4, LD = 9 };
+    double A[LD * LD], B[LD * LD];
+    for (int i = 0; i < LD * LD; i++) A[i] = sin(1.0 + i), B[i] = cos(2.0 + 0.5 * i);
+    for (int blas = 0; blas < 2; blas++) {
+        pr_matmul_set_blas(blas);
+        for (int f = 0; f < 4; f++) {
+            const bool ta = f & 1, tb = f & 2;
+            for (int beta = 0; beta < 2; beta++) {
+                double C[LD * LD], want[LD * LD];
+                for (int i = 0; i < LD * LD; i++) C[i] = want[i] = 0.25 * i;
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        double acc = beta ? want[m * LD + n] : 0;
+                        for (int k = 0; k < K; k++)
+                            acc += (ta ? A[k * LD + m] : A[m * LD + k]) * (tb ? B[n * LD + k] : B[k * LD + n]);
+                        want[m * LD + n] = acc;
+                    }
+                pr_gemm_ld_cpu(PR_F64, ta, tb, M, N, K, A, LD, B, LD, C, LD, beta);
+                pr_assert_allclose(blas ? "gemm ld (blas)" : "gemm ld (loop)", C, want, LD * LD, 1e-14, 1e-14);
+            }
+        }
+    }
+    pr_matmul_set_blas(true);
 }
 
 /* gradcheck for every flag pair, b shared and batched, on both paths */
@@ -439,6 +472,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_matmul_2x3_3x2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matmul_flags_vs_naive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gemm_fallback_beta, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gemm_ld, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matmul_gradcheck_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matmul_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_embedding_values, setup, teardown),

@@ -12,6 +12,10 @@
  */
 #include "tests/test_recurrence_util.h"
 
+#ifdef PRISM_HAVE_OPENMP
+#include <omp.h>
+#endif
+
 /* ---- golden vectors ------------------------------------------------------------------ */
 
 /* every rule of the table against its reference file: gla's is its own */
@@ -74,21 +78,25 @@ static void test_golden_f32_chunk16(void **s) { (void)s; golden_case(PR_F32, 16)
 
 /* ---- chunked == per-token ---------------------------------------------------------------- */
 
-static void chunked_case(pr_rule rule, int64_t L)
+/* H = 1 reads a chunk's rows (and extras) in place, H = 2 copies the extras;
+ * without state, no h0 and ht outside the loss (the first chunk reads no
+ * state, the last gets no state gradient) */
+static void chunked_case(pr_rule rule, int64_t L, int64_t H, bool state)
 {
-    const int64_t B = 2, T = 131, H = 2, K = 12, V = 7;
+    const int64_t B = 2, T = 131, K = 12, V = 7;
     pr_ctx *ctx = pr_ctx_new(0);
     pr_rng rng = pr_rng_init(42 + (uint64_t)rule, (uint32_t)L);
-    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, rule, B, T, H, K, V, L, true);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, rule, B, T, H, K, V, L, state);
     pr_tensor *in[REC_NIN];
     rec_in_array(&ri, in);
-    double *dout = rec_randn(1, B * T * H * V), *dht = rec_randn(2, B * H * K * V);
+    double *dout = rec_randn(1, B * T * H * V), *dht = state ? rec_randn(2, B * H * K * V) : NULL;
     rec_out ref = rec_run(ctx, rule, 0, in, NULL, dout, dht);
     const int chunks[] = {64, 16, 7, 1, 65, 131, 200}   /* 65: a one-token last chunk */;
     for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
         rec_out got = rec_run(ctx, rule, chunks[c], in, NULL, dout, dht);
         char what[96];
-        snprintf(what, sizeof what, "%s L=%lld chunk %d vs per-token", pr_rule_name(rule), (long long)L, chunks[c]);
+        snprintf(what, sizeof what, "%s L=%lld H=%lld%s chunk %d vs per-token", pr_rule_name(rule), (long long)L,
+                 (long long)H, state ? "" : " no state", chunks[c]);
         rec_assert_same(what, &got, &ref, 1e-12);
         rec_out_free(&got);
     }
@@ -102,7 +110,43 @@ static void test_chunked_equals_recurrent(void **s)
 {
     (void)s;
     for (int r = 0; r < PR_NRULES; r++)
-        for (int64_t L = 0; L <= (pr_rule_has_extra((pr_rule)r) ? 3 : 0); L++) chunked_case((pr_rule)r, L);
+        for (int64_t L = 0; L <= (pr_rule_has_extra((pr_rule)r) ? 3 : 0); L++) {
+            chunked_case((pr_rule)r, L, 2, true);
+            if (L == 0 || L == 3) chunked_case((pr_rule)r, L, 1, false);
+        }
+}
+
+/* The (sequence, head) pairs on two OpenMP threads, the gemm asked for two
+ * threads too (pr_blas_serial_enter holds it to one inside the loop): the
+ * same results as one thread, each pair being computed alone either way. */
+static void test_chunked_threaded(void **s)
+{
+    (void)s;
+#ifdef PRISM_HAVE_OPENMP
+    const int64_t B = 2, T = 64, H = 2, K = 16, V = 16, L = 2;   /* B T H K V >= 2^16: the loop runs threaded */
+    pr_ctx *ctx = pr_ctx_new(0);
+    pr_rng rng = pr_rng_init(7, 0);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &rng, PR_F64, PR_RULE_PRISM_CORE, B, T, H, K, V, L, true);
+    pr_tensor *in[REC_NIN];
+    rec_in_array(&ri, in);
+    double *dout = rec_randn(1, B * T * H * V), *dht = rec_randn(2, B * H * K * V);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    rec_out one = rec_run(ctx, PR_RULE_PRISM_CORE, 32, in, NULL, dout, dht);
+    omp_set_num_threads(2);
+    pr_blas_set_threads(2);
+    rec_out two = rec_run(ctx, PR_RULE_PRISM_CORE, 32, in, NULL, dout, dht);
+    pr_blas_set_threads(1);
+    omp_set_num_threads(threads);
+    rec_assert_same("prism_core chunk 32 on 2 threads vs 1", &two, &one, 1e-14);
+    rec_out_free(&one);
+    rec_out_free(&two);
+    free(dout);
+    free(dht);
+    pr_ctx_free(ctx);
+#else
+    skip();
+#endif
 }
 
 /* f32 runs in double internally: it agrees with f64 up to the inputs' rounding */
@@ -627,7 +671,8 @@ int main(void)
         cmocka_unit_test(test_golden_f64_token),   cmocka_unit_test(test_golden_f64_chunk64),
         cmocka_unit_test(test_golden_f64_chunk16), cmocka_unit_test(test_golden_f32_token),
         cmocka_unit_test(test_golden_f32_chunk64), cmocka_unit_test(test_golden_f32_chunk16),
-        cmocka_unit_test(test_chunked_equals_recurrent), cmocka_unit_test(test_f32_close_to_f64),
+        cmocka_unit_test(test_chunked_equals_recurrent), cmocka_unit_test(test_chunked_threaded),
+        cmocka_unit_test(test_f32_close_to_f64),
         cmocka_unit_test(test_plan_cpu),          cmocka_unit_test(test_gradcheck_rules),    cmocka_unit_test(test_gradcheck_prism_core_L),
         cmocka_unit_test(test_example_gradcheck),  cmocka_unit_test(test_prism_core_L0_is_gdn),
         cmocka_unit_test(test_input_checks),       cmocka_unit_test(test_gla_strong_decay),

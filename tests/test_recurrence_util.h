@@ -61,7 +61,8 @@ static inline pr_tensor *rec_dot_loss(pr_ctx *ctx, pr_tensor *x, const double *w
     return pr_sum_all(ctx, pr_mul(ctx, x, rec_tensor_like(ctx, x, x->ndim, x->shape, w)));
 }
 
-/* forward, then backward of sum(o*dout) + sum(ht*dht); returns host copies.
+/* forward, then backward of sum(o*dout) + sum(ht*dht) (dht NULL: ht not in
+ * the loss, so no gradient reaches it); returns host copies.
  * Input grads are cleared first, so one set of inputs serves many runs. */
 static inline rec_out rec_run_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *const *in,
                                    pr_tensor *cu, const double *dout, const double *dht)
@@ -69,7 +70,8 @@ static inline rec_out rec_run_opts(pr_ctx *ctx, const pr_recurrence_opts *opt, p
     for (int i = 0; i < REC_NIN; i++)
         if (in[i]) in[i]->grad = NULL;
     pr_tensor *ht, *o = pr_recurrence(ctx, opt, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], cu, &ht);
-    pr_backward(ctx, pr_add(ctx, rec_dot_loss(ctx, o, dout), rec_dot_loss(ctx, ht, dht)));
+    pr_tensor *loss = rec_dot_loss(ctx, o, dout);
+    pr_backward(ctx, dht ? pr_add(ctx, loss, rec_dot_loss(ctx, ht, dht)) : loss);
     rec_out r = {0};
     r.o = rec_host(o, &r.n_o);
     r.ht = rec_host(ht, &r.n_ht);

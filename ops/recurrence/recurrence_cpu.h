@@ -74,10 +74,11 @@ static inline void pr_rec_outer(double *h, double c, const double *a, const doub
     }
 }
 
-/* C[M][N] = op(A) op(B) + beta C on contiguous row-major doubles (A [M][K],
- * [K][M] when ta; B [K][N], [N][K] when tb; beta 0 or 1): the chunked forms'
- * products */
-void pr_rec_gemm(bool ta, bool tb, int M, int N, int K, const double *A, const double *B, double *C, double beta);
+/* C[M][N] = op(A) op(B) + beta C on row-major doubles (A [M][K], [K][M]
+ * when ta; B [K][N], [N][K] when tb; rows lda, ldb, ldc apart; beta 0 or 1):
+ * the chunked forms' products */
+void pr_rec_gemm(bool ta, bool tb, int M, int N, int K, const double *A, int64_t lda, const double *B, int64_t ldb,
+                 double *C, int64_t ldc, double beta);
 
 /* number of saved states of a T-token sequence with interval c */
 static inline int64_t pr_rec_nckpt(int64_t T, int64_t c) { return (T + c - 1) / c; }
