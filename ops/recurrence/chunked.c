@@ -45,13 +45,11 @@ void pr_rec_gemm(bool ta, bool tb, int M, int N, int K, const double *A, int64_t
     pr_gemm_ld_cpu(PR_F64, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
 }
 
-/* a matrix in memory: row r at p + r * ld */
-typedef struct { const double *p; int64_t ld; } cmat;
+typedef pr_rec_mat cmat;
 
-/* C (rows ldc apart) = op(A) op(B) + beta C, beta 0 or 1 */
 static void gemm(bool ta, bool tb, int M, int N, int K, cmat A, cmat B, double *C, int64_t ldc, double beta)
 {
-    pr_rec_gemm(ta, tb, M, N, K, A.p, A.ld, B.p, B.ld, C, ldc, beta);
+    pr_rec_mm(ta, tb, M, N, K, A, B, C, ldc, beta);
 }
 
 /* rows of the triangular solves' blocks: substitution inside, products between */
@@ -115,19 +113,6 @@ static chunk chunk_init(double *work, int C, int K, int V, int L)
 
 /* ---- small row helpers ----------------------------------------------------------- */
 
-/* a . b in eight interleaved partial sums: independent chains the compiler
- * can vectorize, where one running sum waits on every add */
-static double dot(const double *a, const double *b, int64_t n)
-{
-    double acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
-    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* dst[t*n + j] = f src[t*stride + j] over rows rows */
 static void gather(double *dst, const double *src, int64_t stride, int rows, int64_t n, double f)
 {
@@ -153,7 +138,7 @@ static void scaled_rows(double *dst, const double *f, cmat src, int rows, int64_
 /* y[t] += f[t] <X_t, B_t> over rows of n (B contiguous) */
 static void add_row_dots(double *y, const double *f, cmat X, const double *B, int rows, int64_t n)
 {
-    for (int t = 0; t < rows; t++) y[t] += f[t] * dot(X.p + t * X.ld, B + t * n, n);
+    for (int t = 0; t < rows; t++) y[t] += f[t] * pr_rec_dot8(X.p + t * X.ld, B + t * n, n);
 }
 
 /* Dn_w: the decay from write w's token to the chunk's last token, for rows
@@ -391,7 +376,7 @@ static void state_pair_backward(chunk *c, const pr_rec_seq *s, const double *dS,
     gemm(false, true, rows, K, V, B, (cmat){dS, V}, c->T, K, 0);   /* T = B dS'^T */
     for (int w = 0; w < rows; w++) {
         const double *f = c->T + (int64_t)w * K;
-        const double h = Dn[w] * dot(A.p + w * A.ld, f, K);   /* Dn_w dDn_w */
+        const double h = Dn[w] * pr_rec_dot8(A.p + w * A.ld, f, K);   /* Dn_w dDn_w */
         c->dG[last] += h;
         c->dG[w / r] -= h;
         for (int j = 0; j < K; j++) dA[(int64_t)w * K + j] = Dn[w] * f[j];
@@ -416,7 +401,7 @@ static void state_backward(chunk *c, const pr_rec_seq *s, const double *S, const
         return;
     }
     for (int64_t i = 0; i < KV; i++) c->dS0[i] = gl * dS[i];
-    c->dG[last] += gl * dot(S, dS, KV);
+    c->dG[last] += gl * pr_rec_dot8(S, dS, KV);
     state_pair_backward(c, s, dS, c->K, c->U, c->n, 1, c->dK, c->dU);
     if (L) state_pair_backward(c, s, dS, c->KX, c->VX, c->n * L, L, c->dKX, c->dVX);
 }
@@ -467,7 +452,7 @@ static void unsolve_rows(chunk *c, const pr_rec_seq *s, int b0, int b1)
     for (int t = b1 - 1; t >= b0; t--) {
         const double beta = s->beta[(c->t0 + t) * s->sg], *du = c->dU + (int64_t)t * V;
         double *dw = c->dW + (int64_t)t * V;
-        c->dB[t] = dot(du, c->R + (int64_t)t * V, V);
+        c->dB[t] = pr_rec_dot8(du, c->R + (int64_t)t * V, V);
         for (int j = 0; j < V; j++) dw[j] = -beta * du[j];
         for (int i = b0; i < t; i++) {
             const double a = c->Mu[(int64_t)t * n + i];

@@ -1,36 +1,43 @@
-/* ops/recurrence/chunked_gla.c: the chunked form of the per-key-decay rule
- * (gla: h = diag(exp(g_t)) h + k_t v_t^T, o_t = scale h^T q_t), forward and
- * backward, one (sequence, head) pair per call (recurrence_cpu.h).
+/* ops/recurrence/chunked_gla.c: the chunked form of gla, whose decay is per
+ * key channel (h = diag(exp(g_t)) h + k_t v_t^T) or, with g_per_value, per
+ * value channel (h = h diag(exp(g_t)) + k_t v_t^T); o_t = scale h^T q_t.
+ * Forward and backward, one (sequence, head) pair per call
+ * (recurrence_cpu.h), as chunk-sized products through pr_rec_gemm.
  *
- * Inside a chunk starting from state S, with G_t = sum_{s<=t} g_s per key
- * channel (chunk-local) and E_ti = exp(G_t - G_i) elementwise (i <= t):
- *   o_t = scale (S^T (exp(G_t) o q_t) + sum_{i<=t} A_ti v_i),
- *         A_ti = sum_c q_t[c] k_i[c] E_ti[c]
- *   S'  = diag(exp(G_last)) S + sum_i (exp(G_last - G_i) o k_i) v_i^T
- * Every exponent is a decay from an earlier token to a later one of the same
- * chunk (or from the chunk start), so with log-decays <= 0 every factor lies
- * in (0, 1]: strong decays underflow to 0 as they should, nothing overflows.
- * (The factored form exp(G_t) exp(-G_i) that matrix products want overflows
- * once a chunk's log-decays sum past ~700.) E_ti is factored by sub-chunks
- * of GLA_SUB tokens, as fla's chunk_gla does: with r the first token of t's
- * sub-chunk, E_ti = exp(G_t - G_r) exp(G_r - G_i) for i < r (both factors in
- * (0, 1]; the K-side one is shared by every row of the sub-chunk), and
- * exp(G_t - G_i) itself for i, t in one sub-chunk. That takes about
- * (1 + C/GLA_SUB / 2 + GLA_SUB / 2) exps per token and key channel instead
- * of C/2.
+ * Inside a chunk starting from state S, with G_t = sum_{s<=t} g_s per decay
+ * channel (chunk-local), a_t = exp(g_t), and E_ti = exp(G_t - G_i)
+ * elementwise (i <= t), per key:
+ *   o_t = scale (S^T (exp(G_t) o q_t) + sum_{i<=t} A_ti v_i),  A_ti = sum_c q_t[c] k_i[c] E_ti[c]
+ *   S'  = diag(exp(G_n)) S + sum_i (exp(G_n - G_i) o k_i) v_i^T
+ * and per value, with A_ti = <q_t, k_i>:
+ *   o_t = scale (exp(G_t) o (S^T q_t) + sum_{i<=t} A_ti (E_ti o v_i))
+ *   S'  = S diag(exp(G_n)) + sum_i k_i (exp(G_n - G_i) o v_i)^T
+ * Every decay is a product of factors a_s <= 1 (from an earlier token to a
+ * later one), so strong decays underflow to 0 as they should and nothing
+ * overflows; no exp but a_t's. (The factored form exp(G_t) exp(-G_i) that
+ * one matrix product over the chunk wants overflows once a chunk's
+ * log-decays sum past ~700.) The chunk is cut into sub-chunks of GLA_SUB
+ * tokens, as fla's chunk_gla does: for t in the sub-chunk starting at r and
+ * i < r, E_ti = Qf_t o Kf_i with Qf_t = exp(G_t - G_r), Kf_i = exp(G_r - G_i),
+ * both <= 1, so the sub-chunk's rows against the earlier tokens are one
+ * product of decayed rows (Q o Qf)(K o Kf)^T (per value: the decays go onto
+ * the values, A (Kf o V) then o Qf). Pairs inside one sub-chunk take E_ti
+ * itself, a running product, token pair by pair.
  *
- * Backward, given dS' (the end state's gradient) and dO (do of the chunk):
- *   dS     = diag(exp(G_last)) dS' + scale sum_t (exp(G_t) o q_t) dO_t^T
- *   dq_t  += scale exp(G_t) o (S dO_t) + sum_{i<=t} dA_ti E_ti o k_i,
- *            dA_ti = scale <dO_t, v_i>
- *   dk_i  += sum_{t>=i} dA_ti E_ti o q_t + exp(G_last - G_i) o (dS' v_i)
- *   dv_i  += scale sum_{t>=i} A_ti dO_t + dS'^T (exp(G_last - G_i) o k_i)
- *   dG_t  += each term's derivative: +x for a factor exp(G_t ...), -x for
- *            exp(... - G_i), x the term itself per channel. A token's own
- *            write (i = t, and i = last in S') has E = 1 exactly and gives
- *            nothing: it is left out, not added and subtracted, since under
- *            strong decays dg is tiny and the rounding of x - x would swamp it
- *   dg_s   = sum_{t>=s} dG_t (G is the cumulative sum of g).
+ * Backward, given dS' (the end state's gradient) and dO (do of the chunk),
+ * dY = scale dO; each line of the forward differentiated, per key:
+ *   dS  = diag(exp(G_n)) dS' + (exp(G) o Q)^T dY
+ *   dQ  = exp(G) o (dY S^T) + (the intra part),  dA = mask(dY V^T)
+ *   dV  = A^T dY + (K o exp(G_n - G))  dS'
+ *   dK  = exp(G_n - G) o (V dS'^T) + (the intra part)
+ * the intra part being, per block, d(Q o Qf) = dA (K o Kf), d(K o Kf) =
+ * dA^T (Q o Qf), then o Qf or o Kf (and E_ti itself inside a sub-chunk);
+ * per value likewise with the decays on the value axis. dG_t gets each
+ * term's derivative: +x for a factor exp(G_t ...), -x for exp(... - G_i), x
+ * the term itself per channel. A token's own write (i = t, and i = n in S')
+ * has E = 1 exactly and gives nothing: it is left out, not added and
+ * subtracted, since under strong decays dg is tiny and the rounding of
+ * x - x would swamp it. Then dg_s = sum_{t>=s} dG_t.
  */
 #include <math.h>
 #include <string.h>
@@ -39,402 +46,485 @@
 
 enum { GLA_SUB = 16 };   /* tokens a sub-chunk */
 
+typedef pr_rec_mat cmat;
+
 typedef struct {
-    int n;        /* tokens in this chunk */
-    int64_t t0;   /* its first token */
-    int W;        /* decay channels: K (per-key decay) or V (per-value) */
-    double *G;    /* [C][W] chunk-local cumulative log-decays */
-    double *Qf;   /* [C][W] exp(G_t - G_r(t)), r(t) the first token of t's sub-chunk */
-    double *Kf;   /* [nsub][C][W] exp(G_r - G_i) for sub-chunk b starting at r and tokens i < r */
+    int C, n, W;          /* chunk length, tokens in this chunk, decay channels (K or V) */
+    int64_t t0;           /* its first token */
+    bool S_zero;          /* its start state is zero (the first chunk without h0) */
+    bool dS_zero;         /* backward: its end state's gradient is zero (the last chunk without dht) */
+    bool dS0_unused;      /* backward: its start state's gradient is not wanted (the first chunk without dh0) */
+    cmat Q, K, V;         /* the chunk's rows, read in place */
+    double *a;            /* [C][W] a_t = exp(g_t) */
+    double *P;            /* [C][W] exp(G_t) */
+    double *Pn;           /* [C][W] exp(G_n - G_t), n the chunk's last token */
+    double *Qf;           /* [C][W] exp(G_t - G_r), r the first token of t's sub-chunk */
+    double *Kf;           /* [C][W] exp(G_r - G_i) for i < r, r the sub-chunk being worked on */
+    double *A, *dA;       /* [C][C] the intra scores (i <= t, zero above) and their gradient */
+    double *X, *Y, *Z, *T, *F;   /* [C][max(K, V)] scratch rows */
+    double *e;            /* [max(K, V)] a running decay */
+    double *dY, *dQ, *dK, *dV, *dG;   /* [C][V], [C][K], [C][K], [C][V], [C][W] */
+    double *dS0, *dS;     /* [K][V] gradients of the chunk's start state and of its end state */
 } gla_chunk;
 
-static const double *row(const double *x, int64_t stride, const gla_chunk *c, int t)
+/* Lays the buffers out from base (NULL: only counts); returns the doubles
+ * they take. The one place that knows the layout. */
+static int64_t chunk_layout(gla_chunk *c, double *base, int C, int K, int V)
 {
-    return x + (c->t0 + t) * stride;
+    const int64_t X = K > V ? K : V, cx = C * X;
+    int64_t off = 0;
+#define TAKE(field, count) (c->field = base ? base + off : NULL, off += (count))
+    TAKE(a, cx), TAKE(P, cx), TAKE(Pn, cx), TAKE(Qf, cx), TAKE(Kf, cx), TAKE(A, (int64_t)C * C);
+    TAKE(dA, (int64_t)C * C), TAKE(X, cx), TAKE(Y, cx), TAKE(Z, cx), TAKE(T, cx), TAKE(F, cx), TAKE(e, X);
+    TAKE(dY, cx), TAKE(dQ, cx), TAKE(dK, cx), TAKE(dV, cx), TAKE(dG, cx);
+    TAKE(dS0, (int64_t)K * V), TAKE(dS, (int64_t)K * V);
+#undef TAKE
+    return off;
 }
-
-static int n_sub(int C) { return (C + GLA_SUB - 1) / GLA_SUB; }
-
-/* G, and the sub-chunk factors Qf, Kf of the decays E_ti (see the top) */
-static void cumulative_decays(gla_chunk *c, const pr_rec_seq *s)
-{
-    const int K = c->W;
-    for (int t = 0; t < c->n; t++) {
-        const double *g = row(s->g, s->sg, c, t);
-        double *G = c->G + (int64_t)t * K;
-        for (int i = 0; i < K; i++) G[i] = (t ? G[i - K] : 0.0) + g[i];
-    }
-    for (int t = 0; t < c->n; t++) {
-        const double *Gt = c->G + (int64_t)t * K, *Gr = c->G + (int64_t)(t / GLA_SUB * GLA_SUB) * K;
-        for (int ch = 0; ch < K; ch++) c->Qf[(int64_t)t * K + ch] = exp(Gt[ch] - Gr[ch]);
-    }
-    for (int r = GLA_SUB; r < c->n; r += GLA_SUB) {
-        const double *Gr = c->G + (int64_t)r * K;
-        double *Kf = c->Kf + (int64_t)(r / GLA_SUB) * c->n * K;
-        for (int i = 0; i < r; i++)
-            for (int ch = 0; ch < K; ch++) Kf[(int64_t)i * K + ch] = exp(Gr[ch] - c->G[(int64_t)i * K + ch]);
-    }
-}
-
-/* E_ti on channel ch (i <= t) */
-static inline double decay_ti(const gla_chunk *c, int t, int i, int ch)
-{
-    const int r = t / GLA_SUB * GLA_SUB, K = c->W;
-    if (i >= r) return exp(c->G[(int64_t)t * K + ch] - c->G[(int64_t)i * K + ch]);
-    return c->Qf[(int64_t)t * K + ch] * c->Kf[((int64_t)(r / GLA_SUB) * c->n + i) * K + ch];
-}
-
-/* the chunk's buffers at the start of work */
-static gla_chunk chunk_init(double *work, int C, int K)
-{
-    gla_chunk c = {.W = K, .G = work};
-    c.Qf = c.G + (int64_t)C * K;
-    c.Kf = c.Qf + (int64_t)C * K;
-    return c;
-}
-static int64_t chunk_doubles(int C, int K) { return (2 + (int64_t)n_sub(C)) * C * K; }
 
 int64_t pr_rec_gla_chunk_work(int C, int K, int V)
 {
-    const int W = K > V ? K : V;   /* either decay axis */
-    return chunk_doubles(C, W)     /* G, Qf, Kf */
-           + (int64_t)C * W        /* dG */
-           + 2 * (int64_t)K * V    /* dS (end of the chunk), dS0 (its start) */
-           + 3 * (int64_t)W;       /* b, f, e: [K] or [V] each */
+    gla_chunk c;
+    return chunk_layout(&c, NULL, C, K, V);
 }
 
-/* ---- forward ----------------------------------------------------------------------------- */
-
-static void gk_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work)
+static gla_chunk chunk_init(double *work, int C, int K, int V, int W)
 {
-    const int K = s->K, V = s->V;
-    const int64_t KV = (int64_t)K * V;
-    gla_chunk c = chunk_init(work, C, K);
-    double *b = work + chunk_doubles(C, K);   /* [K] a decayed query or key */
-    double *S = ht;                      /* the running state lives in ht */
-    if (s->h0) memcpy(S, s->h0, (size_t)KV * sizeof *S);
-    else memset(S, 0, (size_t)KV * sizeof *S);
-    for (c.t0 = 0; c.t0 < s->T; c.t0 += C) {
-        c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
-        if (ckpt) memcpy(ckpt + (c.t0 / C) * KV, S, (size_t)KV * sizeof *S);
-        cumulative_decays(&c, s);
-        for (int t = 0; t < c.n; t++) {
-            const double *q = row(s->q, s->sk, &c, t), *Gt = c.G + (int64_t)t * K;
-            double *ot = o + (c.t0 + t) * s->sv;
-            for (int i = 0; i < K; i++) b[i] = q[i] * exp(Gt[i]);
-            pr_rec_mtv(ot, S, b, K, V);                      /* the state before the chunk */
-            for (int i = 0; i <= t; i++) {                   /* the chunk's own writes */
-                const double *k = row(s->k, s->sk, &c, i), *v = row(s->v, s->sv, &c, i);
-                double A = 0;
-                for (int ch = 0; ch < K; ch++) A += q[ch] * k[ch] * decay_ti(&c, t, i, ch);
-                for (int j = 0; j < V; j++) ot[j] += A * v[j];
-            }
-            for (int j = 0; j < V; j++) ot[j] *= s->scale;
-        }
-        const double *GL = c.G + (int64_t)(c.n - 1) * K;
-        for (int i = 0; i < K; i++) {
-            const double a = exp(GL[i]);
-            for (int j = 0; j < V; j++) S[(int64_t)i * V + j] *= a;
-        }
-        for (int i = 0; i < c.n; i++) {
-            const double *k = row(s->k, s->sk, &c, i), *Gi = c.G + (int64_t)i * K;
-            for (int ch = 0; ch < K; ch++) b[ch] = k[ch] * exp(GL[ch] - Gi[ch]);
-            pr_rec_outer(S, 1.0, b, row(s->v, s->sv, &c, i), K, V);
-        }
-    }
+    gla_chunk c = {.C = C, .W = W};
+    chunk_layout(&c, work, C, K, V);
+    return c;
 }
 
-/* ---- backward ---------------------------------------------------------------------------- */
-
-typedef struct {
-    double *dG;    /* [C][K] */
-    double *dS0;   /* [K][V] the chunk start state's gradient */
-    double *b, *f, *e;
-} gla_scratch;
-
-/* the terms through the chunk's start state S: o_t's inter-chunk part and S' = diag(exp(G_last)) S + ... */
-static void start_state_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
-                                 const double *S, const double *dS, const double *dout)
+static void gemm(bool ta, bool tb, int M, int N, int K, cmat A, cmat B, double *C, int64_t ldc, double beta)
 {
-    const int K = s->K, V = s->V;
-    const double *GL = c->G + (int64_t)(c->n - 1) * K;
-    double *dGL = w->dG + (int64_t)(c->n - 1) * K;
-    for (int i = 0; i < K; i++) {
-        const double a = exp(GL[i]);
-        const double *Si = S + (int64_t)i * V, *dSi = dS + (int64_t)i * V;
-        double *dS0i = w->dS0 + (int64_t)i * V;
-        for (int j = 0; j < V; j++) dS0i[j] = a * dSi[j];
-        dGL[i] += a * pr_rec_dot(Si, dSi, V);
-    }
+    pr_rec_mm(ta, tb, M, N, K, A, B, C, ldc, beta);
+}
+
+static cmat rows_of(const double *p, int64_t ld) { return (cmat){p, ld}; }
+
+/* dst[t] = f[t] o src[t] over rows of n (f and dst contiguous) */
+static void hadamard(double *dst, const double *f, cmat src, int rows, int n)
+{
+    for (int t = 0; t < rows; t++)
+        for (int j = 0; j < n; j++) dst[(int64_t)t * n + j] = f[(int64_t)t * n + j] * src.p[t * src.ld + j];
+}
+
+/* sum_c a[c] b[c] e[c] in eight partial sums */
+static double dot3(const double *a, const double *b, const double *e, int n)
+{
+    double acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k] * e[i + k];
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i] * e[i];
+    return s;
+}
+
+/* dst[t*stride + j] += src[t*n + j]; dst NULL: not needed */
+static void scatter_add(double *dst, int64_t stride, const double *src, int rows, int n)
+{
+    if (!dst) return;
+    for (int t = 0; t < rows; t++)
+        for (int j = 0; j < n; j++) dst[t * stride + j] += src[(int64_t)t * n + j];
+}
+
+/* ---- the chunk's decays --------------------------------------------------------------- */
+
+static void chunk_start(gla_chunk *c, const pr_rec_seq *s, int64_t t0)
+{
+    const int W = c->W;
+    c->t0 = t0;
+    c->n = (int)(s->T - t0 < c->C ? s->T - t0 : c->C);
+    c->S_zero = t0 == 0 && !s->h0;
+    c->Q = rows_of(s->q + t0 * s->sk, s->sk);
+    c->K = rows_of(s->k + t0 * s->sk, s->sk);
+    c->V = rows_of(s->v + t0 * s->sv, s->sv);
+    /* a, and the running products P (from the chunk start) and Qf (from the sub-chunk start) */
     for (int t = 0; t < c->n; t++) {
-        const double *q = row(s->q, s->sk, c, t), *Gt = c->G + (int64_t)t * K;
-        const double *dot_ = dout + (c->t0 + t) * s->sv;
-        double *dG = w->dG + (int64_t)t * K;
-        for (int i = 0; i < K; i++) {
-            const double a = s->scale * exp(Gt[i]);
-            const double sd = a * pr_rec_dot(S + (int64_t)i * V, dot_, V);   /* scale exp(G_t) (S dO_t) */
-            if (d->dq) d->dq[(c->t0 + t) * s->sk + i] += sd;
-            dG[i] += q[i] * sd;
-            double *dS0i = w->dS0 + (int64_t)i * V;
-            for (int j = 0; j < V; j++) dS0i[j] += a * q[i] * dot_[j];
-        }
+        const double *g = s->g + (t0 + t) * s->sg;
+        double *a = c->a + (int64_t)t * W, *P = c->P + (int64_t)t * W, *Qf = c->Qf + (int64_t)t * W;
+        for (int j = 0; j < W; j++) a[j] = exp(g[j]);
+        for (int j = 0; j < W; j++) P[j] = t ? P[j - W] * a[j] : a[j];
+        for (int j = 0; j < W; j++) Qf[j] = t % GLA_SUB ? Qf[j - W] * a[j] : 1.0;
+    }
+    /* Pn, backwards from the last token */
+    for (int t = c->n - 1; t >= 0; t--) {
+        double *Pn = c->Pn + (int64_t)t * W;
+        const double *a1 = c->a + (int64_t)(t + 1) * W;
+        for (int j = 0; j < W; j++) Pn[j] = t == c->n - 1 ? 1.0 : Pn[j + W] * a1[j];
     }
 }
 
-/* the chunk's writes read by its own outputs: the pairs i <= t */
-static void intra_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
-                           const double *dout)
+/* Kf_i = exp(G_r - G_i) for i < r, backwards from Kf_{r-1} = a_r */
+static void sub_factors(gla_chunk *c, int r)
 {
-    const int K = s->K, V = s->V;
-    for (int t = 0; t < c->n; t++) {
-        const double *q = row(s->q, s->sk, c, t);
-        const double *dot_ = dout + (c->t0 + t) * s->sv;
-        for (int i = 0; i <= t; i++) {
-            const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i);
-            const double dA = s->scale * pr_rec_dot(dot_, v, V);
-            double A = 0;
-            for (int ch = 0; ch < K; ch++) {
-                const double E = decay_ti(c, t, i, ch), x = dA * q[ch] * k[ch] * E;
-                A += q[ch] * k[ch] * E;
-                if (d->dq) d->dq[(c->t0 + t) * s->sk + ch] += dA * k[ch] * E;
-                if (d->dk) d->dk[(c->t0 + i) * s->sk + ch] += dA * q[ch] * E;
-                if (i < t) w->dG[(int64_t)t * K + ch] += x, w->dG[(int64_t)i * K + ch] -= x;   /* E_tt = 1 */
+    const int W = c->W;
+    for (int i = r - 1; i >= 0; i--) {
+        double *Kf = c->Kf + (int64_t)i * W;
+        const double *a1 = c->a + (int64_t)(i + 1) * W;
+        for (int j = 0; j < W; j++) Kf[j] = i == r - 1 ? a1[j] : Kf[j + W] * a1[j];
+    }
+}
+
+/* the sub-chunk starting at r: its last token + 1 */
+static int sub_end(const gla_chunk *c, int r) { return r + GLA_SUB < c->n ? r + GLA_SUB : c->n; }
+
+/* e = E_ti for r <= i <= t, walking t up from e = 1 at t = i */
+static void next_decay(const gla_chunk *c, int i, int t)
+{
+    const double *a = c->a + (int64_t)t * c->W;
+    for (int j = 0; j < c->W; j++) c->e[j] = t == i ? 1.0 : c->e[j] * a[j];
+}
+
+/* ---- per-key decay: forward ------------------------------------------------------------- */
+
+/* A (i <= t, zero above): E_ti itself inside a sub-chunk, (Q o Qf)(K o Kf)^T below it */
+static void gk_scores(gla_chunk *c, const pr_rec_seq *s)
+{
+    const int K = s->K, n = c->n;
+    memset(c->A, 0, sizeof(double) * (size_t)n * n);
+    for (int r = 0; r < n; r += GLA_SUB) {
+        const int r1 = sub_end(c, r);
+        for (int i = r; i < r1; i++)
+            for (int t = i; t < r1; t++) {
+                next_decay(c, i, t);
+                c->A[(int64_t)t * n + i] = dot3(c->Q.p + t * c->Q.ld, c->K.p + i * c->K.ld, c->e, K);
             }
-            if (d->dv)
-                for (int j = 0; j < V; j++) d->dv[(c->t0 + i) * s->sv + j] += s->scale * A * dot_[j];
-        }
+        if (!r) continue;
+        sub_factors(c, r);
+        hadamard(c->X, c->Kf, c->K, r, K);                                   /* X = K o Kf, rows < r */
+        hadamard(c->Y, c->Qf + (int64_t)r * K, rows_of(c->Q.p + r * c->Q.ld, c->Q.ld), r1 - r, K);   /* Y = Q o Qf */
+        gemm(false, true, r1 - r, r, K, rows_of(c->Y, K), rows_of(c->X, K), c->A + (int64_t)r * n, n, 0);
     }
 }
 
-/* the chunk's writes into its end state: S' += (exp(G_last - G_i) o k_i) v_i^T */
-static void end_state_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
-                               const double *dS)
+static void gk_forward_chunk(gla_chunk *c, const pr_rec_seq *s, double *o, double *S)
 {
-    const int K = s->K, V = s->V, last = c->n - 1;
-    const double *GL = c->G + (int64_t)last * K;
-    for (int i = 0; i < c->n; i++) {
-        const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i), *Gi = c->G + (int64_t)i * K;
-        for (int ch = 0; ch < K; ch++) {
-            w->b[ch] = exp(GL[ch] - Gi[ch]);
-            w->f[ch] = pr_rec_dot(dS + (int64_t)ch * V, v, V);   /* dS' v_i */
-            const double x = w->b[ch] * k[ch] * w->f[ch];
-            if (d->dk) d->dk[(c->t0 + i) * s->sk + ch] += w->b[ch] * w->f[ch];
-            if (i < last) w->dG[(int64_t)last * K + ch] += x, w->dG[(int64_t)i * K + ch] -= x;
-            w->b[ch] *= k[ch];
-        }
-        if (d->dv) {
-            pr_rec_mtv(w->e, dS, w->b, K, V);
-            for (int j = 0; j < V; j++) d->dv[(c->t0 + i) * s->sv + j] += w->e[j];
-        }
+    const int K = s->K, V = s->V, n = c->n;
+    gk_scores(c, s);
+    /* O = scale ((exp(G) o Q) S + A V) */
+    if (c->S_zero) memset(c->T, 0, sizeof(double) * (size_t)n * V);
+    else {
+        hadamard(c->X, c->P, c->Q, n, K);
+        gemm(false, false, n, V, K, rows_of(c->X, K), rows_of(S, V), c->T, V, 0);
     }
+    gemm(false, false, n, V, n, rows_of(c->A, n), c->V, c->T, V, 1);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < V; j++) o[(c->t0 + t) * s->sv + j] = s->scale * c->T[(int64_t)t * V + j];
+    /* S' = diag(exp(G_n)) S + (exp(G_n - G) o K)^T V */
+    const double *Pl = c->P + (int64_t)(n - 1) * K;
+    for (int i = 0; i < K; i++)
+        for (int j = 0; j < V; j++) S[(int64_t)i * V + j] *= Pl[i];
+    hadamard(c->X, c->Pn, c->K, n, K);
+    gemm(true, false, K, V, n, rows_of(c->X, K), c->V, S, V, 1);
 }
 
-static void gk_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
-                                 const pr_rec_seq *s, int C, double *work)
+/* ---- per-key decay: backward ------------------------------------------------------------ */
+
+/* S' = diag(exp(G_n)) S + (Pn o K)^T V: dS0, dG_n, and dK, dV overwritten */
+static void gk_state_backward(gla_chunk *c, const pr_rec_seq *s, const double *S, const double *dS)
 {
-    const int K = s->K, V = s->V;
-    const int64_t KV = (int64_t)K * V;
-    gla_chunk c = chunk_init(work, C, K);
-    gla_scratch w;
-    w.dG = work + chunk_doubles(C, K);
-    double *dS = w.dG + (int64_t)C * K;   /* gradient of the current chunk's end state */
-    w.dS0 = dS + KV;
-    w.b = w.dS0 + KV;   /* b, f, e: K each here (the work has room for max(K, V)) */
-    w.f = w.b + K;
-    w.e = w.f + K;
-    if (dht) memcpy(dS, dht, (size_t)KV * sizeof *dS);
-    else memset(dS, 0, (size_t)KV * sizeof *dS);
-    for (int64_t ci = pr_rec_nckpt(s->T, C) - 1; ci >= 0; ci--) {
-        c.t0 = ci * C;
-        c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
-        cumulative_decays(&c, s);
-        memset(w.dG, 0, sizeof(double) * (size_t)C * K);
-        start_state_backward(d, &w, s, &c, ckpt + ci * KV, dS, dout);
-        intra_backward(d, &w, s, &c, dout);
-        end_state_backward(d, &w, s, &c, dS);
-        if (d->dg)   /* G_t = sum_{s<=t} g_s, per channel */
-            for (int ch = 0; ch < K; ch++) {
-                double acc = 0;
-                for (int t = c.n - 1; t >= 0; t--)
-                    acc += w.dG[(int64_t)t * K + ch], d->dg[(c.t0 + t) * s->sg + ch] += acc;
-            }
-        memcpy(dS, w.dS0, (size_t)KV * sizeof *dS);
+    const int K = s->K, V = s->V, n = c->n, last = n - 1;
+    const double *Pl = c->P + (int64_t)last * K;
+    if (c->dS_zero) {
+        memset(c->dS0, 0, sizeof(double) * (size_t)K * V);
+        memset(c->dK, 0, sizeof(double) * (size_t)n * K);
+        memset(c->dV, 0, sizeof(double) * (size_t)n * V);
+        return;
     }
-    if (d->dh0)
-        for (int64_t i = 0; i < KV; i++) d->dh0[i] += dS[i];
-}
-
-/* ---- the per-value decay (opts.g_per_value, gsa's first pass) -----------------------------
- * h = h diag(exp(g_t)) + k_t v_t^T, g [T][V]. Transposed, this is a per-key decay of h^T with
- * k and v swapped, but the read-out is not: o_t = h_t^T q_t contracts h over its undecayed
- * axis, while the per-key form's read-out contracts over the decayed one. So the per-key code
- * above cannot produce o here; the same chunk algebra on the value axis can. With B_t the
- * chunk-local cumulative log-decays per value channel and E_ti = exp(B_t - B_i) (i <= t),
- * factored by sub-chunks exactly as above (gla_chunk with W = V):
- *   o_t[j] = scale (exp(B_t[j]) (S^T q_t)[j] + sum_{i<=t} A_ti v_i[j] E_ti[j]),  A_ti = <q_t, k_i>
- *   S'     = S diag(exp(B_last)) + sum_i k_i (exp(B_last - B_i) o v_i)^T
- * Backward, f_t = scale exp(B_t) o dO_t and y_tij = scale dO_t[j] E_ti[j]:
- *   dS     = dS' diag(exp(B_last)) + sum_t q_t f_t^T
- *   dq_t  += S f_t + sum_{i<=t} dA_ti k_i,     dA_ti = sum_j y_tij v_i[j]
- *   dk_i  += sum_{t>=i} dA_ti q_t + dS' (exp(B_last - B_i) o v_i)
- *   dv_i  += sum_{t>=i} A_ti y_ti + exp(B_last - B_i) o (dS'^T k_i)
- *   dB     as in the per-key form, per value channel (a token's own write gives nothing). */
-
-static void gv_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work)
-{
-    const int K = s->K, V = s->V;
-    const int64_t KV = (int64_t)K * V;
-    gla_chunk c = chunk_init(work, C, V);
-    double *e = work + chunk_doubles(C, V);   /* [V] */
-    double *S = ht;
-    if (s->h0) memcpy(S, s->h0, (size_t)KV * sizeof *S);
-    else memset(S, 0, (size_t)KV * sizeof *S);
-    for (c.t0 = 0; c.t0 < s->T; c.t0 += C) {
-        c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
-        if (ckpt) memcpy(ckpt + (c.t0 / C) * KV, S, (size_t)KV * sizeof *S);
-        cumulative_decays(&c, s);
-        for (int t = 0; t < c.n; t++) {
-            const double *q = row(s->q, s->sk, &c, t), *Bt = c.G + (int64_t)t * V;
-            double *ot = o + (c.t0 + t) * s->sv;
-            pr_rec_mtv(ot, S, q, K, V);
-            for (int j = 0; j < V; j++) ot[j] *= exp(Bt[j]);
-            for (int i = 0; i <= t; i++) {
-                const double *v = row(s->v, s->sv, &c, i);
-                const double A = pr_rec_dot(q, row(s->k, s->sk, &c, i), K);
-                for (int j = 0; j < V; j++) ot[j] += A * v[j] * decay_ti(&c, t, i, j);
-            }
-            for (int j = 0; j < V; j++) ot[j] *= s->scale;
-        }
-        const double *BL = c.G + (int64_t)(c.n - 1) * V;
-        for (int j = 0; j < V; j++) e[j] = exp(BL[j]);
-        for (int i = 0; i < K; i++)
-            for (int j = 0; j < V; j++) S[(int64_t)i * V + j] *= e[j];
-        for (int i = 0; i < c.n; i++) {
-            const double *v = row(s->v, s->sv, &c, i), *Bi = c.G + (int64_t)i * V;
-            for (int j = 0; j < V; j++) e[j] = v[j] * exp(BL[j] - Bi[j]);
-            pr_rec_outer(S, 1.0, row(s->k, s->sk, &c, i), e, K, V);
-        }
-    }
-}
-
-/* the terms through the chunk's start state S (per-value decay) */
-static void gv_start_state_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
-                                    const double *S, const double *dS, const double *dout)
-{
-    const int K = s->K, V = s->V;
-    const double *BL = c->G + (int64_t)(c->n - 1) * V;
-    double *dBL = w->dG + (int64_t)(c->n - 1) * V;
-    for (int j = 0; j < V; j++) w->e[j] = exp(BL[j]);
     for (int i = 0; i < K; i++) {
         const double *Si = S + (int64_t)i * V, *dSi = dS + (int64_t)i * V;
-        double *dS0i = w->dS0 + (int64_t)i * V;
-        for (int j = 0; j < V; j++) dS0i[j] = w->e[j] * dSi[j], dBL[j] += w->e[j] * Si[j] * dSi[j];
+        for (int j = 0; j < V; j++) c->dS0[(int64_t)i * V + j] = Pl[i] * dSi[j];
+        c->dG[(int64_t)last * K + i] += Pl[i] * pr_rec_dot8(Si, dSi, V);
     }
-    for (int t = 0; t < c->n; t++) {
-        const double *q = row(s->q, s->sk, c, t), *Bt = c->G + (int64_t)t * V;
-        const double *dot_ = dout + (c->t0 + t) * s->sv;
-        double *dB = w->dG + (int64_t)t * V;
-        for (int j = 0; j < V; j++) w->f[j] = s->scale * exp(Bt[j]) * dot_[j];
-        pr_rec_mtv(w->e, S, q, K, V);   /* S^T q_t */
-        for (int j = 0; j < V; j++) dB[j] += w->f[j] * w->e[j];
-        if (d->dq)
-            for (int i = 0; i < K; i++) d->dq[(c->t0 + t) * s->sk + i] += pr_rec_dot(S + (int64_t)i * V, w->f, V);
-        pr_rec_outer(w->dS0, 1.0, q, w->f, K, V);
-    }
-}
-
-/* the pairs i <= t inside the chunk (per-value decay) */
-static void gv_intra_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
-                              const double *dout)
-{
-    const int K = s->K, V = s->V;
-    for (int t = 0; t < c->n; t++) {
-        const double *q = row(s->q, s->sk, c, t);
-        const double *dot_ = dout + (c->t0 + t) * s->sv;
-        for (int i = 0; i <= t; i++) {
-            const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i);
-            const double A = pr_rec_dot(q, k, K);
-            double dA = 0;
-            for (int j = 0; j < V; j++) {
-                const double y = s->scale * dot_[j] * decay_ti(c, t, i, j), x = y * A * v[j];
-                dA += y * v[j];
-                if (d->dv) d->dv[(c->t0 + i) * s->sv + j] += A * y;
-                if (i < t) w->dG[(int64_t)t * V + j] += x, w->dG[(int64_t)i * V + j] -= x;   /* E_tt = 1 */
-            }
-            for (int ch = 0; ch < K; ch++) {
-                if (d->dq) d->dq[(c->t0 + t) * s->sk + ch] += dA * k[ch];
-                if (d->dk) d->dk[(c->t0 + i) * s->sk + ch] += dA * q[ch];
-            }
+    gemm(false, true, n, K, V, c->V, rows_of(dS, V), c->T, K, 0);   /* T = V dS'^T */
+    for (int t = 0; t < n; t++) {
+        const double *Pn = c->Pn + (int64_t)t * K, *f = c->T + (int64_t)t * K, *k = c->K.p + t * c->K.ld;
+        double *dk = c->dK + (int64_t)t * K, *dGt = c->dG + (int64_t)t * K, *dGl = c->dG + (int64_t)last * K;
+        for (int j = 0; j < K; j++) dk[j] = Pn[j] * f[j];
+        for (int j = 0; t < last && j < K; j++) {   /* the last token's own write gives nothing */
+            const double x = k[j] * dk[j];
+            dGl[j] += x, dGt[j] -= x;
         }
     }
+    hadamard(c->X, c->Pn, c->K, n, K);
+    gemm(false, false, n, V, K, rows_of(c->X, K), rows_of(dS, V), c->dV, V, 0);   /* dV = (Pn o K) dS' */
 }
 
-/* the chunk's writes into its end state: S' += k_i (exp(B_last - B_i) o v_i)^T */
-static void gv_end_state_backward(const pr_rec_grads *d, gla_scratch *w, const pr_rec_seq *s, const gla_chunk *c,
-                                  const double *dS)
+/* the outputs through S: dS0 += (P o Q)^T dY, dQ = P o (dY S^T) (overwritten), dG_t */
+static void gk_read_state_backward(gla_chunk *c, const pr_rec_seq *s, const double *S)
 {
-    const int K = s->K, V = s->V, last = c->n - 1;
-    const double *BL = c->G + (int64_t)last * V;
-    for (int i = 0; i < c->n; i++) {
-        const double *k = row(s->k, s->sk, c, i), *v = row(s->v, s->sv, c, i), *Bi = c->G + (int64_t)i * V;
-        pr_rec_mtv(w->e, dS, k, K, V);   /* dS'^T k_i */
+    const int K = s->K, V = s->V, n = c->n;
+    hadamard(c->X, c->P, c->Q, n, K);   /* X = P o Q */
+    if (!c->dS0_unused) gemm(true, false, K, V, n, rows_of(c->X, K), rows_of(c->dY, V), c->dS0, V, 1);
+    if (c->S_zero) {
+        memset(c->dQ, 0, sizeof(double) * (size_t)n * K);
+        return;
+    }
+    gemm(false, true, n, K, V, rows_of(c->dY, V), rows_of(S, V), c->T, K, 0);   /* T = dY S^T */
+    for (int64_t i = 0; i < (int64_t)n * K; i++) {
+        c->dQ[i] = c->P[i] * c->T[i];
+        c->dG[i] += c->X[i] * c->T[i];
+    }
+}
+
+/* the pairs inside the sub-chunk [r, r1): dQ, dK and dG from dA, E_ti itself */
+static void gk_sub_backward(gla_chunk *c, const pr_rec_seq *s, int r, int r1)
+{
+    const int K = s->K, n = c->n;
+    for (int i = r; i < r1; i++)
+        for (int t = i; t < r1; t++) {
+            next_decay(c, i, t);
+            const double d = c->dA[(int64_t)t * n + i], *q = c->Q.p + t * c->Q.ld, *k = c->K.p + i * c->K.ld;
+            double *dq = c->dQ + (int64_t)t * K, *dk = c->dK + (int64_t)i * K;
+            for (int j = 0; j < K; j++) dq[j] += d * k[j] * c->e[j], dk[j] += d * q[j] * c->e[j];
+            if (t == i) continue;   /* E_tt = 1: no decay to differentiate */
+            double *dGt = c->dG + (int64_t)t * K, *dGi = c->dG + (int64_t)i * K;
+            for (int j = 0; j < K; j++) {
+                const double x = d * q[j] * k[j] * c->e[j];
+                dGt[j] += x, dGi[j] -= x;
+            }
+        }
+}
+
+/* the sub-chunk [r, r1) against the tokens before r: Y = Q o Qf, X = K o Kf,
+ * dY' = dA X, dX = dA^T Y, then o Qf, o Kf; dG_t += Y o dY', dG_i -= X o dX */
+static void gk_block_backward(gla_chunk *c, const pr_rec_seq *s, int r, int r1)
+{
+    const int K = s->K, n = c->n, m = r1 - r;
+    sub_factors(c, r);
+    hadamard(c->X, c->Kf, c->K, r, K);
+    hadamard(c->Y, c->Qf + (int64_t)r * K, rows_of(c->Q.p + r * c->Q.ld, c->Q.ld), m, K);
+    const cmat dA = rows_of(c->dA + (int64_t)r * n, n);
+    gemm(false, false, m, K, r, dA, rows_of(c->X, K), c->Z, K, 0);   /* Z = dA X */
+    for (int64_t i = 0; i < (int64_t)m * K; i++) {
+        c->dQ[(int64_t)r * K + i] += c->Qf[(int64_t)r * K + i] * c->Z[i];
+        c->dG[(int64_t)r * K + i] += c->Y[i] * c->Z[i];
+    }
+    gemm(true, false, r, K, m, dA, rows_of(c->Y, K), c->T, K, 0);   /* T = dA^T Y */
+    for (int64_t i = 0; i < (int64_t)r * K; i++) {
+        c->dK[i] += c->Kf[i] * c->T[i];
+        c->dG[i] -= c->X[i] * c->T[i];
+    }
+}
+
+static void gk_backward_chunk(gla_chunk *c, const pr_rec_seq *s, const double *S)
+{
+    const int V = s->V, n = c->n;
+    gk_scores(c, s);
+    gk_state_backward(c, s, S, c->dS);
+    gk_read_state_backward(c, s, S);
+    /* O's intra part A V: dA = mask(dY V^T), dV += A^T dY */
+    gemm(false, true, n, n, V, rows_of(c->dY, V), c->V, c->dA, n, 0);
+    for (int t = 0; t < n; t++)
+        for (int i = t + 1; i < n; i++) c->dA[(int64_t)t * n + i] = 0;
+    gemm(true, false, n, V, n, rows_of(c->A, n), rows_of(c->dY, V), c->dV, V, 1);
+    for (int r = 0; r < n; r += GLA_SUB) {
+        gk_sub_backward(c, s, r, sub_end(c, r));
+        if (r) gk_block_backward(c, s, r, sub_end(c, r));
+    }
+}
+
+/* ---- per-value decay: forward ----------------------------------------------------------- */
+
+static void gv_forward_chunk(gla_chunk *c, const pr_rec_seq *s, double *o, double *S)
+{
+    const int K = s->K, V = s->V, n = c->n;
+    /* A = <q_t, k_i> for i <= t */
+    gemm(false, true, n, n, K, c->Q, c->K, c->A, n, 0);
+    for (int t = 0; t < n; t++)
+        for (int i = t + 1; i < n; i++) c->A[(int64_t)t * n + i] = 0;
+    /* T = P o (Q S): the state before the chunk */
+    if (c->S_zero) memset(c->T, 0, sizeof(double) * (size_t)n * V);
+    else {
+        gemm(false, false, n, V, K, c->Q, rows_of(S, V), c->T, V, 0);
+        for (int64_t i = 0; i < (int64_t)n * V; i++) c->T[i] *= c->P[i];
+    }
+    /* T_t += sum_{i<=t} A_ti (E_ti o v_i): E_ti itself inside a sub-chunk, Qf o (A (Kf o V)) below it */
+    for (int r = 0; r < n; r += GLA_SUB) {
+        const int r1 = sub_end(c, r);
+        for (int i = r; i < r1; i++)
+            for (int t = i; t < r1; t++) {
+                next_decay(c, i, t);
+                const double A = c->A[(int64_t)t * n + i], *v = c->V.p + i * c->V.ld;
+                double *y = c->T + (int64_t)t * V;
+                for (int j = 0; j < V; j++) y[j] += A * c->e[j] * v[j];
+            }
+        if (!r) continue;
+        sub_factors(c, r);
+        hadamard(c->X, c->Kf, c->V, r, V);   /* X = Kf o V */
+        gemm(false, false, r1 - r, V, r, rows_of(c->A + (int64_t)r * n, n), rows_of(c->X, V), c->Z, V, 0);
+        for (int64_t i = 0; i < (int64_t)(r1 - r) * V; i++) c->T[(int64_t)r * V + i] += c->Qf[(int64_t)r * V + i] * c->Z[i];
+    }
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < V; j++) o[(c->t0 + t) * s->sv + j] = s->scale * c->T[(int64_t)t * V + j];
+    /* S' = S diag(exp(G_n)) + K^T (Pn o V) */
+    const double *Pl = c->P + (int64_t)(n - 1) * V;
+    for (int i = 0; i < K; i++)
+        for (int j = 0; j < V; j++) S[(int64_t)i * V + j] *= Pl[j];
+    hadamard(c->X, c->Pn, c->V, n, V);
+    gemm(true, false, K, V, n, c->K, rows_of(c->X, V), S, V, 1);
+}
+
+/* ---- per-value decay: backward ---------------------------------------------------------- */
+
+/* S' = S diag(exp(G_n)) + K^T (Pn o V): dS0, dG_n, and dK, dV overwritten */
+static void gv_state_backward(gla_chunk *c, const pr_rec_seq *s, const double *S, const double *dS)
+{
+    const int K = s->K, V = s->V, n = c->n, last = n - 1;
+    const double *Pl = c->P + (int64_t)last * V;
+    if (c->dS_zero) {
+        memset(c->dS0, 0, sizeof(double) * (size_t)K * V);
+        memset(c->dK, 0, sizeof(double) * (size_t)n * K);
+        memset(c->dV, 0, sizeof(double) * (size_t)n * V);
+        return;
+    }
+    double *dGl = c->dG + (int64_t)last * V;
+    for (int i = 0; i < K; i++)
         for (int j = 0; j < V; j++) {
-            const double b = exp(BL[j] - Bi[j]), x = b * v[j] * w->e[j];
-            if (d->dv) d->dv[(c->t0 + i) * s->sv + j] += b * w->e[j];
-            if (i < last) w->dG[(int64_t)last * V + j] += x, w->dG[(int64_t)i * V + j] -= x;
-            w->f[j] = b * v[j];
+            const double ds = dS[(int64_t)i * V + j];
+            c->dS0[(int64_t)i * V + j] = Pl[j] * ds;
+            dGl[j] += Pl[j] * S[(int64_t)i * V + j] * ds;
         }
-        if (d->dk)
-            for (int ch = 0; ch < K; ch++) d->dk[(c->t0 + i) * s->sk + ch] += pr_rec_dot(dS + (int64_t)ch * V, w->f, V);
+    gemm(false, false, n, V, K, c->K, rows_of(dS, V), c->T, V, 0);   /* T = K dS' */
+    for (int t = 0; t < n; t++) {
+        const double *Pn = c->Pn + (int64_t)t * V, *f = c->T + (int64_t)t * V, *v = c->V.p + t * c->V.ld;
+        double *dv = c->dV + (int64_t)t * V, *dGt = c->dG + (int64_t)t * V;
+        for (int j = 0; j < V; j++) dv[j] = Pn[j] * f[j];
+        for (int j = 0; t < last && j < V; j++) {   /* the last token's own write gives nothing */
+            const double x = v[j] * dv[j];
+            dGl[j] += x, dGt[j] -= x;
+        }
     }
+    hadamard(c->X, c->Pn, c->V, n, V);
+    gemm(false, true, n, K, V, rows_of(c->X, V), rows_of(dS, V), c->dK, K, 0);   /* dK = (Pn o V) dS'^T */
 }
 
-static void gv_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
-                                const pr_rec_seq *s, int C, double *work)
+/* the outputs through S: with F = P o dY, dS0 += Q^T F, dQ = F S^T (overwritten), dG_t += F o (Q S) */
+static void gv_read_state_backward(gla_chunk *c, const pr_rec_seq *s, const double *S)
 {
-    const int K = s->K, V = s->V;
-    const int64_t KV = (int64_t)K * V;
-    gla_chunk c = chunk_init(work, C, V);
-    gla_scratch w;
-    w.dG = work + chunk_doubles(C, V);
-    double *dS = w.dG + (int64_t)C * V;
-    w.dS0 = dS + KV;
-    w.b = w.dS0 + KV;   /* unused here; f and e are [V] */
-    w.f = w.b + V;
-    w.e = w.f + V;
-    if (dht) memcpy(dS, dht, (size_t)KV * sizeof *dS);
-    else memset(dS, 0, (size_t)KV * sizeof *dS);
-    for (int64_t ci = pr_rec_nckpt(s->T, C) - 1; ci >= 0; ci--) {
-        c.t0 = ci * C;
-        c.n = (int)(s->T - c.t0 < C ? s->T - c.t0 : C);
-        cumulative_decays(&c, s);
-        memset(w.dG, 0, sizeof(double) * (size_t)C * V);
-        gv_start_state_backward(d, &w, s, &c, ckpt + ci * KV, dS, dout);
-        gv_intra_backward(d, &w, s, &c, dout);
-        gv_end_state_backward(d, &w, s, &c, dS);
-        if (d->dg)
-            for (int j = 0; j < V; j++) {
-                double acc = 0;
-                for (int t = c.n - 1; t >= 0; t--)
-                    acc += w.dG[(int64_t)t * V + j], d->dg[(c.t0 + t) * s->sg + j] += acc;
-            }
-        memcpy(dS, w.dS0, (size_t)KV * sizeof *dS);
+    const int K = s->K, V = s->V, n = c->n;
+    for (int64_t i = 0; i < (int64_t)n * V; i++) c->F[i] = c->P[i] * c->dY[i];
+    if (!c->dS0_unused) gemm(true, false, K, V, n, c->Q, rows_of(c->F, V), c->dS0, V, 1);
+    if (c->S_zero) {
+        memset(c->dQ, 0, sizeof(double) * (size_t)n * K);
+        return;
     }
-    if (d->dh0)
-        for (int64_t i = 0; i < KV; i++) d->dh0[i] += dS[i];
+    gemm(false, true, n, K, V, rows_of(c->F, V), rows_of(S, V), c->dQ, K, 0);
+    gemm(false, false, n, V, K, c->Q, rows_of(S, V), c->T, V, 0);   /* T = Q S */
+    for (int64_t i = 0; i < (int64_t)n * V; i++) c->dG[i] += c->F[i] * c->T[i];
 }
 
-/* ---- entry points: the decay's axis picks the algebra ------------------------------------- */
+/* the pairs inside the sub-chunk [r, r1): with y = dY_t o E_ti, dA_ti = <y, v_i>,
+ * dV_i += A_ti y, dG from x = A_ti y o v_i */
+static void gv_sub_backward(gla_chunk *c, const pr_rec_seq *s, int r, int r1)
+{
+    const int V = s->V, n = c->n;
+    double *y = c->Z;   /* [V] */
+    for (int i = r; i < r1; i++)
+        for (int t = i; t < r1; t++) {
+            next_decay(c, i, t);
+            const double A = c->A[(int64_t)t * n + i], *v = c->V.p + i * c->V.ld, *dy = c->dY + (int64_t)t * V;
+            for (int j = 0; j < V; j++) y[j] = dy[j] * c->e[j];
+            c->dA[(int64_t)t * n + i] = pr_rec_dot8(y, v, V);
+            double *dv = c->dV + (int64_t)i * V;
+            for (int j = 0; j < V; j++) dv[j] += A * y[j];
+            if (t == i) continue;   /* E_tt = 1: no decay to differentiate */
+            double *dGt = c->dG + (int64_t)t * V, *dGi = c->dG + (int64_t)i * V;
+            for (int j = 0; j < V; j++) {
+                const double x = A * y[j] * v[j];
+                dGt[j] += x, dGi[j] -= x;
+            }
+        }
+}
+
+/* the sub-chunk [r, r1) against the tokens before r: X = Kf o V, Y = Qf o dY;
+ * dA = Y X^T, dX = A^T Y (dV += Kf o dX, dG_i -= X o dX), dG_t += Y o (A X) */
+static void gv_block_backward(gla_chunk *c, const pr_rec_seq *s, int r, int r1)
+{
+    const int V = s->V, n = c->n, m = r1 - r;
+    const cmat A = rows_of(c->A + (int64_t)r * n, n);
+    sub_factors(c, r);
+    hadamard(c->X, c->Kf, c->V, r, V);
+    for (int64_t i = 0; i < (int64_t)m * V; i++) c->Y[i] = c->Qf[(int64_t)r * V + i] * c->dY[(int64_t)r * V + i];
+    gemm(false, true, m, r, V, rows_of(c->Y, V), rows_of(c->X, V), c->dA + (int64_t)r * n, n, 0);   /* dA = Y X^T */
+    gemm(true, false, r, V, m, A, rows_of(c->Y, V), c->T, V, 0);                                  /* T = A^T Y */
+    for (int64_t i = 0; i < (int64_t)r * V; i++) {
+        c->dV[i] += c->Kf[i] * c->T[i];
+        c->dG[i] -= c->X[i] * c->T[i];
+    }
+    gemm(false, false, m, V, r, A, rows_of(c->X, V), c->T, V, 0);   /* T = A X */
+    for (int64_t i = 0; i < (int64_t)m * V; i++) c->dG[(int64_t)r * V + i] += c->Y[i] * c->T[i];
+}
+
+static void gv_backward_chunk(gla_chunk *c, const pr_rec_seq *s, const double *S)
+{
+    const int K = s->K, n = c->n;
+    gemm(false, true, n, n, K, c->Q, c->K, c->A, n, 0);   /* A = <q_t, k_i>, i <= t */
+    for (int t = 0; t < n; t++)
+        for (int i = t + 1; i < n; i++) c->A[(int64_t)t * n + i] = 0;
+    gv_state_backward(c, s, S, c->dS);
+    gv_read_state_backward(c, s, S);
+    memset(c->dA, 0, sizeof(double) * (size_t)n * n);
+    for (int r = 0; r < n; r += GLA_SUB) {
+        gv_sub_backward(c, s, r, sub_end(c, r));
+        if (r) gv_block_backward(c, s, r, sub_end(c, r));
+    }
+    /* A = Q K^T: dQ += dA K, dK += dA^T Q */
+    gemm(false, false, n, K, n, rows_of(c->dA, n), c->K, c->dQ, K, 1);
+    gemm(true, false, n, K, n, rows_of(c->dA, n), c->Q, c->dK, K, 1);
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
 
 void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work)
 {
-    if (s->g_per_value) gv_forward_chunked(o, ht, ckpt, s, C, work);
-    else gk_forward_chunked(o, ht, ckpt, s, C, work);
+    const int K = s->K, V = s->V;
+    const int64_t KV = (int64_t)K * V;
+    gla_chunk c = chunk_init(work, C, K, V, s->g_per_value ? V : K);
+    double *S = ht;   /* the running state lives in ht */
+    if (s->h0) memcpy(S, s->h0, (size_t)KV * sizeof *S);
+    else memset(S, 0, (size_t)KV * sizeof *S);
+    for (int64_t t0 = 0; t0 < s->T; t0 += C) {
+        if (ckpt) memcpy(ckpt + (t0 / C) * KV, S, (size_t)KV * sizeof *S);
+        chunk_start(&c, s, t0);
+        if (s->g_per_value) gv_forward_chunk(&c, s, o, S);
+        else gk_forward_chunk(&c, s, o, S);
+    }
 }
 
 void pr_rec_gla_backward_chunked(const pr_rec_grads *d, const double *dout, const double *dht, const double *ckpt,
                                  const pr_rec_seq *s, int C, double *work)
 {
-    if (s->g_per_value) gv_backward_chunked(d, dout, dht, ckpt, s, C, work);
-    else gk_backward_chunked(d, dout, dht, ckpt, s, C, work);
+    const int K = s->K, V = s->V, W = s->g_per_value ? V : K;
+    const int64_t KV = (int64_t)K * V;
+    gla_chunk c = chunk_init(work, C, K, V, W);
+    if (dht) memcpy(c.dS, dht, (size_t)KV * sizeof *c.dS);
+    else memset(c.dS, 0, (size_t)KV * sizeof *c.dS);
+    const int64_t nb = pr_rec_nckpt(s->T, C);
+    for (int64_t b = nb - 1; b >= 0; b--) {
+        const double *S = ckpt + b * KV;
+        chunk_start(&c, s, b * C);
+        c.dS_zero = b == nb - 1 && !dht;
+        c.dS0_unused = b == 0 && !d->dh0;
+        const int n = c.n;
+        const int64_t t0 = c.t0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < V; j++) c.dY[(int64_t)t * V + j] = s->scale * dout[(t0 + t) * s->sv + j];
+        memset(c.dG, 0, sizeof(double) * (size_t)n * W);
+        if (s->g_per_value) gv_backward_chunk(&c, s, S);
+        else gk_backward_chunk(&c, s, S);
+        if (d->dg)   /* G_t = sum_{s<=t} g_s, per channel */
+            for (int j = 0; j < W; j++) {
+                double acc = 0;
+                for (int t = n - 1; t >= 0; t--) acc += c.dG[(int64_t)t * W + j], d->dg[(t0 + t) * s->sg + j] += acc;
+            }
+        scatter_add(d->dq ? d->dq + t0 * s->sk : NULL, s->sk, c.dQ, n, K);
+        scatter_add(d->dk ? d->dk + t0 * s->sk : NULL, s->sk, c.dK, n, K);
+        scatter_add(d->dv ? d->dv + t0 * s->sv : NULL, s->sv, c.dV, n, V);
+        memcpy(c.dS, c.dS0, (size_t)KV * sizeof *c.dS);
+    }
+    if (d->dh0)
+        for (int64_t i = 0; i < KV; i++) d->dh0[i] += c.dS[i];
 }

@@ -74,11 +74,33 @@ static inline void pr_rec_outer(double *h, double c, const double *a, const doub
     }
 }
 
+/* a . b in eight interleaved partial sums (the chunked forms): independent
+ * chains the compiler can vectorize, where one running sum waits on every add */
+static inline double pr_rec_dot8(const double *a, const double *b, int64_t n)
+{
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 /* C[M][N] = op(A) op(B) + beta C on row-major doubles (A [M][K], [K][M]
  * when ta; B [K][N], [N][K] when tb; rows lda, ldb, ldc apart; beta 0 or 1):
  * the chunked forms' products */
 void pr_rec_gemm(bool ta, bool tb, int M, int N, int K, const double *A, int64_t lda, const double *B, int64_t ldb,
                  double *C, int64_t ldc, double beta);
+
+/* a matrix in memory, row r at p + r * ld, and pr_rec_gemm on such */
+typedef struct { const double *p; int64_t ld; } pr_rec_mat;
+
+static inline void pr_rec_mm(bool ta, bool tb, int M, int N, int K, pr_rec_mat A, pr_rec_mat B, double *C, int64_t ldc,
+                             double beta)
+{
+    pr_rec_gemm(ta, tb, M, N, K, A.p, A.ld, B.p, B.ld, C, ldc, beta);
+}
 
 /* number of saved states of a T-token sequence with interval c */
 static inline int64_t pr_rec_nckpt(int64_t T, int64_t c) { return (T + c - 1) / c; }
