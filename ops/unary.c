@@ -6,6 +6,10 @@
  * Node: in[0] = x, out[0] = y, farg[0] = the scale factor (scale only).
  * Backward: dx += dy * f'(x), with f' written in terms of x and y where
  * that is cheaper (sigmoid' = y (1 - y), tanh' = 1 - y^2, exp' = y).
+ * Where f' needs the same erf, tanh or exp as f (gelu, gelu_tanh, silu,
+ * logsigmoid), a recorded forward computes both at once and saves f' in
+ * double (saved[0]) for the backward, which then only multiplies: the same
+ * numbers as recomputing f' there, for one transcendental call less.
  */
 #include <math.h>
 
@@ -36,7 +40,7 @@ static inline double unary_f(pr_op_id op, double x, double s)
     }
 }
 
-/* dy/dx given x and y = f(x) */
+/* dy/dx given x and y = f(x), for the ops that do not save it */
 static inline double unary_df(pr_op_id op, double x, double y, double s)
 {
     switch (op) {
@@ -46,22 +50,50 @@ static inline double unary_df(pr_op_id op, double x, double y, double s)
     case PR_OP_log: return 1 / x;
     case PR_OP_sqrt: return 0.5 / y;
     case PR_OP_sigmoid: return y * (1 - y);
-    case PR_OP_logsigmoid: return sigmoid(-x);            /* d/dx -log(1+e^-x) */
     case PR_OP_tanh: return 1 - y * y;
     case PR_OP_relu: return x > 0 ? 1 : 0;
-    case PR_OP_silu: {                                    /* s + x s (1 - s) */
-        double sg = sigmoid(x);
-        return sg * (1 + x * (1 - sg));
-    }
-    case PR_OP_gelu:                                      /* Phi(x) + x phi(x) */
-        return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
-    case PR_OP_gelu_tanh: {
-        double u = SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x), t = tanh(u);
-        double du = SQRT_2_OVER_PI * (1 + 3 * GELU_TANH_C * x * x);
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
-    }
     case PR_OP_softplus: return x > 20 ? 1 : sigmoid(x);
     default: pr_fatal("unary: op %d is not unary", (int)op);
+    }
+}
+
+/* the ops whose forward saves f' */
+static bool saves_df(pr_op_id op)
+{
+    return op == PR_OP_gelu || op == PR_OP_gelu_tanh || op == PR_OP_silu || op == PR_OP_logsigmoid;
+}
+
+/* f(x) of an op that saves f', and f'(x) into *df, sharing the costly call */
+static inline double unary_f_df(pr_op_id op, double x, double *df)
+{
+    switch (op) {
+    case PR_OP_gelu: {                                    /* Phi(x) + x phi(x) */
+        double e = erf(x * M_SQRT1_2);
+        *df = 0.5 * (1 + e) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+        return 0.5 * x * (1 + e);
+    }
+    case PR_OP_gelu_tanh: {
+        double t = tanh(SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x));
+        double du = SQRT_2_OVER_PI * (1 + 3 * GELU_TANH_C * x * x);
+        *df = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
+        return 0.5 * x * (1 + t);
+    }
+    case PR_OP_silu: {                                    /* s + x s (1 - s) */
+        double sg = sigmoid(x);
+        *df = sg * (1 + x * (1 - sg));
+        return x * sg;
+    }
+    case PR_OP_logsigmoid: {   /* f' = sigmoid(-x), from the exp that f takes */
+        if (x >= 0) {
+            double e = exp(-x);
+            *df = e / (1 + e);
+            return -log1p(e);
+        }
+        double e = exp(x);
+        *df = 1 / (1 + e);
+        return x - log1p(e);
+    }
+    default: pr_fatal("unary: op %d saves no derivative", (int)op);
     }
 }
 
@@ -103,18 +135,36 @@ static pr_tensor *unary(pr_ctx *ctx, pr_op_id op, pr_tensor *x, double s)
     default: pr_fatal("unary: op %d is not unary", (int)op);                                    \
     }
 
-static void unary_forward_cpu(pr_node *n)
+static void unary_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
     pr_op_id op = pr_node_op(n);
     double s = n->farg[0];
-    int64_t N = n->in[0]->numel;
+    pr_tensor *in = n->in[0];
+    int64_t N = in->numel;
+    double *df = NULL;
+    if (n->recording && saves_df(op)) {
+        n->saved[0] = pr_empty(ctx->step, PR_F64, PR_CPU, in->ndim, in->shape);
+        n->n_saved = 1;
+        df = n->saved[0]->data;
+    }
 #define FORWARD(OP) for (int64_t i = 0; i < N; i++) y[i] = (T)unary_f(OP, x[i], s)
-    PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
-        const T *x = n->in[0]->data;
+#define FORWARD_DF(OP) for (int64_t i = 0; i < N; i++) y[i] = (T)unary_f_df(OP, x[i], &df[i])
+    PR_FLOAT_SWITCH(in->dtype, T, {
+        const T *x = in->data;
         T *y = n->out[0]->data;
-        UNARY_CASES(FORWARD);
+        if (df) {
+            switch (op) {
+            case PR_OP_gelu: FORWARD_DF(PR_OP_gelu); break;
+            case PR_OP_gelu_tanh: FORWARD_DF(PR_OP_gelu_tanh); break;
+            case PR_OP_silu: FORWARD_DF(PR_OP_silu); break;
+            default: FORWARD_DF(PR_OP_logsigmoid); break;
+            }
+        } else {
+            UNARY_CASES(FORWARD);
+        }
     });
 #undef FORWARD
+#undef FORWARD_DF
 }
 
 static void unary_backward_cpu(pr_node *n)
@@ -124,11 +174,28 @@ static void unary_backward_cpu(pr_node *n)
     pr_op_id op = pr_node_op(n);
     double s = n->farg[0];
     int64_t N = n->in[0]->numel;
+    PR_CHECK(!saves_df(op) || n->n_saved == 1, "%s: CPU backward without the forward's saved derivative", n->op->name);
+    const double *df = saves_df(op) ? n->saved[0]->data : NULL;
 #define BACKWARD(OP) for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * unary_df(OP, x[i], y[i], s))
     PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
         const T *x = n->in[0]->data, *y = n->out[0]->data, *dy = n->out[0]->grad->data;
         T *g = dx->data;
-        UNARY_CASES(BACKWARD);
+        if (df) {
+            for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * df[i]);
+        } else {
+            switch (op) {
+            case PR_OP_scale: BACKWARD(PR_OP_scale); break;
+            case PR_OP_neg: BACKWARD(PR_OP_neg); break;
+            case PR_OP_exp: BACKWARD(PR_OP_exp); break;
+            case PR_OP_log: BACKWARD(PR_OP_log); break;
+            case PR_OP_sqrt: BACKWARD(PR_OP_sqrt); break;
+            case PR_OP_sigmoid: BACKWARD(PR_OP_sigmoid); break;
+            case PR_OP_tanh: BACKWARD(PR_OP_tanh); break;
+            case PR_OP_relu: BACKWARD(PR_OP_relu); break;
+            case PR_OP_softplus: BACKWARD(PR_OP_softplus); break;
+            default: pr_fatal("unary: op %d is not unary", (int)op);
+            }
+        }
     });
 #undef BACKWARD
 }
@@ -155,7 +222,7 @@ static void unary_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex, p
 
 #define UNARY_OP(name)                                                                                   \
     pr_tensor *pr_##name(pr_ctx *ctx, pr_tensor *x) { return unary(ctx, PR_OP_##name, x, 0.0); }          \
-    void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_forward_cpu(n); }             \
+    void pr_##name##_forward_cpu(pr_ctx *ctx, pr_node *n) { unary_forward_cpu(ctx, n); }                   \
     void pr_##name##_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_backward_cpu(n); }           \
     void pr_##name##_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)                        \
     {                                                                                                    \
@@ -163,7 +230,7 @@ static void unary_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex, p
     }
 
 pr_tensor *pr_scale(pr_ctx *ctx, pr_tensor *x, double s) { return unary(ctx, PR_OP_scale, x, s); }
-void pr_scale_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_forward_cpu(n); }
+void pr_scale_forward_cpu(pr_ctx *ctx, pr_node *n) { unary_forward_cpu(ctx, n); }
 void pr_scale_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx, unary_backward_cpu(n); }
 void pr_scale_example(pr_ctx *ctx, pr_rng *r, pr_dtype dt, pr_example *ex)
 {
