@@ -154,7 +154,8 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
         double fwd_tensors, bwd_tensors; /* tensors moved: inputs + outputs */
         pr_tensor *sum;                  /* out[1] of the fused add + norm, else NULL */
     } cases[] = {
-        {"silu", PR_OP_silu, 1, {x}, 0, 2, 4, NULL},
+        /* the CPU's backward reads f' (f64) as the recorded forward saved it, not x */
+        {"silu", PR_OP_silu, 1, {x}, 0, 2, dev == PR_CPU && dt == PR_F32 ? 5 : 4, NULL},
         {"add (same shape)", PR_OP_add, 2, {x, x2}, 0, 3, 0, NULL},
         {"swiglu", PR_OP_swiglu, 2, {x, x2}, 0, 3, 5, NULL},
         {"softmax", PR_OP_softmax, 1, {x}, 0, 2, 4, NULL},
@@ -175,6 +176,10 @@ static void bench_memory_ops(bench_state *st, pr_ctx *ctx, pr_arena *ar, pr_devi
                    true);
         if (cases[i].bwd_tensors == 0) continue;
         a.backward = true; /* dx only: w and b need no grad here */
+        if (dev == PR_CPU) {   /* what a recorded forward saves for the backward (silu's f') */
+            a.n.recording = true;
+            a.n.op->forward_cpu(ctx, &a.n);
+        }
         snprintf(name, sizeof name, "%s bwd (dx)%s", cases[i].name, suffix);
         report_mem(st, name, pr_bench_time_ms(ctx, dev, pr_bench_run_node, &a, 3, reps), cases[i].bwd_tensors * T,
                    true);
