@@ -164,9 +164,10 @@ void pr_gemm_ld_cpu(pr_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t
         PR_ASSERT(lda < INT32_MAX && ldb < INT32_MAX && ldc < INT32_MAX);
         pick_threads(M, N, K);
         enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
-        /* BLAS checks ld >= the row length even where no row is read */
+        /* a row no shorter than its stride; BLAS wants ld >= 1 even for rows of 0 (K == 0) */
         const int64_t ra = ta ? M : K, rb = tb ? K : N;
-        int la = (int)(lda > ra ? lda : ra > 0 ? ra : 1), lb = (int)(ldb > rb ? ldb : rb > 0 ? rb : 1);
+        PR_ASSERT(lda >= ra && ldb >= rb && ldc >= N);
+        int la = (int)(lda > 1 ? lda : 1), lb = (int)(ldb > 1 ? ldb : 1);
         if (dt == PR_F32)
             cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, 1.0f, A, la, B, lb, (float)beta, C,
                         (int)ldc);

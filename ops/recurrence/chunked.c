@@ -163,8 +163,11 @@ static void decay_mask(const chunk *c, block b)
         const double *Dt = c->Dm + (int64_t)t * c->C;
         double *m = b.M + (int64_t)t * b.cols;
         const int kept = b.strict ? t : t + 1;
-        for (int i = 0; i < kept; i++)
-            for (int l = 0; l < b.r; l++) m[i * b.r + l] *= Dt[i];
+        if (b.r == 1)   /* the keys' blocks: a plain row product the compiler vectorizes */
+            for (int i = 0; i < kept; i++) m[i] *= Dt[i];
+        else
+            for (int i = 0; i < kept; i++)
+                for (int l = 0; l < b.r; l++) m[i * b.r + l] *= Dt[i];
         for (int w = kept * b.r; w < b.cols; w++) m[w] = 0;
     }
 }
