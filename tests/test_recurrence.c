@@ -241,9 +241,9 @@ static void test_gradcheck_rules(void **s)
 
 /* gla under strong decays: log-decays of -20 to -60 a token would overflow
  * exp(-G) of a factored chunk after a few tokens; the chunked form takes
- * every decay as factors exp(G_later - G_earlier) <= 1 (sub-chunks of 16),
+ * every decay as factors exp(G_later - G_earlier) <= 1 (sub-chunks of 8),
  * so both forms stay finite and agree (chunks of 150 use the factored path
- * across nine sub-chunks).
+ * across nineteen sub-chunks).
  * Then the gradients at milder but still strong decays (-1 to -4). */
 static void set_uniform(pr_tensor *t, uint64_t seed, double lo, double hi)
 {
@@ -427,7 +427,7 @@ static void test_gla_per_value(void **s)
 }
 
 /* the chunked per-value form: central differences of every input through it
- * (T not a multiple of the chunk, chunks across sub-chunks of 16, decays mild
+ * (T not a multiple of the chunk, chunks across sub-chunks of 8, decays mild
  * to strong, with and without h0), then against the per-token form at 1e-12:
  * several chunk sizes, packed sequences with h0, and log-decays of -60 to -20
  * a token, where a factored exp(-B) would overflow within a few tokens;
@@ -541,7 +541,7 @@ static void test_gla_per_value_chunked(void **s)
     gv_case(1, 21, 16, true, -0.3, -0.01, 41);   /* two chunks, the second short */
     gv_case(1, 9, 4, false, -4, -1, 42);
     gv_case(2, 5, 8, true, -0.5, -0.1, 43);      /* one short chunk */
-    gv_case(1, 37, 37, true, -0.4, -0.05, 44);   /* one chunk of three sub-chunks */
+    gv_case(1, 37, 37, true, -0.4, -0.05, 44);   /* one chunk of five sub-chunks */
     gv_chunked_vs_token(2, 45, NULL, 2, -0.5, -0.01, 45);
     gv_chunked_vs_token(1, 70, (const int64_t[]){0, 1, 19, 70}, 3, -2, -0.1, 46);
     gv_chunked_vs_token(1, 150, NULL, 1, -60, -20, 47);

@@ -44,7 +44,7 @@
 
 #include "ops/recurrence/recurrence_cpu.h"
 
-enum { GLA_SUB = 16 };   /* tokens a sub-chunk */
+enum { GLA_SUB = 8 };   /* tokens a sub-chunk */
 
 typedef pr_rec_mat cmat;
 

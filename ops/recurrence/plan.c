@@ -62,14 +62,14 @@ bool pr_recurrence_plan(const pr_recurrence_opts *opt, pr_device dev, int64_t N,
 static void cpu_text(const pr_rec_plan *p, char *buf, size_t n)
 {
     if (p->g_per_value && p->chunk)
-        snprintf(buf, n, "fwd pr_rec_gla_forward_chunked (per-value decay, factored by sub-chunks of 16; saves "
+        snprintf(buf, n, "fwd pr_rec_gla_forward_chunked (per-value decay, factored by sub-chunks of 8; saves "
                          "chunk-start states when recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) "
                          "per call");
     else if (p->g_per_value)
         snprintf(buf, n, "fwd pr_rec_forward_recurrent (per-value decay; saves states every %d tokens when recorded); "
                          "bwd pr_rec_backward (recomputes each block); f64, a (sequence, head) per call", PR_REC_CKPT);
     else if (p->chunk && p->gla)
-        snprintf(buf, n, "fwd pr_rec_gla_forward_chunked (decays factored by sub-chunks of 16; saves chunk-start "
+        snprintf(buf, n, "fwd pr_rec_gla_forward_chunked (decays factored by sub-chunks of 8; saves chunk-start "
                          "states when recorded); bwd pr_rec_gla_backward_chunked; f64, a (sequence, head) per call");
     else if (p->chunk)
         snprintf(buf, n, "fwd pr_rec_forward_chunked (saves chunk-start states when recorded); bwd "

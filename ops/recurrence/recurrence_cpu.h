@@ -131,8 +131,9 @@ void pr_rec_backward(const pr_rec_grads *d, const double *dout, const double *dh
 
 /* The chunked form of gla (chunked_gla.c), its decay per key or, with
  * s->g_per_value, per value channel; no delta erase, no extra writes. Decays inside a chunk are products of factors
- * exp(G_later - G_earlier) <= 1, factored by sub-chunks of 16 tokens as
- * fla's chunk_gla does, so none overflows however strong the decay.
+ * exp(G_later - G_earlier) <= 1 (running products of exp(g)), factored by
+ * sub-chunks of 8 tokens much as fla's chunk_gla does (16 there), so none
+ * overflows however strong the decay.
  * work: pr_rec_gla_chunk_work(C, K, V) doubles. */
 int64_t pr_rec_gla_chunk_work(int C, int K, int V);
 void pr_rec_gla_forward_chunked(double *o, double *ht, double *ckpt, const pr_rec_seq *s, int C, double *work);
