@@ -225,6 +225,7 @@ pr_tensor *pr_grad_of(pr_ctx *ctx, pr_tensor *t)
         pr_arena *a = t->arena == ctx->step ? ctx->step : ctx->grads;
         t->grad = pr_zeros(a, t->dtype, t->device, t->ndim, t->shape);
     }
+    if (pr_grad_claim(t->grad)) pr_zero_(t->grad);
     return t->grad;
 }
 
@@ -246,9 +247,24 @@ static void start_grad(pr_ctx *ctx, pr_tensor *t, unsigned pass)
         return;
     }
     bool fresh = t->grad == NULL;
+    if (fresh && t->arena == ctx->step && t->device == PR_CPU) {   /* left unwritten: see autograd.h */
+        t->grad = pr_empty(ctx->step, t->dtype, t->device, t->ndim, t->shape);
+        t->grad->unwritten = true;
+        t->backward_pass = pass;
+        return;
+    }
     pr_tensor *g = pr_grad_of(ctx, t);
     if (!fresh && t->tape_pos >= 0 && t->backward_pass != pass) pr_zero_(g);
     t->backward_pass = pass;
+}
+
+/* zeros in n's input gradients that are still unwritten */
+static void zero_unwritten(pr_node *n)
+{
+    for (int i = 0; i < n->n_in; i++) {
+        pr_tensor *g = n->in[i] ? n->in[i]->grad : NULL;
+        if (g && pr_grad_claim(g)) pr_zero_(g);
+    }
 }
 
 /* Walk the tape back from the last node that made one of the seeded outputs.
@@ -272,9 +288,11 @@ static void run_backward(pr_ctx *ctx, unsigned pass, int start)
         pr_device dev = n->out[0]->device;
         pr_op_fn bwd = dev == PR_CUDA ? n->op->backward_cuda : n->op->backward_cpu;
         PR_CHECK(bwd, "%s: no %s backward", n->op->name, dev == PR_CUDA ? "CUDA" : "CPU");
+        if (n->staged || dev != PR_CPU || !pr_op_fills_unwritten(n->op)) zero_unwritten(n);
         double t0 = ctx->profile ? pr_profile_clock(dev) : 0;
         if (n->staged) pr_staged_backward(ctx, n, bwd);
         else bwd(ctx, n);
+        zero_unwritten(n);   /* gradients the kernel had nothing to add to */
         if (ctx->profile) pr_profile_time(ctx->profile, n->op->name, n->scope, 1, pr_profile_clock(dev) - t0);
 #ifdef PRISM_HAVE_CUDA
         if (dev == PR_CUDA) pr_cuda_check_last(n->op->name);

@@ -185,6 +185,22 @@ void pr_backward_with(pr_ctx *ctx, pr_tensor *out, const pr_tensor *grad_out);
 void pr_backward_many(pr_ctx *ctx, int n, pr_tensor *const *outs, const pr_tensor *const *grads);
 /* grad of t, allocated (zeros) on first use in the arena that matches t's life */
 pr_tensor *pr_grad_of(pr_ctx *ctx, pr_tensor *t);
+/* Inside a backward, the gradient of a CPU activation (a step tensor that
+ * is not a view) starts unwritten: no zeros are stored in it. The first op
+ * to add into it writes it whole instead, if its CPU backward is listed by
+ * pr_op_fills_unwritten (ops/ops.c); before any other op's backward, and
+ * after every backward for what it left unwritten, the engine zeroes it.
+ * Memory traffic saved: a zero fill, and a read of those zeros, per
+ * activation gradient. A listed kernel calls pr_grad_claim right before
+ * writing a gradient: true means write, not add (and every element must be
+ * written, so an input broadcast into the output zeroes its gradient first). */
+bool pr_op_fills_unwritten(const pr_op_info *op);
+static inline bool pr_grad_claim(pr_tensor *g)
+{
+    bool unwritten = g->unwritten;
+    g->unwritten = false;
+    return unwritten;
+}
 void pr_zero_grads(pr_tensor *const *ts, int n);
 void pr_requires_grad_(pr_tensor *t, bool on);
 

@@ -6,6 +6,8 @@
  * space, so the backward's `+=` at that offset sums the grad over the dims the
  * input was broadcast along: no separate reduction pass is needed.
  */
+#include <string.h>
+
 #include "ops/ops.h"
 
 /* the output's shape and, for a and b, strides in the output's index space */
@@ -157,7 +159,27 @@ static void binary_forward(pr_node *n, binop op)
     });
 }
 
-/* d(a+b) = (1, 1); d(a-b) = (1, -1); d(ab) = (b, a); d(a/b) = (1/b, -a/b^2) */
+/* whether grad g of input t (of an op with output out) is written rather
+ * than added into: it is unwritten (pr_grad_claim) and t has out's shape;
+ * an unwritten grad of a broadcast input, whose elements sum several
+ * terms, is zeroed here and added into */
+static bool writes_whole(pr_tensor *g, const pr_tensor *t, const pr_tensor *out)
+{
+    if (!g || !pr_grad_claim(g)) return false;
+    if (t->numel == out->numel) return true;
+    memset(g->data, 0, pr_nbytes(g));
+    return false;
+}
+
+/* dst = expr or dst += expr over the broadcast walk */
+#define GRAD_LOOP(write, dst, expr)                                             \
+    do {                                                                        \
+        if (write) PR_BCAST_LOOP(&bc, out->numel, dst = (expr));                \
+        else PR_BCAST_LOOP(&bc, out->numel, dst += (expr));                     \
+    } while (0)
+
+/* d(a+b) = (1, 1); d(a-b) = (1, -1); d(ab) = (b, a); d(a/b) = (1/b, -a/b^2).
+ * da is claimed and written before db: when a and b are one tensor, db adds. */
 static void binary_backward(pr_node *n, binop op)
 {
     pr_tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
@@ -168,26 +190,26 @@ static void binary_backward(pr_node *n, binop op)
     PR_FLOAT_SWITCH(a->dtype, T, {
         const T *pa = a->data, *pb = b->data, *g = out->grad->data;
         T *da = ga ? ga->data : NULL, *db = gb ? gb->data : NULL;
-        switch (op) {
-        case ADD:
-            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i]);
-            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] += g[i]);
-            break;
-        case SUB:
-            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i]);
-            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] -= g[i]);
-            break;
-        case MUL:
-            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i] * pb[ib]);
-            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] += g[i] * pa[ia]);
-            break;
-        case DIV:
-            if (da) PR_BCAST_LOOP(&bc, out->numel, da[ia] += g[i] / pb[ib]);
-            if (db) PR_BCAST_LOOP(&bc, out->numel, db[ib] -= g[i] * pa[ia] / (pb[ib] * pb[ib]));
-            break;
+        if (da) {
+            bool w = writes_whole(ga, a, out);
+            switch (op) {
+            case ADD: case SUB: GRAD_LOOP(w, da[ia], g[i]); break;
+            case MUL: GRAD_LOOP(w, da[ia], g[i] * pb[ib]); break;
+            case DIV: GRAD_LOOP(w, da[ia], g[i] / pb[ib]); break;
+            }
+        }
+        if (db) {
+            bool w = writes_whole(gb, b, out);
+            switch (op) {
+            case ADD: GRAD_LOOP(w, db[ib], g[i]); break;
+            case SUB: GRAD_LOOP(w, db[ib], -g[i]); break;
+            case MUL: GRAD_LOOP(w, db[ib], g[i] * pa[ia]); break;
+            case DIV: GRAD_LOOP(w, db[ib], -(g[i] * pa[ia] / (pb[ib] * pb[ib]))); break;
+            }
         }
     });
 }
+#undef GRAD_LOOP
 
 void pr_add_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_forward(n, ADD); }
 void pr_sub_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; binary_forward(n, SUB); }

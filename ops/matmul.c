@@ -262,26 +262,29 @@ void pr_matmul_backward_cpu(pr_ctx *ctx, pr_node *n)
     mm_dims d = mm_dims_of(a, b, n->iarg[0], n->iarg[1]);
     pr_dtype dt = a->dtype;
     int64_t sa = d.M * d.K, sb = d.shared ? 0 : d.K * d.N, sc = d.M * d.N;
-    if (da) {
+    if (da) {   /* an unwritten grad (pr_grad_claim) is written: beta 0 */
+        double beta = d.batch > 0 && pr_grad_claim(da) ? 0 : 1;
         for (int64_t i = 0; i < d.batch; i++) {
             void *dai = MM_AT(da->data, dt, i, sa), *dci = MM_AT(dc->data, dt, i, sc);
             const void *bi = MM_AT(b->data, dt, i, sb);
             if (!d.ta)
-                pr_gemm_cpu(dt, false, !d.tb, d.M, d.K, d.N, dci, bi, dai, 1);
+                pr_gemm_cpu(dt, false, !d.tb, d.M, d.K, d.N, dci, bi, dai, beta);
             else
-                pr_gemm_cpu(dt, d.tb, true, d.K, d.M, d.N, bi, dci, dai, 1);
+                pr_gemm_cpu(dt, d.tb, true, d.K, d.M, d.N, bi, dci, dai, beta);
         }
     }
-    if (db) {
+    if (db) {   /* after da: when a and b are one tensor, db adds */
         bool fold = d.shared && !d.ta;
         int64_t nb = fold ? 1 : d.batch, m = fold ? d.batch * d.M : d.M;
+        bool write = nb > 0 && pr_grad_claim(db);
         for (int64_t i = 0; i < nb; i++) {
             const void *ai = MM_AT(a->data, dt, i, sa), *dci = MM_AT(dc->data, dt, i, sc);
             void *dbi = MM_AT(db->data, dt, i, sb);
+            double beta = write && (i == 0 || !d.shared) ? 0 : 1;   /* a shared b sums the batches */
             if (!d.tb)
-                pr_gemm_cpu(dt, !d.ta, false, d.K, d.N, m, ai, dci, dbi, 1);
+                pr_gemm_cpu(dt, !d.ta, false, d.K, d.N, m, ai, dci, dbi, beta);
             else
-                pr_gemm_cpu(dt, true, d.ta, d.N, d.K, m, dci, ai, dbi, 1);
+                pr_gemm_cpu(dt, true, d.ta, d.N, d.K, m, dci, ai, dbi, beta);
         }
     }
 }

@@ -26,6 +26,22 @@ static const pr_op_info op_table[PR_NOPS] = {
 #undef PR_OP
 };
 
+/* the ops whose CPU backward claims each input gradient (pr_grad_claim) and
+ * then writes it whole when it was unwritten (autograd/autograd.h) */
+static const bool fills_unwritten[PR_NOPS] = {
+    [PR_OP_add] = true, [PR_OP_sub] = true, [PR_OP_mul] = true, [PR_OP_div] = true,
+    [PR_OP_matmul] = true,
+    [PR_OP_scale] = true, [PR_OP_neg] = true, [PR_OP_exp] = true, [PR_OP_log] = true, [PR_OP_sqrt] = true,
+    [PR_OP_sigmoid] = true, [PR_OP_logsigmoid] = true, [PR_OP_tanh] = true, [PR_OP_relu] = true,
+    [PR_OP_silu] = true, [PR_OP_gelu] = true, [PR_OP_gelu_tanh] = true, [PR_OP_softplus] = true,
+};
+
+bool pr_op_fills_unwritten(const pr_op_info *op)
+{
+    ptrdiff_t id = op - op_table;
+    return id >= 0 && id < PR_NOPS && fills_unwritten[id];
+}
+
 const pr_op_info *pr_op(pr_op_id id)
 {
     PR_CHECK((unsigned)id < PR_NOPS, "unknown op id %d", (int)id);

@@ -167,6 +167,7 @@ static void unary_forward_cpu(pr_ctx *ctx, pr_node *n)
 #undef FORWARD_DF
 }
 
+/* dx = or += dy f'(x): = when dx is unwritten (pr_grad_claim) */
 static void unary_backward_cpu(pr_node *n)
 {
     pr_tensor *dx = pr_in_grad(n, 0);
@@ -176,12 +177,18 @@ static void unary_backward_cpu(pr_node *n)
     int64_t N = n->in[0]->numel;
     PR_CHECK(!saves_df(op) || n->n_saved == 1, "%s: CPU backward without the forward's saved derivative", n->op->name);
     const double *df = saves_df(op) ? n->saved[0]->data : NULL;
-#define BACKWARD(OP) for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * unary_df(OP, x[i], y[i], s))
+    const bool write = pr_grad_claim(dx);
+#define GRAD(expr)                                                   \
+    do {                                                             \
+        if (write) for (int64_t i = 0; i < N; i++) g[i] = (T)(expr);  \
+        else for (int64_t i = 0; i < N; i++) g[i] += (T)(expr);       \
+    } while (0)
+#define BACKWARD(OP) GRAD(dy[i] * unary_df(OP, x[i], y[i], s))
     PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
         const T *x = n->in[0]->data, *y = n->out[0]->data, *dy = n->out[0]->grad->data;
         T *g = dx->data;
         if (df) {
-            for (int64_t i = 0; i < N; i++) g[i] += (T)(dy[i] * df[i]);
+            GRAD(dy[i] * df[i]);
         } else {
             switch (op) {
             case PR_OP_scale: BACKWARD(PR_OP_scale); break;
@@ -198,6 +205,7 @@ static void unary_backward_cpu(pr_node *n)
         }
     });
 #undef BACKWARD
+#undef GRAD
 }
 
 static pr_tensor *unary_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)

@@ -40,6 +40,9 @@ typedef struct pr_tensor {
     /* a reshape of a tensor that requires grad (autograd/autograd.h): its
      * gradient is a view of grad_base's, and no tape node stands for it */
     struct pr_tensor *grad_base;
+    /* a gradient buffer that nothing has written yet: its data is garbage
+     * and means zeros (autograd/autograd.h, pr_grad_claim) */
+    bool unwritten;
 } pr_tensor;
 
 /* ---- errors -------------------------------------------------------------

@@ -33,6 +33,36 @@ static void test_tensor_used_twice(void **state)
     pr_ctx_free(ctx);
 }
 
+/* Activation gradients start unwritten (autograd.h): the first op writes
+ * one whole, later ones add (y*y and y @ y^T: one tensor as both inputs), a
+ * broadcast input's grad is zeroed first. y = 2x is an activation; with
+ * L = sum(y*y) + sum(y @ y^T) + sum(y + c[3,1,2]):
+ * dL/dy = 2y + 2 colsum(y) + 3, so dx = 2 dL/dy. */
+static void test_unwritten_grads(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    double xv[4] = {0.5, -1.0, 2.0, 0.25};
+    pr_tensor *x = pr_from_host(ctx->grads, PR_F64, PR_CPU, PR_DIMS(2, 2), xv);
+    pr_requires_grad_(x, true);
+    pr_tensor *y = pr_scale(ctx, x, 2.0);
+    pr_tensor *c = pr_zeros(ctx->step, PR_F64, PR_CPU, PR_DIMS(3, 1, 2));
+    pr_tensor *sq = pr_sum_all(ctx, pr_mul(ctx, y, y));
+    pr_tensor *gram = pr_sum_all(ctx, pr_matmul(ctx, y, y, false, true));
+    pr_tensor *bc = pr_sum_all(ctx, pr_add(ctx, y, c));
+    pr_backward(ctx, pr_add(ctx, pr_add(ctx, sq, gram), bc));
+    double g[4], ref[4];
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            double yik = 2 * xv[i * 2 + k], col = 2 * (xv[k] + xv[2 + k]);
+            ref[i * 2 + k] = 2 * (2 * yik + 2 * col + 3);
+        }
+    pr_to_host_f64(x->grad, g);
+    pr_assert_allclose("dx", g, ref, 4, 1e-12, 1e-12);
+    assert_false(y->grad->unwritten);
+    pr_ctx_free(ctx);
+}
+
 /* two outputs seeded in one pass: dx = g1 e^x + g2 2x; a repeated output is refused */
 static void test_backward_many(void **state)
 {
@@ -378,6 +408,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_used_twice), cmocka_unit_test(test_backward_many),
+        cmocka_unit_test(test_unwritten_grads),
         cmocka_unit_test(test_second_backward_same_tape),
         cmocka_unit_test(test_reshape_shares_grad), cmocka_unit_test(test_passes_share_an_intermediate),
         cmocka_unit_test(test_no_grad), cmocka_unit_test(test_gradcheck_fails_on_nan),
