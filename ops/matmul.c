@@ -40,6 +40,7 @@ static atomic_bool use_blas = true;
  * probes and all but the MLP's of the D = 128 ones on one thread; on the
  * shared 2-core machine a second thread paid clearly only from 2^30 up. */
 static atomic_int blas_threads;   /* 0: not read yet; else the configured count */
+static atomic_int serial_depth;   /* callers inside pr_blas_serial_enter .. _leave: one thread meanwhile */
 
 #ifdef PRISM_HAVE_BLAS
 static int configured_threads(void)
@@ -58,7 +59,7 @@ static int configured_threads(void)
 static void pick_threads(int64_t M, int64_t N, int64_t K)
 {
     int want = configured_threads();
-    if (want > 1 && (double)M * (double)N * (double)K < PR_BLAS_THREADED_MACS) want = 1;
+    if (atomic_load(&serial_depth) > 0 || (double)M * (double)N * (double)K < PR_BLAS_THREADED_MACS) want = 1;
     if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
 }
 #endif
@@ -81,14 +82,14 @@ void pr_blas_set_threads(int n)
  * concurrent callers (ablate's in-process workers) nest; the last one out
  * restores the thread count. */
 static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
-static int serial_depth, serial_saved;
+static int serial_saved;
 
 void pr_blas_serial_enter(void)
 {
 #ifdef PRISM_HAVE_BLAS
     configured_threads();   /* read before the count is lowered here */
     pthread_mutex_lock(&serial_lock);
-    if (serial_depth++ == 0) {
+    if (atomic_fetch_add(&serial_depth, 1) == 0) {
         serial_saved = openblas_get_num_threads();
         if (serial_saved > 1) openblas_set_num_threads(1);
     }
@@ -100,7 +101,7 @@ void pr_blas_serial_leave(void)
 {
 #ifdef PRISM_HAVE_BLAS
     pthread_mutex_lock(&serial_lock);
-    if (--serial_depth == 0 && serial_saved > 1) openblas_set_num_threads(serial_saved);
+    if (atomic_fetch_sub(&serial_depth, 1) == 1 && serial_saved > 1) openblas_set_num_threads(serial_saved);
     pthread_mutex_unlock(&serial_lock);
 #endif
 }
