@@ -35,10 +35,13 @@ static atomic_bool use_blas = true;
  * from the OpenMP team and from the single-threaded ops in between: on two
  * cores the D = 16 parity probe trained at 0.6x the speed it reaches with
  * products on one thread. (Inside the recurrence's OpenMP team every product
- * runs on one thread anyway: pr_blas_serial_enter below.) The cut, 2^27
- * multiply-adds (about 2 ms on one core), leaves every product of the D = 16
- * probes and all but the MLP's of the D = 128 ones on one thread; on the
- * shared 2-core machine a second thread paid clearly only from 2^30 up. */
+ * runs on one thread anyway: pr_blas_serial_enter below.) The cut, 2^30
+ * multiply-adds (about 20 ms on one core), is where a second thread paid
+ * (2x) on the shared 2-core machine; below it the pool's spinning after
+ * each product cost more than the split gained (the D = 128 mqar probe,
+ * whose MLP products are 2^27 to 2^28, on the machine loaded by others:
+ * 5.7-7.1k tok/s with the cut at 2^27, 6.5-7.4k at 2^30, 7.3-7.6k with no
+ * product threaded). */
 static atomic_int blas_threads;   /* 0: not read yet; else the configured count */
 static atomic_int serial_depth;   /* callers inside pr_blas_serial_enter .. _leave: one thread meanwhile */
 
@@ -54,7 +57,7 @@ static int configured_threads(void)
     return n;
 }
 
-#define PR_BLAS_THREADED_MACS ((double)(1 << 27))
+#define PR_BLAS_THREADED_MACS ((double)(1 << 30))
 
 static void pick_threads(int64_t M, int64_t N, int64_t K)
 {
