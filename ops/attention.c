@@ -47,7 +47,7 @@ static void attend_row(const att_dims *d, const double *qi, const double *kr, in
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < n; j++) {
         p[j] = d->scale * kit_dot(qi, kr + j * ks, d->D);
-        mx = fmax(mx, p[j]);
+        if (p[j] > mx) mx = p[j];   /* fmax's result, NaN skipped, without its libm call */
     }
     for (int64_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - mx));
     memset(o, 0, (size_t)d->Dv * sizeof(double));
