@@ -220,6 +220,14 @@ static void gk_forward_chunk(gla_chunk *c, const pr_rec_seq *s, double *o, doubl
     gemm(true, false, K, V, n, rows_of(c->X, K), c->V, S, V, 1);
 }
 
+/* a zero end-state gradient leaves nothing to the state's inputs: dS0, dK, dV all zero */
+static void clear_state_grads(gla_chunk *c, int K, int V, int n)
+{
+    memset(c->dS0, 0, sizeof(double) * (size_t)K * V);
+    memset(c->dK, 0, sizeof(double) * (size_t)n * K);
+    memset(c->dV, 0, sizeof(double) * (size_t)n * V);
+}
+
 /* ---- per-key decay: backward ------------------------------------------------------------ */
 
 /* S' = diag(exp(G_n)) S + (Pn o K)^T V: dS0, dG_n, and dK, dV overwritten */
@@ -228,9 +236,7 @@ static void gk_state_backward(gla_chunk *c, const pr_rec_seq *s, const double *S
     const int K = s->K, V = s->V, n = c->n, last = n - 1;
     const double *Pl = c->P + (int64_t)last * K;
     if (c->dS_zero) {
-        memset(c->dS0, 0, sizeof(double) * (size_t)K * V);
-        memset(c->dK, 0, sizeof(double) * (size_t)n * K);
-        memset(c->dV, 0, sizeof(double) * (size_t)n * V);
+        clear_state_grads(c, K, V, n);
         return;
     }
     for (int i = 0; i < K; i++) {
@@ -375,9 +381,7 @@ static void gv_state_backward(gla_chunk *c, const pr_rec_seq *s, const double *S
     const int K = s->K, V = s->V, n = c->n, last = n - 1;
     const double *Pl = c->P + (int64_t)last * V;
     if (c->dS_zero) {
-        memset(c->dS0, 0, sizeof(double) * (size_t)K * V);
-        memset(c->dK, 0, sizeof(double) * (size_t)n * K);
-        memset(c->dV, 0, sizeof(double) * (size_t)n * V);
+        clear_state_grads(c, K, V, n);
         return;
     }
     double *dGl = c->dG + (int64_t)last * V;
