@@ -109,6 +109,17 @@ def perturb(model, std, seed):
                 p.add_(0.5 * torch.randn(p.shape, generator=gen, device=p.device))
 
 
+def naive_gsa(q, k, v, s, g, initial_state=None, output_final_state=False, scale=1., **_):
+    """fla's GSA layer with its own plain-loop reference (fla.ops.gsa.naive) in
+    float64 in place of its kernels: what --naive compares prism against"""
+    from fla.ops.gsa.naive import naive_recurrent_gsa
+    if initial_state is not None or output_final_state:
+        sys.exit("compare_fla --naive: the plain-loop GSA has no carried state here")
+    q, k, v, s, g = (x.double() for x in (q, k, v, s, g))
+    o, _ = naive_recurrent_gsa(q, k, v, s, g, scale=scale)
+    return o.float(), None
+
+
 def fla_logits(model, tokens):
     ids = torch.tensor([tokens], dtype=torch.long, device="cuda")
     with torch.no_grad():
@@ -147,6 +158,9 @@ def main():
     ap.add_argument("--archs", default="gated_deltanet,transformer",
                     help="comma-separated: gated_deltanet, transformer, delta_net, linear_attn, mamba2, gla, gsa, mom")
     ap.add_argument("--seed", type=int, default=1, help="seed of the redrawn weights")
+    ap.add_argument("--naive", action="store_true",
+                    help="gsa: also run fla's layer on its plain-loop reference (float64) in place of its "
+                         "kernels, and print prism's difference from that too")
     ap.add_argument("--tf32", action="store_true",
                     help="let Triton's float32 dots round to TF32 (its default); without it they run in IEEE "
                          "float32, so the chunked forms compare at --tol like the recurrent ones")
@@ -170,9 +184,19 @@ def main():
         save_hf(model, folder)
         ref = fla_logits(model, tokens)
         got = prism_logits(a.prism, folder, tokens)
-        diff = (ref - got).abs().max().item()
+        per_pos = (ref - got).abs().amax(-1)
+        diff = per_pos.max().item()
         results[arch] = {"max_abs_diff": diff, "max_abs_logit": ref.abs().max().item()}
-        print(f"{arch:16s} max |fla - prism| = {diff:.3e}  (max |logit| {ref.abs().max().item():.3f})")
+        print(f"{arch:16s} max |fla - prism| = {diff:.3e}  (max |logit| {ref.abs().max().item():.3f}; "
+              f"at token 0 {per_pos[0].item():.1e}, largest at token {int(per_pos.argmax())})")
+        if a.naive and arch == "gsa":
+            import fla.layers.gsa as fla_gsa
+            kernels = (fla_gsa.fused_recurrent_gsa, fla_gsa.chunk_gsa)
+            fla_gsa.fused_recurrent_gsa = fla_gsa.chunk_gsa = naive_gsa
+            naive = fla_logits(model, tokens)
+            fla_gsa.fused_recurrent_gsa, fla_gsa.chunk_gsa = kernels
+            print(f"{arch:16s} max |fla naive - prism| = {(naive - got).abs().max().item():.3e}, "
+                  f"max |fla naive - fla| = {(naive - ref).abs().max().item():.3e}")
         bad |= not diff <= a.tol
     print(json.dumps(results))
     sys.exit(1 if bad else 0)
