@@ -16,7 +16,7 @@
  *           a_t = Kt^T q_t (M scores)
  *   pass 2, values out of slots: Vt = diag(exp(f_t)) Vt + s_t v_t^T   [M,V]
  *           o_t = Vt^T softmax(a_t)
- *   y = rms(concat_heads(silu(o))) Wo    (one RMSNorm over all H*V channels)
+ *   y = rms(concat_heads(silu(o))) Wo    (one RMSNorm over all H*V channels, eps 1e-5)
  * Both passes are the gla rule. Pass 2 decays its state's rows (the slots
  * are its key axis), the rule's usual form. Pass 1 decays the slots too, but
  * they are its value axis (it reads with q over the key axis), so it runs the
@@ -132,6 +132,8 @@ const pr_mixer_def pr_mixer_gla = {
 
 /* ---- GSA ------------------------------------------------------------------------------ */
 
+#define GSA_OUTPUT_NORM_EPS 1e-5
+
 typedef struct {
     pr_tensor *q_proj, *k_proj, *v_proj, *f_proj, *g_norm, *o_proj;
 } gsa_layer;
@@ -170,7 +172,10 @@ static pr_tensor *gsa_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_recurrence_opts o2 = gla_opts(ctx, c, p, v, 1.0, false);
     pr_tensor *o = pr_recurrence(ctx, &o2, p, s, v, f, NULL, NULL, NULL, st ? st->slot[PR_SLOT_GSA_VALUES] : NULL, NULL,
                                  st ? &st->slot[PR_SLOT_GSA_VALUES] : NULL);
-    pr_tensor *n = pr_rmsnorm(ctx, pr_merge_heads(ctx, pr_silu(ctx, o)), l->g_norm, c->norm_eps);
+    /* eps 1e-5, not norm_eps: fla's layer fuses this norm into the output
+     * projection (rms_norm_linear), which takes its own default eps and not
+     * the norm module's; a converted model gives fla's logits only so */
+    pr_tensor *n = pr_rmsnorm(ctx, pr_merge_heads(ctx, pr_silu(ctx, o)), l->g_norm, GSA_OUTPUT_NORM_EPS);
     return pr_linear(ctx, n, l->o_proj, NULL);
 }
 
