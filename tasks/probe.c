@@ -367,29 +367,34 @@ static int au_mod_add(const pr_probe *p, draws *d, int32_t *t, int T, noise_rang
     return (a + b) % M;
 }
 
+/* the authors' palindrome has its own tokens: operator 3, query 4, and every
+ * value (a to d, and the noise) from 5 up; a positive repeats a at exactly
+ * one of c and d */
 static int au_palindrome(const pr_probe *p, draws *d, int32_t *t, int T, noise_range *nz)
 {
-    (void)nz;
-    int a = draw_au_data(p, d), b = draw_au_data(p, d), c, e, at = draw_block(d, T, 5, 1);
-    if (draw_below(d, 2) == 0) {          /* positive: a repeats at c or at d (the other any value) */
-        bool at_c = draw_below(d, 2) == 0;
-        int other = draw_au_data(p, d);
-        c = at_c ? a : other, e = at_c ? other : a;
-    } else {                              /* negative: neither c nor d is a */
-        c = draw_token(d, PR_AU_N_CONTROL, p->vocab - 1), e = draw_token(d, PR_AU_N_CONTROL, p->vocab - 1);
-        c += c >= a, e += e >= a;
+    int lo = PR_AU_PAL_FIRST, n = p->vocab - lo;
+    int a = draw_token(d, lo, p->vocab), b = draw_token(d, lo, p->vocab), at = draw_block(d, T, 5, 1);
+    int c = lo + (a - lo + 1 + (int)draw_below(d, n - 1)) % n;   /* two values other than a */
+    int e = lo + (a - lo + 1 + (int)draw_below(d, n - 1)) % n;
+    if (draw_below(d, 2) == 0) {          /* positive: a takes the place of c or of d */
+        if (draw_below(d, 2) == 0) c = a;
+        else e = a;
     }
     t[at] = a, t[at + 1] = b, t[at + 2] = c, t[at + 3] = e, t[at + 4] = PR_AU_PAL;
-    t[T - 1] = PR_AU_QUERY;
+    t[T - 1] = PR_AU_PAL_QUERY;
+    nz->lo = lo;
     return a == c || a == e ? PR_AU_TRUE : PR_AU_FALSE;
 }
 
+/* the authors' silence_gate has its own tokens: on 1, off 2, query 3, and
+ * keys and values from [4, V-5); noise covers the whole vocabulary */
 static int au_silence_gate(const pr_probe *p, draws *d, int32_t *t, int T, noise_range *nz)
 {
-    int k = draw_au_data(p, d), v = draw_au_data(p, d), at = draw_block(d, T, 3, 2);
+    int hi = p->vocab - 5;
+    int k = draw_token(d, PR_AU_GATE_FIRST, hi), v = draw_token(d, PR_AU_GATE_FIRST, hi), at = draw_block(d, T, 3, 2);
     bool on = draw_below(d, 2) == 0;
     t[at] = on ? PR_AU_ON : PR_AU_OFF, t[at + 1] = k, t[at + 2] = v;
-    t[T - 2] = PR_AU_QUERY;
+    t[T - 2] = PR_AU_GATE_QUERY;
     t[T - 1] = k;
     nz->lo = 0;
     return on ? v : PR_AU_NULL;

@@ -17,8 +17,10 @@
  *
  * authors: the semantics of the authors' released probe script, which
  * produced the paper's Table 4 (vocab 32 there). Control tokens are [0, 10),
- * data tokens [10, V); noise is drawn over the data tokens, so it can equal
- * an operand, and the logic blocks end with an operator token. Binary
+ * data tokens [10, V), except where a task below names the script's own
+ * tokens (parity, mod_add, palindrome, silence_gate); noise is drawn over the
+ * data tokens, so it can equal an operand, and the logic blocks end with an
+ * operator token. Binary
  * answers are the classes 0 and 1. Each task, in order of its items:
  *   mqar          2 pairs (k, v) at even positions of the first half, keys
  *                 distinct, k and v in [10, V); then [1, k]          -> v
@@ -33,9 +35,11 @@
  *                 (noise over [4, V): it can repeat a bit, never the operator)
  *   mod_add       [a, b, V-2], a, b in 0..15; V-1 at the end -> (a+b) % 16
  *                 (noise over [0, V-2))
- *   palindrome    [a, b, c, d, 9]; 1 at the end -> 1 if a == c or a == d
- *   silence_gate  [3 (on) or 4 (off), k, v]; then [1, k]  -> v on, 0 off
- *                 (noise over the whole vocabulary [0, V))
+ *   palindrome    [a, b, c, d, 3], every value in [5, V); 4 at the end
+ *                 -> 1 if a == c or a == d (a positive has exactly one of
+ *                 them equal to a, a negative neither; noise over [5, V))
+ *   silence_gate  [1 (on) or 2 (off), k, v], k, v in [4, V-5); then [3, k]
+ *                 -> v on, 0 off (noise over the whole vocabulary [0, V))
  *   mux           [4 or 5, c0, c1, 6], c0 in [10, V/2), c1 in [V/2, V);
  *                 1 at the end                        -> c0 after 4, c1 after 5
  * Binary answers come out half and half: palindrome and silence_gate by a
@@ -74,7 +78,8 @@ int pr_probe_style_by_name(const char *name);       /* -1 if unknown */
 /* the authors' style's control tokens (the table above) */
 enum {
     PR_AU_FALSE = 0, PR_AU_TRUE = 1, PR_AU_QUERY = 1, PR_AU_CTX = 2, PR_AU_XOR = 3, PR_AU_BIT0 = 4,
-    PR_AU_NBIT = 3, PR_AU_NBIT_QUERY = 2, PR_AU_PAL = 9, PR_AU_ON = 3, PR_AU_OFF = 4, PR_AU_NULL = 0,
+    PR_AU_NBIT = 3, PR_AU_NBIT_QUERY = 2, PR_AU_PAL = 3, PR_AU_PAL_QUERY = 4, PR_AU_PAL_FIRST = 5,
+    PR_AU_ON = 1, PR_AU_OFF = 2, PR_AU_GATE_QUERY = 3, PR_AU_GATE_FIRST = 4, PR_AU_NULL = 0,
     PR_AU_SEL0 = 4, PR_AU_SEL1 = 5, PR_AU_MUX = 6, PR_AU_N_CONTROL = 10
 };
 

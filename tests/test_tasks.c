@@ -235,8 +235,9 @@ static int solve_authors(const pr_probe *p, const int32_t *t)
     case PR_PROBE_PALINDROME: {
         int x = find_once(t, T, PR_AU_PAL);
         assert_int_equal(items, 6);
+        assert_int_equal(t[T - 1], PR_AU_PAL_QUERY);
         const int32_t *b = t + x - 4;
-        for (int i = 0; i < 4; i++) assert_true(is_au_data(b[i]));
+        for (int i = 0; i < 4; i++) assert_true(b[i] >= PR_AU_PAL_FIRST && b[i] < AV);
         return b[0] == b[2] || b[0] == b[3] ? 1 : 0;
     }
     case PR_PROBE_SILENCE_GATE: {
@@ -245,8 +246,9 @@ static int solve_authors(const pr_probe *p, const int32_t *t)
             if (t[i] == PR_AU_ON || t[i] == PR_AU_OFF) x = i;
         assert_true(x >= 0);
         assert_int_equal(items, 5);
-        assert_int_equal(t[T - 2], PR_AU_QUERY);
+        assert_int_equal(t[T - 2], PR_AU_GATE_QUERY);
         assert_int_equal(t[T - 1], t[x + 1]);
+        for (int i = 1; i < 3; i++) assert_true(t[x + i] >= PR_AU_GATE_FIRST && t[x + i] < AV - 5);
         return t[x] == PR_AU_ON ? t[x + 2] : 0;
     }
     case PR_PROBE_MUX: {
@@ -268,6 +270,7 @@ static bool authors_noise_ok(const pr_probe *p, const int32_t *clean, int tok)
     if (p->kind == PR_PROBE_SILENCE_GATE) return tok >= 0 && tok < AV;
     if (p->kind == PR_PROBE_MOD_ADD) return tok >= 0 && tok < AV - 2;
     if (p->kind == PR_PROBE_PARITY) return tok >= PR_AU_BIT0 && tok < AV;   /* bits too, never 2 or 3 */
+    if (p->kind == PR_PROBE_PALINDROME) return tok >= PR_AU_PAL_FIRST && tok < AV;   /* the values, never 3 or 4 */
     if (p->kind == PR_PROBE_MQAR)   /* never a key */
         for (int i = 0; i < AT / 2; i += 2)
             if (clean[i] == tok) return false;
@@ -343,6 +346,56 @@ static void test_authors_parity_noise_repeats_bits(void **state)
     }
     /* 4 of the 28 noise tokens are bits: about 1 in 7 of the ~3000 noise positions */
     assert_true(bit_noise > 300);
+}
+
+/* the authors' palindrome: operator 3 and query 4 once each, the values
+ * (noise too) from 5 up, and a positive repeats a at exactly one of c and d */
+static void test_authors_palindrome_repeats_a_once(void **state)
+{
+    (void)state;
+    pr_probe p;
+    pr_err err;
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_PALINDROME, PR_PROBE_AUTHORS, AV, AT, 5, &err), 0);
+    int low_values = 0, positives = 0;
+    for (int j = 0; j < A_SAMPLES; j++) {
+        int32_t t[AT];
+        int label = pr_probe_sample(&p, 0, j, t);
+        int x = find_once(t, AT, PR_AU_PAL);
+        assert_int_equal(find_once(t, AT, PR_AU_PAL_QUERY), AT - 1);
+        const int32_t *b = t + x - 4;
+        int matches = (b[2] == b[0]) + (b[3] == b[0]);
+        assert_int_equal(matches, label);   /* 1 for a positive, 0 for a negative: never both */
+        positives += label;
+        for (int i = 0; i < AT - 1; i++) {
+            if (i != x) assert_true(t[i] >= PR_AU_PAL_FIRST && t[i] < AV);
+            low_values += t[i] >= PR_AU_PAL_FIRST && t[i] < PR_AU_N_CONTROL;
+        }
+    }
+    assert_true(positives > A_SAMPLES * 45 / 100 && positives < A_SAMPLES * 55 / 100);
+    /* 5 of the 27 values are below 10: about 1 in 5 of the ~126000 positions */
+    assert_true(low_values > 20000);
+}
+
+/* the authors' silence_gate: on 1, off 2, query 3; keys and values from [4, V-5) */
+static void test_authors_silence_gate_tokens(void **state)
+{
+    (void)state;
+    pr_probe p;
+    pr_err err;
+    assert_int_equal(pr_probe_init(&p, PR_PROBE_SILENCE_GATE, PR_PROBE_AUTHORS, AV, AT, 5, &err), 0);
+    p.no_noise = true;
+    int seen[AV] = {0};
+    for (int j = 0; j < A_SAMPLES; j++) {
+        int32_t t[AT];
+        pr_probe_sample(&p, 0, j, t);
+        int x = 0;
+        while (t[x] < 0) x++;
+        assert_true(t[x] == PR_AU_ON || t[x] == PR_AU_OFF);
+        seen[t[x + 1]]++, seen[t[x + 2]]++;
+    }
+    for (int tok = 0; tok < AV; tok++)
+        if ((tok >= PR_AU_GATE_FIRST && tok < AV - 5) != (seen[tok] > 0))
+            fail_msg("silence_gate: key/value token %d drawn %d times", tok, seen[tok]);
 }
 
 /* paper style: the same sample without noise keeps its items and label */
@@ -438,6 +491,8 @@ int main(void)
         cmocka_unit_test(test_probes_hold_their_answers),
         cmocka_unit_test(test_authors_probes_hold_their_answers),
         cmocka_unit_test(test_authors_parity_noise_repeats_bits),
+        cmocka_unit_test(test_authors_palindrome_repeats_a_once),
+        cmocka_unit_test(test_authors_silence_gate_tokens),
         cmocka_unit_test(test_paper_noise_is_only_noise),
         cmocka_unit_test(test_probe_errors),
         cmocka_unit_test(test_text_windows),
