@@ -48,7 +48,9 @@ static const pr_grid_refs table3_refs = {"paper", "the paper's Table 3 (arXiv 26
  * the `probe` preset (the paper's Algorithm 2) and `probe-authors` (the
  * authors' script, which produced the table; there every baseline has a
  * depthwise causal conv before its mixer: width 3 for the Transformer, 5
- * for the others, so attn and linattn run with theirs). A model is one
+ * for the others, so attn and linattn run with theirs, and PRISM's anchor
+ * conv, the same layer in their PRISM, is 5 wide: with 4 it misses a of
+ * palindrome's [a, b, c, d, VAL]). A model is one
  * line: T4_MODEL(name, its row of the paper's table or "", its model keys
  * under the paper's style, under the authors'). */
 #define T4_VARIANT(label, style, preset, ref, sets) \
@@ -57,13 +59,14 @@ static const pr_grid_refs table3_refs = {"paper", "the paper's Table 3 (arXiv 26
     T4_VARIANT(label, "paper-style", "probe", ref, paper_sets) "," \
     T4_VARIANT(label, "authors-style", "probe-authors", ref, authors_sets)
 #define PRISM_FORM(form) "\"mixer\":\"prism\",\"prism.form\":\"" form "\""
+#define PRISM_AUTHORS(form) PRISM_FORM(form) ",\"prism.conv_width\":5"
 #define TABLE4_MODELS                                                                                    \
     T4_MODEL("attn", "Transformer", "\"mixer\":\"attn\"", "\"mixer\":\"attn\",\"attn.shortconv\":3") ","        \
     T4_MODEL("linattn", "LA", "\"mixer\":\"linattn\"", "\"mixer\":\"linattn\",\"linattn.shortconv\":5") ","  \
     T4_MODEL("mom", "MoM", "\"mixer\":\"mom\"", "\"mixer\":\"mom\"") ","                                   \
-    T4_MODEL("prism", "PRISM", PRISM_FORM("paper"), PRISM_FORM("paper")) ","                           \
+    T4_MODEL("prism", "PRISM", PRISM_FORM("paper"), PRISM_AUTHORS("paper")) ","                        \
     T4_MODEL("gdn", "", "\"mixer\":\"gdn\"", "\"mixer\":\"gdn\"") ","                                      \
-    T4_MODEL("prism-augmented", "", PRISM_FORM("augmented"), PRISM_FORM("augmented"))
+    T4_MODEL("prism-augmented", "", PRISM_FORM("augmented"), PRISM_AUTHORS("augmented"))
 
 /* the paper's Table 4 (arXiv 2602.10796 v2), a row per model, in ALL_PROBES' order */
 #define T4_ROW(row, mqar, poly, var, xor, parity, mod_add, pal, gate, mux)                                   \

@@ -124,7 +124,9 @@ static void test_builtins(void **state)
         with_ref += x->ref[0] != 0;
         if (authors && strncmp(x->name, "attn ", 5) == 0) assert_string_equal(x->set[1], "attn.shortconv=3");
         if (authors && strncmp(x->name, "linattn ", 8) == 0) assert_string_equal(x->set[1], "linattn.shortconv=5");
+        if (authors && strncmp(x->name, "prism", 5) == 0) assert_string_equal(x->set[2], "prism.conv_width=5");
         if (!authors) assert_null(strstr(x->set[x->n_sets - 1], "shortconv"));
+        if (!authors) assert_null(strstr(x->set[x->n_sets - 1], "conv_width"));
     }
     assert_int_equal(with_ref, 8);   /* Transformer, LA, MoM and PRISM in each style */
     assert_true(pr_grid_ref_value(&grid, 6, 6) == 0.99);   /* PRISM, palindrome */
