@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "                        --tf32; bf16: 4 x 2^-8 = 1.6e-2, 6 x 2^-8 with --tf32)\n"
             "  --force LIST          CUDA: force fields of the linear rules' chunked plan, as `prism bench\n"
             "                        recurrence --force` takes them (e.g. gla_fast=on: gla's fast kernels,\n"
-            "                        bf16_mma=off: TF32 where the passes that read bf16 in place multiply bf16;\n"
+            "                        bf16_mma=on: bf16 wgmma products in the passes that read bf16 in place;\n"
             "                        a field a rule's kernels cannot run stops the check, naming it)\n"
             "  --verbose             print every tensor's error\n"
             "  --make OUT            write a reference file of the linear rules (gla's decay as gk), computed by\n"
