@@ -492,6 +492,14 @@ static const double *cell_values(const pr_grid_results *r, int v, int t)
     return r->value + ((int64_t)v * r->g->n_tasks + t) * r->g->seeds;
 }
 
+bool pr_grid_any_stale(const pr_grid_results *r)
+{
+    for (int v = 0; v < r->g->n_variants; v++)
+        for (int t = 0; t < r->g->n_tasks; t++)
+            if (r->stale[v][t]) return true;
+    return false;
+}
+
 void pr_grid_write_markdown(const pr_grid_results *r, FILE *f)
 {
     const pr_grid *g = r->g;
@@ -506,13 +514,14 @@ void pr_grid_write_markdown(const pr_grid_results *r, FILE *f)
             double ref = cell_ref(r, v, t);
             char cell[64];
             pr_grid_cell_text(cell_values(r, v, t), g->seeds, cell, sizeof cell);
-            fprintf(f, " %s", cell);
+            fprintf(f, " %s%s", cell, r->stale[v][t] ? " " PR_GRID_STALE_MARK : "");
             if (isfinite(ref)) fprintf(f, " (%s %.2f)", g->refs.label, ref);
             fprintf(f, " |");
         }
         fprintf(f, "\n");
     }
     if (has_refs(r)) fprintf(f, "\n(%s x.xx): %s.\n", g->refs.label, g->refs.source);
+    if (pr_grid_any_stale(r)) fprintf(f, "\n%s\n", PR_GRID_STALE_NOTE);
 }
 
 /* a field quoted for CSV when it holds a comma or a quote */

@@ -103,7 +103,7 @@ static void report_table(const pr_grid_results *r, const char **cells, char *tex
             char ours[64], theirs[32] = "";
             pr_grid_cell_text(r->value + ((int64_t)v * g->n_tasks + t) * g->seeds, g->seeds, ours, sizeof ours);
             if (isfinite(ref)) snprintf(theirs, sizeof theirs, "\n%s %.2f", g->refs.label, ref);
-            CELL(v + 1, t + 1, "%s%s", ours, theirs);
+            CELL(v + 1, t + 1, "%s%s%s", ours, r->stale[v][t] ? " " PR_GRID_STALE_MARK : "", theirs);
         }
     }
 #undef CELL
@@ -163,6 +163,7 @@ static int write_report(const pr_grid_results *r, const char *root, const char *
     report_table(r, cells, text);
     pr_report_table(f, rows, cols, cells);
     free(cells), free(text);
+    if (pr_grid_any_stale(r)) pr_report_paragraph(f, PR_GRID_STALE_NOTE);
     double mean[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS], std[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS];
     char chart_title[120];
     pr_bars b = chart_of(r, chart_title, sizeof chart_title, mean, std);

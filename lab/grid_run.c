@@ -4,7 +4,10 @@
  *
  * Resumable: a cell whose run directory holds result.json for the same step
  * budget is read, not rerun; one with a checkpoint but no result continues
- * from it (the trainer's resume, bit for bit); any other starts afresh.
+ * from it (the trainer's resume, bit for bit); any other starts afresh. A
+ * stale cell, one whose run was made under another config than the grid
+ * gives it now (lab/grid_stale.c), is neither read nor continued unless the
+ * plan says so (pr_stale_policy).
  *
  * With several jobs, worker processes claim cells from a counter in shared
  * memory (no claim files, so a killed run leaves nothing that blocks the
@@ -146,6 +149,9 @@ pr_cell_state pr_grid_cell_state(const pr_grid_plan *p, int i, char *dir, size_t
     double value;
     if (pr_grid_cell_open(p, i, dir, ndir, &c, &o, &err))
         return snprintf(what, nwhat, "bad config: %s", err.msg), PR_CELL_BAD;
+    pr_cell_diff d;
+    pr_run_config_diff(dir, &c, &o, &d);
+    if (d.n) return snprintf(what, nwhat, "stale: %s", d.text), PR_CELL_STALE;
     if (pr_grid_read_result(dir, o.steps, o.task, NULL, &metric, &value))
         return snprintf(what, nwhat, "done, %s %.4g", metric, value), PR_CELL_DONE;
     if (!file_exists(dir, "latest")) return snprintf(what, nwhat, "new, %lld steps", (long long)o.steps), PR_CELL_NEW;
@@ -159,7 +165,7 @@ pr_cell_state pr_grid_cell_state(const pr_grid_plan *p, int i, char *dir, size_t
 
 int pr_grid_dry_run(const pr_grid_plan *p, FILE *f)
 {
-    int count[4] = {0}, n_cells = pr_grid_cells(p->g);
+    int count[5] = {0}, n_cells = pr_grid_cells(p->g);
     for (int i = 0; i < n_cells; i++) {
         char dir[1100], label[120], what[640];
         pr_grid_cell_label(p->g, i, label, sizeof label);
@@ -168,6 +174,7 @@ int pr_grid_dry_run(const pr_grid_plan *p, FILE *f)
     }
     fprintf(f, "%d cells: %d done, %d to resume, %d new", n_cells, count[PR_CELL_DONE], count[PR_CELL_RESUME],
             count[PR_CELL_NEW]);
+    if (count[PR_CELL_STALE]) fprintf(f, ", %d stale", count[PR_CELL_STALE]);
     if (count[PR_CELL_BAD]) fprintf(f, ", %d with a bad config", count[PR_CELL_BAD]);
     fprintf(f, "; nothing was run\n");
     return count[PR_CELL_BAD] ? -1 : 0;
@@ -275,6 +282,38 @@ static void on_step(void *user, int64_t step, int64_t total)
     if (w->r->draws) draw(w->r, false);
 }
 
+/* a line on stderr about a cell, below the progress line */
+static void say(const grid_run *r, const char *label, const char *dir, const char *what)
+{
+    if (r->tty) fputc('\n', stderr);
+    fprintf(stderr, "prism ablate: cell %s (%s): %s\n", label, dir, what);
+}
+
+/* a stale cell by the plan's policy: 0 to go on with (c, o), now those of
+ * the run to continue (keep: the run's own config, the grid's budget) or of
+ * a fresh one (rerun: the folder moved aside); -1 with err */
+static int handle_stale(const grid_run *r, const char *label, const char *dir, const pr_cell_diff *d,
+                        pr_config *c, pr_train_opts *o, pr_err *err)
+{
+    char path[1200], what[2000];
+    if (r->p->stale == PR_STALE_RERUN) {
+        if (pr_grid_move_aside(dir, path, sizeof path, err)) return -1;
+        snprintf(what, sizeof what, "stale: %s; moved to %s, trained afresh", d->text, path);
+        say(r, label, dir, what);
+        return 0;
+    }
+    if (r->p->stale != PR_STALE_KEEP)
+        return pr_errf(err, "stale: %s (prism ablate --stale rerun or --stale keep)", d->text);
+    if (!file_exists(dir, "latest")) return 0;   /* nothing kept to continue: a fresh run of the grid's config */
+    pr_config run_c = pr_config_default();
+    pr_train_opts run_o = pr_train_defaults();
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (pr_run_config_load(&run_c, &run_o, path, err)) return -1;
+    run_o.steps = o->steps;   /* the table mixes no budgets */
+    *c = run_c, *o = run_o;
+    return 0;
+}
+
 /* trains or reads cell i, claimed by job slot j (which it frees); a failure
  * is said and counted */
 static void run_cell(grid_run *r, int j, int i)
@@ -288,12 +327,17 @@ static void run_cell(grid_run *r, int j, int i)
     const char *metric;
     double value;
     if (pr_grid_cell_open(r->p, i, dir, sizeof dir, &c, &o, &err)) goto failed;
+    pr_cell_diff d;
+    pr_run_config_diff(dir, &c, &o, &d);
+    bool keep = d.n && r->p->stale == PR_STALE_KEEP;
+    if (d.n && !keep && handle_stale(r, label, dir, &d, &c, &o, &err)) goto failed;
     if (pr_grid_read_result(dir, o.steps, o.task, NULL, &metric, &value)) {
         slot->cell = -1;
         r->board->reused++;
         if (r->draws) draw(r, true);
         return;
     }
+    if (keep && handle_stale(r, label, dir, &d, &c, &o, &err)) goto failed;
     slot->total = o.steps;
     step_watch watch = {r, slot};
     o.on_step = on_step, o.on_step_user = &watch;
@@ -311,8 +355,7 @@ static void run_cell(grid_run *r, int j, int i)
 failed:
     slot->cell = -1;
     r->board->failed++;
-    if (r->tty) fputc('\n', stderr);
-    fprintf(stderr, "prism ablate: cell %s (%s): %s\n", label, dir, err.msg);
+    say(r, label, dir, err.msg);
 }
 
 /* claims cells until none is left: with several jobs, the next unclaimed
@@ -525,6 +568,9 @@ int pr_grid_collect(const pr_grid_plan *p, double *value, pr_grid_results *res)
             continue;
         int v, k, s;
         pr_grid_cell_axes(g, i, &v, &k, &s);
+        pr_cell_diff d;
+        pr_run_config_diff(dir, &c, &o, &d);
+        res->stale[v][k] += d.n ? 1 : 0;
         finished++, reported += isfinite(value[i]) ? 1 : 0;
         if (!res->metric[k] && isfinite(value[i])) res->metric[k] = metric;
     }

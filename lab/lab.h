@@ -135,7 +135,16 @@ typedef struct {
     const pr_grid *g;
     const char *metric[PR_GRID_MAX_TASKS];   /* each task's quality metric (acc, bpb, ...) */
     const double *value;
+    /* seeds of (v, t) whose result is of a stale run (kept with --stale keep):
+     * the tables mark them "stale config" */
+    int stale[PR_GRID_MAX_VARIANTS][PR_GRID_MAX_TASKS];
 } pr_grid_results;
+/* the mark after a cell with stale seeds, and the note under a table with one */
+#define PR_GRID_STALE_MARK "†"
+#define PR_GRID_STALE_NOTE                                                                                   \
+    PR_GRID_STALE_MARK " stale config: some of the cell's seeds ran under another config than the grid "    \
+                       "gives them now, kept by --stale keep (prism ablate --dry-run names the keys)."
+bool pr_grid_any_stale(const pr_grid_results *r);
 void pr_grid_write_markdown(const pr_grid_results *r, FILE *f);
 void pr_grid_write_csv(const pr_grid_results *r, FILE *f);
 void pr_grid_write_json(const pr_grid_results *r, FILE *f);
@@ -155,16 +164,29 @@ int pr_grid_write_outputs(const pr_grid_results *r, const char *root, const char
  * (variant, task, seed) cell trained through the trainer in its own run
  * directory (pr_grid_cell_dir), resumably: a cell whose result.json is for
  * the same step budget is read, not rerun; one with a checkpoint but no
- * result continues from it (bit for bit); any other starts afresh. Cells
- * are numbered in table order: variant, then task, then seed.
+ * result continues from it (bit for bit); any other starts afresh. Either
+ * only when the run in the folder was made under the config the grid gives
+ * the cell now; a stale one goes by the plan's policy (below). Cells are
+ * numbered in table order: variant, then task, then seed.
  *
  *     pr_grid_plan p = {.g = &g, .root = "runs/ablate-quick"};
  *     pr_grid_tally n;
  *     if (pr_grid_check_cells(&p, &err)) ...;              a bad --set, before any cell runs
+ *     if (pr_grid_stale_report(&p, stderr)) ...;            cells whose config changed: p.stale says
  *     pr_grid_run(&p, &(pr_grid_exec){.dev = PR_CPU, .jobs = 2}, &n);
  *     pr_grid_collect(&p, value, &res);                     then pr_grid_write_outputs
  */
 #define PR_GRID_MAX_JOBS 64
+
+/* A stale cell: its folder holds a run (finished or not) made under another
+ * config than the grid gives the cell now (lab/grid_stale.c). pr_grid_run
+ * never reuses one silently: by default it fails the cell, naming the keys
+ * (prism ablate refuses the whole run first); PR_STALE_RERUN moves the folder
+ * aside to <folder>.stale-<N> (nothing is deleted) and trains the cell
+ * afresh; PR_STALE_KEEP reads its result as it is, or continues its
+ * checkpoint under the run's own config.json (with the grid's step budget),
+ * and the tables mark it. */
+typedef enum { PR_STALE_REFUSE, PR_STALE_RERUN, PR_STALE_KEEP } pr_stale_policy;
 
 typedef struct {
     const pr_grid *g;                 /* its steps (when set) are every cell's budget */
@@ -172,6 +194,7 @@ typedef struct {
     const char *const *sets;          /* key=value for every cell after the grid's own (ablate's --set) */
     int n_sets;
     const char *metric;               /* tabulate this metric of result.json (NULL: each task's quality metric) */
+    pr_stale_policy stale;            /* what pr_grid_run does with a stale cell (below) */
 } pr_grid_plan;
 
 int pr_grid_cells(const pr_grid *g);   /* variants x tasks x seeds */
@@ -201,13 +224,36 @@ bool pr_grid_read_result(const char *dir, int64_t steps, const char *task, const
 int pr_grid_write_result(const char *dir, const pr_train_result *res, pr_err *err);
 
 /* what a run would do with a cell (the index into the counts of pr_grid_dry_run) */
-typedef enum { PR_CELL_BAD, PR_CELL_DONE, PR_CELL_RESUME, PR_CELL_NEW } pr_cell_state;
+typedef enum { PR_CELL_BAD, PR_CELL_DONE, PR_CELL_RESUME, PR_CELL_NEW, PR_CELL_STALE } pr_cell_state;
 /* cell i's state, its directory into dir, and in words into what: "done, acc
- * 0.5", "resumes from step 3 of 6", "new, 6 steps", "bad config: ..." */
+ * 0.5", "resumes from step 3 of 6", "new, 6 steps", "bad config: ...",
+ * "stale: prism.conv_width 4 -> 5 (1 key differs)" */
 pr_cell_state pr_grid_cell_state(const pr_grid_plan *p, int i, char *dir, size_t ndir, char *what, size_t nwhat);
 /* ablate --dry-run: a line per cell (label, state, folder) and the counts
  * to f, reading the folder only; -1 when a cell's config is bad */
 int pr_grid_dry_run(const pr_grid_plan *p, FILE *f);
+
+/* ---- stale cells (lab/grid_stale.c) ----
+ * How a run on disk differs from a config: n keys (0: the folder holds no
+ * run, or one of this config), the first three in text with the count,
+ * "prism.conv_width 4 -> 5, data_version 1 -> 2 (2 keys differ)". Keys are
+ * named as --set names them (model keys bare, training keys train.<key>);
+ * data_version is the task generator's (pr_task_data_version) against the
+ * run's manifest.json (none recorded: 1). Keys that change no result are
+ * left out (grid_stale.c lists them and why); a config.json that cannot be
+ * read is one difference. */
+typedef struct {
+    int n;
+    char text[640];
+} pr_cell_diff;
+void pr_run_config_diff(const char *dir, const pr_config *c, const pr_train_opts *o, pr_cell_diff *d);
+/* cell i's folder (into dir) against its config now; -1 with err for a bad config */
+int pr_grid_cell_diff(const pr_grid_plan *p, int i, char *dir, size_t ndir, pr_cell_diff *d, pr_err *err);
+/* the stale cells of the grid, a line "  <folder>: <differences>" each to f
+ * (NULL: none written); returns how many */
+int pr_grid_stale_report(const pr_grid_plan *p, FILE *f);
+/* renames dir to dir.stale-<N>, the first N free (named in moved); -1 with err */
+int pr_grid_move_aside(const char *dir, char *moved, size_t n, pr_err *err);
 
 typedef struct {
     pr_device dev;

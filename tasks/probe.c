@@ -24,6 +24,21 @@ static int index_of(const char *const *names, const char *name)
 int pr_probe_by_name(const char *name) { return index_of(pr_probe_names, name); }
 int pr_probe_style_by_name(const char *name) { return index_of(pr_probe_style_names, name); }
 
+/* each generator's version (tasks.h), by style and kind: bumped when the
+ * samples of a seed change. Version 2 of authors-style palindrome and
+ * silence_gate takes the script's own tokens (commit 3bf565a). lm's windows
+ * and rec's data are at 1. */
+static const int probe_data_version[2][PR_PROBE_COUNT] = {
+    [PR_PROBE_PAPER] = {1, 1, 1, 1, 1, 1, 1, 1, 1},
+    [PR_PROBE_AUTHORS] = {1, 1, 1, 1, 1, 1, [PR_PROBE_PALINDROME] = 2, [PR_PROBE_SILENCE_GATE] = 2, 1},
+};
+
+int pr_task_data_version(const char *task, const char *style)
+{
+    int kind = pr_probe_by_name(task), s = pr_probe_style_by_name(style);
+    return kind >= 0 && s >= 0 ? probe_data_version[s][kind] : 1;
+}
+
 /* the random draws of one sample: Philox (seed, split) at counters index * 2^24 + k */
 typedef struct {
     uint64_t seed, base, k;

@@ -75,6 +75,15 @@ typedef enum { PR_PROBE_PAPER, PR_PROBE_AUTHORS } pr_probe_style;
 extern const char *const pr_probe_style_names[];   /* "paper", "authors", NULL */
 int pr_probe_style_by_name(const char *name);       /* -1 if unknown */
 
+/* The version of the data task `task` (a probe's name, "lm" or "rec")
+ * generates in probe style `style` (ignored but for probes): 1 where the
+ * generator is as it was when versions began to be recorded, one more for
+ * every change to the samples a seed gives. The trainer records it in a
+ * run's manifest.json, so `prism ablate` can tell a run made from older data
+ * (a generator can change while no config key does). Change a generator,
+ * bump its number in tasks/probe.c. */
+int pr_task_data_version(const char *task, const char *style);
+
 /* the authors' style's control tokens (the table above) */
 enum {
     PR_AU_FALSE = 0, PR_AU_TRUE = 1, PR_AU_QUERY = 1, PR_AU_CTX = 2, PR_AU_XOR = 3, PR_AU_BIT0 = 4,

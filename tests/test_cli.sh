@@ -640,6 +640,32 @@ expect 0 "4 cells: 4 run, 0 reused, 0 failed" ablate --grid "$g" --steps 6 --see
 file_has '"steps":	6' "$tmp/abl/prism/parity/s1/result.json"
 file_has '{"step":4,"loss"' "$tmp/abl/prism/parity/s1/metrics.jsonl"
 expect 1 "its checkpoint is at step 6, past the run's 5 steps" ablate --grid "$g" --steps 5 --out "$tmp/abl"
+# a cell whose config changed is stale: listed by --dry-run, and a run trains nothing until --stale says what to do
+one="--grid $g --only gdn --seeds 1 --jobs 1 --out $tmp/abl-stale"
+# shellcheck disable=SC2086
+expect 0 "1 cells: 1 run, 0 reused, 0 failed" ablate $one
+# shellcheck disable=SC2086
+expect 0 "stale: train.lr 0.003 -> 0.002 (1 key differs)" ablate $one --set train.lr=0.002 --dry-run
+# shellcheck disable=SC2086
+expect 0 "1 cells: 0 done, 0 to resume, 0 new, 1 stale; nothing was run" ablate $one --set train.lr=0.002 --dry-run
+# shellcheck disable=SC2086
+expect 1 "$tmp/abl-stale/gdn/parity/s1: train.lr 0.003 -> 0.002 (1 key differs)" ablate $one --set train.lr=0.002
+out_has_line "^  --stale rerun   to move each folder aside"
+file_has "$(printf '"lr":\t0.003')" "$tmp/abl-stale/gdn/parity/s1/config.json"
+# shellcheck disable=SC2086
+expect 0 "1 cells: 0 run, 1 reused, 0 failed" ablate $one --set train.lr=0.002 --stale keep
+file_has "stale config" "$tmp/abl-stale/results.md"
+# shellcheck disable=SC2086
+expect 0 "moved to $tmp/abl-stale/gdn/parity/s1.stale-1, trained afresh" ablate $one --set train.lr=0.002 --stale rerun
+file_has "$(printf '"lr":\t0.003')" "$tmp/abl-stale/gdn/parity/s1.stale-1/config.json"
+file_has "$(printf '"lr":\t0.002')" "$tmp/abl-stale/gdn/parity/s1/config.json"
+# shellcheck disable=SC2086
+expect 0 "1 cells: 0 run, 1 reused, 0 failed" ablate $one --set train.lr=0.002
+if grep -q "stale config" "$tmp/abl-stale/results.md"; then
+    echo "FAIL  a rerun cell is still marked stale"; failed=$((failed + 1))
+fi
+expect 0 "--stale keep" ablate --help
+expect 2 "prism ablate: --stale wants refuse, rerun or keep, not 'drop'" ablate --grid "$g" --stale drop
 # killing ablate ends its workers: no cell trains on without a table, and the folder is free again
 if command -v pgrep >/dev/null && [ "$(uname)" = Linux ]; then
     "$prism" ablate --grid "$g" --steps 100000 --jobs 2 --out "$tmp/abl-kill" >/dev/null 2>&1 &

@@ -13,7 +13,12 @@
  * - a cell that cannot run is counted as failed, the others still run (with
  *   one job and with worker threads); a fatal error in a worker thread
  *   stops that thread alone;
- *   --metric naming a metric no cell reports is refused.
+ *   --metric naming a metric no cell reports is refused;
+ * - a cell whose run was made under another config (a key, or the data
+ *   generator's version in manifest.json) is stale: named with its keys,
+ *   never reused by default; --stale rerun moves it aside and trains it
+ *   afresh; --stale keep reads it, continues it under its own config, and
+ *   the table marks it. Keys that change no result do not make it stale.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -280,6 +285,149 @@ static void test_a_fatal_error_stops_one_thread(void **state)
     collect(&p, value);
 }
 
+/* ---- stale cells ---- */
+static const char *const one_cell_grid =
+    "{\"name\":\"one\",\"models\":[\"gdn\"],\"tasks\":[\"parity\"],\"seeds\":1,\"steps\":4,"
+    "\"set\":{\"d_model\":8,\"seq_len\":16,\"train.batch\":4,\"train.eval_batches\":1}}";
+
+static pr_grid_plan one_cell_plan(const char *name, char *dir, size_t n, const char *json)
+{
+    pr_err err;
+    if (pr_grid_parse(&grid, json, "one", &err)) fail_msg("%s", err.msg);
+    snprintf(dir, n, "%s/%s", root, name);
+    return (pr_grid_plan){.g = &grid, .root = dir};
+}
+
+/* what the dry run prints, in buf */
+static void dry_run_text(const pr_grid_plan *p, char *buf, size_t n)
+{
+    FILE *f = fmemopen(buf, n, "w");
+    assert_non_null(f);
+    assert_int_equal(pr_grid_dry_run(p, f), 0);
+    fclose(f);
+}
+
+static bool file_holds(const char *dir, const char *name, const char *text)
+{
+    char path[1300];
+    pr_err err;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *all = pr_read_text(path, &err);
+    bool found = all && strstr(all, text);
+    free(all);
+    return found;
+}
+
+static void test_a_changed_key_makes_a_cell_stale(void **state)
+{
+    (void)state;
+    char dir[256], cell[1100], what[640], buf[4096], moved[1200];
+    pr_grid_plan p = one_cell_plan("stale", dir, sizeof dir, one_cell_grid);
+    pr_grid_tally n;
+    pr_grid_exec one = {.dev = PR_CPU, .jobs = 1};
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.ran, 1);
+    pr_cell_diff d;
+    pr_err err;
+    assert_int_equal(pr_grid_cell_diff(&p, 0, cell, sizeof cell, &d, &err), 0);
+    assert_int_equal(d.n, 0);
+
+    /* keys that change no result: not stale */
+    const char *quiet[] = {"train.log_every=2", "train.eval_every=2", "train.ckpt_every=3", "train.cuda_graph=off"};
+    p.sets = quiet, p.n_sets = 4;
+    assert_int_equal(pr_grid_cell_diff(&p, 0, cell, sizeof cell, &d, &err), 0);
+    assert_int_equal(d.n, 0);
+    assert_int_equal(pr_grid_cell_state(&p, 0, cell, sizeof cell, what, sizeof what), PR_CELL_DONE);
+
+    /* a key that does: named with both values, by the dry run too */
+    const char *lr[] = {"train.lr=0.002", "d_model=12"};
+    p.sets = lr, p.n_sets = 2;
+    assert_int_equal(pr_grid_cell_diff(&p, 0, cell, sizeof cell, &d, &err), 0);
+    assert_int_equal(d.n, 2);
+    assert_string_equal(d.text, "d_model 8 -> 12, train.lr 0.003 -> 0.002 (2 keys differ)");
+    p.n_sets = 1;
+    assert_int_equal(pr_grid_cell_state(&p, 0, cell, sizeof cell, what, sizeof what), PR_CELL_STALE);
+    assert_string_equal(what, "stale: train.lr 0.003 -> 0.002 (1 key differs)");
+    dry_run_text(&p, buf, sizeof buf);
+    assert_non_null(strstr(buf, "gdn parity s1"));
+    assert_non_null(strstr(buf, "stale: train.lr 0.003 -> 0.002 (1 key differs)"));
+    assert_non_null(strstr(buf, "1 cells: 0 done, 0 to resume, 0 new, 1 stale; nothing was run"));
+    assert_int_equal(pr_grid_stale_report(&p, NULL), 1);
+
+    /* by default never reused nor retrained: the cell fails, its run untouched */
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.ran, 0), assert_int_equal(n.reused, 0), assert_int_equal(n.failed, 1);
+    assert_true(file_holds(cell, "config.json", "\"lr\":\t0.003"));
+
+    /* keep: read as it is, marked in the table */
+    p.stale = PR_STALE_KEEP;
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.reused, 1), assert_int_equal(n.failed, 0);
+    double value[1];
+    pr_grid_results res;
+    assert_int_equal(pr_grid_collect(&p, value, &res), 0);
+    assert_int_equal(res.stale[0][0], 1);
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_markdown(&res, f);
+    fclose(f);
+    assert_non_null(strstr(buf, " " PR_GRID_STALE_MARK " |"));
+    assert_non_null(strstr(buf, "stale config"));
+
+    /* rerun: the folder moved aside whole, the cell trained afresh and current */
+    p.stale = PR_STALE_RERUN;
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.ran, 1), assert_int_equal(n.failed, 0);
+    snprintf(moved, sizeof moved, "%s.stale-1", cell);
+    assert_true(file_holds(moved, "config.json", "\"lr\":\t0.003"));
+    assert_true(file_holds(moved, "result.json", "\"steps\":\t4"));
+    assert_true(file_holds(cell, "config.json", "\"lr\":\t0.002"));
+    assert_int_equal(pr_grid_cell_diff(&p, 0, cell, sizeof cell, &d, &err), 0);
+    assert_int_equal(d.n, 0);
+    assert_int_equal(pr_grid_collect(&p, value, &res), 0);
+    assert_int_equal(res.stale[0][0], 0);
+
+    /* keep on an unfinished stale cell: it continues under its own config
+     * (lr 0.002) to the grid's budget, and stays stale */
+    const char *lr4[] = {"train.lr=0.004"};
+    p.sets = lr4, p.stale = PR_STALE_KEEP;
+    char path[1300];
+    snprintf(path, sizeof path, "%s/result.json", cell);
+    assert_int_equal(unlink(path), 0);
+    grid.steps = 5;
+    assert_int_equal(pr_grid_run(&p, &one, &n), 0);
+    assert_int_equal(n.ran, 1), assert_int_equal(n.failed, 0);
+    assert_true(file_holds(cell, "config.json", "\"lr\":\t0.002"));
+    assert_true(file_holds(cell, "result.json", "\"steps\":\t5"));
+    assert_int_equal(pr_grid_cell_state(&p, 0, cell, sizeof cell, what, sizeof what), PR_CELL_STALE);
+}
+
+/* the data generator's version: a run whose manifest records none was made
+ * from version 1, stale for a generator at 2 (authors-style palindrome) */
+static void test_a_new_data_version_makes_a_cell_stale(void **state)
+{
+    (void)state;
+    char dir[256], cell[1100], path[1300];
+    pr_grid_plan p = one_cell_plan(
+        "stale-data", dir, sizeof dir,
+        "{\"name\":\"one\",\"models\":[\"gdn\"],\"tasks\":[\"palindrome\"],\"seeds\":1,\"steps\":2,"
+        "\"set\":{\"probe.style\":\"authors\",\"vocab\":32,\"d_model\":8,\"seq_len\":16,\"train.batch\":4,"
+        "\"train.eval_batches\":1}}");
+    pr_grid_tally n;
+    assert_int_equal(pr_grid_run(&p, &(pr_grid_exec){.dev = PR_CPU, .jobs = 1}, &n), 0);
+    assert_int_equal(n.ran, 1);
+    pr_cell_diff d;
+    pr_err err;
+    assert_int_equal(pr_grid_cell_diff(&p, 0, cell, sizeof cell, &d, &err), 0);
+    assert_int_equal(d.n, 0);
+    assert_true(file_holds(cell, "manifest.json", "\"data_version\":\t2"));
+    /* the manifest of a run from before versions were recorded */
+    snprintf(path, sizeof path, "%s/manifest.json", cell);
+    assert_int_equal(pr_write_file_atomic(path, "{\"git_commit\": \"0\", \"seed\": 1}\n", &err), 0);
+    assert_int_equal(pr_grid_cell_diff(&p, 0, cell, sizeof cell, &d, &err), 0);
+    assert_int_equal(d.n, 1);
+    assert_string_equal(d.text, "data_version 1 -> 2 (1 key differs)");
+}
+
 static int make_root(void **state)
 {
     (void)state;
@@ -304,6 +452,8 @@ int main(void)
         cmocka_unit_test(test_threads_give_the_same_bits),
         cmocka_unit_test(test_a_failed_cell_is_counted),
         cmocka_unit_test(test_a_fatal_error_stops_one_thread),
+        cmocka_unit_test(test_a_changed_key_makes_a_cell_stale),
+        cmocka_unit_test(test_a_new_data_version_makes_a_cell_stale),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));
 }

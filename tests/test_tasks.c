@@ -442,6 +442,22 @@ static void test_probe_errors(void **state)
     assert_int_equal(pr_probe_style_by_name("author"), -1);
 }
 
+/* the generators' versions: authors-style palindrome and silence_gate changed
+ * once (they take the script's own tokens), every other generator never */
+static void test_data_versions(void **state)
+{
+    (void)state;
+    assert_int_equal(pr_task_data_version("palindrome", "authors"), 2);
+    assert_int_equal(pr_task_data_version("silence_gate", "authors"), 2);
+    assert_int_equal(pr_task_data_version("palindrome", "paper"), 1);
+    assert_int_equal(pr_task_data_version("silence_gate", "paper"), 1);
+    for (int k = 0; k < PR_PROBE_COUNT; k++)
+        if (k != PR_PROBE_PALINDROME && k != PR_PROBE_SILENCE_GATE)
+            assert_int_equal(pr_task_data_version(pr_probe_names[k], "authors"), 1);
+    assert_int_equal(pr_task_data_version("lm", "paper"), 1);
+    assert_int_equal(pr_task_data_version("rec", "paper"), 1);
+}
+
 static void test_text_windows(void **state)
 {
     (void)state;
@@ -495,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_authors_silence_gate_tokens),
         cmocka_unit_test(test_paper_noise_is_only_noise),
         cmocka_unit_test(test_probe_errors),
+        cmocka_unit_test(test_data_versions),
         cmocka_unit_test(test_text_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

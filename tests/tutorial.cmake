@@ -56,10 +56,10 @@ if(TARGET tutorial_new_rule)
   target_compile_definitions(tutorial_new_rule PRIVATE
                              "PR_RULES_DEF=\"${CMAKE_CURRENT_BINARY_DIR}/tutorial_rules.def\"")
 endif()
-# in three parts that run side by side (shell blocks 1-12, 13-14 and the rest);
-# blocks 13 and 14 share a grid's folder, so they stay together
+# in three parts that run side by side (shell blocks 1-12, 13-15 and the rest);
+# blocks 13 to 15 share a grid's folder, so they stay together
 set(part_number 0)
-foreach(blocks 1-12 13-14 15-999999)
+foreach(blocks 1-12 13-15 16-999999)
   math(EXPR part_number "${part_number} + 1")
   add_test(NAME tutorial_commands_${part_number} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/tutorial.sh
            ${tutorial_md} ${CMAKE_CURRENT_BINARY_DIR} ${blocks})

@@ -58,7 +58,7 @@ static void ablate_usage(FILE *f)
     fprintf(f,
             "usage: prism ablate --grid NAME|FILE [--seeds N] [--steps N] [--device auto|cpu|cuda]\n"
             "                    [--jobs N] [--workers processes|threads] [--only MODEL,...]\n"
-            "                    [--tasks TASK,...] [--metric NAME]\n"
+            "                    [--tasks TASK,...] [--metric NAME] [--stale refuse|rerun|keep]\n"
             "                    [--out DIR] [--set key=value]... [--dry-run]\n\n"
             "Trains every (model or variant) x task x seed cell of a grid, each in its own run\n"
             "directory DIR/<model>/<task>/s<seed> (DIR defaults to runs/ablate-<grid>), and prints\n"
@@ -70,7 +70,22 @@ static void ablate_usage(FILE *f)
             "it in a browser (no network or script needed).\n"
             "Run it again to resume: finished cells are read, not rerun; an interrupted cell\n"
             "continues from its latest checkpoint (train.ckpt_every defaults to a fifth of the\n"
-            "steps here). A task the trainer cannot open is left out, saying why.\n\n"
+            "steps here); a larger --steps continues every cell (constant schedule). A task the\n"
+            "trainer cannot open is left out, saying why.\n"
+            "Only a cell's own config is resumed: a cell whose folder holds a run made under\n"
+            "another config than the grid gives it now (a key of the grid, a preset or --set\n"
+            "changed, or the task's data generator: manifest.json's data_version) is stale, and\n"
+            "ablate trains nothing until told what to do with it:\n"
+            "  --stale refuse   (the default) name each stale cell's folder and the keys that\n"
+            "                   differ, train nothing and exit 1\n"
+            "  --stale rerun    move each stale cell's folder aside to <folder>.stale-<N> (nothing\n"
+            "                   is deleted) and train the cell afresh\n"
+            "  --stale keep     use it as it is: its result is read, an unfinished one continues\n"
+            "                   under its own config.json; the table marks such cells \"stale config\"\n"
+            "                   (results.md, report.html)\n"
+            "Keys that change no result are not compared: train.ckpt_every, log_every,\n"
+            "eval_every, cuda_graph, zero, bucket_mb; train.precision when it is auto (the device's\n"
+            "choice); rec.n_items when 0 (the data's); train.steps under a constant schedule.\n\n"
             "  --jobs N         run N cells at a time, each in its own worker process (default: one\n"
             "                   per GPU on CUDA, one per core on the CPU); the table is the same as\n"
             "                   with one job. With --device cuda every worker has its own CUDA\n"
@@ -90,7 +105,9 @@ static void ablate_usage(FILE *f)
             "  --only M,...     only these models or variants of the grid (names as in its table)\n"
             "  --tasks T,...    only these tasks of the grid\n"
             "  --dry-run        list every cell, its folder and what a run would do with it (done,\n"
-            "                   resume from step K, new), checking each cell's config; train nothing\n"
+            "                   resume from step K, new, or stale: KEY OLD -> NEW, the first three\n"
+            "                   keys that differ and their count), checking each cell's config;\n"
+            "                   train nothing\n"
             "  --metric NAME    tabulate this metric of each cell's result.json rather than the\n"
             "                   task's quality metric, e.g. test_hit@200 or test_auc on rec (a\n"
             "                   cell that does not report it shows -), into DIR/results-NAME.*\n\n"
@@ -113,6 +130,7 @@ typedef struct {
     const char *grid, *out, *only, *tasks, *metric;
     const char *sets[32];
     int n_sets, device, seeds, jobs, workers;   /* workers: 0 processes, 1 threads */
+    int stale;                                  /* 0: refuse, 1: rerun, 2: keep (pr_stale_policy) */
     int64_t steps;
     bool steps_set, dry_run;
 } ablate_args;
@@ -121,6 +139,8 @@ static int parse_ablate(pr_args *a, ablate_args *t)
 {
     static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
     static const char *const workers[] = {"processes", "threads", NULL};
+    static const char *const stale[] = {"refuse", "rerun", "keep", NULL};   /* refuse: as with no --stale */
+    _Static_assert(PR_STALE_REFUSE == 0 && PR_STALE_RERUN == 1 && PR_STALE_KEEP == 2, "--stale's choices in order");
     while (pr_args_next(a)) {
         const char *set = NULL;
         int steps = 0;
@@ -129,7 +149,7 @@ static int parse_ablate(pr_args *a, ablate_args *t)
             pr_args_string(a, "--only", &t->only) || pr_args_string(a, "--tasks", &t->tasks) ||
             pr_args_string(a, "--metric", &t->metric) ||
             pr_args_choice(a, "--device", devices, &t->device) ||
-            pr_args_choice(a, "--workers", workers, &t->workers) ||
+            pr_args_choice(a, "--workers", workers, &t->workers) || pr_args_choice(a, "--stale", stale, &t->stale) ||
             pr_args_int(a, "--seeds", 1, PR_GRID_MAX_SEEDS, &t->seeds) ||
             pr_args_int(a, "--jobs", 1, PR_GRID_MAX_JOBS, &t->jobs) || pr_args_flag(a, "--dry-run", &t->dry_run))
             continue;
@@ -236,6 +256,27 @@ static void setup_worker(void *user, int worker, int jobs)
     }
 }
 
+/* stale cells stop the run before it trains anything, unless --stale says
+ * what to do with them; -1 after saying which and how to go on */
+static int check_stale(const pr_grid_plan *p)
+{
+    int n = pr_grid_stale_report(p, NULL);
+    if (!n) return 0;
+    if (p->stale == PR_STALE_KEEP) {
+        fprintf(stderr, "prism ablate: %d stale cell%s kept as %s (--stale keep); the table marks them\n", n,
+                n == 1 ? "" : "s", n == 1 ? "it is" : "they are");
+        return 0;
+    }
+    if (p->stale == PR_STALE_RERUN) return 0;   /* each is moved aside and named as it runs */
+    fprintf(stderr, "prism ablate: %d cell%s of %s ran under another config than grid %s gives %s now (stale):\n", n,
+            n == 1 ? "" : "s", p->root, p->g->name, n == 1 ? "it" : "them");
+    pr_grid_stale_report(p, stderr);
+    fprintf(stderr, "Nothing was trained: reusing stale cells would mix two protocols in one table. Run again with\n"
+                    "  --stale rerun   to move each folder aside to <folder>.stale-<N> and train the cell afresh, or\n"
+                    "  --stale keep    to use them as they are (the table marks them \"stale config\").\n");
+    return -1;
+}
+
 /* the cells run, the table printed and written with its chart and report page */
 static int run_grid(const pr_grid_plan *p, pr_device dev, int jobs, int ngpus, bool threads)
 {
@@ -282,14 +323,15 @@ int pr_cmd_ablate(int argc, char **argv)
     char root[1024];
     if (t.out) snprintf(root, sizeof root, "%s", t.out);
     else snprintf(root, sizeof root, "runs/ablate-%s", g.name);
-    pr_grid_plan p = {.g = &g, .root = root, .sets = t.sets, .n_sets = t.n_sets, .metric = t.metric};
+    pr_grid_plan p = {.g = &g, .root = root, .sets = t.sets, .n_sets = t.n_sets, .metric = t.metric,
+                      .stale = (pr_stale_policy)t.stale};
     if (pr_grid_check_cells(&p, &err)) return fprintf(stderr, "prism ablate: %s\n", err.msg), PR_EXIT_USAGE;
     if (!pr_grid_drop_unavailable(&p, &g))
         return fprintf(stderr, "prism ablate: no task of grid %s can run\n", g.name), 1;
     if (t.dry_run) return pr_grid_dry_run(&p, stdout) ? 1 : 0;   /* reads the folder only: no lock, no workers */
     int lock = -1;
     if (lock_grid_folder(root, &lock)) return 1;
-    rc = run_grid(&p, dev, t.jobs, ngpus, threads);
+    rc = check_stale(&p) ? 1 : run_grid(&p, dev, t.jobs, ngpus, threads);
     pr_dir_unlock(lock, root, ".ablate.lock");
     return rc;
 }

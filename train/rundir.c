@@ -26,6 +26,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "tasks/tasks.h"
 #include "train/train.h"
 
 static bool exists_in(const char *dir, const char *name)
@@ -228,6 +229,9 @@ static int write_manifest(const char *dir, const pr_config *c, const pr_train_op
     cJSON_AddStringToObject(j, "compiler", __VERSION__);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "model_seed", c->seed);
+    /* the generator's version at the start: a resume keeps this file, so a
+     * run continued on newer data still names the data it began on */
+    cJSON_AddNumberToObject(j, "data_version", pr_task_data_version(o->task, o->probe_style));
     if (o->comm) {   /* data parallel: how many ranks, over what */
         cJSON_AddNumberToObject(j, "ranks", o->comm->world);
         cJSON_AddStringToObject(j, "comm", o->comm->backend);

@@ -3,7 +3,8 @@
  *
  * A run lives in a directory:
  *   config.json     the resolved config: {"model": {...}, "train": {...}}
- *   manifest.json   git commit, device, build flags, seed, start time
+ *   manifest.json   git commit, device, build flags, seed, the data generator's
+ *                   version (pr_task_data_version), start time
  *   metrics.jsonl   one object per logged step and per evaluation
  *   ckpt-<step>.weights.safetensors   parameters by path
  *   ckpt-<step>.state.safetensors     optimizer moments; metadata: step, data
@@ -239,7 +240,7 @@ int pr_make_dirs(const char *dir, pr_err *err);
 int pr_run_claim(const char *dir, bool resume, bool overwrite, int *lock, pr_err *err);
 void pr_run_unlock(int lock, const char *dir);
 /* config.json (c and o), and for a fresh run manifest.json (git commit,
- * device, build flags, compiler, seeds, ranks, start time) */
+ * device, build flags, compiler, seeds, ranks, data version, start time) */
 int pr_run_write_start(const char *dir, const pr_config *c, const pr_train_opts *o, pr_device dev, bool fresh,
                        pr_err *err);
 
