@@ -722,6 +722,12 @@ expect 2 "prism bench throughput: --precision wants auto, f32, tf32 or bf16, not
 expect 0 "prism train: gdn on parity, cpu, precision bf16, in $tmp/bf16" train --model gdn --task parity --steps 2 \
     $tiny --set train.precision=bf16 --device cpu --out "$tmp/bf16"
 file_has "$(printf '"precision":\t"bf16"')" "$tmp/bf16/manifest.json"
+# the manifest names the commit the binary was built from, not the checkout it runs in
+if head=$(git -C "$(dirname "$0")/.." rev-parse HEAD 2>/dev/null); then
+    # shellcheck disable=SC2086
+    (cd "$tmp" && "$prism" train --model gdn --task parity --steps 1 $tiny --device cpu --out "$tmp/away" >/dev/null 2>&1)
+    file_has "$(printf '"git_commit":\t"%s' "$head")" "$tmp/away/manifest.json"
+fi
 expect 2 "train.precision: 'fp16' is not allowed (allowed: auto|f32|tf32|bf16)" train --model gdn --task parity \
     --set train.precision=fp16
 expect 0 "| recurrence | mixer | bwd | 2 |" bench throughput --models prism --seq-lens 16 --tokens-per-batch 32 \

@@ -26,6 +26,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "pr_build_commit.h" /* PR_BUILD_COMMIT, written at build time by cmake/build_commit.cmake */
+
 #include "tasks/tasks.h"
 #include "train/train.h"
 
@@ -177,16 +179,6 @@ void pr_run_unlock(int lock, const char *dir)
     pr_dir_unlock(lock, dir, RUN_LOCK);
 }
 
-static void git_commit(char *out, size_t n)
-{
-    snprintf(out, n, "unknown");
-    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
-    if (!p) return;
-    char line[64] = "";
-    if (fgets(line, sizeof line, p) && strlen(line) >= 40) snprintf(out, n, "%.40s", line);
-    pclose(p);
-}
-
 /* DIR/name = text and a newline, atomically; frees text (a cJSON print) */
 static int write_json_text(const char *dir, const char *name, char *text, pr_err *err)
 {
@@ -203,14 +195,13 @@ static int write_json_text(const char *dir, const char *name, char *text, pr_err
 
 static int write_manifest(const char *dir, const pr_config *c, const pr_train_opts *o, pr_device dev, pr_err *err)
 {
-    char commit[48], when[32];
-    git_commit(commit, sizeof commit);
+    char when[32];
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "git_commit", commit);
+    cJSON_AddStringToObject(j, "git_commit", PR_BUILD_COMMIT); /* the binary's sources, not the cwd's checkout */
     cJSON_AddStringToObject(j, "device", pr_device_name(dev));
     cJSON_AddStringToObject(j, "precision", o->precision);
     cJSON *flags = cJSON_AddArrayToObject(j, "build_flags");

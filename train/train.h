@@ -3,7 +3,7 @@
  *
  * A run lives in a directory:
  *   config.json     the resolved config: {"model": {...}, "train": {...}}
- *   manifest.json   git commit, device, build flags, seed, the data generator's
+ *   manifest.json   the binary's git commit (PR_BUILD_COMMIT), device, build flags, seed, the data generator's
  *                   version (pr_task_data_version), start time
  *   metrics.jsonl   one object per logged step and per evaluation
  *   ckpt-<step>.weights.safetensors   parameters by path
