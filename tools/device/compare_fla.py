@@ -30,7 +30,12 @@ IEEE float32 (TRITON_F32_DEFAULT=ieee) unless --tf32 is given. Under TF32 the
 chunked forms of a 2-layer model differed from prism's float64 logits (~4)
 by 6.0e-3 (gla), 1.0e-2 (gsa) and 8.5e-3 (mom) on the H200 (2026-12-05):
 the size TF32 rounding would give, far below what a wrong mapping gives;
-an IEEE run is what tells the two apart.
+an IEEE run is what tells the two apart. In IEEE at 48 tokens (the
+fused-recurrent forms, H200, 2026-12-05) gla and mom agreed to 5e-6 and gsa
+differed by 1.06e-2: fla's GSA normalises its output with the fused
+rms_norm_linear's own eps (1e-5), not norm_eps; prism's gsa does too since
+(not yet rerun here). --naive also runs fla's GSA on its plain-loop
+reference, which separates a kernel difference from a layer difference.
 MoM routes each token to its top-k memories, picked from float32 router
 probabilities on the GPU and float64 ones in prism: a near-tie picked
 differently shows as one position with a large difference while the others
