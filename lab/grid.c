@@ -542,10 +542,11 @@ static void csv_field(FILE *f, const char *s)
 void pr_grid_write_csv(const pr_grid_results *r, FILE *f)
 {
     const pr_grid *g = r->g;
-    bool refs = has_refs(r);
+    bool refs = has_refs(r), stale = pr_grid_any_stale(r);
     fprintf(f, "model,task,metric,mean,std,n");
     for (int s = 0; s < g->seeds; s++) fprintf(f, ",seed%d", s + 1);
     if (refs) fprintf(f, ",%s", g->refs.label);
+    if (stale) fprintf(f, ",stale_runs"); /* only then: a current table keeps its columns */
     fprintf(f, "\n");
     for (int v = 0; v < g->n_variants; v++)
         for (int t = 0; t < g->n_tasks; t++) {
@@ -559,6 +560,7 @@ void pr_grid_write_csv(const pr_grid_results *r, FILE *f)
             for (int s = 0; s < g->seeds; s++) isfinite(x[s]) ? fprintf(f, ",%.9g", x[s]) : fprintf(f, ",");
             double ref = cell_ref(r, v, t);
             if (refs) isfinite(ref) ? fprintf(f, ",%.9g", ref) : fprintf(f, ",");
+            if (stale) fprintf(f, ",%d", r->stale[v][t]);
             fprintf(f, "\n");
         }
 }
@@ -594,6 +596,7 @@ void pr_grid_write_json(const pr_grid_results *r, FILE *f)
             cJSON_AddItemToObject(c, "values", vals);
             double ref = cell_ref(r, v, t);
             if (refs) cJSON_AddItemToObject(c, "reference", isfinite(ref) ? cJSON_CreateNumber(ref) : cJSON_CreateNull());
+            if (r->stale[v][t]) cJSON_AddNumberToObject(c, "stale_runs", r->stale[v][t]); /* kept by --stale keep */
             cJSON_AddItemToArray(cells, c);
         }
     char *s = cJSON_Print(root);

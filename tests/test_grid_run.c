@@ -372,6 +372,15 @@ static void test_a_changed_key_makes_a_cell_stale(void **state)
     fclose(f);
     assert_non_null(strstr(buf, " " PR_GRID_STALE_MARK " |"));
     assert_non_null(strstr(buf, "stale config"));
+    f = fmemopen(buf, sizeof buf, "w"); /* the csv and json say it too */
+    pr_grid_write_csv(&res, f);
+    fclose(f);
+    assert_non_null(strstr(buf, ",stale_runs\n"));
+    assert_non_null(strstr(buf, ",1\n"));
+    f = fmemopen(buf, sizeof buf, "w");
+    pr_grid_write_json(&res, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "\"stale_runs\":\t1"));
 
     /* rerun: the folder moved aside whole, the cell trained afresh and current */
     p.stale = PR_STALE_RERUN;
