@@ -298,6 +298,16 @@ static pr_grid_plan one_cell_plan(const char *name, char *dir, size_t n, const c
     return (pr_grid_plan){.g = &grid, .root = dir};
 }
 
+/* what a table writer (markdown, csv, json) writes of res, in buf */
+static void table_text(void (*write)(const pr_grid_results *, FILE *), const pr_grid_results *res, char *buf,
+                       size_t n)
+{
+    FILE *f = fmemopen(buf, n, "w");
+    assert_non_null(f);
+    write(res, f);
+    fclose(f);
+}
+
 /* what the dry run prints, in buf */
 static void dry_run_text(const pr_grid_plan *p, char *buf, size_t n)
 {
@@ -367,19 +377,13 @@ static void test_a_changed_key_makes_a_cell_stale(void **state)
     pr_grid_results res;
     assert_int_equal(pr_grid_collect(&p, value, &res), 0);
     assert_int_equal(res.stale[0][0], 1);
-    FILE *f = fmemopen(buf, sizeof buf, "w");
-    pr_grid_write_markdown(&res, f);
-    fclose(f);
+    table_text(pr_grid_write_markdown, &res, buf, sizeof buf);
     assert_non_null(strstr(buf, " " PR_GRID_STALE_MARK " |"));
     assert_non_null(strstr(buf, "stale config"));
-    f = fmemopen(buf, sizeof buf, "w"); /* the csv and json say it too */
-    pr_grid_write_csv(&res, f);
-    fclose(f);
+    table_text(pr_grid_write_csv, &res, buf, sizeof buf); /* the csv and json say it too */
     assert_non_null(strstr(buf, ",stale_runs\n"));
     assert_non_null(strstr(buf, ",1\n"));
-    f = fmemopen(buf, sizeof buf, "w");
-    pr_grid_write_json(&res, f);
-    fclose(f);
+    table_text(pr_grid_write_json, &res, buf, sizeof buf);
     assert_non_null(strstr(buf, "\"stale_runs\":\t1"));
 
     /* rerun: the folder moved aside whole, the cell trained afresh and current */
