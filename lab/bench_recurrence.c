@@ -2,8 +2,8 @@
  * the recurrence kernels' speed, per rule and form, forward and
  * forward+backward, on the GPU, and the CPU's reference forms.
  *
- * Sizes: B=8 T=2048 H=16 K=V=128 and B=2 T=8192 H=16 K=V=128 (prism_core at
- * L=2), f32 data. The per-token (recurrent) form and the chunked form (C=64,
+ * Sizes: B=8 T=2048 H=16 K=V=128 and B=2 T=8192 H=16 K=V=128 (prism_core with
+ * one extra write, PRISM's paper form at L=2; --extras N), f32 data. The per-token (recurrent) form and the chunked form (C=64,
  * TF32 tensor-core products; --fp32 adds the fp32-math run) are timed in the
  * same run, so speedups are ratios of same-run numbers. Achieved TFLOP/s
  * counts the matrix products of the chunked algorithm (ops/recurrence/
@@ -43,7 +43,7 @@
 #include "ops/cuda/ops_cuda.h"
 #endif
 
-/* ---- the CPU: the reference forms at B=1 T=2048 H=4 K=V=64 (prism_core L=2) ---- */
+/* ---- the CPU: the reference forms at B=1 T=2048 H=4 K=V=64 (prism_core: --extras) ---- */
 
 
 
@@ -67,13 +67,17 @@ static size_t forward_step_bytes(pr_ctx *ctx, bool grad, const pr_recurrence_opt
     return used;
 }
 
+/* prism_core's extra writes: --extras, else one (PRISM's paper form at L =
+ * 2: its first refinement step is the core's write, the second the extra) */
+static int64_t bench_extras(const pr_bench_rec_opts *o) { return o->extras > 0 ? o->extras : 1; }
+
 int pr_bench_recurrence_cpu(const pr_bench_rec_opts *o, pr_bench_rec_cpu_row *rows)
 {
-    const int64_t B = 1, T = o->cpu_T > 0 ? o->cpu_T : 2048, H = 4, K = 64, V = 64, L = 2;
+    const int64_t B = 1, T = o->cpu_T > 0 ? o->cpu_T : 2048, H = 4, K = 64, V = 64, L = bench_extras(o);
     const int chunk = (int)o->chunks[0];
     const pr_dtype dt = o->dt;
     pr_ctx *ctx = pr_ctx_new(0);
-    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), cpu %s, chunk %d; seconds, best of %d;\n"
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core: %lld extra writes), cpu %s, chunk %d; seconds, best of %d;\n"
            "step memory of one forward (MB the step arena holds after it), no-grad / recorded\n",
            (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk,
            o->reps);
@@ -470,15 +474,16 @@ int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o)
     const double peak = tf32_peak(ctx, ar, 8192);
     pr_arena_reset(ar);
     printf("cuBLAS TF32 GEMM 8192^3: %.1f TFLOP/s (the tensor-core rate of this run)\n", peak);
-    const bench_size all[3] = {{8, 2048, 16, 128, 128, 2},
-                               {2, 8192, 16, 128, 128, 2},
-                               {o->shape[0], o->shape[1], o->shape[2], o->shape[3], o->shape[4], 2}};
+    const int64_t L = bench_extras(o);
+    const bench_size all[3] = {{8, 2048, 16, 128, 128, L},
+                               {2, 8192, 16, 128, 128, L},
+                               {o->shape[0], o->shape[1], o->shape[2], o->shape[3], o->shape[4], L}};
     for (int si = 0; si < 3; si++) {
         if (!(o->sizes & (1 << si))) continue;
         const bench_size *s = &all[si];
         bench_inputs x = make_inputs(ar, s);
         const double tokens = (double)s->B * s->T;
-        printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core L=%lld), median of %d\n", (long long)s->B,
+        printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core: %lld extra writes), median of %d\n", (long long)s->B,
                (long long)s->T, (long long)s->H, (long long)s->K, (long long)s->V, (long long)s->L, reps);
         printf("%-11s %-13s %9s %9s %10s %9s %7s %7s %6s %8s %9s\n", "rule", "form", "fwd ms", "f+b ms", "Mtok/s f+b",
                "TFLOP/s", "%tf32", "GB/s", "x fla", "speedup", "err");
@@ -545,7 +550,8 @@ int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o)
                     if (f == 0 && si == 0 && target_ms(rule) > 0)
                         printf("%-11s   target <= %.2f ms: %s\n", "", target_ms(rule), ch.fb <= target_ms(rule) ? "met" : "missed");
                     if (f == 0 && bfk < 2 && rule == PR_RULE_PRISM_CORE && gdn_fb[bf] > 0)
-                        printf("%-11s   prism_core / gdn = %.2f (target <= 1.30)\n", "", ch.fb / gdn_fb[bf]);
+                        printf("%-11s   prism_core / gdn = %.2f%s\n", "", ch.fb / gdn_fb[bf],
+                               L == 1 ? " (target <= 1.30: the paper form at L = 2)" : "");
                     bench_force.bf16_staged = staged_was;
                 }
             }

@@ -696,6 +696,7 @@ typedef struct {
     pr_rec_force force; /* --force */
     pr_ttt_bwd ttt_bwd; /* --ttt-bwd */
     int64_t cpu_T;      /* the CPU's T (0: 2048); no option sets it, a test does */
+    int extras;         /* --extras: prism_core's extra writes (0: 1, PRISM's paper form at L = 2) */
 } pr_bench_rec_opts;
 
 /* one rule on the CPU: best seconds of the per-token forward and backward,

@@ -213,7 +213,7 @@ static int check_case(pr_ctx *ctx, pr_rule rule, const bf_case *c, uint64_t seed
     int fails = 0;
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
         if (forms[f].fast && rule != PR_RULE_GLA) continue;
-        const pr_rec_force force = {.gla_fast = forms[f].fast ? PR_REC_ON : PR_REC_PLANNED};
+        const pr_rec_force force = {.gla_fast = forms[f].fast ? PR_REC_ON : PR_REC_OFF};
         char what[96];
         snprintf(what, sizeof what, "%s %s %s", pr_rule_name(rule), c->name, forms[f].form);
         ctx->matmul_tf32 = forms[f].tf32;
@@ -419,7 +419,8 @@ static void test_output_in_place(void **state)
         double *dout_raw = rec_randn(600 + ci, 2 * 100 * 2 * V), *dht = rec_randn(700 + ci, 2 * 2 * K * V);
         double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
         ctx->matmul_tf32 = cases[ci].tf32;
-        pr_recurrence_opts opt = {.rule = rule, .chunk = C};
+        /* bf16_mma off: its bf16 products run in place only, so the staged path could not match them */
+        pr_recurrence_opts opt = {.rule = rule, .chunk = C, .force = {.bf16_mma = PR_REC_OFF}};
         if (cases[ci].mma == 1) opt.force.grad_bpw = 4, opt.force.wy = PR_REC_MMA;
         if (cases[ci].mma == 2) opt.force.state = PR_REC_MMA;
         rec_out a = run_twice(ctx, &opt, in, dout, dht);
@@ -496,8 +497,8 @@ static const int64_t cu_mma[] = {0, 1, 65, 130};
 /* With force.bf16_mma on, prep (delta rules), the output and dlocal
  * multiply bf16 tiles with bf16 wgmma (m64nNk16, f32 sums) on bf16 data
  * read in place; the plan takes it only there (asserted on its fields),
- * refuses it elsewhere and says why, and leaves the default (off) as it
- * was. Against the CPU f64 reference on the same bf16 inputs, o, ht and
+ * refuses it elsewhere and says why when asked, and the default takes
+ * it (off: TF32). Against the CPU f64 reference on the same bf16 inputs, o, ht and
  * every grad within 8e-3 of max|ref|: test_recurrence_every_rule's bound
  * for the TF32 forms on bf16 data, whose mma.sync passes (rec_bf_products)
  * already round every operand of their products to bf16 (2^-9 each, f32
@@ -509,11 +510,11 @@ static const int64_t cu_mma[] = {0, 1, 65, 130};
  * of 64 keys), V = 20, 40, 64 and 68 (a last output V tile of 4 columns),
  * T not a multiple of C, h0 and ht, packed sequences (cu_seqlens, one of a
  * single token); each rule without beta (linattn, ssd) and with (delta,
- * gdn). Each run is repeated (the same bits), and the switch must change
- * o's bits (the output's bf16 form ran) and dv's (dlocal's: without beta
+ * gdn). Each run is repeated (the same bits), and on must change off's
+ * o bits (the output's bf16 form ran) and dv's (dlocal's: without beta
  * it is the backward's only pass that changes); ht comes from the state
  * pass, which the switch leaves alone, and with beta from prep's W and R0,
- * so its bits must equal the default's without beta and differ with beta
+ * so its bits must equal off's without beta and differ with beta
  * (prep's bf16 form ran). */
 static void test_bf16_mma(void **state)
 {
@@ -532,15 +533,17 @@ static void test_bf16_mma(void **state)
     assert_int_equal(a.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_BF16);
     const pr_rec_plan a32 = bf_plan(PR_RULE_LINATTN, 32, 1, true, on, 36, 20, 0);
     assert_int_equal(bf_passes(&a32), 2);
-    /* the default and off: TF32, nothing said */
+    /* the default takes it as on does; off: TF32, nothing said either way */
     for (int s = 0; s < 2; s++) {
         const pr_rec_force f = {.bf16_mma = s ? PR_REC_OFF : PR_REC_PLANNED};
         const pr_rec_plan d = bf_plan(PR_RULE_GDN, 64, 1, true, f, 64, 40, 0);
-        assert_int_equal(d.pass[PR_REC_PASS_PREP].prod, PR_REC_PROD_TF32);
-        assert_int_equal(d.pass[PR_REC_PASS_OUTPUT].prod, PR_REC_PROD_TF32);
-        assert_int_equal(d.pass[PR_REC_PASS_DLOCAL].prod, PR_REC_PROD_TF32);
+        const pr_rec_prod want = s ? PR_REC_PROD_TF32 : PR_REC_PROD_BF16;
+        assert_int_equal(d.pass[PR_REC_PASS_PREP].prod, want);
+        assert_int_equal(d.pass[PR_REC_PASS_OUTPUT].prod, want);
+        assert_int_equal(d.pass[PR_REC_PASS_DLOCAL].prod, want);
         assert_null(d.bf16_mma_refused);
     }
+    assert_null(bf_plan(PR_RULE_GDN, 64, 1, false, none, 64, 40, 0).bf16_mma_refused); /* refused only when asked */
     /* the state pass forced to mma.sync: the forward stages k, v (prep and output TF32), the backward still reads
      * them in place */
     const pr_rec_plan sm = bf_plan(PR_RULE_GDN, 64, 1, true, (pr_rec_force){.bf16_mma = PR_REC_ON, .state = PR_REC_MMA},
@@ -614,25 +617,25 @@ static void test_bf16_mma(void **state)
             rec_out ref = rec_run_seeded_opts(ctx, &ro, ref_in, cu, dout, dht);
             ctx->matmul_tf32 = 1;
             const pr_recurrence_opts go = {.rule = rule, .chunk = cs[ci].chunk, .force = on};
-            const pr_recurrence_opts tf = {.rule = rule, .chunk = cs[ci].chunk};
+            const pr_recurrence_opts tf = {.rule = rule, .chunk = cs[ci].chunk, .force = {.bf16_mma = PR_REC_OFF}};
             rec_out got = rec_run_seeded_opts(ctx, &go, gpu_in, cu_gpu, dout, dht);
             rec_out again = rec_run_seeded_opts(ctx, &go, gpu_in, cu_gpu, dout, dht);
             rec_out off = rec_run_seeded_opts(ctx, &tf, gpu_in, cu_gpu, dout, dht);
             ctx->matmul_tf32 = 0;
             fails += rec_fails_tol(what, NULL, &got, &ref, 8e-3);
             fails += rec_fails_rerun(what, &got, &again);
-            rec_report("  the default (TF32) vs CPU", &off, &ref);
+            rec_report("  off (TF32) vs CPU", &off, &ref);
             if (!memcmp(got.o, off.o, sizeof(double) * (size_t)got.n_o)) {
-                fprintf(stderr, "  FAIL %s: o has the default's bits: the bf16 form did not run\n", what);
+                fprintf(stderr, "  FAIL %s: o has off's bits: the bf16 form did not run\n", what);
                 fails++;
             }
             if (!memcmp(got.d[2], off.d[2], sizeof(double) * (size_t)got.n[2])) { /* d[2]: dv (q k v ...) */
-                fprintf(stderr, "  FAIL %s: dv has the default's bits: dlocal's bf16 form did not run\n", what);
+                fprintf(stderr, "  FAIL %s: dv has off's bits: dlocal's bf16 form did not run\n", what);
                 fails++;
             }
             const bool ht_same = !memcmp(got.ht, off.ht, sizeof(double) * (size_t)got.n_ht);
             if (ht_same == pr_rule_has_beta(rule)) {
-                fprintf(stderr, "  FAIL %s: ht %s the default's bits (%s)\n", what, ht_same ? "has" : "differs from",
+                fprintf(stderr, "  FAIL %s: ht %s off's bits (%s)\n", what, ht_same ? "has" : "differs from",
                         ht_same ? "prep's bf16 form did not run" : "the switch changed the state pass");
                 fails++;
             }

@@ -990,7 +990,7 @@ static int gla_case_forced(const rec_case *c, double glo, double ghi, uint64_t s
         if (c->K > 128 && forms[f].chunk == 64) continue;   /* chunks of 64 take K <= 128 (shared memory) */
         ctx->matmul_tf32 = forms[f].tf32;
         const pr_recurrence_opts o = {.rule = PR_RULE_GLA, .chunk = forms[f].chunk,
-                                      .force = {.gla_fast = fast ? PR_REC_ON : PR_REC_PLANNED}};
+                                      .force = {.gla_fast = fast ? PR_REC_ON : PR_REC_OFF}};
         if (fast) { /* the plan of this call runs the fast kernels */
             char why[256];
             pr_rec_plan plan;
@@ -1044,7 +1044,8 @@ static void test_gla_strong_decay(void **state)
  * two at K = 128, K = 200 in chunks of 32 (four K tiles, the last of 8 real rows), and K = 75,
  * V = 21 (two K tiles, the second of 11 real rows, with rows not multiples of 4: element-wise
  * loads and stores at a K tile's offset): the same bounds against the CPU's f64,
- * deterministic, the plan asserted to run them; a per-value decay refuses the field naming it. */
+ * deterministic, the plan asserted to run them; a per-value decay refuses the field naming it; the
+ * default plan takes them for per-key decays, off and per-value decays the plain kernels. */
 static void test_gla_fast(void **state)
 {
     (void)state;
@@ -1070,6 +1071,16 @@ static void test_gla_fast(void **state)
     char why[256];
     pr_rec_plan plan;
     PR_EXPECT_FATAL(pr_recurrence_plan(&gv, PR_CUDA, 1, 64, 1, 32, 32, 0, &plan, why, sizeof why), "gla_fast");
+    /* the default takes the fast kernels for per-key decays, off the plain ones; per-value decays never */
+    const pr_recurrence_opts dflt = {.rule = PR_RULE_GLA, .chunk = 64}, off = {.rule = PR_RULE_GLA, .chunk = 64,
+                                                                             .force = {.gla_fast = PR_REC_OFF}};
+    assert_true(pr_recurrence_plan(&dflt, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
+    assert_true(plan.gla_fast);
+    assert_true(pr_recurrence_plan(&off, PR_CUDA, 8, 2048, 16, 128, 128, 0, &plan, why, sizeof why));
+    assert_false(plan.gla_fast);
+    const pr_recurrence_opts gv_dflt = {.rule = PR_RULE_GLA, .g_per_value = true, .chunk = 64};
+    assert_true(pr_recurrence_plan(&gv_dflt, PR_CUDA, 1, 64, 1, 32, 32, 0, &plan, why, sizeof why));
+    assert_false(plan.gla_fast);
 }
 
 /* gla with a per-value decay (gsa's first pass): the per-token form and the

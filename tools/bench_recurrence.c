@@ -13,8 +13,9 @@ static void usage(FILE *f)
             "usage: prism bench recurrence [--device cuda|cpu] [--dtype f32|f64|bf16] [--reps N] [--warmup N]\n"
             "                              [--size 1|2|all] [--rules LIST] [--chunks LIST] [--no-token]\n"
             "                              [--fp32] [--bf16-staged] [--force LIST] [--ttt-bwd fused|split|overlap]\n"
-            "                              [--help]\n\n"
-            "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core at L=2, gla), per-token\n"
+            "                              [--extras N] [--help]\n\n"
+            "Times every rule of the recurrence op (linattn, ssd, delta, gdn, prism_core with one extra write:\n"
+            "PRISM's paper form at L=2, gla), per-token\n"
             "and chunked form (C=64, prism_core C=32; TF32 products on f32 data, bf16 ones on bf16 data;\n"
             "gla's \"x fla\" needs fla's chunk_gla time measured in the same run: --fla-gla,\n"
             "tools/device/bench_gla.sh),\n"
@@ -48,16 +49,18 @@ static void usage(FILE *f)
             "  --force L    GPU only: force fields of the chunked plan (pr_rec_force), comma-separated\n"
             "               name=value: segments, bv_state, bv_dstate, bk_grad, bk_wy, grad_bpw, grad_pieces\n"
             "               (numbers); prep, state, scores, dstate, wy (mma|wgmma); seg_fix, extras_apart,\n"
-            "               x16, bf16_staged, gla_fast, bf16_mma (on|off; gla_fast=on: gla's fast chunked kernels,\n"
-            "               with --rules gla; bf16_mma=on: bf16 wgmma products in the passes that read bf16 in\n"
-            "               place, so far prep, output, dlocal, refused where it does not apply, the plan line\n"
-            "               says why); e.g. --force state=mma,bv_state=32. A field the kernels cannot run at a\n"
+            "               x16, bf16_staged, gla_fast, bf16_mma (on|off; gla_fast (default on): gla's fast chunked\n"
+            "               kernels, off: the plain ones, with --rules gla; bf16_mma (default on): bf16 wgmma products in the passes that read\n"
+            "               bf16 in place, so far prep, output, dlocal, off: TF32 there; =on where it does not\n"
+            "               apply: the plan line says why); e.g. --force state=mma,bv_state=32. A field the kernels cannot run at a\n"
             "               size stops the run, naming it\n"
             "  --ttt-bwd F  GPU only: TTT-Linear's backward fused, split or overlap (default: its plan's)\n"
+            "  --extras N   prism_core's extra writes (default 1: the paper form at L=2, whose first refinement\n"
+            "               step is the core's write; 2: the augmented form at L=2)\n"
             "Reference (flash-linear-attention Triton, bf16, H200, fwd+bwd; size 1 / size 2): gated\n"
             "delta 3.54 / 3.53 ms, delta 2.62 / 2.92 ms, SSD 2.61 / 2.06 ms, TTT-Linear (mini-batch 16)\n"
             "4.53 / 10.8 ms. Targets (issue 13, size 1): gdn <= 3.0 ms, delta <= 2.5, ssd <= 2.0,\n"
-            "linattn <= 1.8, prism_core (L=2) <= 1.3x gdn, ttt_linear <= 4.5.\n");
+            "linattn <= 1.8, prism_core (paper form, L=2: one extra) <= 1.3x gdn, ttt_linear <= 4.5.\n");
 }
 
 /* the options of both devices; returns -1 to go on, else the exit status */
@@ -85,6 +88,7 @@ static int parse_options(int argc, char **argv, pr_bench_rec_opts *o)
         if (pr_args_flag(&a, "--bf16-staged", &o->bf16_staged)) continue;
         if (pr_args_positive_list(&a, "--fla-gla", 2, o->fla_gla, &o->nfla_gla)) continue;
         if (pr_args_string(&a, "--force", &force) || pr_args_choice(&a, "--ttt-bwd", ttt_bwds, &ttt_bwd)) continue;
+        if (pr_args_int(&a, "--extras", 1, 8, &o->extras)) continue;
         return pr_args_unknown(&a);
     }
     if (a.failed) return PR_EXIT_USAGE;

@@ -90,10 +90,11 @@ typedef struct {
     pr_rec_switch extras_apart; /* prism_core's extra writes in kernels of their own */
     pr_rec_switch x16;        /* OFF: bf16 kx, vx staged as f32 where the wgmma extras could read them in place */
     pr_rec_switch bf16_staged; /* ON: every bf16 tensor staged through f32 copies, as before the in-place passes */
-    pr_rec_switch gla_fast;   /* ON: gla's per-key chunked form in its fast kernels (gla_chunked.cu); default off */
-    pr_rec_switch bf16_mma;   /* ON: bf16 data's wgmma passes multiply bf16 tiles with bf16 wgmma where they read
-                                 their inputs in place (so far prep, the output and dlocal); the plan refuses it
-                                 elsewhere and says why (pr_rec_plan.bf16_mma_refused). OFF and the default: TF32 */
+    pr_rec_switch gla_fast;   /* gla's per-key chunked form: ON and the default, its fast kernels (gla_chunked.cu;
+                                 the default falls back to the plain ones where they do not fit); OFF: the plain ones */
+    pr_rec_switch bf16_mma;   /* ON and the default: bf16 data's wgmma passes multiply bf16 tiles with bf16 wgmma
+                                 where they read their inputs in place (so far prep, the output and dlocal); ON
+                                 where it cannot apply: the plan says why (pr_rec_plan.bf16_mma_refused). OFF: TF32 */
 } pr_rec_force;
 /* Reads "name=value,..." (names as the fields above; values: numbers,
  * mma|wgmma for the engines, on|off for the switches) into *f, over what

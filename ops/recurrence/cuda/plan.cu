@@ -547,9 +547,9 @@ static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_ch
            (!p.delta || pl.wg_wy);
 }
 
-/* force.bf16_mma on (off by default: the H200 timed it on 2026-12-05, bf16
- * f+b 7-10% faster for linattn, ssd, delta and gdn at B=8 T=2048 H=16
- * K=V=128, but test_bf16_mma's numerics have not yet run there): the
+/* force.bf16_mma (on unless OFF: on the H200 it made the four rules'
+ * bf16 f+b 7-10% faster at B=8 T=2048 H=16 K=V=128, and test_bf16_mma's
+ * numerics passed on an H100, 2026-12-05): the
  * passes whose wgmma forms read bf16 inputs in place multiply bf16 tiles
  * with bf16 wgmma: so far the output (where the forward reads k, v in
  * place: io16_kv) and dlocal (the backward's q, dO, k: io16_bwd), both
@@ -559,7 +559,7 @@ static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_ch
 static void plan_bf16_mma(const rec_prob &p, const pr_rec_force &f, rec_chunk_plan *pl)
 {
     pl->bf_out = pl->bf_dloc = pl->bf_prep = 0;
-    if (switch_want("bf16_mma", f.bf16_mma) != 1) return;
+    if (switch_want("bf16_mma", f.bf16_mma) == 0) return;
     const bool fits = pl->wg_scores && pr_rec_smem_scores_bf(p, 0) <= pr_rec_smem_scores_wg(p, 0) &&
                       pr_rec_smem_scores_bf(p, 1) <= pr_rec_smem_scores_wg(p, 1);
     pl->bf_out = fits && pl->io16_kv;
