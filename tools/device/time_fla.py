@@ -6,7 +6,7 @@ K=V=128, size 2 = B=2 T=8192 H=16 K=V=128, with an initial state and the
 final state's gradient as the prism bench gives its rules.
 
     PYTHONPATH=/path/to/flash-linear-attention python3 tools/device/time_fla.py \
-        [--rule gla|gdn|delta|ssd|all] [--reps 20] [--lift-triton-guard]
+        [--rule gla|gdn|delta|ssd|all] [--sizes 1,2] [--reps 20] [--lift-triton-guard]
 
   gla    chunk_gla, per-key log-decays logsigmoid(N(0,1)) / 16 (fla's GLA layer)
   gdn    chunk_gated_delta_rule, per-head log-decays, beta = sigmoid(N(0,1))
@@ -14,10 +14,11 @@ final state's gradient as the prism bench gives its rules.
   ssd    chunk_simple_gla, per-head log-decays (Mamba-2's SSD)
 q and k are L2-normalised rows, as the delta rules need.
 
-Prints one line per rule and size; for one rule, then a last line "MS1,MS2"
-(the medians) that `prism bench recurrence --fla-gla MS1,MS2` takes for gla
-(tools/device/bench_gla.sh does both), so prism's rows read against a figure
-measured on the same machine in the same run.
+Prints one line per rule and size timed; for one rule, then a last line
+"MS1,MS2" (the medians of the sizes timed) that `prism bench recurrence
+--fla-gla MS1,MS2` takes for gla (tools/device/bench_gla.sh does both), so
+prism's rows read against a figure measured on the same machine in the same
+run.
 """
 import argparse
 import statistics
@@ -92,6 +93,9 @@ def main():
     ap.add_argument("--rule", default="gla", help="gla, gdn, delta, ssd or all (default gla)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--sizes", default="1,2",
+                    help="which sizes to time, 1 and/or 2 (default both; each new shape costs Triton's "
+                         "compile and autotuning, minutes on a fresh machine)")
     ap.add_argument("--lift-triton-guard", action="store_true",
                     help="time fla's gated backward where its Triton check refuses it (values unused)")
     a = ap.parse_args()
@@ -101,10 +105,15 @@ def main():
     for r in rules:
         if r not in RULES:
             raise SystemExit(f"time_fla.py: unknown rule '{r}' (gla, gdn, delta, ssd, all)")
+    sizes = sorted({int(x) for x in a.sizes.split(",") if x.strip()})
+    if not sizes or any(x not in (1, 2) for x in sizes):
+        raise SystemExit(f"time_fla.py: --sizes takes 1, 2 or 1,2, not '{a.sizes}'")
     gen = torch.Generator(device="cuda").manual_seed(0)
     for r in rules:
         ms = []
         for si, (B, T) in enumerate(((8, 2048), (2, 8192))):
+            if si + 1 not in sizes:
+                continue
             m = time_ms(make_step(r, B, T, 16, 128, 128, gen), a.reps, a.warmup)
             print(f"fla {r} bf16 size {si + 1} (B={B} T={T} H=16 K=V=128): fwd+bwd {m:.3f} ms", flush=True)
             ms.append(m)
