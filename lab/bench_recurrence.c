@@ -77,9 +77,10 @@ int pr_bench_recurrence_cpu(const pr_bench_rec_opts *o, pr_bench_rec_cpu_row *ro
     const int chunk = (int)o->chunks[0];
     const pr_dtype dt = o->dt;
     pr_ctx *ctx = pr_ctx_new(0);
-    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core: %lld extra writes), cpu %s, chunk %d; seconds, best of %d;\n"
+    printf("B=%lld T=%lld H=%lld K=%lld V=%lld (prism_core: %lld extra write%s), cpu %s, chunk %d; seconds, best of %d;\n"
            "step memory of one forward (MB the step arena holds after it), no-grad / recorded\n",
-           (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, pr_dtype_name(dt), chunk,
+           (long long)B, (long long)T, (long long)H, (long long)K, (long long)V, (long long)L, L == 1 ? "" : "s",
+           pr_dtype_name(dt), chunk,
            o->reps);
     printf("%-11s %9s %9s %9s %9s %15s %15s\n", "rule", "tok fwd", "tok bwd", "chk fwd", "chk bwd", "tok MB ng/rec",
            "chk MB ng/rec");
@@ -483,8 +484,9 @@ int pr_bench_recurrence_cuda(const pr_bench_rec_opts *o)
         const bench_size *s = &all[si];
         bench_inputs x = make_inputs(ar, s);
         const double tokens = (double)s->B * s->T;
-        printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core: %lld extra writes), median of %d\n", (long long)s->B,
-               (long long)s->T, (long long)s->H, (long long)s->K, (long long)s->V, (long long)s->L, reps);
+        printf("\nB=%lld T=%lld H=%lld K=%lld V=%lld (prism_core: %lld extra write%s), median of %d\n", (long long)s->B,
+               (long long)s->T, (long long)s->H, (long long)s->K, (long long)s->V, (long long)s->L,
+               s->L == 1 ? "" : "s", reps);
         printf("%-11s %-13s %9s %9s %10s %9s %7s %7s %6s %8s %9s\n", "rule", "form", "fwd ms", "f+b ms", "Mtok/s f+b",
                "TFLOP/s", "%tf32", "GB/s", "x fla", "speedup", "err");
         double gdn_fb[2] = {0, 0};   /* gdn's f+b, f32 and bf16 data */
