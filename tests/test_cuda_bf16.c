@@ -266,8 +266,13 @@ static void test_recurrence_every_rule(void **state)
 }
 
 /* prism_core's bf16 kx and vx read and their grads accumulated in place by
- * the wgmma extras give the same bits as staged through f32 (force.x16 off):
- * bf16 values are exact in f32 and TF32, and both round each grad once */
+ * the wgmma extras, and q, k, v (forward) and q, k, dO (backward) read in
+ * place by them and by the core's passes (the plan says so), o written in
+ * place by the output pass (adding the extras' f32 share before its one
+ * rounding), give the same bits as staged through f32 (force.x16 off stages
+ * them all): bf16 values are exact in f32 and TF32, and both round o and
+ * each grad once. dq, dk, dv stay staged (the core and the extras add into
+ * them). */
 static void test_extras_in_place(void **state)
 {
     (void)state;
@@ -278,6 +283,20 @@ static void test_extras_in_place(void **state)
     char why[256];
     const bool ok = pr_recurrence_plan(&po, PR_CUDA, 2, 100, 2, 64, 40, 2, &plan, why, sizeof why);
     if (!ok) fail_msg("prism_core K=64 V=40 L=2 C=64 tf32: no plan: %s", why);
+    pr_recurrence_opts pb = po;
+    pb.bf16 = true;
+    pr_rec_plan bp;
+    if (plan.extras_apart && plan.extras == PR_REC_WGMMA) {
+        if (!pr_recurrence_plan(&pb, PR_CUDA, 2, 100, 2, 64, 40, 2, &bp, why, sizeof why)) fail_msg("%s", why);
+        const pr_rec_pass *ps = bp.pass;
+        assert_true(ps[PR_REC_PASS_OUTPUT].bf16_in_place && ps[PR_REC_PASS_STATE].bf16_in_place &&
+                    ps[PR_REC_PASS_PREP].bf16_in_place);
+        assert_true(ps[PR_REC_PASS_DLOCAL].bf16_in_place && ps[PR_REC_PASS_DSTATE].bf16_in_place &&
+                    ps[PR_REC_PASS_GRAD].bf16_in_place); /* q, dO, k read (dq, dk, dv stay staged) */
+        pb.force.x16 = PR_REC_OFF;
+        if (!pr_recurrence_plan(&pb, PR_CUDA, 2, 100, 2, 64, 40, 2, &bp, why, sizeof why)) fail_msg("%s", why);
+        assert_false(bp.pass[PR_REC_PASS_OUTPUT].bf16_in_place);
+    }
     if (!plan.extras_apart || plan.extras != PR_REC_WGMMA) {
         char line[512];
         pr_rec_plan_format(&plan, line, sizeof line);
@@ -440,6 +459,79 @@ static void test_output_in_place(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* whether gla's plan at (K, V), C = chunk, T = 100, two heads, reads and
+ * writes bf16 in place in its fast kernels */
+static bool gla_in_place(int chunk, int tf32, bool bf16, pr_rec_force f, int K, int V)
+{
+    const pr_recurrence_opts po = {.rule = PR_RULE_GLA, .chunk = chunk, .tf32 = tf32, .bf16 = bf16, .force = f};
+    pr_rec_plan plan;
+    char why[256];
+    if (!pr_recurrence_plan(&po, PR_CUDA, 2, 100, 2, K, V, 0, &plan, why, sizeof why))
+        fail_msg("gla K=%d V=%d C=%d: no plan: %s", K, V, chunk, why);
+    assert_true(!plan.gla_in_place || plan.gla_fast);
+    return plan.gla_in_place;
+}
+
+/* gla's fast kernels read q, k, v and dO, write o and accumulate dq, dk and
+ * dv as bf16 in place (copied into the f32 tiles' slots and widened there,
+ * o and the grads rounded once by the cast's rule): the plan says so for
+ * bf16 data where the fast form runs and K, V are multiples of 4,
+ * force.bf16_staged on or the plain kernels stage them, and both paths
+ * give the same bits in o, ht and every grad (bound 0, as
+ * test_output_in_place), with TF32 on (bf16 products) and off (fp32), at
+ * C = 64 and 32, K = 64 and 36 (a K tile of 4 real columns past 32),
+ * V = 40 and 20, T = 100 (a partial last chunk); each run's second
+ * backward adds into the grads of its first */
+static void test_gla_in_place(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    const pr_rec_force none = {0}, staged = {.bf16_staged = PR_REC_ON}, plain = {.gla_fast = PR_REC_OFF};
+    assert_true(gla_in_place(64, 1, true, none, 64, 40));
+    assert_true(gla_in_place(32, 0, true, none, 36, 20));
+    assert_false(gla_in_place(64, 1, false, none, 64, 40)); /* f32 data */
+    assert_false(gla_in_place(64, 1, true, staged, 64, 40));
+    assert_false(gla_in_place(64, 1, true, plain, 64, 40));
+    assert_false(gla_in_place(64, 1, true, none, 34, 40)); /* K % 4 != 0: staged */
+    assert_false(gla_in_place(64, 1, true, none, 64, 42)); /* V % 4 != 0 */
+    pr_ctx *ctx = pr_ctx_new(1);
+    static const struct {
+        int chunk, tf32, K, V;
+    } cases[] = {{64, 1, 64, 40}, {32, 1, 36, 20}, {64, 0, 36, 40}, {32, 0, 64, 20}};
+    int fails = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int C = cases[ci].chunk, K = cases[ci].K, V = cases[ci].V;
+        char what[96];
+        snprintf(what, sizeof what, "gla C=%d K=%d V=%d %s", C, K, V, cases[ci].tf32 ? "tf32" : "fp32");
+        pr_rng r = pr_rng_init(800 + ci, 3);
+        pr_recurrence_inputs ri = pr_recurrence_random(ctx, &r, PR_F64, PR_RULE_GLA, 2, 100, 2, K, V, 0, false);
+        pr_tensor *x[REC_NIN], *in[REC_NIN];
+        rec_in_array(&ri, x);
+        for (int i = 0; i < REC_NIN; i++) {
+            in[i] = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CUDA) : NULL;
+            if (in[i]) pr_requires_grad_(in[i], true);
+        }
+        double *dout_raw = rec_randn(900 + ci, 2 * 100 * 2 * V), *dht = rec_randn(1000 + ci, 2 * 2 * K * V);
+        double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
+        ctx->matmul_tf32 = cases[ci].tf32;
+        pr_recurrence_opts opt = {.rule = PR_RULE_GLA, .chunk = C};
+        rec_out a = run_twice(ctx, &opt, in, dout, dht);
+        opt.force.bf16_staged = PR_REC_ON;
+        rec_out b = run_twice(ctx, &opt, in, dout, dht);
+        ctx->matmul_tf32 = 0;
+        rec_report(what, &a, &b);
+        if (!rec_same_bits(&a, &b)) {
+            fprintf(stderr, "  FAIL %s: in place and staged differ\n", what);
+            fails++;
+        }
+        rec_out_free(&a), rec_out_free(&b);
+        free(dout_raw), free(dout), free(dht);
+        pr_step_reset(ctx);
+    }
+    pr_ctx_free(ctx);
+    assert_int_equal(fails, 0);
+}
+
 /* ---- force.bf16_mma: bf16 wgmma products ------------------------------------------------------ */
 
 /* the plan of rule at (K, V, L), C = chunk, T = 100, two sequences of two
@@ -467,10 +559,13 @@ static int bf_passes(const pr_rec_plan *p)
     const bool out = bf_wgmma(&ps[PR_REC_PASS_OUTPUT]);
     const bool dloc = bf_wgmma(&ps[PR_REC_PASS_DLOCAL]);
     const bool prep = ps[PR_REC_PASS_PREP].runs && bf_wgmma(&ps[PR_REC_PASS_PREP]);
-    const bool kv = ps[PR_REC_PASS_STATE].bf16_in_place && ps[PR_REC_PASS_OUTPUT].bf16_in_place;
+    /* (with the extras apart the core's passes read q, k, dO in place but keep their TF32 forms, so far) */
+    const bool xa = p->extras_apart;
+    const bool kv = ps[PR_REC_PASS_STATE].bf16_in_place && ps[PR_REC_PASS_OUTPUT].bf16_in_place && !xa;
     if (ps[PR_REC_PASS_OUTPUT].engine == PR_REC_WGMMA) assert_int_equal(out, kv);
     if (ps[PR_REC_PASS_PREP].runs && ps[PR_REC_PASS_PREP].engine == PR_REC_WGMMA) assert_int_equal(prep, kv);
-    if (ps[PR_REC_PASS_DLOCAL].engine == PR_REC_WGMMA) assert_int_equal(dloc, ps[PR_REC_PASS_DSTATE].bf16_in_place);
+    if (ps[PR_REC_PASS_DLOCAL].engine == PR_REC_WGMMA)
+        assert_int_equal(dloc, ps[PR_REC_PASS_DSTATE].bf16_in_place && !xa);
     for (int i = 0; i < PR_REC_NPASS; i++)
         if (i != PR_REC_PASS_OUTPUT && i != PR_REC_PASS_DLOCAL && i != PR_REC_PASS_PREP && ps[i].runs) {
             assert_false(ps[i].engine == PR_REC_WGMMA && ps[i].prod == PR_REC_PROD_BF16);
@@ -675,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_recurrence_dtype_checks),
         cmocka_unit_test(test_extras_in_place),
         cmocka_unit_test(test_output_in_place),
+        cmocka_unit_test(test_gla_in_place),
         cmocka_unit_test(test_bf16_mma),
     };
     /* PR_TEST_FILTER=test_extras_in_place (a glob) runs a part, e.g. under compute-sanitizer */

@@ -137,6 +137,9 @@ static void test_cuda_plan_text(void **state)
                               "bwd gla_cumsum gla_dstate(bk 64, bv 32) gla_dv(A read) gla_dqk(bk 64, bv 16) "
                               "(per-key decay, sub-chunks of 16; fast: decays summed once, dg summed in shared "
                               "memory)");
+    fast.bf16 = fast.gla_in_place = true; /* bf16 data read and written in place by the fast kernels */
+    pr_rec_plan_format(&fast, line, sizeof line);
+    assert_non_null(strstr(line, "dg summed in shared memory; bf16 in place)"));
     pr_rec_plan gvc = gc;
     gvc.g_per_value = true;
     pr_rec_plan_format(&gvc, line, sizeof line);

@@ -146,7 +146,8 @@ static void kernels_text(const pr_rec_plan *p, char *buf, size_t n)
     else if (p->gla && p->chunk && p->gla_fast)
         snprintf(buf, n, "fwd gla_cumsum gla_state(bk %d, bv %d) gla_out(bk %d, A saved); bwd gla_cumsum "
                          "gla_dstate(bk %d, bv %d) gla_dv(A read) gla_dqk(bk %d, bv %d) (per-key decay, sub-chunks of "
-                         "16; fast: decays summed once, dg summed in shared memory)", 64, 32, 64, 64, 32, 64, 16);
+                         "16; fast: decays summed once, dg summed in shared memory%s)", 64, 32, 64, 64, 32, 64, 16,
+                 p->gla_in_place ? "; bf16 in place" : "");
     else if (p->gla && p->chunk)
         snprintf(buf, n, "fwd gla_state(bv %d) gla_out; bwd gla_dstate(bv %d) gla_dv gla_dqk (per-key decay, "
                          "sub-chunks of 16)", 32, 32);

@@ -140,6 +140,7 @@ typedef struct {
     bool gla;              /* rule gla: its own kernels (CUDA: gla_token.cu, gla_chunked.cu) */
     bool g_per_value;      /* gla's decay per value channel (opts.g_per_value) */
     bool gla_fast;         /* gla's per-key chunked form in its fast kernels (force.gla_fast) */
+    bool gla_in_place;     /* and bf16 data read and written in place there, unstaged (q, k, v, dO, o, dq, dk, dv) */
     bool delta, has_g;     /* the rule's erase (beta) and decay (g) */
     bool bf16;             /* planned for bf16 data */
     /* the CUDA chunked form: */

@@ -59,7 +59,7 @@ void pr_rec_chunk_forward(cudaStream_t st, const rec_prob &px, const rec_chunk_p
         vp = rec_scratch(n_v), elast = rec_scratch(n_e);
         pr_rec_chunk_xfwd(st, px, pl.wg_xa, vp, o, sv.hs, elast);
         p = rec_core_prob(px);
-        p.v = vp;
+        p.v = vp, p.v16 = nullptr; /* the core's values: V', f32 */
     }
     if (p.delta) pr_rec_chunk_prep(st, p, pl, sv);
     if (!sv.sg.n) {
@@ -91,7 +91,7 @@ void pr_rec_chunk_backward(cudaStream_t st, const rec_prob &px, const rec_chunk_
         PR_ASSERT(px.L > 0 && p.delta && !sv.sg.n);
         dvp = rec_scratch(n_v);
         PR_CUDA_CHECK(cudaMemsetAsync(dvp, 0, n_v * sizeof(float), st));
-        d.dv = dvp, d.dkx = d.dvx = nullptr, d.dkx16 = d.dvx16 = nullptr;
+        d.dv = dvp, d.dv16 = nullptr, d.dkx = d.dvx = nullptr, d.dkx16 = d.dvx16 = nullptr; /* dv: the extras' */
     }
 
     /* without beta dlocal adds dv's old value (dv0, or in place dv16) and dstate stores dv */

@@ -381,15 +381,6 @@ __device__ __forceinline__ void xw_tr(bool own, float *T, int k0, const float *s
     if (own) rec_cpt_own<R, 128>(dst, 128, f, 1.f);
     else rec_cpt<R, 128>(dst, 128, src, rs, nr, nc);
 }
-/* a chunk's two 64-row halves (k and q, dV' and dO) of [rows, H, D] arrays,
- * natural or transposed */
-__device__ __forceinline__ void xw_pair(bool own, bool tr, float *T, const rec_prob &p, const float *a, const float *b,
-                                        int D, long long rk, int nval)
-{
-    const long long rs = (long long)p.H * D;
-    if (tr) xw_tr<64>(own, T, 0, a + rk * D, rs, nval, D), xw_tr<64>(own, T, 64, b + rk * D, rs, nval, D);
-    else xw_nat<64>(own, T, 0, a + rk * D, rs, nval, D, p.vec), xw_nat<64>(own, T, 64, b + rk * D, rs, nval, D, p.vec);
-}
 /* bf16 rows of kx16 or vx16 into a tile of 64 source rows, loaded, widened,
  * scaled by f[source row] and rounded in one step (synchronous: cp.async
  * cannot widen, so this is the own step); zero where r >= nr or c >= nc
@@ -460,13 +451,48 @@ __device__ __forceinline__ void xw_extras(bool own, bool tr, float *T, const rec
         }
     }
 }
+/* the 64-row half at row (or k) o of a tile from an f32 source, or from bf16
+ * (X16 and src16 set: loaded and rounded in the own step) */
+template <bool X16>
+__device__ __forceinline__ void xw_half(bool own, bool tr, float *T, int o, const float *src,
+                                        const unsigned short *src16, long long rs, int nval, int D, bool vec)
+{
+    if (X16 && src16) {
+        if (!own) return;
+        if (tr) xw_bf16<true>(T, o, src16, rs, nval, D, nullptr);
+        else xw_bf16<false>(T, o, src16, rs, nval, D, nullptr);
+    } else if (tr) {
+        xw_tr<64>(own, T, o, src, rs, nval, D);
+    } else {
+        xw_nat<64>(own, T, o, src, rs, nval, D, vec);
+    }
+}
+/* [K; Q] (bf16 in place where p.k16, p.q16: the plan's io16 with the extras apart), natural or transposed */
+template <bool X16>
+__device__ __forceinline__ void xw_kq(bool own, bool tr, float *T, const rec_prob &p, long long rk, int nval)
+{
+    const long long rs = (long long)p.H * p.K;
+    xw_half<X16>(own, tr, T, 0, p.k + rk * p.K, p.k16 ? p.k16 + rk * p.K : nullptr, rs, nval, p.K, p.vec);
+    xw_half<X16>(own, tr, T, 64, p.q + rk * p.K, p.q16 ? p.q16 + rk * p.K : nullptr, rs, nval, p.K, p.vec);
+}
 /* the operands of S = [K; Q] KX^T, which the forward, dVX and dK/dQ kernels
- * all start from: [K; Q] into T0, KX into T1 (both natural) */
+ * all start from: [K; Q] into T0, KX into T1 (both natural). X16: k and q
+ * read as bf16 where p.k16, p.q16 are set (the plan's io16_out and io16_kv
+ * with the extras apart), in the own step as xw_extras' */
 template <bool X16>
 __device__ __forceinline__ void xw_keys(bool own, float *T0, float *T1, const rec_prob &p, long long rk, int nval)
 {
-    xw_pair(own, false, T0, p, p.k, p.q, p.K, rk, nval);
+    xw_kq<X16>(own, false, T0, p, rk, nval);
     xw_extras<X16>(own, false, T1, p, XW_KX, rk, nval);
+}
+/* [dV'; dO] (dV' f32 scratch, dO bf16 in place where p.dout16), natural or transposed */
+template <bool X16>
+__device__ __forceinline__ void xw_dv_do(bool own, bool tr, float *T, const rec_prob &p, const float *dvp,
+                                         long long rk, int nval)
+{
+    const long long rs = (long long)p.H * p.V;
+    xw_half<false>(own, tr, T, 0, dvp + rk * p.V, nullptr, rs, nval, p.V, p.vec);
+    xw_half<X16>(own, tr, T, 64, p.dout + rk * p.V, p.dout16 ? p.dout16 + rk * p.V : nullptr, rs, nval, p.V, p.vec);
 }
 /* S's decays Dt[t][i] = e^{G_t - G_i} (i <= t, else 0; rows of 65 floats),
  * computed once a block so that the masks below are a load each */
@@ -498,10 +524,12 @@ __device__ __forceinline__ void xw_mask(const rec_prob &p, const float *Dt, floa
  * sums go natural into rows 64 w.. of T (tile rows only this warpgroup's
  * products read), then its 128 threads store row r to dst + off(r) (rows
  * with off(r) < 0 skipped), columns < nc, dst (+)= (+ extra at the same
- * place). dst16: bf16 bits instead (nc % 4 == 0), the sum rounded once. */
+ * place; extra16: the same from bf16, nc % 4 == 0). dst16: bf16 bits
+ * instead (nc % 4 == 0), the sum rounded once. */
 template <class OFF>
 __device__ __forceinline__ void xw_store(float *T, float *dst, const float (&d)[2][32], OFF off, int nc, bool acc,
-                                         bool vec, const float *extra = nullptr, unsigned short *dst16 = nullptr)
+                                         bool vec, const float *extra = nullptr, unsigned short *dst16 = nullptr,
+                                         const unsigned short *extra16 = nullptr)
 {
     const int w = threadIdx.x >> 7;
     xw_put(T, d, false, false);
@@ -521,6 +549,15 @@ __device__ __forceinline__ void xw_store(float *T, float *dst, const float (&d)[
         }
         float *q = dst + o + c;
         const float *xe = extra ? extra + o + c : nullptr;
+        if (extra16) { /* 4 bf16 values, widened (nc % 4 == 0: the 4 columns are real) */
+            const float4 z = rec_widen4(reinterpret_cast<const float *>(extra16 + o + c));
+            float4 y = acc ? (vec ? *reinterpret_cast<const float4 *>(q) : make_float4(q[0], q[1], q[2], q[3]))
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+            y.x += x.x + z.x, y.y += x.y + z.y, y.z += x.z + z.z, y.w += x.w + z.w;
+            if (vec) *reinterpret_cast<float4 *>(q) = y;
+            else q[0] = y.x, q[1] = y.y, q[2] = y.z, q[3] = y.w;
+            continue;
+        }
         if (vec) {
             float4 y = acc ? *reinterpret_cast<const float4 *>(q) : make_float4(0.f, 0.f, 0.f, 0.f);
             const float4 z = xe ? *reinterpret_cast<const float4 *>(xe) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -620,7 +657,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 1)
     xw_zero(d);
     xw_mm(d, T0, T2); /* [V' - V; O] = S VX */
     const auto tok = [&](int lo) { return [=](int r) { return r - lo >= 0 && r - lo < 64 && r - lo < nval ? (rk + (long long)(r - lo) * H) * V : -1LL; }; };
-    if (threadIdx.x < 128) xw_store(T0, vp, d, tok(0), V, false, p.vec, p.v);
+    if (threadIdx.x < 128) xw_store(T0, vp, d, tok(0), V, false, p.vec, p.v, nullptr, X16 ? p.v16 : nullptr);
     else xw_store(T0, o, d, tok(64), V, false, p.vec);
     xw_wait<0>();
     xw_extras<X16>(true, true, T1, p, XW_KX, rk, nval, eL);
@@ -658,7 +695,7 @@ __device__ void xw_bwd_dvx(const rec_prob &p, const rec_grads &g, const float *d
     __syncthreads(); /* T0, T1, T2 read by both warpgroups */
     xw_put(T0, s, true); /* S^T */
     xw_load([&](bool own) {
-        xw_pair(own, true, T1, p, dvp, p.dout, V, rk, nval); /* [dV'; dO]^T */
+        xw_dv_do<X16>(own, true, T1, p, dvp, rk, nval); /* [dV'; dO]^T */
         if (want_dg && (!own || X16)) /* VX for ed, read as it is (bf16: exact in TF32) */
             xw_extras<X16>(own, false, T2, p, XW_VX, rk, nval);
     });
@@ -705,12 +742,12 @@ __device__ void xw_bwd_dkq(const rec_prob &p, const rec_grads &g, const float *d
 {
     float *T0 = sm, *T1 = sm + XW_T, *T2 = sm + 2 * XW_T, *G = sm + XW_GATES;
     float *rd = G + 256, *cd = rd + 128, *red = cd + 128; /* red: [8 warps][128] */
-    const int H = p.H, K = p.K, V = p.V, nval = ch.nval, L = p.L;
+    const int H = p.H, K = p.K, nval = ch.nval, L = p.L;
     const long long rk = ch.rk;
     const bool want_dg = p.has_g && g.dg;
     xw_begin(p, ch, sm, [&](bool own) {
         xw_keys<X16>(own, T0, T1, p, rk, nval);
-        xw_pair(own, false, T2, p, dvp, p.dout, V, rk, nval);
+        xw_dv_do<X16>(own, false, T2, p, dvp, rk, nval);
     });
 
     float s[2][32], ds[2][32];
@@ -778,7 +815,7 @@ __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *d
     const int H = p.H, K = p.K, V = p.V, L = p.L, nval = ch.nval;
     const long long rk = ch.rk;
     xw_begin(p, ch, sm, [&](bool own) {
-        xw_pair(own, false, T0, p, dvp, p.dout, V, rk, nval);
+        xw_dv_do<X16>(own, false, T0, p, dvp, rk, nval);
         xw_extras<X16>(own, false, T1, p, XW_VX, rk, nval);
         xw_nat<128>(own, T2, 0, dE, V, K, V, p.vec); /* dE: rows the state's, k v */
     });
@@ -796,7 +833,7 @@ __device__ void xw_bwd_dkx(const rec_prob &p, const rec_grads &g, const float *d
     xw_mm(y, T1, T2); /* Y2 = VX dE^T: rows a, columns the state's rows */
     XW_EACH(n, e) y[n][e] *= eL[xw_r(e) & 63];
     __syncthreads(); /* T1 read by both warpgroups */
-    xw_load([&](bool own) { xw_pair(own, true, T1, p, p.k, p.q, K, rk, nval); }); /* [K; Q]^T */
+    xw_load([&](bool own) { xw_kq<X16>(own, true, T1, p, rk, nval); }); /* [K; Q]^T */
     xw_mm(y, T0, T1); /* dKX = eL o Y2 + dR^T [K; Q] */
     if (g.dkx || g.dkx16)
         xw_store(T0, g.dkx, y, [=](int a) {
@@ -828,10 +865,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS) chunk_xdg_kernel(rec_prob p, c
         for (int e = 0; e < 2; e++) x[e] = dgx[j + threadIdx.x * 2 + e] + dgx[sh + j + threadIdx.x * 2 + e];
         rec_chunk_dg_warp<64>(x, ch.nval, g.dg, ch.rk, p.H);
     }
-    if (!g.dv) return;
+    if (!g.dv && !g.dv16) return;
     for (int i = threadIdx.x; i < ch.nval * p.V; i += PR_REC_THREADS) {
         const long long o = (ch.rk + (long long)(i / p.V) * p.H) * p.V + i % p.V;
-        g.dv[o] += dvp[o];
+        if (g.dv16) g.dv16[o] = pr_bf16_bits(pr_bf16_lo(g.dv16[o]) + dvp[o]); /* dv's only writer: in place */
+        else g.dv[o] += dvp[o];
     }
 }
 static size_t xw_smem() { return (size_t)(XW_DEC + 64 * 65) * 4; }

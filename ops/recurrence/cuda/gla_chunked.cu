@@ -307,6 +307,48 @@ __global__ void __launch_bounds__(PR_REC_THREADS)
 #define GLA_KT_BLOCKS 3   /* their blocks an SM (80 registers; 4 spill ~350 bytes): 53 KB (state), 62 KB (dstate) at C = 64 */
 #endif
 
+/* IO16 (bf16 data, the plan's io16_out: recurrence.cu sets the 16-bit pointers of what it does not
+ * stage): q, k, v and dO read in place where their 16-bit pointer is set, each tile copied as bf16
+ * into the f32 tile's slots (rec_ld_tile16) and widened there by its copiers once landed
+ * (gla_landed, before the barrier), so the tiles hold the staged copies' values; o written and
+ * dq, dk, dv accumulated in place with the cast's rounding (rec_st_tile16, rec_acc_tile16), the
+ * bits of the staged path. The f32 instances keep their code (these kernels are register-bound). */
+template <bool IO16>
+__device__ __forceinline__ void gla_ld_in(float *dst, int ld, int R, int W, const float *src, const unsigned short *src16,
+                                       long long rs, int nr, int nc, bool vec)
+{
+    if (IO16 && src16) rec_ld_tile16(dst, ld, R, W, src16, rs, nr, nc);
+    else rec_ld_tile(dst, ld, R, W, src, rs, nr, nc, vec);
+}
+/* this thread's copies landed; its bf16 slots of each tile given with a 16-bit source widened */
+struct gla_tile16 {
+    float *dst;
+    int ld, R, W;
+    const unsigned short *src16;
+};
+template <bool IO16, int N>
+__device__ __forceinline__ void gla_landed(const gla_tile16 (&t)[N])
+{
+    if constexpr (IO16) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            if (t[i].src16) rec_widen_own(t[i].dst, t[i].ld, t[i].R, t[i].W);
+    }
+}
+/* dst (+)= the tile: f32, or bf16 in place where dst16 is set (rounded once) */
+template <bool IO16>
+__device__ __forceinline__ void gla_st(float *dst, unsigned short *dst16, long long rs, int nr, int nc,
+                                       const float *src, int ld, float alpha, bool acc, bool vec)
+{
+    if (IO16 && dst16) {
+        if (acc) rec_acc_tile16(dst16, rs, nr, nc, src, ld); /* alpha 1 (the callers') */
+        else rec_st_tile16(dst16, rs, nr, nc, src, ld, alpha);
+    } else if (dst) {
+        rec_st_tile(dst, rs, nr, nc, src, ld, alpha, acc, vec);
+    }
+}
+
 template <int C>
 __global__ void __launch_bounds__(128) gla_cumsum_kernel(rec_prob p, float *gc)
 {
@@ -354,7 +396,7 @@ __device__ __forceinline__ gla_kt_at gla_kt_of(const rec_prob &p, int nkt)
 
 /* gla_state in K tiles; G's row nval - 1 is the chunk's G_L (rows past it hold zeros, and so do
  * K's: their factors e^{G_L} <= 1 multiply zero) */
-template <bool BF>
+template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     gla_state_kt_kernel(rec_prob p, const float *gc, int nkt, float *hs, float *ht)
 {
@@ -373,12 +415,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
         const long long rk = ((long long)sq.bos + ci * C) * H + h;
         rec_sync();   /* the last product done: Hs final, Ks and Vs free */
-        rec_ld_tile(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
+        const unsigned short *k16 = IO16 && p.k16 ? p.k16 + rk * K + kt.k0 : nullptr;
+        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, k16, (long long)H * K, nval, kt.nk, p.vec);
         rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
-        rec_ld_tile(Vs, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        gla_ld_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, v16, (long long)H * V, nval, nv, p.vec);
         if (hs)
             rec_st_tile(hs + ((long long)c * H + h) * K * V + (long long)kt.k0 * V + v0, V, kt.nk, nv, Hs, LDV, 1.f,
                         false, p.vec);
+        gla_landed<IO16>({gla_tile16{Ks, LDB, C, kt.mt, k16}, gla_tile16{Vs, LDV, C, BV, v16}});
         rec_sync();
         const float *GL = G + (nval - 1) * LDB;
         REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= exp2f(GL[cc] - G[t * LDB + cc]);
@@ -391,7 +436,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
 }
 
 /* gla_dstate in K tiles: the same outputs (ep's rows of this K tile) */
-template <bool BF>
+template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     gla_dstate_kt_kernel(rec_prob p, const float *gc, int nkt, const float *hs, const float *ht, float *dhs,
                          float *ep, float *dh0)
@@ -415,9 +460,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         rec_st_tile(dhs + ((long long)c * H + h) * K * V + at, V, kt.nk, nv, dH, LDV, 1.f, false, p.vec);
         const float *end = ci == nck - 1 ? ht + hoff : hs + ((long long)(c + 1) * H + h) * K * V + at;
         rec_ld_tile(Es, LDV, kt.mt, BV, end, V, kt.nk, nv, p.vec);
-        rec_ld_tile(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
+        const unsigned short *q16 = IO16 && p.q16 ? p.q16 + rk * K + kt.k0 : nullptr;
+        const unsigned short *do16 = IO16 && p.dout16 ? p.dout16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, q16, (long long)H * K, nval, kt.nk, p.vec);
         rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
-        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        gla_ld_in<IO16>(dOs, LDV, C, BV, p.dout + rk * V + v0, do16, (long long)H * V, nval, nv, p.vec);
+        gla_landed<IO16>({gla_tile16{Qs, LDB, C, kt.mt, q16}, gla_tile16{dOs, LDV, C, BV, do16}});
         rec_sync();
         for (int i = warp; i < kt.nk; i += PR_REC_WARPS) {   /* the dg end term's share of this tile */
             float x = 0.f;
@@ -454,9 +502,10 @@ __host__ __device__ static gla_dva_lay gla_dva_layout(const rec_prob &p)
     return s;
 }
 
-template <bool BF>
+template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
-    gla_dv_a_kernel(rec_prob p, const float *dhs, const float *A_in, float *dA_out, float *dv, const float *gc)
+    gla_dv_a_kernel(rec_prob p, const float *dhs, const float *A_in, float *dA_out, float *dv, unsigned short *dv16,
+                    const float *gc)
 {
     extern __shared__ __align__(128) float sm[];
     const gla_dva_lay s = gla_dva_layout(p);
@@ -466,9 +515,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     float *Kt = sm + s.K, *A = sm + s.A, *dA = sm + s.dA, *G = sm + s.U;
     const rec_chunk_pos cp = rec_chunk_of(p, c);
     const long long rk = (long long)cp.row0 * H + h;
-    gla_ld_keys(p, Kt, p.k, rk, cp.nval, p.vec);
+    const unsigned short *k16 = IO16 && p.k16 ? p.k16 + rk * K : nullptr;
+    gla_ld_in<IO16>(Kt, LDK, C, Kp, p.k + rk * K, k16, (long long)H * K, cp.nval, K, p.vec); /* gla_ld_keys */
     gla_ld_keys(p, G, gc, rk, cp.nval, p.vec);
     rec_ld_tile(A, LDC, C, C, A_in + ((long long)c * H + h) * C * C, C, C, C, true);
+    gla_landed<IO16>({gla_tile16{Kt, LDK, C, Kp, k16}});
     rec_sync();
     const float *GL = G + (cp.nval - 1) * LDK;   /* rows past nval: K zero, G zero (factors e^{G_L} <= 1) */
     REC_FOR2D(C, Kp, t, cc) Kt[t * LDK + cc] *= exp2f(GL[cc] - G[t * LDK + cc]);   /* K o e^{G_L - G} */
@@ -477,14 +528,18 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
         rec_ld_tile(dSs, LDV, Kp, BV, dhs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
-        rec_ld_tile(dOs, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
-        rec_ld_tile(Vs, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        const unsigned short *do16 = IO16 && p.dout16 ? p.dout16 + rk * V + v0 : nullptr;
+        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(dOs, LDV, C, BV, p.dout + rk * V + v0, do16, (long long)H * V, cp.nval, nv, p.vec);
+        gla_ld_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, v16, (long long)H * V, cp.nval, nv, p.vec);
+        gla_landed<IO16>({gla_tile16{dOs, LDV, C, BV, do16}, gla_tile16{Vs, LDV, C, BV, v16}});
         rec_sync();
         rec_mm<false, true, BF>(p, dA, LDC, dOs, LDV, Vs, LDV, C, C, BV, p.scale, v0 > 0);
         rec_mm<true, false, BF>(p, DV, LDV, A, LDC, dOs, LDV, C, BV, C, p.scale, false);
         rec_mm<false, false, BF>(p, DV, LDV, Kt, LDK, dSs, LDV, C, BV, Kp, 1.f, true);
         rec_sync();
-        if (dv) rec_st_tile(dv + rk * V + v0, (long long)H * V, cp.nval, nv, DV, LDV, 1.f, true, p.vec);
+        gla_st<IO16>(dv ? dv + rk * V + v0 : nullptr, IO16 && dv16 ? dv16 + rk * V + v0 : nullptr, (long long)H * V,
+                     cp.nval, nv, DV, LDV, 1.f, true, p.vec);
     }
     float *dst = dA_out + ((long long)c * H + h) * C * C;
     REC_FOR2D(C, C, t, i) dst[t * C + i] = i <= t ? dA[t * LDC + i] : 0.f;
@@ -535,7 +590,7 @@ __device__ void gla_scores_tile(const rec_prob &p, float *A, float *QE, float *Q
     }
 }
 
-template <bool BF>
+template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     gla_out_kh_kernel(rec_prob p, const float *hs, float *o, const float *gc, float *A_out)
 {
@@ -550,9 +605,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     REC_FOR2D(C, C, t, i) A[t * LDC + i] = 0.f;
     for (int k0 = 0; k0 < Kp; k0 += GLA_BK) {
         const int mt = min(GLA_BK, Kp - k0), nk = min(GLA_BK, K - k0);   /* k0 < Kp: k0 < K */
-        rec_ld_tile(Qh, LDB, C, mt, p.q + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
-        rec_ld_tile(Kh, LDB, C, mt, p.k + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+        const unsigned short *q16 = IO16 && p.q16 ? p.q16 + rk * K + k0 : nullptr;
+        const unsigned short *k16 = IO16 && p.k16 ? p.k16 + rk * K + k0 : nullptr;
+        gla_ld_in<IO16>(Qh, LDB, C, mt, p.q + rk * K + k0, q16, (long long)H * K, cp.nval, nk, p.vec);
+        gla_ld_in<IO16>(Kh, LDB, C, mt, p.k + rk * K + k0, k16, (long long)H * K, cp.nval, nk, p.vec);
         rec_ld_tile(Gh, LDB, C, mt, gc + rk * K + k0, (long long)H * K, cp.nval, nk, p.vec);
+        gla_landed<IO16>({gla_tile16{Qh, LDB, C, mt, q16}, gla_tile16{Kh, LDB, C, mt, k16}});
         rec_sync();   /* also: A zeroed, the last tile's blocks done */
         gla_fill_tail(Gh, LDB, C, mt, cp.nval);
         __syncthreads();
@@ -566,12 +624,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     for (int v0 = 0; v0 < V; v0 += BV) {
         const int nv = min(BV, V - v0);
         rec_ld_tile(Ss, LDV, Kp, BV, hs + ((long long)c * H + h) * K * V + v0, V, K, nv, p.vec);
-        rec_ld_tile(Vs, LDV, C, BV, p.v + rk * V + v0, (long long)H * V, cp.nval, nv, p.vec);
+        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, v16, (long long)H * V, cp.nval, nv, p.vec);
+        gla_landed<IO16>({gla_tile16{Vs, LDV, C, BV, v16}});
         rec_sync();
         rec_mm<false, false, BF>(p, Os, LDV, QE, LDK, Ss, LDV, C, BV, Kp, 1.f, false);
         rec_mm<false, false, BF>(p, Os, LDV, A, LDC, Vs, LDV, C, BV, C, 1.f, true);
         rec_sync();
-        rec_st_tile(o + rk * V + v0, (long long)H * V, cp.nval, nv, Os, LDV, p.scale, false, p.vec);
+        gla_st<IO16>(o ? o + rk * V + v0 : nullptr, IO16 && p.o16 ? p.o16 + rk * V + v0 : nullptr, (long long)H * V,
+                     cp.nval, nv, Os, LDV, p.scale, false, p.vec);
     }
 }
 
@@ -600,7 +661,7 @@ __host__ __device__ static gla_dqkt_lay gla_dqkt_layout(const rec_prob &p)
     return s;
 }
 
-template <bool BF>
+template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     gla_dqk_kt_kernel(rec_prob p, const float *hs, const float *dhs, const float *dA_in, const float *ep, int nvt,
                       int nkt, rec_grads d, const float *gc)
@@ -618,12 +679,15 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const long long rk = (long long)cp.row0 * H + h, rs = (long long)H * K;
     const long long st = ((long long)c * H + h) * K * V + (long long)k0 * V;   /* this K tile's rows of hs, dhs */
     const float *qg = p.q + rk * K + k0, *kg = p.k + rk * K + k0;
+    const unsigned short *q16 = IO16 && p.q16 ? p.q16 + rk * K + k0 : nullptr;
+    const unsigned short *k16 = IO16 && p.k16 ? p.k16 + rk * K + k0 : nullptr;
     auto sub_first = [](int t) { return t & ~(GLA_SUB - 1); };
     auto sub_last = [](int t) { return t | (GLA_SUB - 1); };
     rec_ld_tile(dA, LDC, C, C, dA_in + ((long long)c * H + h) * C * C, C, C, C, true);
-    rec_ld_tile(Q, LDB, C, mt, qg, rs, nval, nk, p.vec);
-    rec_ld_tile(Kt, LDB, C, mt, kg, rs, nval, nk, p.vec);
+    gla_ld_in<IO16>(Q, LDB, C, mt, qg, q16, rs, nval, nk, p.vec);
+    gla_ld_in<IO16>(Kt, LDB, C, mt, kg, k16, rs, nval, nk, p.vec);
     rec_ld_tile(G, LDB, C, mt, gc + rk * K + k0, rs, nval, nk, p.vec);
+    gla_landed<IO16>({gla_tile16{Q, LDB, C, mt, q16}, gla_tile16{Kt, LDB, C, mt, k16}});
     rec_sync();
     gla_fill_tail(G, LDB, C, mt, nval);   /* read after the V loop's barriers */
 
@@ -631,7 +695,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     for (int v0 = 0; v0 < V; v0 += BW) {
         const int nv = min(BW, V - v0);
         rec_ld_tile(Xs, LDW, mt, BW, hs + st + v0, V, nk, nv, p.vec);
-        rec_ld_tile(Ys, LDW, C, BW, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        const unsigned short *do16 = IO16 && p.dout16 ? p.dout16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(Ys, LDW, C, BW, p.dout + rk * V + v0, do16, (long long)H * V, nval, nv, p.vec);
+        gla_landed<IO16>({gla_tile16{Ys, LDW, C, BW, do16}});
         rec_sync();
         rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
         rec_sync();
@@ -645,7 +711,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             gla_blk16<false, false, BF>(p, DX, LDB, dA, LDC, Kt, LDB, r, cb * 16, r, 1.f, true);
         __syncthreads();
     }
-    rec_ld_tile(Kt, LDB, C, mt, kg, rs, nval, nk, p.vec);   /* K as it was */
+    gla_ld_in<IO16>(Kt, LDB, C, mt, kg, k16, rs, nval, nk, p.vec);   /* K as it was */
+    gla_landed<IO16>({gla_tile16{Kt, LDB, C, mt, k16}});
     rec_sync();
     REC_FOR2D(C, mt, t, cc) {
         const float gt = G[t * LDB + cc];
@@ -655,7 +722,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         DG[t * LDB + cc] = Q[t * LDB + cc] * x;
     }
     __syncthreads();
-    if (d.dq) rec_st_tile(d.dq + rk * K + k0, rs, nval, nk, DX, LDB, 1.f, true, p.vec);
+    gla_st<IO16>(d.dq ? d.dq + rk * K + k0 : nullptr, IO16 && d.dq16 ? d.dq16 + rk * K + k0 : nullptr, rs, nval, nk,
+                 DX, LDB, 1.f, true, p.vec);
 
     /* dk: DX = e^{G_L - G_e} o (V dS'^T), + the later sub-chunks' pairs, then o e^{G_e - G_i}, + the own sub-chunk's
      * (e: the last token of i's sub-chunk) */
@@ -663,7 +731,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         const int nv = min(BW, V - v0);
         rec_sync();   /* the previous tile's product (or dq's store) done */
         rec_ld_tile(Xs, LDW, mt, BW, dhs + st + v0, V, nk, nv, p.vec);
-        rec_ld_tile(Ys, LDW, C, BW, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(Ys, LDW, C, BW, p.v + rk * V + v0, v16, (long long)H * V, nval, nv, p.vec);
+        gla_landed<IO16>({gla_tile16{Ys, LDW, C, BW, v16}});
         rec_sync();
         rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
     }
@@ -682,7 +752,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                                        1.f, true);
         __syncthreads();
     }
-    rec_ld_tile(Q, LDB, C, mt, qg, rs, nval, nk, p.vec);   /* Q as it was */
+    gla_ld_in<IO16>(Q, LDB, C, mt, qg, q16, rs, nval, nk, p.vec);   /* Q as it was */
+    gla_landed<IO16>({gla_tile16{Q, LDB, C, mt, q16}});
     rec_sync();
     REC_FOR2D(C, mt, i, cc) {
         const float gi = G[i * LDB + cc];
@@ -692,7 +763,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         DG[i * LDB + cc] -= Kt[i * LDB + cc] * x;
     }
     __syncthreads();
-    if (d.dk) rec_st_tile(d.dk + rk * K + k0, rs, nval, nk, DX, LDB, 1.f, true, p.vec);
+    gla_st<IO16>(d.dk ? d.dk + rk * K + k0 : nullptr, IO16 && d.dk16 ? d.dk16 + rk * K + k0 : nullptr, rs, nval, nk,
+                 DX, LDB, 1.f, true, p.vec);
 
     /* dg: the reverse sums inside the chunk in place, from the later tokens' share, then one tile store */
     if (!d.dg) return;
@@ -737,18 +809,24 @@ static float *gla_cumsum_run(cudaStream_t s, const rec_prob &p, size_t *n)
 }
 
 /* ---- launchers ------------------------------------------------------------------------------ */
+/* a fast kernel's instance: bf16 products (rec_bf_products) and bf16 data in place (IO16) */
+#define GLA_PICK(kern, bf, io) \
+    ((bf) ? ((io) ? kern<true, true> : kern<true, false>) : ((io) ? kern<false, true> : kern<false, false>))
 
 void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, float *o, float *ht, bool fast, float *A)
 {
     if (p.gv) return pr_rec_gv_chunk_forward(s, p, hs, o, ht);
+    const bool io = p.q16 || p.k16 || p.v16 || p.o16;
     const bool bf = rec_bf_products(p);
+    PR_ASSERT(!io || (fast && p.K % 4 == 0 && p.V % 4 == 0)); /* in place: the fast kernels only (gla_ld_in) */
+    PR_ASSERT((p.o16 != nullptr) != (o != nullptr)); /* o written once: in place or f32 */
     const int nvt = (p.V + GLA_BV - 1) / GLA_BV, nkt = (p.Kp + GLA_BK - 1) / GLA_BK;
     size_t n_gc = 0;
     float *gc = fast ? gla_cumsum_run(s, p, &n_gc) : nullptr;
     const size_t sm_out = (size_t)(fast ? gla_okh_layout(p).total : gla_chunk_layout(p, 0).total) * 4;
     if (fast) {
         const size_t sm_state = (size_t)gla_kt_layout(p, false).total * 4;
-        const auto k = bf ? gla_state_kt_kernel<true> : gla_state_kt_kernel<false>;
+        const auto k = GLA_PICK(gla_state_kt_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_state);
         k<<<dim3(nvt * nkt, p.H, p.N), PR_REC_THREADS, sm_state, s>>>(p, gc, nkt, hs, ht);
         PR_CUDA_LAUNCH_CHECK();
@@ -760,7 +838,7 @@ void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, floa
         PR_CUDA_LAUNCH_CHECK();
     }
     if (fast) {
-        const auto k = bf ? gla_out_kh_kernel<true> : gla_out_kh_kernel<false>;
+        const auto k = GLA_PICK(gla_out_kh_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_out);
         k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_out, s>>>(p, hs, o, gc, A);
         PR_CUDA_LAUNCH_CHECK();
@@ -778,6 +856,8 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
 {
     if (p.gv) return pr_rec_gv_chunk_backward(s, p, hs, ht, d);
     const bool bf = rec_bf_products(p);
+    const bool io = p.q16 || p.k16 || p.v16 || p.dout16 || d.dq16 || d.dk16 || d.dv16;
+    PR_ASSERT(!io || (fast && A && p.K % 4 == 0 && p.V % 4 == 0)); /* in place: the fast kernels only (gla_ld_in) */
     const int nvt = (p.V + GLA_BV - 1) / GLA_BV, nkt = (p.Kp + GLA_BK - 1) / GLA_BK;
     const size_t n_dhs = (size_t)p.nchunks * p.H * p.K * p.V, n_ep = (size_t)nvt * p.nchunks * p.H * p.K;
     const size_t n_dA = (size_t)p.nchunks * p.H * p.C * p.C;
@@ -787,7 +867,7 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
     const size_t sm_dv = (size_t)gla_chunk_layout(p, 1).total * 4, sm_dqk = (size_t)gla_chunk_layout(p, 2).total * 4;
     if (fast) {
         const size_t sm_ds = (size_t)gla_kt_layout(p, true).total * 4;
-        const auto k = bf ? gla_dstate_kt_kernel<true> : gla_dstate_kt_kernel<false>;
+        const auto k = GLA_PICK(gla_dstate_kt_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_ds);
         k<<<dim3(nvt * nkt, p.H, p.N), PR_REC_THREADS, sm_ds, s>>>(p, gc, nkt, hs, ht, dhs, ep, d.dh0);
         PR_CUDA_LAUNCH_CHECK();
@@ -800,9 +880,9 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
     }
     if (fast && A) {
         const size_t sm_dva = (size_t)gla_dva_layout(p).total * 4;
-        const auto k = bf ? gla_dv_a_kernel<true> : gla_dv_a_kernel<false>;
+        const auto k = GLA_PICK(gla_dv_a_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_dva);
-        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dva, s>>>(p, dhs, A, dA, d.dv, gc);
+        k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dva, s>>>(p, dhs, A, dA, d.dv, d.dv16, gc);
         PR_CUDA_LAUNCH_CHECK();
     } else {
         const auto k = bf ? gla_dv_kernel<true> : gla_dv_kernel<false>;
@@ -810,9 +890,9 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
         k<<<dim3(p.nchunks, p.H), PR_REC_THREADS, sm_dv, s>>>(p, dhs, dA, d.dv);
         PR_CUDA_LAUNCH_CHECK();
     }
-    if ((d.dq || d.dk || d.dg) && fast) {
+    if ((d.dq || d.dk || d.dg || d.dq16 || d.dk16) && fast) {
         const size_t sm_kt = (size_t)gla_dqkt_layout(p).total * 4;
-        const auto k = bf ? gla_dqk_kt_kernel<true> : gla_dqk_kt_kernel<false>;
+        const auto k = GLA_PICK(gla_dqk_kt_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_kt);
         k<<<dim3(p.nchunks * nkt, p.H), PR_REC_THREADS, sm_kt, s>>>(p, hs, dhs, dA, ep, nvt, nkt, d, gc);
         PR_CUDA_LAUNCH_CHECK();

@@ -499,23 +499,29 @@ static bool plan_passes(const rec_prob &p, const pr_rec_force &f, int smem_max, 
 }
 
 /* bf16 data: the output pass reads q and writes o in place (both its forms),
- * unless force.bf16_staged asks for the f32 copies of every tensor. Not
- * where the extras run apart (their forward reads q and adds into o first);
- * rows of a multiple of 4 elements, so each 4 columns are one 8-byte access
- * (recurrence.cu checks the tensors' alignment and stages what is not) */
+ * unless force.bf16_staged asks for the f32 copies of every tensor; rows of
+ * a multiple of 4 elements, so each 4 columns are one 8-byte access
+ * (recurrence.cu checks the tensors' alignment and stages what is not).
+ * Where the extras run apart only in their wgmma form reading kx and vx in
+ * place (force.x16 not off; recurrence.cu also needs kx16, vx16 set and
+ * 16-byte rows): its X16 instance reads q, k and v as bf16 too (xw_bf16,
+ * 8 columns a load: K, V multiples of 8), writes its share of o in f32
+ * scratch, and the output pass adds that before the one rounding */
 static bool plan_io16_out(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
 {
     if (f.bf16_staged != PR_REC_PLANNED && f.bf16_staged != PR_REC_OFF && f.bf16_staged != PR_REC_ON)
         pr_fatal("recurrence: force.bf16_staged must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d",
                  (int)f.bf16_staged);
-    return p.bf16 && f.bf16_staged != PR_REC_ON && !pl.xa && p.K % 4 == 0 && p.V % 4 == 0;
+    const bool xa_ok = pl.wg_xa && f.x16 != PR_REC_OFF && p.K % 8 == 0 && p.V % 8 == 0;
+    return p.bf16 && f.bf16_staged != PR_REC_ON && (!pl.xa || xa_ok) && p.K % 4 == 0 && p.V % 4 == 0;
 }
 /* and grad accumulates bf16 dq in place where its bf16 instances run (TF32
  * on: rec_bf_products), the only pass that writes dq without the extras
- * apart */
+ * apart (with them their backward adds its share: dq stays staged, one
+ * rounding of the whole sum) */
 static bool plan_io16_dq(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
 {
-    return plan_io16_out(p, f, pl) && p.tf32;
+    return plan_io16_out(p, f, pl) && p.tf32 && !pl.xa;
 }
 /* likewise wy accumulates bf16 dv in place for the delta rules, where it is
  * dv's only writer (dlocal and dstate write dU for them), in both its forms;
@@ -531,20 +537,24 @@ static bool plan_io16_dv(const rec_prob &p, const pr_rec_force &f, const rec_chu
 /* and the forward's passes read bf16 k and v in place too where each of
  * them runs its wgmma form (prep for the delta rules, state, output),
  * which copy them by cp.async into their f32 tiles and widen them there;
- * the mma.sync forms and the segmented passes read staged copies */
+ * the mma.sync forms and the segmented passes read staged copies. With the
+ * extras apart the core's passes read k so and V' (the extras' f32 output)
+ * as values */
 static bool plan_io16_kv(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
 {
-    return plan_io16_out(p, f, pl) && p.L == 0 && pl.wg_state && pl.wg_scores && (!p.delta || pl.wg_prep) &&
-           pl.segments == 1;
+    return plan_io16_out(p, f, pl) && (p.L == 0 || pl.xa) && pl.wg_state && pl.wg_scores &&
+           (!p.delta || pl.wg_prep) && pl.segments == 1;
 }
 
 /* and the backward's passes read bf16 q, dO and k (and without beta v;
  * with beta no backward pass reads v) in place where dlocal, dstate, grad
- * and (with beta) wy run their wgmma forms (grad's bf16 instances: TF32 on) */
+ * and (with beta) wy run their wgmma forms (grad's bf16 instances: TF32
+ * on); with the extras apart their backward too (its X16 instance; dq, dk
+ * and dv stay staged there: plan_io16_dq) */
 static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
 {
-    return plan_io16_dq(p, f, pl) && p.L == 0 && pl.wg_scores && pl.wg_dstate && pl.wg_grad && pl.segments == 1 &&
-           (!p.delta || pl.wg_wy);
+    return plan_io16_out(p, f, pl) && p.tf32 && (p.L == 0 || pl.xa) && pl.wg_scores && pl.wg_dstate && pl.wg_grad &&
+           pl.segments == 1 && (!p.delta || pl.wg_wy);
 }
 
 /* force.bf16_mma (on unless OFF: on the H200 it made the four rules'
@@ -559,7 +569,7 @@ static bool plan_io16_bwd(const rec_prob &p, const pr_rec_force &f, const rec_ch
 static void plan_bf16_mma(const rec_prob &p, const pr_rec_force &f, rec_chunk_plan *pl)
 {
     pl->bf_out = pl->bf_dloc = pl->bf_prep = 0;
-    if (switch_want("bf16_mma", f.bf16_mma) == 0) return;
+    if (switch_want("bf16_mma", f.bf16_mma) == 0 || pl->xa) return; /* the extras apart: TF32 forms (so far) */
     const bool fits = pl->wg_scores && pr_rec_smem_scores_bf(p, 0) <= pr_rec_smem_scores_wg(p, 0) &&
                       pr_rec_smem_scores_bf(p, 1) <= pr_rec_smem_scores_wg(p, 1);
     pl->bf_out = fits && pl->io16_kv;

@@ -125,7 +125,8 @@ static size_t prep_wg_smem(int kb) { return (size_t)(prw_bs(kb) + 64 * 65) * 4; 
 size_t pr_rec_smem_prep_wg(const rec_prob &p) { return prep_wg_smem(p.Kp <= 64 ? 2 : 4); }
 
 /* KV16: bf16 k and v read in place (p.k16, p.v16; the plan's io16_kv),
- * copied into the f32 tiles' slots and widened by their copiers */
+ * copied into the f32 tiles' slots and widened by their copiers; v as f32
+ * where p.v16 is not set (the extras apart: the core's values are V') */
 template <int C, int KB, bool KV16 = false>
 __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     chunk_prep_wg_kernel(rec_prob p, float *Tinv, float *Wp, float *R0)
@@ -172,7 +173,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     rec_cpt_own<64, KB * 32, KV16>(KT, KB * 32, eG, 1.f);
     __syncthreads(); /* Bs complete; the K tile's room takes V^T */
-    if constexpr (KV16) rec_cpt16<64, 128>(KS, 128, p.v16 + rk * V, HV, nval, V);
+    const bool v16 = KV16 && p.v16;
+    if (v16) rec_cpt16<64, 128>(KS, 128, p.v16 + rk * V, HV, nval, V);
     else rec_cpt<64, 128>(KS, 128, p.v + rk * V, HV, nval, V);
     /* T' column j by thread j, its rows t >= j stored transposed into Bs's
      * upper triangle (the solve reads only the strictly lower one) */
@@ -206,7 +208,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     }
     /* R0 = T' V, V <= 128: one tile */
     asm volatile("cp.async.wait_all;\n" ::: "memory");
-    rec_cpt_own<64, 128, KV16>(KS, 128, nullptr, 1.f);
+    if (v16) rec_cpt_own<64, 128, true>(KS, 128, nullptr, 1.f);
+    else rec_cpt_own<64, 128>(KS, 128, nullptr, 1.f);
     rec_fence_async();
     __syncthreads();
     float rz[32];

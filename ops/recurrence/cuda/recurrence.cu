@@ -10,7 +10,9 @@
  * kx, vx are the largest inputs: L times q's size), and except what the
  * plan reads and writes in place (pl.io16_*: the output pass's q and o; the
  * forward's k and v and the backward's q, dO, k and v where the passes
- * reading them run their wgmma forms; dq, dk, dv accumulated by grad and wy).
+ * reading them run their wgmma forms; dq, dk, dv accumulated by grad and wy;
+ * with the extras apart q, k, v, dO and o, and dv, in their X16 kernels too;
+ * gla's fast kernels all of q, k, v, dO, o, dq, dk, dv).
  * With TF32 on, bf16 data also
  * picks the chunked kernels' bf16 instance (rec_bf_products), whose products
  * are bf16 mma.sync with f32 accumulators. The f32 path does not touch any
@@ -137,11 +139,16 @@ static bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 
 /* whether the output pass of this forward reads bf16 q and writes bf16 o in
  * place: the plan has it so (pl.io16_out, bf16 data) and both are 8-byte
- * aligned (its 4-column accesses); else both are staged as before */
-static bool rec_io16_out(const pr_node *n, bool chunked, const rec_chunk_plan &pl)
+ * aligned (its 4-column accesses); else both are staged as before. With the
+ * extras apart their kernel reads q, k and v too (16-byte loads), in its X16
+ * instance only (kx, vx in place: p.kx16 set), so all of q, k, v are then
+ * read in place or none (rec_kv_of stages k and v together) */
+static bool rec_io16_out(const pr_node *n, bool chunked, const rec_chunk_plan &pl, const rec_prob &p)
 {
-    return chunked && pl.io16_out && n->in[IN_Q]->dtype == PR_BF16 && n->out[0]->dtype == PR_BF16 &&
-           al8(n->in[IN_Q]->data) && al8(n->out[0]->data);
+    const pr_tensor *q = n->in[IN_Q], *k = n->in[IN_K], *v = n->in[IN_V];
+    const bool xa_ok = p.kx16 && pr_aligned16(q->data) && pr_aligned16(k->data) && pr_aligned16(v->data);
+    return chunked && pl.io16_out && q->dtype == PR_BF16 && n->out[0]->dtype == PR_BF16 && al8(q->data) &&
+           al8(n->out[0]->data) && (!pl.xa || xa_ok);
 }
 /* q into p: bf16 q in place (p->q16) or as f32 (staged when bf16) */
 static void rec_q_of(const pr_node *n, rec_stage &st, bool in_place, rec_prob *p)
@@ -169,17 +176,21 @@ static void rec_kv_of(const pr_node *n, rec_stage &st, bool in_place, rec_prob *
 /* The backward's inputs q, k, v and dO into p: bf16 q, dO and k in place
  * (p->q16, p->dout16, p->k16), and without beta v too, where the plan has
  * the backward read them so (pl.io16_bwd) and every one of them is 8-byte
- * aligned; with beta then no backward pass reads v (grad reads R, wy
- * the saved R0), so v is not staged at all. Else as f32 (staged when
- * bf16). */
+ * aligned; with beta no chunked backward pass reads v (grad reads R, wy
+ * the saved R0, the extras apart V' never), so v is not staged then,
+ * in place or not. Else as f32 (staged when bf16). */
 static void rec_bwd_inputs_of(const pr_node *n, rec_stage &st, bool chunked, const rec_chunk_plan &pl, rec_prob *p)
 {
     const pr_tensor *q = n->in[IN_Q], *k = n->in[IN_K], *v = n->in[IN_V], *dout = n->out[0]->grad;
+    /* with the extras apart their X16 instance (kx, vx in place) reads q, k, dO too, by 16-byte loads */
+    const bool xa_ok = p->kx16 && pr_aligned16(q->data) && pr_aligned16(k->data) && dout && pr_aligned16(dout->data);
     const bool in_place = chunked && pl.io16_bwd && q->dtype == PR_BF16 && dout && dout->dtype == PR_BF16 &&
-                          al8(q->data) && al8(dout->data) && al8(k->data) && (p->delta || al8(v->data));
+                          al8(q->data) && al8(dout->data) && al8(k->data) && (p->delta || al8(v->data)) &&
+                          (!pl.xa || xa_ok);
     if (!in_place) {
         rec_q_of(n, st, false, p);
-        rec_kv_of(n, st, false, p);
+        if (chunked && p->delta && k->dtype == PR_BF16) p->k = st.f32(k, "k"); /* v: no chunked pass reads it */
+        else rec_kv_of(n, st, false, p);
         p->dout = st.f32(dout, "do");
         return;
     }
@@ -263,6 +274,14 @@ static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chun
         pl->gla_fast = p->gk && f.gla_fast != PR_REC_OFF;
         if (pl->gla_fast && f.gla_fast != PR_REC_ON && pr_rec_gla_chunk_smem(*p, true) > (size_t)rec_dev_attr(0))
             pl->gla_fast = 0;
+        /* bf16 data in place in the fast kernels (gla_ld_in: 4-column copies), as
+         * the core rules' passes: q, k, v and dO read, o written, dq, dk, dv
+         * accumulated, unstaged (force.bf16_staged on stages them) */
+        if (f.bf16_staged != PR_REC_PLANNED && f.bf16_staged != PR_REC_OFF && f.bf16_staged != PR_REC_ON)
+            pr_fatal("recurrence: force.bf16_staged must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d",
+                     (int)f.bf16_staged);
+        const int io16 = pl->gla_fast && p->bf16 && f.bf16_staged != PR_REC_ON && p->K % 4 == 0 && p->V % 4 == 0;
+        pl->io16_out = pl->io16_kv = pl->io16_bwd = pl->io16_dq = pl->io16_dk = pl->io16_dv = io16;
         const size_t need = pr_rec_gla_chunk_smem(*p, pl->gla_fast != 0);
         if (need <= (size_t)rec_dev_attr(0)) return *chunked = true;
         snprintf(why, why_n, "recurrence: gla's CUDA chunks of %d tokens at K = %d need %zu bytes of shared memory, "
@@ -353,6 +372,7 @@ static void rec_plan_fill(const rec_prob &p, bool chunked, const rec_chunk_plan 
     out->chunk = chunked ? p.C : 0;
     out->g_per_value = p.gv != 0;
     out->gla_fast = chunked && pl.gla_fast;
+    out->gla_in_place = chunked && pl.gla_fast && pl.io16_out;
     out->bf16_mma_refused = f.bf16_mma == PR_REC_ON ? rec_bf16_mma_refused(p, chunked, pl) : nullptr;
     if (!chunked || p.gk || p.gv) return; /* gla's chunked kernels (gla_chunked.cu) have no passes to plan */
     const auto eng = [](int wg) { return wg ? PR_REC_WGMMA : PR_REC_MMA; };
@@ -509,10 +529,10 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
     rec_chunk_plan pl;
     const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
-    const bool io16 = rec_io16_out(n, chunked, pl);
+    rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl, force), &p);
+    const bool io16 = rec_io16_out(n, chunked, pl, p);
     rec_q_of(n, st, io16, &p);
     rec_kv_of(n, st, io16 && pl.io16_kv, &p);
-    rec_extras_of(n, st, rec_x16_allowed(p, chunked, pl, force), &p);
     double *off = nullptr;
     pr_tensor *tab = rec_tables(ctx, n, &p, nullptr, &off);
     const int64_t one[1] = {1};
@@ -523,7 +543,10 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         if (p.N && p.H && n->out[0]->numel) pr_zero_(n->out[0]);
         return;
     }
-    float *o = io16 ? nullptr : rec_o32(ctx, n, st, chunked), *ht = (float *)n->out[1]->data;
+    /* o in place: the output pass writes it (with the extras apart their share
+     * first goes to f32 scratch, which it adds) */
+    float *o = !io16 ? rec_o32(ctx, n, st, chunked) : pl.xa ? st.take((size_t)n->out[0]->numel) : nullptr;
+    float *ht = (float *)n->out[1]->data;
     if (io16) p.o16 = (unsigned short *)n->out[0]->data;
     p.vec = p.vec && al16(o);
     const long long rows = n->in[IN_CU] ? (long long)p.T : (long long)p.N * p.T;
@@ -559,7 +582,7 @@ extern "C" void pr_recurrence_forward_cuda(pr_ctx *ctx, pr_node *n)
         /* the fast form, recorded: the chunks' scores A for the backward's gla_dv (saved[2]) */
         float *A = pl.gla_fast && p.gk && n->recording ? saved(2, (long long)p.nchunks * p.H, p.C, p.C) : nullptr;
         pr_rec_gla_chunk_forward(s, p, sv.hs, o, ht, pl.gla_fast != 0, A);
-        st.put(n->out[0], o);
+        if (!io16) st.put(n->out[0], o);
         if (scratch[1]) rec_scratch_free(scratch[1], scratch_n[1]);
         return;
     }
@@ -600,8 +623,8 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
     const pr_rec_force &force = *pr_rec_force_of(n->iarg[3]);
     const bool chunked = rec_decide_or_die(&p, (int)n->iarg[1], force, &pl);
     const bool x16 = rec_x16_allowed(p, chunked, pl, force);
-    rec_bwd_inputs_of(n, st, chunked, pl, &p); /* q, k, v and dO */
     rec_extras_of(n, st, x16, &p);
+    rec_bwd_inputs_of(n, st, chunked, pl, &p); /* q, k, v and dO (after kx, vx: rec_bwd_inputs_of asks) */
     PR_CHECK(n->n_saved >= 1, "recurrence: CUDA backward without the forward's saved tensors");
     rec_tables(ctx, n, &p, n->in[IN_CU] ? n->saved[0] : nullptr);
     if (p.N == 0 || p.H == 0 || p.V == 0 || p.K == 0) return;
@@ -613,8 +636,11 @@ extern "C" void pr_recurrence_backward_cuda(pr_ctx *ctx, pr_node *n)
      * 8-byte aligned), else staged */
     pr_tensor *gq = pr_in_grad(n, IN_Q), *gv = pr_in_grad(n, IN_V);
     const bool dq16 = chunked && pl.io16_dq && gq && gq->dtype == PR_BF16 && al8(gq->data);
-    /* without beta only with the backward's inputs in place (dlocal's and dstate's bf16 instances) */
-    const bool dv16 = chunked && pl.io16_dv && gv && gv->dtype == PR_BF16 && al8(gv->data) && (p.delta || p.dout16);
+    /* without beta only with the backward's inputs in place (dlocal's and dstate's bf16 instances); with
+     * the extras apart in their wgmma form its last kernel adds dV' into dv, its only writer */
+    const bool xa_dv16 = pl.xa && pl.wg_xa && pl.io16_bwd && p.dout16;
+    const bool dv16 = chunked && (pl.io16_dv || xa_dv16) && gv && gv->dtype == PR_BF16 && al8(gv->data) &&
+                      (p.delta || p.dout16);
     pr_tensor *gk = pr_in_grad(n, IN_K);
     const bool dk16 = chunked && pl.io16_dk && gk && gk->dtype == PR_BF16 && al8(gk->data);
     /* with beta grad leaves old + its part of dk in f32 scratch (every element) for wy */

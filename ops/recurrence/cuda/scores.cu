@@ -254,7 +254,11 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         } else {
             y = make_float2(oz[e], oz[e + 1]);
         }
-        if constexpr (IO16 && MODE == 0) { /* the cast's rounding of the f32 sums (pr_bf16_bits); no dv0 here */
+        if constexpr (IO16 && MODE == 0) { /* the cast's rounding of the f32 sums (pr_bf16_bits) */
+            if (dv0) { /* the extras' share of o (extras apart), added as the f32 form adds it */
+                y.x += dv0[at];
+                if (j + 1 < nv) y.y += dv0[at + 1];
+            }
             if (j + 1 < nv)
                 *reinterpret_cast<unsigned *>(p.o16 + at) =
                     (unsigned)pr_bf16_bits(y.x) | (unsigned)pr_bf16_bits(y.y) << 16;
@@ -454,7 +458,7 @@ static void scores_wg_c(cudaStream_t st, const rec_prob &p, const float *hs, con
     const int kb = scores_wg_kb(p), bv = MODE == 0 ? 64 : 128;
     /* in place: MODE 0 q and o (k, v where set); MODE 1 q, dO and k */
     const bool io16 = MODE == 0 ? p.q16 != nullptr : p.dout16 != nullptr;
-    PR_ASSERT(kb && p.L == 0 && (MODE == 1 || !p.q16 || !dv0) && (!io16 || (p.q16 && (MODE == 1 || p.o16))) &&
+    PR_ASSERT(kb && p.L == 0 && (!io16 || (p.q16 && (MODE == 1 || p.o16))) &&
               (!(p.k16 || p.v16 || p.dout16) || io16) && (MODE == 0 || !io16 || p.k16));
     const auto kernel = io16 ? (kb == 2 ? chunk_scores_wg_kernel<C, MODE, 2, true>
                                         : chunk_scores_wg_kernel<C, MODE, 4, true>)
@@ -493,7 +497,8 @@ static void chunk_output_c(cudaStream_t st, const rec_prob &p, const rec_chunk_p
 void pr_rec_chunk_output(cudaStream_t st, const rec_prob &p, const rec_chunk_plan &pl, const rec_chunk_saved &sv,
                          float *o)
 {
-    PR_ASSERT(!p.q16 == !p.o16 && (!p.q16 || (pl.io16_out && !pl.xa && !p.q && !o)));
+    /* o in place: no f32 o, except the extras' share (extras apart), which the output adds */
+    PR_ASSERT(!p.q16 == !p.o16 && (!p.q16 || (pl.io16_out && !p.q && (pl.xa ? o != nullptr : !o))));
     if (p.C == 64) chunk_output_c<64>(st, p, pl, sv, o);
     else chunk_output_c<32>(st, p, pl, sv, o);
 }

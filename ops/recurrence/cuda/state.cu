@@ -327,7 +327,7 @@ static auto state_wg_kv(int mp, bool delta) -> decltype(&chunk_state_wg_kernel<C
         return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, true, KV16> : chunk_state_wg_kernel<C, NW, 2, true, KV16>;
     return mp == 1 ? chunk_state_wg_kernel<C, NW, 1, false, KV16> : chunk_state_wg_kernel<C, NW, 2, false, KV16>;
 }
-/* bf16 k and v in place where p.k16 is set (then p.v16 too) */
+/* bf16 k and v in place where p.k16 is set (then p.v16 too, or beta: no values read) */
 template <int C, int NW>
 static auto state_wg_for(const rec_prob &p, int mp) -> decltype(&chunk_state_wg_kernel<C, NW, 1, true>)
 {
@@ -336,7 +336,7 @@ static auto state_wg_for(const rec_prob &p, int mp) -> decltype(&chunk_state_wg_
 template <int C> static void chunk_state_wg(cudaStream_t st, const rec_prob &p, int bv, const rec_state_io &io)
 {
     PR_ASSERT(!io.ident && p.Kp <= 128 && (bv == 32 || bv == 64) && (!io.elast || (io.hs && p.L == 0)) &&
-              (!p.k16 || (p.v16 && p.L == 0)));
+              (!p.k16 || ((p.v16 || p.delta) && p.L == 0))); /* with beta the values are R0 (f32) */
     const int mp = (p.Kp + 63) / 64;
     const auto kernel = bv == 32 ? state_wg_for<C, 16>(p, mp) : state_wg_for<C, 32>(p, mp);
     const size_t sm = pr_rec_smem_state_wg(p, bv);
