@@ -31,7 +31,7 @@ int pr_bench_block_one(const pr_config *config, int64_t B, int64_t T, pr_device 
 {
     pr_config c = pr_config_resolve(config);   /* one block as the preset sizes it (match_attn) */
     c.n_layers = 1;
-    *out = (pr_bench_block_time){.skipped_bytes = pr_atlas_step_bytes(&c, B, T)};
+    *out = (pr_bench_block_time){.skipped_bytes = pr_mixer_big_step_bytes(&c, B, T, NULL)};
     if (out->skipped_bytes > PR_BENCH_MAX_STEP_BYTES) return 1;   /* a size that cannot fit */
     out->skipped_bytes = 0;
     pr_model *m = pr_model_new(&c, PR_F32, dev);

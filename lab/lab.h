@@ -557,7 +557,8 @@ typedef struct {
 void pr_bench_ops_run(FILE *out, pr_device dev, bool quick, int reps, pr_bench_ops_result *res);
 
 /* the benchmarks skip a model whose step would keep more than this for the
- * backward by a known estimate (atlas's per-token memories: pr_atlas_step_bytes) */
+ * backward by a known estimate (atlas's per-token memories, hstu's T x T
+ * scores: pr_mixer_big_step_bytes) */
 #define PR_BENCH_MAX_STEP_BYTES (64.0 * (1 << 30))
 
 /* ---- one block's time (lab/bench_block.c) ---- */

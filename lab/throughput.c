@@ -175,10 +175,12 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
         return NAN;
     }
     int64_t B = tokens / T, world = comm ? comm->world : 1, rows = B / world;
-    double need = pr_atlas_step_bytes(&c, B, T);
+    const char *why;
+    double need = pr_mixer_big_step_bytes(&c, B, T, &why);
     if (need > PR_BENCH_MAX_STEP_BYTES) {
-        fprintf(stderr, "prism bench throughput: %s at T=%lld skipped: its per-token form keeps ~%.0f GiB for the "
-                        "backward (try --set atlas.degree=1 or shorter lengths)\n", mixer, (long long)T, need / (1 << 30));
+        char line[256];
+        snprintf(line, sizeof line, why, need / (1 << 30));
+        fprintf(stderr, "prism bench throughput: %s at T=%lld skipped: %s\n", mixer, (long long)T, line);
         return NAN;
     }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));

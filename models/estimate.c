@@ -47,9 +47,20 @@ void pr_model_estimate_step(const pr_config *c, int64_t batch, int64_t scored, i
     *out = (pr_model_estimate){.params = n, .param_bytes = f32 * (double)n, .grad_bytes = f32 * (double)n,
                                .optim_bytes = f32 * (double)n * optim_slots};
     double width = (double)floats_per_width(c->mixer) * c->d_model * (double)blocks;
-    /* atlas's per-token memories grow with K^2 (degree 2), not with d_model: its own estimate */
-    out->activation_bytes = f32 * tokens * (width + LOGIT_COPIES * rows) + pr_atlas_step_bytes(c, batch, c->seq_len);
+    /* atlas's per-token memories grow with K^2 (degree 2), hstu's scores with T^2, not with d_model: their own */
+    out->activation_bytes = f32 * tokens * (width + LOGIT_COPIES * rows) + pr_atlas_step_bytes(c, batch, c->seq_len) +
+                            pr_hstu_step_bytes(c, batch, c->seq_len);
     out->total_bytes = out->param_bytes + out->grad_bytes + out->optim_bytes + out->activation_bytes;
+}
+
+double pr_mixer_big_step_bytes(const pr_config *c, int64_t B, int64_t T, const char **why)
+{
+    const double atlas = pr_atlas_step_bytes(c, B, T), hstu = pr_hstu_step_bytes(c, B, T);
+    if (why)
+        *why = hstu > atlas ? "its T x T scores keep ~%.0f GiB for the backward (try shorter lengths or fewer tokens a step)"
+                            : "its per-token form keeps ~%.0f GiB for the backward (try --set atlas.degree=1 or shorter "
+                              "lengths)";
+    return hstu > atlas ? hstu : atlas;
 }
 
 const char *pr_bytes_text(char *buf, size_t n, double bytes)

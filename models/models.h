@@ -272,6 +272,15 @@ pr_tensor *pr_gdn_base_output(pr_ctx *ctx, const pr_gdn_base *l, const pr_config
  * matrices) for every token, F = K + K^2 at degree 2. 0 for other mixers.
  * The benchmarks skip a size this puts far beyond a GPU's memory. */
 double pr_atlas_step_bytes(const pr_config *c, int64_t B, int64_t T);
+/* ---- HSTU's cost (models/hstu.c) -------------------------------------------------
+ * Bytes (f32) the hstu layers of config c keep for the backward of one step on
+ * B x T tokens through their [B,H,T,T] scores (the blocks as built: match_attn);
+ * 0 for other mixers. */
+double pr_hstu_step_bytes(const pr_config *c, int64_t B, int64_t T);
+/* The larger of the two above for c's mixer (0 for the others): memory a step
+ * keeps beyond what d_model says, known before anything is allocated. *why (may
+ * be NULL): what keeps it and what to try, for a message (static text). */
+double pr_mixer_big_step_bytes(const pr_config *c, int64_t B, int64_t T, const char **why);
 
 /* ---- MoM's router balance (models/mom.c) ----------------------------------------
  * The model's loss functions point ctx->loss_aux at one of these while they run

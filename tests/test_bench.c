@@ -78,6 +78,10 @@ static void test_block_too_large(void **state)
     assert_int_equal(pr_bench_block_one(&c, 64, 1 << 20, PR_CPU, PR_PREC_F32, 1, &t), 1);
     assert_true(t.skipped_bytes > PR_BENCH_MAX_STEP_BYTES);
     assert_true(t.fwd_s == 0 && t.fwd_bwd_s == 0);
+    /* hstu's T x T scores too: one block of 16 sequences of 16K tokens */
+    c = block_config("lm-130m", "hstu");
+    assert_int_equal(pr_bench_block_one(&c, 16, 1 << 14, PR_CPU, PR_PREC_F32, 1, &t), 1);
+    assert_true(t.skipped_bytes > PR_BENCH_MAX_STEP_BYTES);
 }
 
 static void test_fused(void **state)

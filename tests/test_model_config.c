@@ -402,6 +402,38 @@ static void test_shapes_count_what_the_model_allocates(void **state)
     assert_true(e.total_bytes > 1e12 && e.total_bytes > pr_device_free_bytes(PR_CPU));
 }
 
+/* hstu's [B,H,T,T] scores: its step memory grows as T^2 (linear in B, in the
+ * heads and in the blocks as built), beside the estimate's part linear in T,
+ * and the benchmarks' check names them; other mixers have none */
+static void test_hstu_scores_estimate(void **state)
+{
+    (void)state;
+    pr_err err;
+    pr_config c = pr_config_default();
+    assert_int_equal(pr_config_preset(&c, "lm-130m", &err), 0);
+    assert_int_equal(pr_config_set(&c, "mixer=hstu", &err), 0);
+    const double b = pr_hstu_step_bytes(&c, 16, 1024);
+    const pr_config built = pr_config_resolve(&c);
+    assert_true(b == 48.0 * 16 * built.n_heads * 1024.0 * 1024.0 * built.n_layers);
+    assert_true(pr_hstu_step_bytes(&c, 16, 2048) == 4 * b && pr_hstu_step_bytes(&c, 32, 1024) == 2 * b);
+    const char *why = NULL;
+    assert_true(pr_mixer_big_step_bytes(&c, 16, 1024, &why) == b);
+    assert_non_null(strstr(why, "T x T scores"));
+    pr_model_estimate short_seq, long_seq;
+    c.seq_len = 1024;
+    pr_model_estimate_step(&c, 16, 0, 2, &short_seq);
+    c.seq_len = 2048;
+    pr_model_estimate_step(&c, 16, 0, 2, &long_seq);   /* twice the tokens: more than twice the activations */
+    assert_true(long_seq.activation_bytes > 2.5 * short_seq.activation_bytes);
+    /* at lm-130m, 16 sequences of 1K: past an 80 GB card, as an H100 found (out of memory, 2026-12-05) */
+    assert_true(b > 80e9);
+    assert_int_equal(pr_config_set(&c, "mixer=gdn", &err), 0);
+    assert_true(pr_hstu_step_bytes(&c, 16, 1024) == 0 && pr_mixer_big_step_bytes(&c, 16, 1024, &why) == 0);
+    assert_int_equal(pr_config_set(&c, "mixer=atlas", &err), 0);
+    assert_true(pr_mixer_big_step_bytes(&c, 16, 1024, &why) == pr_atlas_step_bytes(&c, 16, 1024));
+    assert_non_null(strstr(why, "per-token form"));
+}
+
 /* ---- checkpoints ------------------------------------------------------------------------ */
 /* sla is the PRISM paper's name for linattn; gla and gsa check that their widths split into heads */
 static void test_aliases_and_widths(void **state)
@@ -534,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_aliases_and_widths),
         cmocka_unit_test(test_shapes_count_what_the_model_allocates),
+        cmocka_unit_test(test_hstu_scores_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

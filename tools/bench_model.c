@@ -47,8 +47,11 @@ static int bench_one(const block_opts *o, const char *mixer, char *json, size_t 
     pr_bench_block_time t;
     if (pr_bench_block_one(&c, o->B, o->T, o->dev, o->precision, o->iters, &t)) {   /* a row that says so, not a crash */
         double gib = t.skipped_bytes / (1 << 30);
-        printf("%-12s skipped: its per-token form keeps ~%.0f GiB for the backward at this size (try --T 128 or "
-               "--set atlas.degree=1)\n", mixer, gib);
+        const char *why;
+        pr_mixer_big_step_bytes(&c, o->B, o->T, &why);
+        char line[256];
+        snprintf(line, sizeof line, why, gib);
+        printf("%-12s skipped: %s\n", mixer, line);
         size_t len = strlen(json);
         snprintf(json + len, json_cap - len, "%s\"%s\":{\"skipped_gib\":%.0f}", len > 1 ? "," : "", mixer, gib);
         return 0;
