@@ -358,6 +358,39 @@ static rec_out run_twice(pr_ctx *ctx, const pr_recurrence_opts *opt, pr_tensor *
     return rec_run_seeded_adding(ctx, opt, in, NULL, dout, dht);
 }
 
+/* one case of the in-place tests: rule at (C, K, V), two sequences of 100
+ * tokens, two heads, TF32 on or off, random bf16 inputs and output grads
+ * from seed (seed + 100, + 200), run_twice with opt as given (in place where
+ * the plan has it) and again with force.bf16_staged on; 1 where the bits
+ * differ (said on stderr as what), else 0 */
+static int in_place_case(pr_ctx *ctx, pr_rule rule, int C, int K, int V, int tf32, uint64_t seed,
+                         pr_recurrence_opts opt, const char *what)
+{
+    pr_rng r = pr_rng_init(seed, 3);
+    pr_recurrence_inputs ri = pr_recurrence_random(ctx, &r, PR_F64, rule, 2, 100, 2, K, V, 0, false);
+    pr_tensor *x[REC_NIN], *in[REC_NIN];
+    rec_in_array(&ri, x);
+    for (int i = 0; i < REC_NIN; i++) {
+        in[i] = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CUDA) : NULL;
+        if (in[i]) pr_requires_grad_(in[i], true);
+    }
+    double *dout_raw = rec_randn(seed + 100, 2 * 100 * 2 * V), *dht = rec_randn(seed + 200, 2 * 2 * K * V);
+    double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
+    ctx->matmul_tf32 = tf32;
+    opt.rule = rule, opt.chunk = C;
+    rec_out a = run_twice(ctx, &opt, in, dout, dht);
+    opt.force.bf16_staged = PR_REC_ON;
+    rec_out b = run_twice(ctx, &opt, in, dout, dht);
+    ctx->matmul_tf32 = 0;
+    rec_report(what, &a, &b);
+    const bool same = rec_same_bits(&a, &b);
+    if (!same) fprintf(stderr, "  FAIL %s: in place and staged differ\n", what);
+    rec_out_free(&a), rec_out_free(&b);
+    free(dout_raw), free(dout), free(dht);
+    pr_step_reset(ctx);
+    return same ? 0 : 1;
+}
+
 /* On bf16 data the output pass reads q and writes o in place, where prep,
  * state and output run their wgmma forms the forward reads k and v in place
  * too (copied as bf16 into the f32 tiles, widened there), where dlocal,
@@ -427,33 +460,11 @@ static void test_output_in_place(void **state)
             fails++;
             continue;
         }
-        pr_rng r = pr_rng_init(500 + ci, 3);
-        pr_recurrence_inputs ri = pr_recurrence_random(ctx, &r, PR_F64, rule, 2, 100, 2, K, V, 0, false);
-        pr_tensor *x[REC_NIN], *in[REC_NIN];
-        rec_in_array(&ri, x);
-        for (int i = 0; i < REC_NIN; i++) {
-            in[i] = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CUDA) : NULL;
-            if (in[i]) pr_requires_grad_(in[i], true);
-        }
-        double *dout_raw = rec_randn(600 + ci, 2 * 100 * 2 * V), *dht = rec_randn(700 + ci, 2 * 2 * K * V);
-        double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
-        ctx->matmul_tf32 = cases[ci].tf32;
         /* bf16_mma off: its bf16 products run in place only, so the staged path could not match them */
-        pr_recurrence_opts opt = {.rule = rule, .chunk = C, .force = {.bf16_mma = PR_REC_OFF}};
+        pr_recurrence_opts opt = {.force = {.bf16_mma = PR_REC_OFF}};
         if (cases[ci].mma == 1) opt.force.grad_bpw = 4, opt.force.wy = PR_REC_MMA;
         if (cases[ci].mma == 2) opt.force.state = PR_REC_MMA;
-        rec_out a = run_twice(ctx, &opt, in, dout, dht);
-        opt.force.bf16_staged = PR_REC_ON;
-        rec_out b = run_twice(ctx, &opt, in, dout, dht);
-        ctx->matmul_tf32 = 0;
-        rec_report(what, &a, &b);
-        if (!rec_same_bits(&a, &b)) {
-            fprintf(stderr, "  FAIL %s: in place and staged differ\n", what);
-            fails++;
-        }
-        rec_out_free(&a), rec_out_free(&b);
-        free(dout_raw), free(dout), free(dht);
-        pr_step_reset(ctx);
+        fails += in_place_case(ctx, rule, C, K, V, cases[ci].tf32, 500 + ci, opt, what);
     }
     pr_ctx_free(ctx);
     assert_int_equal(fails, 0);
@@ -503,30 +514,7 @@ static void test_gla_in_place(void **state)
         const int C = cases[ci].chunk, K = cases[ci].K, V = cases[ci].V;
         char what[96];
         snprintf(what, sizeof what, "gla C=%d K=%d V=%d %s", C, K, V, cases[ci].tf32 ? "tf32" : "fp32");
-        pr_rng r = pr_rng_init(800 + ci, 3);
-        pr_recurrence_inputs ri = pr_recurrence_random(ctx, &r, PR_F64, PR_RULE_GLA, 2, 100, 2, K, V, 0, false);
-        pr_tensor *x[REC_NIN], *in[REC_NIN];
-        rec_in_array(&ri, x);
-        for (int i = 0; i < REC_NIN; i++) {
-            in[i] = x[i] ? pr_to(ctx->step, x[i], bf_dtype(i), PR_CUDA) : NULL;
-            if (in[i]) pr_requires_grad_(in[i], true);
-        }
-        double *dout_raw = rec_randn(900 + ci, 2 * 100 * 2 * V), *dht = rec_randn(1000 + ci, 2 * 2 * K * V);
-        double *dout = rounded(ctx, dout_raw, 2 * 100 * 2 * V, PR_BF16);
-        ctx->matmul_tf32 = cases[ci].tf32;
-        pr_recurrence_opts opt = {.rule = PR_RULE_GLA, .chunk = C};
-        rec_out a = run_twice(ctx, &opt, in, dout, dht);
-        opt.force.bf16_staged = PR_REC_ON;
-        rec_out b = run_twice(ctx, &opt, in, dout, dht);
-        ctx->matmul_tf32 = 0;
-        rec_report(what, &a, &b);
-        if (!rec_same_bits(&a, &b)) {
-            fprintf(stderr, "  FAIL %s: in place and staged differ\n", what);
-            fails++;
-        }
-        rec_out_free(&a), rec_out_free(&b);
-        free(dout_raw), free(dout), free(dht);
-        pr_step_reset(ctx);
+        fails += in_place_case(ctx, PR_RULE_GLA, C, K, V, cases[ci].tf32, 800 + ci, (pr_recurrence_opts){0}, what);
     }
     pr_ctx_free(ctx);
     assert_int_equal(fails, 0);
