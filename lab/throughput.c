@@ -178,9 +178,8 @@ double pr_bench_throughput_one(const pr_config *base, const char *mixer, int64_t
     const char *why;
     double need = pr_mixer_big_step_bytes(&c, B, T, &why);
     if (need > PR_BENCH_MAX_STEP_BYTES) {
-        char line[256];
-        snprintf(line, sizeof line, why, need / (1 << 30));
-        fprintf(stderr, "prism bench throughput: %s at T=%lld skipped: %s\n", mixer, (long long)T, line);
+        fprintf(stderr, "prism bench throughput: %s at T=%lld skipped: ~%.0f GiB for the backward, %s\n", mixer,
+                (long long)T, need / (1 << 30), why);
         return NAN;
     }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T + 1));

@@ -57,9 +57,8 @@ double pr_mixer_big_step_bytes(const pr_config *c, int64_t B, int64_t T, const c
 {
     const double atlas = pr_atlas_step_bytes(c, B, T), hstu = pr_hstu_step_bytes(c, B, T);
     if (why)
-        *why = hstu > atlas ? "its T x T scores keep ~%.0f GiB for the backward (try shorter lengths or fewer tokens a step)"
-                            : "its per-token form keeps ~%.0f GiB for the backward (try --set atlas.degree=1 or shorter "
-                              "lengths)";
+        *why = hstu > atlas ? "its T x T scores (try shorter lengths or fewer tokens a step)"
+                            : "its per-token form (try --set atlas.degree=1 or shorter lengths)";
     return hstu > atlas ? hstu : atlas;
 }
 

@@ -279,7 +279,8 @@ double pr_atlas_step_bytes(const pr_config *c, int64_t B, int64_t T);
 double pr_hstu_step_bytes(const pr_config *c, int64_t B, int64_t T);
 /* The larger of the two above for c's mixer (0 for the others): memory a step
  * keeps beyond what d_model says, known before anything is allocated. *why (may
- * be NULL): what keeps it and what to try, for a message (static text). */
+ * be NULL): what keeps it and what to try, static text for a message such as
+ * "skipped: ~N GiB for the backward, %s" */
 double pr_mixer_big_step_bytes(const pr_config *c, int64_t B, int64_t T, const char **why);
 
 /* ---- MoM's router balance (models/mom.c) ----------------------------------------

@@ -49,9 +49,7 @@ static int bench_one(const block_opts *o, const char *mixer, char *json, size_t 
         double gib = t.skipped_bytes / (1 << 30);
         const char *why;
         pr_mixer_big_step_bytes(&c, o->B, o->T, &why);
-        char line[256];
-        snprintf(line, sizeof line, why, gib);
-        printf("%-12s skipped: %s\n", mixer, line);
+        printf("%-12s skipped: ~%.0f GiB for the backward at this size, %s\n", mixer, gib, why);
         size_t len = strlen(json);
         snprintf(json + len, json_cap - len, "%s\"%s\":{\"skipped_gib\":%.0f}", len > 1 ? "," : "", mixer, gib);
         return 0;
