@@ -201,6 +201,41 @@ __device__ __forceinline__ void rec_widen_own(float *dst, int ld, int R, int W, 
         }
 }
 
+/* A bf16 tile staged a step ahead: rec_ld_tile16's copies into a packed
+ * bf16 tile dst[r*ld + c] (ld in bf16 elements, a multiple of 4) instead of
+ * an f32 tile's slots, so a next tile's copies fit beside the f32 tiles in
+ * use at half their bytes. The same placement, so rec_widen_staged, run by
+ * the same threads after their wait, reads only its own copies into the f32
+ * tile (ld_f, W columns): no barrier between the two. */
+__device__ __forceinline__ void rec_ld_staged16(unsigned short *dst, int ld, int R, int W, const unsigned short *src,
+                                                long long rs, int nr, int nc)
+{
+    const rec_rowmap m = rec_rowmap_of(W);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
+    for (int r = m.r0; r < R; r += m.rstep)
+        for (int c = m.c0; c < W; c += m.cstep) {
+            const bool in = r < nr && c < nc;
+            rec_cp8(base + 2u * (unsigned)(r * ld + c), in ? src + r * rs + c : src, in ? 8 : 0);
+        }
+}
+__device__ __forceinline__ void rec_widen_staged(float *dst, int ld_f, int R, int W, const unsigned short *src, int ld)
+{
+    const rec_rowmap m = rec_rowmap_of(W);
+    for (int r = m.r0; r < R; r += m.rstep)
+        for (int c = m.c0; c < W; c += m.cstep)
+            *reinterpret_cast<float4 *>(dst + r * ld_f + c) =
+                rec_widen4(reinterpret_cast<const float *>(src + r * ld + c));
+}
+/* rows r < nr of src (row stride rs_bytes), each's first row_bytes, into
+ * L2: one 128-byte line a thread, for a tile that the next step reads */
+__device__ __forceinline__ void rec_l2_rows(const void *src, long long rs_bytes, int nr, int row_bytes)
+{
+    const int lines = (row_bytes + 127) >> 7;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < nr * lines; i += PR_REC_THREADS)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"((const char *)src + i / lines * rs_bytes + (i % lines) * 128));
+}
+
 /* dst[r*rs + c] = bf16(0 + alpha * src[r][c]) for r < nr, c < nc (nc % 4 ==
  * 0, 8-byte aligned rows): rec_st_tile's plain store with a bf16
  * destination, rounded as pr_cuda_cast rounds (pr_bf16_bits), so the bits

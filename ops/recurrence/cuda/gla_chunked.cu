@@ -370,17 +370,39 @@ __global__ void __launch_bounds__(128) gla_cumsum_kernel(rec_prob p, float *gc)
 /* the K-tiled serial passes: the state (or its gradient) [BK x BV], a key (or query) tile and
  * G [C x BK], a value (or dO) tile, and (dstate) the end-state tile */
 struct gla_kt_lay {
-    int H, X, G, V, E, total;
+    int H, X, G, V, E, X16, V16, total;
 };
-__host__ __device__ static gla_kt_lay gla_kt_layout(const rec_prob &p, bool with_end)
+/* staged (the IO16 instances): the next chunk's bf16 key (query) and value (dO) tiles beside them,
+ * packed (rec_ld_staged16; rows of GLA_BK and GLA_BV): 12 KB more at C = 64, still three blocks
+ * an SM (65 KB state, 74.5 KB dstate), where f32 copies a chunk ahead would take 25 KB and drop
+ * to two */
+__host__ __device__ static gla_kt_lay gla_kt_layout(const rec_prob &p, bool with_end, bool staged)
 {
     const int LDB = GLA_BK + 4, LDV = GLA_BV + 4;
     rec_bump m;
     gla_kt_lay s;
     s.H = m.take(GLA_BK * LDV), s.X = m.take(p.C * LDB), s.G = m.take(p.C * LDB), s.V = m.take(p.C * LDV);
     s.E = with_end ? m.take(GLA_BK * LDV) : -1;
+    s.X16 = staged ? m.take(p.C * GLA_BK / 2) : -1;
+    s.V16 = staged ? m.take(p.C * GLA_BV / 2) : -1;
     s.total = m.off;
     return s;
+}
+/* the serial passes' copies: where a chunk's bf16 tiles were staged a chunk ahead (their 16-bit
+ * source set, IO16), widened from the staging by their copiers; else copied now (f32) */
+template <bool IO16>
+__device__ __forceinline__ void gla_kt_in(float *dst, int ld, int R, int W, const float *src, const unsigned short *src16,
+                                          const unsigned short *staged, int ld16, long long rs, int nr, int nc, bool vec)
+{
+    if (IO16 && src16) rec_widen_staged(dst, ld, R, W, staged, ld16);
+    else rec_ld_tile(dst, ld, R, W, src, rs, nr, nc, vec);
+}
+__device__ __forceinline__ void gla_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* this thread's copies but the last group (the next chunk's staging) landed */
+__device__ __forceinline__ void gla_wait_but_next(bool next)
+{
+    if (next) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 /* a block's tiles (blockIdx.x = V tile * nkt + K tile): state rows k0.. (nk of them real, mt
@@ -395,36 +417,57 @@ __device__ __forceinline__ gla_kt_at gla_kt_of(const rec_prob &p, int nkt)
 }
 
 /* gla_state in K tiles; G's row nval - 1 is the chunk's G_L (rows past it hold zeros, and so do
- * K's: their factors e^{G_L} <= 1 multiply zero) */
+ * K's: their factors e^{G_L} <= 1 multiply zero). Each chunk's loads wait on the serial chain, so
+ * the next chunk's are started early: its G (and, for f32 data, K and V) into L2, and with bf16
+ * data its K and V copied into the staging while this chunk's product runs. */
 template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     gla_state_kt_kernel(rec_prob p, const float *gc, int nkt, float *hs, float *ht)
 {
     extern __shared__ __align__(128) float sm[];
-    const gla_kt_lay s = gla_kt_layout(p, false);
+    const gla_kt_lay s = gla_kt_layout(p, false, IO16);
     const int C = p.C, LDB = GLA_BK + 4, LDV = GLA_BV + 4, BV = GLA_BV;
     const gla_kt_at kt = gla_kt_of(p, nkt);
     const int n = blockIdx.z, h = blockIdx.y, v0 = kt.v0, H = p.H, K = p.K, V = p.V, nv = min(BV, V - v0);
     float *Hs = sm + s.H, *Ks = sm + s.X, *G = sm + s.G, *Vs = sm + s.V;
+    unsigned short *K16 = IO16 ? reinterpret_cast<unsigned short *>(sm + s.X16) : nullptr;
+    unsigned short *V16 = IO16 ? reinterpret_cast<unsigned short *>(sm + s.V16) : nullptr;
     const rec_seq_pos sq = rec_seq_of(p, n);
     const long long hoff = ((long long)n * H + h) * K * V + (long long)kt.k0 * V + v0;
+    const long long rsk = (long long)H * K, rsv = (long long)H * V;
     if (p.h0) rec_ld_tile(Hs, LDV, kt.mt, BV, p.h0 + hoff, V, kt.nk, nv, p.vec);
     else REC_FOR2D(kt.mt, LDV, i, j) Hs[i * LDV + j] = 0.f;
     const int nck = (sq.len + C - 1) / C;
+    const auto row_of = [&](int ci) { return ((long long)sq.bos + ci * C) * H + h; };
+    const auto ahead = [&](int ci) {   /* chunk ci's loads started */
+        const int nval = min(C, sq.len - ci * C);
+        const long long rk = row_of(ci);
+        if (IO16) {
+            if (p.k16) rec_ld_staged16(K16, GLA_BK, C, kt.mt, p.k16 + rk * K + kt.k0, rsk, nval, kt.nk);
+            if (p.v16) rec_ld_staged16(V16, BV, C, BV, p.v16 + rk * V + v0, rsv, nval, nv);
+            gla_commit();
+        }
+        if (!(IO16 && p.k16)) rec_l2_rows(p.k + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
+        if (!(IO16 && p.v16)) rec_l2_rows(p.v + rk * V + v0, rsv * 4, nval, nv * 4);
+        rec_l2_rows(gc + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
+    };
+    if (nck > 0) ahead(0);
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
-        const long long rk = ((long long)sq.bos + ci * C) * H + h;
-        rec_sync();   /* the last product done: Hs final, Ks and Vs free */
-        const unsigned short *k16 = IO16 && p.k16 ? p.k16 + rk * K + kt.k0 : nullptr;
-        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
-        gla_ld_in<IO16>(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, k16, (long long)H * K, nval, kt.nk, p.vec);
-        rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
-        gla_ld_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, v16, (long long)H * V, nval, nv, p.vec);
+        const long long rk = row_of(ci);
+        const bool next = ci + 1 < nck;
+        rec_sync();   /* the last product done: Hs final, Ks and Vs free; this chunk's staging landed */
+        gla_kt_in<IO16>(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, IO16 ? p.k16 : nullptr, K16, GLA_BK, rsk, nval,
+                        kt.nk, p.vec);
+        gla_kt_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, IO16 ? p.v16 : nullptr, V16, BV, rsv, nval, nv, p.vec);
+        rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
+        gla_commit();
+        if (next) ahead(ci + 1);   /* after the widening: the staging is its copiers' own */
         if (hs)
             rec_st_tile(hs + ((long long)c * H + h) * K * V + (long long)kt.k0 * V + v0, V, kt.nk, nv, Hs, LDV, 1.f,
                         false, p.vec);
-        gla_landed<IO16>({gla_tile16{Ks, LDB, C, kt.mt, k16}, gla_tile16{Vs, LDV, C, BV, v16}});
-        rec_sync();
+        gla_wait_but_next(IO16 && next);
+        __syncthreads();
         const float *GL = G + (nval - 1) * LDB;
         REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= exp2f(GL[cc] - G[t * LDB + cc]);
         REC_FOR2D(kt.mt, BV, i, j) Hs[i * LDV + j] *= exp2f(GL[i]);
@@ -435,38 +478,62 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     if (ht) rec_st_tile(ht + hoff, V, kt.nk, nv, Hs, LDV, 1.f, false, p.vec);
 }
 
-/* gla_dstate in K tiles: the same outputs (ep's rows of this K tile) */
+/* gla_dstate in K tiles: the same outputs (ep's rows of this K tile); the next chunk's loads
+ * started early as gla_state_kt's, and its end state into L2 */
 template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     gla_dstate_kt_kernel(rec_prob p, const float *gc, int nkt, const float *hs, const float *ht, float *dhs,
                          float *ep, float *dh0)
 {
     extern __shared__ __align__(128) float sm[];
-    const gla_kt_lay s = gla_kt_layout(p, true);
+    const gla_kt_lay s = gla_kt_layout(p, true, IO16);
     const int C = p.C, LDB = GLA_BK + 4, LDV = GLA_BV + 4, BV = GLA_BV;
     const gla_kt_at kt = gla_kt_of(p, nkt);
     const int n = blockIdx.z, h = blockIdx.y, vt = kt.vt, v0 = kt.v0, H = p.H, K = p.K, V = p.V;
     const int nv = min(BV, V - v0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *dH = sm + s.H, *Qs = sm + s.X, *G = sm + s.G, *dOs = sm + s.V, *Es = sm + s.E;
+    unsigned short *Q16 = IO16 ? reinterpret_cast<unsigned short *>(sm + s.X16) : nullptr;
+    unsigned short *dO16 = IO16 ? reinterpret_cast<unsigned short *>(sm + s.V16) : nullptr;
     const rec_seq_pos sq = rec_seq_of(p, n);
-    const long long hoff = ((long long)n * H + h) * K * V + (long long)kt.k0 * V + v0;
+    const long long hoff = ((long long)n * H + h) * K * V + (long long)kt.k0 * V + v0, at = (long long)kt.k0 * V + v0;
+    const long long rsk = (long long)H * K, rsv = (long long)H * V;
     if (p.dht) rec_ld_tile(dH, LDV, kt.mt, BV, p.dht + hoff, V, kt.nk, nv, p.vec);
     else REC_FOR2D(kt.mt, LDV, i, j) dH[i * LDV + j] = 0.f;
     const int nck = (sq.len + C - 1) / C;
+    const auto row_of = [&](int ci) { return ((long long)sq.bos + ci * C) * H + h; };
+    const auto end_of = [&](int ci) {   /* the state at chunk ci's end */
+        return ci == nck - 1 ? ht + hoff : hs + ((long long)(sq.cbase + ci + 1) * H + h) * K * V + at;
+    };
+    const auto ahead = [&](int ci) {   /* chunk ci's loads started */
+        const int nval = min(C, sq.len - ci * C);
+        const long long rk = row_of(ci);
+        if (IO16) {
+            if (p.q16) rec_ld_staged16(Q16, GLA_BK, C, kt.mt, p.q16 + rk * K + kt.k0, rsk, nval, kt.nk);
+            if (p.dout16) rec_ld_staged16(dO16, BV, C, BV, p.dout16 + rk * V + v0, rsv, nval, nv);
+            gla_commit();
+        }
+        if (!(IO16 && p.q16)) rec_l2_rows(p.q + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
+        if (!(IO16 && p.dout16)) rec_l2_rows(p.dout + rk * V + v0, rsv * 4, nval, nv * 4);
+        rec_l2_rows(gc + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
+        rec_l2_rows(end_of(ci), (long long)V * 4, kt.nk, nv * 4);
+    };
+    if (nck > 0) ahead(nck - 1);
     for (int ci = nck - 1; ci >= 0; ci--) {
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
-        const long long rk = ((long long)sq.bos + ci * C) * H + h, at = (long long)kt.k0 * V + v0;
-        rec_sync();   /* dH is dS' of chunk c */
+        const long long rk = row_of(ci);
+        const bool next = ci > 0;
+        rec_sync();   /* dH is dS' of chunk c; this chunk's staging landed */
         rec_st_tile(dhs + ((long long)c * H + h) * K * V + at, V, kt.nk, nv, dH, LDV, 1.f, false, p.vec);
-        const float *end = ci == nck - 1 ? ht + hoff : hs + ((long long)(c + 1) * H + h) * K * V + at;
-        rec_ld_tile(Es, LDV, kt.mt, BV, end, V, kt.nk, nv, p.vec);
-        const unsigned short *q16 = IO16 && p.q16 ? p.q16 + rk * K + kt.k0 : nullptr;
-        const unsigned short *do16 = IO16 && p.dout16 ? p.dout16 + rk * V + v0 : nullptr;
-        gla_ld_in<IO16>(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, q16, (long long)H * K, nval, kt.nk, p.vec);
-        rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, (long long)H * K, nval, kt.nk, p.vec);
-        gla_ld_in<IO16>(dOs, LDV, C, BV, p.dout + rk * V + v0, do16, (long long)H * V, nval, nv, p.vec);
-        gla_landed<IO16>({gla_tile16{Qs, LDB, C, kt.mt, q16}, gla_tile16{dOs, LDV, C, BV, do16}});
-        rec_sync();
+        rec_ld_tile(Es, LDV, kt.mt, BV, end_of(ci), V, kt.nk, nv, p.vec);
+        gla_kt_in<IO16>(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, IO16 ? p.q16 : nullptr, Q16, GLA_BK, rsk, nval,
+                        kt.nk, p.vec);
+        rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
+        gla_kt_in<IO16>(dOs, LDV, C, BV, p.dout + rk * V + v0, IO16 ? p.dout16 : nullptr, dO16, BV, rsv, nval, nv,
+                        p.vec);
+        gla_commit();
+        if (next) ahead(ci - 1);
+        gla_wait_but_next(IO16 && next);
+        __syncthreads();
         for (int i = warp; i < kt.nk; i += PR_REC_WARPS) {   /* the dg end term's share of this tile */
             float x = 0.f;
             for (int j = lane; j < nv; j += 32) x = fmaf(Es[i * LDV + j], dH[i * LDV + j], x);
@@ -656,7 +723,9 @@ __host__ __device__ static gla_dqkt_lay gla_dqkt_layout(const rec_prob &p)
     rec_bump m;
     gla_dqkt_lay s;
     s.Q = m.take(tile), s.K = m.take(tile), s.G = m.take(tile), s.dA = m.take(l.C * l.LDC);
-    s.DX = m.take(tile), s.DG = m.take(tile), s.X = m.take(GLA_BK * LDW), s.Y = m.take(l.C * LDW);
+    /* DG's room holds the dq loop's second pair of tiles first (gla_dqk_kt) */
+    s.DX = m.take(tile), s.DG = m.take(gla_imax(tile, (GLA_BK + l.C) * LDW));
+    s.X = m.take(GLA_BK * LDW), s.Y = m.take(l.C * LDW);
     s.total = m.off;
     return s;
 }
@@ -691,16 +760,27 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     rec_sync();
     gla_fill_tail(G, LDB, C, mt, nval);   /* read after the V loop's barriers */
 
-    /* dq: DX = scale e^{G_r} o (dO S^T), + the earlier sub-chunks' pairs, then o e^{G_t - G_r}, + the own sub-chunk's */
-    for (int v0 = 0; v0 < V; v0 += BW) {
+    /* dq: DX = scale e^{G_r} o (dO S^T), + the earlier sub-chunks' pairs, then o e^{G_t - G_r}, + the own sub-chunk's.
+     * The V loop's tiles are copied a tile ahead, the second pair of buffers in DG's room (written after the loop):
+     * each small product would otherwise wait for its own copies */
+    const auto Xb = [&](int b) { return b ? DG : Xs; };
+    const auto Yb = [&](int b) { return b ? DG + GLA_BK * LDW : Ys; };
+    const auto dq_tiles = [&](int v0, int b) {
         const int nv = min(BW, V - v0);
-        rec_ld_tile(Xs, LDW, mt, BW, hs + st + v0, V, nk, nv, p.vec);
+        rec_ld_tile(Xb(b), LDW, mt, BW, hs + st + v0, V, nk, nv, p.vec);
         const unsigned short *do16 = IO16 && p.dout16 ? p.dout16 + rk * V + v0 : nullptr;
-        gla_ld_in<IO16>(Ys, LDW, C, BW, p.dout + rk * V + v0, do16, (long long)H * V, nval, nv, p.vec);
-        gla_landed<IO16>({gla_tile16{Ys, LDW, C, BW, do16}});
-        rec_sync();
-        rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
-        rec_sync();
+        gla_ld_in<IO16>(Yb(b), LDW, C, BW, p.dout + rk * V + v0, do16, (long long)H * V, nval, nv, p.vec);
+        gla_commit();
+    };
+    dq_tiles(0, 0);
+    for (int v0 = 0, b = 0; v0 < V; v0 += BW, b ^= 1) {
+        const bool next = v0 + BW < V;
+        if (next) dq_tiles(v0 + BW, b ^ 1);   /* its buffers' last product ended at the barrier below */
+        gla_wait_but_next(next);
+        if (IO16 && p.dout16) rec_widen_own(Yb(b), LDW, C, BW);
+        __syncthreads();
+        rec_mm<false, true, BF>(p, DX, LDB, Yb(b), LDW, Xb(b), LDW, C, mt, BW, 1.f, v0 > 0);
+        __syncthreads();
     }
     REC_FOR2D(C, mt, t, cc) DX[t * LDB + cc] *= p.scale * exp2f(G[sub_first(t) * LDB + cc]);
     for (int r = GLA_SUB; r < C; r += GLA_SUB) {
@@ -733,6 +813,12 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_ld_tile(Xs, LDW, mt, BW, dhs + st + v0, V, nk, nv, p.vec);
         const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
         gla_ld_in<IO16>(Ys, LDW, C, BW, p.v + rk * V + v0, v16, (long long)H * V, nval, nv, p.vec);
+        if (v0 + BW < V) {   /* no room for a second pair here (DG is in use): the next tiles into L2 */
+            const int nn = min(BW, V - v0 - BW);
+            rec_l2_rows(dhs + st + v0 + BW, (long long)V * 4, nk, nn * 4);
+            if (v16) rec_l2_rows(v16 + BW, (long long)H * V * 2, nval, nn * 2);
+            else rec_l2_rows(p.v + rk * V + v0 + BW, (long long)H * V * 4, nval, nn * 4);
+        }
         gla_landed<IO16>({gla_tile16{Ys, LDW, C, BW, v16}});
         rec_sync();
         rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
@@ -790,7 +876,7 @@ size_t pr_rec_gla_chunk_smem(const rec_prob &p, bool fast)
     int most = gla_max(gla_serial_layout(p, false).total, gla_serial_layout(p, true).total);
     for (int kind = 0; kind < 3; kind++) most = gla_max(most, gla_chunk_layout(p, kind).total);
     if (fast) {
-        most = gla_max(most, gla_max(gla_kt_layout(p, false).total, gla_kt_layout(p, true).total));
+        most = gla_max(most, gla_max(gla_kt_layout(p, false, true).total, gla_kt_layout(p, true, true).total));
         most = gla_max(most, gla_max(gla_dva_layout(p).total, gla_okh_layout(p).total));
         most = gla_max(most, gla_dqkt_layout(p).total);
     }
@@ -825,7 +911,7 @@ void pr_rec_gla_chunk_forward(cudaStream_t s, const rec_prob &p, float *hs, floa
     float *gc = fast ? gla_cumsum_run(s, p, &n_gc) : nullptr;
     const size_t sm_out = (size_t)(fast ? gla_okh_layout(p).total : gla_chunk_layout(p, 0).total) * 4;
     if (fast) {
-        const size_t sm_state = (size_t)gla_kt_layout(p, false).total * 4;
+        const size_t sm_state = (size_t)gla_kt_layout(p, false, io).total * 4;
         const auto k = GLA_PICK(gla_state_kt_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_state);
         k<<<dim3(nvt * nkt, p.H, p.N), PR_REC_THREADS, sm_state, s>>>(p, gc, nkt, hs, ht);
@@ -866,7 +952,7 @@ void pr_rec_gla_chunk_backward(cudaStream_t s, const rec_prob &p, const float *h
     float *gc = fast ? gla_cumsum_run(s, p, &n_gc) : nullptr;
     const size_t sm_dv = (size_t)gla_chunk_layout(p, 1).total * 4, sm_dqk = (size_t)gla_chunk_layout(p, 2).total * 4;
     if (fast) {
-        const size_t sm_ds = (size_t)gla_kt_layout(p, true).total * 4;
+        const size_t sm_ds = (size_t)gla_kt_layout(p, true, io).total * 4;
         const auto k = GLA_PICK(gla_dstate_kt_kernel, bf, io);
         pr_cuda_smem_prep((const void *)k, sm_ds);
         k<<<dim3(nvt * nkt, p.H, p.N), PR_REC_THREADS, sm_ds, s>>>(p, gc, nkt, hs, ht, dhs, ep, d.dh0);

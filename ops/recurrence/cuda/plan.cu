@@ -509,11 +509,16 @@ static bool plan_passes(const rec_prob &p, const pr_rec_force &f, int smem_max, 
  * scratch, and the output pass adds that before the one rounding */
 static bool plan_io16_out(const rec_prob &p, const pr_rec_force &f, const rec_chunk_plan &pl)
 {
+    const bool xa_ok = pl.wg_xa && f.x16 != PR_REC_OFF && p.K % 8 == 0 && p.V % 8 == 0;
+    return pr_rec_bf16_unstaged(p, f) && (!pl.xa || xa_ok);
+}
+/* bf16 data that may be read in place at all (the core rules' passes and gla's fast kernels) */
+bool pr_rec_bf16_unstaged(const rec_prob &p, const pr_rec_force &f)
+{
     if (f.bf16_staged != PR_REC_PLANNED && f.bf16_staged != PR_REC_OFF && f.bf16_staged != PR_REC_ON)
         pr_fatal("recurrence: force.bf16_staged must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d",
                  (int)f.bf16_staged);
-    const bool xa_ok = pl.wg_xa && f.x16 != PR_REC_OFF && p.K % 8 == 0 && p.V % 8 == 0;
-    return p.bf16 && f.bf16_staged != PR_REC_ON && (!pl.xa || xa_ok) && p.K % 4 == 0 && p.V % 4 == 0;
+    return p.bf16 && f.bf16_staged != PR_REC_ON && p.K % 4 == 0 && p.V % 4 == 0;
 }
 /* and grad accumulates bf16 dq in place where its bf16 instances run (TF32
  * on: rec_bf_products), the only pass that writes dq without the extras

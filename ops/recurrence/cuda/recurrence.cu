@@ -277,10 +277,7 @@ static bool rec_decide(rec_prob *p, int chunk, const pr_rec_force &f, bool *chun
         /* bf16 data in place in the fast kernels (gla_ld_in: 4-column copies), as
          * the core rules' passes: q, k, v and dO read, o written, dq, dk, dv
          * accumulated, unstaged (force.bf16_staged on stages them) */
-        if (f.bf16_staged != PR_REC_PLANNED && f.bf16_staged != PR_REC_OFF && f.bf16_staged != PR_REC_ON)
-            pr_fatal("recurrence: force.bf16_staged must be PR_REC_PLANNED, PR_REC_OFF or PR_REC_ON, got %d",
-                     (int)f.bf16_staged);
-        const int io16 = pl->gla_fast && p->bf16 && f.bf16_staged != PR_REC_ON && p->K % 4 == 0 && p->V % 4 == 0;
+        const int io16 = pl->gla_fast && pr_rec_bf16_unstaged(*p, f);
         pl->io16_out = pl->io16_kv = pl->io16_bwd = pl->io16_dq = pl->io16_dk = pl->io16_dv = io16;
         const size_t need = pr_rec_gla_chunk_smem(*p, pl->gla_fast != 0);
         if (need <= (size_t)rec_dev_attr(0)) return *chunked = true;

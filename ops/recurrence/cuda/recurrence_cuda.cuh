@@ -365,6 +365,9 @@ struct rec_chunk_plan {
  * n_sm: the device's multiprocessors */
 bool pr_rec_chunk_plan(const rec_prob &p, const pr_rec_force &f, int smem_max, int smem_sm, int n_sm,
                        rec_chunk_plan *plan);
+/* bf16 data readable in place at all: bf16, K and V multiples of 4, not staged by
+ * force.bf16_staged (fatal on a value outside PLANNED, OFF, ON); each pass adds its own terms */
+bool pr_rec_bf16_unstaged(const rec_prob &p, const pr_rec_force &f);
 
 /* the state pass's inputs and outputs (state.cu). NULL hs, R or ht: not
  * stored; NULL h0: zero. ident: the pass starts from the identity (the state
