@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# tools/device/sitting.sh: one GPU sitting of issue 44's measurements, run on
+# the GPU machine from the repository root on the binaries tools/device/pack.sh
+# carried (nothing is built there). A call to that machine lasts 10 minutes at
+# most and returns 8 files, so the sitting keeps to a wall-clock deadline,
+# gives each phase a share of it and each model a cap, and leaves three
+# files: summary.txt, mixers.csv and logs.tar.xz (every run's whole log).
+usage() {
+    cat <<'USAGE'
+usage: tools/device/sitting.sh [options]
+  --phases LIST     comma-separated, run in this order (default
+                    gpu,tests,recurrence,python,mixers: the mixers last, so
+                    they get the time the others leave):
+                      gpu         nvidia-smi's name, driver, memory, clocks
+                      tests       each carried test_* binary, from this root
+                      recurrence  prism bench recurrence --size 1 --no-token
+                                  --rules linattn,ssd,delta,gdn,prism_core,gla
+                      python      tools/device/lm_baselines.py: sdpa-attn, and
+                                  fla-gdn (--lift-triton-guard) when fla came
+                      mixers      prism bench throughput, one run per model
+                                  and precision, each under --per-run
+  --deadline S      seconds for the whole sitting, unpacking included (default 540)
+  --shares LIST     phase=weight,...: each phase gets the time left times its
+                    weight over the weights of the phases still to run, so time
+                    one leaves goes to the next (default
+                    tests=1,recurrence=1,python=3,mixers=6; gpu: 20 s at most)
+  --models LIST     mixers (default prism,gdn,mamba2,attn,gla,linattn,deltanet,
+                    ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas)
+  --precisions LIST mixers: f32, tf32, bf16 (default bf16,tf32)
+  --seq-lens LIST   mixers and python (default 1024,16384; 16384 tokens a step)
+  --steps N         timed steps a figure (default 3)
+  --per-run S       the cap on one mixers run (default 60)
+  --out DIR         where the files go (default $OUT if set, else runs/sitting)
+  --carry DIR       the folder pack.sh filled (default .carry)
+  --prism PATH      this prism instead of the carried one (test binaries: its folder's test_*)
+  --help            this text
+A phase whose share is under 10 s is skipped with a line saying so; a model
+not reached in time is listed as not run, so the next call can take it.
+One call, with .carry carried:
+  tools/device/sitting.sh --deadline 540
+USAGE
+}
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+phases=gpu,tests,recurrence,python,mixers deadline=540 shares_arg="" per_run=60 steps=3
+models=prism,gdn,mamba2,attn,gla,linattn,deltanet,ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas
+precisions=bf16,tf32 seq_lens=1024,16384 out=${OUT:-runs/sitting} carry=.carry prism=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --phases) phases="$2"; shift 2 ;;
+    --deadline) deadline="$2"; shift 2 ;;
+    --shares) shares_arg="$2"; shift 2 ;;
+    --models) models="$2"; shift 2 ;;
+    --precisions) precisions="$2"; shift 2 ;;
+    --seq-lens) seq_lens="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --per-run) per_run="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --carry) carry="$2"; shift 2 ;;
+    --prism) prism="$2"; shift 2 ;;
+    --help | -h) usage; exit 0 ;;
+    *) echo "sitting.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+bad() { echo "sitting.sh: $*" >&2; exit 2; }
+for v in "deadline=$deadline" "per-run=$per_run" "steps=$steps"; do
+    case "${v#*=}" in '' | *[!0-9]* | 0) bad "--${v%%=*} takes a whole number >= 1, got '${v#*=}'" ;; esac
+done
+[ "$deadline" -ge 30 ] || bad "--deadline $deadline: 30 s at least (the logs are packed in the last 10)"
+declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6)
+IFS=, read -ra phase_list <<<"$phases"
+for p in "${phase_list[@]}"; do
+    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers)"
+done
+if [ -n "$shares_arg" ]; then
+    IFS=, read -ra kvs <<<"$shares_arg"
+    for kv in "${kvs[@]}"; do
+        k=${kv%%=*} w=${kv#*=}
+        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers)"
+        case "$w" in '' | *[!0-9]*) bad "--shares: $k's weight must be a whole number, got '$w'" ;; esac
+        weight[$k]=$w
+    done
+fi
+IFS=, read -ra model_list <<<"$models"
+IFS=, read -ra prec_list <<<"$precisions"
+for p in "${prec_list[@]}"; do
+    case "$p" in f32 | tf32 | bf16) ;; *) bad "--precisions: '$p' is not f32, tf32 or bf16" ;; esac
+done
+
+# ---- the clock, the files -----------------------------------------------------------
+reserve=10                       # the end: the logs packed, the summary closed
+end=$((deadline - reserve))      # $SECONDS counts from this script's start
+left() { echo $((end - SECONDS)); }
+mkdir -p "$out" || bad "cannot create $out"
+logs=$out/logs summary=$out/summary.txt csv=$out/mixers.csv
+rm -rf "$logs" "$summary" "$csv" "$out/logs.tar.xz"
+mkdir -p "$logs"
+say() { echo "$*" | tee -a "$summary"; }
+# a run under a cap: timeout signals the whole process group (Triton's
+# compilers too), then kills it 5 s later if it is still there. It waits in
+# the background so that a signal to this script is handled at once.
+child=""
+capped() { # seconds, log, command...
+    local cap=$1 log=$2 rc
+    shift 2
+    timeout --kill-after=5 "$cap" "$@" </dev/null >"$log" 2>&1 &
+    child=$!
+    wait "$child"
+    rc=$?
+    child=""
+    return $rc
+}
+# an exit status in words
+status_of() { # rc, cap
+    case "$1" in
+    0) echo ok ;;
+    124 | 137) echo "timed out at ${2}s" ;;
+    77) echo "no usable GPU (exit 77)" ;;
+    *) echo "exit $1" ;;
+    esac
+}
+pack_logs() {
+    [ -d "$logs" ] || return 0
+    tar -C "$out" -cJf "$out/logs.tar.xz" logs && rm -rf "$logs"
+}
+# stopped from outside: end the run in hand, keep what was measured
+on_signal() {
+    [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+    say "sitting.sh: stopped by a signal at ${SECONDS}s"
+    pack_logs
+    exit 1
+}
+trap on_signal INT TERM
+
+say "# sitting $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), deadline ${deadline}s, phases $phases"
+. tools/device/carried.sh
+prism_carried sitting.sh "$carry" >"$logs/carried.log" 2>&1
+carried_rc=$?
+sed 's/^/# /' "$logs/carried.log" | tee -a "$summary"
+[ -f "$carry/manifest.txt" ] && sed -n 's/^\(commit\|dirty\|built\|fla\|binaries\)=/# carried \1: /p' "$carry/manifest.txt" | tee -a "$summary"
+[ $carried_rc -eq 1 ] && say "# warning: the carried pack is not whole (above): runs that need what is missing will fail"
+if [ -n "$prism" ]; then
+    bindir=$(dirname "$prism")
+else
+    prism=$prism_bin/prism bindir=$prism_bin
+fi
+has_prism=1
+[ -x "$prism" ] || has_prism=0
+
+# ---- the phases ---------------------------------------------------------------------
+phase_gpu() {
+    local q
+    if ! command -v nvidia-smi >/dev/null; then say "gpu: no nvidia-smi"; return; fi
+    q=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+        --format=csv,noheader 2>&1)
+    say "gpu: name, driver, memory, SM clock, max SM clock: $q"
+}
+
+phase_tests() {
+    local b n rc t
+    local found=0
+    for b in "$bindir"/test_*; do
+        [ -x "$b" ] || continue
+        found=1
+        n=$(basename "$b")
+        if [ $((phase_end - SECONDS)) -lt 10 ]; then say "$n: not run (the phase's time is spent)"; continue; fi
+        t=$SECONDS
+        # as ctest runs them: from the source root, one thread each
+        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 capped $((phase_end - SECONDS)) "$logs/$n.log" "$b"
+        rc=$?
+        say "$n: $(status_of $rc $((phase_end - t))), $((SECONDS - t))s"
+        # cmocka's totals, and each failure's assertion (bounded: a broken kernel can fail every case)
+        grep -aE '^\[ *(PASSED|FAILED|SKIPPED|ERROR|LINE) *\]|^\[=+\] .*test\(s\) run' "$logs/$n.log" | head -n 30 |
+            sed 's/^/  /' | tee -a "$summary"
+        # no totals: it crashed or was stopped; its last words say where
+        if [ $rc -ne 0 ] && [ $rc -ne 77 ] && ! grep -aq 'test(s) run' "$logs/$n.log"; then
+            tail -n 5 "$logs/$n.log" | sed 's/^/  | /' | tee -a "$summary"
+        fi
+    done
+    [ $found -eq 1 ] || say "tests: none carried (pack.sh --target test_cuda_bf16 ...)"
+}
+
+phase_recurrence() {
+    local rc t=$SECONDS cap=$((phase_end - SECONDS))
+    [ $has_prism -eq 1 ] || { say "recurrence: no prism binary ($prism)"; return; }
+    capped $cap "$logs/recurrence.log" "$prism" bench recurrence --size 1 --no-token \
+        --rules linattn,ssd,delta,gdn,prism_core,gla
+    rc=$?
+    say "recurrence: $(status_of $rc $cap), $((SECONDS - t))s"
+    # the timing rows and targets; the plans and step memories stay in the log
+    grep -avE '^ +(plan:|forward step memory)|^$' "$logs/recurrence.log" | sed 's/^/  /' | tee -a "$summary"
+}
+
+phase_python() {
+    local rc t cap py=tools/device/lm_baselines.py
+    local pypath=$PWD/tools/device${PYTHONPATH:+:$PYTHONPATH}
+    export PYTHONUNBUFFERED=1
+    # torch's SDPA first and capped at a third: fla's Triton compiles can
+    # take whatever is left without costing the Transformer's figure
+    for m in sdpa-attn fla-gdn; do
+        local args=(--models "$m" --seq-lens "$seq_lens" --steps "$steps")
+        if [ $m = fla-gdn ]; then
+            [ -n "$prism_fla" ] || { say "python: fla-gdn not run: fla was not carried (pack.sh --fla)"; continue; }
+            args+=(--lift-triton-guard)
+            cap=$((phase_end - SECONDS))
+        else
+            cap=$((phase_budget / 3 > 30 ? phase_budget / 3 : 30))
+            [ $cap -le $((phase_end - SECONDS)) ] || cap=$((phase_end - SECONDS))
+        fi
+        if [ "$cap" -lt 10 ]; then say "python: $m not run (the phase's time is spent)"; continue; fi
+        t=$SECONDS
+        PYTHONPATH=$pypath capped $cap "$logs/python-$m.log" python3 "$py" "${args[@]}"
+        rc=$?
+        say "python $m: $(status_of $rc $cap), $((SECONDS - t))s"
+        grep -aE '^(# |fla-gdn|sdpa-attn)' "$logs/python-$m.log" | sed 's/^/  /' | tee -a "$summary"
+        [ $rc -eq 0 ] || tail -n 3 "$logs/python-$m.log" | sed 's/^/  | /' | tee -a "$summary"
+    done
+}
+
+# the table row bench throughput prints, cell by cell as each length ends
+# (so a run stopped at 16K still has its 1K figure): "params P", then one
+# "T tokens/s MiB" line a length, '-' for a cell it did not fill
+throughput_cells() { # log, model
+    awk -F'|' -v m="$2" '
+        /^\| model \| params \|/ {
+            n = 0
+            for (i = 2; i <= NF; i++) { c = $i; gsub(/^ +| +$/, "", c); if (c ~ /^T=[0-9]+$/) { n++; col[n] = i; len[n] = substr(c, 3) } }
+            next
+        }
+        { c = $2; gsub(/^ +| +$/, "", c); if (c == m) row = $0 }
+        END {
+            split(row, f, "|")
+            p = f[3]; gsub(/ /, "", p); print "params", (p == "" ? "-" : p)
+            for (k = 1; k <= n; k++) {
+                t = f[col[k]]; b = f[col[k] + 1]; gsub(/ /, "", t); gsub(/ /, "", b)
+                print len[k], (t == "" ? "-" : t), (b == "" ? "-" : b)
+            }
+        }' "$1"
+}
+
+phase_mixers() {
+    local m p rc t cap log params line st a b c cells
+    echo "model,precision,seq_len,tokens_per_s,peak_mib,params,status,seconds" >"$csv"
+    [ $has_prism -eq 1 ] || { say "mixers: no prism binary ($prism)"; return; }
+    mkdir -p "$logs/mixers"
+    say "mixers: lm-130m, 16384 tokens a step, --steps $steps; per run: tokens/s and peak MiB at each T, params"
+    for m in "${model_list[@]}"; do
+        for p in "${prec_list[@]}"; do
+            if [ $((phase_end - SECONDS)) -lt 10 ]; then
+                say "$(printf '  %-10s %-4s' "$m" "$p") not run (the phase's time is spent)"
+                echo "$m,$p,-,-,-,-,not run,0" >>"$csv"
+                continue
+            fi
+            cap=$per_run
+            [ "$cap" -le $((phase_end - SECONDS)) ] || cap=$((phase_end - SECONDS))
+            log=$logs/mixers/$m-$p.log t=$SECONDS
+            capped "$cap" "$log" "$prism" bench throughput --models "$m" --seq-lens "$seq_lens" \
+                --tokens-per-batch 16384 --preset lm-130m --device cuda --precision "$p" --steps "$steps" \
+                --out "$logs/mixers/$m-$p"
+            rc=$?
+            st=$(status_of $rc "$cap")
+            params=- cells=0
+            line=$(printf '  %-10s %-4s' "$m" "$p")
+            while read -r a b c; do
+                if [ "$a" = params ]; then params=$b; continue; fi
+                cells=$((cells + 1))
+                line="$line $(awk -v t="$a" -v s="$b" -v mb="$c" 'BEGIN {
+                    printf "T=%s %s %s", t, (s == "-" ? "-" : sprintf("%.1fK", s / 1000)), (mb == "-" ? "-" : sprintf("%.0fMiB", mb)) }')"
+                echo "$m,$p,$a,$b,$c,$params,$st,$((SECONDS - t))" >>"$csv"
+            done < <(throughput_cells "$log" "$m")
+            [ $cells -gt 0 ] || echo "$m,$p,-,-,-,$params,$st,$((SECONDS - t))" >>"$csv"
+            say "$line $(awk -v n="$params" 'BEGIN { print (n == "-" ? "-" : sprintf("%.1fM", n / 1e6)) }'): $st, $((SECONDS - t))s"
+            # its own notes (skipped at a length, eager steps, not timed), and the end of a failure
+            grep -a '^prism bench throughput: ' "$log" | sed 's/^prism bench throughput: /    /' | tee -a "$summary"
+            [ $rc -eq 0 ] || grep -avE '^prism bench throughput: |^\||^precision |^$' "$log" | tail -n 3 |
+                sed 's/^/    | /' | tee -a "$summary"
+        done
+    done
+}
+
+# ---- the sitting ------------------------------------------------------------------------
+timing=""
+for ((i = 0; i < ${#phase_list[@]}; i++)); do
+    ph=${phase_list[i]}
+    if [ "$ph" = gpu ]; then
+        phase_budget=$(( $(left) < 20 ? $(left) : 20 ))
+    else
+        sum=0
+        for ((j = i; j < ${#phase_list[@]}; j++)); do sum=$((sum + weight[${phase_list[j]}])); done
+        phase_budget=$(( sum > 0 ? $(left) * weight[$ph] / sum : 0 ))
+    fi
+    if [ $phase_budget -lt 10 ]; then
+        say "== $ph: skipped: its share of the deadline is spent (${phase_budget}s of $(left)s left)"
+        timing="$timing $ph=skipped"
+        continue
+    fi
+    say "== $ph: ${phase_budget}s of the $(left)s left"
+    phase_end=$((SECONDS + phase_budget)) t=$SECONDS
+    "phase_$ph"
+    timing="$timing $ph=$((SECONDS - t))s"
+done
+say "== done at ${SECONDS}s of ${deadline}s:$timing"
+pack_logs
+ls -l "$out" | tail -n +2
