@@ -233,7 +233,8 @@ throughput_cells() { # log, model
             p = f[3]; gsub(/ /, "", p); print "params", (p == "" ? "-" : p)
             for (k = 1; k <= n; k++) {
                 t = f[col[k]]; b = f[col[k] + 1]; gsub(/ /, "", t); gsub(/ /, "", b)
-                print len[k], (t == "" ? "-" : t), (b == "" ? "-" : b)
+                # a note on stderr can land inside the row (hstu, atlas skipped): numbers only
+                print len[k], (t ~ /^[0-9.]+$/ ? t : "-"), (b ~ /^[0-9.]+$/ ? b : "-")
             }
         }' "$1"
 }
