@@ -19,17 +19,36 @@ usage: tools/device/sitting.sh [options]
                                   fla-gdn (--lift-triton-guard) when fla came
                       mixers      prism bench throughput, one run per model
                                   and precision, each under --per-run
+                    and three more, named to run (not in the default):
+                      probe       the probe preset's step (D 16, 2 blocks, B 32,
+                                  T 128) for --probe-models in each precision:
+                                  tokens/s and ms a step (graphs on)
+                      breakdown   bench throughput --breakdown of --breakdown-models
+                                  at lm-130m, T = 1024, bf16: where a step's time
+                                  goes (the tables go into logs.tar.xz, the top
+                                  rows into the summary)
+                      table4      prism ablate --grid table4 (the paper's protocol
+                                  unless --table4-args says otherwise) in
+                                  runs/sitting-table4, resumed from what an earlier
+                                  call on the same machine left there; the cells
+                                  done and the seconds spent so far, summed over
+                                  calls (runs/sitting-table4/wall.txt)
   --deadline S      seconds for the whole sitting, unpacking included (default 540)
   --shares LIST     phase=weight,...: each phase gets the time left times its
                     weight over the weights of the phases still to run, so time
                     one leaves goes to the next (default
-                    tests=1,recurrence=1,python=3,mixers=6; gpu: 20 s at most)
+                    tests=1,recurrence=1,python=3,mixers=6,probe=1,
+                    breakdown=1,table4=6; gpu: 20 s at most)
   --models LIST     mixers (default prism,gdn,mamba2,attn,gla,linattn,deltanet,
                     ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas)
-  --precisions LIST mixers: f32, tf32, bf16 (default bf16,tf32)
+  --precisions LIST mixers and probe: f32, tf32, bf16 (default bf16,tf32)
   --seq-lens LIST   mixers and python (default 1024,16384; 16384 tokens a step)
   --steps N         timed steps a figure (default 3)
   --per-run S       the cap on one mixers run (default 60)
+  --probe-models L  probe (default prism,gdn,linattn)
+  --breakdown-models L  breakdown (default prism,gdn)
+  --table4-args "A" table4: more ablate options, e.g. "--steps 1000 --seeds 1"
+                    for a rate (a different grid folder then: runs/sitting-table4-rate)
   --out DIR         where the files go (default $OUT if set, else runs/sitting)
   --carry DIR       the folder pack.sh filled (default .carry)
   --prism PATH      this prism instead of the carried one (test binaries: its folder's test_*)
@@ -45,6 +64,7 @@ cd "$(dirname "$0")/../.." || exit 2
 phases=gpu,tests,recurrence,python,mixers deadline=540 shares_arg="" per_run=60 steps=3
 models=prism,gdn,mamba2,attn,gla,linattn,deltanet,ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas
 precisions=bf16,tf32 seq_lens=1024,16384 out=${OUT:-runs/sitting} carry=.carry prism=""
+probe_models=prism,gdn,linattn breakdown_models=prism,gdn table4_args=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --phases) phases="$2"; shift 2 ;;
@@ -55,6 +75,9 @@ while [ $# -gt 0 ]; do
     --seq-lens) seq_lens="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --per-run) per_run="$2"; shift 2 ;;
+    --probe-models) probe_models="$2"; shift 2 ;;
+    --breakdown-models) breakdown_models="$2"; shift 2 ;;
+    --table4-args) table4_args="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --prism) prism="$2"; shift 2 ;;
@@ -67,16 +90,16 @@ for v in "deadline=$deadline" "per-run=$per_run" "steps=$steps"; do
     case "${v#*=}" in '' | *[!0-9]* | 0) bad "--${v%%=*} takes a whole number >= 1, got '${v#*=}'" ;; esac
 done
 [ "$deadline" -ge 30 ] || bad "--deadline $deadline: 30 s at least (the logs are packed in the last 10)"
-declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6)
+declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6 [probe]=1 [breakdown]=1 [table4]=6)
 IFS=, read -ra phase_list <<<"$phases"
 for p in "${phase_list[@]}"; do
-    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers)"
+    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers, probe, breakdown, table4)"
 done
 if [ -n "$shares_arg" ]; then
     IFS=, read -ra kvs <<<"$shares_arg"
     for kv in "${kvs[@]}"; do
         k=${kv%%=*} w=${kv#*=}
-        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers)"
+        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers, probe, breakdown, table4)"
         case "$w" in '' | *[!0-9]*) bad "--shares: $k's weight must be a whole number, got '$w'" ;; esac
         weight[$k]=$w
     done
@@ -277,6 +300,60 @@ phase_mixers() {
                 sed 's/^/    | /' | tee -a "$summary"
         done
     done
+}
+
+phase_probe() {
+    local p rc t cap
+    [ $has_prism -eq 1 ] || { say "probe: no prism binary ($prism)"; return; }
+    say "probe: the probe preset, 4096 tokens a step (B 32, T 128), --steps 20 after 3; tokens/s and ms a step"
+    for p in "${prec_list[@]}"; do
+        cap=$((phase_end - SECONDS))
+        [ $cap -ge 10 ] || { say "  $p: not run (the phase's time is spent)"; continue; }
+        t=$SECONDS
+        capped $cap "$logs/probe-$p.log" "$prism" bench throughput --models "$probe_models" --preset probe \
+            --seq-lens 128 --tokens-per-batch 4096 --device cuda --precision "$p" --steps 20 --warmup 3 \
+            --out "$logs/probe-$p"
+        rc=$?
+        say "  $p: $(status_of $rc $cap), $((SECONDS - t))s"
+        awk -F'|' -v p="$p" '/^\| [a-z_0-9]+ \| [0-9]+ \|/ {
+            m = $2; tps = $4; gsub(/ /, "", m); gsub(/ /, "", tps)
+            if (tps ~ /^[0-9.]+$/ && tps > 0) printf "    %-10s %s %9.0f tokens/s  %.3f ms a step\n", m, p, tps, 4096e3 / tps
+        }' "$logs/probe-$p.log" | tee -a "$summary"
+    done
+}
+
+phase_breakdown() {
+    local rc t=$SECONDS cap=$((phase_end - SECONDS)) f
+    [ $has_prism -eq 1 ] || { say "breakdown: no prism binary ($prism)"; return; }
+    capped $cap "$logs/breakdown.log" "$prism" bench throughput --models "$breakdown_models" --seq-lens 1024 \
+        --tokens-per-batch 16384 --preset lm-130m --device cuda --precision bf16 --steps 3 --breakdown \
+        --out "$logs/breakdown"
+    rc=$?
+    say "breakdown: lm-130m, T=1024, bf16: $(status_of $rc $cap), $((SECONDS - t))s"
+    for f in "$logs"/breakdown/breakdown-*.md; do
+        [ -f "$f" ] || continue
+        say "  $(head -n 1 "$f" | sed 's/^# //')"
+        grep -aE '^\| [a-z_0-9]+ \| [a-z_0-9]+ \| (fwd|bwd) \|' "$f" | head -n 12 | sed 's/^/    /' | tee -a "$summary"
+    done
+}
+
+phase_table4() {
+    local rc t=$SECONDS cap=$((phase_end - SECONDS)) dir=runs/sitting-table4 spent=0 args=()
+    [ $has_prism -eq 1 ] || { say "table4: no prism binary ($prism)"; return; }
+    if [ -n "$table4_args" ]; then read -ra args <<<"$table4_args"; dir=runs/sitting-table4-rate; fi
+    mkdir -p "$dir"
+    [ -f "$dir/wall.txt" ] && spent=$(cat "$dir/wall.txt")
+    capped $cap "$logs/table4.log" "$prism" ablate --grid table4 --device cuda --workers threads --jobs 16 \
+        --out "$dir" "${args[@]}"
+    rc=$?
+    spent=$((spent + SECONDS - t))
+    echo "$spent" >"$dir/wall.txt"
+    "$prism" ablate --grid table4 --out "$dir" "${args[@]}" --dry-run >"$logs/table4-state.log" 2>&1
+    local what="the paper's protocol"
+    [ -z "$table4_args" ] || what=$table4_args
+    say "table4: $(status_of $rc $cap) after $((SECONDS - t))s this call, ${spent}s in all on this machine ($what)"
+    say "  $(tail -n 1 "$logs/table4-state.log")"
+    grep -a 'cells done' "$logs/table4.log" | tail -n 1 | sed 's/^/  /' | tee -a "$summary"
 }
 
 # ---- the sitting ------------------------------------------------------------------------
