@@ -295,8 +295,9 @@ phase_mixers() {
             [ $cells -gt 0 ] || echo "$m,$p,-,-,-,$params,$st,$((SECONDS - t))" >>"$csv"
             say "$line $(awk -v n="$params" 'BEGIN { print (n == "-" ? "-" : sprintf("%.1fM", n / 1e6)) }'): $st, $((SECONDS - t))s"
             # its own notes (skipped at a length, eager steps, not timed), and the end of a failure
-            grep -a '^prism bench throughput: ' "$log" | sed 's/^prism bench throughput: /    /' | tee -a "$summary"
-            [ $rc -eq 0 ] || grep -avE '^prism bench throughput: |^\||^precision |^$' "$log" | tail -n 3 |
+            # (a note on stderr can land after a row's first cells: taken from anywhere in a line)
+            grep -ao 'prism bench throughput: .*' "$log" | sed 's/^prism bench throughput: /    /' | tee -a "$summary"
+            [ $rc -eq 0 ] || grep -avE 'prism bench throughput: |^\||^precision |^$' "$log" | tail -n 3 |
                 sed 's/^/    | /' | tee -a "$summary"
         done
     done

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tests/sitting.sh: tools/device/sitting.sh's bookkeeping, on a stub prism (no
+# GPU, seconds): each mixers run's cells into mixers.csv, a run past its cap
+# recorded as timed out with the next one going on, a note that lands inside
+# a table row kept out of the numbers, the probe phase's ms a step, and a
+# model the deadline leaves out listed as not run.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "sitting test: $*" >&2; [ -f "$tmp/out/summary.txt" ] && cat "$tmp/out/summary.txt" >&2; exit 1; }
+
+# the stub: bench throughput's table for --models M (a row a model; slow
+# sleeps past any cap; skipme has its skip note on stderr inside the row)
+cat >"$tmp/prism" <<'STUB'
+#!/usr/bin/env bash
+models="" lens=""
+while [ $# -gt 0 ]; do
+    case "$1" in --models) models=$2; shift ;; --seq-lens) lens=$2; shift ;; esac
+    shift
+done
+[ "$models" = slow ] && sleep 30
+IFS=, read -ra L <<<"$lens"
+printf 'precision bf16, cuda graph on\n\n| model | params |'
+for t in "${L[@]}"; do printf ' T=%s | MiB |' "$t"; done
+printf '\n|---|---|---|---|\n'
+if [ "$models" = skipme ]; then
+    printf '| skipme | - | - | - |'
+    echo "prism bench throughput: skipme at T=${L[0]} skipped: ~99 GiB for the backward" >&2
+    printf ' - |\n'
+    exit 1
+fi
+printf '| %s | 1000 |' "$models"
+for t in "${L[@]}"; do printf ' %d | 512.5 |' $((4096000 / t)); done
+printf '\n'
+STUB
+chmod +x "$tmp/prism"
+
+cd "$root"
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out" --phases mixers,probe \
+    --models fast,slow,skipme --precisions bf16 --per-run 3 --deadline 60 --probe-models fast >"$tmp/log" 2>&1 ||
+    fail "exited $? ($(tail -n 3 "$tmp/log"))"
+csv=$tmp/out/mixers.csv
+grep -qx 'fast,bf16,1024,4000,512.5,1000,ok,[0-9]*' "$csv" || fail "no fast row at T=1024 in mixers.csv"
+grep -qx 'fast,bf16,16384,250,512.5,1000,ok,[0-9]*' "$csv" || fail "no fast row at T=16384 in mixers.csv"
+grep -q '^slow,bf16,.*,timed out at 3s,' "$csv" || fail "the slow run is not recorded as timed out"
+grep -q '^skipme,bf16,1024,-,-,' "$csv" || fail "skipme's cell is not '-'"
+grep -q 'skipped\|GiB' "$csv" && fail "a note landed in mixers.csv's cells"
+grep -q 'skipme at T=1024 skipped' "$tmp/out/summary.txt" || fail "skipme's note is not in the summary"
+grep -qE 'fast +bf16 +32000 tokens/s +128.000 ms a step' "$tmp/out/summary.txt" || fail "no probe step in ms"
+[ -f "$tmp/out/logs.tar.xz" ] || fail "no logs.tar.xz"
+
+# a deadline too short for the second model: it is listed as not run
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out2" --phases mixers \
+    --models slow,fast --precisions bf16 --per-run 25 --deadline 31 >"$tmp/log2" 2>&1 || fail "second run exited $?"
+grep -q '^fast,bf16,-,-,-,-,not run,0' "$tmp/out2/mixers.csv" || fail "fast is not listed as not run"
+echo "sitting test: ok"
