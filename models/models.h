@@ -77,6 +77,7 @@ typedef struct pr_config {
     int mom_memories, mom_topk;
     bool mom_shared;
     char mom_backend[8];
+    char mom_route[8];          /* packed | padded (models/mom.c) */
     double mom_aux_loss_scale;
     int hstu_buckets;
     int atlas_window, atlas_degree, atlas_ns_steps;
@@ -291,10 +292,10 @@ double pr_mixer_big_step_bytes(const pr_config *c, int64_t B, int64_t T, const c
  *   P_e = mean router probability of e; only P carries gradient. */
 typedef struct {
     int E;
-    pr_tensor *prob_sum;   /* [E] sum of the router probabilities over every layer's tokens; NULL: no MoM layer ran */
-    double count[64];      /* picks of each memory, over every layer */
-    double tokens;         /* tokens routed, over every layer */
-    double scale;          /* mom.aux_loss_scale */
+    pr_tensor *prob_sum;    /* [E] sum of the router probabilities over every layer's tokens; NULL: no MoM layer ran */
+    pr_tensor *count_sum;   /* [E] picks of each memory over every layer (no gradient; on the device with padded routing) */
+    double tokens;          /* tokens routed, over every layer */
+    double scale;           /* mom.aux_loss_scale */
 } pr_router_stats;
 pr_tensor *pr_router_aux_loss(pr_ctx *ctx, const pr_router_stats *rs);
 

@@ -17,9 +17,17 @@
  *   key channel, Wgk_e [D,HK]: full rank, ours), rule gla (per-token form on CUDA)
  * Training adds fla's load-balancing loss: pr_router_stats below.
  *
- * The routing is read on the host (top-k of the probabilities), then every
- * move of rows is a gather (pr_embedding), so the layer is made of ops with
- * CPU and CUDA kernels and the tape differentiates it.
+ * mom.route=packed (the default): the routing is read on the host (top-k of
+ * the probabilities), each memory's tokens packed back to back (varlen), then
+ * every move of rows is a gather (pr_embedding), so the layer is made of ops
+ * with CPU and CUDA kernels and the tape differentiates it.
+ * mom.route=padded: the top-k and the slots are computed where the tensors
+ * are (pr_route_padded, ops/route.h) and each memory's sequence of row b is
+ * padded to T, a batch of E*B sequences: E/k times the routed rows, but no
+ * value read on the host and every shape fixed, so the step can be captured
+ * as a CUDA graph. The pads follow every real token of their sequence, so
+ * the causal convolutions and recurrences give the real tokens the packed
+ * layout's values. A forward that keeps state (decoding) runs packed.
  *
  * State slots: 0..2 the routed q, k, v conv windows [E*B, W-1, C] (row e*B + b),
  * 3 the routed memories' states [E*B, H, K, V]; 4..6 the shared memory's conv
@@ -29,6 +37,7 @@
 
 #include "models/models.h"
 #include "models/slots.h"
+#include "ops/route.h"
 
 
 #define MOM_MAX_MEMORIES 64
@@ -308,40 +317,91 @@ static pr_tensor *shared_memory(pr_ctx *ctx, const mom_layer *l, const pr_config
                          st ? st->slot[PR_SLOT_MOM_SHARED_H] : NULL, NULL, st ? &st->slot[PR_SLOT_MOM_SHARED_H] : NULL);
 }
 
-/* the routing weights [BT, k]: the picked probabilities over their sum */
+/* the routing weights [BT, k]: the picked probabilities (at [BT k]: their
+ * indices in probs flat, on probs' device) over their sum */
+static pr_tensor *weights_of(pr_ctx *ctx, pr_tensor *probs, int64_t BT, int64_t k, pr_tensor *at)
+{
+    pr_tensor *flat = pr_reshape(ctx, probs, PR_DIMS(probs->numel, 1));
+    pr_tensor *w = pr_reshape(ctx, pr_embedding(ctx, flat, at), PR_DIMS(BT, k));
+    return pr_div(ctx, w, pr_reshape(ctx, pr_sum(ctx, w), PR_DIMS(BT, 1)));
+}
 static pr_tensor *routing_weights(pr_ctx *ctx, pr_tensor *probs, const routing *rt)
 {
     int64_t BT = rt->B * rt->T, k = rt->k;
     int64_t *at = pr_arena_alloc(ctx->step, sizeof(int64_t) * (size_t)(BT * k));
     for (int64_t i = 0; i < BT * k; i++) at[i] = (i / k) * rt->E + rt->pick[i];
-    pr_tensor *flat = pr_reshape(ctx, probs, PR_DIMS(BT * rt->E, 1));
-    pr_tensor *w = pr_reshape(ctx, gather_rows(ctx, flat, BT * k, at), PR_DIMS(BT, k));
-    return pr_div(ctx, w, pr_reshape(ctx, pr_sum(ctx, w), PR_DIMS(BT, 1)));
+    return weights_of(ctx, probs, BT, k, ids(ctx, probs->device, PR_DIMS(BT * k), at));
 }
 
-/* the router's statistics for the balance loss, when a loss asked for them */
-static void add_router_stats(pr_ctx *ctx, const pr_config *c, pr_tensor *probs, const routing *rt)
+/* ---- padded routing (mom.route=padded) -------------------------------------------
+ * Sequence s = e*B + b holds row b's tokens routed to e in its first slots,
+ * then pads (rows of zeros in; what they give out is never read). */
+
+/* xs [E*B*T, D] through memory e's own map w[e] on its B*T slots: [E*B*T, out] */
+static pr_tensor *per_memory_padded(pr_ctx *ctx, pr_tensor *xs, int64_t E, pr_tensor *const *w)
+{
+    pr_tensor *parts[MOM_MAX_MEMORIES];
+    int64_t n = xs->shape[0] / E;
+    for (int64_t e = 0; e < E; e++) parts[e] = pr_linear(ctx, pr_slice(ctx, xs, 0, e * n, n), w[e], NULL);
+    return concat_rows(ctx, (int)E, parts);
+}
+
+/* silu(causal depthwise conv) of [S*T, C] within each of the S sequences: [S, T, C] */
+static pr_tensor *padded_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, int64_t S, int64_t T)
+{
+    return pr_silu(ctx, pr_shortconv(ctx, pr_reshape(ctx, x, PR_DIMS(S, T, x->shape[1])), w, NULL, NULL));
+}
+
+/* each token's k memories' outputs, [BT, k, HV], the memories run over their padded sequences */
+static pr_tensor *routed_padded(pr_ctx *ctx, const mom_layer *l, const pr_config *c, const pr_routing *r, pr_tensor *x)
+{
+    int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2], H = c->n_heads, E = c->mom_memories, S = E * B;
+    pr_tensor *rows = pr_reshape(ctx, x, PR_DIMS(B * T, D));
+    pr_tensor *zero = pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(1, D));
+    pr_tensor *xs = pr_embedding(ctx, pr_concat(ctx, 2, (pr_tensor *[]){rows, zero}, 0), r->tok);   /* [S*T, D] */
+    pr_tensor *q = padded_conv(ctx, pr_linear(ctx, xs, l->q_proj, NULL), l->q_conv, S, T);
+    pr_tensor *kk = padded_conv(ctx, per_memory_padded(ctx, xs, E, l->k_proj), l->k_conv, S, T);
+    pr_tensor *v = padded_conv(ctx, per_memory_padded(ctx, xs, E, l->v_proj), l->v_conv, S, T);
+    q = pr_l2norm(ctx, pr_split_heads(ctx, q, H), 1e-6);
+    kk = pr_l2norm(ctx, pr_split_heads(ctx, kk, H), 1e-6);
+    pr_tensor *g, *beta;
+    memory_gates(ctx, l, c, per_memory_padded(ctx, xs, E, l->a_proj),
+                 is_gla(c) ? NULL : per_memory_padded(ctx, xs, E, l->b_proj), 2, (const int64_t[]){S, T}, &g, &beta);
+    pr_recurrence_opts opt = memory_opts(c, x, T);
+    pr_tensor *o = pr_recurrence(ctx, &opt, q, kk, pr_split_heads(ctx, v, H), g, beta, NULL, NULL, NULL, NULL, NULL);
+    o = pr_reshape(ctx, o, PR_DIMS(S * T, o->shape[2] * o->shape[3]));
+    return pr_embedding(ctx, o, r->slot);
+}
+
+/* the router's statistics for the balance loss, when a loss asked for them:
+ * count [E] the layer's picks of each memory (probs' dtype and device) */
+static void add_router_stats(pr_ctx *ctx, const pr_config *c, pr_tensor *probs, pr_tensor *count)
 {
     pr_router_stats *rs = ctx->loss_aux;
     if (!rs) return;
-    int64_t BT = rt->B * rt->T;
-    pr_tensor *sum = pr_sum(ctx, pr_transpose(ctx, pr_reshape(ctx, probs, PR_DIMS(BT, rt->E)), 0, 1));   /* [E] */
-    PR_CHECK(!rs->prob_sum || rs->E == rt->E, "mom: router statistics of %d and %lld memories", rs->E, (long long)rt->E);
+    int64_t E = probs->shape[2], BT = probs->numel / E;
+    pr_tensor *sum = pr_sum(ctx, pr_transpose(ctx, pr_reshape(ctx, probs, PR_DIMS(BT, E)), 0, 1));   /* [E] */
+    PR_CHECK(!rs->prob_sum || rs->E == E, "mom: router statistics of %d and %lld memories", rs->E, (long long)E);
     rs->prob_sum = rs->prob_sum ? pr_add(ctx, rs->prob_sum, sum) : sum;
-    rs->E = (int)rt->E;
+    rs->count_sum = rs->count_sum ? pr_add(ctx, rs->count_sum, count) : count;
+    rs->E = (int)E;
     rs->scale = c->mom_aux_loss_scale;
     rs->tokens += (double)BT;
-    for (int64_t i = 0; i < BT * rt->k; i++) rs->count[rt->pick[i]] += 1;
+}
+
+/* a packed routing's picks of each memory, as add_router_stats takes them */
+static pr_tensor *pick_counts(pr_ctx *ctx, const routing *rt, const pr_tensor *probs)
+{
+    double n[MOM_MAX_MEMORIES] = {0};
+    for (int64_t i = 0; i < rt->B * rt->T * rt->k; i++) n[rt->pick[i]] += 1;
+    return pr_to(ctx->step, pr_from_host(ctx->step, PR_F64, PR_CPU, PR_DIMS(rt->E), n), probs->dtype, probs->device);
 }
 
 pr_tensor *pr_router_aux_loss(pr_ctx *ctx, const pr_router_stats *rs)
 {
-    pr_tensor *p = rs->prob_sum;
-    double frac[MOM_MAX_MEMORIES];
-    for (int e = 0; e < rs->E; e++) frac[e] = rs->count[e] / rs->tokens;
-    pr_tensor *f = pr_to(ctx->step, pr_from_host(ctx->step, PR_F64, PR_CPU, PR_DIMS(rs->E), frac), p->dtype, p->device);
-    /* E * sum_e f_e P_e, P_e = prob_sum_e / tokens */
-    return pr_scale(ctx, pr_sum(ctx, pr_mul(ctx, p, f)), rs->scale * rs->E / rs->tokens);
+    /* E * sum_e f_e P_e, f_e = count_e / tokens, P_e = prob_sum_e / tokens */
+    pr_tensor *f = pr_scale(ctx, rs->count_sum, 1.0 / rs->tokens);
+    return pr_scale(ctx, pr_sum(ctx, pr_mul(ctx, rs->prob_sum, f)), rs->scale * rs->E / rs->tokens);
 }
 
 static pr_tensor *mom_forward(pr_ctx *ctx, const void *layer, const pr_config *c, pr_tensor *x, pr_layer_state *st)
@@ -354,13 +414,22 @@ static pr_tensor *mom_forward(pr_ctx *ctx, const void *layer, const pr_config *c
     pr_precision_state prec = pr_autocast_pause(ctx);
     pr_tensor *probs = pr_softmax(ctx, pr_linear(ctx, x32, l->router, NULL));   /* [B,T,E] */
     pr_autocast_resume(ctx, prec);
-    routing rt = route(ctx, probs, k);
-    add_router_stats(ctx, c, probs, &rt);
-    pr_tensor *xp = gather_rows(ctx, pr_reshape(ctx, x, PR_DIMS(B * T, D)), rt.R, rt.tok);
-    pr_tensor *o = routed_memories(ctx, l, c, &rt, xp, st);   /* [R, HV] */
-    pr_tensor *picked = pr_embedding(ctx, o, ids(ctx, x->device, PR_DIMS(B * T, k), rt.row));   /* [BT,k,HV] */
-    pr_tensor *w = pr_reshape(ctx, routing_weights(ctx, probs, &rt), PR_DIMS(B * T, 1, k));
-    o = pr_reshape(ctx, pr_matmul(ctx, w, picked, false, false), PR_DIMS(B, T, H, o->shape[1] / H));
+    pr_tensor *picked, *w;   /* [BT,k,HV] each token's memories' outputs, [BT,k] their weights */
+    if (!st && strcmp(c->mom_route, "padded") == 0) {
+        pr_routing r = pr_route_padded(ctx, probs, k);
+        add_router_stats(ctx, c, probs, r.count);
+        picked = routed_padded(ctx, l, c, &r, x);
+        w = weights_of(ctx, probs, B * T, k, r.at);
+    } else {
+        routing rt = route(ctx, probs, k);
+        add_router_stats(ctx, c, probs, pick_counts(ctx, &rt, probs));
+        pr_tensor *xp = gather_rows(ctx, pr_reshape(ctx, x, PR_DIMS(B * T, D)), rt.R, rt.tok);
+        pr_tensor *o = routed_memories(ctx, l, c, &rt, xp, st);   /* [R, HV] */
+        picked = pr_embedding(ctx, o, ids(ctx, x->device, PR_DIMS(B * T, k), rt.row));
+        w = routing_weights(ctx, probs, &rt);
+    }
+    pr_tensor *o = pr_matmul(ctx, pr_reshape(ctx, w, PR_DIMS(B * T, 1, k)), picked, false, false);
+    o = pr_reshape(ctx, o, PR_DIMS(B, T, H, picked->shape[2] / H));
     if (l->shared_k) o = pr_add(ctx, o, shared_memory(ctx, l, c, x, st));
     pr_tensor *n;
     if (l->g_proj) n = pr_rmsnorm_gated(ctx, o, pr_split_heads(ctx, pr_linear(ctx, x, l->g_proj, NULL), H), l->o_norm, c->norm_eps);

@@ -12,10 +12,12 @@
  * sampled-negative loss and gradients (dropout off). PRISM's paper form has
  * cases of its own at odd sizes: D = 15 with 3 heads of 5, or one head of 7,
  * T = 37 against chunks of 32 and 64 or the per-token form, L = 1..3,
- * factorised projections, knorm off, the anchor without its conv. Skips
- * without a GPU.
+ * factorised projections, knorm off, the anchor without its conv. MoM
+ * routed on the device (mom.route=padded) has its own case, with its
+ * routing against the CPU's bit for bit. Skips without a GPU.
  */
 #include "tests/test_models_util.h"
+#include "ops/route.h"
 
 static double rel_err(const pr_tensor *got, const pr_tensor *ref)
 {
@@ -127,6 +129,38 @@ static void test_cuda_prism_paper(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* MoM routed on the device (mom.route=padded): the layer against the CPU's,
+ * its decoding (which runs packed) against its whole sequence, and the
+ * routing's slots and counts equal to the CPU's on the same f32 probabilities */
+static void test_cuda_mom_padded(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    int fails = 0;
+    for (int i = 0; i < N_TEST_MIXERS; i++) {
+        if (strcmp(test_mixers[i].name, "mom") != 0) continue;
+        for (int gla = 0; gla < 2; gla++) {
+            pr_config c = test_config(i, 20, 3, 8, 32);
+            c.init_std = 0.2;
+            pr_err err;
+            assert_int_equal(pr_config_set(&c, "mom.route=padded", &err), 0);
+            if (gla) assert_int_equal(pr_config_set(&c, "mom.backend=gla", &err), 0);
+            fails += layer_case_of(c);
+        }
+    }
+    pr_ctx *ctx = pr_ctx_new(1);
+    const int64_t B = 5, T = 37, E = 6, k = 3;
+    pr_tensor *p = pr_to(ctx->step, pr_softmax(ctx, test_input(ctx->step, PR_F64, B, T, E, 9)), PR_F32, PR_CPU);
+    pr_routing h = pr_route_padded(ctx, p, k), d = pr_route_padded(ctx, pr_to(ctx->step, p, PR_F32, PR_CUDA), k);
+    const pr_tensor *ht[4] = {h.at, h.slot, h.tok, h.count}, *dt[4] = {d.at, d.slot, d.tok, d.count};
+    for (int i = 0; i < 4; i++) {
+        pr_tensor *back = pr_to(ctx->step, dt[i], dt[i]->dtype, PR_CPU);
+        assert_memory_equal(back->data, ht[i]->data, pr_nbytes(ht[i]));
+    }
+    pr_ctx_free(ctx);
+    assert_int_equal(fails, 0);
+}
+
 static void test_cuda_layers(void **state)
 {
     (void)state;
@@ -221,6 +255,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_layers),
         cmocka_unit_test(test_cuda_prism_paper),
+        cmocka_unit_test(test_cuda_mom_padded),
         cmocka_unit_test(test_cuda_lm),
         cmocka_unit_test(test_cuda_sasrec),
     };

@@ -6,11 +6,15 @@
  * - the LM loss adds fla's balance loss, scale * E * sum_e f_e P_e over every
  *   layer's tokens, checked against the router's probabilities by hand;
  * - float64 gradcheck of the LM loss with the balance term, every parameter;
+ * - mom.route=padded (routed on the device, each memory's sequence padded to
+ *   T) gives the packed layout's loss and gradients, and its routing puts
+ *   each pick in its memory's sequence in time order;
  * - bad configs are refused with the key named.
  * (Whole sequence == decoding, the layer gradcheck and training run for mom
  * with every mixer in test_models.c.)
  */
 #include "tests/test_models_util.h"
+#include "ops/route.h"
 
 static int mom_index(void)
 {
@@ -197,6 +201,82 @@ static void test_gradcheck_lm_loss(void **state)
     pr_model_free(m);
 }
 
+/* ---- padded routing (mom.route=padded) --------------------------------------------- */
+/* the LM loss (balance term included) and every parameter's gradient, routed
+ * packed and padded, the same weights: equal to rounding (f64) */
+static void padded_matches_packed(const char *backend, const char *topk)
+{
+    pr_config c = mom_config((const char *[]){"mom.memories=3", backend, topk, "mom.aux_loss_scale=0.5", NULL});
+    c.n_layers = 2;
+    pr_config cp = c;
+    pr_err err;
+    assert_int_equal(pr_config_set(&cp, "mom.route=padded", &err), 0);
+    pr_model *m[2] = {pr_model_new(&c, PR_F64, PR_CPU), pr_model_new(&cp, PR_F64, PR_CPU)};
+    pr_model_init(m[0]);
+    for (int i = 0; i < m[0]->params->n; i++)
+        copy_param(m[1]->params, m[0]->params->p[i].path, m[0]->params, m[0]->params->p[i].path);
+    int64_t tg_host[14];
+    for (int i = 0; i < 14; i++) tg_host[i] = (ids_host[i] * 3 + 2) % c.vocab;
+    double loss[2];
+    pr_ctx *ctx[2];
+    for (int r = 0; r < 2; r++) {
+        ctx[r] = pr_ctx_new(1);
+        pr_tensor *ids = pr_from_host(ctx[r]->step, PR_I64, PR_CPU, PR_DIMS(2, 7), ids_host);
+        pr_tensor *tg = pr_from_host(ctx[r]->step, PR_I64, PR_CPU, PR_DIMS(2, 7), tg_host);
+        pr_params_zero_grads(m[r]->params);
+        pr_tensor *l = pr_lm_loss(ctx[r], m[r], ids, tg);
+        loss[r] = pr_item(l);
+        pr_backward(ctx[r], l);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "lm loss, padded against packed (%s, %s)", backend, topk);
+    pr_assert_allclose(what, &loss[1], &loss[0], 1, 1e-12, 1e-10);
+    for (int i = 0; i < m[0]->params->n; i++) {
+        const pr_param *a = &m[0]->params->p[i], *b = pr_params_find(m[1]->params, a->path);
+        assert_non_null(a->t->grad);
+        snprintf(what, sizeof what, "grad %s (%s, %s)", a->path, backend, topk);
+        pr_assert_allclose(what, b->t->grad->data, a->t->grad->data, a->t->numel, 1e-12, 1e-9);
+    }
+    for (int r = 0; r < 2; r++) pr_ctx_free(ctx[r]), pr_model_free(m[r]);
+}
+
+static void test_padded_matches_packed(void **state)
+{
+    (void)state;
+    padded_matches_packed("mom.backend=gdn", "mom.topk=2");
+    padded_matches_packed("mom.backend=gdn", "mom.topk=1");
+    padded_matches_packed("mom.backend=gla", "mom.topk=2");
+}
+
+/* the routing itself: every pick's slot holds its token, the pads point past
+ * the last token, the counts add up, and f32 probabilities route as f64 ones */
+static void test_route_padded(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    const int64_t B = 3, T = 11, E = 5, k = 2;
+    pr_tensor *probs = pr_softmax(ctx, test_input(ctx->step, PR_F64, B, T, E, 5));
+    pr_routing r = pr_route_padded(ctx, probs, k);
+    const int64_t *at = r.at->data, *slot = r.slot->data, *tok = r.tok->data;
+    const double *pv = probs->data, *count = r.count->data;
+    int64_t seen[5] = {0}, pads = 0;
+    for (int64_t bt = 0; bt < B * T; bt++)
+        for (int64_t j = 0; j < k; j++) {
+            int64_t e = at[bt * k + j] - bt * E, s = slot[bt * k + j];
+            assert_true(e >= 0 && e < E);
+            assert_int_equal(tok[s], bt);                        /* its slot holds it */
+            assert_int_equal(s / T, e * B + bt / T);             /* in sequence (e, b) */
+            if (j) assert_true(pv[bt * E + e] <= pv[at[bt * k + j - 1]]);   /* descending */
+            seen[e]++;
+        }
+    for (int64_t i = 0; i < E * B * T; i++) pads += tok[i] == B * T;
+    assert_int_equal(pads, E * B * T - B * T * k);
+    for (int64_t e = 0; e < E; e++) assert_true(count[e] == (double)seen[e]);
+    pr_routing r32 = pr_route_padded(ctx, pr_to(ctx->step, probs, PR_F32, PR_CPU), k);
+    assert_memory_equal(r32.tok->data, r.tok->data, sizeof(int64_t) * (size_t)(E * B * T));
+    pr_ctx_free(ctx);
+}
+
 static void test_bad_configs(void **state)
 {
     (void)state;
@@ -218,6 +298,8 @@ int main(void)
         cmocka_unit_test(test_memory_sees_its_tokens),
         cmocka_unit_test(test_balance_loss),
         cmocka_unit_test(test_gradcheck_lm_loss),
+        cmocka_unit_test(test_padded_matches_packed),
+        cmocka_unit_test(test_route_padded),
         cmocka_unit_test(test_bad_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
