@@ -14,6 +14,8 @@ fail() { echo "sitting test: $*" >&2; [ -f "$tmp/out/summary.txt" ] && cat "$tmp
 # sleeps past any cap; skipme has its skip note on stderr inside the row)
 cat >"$tmp/prism" <<'STUB'
 #!/usr/bin/env bash
+echo "$*" >>"${0%/*}/args.log"
+[ "$2" = recurrence ] && { echo "gdn         chunk64/bf16      1.255     4.262"; exit 0; }
 models="" lens=""
 while [ $# -gt 0 ]; do
     case "$1" in --models) models=$2; shift ;; --seq-lens) lens=$2; shift ;; esac
@@ -49,6 +51,15 @@ grep -q 'skipped\|GiB' "$csv" && fail "a note landed in mixers.csv's cells"
 grep -q 'skipme at T=1024 skipped' "$tmp/out/summary.txt" || fail "skipme's note is not in the summary"
 grep -qE 'fast +bf16 +32000 tokens/s +128.000 ms a step' "$tmp/out/summary.txt" || fail "no probe step in ms"
 [ -f "$tmp/out/logs.tar.xz" ] || fail "no logs.tar.xz"
+
+# --set reaches every bench run; --recurrence-force runs the bench once per forcing
+rm -f "$tmp/args.log"
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out3" --phases recurrence,mixers \
+    --models fast --precisions bf16 --set mom.route=padded --recurrence-force "grad_pieces=3;grad_pieces=2" \
+    --shares recurrence=3,mixers=1 --deadline 60 >"$tmp/log3" 2>&1 || fail "third run exited $?"
+grep -q -- '--models fast .*--set mom.route=padded' "$tmp/args.log" || fail "--set did not reach bench throughput"
+[ "$(grep -c -- 'bench recurrence .*--force grad_pieces=[32]' "$tmp/args.log")" = 2 ] || fail "not one recurrence run per forcing"
+grep -q 'recurrence grad_pieces=2: ok' "$tmp/out3/summary.txt" || fail "no summary line for the second forcing"
 
 # a deadline too short for the second model: it is listed as not run
 bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out2" --phases mixers \

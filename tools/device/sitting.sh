@@ -49,6 +49,10 @@ usage: tools/device/sitting.sh [options]
   --breakdown-models L  breakdown (default prism,gdn)
   --table4-args "A" table4: more ablate options, e.g. "--steps 1000 --seeds 1"
                     for a rate (a different grid folder then: runs/sitting-table4-rate)
+  --set KEY=VALUE   a model key for mixers, probe, breakdown and table4 (repeatable),
+                    e.g. --set mom.route=padded
+  --recurrence-force "A;B"  recurrence: one run per plan forcing, ';' between them,
+                    e.g. "grad_pieces=4;grad_pieces=3" (an A/B in one call)
   --out DIR         where the files go (default $OUT if set, else runs/sitting)
   --carry DIR       the folder pack.sh filled (default .carry)
   --prism PATH      this prism instead of the carried one (test binaries: its folder's test_*)
@@ -64,7 +68,7 @@ cd "$(dirname "$0")/../.." || exit 2
 phases=gpu,tests,recurrence,python,mixers deadline=540 shares_arg="" per_run=60 steps=3
 models=prism,gdn,mamba2,attn,gla,linattn,deltanet,ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas
 precisions=bf16,tf32 seq_lens=1024,16384 out=${OUT:-runs/sitting} carry=.carry prism=""
-probe_models=prism,gdn,linattn breakdown_models=prism,gdn table4_args=""
+probe_models=prism,gdn,linattn breakdown_models=prism,gdn table4_args="" sets=() rec_forces=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --phases) phases="$2"; shift 2 ;;
@@ -78,6 +82,8 @@ while [ $# -gt 0 ]; do
     --probe-models) probe_models="$2"; shift 2 ;;
     --breakdown-models) breakdown_models="$2"; shift 2 ;;
     --table4-args) table4_args="$2"; shift 2 ;;
+    --set) sets+=(--set "$2"); shift 2 ;;
+    --recurrence-force) rec_forces="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --prism) prism="$2"; shift 2 ;;
@@ -204,14 +210,20 @@ phase_tests() {
 }
 
 phase_recurrence() {
-    local rc t=$SECONDS cap=$((phase_end - SECONDS))
+    local rc t cap f i=0 forces=()
     [ $has_prism -eq 1 ] || { say "recurrence: no prism binary ($prism)"; return; }
-    capped $cap "$logs/recurrence.log" "$prism" bench recurrence --size 1 --no-token \
-        --rules linattn,ssd,delta,gdn,prism_core,gla
-    rc=$?
-    say "recurrence: $(status_of $rc $cap), $((SECONDS - t))s"
-    # the timing rows and targets; the plans and step memories stay in the log
-    grep -avE '^ +(plan:|forward step memory)|^$' "$logs/recurrence.log" | sed 's/^/  /' | tee -a "$summary"
+    IFS=';' read -ra forces <<<"${rec_forces:-}"
+    [ ${#forces[@]} -gt 0 ] || forces=("")
+    for f in "${forces[@]}"; do
+        i=$((i + 1)) t=$SECONDS cap=$(((phase_end - SECONDS) / (${#forces[@]} - i + 1)))
+        [ $cap -ge 10 ] || { say "recurrence ${f:-as planned}: not run (the phase's time is spent)"; continue; }
+        capped $cap "$logs/recurrence-$i.log" "$prism" bench recurrence --size 1 --no-token \
+            --rules linattn,ssd,delta,gdn,prism_core,gla ${f:+--force "$f"}
+        rc=$?
+        say "recurrence ${f:-as planned}: $(status_of $rc $cap), $((SECONDS - t))s"
+        # the timing rows and targets; the plans and step memories stay in the log
+        grep -avE '^ +(plan:|forward step memory)|^$' "$logs/recurrence-$i.log" | sed 's/^/  /' | tee -a "$summary"
+    done
 }
 
 phase_python() {
@@ -280,7 +292,7 @@ phase_mixers() {
             log=$logs/mixers/$m-$p.log t=$SECONDS
             capped "$cap" "$log" "$prism" bench throughput --models "$m" --seq-lens "$seq_lens" \
                 --tokens-per-batch 16384 --preset lm-130m --device cuda --precision "$p" --steps "$steps" \
-                --out "$logs/mixers/$m-$p"
+                --out "$logs/mixers/$m-$p" "${sets[@]}"
             rc=$?
             st=$(status_of $rc "$cap")
             params=- cells=0
@@ -313,7 +325,7 @@ phase_probe() {
         t=$SECONDS
         capped $cap "$logs/probe-$p.log" "$prism" bench throughput --models "$probe_models" --preset probe \
             --seq-lens 128 --tokens-per-batch 4096 --device cuda --precision "$p" --steps 20 --warmup 3 \
-            --out "$logs/probe-$p"
+            --out "$logs/probe-$p" "${sets[@]}"
         rc=$?
         say "  $p: $(status_of $rc $cap), $((SECONDS - t))s"
         awk -F'|' -v p="$p" '/^\| [a-z_0-9]+ \| [0-9]+ \|/ {
@@ -328,7 +340,7 @@ phase_breakdown() {
     [ $has_prism -eq 1 ] || { say "breakdown: no prism binary ($prism)"; return; }
     capped $cap "$logs/breakdown.log" "$prism" bench throughput --models "$breakdown_models" --seq-lens 1024 \
         --tokens-per-batch 16384 --preset lm-130m --device cuda --precision bf16 --steps 3 --breakdown \
-        --out "$logs/breakdown"
+        --out "$logs/breakdown" "${sets[@]}"
     rc=$?
     say "breakdown: lm-130m, T=1024, bf16: $(status_of $rc $cap), $((SECONDS - t))s"
     for f in "$logs"/breakdown/breakdown-*.md; do
@@ -345,11 +357,11 @@ phase_table4() {
     mkdir -p "$dir"
     [ -f "$dir/wall.txt" ] && spent=$(cat "$dir/wall.txt")
     capped $cap "$logs/table4.log" "$prism" ablate --grid table4 --device cuda --workers threads --jobs 16 \
-        --out "$dir" "${args[@]}"
+        --out "$dir" "${args[@]}" "${sets[@]}"
     rc=$?
     spent=$((spent + SECONDS - t))
     echo "$spent" >"$dir/wall.txt"
-    "$prism" ablate --grid table4 --out "$dir" "${args[@]}" --dry-run >"$logs/table4-state.log" 2>&1
+    "$prism" ablate --grid table4 --out "$dir" "${args[@]}" "${sets[@]}" --dry-run >"$logs/table4-state.log" 2>&1
     local what="the paper's protocol"
     [ -z "$table4_args" ] || what=$table4_args
     say "table4: $(status_of $rc $cap) after $((SECONDS - t))s this call, ${spent}s in all on this machine ($what)"
