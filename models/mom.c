@@ -422,7 +422,7 @@ static pr_tensor *mom_forward(pr_ctx *ctx, const void *layer, const pr_config *c
         w = weights_of(ctx, probs, B * T, k, r.at);
     } else {
         routing rt = route(ctx, probs, k);
-        add_router_stats(ctx, c, probs, pick_counts(ctx, &rt, probs));
+        if (ctx->loss_aux) add_router_stats(ctx, c, probs, pick_counts(ctx, &rt, probs));   /* counts uploaded only for a loss */
         pr_tensor *xp = gather_rows(ctx, pr_reshape(ctx, x, PR_DIMS(B * T, D)), rt.R, rt.tok);
         pr_tensor *o = routed_memories(ctx, l, c, &rt, xp, st);   /* [R, HV] */
         picked = pr_embedding(ctx, o, ids(ctx, x->device, PR_DIMS(B * T, k), rt.row));
