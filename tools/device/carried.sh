@@ -2,7 +2,7 @@
 # tools/device/carried.sh: sourced on the GPU machine, from the repository
 # root, when the folder tools/device/pack.sh filled (.carry/) came with the
 # tree: nothing is built there. prism_carried NAME [DIR]
-#   - unpacks DIR/debs/*.deb into /tmp/prism-deps once, as deps.sh does with
+#   - unpacks DIR/debs/*.deb into /tmp/prism-deps once with deps.sh's prism_deps, as for
 #     .deps/ (the same folder, deps and libdir set alike), and puts the
 #     libraries on LD_LIBRARY_PATH, with the CUDA toolkit's after them;
 #   - un-xz's DIR/lib/*.xz into /tmp/prism-lib (libprism.so.0 of a shared
@@ -16,6 +16,7 @@
 #     when it differs (they read tests/data from there);
 #   - says, under NAME, what it found and any library the binaries lack.
 # Returns 2 when DIR holds no pack, 1 when a binary lacks a library.
+. "$(dirname "${BASH_SOURCE[0]}")/deps.sh"   # prism_deps
 prism_unxz() { # file.xz, output
     if command -v xz >/dev/null; then xz -dc "$1" >"$2"
     else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
@@ -28,18 +29,14 @@ prism_carried() {
         echo "$who: no $carry/manifest.txt: run tools/device/pack.sh where there is network and carry $carry" >&2
         return 2
     fi
-    deps=/tmp/prism-deps
-    if [ ! -d "$deps/usr" ]; then
-        for f in "$carry"/debs/*.deb; do [ -f "$f" ] && dpkg -x "$f" "$deps"; done
-    fi
-    libdir=$deps/usr/lib/x86_64-linux-gnu
+    prism_deps "$who" "$carry/debs" || rc=1   # sets deps, libdir, LD_LIBRARY_PATH
     # cudart and cublas come from the toolkit there; its folders go last so the carried libraries win
     local cuda="" top
     top=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
     for d in "$top/lib64" "$top/lib" "$top/targets/x86_64-linux/lib" /usr/local/cuda/lib64 /usr/local/cuda/lib; do
         [ -d "$d" ] && [[ "$cuda:" != *":$d:"* ]] && cuda=$cuda:$d
     done
-    export LD_LIBRARY_PATH=/tmp/prism-lib:$libdir:$libdir/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$cuda
+    export LD_LIBRARY_PATH=/tmp/prism-lib:$LD_LIBRARY_PATH$cuda
     rm -rf "$prism_bin" /tmp/prism-lib && mkdir -p "$prism_bin" /tmp/prism-lib
     for f in "$carry"/lib/*.xz "$carry"/bin/*.xz; do
         [ -f "$f" ] || continue
