@@ -176,17 +176,26 @@ static pr_tensor *concat_rows(pr_ctx *ctx, int n, pr_tensor **xs)
     return out;
 }
 
-/* xp [R, D] through memory e's own map w[e] on memory e's rows: [R, out] */
-static pr_tensor *project_per_memory(pr_ctx *ctx, const routing *rt, pr_tensor *xp, pr_tensor *const *w)
+/* rows x [R, D] through each memory's own map w[e] on its rows start[e] ..
+ * start[e] + len[e] - 1 (contiguous, in memory order, covering x): [R, out] */
+static pr_tensor *linear_per_memory(pr_ctx *ctx, pr_tensor *x, int64_t E, const int64_t *start, const int64_t *len,
+                                    pr_tensor *const *w)
 {
     pr_tensor *parts[MOM_MAX_MEMORIES] = {0};
     int n = 0;
-    for (int64_t e = 0; e < rt->E; e++) {
-        int64_t len = 0;
-        for (int64_t b = 0; b < rt->B; b++) len += rt->n[e * rt->B + b];
-        if (len) parts[n++] = pr_linear(ctx, pr_slice(ctx, xp, 0, rt->start[e * rt->B], len), w[e], NULL);
-    }
+    for (int64_t e = 0; e < E; e++)
+        if (len[e]) parts[n++] = pr_linear(ctx, pr_slice(ctx, x, 0, start[e], len[e]), w[e], NULL);
     return concat_rows(ctx, n, parts);
+}
+/* the packed rows xp [R, D]: memory e's are its B sequences' */
+static pr_tensor *project_per_memory(pr_ctx *ctx, const routing *rt, pr_tensor *xp, pr_tensor *const *w)
+{
+    int64_t start[MOM_MAX_MEMORIES] = {0}, len[MOM_MAX_MEMORIES] = {0};
+    for (int64_t e = 0; e < rt->E; e++) {
+        start[e] = rt->start[e * rt->B], len[e] = 0;
+        for (int64_t b = 0; b < rt->B; b++) len[e] += rt->n[e * rt->B + b];
+    }
+    return linear_per_memory(ctx, xp, rt->E, start, len, w);
 }
 
 /* the table row (see packed_conv) of position p of sequence s's window-then-tokens */
@@ -337,13 +346,12 @@ static pr_tensor *routing_weights(pr_ctx *ctx, pr_tensor *probs, const routing *
  * Sequence s = e*B + b holds row b's tokens routed to e in its first slots,
  * then pads (rows of zeros in; what they give out is never read). */
 
-/* xs [E*B*T, D] through memory e's own map w[e] on its B*T slots: [E*B*T, out] */
+/* the padded rows xs [E*B*T, D]: memory e's are its B*T slots */
 static pr_tensor *per_memory_padded(pr_ctx *ctx, pr_tensor *xs, int64_t E, pr_tensor *const *w)
 {
-    pr_tensor *parts[MOM_MAX_MEMORIES];
-    int64_t n = xs->shape[0] / E;
-    for (int64_t e = 0; e < E; e++) parts[e] = pr_linear(ctx, pr_slice(ctx, xs, 0, e * n, n), w[e], NULL);
-    return concat_rows(ctx, (int)E, parts);
+    int64_t start[MOM_MAX_MEMORIES] = {0}, len[MOM_MAX_MEMORIES] = {0}, n = xs->shape[0] / E;
+    for (int64_t e = 0; e < E; e++) start[e] = e * n, len[e] = n;
+    return linear_per_memory(ctx, xs, E, start, len, w);
 }
 
 /* silu(causal depthwise conv) of [S*T, C] within each of the S sequences: [S, T, C] */
