@@ -24,14 +24,14 @@ pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b)
     return b ? pr_add(ctx, y, pr_autocast(ctx, b, y->dtype)) : y;   /* autocast: the bias in y's dtype */
 }
 
-pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win)
+pr_tensor *pr_shortconv_silu(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win)
 {
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[1];
-    if (!win || W == 1) return pr_conv1d(ctx, x, w, bias);
+    if (!win || W == 1) return pr_conv1d_silu(ctx, x, w, bias);
     /* prepend the window (zeros for a fresh sequence: the same as the op's padding) */
     pr_tensor *prev = *win ? *win : pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(B, W - 1, C));
     pr_tensor *full = pr_concat(ctx, 2, (pr_tensor *[]){prev, x}, 1);
-    pr_tensor *y = pr_slice(ctx, pr_conv1d(ctx, full, w, bias), 1, W - 1, T);
+    pr_tensor *y = pr_slice(ctx, pr_conv1d_silu(ctx, full, w, bias), 1, W - 1, T);
     *win = pr_slice(ctx, full, 1, T, W - 1);
     return y;
 }
@@ -49,7 +49,7 @@ pr_pre_conv_params pr_pre_conv_build(pr_params *r, const pr_config *c, int width
 
 pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, const pr_pre_conv_params *p, pr_tensor **win)
 {
-    return p->w ? pr_silu(ctx, pr_shortconv(ctx, x, p->w, p->b, win)) : x;
+    return p->w ? pr_shortconv_silu(ctx, x, p->w, p->b, win) : x;
 }
 
 pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H)

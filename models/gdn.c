@@ -35,8 +35,7 @@ void pr_gdn_base_build(pr_params *r, const pr_config *c, pr_gdn_base *l, bool de
 static pr_tensor *conv_branch(pr_ctx *ctx, pr_tensor *x, pr_tensor *proj, pr_tensor *conv, int64_t H,
                               pr_layer_state *st, int slot)
 {
-    pr_tensor *y = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, proj, NULL), conv, NULL,
-                                             st ? &st->slot[slot] : NULL));
+    pr_tensor *y = pr_shortconv_silu(ctx, pr_linear(ctx, x, proj, NULL), conv, NULL, st ? &st->slot[slot] : NULL);
     return pr_split_heads(ctx, y, H);
 }
 

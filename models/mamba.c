@@ -53,7 +53,7 @@ static pr_tensor *mamba_forward(pr_ctx *ctx, const void *layer, const pr_config 
     mamba_dims d = dims_of(c);
     pr_tensor *xz[2], *dbc[3];
     pr_split(ctx, pr_linear(ctx, x, l->in_proj, NULL), 2, 2, (const int64_t[]){d.Di, d.Di}, xz);
-    pr_tensor *xc = pr_silu(ctx, pr_shortconv(ctx, xz[0], l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL));
+    pr_tensor *xc = pr_shortconv_silu(ctx, xz[0], l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL);
     pr_split(ctx, pr_linear(ctx, xc, l->x_proj, NULL), 2, 3, (const int64_t[]){d.R, d.N, d.N}, dbc);
     pr_tensor *delta = pr_linear(ctx, dbc[0], l->dt_proj, NULL);
     pr_tensor *A = pr_neg(ctx, pr_exp(ctx, l->A_log));

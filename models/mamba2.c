@@ -86,7 +86,7 @@ static pr_tensor *mamba2_forward(pr_ctx *ctx, const void *layer, const pr_config
     pr_tensor *z = in_proj_part(ctx, l, x, 0, d.Di);
     pr_tensor *xbc_in = in_proj_part(ctx, l, x, d.Di, conv_dim);
     pr_tensor *dt = in_proj_part(ctx, l, x, d.Di + conv_dim, d.Hm);
-    pr_tensor *conv = pr_silu(ctx, pr_shortconv(ctx, xbc_in, l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL));
+    pr_tensor *conv = pr_shortconv_silu(ctx, xbc_in, l->conv_w, l->conv_b, st ? &st->slot[PR_SLOT_MAMBA_CONV] : NULL);
     pr_split(ctx, conv, 2, 3, (const int64_t[]){d.Di, GN, GN}, xbc);
     pr_tensor *xs = pr_reshape(ctx, xbc[0], PR_DIMS(B, T, d.Hm, d.P));
     pr_tensor *delta = pr_softplus(ctx, pr_add(ctx, dt, l->dt_bias));             /* [B,T,Hm] */

@@ -215,10 +215,11 @@ extern const pr_mixer_def *const pr_mixers[];             /* NULL-terminated */
  * y stays bf16. A bias that must stay f32 (a log-decay's, as fla adds
  * dt_bias in f32) is added after it with pr_add, which promotes. */
 pr_tensor *pr_linear(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *b);
-/* causal depthwise conv over time of x [B,T,C] with w [C,W] (+ bias), starting
- * from the window *win [B,W-1,C] (NULL: zeros) and, when win != NULL, leaving
- * the last W-1 inputs there */
-pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win);
+/* silu of the causal depthwise conv over time of x [B,T,C] with w [C,W] (+ bias)
+ * (every model's short conv; one op, pr_conv1d_silu), starting from the window
+ * *win [B,W-1,C] (NULL: zeros) and, when win != NULL, leaving the last W-1
+ * inputs there */
+pr_tensor *pr_shortconv_silu(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias, pr_tensor **win);
 /* the depthwise causal conv some baselines run before their mixer (the
  * authors' probe script): silu(conv(x) + b), weights w [D,W] and bias b [D]
  * ~ U(+-1/sqrt(W)), the range of PyTorch's Conv1d default, which keeps x's
@@ -226,7 +227,7 @@ pr_tensor *pr_shortconv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias
 typedef struct { pr_tensor *w, *b; } pr_pre_conv_params;
 /* none (both NULL) for width 0 */
 pr_pre_conv_params pr_pre_conv_build(pr_params *r, const pr_config *c, int width);
-/* x through that conv (none: x itself), its window in *win as pr_shortconv keeps it */
+/* x through that conv (none: x itself), its window in *win as pr_shortconv_silu keeps it */
 pr_tensor *pr_pre_conv(pr_ctx *ctx, pr_tensor *x, const pr_pre_conv_params *p, pr_tensor **win);
 /* [B,T,H*E] <-> [B,T,H,E] */
 pr_tensor *pr_split_heads(pr_ctx *ctx, pr_tensor *x, int64_t H);

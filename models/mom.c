@@ -313,9 +313,9 @@ static pr_tensor *shared_memory(pr_ctx *ctx, const mom_layer *l, const pr_config
 {
     int64_t H = c->n_heads;
     pr_tensor **win = st ? &st->slot[PR_SLOT_MOM_SHARED_WIN] : NULL;
-    pr_tensor *q = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->q_proj, NULL), l->q_conv, NULL, win ? &win[0] : NULL));
-    pr_tensor *k = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->shared_k, NULL), l->k_conv, NULL, win ? &win[1] : NULL));
-    pr_tensor *v = pr_silu(ctx, pr_shortconv(ctx, pr_linear(ctx, x, l->shared_v, NULL), l->v_conv, NULL, win ? &win[2] : NULL));
+    pr_tensor *q = pr_shortconv_silu(ctx, pr_linear(ctx, x, l->q_proj, NULL), l->q_conv, NULL, win ? &win[0] : NULL);
+    pr_tensor *k = pr_shortconv_silu(ctx, pr_linear(ctx, x, l->shared_k, NULL), l->k_conv, NULL, win ? &win[1] : NULL);
+    pr_tensor *v = pr_shortconv_silu(ctx, pr_linear(ctx, x, l->shared_v, NULL), l->v_conv, NULL, win ? &win[2] : NULL);
     q = pr_l2norm(ctx, pr_split_heads(ctx, q, H), 1e-6);
     k = pr_l2norm(ctx, pr_split_heads(ctx, k, H), 1e-6);
     pr_tensor *g, *beta;
@@ -357,7 +357,7 @@ static pr_tensor *per_memory_padded(pr_ctx *ctx, pr_tensor *xs, int64_t E, pr_te
 /* silu(causal depthwise conv) of [S*T, C] within each of the S sequences: [S, T, C] */
 static pr_tensor *padded_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, int64_t S, int64_t T)
 {
-    return pr_silu(ctx, pr_shortconv(ctx, pr_reshape(ctx, x, PR_DIMS(S, T, x->shape[1])), w, NULL, NULL));
+    return pr_shortconv_silu(ctx, pr_reshape(ctx, x, PR_DIMS(S, T, x->shape[1])), w, NULL, NULL);
 }
 
 /* each token's k memories' outputs, [BT, k, HV], the memories run over their padded sequences */

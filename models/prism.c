@@ -178,9 +178,8 @@ static pr_tensor *forward_paper(pr_ctx *ctx, const prism_layer *l, const pr_conf
                                 pr_layer_state *st)
 {
     int64_t H = c->n_heads;
-    pr_tensor *u = l->u_conv ? pr_shortconv(ctx, x, l->u_conv, NULL, st ? &st->slot[PR_SLOT_PRISM_U] : NULL)
-                             : pr_linear(ctx, x, l->u_proj, NULL);
-    u = pr_silu(ctx, u);                                                            /* [B,T,D] */
+    pr_tensor *u = l->u_conv ? pr_shortconv_silu(ctx, x, l->u_conv, NULL, st ? &st->slot[PR_SLOT_PRISM_U] : NULL)
+                             : pr_silu(ctx, pr_linear(ctx, x, l->u_proj, NULL));   /* [B,T,D] */
     pr_tensor *q = pr_split_heads(ctx, pr_linear(ctx, u, l->q_proj, NULL), H);
     if (c->prism_knorm) q = pr_l2norm(ctx, q, 1e-6);
     /* log a, [B,T,H]; the decay's bias added in f32 (pr_add promotes; pr_linear would lower it) */
@@ -200,8 +199,8 @@ static pr_tensor *forward_augmented(pr_ctx *ctx, const prism_layer *l, const pr_
     pr_tensor *kx = NULL, *vx = NULL;
     if (c->prism_L > 0) {
         pr_tensor *u = pr_linear(ctx, x, l->u_proj, NULL);
-        if (l->u_conv) u = pr_shortconv(ctx, u, l->u_conv, NULL, st ? &st->slot[PR_SLOT_PRISM_U] : NULL);
-        u = pr_silu(ctx, u);
+        u = l->u_conv ? pr_shortconv_silu(ctx, u, l->u_conv, NULL, st ? &st->slot[PR_SLOT_PRISM_U] : NULL)
+                      : pr_silu(ctx, u);
         prism_steps s = refine(ctx, l, c, u, pr_sub(ctx, pr_merge_heads(ctx, in.v), u));
         extras(ctx, c, &s, 0, &kx, &vx);
     }

@@ -1,7 +1,11 @@
 /* ops/conv1d.cu: CUDA causal depthwise conv1d (f32 or bf16).
  *
- * x [B, T, C], w [C, W], bias [C] or NULL; out[b,t,c] = bias[c] +
- * sum_{i<W} w[c,i] x[b, t-W+1+i, c] (zero before t = 0). Rows r = b*T + t are
+ * x [B, T, C], w [C, W], bias [C] or NULL; z[b,t,c] = bias[c] +
+ * sum_{i<W} w[c,i] x[b, t-W+1+i, c] (zero before t = 0); out = z, or silu(z)
+ * (iarg[0]: the silu form, SILU in the kernels). The silu form's backward
+ * recomputes z where it reads dout and writes dz = dout silu'(z) (f32, a
+ * scratch) for the dx pass: the dw pass makes it (it holds x's window and
+ * the taps already), so the silu costs no pass of its own. Rows r = b*T + t are
  * flattened; c is the fastest index, so a warp reads 32 consecutive channels.
  * dw and dbias reduce over B*T without atomics: each block sums a fixed chunk
  * of rows into a partial, a second pass adds the partials in chunk order, so
@@ -15,18 +19,47 @@
 #include "ops/cuda/ops_cuda.h"
 
 /* The generic kernels (any W): one thread per output, W loads each. */
+__device__ __forceinline__ float cv_silu(float z) { return z * pr_sigmoidf(z); }
+/* d silu(z) / dz = s (1 + z (1 - s)) */
+__device__ __forceinline__ float cv_dsilu(float z)
+{
+    const float s = pr_sigmoidf(z);
+    return s * (1.0f + z * (1.0f - s));
+}
+
 template <class E>
-__global__ void conv1d_fwd(E *out, const E *x, const E *w, const E *bias, int64_t R, int64_t T, int64_t C, int W)
+__device__ __forceinline__ float cv_z(const E *x, const E *w, const E *bias, int64_t e, int64_t t, int64_t c, int64_t C,
+                                      int W)
+{
+    float acc = bias ? pr_ld(bias, c) : 0.0f;
+    for (int i = 0; i < W; i++) {
+        int64_t back = W - 1 - i;   /* x[t - back] */
+        if (t >= back) acc += pr_ld(w, c * W + i) * pr_ld(x, e - back * C);
+    }
+    return acc;
+}
+
+template <class E>
+__global__ void conv1d_fwd(E *out, const E *x, const E *w, const E *bias, int64_t R, int64_t T, int64_t C, int W,
+                           bool silu)
 {
     int64_t total = R * C;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = e / C, c = e - r * C, t = r % T;
-        float acc = bias ? pr_ld(bias, c) : 0.0f;
-        for (int i = 0; i < W; i++) {
-            int64_t back = W - 1 - i;   /* x[t - back] */
-            if (t >= back) acc += pr_ld(w, c * W + i) * pr_ld(x, e - back * C);
-        }
-        pr_st(out, e, acc);
+        const float z = cv_z(x, w, bias, e, t, c, C, W);
+        pr_st(out, e, silu ? cv_silu(z) : z);
+    }
+}
+
+/* the generic kernels' dz = dout silu'(z) */
+template <class E>
+__global__ void conv1d_dz(float *dz, const E *g, const E *x, const E *w, const E *bias, int64_t R, int64_t T, int64_t C,
+                          int W)
+{
+    int64_t total = R * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / C, c = e - r * C, t = r % T;
+        dz[e] = pr_ld(g, e) * cv_dsilu(cv_z(x, w, bias, e, t, c, C, W));
     }
 }
 
@@ -42,7 +75,7 @@ static dim3 run_grid(int64_t R, int64_t C) { return dim3((unsigned)((C + 31) / 3
 /* the run kernels take W <= CV_MAXW and at most 65535 row blocks (grid.y) */
 static bool use_runs(int64_t R, int W) { return W <= CV_MAXW && (R + CV_ROWS - 1) / CV_ROWS <= 65535; }
 
-template <int W, class E>
+template <int W, bool SILU, class E>
 __global__ void conv1d_fwd_run(E *out, const E *x, const E *w, const E *bias, int64_t R, int64_t T, int64_t C)
 {
     const int64_t c = blockIdx.x * 32LL + threadIdx.x, r0 = blockIdx.y * (int64_t)CV_ROWS + threadIdx.y * CV_RUN;
@@ -63,7 +96,7 @@ __global__ void conv1d_fwd_run(E *out, const E *x, const E *w, const E *bias, in
         win[W - 1] = pr_ld(x, r * C + c);
         float acc = b;
         for (int i = 0; i < W; i++) acc += wc[i] * win[i];
-        pr_st(out, r * C + c, acc);
+        pr_st(out, r * C + c, SILU ? cv_silu(acc) : acc);
         for (int i = 0; i < W - 1; i++) win[i] = win[i + 1];
     }
 }
@@ -79,11 +112,16 @@ template <class E> static void conv1d_forward(pr_ctx *ctx, pr_node *n)
     const E *bp = bias ? (const E *)bias->data : nullptr;
     cudaStream_t s = pr_cuda_stream(ctx);
     const dim3 grid = run_grid(B * T, C), block(32, 8);
+    const bool silu = n->iarg[0];
     switch (use_runs(B * T, W) ? W : 0) {
-#define CV_FWD(w_) case w_: conv1d_fwd_run<w_><<<grid, block, 0, s>>>(out, xp, wp, bp, B * T, T, C); break;
+#define CV_FWD(w_)                                                                                                     \
+    case w_:                                                                                                           \
+        if (silu) conv1d_fwd_run<w_, true><<<grid, block, 0, s>>>(out, xp, wp, bp, B * T, T, C);                      \
+        else conv1d_fwd_run<w_, false><<<grid, block, 0, s>>>(out, xp, wp, bp, B * T, T, C);                          \
+        break;
         CV_FWD(1) CV_FWD(2) CV_FWD(3) CV_FWD(4) CV_FWD(5) CV_FWD(6) CV_FWD(7) CV_FWD(8)
 #undef CV_FWD
-    default: conv1d_fwd<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>(out, xp, wp, bp, B * T, T, C, W);
+    default: conv1d_fwd<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>(out, xp, wp, bp, B * T, T, C, W, silu);
     }
     PR_CUDA_LAUNCH_CHECK();
 }
@@ -93,9 +131,9 @@ extern "C" void pr_conv1d_forward_cuda(pr_ctx *ctx, pr_node *n)
     pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { conv1d_forward<decltype(t)>(ctx, n); });
 }
 
-/* dx[b,s,c] += sum_i w[c,i] dout[b, s+W-1-i, c]  (terms past T dropped) */
-template <class E>
-__global__ void conv1d_dx(E *dx, const E *g, const E *w, int64_t R, int64_t T, int64_t C, int W)
+/* dx[b,s,c] += sum_i w[c,i] dz[b, s+W-1-i, c]  (terms past T dropped; dz: dout, or the f32 scratch) */
+template <class E, class G>
+__global__ void conv1d_dx(E *dx, const G *g, const E *w, int64_t R, int64_t T, int64_t C, int W)
 {
     int64_t total = R * C;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -109,10 +147,10 @@ __global__ void conv1d_dx(E *dx, const E *g, const E *w, int64_t R, int64_t T, i
     }
 }
 
-/* dx of a run: rows in order, the window holding dout[s .. s+W-1] of the same
+/* dx of a run: rows in order, the window holding dz[s .. s+W-1] of the same
  * sequence (zero past its end) */
-template <int W, class E>
-__global__ void conv1d_dx_run(E *dx, const E *g, const E *w, int64_t R, int64_t T, int64_t C)
+template <int W, class E, class G>
+__global__ void conv1d_dx_run(E *dx, const G *g, const E *w, int64_t R, int64_t T, int64_t C)
 {
     const int64_t c = blockIdx.x * 32LL + threadIdx.x, r0 = blockIdx.y * (int64_t)CV_ROWS + threadIdx.y * CV_RUN;
     if (c >= C || r0 >= R) return;
@@ -136,9 +174,11 @@ __global__ void conv1d_dx_run(E *dx, const E *g, const E *w, int64_t R, int64_t 
 
 /* dw, dbias partials of a run kernel block: thread row ty sums its run with
  * the inputs' window in registers; the 8 runs are added in order into
- * part[blockIdx.y][i][c] (i = W: the bias) */
-template <int W, class E>
-__global__ void conv1d_dw_run(float *part, const E *g, const E *x, int64_t R, int64_t T, int64_t C)
+ * part[blockIdx.y][i][c] (i = W: the bias). SILU: each row's z from that
+ * window and the taps, dout silu'(z) summed and stored into dz for dx */
+template <int W, bool SILU, class E>
+__global__ void conv1d_dw_run(float *part, float *dz, const E *g, const E *x, const E *w, const E *bias, int64_t R,
+                              int64_t T, int64_t C)
 {
     __shared__ float red[8][W + 1][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -146,7 +186,10 @@ __global__ void conv1d_dw_run(float *part, const E *g, const E *x, int64_t R, in
     float acc[W + 1];
     for (int i = 0; i <= W; i++) acc[i] = 0.0f;
     if (c < C && r0 < R) {
-        float win[W];   /* win[W-1] = x[t] */
+        float win[W], wc[W];   /* win[W-1] = x[t] */
+        if (SILU)
+            for (int i = 0; i < W; i++) wc[i] = pr_ld(w, c * W + i);
+        const float b = SILU && bias ? pr_ld(bias, c) : 0.0f;
         int64_t t = r0 % T;
         for (int i = 0; i < W - 1; i++) {
             const int64_t back = W - 1 - i;
@@ -158,7 +201,13 @@ __global__ void conv1d_dw_run(float *part, const E *g, const E *x, int64_t R, in
                 for (int i = 0; i < W - 1; i++) win[i] = 0.0f;
             }
             win[W - 1] = pr_ld(x, r * C + c);
-            const float gv = pr_ld(g, r * C + c);
+            float gv = pr_ld(g, r * C + c);
+            if (SILU) {
+                float z = b;
+                for (int i = 0; i < W; i++) z += wc[i] * win[i];
+                gv *= cv_dsilu(z);
+                dz[r * C + c] = gv;
+            }
             for (int i = 0; i < W; i++) acc[i] += gv * win[i];
             acc[W] += gv;
             for (int i = 0; i < W - 1; i++) win[i] = win[i + 1];
@@ -179,8 +228,8 @@ __global__ void conv1d_dw_run(float *part, const E *g, const E *x, int64_t R, in
  * dout[r,c] x[r-(W-1-i),c]; tap W is the bias (sum of dout). The 8 partials
  * are added in order into part[chunk][i][c]. */
 enum { CV_X = 32, CV_Y = 8 };
-template <class E>
-__global__ void conv1d_dw_partial(float *part, const E *g, const E *x, int64_t R, int64_t T, int64_t C, int W,
+template <class E, class G>
+__global__ void conv1d_dw_partial(float *part, const G *g, const E *x, int64_t R, int64_t T, int64_t C, int W,
                                   int64_t rows_per_chunk)
 {
     __shared__ float red[CV_Y][CV_X];
@@ -224,60 +273,51 @@ __global__ void conv1d_dw_reduce(E *dw, E *dbias, const float *part, int64_t chu
     }
 }
 
-template <int W, class E>
-static void conv1d_backward_w(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const E *g, const E *x,
-                              const E *w, int64_t R, int64_t T, int64_t C)
+/* what a conv1d backward reads and writes (dz: the silu form's f32 scratch, else NULL) */
+template <class E> struct cv_bwd {
+    pr_tensor *dx, *dw, *db;
+    const E *g, *x, *w, *bias;
+    float *dz;
+    int64_t R, T, C;
+};
+
+/* the run kernels: without silu dx from dout, then the dw and dbias partials;
+ * with it the partials first, which write dz, then dx from dz */
+template <int W, class E> static void conv1d_backward_w(cudaStream_t s, const cv_bwd<E> &a)
 {
-    const dim3 grid = run_grid(R, C), block(32, 8);
-    if (dx) {
-        conv1d_dx_run<W><<<grid, block, 0, s>>>((E *)dx->data, g, w, R, T, C);
+    const dim3 grid = run_grid(a.R, a.C), block(32, 8);
+    if (a.dx && !a.dz) {
+        conv1d_dx_run<W><<<grid, block, 0, s>>>((E *)a.dx->data, a.g, a.w, a.R, a.T, a.C);
         PR_CUDA_LAUNCH_CHECK();
     }
-    if (!dw && !db) return;
+    if (!a.dw && !a.db && !a.dz) return;
     const int64_t chunks = grid.y;   /* a function of the shapes: the same sums on every run */
-    size_t bytes = sizeof(float) * (size_t)(chunks * (W + 1) * C);
+    size_t bytes = sizeof(float) * (size_t)(chunks * (W + 1) * a.C);
     float *part = (float *)pr_cuda_malloc(bytes);
-    conv1d_dw_run<W><<<grid, block, 0, s>>>(part, g, x, R, T, C);
+    if (a.dz) conv1d_dw_run<W, true><<<grid, block, 0, s>>>(part, a.dz, a.g, a.x, a.w, a.bias, a.R, a.T, a.C);
+    else conv1d_dw_run<W, false><<<grid, block, 0, s>>>(part, nullptr, a.g, a.x, a.w, a.bias, a.R, a.T, a.C);
     PR_CUDA_LAUNCH_CHECK();
-    conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * C, 256), 256, 0, s>>>(
-        dw ? (E *)dw->data : nullptr, db ? (E *)db->data : nullptr, part, chunks, C, W);
-    PR_CUDA_LAUNCH_CHECK();
-    pr_cuda_free(part, bytes);
-}
-
-template <class E>
-static void conv1d_backward_run(cudaStream_t s, pr_tensor *dx, pr_tensor *dw, pr_tensor *db, const E *g,
-                                const pr_tensor *x, const pr_tensor *w, int64_t R, int64_t T, int64_t C, int W)
-{
-    const E *xp = (const E *)x->data, *wp = (const E *)w->data;
-    switch (W) {
-#define CV_BWD(w_) case w_: conv1d_backward_w<w_>(s, dx, dw, db, g, xp, wp, R, T, C); break;
-        CV_BWD(1) CV_BWD(2) CV_BWD(3) CV_BWD(4) CV_BWD(5) CV_BWD(6) CV_BWD(7) CV_BWD(8)
-#undef CV_BWD
-    }
-}
-
-/* out = bias + sum_i w[c,i] x[t-W+1+i]: each product feeds one output, so
- *   dx[s] += w[c,i] dout[s+W-1-i],  dw[c,i] += sum_{b,t} dout[b,t,c] x[b,t-W+1+i,c],
- *   dbias[c] += sum_{b,t} dout[b,t,c]. */
-template <class E> static void conv1d_backward(pr_ctx *ctx, pr_node *n)
-{
-    const pr_tensor *x = n->in[0], *w = n->in[1];
-    pr_tensor *dx = pr_in_grad(n, 0), *dw = pr_in_grad(n, 1), *db = pr_in_grad(n, 2);
-    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], R = B * T;
-    int W = (int)w->shape[1];
-    const E *g = (const E *)n->out[0]->grad->data;
-    cudaStream_t s = pr_cuda_stream(ctx);
-    if (x->numel == 0) return;
-    if (use_runs(R, W)) {
-        conv1d_backward_run(s, dx, dw, db, g, x, w, R, T, C, W);
-        return;
-    }
-    if (dx) {
-        conv1d_dx<<<pr_cuda_blocks(x->numel, 256), 256, 0, s>>>((E *)dx->data, g, (const E *)w->data, R, T, C, W);
+    if (a.dw || a.db) {
+        conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * a.C, 256), 256, 0, s>>>(
+            a.dw ? (E *)a.dw->data : nullptr, a.db ? (E *)a.db->data : nullptr, part, chunks, a.C, W);
         PR_CUDA_LAUNCH_CHECK();
     }
-    if (!dw && !db) return;
+    pr_cuda_free(part, bytes);
+    if (a.dx && a.dz) {
+        conv1d_dx_run<W><<<grid, block, 0, s>>>((E *)a.dx->data, (const float *)a.dz, a.w, a.R, a.T, a.C);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+}
+
+/* the generic kernels: with silu dz first (its own pass), then dx and the partials from it */
+template <class E, class G> static void conv1d_backward_generic(cudaStream_t s, const cv_bwd<E> &a, const G *g, int W)
+{
+    const int64_t R = a.R, T = a.T, C = a.C;
+    if (a.dx) {
+        conv1d_dx<<<pr_cuda_blocks(R * C, 256), 256, 0, s>>>((E *)a.dx->data, g, a.w, R, T, C, W);
+        PR_CUDA_LAUNCH_CHECK();
+    }
+    if (!a.dw && !a.db) return;
     /* about 1024 blocks in pass 1, at least 32 rows a chunk; a function of the
      * shapes alone, so the summation order never depends on the device */
     int64_t cblocks = (C + CV_X - 1) / CV_X;
@@ -288,13 +328,45 @@ template <class E> static void conv1d_backward(pr_ctx *ctx, pr_node *n)
     chunks = (R + rows_per_chunk - 1) / rows_per_chunk;
     size_t bytes = sizeof(float) * (size_t)(chunks * (W + 1) * C);
     float *part = (float *)pr_cuda_malloc(bytes);
-    conv1d_dw_partial<<<dim3((unsigned)cblocks, (unsigned)chunks), dim3(CV_X, CV_Y), 0, s>>>(
-        part, g, (const E *)x->data, R, T, C, W, rows_per_chunk);
+    conv1d_dw_partial<<<dim3((unsigned)cblocks, (unsigned)chunks), dim3(CV_X, CV_Y), 0, s>>>(part, g, a.x, R, T, C, W,
+                                                                                              rows_per_chunk);
     PR_CUDA_LAUNCH_CHECK();
     conv1d_dw_reduce<<<pr_cuda_blocks((int64_t)(W + 1) * C, 256), 256, 0, s>>>(
-        dw ? (E *)dw->data : nullptr, db ? (E *)db->data : nullptr, part, chunks, C, W);
+        a.dw ? (E *)a.dw->data : nullptr, a.db ? (E *)a.db->data : nullptr, part, chunks, C, W);
     PR_CUDA_LAUNCH_CHECK();
     pr_cuda_free(part, bytes);
+}
+
+/* z = bias + sum_i w[c,i] x[t-W+1+i]: each product feeds one output, so
+ *   dx[s] += w[c,i] dz[s+W-1-i],  dw[c,i] += sum_{b,t} dz[b,t,c] x[b,t-W+1+i,c],
+ *   dbias[c] += sum_{b,t} dz[b,t,c];  dz = dout, or dout silu'(z) */
+template <class E> static void conv1d_backward(pr_ctx *ctx, pr_node *n)
+{
+    const pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
+    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], R = B * T;
+    int W = (int)w->shape[1];
+    cudaStream_t s = pr_cuda_stream(ctx);
+    if (x->numel == 0) return;
+    cv_bwd<E> a = {pr_in_grad(n, 0), pr_in_grad(n, 1), pr_in_grad(n, 2),
+                   (const E *)n->out[0]->grad->data, (const E *)x->data, (const E *)w->data,
+                   bias ? (const E *)bias->data : nullptr, nullptr, R, T, C};
+    if (!a.dx && !a.dw && !a.db) return;
+    const size_t dz_bytes = n->iarg[0] ? sizeof(float) * (size_t)(R * C) : 0;
+    if (dz_bytes) a.dz = (float *)pr_cuda_malloc(dz_bytes);
+    if (use_runs(R, W)) {
+        switch (W) {
+#define CV_BWD(w_) case w_: conv1d_backward_w<w_>(s, a); break;
+            CV_BWD(1) CV_BWD(2) CV_BWD(3) CV_BWD(4) CV_BWD(5) CV_BWD(6) CV_BWD(7) CV_BWD(8)
+#undef CV_BWD
+        }
+    } else if (a.dz) {
+        conv1d_dz<<<pr_cuda_blocks(R * C, 256), 256, 0, s>>>(a.dz, a.g, a.x, a.w, a.bias, R, T, C, W);
+        PR_CUDA_LAUNCH_CHECK();
+        conv1d_backward_generic(s, a, (const float *)a.dz, W);
+    } else {
+        conv1d_backward_generic(s, a, a.g, W);
+    }
+    if (dz_bytes) pr_cuda_free(a.dz, dz_bytes);
 }
 
 extern "C" void pr_conv1d_backward_cuda(pr_ctx *ctx, pr_node *n)

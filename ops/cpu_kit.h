@@ -8,6 +8,7 @@
 #ifndef PR_CPU_KIT_H
 #define PR_CPU_KIT_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,9 @@ static inline double *kit_zalloc(int64_t n)
     PR_CHECK(p, "out of host memory (%lld doubles)", (long long)n);
     return p;
 }
+
+/* the logistic function without overflow on either side */
+static inline double kit_sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
 static inline double kit_dot(const double *a, const double *b, int64_t n)
 {

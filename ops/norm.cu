@@ -23,13 +23,6 @@
 
 #define ROW_KERNEL(G) __global__ void PR_ROW_BOUNDS(G)
 
-__device__ __forceinline__ float sigmoidf_(float z)
-{
-    if (z >= 0.0f) return 1.0f / (1.0f + expf(-z));
-    float e = expf(z);
-    return e / (1.0f + e);
-}
-
 /* a [D] parameter's chunk j, or `dflt` when absent */
 template <class T> __device__ __forceinline__ pr_f4 param4(const T *p, long long j, long long D, bool vec, float dflt)
 {
@@ -216,7 +209,7 @@ ROW_KERNEL(G) rms_forward_kernel(const T *x, const T *z, const T *w, T *y, float
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             v.v[k] = v.v[k] * rstd * wv.v[k];
-            if (z) v.v[k] *= zv.v[k] * sigmoidf_(zv.v[k]);
+            if (z) v.v[k] *= zv.v[k] * pr_sigmoidf(zv.v[k]);
         }
         pr_st4(y + r * D, j, D, vec, v);
     });
@@ -245,7 +238,7 @@ ROW_KERNEL(G) rms_backward_kernel(const T *x, const T *z, const T *w, const T *g
             pr_f4 zv = pr_ld4(z + r * D, j, D, vec), dzv;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                float sg = sigmoidf_(zv.v[k]);
+                float sg = pr_sigmoidf(zv.v[k]);
                 dzv.v[k] = gv.v[k] * v.v[k] * rstd * wv.v[k] * sg * (1.0f + zv.v[k] * (1.0f - sg));
                 gv.v[k] *= zv.v[k] * sg;
             }
@@ -266,7 +259,7 @@ ROW_KERNEL(G) rms_backward_kernel(const T *x, const T *z, const T *w, const T *g
             if (z) {
                 pr_f4 zv = pr_ld4(z + r * D, j, D, vec);
 #pragma unroll
-                for (int k = 0; k < 4; k++) gv.v[k] *= zv.v[k] * sigmoidf_(zv.v[k]);
+                for (int k = 0; k < 4; k++) gv.v[k] *= zv.v[k] * pr_sigmoidf(zv.v[k]);
             }
         }
         pr_f4 add;
@@ -285,7 +278,7 @@ template <class T> struct rms_dw {
     {
         long long o = r * D + c;
         float gp = pr_ld(g, o);
-        if (z) gp *= pr_ld(z, o) * sigmoidf_(pr_ld(z, o));
+        if (z) gp *= pr_ld(z, o) * pr_sigmoidf(pr_ld(z, o));
         return gp * (pr_ld(x, o) * rstd[r]);
     }
 };

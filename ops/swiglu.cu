@@ -7,13 +7,6 @@
 #include "ops/ops.h"
 #include "ops/cuda/ops_cuda.h"
 
-__device__ __forceinline__ float swiglu_sigmoid(float a)
-{
-    if (a >= 0.0f) return 1.0f / (1.0f + expf(-a));
-    float e = expf(a);
-    return e / (1.0f + e);
-}
-
 template <class T> __global__ void swiglu_forward_kernel(const T *a, const T *b, T *y, long long n, bool al)
 {
     long long n4 = (n + 3) / 4;
@@ -22,7 +15,7 @@ template <class T> __global__ void swiglu_forward_kernel(const T *a, const T *b,
         bool v = al && j + 4 <= n;
         pr_f4 av = pr_ld4(a, j, n, v), bv = pr_ld4(b, j, n, v);
 #pragma unroll
-        for (int k = 0; k < 4; k++) av.v[k] = av.v[k] * swiglu_sigmoid(av.v[k]) * bv.v[k];
+        for (int k = 0; k < 4; k++) av.v[k] = av.v[k] * pr_sigmoidf(av.v[k]) * bv.v[k];
         pr_st4(y, j, n, v, av);
     }
 }
@@ -38,7 +31,7 @@ __global__ void swiglu_backward_kernel(const T *a, const T *b, const T *g, T *da
         pr_f4 av = pr_ld4(a, j, n, v), bv = pr_ld4(b, j, n, v), gv = pr_ld4(g, j, n, v), add_a, add_b;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            float s = swiglu_sigmoid(av.v[k]);
+            float s = pr_sigmoidf(av.v[k]);
             add_a.v[k] = gv.v[k] * bv.v[k] * s * (1.0f + av.v[k] * (1.0f - s));
             add_b.v[k] = gv.v[k] * av.v[k] * s;
         }

@@ -13,12 +13,10 @@
  */
 #include <math.h>
 
-#include "ops/ops.h"
+#include "ops/cpu_kit.h"
 
 #define SQRT_2_OVER_PI 0.7978845608028654
 #define GELU_TANH_C 0.044715
-
-static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
 static inline double unary_f(pr_op_id op, double x, double s)
 {
@@ -28,11 +26,11 @@ static inline double unary_f(pr_op_id op, double x, double s)
     case PR_OP_exp: return exp(x);
     case PR_OP_log: return log(x);
     case PR_OP_sqrt: return sqrt(x);
-    case PR_OP_sigmoid: return sigmoid(x);
+    case PR_OP_sigmoid: return kit_sigmoid(x);
     case PR_OP_logsigmoid: return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x));
     case PR_OP_tanh: return tanh(x);
     case PR_OP_relu: return x > 0 ? x : 0;
-    case PR_OP_silu: return x * sigmoid(x);
+    case PR_OP_silu: return x * kit_sigmoid(x);
     case PR_OP_gelu: return 0.5 * x * (1 + erf(x * M_SQRT1_2));
     case PR_OP_gelu_tanh: return 0.5 * x * (1 + tanh(SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)));
     case PR_OP_softplus: return x > 20 ? x : log1p(exp(x));
@@ -52,7 +50,7 @@ static inline double unary_df(pr_op_id op, double x, double y, double s)
     case PR_OP_sigmoid: return y * (1 - y);
     case PR_OP_tanh: return 1 - y * y;
     case PR_OP_relu: return x > 0 ? 1 : 0;
-    case PR_OP_softplus: return x > 20 ? 1 : sigmoid(x);
+    case PR_OP_softplus: return x > 20 ? 1 : kit_sigmoid(x);
     default: pr_fatal("unary: op %d is not unary", (int)op);
     }
 }
@@ -79,7 +77,7 @@ static inline double unary_f_df(pr_op_id op, double x, double *df)
         return 0.5 * x * (1 + t);
     }
     case PR_OP_silu: {                                    /* s + x s (1 - s) */
-        double sg = sigmoid(x);
+        double sg = kit_sigmoid(x);
         *df = sg * (1 + x * (1 - sg));
         return x * sg;
     }

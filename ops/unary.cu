@@ -18,13 +18,6 @@
 #define GELU_TANH_C 0.044715f
 #define INV_SQRT_2PI 0.3989422804014327f
 
-__device__ __forceinline__ float sigmoidf_(float x)
-{
-    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-    float e = expf(x);
-    return e / (1.0f + e);
-}
-
 template <int OP> __device__ __forceinline__ float unary_f(float x, float s)
 {
     if constexpr (OP == PR_OP_scale) return s * x;
@@ -32,11 +25,11 @@ template <int OP> __device__ __forceinline__ float unary_f(float x, float s)
     if constexpr (OP == PR_OP_exp) return expf(x);
     if constexpr (OP == PR_OP_log) return logf(x);
     if constexpr (OP == PR_OP_sqrt) return sqrtf(x);
-    if constexpr (OP == PR_OP_sigmoid) return sigmoidf_(x);
+    if constexpr (OP == PR_OP_sigmoid) return pr_sigmoidf(x);
     if constexpr (OP == PR_OP_logsigmoid) return x >= 0.0f ? -log1pf(expf(-x)) : x - log1pf(expf(x));
     if constexpr (OP == PR_OP_tanh) return tanhf(x);
     if constexpr (OP == PR_OP_relu) return x > 0.0f ? x : 0.0f;
-    if constexpr (OP == PR_OP_silu) return x * sigmoidf_(x);
+    if constexpr (OP == PR_OP_silu) return x * pr_sigmoidf(x);
     if constexpr (OP == PR_OP_gelu) return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
     if constexpr (OP == PR_OP_gelu_tanh)
         return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)));
@@ -63,11 +56,11 @@ template <int OP> __device__ __forceinline__ float unary_df(float x, float y, fl
     if constexpr (OP == PR_OP_log) return 1.0f / x;
     if constexpr (OP == PR_OP_sqrt) return 0.5f / y;
     if constexpr (OP == PR_OP_sigmoid) return y * (1.0f - y);
-    if constexpr (OP == PR_OP_logsigmoid) return sigmoidf_(-x); /* d/dx -log(1+e^-x) */
+    if constexpr (OP == PR_OP_logsigmoid) return pr_sigmoidf(-x); /* d/dx -log(1+e^-x) */
     if constexpr (OP == PR_OP_tanh) return 1.0f - y * y;
     if constexpr (OP == PR_OP_relu) return x > 0.0f ? 1.0f : 0.0f;
     if constexpr (OP == PR_OP_silu) { /* s + x s (1 - s) */
-        float sg = sigmoidf_(x);
+        float sg = pr_sigmoidf(x);
         return sg * (1.0f + x * (1.0f - sg));
     }
     if constexpr (OP == PR_OP_gelu) /* Phi(x) + x phi(x) */
@@ -77,7 +70,7 @@ template <int OP> __device__ __forceinline__ float unary_df(float x, float y, fl
         float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_C * x * x);
         return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
     }
-    if constexpr (OP == PR_OP_softplus) return x > 20.0f ? 1.0f : sigmoidf_(x);
+    if constexpr (OP == PR_OP_softplus) return x > 20.0f ? 1.0f : pr_sigmoidf(x);
     return 0.0f;
 }
 

@@ -591,12 +591,13 @@ static void test_shape(void **state)
 
 static pr_tensor *ap_embedding(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_embedding(c, in[0], in[1]); }
 static pr_tensor *ap_conv1d(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_conv1d(c, in[0], in[1], in[2]); }
+static pr_tensor *ap_conv1d_silu(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_conv1d_silu(c, in[0], in[1], in[2]); }
 
 /* dropout keeps the CPU's mask (the f32 product rounded to bf16 once);
  * embedding gathers rows of a bf16 table exactly (tolerance 0) and
  * scatter-adds repeated ids in f32; conv1d by the run kernels (W <= 8, T
  * not a multiple of their runs, sequences crossing run boundaries) and by
- * the generic ones (W = 9) */
+ * the generic ones (W = 9), plain and in the silu form (the op's example) */
 static void test_dropout_embedding_conv1d(void **state)
 {
     (void)state;
@@ -626,6 +627,8 @@ static void test_dropout_embedding_conv1d(void **state)
         {"conv1d [2,300,5] W=1", ap_conv1d, 3, {3, 2, 1}, {{2, 300, 5}, {5, 1}, {5}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
         {"conv1d [2,7,33] W=8", ap_conv1d, 3, {3, 2, 1}, {{2, 7, 33}, {33, 8}, {33}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
         {"conv1d [2,40,6] W=9", ap_conv1d, 3, {3, 2, 1}, {{2, 40, 6}, {6, 9}, {6}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
+        {"conv1d_silu [3,50,37] W=4", ap_conv1d_silu, 3, {3, 2, 1}, {{3, 50, 37}, {37, 4}, {37}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
+        {"conv1d_silu [2,40,6] W=9", ap_conv1d_silu, 3, {3, 2, 1}, {{2, 40, 6}, {6, 9}, {6}}, {-1, -1, -1}, {1, 1, 1}, 0, TOL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_shaped(ctx, &cases[i]);
     pr_ctx_free(ctx);

@@ -147,10 +147,10 @@ static pr_tensor *embedding_ap(pr_ctx *ctx, pr_tensor *const *in, const pr_examp
     (void)ex;
     return pr_embedding(ctx, in[0], in[1]);
 }
+/* iarg[0]: the silu form */
 static pr_tensor *conv1d_ap(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
-    (void)ex;
-    return pr_conv1d(ctx, in[0], in[1], in[2]);
+    return (ex->iarg[0] ? pr_conv1d_silu : pr_conv1d)(ctx, in[0], in[1], in[2]);
 }
 static pr_tensor *transpose_ap(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
 {
@@ -328,17 +328,17 @@ static void test_embedding(void **state)
 
 /* ---- conv1d -------------------------------------------------------------------------- */
 
-static void conv1d_case(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, bool det)
+static void conv1d_case(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, bool det, bool silu)
 {
     pr_ctx *ctx = pr_ctx_new(1);
     pr_rng r = pr_rng_init((uint64_t)(B * T * C * W), 6);
-    pr_example ex = {.n_in = 3, .apply = conv1d_ap};
+    pr_example ex = {.n_in = 3, .iarg = {silu}, .apply = conv1d_ap};
     ex.in[0] = leaf(ctx, &r, PR_DIMS(B, T, C));
     ex.in[1] = leaf(ctx, &r, PR_DIMS(C, W));
     ex.in[2] = bias ? leaf(ctx, &r, PR_DIMS(C)) : NULL;
     char what[96];
-    snprintf(what, sizeof what, "conv1d B%lld T%lld C%lld W%lld%s", (long long)B, (long long)T, (long long)C,
-             (long long)W, bias ? " bias" : "");
+    snprintf(what, sizeof what, "conv1d%s B%lld T%lld C%lld W%lld%s", silu ? "_silu" : "", (long long)B, (long long)T,
+             (long long)C, (long long)W, bias ? " bias" : "");
     tols t = {1e-3, 1e-4, 5e-4, 1e-4};
     check_devices(what, &ex, t, 0);
     if (det) check_deterministic(what, &ex);
@@ -349,13 +349,15 @@ static void test_conv1d(void **state)
 {
     (void)state;
     PR_SKIP_WITHOUT_CUDA();
-    conv1d_case(3, 517, 67, 4, true, true);
-    conv1d_case(1, 3, 5, 7, false, false);      /* W > T: every output sees the padding */
-    conv1d_case(2, 2053, 130, 1, true, true);   /* W = 1, many chunks */
-    conv1d_case(5, 1, 33, 3, true, false);      /* T = 1 */
-    conv1d_case(7, 5, 40, 4, true, true);       /* runs of 16 rows cross several sequences */
-    conv1d_case(3, 19, 35, 8, false, true);     /* the widest run kernel */
-    conv1d_case(2, 41, 9, 9, true, true);       /* W = 9: the generic kernels */
+    for (int silu = 0; silu <= 1; silu++) {
+        conv1d_case(3, 517, 67, 4, true, true, silu);
+        conv1d_case(1, 3, 5, 7, false, false, silu);      /* W > T: every output sees the padding */
+        conv1d_case(2, 2053, 130, 1, true, true, silu);   /* W = 1, many chunks */
+        conv1d_case(5, 1, 33, 3, true, false, silu);      /* T = 1 */
+        conv1d_case(7, 5, 40, 4, true, true, silu);       /* runs of 16 rows cross several sequences */
+        conv1d_case(3, 19, 35, 8, false, true, silu);     /* the widest run kernel */
+        conv1d_case(2, 41, 9, 9, true, true, silu);       /* W = 9: the generic kernels */
+    }
 }
 
 /* ---- shape ops ---------------------------------------------------------------------------- */

@@ -279,6 +279,46 @@ static void test_conv1d_gradcheck_variants(void **state)
     pr_test_gradcheck_ok(ctx, "conv1d W > T, no bias", &ex);
 }
 
+/* the silu form against pr_silu(pr_conv1d(..)): the same bits forward and
+ * in every grad, in f64 and f32 (the op rounds z to the dtype and takes silu
+ * and its derivative in double, as the two ops do); and its gradcheck with
+ * no bias and a window longer than the sequence */
+static pr_tensor *conv_silu_nobias_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
+{
+    (void)ex;
+    return pr_conv1d_silu(ctx, in[0], in[1], NULL);
+}
+
+static void test_conv1d_silu_as_two_ops(void **state)
+{
+    pr_ctx *ctx = *state;
+    const pr_dtype dts[2] = {PR_F64, PR_F32};
+    for (int d = 0; d < 2; d++) {
+        pr_rng r = pr_rng_init(11 + d, 0);
+        pr_tensor *in[3] = {pr_example_input(ctx, &r, dts[d], PR_DIMS(3, 23, 6), -2, 2),
+                            pr_example_input(ctx, &r, dts[d], PR_DIMS(6, 4), -1, 1),
+                            pr_example_input(ctx, &r, dts[d], PR_DIMS(6), -1, 1)};
+        pr_tensor *gout = pr_example_input(ctx, &r, dts[d], PR_DIMS(3, 23, 6), -1, 1);
+        double got[3][3 * 23 * 6], ref[3][3 * 23 * 6], y1[3 * 23 * 6], y2[3 * 23 * 6];
+        for (int form = 0; form < 2; form++) {
+            pr_zero_grads(in, 3);
+            pr_tensor *y = form ? pr_silu(ctx, pr_conv1d(ctx, in[0], in[1], in[2])) : pr_conv1d_silu(ctx, in[0], in[1], in[2]);
+            pr_to_host_f64(y, form ? y2 : y1);
+            pr_backward_with(ctx, y, gout);
+            for (int i = 0; i < 3; i++) pr_to_host_f64(in[i]->grad, form ? ref[i] : got[i]);
+        }
+        pr_assert_allclose("conv1d_silu forward", y1, y2, 3 * 23 * 6, 0, 0);
+        pr_assert_allclose("conv1d_silu dx", got[0], ref[0], 3 * 23 * 6, 0, 0);
+        pr_assert_allclose("conv1d_silu dw", got[1], ref[1], 6 * 4, 0, 0);
+        pr_assert_allclose("conv1d_silu dbias", got[2], ref[2], 6, 0, 0);
+    }
+    pr_rng r = pr_rng_init(5, 0);
+    pr_example ex = {.n_in = 2, .apply = conv_silu_nobias_apply};
+    ex.in[0] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(2, 4, 3), -1, 1);
+    ex.in[1] = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 6), -1, 1);
+    pr_test_gradcheck_ok(ctx, "conv1d_silu W > T, no bias", &ex);
+}
+
 static void test_conv1d_errors(void **state)
 {
     pr_ctx *ctx = *state;
@@ -479,6 +519,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_embedding_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv1d_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv1d_gradcheck_variants, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv1d_silu_as_two_ops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv1d_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reshape_shares_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transpose_values, setup, teardown),

@@ -79,6 +79,13 @@ __device__ __forceinline__ void pr_st(pr_bf16 *p, long long i, float v) { p[i].u
 /* p[i] = v given in double (a sum): rounded once to the element type */
 __device__ __forceinline__ void pr_st_d(float *p, long long i, double v) { p[i] = (float)v; }
 __device__ __forceinline__ void pr_st_d(pr_bf16 *p, long long i, double v) { p[i].u = pr_bf16_bits_once(v); }
+/* the logistic function without overflow on either side (the CPU's kit_sigmoid, in f32) */
+__device__ __forceinline__ float pr_sigmoidf(float x)
+{
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
 __device__ __forceinline__ void pr_acc(float *p, long long i, float v) { p[i] += v; }
 __device__ __forceinline__ void pr_acc(pr_bf16 *p, long long i, float v)
 {
