@@ -4,10 +4,12 @@
  * x [B, T, C], w [C, W], bias [C] or NULL -> out [B, T, C]:
  *   z[b,t,c] = sum_{i<W} w[c,i] x[b, t-W+1+i, c] + bias[c]   (x = 0 before t = 0)
  *   out = z, or silu(z) (iarg[0] = 1: pr_conv1d_silu).
- * The silu form keeps no z: its backward recomputes z to form
- * dz = dout silu'(z), then runs the plain backward on dz. On the CPU z, silu
- * and dz are computed as pr_conv1d followed by pr_silu computes them (z
- * rounded to the dtype, silu in double), so the two give the same bits.
+ * The silu form's backward forms dz = dout silu'(z), then runs the plain
+ * backward on dz. On the CPU a recorded forward saves silu'(z) in double, as
+ * pr_silu does (recomputing it costs an exp an element, which on the CPU is
+ * most of the op's time), and z, silu and dz are computed as pr_conv1d
+ * followed by pr_silu computes them (z rounded to the dtype, silu in double),
+ * so the two give the same bits. CUDA keeps nothing and recomputes z.
  */
 #include "ops/cpu_kit.h"
 
@@ -46,33 +48,37 @@ pr_tensor *pr_conv1d_silu(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bi
     return conv1d_node(ctx, x, w, bias, true);
 }
 
-/* row r = b*T + t of z into o[0..C) */
-#define CONV1D_ROW(F, o, xp, wp, bp, b, t)                                                                             \
-    do {                                                                                                             \
-        for (int64_t c = 0; c < C; c++) o[c] = bp ? bp[c] : 0;                                                       \
-        for (int64_t i = 0; i < W; i++) {                                                                            \
-            int64_t s = t - W + 1 + i;                                                                               \
-            if (s < 0) continue;                                                                                     \
-            const F *xs = xp + (b * T + s) * C;                                                                      \
-            for (int64_t c = 0; c < C; c++) o[c] += wp[c * W + i] * xs[c];                                           \
-        }                                                                                                            \
-    } while (0)
-
 void pr_conv1d_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
-    (void)ctx;
     pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2], *out = n->out[0];
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[1];
     const bool silu = n->iarg[0];
+    double *df = NULL;
+    if (silu && n->recording) {
+        n->saved[0] = pr_empty(ctx->step, PR_F64, PR_CPU, out->ndim, out->shape);
+        n->n_saved = 1;
+        df = n->saved[0]->data;
+    }
     PR_FLOAT_SWITCH(x->dtype, F, {
         const F *xp = x->data, *wp = w->data, *bp = bias ? bias->data : NULL;
         F *op = out->data;
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < T; t++) {
                 F *o = op + (b * T + t) * C;
-                CONV1D_ROW(F, o, xp, wp, bp, b, t);
-                if (silu)
-                    for (int64_t c = 0; c < C; c++) o[c] = (F)(o[c] * kit_sigmoid(o[c]));
+                for (int64_t c = 0; c < C; c++) o[c] = bp ? bp[c] : 0;
+                for (int64_t i = 0; i < W; i++) {
+                    int64_t s = t - W + 1 + i;
+                    if (s < 0) continue;
+                    const F *xs = xp + (b * T + s) * C;
+                    for (int64_t c = 0; c < C; c++) o[c] += wp[c * W + i] * xs[c];
+                }
+                if (!silu) continue;
+                double *d = df ? df + (b * T + t) * C : NULL;
+                for (int64_t c = 0; c < C; c++) {
+                    const double z = o[c], s = kit_sigmoid(z);
+                    if (d) d[c] = s * (1 + z * (1 - s));
+                    o[c] = (F)(z * s);
+                }
             }
     });
 }
@@ -84,27 +90,20 @@ void pr_conv1d_forward_cpu(pr_ctx *ctx, pr_node *n)
 void pr_conv1d_backward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
-    pr_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2], *dout = n->out[0]->grad;
+    pr_tensor *x = n->in[0], *w = n->in[1], *dout = n->out[0]->grad;
     pr_tensor *dx = pr_in_grad(n, 0), *dw = pr_in_grad(n, 1), *db = pr_in_grad(n, 2);
-    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[1];
+    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[1], N = B * T * C;
     const bool silu = n->iarg[0];
+    PR_CHECK(!silu || n->n_saved == 1, "conv1d: CPU backward of the silu form without the forward's saved silu'");
     PR_FLOAT_SWITCH(x->dtype, F, {
-        const F *xp = x->data, *wp = w->data, *bp = bias ? bias->data : NULL, *go = dout->data;
+        const F *xp = x->data, *wp = w->data, *go = dout->data;
         F *dxp = dx ? dx->data : NULL, *dwp = dw ? dw->data : NULL, *dbp = db ? db->data : NULL;
         F *dz = NULL;
         if (silu) {
-            dz = malloc(sizeof(F) * (size_t)(B * T * C > 0 ? B * T * C : 1));
-            PR_CHECK(dz, "conv1d: out of host memory for dz (%lld elements)", (long long)(B * T * C));
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t t = 0; t < T; t++) {
-                    F *z = dz + (b * T + t) * C;
-                    const F *d = go + (b * T + t) * C;
-                    CONV1D_ROW(F, z, xp, wp, bp, b, t);
-                    for (int64_t c = 0; c < C; c++) {
-                        const double s = kit_sigmoid(z[c]);
-                        z[c] = (F)(d[c] * (s * (1 + z[c] * (1 - s))));
-                    }
-                }
+            const double *df = n->saved[0]->data;
+            dz = malloc(sizeof(F) * (size_t)(N > 0 ? N : 1));
+            PR_CHECK(dz, "conv1d: out of host memory for dz (%lld elements)", (long long)N);
+            for (int64_t i = 0; i < N; i++) dz[i] = (F)(go[i] * df[i]);
             go = dz;
         }
         for (int64_t b = 0; b < B; b++)

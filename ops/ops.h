@@ -144,8 +144,8 @@ pr_tensor *pr_embedding(pr_ctx *ctx, pr_tensor *weight, pr_tensor *ids);
  * x [B, T, C], w [C, W], bias [C] or NULL -> [B, T, C];
  * out[b,t,c] = sum_{i<W} w[c,i] x[b, t-W+1+i, c] (+ bias[c]).
  * conv1d_silu: silu(out) in the same op (the models' short convolutions): one
- * pass instead of two, and no pre-activation kept for the backward, which
- * recomputes it (the same numbers as pr_silu(pr_conv1d(..)) on the CPU). */
+ * pass instead of two; on CUDA no pre-activation is kept for the backward,
+ * which recomputes it (the same numbers as pr_silu(pr_conv1d(..)) on the CPU). */
 pr_tensor *pr_conv1d(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias);
 pr_tensor *pr_conv1d_silu(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, pr_tensor *bias);
 
