@@ -48,11 +48,8 @@ pr_gdn_inputs pr_gdn_base_inputs(pr_ctx *ctx, const pr_gdn_base *l, const pr_con
     in.k = pr_l2norm(ctx, conv_branch(ctx, x, l->k_proj, l->k_conv, H, st, PR_SLOT_GDN_K_CONV), 1e-6);
     in.v = conv_branch(ctx, x, l->v_proj, l->v_conv, H, st, PR_SLOT_GDN_V_CONV);
     in.beta = pr_sigmoid(ctx, pr_linear(ctx, x, l->b_proj, NULL));
-    if (l->A_log) {
-        /* the decay's bias added in f32 (pr_add promotes; pr_linear would lower it) */
-        pr_tensor *rate = pr_softplus(ctx, pr_add(ctx, pr_linear(ctx, x, l->a_proj, NULL), l->dt_bias));
-        in.g = pr_mul(ctx, pr_neg(ctx, pr_exp(ctx, l->A_log)), rate);
-    }
+    /* the decay's bias added in f32 (the op widens a; pr_linear would lower the bias) */
+    if (l->A_log) in.g = pr_decay_gate(ctx, pr_linear(ctx, x, l->a_proj, NULL), l->A_log, l->dt_bias);
     return in;
 }
 

@@ -256,8 +256,7 @@ static void memory_gates(pr_ctx *ctx, const mom_layer *l, const pr_config *c, pr
         *beta = NULL;
         return;
     }
-    pr_tensor *rate = pr_softplus(ctx, pr_add(ctx, a, l->dt_bias));
-    *g = pr_reshape(ctx, pr_mul(ctx, pr_neg(ctx, pr_exp(ctx, l->A_log)), rate), nlead + 1, shape);
+    *g = pr_reshape(ctx, pr_decay_gate(ctx, a, l->A_log, l->dt_bias), nlead + 1, shape);
     *beta = pr_reshape(ctx, pr_sigmoid(ctx, b), nlead + 1, shape);
 }
 

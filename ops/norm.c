@@ -7,9 +7,10 @@
  * w, b [D] are optional (NULL = 1, 0). The forwards save the per-row
  * statistics (mean, rstd: x's shape without the last dim) for the backwards.
  */
-#include "ops/ops.h"
 #include <math.h>
 #include <string.h>
+
+#include "ops/cpu_kit.h"
 
 /* shared input checks; returns D */
 static int64_t norm_check(const char *op, const pr_tensor *x)
@@ -46,8 +47,6 @@ static pr_tensor *norm_apply(pr_ctx *ctx, pr_node *n, pr_tensor *x, double eps, 
     for (int i = 0; i < n->n_saved; i++) n->saved[i] = pr_op_output(ctx, stats, x->device, x->ndim - 1, x->shape);
     return pr_op_apply(ctx, n);
 }
-
-static double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
 
 /* ---- layernorm: in = {x, w, b}, saved = {mean, rstd}, farg[0] = eps ---- */
 
@@ -177,7 +176,7 @@ static void rms_forward(pr_node *n, const pr_tensor *x, const pr_tensor *z, cons
             double rstd = 1.0 / sqrt(ss / (double)D + n->farg[0]);
             for (int64_t j = 0; j < D; j++) {
                 double v = xr[j] * rstd * (pw ? pw[j] : 1);
-                y[j] = (T)(zr ? v * zr[j] * sigmoid(zr[j]) : v);
+                y[j] = (T)(zr ? v * zr[j] * kit_sigmoid(zr[j]) : v);
             }
             if (n->n_saved) ((T *)n->saved[0]->data)[r] = (T)rstd;
         }
@@ -202,7 +201,7 @@ static void rms_backward(pr_node *n, const pr_tensor *x, const pr_tensor *z, con
             for (int64_t j = 0; j < D; j++) {
                 double xh = xr[j] * rstd, wj = pw ? pw[j] : 1, gj = g[j];
                 if (zr) {
-                    double s = sigmoid(zr[j]);
+                    double s = kit_sigmoid(zr[j]);
                     if (gz) ((T *)gz->data)[r * D + j] += (T)(gj * xh * wj * s * (1 + zr[j] * (1 - s)));
                     gj *= zr[j] * s;
                 }
@@ -213,7 +212,7 @@ static void rms_backward(pr_node *n, const pr_tensor *x, const pr_tensor *z, con
             if (!gx) continue;
             T *dx = (T *)gx->data + r * D;
             for (int64_t j = 0; j < D; j++) {
-                double xh = xr[j] * rstd, gj = zr ? g[j] * zr[j] * sigmoid(zr[j]) : g[j];
+                double xh = xr[j] * rstd, gj = zr ? g[j] * zr[j] * kit_sigmoid(zr[j]) : g[j];
                 dx[j] += (T)(rstd * (gj * (pw ? pw[j] : 1) - xh * m2));
             }
         }

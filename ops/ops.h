@@ -140,6 +140,11 @@ void pr_blas_serial_leave(void);
  * out of [0, V) is fatal. Backward scatter-adds into weight's grad. */
 pr_tensor *pr_embedding(pr_ctx *ctx, pr_tensor *weight, pr_tensor *ids);
 
+/* ---- gate.c: Gated DeltaNet's log-decay gate in one op (fla's form):
+ * a [..., H], A_log [H], dt_bias [H] -> g = -exp(A_log) * softplus(a + dt_bias)
+ * [..., H], f32 (bf16 a widened) or f64 */
+pr_tensor *pr_decay_gate(pr_ctx *ctx, pr_tensor *a, pr_tensor *A_log, pr_tensor *dt_bias);
+
 /* ---- conv1d.c: causal depthwise convolution over time, zero left padding.
  * x [B, T, C], w [C, W], bias [C] or NULL -> [B, T, C];
  * out[b,t,c] = sum_{i<W} w[c,i] x[b, t-W+1+i, c] (+ bias[c]).

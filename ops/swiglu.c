@@ -10,7 +10,7 @@
  */
 #include <math.h>
 
-#include "ops/ops.h"
+#include "ops/cpu_kit.h"
 
 pr_tensor *pr_swiglu(pr_ctx *ctx, pr_tensor *gate, pr_tensor *up)
 {
@@ -27,8 +27,6 @@ pr_tensor *pr_swiglu(pr_ctx *ctx, pr_tensor *gate, pr_tensor *up)
     return pr_op_apply(ctx, &n);
 }
 
-static double sigmoid(double a) { return a >= 0 ? 1 / (1 + exp(-a)) : exp(a) / (1 + exp(a)); }
-
 void pr_swiglu_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
@@ -36,7 +34,7 @@ void pr_swiglu_forward_cpu(pr_ctx *ctx, pr_node *n)
     PR_FLOAT_SWITCH(n->in[0]->dtype, T, {
         const T *a = n->in[0]->data, *b = n->in[1]->data;
         T *y = n->out[0]->data;
-        for (int64_t i = 0; i < N; i++) y[i] = (T)((double)a[i] * sigmoid(a[i]) * b[i]);
+        for (int64_t i = 0; i < N; i++) y[i] = (T)((double)a[i] * kit_sigmoid(a[i]) * b[i]);
     });
 }
 
@@ -49,7 +47,7 @@ void pr_swiglu_backward_cpu(pr_ctx *ctx, pr_node *n)
         const T *a = n->in[0]->data, *b = n->in[1]->data, *g = n->out[0]->grad->data;
         T *da = ga ? ga->data : NULL, *db = gb ? gb->data : NULL;
         for (int64_t i = 0; i < N; i++) {
-            double s = sigmoid(a[i]);
+            double s = kit_sigmoid(a[i]);
             if (da) da[i] += (T)((double)g[i] * b[i] * s * (1 + a[i] * (1 - s)));
             if (db) db[i] += (T)((double)g[i] * a[i] * s);
         }

@@ -319,6 +319,37 @@ static void test_conv1d_silu_as_two_ops(void **state)
     pr_test_gradcheck_ok(ctx, "conv1d_silu W > T, no bias", &ex);
 }
 
+/* ---- decay_gate ---------------------------------------------------------------------------- */
+
+/* the op against the five ops it replaces, in f64: forward and every grad to
+ * 1e-13 relative, with some z = a + dt_bias past 20 (softplus's linear
+ * branch); and its shape errors */
+static void test_decay_gate_as_five_ops(void **state)
+{
+    pr_ctx *ctx = *state;
+    pr_rng r = pr_rng_init(17, 0);
+    pr_tensor *in[3] = {pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 11, 4), -6, 6),
+                        pr_example_input(ctx, &r, PR_F64, PR_DIMS(4), -2, 2),
+                        pr_example_input(ctx, &r, PR_F64, PR_DIMS(4), -1, 1)};
+    for (int i = 0; i < 5; i++) pr_set(in[0], 4 * i + 1, 19.5 + i);   /* head 1: z past 20 from the second row */
+    pr_tensor *gout = pr_example_input(ctx, &r, PR_F64, PR_DIMS(3, 11, 4), -1, 1);
+    double y[2][132], grad[2][3][132];
+    for (int form = 0; form < 2; form++) {
+        pr_zero_grads(in, 3);
+        pr_tensor *g = form ? pr_mul(ctx, pr_neg(ctx, pr_exp(ctx, in[1])), pr_softplus(ctx, pr_add(ctx, in[0], in[2])))
+                            : pr_decay_gate(ctx, in[0], in[1], in[2]);
+        pr_to_host_f64(g, y[form]);
+        pr_backward_with(ctx, g, gout);
+        for (int i = 0; i < 3; i++) pr_to_host_f64(in[i]->grad, grad[form][i]);
+    }
+    pr_assert_allclose("decay_gate forward", y[0], y[1], 132, 1e-13, 1e-13);
+    pr_assert_allclose("decay_gate da", grad[0][0], grad[1][0], 132, 1e-13, 1e-13);
+    pr_assert_allclose("decay_gate dA_log", grad[0][1], grad[1][1], 4, 1e-13, 1e-13);
+    pr_assert_allclose("decay_gate ddt_bias", grad[0][2], grad[1][2], 4, 1e-13, 1e-13);
+    PR_EXPECT_FATAL(pr_decay_gate(ctx, in[0], pr_zeros(ctx->step, PR_F64, PR_CPU, PR_DIMS(5)), in[2]),
+                    "decay_gate: A_log [5] and dt_bias [4] must be [H] with H = 4 (a [3,11,4])");
+}
+
 static void test_conv1d_errors(void **state)
 {
     pr_ctx *ctx = *state;
@@ -520,6 +551,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_conv1d_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv1d_gradcheck_variants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv1d_silu_as_two_ops, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decay_gate_as_five_ops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv1d_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reshape_shares_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transpose_values, setup, teardown),
