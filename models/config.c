@@ -119,10 +119,11 @@ static const key_info keys[] = {
     {"mom.shared", KEY_BOOL, F(mom_shared), "true", "true|false", "mom: a shared memory that sees every token (fla shared_mem)"},
     {"mom.backend", KEY_CHOICE, F(mom_backend), "gdn", "gdn|gla",
      "mom: the rule of each memory: gated delta rule, or GLA (a decay per key channel, gla.gate_normalizer)"},
-    {"mom.route", KEY_CHOICE, F(mom_route), "packed", "packed|padded",
-     "mom: the routed tokens' layout: packed (each memory's tokens back to back, the top-k read on the host) or "
+    {"mom.route", KEY_CHOICE, F(mom_route), "auto", "auto|packed|padded",
+     "mom: the routed tokens' layout: packed (each memory's tokens back to back, the top-k read on the host), "
      "padded (routed on the device, each memory's sequence padded to T: E/k times the rows, and fixed shapes, so "
-     "CUDA graphs can capture the step; a forward that keeps state runs packed)"},
+     "CUDA graphs can capture the step; a forward that keeps state runs packed) or auto (padded on CUDA, packed "
+     "on the CPU); the same model either way"},
     {"mom.aux_loss_scale", KEY_FLOAT, F(mom_aux_loss_scale), "0.01", "0..100",
      "mom: weight of the router's load-balancing loss added to the training loss (fla aux_loss_scale)"},
     {"hstu.buckets", KEY_INT, F(hstu_buckets), "32", "1..4096",

@@ -77,7 +77,7 @@ typedef struct pr_config {
     int mom_memories, mom_topk;
     bool mom_shared;
     char mom_backend[8];
-    char mom_route[8];          /* packed | padded (models/mom.c) */
+    char mom_route[8];          /* auto | packed | padded (models/mom.c) */
     double mom_aux_loss_scale;
     int hstu_buckets;
     int atlas_window, atlas_degree, atlas_ns_steps;
@@ -299,6 +299,8 @@ typedef struct {
     double scale;           /* mom.aux_loss_scale */
 } pr_router_stats;
 pr_tensor *pr_router_aux_loss(pr_ctx *ctx, const pr_router_stats *rs);
+/* whether MoM routes padded on dev (mom.route: auto takes padded on CUDA, packed on the CPU) */
+bool pr_mom_routes_padded(const pr_config *c, pr_device dev);
 
 /* ---- blocks and models (models/model.c) ---------------------------------------- */
 typedef struct { pr_tensor *w, *b; } pr_norm_params;

@@ -239,8 +239,9 @@ static void test_cuda_graph_matches_eager(void **state)
     snprintf(o.data, sizeof o.data, "%s", text);
     o.batch = 4;
     check_graph_against_eager(c, o, root, "lm");
-    /* mom's routing is read on the host: eager, and the note says why */
+    /* mom's packed routing is read on the host: eager, and the note says why */
     assert_int_equal(pr_config_set(&c, "mixer=mom", &err), 0);
+    assert_int_equal(pr_config_set(&c, "mom.route=packed", &err), 0);
     snprintf(o.cuda_graph, sizeof o.cuda_graph, "on");
     o.steps = 3;
     char dir[200];

@@ -133,7 +133,8 @@ static void test_cuda_graph_plan(void **state)
     expect_plan(&c, &o, PR_CUDA, true, true, "on (captured after 2 eager steps");   /* auto: on where it fits */
     pr_config automom = c;
     assert_int_equal(pr_config_set(&automom, "mixer=mom", &err), 0);
-    expect_plan(&automom, &o, PR_CUDA, true, false, "mom routes tokens");
+    expect_plan(&automom, &o, PR_CUDA, true, true, "on (captured");   /* mom.route=auto: padded on CUDA */
+    expect_plan(&automom, &o, PR_CPU, true, false, "the CPU runs every step eagerly");
     assert_int_equal(pr_train_set(&o, "cuda_graph=off", &err), 0);
     expect_plan(&c, &o, PR_CUDA, true, false, "off (train.cuda_graph=off)");
     assert_int_equal(pr_train_set(&o, "train.cuda_graph=on", &err), 0);
@@ -148,6 +149,7 @@ static void test_cuda_graph_plan(void **state)
     expect_plan(&drop, &o, PR_CUDA, true, false, "dropout draws its masks");
     pr_config mom = c;
     assert_int_equal(pr_config_set(&mom, "mixer=mom", &err), 0);
+    assert_int_equal(pr_config_set(&mom, "mom.route=packed", &err), 0);
     expect_plan(&mom, &o, PR_CUDA, true, false, "mom routes tokens");
     /* asked on the CPU: the run trains eagerly and its result says why */
     char dir[256];

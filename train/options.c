@@ -108,8 +108,8 @@ bool pr_train_graph_plan(const pr_config *c, const pr_train_opts *o, pr_device d
     else if (o->comm) why = "a data-parallel step all-reduces through NCCL during the backward";
     else if (!task_stages) why = "this task builds its batch inside the step";
     else if (c->dropout > 0) why = "dropout draws its masks from host seeds a graph would freeze";
-    else if (strcmp(c->mixer, "mom") == 0 && strcmp(c->mom_route, "padded") != 0)
-        why = "mom routes tokens with counts read on the host (mom.route=padded routes on the device)";
+    else if (strcmp(c->mixer, "mom") == 0 && !pr_mom_routes_padded(c, dev))
+        why = "mom routes tokens with counts read on the host (mom.route=packed; padded routes on the device)";
     if (why) snprintf(n ? note : NULL, n, "off (%s)", why);
     else snprintf(n ? note : NULL, n, "on (captured after 2 eager steps, then replayed)");
     return why == NULL;
