@@ -1,4 +1,4 @@
-/* tests/test_cuda_ops_b.c: CUDA matmul, embedding, conv1d, shape ops and
+/* tests/test_cuda_ops_b.c: CUDA matmul, embedding, conv1d (plain and silu), shape ops and
  * dropout against the CPU.
  *
  * Each case makes f64 inputs on the CPU, runs the op and its backward (with
