@@ -17,20 +17,21 @@
  *   key channel, Wgk_e [D,HK]: full rank, ours), rule gla (per-token form on CUDA)
  * Training adds fla's load-balancing loss: pr_router_stats below.
  *
- * mom.route=packed (the CPU's default, mom.route=auto): the routing is read on the host (top-k of
- * the probabilities), each memory's tokens packed back to back (varlen), then
+ * mom.route=auto (the default) takes packed on the CPU and padded on CUDA
+ * (pr_mom_routes_padded); the model is the same either way.
+ * mom.route=packed: the routing is read on the host (top-k of the
+ * probabilities), each memory's tokens packed back to back (varlen), then
  * every move of rows is a gather (pr_embedding), so the layer is made of ops
  * with CPU and CUDA kernels and the tape differentiates it.
- * mom.route=padded (CUDA's default): the top-k and the slots are computed where the tensors
+ * mom.route=padded: the top-k and the slots are computed where the tensors
  * are (pr_route_padded, ops/route.h) and each memory's sequence of row b is
  * padded to T, a batch of E*B sequences: E/k times the routed rows, but no
  * value read on the host and every shape fixed, so the step can be captured
  * as a CUDA graph. The pads follow every real token of their sequence, so
  * the causal convolutions and recurrences give the real tokens the packed
- * layout's values. A forward that keeps state (decoding) runs packed. On an
- * H100 at lm-130m, bf16, padded ran 74.0K tokens/s at T = 1K with 48.4 GiB
- * peak, where packed had run 48.6K with 70.6 GiB on an H200; on the CPU at
- * the probe size padded runs at 0.65x packed's speed.
+ * layout's values. A forward that keeps state (decoding) runs packed.
+ * Padded is 1.5x packed's speed on CUDA in 31% less memory, 0.65x on the
+ * CPU (docs/results/bf16-h200.md, sitting 5).
  *
  * State slots: 0..2 the routed q, k, v conv windows [E*B, W-1, C] (row e*B + b),
  * 3 the routed memories' states [E*B, H, K, V]; 4..6 the shared memory's conv

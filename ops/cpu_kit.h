@@ -51,6 +51,8 @@ static inline double *kit_zalloc(int64_t n)
 
 /* the logistic function without overflow on either side */
 static inline double kit_sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+/* log(1 + e^x), and x itself past 20 (where the two agree to double precision) */
+static inline double kit_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
 
 static inline double kit_dot(const double *a, const double *b, int64_t n)
 {

@@ -14,7 +14,8 @@
 pr_tensor *pr_decay_gate(pr_ctx *ctx, pr_tensor *a, pr_tensor *A_log, pr_tensor *dt_bias)
 {
     char sa[64], sl[64], sb[64];
-    a = pr_autocast(ctx, a, PR_F32), A_log = pr_autocast(ctx, A_log, PR_F32), dt_bias = pr_autocast(ctx, dt_bias, PR_F32);
+    a = pr_autocast(ctx, a, PR_F32), A_log = pr_autocast(ctx, A_log, PR_F32);
+    dt_bias = pr_autocast(ctx, dt_bias, PR_F32);
     pr_check_float("decay_gate", a, "a");
     pr_check_same_kind("decay_gate", a, A_log);
     pr_check_same_kind("decay_gate", a, dt_bias);
@@ -29,8 +30,6 @@ pr_tensor *pr_decay_gate(pr_ctx *ctx, pr_tensor *a, pr_tensor *A_log, pr_tensor 
     return pr_op_apply(ctx, &n);
 }
 
-static double softplus(double z) { return z > 20 ? z : log1p(exp(z)); }
-
 void pr_decay_gate_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
@@ -41,7 +40,7 @@ void pr_decay_gate_forward_cpu(pr_ctx *ctx, pr_node *n)
         F *g = n->out[0]->data;
         for (int64_t i = 0; i < N; i++) {
             const int64_t h = i % H;
-            g[i] = (F)(-exp((double)lp[h]) * softplus((double)ap[i] + bp[h]));
+            g[i] = (F)(-exp((double)lp[h]) * kit_softplus((double)ap[i] + bp[h]));
         }
     });
 }
@@ -62,7 +61,7 @@ void pr_decay_gate_backward_cpu(pr_ctx *ctx, pr_node *n)
             const double d = (double)dg[i] * -e * (z > 20 ? 1 : kit_sigmoid(z));
             if (dap) dap[i] = (F)(dap[i] + d);
             sum_b[h] += d;
-            sum_l[h] += (double)dg[i] * -e * softplus(z);
+            sum_l[h] += (double)dg[i] * -e * kit_softplus(z);
         }
         if (dl)
             for (int64_t h = 0; h < H; h++) ((F *)dl->data)[h] = (F)(((F *)dl->data)[h] + sum_l[h]);

@@ -33,7 +33,7 @@ static inline double unary_f(pr_op_id op, double x, double s)
     case PR_OP_silu: return x * kit_sigmoid(x);
     case PR_OP_gelu: return 0.5 * x * (1 + erf(x * M_SQRT1_2));
     case PR_OP_gelu_tanh: return 0.5 * x * (1 + tanh(SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)));
-    case PR_OP_softplus: return x > 20 ? x : log1p(exp(x));
+    case PR_OP_softplus: return kit_softplus(x);
     default: pr_fatal("unary: op %d is not unary", (int)op);
     }
 }
