@@ -6,14 +6,13 @@
 #include "ops/ops.h"
 #include "ops/cuda/ops_cuda.h"
 
-__device__ __forceinline__ float gate_softplus(float z) { return z > 20.0f ? z : log1pf(expf(z)); }
 
 __global__ void decay_gate_forward_kernel(float *g, const float *a, const float *A_log, const float *dt_bias, long long N,
                                           long long H)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < N; i += (long long)gridDim.x * blockDim.x) {
         const long long h = i % H;
-        g[i] = -expf(A_log[h]) * gate_softplus(a[i] + dt_bias[h]);
+        g[i] = -expf(A_log[h]) * pr_softplusf(a[i] + dt_bias[h]);
     }
 }
 
@@ -37,7 +36,7 @@ struct gate_dsum {
     {
         const long long i = r * H + h;
         const float z = a[i] + dt_bias[h], e = -expf(A_log[h]);
-        return (double)(dg[i] * e * (of_log ? gate_softplus(z) : (z > 20.0f ? 1.0f : pr_sigmoidf(z))));
+        return (double)(dg[i] * e * (of_log ? pr_softplusf(z) : (z > 20.0f ? 1.0f : pr_sigmoidf(z))));
     }
 };
 

@@ -39,8 +39,6 @@ static ss_dims ss_dims_of(const pr_node *n)
     return d;
 }
 
-static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
-static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 
 /* the float inputs as double (NULL stays NULL) */
 typedef struct {
@@ -57,7 +55,7 @@ static ss_inputs ss_inputs_of(const pr_node *n)
 
 static double dt_of(const ss_inputs *in, const ss_dims *d, int64_t r, int64_t c)
 {
-    return softplus(in->p[IN_DELTA][r * d->D + c] + (in->p[IN_BIAS] ? in->p[IN_BIAS][c] : 0));
+    return kit_softplus(in->p[IN_DELTA][r * d->D + c] + (in->p[IN_BIAS] ? in->p[IN_BIAS][c] : 0));
 }
 
 /* channel c of sequence s: the states s_t into st[(t+1)*N] (st[0..N) = h0)
@@ -94,7 +92,7 @@ void pr_selective_scan_forward_cpu(pr_ctx *ctx, pr_node *n)
             for (int64_t t = 0; t < len; t++) {
                 const int64_t i = (r0 + t) * d.D + c;
                 double zt = in.p[IN_Z] ? in.p[IN_Z][i] : 0;
-                y[i] = in.p[IN_Z] ? yp[t] * zt * sigmoid(zt) : yp[t];
+                y[i] = in.p[IN_Z] ? yp[t] * zt * kit_sigmoid(zt) : yp[t];
             }
             memcpy(ht + (s * d.D + c) * d.N, st + len * d.N, (size_t)d.N * sizeof(double));
         }
@@ -119,11 +117,11 @@ static void back_channel(const ss_inputs *in, const ss_dims *d, int64_t s, int64
     for (int64_t t = len - 1; t >= 0; t--) {
         const int64_t r = r0 + t, i = r * d->D + c;
         const double x = in->p[IN_DELTA][i] + (in->p[IN_BIAS] ? in->p[IN_BIAS][c] : 0);
-        const double dt = softplus(x), u = in->p[IN_U][i];
+        const double dt = kit_softplus(x), u = in->p[IN_U][i];
         const double *Bt = in->p[IN_B] + r * N, *Ct = in->p[IN_C] + r * N, *prev = st + t * N, *cur = prev + N;
         double dy = dy_out ? dy_out[i] : 0;
         if (z) {
-            const double sg = sigmoid(z[i]);
+            const double sg = kit_sigmoid(z[i]);
             gr->g[IN_Z][i] += dy * yp[t] * sg * (1 + z[i] * (1 - sg));
             dy *= z[i] * sg;
         }
@@ -142,7 +140,7 @@ static void back_channel(const ss_inputs *in, const ss_dims *d, int64_t s, int64
         ddt += gB * u;
         du += dt * gB;
         gr->g[IN_U][i] += du;
-        const double dx = ddt * (x > 20 ? 1 : sigmoid(x));
+        const double dx = ddt * (x > 20 ? 1 : kit_sigmoid(x));
         gr->g[IN_DELTA][i] += dx;
         gr->g[IN_BIAS][c] += dx;
     }

@@ -43,9 +43,6 @@ struct ss_prob {
     int D, N, S, nch, rows;
 };
 
-__device__ __forceinline__ float ss_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-__device__ __forceinline__ float ss_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-
 /* this thread's channel (clamped, so every lane group takes part in its
  * shuffles; ok says whether it may store) and lane */
 template <int G> struct ss_lane {
@@ -75,7 +72,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_fwd_c
     const float Dk = p.Dk ? p.Dk[d] : 0.f, bias = p.bias ? p.bias[d] : 0.f;
     for (int t = 0; t < nval; t++) {
         const long long r = row0 + t, i = r * p.D + d;
-        const float dt = ss_softplus(p.delta[i] + bias), u = p.u[i];
+        const float dt = pr_softplusf(p.delta[i] + bias), u = p.u[i];
         float yk = 0.f;
 #pragma unroll
         for (int k = 0; k < NPL; k++) {
@@ -90,7 +87,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_fwd_c
         const float y = pr_group_reduce<G>(yk, pr_op_sum()) + Dk * u;
         if (me.lane == 0 && me.ok) {
             const float z = p.z ? p.z[i] : 0.f;
-            p.y[i] = p.z ? y * z * ss_sigmoid(z) : y;
+            p.y[i] = p.z ? y * z * pr_sigmoidf(z) : y;
         }
     }
     if (final || !me.ok) return;
@@ -154,7 +151,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_bwd_c
     const float Dk = p.Dk ? p.Dk[d] : 0.f, bias = p.bias ? p.bias[d] : 0.f;
     for (int t = 0; t < nval; t++) {  /* forward: states, y_pre, dy_pre (and dz) */
         const long long r = row0 + t, i = r * p.D + d;
-        const float dt = ss_softplus(p.delta[i] + bias), u = p.u[i];
+        const float dt = pr_softplusf(p.delta[i] + bias), u = p.u[i];
         float yk = 0.f;
 #pragma unroll
         for (int k = 0; k < NPL; k++) {
@@ -169,7 +166,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_bwd_c
         if (me.lane == 0) {
             float dy = p.dout[i];
             if (p.z) {
-                const float z = p.z[i], sg = ss_sigmoid(z);
+                const float z = p.z[i], sg = pr_sigmoidf(z);
                 if (final && me.ok && p.dz) p.dz[i] += dy * ypre * sg * (1.f + z * (1.f - sg));
                 dy *= z * sg;
             }
@@ -186,7 +183,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_bwd_c
     }
     for (int t = nval - 1; t >= 0; t--) {  /* reverse: g from dL/ds_t to dL/ds_{t-1} */
         const long long r = row0 + t, i = r * p.D + d;
-        const float x = p.delta[i] + bias, dt = ss_softplus(x), u = p.u[i], dy = dyp[t * CPB + me.ch];
+        const float x = p.delta[i] + bias, dt = pr_softplusf(x), u = p.u[i], dy = dyp[t * CPB + me.ch];
         float ddt = 0.f, gB = 0.f;
 #pragma unroll
         for (int k = 0; k < NPL; k++) {
@@ -210,7 +207,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_bwd_c
         ddt = pr_group_reduce<G>(ddt, pr_op_sum()) + gB * u;
         if (me.lane == 0 && me.ok) {
             if (p.du) p.du[i] += dy * Dk + dt * gB;
-            p.dx[i] = ddt * (x > 20.f ? 1.f : ss_sigmoid(x));
+            p.dx[i] = ddt * (x > 20.f ? 1.f : pr_sigmoidf(x));
         }
     }
     if (!final) {
@@ -258,7 +255,7 @@ struct ss_dskip_term { /* dy_pre * u at (row r, channel c) */
     __device__ double operator()(long long r, long long c) const
     {
         const long long i = r * D + c;
-        const float g = z ? dout[i] * z[i] * ss_sigmoid(z[i]) : dout[i];
+        const float g = z ? dout[i] * z[i] * pr_sigmoidf(z[i]) : dout[i];
         return (double)g * u[i];
     }
 };

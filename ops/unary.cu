@@ -33,7 +33,7 @@ template <int OP> __device__ __forceinline__ float unary_f(float x, float s)
     if constexpr (OP == PR_OP_gelu) return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
     if constexpr (OP == PR_OP_gelu_tanh)
         return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)));
-    if constexpr (OP == PR_OP_softplus) return x > 20.0f ? x : log1pf(expf(x));
+    if constexpr (OP == PR_OP_softplus) return pr_softplusf(x);
     return 0.0f;
 }
 

@@ -86,6 +86,8 @@ __device__ __forceinline__ float pr_sigmoidf(float x)
     const float e = expf(x);
     return e / (1.0f + e);
 }
+/* log(1 + e^x), and x itself past 20 (the CPU's kit_softplus, in f32) */
+__device__ __forceinline__ float pr_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ void pr_acc(float *p, long long i, float v) { p[i] += v; }
 __device__ __forceinline__ void pr_acc(pr_bf16 *p, long long i, float v)
 {
