@@ -4,8 +4,12 @@
  *   lower to bf16   matmul, conv1d, attention, selective_scan; the data
  *                   inputs of recurrence and the TTT ops (their decays,
  *                   states and inner weights stay f32, as those ops take)
- *   f32             softmax, log_softmax, the losses, sum and mean, exp,
+ *   f32             softmax, log_softmax, bce_logits, sum and mean, exp,
  *                   log, logsigmoid, softplus, titans
+ *   f32 loss        cross_entropy: bf16 logits are not cast, its kernels
+ *                   read them in place and work in f32; the loss is f32,
+ *                   the logits' grad bf16 (the bits a widening cast gave,
+ *                   without the [N, C] f32 copy)
  *   norms           layernorm, rmsnorm, rmsnorm_gated, l2norm: the data's
  *                   dtype (statistics wide, in f32), w and b lowered with it
  *                   (ops/norm.c says why)

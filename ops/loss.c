@@ -4,9 +4,15 @@
  * logsumexp(x) - x[target] over the rows whose target != ignore_index (0 when
  * every row is ignored). bce_logits: the mean of the stable form
  * max(x,0) - x t + log(1 + e^-|x|). Both give a 0-dim scalar and sum in double.
+ *
+ * cross_entropy takes bf16 logits itself (ops/ops.def): under bf16 autocast
+ * the LM head's bf16 logits are read in place and the loss is f32, with no
+ * f32 copy of [N, C] (a widening cast makes 2 GB a step at 16K x 32K).
+ * Outside autocast bf16 logits give a bf16 loss, as every op does.
  */
 #include "ops/ops.h"
 #include <math.h>
+#include <stdlib.h>
 
 /* ---- cross_entropy: in = {logits, targets}, iarg[0] = ignore_index ---- */
 
@@ -14,7 +20,6 @@ pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, 
 {
     const char *op = "cross_entropy";
     PR_CHECK(logits && targets, "%s: NULL input", op);
-    logits = pr_autocast(ctx, logits, PR_F32);   /* the loss is f32 */
     pr_check_float(op, logits, "logits");
     PR_CHECK(targets->dtype == PR_I32 || targets->dtype == PR_I64, "%s: targets must be int32 or int64, got %s", op,
              pr_dtype_name(targets->dtype));
@@ -30,7 +35,10 @@ pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, 
     pr_node n = pr_node_init(PR_OP_cross_entropy, 2, (pr_tensor *[]){logits, targets});
     n.iarg[0] = ignore_index;
     n.n_out = 1;
-    n.out[0] = pr_op_output(ctx, logits->dtype, logits->device, 0, logits->shape);
+    /* autocast's loss is f32; bf16 logits stay as they are (no cast node):
+     * the kernels read them wide, which is what widening them first gave */
+    const bool f32_loss = ctx->precision == PR_PREC_BF16 && logits->dtype == PR_BF16;
+    n.out[0] = pr_op_output(ctx, f32_loss ? PR_F32 : logits->dtype, logits->device, 0, logits->shape);
     return pr_op_apply(ctx, &n);
 }
 
@@ -56,28 +64,72 @@ static int64_t ce_count(const pr_node *n, int64_t R, int64_t C)
     return count;
 }
 
+/* row r of x (f32, f64 or bf16) in double: exact for each */
+static void ce_load_row(const pr_tensor *x, int64_t r, int64_t C, double *row)
+{
+    if (x->dtype == PR_BF16) {
+        for (int64_t c = 0; c < C; c++) row[c] = pr_get(x, r * C + c);
+        return;
+    }
+    PR_FLOAT_SWITCH(x->dtype, T, {
+        const T *xr = (const T *)x->data + r * C;
+        for (int64_t c = 0; c < C; c++) row[c] = xr[c];
+    });
+}
+
+/* max over the row, and sum_c exp(row_c - max) */
+static void ce_row_stats(const double *row, int64_t C, double *mx, double *sum)
+{
+    double m = row[0], s = 0.0;
+    for (int64_t c = 1; c < C; c++) m = row[c] > m ? row[c] : m;
+    for (int64_t c = 0; c < C; c++) s += exp(row[c] - m);
+    *mx = m, *sum = s;
+}
+
+static double *ce_row_buffer(int64_t C)
+{
+    double *row = malloc(sizeof(double) * (size_t)C);
+    PR_CHECK(row, "cross_entropy: out of host memory (%lld doubles)", (long long)C);
+    return row;
+}
+
 void pr_cross_entropy_forward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
     pr_tensor *x = n->in[0];
     int64_t C = x->shape[x->ndim - 1], R = x->numel / C, count = ce_count(n, R, C);
-    double loss = 0.0;
-    PR_FLOAT_SWITCH(x->dtype, T, {
-        for (int64_t r = 0; r < R; r++) {
-            int64_t t = ce_class(n, r, C);
-            if (t < 0) continue;
-            const T *xr = (const T *)x->data + r * C;
-            double mx = xr[0], sum = 0.0;
-            for (int64_t c = 1; c < C; c++) mx = xr[c] > mx ? xr[c] : mx;
-            for (int64_t c = 0; c < C; c++) sum += exp(xr[c] - mx);
-            loss += mx + log(sum) - xr[t];
-        }
-        *(T *)n->out[0]->data = (T)(count ? loss / (double)count : 0.0);
+    double loss = 0.0, *row = ce_row_buffer(C);
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = ce_class(n, r, C);
+        if (t < 0) continue;
+        double mx, sum;
+        ce_load_row(x, r, C, row);
+        ce_row_stats(row, C, &mx, &sum);
+        loss += mx + log(sum) - row[t];
+    }
+    free(row);
+    pr_set(n->out[0], 0, count ? loss / (double)count : 0.0);   /* one rounding to the loss's dtype */
+}
+
+/* dx_r += d; a bf16 grad gets old + d rounded once (pr_set's rounding, as
+ * the backward of pr_cast adds a grad into bf16) */
+static void ce_add_row(pr_tensor *gx, int64_t r, int64_t C, const double *d)
+{
+    if (gx->dtype == PR_BF16) {
+        for (int64_t c = 0; c < C; c++) pr_set(gx, r * C + c, pr_get(gx, r * C + c) + d[c]);
+        return;
+    }
+    PR_FLOAT_SWITCH(gx->dtype, T, {
+        T *dx = (T *)gx->data + r * C;
+        for (int64_t c = 0; c < C; c++) dx[c] += (T)d[c];
     });
 }
 
 /* loss = (1/count) sum_r (lse(x_r) - x_r[t_r]); dlse/dx_c = softmax_c, so
- * dx_rc = g/count (softmax(x_r)_c - [c == t_r]) for kept rows, 0 for ignored ones. */
+ * dx_rc = g/count (softmax(x_r)_c - [c == t_r]) for kept rows, 0 for ignored ones.
+ * With an f32 loss each dx_rc is first rounded to f32: bf16 logits under
+ * autocast then get the bits that widening them to f32 gave (the f32
+ * kernel's dx, rounded into the bf16 grad by the cast's backward). */
 void pr_cross_entropy_backward_cpu(pr_ctx *ctx, pr_node *n)
 {
     (void)ctx;
@@ -85,19 +137,21 @@ void pr_cross_entropy_backward_cpu(pr_ctx *ctx, pr_node *n)
     if (!gx) return;
     int64_t C = x->shape[x->ndim - 1], R = x->numel / C, count = ce_count(n, R, C);
     if (!count) return;
-    PR_FLOAT_SWITCH(x->dtype, T, {
-        double gs = *(const T *)n->out[0]->grad->data / (double)count;
-        for (int64_t r = 0; r < R; r++) {
-            int64_t t = ce_class(n, r, C);
-            if (t < 0) continue;
-            const T *xr = (const T *)x->data + r * C;
-            T *dx = (T *)gx->data + r * C;
-            double mx = xr[0], sum = 0.0;
-            for (int64_t c = 1; c < C; c++) mx = xr[c] > mx ? xr[c] : mx;
-            for (int64_t c = 0; c < C; c++) sum += exp(xr[c] - mx);
-            for (int64_t c = 0; c < C; c++) dx[c] += (T)(gs * (exp(xr[c] - mx) / sum - (c == t)));
+    const bool f32 = n->out[0]->dtype == PR_F32;
+    double gs = pr_get(n->out[0]->grad, 0) / (double)count, *row = ce_row_buffer(C);
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = ce_class(n, r, C);
+        if (t < 0) continue;
+        double mx, sum;
+        ce_load_row(x, r, C, row);
+        ce_row_stats(row, C, &mx, &sum);
+        for (int64_t c = 0; c < C; c++) {   /* row becomes dx_r in place */
+            double d = gs * (exp(row[c] - mx) / sum - (c == t));
+            row[c] = f32 ? (double)(float)d : d;
         }
-    });
+        ce_add_row(gx, r, C, row);
+    }
+    free(row);
 }
 
 /* ---- bce_logits: in = {logits, targets} ---- */

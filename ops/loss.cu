@@ -2,7 +2,10 @@
  * float targets: the kernels are templates over their storage type T; the
  * math, lse and the sums are f32/f64 either way, and the loss (a scalar) is
  * stored in whatever dtype the frontend gave it, f32 or bf16, rounded once;
- * each bf16 grad element is rounded once).
+ * each bf16 grad element is rounded once). Under bf16 autocast the
+ * frontend gives bf16 logits an f32 loss and no cast: the bf16 instance then
+ * gives the f32 kernel's bits on widened logits (exact loads, the same f32
+ * math, and pr_acc4 rounds old + dx once, as the cast's backward would).
  *
  * cross_entropy: a warp or block per row computes lse = logsumexp(x_r) and
  * the row's loss lse - x_r[t_r]; the mean over kept rows is a fixed-order sum

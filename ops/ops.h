@@ -84,7 +84,8 @@ pr_tensor *pr_log_softmax(pr_ctx *ctx, pr_tensor *x);
 
 /* ---- loss.c -----------------------------------------------------------------
  * cross_entropy: logits [N, C] (or [..., C]), targets int32/int64 [N] (or [...]);
- * mean over targets != ignore_index (0 if none); 0-dim scalar.
+ * mean over targets != ignore_index (0 if none); 0-dim scalar in the logits'
+ * dtype, but f32 under bf16 autocast, which reads bf16 logits in place.
  * bce_logits: logits and float targets of one shape; mean of
  * max(x,0) - x*t + log(1 + e^-|x|); 0-dim scalar. */
 pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, int64_t ignore_index);

@@ -2,7 +2,8 @@
  * of every op without bf16 kernels against the f64 kernel on the same
  * bf16 values, rounded once; the autocast policy (ops/autocast.c): the
  * dtype each kind of op gives, the parameter casts made once a step, f64
- * and f32 precision left alone; every mixer's LM loss and grads in bf16
+ * and f32 precision left alone; cross_entropy reading bf16 logits in place
+ * with the bits of the widened path; every mixer's LM loss and grads in bf16
  * against f32. */
 #include "tests/test_models_util.h"
 
@@ -319,6 +320,98 @@ static void test_add_norm_mixed(void **state)
     }
 }
 
+/* ---- cross_entropy on bf16 logits ------------------------------------------------ */
+
+/* a leaf of vals' values in dtype dt, its grad set to g0 when given (else it starts at zero) */
+static pr_tensor *ce_leaf(pr_ctx *ctx, const pr_tensor *vals, const pr_tensor *g0, pr_dtype dt)
+{
+    pr_tensor *x = pr_to(ctx->step, vals, dt, PR_CPU);
+    pr_requires_grad_(x, true);
+    if (g0) {
+        pr_tensor *g = pr_grad_of(ctx, x);
+        for (int64_t i = 0; i < g->numel; i++) pr_set(g, i, pr_get(g0, i));
+    }
+    return x;
+}
+
+static bool same_bits(const pr_tensor *a, const pr_tensor *b)
+{
+    return a->dtype == b->dtype && a->numel == b->numel && memcmp(a->data, b->data, pr_nbytes(a)) == 0;
+}
+
+/* cross_entropy of x, its backward seeded with 0.6875 (exact in every dtype) */
+static pr_tensor *ce_run(pr_ctx *ctx, pr_tensor *x, pr_tensor *t)
+{
+    pr_tensor *loss = pr_cross_entropy(ctx, x, t, -100);
+    pr_backward_with(ctx, loss, pr_full(ctx->step, loss->dtype, PR_CPU, 0, NULL, 0.6875));
+    return loss;
+}
+
+/* Under bf16 autocast cross_entropy reads bf16 logits as they are: no cast
+ * node, no f32 [N, C] tensor, not staged; an f32 loss and a bf16 grad, both
+ * bit for bit what widening the logits first gives (pr_cast to f32, the f32
+ * loss, its f32 dlogits rounded into the bf16 grad by the cast's backward).
+ * Sizes off every power of two, ignored rows; the smaller case starts the
+ * grads at nonzero g0 (of a dlogit's size), so the one rounding of
+ * g0 + dlogit is checked too. Rounding the f64 dlogits to bf16 straight
+ * (what staging through f64 gives) changes some elements of the larger
+ * case, so the test tells the two apart. Outside autocast bf16 logits keep a
+ * bf16 loss and those f64-rounded-once grads, as before. */
+static void test_cross_entropy_bf16_in_place(void **state)
+{
+    pr_ctx *ctx = *state;
+    const int64_t sizes[2][2] = {{37, 129}, {128, 8209}};
+    for (int k = 0; k < 2; k++) {
+        const int64_t N = sizes[k][0], C = sizes[k][1];
+        pr_rng r = pr_rng_init(21, (uint64_t)k);
+        pr_tensor *vals = pr_to(ctx->step, pr_randu(ctx->step, PR_F32, PR_CPU, PR_DIMS(N, C), &r, -4, 4), PR_BF16, PR_CPU);
+        int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
+        for (int64_t i = 0; i < N; i++) tg[i] = i % 5 == 2 ? -100 : (int32_t)((i * 7919 + 13) % C);
+        pr_tensor *t = pr_from_host(ctx->step, PR_I32, PR_CPU, PR_DIMS(N), tg);
+        free(tg);
+        pr_tensor *g0 = k ? NULL
+                          : pr_to(ctx->step, pr_randu(ctx->step, PR_F32, PR_CPU, PR_DIMS(N, C), &r, -1e-5, 1e-5),
+                                  PR_BF16, PR_CPU);
+
+        pr_ctx_set_precision(ctx, PR_PREC_BF16);
+        pr_tensor *xa = ce_leaf(ctx, vals, g0, PR_BF16), *xb = ce_leaf(ctx, vals, g0, PR_BF16);
+        pr_tensor *la = ce_run(ctx, xa, t);
+        const pr_node *na = &ctx->tape[la->tape_pos];
+        assert_int_equal(la->dtype, PR_F32);
+        assert_int_equal(xa->grad->dtype, PR_BF16);
+        assert_int_equal(count_casts(ctx), 0);
+        assert_ptr_equal(na->in[0], xa);
+        assert_null(na->staged);
+        pr_step_mem m;
+        pr_step_memory(ctx, &m);
+        size_t f32_bytes = 0;
+        for (int kind = 0; kind < PR_MEM_NKINDS; kind++) f32_bytes += m.bytes[kind][PR_F32];
+        assert_true(f32_bytes < sizeof(float) * (size_t)C);   /* the loss and its grad, no [N, C] */
+        for (int dt = 0; dt < PR_NDTYPES; dt++) assert_int_equal(m.bytes[PR_MEM_STAGED][dt], 0);
+
+        pr_tensor *lb = ce_run(ctx, pr_cast(ctx, xb, PR_F32), t);   /* the widened path */
+        assert_int_equal(count_casts(ctx), 1);
+        assert_true(same_bits(la, lb));
+        assert_true(same_bits(xa->grad, xb->grad));
+
+        pr_ctx_set_precision(ctx, PR_PREC_F32);
+        pr_tensor *x64 = ce_leaf(ctx, vals, g0, PR_F64), *l64 = ce_run(ctx, x64, t);
+        pr_tensor *once = pr_to(ctx->step, x64->grad, PR_BF16, PR_CPU);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < once->numel; i++) differ += pr_get(once, i) != pr_get(xa->grad, i);
+        printf("  cross_entropy [%lld,%lld] bf16: the widened path's bits; rounding from f64 would change %lld\n",
+               (long long)N, (long long)C, (long long)differ);
+        if (k) assert_true(differ > 0);
+
+        pr_tensor *xc = ce_leaf(ctx, vals, g0, PR_BF16), *lc = ce_run(ctx, xc, t);   /* outside autocast */
+        assert_true(same_bits(lc, pr_to(ctx->step, l64, PR_BF16, PR_CPU)));
+        assert_true(same_bits(xc->grad, once));
+        pr_step_reset(ctx);
+    }
+    check_staged_op(ctx, PR_OP_cross_entropy);   /* its example, as the staged ops are checked */
+    pr_step_reset(ctx);
+}
+
 /* pr_step_memory on one bf16 product, every byte accounted: x (no grad) and
  * the parameter w cast to bf16, their product, the grads, and the CPU's f64
  * staging of the matmul (which CUDA runs natively: none of it counts there) */
@@ -504,6 +597,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_parameter_cast_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_activation_cast_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_norm_mixed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_entropy_bf16_in_place, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_memory_counts, setup, teardown),
         cmocka_unit_test(test_bf16_step_holds_less),
         cmocka_unit_test(test_every_mixer_in_bf16),

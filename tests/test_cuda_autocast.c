@@ -1,6 +1,7 @@
 /* tests/test_cuda_autocast.c: bf16 on CUDA against bf16 on the CPU.
  *
- * - every op with CUDA kernels and no native CPU bf16 kernels, its example's
+ * - every op with CUDA kernels and no native CPU bf16 kernels (and
+ *   cross_entropy, which has them), its example's
  *   inputs rounded to bf16, on both devices (CUDA: native bf16 kernels where
  *   ops/ops.def says so, else the f32 staging of autograd/staging.c):
  *   outputs and input grads agree to a few bf16 ulps, |got - ref| <= 4e-3
@@ -87,8 +88,10 @@ static void test_cuda_ops_bf16(void **state)
         const pr_op_info *op = pr_op((pr_op_id)i);
         /* ops native in bf16 on the CPU (cast, recurrence, the TTT ops) keep
          * states in f32 beside bf16 data: their own tests cover them
-         * (test_cuda_bf16, test_cuda_ttt_*); here every input is bf16 */
-        if (!op->forward_cuda || !op->example || op->bf16_native[PR_CPU]) continue;
+         * (test_cuda_bf16, test_cuda_ttt_*); here every input is bf16, as
+         * cross_entropy's are (native on the CPU too, checked here as well) */
+        const bool all_bf16 = (pr_op_id)i == PR_OP_cross_entropy;
+        if (!op->forward_cuda || !op->example || (op->bf16_native[PR_CPU] && !all_bf16)) continue;
         fails += op_case(ctx, (pr_op_id)i);
         checked++;
         pr_step_reset(ctx);

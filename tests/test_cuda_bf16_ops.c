@@ -26,6 +26,8 @@
  * Every case also runs twice on CUDA and must give the same bits. A last
  * test runs each of these ops through its public function on bf16 CUDA
  * inputs and requires that it was not staged (autograd/staging.c).
+ * cross_entropy under bf16 autocast (bf16 logits read in place, an f32
+ * loss) is also held to the bits of its widened path.
  * Every test skips without a GPU.
  */
 #include "tests/pr_test.h"
@@ -511,6 +513,102 @@ static void test_losses(void **state)
     pr_ctx_free(ctx);
 }
 
+/* ---- cross_entropy reading bf16 logits in place ------------------------------------------- */
+
+/* a leaf of vals (bf16, CPU) on dev, its grad starting at g0 when given */
+static pr_tensor *ce_leaf(pr_ctx *ctx, const pr_tensor *vals, const pr_tensor *g0, pr_device dev)
+{
+    pr_tensor *x = pr_to(ctx->step, vals, PR_BF16, dev);
+    pr_requires_grad_(x, true);
+    if (g0) x->grad = pr_to(ctx->step, g0, PR_BF16, dev);
+    return x;
+}
+
+/* cross_entropy of x, its backward seeded with 0.6875 (exact in every dtype) */
+static pr_tensor *ce_run(pr_ctx *ctx, pr_tensor *x, pr_tensor *t)
+{
+    pr_tensor *loss = pr_cross_entropy(ctx, x, t, -100);
+    pr_backward_with(ctx, loss, pr_full(ctx->step, loss->dtype, loss->device, 0, NULL, 0.6875));
+    return loss;
+}
+
+/* the elements of bf16 a and b that differ, or -1 if one is more than one
+ * bf16 ulp (2^-7 of the larger's binade) from the other */
+static int64_t bf16_ulp_diffs(const pr_tensor *a, const pr_tensor *b)
+{
+    int64_t n = a->numel, diffs = 0;
+    double *ha = malloc(sizeof(double) * (size_t)n), *hb = malloc(sizeof(double) * (size_t)n);
+    pr_to_host_f64(a, ha);
+    pr_to_host_f64(b, hb);
+    for (int64_t i = 0; i < n && diffs >= 0; i++) {
+        if (ha[i] == hb[i]) continue;
+        int e;
+        frexp(fmax(fabs(ha[i]), fabs(hb[i])), &e);   /* the larger is in [2^(e-1), 2^e) */
+        diffs = fabs(ha[i] - hb[i]) <= ldexp(1.0, e - 8) ? diffs + 1 : -1;
+    }
+    free(ha);
+    free(hb);
+    return diffs;
+}
+
+/* Under bf16 autocast cross_entropy reads bf16 CUDA logits in place (no
+ * cast node, not staged) and gives the bits of the device's own widened path
+ * (pr_cast to f32, the f32 kernels, the cast's backward rounding dlogits into
+ * bf16): the bf16 instance loads exactly, does the f32 kernel's math and
+ * rounds g0 + dx once as the cast does. Against the CPU on the same bf16
+ * values: the f32 loss to 1e-6 relative, and each dlogit equal or one bf16
+ * ulp apart, not bitwise: CUDA's dlogit is computed in f32 (expf, its own
+ * sum order), a few f32 ulps from the CPU's double one rounded to f32, and
+ * where a bf16 rounding boundary falls between the two they round to
+ * neighbours. Rows of a warp (C = 129, no float4 loads), of a block (3000,
+ * float4 loads) and of 1024 threads past their register slots (20001);
+ * ignored rows; the first case's grads start at nonzero g0. */
+static void test_cross_entropy_in_place(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    const int64_t sizes[3][2] = {{37, 129}, {9, 3000}, {3, 20001}};
+    for (int k = 0; k < 3; k++) {
+        const int64_t N = sizes[k][0], C = sizes[k][1];
+        pr_ctx *ctx = pr_ctx_new(1);
+        pr_ctx_set_precision(ctx, PR_PREC_BF16);
+        pr_rng r = pr_rng_init(31, (uint64_t)k);
+        pr_tensor *vals = pr_to(ctx->step, pr_randu(ctx->step, PR_F32, PR_CPU, PR_DIMS(N, C), &r, -4, 4), PR_BF16, PR_CPU);
+        int32_t tg[37];
+        for (int64_t i = 0; i < N; i++) tg[i] = i % 5 == 2 ? -100 : (int32_t)((i * 7919 + 13) % C);
+        pr_tensor *t = pr_from_host(ctx->step, PR_I32, PR_CPU, PR_DIMS(N), tg);
+        pr_tensor *td = pr_to(ctx->step, t, PR_I32, PR_CUDA);
+        pr_tensor *g0 = k ? NULL
+                          : pr_to(ctx->step, pr_randu(ctx->step, PR_F32, PR_CPU, PR_DIMS(N, C), &r, -1e-4, 1e-4),
+                                  PR_BF16, PR_CPU);
+
+        pr_tensor *xa = ce_leaf(ctx, vals, g0, PR_CUDA), *xb = ce_leaf(ctx, vals, g0, PR_CUDA);
+        pr_tensor *la = ce_run(ctx, xa, td);
+        const pr_node *na = &ctx->tape[la->tape_pos];
+        assert_int_equal(la->dtype, PR_F32);
+        assert_int_equal(xa->grad->dtype, PR_BF16);
+        assert_ptr_equal(na->in[0], xa);
+        assert_null(na->staged);
+        for (int i = 0; i < ctx->n_tape; i++) assert_int_not_equal(pr_node_op(&ctx->tape[i]), PR_OP_cast);
+        pr_tensor *lb = ce_run(ctx, pr_cast(ctx, xb, PR_F32), td);   /* the widened path */
+        pr_device_sync(PR_CUDA);
+        int bad = 0;
+        if (!same_bytes(la, lb)) fprintf(stderr, "  [%lld,%lld]: loss differs from the widened path\n", (long long)N, (long long)C), bad++;
+        if (!same_bytes(xa->grad, xb->grad))
+            fprintf(stderr, "  [%lld,%lld]: dlogits differ from the widened path\n", (long long)N, (long long)C), bad++;
+
+        pr_tensor *xc = ce_leaf(ctx, vals, g0, PR_CPU), *lc = ce_run(ctx, xc, t);
+        double got = pr_item(la), ref = pr_item(lc), rel = fabs(got - ref) / fabs(ref);
+        int64_t diffs = bf16_ulp_diffs(xa->grad, xc->grad);
+        if (!(rel <= 1e-6)) fprintf(stderr, "  [%lld,%lld]: loss %.9g, CPU %.9g\n", (long long)N, (long long)C, got, ref), bad++;
+        if (diffs < 0) fprintf(stderr, "  [%lld,%lld]: a dlogit more than one bf16 ulp from the CPU's\n", (long long)N, (long long)C), bad++;
+        printf("  cross_entropy bf16 in place [%lld,%lld]  loss rel %.1e  dlogits one ulp off %lld of %lld%s\n",
+               (long long)N, (long long)C, rel, (long long)diffs, (long long)(N * C), bad ? "  FAIL" : "");
+        pr_ctx_free(ctx);
+        assert_int_equal(bad, 0);
+    }
+}
+
 /* ---- reductions and shape ops --------------------------------------------------------------- */
 
 static pr_tensor *ap_sum(pr_ctx *c, pr_tensor *const *in, const pr_example *ex) { (void)ex; return pr_sum(c, in[0]); }
@@ -698,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_add_norm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_losses),
+        cmocka_unit_test(test_cross_entropy_in_place),
         cmocka_unit_test(test_reductions),
         cmocka_unit_test(test_shape),
         cmocka_unit_test(test_dropout_embedding_conv1d),
