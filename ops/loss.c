@@ -86,6 +86,16 @@ static void ce_row_stats(const double *row, int64_t C, double *mx, double *sum)
     *mx = m, *sum = s;
 }
 
+/* row r's class (-1: ignored, nothing loaded), else the row in row[] and its stats */
+static int64_t ce_scored_row(const pr_node *n, int64_t r, int64_t C, double *row, double *mx, double *sum)
+{
+    int64_t t = ce_class(n, r, C);
+    if (t < 0) return t;
+    ce_load_row(n->in[0], r, C, row);
+    ce_row_stats(row, C, mx, sum);
+    return t;
+}
+
 static double *ce_row_buffer(int64_t C)
 {
     double *row = malloc(sizeof(double) * (size_t)C);
@@ -100,12 +110,9 @@ void pr_cross_entropy_forward_cpu(pr_ctx *ctx, pr_node *n)
     int64_t C = x->shape[x->ndim - 1], R = x->numel / C, count = ce_count(n, R, C);
     double loss = 0.0, *row = ce_row_buffer(C);
     for (int64_t r = 0; r < R; r++) {
-        int64_t t = ce_class(n, r, C);
-        if (t < 0) continue;
         double mx, sum;
-        ce_load_row(x, r, C, row);
-        ce_row_stats(row, C, &mx, &sum);
-        loss += mx + log(sum) - row[t];
+        int64_t t = ce_scored_row(n, r, C, row, &mx, &sum);
+        if (t >= 0) loss += mx + log(sum) - row[t];
     }
     free(row);
     pr_set(n->out[0], 0, count ? loss / (double)count : 0.0);   /* one rounding to the loss's dtype */
@@ -140,11 +147,9 @@ void pr_cross_entropy_backward_cpu(pr_ctx *ctx, pr_node *n)
     const bool f32 = n->out[0]->dtype == PR_F32;
     double gs = pr_get(n->out[0]->grad, 0) / (double)count, *row = ce_row_buffer(C);
     for (int64_t r = 0; r < R; r++) {
-        int64_t t = ce_class(n, r, C);
-        if (t < 0) continue;
         double mx, sum;
-        ce_load_row(x, r, C, row);
-        ce_row_stats(row, C, &mx, &sum);
+        int64_t t = ce_scored_row(n, r, C, row, &mx, &sum);
+        if (t < 0) continue;
         for (int64_t c = 0; c < C; c++) {   /* row becomes dx_r in place */
             double d = gs * (exp(row[c] - mx) / sum - (c == t));
             row[c] = f32 ? (double)(float)d : d;
