@@ -43,10 +43,11 @@ void pr_softmax_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; softmax_forwar
 void pr_log_softmax_forward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; softmax_forward(n, true); }
 
 /* softmax: y_i = e^{x_i} / sum_k e^{x_k}, so dy_i/dx_j = y_i (delta_ij - y_j) and
- *   dx_j = sum_i g_i y_i (delta_ij - y_j) = y_j (g_j - sum_i g_i y_i). */
-void pr_softmax_backward_cpu(pr_ctx *ctx, pr_node *n)
+ *   dx_j = sum_i g_i y_i (delta_ij - y_j) = y_j (g_j - sum_i g_i y_i).
+ * log_softmax: y_i = x_i - lse(x), dlse/dx_j = softmax_j = e^{y_j}, so
+ *   dx_j = g_j - e^{y_j} sum_i g_i. */
+static void softmax_backward(pr_node *n, bool log_form)
 {
-    (void)ctx;
     pr_tensor *y = n->out[0], *gx = pr_in_grad(n, 0);
     if (!gx) return;
     int64_t D = y->shape[y->ndim - 1], R = y->numel / D;
@@ -54,31 +55,15 @@ void pr_softmax_backward_cpu(pr_ctx *ctx, pr_node *n)
         for (int64_t r = 0; r < R; r++) {
             const T *yr = (const T *)y->data + r * D, *g = (const T *)y->grad->data + r * D;
             T *dx = (T *)gx->data + r * D;
-            double dot = 0.0;
-            for (int64_t j = 0; j < D; j++) dot += (double)g[j] * yr[j];
-            for (int64_t j = 0; j < D; j++) dx[j] += (T)(yr[j] * (g[j] - dot));
+            double s = 0.0;   /* sum g (log form), sum g y */
+            for (int64_t j = 0; j < D; j++) s += log_form ? (double)g[j] : (double)g[j] * yr[j];
+            for (int64_t j = 0; j < D; j++) dx[j] += (T)(log_form ? g[j] - exp(yr[j]) * s : yr[j] * (g[j] - s));
         }
     });
 }
 
-/* log_softmax: y_i = x_i - lse(x), dlse/dx_j = softmax_j = e^{y_j}, so
- *   dx_j = g_j - e^{y_j} sum_i g_i. */
-void pr_log_softmax_backward_cpu(pr_ctx *ctx, pr_node *n)
-{
-    (void)ctx;
-    pr_tensor *y = n->out[0], *gx = pr_in_grad(n, 0);
-    if (!gx) return;
-    int64_t D = y->shape[y->ndim - 1], R = y->numel / D;
-    PR_FLOAT_SWITCH(y->dtype, T, {
-        for (int64_t r = 0; r < R; r++) {
-            const T *yr = (const T *)y->data + r * D, *g = (const T *)y->grad->data + r * D;
-            T *dx = (T *)gx->data + r * D;
-            double gsum = 0.0;
-            for (int64_t j = 0; j < D; j++) gsum += g[j];
-            for (int64_t j = 0; j < D; j++) dx[j] += (T)(g[j] - exp(yr[j]) * gsum);
-        }
-    });
-}
+void pr_softmax_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; softmax_backward(n, false); }
+void pr_log_softmax_backward_cpu(pr_ctx *ctx, pr_node *n) { (void)ctx; softmax_backward(n, true); }
 
 /* ---- examples: x [3,4,7] in [-3, 3] ---- */
 static pr_tensor *softmax_apply(pr_ctx *ctx, pr_tensor *const *in, const pr_example *ex)
