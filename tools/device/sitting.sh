@@ -23,6 +23,10 @@ usage: tools/device/sitting.sh [options]
                       probe       the probe preset's step (D 16, 2 blocks, B 32,
                                   T 128) for --probe-models in each precision:
                                   tokens/s and ms a step (graphs on)
+                      kernels     each recurrence kernel's GPU time (ncu, through
+                                  tools/device/kernel_times.sh) for --kernel-rules,
+                                  one forward and backward at size 1, bf16 data then
+                                  f32 data with TF32: which pass bf16 wins or loses
                       breakdown   bench throughput --breakdown of --breakdown-models
                                   at lm-130m, T = 1024, bf16: where a step's time
                                   goes (the tables go into logs.tar.xz, the top
@@ -38,7 +42,7 @@ usage: tools/device/sitting.sh [options]
                     weight over the weights of the phases still to run, so time
                     one leaves goes to the next (default
                     tests=1,recurrence=1,python=3,mixers=6,probe=1,
-                    breakdown=1,table4=6; gpu: 20 s at most)
+                    kernels=1,breakdown=1,table4=6; gpu: 20 s at most)
   --models LIST     mixers (default prism,gdn,mamba2,attn,gla,linattn,deltanet,
                     ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas)
   --precisions LIST mixers and probe: f32, tf32, bf16 (default bf16,tf32)
@@ -46,6 +50,7 @@ usage: tools/device/sitting.sh [options]
   --steps N         timed steps a figure (default 3)
   --per-run S       the cap on one mixers run (default 60)
   --probe-models L  probe (default prism,gdn,linattn)
+  --kernel-rules L  kernels (default delta,gdn,gla)
   --breakdown-models L  breakdown (default prism,gdn)
   --table4-args "A" table4: more ablate options, e.g. "--steps 1000 --seeds 1"
                     for a rate (a different grid folder then: runs/sitting-table4-rate)
@@ -68,7 +73,7 @@ cd "$(dirname "$0")/../.." || exit 2
 phases=gpu,tests,recurrence,python,mixers deadline=540 shares_arg="" per_run=60 steps=3
 models=prism,gdn,mamba2,attn,gla,linattn,deltanet,ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas
 precisions=bf16,tf32 seq_lens=1024,16384 out=${OUT:-runs/sitting} carry=.carry prism=""
-probe_models=prism,gdn,linattn breakdown_models=prism,gdn table4_args="" sets=() rec_forces=""
+probe_models=prism,gdn,linattn kernel_rules=delta,gdn,gla breakdown_models=prism,gdn table4_args="" sets=() rec_forces=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --phases) phases="$2"; shift 2 ;;
@@ -80,6 +85,7 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift 2 ;;
     --per-run) per_run="$2"; shift 2 ;;
     --probe-models) probe_models="$2"; shift 2 ;;
+    --kernel-rules) kernel_rules="$2"; shift 2 ;;
     --breakdown-models) breakdown_models="$2"; shift 2 ;;
     --table4-args) table4_args="$2"; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
@@ -96,16 +102,16 @@ for v in "deadline=$deadline" "per-run=$per_run" "steps=$steps"; do
     case "${v#*=}" in '' | *[!0-9]* | 0) bad "--${v%%=*} takes a whole number >= 1, got '${v#*=}'" ;; esac
 done
 [ "$deadline" -ge 30 ] || bad "--deadline $deadline: 30 s at least (the logs are packed in the last 10)"
-declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6 [probe]=1 [breakdown]=1 [table4]=6)
+declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6 [probe]=1 [kernels]=1 [breakdown]=1 [table4]=6)
 IFS=, read -ra phase_list <<<"$phases"
 for p in "${phase_list[@]}"; do
-    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers, probe, breakdown, table4)"
+    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers, probe, kernels, breakdown, table4)"
 done
 if [ -n "$shares_arg" ]; then
     IFS=, read -ra kvs <<<"$shares_arg"
     for kv in "${kvs[@]}"; do
         k=${kv%%=*} w=${kv#*=}
-        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers, probe, breakdown, table4)"
+        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers, probe, kernels, breakdown, table4)"
         case "$w" in '' | *[!0-9]*) bad "--shares: $k's weight must be a whole number, got '$w'" ;; esac
         weight[$k]=$w
     done
@@ -332,6 +338,29 @@ phase_probe() {
             m = $2; tps = $4; gsub(/ /, "", m); gsub(/ /, "", tps)
             if (tps ~ /^[0-9.]+$/ && tps > 0) printf "    %-10s %s %9.0f tokens/s  %.3f ms a step\n", m, p, tps, 4096e3 / tps
         }' "$logs/probe-$p.log" | tee -a "$summary"
+    done
+}
+
+phase_kernels() {
+    local r d cap t rc rules=()
+    [ $has_prism -eq 1 ] || { say "kernels: no prism binary ($prism)"; return; }
+    command -v ncu >/dev/null || { say "kernels: not run: no ncu on this machine"; return; }
+    IFS=, read -ra rules <<<"$kernel_rules"
+    local n=$((${#rules[@]} * 2)) i=0
+    say "kernels: ms a kernel, size 1 (B 8, T 2048, H 16, K = V = 128), one forward and backward, by ncu"
+    for r in "${rules[@]}"; do
+        for d in bf16 f32; do
+            i=$((i + 1)) t=$SECONDS cap=$(((phase_end - SECONDS) / (n - i + 1)))
+            [ $cap -ge 10 ] || { say "  $r $d: not run (the phase's time is spent)"; continue; }
+            capped $cap "$logs/kernels-$r-$d.log" tools/device/kernel_times.sh --prism "$prism" \
+                --grep '^(chunk_|gla_)' -- bench recurrence --size 1 --no-token --rules "$r" --dtype "$d" \
+                --reps 1 --warmup 0
+            rc=$?
+            say "  $r $d: $(status_of $rc $cap), $((SECONDS - t))s"
+            # a kernel's line: name, launches, total ms, each launch's ms
+            awk 'NR > 1 && NF >= 4 { printf "    %-28s %2d x  %s ms\n", $1, $2, $4 }' \
+                "$logs/kernels-$r-$d.log" | tee -a "$summary"
+        done
     done
 }
 
