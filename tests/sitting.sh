@@ -61,6 +61,24 @@ grep -q -- '--models fast .*--set mom.route=padded' "$tmp/args.log" || fail "--s
 [ "$(grep -c -- 'bench recurrence .*--force grad_pieces=[32]' "$tmp/args.log")" = 2 ] || fail "not one recurrence run per forcing"
 grep -q 'recurrence grad_pieces=2: ok' "$tmp/out3/summary.txt" || fail "no summary line for the second forcing"
 
+# the kernels phase: ncu's rows per kernel (a stub ncu), prism's own kernels
+# only (rand_fill is the benchmark's), one table a rule and dtype
+mkdir -p "$tmp/bin"
+cat >"$tmp/bin/ncu" <<'NCU'
+#!/usr/bin/env bash
+echo '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+echo '"0","void chunk_grad_kernel<64, true, 4, true, 1>(rec_prob)","gpu__time_duration.sum","msecond","1.447"'
+echo '"1","void rand_fill_kernel(float *)","gpu__time_duration.sum","usecond","700.0"'
+echo '"2","void gla_state_kt_kernel<64>(rec_prob)","gpu__time_duration.sum","usecond","762.0"'
+NCU
+chmod +x "$tmp/bin/ncu"
+PATH=$tmp/bin:$PATH bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out4" \
+    --phases kernels --kernel-rules delta,gla --deadline 60 >"$tmp/log4" 2>&1 || fail "kernels run exited $?"
+[ "$(grep -cE '^ +chunk_grad_kernel +1 x +1.447 ms' "$tmp/out4/summary.txt")" = 4 ] ||
+    fail "not one chunk_grad_kernel line for each of delta, gla in bf16 and f32"
+grep -q 'gla f32: ok' "$tmp/out4/summary.txt" || fail "no status line for gla f32"
+grep -q rand_fill "$tmp/out4/summary.txt" && fail "the benchmark's own kernels are listed"
+
 # a deadline too short for the second model: it is listed as not run
 bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out2" --phases mixers \
     --models slow,fast --precisions bf16 --per-run 25 --deadline 31 >"$tmp/log2" 2>&1 || fail "second run exited $?"

@@ -41,7 +41,9 @@ done
 [ -x "$prism" ] || { echo "kernel_times.sh: $prism is not an executable (build it, or give --prism)" >&2; exit 2; }
 command -v ncu >/dev/null || { echo "kernel_times.sh: ncu not found (it comes with the CUDA toolkit)" >&2; exit 2; }
 . tools/device/deps.sh
-prism_deps kernel_times.sh || exit 2
+# the libraries from .deps/ where the binary lacks some (sitting.sh's carried
+# ones are on LD_LIBRARY_PATH already)
+if ldd "$prism" 2>/dev/null | grep -q 'not found'; then prism_deps kernel_times.sh || exit 2; fi
 csv=$(mktemp)
 trap 'rm -f "$csv" "$csv.err"' EXIT
 metrics=gpu__time_duration.sum
