@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -22,6 +24,21 @@
 
 /* the reference vectors kept in the repository (tests/data/README.md) */
 #define PR_TEST_DATA_DIR PRISM_SOURCE_DIR "/tests/data"
+
+/* a suite's scratch folder /tmp/prism_<name>_<pid>: its path into root (n
+ * bytes) and made; then removed with everything in it (cmocka's group
+ * setup and teardown, which return 0 for success) */
+static inline int pr_test_make_root(char *root, size_t n, const char *name)
+{
+    snprintf(root, n, "/tmp/prism_%s_%d", name, (int)getpid());
+    return mkdir(root, 0755);
+}
+static inline int pr_test_remove_root(const char *root)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    return system(cmd) == 0 ? 0 : -1;
+}
 
 /* the recurrence family's reference file */
 static inline const char *pr_test_golden_path(void) { return PR_TEST_DATA_DIR "/recurrences.safetensors"; }

@@ -97,7 +97,7 @@ static void test_config(void **state)
 static void test_run_rows(void **state)
 {
     (void)state;
-    char root[] = "/tmp/prism_test_compare_run_XXXXXX", cmd[128];
+    char root[] = "/tmp/prism_test_compare_run_XXXXXX";
     assert_non_null(mkdtemp(root));
     pr_compare_setup s = {.task = "parity", .sets = tiny, .n_sets = 4, .steps = 2, .seed = 1};
     for (int again = 0; again < 2; again++) {   /* a second compare in the same folder replaces the runs */
@@ -111,8 +111,7 @@ static void test_run_rows(void **state)
     pr_compare_row bad = {.name = "sasrec"};   /* a rec model on a probe */
     pr_compare_run_row(&bad, &s, root, PR_CPU);
     assert_false(bad.ok);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pr_test_remove_root(root), 0);
 }
 
 int main(void)

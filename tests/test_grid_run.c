@@ -444,16 +444,13 @@ static void test_a_new_data_version_makes_a_cell_stale(void **state)
 static int make_root(void **state)
 {
     (void)state;
-    snprintf(root, sizeof root, "/tmp/prism_test_grid_run_%d", (int)getpid());
-    return mkdir(root, 0755);
+    return pr_test_make_root(root, sizeof root, "test_grid_run");
 }
 
 static int remove_root(void **state)
 {
     (void)state;
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    return system(cmd) == 0 ? 0 : -1;
+    return pr_test_remove_root(root);
 }
 
 int main(void)

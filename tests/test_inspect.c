@@ -236,7 +236,7 @@ static void test_run_session(void **state)
     assert_int_equal(pr_task_preset(&c, &o, "parity", &err), 0);
     const char *sets[] = {"d_model=8", "seq_len=16", "train.batch=4", "train.eval_batches=1", "train.steps=2"};
     for (int i = 0; i < 5; i++) assert_int_equal(pr_grid_set(&c, &o, sets[i], &err), 0);
-    char dir[] = "/tmp/prism_test_inspect_run_XXXXXX", cmd[128];
+    char dir[] = "/tmp/prism_test_inspect_run_XXXXXX";
     assert_non_null(mkdtemp(dir));
     pr_train_result res;
     o.overwrite = true;
@@ -257,8 +257,7 @@ static void test_run_session(void **state)
     assert_non_null(strstr(err.msg, "/nonexistent/run/config.json"));
     pr_inspect_session_free(&s);
     pr_ctx_free(ctx);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pr_test_remove_root(dir), 0);
 }
 
 int main(void)

@@ -473,7 +473,7 @@ static void write_run(const char *dir, const char *name, const char *text)
 static void test_runs_in_one_plot(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/prism_test_plot_runs_XXXXXX", paths[3][600], svg[600], cmd[600];
+    char dir[] = "/tmp/prism_test_plot_runs_XXXXXX", paths[3][600], svg[600];
     assert_non_null(mkdtemp(dir));
     write_run(dir, "a", "{\"step\":1,\"loss\":10}\n{\"step\":2,\"loss\":0.01}\n{\"step\":2,\"eval\":{\"acc\":0.5}}\n");
     write_run(dir, "b", "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":1}\n");
@@ -509,8 +509,7 @@ static void test_runs_in_one_plot(void **state)
     assert_int_equal(pr_runs_plot(&o, runs, names, 3, svg, &ylog, &err), -1);
     assert_non_null(strstr(err.msg, "no run has the metric bpb"));
     for (int k = 0; k < 3; k++) pr_run_free(&runs[k]);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pr_test_remove_root(dir), 0);
 }
 
 int main(void)

@@ -452,16 +452,13 @@ static void test_one_trainer_per_folder(void **state)
 static int make_root(void **state)
 {
     (void)state;
-    snprintf(root, sizeof root, "/tmp/prism_test_train_%d", (int)getpid());
-    return mkdir(root, 0755);
+    return pr_test_make_root(root, sizeof root, "test_train");
 }
 
 static int remove_root(void **state)
 {
     (void)state;
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    return system(cmd);
+    return pr_test_remove_root(root);
 }
 
 int main(void)

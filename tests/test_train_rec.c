@@ -200,9 +200,8 @@ static void test_rec_too_few_items_refused_up_front(void **state)
 static int make_root(void **state)
 {
     (void)state;
-    snprintf(root, sizeof root, "/tmp/prism_test_train_rec_%d", (int)getpid());
+    if (pr_test_make_root(root, sizeof root, "test_train_rec")) return -1;
     snprintf(csv, sizeof csv, "%s/ratings.csv", root);
-    if (mkdir(root, 0755)) return -1;
     write_csv();
     return 0;
 }
@@ -210,9 +209,7 @@ static int make_root(void **state)
 static int remove_root(void **state)
 {
     (void)state;
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    return system(cmd);
+    return pr_test_remove_root(root);
 }
 
 int main(void)
