@@ -126,6 +126,11 @@ void pr_autocast_promote(pr_ctx *ctx, int n, pr_tensor **ts)
         for (int i = 0; i < n; i++) ts[i] = pr_autocast(ctx, ts[i], PR_F32);
 }
 
+pr_dtype pr_autocast_loss_dtype(const pr_ctx *ctx, const pr_tensor *in)
+{
+    return autocasting(ctx) && in->dtype == PR_BF16 ? PR_F32 : in->dtype;
+}
+
 void pr_autocast_all(pr_ctx *ctx, int n, pr_tensor **ts, pr_dtype want)
 {
     for (int i = 0; i < n; i++) ts[i] = pr_autocast(ctx, ts[i], want);

@@ -53,6 +53,8 @@ static inline double *kit_zalloc(int64_t n)
 static inline double kit_sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 /* log(1 + e^x), and x itself past 20 (where the two agree to double precision) */
 static inline double kit_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+/* its derivative, sigmoid(x), and 1 past 20 as the function is x there */
+static inline double kit_softplus_grad(double x) { return x > 20 ? 1 : kit_sigmoid(x); }
 
 static inline double kit_dot(const double *a, const double *b, int64_t n)
 {

@@ -58,7 +58,7 @@ void pr_decay_gate_backward_cpu(pr_ctx *ctx, pr_node *n)
         for (int64_t i = 0; i < N; i++) {
             const int64_t h = i % H;
             const double z = (double)ap[i] + bp[h], e = exp((double)lp[h]);
-            const double d = (double)dg[i] * -e * (z > 20 ? 1 : kit_sigmoid(z));
+            const double d = (double)dg[i] * -e * kit_softplus_grad(z);
             if (dap) dap[i] = (F)(dap[i] + d);
             sum_b[h] += d;
             sum_l[h] += (double)dg[i] * -e * kit_softplus(z);

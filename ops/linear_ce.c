@@ -70,9 +70,7 @@ pr_tensor *pr_linear_cross_entropy(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, bool
     n.iarg[1] = trans_w;
     n.iarg[2] = chunk_rows;
     n.n_out = 1;
-    /* bf16 in, bf16 out as every op; but autocast's loss is f32 */
-    const bool f32_loss = ctx->precision == PR_PREC_BF16 && x->dtype == PR_BF16;
-    n.out[0] = pr_op_output(ctx, f32_loss ? PR_F32 : x->dtype, x->device, 0, x->shape);
+    n.out[0] = pr_op_output(ctx, pr_autocast_loss_dtype(ctx, x), x->device, 0, x->shape);
     if (pr_op_will_record(ctx, &n)) {   /* the grads the forward leaves for the backward */
         n.n_saved = 2;
         if (x->requires_grad) n.saved[0] = pr_op_output(ctx, x->dtype, x->device, x->ndim, x->shape);

@@ -35,10 +35,9 @@ pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, 
     pr_node n = pr_node_init(PR_OP_cross_entropy, 2, (pr_tensor *[]){logits, targets});
     n.iarg[0] = ignore_index;
     n.n_out = 1;
-    /* autocast's loss is f32; bf16 logits stay as they are (no cast node):
-     * the kernels read them wide, which is what widening them first gave */
-    const bool f32_loss = ctx->precision == PR_PREC_BF16 && logits->dtype == PR_BF16;
-    n.out[0] = pr_op_output(ctx, f32_loss ? PR_F32 : logits->dtype, logits->device, 0, logits->shape);
+    /* bf16 logits stay as they are (no cast node): the kernels read them
+     * wide, which is what widening them first gave */
+    n.out[0] = pr_op_output(ctx, pr_autocast_loss_dtype(ctx, logits), logits->device, 0, logits->shape);
     return pr_op_apply(ctx, &n);
 }
 

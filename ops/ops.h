@@ -183,6 +183,9 @@ pr_tensor *pr_autocast(pr_ctx *ctx, pr_tensor *t, pr_dtype want);
 void pr_autocast_all(pr_ctx *ctx, int n, pr_tensor **ts, pr_dtype want);
 /* mixed bf16 and f32 among ts[0..n): every one to f32; otherwise unchanged */
 void pr_autocast_promote(pr_ctx *ctx, int n, pr_tensor **ts);
+/* a loss's dtype from its input's: f32 under autocast for bf16 input (the
+ * kernels read it as it is and sum wide), else the input's, as every op */
+pr_dtype pr_autocast_loss_dtype(const pr_ctx *ctx, const pr_tensor *in);
 
 /* ---- kit for op implementations --------------------------------------------- */
 /* run `body` with T typedef'd to the C type of a float dtype */

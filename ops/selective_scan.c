@@ -39,7 +39,6 @@ static ss_dims ss_dims_of(const pr_node *n)
     return d;
 }
 
-
 /* the float inputs as double (NULL stays NULL) */
 typedef struct {
     double *p[IN_CU];
@@ -140,7 +139,7 @@ static void back_channel(const ss_inputs *in, const ss_dims *d, int64_t s, int64
         ddt += gB * u;
         du += dt * gB;
         gr->g[IN_U][i] += du;
-        const double dx = ddt * (x > 20 ? 1 : kit_sigmoid(x));
+        const double dx = ddt * kit_softplus_grad(x);
         gr->g[IN_DELTA][i] += dx;
         gr->g[IN_BIAS][c] += dx;
     }

@@ -50,7 +50,7 @@ static inline double unary_df(pr_op_id op, double x, double y, double s)
     case PR_OP_sigmoid: return y * (1 - y);
     case PR_OP_tanh: return 1 - y * y;
     case PR_OP_relu: return x > 0 ? 1 : 0;
-    case PR_OP_softplus: return x > 20 ? 1 : kit_sigmoid(x);
+    case PR_OP_softplus: return kit_softplus_grad(x);
     default: pr_fatal("unary: op %d is not unary", (int)op);
     }
 }
