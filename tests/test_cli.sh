@@ -99,7 +99,7 @@ if [ $cuda = 1 ]; then
         --reps 1 --warmup 0 --ttt-bwd split
     expect 0 '"task":"parity"' train --model prism --task parity --device cuda --steps 4 --set d_model=8 \
         --set seq_len=16 --set train.batch=4 --set train.ckpt_every=2 --out "$tmp/cuda-run"
-    out_has_line 'precision bf16, in '   # train.precision auto: bf16 autocast on CUDA
+    out_has_line 'precision tf32, in '   # train.precision auto: TF32 on CUDA for a probe task (bf16 for lm, rec)
     expect 0 '"steps":6' train --out "$tmp/cuda-run" --resume --steps 6 --device cuda
     # CUDA graphs: the step captured after two eager steps and replayed; the header says so, and
     # no capture was refused (that line would say 'off from step')

@@ -67,7 +67,10 @@ static void test_precision_key(void **state)
     pr_train_opts o = pr_train_defaults();
     pr_err err;
     assert_int_equal(pr_train_precision(&o, PR_CPU), PR_PREC_F32);
+    assert_int_equal(pr_train_precision(&o, PR_CUDA), PR_PREC_TF32);   /* auto, a probe task: TF32 on CUDA */
+    assert_int_equal(pr_train_set(&o, "train.task=lm", &err), 0);
     assert_int_equal(pr_train_precision(&o, PR_CUDA), PR_PREC_BF16);   /* auto: bf16 autocast on CUDA */
+    assert_int_equal(pr_train_precision(&o, PR_CPU), PR_PREC_F32);
     assert_int_equal(pr_train_set(&o, "train.precision=tf32", &err), 0);
     assert_int_equal(pr_train_precision(&o, PR_CUDA), PR_PREC_TF32);
     assert_int_equal(pr_train_set(&o, "train.precision=bf16", &err), 0);

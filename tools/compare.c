@@ -275,6 +275,7 @@ int pr_bench_throughput(int argc, char **argv)
     pr_err err;
     if (pr_config_preset(&c, t->preset, &err) || apply_sets(&c, &unused, o.sets, o.n_sets, &err))
         return pr_args_error(&a, "%s", err.msg);
+    snprintf(unused.task, sizeof unused.task, "lm");   /* the step trains on random tokens: an LM's precision */
     if (o.precision) snprintf(unused.precision, sizeof unused.precision, "%s", precisions[o.precision]);
     t->prec = pr_train_precision(&unused, dev);   /* --precision, else --set train.precision, else the device's */
     t->graph = dev == PR_CUDA && strcmp(unused.cuda_graph, "off") != 0;   /* per model in the run, as training decides */
