@@ -23,7 +23,7 @@ __global__ void decay_gate_da_kernel(float *da, const float *dg, const float *a,
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < N; i += (long long)gridDim.x * blockDim.x) {
         const long long h = i % H;
         const float z = a[i] + dt_bias[h];
-        da[i] += dg[i] * -expf(A_log[h]) * (z > 20.0f ? 1.0f : pr_sigmoidf(z));
+        da[i] += dg[i] * -expf(A_log[h]) * pr_softplus_gradf(z);
     }
 }
 
@@ -36,7 +36,7 @@ struct gate_dsum {
     {
         const long long i = r * H + h;
         const float z = a[i] + dt_bias[h], e = -expf(A_log[h]);
-        return (double)(dg[i] * e * (of_log ? pr_softplusf(z) : (z > 20.0f ? 1.0f : pr_sigmoidf(z))));
+        return (double)(dg[i] * e * (of_log ? pr_softplusf(z) : pr_softplus_gradf(z)));
     }
 };
 

@@ -207,7 +207,7 @@ template <int G, int NPL> __global__ void __launch_bounds__(SS_THREADS) ss_bwd_c
         ddt = pr_group_reduce<G>(ddt, pr_op_sum()) + gB * u;
         if (me.lane == 0 && me.ok) {
             if (p.du) p.du[i] += dy * Dk + dt * gB;
-            p.dx[i] = ddt * (x > 20.f ? 1.f : pr_sigmoidf(x));
+            p.dx[i] = ddt * pr_softplus_gradf(x);
         }
     }
     if (!final) {

@@ -70,7 +70,7 @@ template <int OP> __device__ __forceinline__ float unary_df(float x, float y, fl
         float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_C * x * x);
         return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
     }
-    if constexpr (OP == PR_OP_softplus) return x > 20.0f ? 1.0f : pr_sigmoidf(x);
+    if constexpr (OP == PR_OP_softplus) return pr_softplus_gradf(x);
     return 0.0f;
 }
 

@@ -88,6 +88,8 @@ __device__ __forceinline__ float pr_sigmoidf(float x)
 }
 /* log(1 + e^x), and x itself past 20 (the CPU's kit_softplus, in f32) */
 __device__ __forceinline__ float pr_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* its derivative: sigmoid(x), and 1 past 20 where softplus is x */
+__device__ __forceinline__ float pr_softplus_gradf(float x) { return x > 20.0f ? 1.0f : pr_sigmoidf(x); }
 __device__ __forceinline__ void pr_acc(float *p, long long i, float v) { p[i] += v; }
 __device__ __forceinline__ void pr_acc(pr_bf16 *p, long long i, float v)
 {

@@ -149,29 +149,47 @@ __device__ __forceinline__ void grad_block_at(const grad_prods &g, int blk, int 
 }
 
 /* the V tile at v0 of dO, Ua (R for the delta rules), dU, H and dHn into one
- * buffer (SW: wgmma's swizzled rows of 32); B16 (bf16 data read in place):
- * 1 dO copied as bf16 from p.dout16, 2 (no beta) v from p.v16 too
- * (grad_wg_prepare widens them) */
-template <bool SW, int B16 = 0>
+ * buffer (SW: wgmma's swizzled rows of 32) */
+template <bool SW>
 __device__ __forceinline__ void grad_ld_vtile(const rec_prob &p, const grad_lay &s, float *buf, int BK, int BV,
                                               const float *hs, const float *dhs, const float *R, const float *dU,
                                               long long rk, long long hoff, int nval, int nk, int v0)
 {
     const int C = p.C, H = p.H, V = p.V, LDV = SW ? 32 : BV + 4, nv = min(BV, V - v0);
-    /* B16: K and V are multiples of 4 (the plan's io16), so the rows of the
-     * op's own buffers (R, dU, hs, dhs) take 16-byte copies whatever p.vec
-     * says of the caller's tensors: no synchronous fallback in the loop */
-    const bool vec = B16 ? true : p.vec;
-    if constexpr (B16) rec_ld_tile16<SW>(buf, LDV, C, BV, p.dout16 + rk * V + v0, (long long)H * V, nval, nv);
-    else rec_ld_tile<SW>(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-    if constexpr (B16 == 2) /* no beta and no extras: Ua is v */
-        rec_ld_tile16<SW>(buf + s.oVA * LDV, LDV, C, BV, p.v16 + rk * V + v0, (long long)H * V, nval, nv);
-    else if constexpr (B16 == 1) /* the delta rules, no extras: Ua is R */
-        rec_ld_tile<SW>(buf + s.oVA * LDV, LDV, C, BV, R + rk * V + v0, (long long)H * V, nval, nv, true);
-    else chunk_ld_values<SW>(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
-    if (p.delta) rec_ld_tile<SW>(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, vec);
-    rec_ld_tile<SW>(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, vec);
-    rec_ld_tile<SW>(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, vec);
+    rec_ld_tile<SW>(buf, LDV, C, BV, p.dout + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    chunk_ld_values<SW>(p, buf + s.oVA * LDV, LDV, C, BV, p.delta ? R : p.v, rk, nval, v0, nv);
+    if (p.delta) rec_ld_tile<SW>(buf + s.odU * LDV, LDV, C, BV, dU + rk * V + v0, (long long)H * V, nval, nv, p.vec);
+    rec_ld_tile<SW>(buf + s.oHs * LDV, LDV, BK, BV, hs + hoff + v0, V, nk, nv, p.vec);
+    rec_ld_tile<SW>(buf + s.odH * LDV, LDV, BK, BV, dhs + hoff + v0, V, nk, nv, p.vec);
+}
+
+/* grad_ld_vtile for bf16 data read in place (the wgmma form's B16: 1 dO
+ * from p.dout16, 2 (no beta) v from p.v16 too; grad_wg_prepare widens
+ * them). K and V are multiples of 4 there (the plan's io16), so the op's
+ * own buffers (R, dU, hs, dhs) take 16-byte copies whatever p.vec says.
+ * Out of line, taking what it reads by value: inlined, their two more base pointers and the cp.async address
+ * arithmetic sat beside the V loop's 64 sums a thread and made the IN16
+ * instances spill (92 / 224 bytes a thread at the 128-register cap); by
+ * value because a reference to rec_prob made ptxas copy all of it (344
+ * bytes) to each thread's stack */
+struct grad_vt16 {
+    const unsigned short *dO16, *v16;
+    const float *hs, *dhs, *R, *dU;
+    long long rk, hoff;
+    int C, H, V, BK, nval, nk, oVA, odU, oHs, odH;
+    bool delta;
+};
+template <int B16>
+__device__ __noinline__ void grad_ld_vtile16(const grad_vt16 t, float *buf, int v0)
+{
+    const int LDV = 32, nv = min(32, t.V - v0);
+    const long long rs = (long long)t.H * t.V, at = t.rk * t.V + v0;
+    rec_ld_tile16<true>(buf, LDV, t.C, 32, t.dO16 + at, rs, t.nval, nv);
+    if constexpr (B16 == 2) rec_ld_tile16<true>(buf + t.oVA * LDV, LDV, t.C, 32, t.v16 + at, rs, t.nval, nv);
+    else rec_ld_tile<true>(buf + t.oVA * LDV, LDV, t.C, 32, t.R + at, rs, t.nval, nv, true);
+    if (t.delta) rec_ld_tile<true>(buf + t.odU * LDV, LDV, t.C, 32, t.dU + at, rs, t.nval, nv, true);
+    rec_ld_tile<true>(buf + t.oHs * LDV, LDV, t.BK, 32, t.hs + t.hoff + v0, t.V, t.nk, nv, true);
+    rec_ld_tile<true>(buf + t.odH * LDV, LDV, t.BK, 32, t.dhs + t.hoff + v0, t.V, t.nk, nv, true);
 }
 
 /* what both forms of the V loop take */
@@ -317,6 +335,9 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
     const int np = grad_pieces(p, BK, 0, nullptr, nullptr);
     float *Xq = sm + s.Xq, *Xk = sm + s.Xk, *Xw = sm + s.Xw, *P = sm + s.P;
     float hd = 0.f;
+    const grad_vt16 t16 = {p.dout16, p.v16, g.hs,   g.dhs, g.R,     g.dU,     g.rk,     g.hoff,   p.C,
+                           p.H,      p.V,   BK,     g.nval, g.nk,  s.oVA,    s.odU,    s.oHs,    s.odH,
+                           p.delta != 0};
     if ((unsigned)__cvta_generic_to_shared(sm + s.buf) & 1023) __trap(); /* the swizzle needs it */
     /* the pieces, a thread each, packed into a table (one copy of
      * grad_pieces' code: the kernel is near the instruction cache's size):
@@ -345,7 +366,8 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
 #pragma unroll
             for (int e = 0; e < 16; e++) d[j][e] = 0.f;
         }
-        grad_ld_vtile<true, B16>(p, s, sm + s.buf, BK, 32, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, 0);
+        if constexpr (B16) grad_ld_vtile16<B16>(t16, sm + s.buf, 0);
+        else grad_ld_vtile<true>(p, s, sm + s.buf, BK, 32, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, 0);
         for (int v0 = 0, vi = 0; v0 < V; v0 += 32, vi++) {
             float *cur = sm + s.buf + (vi & 1) * s.bufsz;
             /* this thread's copies of tile vi landed: its sums, its rounding,
@@ -356,9 +378,11 @@ __device__ __forceinline__ float grad_sums_wg(const rec_prob &p, const grad_lay 
             grad_wg_prepare<C, B16>(p, s, cur, BK, b0 == 0, do_db, v0 > 0, sm + s.db, hd);
             rec_fence_async();
             __syncthreads();
-            if (v0 + 32 < V)
-                grad_ld_vtile<true, B16>(p, s, sm + s.buf + ((vi + 1) & 1) * s.bufsz, BK, 32, g.hs, g.dhs, g.R,
-                                         g.dU, g.rk, g.hoff, g.nval, g.nk, v0 + 32);
+            if (v0 + 32 < V) {
+                float *next = sm + s.buf + ((vi + 1) & 1) * s.bufsz;
+                if constexpr (B16) grad_ld_vtile16<B16>(t16, next, v0 + 32);
+                else grad_ld_vtile<true>(p, s, next, BK, 32, g.hs, g.dhs, g.R, g.dU, g.rk, g.hoff, g.nval, g.nk, v0 + 32);
+            }
             rec_wg_fence();
 #pragma unroll
             for (int j = 0; j < R; j++) {
