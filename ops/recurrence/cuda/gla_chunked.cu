@@ -420,13 +420,6 @@ __device__ __forceinline__ gla_kt_at gla_kt_of(const rec_prob &p, int nkt)
  * K's: their factors e^{G_L} <= 1 multiply zero). Each chunk's loads wait on the serial chain, so
  * the next chunk's are started early: its G (and, for f32 data, K and V) into L2, and with bf16
  * data its K and V copied into the staging while this chunk's product runs. */
-/* rec_ld_staged16 out of line for gla_state_kt's chunk-ahead copies: inlined twice, its address
- * arithmetic made the IO16 instances spill 56 / 92 bytes a thread at 80 registers (24 / 28 so) */
-__device__ __noinline__ void gla_stage16(unsigned short *dst, int ld, int R, int W, const unsigned short *src,
-                                         long long rs, int nr, int nc)
-{
-    rec_ld_staged16(dst, ld, R, W, src, rs, nr, nc);
-}
 template <bool BF, bool IO16>
 __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     gla_state_kt_kernel(rec_prob p, const float *gc, int nkt, float *hs, float *ht)
@@ -450,8 +443,8 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         const int nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         if (IO16) {
-            if (p.k16) gla_stage16(K16, GLA_BK, C, kt.mt, p.k16 + rk * K + kt.k0, rsk, nval, kt.nk);
-            if (p.v16) gla_stage16(V16, BV, C, BV, p.v16 + rk * V + v0, rsv, nval, nv);
+            if (p.k16) rec_ld_staged16(K16, GLA_BK, C, kt.mt, p.k16 + rk * K + kt.k0, rsk, nval, kt.nk);
+            if (p.v16) rec_ld_staged16(V16, BV, C, BV, p.v16 + rk * V + v0, rsv, nval, nv);
             gla_commit();
         }
         if (!(IO16 && p.k16)) rec_l2_rows(p.k + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
