@@ -349,12 +349,30 @@ static pr_tensor *routing_weights(pr_ctx *ctx, pr_tensor *probs, const routing *
  * Sequence s = e*B + b holds row b's tokens routed to e in its first slots,
  * then pads (rows of zeros in; what they give out is never read). */
 
-/* the padded rows xs [E*B*T, D]: memory e's are its B*T slots */
-static pr_tensor *per_memory_padded(pr_ctx *ctx, pr_tensor *xs, int64_t E, pr_tensor *const *w)
+/* the padded rows xs [E*n, D] (memory e's are rows e*n ..) through every map
+ * a memory applies, q (shared), k, v, a and b (gdn; gla: q, k, v, gk), in one
+ * batched product: each memory's maps side by side [D, F], the memories
+ * stacked [E, D, F], then the columns split into out[i] [E*n, width of map
+ * i]. One product and a split where a product and a slice a map a memory
+ * made the probe-sized step (D = 16, 4 memories) launch-bound */
+static void maps_padded(pr_ctx *ctx, const mom_layer *l, pr_tensor *xs, int64_t E, pr_tensor **out)
 {
-    int64_t start[MOM_MAX_MEMORIES] = {0}, len[MOM_MAX_MEMORIES] = {0}, n = xs->shape[0] / E;
-    for (int64_t e = 0; e < E; e++) start[e] = e * n, len[e] = n;
-    return linear_per_memory(ctx, xs, E, start, len, w);
+    pr_tensor *const *per[5] = {NULL, l->k_proj, l->v_proj, l->a_proj, l->b_proj};
+    int nmaps = l->b_proj[0] ? 5 : 4;
+    int64_t D = xs->shape[1], n = xs->shape[0] / E, F = 0, width[5];
+    pr_tensor *stack[MOM_MAX_MEMORIES];
+    for (int64_t e = 0; e < E; e++) {
+        pr_tensor *side[5] = {l->q_proj};
+        for (int i = 1; i < nmaps; i++) side[i] = per[i][e];
+        pr_tensor *w = pr_concat(ctx, nmaps, side, 1);
+        F = w->shape[1];
+        stack[e] = pr_reshape(ctx, w, PR_DIMS(1, D, F));
+    }
+    pr_tensor *y = pr_matmul(ctx, pr_reshape(ctx, xs, PR_DIMS(E, n, D)), concat_rows(ctx, (int)E, stack), false, false);
+    width[0] = l->q_proj->shape[1];
+    for (int i = 1; i < nmaps; i++) width[i] = per[i][0]->shape[1];
+    pr_split(ctx, y, 2, nmaps, width, out);
+    for (int i = 0; i < nmaps; i++) out[i] = pr_reshape(ctx, out[i], PR_DIMS(E * n, width[i]));
 }
 
 /* silu(causal depthwise conv) of [S*T, C] within each of the S sequences: [S, T, C] */
@@ -370,14 +388,15 @@ static pr_tensor *routed_padded(pr_ctx *ctx, const mom_layer *l, const pr_config
     pr_tensor *rows = pr_reshape(ctx, x, PR_DIMS(B * T, D));
     pr_tensor *zero = pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(1, D));
     pr_tensor *xs = pr_embedding(ctx, pr_concat(ctx, 2, (pr_tensor *[]){rows, zero}, 0), r->tok);   /* [S*T, D] */
-    pr_tensor *q = padded_conv(ctx, pr_linear(ctx, xs, l->q_proj, NULL), l->q_conv, S, T);
-    pr_tensor *kk = padded_conv(ctx, per_memory_padded(ctx, xs, E, l->k_proj), l->k_conv, S, T);
-    pr_tensor *v = padded_conv(ctx, per_memory_padded(ctx, xs, E, l->v_proj), l->v_conv, S, T);
+    pr_tensor *m[5] = {0};   /* q, k, v, a, b */
+    maps_padded(ctx, l, xs, E, m);
+    pr_tensor *q = padded_conv(ctx, m[0], l->q_conv, S, T);
+    pr_tensor *kk = padded_conv(ctx, m[1], l->k_conv, S, T);
+    pr_tensor *v = padded_conv(ctx, m[2], l->v_conv, S, T);
     q = pr_l2norm(ctx, pr_split_heads(ctx, q, H), 1e-6);
     kk = pr_l2norm(ctx, pr_split_heads(ctx, kk, H), 1e-6);
     pr_tensor *g, *beta;
-    memory_gates(ctx, l, c, per_memory_padded(ctx, xs, E, l->a_proj),
-                 is_gla(c) ? NULL : per_memory_padded(ctx, xs, E, l->b_proj), 2, (const int64_t[]){S, T}, &g, &beta);
+    memory_gates(ctx, l, c, m[3], m[4], 2, (const int64_t[]){S, T}, &g, &beta);
     pr_recurrence_opts opt = memory_opts(c, x, T);
     pr_tensor *o = pr_recurrence(ctx, &opt, q, kk, pr_split_heads(ctx, v, H), g, beta, NULL, NULL, NULL, NULL, NULL);
     o = pr_reshape(ctx, o, PR_DIMS(S * T, o->shape[2] * o->shape[3]));

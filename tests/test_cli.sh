@@ -87,7 +87,7 @@ if [ $cuda = 1 ]; then
         --rules gdn --reps 1 --warmup 0 --no-token --force bf16_mma=on
     expect 0 "bf16_mma refused: f32 data" bench recurrence --device cuda --dtype f32 --shape 1,256,2,64,64 \
         --rules gdn --reps 1 --warmup 0 --no-token --force bf16_mma=on
-    expect 0 "gla_state(bv 32) gla_out" bench recurrence --device cuda --dtype f32 --shape 1,256,2,32,32 \
+    expect 0 "gla_state(bk 64, bv 32) gla_out" bench recurrence --device cuda --dtype f32 --shape 1,256,2,32,32 \
         --rules gla --reps 1 --warmup 0
     expect 0 "target <= 1.00x fla (2.000 ms, this run)" bench recurrence --device cuda --size 1 --rules gla \
         --reps 1 --warmup 0 --no-token --fla-gla 2
