@@ -2,8 +2,9 @@
 # tests/sitting.sh: tools/device/sitting.sh's bookkeeping, on a stub prism (no
 # GPU, seconds): each mixers run's cells into mixers.csv, a run past its cap
 # recorded as timed out with the next one going on, a note that lands inside
-# a table row kept out of the numbers, the probe phase's ms a step, and a
-# model the deadline leaves out listed as not run.
+# a table row kept out of the numbers, the probe phase's ms a step, table4's
+# grid packed for the next call and taken back, and a model the deadline
+# leaves out listed as not run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -16,6 +17,16 @@ cat >"$tmp/prism" <<'STUB'
 #!/usr/bin/env bash
 echo "$*" >>"${0%/*}/args.log"
 [ "$2" = recurrence ] && { echo "gdn         chunk64/bf16      1.255     4.262"; exit 0; }
+if [ "$1" = ablate ]; then   # a grid of two cells: s1 finishes, s2 stops with its checkpoint
+    out="" dry=0
+    while [ $# -gt 0 ]; do case "$1" in --out) out=$2; shift ;; --dry-run) dry=1 ;; esac; shift; done
+    [ $dry = 1 ] && { echo "ablate table4: $(ls "$out"/m/t/*/result.json 2>/dev/null | wc -l)/2 cells done"; exit 0; }
+    mkdir -p "$out/m/t/s1" "$out/m/t/s2"
+    for c in s1 s2; do echo w >"$out/m/t/$c/ckpt-1.weights.safetensors"; echo 1 >"$out/m/t/$c/latest"; done
+    echo '{"steps": 10}' >"$out/m/t/s1/result.json"
+    echo "ablate table4: 1/2 cells done, 1 running"
+    exit 0
+fi
 models="" lens=""
 while [ $# -gt 0 ]; do
     case "$1" in --models) models=$2; shift ;; --seq-lens) lens=$2; shift ;; esac
@@ -78,6 +89,26 @@ PATH=$tmp/bin:$PATH bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$
     fail "not one chunk_grad_kernel line for each of delta, gla in bf16 and f32"
 grep -q 'gla f32: ok' "$tmp/out4/summary.txt" || fail "no status line for gla f32"
 grep -q rand_fill "$tmp/out4/summary.txt" && fail "the benchmark's own kernels are listed"
+
+# table4: the grid packed for the next call without the finished cell's
+# checkpoint, and unpacked by a call on a machine that holds no grid
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out5" --phases table4 \
+    --table4-dir "$tmp/m1/sitting-table4" --deadline 60 >"$tmp/log5" 2>&1 || fail "table4 run exited $?"
+tar -tJf "$tmp/out5/table4-grid.tar.xz" >"$tmp/t5" || fail "no table4-grid.tar.xz"
+grep -qx 'sitting-table4/m/t/s1/result.json' "$tmp/t5" || fail "the finished cell's result is not packed"
+grep -q 's1/ckpt\|s1/latest' "$tmp/t5" && fail "the finished cell's checkpoint is packed"
+grep -qx 'sitting-table4/m/t/s2/ckpt-1.weights.safetensors' "$tmp/t5" || fail "the unfinished cell's checkpoint is not packed"
+grep -qx 'sitting-table4/wall.txt' "$tmp/t5" || fail "wall.txt is not packed"
+echo 100 >"$tmp/m1/sitting-table4/wall.txt"
+(cd "$tmp/m1" && tar -cJf "$tmp/grid.tar.xz" sitting-table4)
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out6" --phases table4 \
+    --table4-dir "$tmp/m2/sitting-table4" --table4-from "$tmp/grid.tar.xz" --deadline 60 >"$tmp/log6" 2>&1 ||
+    fail "second table4 run exited $?"
+grep -q 'sent back in .*100s spent before' "$tmp/out6/summary.txt" || fail "the grid sent back was not unpacked"
+[ "$(cat "$tmp/m2/sitting-table4/wall.txt")" -ge 100 ] || fail "wall.txt did not go on from the grid sent back"
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out7" --phases table4 \
+    --table4-dir "$tmp/m3/other" --table4-from "$tmp/grid.tar.xz" --deadline 60 >"$tmp/log7" 2>&1
+grep -q "holds 'sitting-table4', not the grid folder other" "$tmp/out7/summary.txt" || fail "a mismatched grid was unpacked"
 
 # a deadline too short for the second model: it is listed as not run
 bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out2" --phases mixers \

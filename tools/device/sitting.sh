@@ -34,9 +34,12 @@ usage: tools/device/sitting.sh [options]
                       table4      prism ablate --grid table4 (the paper's protocol
                                   unless --table4-args says otherwise) in
                                   runs/sitting-table4, resumed from what an earlier
-                                  call on the same machine left there; the cells
-                                  done and the seconds spent so far, summed over
-                                  calls (runs/sitting-table4/wall.txt)
+                                  call left there (the same machine) or sent back
+                                  (--table4-from); the cells done and the seconds
+                                  spent so far, summed over calls (wall.txt in the
+                                  grid's folder); the folder packed into
+                                  OUT/table4-grid.tar.xz (finished cells without
+                                  their checkpoints) for the next call
   --deadline S      seconds for the whole sitting, unpacking included (default 540)
   --shares LIST     phase=weight,...: each phase gets the time left times its
                     weight over the weights of the phases still to run, so time
@@ -54,6 +57,11 @@ usage: tools/device/sitting.sh [options]
   --breakdown-models L  breakdown (default prism,gdn)
   --table4-args "A" table4: more ablate options, e.g. "--steps 1000 --seeds 1"
                     for a rate (a different grid folder then: runs/sitting-table4-rate)
+  --table4-from F   table4: a table4-grid.tar.xz an earlier call wrote (carry it):
+                    unpacked where this machine holds no grid yet, so a grid that
+                    outlasts one machine (held 30 minutes at most) goes on
+  --table4-dir D    table4: the grid's folder (default runs/sitting-table4, or
+                    runs/sitting-table4-rate with --table4-args)
   --set KEY=VALUE   a model key for mixers, probe, breakdown and table4 (repeatable),
                     e.g. --set mom.route=padded
   --recurrence-force "A;B"  recurrence: one run per plan forcing, ';' between them,
@@ -74,6 +82,7 @@ phases=gpu,tests,recurrence,python,mixers deadline=540 shares_arg="" per_run=60 
 models=prism,gdn,mamba2,attn,gla,linattn,deltanet,ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas
 precisions=bf16,tf32 seq_lens=1024,16384 out=${OUT:-runs/sitting} carry=.carry prism=""
 probe_models=prism,gdn,linattn kernel_rules=delta,gdn,gla breakdown_models=prism,gdn table4_args="" sets=() rec_forces=""
+table4_from="" table4_dir=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --phases) phases="$2"; shift 2 ;;
@@ -88,6 +97,8 @@ while [ $# -gt 0 ]; do
     --kernel-rules) kernel_rules="$2"; shift 2 ;;
     --breakdown-models) breakdown_models="$2"; shift 2 ;;
     --table4-args) table4_args="$2"; shift 2 ;;
+    --table4-from) table4_from="$2"; shift 2 ;;
+    --table4-dir) table4_dir="$2"; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     --recurrence-force) rec_forces="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
@@ -379,10 +390,35 @@ phase_breakdown() {
     done
 }
 
+# the grid's folder into $out/table4-grid.tar.xz: every file but the
+# checkpoints of the cells that finished (their result.json is what ablate
+# reads); an unfinished cell keeps its checkpoint, to resume from
+pack_table4() { # dir
+    local dir=$1 parent base
+    parent=$(dirname "$dir") base=$(basename "$dir")
+    (cd "$parent" && find "$base" -type f | while read -r f; do
+        case "$f" in
+        */ckpt-* | */latest) [ -f "$(dirname "$f")/result.json" ] && continue ;;
+        esac
+        echo "$f"
+    done | XZ_OPT=-2 tar -cJf "$out/table4-grid.tar.xz" -T -) || say "table4: could not pack $dir"
+}
+
 phase_table4() {
     local rc t=$SECONDS cap=$((phase_end - SECONDS)) dir=runs/sitting-table4 spent=0 args=()
     [ $has_prism -eq 1 ] || { say "table4: no prism binary ($prism)"; return; }
     if [ -n "$table4_args" ]; then read -ra args <<<"$table4_args"; dir=runs/sitting-table4-rate; fi
+    [ -n "$table4_dir" ] && dir=$table4_dir
+    if [ -n "$table4_from" ] && [ ! -f "$dir/wall.txt" ]; then
+        [ -f "$table4_from" ] || { say "table4: --table4-from $table4_from: no such file"; return; }
+        mkdir -p "$(dirname "$dir")"
+        local got
+        got=$(tar -tJf "$table4_from" 2>/dev/null | head -n 1 | cut -d/ -f1)
+        [ "$got" = "$(basename "$dir")" ] ||
+            { say "table4: $table4_from holds '${got:-nothing}', not the grid folder $(basename "$dir")"; return; }
+        tar -xJf "$table4_from" -C "$(dirname "$dir")" || { say "table4: could not unpack $table4_from"; return; }
+        say "table4: the grid sent back in $table4_from, $(cat "$dir/wall.txt" 2>/dev/null || echo 0)s spent before"
+    fi
     mkdir -p "$dir"
     [ -f "$dir/wall.txt" ] && spent=$(cat "$dir/wall.txt")
     capped $cap "$logs/table4.log" "$prism" ablate --grid table4 --device cuda --workers threads --jobs 16 \
@@ -393,9 +429,12 @@ phase_table4() {
     "$prism" ablate --grid table4 --out "$dir" "${args[@]}" "${sets[@]}" --dry-run >"$logs/table4-state.log" 2>&1
     local what="the paper's protocol"
     [ -z "$table4_args" ] || what=$table4_args
-    say "table4: $(status_of $rc $cap) after $((SECONDS - t))s this call, ${spent}s in all on this machine ($what)"
+    say "table4: $(status_of $rc $cap) after $((SECONDS - t))s this call, ${spent}s in all over the calls ($what)"
     say "  $(tail -n 1 "$logs/table4-state.log")"
     grep -a 'cells done' "$logs/table4.log" | tail -n 1 | sed 's/^/  /' | tee -a "$summary"
+    pack_table4 "$dir"
+    say "  the grid packed: $out/table4-grid.tar.xz ($(du -k "$out/table4-grid.tar.xz" 2>/dev/null | cut -f1) KiB;" \
+        "carry it and pass --table4-from to go on elsewhere)"
 }
 
 # ---- the sitting ------------------------------------------------------------------------
