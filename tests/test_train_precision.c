@@ -1,6 +1,7 @@
 /* tests/test_train_precision.c: training in bf16 mixed precision on the CPU.
  *
- * - train.precision: auto resolves to f32 on the CPU and bf16 on CUDA; the
+ * - train.precision: auto resolves to f32 on the CPU and bf16 on CUDA (TF32
+ *   for the probe tasks); the
  *   resolved name is what config.json and manifest.json record;
  * - a bf16 run resumed from its checkpoint ends bit for bit where the
  *   uninterrupted bf16 run does; its checkpoints hold f32 weights (the
