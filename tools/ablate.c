@@ -100,7 +100,8 @@ static void ablate_usage(FILE *f)
             "                   kernels run side by side on one GPU (processes only take turns):\n"
             "                   the lever for grids of small models, whose steps leave most of the\n"
             "                   GPU idle. Every thread uses the first visible GPU (default N with\n"
-            "                   threads on CUDA: 8). The table, folders and resuming are the same;\n"
+            "                   threads on CUDA: 8; CUDA_DEVICE_MAX_CONNECTIONS is 32 unless set).\n"
+            "                   The table, folders and resuming are the same;\n"
             "                   a fatal error stops only its thread, its cell counted as failed\n"
             "                   (a GPU fault, which breaks the process's CUDA context, stops all).\n"
             "  --only M,...     only these models or variants of the grid (names as in its table)\n"
@@ -321,6 +322,11 @@ int pr_cmd_ablate(int argc, char **argv)
     pr_device dev = ngpus ? PR_CUDA : PR_CPU;
     bool threads = t.workers == 1;
     if (!t.jobs) t.jobs = ngpus ? (threads ? 8 : ngpus) : cpu_cores();
+    /* threads on one GPU: a hardware queue for each thread's stream, where
+     * the driver's default of 8 queues makes streams share them and wait on
+     * each other's kernels. Read when the CUDA context is made, which with
+     * more than one job happens in the workers; a value already set stays */
+    if (threads && dev == PR_CUDA && t.jobs > 1) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     char root[1024];
     if (t.out) snprintf(root, sizeof root, "%s", t.out);
     else snprintf(root, sizeof root, "runs/ablate-%s", g.name);
