@@ -522,6 +522,20 @@ void pr_grid_write_markdown(const pr_grid_results *r, FILE *f)
     }
     if (has_refs(r)) fprintf(f, "\n(%s x.xx): %s.\n", g->refs.label, g->refs.source);
     if (pr_grid_any_stale(r)) fprintf(f, "\n%s\n", PR_GRID_STALE_NOTE);
+    char prec[160];
+    pr_grid_precision_text(r, prec, sizeof prec);
+    if (prec[0]) fprintf(f, "\nPrecision: %s.\n", prec);
+}
+
+void pr_grid_precision_text(const pr_grid_results *r, char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int p = 0; p <= PR_PREC_BF16 && at < size; p++) {
+        int n = r->precision_cells[p];
+        if (n) at += (size_t)snprintf(buf + at, size - at, "%s%s (%d cell%s)", at ? ", " : "",
+                                      pr_precision_name((pr_precision)p), n, n == 1 ? "" : "s");
+    }
 }
 
 /* a field quoted for CSV when it holds a comma or a quote */
@@ -578,6 +592,9 @@ void pr_grid_write_json(const pr_grid_results *r, FILE *f)
         cJSON_AddStringToObject(about, "source", g->refs.source);
         cJSON_AddStringToObject(about, "metric", g->refs.metric);
     }
+    cJSON *prec = cJSON_AddObjectToObject(root, "precision_cells");
+    for (int p = 0; p <= PR_PREC_BF16; p++)
+        if (r->precision_cells[p]) cJSON_AddNumberToObject(prec, pr_precision_name((pr_precision)p), r->precision_cells[p]);
     cJSON_AddItemToObject(root, "cells", cells);
     for (int v = 0; v < g->n_variants; v++)
         for (int t = 0; t < g->n_tasks; t++) {

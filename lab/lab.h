@@ -138,6 +138,9 @@ typedef struct {
     /* seeds of (v, t) whose result is of a stale run (kept with --stale keep):
      * the tables mark them "stale config" */
     int stale[PR_GRID_MAX_VARIANTS][PR_GRID_MAX_TASKS];
+    /* the finished cells by the precision each trained in (its config.json:
+     * `auto` resolves by device and task, so one grid can hold several) */
+    int precision_cells[PR_PREC_BF16 + 1];
 } pr_grid_results;
 /* the mark after a cell with stale seeds, and the note under a table with one */
 #define PR_GRID_STALE_MARK "†"
@@ -145,6 +148,8 @@ typedef struct {
     PR_GRID_STALE_MARK " stale config: some of the cell's seeds ran under another config than the grid "    \
                        "gives them now, kept by --stale keep (prism ablate --dry-run names the keys)."
 bool pr_grid_any_stale(const pr_grid_results *r);
+/* "tf32 (162 cells), bf16 (108 cells)": the precisions the finished cells trained in */
+void pr_grid_precision_text(const pr_grid_results *r, char *buf, size_t size);
 void pr_grid_write_markdown(const pr_grid_results *r, FILE *f);
 void pr_grid_write_csv(const pr_grid_results *r, FILE *f);
 void pr_grid_write_json(const pr_grid_results *r, FILE *f);

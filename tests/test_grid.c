@@ -222,12 +222,14 @@ static void test_tables(void **state)
     /* prism parity: 0.8, 0.9, 1.0 -> 0.900 ± 0.100; prism lm: 2, 2, 2 -> 2.000 ± 0.000;
      * gdn parity: 0.5, 0.6, failed -> 0.550 ± 0.071 (2 of 3); gdn lm: none */
     double v[12] = {0.8, 0.9, 1.0, 2, 2, 2, 0.5, 0.6, NAN, NAN, NAN, NAN};
-    pr_grid_results r = {.g = &grid, .metric = {"acc", "bpb"}, .value = v};
+    pr_grid_results r = {.g = &grid, .metric = {"acc", "bpb"}, .value = v, .precision_cells = {[PR_PREC_TF32] = 4,
+                                                                                             [PR_PREC_BF16] = 1}};
     char buf[4096];
     FILE *f = fmemopen(buf, sizeof buf, "w");
     pr_grid_write_markdown(&r, f);
     fclose(f);
     assert_non_null(strstr(buf, "| model | parity (acc) | lm (bpb) |"));
+    assert_non_null(strstr(buf, "\nPrecision: tf32 (4 cells), bf16 (1 cell).\n"));   /* what the cells trained in */
     assert_non_null(strstr(buf, "| prism | 0.900 ± 0.100 | 2.000 ± 0.000 |"));
     assert_non_null(strstr(buf, "| gdn | 0.550 ± 0.071 (2 of 3 seeds) | - |"));
     f = fmemopen(buf, sizeof buf, "w");
@@ -241,6 +243,8 @@ static void test_tables(void **state)
     fclose(f);
     assert_non_null(strstr(buf, "\"mean\":\t0.55"));
     assert_non_null(strstr(buf, "\"values\":\t[0.5, 0.6, null]"));
+    assert_non_null(strstr(buf, "\"tf32\":\t4"));
+    assert_null(strstr(buf, "\"f32\""));
     assert_null(strstr(buf, "reference"));
 }
 

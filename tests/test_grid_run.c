@@ -93,6 +93,9 @@ static void collect(const pr_grid_plan *p, double *value)
     assert_int_equal(pr_grid_collect(p, value, &res), 0);
     assert_string_equal(res.metric[0], "acc");
     for (int i = 0; i < pr_grid_cells(p->g); i++) assert_true(value[i] >= 0 && value[i] <= 1);
+    /* each cell's precision from its config.json: auto on the CPU trains in f32 */
+    assert_int_equal(res.precision_cells[PR_PREC_F32], pr_grid_cells(p->g));
+    assert_int_equal(res.precision_cells[PR_PREC_TF32] + res.precision_cells[PR_PREC_BF16], 0);
 }
 
 static void test_run_resume_and_reuse(void **state)
