@@ -166,8 +166,10 @@ static int write_report(const pr_grid_results *r, const char *root, const char *
     if (pr_grid_any_stale(r)) pr_report_paragraph(f, PR_GRID_STALE_NOTE);
     char prec[160], line[200];
     pr_grid_precision_text(r, prec, sizeof prec);
-    snprintf(line, sizeof line, "Precision: %s.", prec);
-    if (prec[0]) pr_report_paragraph(f, line);
+    if (prec[0]) {
+        snprintf(line, sizeof line, "Precision: %s.", prec);
+        pr_report_paragraph(f, line);
+    }
     double mean[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS], std[PR_GRID_MAX_VARIANTS * PR_GRID_MAX_TASKS];
     char chart_title[120];
     pr_bars b = chart_of(r, chart_title, sizeof chart_title, mean, std);

@@ -551,19 +551,6 @@ int pr_grid_run(const pr_grid_plan *p, const pr_grid_exec *x, pr_grid_tally *tal
 }
 
 /* ---- the results ------------------------------------------------------------------- */
-/* the precision a finished cell trained in, from its config.json (a file
- * that does not say is not counted) */
-static void count_precision(pr_grid_results *res, const char *dir)
-{
-    pr_config c = pr_config_default();
-    pr_train_opts o = pr_train_defaults();
-    pr_err err;
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int p = pr_run_config_load(&c, &o, path, &err) ? -1 : pr_precision_from_name(o.precision);
-    if (p >= 0) res->precision_cells[p]++;
-}
-
 int pr_grid_collect(const pr_grid_plan *p, double *value, pr_grid_results *res)
 {
     int finished = 0, reported = 0;
@@ -584,7 +571,7 @@ int pr_grid_collect(const pr_grid_plan *p, double *value, pr_grid_results *res)
         pr_cell_diff d;
         pr_run_config_diff(dir, &c, &o, &d);
         res->stale[v][k] += d.n ? 1 : 0;
-        count_precision(res, dir);
+        if (d.precision >= 0) res->precision_cells[d.precision]++;
         finished++, reported += isfinite(value[i]) ? 1 : 0;
         if (!res->metric[k] && isfinite(value[i])) res->metric[k] = metric;
     }

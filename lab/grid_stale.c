@@ -128,6 +128,7 @@ static bool has_file(const char *dir, const char *name)
 void pr_run_config_diff(const char *dir, const pr_config *c, const pr_train_opts *o, pr_cell_diff *d)
 {
     memset(d, 0, sizeof *d);
+    d->precision = -1;
     if (!pr_run_exists(dir) && !has_file(dir, "result.json")) return;   /* nothing there yet */
     pr_config run_c = pr_config_default(), now_c = *c;
     pr_train_opts run_o = pr_train_defaults(), now_o = *o;
@@ -139,6 +140,7 @@ void pr_run_config_diff(const char *dir, const pr_config *c, const pr_train_opts
         snprintf(d->text, sizeof d->text, "config.json unreadable (%.200s)", err.msg);
         return;
     }
+    d->precision = pr_precision_from_name(run_o.precision);
     ignore_what_changes_no_result(&now_c, &now_o, &run_c, &run_o);
     char *was_text = pr_run_config_json(&run_c, &run_o), *now_text = pr_run_config_json(&now_c, &now_o);
     cJSON *was = cJSON_Parse(was_text), *now = cJSON_Parse(now_text);

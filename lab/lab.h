@@ -246,10 +246,13 @@ int pr_grid_dry_run(const pr_grid_plan *p, FILE *f);
  * data_version is the task generator's (pr_task_data_version) against the
  * run's manifest.json (none recorded: 1). Keys that change no result are
  * left out (grid_stale.c lists them and why); a config.json that cannot be
- * read is one difference. */
+ * read is one difference. precision: what the run trained in (its
+ * config.json's resolved train.precision; -1 with no run or an unreadable
+ * file), which the grid's tables count. */
 typedef struct {
     int n;
     char text[640];
+    int precision;
 } pr_cell_diff;
 void pr_run_config_diff(const char *dir, const pr_config *c, const pr_train_opts *o, pr_cell_diff *d);
 /* cell i's folder (into dir) against its config now; -1 with err for a bad config */

@@ -63,7 +63,8 @@ static const opt_info opts_table[] = {
     NUM("zero", OPT_INT, zero, 0, 1, "data-parallel: 1 shards the optimizer state over the ranks (ZeRO-1)"),
     NUM("bucket_mb", OPT_FLOAT, bucket_mb, 0, 1e6, "data-parallel: gradient MB per all-reduce bucket"),
     TEXT("precision", precision, "auto|f32|tf32|bf16",
-         "auto: bf16 on CUDA (TF32 for the probe tasks, whose small models bf16 does not speed), f32 on the CPU. bf16: mixed precision (products and the activations between them "
+         "auto: bf16 on CUDA (TF32 for the probe tasks, whose small models bf16 does not speed), f32 on the CPU. "
+         "bf16: mixed precision (products and the activations between them "
          "in bf16; the residual stream, softmax, losses and states in f32; f32 weights and optimizer state); "
          "tf32: f32 with CUDA products on TF32 tensor cores "
          "(the CPU computes it as f32)"),

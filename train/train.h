@@ -83,8 +83,9 @@ typedef struct {
     pr_train_hooks hooks;
 } pr_train_opts;
 /* The precision a run trains in: train.precision, where `auto` means bf16
- * on CUDA (TF32 for the probe tasks) and f32 on the CPU. pr_train records the resolved name in
- * config.json and manifest.json, so a resume from config.json keeps it. */
+ * on CUDA (TF32 for the probe tasks) and f32 on the CPU. pr_train records
+ * the resolved name in config.json and manifest.json, so a resume from
+ * config.json keeps it. */
 pr_precision pr_train_precision(const pr_train_opts *o, pr_device dev);
 /* Whether a run captures its training step into a CUDA graph once and
  * replays it (train.cuda_graph): never on the CPU; `off` never; `auto` and

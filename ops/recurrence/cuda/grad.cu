@@ -167,11 +167,11 @@ __device__ __forceinline__ void grad_ld_vtile(const rec_prob &p, const grad_lay 
  * from p.dout16, 2 (no beta) v from p.v16 too; grad_wg_prepare widens
  * them). K and V are multiples of 4 there (the plan's io16), so the op's
  * own buffers (R, dU, hs, dhs) take 16-byte copies whatever p.vec says.
- * Out of line, taking what it reads by value: inlined, their two more base pointers and the cp.async address
- * arithmetic sat beside the V loop's 64 sums a thread and made the IN16
- * instances spill (92 / 224 bytes a thread at the 128-register cap); by
- * value because a reference to rec_prob made ptxas copy all of it (344
- * bytes) to each thread's stack */
+ * Out of line, taking what it reads by value: inlined, its two more base
+ * pointers and the cp.async address arithmetic sat beside the V loop's 64
+ * sums a thread and made the IN16 instances spill (92 / 224 bytes a thread
+ * at the 128-register cap); by value because a reference to rec_prob made
+ * ptxas copy all of it (344 bytes) to each thread's stack */
 struct grad_vt16 {
     const unsigned short *dO16, *v16;
     const float *hs, *dhs, *R, *dU;
