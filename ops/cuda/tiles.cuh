@@ -255,43 +255,70 @@ __device__ __forceinline__ void rec_st_tile16(unsigned short *dst, long long rs,
         }
 }
 
+/* The accumulations below read their old values from global memory: each
+ * thread's loads for four rows go out before the first sum (as rec_st_tile
+ * batches its rows), where a load, its sum and its store a row in turn
+ * waited out a global read's latency every row (gla_dqk_kt's bf16 dq and dk
+ * stores). The rows and columns each thread visits are the same. NB: the
+ * rows batched, 1 in a kernel that has no registers to spare (wy's mma.sync
+ * instances spill 40 / 96 bytes with 4). */
+
 /* dst[r*rs + c] = bf16(old + src[r][c]) for r < nr, c < nc (nc % 4 == 0,
  * 8-byte aligned rows): rec_st_tile's accumulation (alpha 1) into a bf16
  * tensor, old widened exactly and the sum rounded once by pr_bf16_bits: the
  * bits of an f32 copy of dst accumulated by rec_st_tile and cast back */
+__device__ __forceinline__ unsigned rec_add_bf16x2(unsigned w, float x0, float x1)
+{
+    return (unsigned)pr_bf16_bits(fmaf(1.f, x0, pr_bf16_lo(w))) | (unsigned)pr_bf16_bits(fmaf(1.f, x1, pr_bf16_hi(w))) << 16;
+}
+__device__ __forceinline__ unsigned rec_sum_bf16x2(float x0, float y0, float x1, float y1)
+{
+    return (unsigned)pr_bf16_bits(fmaf(1.f, x0, y0)) | (unsigned)pr_bf16_bits(fmaf(1.f, x1, y1)) << 16;
+}
+template <int NB = 4>
 __device__ __forceinline__ void rec_acc_tile16(unsigned short *dst, long long rs, int nr, int nc, const float *src,
                                                int ld)
 {
     const rec_rowmap m = rec_rowmap_of(nc);
-    for (int r = m.r0; r < nr; r += m.rstep)
+    for (int rb = m.r0; rb < nr; rb += NB * m.rstep)
         for (int c = m.c0; c < nc; c += m.cstep) {
-            uint2 *d = reinterpret_cast<uint2 *>(dst + r * rs + c);
-            const uint2 w = *d;
-            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
-            const unsigned lo = (unsigned)pr_bf16_bits(fmaf(1.f, x.x, pr_bf16_lo(w.x))) |
-                                (unsigned)pr_bf16_bits(fmaf(1.f, x.y, pr_bf16_hi(w.x))) << 16;
-            const unsigned hi = (unsigned)pr_bf16_bits(fmaf(1.f, x.z, pr_bf16_lo(w.y))) |
-                                (unsigned)pr_bf16_bits(fmaf(1.f, x.w, pr_bf16_hi(w.y))) << 16;
-            *d = make_uint2(lo, hi);
+            uint2 w[NB];
+#pragma unroll
+            for (int u = 0; u < NB; u++)
+                if (rb + u * m.rstep < nr) w[u] = *reinterpret_cast<const uint2 *>(dst + (rb + u * m.rstep) * rs + c);
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                const int r = rb + u * m.rstep;
+                if (r >= nr) break;
+                const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+                *reinterpret_cast<uint2 *>(dst + r * rs + c) =
+                    make_uint2(rec_add_bf16x2(w[u].x, x.x, x.y), rec_add_bf16x2(w[u].y, x.z, x.w));
+            }
         }
 }
 
 /* the same with the old values from an f32 tensor (same layout, rows rs
  * apart): dst (bf16) = bf16(old + src), rec_st_tile's accumulation into old
  * followed by the cast to bf16 */
+template <int NB = 4>
 __device__ __forceinline__ void rec_acc_tile16_from(unsigned short *dst, const float *old, long long rs, int nr, int nc,
                                                     const float *src, int ld)
 {
     const rec_rowmap m = rec_rowmap_of(nc);
-    for (int r = m.r0; r < nr; r += m.rstep)
+    for (int rb = m.r0; rb < nr; rb += NB * m.rstep)
         for (int c = m.c0; c < nc; c += m.cstep) {
-            const float4 y = *reinterpret_cast<const float4 *>(old + r * rs + c);
-            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
-            const unsigned lo =
-                (unsigned)pr_bf16_bits(fmaf(1.f, x.x, y.x)) | (unsigned)pr_bf16_bits(fmaf(1.f, x.y, y.y)) << 16;
-            const unsigned hi =
-                (unsigned)pr_bf16_bits(fmaf(1.f, x.z, y.z)) | (unsigned)pr_bf16_bits(fmaf(1.f, x.w, y.w)) << 16;
-            *reinterpret_cast<uint2 *>(dst + r * rs + c) = make_uint2(lo, hi);
+            float4 y[NB];
+#pragma unroll
+            for (int u = 0; u < NB; u++)
+                if (rb + u * m.rstep < nr) y[u] = *reinterpret_cast<const float4 *>(old + (rb + u * m.rstep) * rs + c);
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                const int r = rb + u * m.rstep;
+                if (r >= nr) break;
+                const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+                *reinterpret_cast<uint2 *>(dst + r * rs + c) =
+                    make_uint2(rec_sum_bf16x2(x.x, y[u].x, x.y, y[u].y), rec_sum_bf16x2(x.z, y[u].z, x.w, y[u].w));
+            }
         }
 }
 /* and the other way: dst (f32) = old (bf16, widened) + src, the first of
@@ -300,13 +327,21 @@ __device__ __forceinline__ void rec_acc_tile_from16(float *dst, const unsigned s
                                                     const float *src, int ld)
 {
     const rec_rowmap m = rec_rowmap_of(nc);
-    for (int r = m.r0; r < nr; r += m.rstep)
+    for (int rb = m.r0; rb < nr; rb += 4 * m.rstep)
         for (int c = m.c0; c < nc; c += m.cstep) {
-            const uint2 w = *reinterpret_cast<const uint2 *>(old + r * rs + c);
-            const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
-            *reinterpret_cast<float4 *>(dst + r * rs + c) =
-                make_float4(fmaf(1.f, x.x, pr_bf16_lo(w.x)), fmaf(1.f, x.y, pr_bf16_hi(w.x)),
-                            fmaf(1.f, x.z, pr_bf16_lo(w.y)), fmaf(1.f, x.w, pr_bf16_hi(w.y)));
+            uint2 w[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (rb + u * m.rstep < nr) w[u] = *reinterpret_cast<const uint2 *>(old + (rb + u * m.rstep) * rs + c);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = rb + u * m.rstep;
+                if (r >= nr) break;
+                const float4 x = *reinterpret_cast<const float4 *>(src + r * ld + c);
+                *reinterpret_cast<float4 *>(dst + r * rs + c) =
+                    make_float4(fmaf(1.f, x.x, pr_bf16_lo(w[u].x)), fmaf(1.f, x.y, pr_bf16_hi(w[u].x)),
+                                fmaf(1.f, x.z, pr_bf16_lo(w[u].y)), fmaf(1.f, x.w, pr_bf16_hi(w[u].y)));
+            }
         }
 }
 

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_sync();
         if (d.dv) rec_st_tile(d.dv + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV, 1.f, true, p.vec);
         if constexpr (BF) /* bf16 dv in place (bf16 data with TF32 on only) */
-            if (d.dv16) rec_acc_tile16(d.dv16 + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV);
+            if (d.dv16) rec_acc_tile16<1>(d.dv16 + rk * V + v0, (long long)H * V, cp.nval, nv, dY1, LDV);
         rec_mm<false, true, BF, false>(p, dM, LDC, dY1, LDV, R0t, LDV, C, C, BV, -1.f, vi > 0);
         if (L) {
             rec_mm<false, true, BF, false>(p, dMx, LDX, dY1, LDV, VXA, LDV, C, CL, BV, -1.f, vi > 0);
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         }
         bool dk_done = false;
         if constexpr (BF) /* bf16 dk: grad's f32 sums (in d.dk) + this part, rounded into dk16 */
-            if (d.dk16) rec_acc_tile16_from(d.dk16 + rk * K + k0, d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB),
+            if (d.dk16) rec_acc_tile16_from<1>(d.dk16 + rk * K + k0, d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB),
                 dk_done = true;
         if (d.dk && !dk_done) rec_st_tile(d.dk + rk * K + k0, HK, cp.nval, nk, sD, LDB, 1.f, true, p.vec);
     }
