@@ -169,6 +169,7 @@ static void evaluate(run *r, pr_metrics *out)
     bool grad = pr_set_grad_enabled(r->ctx, false), training = r->ctx->training;
     r->ctx->training = false;
     memset(out, 0, sizeof *out);
+    r->task->eval_graph = r->graph.wanted;   /* what the training step may capture, its forward may too */
     r->task->evaluate(r->task, r->ctx, r->m, out);
     r->ctx->training = training;
     pr_set_grad_enabled(r->ctx, grad);
@@ -257,6 +258,7 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
     if (!rc) {
         evaluate(&r, &res->metrics);
+        res->eval_graph = r.task->eval_graph_ran;
         rc = log_eval(&r, &res->metrics, err);
     }
     res->steps = r.step;
@@ -289,7 +291,9 @@ int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts 
     }
     double t0 = pr_now_s();
     if (!rc) {
+        r.graph.wanted = pr_train_graph_plan(c, o, dev, r.task->stage != NULL, NULL, 0);
         evaluate(&r, &res->metrics);
+        res->eval_graph = r.task->eval_graph_ran;
         res->tokens_per_s = (double)r.task->tokens_per_batch * (double)o->eval_batches / (pr_now_s() - t0);
     }
     res->steps = step;
