@@ -20,11 +20,14 @@ echo "$*" >>"${0%/*}/args.log"
 if [ "$1" = ablate ]; then   # a grid of two cells: s1 finishes, s2 stops with its checkpoint
     out="" dry=0
     while [ $# -gt 0 ]; do case "$1" in --out) out=$2; shift ;; --dry-run) dry=1 ;; esac; shift; done
-    [ $dry = 1 ] && { echo "ablate table4: $(ls "$out"/m/t/*/result.json 2>/dev/null | wc -l)/2 cells done"; exit 0; }
-    mkdir -p "$out/m/t/s1" "$out/m/t/s2"
+    [ $dry = 1 ] && { echo "ablate table4: $(ls "$out"/m/t/*/result.json 2>/dev/null | wc -l)/3 cells done"; exit 0; }
+    mkdir -p "$out/m/t/s1" "$out/m/t/s2" "$out/m/t/s3"
     for c in s1 s2; do echo w >"$out/m/t/$c/ckpt-1.weights.safetensors"; echo 1 >"$out/m/t/$c/latest"; done
     echo '{"steps": 10}' >"$out/m/t/s1/result.json"
-    echo "ablate table4: 1/2 cells done, 1 running"
+    # s3: further on than s2 and a checkpoint of 2 MiB (a --table4-pack-mib 2 grid holds s2's alone)
+    head -c 2097152 /dev/urandom >"$out/m/t/s3/ckpt-5.weights.safetensors"; echo 5 >"$out/m/t/s3/latest"
+    echo m >"$out/m/t/s3/metrics.jsonl"
+    echo "ablate table4: 1/3 cells done, 2 running"
     exit 0
 fi
 models="" lens=""
@@ -99,6 +102,14 @@ grep -qx 'sitting-table4/m/t/s1/result.json' "$tmp/t5" || fail "the finished cel
 grep -q 's1/ckpt\|s1/latest' "$tmp/t5" && fail "the finished cell's checkpoint is packed"
 grep -qx 'sitting-table4/m/t/s2/ckpt-1.weights.safetensors' "$tmp/t5" || fail "the unfinished cell's checkpoint is not packed"
 grep -qx 'sitting-table4/wall.txt' "$tmp/t5" || fail "wall.txt is not packed"
+grep -qx 'sitting-table4/m/t/s3/ckpt-5.weights.safetensors' "$tmp/t5" || fail "the furthest cell's checkpoint is not packed"
+# a limit the furthest cell's checkpoint does not fit: that cell is left out whole, the other kept
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out8" --phases table4 \
+    --table4-dir "$tmp/m4/sitting-table4" --table4-pack-mib 2 --deadline 60 >"$tmp/log8" 2>&1 || fail "table4 run exited $?"
+tar -tJf "$tmp/out8/table4-grid.tar.xz" >"$tmp/t8" || fail "no table4-grid.tar.xz under a limit"
+grep -q 'm/t/s3/' "$tmp/t8" && fail "the cell whose checkpoint is over the limit is packed"
+grep -qx 'sitting-table4/m/t/s2/ckpt-1.weights.safetensors' "$tmp/t8" || fail "the cell that fits is not packed"
+grep -q '1 unfinished cells. checkpoints; 1 left out' "$tmp/out8/summary.txt" || fail "the summary does not say what was left out"
 echo 100 >"$tmp/m1/sitting-table4/wall.txt"
 (cd "$tmp/m1" && tar -cJf "$tmp/grid.tar.xz" sitting-table4)
 bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out6" --phases table4 \

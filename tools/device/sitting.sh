@@ -62,6 +62,9 @@ usage: tools/device/sitting.sh [options]
                     outlasts one machine (held 30 minutes at most) goes on
   --table4-dir D    table4: the grid's folder (default runs/sitting-table4, or
                     runs/sitting-table4-rate with --table4-args)
+  --table4-pack-mib N  table4: the packed grid's size limit (default 15, under the
+                    16 MiB a call sends back): unfinished cells' checkpoints go in,
+                    the furthest on first, while they fit; the others start afresh
   --set KEY=VALUE   a model key for mixers, probe, breakdown and table4 (repeatable),
                     e.g. --set mom.route=padded
   --recurrence-force "A;B"  recurrence: one run per plan forcing, ';' between them,
@@ -82,7 +85,7 @@ phases=gpu,tests,recurrence,python,mixers deadline=540 shares_arg="" per_run=60 
 models=prism,gdn,mamba2,attn,gla,linattn,deltanet,ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas
 precisions=bf16,tf32 seq_lens=1024,16384 out=${OUT:-runs/sitting} carry=.carry prism=""
 probe_models=prism,gdn,linattn kernel_rules=delta,gdn,gla breakdown_models=prism,gdn table4_args="" sets=() rec_forces=""
-table4_from="" table4_dir=""
+table4_from="" table4_dir="" table4_pack_mib=15
 while [ $# -gt 0 ]; do
     case "$1" in
     --phases) phases="$2"; shift 2 ;;
@@ -99,6 +102,7 @@ while [ $# -gt 0 ]; do
     --table4-args) table4_args="$2"; shift 2 ;;
     --table4-from) table4_from="$2"; shift 2 ;;
     --table4-dir) table4_dir="$2"; shift 2 ;;
+    --table4-pack-mib) table4_pack_mib="$2"; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     --recurrence-force) rec_forces="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
@@ -109,7 +113,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 bad() { echo "sitting.sh: $*" >&2; exit 2; }
-for v in "deadline=$deadline" "per-run=$per_run" "steps=$steps"; do
+for v in "deadline=$deadline" "per-run=$per_run" "steps=$steps" "table4-pack-mib=$table4_pack_mib"; do
     case "${v#*=}" in '' | *[!0-9]* | 0) bad "--${v%%=*} takes a whole number >= 1, got '${v#*=}'" ;; esac
 done
 [ "$deadline" -ge 30 ] || bad "--deadline $deadline: 30 s at least (the logs are packed in the last 10)"
@@ -390,18 +394,40 @@ phase_breakdown() {
     done
 }
 
-# the grid's folder into $out/table4-grid.tar.xz: every file but the
-# checkpoints of the cells that finished (their result.json is what ablate
-# reads); an unfinished cell keeps its checkpoint, to resume from
+# the grid's folder into $out/table4-grid.tar.xz, under --table4-pack-mib (a
+# call sends back no file over 16 MiB): every file but the checkpoints, which
+# a finished cell no longer needs (ablate reads its result.json); then each
+# unfinished cell's checkpoints, the furthest on first, while they fit. A cell
+# whose checkpoint does not fit is left out whole, to start afresh.
 pack_table4() { # dir
-    local dir=$1 parent base
-    parent=$(dirname "$dir") base=$(basename "$dir")
-    (cd "$parent" && find "$base" -type f | while read -r f; do
-        case "$f" in
-        */ckpt-* | */latest) [ -f "$(dirname "$f")/result.json" ] && continue ;;
-        esac
-        echo "$f"
-    done | XZ_OPT=-2 tar -cJf "$out/table4-grid.tar.xz" -T -) || say "table4: could not pack $dir"
+    local dir=$1 parent base d size left kept=0 dropped=0 at archive files cells
+    parent=$(dirname "$dir") base=$(basename "$dir") at=$(cd "$out" && pwd)
+    archive=$at/table4-grid.tar.xz files=$at/.table4-files cells=$at/.table4-cells
+    (
+        cd "$parent" || exit 1
+        # unfinished: a checkpoint ('latest' names its step) and no result.json
+        find "$base" -name latest -type f | while read -r f; do
+            d=$(dirname "$f")
+            [ -f "$d/result.json" ] || echo "$(cat "$f" 2>/dev/null | tr -cd 0-9) $d"
+        done | sort -k1,1nr -k2 >"$cells"
+        find "$base" -type f ! -name 'ckpt-*' ! -name latest | sort >"$files"
+        XZ_OPT=-3 tar -cJf "$archive" -T "$files" || exit 1
+        left=$(( table4_pack_mib * 1048576 - $(stat -c %s "$archive") - 262144 ))
+        while read -r _ d; do
+            size=$(du -sb "$d" | cut -f1)
+            if [ "$size" -le "$left" ]; then
+                left=$((left - size)) kept=$((kept + 1))
+                find "$d" -type f \( -name 'ckpt-*' -o -name latest \) >>"$files"
+            else
+                grep -vF "$d/" "$files" >"$files.new"; mv "$files.new" "$files"
+                dropped=$((dropped + 1))
+            fi
+        done <"$cells"
+        XZ_OPT=-3 tar -cJf "$archive" -T "$files" || exit 1
+        echo "table4: packed with $kept unfinished cells' checkpoints; $dropped left out to start afresh"
+    ) | tee -a "$summary"
+    [ "${PIPESTATUS[0]}" = 0 ] || say "table4: could not pack $dir"
+    rm -f "$files" "$cells"
 }
 
 phase_table4() {
