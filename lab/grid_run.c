@@ -132,6 +132,9 @@ int pr_grid_write_result(const char *dir, const pr_train_result *res, pr_err *er
     for (int i = 0; i < res->metrics.n; i++) cJSON_AddNumberToObject(m, res->metrics.name[i], res->metrics.value[i]);
     cJSON_AddNumberToObject(j, "tokens_per_s", round(res->tokens_per_s));
     cJSON_AddNumberToObject(j, "params", (double)res->params);
+    /* where a grid's time goes: training, or scoring (eager launches queue where many cells share a GPU) */
+    cJSON_AddNumberToObject(j, "train_s", round(res->train_s * 10) / 10);
+    cJSON_AddNumberToObject(j, "eval_s", round(res->eval_s * 10) / 10);
     char *text = cJSON_Print(j), path[1200];
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/result.json", dir);

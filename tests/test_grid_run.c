@@ -87,6 +87,17 @@ static void test_cells(void **state)
 }
 
 /* every cell's value, read back as the tables read it */
+static bool file_holds(const char *dir, const char *name, const char *text)
+{
+    char path[1300];
+    pr_err err;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *all = pr_read_text(path, &err);
+    bool found = all && strstr(all, text);
+    free(all);
+    return found;
+}
+
 static void collect(const pr_grid_plan *p, double *value)
 {
     pr_grid_results res;
@@ -114,6 +125,8 @@ static void test_run_resume_and_reuse(void **state)
     collect(&p, first);
     assert_int_equal(pr_grid_cell_state(&p, 2, cell, sizeof cell, what, sizeof what), PR_CELL_DONE);
     assert_non_null(strstr(what, "done, acc "));
+    /* where the cell's time went: training and scoring */
+    assert_true(file_holds(cell, "result.json", "\"train_s\":") && file_holds(cell, "result.json", "\"eval_s\":"));
 
     /* a lost result: the cell continues from its last checkpoint (step 4) */
     snprintf(path, sizeof path, "%s/result.json", cell);
@@ -186,7 +199,7 @@ static void test_workers_give_the_same_table(void **state)
     assert_memory_equal(a, b, sizeof a);
 }
 
-/* a run file's text without its timings (tokens_per_s, time_s), which differ between runs */
+/* a run file's text without its timings (tokens_per_s, time_s, train_s, eval_s), which differ between runs */
 static char *read_untimed(const char *dir, const char *name)
 {
     char path[1300];
@@ -194,8 +207,8 @@ static char *read_untimed(const char *dir, const char *name)
     pr_err err;
     char *text = pr_read_text(path, &err);
     if (!text) fail_msg("%s", err.msg);
-    static const char *const timed[] = {"\"tokens_per_s\":", "\"time_s\":"};
-    for (int k = 0; k < 2; k++)
+    static const char *const timed[] = {"\"tokens_per_s\":", "\"time_s\":", "\"train_s\":", "\"eval_s\":"};
+    for (int k = 0; k < 4; k++)
         for (char *at; (at = strstr(text, timed[k]));) {
             size_t keep = strcspn(at + strlen(timed[k]), ",}\n") + strlen(timed[k]);
             memmove(at, at + keep, strlen(at + keep) + 1);
@@ -318,17 +331,6 @@ static void dry_run_text(const pr_grid_plan *p, char *buf, size_t n)
     assert_non_null(f);
     assert_int_equal(pr_grid_dry_run(p, f), 0);
     fclose(f);
-}
-
-static bool file_holds(const char *dir, const char *name, const char *text)
-{
-    char path[1300];
-    pr_err err;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *all = pr_read_text(path, &err);
-    bool found = all && strstr(all, text);
-    free(all);
-    return found;
 }
 
 static void test_a_changed_key_makes_a_cell_stale(void **state)

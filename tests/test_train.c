@@ -311,6 +311,9 @@ static void test_nan_evaluation_is_json_null(void **state)
     cJSON *last = check_jsonl(path);
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(last, "eval"), "loss");
     assert_true(cJSON_IsNull(loss));
+    /* the seconds the evaluation took, beside its metrics */
+    const cJSON *secs = cJSON_GetObjectItemCaseSensitive(last, "eval_s");
+    assert_true(cJSON_IsNumber(secs) && secs->valuedouble >= 0);
     cJSON_Delete(last);
 }
 

@@ -111,10 +111,10 @@ void pr_metrics_write_step(FILE *f, const pr_step_log *s)
             (long long)s->tokens, s->tokens_per_s, s->time_s);
 }
 
-void pr_metrics_write_eval(FILE *f, int64_t step, const pr_metrics *m)
+void pr_metrics_write_eval(FILE *f, int64_t step, const pr_metrics *m, double seconds)
 {
     char num[40];
     fprintf(f, "{\"step\":%lld,\"eval\":{", (long long)step);
     for (int i = 0; i < m->n; i++) fprintf(f, "%s\"%s\":%s", i ? "," : "", m->name[i], json_num(num, m->value[i]));
-    fprintf(f, "}}\n");
+    fprintf(f, "},\"eval_s\":%.3f}\n", seconds);
 }

@@ -1,17 +1,15 @@
 /* train/train.c: the training loop, the progress line, the NaN/Inf trap and
- * evaluation of a finished run. The run directory's files are written by
- * train/rundir.c and train/metrics_file.c, ZeRO-1 is dist/zero.c.
+ * evaluation (train/rundir.c and train/metrics_file.c write the run's files,
+ * dist/zero.c is ZeRO-1). With train.cuda_graph, the steps after the second
+ * and each evaluation's forward run as train/step_graph.c's CUDA graphs; a
+ * refused capture leaves them eager, saying why.
  *
  * The trap costs nothing while values stay finite: each step checks its loss
  * and global grad norm; on the first non-finite one, the same step is run
- * again from the same state with the context's finite check on (every op's
- * outputs and grads are inspected), which names the first op that went bad
- * and the layer it belongs to. No checkpoint is written after that, so the
- * last good one stays.
- * With train.cuda_graph, steps after the second run as train/step_graph.c's
- * CUDA graph; a refused capture leaves the run eager, saying why. */
+ * again from the same state with every op's outputs and grads inspected,
+ * which names the first op that went bad and its layer. No checkpoint is
+ * written after that, so the last good one stays. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -60,10 +58,9 @@ static void run_free(run *r)
 /* the task, then the config it completes (rec: the item count), checked */
 static int open_task(run *r, pr_err *err)
 {
-    return pr_task_open(&r->task, &r->o, &r->cfg, err) || pr_task_fit_config(r->task, &r->cfg, err) ||
-                   pr_config_check(&r->cfg, err)
-               ? -1
-               : 0;
+    bool bad = pr_task_open(&r->task, &r->o, &r->cfg, err) || pr_task_fit_config(r->task, &r->cfg, err) ||
+               pr_config_check(&r->cfg, err);
+    return bad ? -1 : 0;
 }
 
 /* model, optimizer, context; from the latest checkpoint when resuming */
@@ -164,8 +161,10 @@ static int train_step(run *r, step_stats *st, char *bad, size_t nbad, pr_err *er
     return r->zero ? pr_zero_share_updates(r->zero, err) : 0;
 }
 
-static void evaluate(run *r, pr_metrics *out)
+/* the metrics of the evaluation split; returns the seconds it took */
+static double evaluate(run *r, pr_metrics *out)
 {
+    double t0 = pr_now_s();
     bool grad = pr_set_grad_enabled(r->ctx, false), training = r->ctx->training;
     r->ctx->training = false;
     memset(out, 0, sizeof *out);
@@ -173,22 +172,21 @@ static void evaluate(run *r, pr_metrics *out)
     r->task->evaluate(r->task, r->ctx, r->m, out);
     r->ctx->training = training;
     pr_set_grad_enabled(r->ctx, grad);
+    return pr_now_s() - t0;
 }
 
-static int log_eval(run *r, const pr_metrics *m, pr_err *err)
+static int log_eval(run *r, const pr_metrics *m, double seconds, pr_err *err)
 {
-    pr_metrics_write_eval(r->metrics, r->step, m);
+    pr_metrics_write_eval(r->metrics, r->step, m, seconds);
     return flush_metrics(r, false, err);
 }
 
-/* ---- the progress line ------------------------------------------------------------ */
 static void progress(const run *r, const step_stats *st, double tok_s, double eta, bool tty, bool last)
 {
     char line[200];
     snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad %.3g  %.0f tok/s  ETA %.0fs",
              (long long)r->step, (long long)r->o.steps, st->loss, st->lr, st->grad_norm, tok_s, eta);
-    if (tty) fprintf(stderr, "\r%-90s%s", line, last ? "\n" : "");
-    else fprintf(stderr, "%s\n", line);
+    fprintf(stderr, tty ? "\r%-90s%s" : "%s\n%s", line, tty && last ? "\n" : "");   /* a tty redraws one line */
 }
 
 static int train_loop(run *r, pr_train_result *res, pr_err *err)
@@ -216,6 +214,7 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         if (r->o.hooks.after_step) r->o.hooks.after_step(r->o.hooks.user, r->comm ? r->comm->rank : 0, r->step);
         double el = pr_now_s() - t0, per = el / (double)(r->step - first);
         res->tokens_per_s = (double)r->task->tokens_per_batch / per;
+        res->train_s = el;
         bool log = r->step % r->o.log_every == 0 || r->step == r->o.steps;
         pr_step_log line = {.step = r->step, .loss = st.loss, .lr = st.lr, .grad_norm = st.grad_norm, .time_s = el,
                             .tokens = r->step * r->task->tokens_per_batch, .tokens_per_s = res->tokens_per_s};
@@ -229,8 +228,7 @@ static int train_loop(run *r, pr_train_result *res, pr_err *err)
         }
         if (r->o.eval_every && r->step % r->o.eval_every == 0 && r->step < r->o.steps) {
             pr_metrics m;
-            evaluate(r, &m);
-            if (log_eval(r, &m, err)) return -1;
+            if (log_eval(r, &m, evaluate(r, &m), err)) return -1;   /* evaluate runs before log_eval reads m */
         }
         if (r->o.ckpt_every && r->step % r->o.ckpt_every == 0 && r->step < r->o.steps && save_checkpoint(r, err))
             return -1;
@@ -257,9 +255,9 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     if (!rc) rc = train_loop(&r, res, err);
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
     if (!rc) {
-        evaluate(&r, &res->metrics);
+        res->eval_s = evaluate(&r, &res->metrics);
         res->eval_graph = r.task->eval_graph_ran;
-        rc = log_eval(&r, &res->metrics, err);
+        rc = log_eval(&r, &res->metrics, res->eval_s, err);
     }
     res->steps = r.step;
     res->params = r.m ? pr_params_count(r.m->params) : 0;
@@ -287,14 +285,12 @@ int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts 
         r.m = pr_model_new(c, PR_F32, dev);
         r.ctx = pr_ctx_new((uint64_t)o->seed);
         pr_ctx_set_precision(r.ctx, pr_train_precision(o, dev));   /* as the run trained */
+        r.graph.wanted = pr_train_graph_plan(c, o, dev, r.task->stage != NULL, NULL, 0);   /* the forward's graph */
         rc = pr_checkpoint_load(run_dir, step, r.m->params, NULL, NULL, err);
     }
-    double t0 = pr_now_s();
     if (!rc) {
-        r.graph.wanted = pr_train_graph_plan(c, o, dev, r.task->stage != NULL, NULL, 0);
-        evaluate(&r, &res->metrics);
-        res->eval_graph = r.task->eval_graph_ran;
-        res->tokens_per_s = (double)r.task->tokens_per_batch * (double)o->eval_batches / (pr_now_s() - t0);
+        res->eval_s = evaluate(&r, &res->metrics);
+        res->tokens_per_s = (double)r.task->tokens_per_batch * (double)o->eval_batches / res->eval_s;
     }
     res->steps = step;
     res->params = r.m ? pr_params_count(r.m->params) : 0;

@@ -275,8 +275,8 @@ int pr_metrics_flush(FILE *f, const char *dir, int64_t step, int64_t last_ckpt, 
 typedef struct { int64_t step, tokens; double loss, lr, grad_norm, tokens_per_s, time_s; } pr_step_log;
 /* {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "time_s"} */
 void pr_metrics_write_step(FILE *f, const pr_step_log *s);
-/* {"step", "eval": {name: value, ...}} */
-void pr_metrics_write_eval(FILE *f, int64_t step, const pr_metrics *m);
+/* {"step", "eval": {name: value, ...}, "eval_s": the seconds it took} */
+void pr_metrics_write_eval(FILE *f, int64_t step, const pr_metrics *m, double seconds);
 
 /* ---- the loop (train/train.c) --------------------------------------------------- */
 typedef struct {
@@ -288,6 +288,7 @@ typedef struct {
     char nonfinite[320];    /* set when the NaN trap stopped the run */
     char graph_note[320];   /* CUDA graphs: on, or off and why (pr_train_graph_plan, or the capture's refusal) */
     bool eval_graph;        /* the final evaluation replayed a captured forward */
+    double train_s, eval_s; /* wall seconds of this call's training loop and of its final evaluation */
 } pr_train_result;
 
 /* train in run_dir (created; with resume, continued from its latest
