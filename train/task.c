@@ -107,49 +107,6 @@ static double row_loss(const double *z, int V, int label, bool *hit)
     return log(s) + mx - z[label];
 }
 
-/* Evaluation by a CUDA graph: the batch's ids staged into a device tensor,
- * the forward captured at the first batch and replayed for the others. An
- * eager forward is a launch per op, and the probes' protocol evaluates 250
- * batches: where many runs share a GPU (ablate --workers threads) their
- * launches queue behind each other's, and the evaluation took as long as
- * the 10k training steps' replays. */
-typedef struct {
-    pr_arena *keep;
-    pr_tensor *ids, *logits;
-    pr_cuda_graph *graph;
-    bool refused;
-} eval_graph;
-
-typedef struct {
-    const pr_model *m;
-    pr_tensor *ids;
-} logits_of;
-
-static pr_tensor *record_logits(void *user, pr_ctx *ctx)
-{
-    logits_of *a = user;
-    return pr_lm_logits(ctx, a->m, a->ids, NULL);
-}
-
-/* the logits of the batch in k->ids by the graph; NULL where it was refused */
-static pr_tensor *graph_logits(token_task *k, eval_graph *g, pr_ctx *ctx, const pr_model *m)
-{
-    if (g->refused) return NULL;
-    if (!g->keep) {
-        g->keep = pr_arena_new("eval graph", 0);
-        g->ids = pr_empty(g->keep, PR_I32, m->params->device, PR_DIMS(k->B, k->T));
-    }
-    pr_device_memcpy(g->ids->data, g->ids->device, k->ids, PR_CPU, pr_nbytes(g->ids));
-    char why[256];
-    logits_of a = {m, g->ids};
-    if (pr_forward_graph_run(&g->graph, ctx, record_logits, &a, g->keep, &g->logits, why, sizeof why)) {
-        fprintf(stderr, "prism: the evaluation's cuda graph was refused (the capture found %s); it runs eagerly\n", why);
-        g->refused = true;
-        return NULL;
-    }
-    return g->logits;
-}
-
 static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out)
 {
     token_task *k = t->data;
@@ -158,16 +115,11 @@ static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metric
     int64_t n = 0, hits = 0;
     double *z = malloc(sizeof(double) * (size_t)k->B * k->T * V);
     PR_CHECK(z, "eval: out of host memory");
-    eval_graph g = {.refused = !t->eval_graph || m->params->device != PR_CUDA};
     for (int64_t e = 0; e < k->eval_batches; e++) {
         fill_batch(k, 1, e, 0, k->B);
-        pr_tensor *logits = graph_logits(k, &g, ctx, m);
-        if (!logits) {
-            pr_tensor *ids, *labels;
-            batch_tensors(k, ctx, m, k->B, &ids, &labels);
-            logits = pr_lm_logits(ctx, m, ids, NULL);
-        }
-        pr_to_host_f64(logits, z);
+        pr_tensor *ids, *labels;
+        batch_tensors(k, ctx, m, k->B, &ids, &labels);
+        pr_to_host_f64(pr_lm_logits(ctx, m, ids, NULL), z);
         for (int64_t i = 0; i < (int64_t)k->B * k->T; i++) {
             if (k->labels[i] == k->ignore) continue;
             bool hit;
@@ -177,9 +129,6 @@ static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metric
         }
         pr_step_reset(ctx);
     }
-    t->eval_graph_ran = g.graph != NULL;
-    pr_step_graph_free(g.graph);
-    pr_arena_free(g.keep);
     free(z);
     pr_metrics_add(out, "acc", n ? (double)hits / (double)n : 0);
     pr_metrics_add(out, "loss", n ? loss / (double)n : 0);
