@@ -395,17 +395,32 @@ void pr_grid_describe(const pr_grid *g, char *out, size_t n)
 /* ---- slices: --only and --tasks ---------------------------------------------------- */
 /* keep[i]: whether name i of the grid is in the comma-separated `list`; -1
  * with err naming `option` and the first entry that names none of them */
+/* keep[i] for each entry the comma-separated list names: by its whole name,
+ * or, where no name is that, every entry whose name begins with it as a word
+ * ("gdn" for table4's "gdn paper-style" and "gdn authors-style") */
 static int mark_listed(const char *list, const char *option, const char *noun, int count,
                        const char *(*name)(const pr_grid *, int), const pr_grid *g, bool *keep, pr_err *err)
 {
     for (int i = 0; i < count; i++) keep[i] = false;
     for (const char *p = list;; p++) {
         size_t len = strcspn(p, ",");
-        int hit = -1;
-        for (int i = 0; i < count && hit < 0; i++)
-            if (strlen(name(g, i)) == len && strncmp(name(g, i), p, len) == 0) hit = i;
-        if (hit < 0) return pr_errf(err, "%s: '%.*s' is not a %s of grid %s", option, (int)len, p, noun, g->name);
-        keep[hit] = true;
+        int exact = -1;
+        bool word = false;
+        for (int i = 0; i < count; i++)
+            if (strncmp(name(g, i), p, len) == 0) {
+                if (!name(g, i)[len]) exact = i;
+                if (name(g, i)[len] == ' ') word = true;
+            }
+        if (exact >= 0) keep[exact] = true;
+        for (int i = 0; exact < 0 && i < count; i++)
+            if (strncmp(name(g, i), p, len) == 0 && name(g, i)[len] == ' ') keep[i] = true;
+        if (exact < 0 && !word) {
+            char names[600] = "";
+            for (int i = 0; i < count; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", name(g, i));
+            return pr_errf(err, "%s: '%.*s' is not a %s of grid %s (it has %s)", option, (int)len, p, noun, g->name,
+                           names);
+        }
         p += len;
         if (!*p) return 0;
     }

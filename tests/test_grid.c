@@ -159,7 +159,7 @@ static void test_descriptions(void **state)
                               "... (9 in all); 3 seeds, each task's default steps");
 }
 
-/* --only and --tasks: a slice in the grid's order; a name not in the grid is refused */
+/* --only and --tasks: a slice in the grid's order; a name not in the grid is refused, naming those it has */
 static void test_keep(void **state)
 {
     (void)state;
@@ -192,9 +192,21 @@ static void test_keep(void **state)
     assert_int_equal(grid.n_variants, 15);
     assert_int_equal(grid.n_tasks, 1);
     assert_int_equal(pr_grid_keep(&grid, "gdn,sasrec", NULL, &err), -1);
-    assert_string_equal(err.msg, "--only: 'sasrec' is not a model or variant of grid probe");
+    assert_string_equal(err.msg, "--only: 'sasrec' is not a model or variant of grid probe (it has 'prism', 'gdn', "
+                                 "'mamba2', 'deltanet', 'linattn', 'ttt_linear', 'ttt_mlp', 'titans', 'attn', "
+                                 "'mamba', 'mom', 'hstu', 'gla', 'gsa', 'atlas')");
     assert_int_equal(pr_grid_keep(&grid, NULL, "mux,", &err), -1);
-    assert_string_equal(err.msg, "--tasks: '' is not a task of grid probe");
+    assert_string_equal(err.msg, "--tasks: '' is not a task of grid probe (it has 'mux')");
+    /* a model's name alone keeps every variant it begins as a word: table4's two styles of gdn and
+     * of prism, not prism-augmented's */
+    assert_int_equal(pr_grid_load(&grid, "table4", &err), 0);
+    if (pr_grid_keep(&grid, "gdn,prism", NULL, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(grid.n_variants, 4);
+    assert_string_equal(grid.variant[0].name, "prism paper-style");
+    assert_string_equal(grid.variant[1].name, "prism authors-style");
+    assert_string_equal(grid.variant[2].name, "gdn paper-style");
+    assert_string_equal(grid.variant[3].name, "gdn authors-style");
+    assert_int_equal(pr_grid_keep(&grid, "gd", NULL, &err), -1);
 }
 
 static void test_stats(void **state)
