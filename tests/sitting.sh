@@ -2,9 +2,9 @@
 # tests/sitting.sh: tools/device/sitting.sh's bookkeeping, on a stub prism (no
 # GPU, seconds): each mixers run's cells into mixers.csv, a run past its cap
 # recorded as timed out with the next one going on, a note that lands inside
-# a table row kept out of the numbers, the probe phase's ms a step, table4's
-# grid packed for the next call and taken back, and a model the deadline
-# leaves out listed as not run.
+# a table row kept out of the numbers, the probe phase's ms a step, the golden
+# checks' tally, table4's grid packed for the next call and taken back, and a
+# model the deadline leaves out listed as not run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -17,6 +17,11 @@ cat >"$tmp/prism" <<'STUB'
 #!/usr/bin/env bash
 echo "$*" >>"${0%/*}/args.log"
 [ "$2" = recurrence ] && { echo "gdn         chunk64/bf16      1.255     4.262"; exit 0; }
+if [ "$1" = golden-check ]; then   # a failing check says so; one with no GPU exits 77
+    echo "golden-check with $# arguments" >>"${0%/*}/args.log"
+    case "$*" in *bad*) echo "max |err| 1e-2 over tolerance"; exit 1 ;; *nogpu*) exit 77 ;; esac
+    exit 0
+fi
 if [ "$1" = ablate ]; then   # a grid of two cells: s1 finishes, s2 stops with its checkpoint
     out="" dry=0
     while [ $# -gt 0 ]; do case "$1" in --out) out=$2; shift ;; --dry-run) dry=1 ;; esac; shift; done
@@ -92,6 +97,17 @@ PATH=$tmp/bin:$PATH bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$
     fail "not one chunk_grad_kernel line for each of delta, gla in bf16 and f32"
 grep -q 'gla f32: ok' "$tmp/out4/summary.txt" || fail "no status line for gla f32"
 grep -q rand_fill "$tmp/out4/summary.txt" && fail "the benchmark's own kernels are listed"
+
+# golden: the carried list run with ctest's quoting; a failure named, a skip not counted as a pass
+mkdir -p "$tmp/gcarry"
+printf '%s\n' 'prism "golden-check" "a file.safetensors" "--dtype" "f32"' 'prism "golden-check" "bad"' \
+    'prism "golden-check" "nogpu"' >"$tmp/gcarry/golden.txt"
+bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/gcarry" --out "$tmp/outg" --phases golden \
+    --deadline 60 >"$tmp/logg" 2>&1 || fail "golden run exited $?"
+grep -q 'golden: 1 passed, 1 failed, 1 skipped (no usable GPU) of the 3 listed' "$tmp/outg/summary.txt" ||
+    fail "the golden phase's tally is wrong"
+grep -q 'golden: exit 1: prism golden-check bad' "$tmp/outg/summary.txt" || fail "the failing check is not named"
+grep -q 'golden-check with 4 arguments' "$tmp/args.log" || fail "ctest's quoting was not kept"
 
 # table4: the grid packed for the next call without the finished cell's
 # checkpoint, and unpacked by a call on a machine that holds no grid

@@ -32,7 +32,8 @@ build, where the kernels are in it once for every program), DIR/debs/ (the runti
 packages libopenblas0-pthread, libcjson1, libcmocka0 from .deps/, which
 tools/device/fetch_deps.sh downloads), DIR/fla-pkg/fla.tar.xz with --fla, and
 DIR/manifest.txt (the commit, the build's source path, the binaries' needs),
-then prints the sizes. On the GPU machine, with DIR carried:
+DIR/golden.txt with prism (the build's CUDA golden-check commands, as ctest
+runs them, for sitting.sh --phases golden), then prints the sizes. On the GPU machine, with DIR carried:
   tools/device/sitting.sh            # or, in a script: . tools/device/carried.sh; prism_carried NAME
 USAGE
 }
@@ -94,7 +95,7 @@ if [ $do_build -eq 1 ]; then
         { tail -30 "$build/pack-build.log"; die "the build failed ($build/pack-build.log)"; }
 fi
 
-for d in bin lib debs fla-pkg manifest.txt; do rm -rf "${into:?}/$d"; done
+for d in bin lib debs fla-pkg manifest.txt golden.txt; do rm -rf "${into:?}/$d"; done
 mkdir -p "$into/bin" "$into/lib" "$into/debs" || die "cannot create $into"
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
@@ -136,6 +137,14 @@ for l in "${libs[@]}"; do
 done
 [ $cuda -eq 1 ] || echo "pack.sh: warning: nothing here loads libcudart: a CPU-only build (configure $build with -DPRISM_CUDA=ON)"
 echo "binaries=${names[*]}" >>"$manifest"
+# the CUDA golden checks ctest holds (CMakeLists.txt), for sitting.sh's golden
+# phase: the prism binary named `prism`, paths from the source root
+if [[ " ${names[*]} " == *" prism "* ]]; then
+    src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+    ctest --test-dir "$build" -N -V -L cuda -R '^prism_golden' 2>/dev/null |
+        sed -n 's/^[0-9]*: Test command: //p' | sed "s#^[^ ]* #prism #; s#\"$src/#\"#g" >"$into/golden.txt"
+    echo "golden_checks=$(wc -l <"$into/golden.txt")" >>"$manifest"
+fi
 echo "libraries=${libs[*]}" >>"$manifest"
 cp "${debs[@]}" "$into/debs/" || die "cannot copy the .debs"
 if [ $fla -eq 1 ]; then

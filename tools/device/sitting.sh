@@ -23,6 +23,9 @@ usage: tools/device/sitting.sh [options]
                       probe       the probe preset's step (D 16, 2 blocks, B 32,
                                   T 128) for --probe-models in each precision:
                                   tokens/s and ms a step (graphs on)
+                      golden      the CUDA golden checks ctest holds (golden.txt,
+                                  written by pack.sh): every rule of the
+                                  reference files in each precision and form
                       kernels     each recurrence kernel's GPU time (ncu, through
                                   tools/device/kernel_times.sh) for --kernel-rules,
                                   one forward and backward at size 1, bf16 data then
@@ -45,7 +48,7 @@ usage: tools/device/sitting.sh [options]
                     weight over the weights of the phases still to run, so time
                     one leaves goes to the next (default
                     tests=1,recurrence=1,python=3,mixers=6,probe=1,
-                    kernels=1,breakdown=1,table4=6; gpu: 20 s at most)
+                    golden=1,kernels=1,breakdown=1,table4=6; gpu: 20 s at most)
   --models LIST     mixers (default prism,gdn,mamba2,attn,gla,linattn,deltanet,
                     ttt_linear,gsa,mom,mamba,titans,ttt_mlp,hstu,atlas)
   --precisions LIST mixers and probe: f32, tf32, bf16 (default bf16,tf32)
@@ -117,16 +120,16 @@ for v in "deadline=$deadline" "per-run=$per_run" "steps=$steps" "table4-pack-mib
     case "${v#*=}" in '' | *[!0-9]* | 0) bad "--${v%%=*} takes a whole number >= 1, got '${v#*=}'" ;; esac
 done
 [ "$deadline" -ge 30 ] || bad "--deadline $deadline: 30 s at least (the logs are packed in the last 10)"
-declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6 [probe]=1 [kernels]=1 [breakdown]=1 [table4]=6)
+declare -A weight=([gpu]=0 [tests]=1 [recurrence]=1 [python]=3 [mixers]=6 [probe]=1 [golden]=1 [kernels]=1 [breakdown]=1 [table4]=6)
 IFS=, read -ra phase_list <<<"$phases"
 for p in "${phase_list[@]}"; do
-    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers, probe, kernels, breakdown, table4)"
+    [ -n "${weight[$p]+x}" ] || bad "--phases: unknown phase '$p' (gpu, tests, recurrence, python, mixers, probe, golden, kernels, breakdown, table4)"
 done
 if [ -n "$shares_arg" ]; then
     IFS=, read -ra kvs <<<"$shares_arg"
     for kv in "${kvs[@]}"; do
         k=${kv%%=*} w=${kv#*=}
-        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers, probe, kernels, breakdown, table4)"
+        { [ -n "${weight[$k]+x}" ] && [ "$k" != gpu ]; } || bad "--shares: unknown phase '$k' (tests, recurrence, python, mixers, probe, golden, kernels, breakdown, table4)"
         case "$w" in '' | *[!0-9]*) bad "--shares: $k's weight must be a whole number, got '$w'" ;; esac
         weight[$k]=$w
     done
@@ -354,6 +357,26 @@ phase_probe() {
             if (tps ~ /^[0-9.]+$/ && tps > 0) printf "    %-10s %s %9.0f tokens/s  %.3f ms a step\n", m, p, tps, 4096e3 / tps
         }' "$logs/probe-$p.log" | tee -a "$summary"
     done
+}
+
+phase_golden() {
+    local line n=0 bad=0 skipped=0 rc t=$SECONDS args=()
+    [ $has_prism -eq 1 ] || { say "golden: no prism binary ($prism)"; return; }
+    [ -s "$carry/golden.txt" ] || { say "golden: not run: no checks in $carry/golden.txt (pack.sh writes it with prism)"; return; }
+    while IFS= read -r line; do
+        [ $((phase_end - SECONDS)) -ge 5 ] || { say "  golden: the phase's time is spent after $n checks"; break; }
+        eval "args=($line)"   # ctest's quoting, from pack.sh
+        n=$((n + 1))
+        capped $((phase_end - SECONDS)) "$logs/golden-$n.log" "$prism" "${args[@]:1}"
+        rc=$?
+        [ $rc -eq 0 ] && continue
+        if [ $rc -eq 77 ]; then skipped=$((skipped + 1)); continue; fi
+        bad=$((bad + 1))
+        say "  golden: $(status_of $rc 0): prism ${args[*]:1}"
+        tail -n 3 "$logs/golden-$n.log" | sed 's/^/    | /' | tee -a "$summary"
+    done <"$carry/golden.txt"
+    say "golden: $((n - bad - skipped)) passed, $bad failed, $skipped skipped (no usable GPU) of the" \
+        "$(wc -l <"$carry/golden.txt") listed, $((SECONDS - t))s"
 }
 
 phase_kernels() {
