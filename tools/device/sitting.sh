@@ -434,7 +434,7 @@ pack_table4() { # dir
             [ -f "$d/result.json" ] || echo "$(cat "$f" 2>/dev/null | tr -cd 0-9) $d"
         done | sort -k1,1nr -k2 >"$cells"
         find "$base" -type f ! -name 'ckpt-*' ! -name latest | sort >"$files"
-        XZ_OPT=-3 tar -cJf "$archive" -T "$files" || exit 1
+        XZ_OPT="-3 -T0" tar -cJf "$archive" -T "$files" || exit 1
         left=$(( table4_pack_mib * 1048576 - $(stat -c %s "$archive") - 262144 ))
         while read -r _ d; do
             size=$(du -sb "$d" | cut -f1)
@@ -446,7 +446,7 @@ pack_table4() { # dir
                 dropped=$((dropped + 1))
             fi
         done <"$cells"
-        XZ_OPT=-3 tar -cJf "$archive" -T "$files" || exit 1
+        XZ_OPT="-3 -T0" tar -cJf "$archive" -T "$files" || exit 1
         echo "table4: packed with $kept unfinished cells' checkpoints; $dropped left out to start afresh"
     ) | tee -a "$summary"
     [ "${PIPESTATUS[0]}" = 0 ] || say "table4: could not pack $dir"
