@@ -393,11 +393,10 @@ void pr_grid_describe(const pr_grid *g, char *out, size_t n)
 }
 
 /* ---- slices: --only and --tasks ---------------------------------------------------- */
-/* keep[i]: whether name i of the grid is in the comma-separated `list`; -1
- * with err naming `option` and the first entry that names none of them */
-/* keep[i] for each entry the comma-separated list names: by its whole name,
- * or, where no name is that, every entry whose name begins with it as a word
- * ("gdn" for table4's "gdn paper-style" and "gdn authors-style") */
+/* keep[i]: whether the comma-separated `list` names entry i of the grid, by
+ * its whole name or, where no entry has that name, as the first word of it
+ * ("gdn" for table4's "gdn paper-style" and "gdn authors-style"); -1 with err
+ * naming `option`, the first name that matches nothing and the grid's names */
 static int mark_listed(const char *list, const char *option, const char *noun, int count,
                        const char *(*name)(const pr_grid *, int), const pr_grid *g, bool *keep, pr_err *err)
 {

@@ -1,8 +1,8 @@
 /* train/train.c: the training loop, the progress line, the NaN/Inf trap and
  * evaluation (train/rundir.c and train/metrics_file.c write the run's files,
  * dist/zero.c is ZeRO-1). With train.cuda_graph, the steps after the second
- * and each evaluation's forward run as train/step_graph.c's CUDA graphs; a
- * refused capture leaves them eager, saying why.
+ * run as train/step_graph.c's CUDA graph; a refused capture leaves the run
+ * eager, saying why.
  *
  * The trap costs nothing while values stay finite: each step checks its loss
  * and global grad norm; on the first non-finite one, the same step is run
