@@ -124,6 +124,9 @@ static void test_builtins(void **state)
         with_ref += x->ref[0] != 0;
         if (authors && strncmp(x->name, "attn ", 5) == 0) assert_string_equal(x->set[1], "attn.shortconv=3");
         if (authors && strncmp(x->name, "linattn ", 8) == 0) assert_string_equal(x->set[1], "linattn.shortconv=5");
+        if (strncmp(x->name, "linattn ", 8) == 0)   /* the authors' LA is elu+1; the paper style keeps fla's */
+            assert_int_equal(x->n_sets, authors ? 3 : 1);
+        if (authors && strncmp(x->name, "linattn ", 8) == 0) assert_string_equal(x->set[2], "linattn.feature_map=elu");
         if (authors && strncmp(x->name, "prism", 5) == 0) assert_string_equal(x->set[2], "prism.conv_width=5");
         if (!authors) assert_null(strstr(x->set[x->n_sets - 1], "shortconv"));
         if (!authors) assert_null(strstr(x->set[x->n_sets - 1], "conv_width"));
