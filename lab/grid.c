@@ -408,17 +408,13 @@ static int mark_listed(const char *list, const char *option, const char *noun, i
     for (int i = 0; i < count; i++) keep[i] = false;
     for (const char *p = list;; p++) {
         size_t len = strcspn(p, ",");
-        int exact = -1;
-        bool word = false;
-        for (int i = 0; i < count; i++)
-            if (strncmp(name(g, i), p, len) == 0) {
-                if (!name(g, i)[len]) exact = i;
-                if (name(g, i)[len] == ' ') word = true;
-            }
+        int exact = -1, words = 0;
+        for (int i = 0; i < count && exact < 0; i++)
+            if (strncmp(name(g, i), p, len) == 0 && !name(g, i)[len]) exact = i;
         if (exact >= 0) keep[exact] = true;
         for (int i = 0; exact < 0 && i < count; i++)
-            if (strncmp(name(g, i), p, len) == 0 && name(g, i)[len] == ' ') keep[i] = true;
-        if (exact < 0 && !word) {
+            if (strncmp(name(g, i), p, len) == 0 && name(g, i)[len] == ' ') keep[i] = true, words++;
+        if (exact < 0 && !words) {
             char names[600] = "";
             for (int i = 0; i < count; i++)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", name(g, i));
