@@ -15,6 +15,8 @@
  *   bit; the graph really ran (the result's note says on), and a graph run
  *   stopped at step 4 and resumed to 8 ends the same too; the probe again
  *   under bf16 autocast (the weights' casts are redone at every replay);
+ *   mom on its padded route too; the final evaluation (3 batches) by its
+ *   own captured forward gives the eager evaluation's metrics, bit for bit;
  * - a model the plan refuses (mom) trains eagerly with the note saying so.
  * Exits 77 (skipped) without a GPU.
  */
@@ -188,16 +190,23 @@ static void check_graph_against_eager(pr_config c, pr_train_opts o, const char *
     snprintf(cut, sizeof cut, "%s/%s-cut", root, name);
     o.steps = 8;
     o.log_every = 1;
-    o.eval_batches = 1;
+    o.eval_batches = 3;   /* the evaluation's graph is captured at the first and replayed twice */
     o.warmup = 0;   /* a constant schedule: the run cut at 4 has the same rates */
     snprintf(o.schedule, sizeof o.schedule, "constant");
     pr_err err;
-    pr_train_result res;
+    pr_train_result res, res_eager;
     snprintf(o.cuda_graph, sizeof o.cuda_graph, "off");
-    if (pr_train(&c, &o, eager, false, PR_CUDA, &res, &err)) fail_msg("%s", err.msg);
+    if (pr_train(&c, &o, eager, false, PR_CUDA, &res_eager, &err)) fail_msg("%s", err.msg);
+    assert_false(res_eager.eval_graph);
     snprintf(o.cuda_graph, sizeof o.cuda_graph, "on");
     if (pr_train(&c, &o, graph, false, PR_CUDA, &res, &err)) fail_msg("%s", err.msg);
     if (strncmp(res.graph_note, "on", 2)) fail_msg("%s: the graph did not run: %s", name, res.graph_note);
+    if (!res.eval_graph) fail_msg("%s: the evaluation's graph did not run", name);
+    assert_int_equal(res.metrics.n, res_eager.metrics.n);
+    for (int i = 0; i < res.metrics.n; i++)
+        if (res.metrics.value[i] != res_eager.metrics.value[i])
+            fail_msg("%s: eval %s: eager %.17g, graph %.17g", name, res.metrics.name[i], res_eager.metrics.value[i],
+                     res.metrics.value[i]);
     double le[8], lg[8];
     assert_int_equal(pr_test_read_losses(eager, le, 8), 8);
     assert_int_equal(pr_test_read_losses(graph, lg, 8), 8);
@@ -225,6 +234,10 @@ static void test_cuda_graph_matches_eager(void **state)
     for (int i = 0; i < 3; i++) assert_int_equal(pr_config_set(&c, probe[i], &err), 0);
     o.batch = 32;
     check_graph_against_eager(c, o, root, "probe");
+    /* mom's padded routing runs on the device, so its steps and its evaluation are captured */
+    assert_int_equal(pr_config_set(&c, "mixer=mom", &err), 0);
+    assert_int_equal(pr_config_set(&c, "mom.route=padded", &err), 0);
+    check_graph_against_eager(c, o, root, "probe-mom");
     /* a tiny byte-level LM on a text of its own */
     snprintf(text, sizeof text, "%s/text.txt", root);
     FILE *f = fopen(text, "w");

@@ -48,33 +48,62 @@ int pr_train_graph_step(pr_train_graph *tg, pr_task *task, pr_ctx *ctx, const pr
 }
 
 #ifdef PRISM_HAVE_CUDA
-static int capture(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_step_loss_fn loss_fn,
-                   void *user, char *why, size_t n)
+/* the capture's two ends around what the caller records: a cast cached
+ * before the capture would be read by the graph, never refreshed (the
+ * replays would run on the weights of the step before it), so the cache
+ * starts empty; a capture that drew random numbers is refused (their seeds
+ * would be frozen) and the draws are undone */
+static void capture_begin(pr_ctx *ctx, pr_rng *rng)
 {
-    pr_rng rng = ctx->rng;
-    /* a cast cached before the capture would be read by the graph, never refreshed: the
-     * replays would run on the weights of the step before it (train.c resets the cache
-     * after every step; this keeps it so whatever ran last) */
+    *rng = ctx->rng;
     pr_autocast_forget(ctx);
     pr_cuda_graph_begin();
-    pr_params_zero_grads(params);
-    pr_tensor *loss = loss_fn(user, ctx);
-    pr_backward(ctx, loss);
-    pr_optim_graph_record(ctx, opt, loss);
+}
+
+static int capture_end(pr_cuda_graph **g, pr_ctx *ctx, const pr_rng *rng, char *why, size_t n)
+{
     int rc = pr_cuda_graph_end(g, why, n);
     pr_step_reset(ctx);
-    if (!rc && memcmp(&rng, &ctx->rng, sizeof rng) != 0) {
+    if (!rc && memcmp(rng, &ctx->rng, sizeof *rng) != 0) {
         pr_cuda_graph_free(*g);
         *g = NULL;
         snprintf(why, n, "a random draw inside the step");
         rc = -1;
     }
-    ctx->rng = rng;
+    ctx->rng = *rng;
+    return rc;
+}
+
+static int capture(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_record_fn loss_fn,
+                   void *user, char *why, size_t n)
+{
+    pr_rng rng;
+    capture_begin(ctx, &rng);
+    pr_params_zero_grads(params);
+    pr_tensor *loss = loss_fn(user, ctx);
+    pr_backward(ctx, loss);
+    pr_optim_graph_record(ctx, opt, loss);
+    int rc = capture_end(g, ctx, &rng, why, n);
     if (rc) opt->multi_captured = false;   /* no graph reads the tables: eager steps may rebuild them */
     return rc;
 }
 
-int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_step_loss_fn loss_fn,
+int pr_forward_graph_run(pr_cuda_graph **g, pr_ctx *ctx, pr_record_fn fn, void *user, pr_arena *keep, pr_tensor **out,
+                         char *why, size_t n)
+{
+    if (!*g) {
+        pr_rng rng;
+        capture_begin(ctx, &rng);
+        pr_tensor *y = fn(user, ctx);
+        *out = pr_empty(keep, y->dtype, y->device, y->ndim, y->shape);   /* its block outlives the step's */
+        pr_copy_(*out, y);
+        if (capture_end(g, ctx, &rng, why, n)) return -1;
+    }
+    pr_cuda_graph_replay(*g);
+    return 0;
+}
+
+int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_record_fn loss_fn,
                       void *user, double lr, double max_norm, double *loss, double *norm, char *why, size_t n)
 {
     pr_optim_graph_prepare(opt, lr, max_norm);
@@ -86,11 +115,19 @@ int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, p
 
 void pr_step_graph_free(pr_cuda_graph *g) { pr_cuda_graph_free(g); }
 #else
-int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_step_loss_fn loss_fn,
+int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_record_fn loss_fn,
                       void *user, double lr, double max_norm, double *loss, double *norm, char *why, size_t n)
 {
     (void)g, (void)ctx, (void)params, (void)opt, (void)loss_fn, (void)user, (void)lr, (void)max_norm;
     *loss = *norm = 0;
+    snprintf(why, n, "a build without CUDA");
+    return -1;
+}
+
+int pr_forward_graph_run(pr_cuda_graph **g, pr_ctx *ctx, pr_record_fn fn, void *user, pr_arena *keep, pr_tensor **out,
+                         char *why, size_t n)
+{
+    (void)g, (void)ctx, (void)fn, (void)user, (void)keep, (void)out;
     snprintf(why, n, "a build without CUDA");
     return -1;
 }

@@ -63,6 +63,21 @@ static pr_tensor *token_loss(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t
     return pr_lm_loss(ctx, m, ids, labels);
 }
 
+/* A captured step or evaluation skips the embedding's and the loss's range
+ * checks (they read the device), so the host batch (rows of k->ids and
+ * k->labels) is checked where it is on the host anyway */
+static void check_batch(const pr_task *t, const pr_model *m, int rows)
+{
+    const token_task *k = t->data;
+    for (int64_t i = 0; i < (int64_t)rows * k->T; i++) {
+        PR_CHECK(k->ids[i] >= 0 && k->ids[i] < m->cfg.vocab, "task %s: token id %d at %lld is outside the vocab [0, %d)",
+                 t->name, k->ids[i], (long long)i, m->cfg.vocab);
+        PR_CHECK(k->labels[i] == k->ignore || (k->labels[i] >= 0 && k->labels[i] < m->cfg.vocab),
+                 "task %s: label %d at %lld is outside the vocab [0, %d) and not the ignore index %d", t->name,
+                 k->labels[i], (long long)i, m->cfg.vocab, k->ignore);
+    }
+}
+
 static void token_stage(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index)
 {
     (void)ctx;
@@ -73,17 +88,8 @@ static void token_stage(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t inde
         k->staged_ids = pr_empty(k->staged, PR_I32, m->params->device, PR_DIMS(k->rows, k->T));
         k->staged_labels = pr_empty(k->staged, PR_I32, m->params->device, PR_DIMS(k->rows, k->T));
     }
-    /* a captured step skips the embedding's and the loss's range checks (they read the
-     * device), so the host batch is checked here, where it is on the host anyway */
-    const int64_t n = (int64_t)k->rows * k->T;
-    for (int64_t i = 0; i < n; i++) {
-        PR_CHECK(k->ids[i] >= 0 && k->ids[i] < m->cfg.vocab, "task %s: token id %d at %lld is outside the vocab [0, %d)",
-                 t->name, k->ids[i], (long long)i, m->cfg.vocab);
-        PR_CHECK(k->labels[i] == k->ignore || (k->labels[i] >= 0 && k->labels[i] < m->cfg.vocab),
-                 "task %s: label %d at %lld is outside the vocab [0, %d) and not the ignore index %d", t->name,
-                 k->labels[i], (long long)i, m->cfg.vocab, k->ignore);
-    }
-    size_t bytes = sizeof(int32_t) * (size_t)n;
+    check_batch(t, m, k->rows);
+    size_t bytes = sizeof(int32_t) * (size_t)k->rows * k->T;
     pr_device_memcpy(k->staged_ids->data, k->staged_ids->device, k->ids, PR_CPU, bytes);
     pr_device_memcpy(k->staged_labels->data, k->staged_labels->device, k->labels, PR_CPU, bytes);
 }
@@ -107,6 +113,51 @@ static double row_loss(const double *z, int V, int label, bool *hit)
     return log(s) + mx - z[label];
 }
 
+/* Evaluation by a CUDA graph: the batch's ids staged into a device tensor,
+ * the forward captured at the first batch and replayed for the others. An
+ * eager forward is a launch per op, and the probes' protocol evaluates 250
+ * batches: where many runs share a GPU (ablate --workers threads) their
+ * launches queue behind each other's, and the evaluation took as long as
+ * the 10k training steps' replays. */
+typedef struct {
+    pr_arena *keep;
+    pr_tensor *ids, *logits;
+    pr_cuda_graph *graph;
+    bool refused;
+} eval_graph;
+
+typedef struct {
+    const pr_model *m;
+    pr_tensor *ids;
+} logits_of;
+
+static pr_tensor *record_logits(void *user, pr_ctx *ctx)
+{
+    logits_of *a = user;
+    return pr_lm_logits(ctx, a->m, a->ids, NULL);
+}
+
+/* the logits of the batch in k->ids by the graph; NULL where it was refused */
+static pr_tensor *graph_logits(const pr_task *t, eval_graph *g, pr_ctx *ctx, const pr_model *m)
+{
+    token_task *k = t->data;
+    if (g->refused) return NULL;
+    check_batch(t, m, k->B);
+    if (!g->keep) {
+        g->keep = pr_arena_new("eval graph", 0);
+        g->ids = pr_empty(g->keep, PR_I32, m->params->device, PR_DIMS(k->B, k->T));
+    }
+    pr_device_memcpy(g->ids->data, g->ids->device, k->ids, PR_CPU, pr_nbytes(g->ids));
+    char why[256];
+    logits_of a = {m, g->ids};
+    if (pr_forward_graph_run(&g->graph, ctx, record_logits, &a, g->keep, &g->logits, why, sizeof why)) {
+        fprintf(stderr, "prism: the evaluation's cuda graph was refused (the capture found %s); it runs eagerly\n", why);
+        g->refused = true;
+        return NULL;
+    }
+    return g->logits;
+}
+
 static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out)
 {
     token_task *k = t->data;
@@ -115,11 +166,16 @@ static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metric
     int64_t n = 0, hits = 0;
     double *z = malloc(sizeof(double) * (size_t)k->B * k->T * V);
     PR_CHECK(z, "eval: out of host memory");
+    eval_graph g = {.refused = !t->eval_graph || m->params->device != PR_CUDA};
     for (int64_t e = 0; e < k->eval_batches; e++) {
         fill_batch(k, 1, e, 0, k->B);
-        pr_tensor *ids, *labels;
-        batch_tensors(k, ctx, m, k->B, &ids, &labels);
-        pr_to_host_f64(pr_lm_logits(ctx, m, ids, NULL), z);
+        pr_tensor *logits = graph_logits(t, &g, ctx, m);
+        if (!logits) {
+            pr_tensor *ids, *labels;
+            batch_tensors(k, ctx, m, k->B, &ids, &labels);
+            logits = pr_lm_logits(ctx, m, ids, NULL);
+        }
+        pr_to_host_f64(logits, z);
         for (int64_t i = 0; i < (int64_t)k->B * k->T; i++) {
             if (k->labels[i] == k->ignore) continue;
             bool hit;
@@ -129,6 +185,9 @@ static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metric
         }
         pr_step_reset(ctx);
     }
+    t->eval_graph_ran = g.graph != NULL;
+    pr_step_graph_free(g.graph);
+    pr_arena_free(g.keep);
     free(z);
     pr_metrics_add(out, "acc", n ? (double)hits / (double)n : 0);
     pr_metrics_add(out, "loss", n ? loss / (double)n : 0);

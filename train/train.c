@@ -168,6 +168,7 @@ static double evaluate(run *r, pr_metrics *out)
     bool grad = pr_set_grad_enabled(r->ctx, false), training = r->ctx->training;
     r->ctx->training = false;
     memset(out, 0, sizeof *out);
+    r->task->eval_graph = r->graph.wanted;   /* what the training step may capture, its forward may too */
     r->task->evaluate(r->task, r->ctx, r->m, out);
     r->ctx->training = training;
     pr_set_grad_enabled(r->ctx, grad);
@@ -255,6 +256,7 @@ int pr_train(const pr_config *c, const pr_train_opts *o, const char *run_dir, bo
     if (!rc && r.last_ckpt != r.step) rc = save_checkpoint(&r, err);
     if (!rc) {
         res->eval_s = evaluate(&r, &res->metrics);
+        res->eval_graph = r.task->eval_graph_ran;
         rc = log_eval(&r, &res->metrics, res->eval_s, err);
     }
     res->steps = r.step;
@@ -283,6 +285,7 @@ int pr_eval_run(const char *run_dir, pr_device dev, pr_config *c, pr_train_opts 
         r.m = pr_model_new(c, PR_F32, dev);
         r.ctx = pr_ctx_new((uint64_t)o->seed);
         pr_ctx_set_precision(r.ctx, pr_train_precision(o, dev));   /* as the run trained */
+        r.graph.wanted = pr_train_graph_plan(c, o, dev, r.task->stage != NULL, NULL, 0);   /* the forward's graph */
         rc = pr_checkpoint_load(run_dir, step, r.m->params, NULL, NULL, err);
     }
     if (!rc) {

@@ -104,10 +104,18 @@ bool pr_train_graph_plan(const pr_config *c, const pr_train_opts *o, pr_device d
  * loss_fn records the loss from them. 0 with the step's loss and grad norm;
  * -1 with why when the capture was refused (nothing ran, *g stays NULL: run
  * the step eagerly). Free with pr_step_graph_free (NULL ok). */
-typedef pr_tensor *(*pr_step_loss_fn)(void *user, pr_ctx *ctx);
-int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_step_loss_fn loss_fn,
+typedef pr_tensor *(*pr_record_fn)(void *user, pr_ctx *ctx);   /* records a tensor on ctx (a loss, logits) */
+int pr_step_graph_run(pr_cuda_graph **g, pr_ctx *ctx, const pr_params *params, pr_optim *opt, pr_record_fn loss_fn,
                       void *user, double lr, double max_norm, double *loss, double *norm, char *why, size_t n);
 void pr_step_graph_free(pr_cuda_graph *g);
+/* A forward as a CUDA graph, for evaluation: captured at the first call
+ * into *g, replayed at every call. fn records an output from inputs the
+ * caller staged into device tensors that outlive the capture; the graph
+ * ends by copying it into *out, allocated in keep at the capture: read it
+ * after each call. 0, or -1 with why when the capture was refused (nothing
+ * ran, *g stays NULL: run fn eagerly). Free *g (pr_step_graph_free) before keep. */
+int pr_forward_graph_run(pr_cuda_graph **g, pr_ctx *ctx, pr_record_fn fn, void *user, pr_arena *keep, pr_tensor **out,
+                         char *why, size_t n);
 /* the optimizer options of a run (so a tool can rebuild the optimizer it trained with) */
 pr_optim_opts pr_train_optim_opts(const pr_train_opts *o);
 
@@ -172,8 +180,12 @@ struct pr_task {
      * between host and device. stage then staged_loss gives loss's bits. */
     void (*stage)(pr_task *t, pr_ctx *ctx, const pr_model *m, int64_t index);
     pr_tensor *(*staged_loss)(pr_task *t, pr_ctx *ctx, const pr_model *m);
-    /* metrics over the evaluation split (grad mode is off) */
+    /* metrics over the evaluation split (grad mode is off). eval_graph (the
+     * trainer's graph plan) lets a token task capture its forward as a CUDA
+     * graph at the first batch and replay it for the others; eval_graph_ran
+     * says whether the last evaluation did */
     void (*evaluate)(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out);
+    bool eval_graph, eval_graph_ran;
     void (*free)(pr_task *t);
     void *data;
 };
@@ -275,6 +287,7 @@ typedef struct {
     size_t step_peak_bytes; /* the step arena's peak: activations, saved tensors, tape */
     char nonfinite[320];    /* set when the NaN trap stopped the run */
     char graph_note[320];   /* CUDA graphs: on, or off and why (pr_train_graph_plan, or the capture's refusal) */
+    bool eval_graph;        /* the final evaluation replayed a captured forward */
     double train_s, eval_s; /* wall seconds of this call's training loop and of its final evaluation */
 } pr_train_result;
 
