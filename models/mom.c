@@ -27,7 +27,8 @@
  * are (pr_route_padded, ops/route.h) and each memory's sequence of row b is
  * padded to T, a batch of E*B sequences: E/k times the routed rows, but no
  * value read on the host and every shape fixed, so the step can be captured
- * as a CUDA graph. The pads follow every real token of their sequence, so
+ * as a CUDA graph. The rows go to their slots and back by pr_route_scatter
+ * and pr_route_gather. The pads follow every real token of their sequence, so
  * the causal convolutions and recurrences give the real tokens the packed
  * layout's values. A forward that keeps state (decoding) runs packed.
  * Padded is 1.5x packed's speed on CUDA in 31% less memory, 0.65x on the
@@ -385,9 +386,7 @@ static pr_tensor *padded_conv(pr_ctx *ctx, pr_tensor *x, pr_tensor *w, int64_t S
 static pr_tensor *routed_padded(pr_ctx *ctx, const mom_layer *l, const pr_config *c, const pr_routing *r, pr_tensor *x)
 {
     int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2], H = c->n_heads, E = c->mom_memories, S = E * B;
-    pr_tensor *rows = pr_reshape(ctx, x, PR_DIMS(B * T, D));
-    pr_tensor *zero = pr_zeros(ctx->step, x->dtype, x->device, PR_DIMS(1, D));
-    pr_tensor *xs = pr_embedding(ctx, pr_concat(ctx, 2, (pr_tensor *[]){rows, zero}, 0), r->tok);   /* [S*T, D] */
+    pr_tensor *xs = pr_route_scatter(ctx, pr_reshape(ctx, x, PR_DIMS(B * T, D)), r->slot, S * T);   /* [S*T, D] */
     pr_tensor *m[5] = {0};   /* q, k, v, a, b */
     maps_padded(ctx, l, xs, E, m);
     pr_tensor *q = padded_conv(ctx, m[0], l->q_conv, S, T);
@@ -400,7 +399,7 @@ static pr_tensor *routed_padded(pr_ctx *ctx, const mom_layer *l, const pr_config
     pr_recurrence_opts opt = memory_opts(c, x, T);
     pr_tensor *o = pr_recurrence(ctx, &opt, q, kk, pr_split_heads(ctx, v, H), g, beta, NULL, NULL, NULL, NULL, NULL);
     o = pr_reshape(ctx, o, PR_DIMS(S * T, o->shape[2] * o->shape[3]));
-    return pr_embedding(ctx, o, r->slot);
+    return pr_route_gather(ctx, o, r->slot);
 }
 
 bool pr_mom_routes_padded(const pr_config *c, pr_device dev)

@@ -248,8 +248,9 @@ static void test_padded_matches_packed(void **state)
     padded_matches_packed("mom.backend=gla", "mom.topk=2");
 }
 
-/* the routing itself: every pick's slot holds its token, the pads point past
- * the last token, the counts add up, and f32 probabilities route as f64 ones */
+/* the routing itself: each memory's picks of a row fill its sequence's first
+ * slots in time order, no slot taken twice, the counts add up, and f32
+ * probabilities route as f64 ones */
 static void test_route_padded(void **state)
 {
     (void)state;
@@ -257,23 +258,48 @@ static void test_route_padded(void **state)
     const int64_t B = 3, T = 11, E = 5, k = 2;
     pr_tensor *probs = pr_softmax(ctx, test_input(ctx->step, PR_F64, B, T, E, 5));
     pr_routing r = pr_route_padded(ctx, probs, k);
-    const int64_t *at = r.at->data, *slot = r.slot->data, *tok = r.tok->data;
+    const int64_t *at = r.at->data, *slot = r.slot->data;
     const double *pv = probs->data, *count = r.count->data;
-    int64_t seen[5] = {0}, pads = 0;
+    int64_t seen[5] = {0}, next[5][3] = {{0}};
     for (int64_t bt = 0; bt < B * T; bt++)
         for (int64_t j = 0; j < k; j++) {
-            int64_t e = at[bt * k + j] - bt * E, s = slot[bt * k + j];
+            int64_t e = at[bt * k + j] - bt * E, s = slot[bt * k + j], b = bt / T;
             assert_true(e >= 0 && e < E);
-            assert_int_equal(tok[s], bt);                        /* its slot holds it */
-            assert_int_equal(s / T, e * B + bt / T);             /* in sequence (e, b) */
+            assert_int_equal(s, (e * B + b) * T + next[e][b]++);   /* sequence (e, b)'s next slot */
             if (j) assert_true(pv[bt * E + e] <= pv[at[bt * k + j - 1]]);   /* descending */
             seen[e]++;
         }
-    for (int64_t i = 0; i < E * B * T; i++) pads += tok[i] == B * T;
-    assert_int_equal(pads, E * B * T - B * T * k);
     for (int64_t e = 0; e < E; e++) assert_true(count[e] == (double)seen[e]);
     pr_routing r32 = pr_route_padded(ctx, pr_to(ctx->step, probs, PR_F32, PR_CPU), k);
-    assert_memory_equal(r32.tok->data, r.tok->data, sizeof(int64_t) * (size_t)(E * B * T));
+    assert_memory_equal(r32.slot->data, r.slot->data, sizeof(int64_t) * (size_t)(B * T * k));
+    assert_memory_equal(r32.at->data, r.at->data, sizeof(int64_t) * (size_t)(B * T * k));
+    pr_ctx_free(ctx);
+}
+
+/* the ops that move rows: scatter puts each row in its k slots and zeros the
+ * pads, gather reads them back, and slots taken twice or out of range are fatal */
+static void test_route_moves(void **state)
+{
+    (void)state;
+    pr_ctx *ctx = pr_ctx_new(1);
+    const int64_t B = 2, T = 4, E = 3, k = 2, D = 3, S = E * B * T;
+    pr_routing r = pr_route_padded(ctx, pr_softmax(ctx, test_input(ctx->step, PR_F64, B, T, E, 7)), k);
+    pr_tensor *x = pr_reshape(ctx, test_input(ctx->step, PR_F64, 1, B * T, D, 3), PR_DIMS(B * T, D));
+    pr_tensor *xs = pr_route_scatter(ctx, x, r.slot, S);
+    const int64_t *slot = r.slot->data;
+    const double *xv = x->data, *sv = xs->data;
+    int64_t nonzero_rows = 0;
+    for (int64_t s = 0; s < S; s++) nonzero_rows += sv[s * D] != 0 || sv[s * D + 1] != 0 || sv[s * D + 2] != 0;
+    assert_int_equal(nonzero_rows, B * T * k);
+    for (int64_t i = 0; i < B * T * k; i++) assert_memory_equal(sv + slot[i] * D, xv + (i / k) * D, sizeof(double) * D);
+    pr_tensor *back = pr_route_gather(ctx, xs, r.slot);
+    for (int64_t i = 0; i < B * T * k; i++)
+        assert_memory_equal((double *)back->data + i * D, xv + (i / k) * D, sizeof(double) * D);
+    pr_tensor *twice = pr_clone(ctx->step, r.slot);
+    ((int64_t *)twice->data)[1] = ((int64_t *)twice->data)[0];
+    PR_EXPECT_FATAL(pr_route_gather(ctx, xs, twice), "taken twice");
+    ((int64_t *)twice->data)[1] = S;
+    PR_EXPECT_FATAL(pr_route_scatter(ctx, x, twice, S), "outside [0, S)");
     pr_ctx_free(ctx);
 }
 
@@ -300,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_gradcheck_lm_loss),
         cmocka_unit_test(test_padded_matches_packed),
         cmocka_unit_test(test_route_padded),
+        cmocka_unit_test(test_route_moves),
         cmocka_unit_test(test_bad_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

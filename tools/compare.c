@@ -154,7 +154,7 @@ static void throughput_usage(FILE *f)
                "cached blocks); on the CPU the arenas' (parameters, grads, optimizer state and the\n"
                "step arena's peak). The CSV's peak_bytes column holds it in bytes; '-' when the\n"
                "model did not run.\n"
-               "train.cuda_graph (CUDA; auto = on where training would capture, e.g. not mom): each step\n"
+               "train.cuda_graph (CUDA; auto = on where training would capture, e.g. not mom.route=packed): each step\n"
                "captured into a CUDA graph after the warm-up (two eager steps at least) and replayed, as\n"
                "training does; --set train.cuda_graph=off times eager steps. A model the capture refuses\n"
                "is said on stderr and not timed ('-'). The header says 'cuda graph on'.\n"
