@@ -114,11 +114,11 @@ static double row_loss(const double *z, int V, int label, bool *hit)
 }
 
 /* Evaluation by a CUDA graph: the batch's ids staged into a device tensor,
- * the forward captured at the first batch and replayed for the others. An
- * eager forward is a launch per op, and the probes' protocol evaluates 250
- * batches: where many runs share a GPU (ablate --workers threads) their
- * launches queue behind each other's, and the evaluation took as long as
- * the 10k training steps' replays. */
+ * the forward captured at the first batch and replayed for the others,
+ * where an eager forward is a launch per op (the probes' protocol scores
+ * 250 batches). Under a grid of 16 cells on one GPU a cell's scoring still
+ * took a median 15 s against 0.3-0.6 s alone (ops/recurrence/NOTES.md v58):
+ * the graph removed the launches, not the wait per batch. */
 typedef struct {
     pr_arena *keep;
     pr_tensor *ids, *logits;
