@@ -1,4 +1,5 @@
-/* ops/loss.c: cross_entropy over class logits, and binary cross-entropy on logits.
+/* ops/loss.c: cross_entropy over class logits, binary cross-entropy on logits,
+ * and the evaluation's per-row scores (score_rows, no gradient; ops.h).
  *
  * cross_entropy: logits [..., C], integer targets [...]; the mean of
  * logsumexp(x) - x[target] over the rows whose target != ignore_index (0 when
@@ -210,6 +211,41 @@ void pr_bce_logits_backward_cpu(pr_ctx *ctx, pr_node *n)
             if (gt) ((T *)gt->data)[i] += (T)(-gs * xi);
         }
     });
+}
+
+/* ---- score_rows (ops.h) ---- */
+
+void pr_score_rows(pr_ctx *ctx, const pr_tensor *logits, const int32_t *labels, int32_t ignore, double *loss,
+                   int32_t *hit)
+{
+    PR_CHECK(logits && labels && loss && hit, "score_rows: NULL input");
+    pr_check_float("score_rows", logits, "logits");
+    PR_CHECK(logits->ndim >= 1 && logits->shape[logits->ndim - 1] > 0, "score_rows: logits need a last dim (classes)");
+    if (logits->device == PR_CUDA) {
+#ifdef PRISM_HAVE_CUDA
+        return pr_score_rows_cuda(ctx, logits, labels, ignore, loss, hit);
+#else
+        pr_fatal("score_rows: a CUDA tensor in a build without CUDA");
+#endif
+    }
+    (void)ctx;
+    int64_t C = logits->shape[logits->ndim - 1], R = logits->numel / C;
+    double *row = ce_row_buffer(C);
+    for (int64_t r = 0; r < R; r++) {
+        int32_t t = labels[r];
+        loss[r] = 0, hit[r] = 0;
+        if (t == ignore) continue;
+        PR_CHECK(t >= 0 && t < C, "score_rows: label %d of row %lld is outside [0, %lld) and not the ignore index %d",
+                 t, (long long)r, (long long)C, ignore);
+        double mx, sum;
+        ce_load_row(logits, r, C, row);
+        ce_row_stats(row, C, &mx, &sum);
+        int64_t best = 0;
+        for (int64_t c = 1; c < C; c++) best = row[c] > row[best] ? c : best;
+        loss[r] = log(sum) + mx - row[t];
+        hit[r] = best == t;
+    }
+    free(row);
 }
 
 /* ---- examples ---- */

@@ -1,4 +1,4 @@
-/* ops/loss.cu: CUDA cross_entropy and bce_logits (f32 or bf16 logits and
+/* ops/loss.cu: CUDA cross_entropy, bce_logits and score_rows (f32 or bf16 logits and
  * float targets: the kernels are templates over their storage type T; the
  * math, lse and the sums are f32/f64 either way, and the loss (a scalar) is
  * stored in whatever dtype the frontend gave it, f32 or bf16, rounded once;
@@ -221,6 +221,59 @@ extern "C" void pr_cross_entropy_forward_cuda(pr_ctx *ctx, pr_node *n)
 extern "C" void pr_cross_entropy_backward_cuda(pr_ctx *ctx, pr_node *n)
 {
     pr_cuda_storage_switch(pr_cuda_storage(n), [&](auto t) { cross_entropy_backward<decltype(t)>(ctx, n); });
+}
+
+/* ---- score_rows (ops.h): a warp a row, in double ------------------------------------ */
+
+/* each lane keeps the first max of its columns; the butterfly keeps the larger
+ * value and, on a tie, the lower column: the row's first argmax, as the CPU's */
+template <class T>
+__global__ void score_rows_kernel(const T *x, const int *labels, int ignore, long long R, long long C, double *loss,
+                                  int *hit)
+{
+    const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= R) return;   /* the whole warp: r is the warp's */
+    const int t = labels[r];
+    if (t == ignore) {
+        if (lane == 0) loss[r] = 0, hit[r] = 0;
+        return;
+    }
+    const T *xr = x + r * C;
+    double mx = 0;
+    long long best = -1;
+    for (long long c = lane; c < C; c += 32) {
+        double v = pr_ld(xr, c);
+        if (best < 0 || v > mx) mx = v, best = c;
+    }
+    for (int o = 16; o; o >>= 1) {
+        double m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+        long long b2 = __shfl_xor_sync(0xffffffffu, best, o);
+        if (b2 >= 0 && (best < 0 || m2 > mx || (m2 == mx && b2 < best))) mx = m2, best = b2;
+    }
+    double sum = 0;
+    for (long long c = lane; c < C; c += 32) sum += exp((double)pr_ld(xr, c) - mx);
+    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) {
+        loss[r] = log(sum) + mx - (double)pr_ld(xr, t);
+        hit[r] = best == t;
+    }
+}
+
+extern "C" void pr_score_rows_cuda(pr_ctx *ctx, const pr_tensor *logits, const int32_t *labels, int32_t ignore,
+                                   double *loss, int32_t *hit)
+{
+    PR_CHECK(logits->dtype == PR_F32 || logits->dtype == PR_BF16, "score_rows: CUDA logits are f32 or bf16, not %s",
+             pr_dtype_name(logits->dtype));
+    long long C = logits->shape[logits->ndim - 1], R = logits->numel / C;
+    if (!R) return;
+    const int threads = 256, rows_a_block = threads / 32;
+    pr_cuda_storage_switch(logits->dtype, [&](auto t) {
+        using T = decltype(t);
+        score_rows_kernel<T><<<(unsigned)((R + rows_a_block - 1) / rows_a_block), threads, 0, pr_cuda_stream(ctx)>>>(
+            (const T *)logits->data, labels, ignore, R, C, loss, hit);
+    });
+    PR_CUDA_LAUNCH_CHECK();
 }
 
 /* ---- bce_logits ------------------------------------------------------------------------ */

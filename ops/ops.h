@@ -91,6 +91,18 @@ pr_tensor *pr_log_softmax(pr_ctx *ctx, pr_tensor *x);
 pr_tensor *pr_cross_entropy(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets, int64_t ignore_index);
 pr_tensor *pr_bce_logits(pr_ctx *ctx, pr_tensor *logits, pr_tensor *targets);
 
+/* score_rows, for evaluation (no gradient, no node): logits [..., C] (R rows)
+ * against int32 labels, per row r: loss[r] = logsumexp(x_r) - x_r[label_r]
+ * in double, hit[r] = 1 when x_r's first argmax is label_r; a row labelled
+ * `ignore` gets 0 and 0. labels, loss and hit hold R values in the memory of
+ * the logits' device. The CPU checks each label; CUDA trusts them (the
+ * caller checked them on the host) and queues its kernel on the thread's
+ * stream, reading nothing back, so scores of many batches cost one wait. */
+void pr_score_rows(pr_ctx *ctx, const pr_tensor *logits, const int32_t *labels, int32_t ignore, double *loss,
+                   int32_t *hit);
+void pr_score_rows_cuda(pr_ctx *ctx, const pr_tensor *logits, const int32_t *labels, int32_t ignore, double *loss,
+                        int32_t *hit);
+
 /* ---- linear_ce.c: cross_entropy(x op(w), targets) without the logits: x [..., D],
  * w [V, D] with trans_w (a tied embedding: logits = x w^T) or [D, V] without
  * (an untied head: logits = x w), targets int32/int64 [...]; the mean over

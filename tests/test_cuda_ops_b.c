@@ -1,5 +1,5 @@
-/* tests/test_cuda_ops_b.c: CUDA matmul, embedding, conv1d (plain and silu), shape ops and
- * dropout against the CPU.
+/* tests/test_cuda_ops_b.c: CUDA matmul, embedding, conv1d (plain and silu), shape ops,
+ * dropout and the evaluation's row scores against the CPU.
  *
  * Each case makes f64 inputs on the CPU, runs the op and its backward (with
  * one random output grad) on the CPU in f64 and f32 and on CUDA in f32, and
@@ -479,6 +479,56 @@ static void test_dropout_same_mask(void **state)
     pr_ctx_free(gpu);
 }
 
+/* score_rows (the evaluation's scores) on CUDA against the CPU on the same
+ * f32 or bf16 logits: a warp a row sums in another order than the CPU's loop,
+ * in double, so losses agree to 1e-12; argmax hits exactly, ties included
+ * (rows copied from their neighbour's max put the max twice) */
+static void test_score_rows(void **state)
+{
+    (void)state;
+    PR_SKIP_WITHOUT_CUDA();
+    pr_ctx *ctx = pr_ctx_new(7);
+    const int64_t shapes[][2] = {{301, 37}, {5, 1000}, {64, 1}};
+    for (int si = 0; si < 3; si++) {
+        const int64_t R = shapes[si][0], C = shapes[si][1];
+        pr_rng r = pr_rng_init(90 + (uint64_t)si, 0);
+        pr_tensor *x = pr_randu(ctx->step, PR_F64, PR_CPU, PR_DIMS(R, C), &r, -4.0, 4.0);
+        double *xv = x->data;
+        for (int64_t i = 0; i < R; i += 3) xv[i * C + C - 1] = xv[i * C];   /* ties, some at the max */
+        int32_t *labels = malloc(sizeof(int32_t) * (size_t)R);
+        for (int64_t i = 0; i < R; i++) labels[i] = i % 4 == 1 ? -100 : (int32_t)((i * 7) % C);
+        for (int bf = 0; bf < 2; bf++) {
+            pr_dtype dt = bf ? PR_BF16 : PR_F32;
+            pr_tensor *xh = pr_to(ctx->step, x, dt, PR_CPU), *xd = pr_to(ctx->step, x, dt, PR_CUDA);
+            pr_tensor *ld = pr_empty(ctx->step, PR_I32, PR_CUDA, PR_DIMS(R));
+            pr_tensor *lossd = pr_empty(ctx->step, PR_F64, PR_CUDA, PR_DIMS(R));
+            pr_tensor *hitd = pr_empty(ctx->step, PR_I32, PR_CUDA, PR_DIMS(R));
+            pr_device_memcpy(ld->data, PR_CUDA, labels, PR_CPU, sizeof(int32_t) * (size_t)R);
+            double *lc = malloc(sizeof(double) * (size_t)R), *lg = malloc(sizeof(double) * (size_t)R);
+            int32_t *hc = malloc(sizeof(int32_t) * (size_t)R), *hg = malloc(sizeof(int32_t) * (size_t)R);
+            pr_score_rows(ctx, xh, labels, -100, lc, hc);
+            pr_score_rows(ctx, xd, ld->data, -100, lossd->data, hitd->data);
+            pr_device_memcpy(lg, PR_CPU, lossd->data, PR_CUDA, sizeof(double) * (size_t)R);
+            pr_device_memcpy(hg, PR_CPU, hitd->data, PR_CUDA, sizeof(int32_t) * (size_t)R);
+            double err = 0;
+            int64_t hits = 0, hit_diff = 0;
+            for (int64_t i = 0; i < R; i++) {
+                err = fmax(err, fabs(lg[i] - lc[i]) / fmax(1.0, fabs(lc[i])));
+                hit_diff += hg[i] != hc[i];
+                hits += hc[i];
+            }
+            printf("  score_rows [%lld,%lld] %s: loss max rel err %.3g, %lld hits, %lld differ\n", (long long)R,
+                   (long long)C, pr_dtype_name(dt), err, (long long)hits, (long long)hit_diff);
+            assert_true(err <= 1e-12);
+            assert_int_equal(hit_diff, 0);
+            free(lc), free(lg), free(hc), free(hg);
+        }
+        free(labels);
+        pr_step_reset(ctx);
+    }
+    pr_ctx_free(ctx);
+}
+
 int main(void)
 {
     PR_EXIT_SKIPPED_WITHOUT_CUDA();
@@ -492,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_slice_concat_split),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_dropout_same_mask),
+        cmocka_unit_test(test_score_rows),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

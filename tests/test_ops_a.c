@@ -263,6 +263,37 @@ static void test_bce_logits_values(void **state)
 
 /* ---- norms --------------------------------------------------------------------------- */
 
+/* score_rows: each row's loss against log-sum-exp written out, the first
+ * argmax on a tie, ignored rows 0 and 0, a bad label named */
+static void test_score_rows_values(void **state)
+{
+    pr_ctx *ctx = *state;
+    const double x[4 * 3] = {1.0, 2.0, 2.0,    /* a tie at the top: column 1 is the argmax */
+                             0.5, -1.0, 3.0,   /* ignored */
+                             -2.0, 0.0, -2.0,  /* hit */
+                             4.0, 4.0, 4.0};   /* all tied: column 0 */
+    const int32_t labels[4] = {2, -7, 1, 0};
+    double loss[4];
+    int32_t hit[4];
+    for (int dt = 0; dt < 2; dt++) {
+        pr_tensor *t = f64(ctx, PR_DIMS(4, 3), x);
+        if (dt) t = pr_cast(ctx, t, PR_F32);   /* every value is exact in f32 */
+        pr_score_rows(ctx, t, labels, -7, loss, hit);
+        for (int r = 0; r < 4; r++) {
+            const double *row = x + 3 * r;
+            double ref = r == 1 ? 0 : log(exp(row[0]) + exp(row[1]) + exp(row[2])) - row[labels[r]];
+            assert_true(fabs(loss[r] - ref) <= 1e-14);
+        }
+        assert_int_equal(hit[0], 0);   /* label 2 ties the max at column 1: not a hit */
+        assert_int_equal(hit[1], 0);
+        assert_int_equal(hit[2], 1);
+        assert_int_equal(hit[3], 1);
+    }
+    const int32_t bad[4] = {0, 3, 0, 0};
+    PR_EXPECT_FATAL(pr_score_rows(ctx, f64(ctx, PR_DIMS(4, 3), x), bad, -7, loss, hit),
+                    "score_rows: label 3 of row 1 is outside [0, 3)");
+}
+
 static void test_norm_values(void **state)
 {
     pr_ctx *ctx = *state;
@@ -473,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reduce_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_softmax_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_entropy_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_score_rows_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bce_logits_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norm_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norm_optional_gradcheck, setup, teardown),

@@ -101,30 +101,54 @@ static pr_tensor *token_staged_loss(pr_task *t, pr_ctx *ctx, const pr_model *m)
     return pr_lm_loss(ctx, m, k->staged_ids, k->staged_labels);
 }
 
-/* cross-entropy and argmax hit of one row of logits against its label */
-static double row_loss(const double *z, int V, int label, bool *hit)
+/* Evaluation scores each batch on the model's device (pr_score_rows) and
+ * reads the scores back once a chunk of batches, so that nothing waits on
+ * the device per batch: under a grid of 16 cells on one GPU a read per
+ * batch had a cell's 250 scored batches take a median 15 s against 0.3-0.6
+ * s alone (ops/recurrence/NOTES.md v58), however the forward ran. The
+ * forward is a CUDA graph where allowed (captured at the first batch, its
+ * input refreshed by a device copy), else eager, a launch an op. */
+enum { EVAL_CHUNK_ROWS = 1 << 20 };   /* rows scored before a read back: 17 MB of buffers */
+
+typedef struct {
+    int64_t rows, batches;                  /* rows a batch (B T); batches a chunk */
+    pr_arena *keep;                         /* what outlives the steps: the chunk's buffers, the graph's */
+    int32_t *ids_h, *labels_h, *hit_h;      /* host, [batches * rows] */
+    double *loss_h;
+    pr_tensor *ids, *labels, *loss, *hit;   /* the same on the model's device */
+    pr_tensor *graph_ids, *graph_logits;
+    pr_cuda_graph *graph;
+    bool refused;                           /* no graph: the forward runs eagerly */
+} scoring;
+
+static void scoring_open(scoring *s, const token_task *k, pr_device dev, bool graph)
 {
-    int best = 0;
-    double mx = z[0], s = 0;
-    for (int v = 1; v < V; v++)
-        if (z[v] > z[best]) best = v, mx = z[v];
-    for (int v = 0; v < V; v++) s += exp(z[v] - mx);
-    *hit = best == label;
-    return log(s) + mx - z[label];
+    *s = (scoring){.rows = (int64_t)k->B * k->T, .refused = !graph || dev != PR_CUDA};
+    s->batches = EVAL_CHUNK_ROWS / s->rows;
+    if (s->batches > k->eval_batches) s->batches = k->eval_batches;
+    if (s->batches < 1) s->batches = 1;
+    const int64_t n = s->batches * s->rows;
+    s->keep = pr_arena_new("evaluation", 0);
+    s->ids = pr_empty(s->keep, PR_I32, dev, PR_DIMS(n));
+    s->labels = pr_empty(s->keep, PR_I32, dev, PR_DIMS(n));
+    s->loss = pr_empty(s->keep, PR_F64, dev, PR_DIMS(n));
+    s->hit = pr_empty(s->keep, PR_I32, dev, PR_DIMS(n));
+    s->ids_h = malloc(sizeof(int32_t) * (size_t)n);
+    s->labels_h = malloc(sizeof(int32_t) * (size_t)n);
+    s->hit_h = malloc(sizeof(int32_t) * (size_t)n);
+    s->loss_h = malloc(sizeof(double) * (size_t)n);
+    PR_CHECK(s->ids_h && s->labels_h && s->hit_h && s->loss_h, "eval: out of host memory");
 }
 
-/* Evaluation by a CUDA graph: the batch's ids staged into a device tensor,
- * the forward captured at the first batch and replayed for the others,
- * where an eager forward is a launch per op (the probes' protocol scores
- * 250 batches). Under a grid of 16 cells on one GPU a cell's scoring still
- * took a median 15 s against 0.3-0.6 s alone (ops/recurrence/NOTES.md v58):
- * the graph removed the launches, not the wait per batch. */
-typedef struct {
-    pr_arena *keep;
-    pr_tensor *ids, *logits;
-    pr_cuda_graph *graph;
-    bool refused;
-} eval_graph;
+static void scoring_close(scoring *s)
+{
+    pr_step_graph_free(s->graph);
+    pr_arena_free(s->keep);
+    free(s->ids_h);
+    free(s->labels_h);
+    free(s->hit_h);
+    free(s->loss_h);
+}
 
 typedef struct {
     const pr_model *m;
@@ -137,58 +161,71 @@ static pr_tensor *record_logits(void *user, pr_ctx *ctx)
     return pr_lm_logits(ctx, a->m, a->ids, NULL);
 }
 
-/* the logits of the batch in k->ids by the graph; NULL where it was refused */
-static pr_tensor *graph_logits(const pr_task *t, eval_graph *g, pr_ctx *ctx, const pr_model *m)
+/* the logits of the chunk's batch e: by the graph, or eagerly where it is refused */
+static pr_tensor *batch_logits(const token_task *k, scoring *s, pr_ctx *ctx, const pr_model *m, int64_t e)
+{
+    const pr_device dev = m->params->device;
+    const int32_t *ids = (const int32_t *)s->ids->data + e * s->rows;
+    const size_t bytes = sizeof(int32_t) * (size_t)s->rows;
+    if (!s->refused) {
+        if (!s->graph_ids) s->graph_ids = pr_empty(s->keep, PR_I32, dev, PR_DIMS(k->B, k->T));
+        pr_device_memcpy(s->graph_ids->data, dev, ids, dev, bytes);   /* queued in order: no wait */
+        char why[256];
+        logits_of a = {m, s->graph_ids};
+        if (!pr_forward_graph_run(&s->graph, ctx, record_logits, &a, s->keep, &s->graph_logits, why, sizeof why))
+            return s->graph_logits;
+        fprintf(stderr, "prism: the evaluation's cuda graph was refused (the capture found %s); it runs eagerly\n", why);
+        s->refused = true;
+    }
+    pr_tensor *x = pr_empty(ctx->step, PR_I32, dev, PR_DIMS(k->B, k->T));
+    pr_device_memcpy(x->data, dev, ids, dev, bytes);
+    return pr_lm_logits(ctx, m, x, NULL);
+}
+
+/* batches [first, first + n) of the eval split into the sums */
+static void score_chunk(const pr_task *t, scoring *s, pr_ctx *ctx, const pr_model *m, int64_t first, int64_t n,
+                        double *loss, int64_t *hits, int64_t *count)
 {
     token_task *k = t->data;
-    if (g->refused) return NULL;
-    check_batch(t, m, k->B);
-    if (!g->keep) {
-        g->keep = pr_arena_new("eval graph", 0);
-        g->ids = pr_empty(g->keep, PR_I32, m->params->device, PR_DIMS(k->B, k->T));
+    const pr_device dev = m->params->device;
+    const size_t n_rows = (size_t)(n * s->rows);
+    for (int64_t e = 0; e < n; e++) {
+        fill_batch(k, 1, first + e, 0, k->B);
+        check_batch(t, m, k->B);   /* the device trusts them: the embedding and the scores read no labels back */
+        memcpy(s->ids_h + e * s->rows, k->ids, sizeof(int32_t) * (size_t)s->rows);
+        memcpy(s->labels_h + e * s->rows, k->labels, sizeof(int32_t) * (size_t)s->rows);
     }
-    pr_device_memcpy(g->ids->data, g->ids->device, k->ids, PR_CPU, pr_nbytes(g->ids));
-    char why[256];
-    logits_of a = {m, g->ids};
-    if (pr_forward_graph_run(&g->graph, ctx, record_logits, &a, g->keep, &g->logits, why, sizeof why)) {
-        fprintf(stderr, "prism: the evaluation's cuda graph was refused (the capture found %s); it runs eagerly\n", why);
-        g->refused = true;
-        return NULL;
+    pr_device_memcpy(s->ids->data, dev, s->ids_h, PR_CPU, sizeof(int32_t) * n_rows);
+    pr_device_memcpy(s->labels->data, dev, s->labels_h, PR_CPU, sizeof(int32_t) * n_rows);
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t at = e * s->rows;
+        pr_score_rows(ctx, batch_logits(k, s, ctx, m, e), (const int32_t *)s->labels->data + at, k->ignore,
+                      (double *)s->loss->data + at, (int32_t *)s->hit->data + at);
+        pr_step_reset(ctx);
     }
-    return g->logits;
+    pr_device_memcpy(s->loss_h, PR_CPU, s->loss->data, dev, sizeof(double) * n_rows);
+    pr_device_memcpy(s->hit_h, PR_CPU, s->hit->data, dev, sizeof(int32_t) * n_rows);
+    for (size_t i = 0; i < n_rows; i++) {
+        if (s->labels_h[i] == k->ignore) continue;
+        *loss += s->loss_h[i];
+        *hits += s->hit_h[i];
+        (*count)++;
+    }
 }
 
 static void token_evaluate(pr_task *t, pr_ctx *ctx, const pr_model *m, pr_metrics *out)
 {
     token_task *k = t->data;
-    int V = m->cfg.vocab;
+    scoring s;
+    scoring_open(&s, k, m->params->device, t->eval_graph);
     double loss = 0;
     int64_t n = 0, hits = 0;
-    double *z = malloc(sizeof(double) * (size_t)k->B * k->T * V);
-    PR_CHECK(z, "eval: out of host memory");
-    eval_graph g = {.refused = !t->eval_graph || m->params->device != PR_CUDA};
-    for (int64_t e = 0; e < k->eval_batches; e++) {
-        fill_batch(k, 1, e, 0, k->B);
-        pr_tensor *logits = graph_logits(t, &g, ctx, m);
-        if (!logits) {
-            pr_tensor *ids, *labels;
-            batch_tensors(k, ctx, m, k->B, &ids, &labels);
-            logits = pr_lm_logits(ctx, m, ids, NULL);
-        }
-        pr_to_host_f64(logits, z);
-        for (int64_t i = 0; i < (int64_t)k->B * k->T; i++) {
-            if (k->labels[i] == k->ignore) continue;
-            bool hit;
-            loss += row_loss(z + i * V, V, k->labels[i], &hit);
-            hits += hit;
-            n++;
-        }
-        pr_step_reset(ctx);
+    for (int64_t first = 0; first < k->eval_batches; first += s.batches) {
+        int64_t left = k->eval_batches - first;
+        score_chunk(t, &s, ctx, m, first, left < s.batches ? left : s.batches, &loss, &hits, &n);
     }
-    t->eval_graph_ran = g.graph != NULL;
-    pr_step_graph_free(g.graph);
-    pr_arena_free(g.keep);
-    free(z);
+    t->eval_graph_ran = s.graph != NULL;
+    scoring_close(&s);
     pr_metrics_add(out, "acc", n ? (double)hits / (double)n : 0);
     pr_metrics_add(out, "loss", n ? loss / (double)n : 0);
     if (k->is_text) pr_metrics_add(out, "bpb", n ? loss / (double)n / log(2.0) : 0);
