@@ -710,8 +710,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
  * place from one reference row to the next as in gla_scores_tile, the later sub-chunks' Q
  * factors (dk) likewise from the last column sub-chunk back to the first (rows past t0 + 16
  * hold Q o e^{G - G_{e+16}}; one column factor e^{G_{e+16} - G_e} <= 1 makes them
- * Q o e^{G - G_e}), and K, then Q, are loaded again for the own sub-chunk's pairs (with bf16
- * data K once more beside Q, its room having held the dk loop's second pair of tiles). dg's
+ * Q o e^{G - G_e}), and K, then Q, are loaded again for the own sub-chunk's pairs. dg's
  * reverse sums in shared memory, added by one tile store. */
 #define GLA_BVN 16   /* V tile of gla_dqk_kt's loops */
 struct gla_dqkt_lay {
@@ -724,8 +723,7 @@ __host__ __device__ static gla_dqkt_lay gla_dqkt_layout(const rec_prob &p)
     rec_bump m;
     gla_dqkt_lay s;
     s.Q = m.take(tile), s.K = m.take(tile), s.G = m.take(tile), s.dA = m.take(l.C * l.LDC);
-    /* DG's room holds the dq loop's second pair of tiles first (gla_dqk_kt); with bf16 data K's room
-     * holds the dk loop's (tile >= (GLA_BK + C) x LDW at C = 32 and 64) */
+    /* DG's room holds the dq loop's second pair of tiles first (gla_dqk_kt) */
     s.DX = m.take(tile), s.DG = m.take(gla_imax(tile, (GLA_BK + l.C) * LDW));
     s.X = m.take(GLA_BK * LDW), s.Y = m.take(l.C * LDW);
     s.total = m.off;
@@ -778,12 +776,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     for (int v0 = 0, b = 0; v0 < V; v0 += BW, b ^= 1) {
         const bool next = v0 + BW < V;
         if (next) dq_tiles(v0 + BW, b ^ 1);   /* its buffers' last product ended at the barrier below */
-        if (IO16 && v0 + 2 * BW < V) {   /* and the tiles after it into L2 */
-            const int nn = min(BW, V - v0 - 2 * BW);
-            rec_l2_rows(hs + st + v0 + 2 * BW, (long long)V * 4, nk, nn * 4);
-            if (p.dout16) rec_l2_rows(p.dout16 + rk * V + v0 + 2 * BW, (long long)H * V * 2, nval, nn * 2);
-            else rec_l2_rows(p.dout + rk * V + v0 + 2 * BW, (long long)H * V * 4, nval, nn * 4);
-        }
         gla_wait_but_next(next);
         if (IO16 && p.dout16) rec_widen_own(Yb(b), LDW, C, BW);
         __syncthreads();
@@ -810,55 +802,26 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         DG[t * LDB + cc] = Q[t * LDB + cc] * x;
     }
     __syncthreads();
-
-    /* dk: DX = e^{G_L - G_e} o (V dS'^T), + the later sub-chunks' pairs, then o e^{G_e - G_i}, + the own sub-chunk's
-     * (e: the last token of i's sub-chunk).
-     * IO16: K's raw values are read again only by the last step (dg's -K o dk), so K is loaded again there, beside
-     * Q, and its room (C x 68 floats >= (64 + C) x 20 for C >= 32) holds the V loop's second pair of tiles: the loop
-     * copies a tile ahead as dq's does, its first tiles in flight under dq's store. */
-    const auto Xk = [&](int b) { return b ? Kt : Xs; };
-    const auto Yk = [&](int b) { return b ? Kt + GLA_BK * LDW : Ys; };
-    const auto dk_tiles = [&](int v0, int b) {
-        const int nv = min(BW, V - v0);
-        rec_ld_tile(Xk(b), LDW, mt, BW, dhs + st + v0, V, nk, nv, p.vec);
-        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
-        gla_ld_in<IO16>(Yk(b), LDW, C, BW, p.v + rk * V + v0, v16, (long long)H * V, nval, nv, p.vec);
-        gla_commit();
-    };
-    if constexpr (IO16) dk_tiles(0, 0);   /* Xs, Ys, Kt last read before the barrier above */
     gla_st<IO16>(d.dq ? d.dq + rk * K + k0 : nullptr, IO16 && d.dq16 ? d.dq16 + rk * K + k0 : nullptr, rs, nval, nk,
                  DX, LDB, 1.f, true, p.vec);
 
-    if constexpr (IO16) {
-        for (int v0 = 0, b = 0; v0 < V; v0 += BW, b ^= 1) {
-            const bool next = v0 + BW < V;
-            if (next) dk_tiles(v0 + BW, b ^ 1);   /* its buffers' last product ended at the barrier below */
-            if (v0 + 2 * BW < V) {   /* and the tiles after it into L2 */
-                const int nn = min(BW, V - v0 - 2 * BW);
-                rec_l2_rows(dhs + st + v0 + 2 * BW, (long long)V * 4, nk, nn * 4);
-                if (p.v16) rec_l2_rows(p.v16 + rk * V + v0 + 2 * BW, (long long)H * V * 2, nval, nn * 2);
-                else rec_l2_rows(p.v + rk * V + v0 + 2 * BW, (long long)H * V * 4, nval, nn * 4);
-            }
-            gla_wait_but_next(next);
-            if (p.v16) rec_widen_own(Yk(b), LDW, C, BW);
-            __syncthreads();   /* also: dq's store read DX */
-            rec_mm<false, true, BF>(p, DX, LDB, Yk(b), LDW, Xk(b), LDW, C, mt, BW, 1.f, v0 > 0);
-            __syncthreads();
+    /* dk: DX = e^{G_L - G_e} o (V dS'^T), + the later sub-chunks' pairs, then o e^{G_e - G_i}, + the own sub-chunk's
+     * (e: the last token of i's sub-chunk) */
+    for (int v0 = 0; v0 < V; v0 += BW) {
+        const int nv = min(BW, V - v0);
+        rec_sync();   /* the previous tile's product (or dq's store) done */
+        rec_ld_tile(Xs, LDW, mt, BW, dhs + st + v0, V, nk, nv, p.vec);
+        const unsigned short *v16 = IO16 && p.v16 ? p.v16 + rk * V + v0 : nullptr;
+        gla_ld_in<IO16>(Ys, LDW, C, BW, p.v + rk * V + v0, v16, (long long)H * V, nval, nv, p.vec);
+        if (v0 + BW < V) {   /* no room for a second pair here (DG is in use): the next tiles into L2 */
+            const int nn = min(BW, V - v0 - BW);
+            rec_l2_rows(dhs + st + v0 + BW, (long long)V * 4, nk, nn * 4);
+            if (v16) rec_l2_rows(v16 + BW, (long long)H * V * 2, nval, nn * 2);
+            else rec_l2_rows(p.v + rk * V + v0 + BW, (long long)H * V * 4, nval, nn * 4);
         }
-    } else {   /* f32 data: K stays, so one pair of tiles, the next ones into L2 */
-        for (int v0 = 0; v0 < V; v0 += BW) {
-            const int nv = min(BW, V - v0);
-            rec_sync();   /* the previous tile's product (or dq's store) done */
-            rec_ld_tile(Xs, LDW, mt, BW, dhs + st + v0, V, nk, nv, p.vec);
-            rec_ld_tile(Ys, LDW, C, BW, p.v + rk * V + v0, (long long)H * V, nval, nv, p.vec);
-            if (v0 + BW < V) {
-                const int nn = min(BW, V - v0 - BW);
-                rec_l2_rows(dhs + st + v0 + BW, (long long)V * 4, nk, nn * 4);
-                rec_l2_rows(p.v + rk * V + v0 + BW, (long long)H * V * 4, nval, nn * 4);
-            }
-            rec_sync();
-            rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
-        }
+        gla_landed<IO16>({gla_tile16{Ys, LDW, C, BW, v16}});
+        rec_sync();
+        rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
     }
     rec_sync();
     const float *GL = G + (C - 1) * LDB;
@@ -876,12 +839,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         __syncthreads();
     }
     gla_ld_in<IO16>(Q, LDB, C, mt, qg, q16, rs, nval, nk, p.vec);   /* Q as it was */
-    if constexpr (IO16) {   /* and K (its room held the dk loop's tiles) */
-        gla_ld_in<IO16>(Kt, LDB, C, mt, kg, k16, rs, nval, nk, p.vec);
-        gla_landed<IO16>({gla_tile16{Q, LDB, C, mt, q16}, gla_tile16{Kt, LDB, C, mt, k16}});
-    } else {
-        gla_landed<IO16>({gla_tile16{Q, LDB, C, mt, q16}});
-    }
+    gla_landed<IO16>({gla_tile16{Q, LDB, C, mt, q16}});
     rec_sync();
     REC_FOR2D(C, mt, i, cc) {
         const float gi = G[i * LDB + cc];
