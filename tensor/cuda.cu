@@ -58,6 +58,37 @@
 
 #include "tensor/cuda.h"
 
+#include <chrono>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* pr_device_trace_slow_calls(ms) (the command's PRISM_CUDA_SLOW_MS) names on
+ * stderr every driver call below that took ms or more, with its thread's
+ * stream and the seconds since the library was loaded: the calls that may
+ * wait for other threads' work (an allocation or a free, a capture's begin
+ * and end, a graph's instantiation, launch and destruction, a stream's
+ * creation and destruction, a cuBLAS handle), and each capture whole, from
+ * begin to end (a kernel's first launch, which loads its module, happens
+ * inside one). For finding where a grid's threads wait. */
+static std::atomic<double> g_slow_ms{0};
+extern "C" void pr_cuda_trace_slow_calls(double ms) { g_slow_ms = ms; }
+static double slow_call_ms(void) { return g_slow_ms.load(std::memory_order_relaxed); }
+static const auto g_t0 = std::chrono::steady_clock::now();
+static double seconds_since(std::chrono::steady_clock::time_point t)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+static void report_slow(const char *what, double took_s);
+template <class F> static auto timed_call(const char *what, F f) -> decltype(f())
+{
+    if (slow_call_ms() <= 0) return f();
+    const auto t = std::chrono::steady_clock::now();
+    auto r = f();
+    report_slow(what, seconds_since(t));
+    return r;
+}
+#define PR_TIMED(call) timed_call(#call, [&] { return call; })
+
 /* this thread's own stream: NULL is stream 0, the legacy default stream
  * (nvcc's default; prism is not built with --default-stream per-thread),
  * unless pr_cuda_thread_begin gave the thread one */
@@ -65,8 +96,16 @@ static thread_local cudaStream_t t_stream = NULL;
 /* while this thread captures a graph, the capture's private stream */
 static thread_local cudaStream_t g_capture_stream = NULL;
 static thread_local bool g_capturing = false;
+static thread_local std::chrono::steady_clock::time_point g_capture_t0;   /* PRISM_CUDA_SLOW_MS */
 extern "C" cudaStream_t pr_cuda_the_stream(void) { return g_capturing ? g_capture_stream : t_stream; }
 #define PR_THE_STREAM pr_cuda_the_stream()
+
+static void report_slow(const char *what, double took_s)
+{
+    if (took_s * 1e3 >= slow_call_ms())
+        fprintf(stderr, "prism cuda: %.3f s: %s took %.1f ms (stream %p)\n", seconds_since(g_t0), what, took_s * 1e3,
+                (void *)t_stream);
+}
 
 /* waits for this thread's work: the whole device on the legacy stream (as
  * ever), only its own stream for a thread that has one, so that other
@@ -132,7 +171,7 @@ static void empty_cache_locked(allocator &A)
 {
     for (int c = 0; c < PR_NCLASS; c++) {
         for (void *p : A.free_list[c]) {
-            cudaError_t e = cudaFree(p); /* a failure here leaves a sticky error the next check reports */
+            cudaError_t e = PR_TIMED(cudaFree(p)); /* a failure here leaves a sticky error the next check reports */
             (void)e;
             A.st.n_cuda_free++;
             size_t sz = A.cached_size[p];
@@ -171,7 +210,7 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
             A.st.cached -= rounded;
             A.st.n_reuse++;
         } else {
-            e = cudaMalloc(&p, rounded);
+            e = PR_TIMED(cudaMalloc(&p, rounded));
             /* give the cache back and try once more; not inside a capture: the
              * cache then holds blocks the recorded work names (freed during the
              * capture, adopted by the graph at its end), and a synchronization
@@ -180,7 +219,7 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
                 (void)cudaGetLastError();
                 if (sync_own() == cudaSuccess) {
                     empty_cache_locked(A);
-                    e = cudaMalloc(&p, rounded);
+                    e = PR_TIMED(cudaMalloc(&p, rounded));
                 }
             }
             if (e == cudaSuccess) {
@@ -453,8 +492,8 @@ extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *ctx_state, bool tf
 {
     pr_cuda_state *st = t_stream ? &t_blas : ctx_state;
     if (!st->cublas && !(st == &t_blas && take_idle_blas(st))) {
-        PR_CUBLAS_CHECK(cublasCreate(&st->cublas));
-        PR_CUDA_CHECK(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE));
+        PR_CUBLAS_CHECK(PR_TIMED(cublasCreate(&st->cublas)));
+        PR_CUDA_CHECK(PR_TIMED(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE)));
     }
     if (!st->stream_set || st->stream != PR_THE_STREAM) {   /* a capture's stream, or the thread's own */
         st->stream = PR_THE_STREAM;
@@ -548,7 +587,7 @@ static void capture_constant(void *dst, const void *src, size_t bytes)
     void *c = NULL;
     size_t rounded;
     (void)size_class(bytes, &rounded);   /* a class's size: a thread's pool takes it back (pr_cuda_graph_free) */
-    cudaError_t e = cudaMalloc(&c, rounded);   /* relaxed capture mode allows it */
+    cudaError_t e = PR_TIMED(cudaMalloc(&c, rounded));   /* relaxed capture mode allows it */
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return capture_break("cudaMalloc of a step constant failed");
@@ -572,7 +611,7 @@ extern "C" void pr_cuda_graph_begin(void)
 {
     PR_CHECK(!g_capturing, "CUDA graph: a capture is already under way");
     PR_CUDA_CHECK(sync_own());   /* what the step reads was written before it */
-    if (!g_capture_stream) PR_CUDA_CHECK(cudaStreamCreateWithFlags(&g_capture_stream, cudaStreamNonBlocking));
+    if (!g_capture_stream) PR_CUDA_CHECK(PR_TIMED(cudaStreamCreateWithFlags(&g_capture_stream, cudaStreamNonBlocking)));
     g_building = new pr_cuda_graph();
     g_building->exec = NULL;
     g_broken[0] = '\0';
@@ -584,8 +623,9 @@ extern "C" void pr_cuda_graph_begin(void)
     /* relaxed: the capture's own cudaMalloc of constants is allowed, and
      * other threads' cudaMalloc and launches never invalidate it (only a
      * capture begun in global mode restricts other threads) */
-    PR_CUDA_CHECK(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed));
+    PR_CUDA_CHECK(PR_TIMED(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed)));
     g_capturing = true;
+    g_capture_t0 = std::chrono::steady_clock::now();
 }
 
 /* the blocks handed out during the capture become the graph's; those free
@@ -619,12 +659,13 @@ extern "C" int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n)
 {
     PR_CHECK(g_capturing, "CUDA graph: no capture under way");
     cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(g_capture_stream, &graph);
+    cudaError_t e = PR_TIMED(cudaStreamEndCapture(g_capture_stream, &graph));
     g_capturing = false;
+    if (slow_call_ms() > 0) report_slow("a capture, begin to end", seconds_since(g_capture_t0));
     pr_cuda_graph *gr = g_building;
     g_building = NULL;
     adopt_captured(gr);   /* even a failed capture's blocks: its recorded work may name them */
-    if (e == cudaSuccess && !g_broken[0]) e = cudaGraphInstantiate(&gr->exec, graph, 0);
+    if (e == cudaSuccess && !g_broken[0]) e = PR_TIMED(cudaGraphInstantiate(&gr->exec, graph, 0));
     if (graph) (void)cudaGraphDestroy(graph);
     if (e != cudaSuccess || g_broken[0]) {
         if (e != cudaSuccess) (void)cudaGetLastError();
@@ -640,19 +681,19 @@ extern "C" int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n)
 
 extern "C" void pr_cuda_graph_replay(pr_cuda_graph *gr)
 {
-    PR_CUDA_CHECK(cudaGraphLaunch(gr->exec, t_stream));   /* in order with the thread's other work */
+    PR_CUDA_CHECK(PR_TIMED(cudaGraphLaunch(gr->exec, t_stream)));   /* in order with the thread's other work */
 }
 
 extern "C" void pr_cuda_graph_free(pr_cuda_graph *gr)
 {
     if (!gr) return;
     PR_CUDA_CHECK(sync_own());   /* a replay may still run (on this thread's stream) */
-    if (gr->exec) PR_CUDA_CHECK(cudaGraphExecDestroy(gr->exec));
+    if (gr->exec) PR_CUDA_CHECK(PR_TIMED(cudaGraphExecDestroy(gr->exec)));
     /* a thread with its own pool keeps the constants as cached blocks: a
      * cudaFree at every cell's end would wait for the whole device, other
      * threads' captures included */
     if (!t_pool)
-        for (void *c : gr->constants) PR_CUDA_CHECK(cudaFree(c));
+        for (void *c : gr->constants) PR_CUDA_CHECK(PR_TIMED(cudaFree(c)));
     allocator &A = the_allocator();
     {
         std::lock_guard<std::mutex> g(A.mu);
@@ -688,7 +729,7 @@ extern "C" void pr_cuda_thread_begin(void)
 {
     PR_CHECK(!t_stream, "pr_cuda_thread_begin: this thread already has its own stream");
     PR_CHECK(pr_cuda_device_count() > 0, "CUDA on a machine without a usable GPU");
-    PR_CUDA_CHECK(cudaStreamCreateWithFlags(&t_stream, cudaStreamNonBlocking));
+    PR_CUDA_CHECK(PR_TIMED(cudaStreamCreateWithFlags(&t_stream, cudaStreamNonBlocking)));
     t_pool = new allocator();
 }
 
@@ -732,8 +773,8 @@ extern "C" void pr_cuda_thread_end(void)
     t_pool = NULL;
     retire_pool(pool);
     leave_idle_blas(&t_blas);
-    if (g_capture_stream) PR_CUDA_CHECK(cudaStreamDestroy(g_capture_stream));
+    if (g_capture_stream) PR_CUDA_CHECK(PR_TIMED(cudaStreamDestroy(g_capture_stream)));
     g_capture_stream = NULL;
-    PR_CUDA_CHECK(cudaStreamDestroy(t_stream));
+    PR_CUDA_CHECK(PR_TIMED(cudaStreamDestroy(t_stream)));
     t_stream = NULL;
 }

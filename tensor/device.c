@@ -74,6 +74,15 @@ void pr_device_thread_end(pr_device dev)
     if (dev == PR_CUDA) CUDA_OR_DIE(pr_cuda_thread_end());
 }
 
+void pr_device_trace_slow_calls(double ms)
+{
+#ifdef PRISM_HAVE_CUDA
+    pr_cuda_trace_slow_calls(ms);
+#else
+    (void)ms;
+#endif
+}
+
 void pr_device_mem_stats(pr_device dev, size_t *current, size_t *peak)
 {
     if (dev == PR_CUDA) {

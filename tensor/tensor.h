@@ -179,6 +179,12 @@ bool pr_device_capturing(void);
  * stream and the shared pool, as a single-threaded program does. */
 void pr_device_thread_begin(pr_device dev);
 void pr_device_thread_end(pr_device dev);
+/* For finding where threads wait: from now on every CUDA driver call that
+ * may wait for other streams' work (tensor/cuda.cu lists them), and every
+ * graph capture, that takes ms milliseconds or more is named on stderr; 0
+ * turns it off; nothing on the CPU. The command sets it from the variable
+ * PRISM_CUDA_SLOW_MS (tools/prism.c). */
+void pr_device_trace_slow_calls(double ms);
 
 /* bridges into tensor/cuda.cu (C-callable, defined only in CUDA builds;
  * tensor/device.c is their one caller from C) */
@@ -188,6 +194,7 @@ void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst_is_dev, in
 void pr_cuda_memset0(void *p, size_t bytes);
 void pr_cuda_sync(void);
 void pr_cuda_thread_begin(void);
+void pr_cuda_trace_slow_calls(double ms);
 void pr_cuda_thread_end(void);
 int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);

@@ -1,5 +1,6 @@
 /* tools/prism.c: the `prism` command: one table of subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tools/tools.h"
@@ -31,6 +32,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: prism <command> [options]   (prism <command> --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nenvironment: PRISM_CUDA_SLOW_MS=N names on stderr each CUDA driver call (allocation, graph\n"
+               "capture, stream) that took N ms or more: where a grid's threads wait\n");
 }
 
 int main(int argc, char **argv)
@@ -39,6 +42,8 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    const char *slow = getenv("PRISM_CUDA_SLOW_MS");   /* a trace of where CUDA threads wait (tensor.h) */
+    if (slow) pr_device_trace_slow_calls(atof(slow));
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "prism: unknown command '%s'\n", argv[1]);
