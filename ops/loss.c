@@ -230,13 +230,15 @@ void pr_score_rows(pr_ctx *ctx, const pr_tensor *logits, const int32_t *labels, 
     }
     (void)ctx;
     int64_t C = logits->shape[logits->ndim - 1], R = logits->numel / C;
+    for (int64_t r = 0; r < R; r++)   /* before the buffer: a fatal error leaves nothing allocated */
+        PR_CHECK(labels[r] == ignore || (labels[r] >= 0 && labels[r] < C),
+                 "score_rows: label %d of row %lld is outside [0, %lld) and not the ignore index %d", labels[r],
+                 (long long)r, (long long)C, ignore);
     double *row = ce_row_buffer(C);
     for (int64_t r = 0; r < R; r++) {
         int32_t t = labels[r];
         loss[r] = 0, hit[r] = 0;
         if (t == ignore) continue;
-        PR_CHECK(t >= 0 && t < C, "score_rows: label %d of row %lld is outside [0, %lld) and not the ignore index %d",
-                 t, (long long)r, (long long)C, ignore);
         double mx, sum;
         ce_load_row(logits, r, C, row);
         ce_row_stats(row, C, &mx, &sum);
