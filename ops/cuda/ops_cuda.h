@@ -12,8 +12,10 @@
 extern "C" {
 #endif
 
-/* the stream kernels launch on: the legacy default stream, always (fatal
- * without a usable GPU) */
+/* the stream kernels launch on: the calling thread's (tensor/cuda.cu: the
+ * legacy default stream, or the thread's own after pr_device_thread_begin,
+ * or a capture's private one while a graph is captured); fatal without a
+ * usable GPU */
 cudaStream_t pr_cuda_stream(pr_ctx *ctx);
 /* on that stream; math mode set from ctx->matmul_tf32 at every call:
  * CUBLAS_TF32_TENSOR_OP_MATH when set, else CUBLAS_DEFAULT_MATH (full fp32) */
