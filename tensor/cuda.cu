@@ -49,18 +49,28 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "tensor/cuda.h"
 
-#include <chrono>
-#include <stdio.h>
-#include <stdlib.h>
+/* this thread's own stream: NULL is stream 0, the legacy default stream
+ * (nvcc's default; prism is not built with --default-stream per-thread),
+ * unless pr_cuda_thread_begin gave the thread one */
+static thread_local cudaStream_t t_stream = NULL;
+/* while this thread captures a graph, the capture's private stream */
+static thread_local cudaStream_t g_capture_stream = NULL;
+static thread_local bool g_capturing = false;
+static thread_local std::chrono::steady_clock::time_point g_capture_t0;   /* PRISM_CUDA_SLOW_MS */
+extern "C" cudaStream_t pr_cuda_the_stream(void) { return g_capturing ? g_capture_stream : t_stream; }
+#define PR_THE_STREAM pr_cuda_the_stream()
 
 /* pr_device_trace_slow_calls(ms) (the command's PRISM_CUDA_SLOW_MS) names on
  * stderr every driver call below that took ms or more, with its thread's
@@ -78,7 +88,13 @@ static double seconds_since(std::chrono::steady_clock::time_point t)
 {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
-static void report_slow(const char *what, double took_s);
+static void report_slow(const char *what, double took_s)
+{
+    if (took_s * 1e3 >= slow_call_ms())
+        fprintf(stderr, "prism cuda: %.3f s: %s took %.1f ms (stream %p)\n", seconds_since(g_t0), what, took_s * 1e3,
+                (void *)t_stream);
+}
+
 template <class F> static auto timed_call(const char *what, F f) -> decltype(f())
 {
     if (slow_call_ms() <= 0) return f();
@@ -88,24 +104,6 @@ template <class F> static auto timed_call(const char *what, F f) -> decltype(f()
     return r;
 }
 #define PR_TIMED(call) timed_call(#call, [&] { return call; })
-
-/* this thread's own stream: NULL is stream 0, the legacy default stream
- * (nvcc's default; prism is not built with --default-stream per-thread),
- * unless pr_cuda_thread_begin gave the thread one */
-static thread_local cudaStream_t t_stream = NULL;
-/* while this thread captures a graph, the capture's private stream */
-static thread_local cudaStream_t g_capture_stream = NULL;
-static thread_local bool g_capturing = false;
-static thread_local std::chrono::steady_clock::time_point g_capture_t0;   /* PRISM_CUDA_SLOW_MS */
-extern "C" cudaStream_t pr_cuda_the_stream(void) { return g_capturing ? g_capture_stream : t_stream; }
-#define PR_THE_STREAM pr_cuda_the_stream()
-
-static void report_slow(const char *what, double took_s)
-{
-    if (took_s * 1e3 >= slow_call_ms())
-        fprintf(stderr, "prism cuda: %.3f s: %s took %.1f ms (stream %p)\n", seconds_since(g_t0), what, took_s * 1e3,
-                (void *)t_stream);
-}
 
 /* waits for this thread's work: the whole device on the legacy stream (as
  * ever), only its own stream for a thread that has one, so that other

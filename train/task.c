@@ -102,12 +102,12 @@ static pr_tensor *token_staged_loss(pr_task *t, pr_ctx *ctx, const pr_model *m)
 }
 
 /* Evaluation scores each batch on the model's device (pr_score_rows) and
- * reads the scores back once a chunk of batches, so that nothing waits on
- * the device per batch: under a grid of 16 cells on one GPU a read per
- * batch had a cell's 250 scored batches take a median 15 s against 0.3-0.6
- * s alone (ops/recurrence/NOTES.md v58), however the forward ran. The
- * forward is a CUDA graph where allowed (captured at the first batch, its
- * input refreshed by a device copy), else eager, a launch an op. */
+ * reads the scores back once a chunk of batches: 12 bytes a row come back
+ * once, where the logits of every batch came back with a wait each. (Under
+ * a grid of 16 cells on one GPU that did not shorten a cell's scoring: the
+ * time there is a thread held up as it begins, NOTES.md v59.) The forward
+ * is a CUDA graph where allowed (captured at the first batch, its input
+ * refreshed by a device copy), else eager, a launch an op. */
 enum { EVAL_CHUNK_ROWS = 1 << 20 };   /* rows scored before a read back: 17 MB of buffers */
 
 typedef struct {
