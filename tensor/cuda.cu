@@ -27,7 +27,9 @@
  * (pr_cuda_state_cublas), and a graph's constants go back to its pool, so a
  * thread frees nothing to the driver until it ends (a cudaFree waits for the
  * whole device). The capture state below is per thread as well; captures use relaxed mode, which leaves other threads'
- * allocations and launches free to go on during a capture. Without begin
+ * allocations and launches free to go on during a capture. The driver gate
+ * (below) keeps the threads' replays from starving one thread's
+ * allocations and captures. Without begin
  * nothing changes: the legacy stream and the shared pool, as before.
  *
  * CUDA graphs (pr_cuda_graph_*): while a step is captured, the stream is a
@@ -55,6 +57,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -95,6 +98,67 @@ static void report_slow(const char *what, double took_s)
                 (void *)t_stream);
 }
 
+/* The driver gate. A graph's launch and the calls that change the context
+ * (an allocation or a free, a capture's begin and end, an instantiation, a
+ * stream, a cuBLAS handle) wait for one another inside the driver, and not
+ * in turn: on an H100, with sixteen threads replaying training steps back
+ * to back, a thread that started a cell (allocate, capture, instantiate)
+ * waited until other cells' trainings ended, over half of a grid's thread
+ * time; in a test program a thread's one cudaMalloc waited more than 290 s
+ * while fifteen others replayed (ops/recurrence/NOTES.md, v60). So prism
+ * keeps its own gate in front that lets the rare caller in first: launches
+ * pass together; a context call waits for the launches already inside to
+ * leave, holds new ones off until it returns, and nests (a capture holds it
+ * from begin to instantiation, its own calls inside). */
+namespace {
+struct driver_gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    int launching = 0, waiting = 0;
+    bool held = false;
+};
+driver_gate g_gate;
+thread_local int t_gate_depth = 0;   /* this thread's nested holds */
+} // namespace
+static void gate_hold(void)
+{
+    if (t_gate_depth++ > 0) return;
+    std::unique_lock<std::mutex> l(g_gate.mu);
+    g_gate.waiting++;
+    g_gate.cv.wait(l, [] { return g_gate.launching == 0 && !g_gate.held; });
+    g_gate.waiting--;
+    g_gate.held = true;
+}
+static void gate_release(void)
+{
+    if (t_gate_depth <= 0 || --t_gate_depth > 0) return;   /* none (a fatal error let it go) or nested */
+    std::lock_guard<std::mutex> l(g_gate.mu);
+    g_gate.held = false;
+    g_gate.cv.notify_all();
+}
+static void gate_launch_enter(void)
+{
+    if (t_gate_depth > 0) return;   /* inside this thread's own hold */
+    std::unique_lock<std::mutex> l(g_gate.mu);
+    g_gate.cv.wait(l, [] { return g_gate.waiting == 0 && !g_gate.held; });
+    g_gate.launching++;
+}
+static void gate_launch_leave(void)
+{
+    if (t_gate_depth > 0) return;
+    std::lock_guard<std::mutex> l(g_gate.mu);
+    if (--g_gate.launching == 0 && g_gate.waiting) g_gate.cv.notify_all();
+}
+
+/* pr_fatal's: a thread whose error handler jumps out of a capture lets the
+ * gate go, or every other thread would wait for it forever */
+extern "C" void pr_cuda_on_fatal(void)
+{
+    if (t_gate_depth <= 0) return;
+    t_gate_depth = 1;
+    gate_release();
+}
+
 template <class F> static auto timed_call(const char *what, F f) -> decltype(f())
 {
     if (slow_call_ms() <= 0) return f();
@@ -103,7 +167,15 @@ template <class F> static auto timed_call(const char *what, F f) -> decltype(f()
     report_slow(what, seconds_since(t));
     return r;
 }
-#define PR_TIMED(call) timed_call(#call, [&] { return call; })
+/* a context call: through the gate, and named by the slow-call trace */
+template <class F> static auto gated_call(const char *what, F f) -> decltype(f())
+{
+    gate_hold();
+    auto r = timed_call(what, f);
+    gate_release();
+    return r;
+}
+#define PR_GATED(call) gated_call(#call, [&] { return call; })
 
 /* waits for this thread's work: the whole device on the legacy stream (as
  * ever), only its own stream for a thread that has one, so that other
@@ -169,7 +241,7 @@ static void empty_cache_locked(allocator &A)
 {
     for (int c = 0; c < PR_NCLASS; c++) {
         for (void *p : A.free_list[c]) {
-            cudaError_t e = PR_TIMED(cudaFree(p)); /* a failure here leaves a sticky error the next check reports */
+            cudaError_t e = PR_GATED(cudaFree(p)); /* a failure here leaves a sticky error the next check reports */
             (void)e;
             A.st.n_cuda_free++;
             size_t sz = A.cached_size[p];
@@ -208,7 +280,7 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
             A.st.cached -= rounded;
             A.st.n_reuse++;
         } else {
-            e = PR_TIMED(cudaMalloc(&p, rounded));
+            e = PR_GATED(cudaMalloc(&p, rounded));
             /* give the cache back and try once more; not inside a capture: the
              * cache then holds blocks the recorded work names (freed during the
              * capture, adopted by the graph at its end), and a synchronization
@@ -217,7 +289,7 @@ extern "C" void *pr_cuda_malloc(size_t bytes)
                 (void)cudaGetLastError();
                 if (sync_own() == cudaSuccess) {
                     empty_cache_locked(A);
-                    e = PR_TIMED(cudaMalloc(&p, rounded));
+                    e = PR_GATED(cudaMalloc(&p, rounded));
                 }
             }
             if (e == cudaSuccess) {
@@ -490,8 +562,8 @@ extern "C" cublasHandle_t pr_cuda_state_cublas(pr_cuda_state *ctx_state, bool tf
 {
     pr_cuda_state *st = t_stream ? &t_blas : ctx_state;
     if (!st->cublas && !(st == &t_blas && take_idle_blas(st))) {
-        PR_CUBLAS_CHECK(PR_TIMED(cublasCreate(&st->cublas)));
-        PR_CUDA_CHECK(PR_TIMED(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE)));
+        PR_CUBLAS_CHECK(PR_GATED(cublasCreate(&st->cublas)));
+        PR_CUDA_CHECK(PR_GATED(cudaMalloc(&st->workspace, PR_CUBLAS_WORKSPACE)));
     }
     if (!st->stream_set || st->stream != PR_THE_STREAM) {   /* a capture's stream, or the thread's own */
         st->stream = PR_THE_STREAM;
@@ -585,7 +657,7 @@ static void capture_constant(void *dst, const void *src, size_t bytes)
     void *c = NULL;
     size_t rounded;
     (void)size_class(bytes, &rounded);   /* a class's size: a thread's pool takes it back (pr_cuda_graph_free) */
-    cudaError_t e = PR_TIMED(cudaMalloc(&c, rounded));   /* relaxed capture mode allows it */
+    cudaError_t e = PR_GATED(cudaMalloc(&c, rounded));   /* relaxed capture mode allows it */
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return capture_break("cudaMalloc of a step constant failed");
@@ -609,7 +681,7 @@ extern "C" void pr_cuda_graph_begin(void)
 {
     PR_CHECK(!g_capturing, "CUDA graph: a capture is already under way");
     PR_CUDA_CHECK(sync_own());   /* what the step reads was written before it */
-    if (!g_capture_stream) PR_CUDA_CHECK(PR_TIMED(cudaStreamCreateWithFlags(&g_capture_stream, cudaStreamNonBlocking)));
+    if (!g_capture_stream) PR_CUDA_CHECK(PR_GATED(cudaStreamCreateWithFlags(&g_capture_stream, cudaStreamNonBlocking)));
     g_building = new pr_cuda_graph();
     g_building->exec = NULL;
     g_broken[0] = '\0';
@@ -621,7 +693,10 @@ extern "C" void pr_cuda_graph_begin(void)
     /* relaxed: the capture's own cudaMalloc of constants is allowed, and
      * other threads' cudaMalloc and launches never invalidate it (only a
      * capture begun in global mode restricts other threads) */
-    PR_CUDA_CHECK(PR_TIMED(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed)));
+    gate_hold();   /* the whole capture, to its instantiation: its launches too meet the driver's lock */
+    cudaError_t e = PR_GATED(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed));
+    if (e != cudaSuccess) gate_release();
+    PR_CUDA_CHECK(e);
     g_capturing = true;
     g_capture_t0 = std::chrono::steady_clock::now();
 }
@@ -657,14 +732,15 @@ extern "C" int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n)
 {
     PR_CHECK(g_capturing, "CUDA graph: no capture under way");
     cudaGraph_t graph = NULL;
-    cudaError_t e = PR_TIMED(cudaStreamEndCapture(g_capture_stream, &graph));
+    cudaError_t e = PR_GATED(cudaStreamEndCapture(g_capture_stream, &graph));
     g_capturing = false;
     if (slow_call_ms() > 0) report_slow("a capture, begin to end", seconds_since(g_capture_t0));
     pr_cuda_graph *gr = g_building;
     g_building = NULL;
     adopt_captured(gr);   /* even a failed capture's blocks: its recorded work may name them */
-    if (e == cudaSuccess && !g_broken[0]) e = PR_TIMED(cudaGraphInstantiate(&gr->exec, graph, 0));
+    if (e == cudaSuccess && !g_broken[0]) e = PR_GATED(cudaGraphInstantiate(&gr->exec, graph, 0));
     if (graph) (void)cudaGraphDestroy(graph);
+    gate_release();   /* pr_cuda_graph_begin's */
     if (e != cudaSuccess || g_broken[0]) {
         if (e != cudaSuccess) (void)cudaGetLastError();
         snprintf(why, n, "%s", g_broken[0] ? g_broken : cudaGetErrorString(e));
@@ -679,19 +755,22 @@ extern "C" int pr_cuda_graph_end(pr_cuda_graph **out, char *why, size_t n)
 
 extern "C" void pr_cuda_graph_replay(pr_cuda_graph *gr)
 {
-    PR_CUDA_CHECK(PR_TIMED(cudaGraphLaunch(gr->exec, t_stream)));   /* in order with the thread's other work */
+    gate_launch_enter();
+    cudaError_t e = timed_call("cudaGraphLaunch", [&] { return cudaGraphLaunch(gr->exec, t_stream); });
+    gate_launch_leave();
+    PR_CUDA_CHECK(e);   /* after the gate: a failure may longjmp */
 }
 
 extern "C" void pr_cuda_graph_free(pr_cuda_graph *gr)
 {
     if (!gr) return;
     PR_CUDA_CHECK(sync_own());   /* a replay may still run (on this thread's stream) */
-    if (gr->exec) PR_CUDA_CHECK(PR_TIMED(cudaGraphExecDestroy(gr->exec)));
+    if (gr->exec) PR_CUDA_CHECK(PR_GATED(cudaGraphExecDestroy(gr->exec)));
     /* a thread with its own pool keeps the constants as cached blocks: a
      * cudaFree at every cell's end would wait for the whole device, other
      * threads' captures included */
     if (!t_pool)
-        for (void *c : gr->constants) PR_CUDA_CHECK(PR_TIMED(cudaFree(c)));
+        for (void *c : gr->constants) PR_CUDA_CHECK(PR_GATED(cudaFree(c)));
     allocator &A = the_allocator();
     {
         std::lock_guard<std::mutex> g(A.mu);
@@ -727,7 +806,7 @@ extern "C" void pr_cuda_thread_begin(void)
 {
     PR_CHECK(!t_stream, "pr_cuda_thread_begin: this thread already has its own stream");
     PR_CHECK(pr_cuda_device_count() > 0, "CUDA on a machine without a usable GPU");
-    PR_CUDA_CHECK(PR_TIMED(cudaStreamCreateWithFlags(&t_stream, cudaStreamNonBlocking)));
+    PR_CUDA_CHECK(PR_GATED(cudaStreamCreateWithFlags(&t_stream, cudaStreamNonBlocking)));
     t_pool = new allocator();
 }
 
@@ -771,8 +850,8 @@ extern "C" void pr_cuda_thread_end(void)
     t_pool = NULL;
     retire_pool(pool);
     leave_idle_blas(&t_blas);
-    if (g_capture_stream) PR_CUDA_CHECK(PR_TIMED(cudaStreamDestroy(g_capture_stream)));
+    if (g_capture_stream) PR_CUDA_CHECK(PR_GATED(cudaStreamDestroy(g_capture_stream)));
     g_capture_stream = NULL;
-    PR_CUDA_CHECK(PR_TIMED(cudaStreamDestroy(t_stream)));
+    PR_CUDA_CHECK(PR_GATED(cudaStreamDestroy(t_stream)));
     t_stream = NULL;
 }

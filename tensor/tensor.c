@@ -23,6 +23,9 @@ void pr_fatal(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+#ifdef PRISM_HAVE_CUDA
+    pr_cuda_on_fatal();   /* a hold on the CUDA layer's driver gate is let go */
+#endif
     if (error_handler) error_handler(last_error);
     fprintf(stderr, "prism: %s\n", last_error);
     fflush(stderr);

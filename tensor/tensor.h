@@ -187,7 +187,8 @@ void pr_device_thread_end(pr_device dev);
 void pr_device_trace_slow_calls(double ms);
 
 /* bridges into tensor/cuda.cu (C-callable, defined only in CUDA builds;
- * tensor/device.c is their one caller from C) */
+ * tensor/device.c is their one caller from C, but for pr_fatal's
+ * pr_cuda_on_fatal: a thread's hold on the driver gate is let go) */
 void *pr_cuda_malloc(size_t bytes);
 void pr_cuda_free(void *p, size_t bytes);
 void pr_cuda_memcpy(void *dst, const void *src, size_t bytes, int dst_is_dev, int src_is_dev);
@@ -196,6 +197,7 @@ void pr_cuda_sync(void);
 void pr_cuda_thread_begin(void);
 void pr_cuda_trace_slow_calls(double ms);
 void pr_cuda_thread_end(void);
+void pr_cuda_on_fatal(void);
 int pr_cuda_device_count(void);
 void pr_cuda_mem_stats(size_t *current, size_t *peak, size_t *cached);
 void pr_cuda_mem_info(size_t *free_bytes, size_t *total);   /* the current GPU's (cudaMemGetInfo) */

@@ -21,7 +21,10 @@
  *   reads would return what the memory held before) and none of its waits
  *   was device-wide (it would have waited out the hold). Bit-equal results
  *   alone cannot tell streams apart: the legacy stream runs everything too.
- *   Its pool starts empty while the main thread holds a block of the shared one.
+ *   Its pool starts empty while the main thread holds a block of the shared one;
+ * - a thread whose step fails inside a capture (pr_fatal, its handler
+ *   jumping out) lets the driver gate go: another thread then allocates,
+ *   captures and replays within a minute (the gate kept: forever).
  * Exits 77 (skipped) without a GPU.
  */
 #include <errno.h>
@@ -426,6 +429,83 @@ static void test_own_stream_never_waits_for_the_legacy_one(void **state)
     assert_int_equal(w.current, 0);
 }
 
+/* ---- a capture that fails lets the driver gate go ------------------------------------ */
+/* tensor/cuda.cu's gate: a capture holds it from begin to end, so a thread
+ * whose step fails inside one (pr_fatal, its handler jumping out, as a
+ * grid's worker's does) must let it go, or every other thread's next
+ * allocation, capture or replay waits forever */
+static jmp_buf capture_failed;
+static void fatal_in_capture(const char *msg)
+{
+    (void)msg;
+    longjmp(capture_failed, 1);
+}
+
+static void *fail_inside_capture(void *arg)
+{
+    bool *failed = arg;
+    pr_set_error_handler(fatal_in_capture);
+    if (setjmp(capture_failed) == 0) {
+        pr_device_thread_begin(PR_CUDA);
+        pr_cuda_graph_begin();
+        pr_fatal("a step's error while it is captured");
+    }
+    *failed = true;   /* its stream and capture are left as a grid's failed worker leaves them */
+    pr_set_error_handler(NULL);
+    return NULL;
+}
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done, captured;
+} after_failure;
+
+static void *capture_after_failure(void *arg)
+{
+    after_failure *a = arg;
+    const size_t n = (size_t)1 << 20;
+    pr_device_thread_begin(PR_CUDA);
+    void *p = pr_cuda_malloc(n);   /* a new pool's first block: a cudaMalloc, through the gate */
+    pr_cuda_graph *g = NULL;
+    char why[256];
+    pr_cuda_graph_begin();
+    pr_cuda_memset0(p, n);
+    bool captured = pr_cuda_graph_end(&g, why, sizeof why) == 0;
+    if (g) {
+        pr_cuda_graph_replay(g);
+        pr_cuda_sync();
+        pr_cuda_graph_free(g);
+    }
+    pr_cuda_free(p, n);
+    pr_device_thread_end(PR_CUDA);
+    pthread_mutex_lock(&a->mu);
+    a->done = true, a->captured = captured;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static void test_failed_capture_lets_the_gate_go(void **state)
+{
+    (void)state;
+    bool failed = false;
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, fail_inside_capture, &failed), 0);
+    pthread_join(tid, NULL);
+    assert_true(failed);
+    static after_failure a = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    assert_int_equal(pthread_create(&tid, NULL, capture_after_failure, &a), 0);
+    struct timespec until = seconds_from_now(60);
+    pthread_mutex_lock(&a.mu);
+    while (!a.done && pthread_cond_timedwait(&a.cv, &a.mu, &until) != ETIMEDOUT) continue;
+    bool done = a.done, captured = a.captured;
+    pthread_mutex_unlock(&a.mu);
+    if (!done) fail_msg("another thread's allocation and capture waited 60 s: the failed capture kept the driver gate");
+    pthread_join(tid, NULL);
+    assert_true(captured);
+}
+
 static int make_root(void **state)
 {
     (void)state;
@@ -449,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_blas_handles_outlive_their_threads),
         cmocka_unit_test(test_threads_train_as_alone),
         cmocka_unit_test(test_own_stream_never_waits_for_the_legacy_one),
+        cmocka_unit_test(test_failed_capture_lets_the_gate_go),
     };
     return pr_test_exit_status(cmocka_run_group_tests(tests, make_root, remove_root));
 }
