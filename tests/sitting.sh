@@ -3,8 +3,9 @@
 # GPU, seconds): each mixers run's cells into mixers.csv, a run past its cap
 # recorded as timed out with the next one going on, a note that lands inside
 # a table row kept out of the numbers, the probe phase's ms a step, the golden
-# checks' tally, table4's grid packed for the next call and taken back, and a
-# model the deadline leaves out listed as not run.
+# checks' tally, table4's grid packed for the next call and taken back (its
+# slow CUDA calls counted), and a model the deadline leaves out listed as not
+# run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -33,6 +34,7 @@ if [ "$1" = ablate ]; then   # a grid of two cells: s1 finishes, s2 stops with i
     head -c 2097152 /dev/urandom >"$out/m/t/s3/ckpt-5.weights.safetensors"; echo 5 >"$out/m/t/s3/latest"
     echo m >"$out/m/t/s3/metrics.jsonl"
     echo "ablate table4: 1/3 cells done, 2 running"
+    [ -n "${PRISM_CUDA_SLOW_MS:-}" ] && echo "prism cuda: 1.000 s: cudaMalloc took ${PRISM_CUDA_SLOW_MS}.5 ms (stream 0x1)" >&2
     exit 0
 fi
 models="" lens=""
@@ -119,6 +121,7 @@ grep -q 's1/ckpt\|s1/latest' "$tmp/t5" && fail "the finished cell's checkpoint i
 grep -qx 'sitting-table4/m/t/s2/ckpt-1.weights.safetensors' "$tmp/t5" || fail "the unfinished cell's checkpoint is not packed"
 grep -qx 'sitting-table4/wall.txt' "$tmp/t5" || fail "wall.txt is not packed"
 grep -qx 'sitting-table4/m/t/s3/ckpt-5.weights.safetensors' "$tmp/t5" || fail "the furthest cell's checkpoint is not packed"
+grep -q '1 CUDA calls took 1000 ms or more' "$tmp/out5/summary.txt" || fail "the grid's slow calls are not counted"
 # a limit the furthest cell's checkpoint does not fit: that cell is left out whole, the other kept
 bash tools/device/sitting.sh --prism "$tmp/prism" --carry "$tmp/none" --out "$tmp/out8" --phases table4 \
     --table4-dir "$tmp/m4/sitting-table4" --table4-pack-mib 2 --deadline 60 >"$tmp/log8" 2>&1 || fail "table4 run exited $?"

@@ -42,7 +42,9 @@ usage: tools/device/sitting.sh [options]
                                   spent so far, summed over calls (wall.txt in the
                                   grid's folder); the folder packed into
                                   OUT/table4-grid.tar.xz (finished cells without
-                                  their checkpoints) for the next call
+                                  their checkpoints) for the next call; the
+                                  slow-call trace on (PRISM_CUDA_SLOW_MS, 1000
+                                  unless set): the count in the summary
   --deadline S      seconds for the whole sitting, unpacking included (default 540)
   --shares LIST     phase=weight,...: each phase gets the time left times its
                     weight over the weights of the phases still to run, so time
@@ -470,8 +472,10 @@ phase_table4() {
     fi
     mkdir -p "$dir"
     [ -f "$dir/wall.txt" ] && spent=$(cat "$dir/wall.txt")
-    capped $cap "$logs/table4.log" "$prism" ablate --grid table4 --device cuda --workers threads --jobs 16 \
-        --out "$dir" "${args[@]}" "${sets[@]}"
+    # the slow-call trace on: a cell held at its start or scoring is named in the log
+    local slow_ms=${PRISM_CUDA_SLOW_MS:-1000}
+    capped $cap "$logs/table4.log" env PRISM_CUDA_SLOW_MS="$slow_ms" "$prism" ablate --grid table4 --device cuda \
+        --workers threads --jobs 16 --out "$dir" "${args[@]}" "${sets[@]}"
     rc=$?
     spent=$((spent + SECONDS - t))
     echo "$spent" >"$dir/wall.txt"
@@ -481,6 +485,7 @@ phase_table4() {
     say "table4: $(status_of $rc $cap) after $((SECONDS - t))s this call, ${spent}s in all over the calls ($what)"
     say "  $(tail -n 1 "$logs/table4-state.log")"
     grep -a 'cells done' "$logs/table4.log" | tail -n 1 | sed 's/^/  /' | tee -a "$summary"
+    say "  $(grep -ac '^prism cuda: ' "$logs/table4.log") CUDA calls took ${slow_ms} ms or more (PRISM_CUDA_SLOW_MS; named in logs/table4.log)"
     pack_table4 "$dir"
     say "  the grid packed: $out/table4-grid.tar.xz ($(du -k "$out/table4-grid.tar.xz" 2>/dev/null | cut -f1) KiB;" \
         "carry it and pass --table4-from to go on elsewhere)"
