@@ -472,7 +472,7 @@ phase_table4() {
     fi
     mkdir -p "$dir"
     [ -f "$dir/wall.txt" ] && spent=$(cat "$dir/wall.txt")
-    # the slow-call trace on: a cell held at its start or scoring is named in the log
+    # the slow-call trace on: a context call or capture that holds a cell is named in the log
     local slow_ms=${PRISM_CUDA_SLOW_MS:-1000}
     capped $cap "$logs/table4.log" env PRISM_CUDA_SLOW_MS="$slow_ms" "$prism" ablate --grid table4 --device cuda \
         --workers threads --jobs 16 --out "$dir" "${args[@]}" "${sets[@]}"
