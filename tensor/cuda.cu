@@ -694,9 +694,7 @@ extern "C" void pr_cuda_graph_begin(void)
      * other threads' cudaMalloc and launches never invalidate it (only a
      * capture begun in global mode restricts other threads) */
     gate_hold();   /* the whole capture, to its instantiation: its launches too meet the driver's lock */
-    cudaError_t e = PR_GATED(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed));
-    if (e != cudaSuccess) gate_release();
-    PR_CUDA_CHECK(e);
+    PR_CUDA_CHECK(PR_GATED(cudaStreamBeginCapture(g_capture_stream, cudaStreamCaptureModeRelaxed)));   /* on failure pr_fatal lets the hold go */
     g_capturing = true;
     g_capture_t0 = std::chrono::steady_clock::now();
 }
