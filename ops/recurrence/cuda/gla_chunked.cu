@@ -397,6 +397,22 @@ __device__ __forceinline__ void gla_kt_in(float *dst, int ld, int R, int W, cons
     if (IO16 && src16) rec_widen_staged(dst, ld, R, W, staged, ld16);
     else rec_ld_tile(dst, ld, R, W, src, rs, nr, nc, vec);
 }
+/* a staged bf16 tile widened straight into its scaled f32 tile, dst = src o factor(r, c), one pass where
+ * widening and then scaling in place take two: each thread reads only the staging slots it copied
+ * (rec_ld_staged16's placement), so it may stage the next chunk there as soon as it is through. The
+ * products are the unfused passes' (a widened bf16 times the same factor), so the bits are theirs. */
+template <class F>
+__device__ __forceinline__ void gla_widen_scaled(float *dst, int ld, int R, int W, const unsigned short *staged, int ld16,
+                                                 F factor)
+{
+    const rec_rowmap m = rec_rowmap_of(W);
+    for (int r = m.r0; r < R; r += m.rstep)
+        for (int c = m.c0; c < W; c += m.cstep) {
+            const float4 x = rec_widen4(reinterpret_cast<const float *>(staged + r * ld16 + c)), f = factor(r, c);
+            *reinterpret_cast<float4 *>(dst + r * ld + c) = make_float4(x.x * f.x, x.y * f.y, x.z * f.z, x.w * f.w);
+        }
+}
+__device__ __forceinline__ float4 gla_ld4(const float *x) { return *reinterpret_cast<const float4 *>(x); }
 __device__ __forceinline__ void gla_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* this thread's copies but the last group (the next chunk's staging) landed */
 __device__ __forceinline__ void gla_wait_but_next(bool next)
@@ -439,11 +455,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     else REC_FOR2D(kt.mt, LDV, i, j) Hs[i * LDV + j] = 0.f;
     const int nck = (sq.len + C - 1) / C;
     const auto row_of = [&](int ci) { return ((long long)sq.bos + ci * C) * H + h; };
-    const auto ahead = [&](int ci) {   /* chunk ci's loads started */
+    /* bf16 keys: widened and decayed in one pass from the staging after the barrier (G in place), so
+     * their next chunk is staged after that pass, not with the values' */
+    const bool fuse_k = IO16 && p.k16;
+    const auto stage_k = [&](int ci) {
+        rec_ld_staged16(K16, GLA_BK, C, kt.mt, p.k16 + row_of(ci) * K + kt.k0, rsk, min(C, sq.len - ci * C), kt.nk);
+    };
+    const auto ahead = [&](int ci, bool with_k) {   /* chunk ci's loads started */
         const int nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         if (IO16) {
-            if (p.k16) rec_ld_staged16(K16, GLA_BK, C, kt.mt, p.k16 + rk * K + kt.k0, rsk, nval, kt.nk);
+            if (p.k16 && with_k) stage_k(ci);
             if (p.v16) rec_ld_staged16(V16, BV, C, BV, p.v16 + rk * V + v0, rsv, nval, nv);
             gla_commit();
         }
@@ -451,25 +473,37 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         if (!(IO16 && p.v16)) rec_l2_rows(p.v + rk * V + v0, rsv * 4, nval, nv * 4);
         rec_l2_rows(gc + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
     };
-    if (nck > 0) ahead(0);
+    if (nck > 0) ahead(0, true);
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         const bool next = ci + 1 < nck;
         rec_sync();   /* the last product done: Hs final, Ks and Vs free; this chunk's staging landed */
-        gla_kt_in<IO16>(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, IO16 ? p.k16 : nullptr, K16, GLA_BK, rsk, nval,
-                        kt.nk, p.vec);
+        if (!fuse_k)
+            gla_kt_in<IO16>(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, IO16 ? p.k16 : nullptr, K16, GLA_BK, rsk, nval,
+                            kt.nk, p.vec);
         gla_kt_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, IO16 ? p.v16 : nullptr, V16, BV, rsv, nval, nv, p.vec);
         rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
         gla_commit();
-        if (next) ahead(ci + 1);   /* after the widening: the staging is its copiers' own */
+        if (next) ahead(ci + 1, !fuse_k);   /* after the widening: the staging is its copiers' own */
         if (hs)
             rec_st_tile(hs + ((long long)c * H + h) * K * V + (long long)kt.k0 * V + v0, V, kt.nk, nv, Hs, LDV, 1.f,
                         false, p.vec);
         gla_wait_but_next(IO16 && next);
         __syncthreads();
         const float *GL = G + (nval - 1) * LDB;
-        REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= exp2f(GL[cc] - G[t * LDB + cc]);
+        if (fuse_k) {
+            gla_widen_scaled(Ks, LDB, C, kt.mt, K16, GLA_BK, [&](int t, int cc) {
+                const float4 g = gla_ld4(G + t * LDB + cc), gl = gla_ld4(GL + cc);
+                return make_float4(exp2f(gl.x - g.x), exp2f(gl.y - g.y), exp2f(gl.z - g.z), exp2f(gl.w - g.w));
+            });
+            if (next) {   /* this thread's staging slots read: the next chunk's keys may land there */
+                stage_k(ci + 1);
+                gla_commit();
+            }
+        } else {
+            REC_FOR2D(C, kt.mt, t, cc) Ks[t * LDB + cc] *= exp2f(GL[cc] - G[t * LDB + cc]);
+        }
         REC_FOR2D(kt.mt, BV, i, j) Hs[i * LDV + j] *= exp2f(GL[i]);
         __syncthreads();
         rec_mm<true, false, BF>(p, Hs, LDV, Ks, LDB, Vs, LDV, kt.mt, BV, C, 1.f, true);
@@ -504,11 +538,17 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     const auto end_of = [&](int ci) {   /* the state at chunk ci's end */
         return ci == nck - 1 ? ht + hoff : hs + ((long long)(sq.cbase + ci + 1) * H + h) * K * V + at;
     };
-    const auto ahead = [&](int ci) {   /* chunk ci's loads started */
+    /* bf16 queries: widened and scaled in one pass from the staging after the barrier, so their next
+     * chunk is staged after that pass (gla_state_kt's keys likewise) */
+    const bool fuse_q = IO16 && p.q16;
+    const auto stage_q = [&](int ci) {
+        rec_ld_staged16(Q16, GLA_BK, C, kt.mt, p.q16 + row_of(ci) * K + kt.k0, rsk, min(C, sq.len - ci * C), kt.nk);
+    };
+    const auto ahead = [&](int ci, bool with_q) {   /* chunk ci's loads started */
         const int nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         if (IO16) {
-            if (p.q16) rec_ld_staged16(Q16, GLA_BK, C, kt.mt, p.q16 + rk * K + kt.k0, rsk, nval, kt.nk);
+            if (p.q16 && with_q) stage_q(ci);
             if (p.dout16) rec_ld_staged16(dO16, BV, C, BV, p.dout16 + rk * V + v0, rsv, nval, nv);
             gla_commit();
         }
@@ -517,7 +557,7 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         rec_l2_rows(gc + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
         rec_l2_rows(end_of(ci), (long long)V * 4, kt.nk, nv * 4);
     };
-    if (nck > 0) ahead(nck - 1);
+    if (nck > 0) ahead(nck - 1, true);
     for (int ci = nck - 1; ci >= 0; ci--) {
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
@@ -525,13 +565,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         rec_sync();   /* dH is dS' of chunk c; this chunk's staging landed */
         rec_st_tile(dhs + ((long long)c * H + h) * K * V + at, V, kt.nk, nv, dH, LDV, 1.f, false, p.vec);
         rec_ld_tile(Es, LDV, kt.mt, BV, end_of(ci), V, kt.nk, nv, p.vec);
-        gla_kt_in<IO16>(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, IO16 ? p.q16 : nullptr, Q16, GLA_BK, rsk, nval,
-                        kt.nk, p.vec);
+        if (!fuse_q)
+            gla_kt_in<IO16>(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, IO16 ? p.q16 : nullptr, Q16, GLA_BK, rsk, nval,
+                            kt.nk, p.vec);
         rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
         gla_kt_in<IO16>(dOs, LDV, C, BV, p.dout + rk * V + v0, IO16 ? p.dout16 : nullptr, dO16, BV, rsv, nval, nv,
                         p.vec);
         gla_commit();
-        if (next) ahead(ci - 1);
+        if (next) ahead(ci - 1, !fuse_q);
         gla_wait_but_next(IO16 && next);
         __syncthreads();
         for (int i = warp; i < kt.nk; i += PR_REC_WARPS) {   /* the dg end term's share of this tile */
@@ -540,9 +581,20 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
             x = gla_warp_sum(x);
             if (lane == 0) ep[(((long long)vt * p.nchunks + c) * H + h) * K + kt.k0 + i] = x;
         }
+        if (fuse_q) {   /* G landed at the barrier above; Qs is not read before the one below */
+            gla_widen_scaled(Qs, LDB, C, kt.mt, Q16, GLA_BK, [&](int t, int cc) {
+                const float4 g = gla_ld4(G + t * LDB + cc);
+                return make_float4(p.scale * exp2f(g.x), p.scale * exp2f(g.y), p.scale * exp2f(g.z),
+                                   p.scale * exp2f(g.w));
+            });
+            if (next) {   /* this thread's staging slots read: the next chunk's queries may land there */
+                stage_q(ci - 1);
+                gla_commit();
+            }
+        }
         __syncthreads();
         const float *GL = G + (nval - 1) * LDB;
-        REC_FOR2D(C, kt.mt, t, cc) Qs[t * LDB + cc] *= p.scale * exp2f(G[t * LDB + cc]);
+        if (!fuse_q) REC_FOR2D(C, kt.mt, t, cc) Qs[t * LDB + cc] *= p.scale * exp2f(G[t * LDB + cc]);
         REC_FOR2D(kt.mt, BV, i, j) dH[i * LDV + j] *= exp2f(GL[i]);
         __syncthreads();
         rec_mm<true, false, BF>(p, dH, LDV, Qs, LDB, dOs, LDV, kt.mt, BV, C, 1.f, true);
