@@ -1,7 +1,7 @@
 /* tests/test_cuda_recurrence.c: the CUDA recurrence kernels against the CPU.
  *
  * Every rule, both forms (per-token, chunked with C = 32 and 64; gla's
- * chunked forms, per-key and per-value decay, in gla_chunked.cu), fp32 and
+ * chunked forms, per-key and per-value decay: gla_chunked.cu, gla_fast.cu, gla_value.cu), fp32 and
  * TF32 products, awkward sizes (T = 1, 63, 64, 65, 1000, 4096; K != V, K and
  * V not multiples of 32 or of 4; L = 0, 1, 3; K up to 256), packed sequences
  * (cu_seqlens with lengths 1, 64, 65, 170) with an initial state per sequence,
@@ -1084,7 +1084,7 @@ static void test_gla_fast(void **state)
 }
 
 /* gla with a per-value decay (gsa's first pass): the per-token form and the
- * chunked one (gv_* kernels of gla_chunked.cu, C = 64 and 32, fp32 and
+ * chunked one (gv_* kernels of gla_value.cu, C = 64 and 32, fp32 and
  * TF32 products) at odd K and V (one partial V tile), at V = 40 (two V
  * tiles), with h0 and packed sequences, decays mild and strong (log-decays
  * in [-3, -0.01] and [-8, -2]): o, ht and every gradient within 2e-4 of the

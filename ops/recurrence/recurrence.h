@@ -90,7 +90,7 @@ typedef struct {
     pr_rec_switch extras_apart; /* prism_core's extra writes in kernels of their own */
     pr_rec_switch x16;        /* OFF: bf16 kx, vx staged as f32 where the wgmma extras could read them in place */
     pr_rec_switch bf16_staged; /* ON: every bf16 tensor staged through f32 copies, as before the in-place passes */
-    pr_rec_switch gla_fast;   /* gla's per-key chunked form: ON and the default, its fast kernels (gla_chunked.cu;
+    pr_rec_switch gla_fast;   /* gla's per-key chunked form: ON and the default, its fast kernels (gla_fast.cu;
                                  the default falls back to the plain ones where they do not fit); OFF: the plain ones */
     pr_rec_switch bf16_mma;   /* ON and the default: bf16 data's wgmma passes multiply bf16 tiles with bf16 wgmma
                                  where they read their inputs in place (so far prep, the output and dlocal); ON

@@ -1,7 +1,8 @@
-/* ops/recurrence/cuda/gla.cuh: what the per-key (gla_chunked.cu) and the
- * per-value (gla_value.cu) decay kernels of the gla rule share: the shared-
- * memory layouts, the sub-chunk pieces every kernel uses, and the per-value
- * launchers' declarations. The algebra is in gla_chunked.cu's header. */
+/* ops/recurrence/cuda/gla.cuh: what the per-key (gla_chunked.cu, its fast
+ * form gla_fast.cu) and the per-value (gla_value.cu) decay kernels of the gla
+ * rule share: the shared-memory layouts, the sub-chunk pieces every kernel
+ * uses, and the fast form's and the per-value launchers' declarations. The
+ * algebra is in gla_chunked.cu's header. */
 #ifndef PR_REC_GLA_CUH
 #define PR_REC_GLA_CUH
 
@@ -223,6 +224,20 @@ __device__ __forceinline__ gla_chunk_at gla_chunk_load(const rec_prob &p, int c,
     __syncthreads();
     return {cp, rk};
 }
+
+/* the fast form's passes (gla_fast.cu): G (base 2) into scratch [rows, H, K] that the caller
+ * frees (n floats), then each pass on it; bf: bf16 products, io: bf16 data in place */
+size_t gla_fast_smem(const rec_prob &p);
+float *gla_fast_cumsum(cudaStream_t s, const rec_prob &p, size_t *n);
+void gla_fast_state(cudaStream_t s, const rec_prob &p, bool bf, bool io, const float *gc, float *hs, float *ht);
+void gla_fast_out(cudaStream_t s, const rec_prob &p, bool bf, bool io, const float *gc, const float *hs, float *o,
+                  float *A);
+void gla_fast_dstate(cudaStream_t s, const rec_prob &p, bool bf, bool io, const float *gc, const float *hs,
+                     const float *ht, float *dhs, float *ep, float *dh0);
+void gla_fast_dv(cudaStream_t s, const rec_prob &p, bool bf, bool io, const float *gc, const float *dhs, const float *A,
+                 float *dA, float *dv, unsigned short *dv16);
+void gla_fast_dqk(cudaStream_t s, const rec_prob &p, bool bf, bool io, const float *gc, const float *hs,
+                  const float *dhs, const float *dA, const float *ep, const rec_grads &d);
 
 /* the per-value decay (p.gv, gsa's first pass): gla_value.cu */
 size_t pr_rec_gv_chunk_smem(const rec_prob &p);

@@ -355,7 +355,7 @@ struct rec_chunk_plan {
                      io16_out, where prep (delta rules), state and output all run their wgmma forms) */
     int io16_bwd; /* bf16 data, TF32 on: the backward's passes read q, dO, k (and without beta v) in place
                      (rec_prob's q16, dout16, k16, v16), where dlocal, dstate, grad and wy run their wgmma forms */
-    int gla_fast; /* gla (per-key decay): the fast form of gla_chunked.cu (force.gla_fast on; off by default) */
+    int gla_fast; /* gla (per-key decay): the fast form (gla_fast.cu; force.gla_fast, on by default) */
     /* force.bf16_mma on: passes whose wgmma forms multiply bf16 tiles in shared memory with bf16 wgmma
      * (m64nNk16) where they read bf16 inputs in place: prep and the output (with io16_kv), dlocal (with io16_bwd) */
     int bf_out, bf_dloc, bf_prep;
