@@ -489,10 +489,9 @@ __host__ __device__ static gla_dqkt_lay gla_dqkt_layout(const rec_prob &p)
     rec_bump m;
     gla_dqkt_lay s;
     s.Q = m.take(tile), s.K = m.take(tile), s.G = m.take(tile), s.dA = m.take(l.C * l.LDC);
-    /* DG's room holds the dq loop's second pair of tiles first; X and Y's, between the V loops, a
-     * bf16 copy of K (then Q) for its reload (gla_dqk_kt) */
+    /* DG's room holds the dq loop's second pair of tiles first (gla_dqk_kt) */
     s.DX = m.take(tile), s.DG = m.take(gla_imax(tile, (GLA_BK + l.C) * LDW));
-    s.X = m.take(gla_imax((GLA_BK + l.C) * LDW, l.C * GLA_BK / 2)), s.Y = s.X + GLA_BK * LDW;
+    s.X = m.take(GLA_BK * LDW), s.Y = m.take(l.C * LDW);
     s.total = m.off;
     return s;
 }
@@ -519,25 +518,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     const unsigned short *k16 = IO16 && p.k16 ? p.k16 + rk * K + k0 : nullptr;
     auto sub_first = [](int t) { return t & ~(GLA_SUB - 1); };
     auto sub_last = [](int t) { return t | (GLA_SUB - 1); };
-    /* bf16 data: K (then Q), scaled in place by the pairs loops, is copied again into X and Y's room
-     * as soon as the V loop before them is through, so the copy runs under those loops; its copiers
-     * widen it back (rec_widen_staged: their own slots). f32 data is read again after them. */
-    unsigned short *X16 = reinterpret_cast<unsigned short *>(Xs);
-    const auto reload_start = [&](const unsigned short *x16) {
-        if (IO16 && x16) {
-            rec_ld_staged16(X16, GLA_BK, C, mt, x16, rs, nval, nk);
-            gla_commit();
-        }
-    };
-    const auto reload_end = [&](float *X, const float *xg, const unsigned short *x16) {
-        if (IO16 && x16) {
-            asm volatile("cp.async.wait_all;\n" ::: "memory");
-            rec_widen_staged(X, LDB, C, mt, X16, GLA_BK);
-        } else {
-            gla_ld_in<IO16>(X, LDB, C, mt, xg, nullptr, rs, nval, nk, p.vec);
-        }
-        rec_sync();
-    };
     rec_ld_tile(dA, LDC, C, C, dA_in + ((long long)c * H + h) * C * C, C, C, C, true);
     gla_ld_in<IO16>(Q, LDB, C, mt, qg, q16, rs, nval, nk, p.vec);
     gla_ld_in<IO16>(Kt, LDB, C, mt, kg, k16, rs, nval, nk, p.vec);
@@ -568,7 +548,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_mm<false, true, BF>(p, DX, LDB, Yb(b), LDW, Xb(b), LDW, C, mt, BW, 1.f, v0 > 0);
         __syncthreads();
     }
-    reload_start(k16);   /* the V loop's last product done: X and Y free */
     REC_FOR2D(C, mt, t, cc) DX[t * LDB + cc] *= p.scale * exp2f(G[sub_first(t) * LDB + cc]);
     for (int r = GLA_SUB; r < C; r += GLA_SUB) {
         REC_FOR2D(r, mt, i, cc)   /* K's rows before r -> K o e^{G_r - G} */
@@ -578,7 +557,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
             gla_blk16<false, false, BF>(p, DX, LDB, dA, LDC, Kt, LDB, r, cb * 16, r, 1.f, true);
         __syncthreads();
     }
-    reload_end(Kt, kg, k16);   /* K as it was */
+    gla_ld_in<IO16>(Kt, LDB, C, mt, kg, k16, rs, nval, nk, p.vec);   /* K as it was */
+    gla_landed<IO16>({gla_tile16{Kt, LDB, C, mt, k16}});
+    rec_sync();
     REC_FOR2D(C, mt, t, cc) {
         const float gt = G[t * LDB + cc];
         float x = DX[t * LDB + cc] * exp2f(gt - G[sub_first(t) * LDB + cc]);
@@ -609,7 +590,6 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
         rec_mm<false, true, BF>(p, DX, LDB, Ys, LDW, Xs, LDW, C, mt, BW, 1.f, v0 > 0);
     }
     rec_sync();
-    reload_start(q16);
     const float *GL = G + (C - 1) * LDB;
     REC_FOR2D(C, mt, i, cc) DX[i * LDB + cc] *= exp2f(GL[cc] - G[sub_last(i) * LDB + cc]);
     for (int b = C / GLA_SUB - 2; b >= 0; b--) {
@@ -624,7 +604,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
                                        1.f, true);
         __syncthreads();
     }
-    reload_end(Q, qg, q16);   /* Q as it was */
+    gla_ld_in<IO16>(Q, LDB, C, mt, qg, q16, rs, nval, nk, p.vec);   /* Q as it was */
+    gla_landed<IO16>({gla_tile16{Q, LDB, C, mt, q16}});
+    rec_sync();
     REC_FOR2D(C, mt, i, cc) {
         const float gi = G[i * LDB + cc];
         float x = DX[i * LDB + cc] * exp2f(G[sub_last(i) * LDB + cc] - gi);
