@@ -175,31 +175,31 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     const auto stage_k = [&](int ci) {
         rec_ld_staged16(K16, GLA_BK, C, kt.mt, p.k16 + row_of(ci) * K + kt.k0, rsk, min(C, sq.len - ci * C), kt.nk);
     };
-    const auto ahead = [&](int ci) {   /* chunk ci's loads started (but bf16 keys') */
+    const auto ahead = [&](int ci, bool with_k) {   /* chunk ci's loads started */
         const int nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         if (IO16) {
+            if (p.k16 && with_k) stage_k(ci);
             if (p.v16) rec_ld_staged16(V16, BV, C, BV, p.v16 + rk * V + v0, rsv, nval, nv);
             gla_commit();
         }
-        if (!fuse_k) rec_l2_rows(p.k + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
+        if (!(IO16 && p.k16)) rec_l2_rows(p.k + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
         if (!(IO16 && p.v16)) rec_l2_rows(p.v + rk * V + v0, rsv * 4, nval, nv * 4);
         rec_l2_rows(gc + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
     };
-    if (nck > 0) {
-        if (fuse_k) stage_k(0);   /* in ahead's group */
-        ahead(0);
-    }
+    if (nck > 0) ahead(0, true);
     for (int ci = 0; ci < nck; ci++) {
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         const bool next = ci + 1 < nck;
         rec_sync();   /* the last product done: Hs final, Ks and Vs free; this chunk's staging landed */
-        if (!fuse_k) rec_ld_tile(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
+        if (!fuse_k)
+            gla_kt_in<IO16>(Ks, LDB, C, kt.mt, p.k + rk * K + kt.k0, IO16 ? p.k16 : nullptr, K16, GLA_BK, rsk, nval,
+                            kt.nk, p.vec);
         gla_kt_in<IO16>(Vs, LDV, C, BV, p.v + rk * V + v0, IO16 ? p.v16 : nullptr, V16, BV, rsv, nval, nv, p.vec);
         rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
         gla_commit();
-        if (next) ahead(ci + 1);
+        if (next) ahead(ci + 1, !fuse_k);   /* after the widening: the staging is its copiers' own */
         if (hs)
             rec_st_tile(hs + ((long long)c * H + h) * K * V + (long long)kt.k0 * V + v0, V, kt.nk, nv, Hs, LDV, 1.f,
                         false, p.vec);
@@ -258,22 +258,20 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
     const auto stage_q = [&](int ci) {
         rec_ld_staged16(Q16, GLA_BK, C, kt.mt, p.q16 + row_of(ci) * K + kt.k0, rsk, min(C, sq.len - ci * C), kt.nk);
     };
-    const auto ahead = [&](int ci) {   /* chunk ci's loads started (but bf16 queries') */
+    const auto ahead = [&](int ci, bool with_q) {   /* chunk ci's loads started */
         const int nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
         if (IO16) {
+            if (p.q16 && with_q) stage_q(ci);
             if (p.dout16) rec_ld_staged16(dO16, BV, C, BV, p.dout16 + rk * V + v0, rsv, nval, nv);
             gla_commit();
         }
-        if (!fuse_q) rec_l2_rows(p.q + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
+        if (!(IO16 && p.q16)) rec_l2_rows(p.q + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
         if (!(IO16 && p.dout16)) rec_l2_rows(p.dout + rk * V + v0, rsv * 4, nval, nv * 4);
         rec_l2_rows(gc + rk * K + kt.k0, rsk * 4, nval, kt.nk * 4);
         rec_l2_rows(end_of(ci), (long long)V * 4, kt.nk, nv * 4);
     };
-    if (nck > 0) {
-        if (fuse_q) stage_q(nck - 1);   /* in ahead's group */
-        ahead(nck - 1);
-    }
+    if (nck > 0) ahead(nck - 1, true);
     for (int ci = nck - 1; ci >= 0; ci--) {
         const int c = sq.cbase + ci, nval = min(C, sq.len - ci * C);
         const long long rk = row_of(ci);
@@ -281,12 +279,14 @@ __global__ void __launch_bounds__(PR_REC_THREADS, GLA_KT_BLOCKS)
         rec_sync();   /* dH is dS' of chunk c; this chunk's staging landed */
         rec_st_tile(dhs + ((long long)c * H + h) * K * V + at, V, kt.nk, nv, dH, LDV, 1.f, false, p.vec);
         rec_ld_tile(Es, LDV, kt.mt, BV, end_of(ci), V, kt.nk, nv, p.vec);
-        if (!fuse_q) rec_ld_tile(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
+        if (!fuse_q)
+            gla_kt_in<IO16>(Qs, LDB, C, kt.mt, p.q + rk * K + kt.k0, IO16 ? p.q16 : nullptr, Q16, GLA_BK, rsk, nval,
+                            kt.nk, p.vec);
         rec_ld_tile(G, LDB, C, kt.mt, gc + rk * K + kt.k0, rsk, nval, kt.nk, p.vec);
         gla_kt_in<IO16>(dOs, LDV, C, BV, p.dout + rk * V + v0, IO16 ? p.dout16 : nullptr, dO16, BV, rsv, nval, nv,
                         p.vec);
         gla_commit();
-        if (next) ahead(ci - 1);
+        if (next) ahead(ci - 1, !fuse_q);
         gla_wait_but_next(IO16 && next);
         __syncthreads();
         for (int i = warp; i < kt.nk; i += PR_REC_WARPS) {   /* the dg end term's share of this tile */
@@ -637,10 +637,9 @@ __global__ void __launch_bounds__(PR_REC_THREADS, 2)
     ((bf) ? ((io) ? kern<true, true> : kern<true, false>) : ((io) ? kern<false, true> : kern<false, false>))
 #define GLA_LAUNCH(k, grid, smem_floats, ...)                                  \
     do {                                                                       \
-        const auto k_ = (k);                                                   \
         const size_t bytes_ = (size_t)(smem_floats) * 4;                       \
-        pr_cuda_smem_prep((const void *)k_, bytes_);                           \
-        k_<<<(grid), PR_REC_THREADS, bytes_, s>>>(__VA_ARGS__);                \
+        pr_cuda_smem_prep((const void *)(k), bytes_);                          \
+        (k)<<<(grid), PR_REC_THREADS, bytes_, s>>>(__VA_ARGS__);               \
         PR_CUDA_LAUNCH_CHECK();                                                \
     } while (0)
 
